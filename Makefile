@@ -1,0 +1,165 @@
+# promptcache - build, test, run.
+#
+#   make run     install what is missing, build, start a private redis-server
+#                and the proxy on 127.0.0.1:8080 (UPSTREAM=... to choose the upstream)
+#   make test    install what is missing, build, run the whole suite
+#   make demo    proxy + mock upstream + a small workload; prints the hit rate
+#   make SANITIZE=1 test   the same suite under ASan + UBSan
+#
+# Dependencies are Debian packages, installed with apt-get when missing
+# (see `make deps`). Nothing else is downloaded except the npm packages of
+# the client tests (npm ci from the committed lockfile).
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+
+SANITIZE ?= 0
+ifeq ($(SANITIZE),1)
+BUILD ?= build/asan
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT ?= -O1
+else
+BUILD ?= build
+SANFLAGS :=
+OPT ?= -O2
+endif
+
+CC ?= cc
+CXX ?= c++
+PKGS_PC := libevent libevent_pthreads libcurl hiredis libcjson libcrypto
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
+	-Wformat=2 -Wno-format-nonliteral -Werror
+CFLAGS ?= $(OPT) -g
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread $(WARN) $(SANFLAGS) -Iinclude -I$(BUILD)/gen \
+	$(shell pkg-config --cflags $(PKGS_PC) 2>/dev/null) $(CFLAGS) -MMD -MP
+LDLIBS_ALL = $(shell pkg-config --libs $(PKGS_PC) 2>/dev/null) -lm -pthread
+ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
+
+VERSION := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
+ALL_CFLAGS += -DPC_VERSION='"$(VERSION)"'
+
+LIB_SRCS := $(filter-out src/main.c,$(wildcard src/*.c))
+LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen_migrations.o
+BIN := $(BUILD)/promptcache
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz-replay/%,$(FUZZ_SRCS))
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRCS))
+
+C_FILES := $(wildcard src/*.c include/*.h tests/unit/*.c tests/unit/*.h tests/fuzz/*.c tools/*.c)
+
+# --- dependencies -----------------------------------------------------------
+
+DEB_BUILD := gcc libc6-dev make pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev \
+	libcjson-dev libssl-dev redis-server
+DEB_TEST := clang-format
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+# Install any missing Debian package (non-interactive), then node/npm if absent.
+.PHONY: deps deps-test
+deps:
+	@missing=""; for p in $(DEB_BUILD); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "deps: installing$$missing"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+deps-test: deps
+	@missing=""; for p in $(DEB_TEST); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	command -v node >/dev/null || missing="$$missing nodejs"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
+	if [ -n "$$missing" ]; then \
+		echo "deps: installing$$missing"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# --- build ------------------------------------------------------------------
+
+.PHONY: all
+all: $(BIN)
+
+$(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/gen_migrations.o: $(BUILD)/gen/migrations.c | $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/gen/migrations.c: $(sort $(wildcard migrations/*.lua)) $(BUILD)/tools/embed | $(BUILD)/gen
+	$(BUILD)/tools/embed $(sort $(wildcard migrations/*.lua)) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/tools/embed: tools/embed.c | $(BUILD)/tools
+	$(CC) -std=c11 -O1 $(WARN) -o $@ $<
+
+$(BUILD)/libpc.a: $(LIB_OBJS)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN): $(BUILD)/obj/main.o $(BUILD)/libpc.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libpc.a tests/unit/t.h | $(BUILD)/tests
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libpc.a $(LDLIBS_ALL)
+
+# Fuzz targets built with a small driver that replays the committed corpus
+# (part of `make test`); `make fuzz` runs them under libFuzzer.
+$(BUILD)/fuzz-replay/%: tests/fuzz/%.c tests/fuzz/replay_main.c $(BUILD)/libpc.a | $(BUILD)/fuzz-replay
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< tests/fuzz/replay_main.c $(BUILD)/libpc.a $(LDLIBS_ALL)
+
+$(BUILD)/obj $(BUILD)/gen $(BUILD)/tools $(BUILD)/tests $(BUILD)/fuzz-replay build/fuzz:
+	mkdir -p $@
+
+-include $(wildcard $(BUILD)/obj/*.d $(BUILD)/tests/*.d)
+
+# --- tests ------------------------------------------------------------------
+
+.PHONY: test unit-test fuzz-replay integration-test client-test format-check
+test: deps-test
+	$(MAKE) --no-print-directory format-check
+	$(MAKE) --no-print-directory unit-test fuzz-replay
+	$(MAKE) --no-print-directory integration-test
+	$(MAKE) --no-print-directory client-test
+	@echo "all tests passed"
+
+unit-test: $(UNIT_BINS)
+	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+
+fuzz-replay: $(FUZZ_REPLAY)
+	@set -e; for t in $(FUZZ_REPLAY); do \
+		n=$$(basename $$t); echo "== $$n (corpus)"; $$t tests/fuzz/corpus/$${n#fuzz_}; done
+
+integration-test: $(BIN)
+	PROMPTCACHE_BIN=$(abspath $(BIN)) node --test --test-concurrency=1 tests/integration/
+
+client-test: $(BIN)
+	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error
+	PROMPTCACHE_BIN=$(abspath $(BIN)) node --test --test-concurrency=1 tests/clients/
+
+format-check:
+	@command -v clang-format >/dev/null || { echo "clang-format missing (make deps-test)"; exit 1; }
+	@clang-format --dry-run --Werror $(C_FILES)
+
+.PHONY: format
+format:
+	clang-format -i $(C_FILES)
+
+.PHONY: fuzz
+FUZZ_SECONDS ?= 60
+fuzz: | build/fuzz
+	@set -e; for f in $(FUZZ_SRCS); do \
+		n=$$(basename $$f .c); \
+		clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
+			$$(pkg-config --cflags $(PKGS_PC)) -o build/fuzz/$$n $$f \
+			$$(ls src/*.c | grep -v src/main.c) $(BUILD)/gen/migrations.c $(LDLIBS_ALL); \
+		mkdir -p tests/fuzz/corpus-$${n#fuzz_}; \
+		build/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) tests/fuzz/corpus-$${n#fuzz_} tests/fuzz/corpus/$${n#fuzz_}; \
+	done
+
+.PHONY: clean
+clean:
+	rm -rf build

@@ -1,0 +1,119 @@
+/*
+ * pc_conf.h - configuration. One declarative table in conf.c (name, type,
+ * default, bounds, description) drives parsing of the config file and of
+ * `--key value` command-line options, validation with file/line messages,
+ * `promptcache -t`, `--help` and the commented sample conf/promptcache.conf
+ * (`promptcache --sample-config` prints it; a test checks the committed file
+ * matches).
+ *
+ * File syntax (redis-server style): one `key value...` per line, `#` starts
+ * a comment line, values may be double-quoted ("a b", with \" \\ \n escapes).
+ * A list key (upstream, shared-namespaces) may repeat; for every other key the
+ * last occurrence wins. Command-line options are applied after the file; if a
+ * list key appears on the command line, its command-line values replace the
+ * file's values rather than adding to them.
+ */
+#ifndef PC_CONF_H
+#define PC_CONF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pc_util.h"
+
+enum upstream_type {
+    UPSTREAM_OPENAI = 0,
+    UPSTREAM_ANTHROPIC,
+    UPSTREAM_VLLM,
+    UPSTREAM_SGLANG,
+};
+
+enum embedder_kind {
+    EMBEDDER_BUILTIN = 0,
+    EMBEDDER_HASH,
+    EMBEDDER_OPENAI,
+};
+
+struct conf_list {
+    char **v;
+    size_t n;
+};
+
+struct conf {
+    /* network */
+    char *listen;     /* "host:port" as configured */
+    char *listen_host; /* derived from listen */
+    int listen_port;   /* derived from listen */
+    int workers;       /* 0 in the file means "one per core"; conf_load resolves it to >= 1 */
+    int64_t max_connections;
+    int64_t max_body_size;  /* bytes */
+    double client_timeout;  /* seconds: read a request, keep-alive idle, stalled writes */
+    double shutdown_timeout; /* seconds to finish in-flight requests on SIGTERM */
+
+    /* upstream */
+    struct conf_list upstream; /* base URLs, at least one */
+    int upstream_type;         /* enum upstream_type */
+    char *upstream_key;        /* "" = pass client credentials through */
+    double upstream_timeout;   /* seconds to the response head and between body bytes */
+    double upstream_connect_timeout;
+
+    /* redis */
+    char *redis;            /* redis://[:password@]host:port[/db] or unix:/path */
+    int64_t redis_timeout;  /* milliseconds per command */
+    bool redis_auto_migrate;
+
+    /* cache */
+    bool cache;                   /* master switch: no = every request BYPASS */
+    int64_t cache_ttl;            /* seconds */
+    int64_t cache_max_ttl;        /* upper bound for X-Cache-TTL */
+    int64_t cache_max_entry_size; /* bytes; larger answers are relayed, not stored */
+    bool coalesce;
+    struct conf_list shared_namespaces;
+
+    /* semantic cache */
+    bool semantic;
+    double semantic_threshold;
+    int embedder; /* enum embedder_kind */
+    char *embedder_url;
+    char *embedder_model;
+
+    /* admin and reporting */
+    char *admin_token; /* "" = admin endpoints disabled */
+    char *pricing;     /* path of pricing.json, "" = no money figures */
+
+    /* logging */
+    int log_level; /* enum pc_log_level */
+    char *log_file;
+    char *access_log;
+};
+
+/* A conf with every key at its default. Never NULL. */
+struct conf *conf_create(void);
+void conf_destroy(struct conf **c);
+
+/*
+ * Read `path` (NULL = no file) and then apply the options in argv[0..argc)
+ * ("--key value" pairs; a bare "--key" for a bool means yes). Every problem is
+ * appended to errs as one line, "FILE:LINE: KEY: message" for the file and
+ * "command line: --KEY: message" for options, and the count is returned (0 =
+ * valid). Derived fields (listen_host/port, workers) are resolved on success.
+ */
+int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc_buf *errs);
+
+/* Set one key from its text form; -1 with a message in err if invalid. */
+int conf_set(struct conf *c, const char *key, const char *value, char *err, size_t errlen);
+
+/* Whether key names a config key (used by subcommands to route options). */
+bool conf_has_key(const char *key);
+
+/* The commented sample config (content of conf/promptcache.conf). */
+void conf_write_sample(struct pc_buf *out);
+/* The option list for --help. */
+void conf_write_help(struct pc_buf *out);
+/* Effective config, one `key value` per line (admin-token and upstream-key masked). */
+void conf_write_effective(const struct conf *c, struct pc_buf *out);
+
+const char *conf_upstream_type_name(int t);
+
+#endif

@@ -1,0 +1,141 @@
+/*
+ * pc_httpd.h - the HTTP/1.1 server clients reach the proxy through: request
+ * line, headers, body, whole or streamed replies, close notification. It runs
+ * on one worker's event_base over libevent bufferevents; the rest of the code
+ * never touches the wire format.
+ *
+ * Why not evhttp: libevent 2.1's evhttp answers an over-long body with its
+ * own HTML 413 (callers must get an error in their API's JSON format), stops
+ * reading while a request is being handled (so a client that hangs up during
+ * a long upstream call goes unnoticed and its upstream call keeps running),
+ * and aborts the process if bytes arrive in that state. This module keeps
+ * reading (to see EOF), hands over-limit requests to the handler, and exposes
+ * the output queue for backpressure.
+ *
+ * Lifetime of a struct httpd_req: created when a complete request head (and
+ * body) has been read, handed to the handler, and owned by httpd throughout.
+ * It stays valid until either
+ *   - the handler finishes the reply (httpd_reply or httpd_reply_end), after
+ *     which the caller must not touch it again, or
+ *   - the client connection goes away first: the close callback runs once,
+ *     and the request is freed after the callback returns.
+ * Exactly one of the two happens. Requests pipelined on one connection are
+ * handled one at a time, in order.
+ */
+#ifndef PC_HTTPD_H
+#define PC_HTTPD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct stats;
+struct httpd;
+struct httpd_req;
+
+struct httpd_header {
+    const char *name;  /* as received */
+    const char *value; /* leading/trailing blanks stripped */
+};
+
+enum httpd_req_error {
+    HTTPD_REQ_OK = 0,
+    HTTPD_REQ_BODY_TOO_LARGE, /* body over max_body_size: headers available, body empty */
+};
+
+struct httpd_conf {
+    size_t max_header_size;   /* request line + headers; over it: 431 from httpd itself */
+    size_t max_headers;       /* header count; over it: 431 */
+    size_t max_body_size;     /* over it: handler called with HTTPD_REQ_BODY_TOO_LARGE */
+    double read_timeout;      /* seconds to receive a whole request once it started */
+    double idle_timeout;      /* seconds a keep-alive connection may sit idle */
+    double write_timeout;     /* seconds a client may leave queued output unread */
+    size_t max_connections;   /* per httpd; further connections are accepted and closed */
+    const char *server_name;  /* Server: header value, NULL = none */
+};
+
+typedef void httpd_handler_fn(struct httpd_req *r, void *arg);
+typedef void httpd_req_fn(struct httpd_req *r, void *arg);
+
+/*
+ * Serve on listen_fd (already bound and listening; shared by all workers, so
+ * httpd never closes it). handler runs for every complete request with
+ * handler_arg. st (may be NULL) gets connections_active updates.
+ */
+struct httpd *httpd_create(struct event_base *base, int listen_fd, const struct httpd_conf *conf,
+                           httpd_handler_fn *handler, void *handler_arg, struct stats *st);
+/* Stop accepting, close idle connections; replies started later carry Connection: close. */
+void httpd_stop_accepting(struct httpd *h);
+size_t httpd_active_requests(const struct httpd *h);
+size_t httpd_connection_count(const struct httpd *h);
+/* Close every connection (close callbacks of open requests run) and free. */
+void httpd_destroy(struct httpd **h);
+
+/* Request accessors (strings are NUL-terminated and owned by the request). */
+const char *httpd_req_method(const struct httpd_req *r); /* "GET", "POST", ... */
+const char *httpd_req_target(const struct httpd_req *r); /* raw request-target */
+const char *httpd_req_path(const struct httpd_req *r);   /* target up to '?' */
+const char *httpd_req_query(const struct httpd_req *r);  /* after '?', or NULL */
+int httpd_req_minor_version(const struct httpd_req *r);  /* 0 or 1 (HTTP/1.x) */
+const char *httpd_req_header(const struct httpd_req *r, const char *name); /* first, any case */
+size_t httpd_req_header_count(const struct httpd_req *r);
+const struct httpd_header *httpd_req_header_at(const struct httpd_req *r, size_t i);
+/* The body (decoded if it was sent chunked), NUL-terminated; len may be NULL. */
+const char *httpd_req_body(const struct httpd_req *r, size_t *len);
+enum httpd_req_error httpd_req_error(const struct httpd_req *r);
+const char *httpd_req_peer(const struct httpd_req *r); /* "ip:port" */
+uint64_t httpd_req_start_us(const struct httpd_req *r); /* pc_mono_us() when the head arrived */
+void httpd_req_set_data(struct httpd_req *r, void *data);
+void *httpd_req_get_data(const struct httpd_req *r);
+
+/*
+ * Replies. Headers added before httpd_reply/httpd_reply_start are sent with
+ * them; httpd adds Content-Length or Transfer-Encoding, Connection and Date
+ * itself (callers must not add those).
+ */
+void httpd_add_header(struct httpd_req *r, const char *name, const char *value);
+/* Whole reply; finishes r. HEAD requests get the headers only. */
+void httpd_reply(struct httpd_req *r, int status, const void *body, size_t len);
+/* Streamed reply: chunked for HTTP/1.1, close-delimited for HTTP/1.0. */
+void httpd_reply_start(struct httpd_req *r, int status);
+void httpd_reply_chunk(struct httpd_req *r, const void *data, size_t len);
+/* Finishes r. */
+void httpd_reply_end(struct httpd_req *r);
+/* Bytes of reply queued in user space and not yet written to the socket. */
+size_t httpd_reply_queued(const struct httpd_req *r);
+/*
+ * Backpressure: fn runs each time the queued output drains to lowmark bytes
+ * or fewer while a streamed reply is open. Pass fn NULL to clear.
+ */
+void httpd_set_drain_cb(struct httpd_req *r, size_t lowmark, httpd_req_fn *fn, void *arg);
+/* fn runs once if the client goes away before the reply is finished. */
+void httpd_set_close_cb(struct httpd_req *r, httpd_req_fn *fn, void *arg);
+
+/* Reason phrase for a status code ("OK", "Bad Gateway", ...). */
+const char *httpd_reason(int status);
+
+/*
+ * The pure request-head parser, exposed for the fuzz and unit tests. Parses
+ * buf[0..len) as a request line and headers ending in an empty line.
+ * Returns the head's length (> 0), 0 if more bytes are needed, or -status
+ * (-400, -431, -501, -505) if the head is invalid.
+ */
+struct httpd_head {
+    const char *method;
+    size_t method_len;
+    const char *target;
+    size_t target_len;
+    int minor_version;
+    struct httpd_header_span {
+        const char *name;
+        size_t name_len;
+        const char *value;
+        size_t value_len;
+    } *headers; /* caller-provided array */
+    size_t nheaders;
+    size_t max_headers; /* capacity of headers */
+};
+long httpd_parse_head(const char *buf, size_t len, struct httpd_head *head);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * pc_sse.h - server-sent events as the LLM APIs use them, in both directions:
+ *
+ *   upstream SSE bytes --sse_parser--> events --sse_assemble--> JSON answer
+ *   cached JSON answer --sse_synthesize--> SSE for a stream client
+ *   recorded SSE       --sse_replay-----> SSE for a stream client
+ *
+ * so a cached answer serves both kinds of client whichever way it was first
+ * fetched. Dialects: OpenAI chat.completion.chunk and text_completion streams
+ * (terminated by `data: [DONE]`) and Anthropic message streams (message_start,
+ * content_block_*, message_delta, message_stop). Input is untrusted: every
+ * function tolerates arbitrary bytes (fuzzed) and bounds what it buffers.
+ */
+#ifndef PC_SSE_H
+#define PC_SSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "pc_api.h"
+#include "pc_util.h"
+
+struct sse_event {
+    const char *event; /* "event:" field, "" if none */
+    size_t event_len;
+    const char *data; /* "data:" lines joined with '\n' */
+    size_t data_len;
+};
+
+/* Incremental parser (W3C EventSource rules: LF, CRLF or CR line ends, ':' comments). */
+struct sse_parser {
+    struct pc_buf line;
+    struct pc_buf event;
+    struct pc_buf data;
+    bool have_data;
+    bool last_was_cr;
+    size_t max_event; /* bytes one event may hold; 0 = 16 MiB */
+};
+
+typedef int sse_event_fn(void *arg, const struct sse_event *ev);
+
+void sse_parser_init(struct sse_parser *p);
+void sse_parser_free(struct sse_parser *p);
+/* Feed bytes; cb runs for each complete event. -1 if cb returned < 0 or an event exceeds max_event. */
+int sse_parser_feed(struct sse_parser *p, const char *buf, size_t len, sse_event_fn *cb,
+                    void *arg);
+
+/*
+ * Rebuild the non-stream JSON answer from a complete recorded stream of
+ * endpoint e. Returns a new cJSON (caller frees with cJSON_Delete), or NULL
+ * if the recording is malformed or was cut off (no [DONE] / message_stop).
+ * usage (may be NULL) receives the stream's usage.
+ */
+cJSON *sse_assemble(enum api_endpoint e, const char *rec, size_t len, struct api_usage *usage);
+
+/* Whether a recording is complete: ends with [DONE] (OpenAI) or message_stop (Anthropic). */
+bool sse_complete(enum api_endpoint e, const char *rec, size_t len);
+
+/*
+ * SSE stream equivalent to a JSON answer (chat.completion -> chunks; text
+ * completion -> chunks; Anthropic message -> message_start ... message_stop).
+ * include_usage (OpenAI): add the final usage chunk. Returns 0, -1 if resp
+ * is not an answer of endpoint e.
+ */
+int sse_synthesize(enum api_endpoint e, const cJSON *resp, bool include_usage,
+                   struct pc_buf *out);
+
+/*
+ * A recorded stream as sent to a new client: events are passed through, except
+ * that for OpenAI the usage-only chunk (empty "choices" with "usage") is
+ * dropped unless include_usage, and a usage field inside other chunks is
+ * left as recorded. Returns 0, -1 if the recording is malformed.
+ */
+int sse_replay(enum api_endpoint e, const char *rec, size_t len, bool include_usage,
+               struct pc_buf *out);
+
+#endif

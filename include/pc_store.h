@@ -1,0 +1,72 @@
+/*
+ * pc_store.h - the worker's Redis connection: hiredis async on the worker's
+ * event_base (adapters/libevent.h), with the proxy's own per-command timeout
+ * (hiredis 0.14 has none), reconnect with exponential backoff, and the schema
+ * check/migration on every (re)connect.
+ *
+ * The store is an optimisation, never a dependency of a request: when Redis is
+ * down, slow or not yet migrated, store_ready() is false and commands return
+ * NULL at once, so the caller bypasses the cache. Failures are counted in
+ * redis_errors / redis_timeouts.
+ *
+ * Callbacks run on the worker's thread, at most once, from inside a hiredis
+ * callback or a timer; after store_cancel() they never run.
+ */
+#ifndef PC_STORE_H
+#define PC_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct stats;
+struct store;
+struct store_cmd;
+
+enum store_status {
+    STORE_OK = 0,       /* reply received (for GET: val may be NULL = no such key) */
+    STORE_ERR = -1,     /* error reply or connection lost */
+    STORE_TIMEOUT = -2, /* no reply within redis-timeout */
+};
+
+/* GET: val/len valid only during the call; val NULL means the key does not exist. */
+typedef void store_get_fn(void *arg, enum store_status st, const char *val, size_t len);
+/* Commands with an integer result (deleted key counts etc.). */
+typedef void store_int_fn(void *arg, enum store_status st, long long n);
+
+struct store_opts {
+    const char *url;       /* redis://[:password@]host[:port][/db] or unix:/path */
+    int64_t timeout_ms;    /* per command */
+    bool auto_migrate;     /* apply pending migrations on connect */
+};
+
+/* Parse a redis URL; -1 with a message if invalid. Used by conf validation too. */
+int store_parse_url(const char *url, char **host, int *port, char **unix_path, char **password,
+                    int *db, char *err, size_t errlen);
+
+struct store *store_create(struct event_base *base, const struct store_opts *opts,
+                           struct stats *st);
+/* Begin connecting (non-blocking). */
+void store_start(struct store *s);
+/* Connected, authenticated, db selected and schema at the current version. */
+bool store_ready(const struct store *s);
+/* Drop the connection; pending callbacks run with STORE_ERR. */
+void store_destroy(struct store **s);
+
+/* GET key. NULL (and no callback) if the store is not ready. */
+struct store_cmd *store_get(struct store *s, const void *key, size_t klen, store_get_fn *cb,
+                            void *arg);
+/* SET key val PX ttl_ms, fire and forget (failures only counted). -1 if not ready. */
+int store_set(struct store *s, const void *key, size_t klen, const void *val, size_t vlen,
+              int64_t ttl_ms);
+/*
+ * Delete every key matching a glob pattern (SCAN + UNLINK in batches, each
+ * step under the command timeout x 20). cb gets the number deleted.
+ */
+struct store_cmd *store_delete_matching(struct store *s, const char *pattern, store_int_fn *cb,
+                                        void *arg);
+/* The callback of c will not run; *c is set to NULL. */
+void store_cancel(struct store_cmd **c);
+
+#endif

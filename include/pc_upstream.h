@@ -1,0 +1,85 @@
+/*
+ * pc_upstream.h - HTTP calls to upstreams with libcurl's multi_socket API,
+ * driven by the worker's event_base (curl's hiperfifo pattern: a socket
+ * callback keeps one libevent event per socket, a timer callback keeps one
+ * timer, and both call curl_multi_socket_action then drain
+ * curl_multi_info_read). No call here blocks.
+ *
+ * One struct upstream per worker; it owns the multi handle (and so the pool of
+ * keep-alive connections). One struct xfer per call.
+ *
+ * Callback rules:
+ *   - on_head and on_data run from inside libcurl callbacks. They may call
+ *     xfer_abort (which defers the removal of the easy handle) but must not
+ *     free anything libcurl still uses.
+ *   - on_done runs outside libcurl callbacks, exactly once, unless xfer_abort
+ *     was called first (then never). The xfer is already freed when it runs.
+ *   - xfer_resume may deliver buffered data synchronously: on_data can run
+ *     inside xfer_resume.
+ */
+#ifndef PC_UPSTREAM_H
+#define PC_UPSTREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct event_base;
+struct stats;
+struct upstream;
+struct xfer;
+
+struct xfer_header {
+    const char *name;
+    const char *value;
+};
+
+/* Results passed to on_done. */
+enum xfer_result {
+    XFER_OK = 0,           /* complete response received */
+    XFER_ERR_TIMEOUT = -1, /* no response head, or no body bytes, within timeout -> 504 */
+    XFER_ERR_CONNECT = -2, /* could not connect / resolve / TLS -> 502 */
+    XFER_ERR_IO = -3,      /* connection reset, truncated or malformed response -> 502 */
+    XFER_ERR_INTERNAL = -4,
+};
+
+/* Return values of on_data. */
+#define XFER_CONTINUE 0
+#define XFER_PAUSE    1
+
+struct xfer_ops {
+    /* The final response's status and headers (1xx responses are skipped). */
+    void (*on_head)(void *arg, int status, const struct xfer_header *h, size_t nh);
+    /* Body bytes as they arrive; return XFER_PAUSE to stop delivery until xfer_resume. */
+    int (*on_data)(void *arg, const char *data, size_t len);
+    /* The call ended; errmsg is a short human text (NULL on success), valid during the call. */
+    void (*on_done)(void *arg, enum xfer_result result, const char *errmsg);
+};
+
+struct xfer_req {
+    const char *method; /* "GET", "POST", ... */
+    const char *url;    /* absolute URL */
+    const struct xfer_header *headers; /* sent as given (copied); hop-by-hop already removed */
+    size_t nheaders;
+    const char *body; /* copied; may be NULL when body_len == 0 */
+    size_t body_len;
+    double timeout;         /* seconds until the head, and max gap between body bytes */
+    double connect_timeout; /* seconds */
+};
+
+struct upstream *upstream_create(struct event_base *base, struct stats *st);
+/* Aborts running transfers without calling their on_done. */
+void upstream_destroy(struct upstream **u);
+size_t upstream_active(const struct upstream *u);
+
+/* Start a call; NULL if it could not even be set up (then no callback runs). */
+struct xfer *xfer_start(struct upstream *u, const struct xfer_req *req, const struct xfer_ops *ops,
+                        void *arg);
+/* Resume a transfer paused by on_data returning XFER_PAUSE. */
+void xfer_resume(struct xfer *x);
+/* Stop the call; no callback runs after this; *x is set to NULL. Safe anywhere. */
+void xfer_abort(struct xfer **x);
+
+/* Well-known HTTP status for a failed result (504 or 502). */
+int xfer_result_status(enum xfer_result r);
+
+#endif

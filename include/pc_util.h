@@ -1,0 +1,99 @@
+/*
+ * pc_util.h - small helpers every module uses: allocation that dies loudly on
+ * OOM, a growable byte buffer, magic-number checks for objects that travel
+ * through void * callbacks, clocks, hex and SHA-256.
+ *
+ * Nothing here allocates behind the caller's back except pc_buf, whose memory
+ * belongs to the struct that embeds it (release with pc_buf_free).
+ */
+#ifndef PC_UTIL_H
+#define PC_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define PC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define PC_MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define PC_MAX(a, b)    ((a) > (b) ? (a) : (b))
+
+#define PC_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define PC_NORETURN     __attribute__((noreturn))
+
+/* Allocation. These never return NULL: on OOM they log and abort. */
+void *pc_malloc(size_t n);
+void *pc_calloc(size_t nmemb, size_t size);
+void *pc_realloc(void *p, size_t n);
+char *pc_strdup(const char *s);
+char *pc_strndup(const char *s, size_t n);
+
+/* Free *pp and NULL the caller's pointer. */
+#define PC_FREE(pp)                                                                                \
+    do {                                                                                           \
+        free(*(pp));                                                                               \
+        *(pp) = NULL;                                                                              \
+    } while (0)
+
+/*
+ * Magic numbers (Varnish miniobj style): every object handed to a library as
+ * a void * carries one, checked on entry to each callback and cleared when the
+ * object is freed, so a stale pointer fails loudly instead of corrupting.
+ */
+PC_NORETURN void pc_magic_fail(const char *file, int line, const char *expr, unsigned got,
+                               unsigned want);
+#define PC_CHECK_OBJ(o, m)                                                                         \
+    do {                                                                                           \
+        if ((o) == NULL || (o)->magic != (m))                                                      \
+            pc_magic_fail(__FILE__, __LINE__, #o, (o) == NULL ? 0u : (unsigned)(o)->magic,         \
+                          (unsigned)(m));                                                          \
+    } while (0)
+
+/* Growable byte buffer. Zero-initialise (PC_BUF_INIT) before use. */
+struct pc_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+};
+#define PC_BUF_INIT {NULL, 0, 0}
+
+void pc_buf_reserve(struct pc_buf *b, size_t extra);
+void pc_buf_append(struct pc_buf *b, const void *p, size_t n);
+void pc_buf_append_str(struct pc_buf *b, const char *s);
+void pc_buf_append_char(struct pc_buf *b, char c);
+void pc_buf_printf(struct pc_buf *b, const char *fmt, ...) PC_PRINTF(2, 3);
+void pc_buf_vprintf(struct pc_buf *b, const char *fmt, va_list ap);
+/* Append s[0..n) as a JSON string literal (quotes included, RFC 8259 escapes). */
+void pc_buf_json_str(struct pc_buf *b, const char *s, size_t n);
+/* Remove the first n bytes. */
+void pc_buf_consume(struct pc_buf *b, size_t n);
+/* NUL-terminate (the NUL is not counted in len) and return data; never NULL. */
+char *pc_buf_cstr(struct pc_buf *b);
+void pc_buf_reset(struct pc_buf *b);
+void pc_buf_free(struct pc_buf *b);
+
+/* Clocks. Monotonic for durations and timers, wall clock for stored ages. */
+uint64_t pc_mono_us(void);
+uint64_t pc_mono_ms(void);
+int64_t pc_wall_ms(void);
+
+/* Lower-case hex of in[0..n) into out, which must hold 2n+1 bytes. */
+void pc_hex(const unsigned char *in, size_t n, char *out);
+
+#define PC_SHA256_LEN 32
+/* One-shot SHA-256 (OpenSSL libcrypto). */
+void pc_sha256(const void *data, size_t len, unsigned char out[PC_SHA256_LEN]);
+
+/* Case-insensitive ASCII comparisons (header names, tokens). */
+bool pc_strcaseeq(const char *a, const char *b);
+bool pc_strncaseeq(const char *a, const char *b, size_t n);
+
+/*
+ * Strict number parsing for config values and headers: the whole string must
+ * be the number (surrounding blanks are not allowed). Return 0 or -1.
+ */
+int pc_parse_i64(const char *s, int64_t *out);
+int pc_parse_double(const char *s, double *out);
+
+#endif

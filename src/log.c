@@ -1,0 +1,142 @@
+/*
+ * log.c - daemon log and access log (see pc_log.h). Owns the two file
+ * descriptors; lines are formatted on the stack and written with one write(2)
+ * so concurrent workers never interleave within a line.
+ */
+#include "pc_log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+static int log_fd = STDERR_FILENO;
+static int access_fd = -1;
+static enum pc_log_level log_level = PC_LOG_NOTICE;
+
+static const char level_char[] = {'E', 'W', 'N', 'I', 'D'};
+static const char *const level_names[] = {"error", "warn", "notice", "info", "debug"};
+
+static int open_target(const char *path, int *fd, char *errbuf, size_t errlen)
+{
+    if (strcmp(path, "stderr") == 0) {
+        *fd = STDERR_FILENO;
+        return 0;
+    }
+    if (strcmp(path, "stdout") == 0) {
+        *fd = STDOUT_FILENO;
+        return 0;
+    }
+    int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (f < 0) {
+        snprintf(errbuf, errlen, "cannot open log file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    *fd = f;
+    return 0;
+}
+
+int log_init(enum pc_log_level level, const char *path, const char *access_path, char *errbuf,
+             size_t errlen)
+{
+    log_level = level;
+    if (path != NULL && *path != '\0' && open_target(path, &log_fd, errbuf, errlen) < 0)
+        return -1;
+    if (access_path != NULL && *access_path != '\0' && strcmp(access_path, "off") != 0 &&
+        open_target(access_path, &access_fd, errbuf, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+void log_teardown(void)
+{
+    if (log_fd > STDERR_FILENO)
+        close(log_fd);
+    if (access_fd > STDERR_FILENO)
+        close(access_fd);
+    log_fd = STDERR_FILENO;
+    access_fd = -1;
+}
+
+int log_level_parse(const char *name)
+{
+    for (size_t i = 0; i < PC_ARRAY_LEN(level_names); i++)
+        if (strcmp(name, level_names[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
+bool log_enabled(enum pc_log_level level)
+{
+    return level <= log_level;
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+void log_write(enum pc_log_level level, const char *reqid, const char *fmt, ...)
+{
+    if (!log_enabled(level))
+        return;
+    char line[2048];
+    struct timeval tv;
+    struct tm tm;
+    gettimeofday(&tv, NULL);
+    gmtime_r(&tv.tv_sec, &tm);
+    int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %d %c ",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, (int)(tv.tv_usec / 1000), (int)getpid(), level_char[level]);
+    if (reqid != NULL && n > 0 && (size_t)n < sizeof(line))
+        n += snprintf(line + n, sizeof(line) - (size_t)n, "[%s] ", reqid);
+    if (n > 0 && (size_t)n < sizeof(line)) {
+        va_list ap;
+        va_start(ap, fmt);
+        int m = vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+        va_end(ap);
+        if (m > 0)
+            n += m;
+    }
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(line) - 1)
+        n = (int)sizeof(line) - 2; /* truncated: keep the newline */
+    line[n++] = '\n';
+    write_all(log_fd, line, (size_t)n);
+}
+
+bool log_access_enabled(void)
+{
+    return access_fd >= 0;
+}
+
+void log_access(const char *line, size_t len)
+{
+    if (access_fd < 0)
+        return;
+    char stackbuf[1024];
+    if (len + 1 <= sizeof(stackbuf)) {
+        memcpy(stackbuf, line, len);
+        stackbuf[len] = '\n';
+        write_all(access_fd, stackbuf, len + 1);
+        return;
+    }
+    char *tmp = pc_malloc(len + 1);
+    memcpy(tmp, line, len);
+    tmp[len] = '\n';
+    write_all(access_fd, tmp, len + 1);
+    free(tmp);
+}

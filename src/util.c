@@ -1,0 +1,282 @@
+/*
+ * util.c - allocation, growable buffers, clocks, hex and SHA-256 helpers
+ * (see pc_util.h). Owns no state.
+ */
+#include "pc_util.h"
+#include "pc_log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/evp.h>
+
+static PC_NORETURN void oom(size_t n)
+{
+    log_error("out of memory allocating %zu bytes", n);
+    abort();
+}
+
+void *pc_malloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (p == NULL)
+        oom(n);
+    return p;
+}
+
+void *pc_calloc(size_t nmemb, size_t size)
+{
+    void *p = calloc(nmemb ? nmemb : 1, size ? size : 1);
+    if (p == NULL)
+        oom(nmemb * size);
+    return p;
+}
+
+void *pc_realloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (q == NULL)
+        oom(n);
+    return q;
+}
+
+char *pc_strdup(const char *s)
+{
+    return pc_strndup(s, strlen(s));
+}
+
+char *pc_strndup(const char *s, size_t n)
+{
+    char *d = pc_malloc(n + 1);
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+void pc_magic_fail(const char *file, int line, const char *expr, unsigned got, unsigned want)
+{
+    log_error("%s:%d: bad object %s (magic 0x%08x, want 0x%08x)", file, line, expr, got, want);
+    abort();
+}
+
+void pc_buf_reserve(struct pc_buf *b, size_t extra)
+{
+    if (b->cap - b->len > extra)
+        return;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap - b->len <= extra) {
+        if (cap > SIZE_MAX / 2)
+            oom(SIZE_MAX);
+        cap *= 2;
+    }
+    b->data = pc_realloc(b->data, cap);
+    b->cap = cap;
+}
+
+void pc_buf_append(struct pc_buf *b, const void *p, size_t n)
+{
+    if (n == 0)
+        return;
+    pc_buf_reserve(b, n);
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+void pc_buf_append_str(struct pc_buf *b, const char *s)
+{
+    pc_buf_append(b, s, strlen(s));
+}
+
+void pc_buf_append_char(struct pc_buf *b, char c)
+{
+    pc_buf_reserve(b, 1);
+    b->data[b->len++] = c;
+}
+
+void pc_buf_vprintf(struct pc_buf *b, const char *fmt, va_list ap)
+{
+    va_list aq;
+    va_copy(aq, ap);
+    int n = vsnprintf(b->data ? b->data + b->len : NULL, b->data ? b->cap - b->len : 0, fmt, aq);
+    va_end(aq);
+    if (n < 0)
+        return;
+    if (b->data == NULL || (size_t)n >= b->cap - b->len) {
+        pc_buf_reserve(b, (size_t)n + 1);
+        vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+    }
+    b->len += (size_t)n;
+}
+
+void pc_buf_printf(struct pc_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pc_buf_vprintf(b, fmt, ap);
+    va_end(ap);
+}
+
+void pc_buf_json_str(struct pc_buf *b, const char *s, size_t n)
+{
+    static const char hexd[] = "0123456789abcdef";
+    pc_buf_reserve(b, n + 2);
+    pc_buf_append_char(b, '"');
+    size_t run = 0; /* start of the current run of bytes that need no escape */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        pc_buf_append(b, s + run, i - run);
+        run = i + 1;
+        char esc[7] = {'\\', 0, 0, 0, 0, 0, 0};
+        size_t elen = 2;
+        switch (c) {
+        case '"':
+            esc[1] = '"';
+            break;
+        case '\\':
+            esc[1] = '\\';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
+        case '\b':
+            esc[1] = 'b';
+            break;
+        case '\f':
+            esc[1] = 'f';
+            break;
+        default:
+            memcpy(esc + 1, "u00", 3);
+            esc[4] = hexd[c >> 4];
+            esc[5] = hexd[c & 15];
+            elen = 6;
+        }
+        pc_buf_append(b, esc, elen);
+    }
+    pc_buf_append(b, s + run, n - run);
+    pc_buf_append_char(b, '"');
+}
+
+void pc_buf_consume(struct pc_buf *b, size_t n)
+{
+    if (n >= b->len) {
+        b->len = 0;
+        return;
+    }
+    memmove(b->data, b->data + n, b->len - n);
+    b->len -= n;
+}
+
+char *pc_buf_cstr(struct pc_buf *b)
+{
+    pc_buf_reserve(b, 1);
+    b->data[b->len] = '\0';
+    return b->data;
+}
+
+void pc_buf_reset(struct pc_buf *b)
+{
+    b->len = 0;
+}
+
+void pc_buf_free(struct pc_buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+uint64_t pc_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+uint64_t pc_mono_ms(void)
+{
+    return pc_mono_us() / 1000u;
+}
+
+int64_t pc_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void pc_hex(const unsigned char *in, size_t n, char *out)
+{
+    static const char hexd[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hexd[in[i] >> 4];
+        out[2 * i + 1] = hexd[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+void pc_sha256(const void *data, size_t len, unsigned char out[PC_SHA256_LEN])
+{
+    unsigned int outlen = 0;
+    if (EVP_Digest(data, len, out, &outlen, EVP_sha256(), NULL) != 1 ||
+        outlen != PC_SHA256_LEN) {
+        log_error("SHA-256 failed in libcrypto");
+        abort();
+    }
+}
+
+bool pc_strcaseeq(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++)
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
+            return false;
+    return *a == *b;
+}
+
+bool pc_strncaseeq(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (tolower((unsigned char)a[i]) != tolower((unsigned char)b[i]))
+            return false;
+        if (a[i] == '\0')
+            return true;
+    }
+    return true;
+}
+
+int pc_parse_i64(const char *s, int64_t *out)
+{
+    if (s == NULL || *s == '\0' || isspace((unsigned char)*s))
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0')
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+int pc_parse_double(const char *s, double *out)
+{
+    if (s == NULL || *s == '\0' || isspace((unsigned char)*s))
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
