@@ -116,6 +116,22 @@ $(BUILD)/obj $(BUILD)/gen $(BUILD)/tools $(BUILD)/tests $(BUILD)/fuzz-replay bui
 
 -include $(wildcard $(BUILD)/obj/*.d $(BUILD)/tests/*.d)
 
+# --- running ----------------------------------------------------------------
+
+UPSTREAM ?= https://api.openai.com
+LISTEN ?= 127.0.0.1:8080
+
+.PHONY: run demo
+# The main job: private redis-server under var/ and the proxy in the foreground.
+run: deps
+	@$(MAKE) --no-print-directory all
+	UPSTREAM='$(UPSTREAM)' LISTEN='$(LISTEN)' PROMPTCACHE_BIN=$(abspath $(BIN)) tools/run.sh
+
+# The proxy in front of the mock upstream, a small mixed workload, the hit rate.
+demo: deps-test
+	@$(MAKE) --no-print-directory all
+	PROMPTCACHE_BIN=$(abspath $(BIN)) node tools/demo.js
+
 # --- tests ------------------------------------------------------------------
 
 .PHONY: test unit-test fuzz-replay integration-test client-test format-check
@@ -134,11 +150,11 @@ fuzz-replay: $(FUZZ_REPLAY)
 		n=$$(basename $$t); echo "== $$n (corpus)"; $$t tests/fuzz/corpus/$${n#fuzz_}; done
 
 integration-test: $(BIN)
-	PROMPTCACHE_BIN=$(abspath $(BIN)) node --test --test-concurrency=1 tests/integration/
+	PROMPTCACHE_BIN=$(abspath $(BIN)) node --test --test-concurrency=1 tests/integration/*.test.js
 
 client-test: $(BIN)
 	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error
-	PROMPTCACHE_BIN=$(abspath $(BIN)) node --test --test-concurrency=1 tests/clients/
+	PROMPTCACHE_BIN=$(abspath $(BIN)) node --test --test-concurrency=1 tests/clients/*.test.js
 
 format-check:
 	@command -v clang-format >/dev/null || { echo "clang-format missing (make deps-test)"; exit 1; }

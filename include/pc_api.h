@@ -34,7 +34,8 @@ struct api_usage {
     bool present;
     int64_t prompt;     /* OpenAI prompt_tokens; Anthropic input_tokens + cache tokens */
     int64_t completion; /* OpenAI completion_tokens; Anthropic output_tokens */
-    int64_t cached;     /* OpenAI prompt_tokens_details.cached_tokens; Anthropic cache_read_input_tokens */
+    int64_t
+        cached; /* OpenAI prompt_tokens_details.cached_tokens; Anthropic cache_read_input_tokens */
 };
 
 /* Endpoint for a request path (query string already removed); API_NONE if not cacheable. */

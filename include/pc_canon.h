@@ -39,7 +39,7 @@ struct canon_input {
     const cJSON *body;
     const unsigned char *tenant; /* PC_SHA256_LEN bytes (canon_tenant) */
     const char *ns;              /* X-Cache-Namespace value or NULL */
-    const char *variant;         /* other answer-changing inputs, e.g. "anthropic-version=...\n"; or NULL */
+    const char *variant; /* other answer-changing inputs, e.g. "anthropic-version=...\n"; or NULL */
 };
 
 struct canon_keys {

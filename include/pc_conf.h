@@ -42,13 +42,13 @@ struct conf_list {
 
 struct conf {
     /* network */
-    char *listen;     /* "host:port" as configured */
-    char *listen_host; /* derived from listen */
+    char *listen;      /* "host:port" as configured */
+    char *listen_host; /* derived from listen; an IPv6 address without its brackets */
     int listen_port;   /* derived from listen */
     int workers;       /* 0 in the file means "one per core"; conf_load resolves it to >= 1 */
     int64_t max_connections;
-    int64_t max_body_size;  /* bytes */
-    double client_timeout;  /* seconds: read a request, keep-alive idle, stalled writes */
+    int64_t max_body_size;   /* bytes */
+    double client_timeout;   /* seconds: read a request, keep-alive idle, stalled writes */
     double shutdown_timeout; /* seconds to finish in-flight requests on SIGTERM */
 
     /* upstream */
@@ -59,8 +59,8 @@ struct conf {
     double upstream_connect_timeout;
 
     /* redis */
-    char *redis;            /* redis://[:password@]host:port[/db] or unix:/path */
-    int64_t redis_timeout;  /* milliseconds per command */
+    char *redis;           /* redis://[:password@]host:port[/db] or unix:/path */
+    int64_t redis_timeout; /* milliseconds per command */
     bool redis_auto_migrate;
 
     /* cache */
@@ -88,7 +88,10 @@ struct conf {
     char *access_log;
 };
 
-/* A conf with every key at its default. Never NULL. */
+/*
+ * A conf with every key at its default (workers already resolved, every
+ * string non-NULL). Never NULL.
+ */
 struct conf *conf_create(void);
 void conf_destroy(struct conf **c);
 
@@ -101,7 +104,11 @@ void conf_destroy(struct conf **c);
  */
 int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc_buf *errs);
 
-/* Set one key from its text form; -1 with a message in err if invalid. */
+/*
+ * Set one key from its text form; -1 with a message in err if invalid (the
+ * field keeps its old value). For a list key the value is appended, and ""
+ * empties the list.
+ */
 int conf_set(struct conf *c, const char *key, const char *value, char *err, size_t errlen);
 
 /* Whether key names a config key (used by subcommands to route options). */

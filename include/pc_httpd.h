@@ -44,15 +44,16 @@ enum httpd_req_error {
     HTTPD_REQ_BODY_TOO_LARGE, /* body over max_body_size: headers available, body empty */
 };
 
+/* Zero fields take httpd's defaults; a negative timeout disables that timeout. */
 struct httpd_conf {
-    size_t max_header_size;   /* request line + headers; over it: 431 from httpd itself */
-    size_t max_headers;       /* header count; over it: 431 */
-    size_t max_body_size;     /* over it: handler called with HTTPD_REQ_BODY_TOO_LARGE */
-    double read_timeout;      /* seconds to receive a whole request once it started */
-    double idle_timeout;      /* seconds a keep-alive connection may sit idle */
-    double write_timeout;     /* seconds a client may leave queued output unread */
-    size_t max_connections;   /* per httpd; further connections are accepted and closed */
-    const char *server_name;  /* Server: header value, NULL = none */
+    size_t max_header_size;  /* request line + headers; over it: 431 from httpd itself */
+    size_t max_headers;      /* header count; over it: 431 */
+    size_t max_body_size;    /* over it: handler called with HTTPD_REQ_BODY_TOO_LARGE */
+    double read_timeout;     /* seconds to receive a whole request once it started */
+    double idle_timeout;     /* seconds a keep-alive connection may sit idle */
+    double write_timeout;    /* seconds a client may leave queued output unread */
+    size_t max_connections;  /* per httpd; further connections are accepted and closed */
+    const char *server_name; /* Server: header value, NULL = none */
 };
 
 typedef void httpd_handler_fn(struct httpd_req *r, void *arg);
@@ -73,18 +74,18 @@ size_t httpd_connection_count(const struct httpd *h);
 void httpd_destroy(struct httpd **h);
 
 /* Request accessors (strings are NUL-terminated and owned by the request). */
-const char *httpd_req_method(const struct httpd_req *r); /* "GET", "POST", ... */
-const char *httpd_req_target(const struct httpd_req *r); /* raw request-target */
-const char *httpd_req_path(const struct httpd_req *r);   /* target up to '?' */
-const char *httpd_req_query(const struct httpd_req *r);  /* after '?', or NULL */
-int httpd_req_minor_version(const struct httpd_req *r);  /* 0 or 1 (HTTP/1.x) */
+const char *httpd_req_method(const struct httpd_req *r);                   /* "GET", "POST", ... */
+const char *httpd_req_target(const struct httpd_req *r);                   /* raw request-target */
+const char *httpd_req_path(const struct httpd_req *r);                     /* target up to '?' */
+const char *httpd_req_query(const struct httpd_req *r);                    /* after '?', or NULL */
+int httpd_req_minor_version(const struct httpd_req *r);                    /* 0 or 1 (HTTP/1.x) */
 const char *httpd_req_header(const struct httpd_req *r, const char *name); /* first, any case */
 size_t httpd_req_header_count(const struct httpd_req *r);
 const struct httpd_header *httpd_req_header_at(const struct httpd_req *r, size_t i);
 /* The body (decoded if it was sent chunked), NUL-terminated; len may be NULL. */
 const char *httpd_req_body(const struct httpd_req *r, size_t *len);
 enum httpd_req_error httpd_req_error(const struct httpd_req *r);
-const char *httpd_req_peer(const struct httpd_req *r); /* "ip:port" */
+const char *httpd_req_peer(const struct httpd_req *r);  /* "ip:port" */
 uint64_t httpd_req_start_us(const struct httpd_req *r); /* pc_mono_us() when the head arrived */
 void httpd_req_set_data(struct httpd_req *r, void *data);
 void *httpd_req_get_data(const struct httpd_req *r);
@@ -102,6 +103,12 @@ void httpd_reply_start(struct httpd_req *r, int status);
 void httpd_reply_chunk(struct httpd_req *r, const void *data, size_t len);
 /* Finishes r. */
 void httpd_reply_end(struct httpd_req *r);
+/*
+ * Finishes r by closing the connection without completing the streamed reply
+ * (no last chunk), so the client sees a truncated answer as truncated. Used
+ * when the upstream breaks off mid-answer.
+ */
+void httpd_reply_abort(struct httpd_req *r);
 /* Bytes of reply queued in user space and not yet written to the socket. */
 size_t httpd_reply_queued(const struct httpd_req *r);
 /*
@@ -132,7 +139,7 @@ struct httpd_head {
         size_t name_len;
         const char *value;
         size_t value_len;
-    } *headers; /* caller-provided array */
+    } * headers; /* caller-provided array */
     size_t nheaders;
     size_t max_headers; /* capacity of headers */
 };

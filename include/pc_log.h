@@ -40,10 +40,10 @@ void log_write(enum pc_log_level level, const char *reqid, const char *fmt, ...)
 #define log_warn(...)   log_write(PC_LOG_WARN, NULL, __VA_ARGS__)
 #define log_notice(...) log_write(PC_LOG_NOTICE, NULL, __VA_ARGS__)
 #define log_info(...)   log_write(PC_LOG_INFO, NULL, __VA_ARGS__)
-#define log_debug(...)                                                                             \
-    do {                                                                                           \
-        if (log_enabled(PC_LOG_DEBUG))                                                             \
-            log_write(PC_LOG_DEBUG, NULL, __VA_ARGS__);                                            \
+#define log_debug(...)                                  \
+    do {                                                \
+        if (log_enabled(PC_LOG_DEBUG))                  \
+            log_write(PC_LOG_DEBUG, NULL, __VA_ARGS__); \
     } while (0)
 
 /* Append one line (a newline is added) to the access log, if it is enabled. */

@@ -16,8 +16,8 @@
 
 #include "pc_util.h"
 
-#define PC_SCHEMA_KEY  "pc:schema"
-#define PC_KEY_PREFIX  "pc:1:"
+#define PC_SCHEMA_KEY "pc:schema"
+#define PC_KEY_PREFIX "pc:1:"
 
 struct pc_migration {
     long version;

@@ -22,6 +22,7 @@
 #include "pc_api.h"
 #include "pc_util.h"
 
+/* One dispatched event; its strings are NUL-terminated and valid only during the callback. */
 struct sse_event {
     const char *event; /* "event:" field, "" if none */
     size_t event_len;
@@ -43,9 +44,9 @@ typedef int sse_event_fn(void *arg, const struct sse_event *ev);
 
 void sse_parser_init(struct sse_parser *p);
 void sse_parser_free(struct sse_parser *p);
-/* Feed bytes; cb runs for each complete event. -1 if cb returned < 0 or an event exceeds max_event. */
-int sse_parser_feed(struct sse_parser *p, const char *buf, size_t len, sse_event_fn *cb,
-                    void *arg);
+/* Feed bytes; cb runs for each complete event. -1 if cb returned < 0 or an event exceeds max_event.
+ */
+int sse_parser_feed(struct sse_parser *p, const char *buf, size_t len, sse_event_fn *cb, void *arg);
 
 /*
  * Rebuild the non-stream JSON answer from a complete recorded stream of
@@ -64,8 +65,7 @@ bool sse_complete(enum api_endpoint e, const char *rec, size_t len);
  * include_usage (OpenAI): add the final usage chunk. Returns 0, -1 if resp
  * is not an answer of endpoint e.
  */
-int sse_synthesize(enum api_endpoint e, const cJSON *resp, bool include_usage,
-                   struct pc_buf *out);
+int sse_synthesize(enum api_endpoint e, const cJSON *resp, bool include_usage, struct pc_buf *out);
 
 /*
  * A recorded stream as sent to a new client: events are passed through, except

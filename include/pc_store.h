@@ -36,37 +36,65 @@ typedef void store_get_fn(void *arg, enum store_status st, const char *val, size
 typedef void store_int_fn(void *arg, enum store_status st, long long n);
 
 struct store_opts {
-    const char *url;       /* redis://[:password@]host[:port][/db] or unix:/path */
-    int64_t timeout_ms;    /* per command */
-    bool auto_migrate;     /* apply pending migrations on connect */
+    const char *url;    /* redis://[:password@]host[:port][/db] or unix:/path */
+    int64_t timeout_ms; /* per command */
+    bool auto_migrate;  /* apply pending migrations on connect */
 };
 
-/* Parse a redis URL; -1 with a message if invalid. Used by conf validation too. */
+/*
+ * Parse a redis URL; -1 with a message in err if invalid. Used by conf
+ * validation too. *host, *unix_path and *password are malloc'd strings (NULL
+ * when absent; all NULL on error) that the caller frees; any out pointer may
+ * be NULL if the caller does not need that part. A password may be
+ * %-escaped. Port is 6379 unless given (0 for unix:), db 0 unless given.
+ */
 int store_parse_url(const char *url, char **host, int *port, char **unix_path, char **password,
                     int *db, char *err, size_t errlen);
 
+/*
+ * NULL (logged) if opts->url is invalid. st (the worker's stats row, not
+ * NULL) and base must outlive the store. The process must ignore SIGPIPE:
+ * hiredis writes to a socket Redis may have closed.
+ */
 struct store *store_create(struct event_base *base, const struct store_opts *opts,
                            struct stats *st);
 /* Begin connecting (non-blocking). */
 void store_start(struct store *s);
 /* Connected, authenticated, db selected and schema at the current version. */
 bool store_ready(const struct store *s);
-/* Drop the connection; pending callbacks run with STORE_ERR. */
+/*
+ * Drop the connection; the callbacks of pending commands run with STORE_ERR
+ * before this returns (they must not use the store any more). *s is NULLed.
+ */
 void store_destroy(struct store **s);
 
-/* GET key. NULL (and no callback) if the store is not ready. */
+/*
+ * GET key. NULL (and no callback) if the store is not ready. Otherwise the
+ * callback runs exactly once (OK, ERR or TIMEOUT), unless store_cancel() is
+ * called first; the returned pointer is valid until then, and not after.
+ */
 struct store_cmd *store_get(struct store *s, const void *key, size_t klen, store_get_fn *cb,
                             void *arg);
-/* SET key val PX ttl_ms, fire and forget (failures only counted). -1 if not ready. */
+/* SET key val PX ttl_ms, fire and forget (failures only counted). -1 if not ready or ttl <= 0. */
 int store_set(struct store *s, const void *key, size_t klen, const void *val, size_t vlen,
               int64_t ttl_ms);
+/*
+ * SET with a completion callback (STORE_OK once Redis acknowledged it); NULL
+ * and no callback if not ready. Used where a client must be able to hit the
+ * entry as soon as it has its answer.
+ */
+struct store_cmd *store_set_cb(struct store *s, const void *key, size_t klen, const void *val,
+                               size_t vlen, int64_t ttl_ms, store_int_fn *cb, void *arg);
 /*
  * Delete every key matching a glob pattern (SCAN + UNLINK in batches, each
  * step under the command timeout x 20). cb gets the number deleted.
  */
 struct store_cmd *store_delete_matching(struct store *s, const char *pattern, store_int_fn *cb,
                                         void *arg);
-/* The callback of c will not run; *c is set to NULL. */
+/*
+ * The callback of *c will not run; *c is set to NULL (a NULL *c is ignored).
+ * Only for an outstanding command: not after its callback has run.
+ */
 void store_cancel(struct store_cmd **c);
 
 #endif

@@ -16,6 +16,9 @@
  *     was called first (then never). The xfer is already freed when it runs.
  *   - xfer_resume may deliver buffered data synchronously: on_data can run
  *     inside xfer_resume.
+ *   - xfer_start may be called from any callback; from on_head/on_data the
+ *     transfer is added to libcurl on the next loop iteration.
+ *   - upstream_destroy must not be called from inside any of these callbacks.
  */
 #ifndef PC_UPSTREAM_H
 #define PC_UPSTREAM_H
@@ -47,9 +50,12 @@ enum xfer_result {
 #define XFER_PAUSE    1
 
 struct xfer_ops {
-    /* The final response's status and headers (1xx responses are skipped). */
+    /* The final response's status and headers (1xx responses are skipped). Names and
+     * values are trimmed; h and its strings are valid only during the call. */
     void (*on_head)(void *arg, int status, const struct xfer_header *h, size_t nh);
-    /* Body bytes as they arrive; return XFER_PAUSE to stop delivery until xfer_resume. */
+    /* Body bytes as they arrive; return XFER_PAUSE to stop delivery until xfer_resume.
+     * XFER_PAUSE means these bytes were NOT consumed: the same bytes are passed
+     * again after xfer_resume (libcurl's CURL_WRITEFUNC_PAUSE semantics). */
     int (*on_data)(void *arg, const char *data, size_t len);
     /* The call ended; errmsg is a short human text (NULL on success), valid during the call. */
     void (*on_done)(void *arg, enum xfer_result result, const char *errmsg);
@@ -58,12 +64,17 @@ struct xfer_ops {
 struct xfer_req {
     const char *method; /* "GET", "POST", ... */
     const char *url;    /* absolute URL */
-    const struct xfer_header *headers; /* sent as given (copied); hop-by-hop already removed */
+    /* Sent as given (copied); hop-by-hop already removed. Content-Length,
+     * Transfer-Encoding and Expect are dropped (framing comes from body_len; no
+     * 100-continue); an empty value is sent as an empty field. libcurl adds Host
+     * when absent, and no User-Agent, Accept, Accept-Encoding or Content-Type. */
+    const struct xfer_header *headers;
     size_t nheaders;
-    const char *body; /* copied; may be NULL when body_len == 0 */
-    size_t body_len;
-    double timeout;         /* seconds until the head, and max gap between body bytes */
-    double connect_timeout; /* seconds */
+    const char *body;       /* copied; may be NULL when body_len == 0 */
+    size_t body_len;        /* POST/PUT/PATCH always send Content-Length; HEAD never a body */
+    double timeout;         /* seconds until the head, and max gap between body bytes while
+                               not paused; <= 0: none */
+    double connect_timeout; /* seconds; <= 0: libcurl's default */
 };
 
 struct upstream *upstream_create(struct event_base *base, struct stats *st);
@@ -71,7 +82,8 @@ struct upstream *upstream_create(struct event_base *base, struct stats *st);
 void upstream_destroy(struct upstream **u);
 size_t upstream_active(const struct upstream *u);
 
-/* Start a call; NULL if it could not even be set up (then no callback runs). */
+/* Start a call; NULL if it could not even be set up, or the method, a header name
+ * or value is invalid (then no callback runs). */
 struct xfer *xfer_start(struct upstream *u, const struct xfer_req *req, const struct xfer_ops *ops,
                         void *arg);
 /* Resume a transfer paused by on_data returning XFER_PAUSE. */

@@ -30,10 +30,10 @@ char *pc_strdup(const char *s);
 char *pc_strndup(const char *s, size_t n);
 
 /* Free *pp and NULL the caller's pointer. */
-#define PC_FREE(pp)                                                                                \
-    do {                                                                                           \
-        free(*(pp));                                                                               \
-        *(pp) = NULL;                                                                              \
+#define PC_FREE(pp)   \
+    do {              \
+        free(*(pp));  \
+        *(pp) = NULL; \
     } while (0)
 
 /*
@@ -43,11 +43,11 @@ char *pc_strndup(const char *s, size_t n);
  */
 PC_NORETURN void pc_magic_fail(const char *file, int line, const char *expr, unsigned got,
                                unsigned want);
-#define PC_CHECK_OBJ(o, m)                                                                         \
-    do {                                                                                           \
-        if ((o) == NULL || (o)->magic != (m))                                                      \
-            pc_magic_fail(__FILE__, __LINE__, #o, (o) == NULL ? 0u : (unsigned)(o)->magic,         \
-                          (unsigned)(m));                                                          \
+#define PC_CHECK_OBJ(o, m)                                                                 \
+    do {                                                                                   \
+        if ((o) == NULL || (o)->magic != (m))                                              \
+            pc_magic_fail(__FILE__, __LINE__, #o, (o) == NULL ? 0u : (unsigned)(o)->magic, \
+                          (unsigned)(m));                                                  \
     } while (0)
 
 /* Growable byte buffer. Zero-initialise (PC_BUF_INIT) before use. */
@@ -56,7 +56,10 @@ struct pc_buf {
     size_t len;
     size_t cap;
 };
-#define PC_BUF_INIT {NULL, 0, 0}
+#define PC_BUF_INIT \
+    {               \
+        NULL, 0, 0  \
+    }
 
 void pc_buf_reserve(struct pc_buf *b, size_t extra);
 void pc_buf_append(struct pc_buf *b, const void *p, size_t n);

@@ -91,8 +91,8 @@ void stats_render_prometheus(struct pc_buf *out)
     uint64_t v[STAT__COUNT];
     stats_sum(v);
     for (int i = 0; i < STAT__COUNT; i++) {
-        const char *suffix = (!meta[i].gauge && strstr(meta[i].name, "_total") == NULL) ? "_total"
-                                                                                         : "";
+        const char *suffix =
+            (!meta[i].gauge && strstr(meta[i].name, "_total") == NULL) ? "_total" : "";
         pc_buf_printf(out, "# HELP promptcache_%s%s %s\n", meta[i].name, suffix, meta[i].help);
         pc_buf_printf(out, "# TYPE promptcache_%s%s %s\n", meta[i].name, suffix,
                       meta[i].gauge ? "gauge" : "counter");

@@ -229,8 +229,7 @@ void pc_hex(const unsigned char *in, size_t n, char *out)
 void pc_sha256(const void *data, size_t len, unsigned char out[PC_SHA256_LEN])
 {
     unsigned int outlen = 0;
-    if (EVP_Digest(data, len, out, &outlen, EVP_sha256(), NULL) != 1 ||
-        outlen != PC_SHA256_LEN) {
+    if (EVP_Digest(data, len, out, &outlen, EVP_sha256(), NULL) != 1 || outlen != PC_SHA256_LEN) {
         log_error("SHA-256 failed in libcrypto");
         abort();
     }

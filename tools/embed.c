@@ -25,8 +25,8 @@ static int emit_file(const char *path, long *version)
         return -1;
     }
     if (v != *version + 1) {
-        fprintf(stderr, "embed: %s: version %ld follows %ld (versions must be consecutive)\n",
-                path, v, *version);
+        fprintf(stderr, "embed: %s: version %ld follows %ld (versions must be consecutive)\n", path,
+                v, *version);
         return -1;
     }
     *version = v;

@@ -1,0 +1,53 @@
+/*
+ * pc_entry.h - a cached answer as stored in Redis, and its key.
+ *
+ * Value: compact little-endian binary (magic "PCE" + format byte) holding the
+ * status, when it was stored, how long the upstream took, the usage block,
+ * the content type and the body - the JSON answer, or the SSE events exactly
+ * as recorded from a streamed answer. Decoding validates every length, so a
+ * corrupt or foreign value is rejected, never trusted.
+ *
+ * Key: PC_KEY_PREFIX "e:" <tenant id, 16 hex> ":" <exact key, 64 hex>, so one
+ * tenant's entries can be flushed with a single SCAN pattern.
+ */
+#ifndef PC_ENTRY_H
+#define PC_ENTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pc_api.h"
+#include "pc_util.h"
+
+#define ENTRY_KEY_MAX 128
+#define TENANT_ID_LEN 16 /* hex chars of the tenant hash used in keys and logs */
+
+enum entry_kind {
+    ENTRY_JSON = 0, /* body is the JSON answer */
+    ENTRY_SSE = 1,  /* body is the recorded event stream */
+};
+
+struct entry {
+    enum entry_kind kind;
+    enum api_endpoint endpoint;
+    int status;
+    int64_t created_ms;  /* wall clock */
+    uint32_t latency_ms; /* upstream time of the original call */
+    struct api_usage usage;
+    const char *content_type; /* not NUL-terminated after decode */
+    size_t content_type_len;
+    const char *body;
+    size_t body_len;
+};
+
+void entry_encode(const struct entry *e, struct pc_buf *out);
+/* Fill e with pointers into buf; 0, or -1 if buf is not a valid entry. */
+int entry_decode(const char *buf, size_t len, struct entry *e);
+
+/* Redis key for a tenant id (TENANT_ID_LEN hex chars) and an exact key; returns its length. */
+size_t entry_key(const char *tenant_id, const unsigned char key[PC_SHA256_LEN],
+                 char out[ENTRY_KEY_MAX]);
+/* SCAN pattern for all entries (tenant_id NULL) or one tenant's. */
+void entry_pattern(const char *tenant_id, char out[ENTRY_KEY_MAX]);
+
+#endif

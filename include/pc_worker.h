@@ -1,0 +1,85 @@
+/*
+ * pc_worker.h - one event loop thread and everything it owns: the HTTP
+ * server on the shared listening socket, the libcurl multi handle, the Redis
+ * connection and its row of metrics. Workers share nothing mutable except the
+ * flight table (pc_flight.h) and read-only configuration.
+ *
+ * struct worker is the context passed as the callback argument to every
+ * module running on the worker (STYLE.md: one context struct, no globals).
+ */
+#ifndef PC_WORKER_H
+#define PC_WORKER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pc_stats.h"
+
+struct conf;
+struct event;
+struct event_base;
+struct fetch;
+struct httpd;
+struct server;
+struct store;
+struct upstream;
+
+/* A configured upstream replica: base URL without trailing '/', and its name. */
+struct target {
+    char *base_url;
+    char *name; /* host:port, shown in X-Upstream */
+};
+
+struct worker {
+    unsigned magic;
+    int id;
+    const struct conf *conf;
+    const struct target *targets;
+    size_t ntargets;
+    int64_t started_ms;
+
+    struct event_base *base;
+    struct httpd *httpd;
+    struct upstream *up;
+    struct store *store;
+    struct stats stats;
+
+    pthread_t thread;
+    struct event *stop_ev;           /* activated from the main thread: begin shutdown */
+    struct event *exit_ev;           /* periodic check while stopping */
+    struct event *accept_stopped_ev; /* the server's: activated once this worker stops accepting */
+    bool stopping;
+    uint64_t shutdown_deadline_ms;
+
+    uint64_t seq;             /* request ids */
+    unsigned rr;              /* round-robin position over targets */
+    size_t fetches;           /* upstream calls led by this worker, incl. ones without clients */
+    struct fetch *fetch_list; /* those calls (owned by fetch.c) */
+    uint32_t id_prefix;       /* random per process, so ids differ across restarts */
+};
+
+#define WORKER_MAGIC 0x574f524bu /* "WORK" */
+
+/* Create the worker's modules on a new event_base; NULL with errbuf set on failure. */
+struct worker *worker_create(int id, const struct conf *conf, const struct target *targets,
+                             size_t ntargets, int listen_fd, char *errbuf, size_t errlen);
+/* Run the loop on a new thread. */
+int worker_start(struct worker *w);
+/* Ask the worker (from any thread) to stop accepting and finish in-flight work. */
+void worker_request_stop(struct worker *w);
+/* Wait for the worker's thread to leave its loop. */
+void worker_join(struct worker *w);
+/*
+ * After every worker has been joined: close this worker's client connections
+ * (their requests end and leave their flights). Done for all workers before
+ * any is destroyed, since a flight may span workers.
+ */
+void worker_close_clients(struct worker *w);
+/* Join the thread (if still running), abort leftover upstream calls and free everything. */
+void worker_destroy(struct worker **w);
+/* Called whenever a request or fetch ends while stopping: exit the loop if idle. */
+void worker_check_idle(struct worker *w);
+
+#endif

@@ -1,0 +1,266 @@
+/*
+ * api.c - what the proxy knows about the APIs it fronts (pc_api.h): the
+ * cacheable endpoints, the few request fields the proxy relies on, where
+ * usage is reported, and error bodies in each API's own shape. Pure
+ * functions over cJSON trees; owns nothing.
+ *
+ * Duplicate members: every lookup takes the LAST member of a name, as the
+ * upstreams' parsers (and canon.c) do, so the proxy never judges a request
+ * by a field the upstream will ignore.
+ */
+#include "pc_api.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *path;
+    enum api_endpoint endpoint;
+} api_paths[] = {
+    {"/v1/chat/completions", API_CHAT},
+    {"/v1/completions", API_COMPLETIONS},
+    {"/v1/embeddings", API_EMBEDDINGS},
+    {"/v1/messages", API_MESSAGES},
+};
+
+static const char *const api_names[API__COUNT] = {
+    [API_NONE] = "other",
+    [API_CHAT] = "chat",
+    [API_COMPLETIONS] = "completions",
+    [API_EMBEDDINGS] = "embeddings",
+    [API_MESSAGES] = "messages",
+};
+
+/*
+ * Error shapes by status. A row with status 0 ends the table and is the
+ * fallback for any unlisted status (by class: 4xx, then 5xx).
+ */
+struct api_error_kind {
+    int status;
+    const char *openai_type;
+    const char *openai_code;
+    const char *anthropic_type;
+    const char *default_message;
+};
+
+static const struct api_error_kind api_errors[] = {
+    {400, "invalid_request_error", "invalid_request", "invalid_request_error", "bad request"},
+    {401, "authentication_error", "unauthorized", "authentication_error", "unauthorized"},
+    {403, "permission_error", "permission_denied", "permission_error", "forbidden"},
+    {404, "not_found_error", "not_found", "not_found_error", "not found"},
+    {405, "invalid_request_error", "method_not_allowed", "invalid_request_error",
+     "method not allowed"},
+    {413, "invalid_request_error", "request_too_large", "request_too_large",
+     "request body too large"},
+    {415, "invalid_request_error", "unsupported_media_type", "invalid_request_error",
+     "unsupported media type"},
+    {429, "rate_limit_error", "rate_limit_exceeded", "rate_limit_error", "rate limit exceeded"},
+    {500, "server_error", "internal_error", "api_error", "internal error"},
+    {502, "server_error", "bad_gateway", "api_error", "upstream error"},
+    {503, "server_error", "service_unavailable", "api_error", "service unavailable"},
+    {504, "timeout", "upstream_timeout", "timeout_error", "upstream timed out"},
+    {529, "overloaded_error", "overloaded", "overloaded_error", "overloaded"},
+};
+static const struct api_error_kind api_error_4xx = {0, "invalid_request_error", "invalid_request",
+                                                    "invalid_request_error", "bad request"};
+static const struct api_error_kind api_error_5xx = {0, "server_error", "internal_error",
+                                                    "api_error", "internal error"};
+
+/* Token counts are capped here: far beyond any real count, exact as a double. */
+#define API_TOKENS_MAX 1000000000000000.0
+
+/* Last member named key of an object, or NULL. */
+static const cJSON *member_get(const cJSON *obj, const char *key)
+{
+    const cJSON *found = NULL;
+    if (!cJSON_IsObject(obj))
+        return NULL;
+    for (const cJSON *c = obj->child; c != NULL; c = c->next)
+        if (c->string != NULL && strcmp(c->string, key) == 0)
+            found = c;
+    return found;
+}
+
+enum api_endpoint api_endpoint_from_path(const char *path)
+{
+    if (path == NULL)
+        return API_NONE;
+    size_t n = strlen(path);
+    if (n > 1 && path[n - 1] == '/')
+        n--; /* one trailing slash is accepted */
+    for (size_t i = 0; i < PC_ARRAY_LEN(api_paths); i++)
+        if (strlen(api_paths[i].path) == n && memcmp(api_paths[i].path, path, n) == 0)
+            return api_paths[i].endpoint;
+    return API_NONE;
+}
+
+enum api_dialect api_dialect_of(enum api_endpoint e)
+{
+    return e == API_MESSAGES ? API_DIALECT_ANTHROPIC : API_DIALECT_OPENAI;
+}
+
+const char *api_endpoint_name(enum api_endpoint e)
+{
+    if ((int)e < 0 || e >= API__COUNT)
+        return api_names[API_NONE];
+    return api_names[e];
+}
+
+/* --- validation ---------------------------------------------------------- */
+
+static bool nonempty_string(const cJSON *v)
+{
+    const char *s = cJSON_GetStringValue(v);
+    return s != NULL && s[0] != '\0';
+}
+
+static bool string_or_array(const cJSON *v)
+{
+    return cJSON_IsString(v) || cJSON_IsArray(v);
+}
+
+/* The per-endpoint payload field; NULL message when it is fine. */
+static const char *validate_payload(enum api_endpoint e, const cJSON *body)
+{
+    const cJSON *v;
+    switch (e) {
+    case API_CHAT:
+    case API_MESSAGES:
+        v = member_get(body, "messages");
+        if (!cJSON_IsArray(v) || v->child == NULL)
+            return "'messages' must be a non-empty array";
+        return NULL;
+    case API_COMPLETIONS:
+        if (!string_or_array(member_get(body, "prompt")))
+            return "'prompt' is required and must be a string or an array";
+        return NULL;
+    case API_EMBEDDINGS:
+        if (!string_or_array(member_get(body, "input")))
+            return "'input' is required and must be a string or an array";
+        return NULL;
+    default:
+        return NULL;
+    }
+}
+
+/*
+ * The first problem with body, or NULL. "stream": null is taken as absent
+ * (OpenAI documents the field as nullable and some clients send it).
+ */
+static const char *validate_body(enum api_endpoint e, const cJSON *body)
+{
+    if (!cJSON_IsObject(body))
+        return "request body must be a JSON object";
+    if (!nonempty_string(member_get(body, "model")))
+        return "'model' is required and must be a non-empty string";
+    const char *err = validate_payload(e, body);
+    if (err != NULL)
+        return err;
+    const cJSON *stream = member_get(body, "stream");
+    if (stream != NULL && !cJSON_IsBool(stream) && !cJSON_IsNull(stream))
+        return "'stream' must be a boolean";
+    return NULL;
+}
+
+int api_validate(enum api_endpoint e, const cJSON *body, char *msg, size_t msglen)
+{
+    const char *err = validate_body(e, body);
+    if (err == NULL)
+        return 0;
+    if (msg != NULL && msglen > 0)
+        snprintf(msg, msglen, "%s", err);
+    return -1;
+}
+
+bool api_wants_stream(enum api_endpoint e, const cJSON *body)
+{
+    if (e == API_NONE || e == API_EMBEDDINGS)
+        return false;
+    return cJSON_IsTrue(member_get(body, "stream"));
+}
+
+bool api_stream_include_usage(enum api_endpoint e, const cJSON *body)
+{
+    if (e == API_MESSAGES)
+        return true;
+    if (e == API_NONE || e == API_EMBEDDINGS)
+        return false;
+    const cJSON *opts = member_get(body, "stream_options");
+    return cJSON_IsTrue(member_get(opts, "include_usage"));
+}
+
+const char *api_model(const cJSON *body)
+{
+    return cJSON_GetStringValue(member_get(body, "model"));
+}
+
+/* --- usage --------------------------------------------------------------- */
+
+/* A token count: a finite non-negative number, else 0; capped. */
+static int64_t tokens(const cJSON *v)
+{
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
+        return 0;
+    return (int64_t)fmin(v->valuedouble, API_TOKENS_MAX);
+}
+
+static void usage_openai(const cJSON *usage, struct api_usage *u)
+{
+    u->present = cJSON_IsNumber(member_get(usage, "prompt_tokens"));
+    u->prompt = tokens(member_get(usage, "prompt_tokens"));
+    u->completion = tokens(member_get(usage, "completion_tokens")); /* absent for embeddings */
+    u->cached = tokens(member_get(member_get(usage, "prompt_tokens_details"), "cached_tokens"));
+}
+
+/* Anthropic counts cache reads and writes apart from input_tokens. */
+static void usage_anthropic(const cJSON *usage, struct api_usage *u)
+{
+    int64_t written = tokens(member_get(usage, "cache_creation_input_tokens"));
+    int64_t read = tokens(member_get(usage, "cache_read_input_tokens"));
+    u->present = cJSON_IsNumber(member_get(usage, "input_tokens"));
+    u->prompt = tokens(member_get(usage, "input_tokens")) + written + read;
+    u->completion = tokens(member_get(usage, "output_tokens"));
+    u->cached = read;
+}
+
+/* u->present is false when the response has no usage block with a prompt count. */
+void api_usage_from_response(enum api_endpoint e, const cJSON *resp, struct api_usage *u)
+{
+    memset(u, 0, sizeof(*u));
+    const cJSON *usage = member_get(resp, "usage");
+    if (!cJSON_IsObject(usage))
+        return;
+    if (api_dialect_of(e) == API_DIALECT_ANTHROPIC)
+        usage_anthropic(usage, u);
+    else
+        usage_openai(usage, u);
+}
+
+/* --- errors -------------------------------------------------------------- */
+
+static const struct api_error_kind *error_kind(int status)
+{
+    for (size_t i = 0; i < PC_ARRAY_LEN(api_errors); i++)
+        if (api_errors[i].status == status)
+            return &api_errors[i];
+    return status >= 500 ? &api_error_5xx : &api_error_4xx;
+}
+
+/* Appends to out; a NULL message is replaced by a short text for the status. */
+void api_error_body(enum api_dialect d, int status, const char *message, struct pc_buf *out)
+{
+    const struct api_error_kind *k = error_kind(status);
+    const char *text = message != NULL ? message : k->default_message;
+    if (d == API_DIALECT_ANTHROPIC) {
+        pc_buf_printf(
+            out, "{\"type\":\"error\",\"error\":{\"type\":\"%s\",\"message\":", k->anthropic_type);
+        pc_buf_json_str(out, text, strlen(text));
+        pc_buf_append_str(out, "}}");
+        return;
+    }
+    pc_buf_append_str(out, "{\"error\":{\"message\":");
+    pc_buf_json_str(out, text, strlen(text));
+    pc_buf_printf(out, ",\"type\":\"%s\",\"param\":null,\"code\":\"%s\"}}", k->openai_type,
+                  k->openai_code);
+}

@@ -1,0 +1,1416 @@
+/*
+ * conf.c - configuration (see pc_conf.h). Owns the one table of config keys,
+ * conf_keys[], and everything derived from it: defaults, parsing of the config
+ * file and of `--key value` options, validation with file/line messages, the
+ * --help option list, the commented sample file and the effective dump.
+ *
+ *   conf_keys[] --+--> conf_create        (defaults)
+ *                 +--> conf_load/conf_set (file lines, argv -> typed fields)
+ *                 +--> check_cross        (rules that involve several keys)
+ *                 +--> conf_write_sample / conf_write_help / conf_write_effective
+ *
+ * Nothing outside the table names a key, except the derived fields
+ * (listen_host/listen_port from listen, workers 0 -> CPU count) and the
+ * cross-key checks. Adding a key means adding a field to struct conf and one
+ * row below.
+ */
+#include "pc_conf.h"
+#include "pc_log.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <unistd.h>
+
+enum conf_type {
+    CONF_BOOL,     /* bool field: yes/no/true/false/on/off/1/0 */
+    CONF_INT,      /* int or int64_t field, with imin..imax */
+    CONF_DOUBLE,   /* double field, with dmin..dmax */
+    CONF_SIZE,     /* int64_t bytes, k/m/g suffixes (powers of 1024), imin..imax */
+    CONF_STRING,   /* char * field, optional check */
+    CONF_ENUM,     /* int field, index into names */
+    CONF_LIST,     /* struct conf_list, repeatable, optional check per value */
+    CONF_HOSTPORT, /* char * "host:port"; also sets listen_host/listen_port */
+};
+
+#define CONF_SECRET   0x1u /* dumps show "***" instead of a non-empty value */
+#define CONF_URL_PASS 0x2u /* dumps mask the password in the URL's userinfo */
+
+typedef int conf_check_fn(const char *v, char *err, size_t errlen);
+
+struct conf_key {
+    const char *name;
+    enum conf_type type;
+    size_t off;               /* offsetof(struct conf, field) */
+    size_t width;             /* sizeof the field, checked against the type */
+    const char *def;          /* default in file syntax; lists: values separated by spaces */
+    int64_t imin, imax;       /* CONF_INT, CONF_SIZE */
+    double dmin, dmax;        /* CONF_DOUBLE */
+    const char *const *names; /* CONF_ENUM: NULL-terminated, index = stored value */
+    conf_check_fn *check;     /* CONF_STRING, CONF_LIST: extra validation of one value */
+    unsigned flags;           /* CONF_SECRET, CONF_URL_PASS */
+    const char *arg;          /* placeholder in --help; NULL = derived from the type */
+    const char *example;      /* sample line for a key whose default is empty */
+    const char *section;      /* heading, on the first key of a group */
+    const char *help;         /* sentences; the first one is the --help line */
+};
+
+#define FIELD(f) .off = offsetof(struct conf, f), .width = sizeof(((struct conf *)0)->f)
+#define KIB      ((int64_t)1024)
+#define MIB      (KIB * 1024)
+#define GIB      (MIB * 1024)
+
+static conf_check_fn check_upstream_url, check_embedder_url, check_redis_url, check_namespace;
+
+static const char *const upstream_type_names[] = {"openai", "anthropic", "vllm", "sglang", NULL};
+static const char *const embedder_names[] = {"builtin", "hash", "openai", NULL};
+/* Same order as enum pc_log_level (the unit test checks it against log_level_parse). */
+static const char *const log_level_names[] = {"error", "warn", "notice", "info", "debug", NULL};
+
+_Static_assert(UPSTREAM_SGLANG == 3, "upstream_type_names must follow enum upstream_type");
+_Static_assert(EMBEDDER_OPENAI == 2, "embedder_names must follow enum embedder_kind");
+_Static_assert(PC_LOG_DEBUG == 4, "log_level_names must follow enum pc_log_level");
+
+/* clang-format off */
+static const struct conf_key conf_keys[] = {
+    {.name = "listen", .type = CONF_HOSTPORT, FIELD(listen), .def = "127.0.0.1:8080",
+     .arg = "HOST:PORT", .section = "Network",
+     .help = "Address and port the proxy accepts client connections on. The host may be an IPv4 "
+             "address, an IPv6 address in brackets ([::1]:8080) or a host name; 0.0.0.0:8080 "
+             "listens on every IPv4 interface. Port 0 picks a free port, which the startup "
+             "log line \"listening on HOST:PORT\" names."},
+    {.name = "workers", .type = CONF_INT, FIELD(workers), .def = "0", .imin = 0, .imax = 256,
+     .help = "Number of worker threads, each running its own event loop. 0 starts one per "
+             "online CPU core."},
+    {.name = "max-connections", .type = CONF_INT, FIELD(max_connections), .def = "10000",
+     .imin = 1, .imax = 1000000,
+     .help = "Maximum number of open client connections per worker. Beyond it, new connections "
+             "are not accepted until one closes."},
+    {.name = "max-body-size", .type = CONF_SIZE, FIELD(max_body_size), .def = "16m",
+     .imin = KIB, .imax = GIB,
+     .help = "Largest request body accepted from a client; a larger request is answered with "
+             "413. Sizes are in bytes, with an optional k, m or g suffix (powers of 1024)."},
+    {.name = "client-timeout", .type = CONF_DOUBLE, FIELD(client_timeout), .def = "60",
+     .dmin = 0.1, .dmax = 3600, .arg = "SECONDS",
+     .help = "Seconds a client connection may stay idle or stalled before it is closed. This "
+             "covers sending a request, waiting on a keep-alive connection and reading a "
+             "response."},
+    {.name = "shutdown-timeout", .type = CONF_DOUBLE, FIELD(shutdown_timeout), .def = "10",
+     .dmin = 0, .dmax = 3600, .arg = "SECONDS",
+     .help = "Seconds in-flight requests may take to finish after SIGTERM or SIGINT. "
+             "Connections still open after that are closed; 0 closes them at once."},
+
+    {.name = "upstream", .type = CONF_LIST, FIELD(upstream), .def = "https://api.openai.com",
+     .check = check_upstream_url, .flags = CONF_URL_PASS, .arg = "URL", .section = "Upstream",
+     .help = "Base URL of the model API that cache misses are forwarded to (http:// or "
+             "https://). Repeat the key, or give several URLs on one line, to list replicas of "
+             "the same model server; requests are spread over them by prompt-prefix affinity "
+             "and load."},
+    {.name = "upstream-type", .type = CONF_ENUM, FIELD(upstream_type), .def = "openai",
+     .names = upstream_type_names,
+     .help = "Kind of API the upstream speaks: openai, anthropic, vllm or sglang. It decides "
+             "which prefix-cache hints are added to forwarded requests; use openai for OpenAI "
+             "and any other OpenAI-compatible server."},
+    {.name = "upstream-key", .type = CONF_STRING, FIELD(upstream_key), .def = "",
+     .flags = CONF_SECRET, .arg = "KEY", .example = "sk-...",
+     .help = "API key sent to the upstream in place of the client's own credentials. When "
+             "empty, the client's Authorization or x-api-key header is passed through. Cache "
+             "entries are still kept per client credential either way."},
+    {.name = "upstream-timeout", .type = CONF_DOUBLE, FIELD(upstream_timeout), .def = "60",
+     .dmin = 0.05, .dmax = 86400, .arg = "SECONDS",
+     .help = "Seconds an upstream may stay silent before its response headers and between "
+             "two pieces of its response body. When exceeded, the client gets a 504."},
+    {.name = "upstream-connect-timeout", .type = CONF_DOUBLE, FIELD(upstream_connect_timeout),
+     .def = "5", .dmin = 0.05, .dmax = 600, .arg = "SECONDS",
+     .help = "Seconds to wait for the connection to an upstream (TCP and TLS) to be "
+             "established."},
+
+    {.name = "redis", .type = CONF_STRING, FIELD(redis), .def = "redis://127.0.0.1:6379/0",
+     .check = check_redis_url, .flags = CONF_URL_PASS, .arg = "URL", .section = "Redis",
+     .help = "Redis server that holds cached answers, vectors and statistics. Write "
+             "redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:/PATH/TO/SOCKET."},
+    {.name = "redis-timeout", .type = CONF_INT, FIELD(redis_timeout), .def = "50", .imin = 1,
+     .imax = 60000, .arg = "MILLISECONDS",
+     .help = "Milliseconds to wait for the reply to one Redis command. A cache lookup that "
+             "takes longer is treated as a miss."},
+    {.name = "redis-auto-migrate", .type = CONF_BOOL, FIELD(redis_auto_migrate), .def = "yes",
+     .help = "Apply pending Redis schema migrations at start-up. With no, an out-of-date "
+             "schema is an error and `promptcache migrate` must be run first."},
+
+    {.name = "cache", .type = CONF_BOOL, FIELD(cache), .def = "yes", .section = "Cache",
+     .help = "Master switch of the cache. With no, every request is forwarded upstream and "
+             "answered with X-Cache-Status: BYPASS."},
+    {.name = "cache-ttl", .type = CONF_INT, FIELD(cache_ttl), .def = "86400", .imin = 1,
+     .imax = 31536000, .arg = "SECONDS",
+     .help = "Seconds a stored answer is kept, unless its request asks otherwise with "
+             "X-Cache-TTL."},
+    {.name = "cache-max-ttl", .type = CONF_INT, FIELD(cache_max_ttl), .def = "2592000",
+     .imin = 1, .imax = 31536000, .arg = "SECONDS",
+     .help = "Longest lifetime, in seconds, that a request may ask for with X-Cache-TTL. "
+             "Longer requests are cut down to it. Must be at least cache-ttl."},
+    {.name = "cache-max-entry-size", .type = CONF_SIZE, FIELD(cache_max_entry_size),
+     .def = "8m", .imin = KIB, .imax = GIB,
+     .help = "Largest answer that is stored in the cache, in bytes (k, m or g suffix "
+             "allowed). Larger answers are relayed to the client but not stored."},
+    {.name = "coalesce", .type = CONF_BOOL, FIELD(coalesce), .def = "yes",
+     .help = "Let concurrent identical cache misses share one upstream call. The first "
+             "request goes upstream and the others wait for its answer; a streamed answer is "
+             "copied to every waiter as it arrives."},
+    {.name = "shared-namespaces", .type = CONF_LIST, FIELD(shared_namespaces), .def = "",
+     .check = check_namespace, .arg = "NAME", .example = "public-docs",
+     .help = "X-Cache-Namespace values whose entries are shared by all tenants. Entries of "
+             "any other namespace are kept per client credential, as usual. Names are 1 to 64 "
+             "characters from A-Z, a-z, 0-9, '.', '_' and '-'; list several on one line or "
+             "repeat the key."},
+
+    {.name = "semantic", .type = CONF_BOOL, FIELD(semantic), .def = "no",
+     .section = "Semantic cache",
+     .help = "Enable the semantic cache. A request whose last user message means the same as "
+             "that of a cached request, with the same earlier conversation, model and "
+             "parameters, is answered from the cache."},
+    {.name = "semantic-threshold", .type = CONF_DOUBLE, FIELD(semantic_threshold),
+     .def = "0.9", .dmin = 0, .dmax = 1, .arg = "SIMILARITY",
+     .help = "Cosine similarity, from 0 to 1, that counts as a semantic hit. The last user "
+             "message of a request is compared with those of cached requests; a request may "
+             "override the threshold with X-Cache-Threshold."},
+    {.name = "embedder", .type = CONF_ENUM, FIELD(embedder), .def = "builtin",
+     .names = embedder_names,
+     .help = "How messages are turned into vectors: builtin, hash or openai. With builtin, "
+             "word vectors shipped with promptcache are used, without network calls; hash is a "
+             "deterministic hashing embedder without a model, which only matches "
+             "near-identical wording; openai calls an OpenAI-compatible embeddings endpoint "
+             "(see embedder-url)."},
+    {.name = "embedder-url", .type = CONF_STRING, FIELD(embedder_url), .def = "",
+     .check = check_embedder_url, .flags = CONF_URL_PASS, .arg = "URL",
+     .example = "http://127.0.0.1:8081/v1/embeddings",
+     .help = "Full URL of the OpenAI-compatible embeddings endpoint, such as a TEI or vLLM "
+             "server's /v1/embeddings. Required when embedder is openai and semantic is yes."},
+    {.name = "embedder-model", .type = CONF_STRING, FIELD(embedder_model), .def = "",
+     .arg = "NAME", .example = "text-embedding-3-small",
+     .help = "Model name sent in requests to embedder-url. May stay empty for servers that "
+             "serve a single model."},
+
+    {.name = "admin-token", .type = CONF_STRING, FIELD(admin_token), .def = "",
+     .flags = CONF_SECRET, .arg = "TOKEN", .example = "\"\"", .section = "Administration",
+     .help = "Bearer token that the /admin/ endpoints require (Authorization: Bearer TOKEN). "
+             "While empty, every admin request is refused. Use a long random string, for "
+             "example from `openssl rand -hex 32`."},
+    {.name = "pricing", .type = CONF_STRING, FIELD(pricing), .def = "", .arg = "PATH",
+     .example = "conf/pricing.json",
+     .help = "Path of a JSON file with per-model token prices, used to report the money "
+             "saved. While empty, savings are reported in tokens only."},
+
+    {.name = "log-level", .type = CONF_ENUM, FIELD(log_level), .def = "notice",
+     .names = log_level_names, .section = "Logging",
+     .help = "Least severe message written to the daemon log: error, warn, notice, info or "
+             "debug."},
+    {.name = "log-file", .type = CONF_STRING, FIELD(log_file), .def = "", .arg = "PATH",
+     .example = "/var/log/promptcache.log",
+     .help = "File the daemon log is appended to. While empty, it goes to stderr."},
+    {.name = "access-log", .type = CONF_STRING, FIELD(access_log), .def = "stdout",
+     .arg = "PATH",
+     .help = "Where the access log (one JSON object per request) goes: off, stdout, stderr or "
+             "the path of a file to append to."},
+};
+/* clang-format on */
+
+#define CONF_NKEYS PC_ARRAY_LEN(conf_keys)
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) PC_PRINTF(3, 4);
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static const struct conf_key *key_find(const char *name)
+{
+    for (size_t i = 0; i < CONF_NKEYS; i++)
+        if (pc_strcaseeq(conf_keys[i].name, name))
+            return &conf_keys[i];
+    return NULL;
+}
+
+static void *field_ptr(struct conf *c, const struct conf_key *k)
+{
+    return (char *)c + k->off;
+}
+
+static const void *field_cptr(const struct conf *c, const struct conf_key *k)
+{
+    return (const char *)c + k->off;
+}
+
+/* Whether s must be quoted to read back as one token equal to s. */
+static bool needs_quotes(const char *s)
+{
+    if (*s == '\0' || *s == '#' || *s == '"')
+        return true;
+    for (; *s; s++)
+        if ((unsigned char)*s <= ' ' || *s == '\\' || *s == '"' || *s == 0x7f)
+            return true;
+    return false;
+}
+
+/* Append s in file syntax: as is, or double-quoted with \" \\ \n escapes. */
+static void write_token(struct pc_buf *out, const char *s)
+{
+    if (!needs_quotes(s)) {
+        pc_buf_append_str(out, s);
+        return;
+    }
+    pc_buf_append_char(out, '"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            pc_buf_append_char(out, '\\');
+        if (*s == '\n')
+            pc_buf_append_str(out, "\\n");
+        else
+            pc_buf_append_char(out, *s);
+    }
+    pc_buf_append_char(out, '"');
+}
+
+/*
+ * A value as it appears in an error message: quoted, escaped and cut to 60
+ * bytes, so a stray line cannot flood the log. Writes into buf[0..n).
+ */
+static const char *show(const char *v, char *buf, size_t n)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    size_t len = strlen(v);
+    char *cut = pc_strndup(v, PC_MIN(len, 60));
+    pc_buf_append_char(&b, '"');
+    for (const char *p = cut; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            pc_buf_append_char(&b, '\\');
+        if ((unsigned char)*p < ' ' || *p == 0x7f)
+            pc_buf_printf(&b, "\\x%02x", (unsigned char)*p);
+        else
+            pc_buf_append_char(&b, *p);
+    }
+    pc_buf_append_str(&b, len > 60 ? "...\"" : "\"");
+    snprintf(buf, n, "%s", pc_buf_cstr(&b));
+    pc_buf_free(&b);
+    free(cut);
+    return buf;
+}
+
+/* ---- value syntax ------------------------------------------------------- */
+
+static int parse_bool(const char *v, bool *out)
+{
+    static const char *const yes[] = {"yes", "true", "on", "1"};
+    static const char *const no[] = {"no", "false", "off", "0"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(yes); i++) {
+        if (pc_strcaseeq(v, yes[i]) || pc_strcaseeq(v, no[i])) {
+            *out = pc_strcaseeq(v, yes[i]);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* "123", "16k", "16kb", "8m", "1g" (case-insensitive, powers of 1024). */
+static int parse_size(const char *v, int64_t *out)
+{
+    if (!isdigit((unsigned char)*v))
+        return -1;
+    errno = 0;
+    char *end = NULL;
+    long long n = strtoll(v, &end, 10);
+    if (errno != 0)
+        return -1;
+    int64_t mult = 1;
+    char s = (char)tolower((unsigned char)*end);
+    if (s == 'k' || s == 'm' || s == 'g') {
+        mult = s == 'k' ? KIB : s == 'm' ? MIB : GIB;
+        end++;
+        if (tolower((unsigned char)*end) == 'b')
+            end++;
+    }
+    if (*end != '\0' || n > INT64_MAX / mult)
+        return -1;
+    *out = (int64_t)n * mult;
+    return 0;
+}
+
+/* The shortest exact text of a size: "16m" rather than "16777216". */
+static void format_size(int64_t v, char *buf, size_t n)
+{
+    if (v != 0 && v % GIB == 0)
+        snprintf(buf, n, "%lldg", (long long)(v / GIB));
+    else if (v != 0 && v % MIB == 0)
+        snprintf(buf, n, "%lldm", (long long)(v / MIB));
+    else if (v != 0 && v % KIB == 0)
+        snprintf(buf, n, "%lldk", (long long)(v / KIB));
+    else
+        snprintf(buf, n, "%lld", (long long)v);
+}
+
+/* The shortest text that reads back as exactly d. */
+static void format_double(double d, char *buf, size_t n)
+{
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d)
+            return;
+    }
+}
+
+static int parse_enum(const struct conf_key *k, const char *v)
+{
+    for (int i = 0; k->names[i] != NULL; i++)
+        if (pc_strcaseeq(v, k->names[i]))
+            return i;
+    return -1;
+}
+
+/* "a, b or c" for error messages. */
+static void enum_choices(const struct conf_key *k, char *buf, size_t n)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    for (int i = 0; k->names[i] != NULL; i++) {
+        if (i > 0)
+            pc_buf_append_str(&b, k->names[i + 1] == NULL ? " or " : ", ");
+        pc_buf_append_str(&b, k->names[i]);
+    }
+    snprintf(buf, n, "%s", pc_buf_cstr(&b));
+    pc_buf_free(&b);
+}
+
+/* ---- hosts and URLs ----------------------------------------------------- */
+
+/* A host name or IPv4 address (no brackets), s[0..len). */
+static int check_hostname(const char *s, size_t len, char *err, size_t errlen)
+{
+    char host[256];
+    if (len == 0 || len > 253) {
+        seterr(err, errlen, len == 0 ? "missing host" : "host name is too long");
+        return -1;
+    }
+    memcpy(host, s, len);
+    host[len] = '\0';
+    if (strspn(host, "0123456789.") == len) {
+        struct in_addr a;
+        if (inet_pton(AF_INET, host, &a) != 1) {
+            seterr(err, errlen, "%s is not a valid IPv4 address", host);
+            return -1;
+        }
+        return 0;
+    }
+    bool ok = host[0] != '-' && host[0] != '.';
+    for (size_t i = 0; ok && i < len; i++)
+        ok = isalnum((unsigned char)host[i]) || strchr("-._", host[i]) != NULL;
+    if (!ok) {
+        seterr(err, errlen, "invalid host name");
+        return -1;
+    }
+    return 0;
+}
+
+/* A port number; 0 ("any free port", for tests) only where allow_zero. */
+static int parse_port(const char *s, size_t len, bool allow_zero, int *port, char *err,
+                      size_t errlen)
+{
+    int64_t v = 0;
+    bool ok = len > 0 && len <= 5 && strspn(s, "0123456789") >= len;
+    for (size_t i = 0; ok && i < len; i++)
+        v = v * 10 + (s[i] - '0');
+    if (!ok || v < (allow_zero ? 0 : 1) || v > 65535) {
+        seterr(err, errlen, "port must be a number from %d to 65535", allow_zero ? 0 : 1);
+        return -1;
+    }
+    *port = (int)v;
+    return 0;
+}
+
+/*
+ * Parse an authority "HOST[:PORT]" or "[IPV6][:PORT]" in s[0..len). *port is
+ * -1 when there is no port; 0 is accepted only with allow_zero. If host is not NULL it receives a
+ * malloc'd copy of the host without brackets. Returns 0, or -1 with err set.
+ */
+static int parse_authority(const char *s, size_t len, bool allow_zero, char **host, int *port,
+                           char *err, size_t errlen)
+{
+    const char *hs = s, *he, *rest;
+    if (len > 0 && s[0] == '[') {
+        he = memchr(s, ']', len);
+        if (he == NULL) {
+            seterr(err, errlen, "missing ']' after IPv6 address");
+            return -1;
+        }
+        hs = s + 1;
+        rest = he + 1;
+        char a6[64];
+        struct in6_addr a;
+        size_t hl = (size_t)(he - hs);
+        snprintf(a6, sizeof a6, "%.*s", (int)PC_MIN(hl, sizeof a6 - 1), hs);
+        if (hl >= sizeof a6 || inet_pton(AF_INET6, a6, &a) != 1) {
+            seterr(err, errlen, "invalid IPv6 address");
+            return -1;
+        }
+    } else {
+        const char *colon = memchr(s, ':', len);
+        he = colon != NULL ? colon : s + len;
+        rest = he;
+        if (colon != NULL && memchr(colon + 1, ':', (size_t)(s + len - colon - 1)) != NULL) {
+            seterr(err, errlen, "an IPv6 address must be written in brackets, as in [::1]:8080");
+            return -1;
+        }
+        if (check_hostname(hs, (size_t)(he - hs), err, errlen) < 0)
+            return -1;
+    }
+    *port = -1;
+    if (rest < s + len) {
+        if (*rest != ':') {
+            seterr(err, errlen, "unexpected text after the host");
+            return -1;
+        }
+        if (parse_port(rest + 1, (size_t)(s + len - rest - 1), allow_zero, port, err, errlen) < 0)
+            return -1;
+    }
+    if (host != NULL)
+        *host = pc_strndup(hs, (size_t)(he - hs));
+    return 0;
+}
+
+static bool has_space_or_ctl(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s <= ' ' || *s == 0x7f)
+            return true;
+    return false;
+}
+
+/* http:// or https:// URL with a host; a query is allowed only if allow_query. */
+static int check_http_url(const char *v, bool allow_query, char *err, size_t errlen)
+{
+    size_t skip = pc_strncaseeq(v, "http://", 7) ? 7 : pc_strncaseeq(v, "https://", 8) ? 8 : 0;
+    if (skip == 0) {
+        seterr(err, errlen, "URL must start with http:// or https://");
+        return -1;
+    }
+    if (has_space_or_ctl(v)) {
+        seterr(err, errlen, "URL contains a space or control character");
+        return -1;
+    }
+    const char *a = v + skip;
+    size_t alen = strcspn(a, "/?#");
+    const char *at = memrchr(a, '@', alen); /* skip any user:password@ */
+    if (at != NULL) {
+        alen -= (size_t)(at + 1 - a);
+        a = at + 1;
+    }
+    int port;
+    char why[128];
+    if (parse_authority(a, alen, false, NULL, &port, why, sizeof why) < 0) {
+        seterr(err, errlen, "invalid URL (%s)", why);
+        return -1;
+    }
+    if (!allow_query && strpbrk(a + alen, "?#") != NULL) {
+        seterr(err, errlen, "a base URL cannot have a query or fragment");
+        return -1;
+    }
+    return 0;
+}
+
+static int check_upstream_url(const char *v, char *err, size_t errlen)
+{
+    return check_http_url(v, false, err, errlen);
+}
+
+/* Empty means "not configured"; check_cross decides whether that is allowed. */
+static int check_embedder_url(const char *v, char *err, size_t errlen)
+{
+    return *v == '\0' ? 0 : check_http_url(v, true, err, errlen);
+}
+
+/* The "[:PASSWORD@]" of a redis URL, u[0..len). */
+static int check_redis_userinfo(const char *u, size_t len, char *err, size_t errlen)
+{
+    if (len > 0 && u[0] != ':') {
+        seterr(err, errlen, "user names are not supported; write redis://:PASSWORD@HOST");
+        return -1;
+    }
+    if (len < 2) {
+        seterr(err, errlen, "empty password in redis URL");
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:/PATH. Messages never repeat
+ * the value: it may carry a password.
+ */
+static int check_redis_url(const char *v, char *err, size_t errlen)
+{
+    if (pc_strncaseeq(v, "unix:", 5)) {
+        if (v[5] != '/' || v[6] == '\0') {
+            seterr(err, errlen, "unix: must be followed by an absolute socket path");
+            return -1;
+        }
+        return 0;
+    }
+    if (!pc_strncaseeq(v, "redis://", 8) || has_space_or_ctl(v)) {
+        seterr(err, errlen, "expected redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:/PATH");
+        return -1;
+    }
+    const char *a = v + 8;
+    size_t alen = strcspn(a, "/");
+    const char *at = memrchr(a, '@', alen);
+    if (at != NULL) {
+        if (check_redis_userinfo(a, (size_t)(at - a), err, errlen) < 0)
+            return -1;
+        alen -= (size_t)(at + 1 - a);
+        a = at + 1;
+    }
+    int port;
+    char why[128];
+    if (parse_authority(a, alen, false, NULL, &port, why, sizeof why) < 0) {
+        seterr(err, errlen, "invalid redis URL (%s)", why);
+        return -1;
+    }
+    const char *db = a + alen;
+    if (*db == '/' &&
+        (db[1] == '\0' || strlen(db + 1) > 9 || strspn(db + 1, "0123456789") != strlen(db + 1))) {
+        seterr(err, errlen, "redis database must be a number after the '/'");
+        return -1;
+    }
+    return 0;
+}
+
+/* A shared namespace name: [A-Za-z0-9._-]{1,64}. */
+static int check_namespace(const char *v, char *err, size_t errlen)
+{
+    size_t len = strlen(v);
+    size_t ok = strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-");
+    if (len == 0 || len > 64 || ok != len) {
+        char b[80];
+        seterr(err, errlen, "%s is not a namespace name (1 to 64 of A-Z a-z 0-9 . _ -)",
+               show(v, b, sizeof b));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- setters: text -> field, one per type -------------------------------- */
+
+static int set_bool(struct conf *c, const struct conf_key *k, const char *v, char *err,
+                    size_t errlen)
+{
+    bool b;
+    char s[80];
+    if (parse_bool(v, &b) < 0) {
+        seterr(err, errlen, "%s is not yes or no", show(v, s, sizeof s));
+        return -1;
+    }
+    *(bool *)field_ptr(c, k) = b;
+    return 0;
+}
+
+static void store_int(struct conf *c, const struct conf_key *k, int64_t n)
+{
+    if (k->width == sizeof(int64_t))
+        *(int64_t *)field_ptr(c, k) = n;
+    else
+        *(int *)field_ptr(c, k) = (int)n;
+}
+
+static int64_t load_int(const struct conf *c, const struct conf_key *k)
+{
+    if (k->width == sizeof(int64_t))
+        return *(const int64_t *)field_cptr(c, k);
+    return *(const int *)field_cptr(c, k);
+}
+
+static int set_int(struct conf *c, const struct conf_key *k, const char *v, char *err,
+                   size_t errlen)
+{
+    int64_t n;
+    char s[80];
+    if (pc_parse_i64(v, &n) < 0) {
+        seterr(err, errlen, "%s is not an integer", show(v, s, sizeof s));
+        return -1;
+    }
+    if (n < k->imin || n > k->imax) {
+        seterr(err, errlen, "%lld is out of range (%lld..%lld)", (long long)n, (long long)k->imin,
+               (long long)k->imax);
+        return -1;
+    }
+    store_int(c, k, n);
+    return 0;
+}
+
+static int set_size(struct conf *c, const struct conf_key *k, const char *v, char *err,
+                    size_t errlen)
+{
+    int64_t n;
+    char s[80], lo[32], hi[32];
+    if (parse_size(v, &n) < 0) {
+        seterr(err, errlen, "%s is not a size (bytes, with an optional k, m or g suffix)",
+               show(v, s, sizeof s));
+        return -1;
+    }
+    if (n < k->imin || n > k->imax) {
+        format_size(k->imin, lo, sizeof lo);
+        format_size(k->imax, hi, sizeof hi);
+        seterr(err, errlen, "%s is out of range (%s..%s)", v, lo, hi);
+        return -1;
+    }
+    *(int64_t *)field_ptr(c, k) = n;
+    return 0;
+}
+
+static int set_double(struct conf *c, const struct conf_key *k, const char *v, char *err,
+                      size_t errlen)
+{
+    double d;
+    char s[80], lo[32], hi[32];
+    if (pc_parse_double(v, &d) < 0) {
+        seterr(err, errlen, "%s is not a number", show(v, s, sizeof s));
+        return -1;
+    }
+    if (d < k->dmin || d > k->dmax) {
+        format_double(k->dmin, lo, sizeof lo);
+        format_double(k->dmax, hi, sizeof hi);
+        seterr(err, errlen, "%s is out of range (%s..%s)", v, lo, hi);
+        return -1;
+    }
+    *(double *)field_ptr(c, k) = d;
+    return 0;
+}
+
+static int set_enum(struct conf *c, const struct conf_key *k, const char *v, char *err,
+                    size_t errlen)
+{
+    int i = parse_enum(k, v);
+    if (i < 0) {
+        char s[80], choices[128];
+        enum_choices(k, choices, sizeof choices);
+        seterr(err, errlen, "%s is not one of %s", show(v, s, sizeof s), choices);
+        return -1;
+    }
+    *(int *)field_ptr(c, k) = i;
+    return 0;
+}
+
+static int set_string(struct conf *c, const struct conf_key *k, const char *v, char *err,
+                      size_t errlen)
+{
+    if (k->check != NULL && k->check(v, err, errlen) < 0)
+        return -1;
+    char **p = field_ptr(c, k);
+    free(*p);
+    *p = pc_strdup(v);
+    return 0;
+}
+
+static void list_clear(struct conf_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    PC_FREE(&l->v);
+    l->n = 0;
+}
+
+/* Append one value; the empty string empties the list instead. */
+static int set_list(struct conf *c, const struct conf_key *k, const char *v, char *err,
+                    size_t errlen)
+{
+    struct conf_list *l = field_ptr(c, k);
+    if (*v == '\0') {
+        list_clear(l);
+        return 0;
+    }
+    if (k->check != NULL && k->check(v, err, errlen) < 0)
+        return -1;
+    l->v = pc_realloc(l->v, (l->n + 1) * sizeof *l->v);
+    l->v[l->n++] = pc_strdup(v);
+    return 0;
+}
+
+/* hostport is the type of `listen` alone, so it also fills listen_host/port. */
+static int set_hostport(struct conf *c, const struct conf_key *k, const char *v, char *err,
+                        size_t errlen)
+{
+    char *host = NULL;
+    int port = 0;
+    if (parse_authority(v, strlen(v), true, &host, &port, err, errlen) < 0)
+        return -1;
+    if (port < 0) {
+        seterr(err, errlen, "expected HOST:PORT");
+        free(host);
+        return -1;
+    }
+    char **p = field_ptr(c, k);
+    free(*p);
+    *p = pc_strdup(v);
+    free(c->listen_host);
+    c->listen_host = host;
+    c->listen_port = port;
+    return 0;
+}
+
+typedef int conf_setter(struct conf *c, const struct conf_key *k, const char *v, char *err,
+                        size_t errlen);
+
+static conf_setter *const setters[] = {
+    [CONF_BOOL] = set_bool, [CONF_INT] = set_int,           [CONF_DOUBLE] = set_double,
+    [CONF_SIZE] = set_size, [CONF_STRING] = set_string,     [CONF_ENUM] = set_enum,
+    [CONF_LIST] = set_list, [CONF_HOSTPORT] = set_hostport,
+};
+
+static int key_set(struct conf *c, const struct conf_key *k, const char *v, char *err,
+                   size_t errlen)
+{
+    return setters[k->type](c, k, v, err, errlen);
+}
+
+int conf_set(struct conf *c, const char *key, const char *value, char *err, size_t errlen)
+{
+    const struct conf_key *k = key_find(key);
+    if (k == NULL) {
+        seterr(err, errlen, "unknown key");
+        return -1;
+    }
+    return key_set(c, k, value, err, errlen);
+}
+
+bool conf_has_key(const char *key)
+{
+    return key != NULL && key_find(key) != NULL;
+}
+
+const char *conf_upstream_type_name(int t)
+{
+    if (t < 0 || t >= (int)PC_ARRAY_LEN(upstream_type_names) - 1)
+        return "unknown";
+    return upstream_type_names[t];
+}
+
+/* ---- create / destroy --------------------------------------------------- */
+
+/* The field size each type expects; a table row that disagrees is a bug. */
+static bool width_ok(const struct conf_key *k)
+{
+    switch (k->type) {
+    case CONF_BOOL:
+        return k->width == sizeof(bool);
+    case CONF_INT:
+        return k->width == sizeof(int) || k->width == sizeof(int64_t);
+    case CONF_DOUBLE:
+        return k->width == sizeof(double);
+    case CONF_SIZE:
+        return k->width == sizeof(int64_t);
+    case CONF_ENUM:
+        return k->width == sizeof(int) && k->names != NULL;
+    case CONF_LIST:
+        return k->width == sizeof(struct conf_list);
+    case CONF_STRING:
+    case CONF_HOSTPORT:
+        return k->width == sizeof(char *);
+    }
+    return false;
+}
+
+static PC_NORETURN void table_bug(const struct conf_key *k, const char *what)
+{
+    fprintf(stderr, "conf.c: table row %s: %s\n", k->name, what);
+    abort();
+}
+
+/* Set k to its default; lists get one value per space-separated word. */
+static void apply_default(struct conf *c, const struct conf_key *k)
+{
+    char err[256];
+    if (!width_ok(k))
+        table_bug(k, "field size does not match the type");
+    if (k->type != CONF_LIST) {
+        if (key_set(c, k, k->def, err, sizeof err) < 0)
+            table_bug(k, err);
+        return;
+    }
+    list_clear(field_ptr(c, k));
+    for (const char *p = k->def; *p;) {
+        size_t n = strcspn(p, " ");
+        char *w = pc_strndup(p, n);
+        if (n > 0 && key_set(c, k, w, err, sizeof err) < 0)
+            table_bug(k, err);
+        free(w);
+        p += n + (p[n] == ' ');
+    }
+}
+
+/* workers 0 means one per online CPU, within the key's bounds. */
+static void resolve_workers(struct conf *c)
+{
+    if (c->workers != 0)
+        return;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    c->workers = (int)(n < 1 ? 1 : n > 256 ? 256 : n);
+}
+
+struct conf *conf_create(void)
+{
+    struct conf *c = pc_calloc(1, sizeof *c);
+    for (size_t i = 0; i < CONF_NKEYS; i++)
+        apply_default(c, &conf_keys[i]);
+    resolve_workers(c);
+    return c;
+}
+
+void conf_destroy(struct conf **cp)
+{
+    struct conf *c = *cp;
+    if (c == NULL)
+        return;
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        const struct conf_key *k = &conf_keys[i];
+        if (k->type == CONF_LIST)
+            list_clear(field_ptr(c, k));
+        else if (k->type == CONF_STRING || k->type == CONF_HOSTPORT)
+            PC_FREE((char **)field_ptr(c, k));
+    }
+    free(c->listen_host);
+    free(c);
+    *cp = NULL;
+}
+
+/* ---- loading: file lines and argv --------------------------------------- */
+
+/*
+ * Where a value came from, for error messages and for ordering: a file line
+ * (file set), the command line (cmdline set) or, with neither, the default.
+ */
+struct origin {
+    const char *file;
+    int line;
+    bool cmdline;
+    unsigned seq; /* order of assignment within one conf_load; 0 = default */
+};
+
+struct loader {
+    struct conf *c;
+    struct pc_buf *errs; /* may be NULL: errors are only counted */
+    int nerr;
+    unsigned seq;
+    struct origin cur;              /* the line or option being applied */
+    bool list_seen[CONF_NKEYS];     /* list key already emptied in this source */
+    struct origin from[CONF_NKEYS]; /* last assignment of each key */
+};
+
+/* "FILE:LINE: KEY" or "command line: --KEY" or "KEY" (a default). */
+static const char *where(const struct origin *o, const char *key, char *buf, size_t n)
+{
+    char k[80];
+    snprintf(k, sizeof k, "%s", key);
+    if (strlen(key) > 60 || has_space_or_ctl(key))
+        show(key, k, sizeof k);
+    if (o->file != NULL)
+        snprintf(buf, n, "%s:%d: %s", o->file, o->line, k);
+    else if (o->cmdline)
+        snprintf(buf, n, "command line: --%s", k);
+    else
+        snprintf(buf, n, "%s", k);
+    return buf;
+}
+
+static void report(struct loader *ld, const char *fmt, ...) PC_PRINTF(2, 3);
+static void report(struct loader *ld, const char *fmt, ...)
+{
+    ld->nerr++;
+    if (ld->errs == NULL)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    pc_buf_vprintf(ld->errs, fmt, ap);
+    va_end(ap);
+    pc_buf_append_char(ld->errs, '\n');
+}
+
+static void report_at(struct loader *ld, const struct origin *o, const char *key, const char *msg)
+{
+    char w[512];
+    report(ld, "%s: %s", where(o, key, w, sizeof w), msg);
+}
+
+/*
+ * Apply values[0..n) to key `name` at ld->cur. A list key is emptied at its
+ * first occurrence in each source (so the file replaces the defaults and the
+ * command line replaces the file), then every value is appended.
+ */
+static void apply(struct loader *ld, const char *name, const char *const *values, size_t n)
+{
+    const struct conf_key *k = key_find(name);
+    char err[256];
+    if (k == NULL) {
+        report_at(ld, &ld->cur, name, ld->cur.cmdline ? "unknown option" : "unknown key");
+        return;
+    }
+    if (n == 0) {
+        report_at(ld, &ld->cur, k->name, "missing value");
+        return;
+    }
+    if (n > 1 && k->type != CONF_LIST) {
+        snprintf(err, sizeof err, "expected one value, got %zu (quote a value with spaces)", n);
+        report_at(ld, &ld->cur, k->name, err);
+        return;
+    }
+    size_t idx = (size_t)(k - conf_keys);
+    if (k->type == CONF_LIST && !ld->list_seen[idx]) {
+        list_clear(field_ptr(ld->c, k));
+        ld->list_seen[idx] = true;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (key_set(ld->c, k, values[i], err, sizeof err) < 0)
+            report_at(ld, &ld->cur, k->name, err);
+    ld->from[idx] = ld->cur;
+    ld->from[idx].seq = ++ld->seq;
+}
+
+struct tokens {
+    char **v;
+    size_t n;
+};
+
+static void tokens_free(struct tokens *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        free(t->v[i]);
+    PC_FREE(&t->v);
+    t->n = 0;
+}
+
+static void tokens_push(struct tokens *t, struct pc_buf *b)
+{
+    t->v = pc_realloc(t->v, (t->n + 1) * sizeof *t->v);
+    t->v[t->n++] = pc_strdup(pc_buf_cstr(b));
+    pc_buf_reset(b);
+}
+
+/* A quoted token starting after the opening quote; *pp ends past the closing one. */
+static int read_quoted(const char **pp, struct pc_buf *b, const char **why)
+{
+    const char *p = *pp;
+    for (; *p != '"'; p++) {
+        if (*p == '\0') {
+            *why = "unterminated quoted value";
+            return -1;
+        }
+        if (*p == '\\') {
+            p++;
+            if (*p != '"' && *p != '\\' && *p != 'n') {
+                *why = "unknown escape in quoted value (use \\\" \\\\ or \\n)";
+                return -1;
+            }
+            pc_buf_append_char(b, *p == 'n' ? '\n' : *p);
+        } else {
+            pc_buf_append_char(b, *p);
+        }
+    }
+    p++;
+    if (*p != '\0' && *p != ' ' && *p != '\t') {
+        *why = "a closing quote must be followed by a space or the end of the line";
+        return -1;
+    }
+    *pp = p;
+    return 0;
+}
+
+/* Split a line into tokens; -1 with *why set on a quoting error. */
+static int tokenize(const char *p, struct tokens *t, const char **why)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    int rc = 0;
+    for (;;) {
+        p += strspn(p, " \t");
+        if (*p == '\0')
+            break;
+        if (*p == '"') {
+            p++;
+            if ((rc = read_quoted(&p, &b, why)) < 0)
+                break;
+        } else {
+            size_t n = strcspn(p, " \t");
+            pc_buf_append(&b, p, n);
+            p += n;
+        }
+        tokens_push(t, &b);
+    }
+    pc_buf_free(&b);
+    return rc;
+}
+
+static void load_line(struct loader *ld, char *line, size_t len)
+{
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+        line[--len] = '\0';
+    const char *p = line + strspn(line, " \t");
+    if (*p == '\0' || *p == '#')
+        return;
+    struct tokens t = {NULL, 0};
+    const char *why = NULL;
+    char key[64];
+    if (strlen(line) != len) {
+        report(ld, "%s:%d: line contains a NUL byte", ld->cur.file, ld->cur.line);
+    } else if (tokenize(p, &t, &why) < 0) {
+        snprintf(key, sizeof key, "%.*s", (int)PC_MIN(strcspn(p, " \t"), 60), p);
+        report_at(ld, &ld->cur, key, why);
+    } else {
+        apply(ld, t.v[0], (const char *const *)t.v + 1, t.n - 1);
+    }
+    tokens_free(&t);
+}
+
+static void load_file(struct loader *ld, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        report(ld, "%s: cannot read: %s", path, strerror(errno));
+        return;
+    }
+    memset(ld->list_seen, 0, sizeof ld->list_seen);
+    ld->cur = (struct origin){.file = path};
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) >= 0) {
+        ld->cur.line++;
+        load_line(ld, line, (size_t)n);
+    }
+    if (ferror(f))
+        report(ld, "%s: read error: %s", path, strerror(errno));
+    free(line);
+    fclose(f);
+}
+
+/* Whether argv[i] holds a value for a bool given as a bare --flag. */
+static bool bool_value_follows(int i, int argc, char **argv)
+{
+    return i < argc && strncmp(argv[i], "--", 2) != 0;
+}
+
+/* One "--key value", "--key=value" or bare bool "--key" at argv[*i]. */
+static void load_option(struct loader *ld, int *i, int argc, char **argv)
+{
+    const char *arg = argv[*i];
+    if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+        char s[80];
+        report(ld, "command line: %s: unexpected argument (options are --KEY VALUE)",
+               show(arg, s, sizeof s));
+        return;
+    }
+    const char *eq = strchr(arg + 2, '=');
+    char *name = pc_strndup(arg + 2, eq ? (size_t)(eq - arg - 2) : strlen(arg + 2));
+    const struct conf_key *k = key_find(name);
+    const char *value = NULL;
+    if (eq != NULL)
+        value = eq + 1;
+    else if (k == NULL)
+        *i += bool_value_follows(*i + 1, argc, argv); /* skip its value: one error, not two */
+    else if (k->type == CONF_BOOL && !bool_value_follows(*i + 1, argc, argv))
+        value = "yes";
+    else if (*i + 1 < argc)
+        value = argv[++*i];
+    apply(ld, name, &value, value != NULL);
+    free(name);
+}
+
+static void load_argv(struct loader *ld, int argc, char **argv)
+{
+    memset(ld->list_seen, 0, sizeof ld->list_seen);
+    ld->cur = (struct origin){.cmdline = true};
+    for (int i = 0; i < argc; i++)
+        load_option(ld, &i, argc, argv);
+}
+
+/* ---- rules that involve more than one key -------------------------------- */
+
+static const struct origin *origin_of(struct loader *ld, const char *name)
+{
+    const struct conf_key *k = key_find(name);
+    return &ld->from[k - conf_keys];
+}
+
+/* Report against whichever of the keys names[0..n) was set last. */
+static void report_latest(struct loader *ld, const char *const *names, size_t n, const char *msg)
+{
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (origin_of(ld, names[i])->seq > origin_of(ld, names[best])->seq)
+            best = i;
+    report_at(ld, origin_of(ld, names[best]), names[best], msg);
+}
+
+static void check_cross(struct loader *ld)
+{
+    const struct conf *c = ld->c;
+    char msg[256];
+    if (c->upstream.n == 0)
+        report_at(ld, origin_of(ld, "upstream"), "upstream", "at least one upstream URL is needed");
+    if (c->cache_max_ttl < c->cache_ttl) {
+        snprintf(msg, sizeof msg, "cache-max-ttl (%lld) must be at least cache-ttl (%lld)",
+                 (long long)c->cache_max_ttl, (long long)c->cache_ttl);
+        static const char *const ttl[] = {"cache-max-ttl", "cache-ttl"};
+        report_latest(ld, ttl, PC_ARRAY_LEN(ttl), msg);
+    }
+    if (c->semantic && c->embedder == EMBEDDER_OPENAI && c->embedder_url[0] == '\0') {
+        static const char *const emb[] = {"embedder-url", "embedder", "semantic"};
+        report_latest(ld, emb, PC_ARRAY_LEN(emb),
+                      "embedder openai needs embedder-url while semantic is yes");
+    }
+}
+
+int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc_buf *errs)
+{
+    struct loader *ld = pc_calloc(1, sizeof *ld);
+    ld->c = c;
+    ld->errs = errs;
+    if (path != NULL)
+        load_file(ld, path);
+    load_argv(ld, argc, argv);
+    check_cross(ld);
+    int nerr = ld->nerr;
+    free(ld);
+    if (nerr == 0)
+        resolve_workers(c);
+    return nerr;
+}
+
+/* ---- output: sample, help, effective ------------------------------------ */
+
+/* Append text as lines of at most width columns, each starting with prefix. */
+static void write_wrapped(struct pc_buf *out, const char *prefix, const char *text, size_t width)
+{
+    size_t col = 0;
+    for (const char *p = text; *p;) {
+        p += strspn(p, " ");
+        size_t n = strcspn(p, " ");
+        if (n == 0)
+            break;
+        if (col > 0 && col + 1 + n > width) {
+            pc_buf_append_char(out, '\n');
+            col = 0;
+        }
+        if (col == 0) {
+            pc_buf_append_str(out, prefix);
+            col = strlen(prefix);
+        } else {
+            pc_buf_append_char(out, ' ');
+            col++;
+        }
+        pc_buf_append(out, p, n);
+        col += n;
+        p += n;
+    }
+    if (col > 0)
+        pc_buf_append_char(out, '\n');
+}
+
+static void sample_header(struct pc_buf *out)
+{
+    struct pc_buf lists = PC_BUF_INIT;
+    for (size_t i = 0; i < CONF_NKEYS; i++)
+        if (conf_keys[i].type == CONF_LIST)
+            pc_buf_printf(&lists, "%s%s", lists.len ? " and " : "The list keys ",
+                          conf_keys[i].name);
+    pc_buf_append_str(out, "# promptcache configuration file.\n#\n");
+    write_wrapped(out, "# ",
+                  "Every key is listed below with its description and its default value. "
+                  "A commented-out line shows an example for a key whose default is empty.",
+                  78);
+    pc_buf_append_str(out, "#\n");
+    write_wrapped(out, "# ",
+                  "Syntax: one \"key value\" per line; lines starting with # are comments. "
+                  "Quote a value that contains spaces (\"a b\", with \\\" \\\\ and \\n "
+                  "escapes). Booleans are yes or no; sizes are bytes with an optional k, m "
+                  "or g suffix (powers of 1024). An unknown key is an error.",
+                  78);
+    pc_buf_append_str(&lists, " take several values on one line or may repeat; for every other "
+                              "key the last line wins.");
+    pc_buf_append_str(out, "#\n");
+    write_wrapped(out, "# ", pc_buf_cstr(&lists), 78);
+    pc_buf_append_str(out, "#\n");
+    pc_buf_append_str(out, "# Every key can also be given on the command line, which overrides "
+                           "this file:\n#\n"
+                           "#   promptcache [CONFIG-FILE] [--key value ...]\n"
+                           "#   promptcache conf/promptcache.conf --listen 0.0.0.0:8080 "
+                           "--cache-ttl 3600\n#\n");
+    write_wrapped(out, "# ",
+                  "A list key given on the command line replaces the file's values. "
+                  "`promptcache -t` checks a configuration and exits; `promptcache "
+                  "--sample-config` prints this file.",
+                  78);
+    pc_buf_free(&lists);
+}
+
+static void sample_key(struct pc_buf *out, const struct conf_key *k)
+{
+    if (k->section != NULL)
+        pc_buf_printf(out, "\n# ---- %s %.*s\n", k->section,
+                      (int)PC_MAX(4, 70 - (int)strlen(k->section)),
+                      "--------------------------------------------------------------------"
+                      "----------");
+    pc_buf_append_char(out, '\n');
+    write_wrapped(out, "# ", k->help, 78);
+    if (k->def[0] == '\0') {
+        pc_buf_printf(out, "# %s %s\n", k->name, k->example ? k->example : "\"\"");
+        return;
+    }
+    if (k->type != CONF_LIST) {
+        pc_buf_printf(out, "%s %s\n", k->name, k->def);
+        return;
+    }
+    for (const char *p = k->def; *p;) {
+        size_t n = strcspn(p, " ");
+        pc_buf_printf(out, "%s %.*s\n", k->name, (int)n, p);
+        p += n + (p[n] == ' ');
+    }
+}
+
+void conf_write_sample(struct pc_buf *out)
+{
+    sample_header(out);
+    for (size_t i = 0; i < CONF_NKEYS; i++)
+        sample_key(out, &conf_keys[i]);
+}
+
+/* The VALUE placeholder shown in --help. */
+static const char *help_arg(const struct conf_key *k, char *buf, size_t n)
+{
+    if (k->arg != NULL)
+        return k->arg;
+    if (k->type == CONF_ENUM) {
+        struct pc_buf b = PC_BUF_INIT;
+        for (int i = 0; k->names[i] != NULL; i++)
+            pc_buf_printf(&b, "%s%s", i ? "|" : "", k->names[i]);
+        snprintf(buf, n, "%s", pc_buf_cstr(&b));
+        pc_buf_free(&b);
+        return buf;
+    }
+    return k->type == CONF_BOOL ? "[yes|no]" : k->type == CONF_SIZE ? "SIZE" : "N";
+}
+
+/* Length of the first sentence: up to a ". " followed by a capital, or all. */
+static size_t first_sentence(const char *s)
+{
+    for (const char *p = s; *p; p++)
+        if (p[0] == '.' && p[1] == ' ' && isupper((unsigned char)p[2]))
+            return (size_t)(p + 1 - s);
+    return strlen(s);
+}
+
+void conf_write_help(struct pc_buf *out)
+{
+    pc_buf_append_str(out,
+                      "Usage: promptcache [CONFIG-FILE] [--KEY VALUE ...]     run the proxy\n"
+                      "       promptcache -t [CONFIG-FILE] [--KEY VALUE ...]  check the "
+                      "configuration and exit\n"
+                      "       promptcache migrate [--redis URL] [--dry-run]   apply Redis schema "
+                      "migrations\n"
+                      "       promptcache report [--redis URL] [--format table|json|csv]\n"
+                      "       promptcache --sample-config | --version | --help\n\n"
+                      "Options (every config-file key; the command line overrides the file):\n");
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        const struct conf_key *k = &conf_keys[i];
+        char a[128], opt[192];
+        snprintf(opt, sizeof opt, "--%s %s", k->name, help_arg(k, a, sizeof a));
+        pc_buf_printf(out, "  %-32s  %.*s (default: %s)\n", opt, (int)first_sentence(k->help),
+                      k->help, k->def[0] ? k->def : "none");
+    }
+    pc_buf_append_str(out, "\nSee promptcache --sample-config for the full description of each "
+                           "key.\n");
+}
+
+/* Append a URL with the password of its userinfo replaced by ***. */
+static void write_masked_url(struct pc_buf *out, const char *v)
+{
+    const char *s = strstr(v, "://");
+    const char *a = s ? s + 3 : v;
+    size_t alen = strcspn(a, "/?#");
+    const char *at = memrchr(a, '@', alen);
+    if (s == NULL || at == NULL) {
+        write_token(out, v);
+        return;
+    }
+    const char *colon = memchr(a, ':', (size_t)(at - a));
+    struct pc_buf b = PC_BUF_INIT;
+    pc_buf_append(&b, v, (size_t)((colon ? colon + 1 : a) - v));
+    pc_buf_append_str(&b, "***");
+    pc_buf_append_str(&b, at);
+    write_token(out, pc_buf_cstr(&b));
+    pc_buf_free(&b);
+}
+
+static void write_text_value(struct pc_buf *out, const struct conf_key *k, const char *v)
+{
+    if ((k->flags & CONF_SECRET) && *v != '\0')
+        pc_buf_append_str(out, "***");
+    else if (k->flags & CONF_URL_PASS)
+        write_masked_url(out, v);
+    else
+        write_token(out, v);
+}
+
+/* The current value of a scalar key in file syntax. */
+static void write_scalar(struct pc_buf *out, const struct conf *c, const struct conf_key *k)
+{
+    char buf[64];
+    switch (k->type) {
+    case CONF_BOOL:
+        pc_buf_append_str(out, *(const bool *)field_cptr(c, k) ? "yes" : "no");
+        return;
+    case CONF_INT:
+        pc_buf_printf(out, "%lld", (long long)load_int(c, k));
+        return;
+    case CONF_SIZE:
+        format_size(*(const int64_t *)field_cptr(c, k), buf, sizeof buf);
+        pc_buf_append_str(out, buf);
+        return;
+    case CONF_DOUBLE:
+        format_double(*(const double *)field_cptr(c, k), buf, sizeof buf);
+        pc_buf_append_str(out, buf);
+        return;
+    case CONF_ENUM:
+        pc_buf_append_str(out, k->names[*(const int *)field_cptr(c, k)]);
+        return;
+    case CONF_STRING:
+    case CONF_HOSTPORT:
+        write_text_value(out, k, *(char *const *)field_cptr(c, k));
+        return;
+    case CONF_LIST: /* one line per value: conf_write_effective */
+        return;
+    }
+}
+
+void conf_write_effective(const struct conf *c, struct pc_buf *out)
+{
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        const struct conf_key *k = &conf_keys[i];
+        if (k->type != CONF_LIST) {
+            pc_buf_printf(out, "%s ", k->name);
+            write_scalar(out, c, k);
+            pc_buf_append_char(out, '\n');
+            continue;
+        }
+        const struct conf_list *l = field_cptr(c, k);
+        if (l->n == 0)
+            pc_buf_printf(out, "%s \"\"\n", k->name);
+        for (size_t j = 0; j < l->n; j++) {
+            pc_buf_printf(out, "%s ", k->name);
+            write_text_value(out, k, l->v[j]);
+            pc_buf_append_char(out, '\n');
+        }
+    }
+}

@@ -1,0 +1,1887 @@
+/*
+ * httpd.c - the HTTP/1.1 server clients reach the proxy through (see
+ * pc_httpd.h), on libevent bufferevents. It owns the listener of one worker
+ * (never the shared listening fd), every client connection accepted by it,
+ * and the struct httpd_req of the request each connection is reading or
+ * handling. The request head parser (httpd_parse_head) is pure and fuzzed.
+ *
+ * One connection's state machine. Every transition out of HANDLER and every
+ * free goes through the connection's deferred event (conn_deferred_cb), so no
+ * object is freed inside a libevent callback or under the handler's feet.
+ *
+ *  accept --> IDLE --first byte--> HEAD --head--> BODY --body--> HANDLER
+ *              ^                    |  \__ no body, or body too large __^   |
+ *              |                    | bad head: httpd's own 4xx/5xx         |
+ *              |                    v                                       |
+ *              |                 CLOSING <------ reply done, no keep-alive -+
+ *              |                    | output flushed: shutdown(SHUT_WR)     |
+ *              |                    v                                       |
+ *              |                 LINGER: discard input (2 s, 4 MiB at most) |
+ *              |                    | EOF or timeout                        |
+ *              |                    v                                       |
+ *              |                  DEAD <-- EOF, error or timeout elsewhere  |
+ *              |                    (unfinished request: close callback     |
+ *              |                     once; then request and conn are freed) |
+ *              +------ NEXT <------------- reply done, keep-alive ----------+
+ *                 (WAIT_OUT first while over 64 KiB of output is queued)
+ *
+ * While HANDLER, input is still read (at most 64 KiB of it) so that EOF is
+ * seen: the client is gone, its request's close callback runs.
+ */
+#include "pc_httpd.h"
+#include "pc_log.h"
+#include "pc_stats.h"
+#include "pc_util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+
+#define HTTPD_MAGIC 0x48545044u /* "HTPD" */
+#define CONN_MAGIC  0x434f4e4eu /* "CONN" */
+#define REQ_MAGIC   0x52455155u /* "REQU" */
+
+#define READ_AHEAD      (64u * 1024)       /* bytes buffered while a request is handled */
+#define OUT_PAUSE       (64u * 1024)       /* queued output that holds back the next request */
+#define EXPAND_MAX      (64u * 1024)       /* replies up to this size go out in one chain */
+#define LINGER_SECONDS  2.0                /* lingering close: how long to discard input */
+#define LINGER_BYTES    (4u * 1024 * 1024) /* ... and how much of it */
+#define CHUNK_LINE_MAX  4096               /* chunk-size and trailer lines */
+#define ACCEPT_PAUSE_US 100000             /* after EMFILE and friends */
+#define SERVER_NAME_MAX 128
+#define HEAD_BUF        512 /* status line + httpd's own headers */
+
+/* Defaults for zero fields of struct httpd_conf. */
+#define DEF_MAX_HEADER_SIZE (32u * 1024)
+#define DEF_MAX_HEADERS     100
+#define DEF_MAX_BODY_SIZE   (16u * 1024 * 1024)
+#define DEF_READ_TIMEOUT    60.0
+#define DEF_IDLE_TIMEOUT    75.0
+#define DEF_WRITE_TIMEOUT   60.0
+#define DEF_MAX_CONNECTIONS 10000
+
+enum conn_state {
+    C_IDLE,     /* between requests: nothing but blank lines received */
+    C_HEAD,     /* reading a request head */
+    C_BODY,     /* reading a request body */
+    C_HANDLER,  /* request handed to the handler, reply not finished */
+    C_NEXT,     /* reply finished; the deferred event moves on to the next request */
+    C_WAIT_OUT, /* too much output queued to start the next pipelined request */
+    C_CLOSING,  /* flushing the last reply, then lingering close */
+    C_LINGER,   /* write side shut; discarding input until EOF or timeout */
+    C_DEAD,     /* to be freed by the deferred event */
+};
+
+enum chunk_state {
+    CH_SIZE,     /* expecting a chunk-size line */
+    CH_DATA,     /* inside chunk data */
+    CH_DATA_END, /* expecting the CRLF after chunk data */
+    CH_TRAILER,  /* after the last chunk: trailer lines up to an empty line */
+};
+
+/* How a reply's body is delimited. */
+enum frame {
+    FRAME_LENGTH,  /* Content-Length */
+    FRAME_CHUNKED, /* Transfer-Encoding: chunked */
+    FRAME_CLOSE,   /* until the connection closes (HTTP/1.0 stream) */
+    FRAME_NONE,    /* no body at all (1xx, 204, 304) */
+};
+
+/* Body framing of a request, derived from its head. */
+struct framing {
+    bool has_length;
+    bool chunked;
+    uint64_t length;
+};
+
+struct httpd {
+    unsigned magic;
+    struct event_base *base;
+    struct httpd_conf conf; /* defaults filled in */
+    char *server_name;      /* owned copy, or NULL */
+    httpd_handler_fn *handler;
+    void *handler_arg;
+    struct stats *st;
+    struct evconnlistener *listener; /* NULL once stopped */
+    struct event *accept_timer;      /* re-enables the listener after an accept error */
+    struct httpd_conn *conns;        /* every connection, DEAD ones included */
+    size_t nconns;
+    size_t nactive; /* requests handed to the handler and not finished */
+    bool stopping;
+    struct httpd_header_span *spans; /* parser scratch, conf.max_headers entries */
+    time_t date_sec;
+    size_t date_len;
+    char date[40];
+};
+
+struct httpd_conn {
+    unsigned magic;
+    struct httpd *h;
+    struct httpd_conn *prev, *next;
+    struct bufferevent *bev;
+    struct event *timer; /* read, idle or linger deadline */
+    struct event *defer; /* conn_deferred_cb on the next loop pass */
+    enum conn_state state;
+    struct httpd_req *req; /* being read or handled; owned */
+    size_t scan_off;       /* head bytes already searched for the blank line */
+    int scan_state;
+    uint64_t body_left; /* Content-Length or current chunk bytes still to read */
+    enum chunk_state chunk;
+    size_t trailer_bytes;
+    size_t linger_bytes;
+    bool eof;
+    bool write_armed;   /* EV_WRITE enabled: the bufferevent is writing queued output */
+    struct pc_buf hdrs; /* reply headers added by the handler, reused */
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    char peer[INET6_ADDRSTRLEN + 16]; /* formatted on first use */
+};
+
+struct httpd_req {
+    unsigned magic;
+    struct httpd_conn *conn;
+    const char *method, *target, *path, *query;
+    struct httpd_header *headers;
+    size_t nheaders;
+    char *body; /* Content-Length body (inside this allocation) or cbody.data */
+    size_t body_len;
+    struct pc_buf cbody; /* chunked body */
+    enum httpd_req_error error;
+    int minor;
+    bool is_head;
+    bool keep_alive; /* what the client asked for, then what the reply promised */
+    bool expect_continue;
+    bool chunked_in;
+    bool dispatched;
+    bool started; /* reply head written */
+    bool chunked_out;
+    bool finished;
+    bool gone; /* client went away before the reply finished */
+    bool close_called;
+    uint64_t start_us;
+    void *data;
+    httpd_req_fn *close_fn;
+    void *close_arg;
+    httpd_req_fn *drain_fn;
+    void *drain_arg;
+    size_t drain_low;
+    /* headers[], the head copy and the path copy follow, then the body */
+};
+
+static void conn_process(struct httpd_conn *c);
+static void conn_kill(struct httpd_conn *c);
+static const char *conn_peer(struct httpd_conn *c);
+static void conn_start_close(struct httpd_conn *c);
+
+/* ------------------------------------------------------------------------ */
+/* Request head parser (pure)                                                */
+
+/* RFC 9110 tchar. */
+static const unsigned char tchar[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 1, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0,
+    0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 1, 0,
+};
+
+static bool is_tchar(char ch)
+{
+    return tchar[(unsigned char)ch] != 0;
+}
+
+/* request-target bytes: visible ASCII and obs-text, no space or controls. */
+static bool is_target_char(char ch)
+{
+    unsigned char u = (unsigned char)ch;
+    return u > 0x20 && u != 0x7f;
+}
+
+/* field-value bytes: HTAB, SP, visible ASCII, obs-text. */
+static bool is_value_char(char ch)
+{
+    unsigned char u = (unsigned char)ch;
+    return u == '\t' || (u >= 0x20 && u != 0x7f);
+}
+
+static bool is_ows(char ch)
+{
+    return ch == ' ' || ch == '\t';
+}
+
+/* a[0..alen) equals the lower-case literal lit, ignoring ASCII case. */
+static bool caseeq_lit(const char *a, size_t alen, const char *lit)
+{
+    size_t n = strlen(lit);
+    if (alen != n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = a[i];
+        if (ch >= 'A' && ch <= 'Z')
+            ch = (char)(ch - 'A' + 'a');
+        if (ch != lit[i])
+            return false;
+    }
+    return true;
+}
+
+/*
+ * Line end at buf[i]: returns the offset after CRLF or LF, 0 if more bytes
+ * are needed, -400 if buf[i] is anything else (a bare CR included).
+ */
+static long parse_eol(const char *buf, size_t len, size_t i)
+{
+    if (i == len)
+        return 0;
+    if (buf[i] == '\n')
+        return (long)i + 1;
+    if (buf[i] != '\r')
+        return -400;
+    if (i + 1 == len)
+        return 0;
+    return buf[i + 1] == '\n' ? (long)i + 2 : -400;
+}
+
+/* "HTTP/1.1" and friends at buf[i..i+8): -400 malformed, -505 unsupported, else minor. */
+static int parse_version(const char *v)
+{
+    if (memcmp(v, "HTTP/", 5) != 0 || v[6] != '.')
+        return -400;
+    if (v[5] < '0' || v[5] > '9' || v[7] < '0' || v[7] > '9')
+        return -400;
+    if (v[5] != '1' || v[7] > '1')
+        return -505;
+    return v[7] - '0';
+}
+
+/* method SP request-target SP HTTP-version EOL, starting at pos. */
+static long parse_request_line(const char *buf, size_t len, size_t pos, struct httpd_head *hd)
+{
+    size_t i = pos;
+    while (i < len && is_tchar(buf[i]))
+        i++;
+    if (i == len)
+        return 0;
+    if (buf[i] != ' ' || i == pos)
+        return -400;
+    hd->method = buf + pos;
+    hd->method_len = i - pos;
+
+    size_t t = ++i;
+    while (i < len && is_target_char(buf[i]))
+        i++;
+    if (i == len)
+        return 0;
+    if (buf[i] != ' ' || i == t)
+        return -400;
+    hd->target = buf + t;
+    hd->target_len = i - t;
+
+    i++;
+    if (len - i < 8)
+        return 0;
+    int minor = parse_version(buf + i);
+    long end = parse_eol(buf, len, i + 8);
+    if (end <= 0)
+        return end;
+    if (minor < 0)
+        return minor;
+    hd->minor_version = minor;
+    return end;
+}
+
+/* One "name: value" line at pos (not blank, not folded). */
+static long parse_header_line(const char *buf, size_t len, size_t pos, struct httpd_head *hd)
+{
+    size_t i = pos;
+    while (i < len && is_tchar(buf[i]))
+        i++;
+    if (i == len)
+        return 0;
+    if (buf[i] != ':' || i == pos) /* no colon, space before it, bad byte */
+        return -400;
+    size_t name_end = i++;
+    while (i < len && is_ows(buf[i]))
+        i++;
+    size_t vstart = i;
+    const char *nl = i < len ? memchr(buf + i, '\n', len - i) : NULL;
+    size_t lf = nl != NULL ? (size_t)(nl - buf) : len;
+    size_t vend = lf;
+    if (vend > vstart && buf[vend - 1] == '\r') /* CRLF, or a CR whose LF is yet to come */
+        vend--;
+    for (size_t k = vstart; k < vend; k++)
+        if (!is_value_char(buf[k])) /* bare CR, NUL, other controls */
+            return -400;
+    if (nl == NULL)
+        return 0;
+    while (vend > vstart && is_ows(buf[vend - 1]))
+        vend--;
+    if (hd->nheaders == hd->max_headers)
+        return -431;
+    struct httpd_header_span *s = &hd->headers[hd->nheaders++];
+    s->name = buf + pos;
+    s->name_len = name_end - pos;
+    s->value = buf + vstart;
+    s->value_len = vend - vstart;
+    return (long)lf + 1;
+}
+
+/* 1*DIGIT up to INT64_MAX. */
+static int parse_length(const char *s, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (n == 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > ((uint64_t)INT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Content-Length / Transfer-Encoding rules (RFC 9112 section 6). 0 or -status. */
+static int parse_framing(const struct httpd_head *hd, struct framing *fr)
+{
+    size_t te_count = 0;
+    bool te_chunked = true;
+    memset(fr, 0, sizeof(*fr));
+    for (size_t i = 0; i < hd->nheaders; i++) {
+        const struct httpd_header_span *s = &hd->headers[i];
+        if (caseeq_lit(s->name, s->name_len, "content-length")) {
+            uint64_t v;
+            if (parse_length(s->value, s->value_len, &v) < 0)
+                return -400;
+            if (fr->has_length && v != fr->length)
+                return -400;
+            fr->has_length = true;
+            fr->length = v;
+        } else if (caseeq_lit(s->name, s->name_len, "transfer-encoding")) {
+            te_count++;
+            if (!caseeq_lit(s->value, s->value_len, "chunked"))
+                te_chunked = false;
+        }
+    }
+    if (te_count == 0)
+        return 0;
+    if (fr->has_length || hd->minor_version == 0)
+        return -400; /* smuggling vectors: both framings, or TE in HTTP/1.0 */
+    if (!te_chunked || te_count > 1)
+        return -501;
+    fr->chunked = true;
+    return 0;
+}
+
+/*
+ * Empty lines allowed before the request line (RFC 9112 section 2.2): *pos is
+ * set past them. 1 ok, 0 if more bytes are needed, -400.
+ */
+static long skip_blank_lines(const char *buf, size_t len, size_t *pos)
+{
+    size_t p = 0;
+    while (p < len && (buf[p] == '\r' || buf[p] == '\n')) {
+        long e = parse_eol(buf, len, p);
+        if (e <= 0)
+            return e;
+        p = (size_t)e;
+    }
+    *pos = p;
+    return p < len;
+}
+
+static long parse_head(const char *buf, size_t len, struct httpd_head *hd, struct framing *fr)
+{
+    size_t pos = 0;
+    hd->nheaders = 0;
+    long r = skip_blank_lines(buf, len, &pos);
+    if (r <= 0)
+        return r;
+    r = parse_request_line(buf, len, pos, hd);
+    if (r <= 0)
+        return r;
+    for (pos = (size_t)r;;) {
+        if (pos == len)
+            return 0;
+        if (buf[pos] == '\r' || buf[pos] == '\n') {
+            long end = parse_eol(buf, len, pos);
+            if (end <= 0)
+                return end;
+            int rc = parse_framing(hd, fr);
+            return rc < 0 ? rc : end;
+        }
+        if (is_ows(buf[pos]))
+            return -400; /* obs-fold */
+        r = parse_header_line(buf, len, pos, hd);
+        if (r <= 0)
+            return r;
+        pos = (size_t)r;
+    }
+}
+
+long httpd_parse_head(const char *buf, size_t len, struct httpd_head *head)
+{
+    struct framing fr;
+    return parse_head(buf, len, head, &fr);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reply formatting                                                          */
+
+static const struct {
+    int status;
+    const char *reason;
+} reasons[] = {
+    {100, "Continue"},
+    {101, "Switching Protocols"},
+    {200, "OK"},
+    {201, "Created"},
+    {202, "Accepted"},
+    {204, "No Content"},
+    {206, "Partial Content"},
+    {301, "Moved Permanently"},
+    {302, "Found"},
+    {303, "See Other"},
+    {304, "Not Modified"},
+    {307, "Temporary Redirect"},
+    {308, "Permanent Redirect"},
+    {400, "Bad Request"},
+    {401, "Unauthorized"},
+    {402, "Payment Required"},
+    {403, "Forbidden"},
+    {404, "Not Found"},
+    {405, "Method Not Allowed"},
+    {406, "Not Acceptable"},
+    {408, "Request Timeout"},
+    {409, "Conflict"},
+    {410, "Gone"},
+    {411, "Length Required"},
+    {412, "Precondition Failed"},
+    {413, "Content Too Large"},
+    {414, "URI Too Long"},
+    {415, "Unsupported Media Type"},
+    {416, "Range Not Satisfiable"},
+    {417, "Expectation Failed"},
+    {421, "Misdirected Request"},
+    {422, "Unprocessable Content"},
+    {425, "Too Early"},
+    {426, "Upgrade Required"},
+    {428, "Precondition Required"},
+    {429, "Too Many Requests"},
+    {431, "Request Header Fields Too Large"},
+    {499, "Client Closed Request"},
+    {500, "Internal Server Error"},
+    {501, "Not Implemented"},
+    {502, "Bad Gateway"},
+    {503, "Service Unavailable"},
+    {504, "Gateway Timeout"},
+    {505, "HTTP Version Not Supported"},
+    {507, "Insufficient Storage"},
+    {511, "Network Authentication Required"},
+};
+
+const char *httpd_reason(int status)
+{
+    size_t lo = 0, hi = PC_ARRAY_LEN(reasons);
+    while (lo < hi) { /* the table is sorted by status */
+        size_t mid = (lo + hi) / 2;
+        if (reasons[mid].status == status)
+            return reasons[mid].reason;
+        if (reasons[mid].status < status)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return "Unknown";
+}
+
+static size_t put_bytes(char *buf, size_t n, const char *s, size_t len)
+{
+    memcpy(buf + n, s, len);
+    return n + len;
+}
+
+#define PUT_LIT(buf, n, lit) put_bytes((buf), (n), (lit), sizeof(lit) - 1)
+
+static size_t put_u64(char *buf, size_t n, uint64_t v)
+{
+    char tmp[24];
+    size_t k = 0;
+    do {
+        tmp[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (k > 0)
+        buf[n++] = tmp[--k];
+    return n;
+}
+
+static size_t put_2d(char *buf, size_t n, int v)
+{
+    buf[n++] = (char)('0' + v / 10 % 10);
+    buf[n++] = (char)('0' + v % 10);
+    return n;
+}
+
+/* IMF-fixdate for the current second, formatted once per second per httpd. */
+static void date_refresh(struct httpd *h)
+{
+    static const char days[] = "SunMonTueWedThuFriSat";
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    struct timeval tv;
+    struct tm tm;
+    event_base_gettimeofday_cached(h->base, &tv);
+    if (h->date_len != 0 && tv.tv_sec == h->date_sec)
+        return;
+    time_t t = tv.tv_sec;
+    gmtime_r(&t, &tm);
+    size_t n = put_bytes(h->date, 0, days + 3 * tm.tm_wday, 3);
+    n = PUT_LIT(h->date, n, ", ");
+    n = put_2d(h->date, n, tm.tm_mday);
+    h->date[n++] = ' ';
+    n = put_bytes(h->date, n, months + 3 * tm.tm_mon, 3);
+    h->date[n++] = ' ';
+    n = put_u64(h->date, n, (uint64_t)(tm.tm_year + 1900));
+    h->date[n++] = ' ';
+    n = put_2d(h->date, n, tm.tm_hour);
+    h->date[n++] = ':';
+    n = put_2d(h->date, n, tm.tm_min);
+    h->date[n++] = ':';
+    n = put_2d(h->date, n, tm.tm_sec);
+    n = PUT_LIT(h->date, n, " GMT");
+    h->date_len = n;
+    h->date_sec = tv.tv_sec;
+}
+
+/* Status line and httpd's own headers into buf (HEAD_BUF bytes); returns the length. */
+static size_t format_head(struct httpd *h, char *buf, int status, enum frame fr, uint64_t clen,
+                          bool keep_alive)
+{
+    const char *reason = httpd_reason(status);
+    size_t n = PUT_LIT(buf, 0, "HTTP/1.1 ");
+    n = put_u64(buf, n, (uint64_t)status);
+    buf[n++] = ' ';
+    n = put_bytes(buf, n, reason, strlen(reason));
+    n = PUT_LIT(buf, n, "\r\nDate: ");
+    date_refresh(h);
+    n = put_bytes(buf, n, h->date, h->date_len);
+    n = PUT_LIT(buf, n, "\r\n");
+    if (h->server_name != NULL) {
+        n = PUT_LIT(buf, n, "Server: ");
+        n = put_bytes(buf, n, h->server_name, strlen(h->server_name));
+        n = PUT_LIT(buf, n, "\r\n");
+    }
+    if (fr == FRAME_LENGTH) {
+        n = PUT_LIT(buf, n, "Content-Length: ");
+        n = put_u64(buf, n, clen);
+        n = PUT_LIT(buf, n, "\r\n");
+    } else if (fr == FRAME_CHUNKED) {
+        n = PUT_LIT(buf, n, "Transfer-Encoding: chunked\r\n");
+    }
+    if (keep_alive)
+        n = PUT_LIT(buf, n, "Connection: keep-alive\r\n");
+    else
+        n = PUT_LIT(buf, n, "Connection: close\r\n");
+    return n;
+}
+
+/*
+ * Write queued output now, as bufferevent_writecb would: the bufferevent
+ * keeps the front of its output frozen against everybody else. 0, or -1 if
+ * the connection failed.
+ */
+static int conn_write_now(struct httpd_conn *c, struct evbuffer *out)
+{
+    evbuffer_unfreeze(out, 1);
+    int n = evbuffer_write(out, bufferevent_getfd(c->bev));
+    int err = errno;
+    evbuffer_freeze(out, 1);
+    if (n < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR)
+        return -1;
+    return 0;
+}
+
+/*
+ * Output was queued. EV_WRITE stays disabled while nothing is pending, so
+ * that a reply the socket takes at once (now: written right here) costs one
+ * write and no epoll_ctl calls; what the socket does not take is left to the
+ * bufferevent (write callback, write timeout), which conn_write_cb disarms
+ * again once the output is empty. Writes use writev: SIGPIPE must be ignored.
+ */
+static void conn_flush(struct httpd_conn *c, bool now)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (c->write_armed || evbuffer_get_length(out) == 0)
+        return;
+    if (now && conn_write_now(c, out) < 0) {
+        log_debug("httpd: %s: write failed", conn_peer(c));
+        conn_kill(c); /* the client is gone */
+        return;
+    }
+    if (evbuffer_get_length(out) != 0) {
+        c->write_armed = true;
+        bufferevent_enable(c->bev, EV_WRITE);
+    }
+}
+
+/*
+ * Queue the reply head: status line, httpd's headers, the handler's headers
+ * (consumed), blank line. body_hint bytes of body follow right after, so
+ * small replies land in one chain.
+ */
+static void write_head(struct httpd_conn *c, int status, enum frame fr, uint64_t clen,
+                       bool keep_alive, size_t body_hint)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    char buf[HEAD_BUF];
+    if (status < 100 || status > 999)
+        status = 500;
+    size_t n = format_head(c->h, buf, status, fr, clen, keep_alive);
+    size_t total = n + c->hdrs.len + 2 + body_hint;
+    if (total <= EXPAND_MAX)
+        evbuffer_expand(out, total);
+    evbuffer_add(out, buf, n);
+    if (c->hdrs.len != 0)
+        evbuffer_add(out, c->hdrs.data, c->hdrs.len);
+    evbuffer_add(out, "\r\n", 2);
+    pc_buf_reset(&c->hdrs);
+}
+
+/* The message of httpd's own protocol-error replies. */
+static const char *error_message(int status)
+{
+    if (status == 400)
+        return "Malformed HTTP request.";
+    if (status == 431)
+        return "Request header fields too large.";
+    if (status == 501)
+        return "Transfer coding not implemented.";
+    if (status == 505)
+        return "HTTP version not supported.";
+    return httpd_reason(status);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Connection lifetime                                                       */
+
+static void conn_schedule(struct httpd_conn *c)
+{
+    event_active(c->defer, EV_TIMEOUT, 1);
+}
+
+/* Arm the connection timer; secs <= 0 disarms it. */
+static void conn_arm_timer(struct httpd_conn *c, double secs)
+{
+    if (secs <= 0) {
+        event_del(c->timer);
+        return;
+    }
+    struct timeval tv;
+    tv.tv_sec = (time_t)secs;
+    tv.tv_usec = (suseconds_t)((secs - (double)tv.tv_sec) * 1e6);
+    event_add(c->timer, &tv);
+}
+
+static const char *conn_peer(struct httpd_conn *c)
+{
+    char addr[INET6_ADDRSTRLEN];
+    if (c->peer[0] != '\0')
+        return c->peer;
+    if (c->sa.ss_family == AF_INET) {
+        const struct sockaddr_in *s = (const struct sockaddr_in *)&c->sa;
+        inet_ntop(AF_INET, &s->sin_addr, addr, sizeof(addr));
+        snprintf(c->peer, sizeof(c->peer), "%s:%u", addr, (unsigned)ntohs(s->sin_port));
+    } else if (c->sa.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)&c->sa;
+        inet_ntop(AF_INET6, &s->sin6_addr, addr, sizeof(addr));
+        snprintf(c->peer, sizeof(c->peer), "[%s]:%u", addr, (unsigned)ntohs(s->sin6_port));
+    } else {
+        snprintf(c->peer, sizeof(c->peer), "%s", c->sa.ss_family == AF_UNIX ? "unix" : "unknown");
+    }
+    return c->peer;
+}
+
+/*
+ * The client is gone or the connection must end now: no more I/O, the
+ * deferred event runs the close callback of an unfinished request and frees
+ * everything. Never frees anything itself, so it is safe anywhere.
+ */
+static void conn_kill(struct httpd_conn *c)
+{
+    if (c->state == C_DEAD)
+        return;
+    c->state = C_DEAD;
+    if (c->req != NULL && c->req->dispatched && !c->req->finished)
+        c->req->gone = true;
+    bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+    event_del(c->timer);
+    conn_schedule(c);
+}
+
+static void req_free(struct httpd_conn *c)
+{
+    struct httpd_req *r = c->req;
+    c->req = NULL;
+    if (r->dispatched && !r->finished)
+        c->h->nactive--;
+    pc_buf_free(&r->cbody);
+    r->magic = 0;
+    free(r);
+}
+
+/* Only from the deferred event or httpd_destroy: never inside a bufferevent callback. */
+static void conn_free(struct httpd_conn *c)
+{
+    struct httpd *h = c->h;
+    if (c->req != NULL)
+        req_free(c);
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        h->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    h->nconns--;
+    if (h->st != NULL)
+        stats_add(h->st, STAT_connections_active, -1);
+    bufferevent_free(c->bev); /* closes the socket */
+    event_free(c->timer);
+    event_free(c->defer);
+    pc_buf_free(&c->hdrs);
+    c->magic = 0;
+    free(c);
+}
+
+/* Back to IDLE for the next keep-alive request (closing instead when stopping). */
+static void conn_enter_idle(struct httpd_conn *c)
+{
+    struct httpd *h = c->h;
+    c->state = C_IDLE;
+    pc_buf_reset(&c->hdrs);
+    if (h->stopping && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0) {
+        conn_kill(c);
+        return;
+    }
+    conn_arm_timer(c, h->conf.idle_timeout);
+}
+
+/* NEXT: the finished request is freed; start the next one unless output is backed up. */
+static void conn_next(struct httpd_conn *c)
+{
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) > OUT_PAUSE) {
+        c->state = C_WAIT_OUT; /* conn_write_cb resumes once it drained */
+        return;
+    }
+    conn_enter_idle(c);
+    conn_process(c);
+}
+
+static void conn_deferred_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct httpd_conn *c = arg;
+    (void)fd;
+    (void)what;
+    PC_CHECK_OBJ(c, CONN_MAGIC);
+    struct httpd_req *r = c->req;
+    if (r != NULL && r->gone && !r->finished && !r->close_called) {
+        r->close_called = true;
+        if (r->close_fn != NULL)
+            r->close_fn(r, r->close_arg);
+    }
+    if (r != NULL && (r->finished || c->state == C_DEAD))
+        req_free(c);
+    if (c->state == C_DEAD)
+        conn_free(c);
+    else if (c->state == C_NEXT)
+        conn_next(c);
+}
+
+/* Output flushed in CLOSING: half-close and discard what the client still sends. */
+static void conn_linger(struct httpd_conn *c)
+{
+    if (c->eof) {
+        conn_kill(c);
+        return;
+    }
+    shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+    c->state = C_LINGER;
+    c->linger_bytes = 0;
+    conn_arm_timer(c, LINGER_SECONDS);
+}
+
+/*
+ * After a reply that ends the connection: flush it, then linger so that
+ * unread input does not turn the close into a reset that destroys the reply.
+ */
+static void conn_start_close(struct httpd_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    c->state = C_CLOSING;
+    event_del(c->timer);
+    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    if (!c->eof)
+        bufferevent_enable(c->bev, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        conn_linger(c);
+}
+
+/* Protocol error before the request reached the handler: JSON error, then close. */
+static void conn_error(struct httpd_conn *c, int status)
+{
+    char body[256];
+    int n = snprintf(body, sizeof(body),
+                     "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\","
+                     "\"code\":null}}",
+                     error_message(status));
+    log_debug("httpd: %s: rejected request with %d", conn_peer(c), status);
+    pc_buf_reset(&c->hdrs);
+    pc_buf_append_str(&c->hdrs, "Content-Type: application/json\r\n");
+    write_head(c, status, FRAME_LENGTH, (uint64_t)n, false, (size_t)n);
+    evbuffer_add(bufferevent_get_output(c->bev), body, (size_t)n);
+    conn_flush(c, true);
+    if (c->state == C_DEAD)
+        return;
+    if (c->req != NULL) {
+        c->req->finished = true; /* never dispatched: the deferred event frees it */
+        conn_schedule(c);
+    }
+    conn_start_close(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading requests                                                          */
+
+/*
+ * Search p[0..n) for the blank line ending a head, continuing from *state
+ * (0: inside a line, 1: after LF, 2: after LF CR). Returns the offset after
+ * the final LF, or 0 if not found.
+ */
+static size_t scan_head_end(int *state, const char *p, size_t n)
+{
+    size_t i = 0;
+    int s = *state;
+    while (i < n) {
+        if (s == 0) {
+            const char *nl = memchr(p + i, '\n', n - i);
+            if (nl == NULL)
+                break;
+            i = (size_t)(nl - p) + 1;
+            s = 1;
+            continue;
+        }
+        char ch = p[i++];
+        if (ch == '\n') {
+            *state = 0;
+            return i;
+        }
+        s = (s == 1 && ch == '\r') ? 2 : 0;
+    }
+    *state = s;
+    return 0;
+}
+
+/* Length of the head once its blank line arrived (within the size limit), else 0. */
+static size_t conn_scan_head(struct httpd_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t limit = PC_MIN(evbuffer_get_length(in), c->h->conf.max_header_size);
+    while (c->scan_off < limit) {
+        struct evbuffer_ptr ptr;
+        struct evbuffer_iovec v[4];
+        evbuffer_ptr_set(in, &ptr, c->scan_off, EVBUFFER_PTR_SET);
+        int nv = evbuffer_peek(in, (ev_ssize_t)(limit - c->scan_off), &ptr, v, 4);
+        for (int i = 0; i < nv && i < 4 && c->scan_off < limit; i++) {
+            size_t take = PC_MIN(v[i].iov_len, limit - c->scan_off);
+            size_t end = scan_head_end(&c->scan_state, v[i].iov_base, take);
+            if (end != 0)
+                return c->scan_off + end;
+            c->scan_off += take;
+        }
+    }
+    return 0;
+}
+
+/* The "close" and "keep-alive" tokens of every Connection header. */
+static void connection_tokens(const struct httpd_req *r, bool *close_tok, bool *ka_tok)
+{
+    *close_tok = *ka_tok = false;
+    for (size_t i = 0; i < r->nheaders; i++) {
+        if (!pc_strcaseeq(r->headers[i].name, "connection"))
+            continue;
+        for (const char *p = r->headers[i].value; *p != '\0';) {
+            while (*p == ',' || is_ows(*p))
+                p++;
+            const char *t = p;
+            while (*p != '\0' && *p != ',' && !is_ows(*p))
+                p++;
+            *close_tok |= caseeq_lit(t, (size_t)(p - t), "close");
+            *ka_tok |= caseeq_lit(t, (size_t)(p - t), "keep-alive");
+        }
+    }
+}
+
+/* Fill r's strings from the parsed head: one copy of the head, NULs in place. */
+static void req_fill(struct httpd_req *r, const char *p, size_t len, const struct httpd_head *hd,
+                     char *copy, char *pathcopy)
+{
+    memcpy(copy, p, len);
+    copy[len] = '\0';
+    r->method = copy + (hd->method - p);
+    copy[hd->method - p + (ptrdiff_t)hd->method_len] = '\0';
+    r->target = copy + (hd->target - p);
+    copy[hd->target - p + (ptrdiff_t)hd->target_len] = '\0';
+    for (size_t i = 0; i < hd->nheaders; i++) {
+        const struct httpd_header_span *s = &hd->headers[i];
+        r->headers[i].name = copy + (s->name - p);
+        copy[s->name - p + (ptrdiff_t)s->name_len] = '\0';
+        r->headers[i].value = copy + (s->value - p);
+        copy[s->value - p + (ptrdiff_t)s->value_len] = '\0';
+    }
+    r->nheaders = hd->nheaders;
+    r->path = r->target;
+    const char *q = memchr(r->target, '?', hd->target_len);
+    if (q != NULL) {
+        size_t plen = (size_t)(q - r->target);
+        memcpy(pathcopy, r->target, plen);
+        pathcopy[plen] = '\0';
+        r->path = pathcopy;
+        r->query = q + 1;
+    }
+}
+
+/*
+ * One allocation per request: the struct, the header array, a copy of the
+ * head (strings NUL-terminated in place), the path when there is a query,
+ * and a Content-Length body that will be read.
+ */
+static struct httpd_req *req_create(struct httpd_conn *c, const char *p, size_t len,
+                                    const struct httpd_head *hd, const struct framing *fr)
+{
+    size_t body_cap = 0, path_cap = 0;
+    if (fr->has_length && fr->length > 0 && fr->length <= c->h->conf.max_body_size)
+        body_cap = (size_t)fr->length + 1;
+    if (memchr(hd->target, '?', hd->target_len) != NULL)
+        path_cap = hd->target_len + 1;
+    size_t hdr_size = hd->nheaders * sizeof(struct httpd_header);
+    struct httpd_req *r = pc_malloc(sizeof(*r) + hdr_size + len + 1 + path_cap + body_cap);
+    memset(r, 0, sizeof(*r));
+    r->magic = REQ_MAGIC;
+    r->conn = c;
+    r->headers = (struct httpd_header *)(r + 1);
+    char *copy = (char *)r->headers + hdr_size;
+    req_fill(r, p, len, hd, copy, copy + len + 1);
+    if (body_cap != 0)
+        r->body = copy + len + 1 + path_cap;
+    r->minor = hd->minor_version;
+    r->is_head = strcmp(r->method, "HEAD") == 0;
+    bool close_tok, ka_tok;
+    connection_tokens(r, &close_tok, &ka_tok);
+    r->keep_alive = !close_tok && (r->minor == 1 || ka_tok);
+    const char *expect = httpd_req_header(r, "expect");
+    r->expect_continue = expect != NULL && pc_strcaseeq(expect, "100-continue");
+    r->start_us = pc_mono_us();
+    return r;
+}
+
+/* IDLE: drop blank lines between requests; the first other byte starts a head. */
+static int conn_start_head(struct httpd_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    for (;;) {
+        struct evbuffer_iovec v;
+        if (evbuffer_get_length(in) == 0)
+            return 0;
+        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+            return 0;
+        const char *p = v.iov_base;
+        size_t n = 0;
+        while (n < v.iov_len && (p[n] == '\r' || p[n] == '\n'))
+            n++;
+        if (n == 0)
+            break;
+        evbuffer_drain(in, n);
+    }
+    c->state = C_HEAD;
+    c->scan_off = 0;
+    c->scan_state = 0;
+    conn_arm_timer(c, c->h->conf.read_timeout);
+    return 1;
+}
+
+/* The handler gets the request; r and c may change under us after it returns. */
+static void conn_dispatch(struct httpd_conn *c)
+{
+    struct httpd_req *r = c->req;
+    struct httpd *h = c->h;
+    c->state = C_HANDLER;
+    event_del(c->timer);
+    pc_buf_reset(&c->hdrs);
+    r->dispatched = true;
+    h->nactive++;
+    h->handler(r, h->handler_arg);
+}
+
+/* Body over the limit: the handler answers it, the body is never read. */
+static void conn_too_large(struct httpd_conn *c)
+{
+    struct httpd_req *r = c->req;
+    log_debug("httpd: %s: request body over %zu bytes", conn_peer(c), c->h->conf.max_body_size);
+    r->error = HTTPD_REQ_BODY_TOO_LARGE;
+    r->keep_alive = false;
+    r->body = NULL;
+    r->body_len = 0;
+    pc_buf_free(&r->cbody);
+    conn_dispatch(c);
+}
+
+/* After the head: dispatch at once, or set up body reading (1). */
+static int conn_begin_body(struct httpd_conn *c, const struct framing *fr)
+{
+    struct httpd_req *r = c->req;
+    if (fr->chunked) {
+        r->chunked_in = true;
+        c->chunk = CH_SIZE;
+        c->trailer_bytes = 0;
+    } else if (fr->has_length && fr->length > c->h->conf.max_body_size) {
+        conn_too_large(c);
+        return 0;
+    } else if (fr->has_length && fr->length > 0) {
+        c->body_left = fr->length;
+    } else {
+        conn_dispatch(c);
+        return 0;
+    }
+    if (r->expect_continue && r->minor == 1 &&
+        evbuffer_get_length(bufferevent_get_input(c->bev)) == 0) {
+        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        evbuffer_add(bufferevent_get_output(c->bev), cont, sizeof(cont) - 1);
+        conn_flush(c, true);
+        if (c->state == C_DEAD)
+            return 0;
+    }
+    c->state = C_BODY;
+    return 1;
+}
+
+/* HEAD: parse once the blank line arrived; 1 when moving on to the body. */
+static int conn_read_head(struct httpd_conn *c)
+{
+    struct httpd *h = c->h;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t end = conn_scan_head(c);
+    if (end == 0) {
+        if (evbuffer_get_length(in) >= h->conf.max_header_size)
+            conn_error(c, 431);
+        return 0;
+    }
+    const char *p = (const char *)evbuffer_pullup(in, (ev_ssize_t)end);
+    struct httpd_head hd = {.headers = h->spans, .max_headers = h->conf.max_headers};
+    struct framing fr;
+    long rc = parse_head(p, end, &hd, &fr);
+    if (rc <= 0) {
+        conn_error(c, rc == 0 ? 400 : (int)-rc);
+        return 0;
+    }
+    c->req = req_create(c, p, (size_t)rc, &hd, &fr);
+    evbuffer_drain(in, (size_t)rc);
+    return conn_begin_body(c, &fr);
+}
+
+/*
+ * One CRLF- or LF-terminated line of at most cap-1 bytes into buf (NUL-
+ * terminated, no bare CR or NUL). 1 done, 0 need more, -1 invalid.
+ */
+static int conn_read_line(struct httpd_conn *c, char *buf, size_t cap, size_t *len)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t eol_len = 0;
+    struct evbuffer_ptr e = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_CRLF);
+    if (e.pos < 0)
+        return evbuffer_get_length(in) >= cap ? -1 : 0;
+    size_t n = (size_t)e.pos;
+    if (n >= cap)
+        return -1;
+    evbuffer_copyout(in, buf, n);
+    evbuffer_drain(in, n + eol_len);
+    buf[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] == '\r' || buf[i] == '\0')
+            return -1;
+    *len = n;
+    return 1;
+}
+
+/* chunk-size [ BWS ";" chunk-ext ]: extensions are ignored. */
+static int parse_chunk_size(const char *line, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i < n; i++) {
+        char ch = line[i];
+        unsigned d;
+        if (ch >= '0' && ch <= '9')
+            d = (unsigned)(ch - '0');
+        else if ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f')
+            d = (unsigned)((ch | 0x20) - 'a' + 10);
+        else
+            break;
+        if (v >> 59)
+            return -1; /* overflow */
+        v = v * 16 + d;
+    }
+    if (i == 0)
+        return -1;
+    while (i < n && is_ows(line[i]))
+        i++;
+    if (i < n && line[i] != ';')
+        return -1;
+    for (; i < n; i++)
+        if (!is_value_char(line[i]))
+            return -1;
+    *out = v;
+    return 0;
+}
+
+/* Append up to body_left bytes of chunk data; 1 when the chunk is complete. */
+static int conn_read_chunk_data(struct httpd_conn *c)
+{
+    struct httpd_req *r = c->req;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t n = (size_t)PC_MIN((uint64_t)evbuffer_get_length(in), c->body_left);
+    if (n == 0)
+        return 0;
+    pc_buf_reserve(&r->cbody, n);
+    evbuffer_remove(in, r->cbody.data + r->cbody.len, n);
+    r->cbody.len += n;
+    c->body_left -= n;
+    return c->body_left == 0;
+}
+
+/*
+ * One step of chunked decoding. Returns 1 to continue, 0 to wait for bytes
+ * (or when the request was dispatched or rejected).
+ */
+static int conn_chunked_step(struct httpd_conn *c)
+{
+    struct httpd_req *r = c->req;
+    char line[CHUNK_LINE_MAX];
+    size_t n = 0;
+    uint64_t size;
+    int rc = 0;
+    switch (c->chunk) {
+    case CH_SIZE:
+        if ((rc = conn_read_line(c, line, sizeof(line), &n)) <= 0)
+            break;
+        if (parse_chunk_size(line, n, &size) < 0) {
+            rc = -1;
+            break;
+        }
+        if (size > c->h->conf.max_body_size - r->cbody.len) {
+            conn_too_large(c);
+            return 0;
+        }
+        c->body_left = size;
+        c->chunk = size == 0 ? CH_TRAILER : CH_DATA;
+        return 1;
+    case CH_DATA:
+        if (conn_read_chunk_data(c) == 0)
+            return 0;
+        c->chunk = CH_DATA_END;
+        return 1;
+    case CH_DATA_END:
+        if ((rc = conn_read_line(c, line, sizeof(line), &n)) > 0 && n != 0)
+            rc = -1;
+        if (rc > 0)
+            c->chunk = CH_SIZE;
+        break;
+    case CH_TRAILER:
+        if ((rc = conn_read_line(c, line, sizeof(line), &n)) <= 0)
+            break;
+        c->trailer_bytes += n + 2;
+        if (c->trailer_bytes > c->h->conf.max_header_size) {
+            conn_error(c, 431);
+            return 0;
+        }
+        if (n == 0) {
+            r->body = pc_buf_cstr(&r->cbody);
+            r->body_len = r->cbody.len;
+            conn_dispatch(c);
+            return 0;
+        }
+        return 1; /* trailer field: discarded */
+    }
+    if (rc < 0)
+        conn_error(c, 400);
+    return rc > 0;
+}
+
+static int conn_read_length(struct httpd_conn *c)
+{
+    struct httpd_req *r = c->req;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t n = (size_t)PC_MIN((uint64_t)evbuffer_get_length(in), c->body_left);
+    if (n != 0) {
+        evbuffer_remove(in, r->body + r->body_len, n);
+        r->body_len += n;
+        c->body_left -= n;
+    }
+    if (c->body_left == 0) {
+        r->body[r->body_len] = '\0';
+        conn_dispatch(c);
+    }
+    return 0;
+}
+
+static int conn_read_body(struct httpd_conn *c)
+{
+    if (!c->req->chunked_in)
+        return conn_read_length(c);
+    while (c->state == C_BODY && conn_chunked_step(c) > 0)
+        ;
+    return 0;
+}
+
+/* Advance through IDLE, HEAD and BODY as far as the buffered input allows. */
+static void conn_process(struct httpd_conn *c)
+{
+    for (;;) {
+        int rc;
+        if (c->state == C_IDLE)
+            rc = conn_start_head(c);
+        else if (c->state == C_HEAD)
+            rc = conn_read_head(c);
+        else if (c->state == C_BODY)
+            rc = conn_read_body(c);
+        else
+            return;
+        if (rc <= 0)
+            return;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* bufferevent and timer callbacks                                           */
+
+static void conn_discard_input(struct httpd_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t n = evbuffer_get_length(in);
+    evbuffer_drain(in, n);
+    if (c->state == C_LINGER) {
+        c->linger_bytes += n;
+        if (c->linger_bytes > LINGER_BYTES)
+            conn_kill(c);
+    }
+}
+
+static void conn_read_cb(struct bufferevent *bev, void *arg)
+{
+    struct httpd_conn *c = arg;
+    (void)bev;
+    PC_CHECK_OBJ(c, CONN_MAGIC);
+    switch (c->state) {
+    case C_IDLE:
+    case C_HEAD:
+    case C_BODY:
+        conn_process(c);
+        break;
+    case C_CLOSING:
+    case C_LINGER:
+        conn_discard_input(c);
+        break;
+    default:
+        break; /* handled later; reading stops at the read high-watermark */
+    }
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *arg)
+{
+    struct httpd_conn *c = arg;
+    PC_CHECK_OBJ(c, CONN_MAGIC);
+    size_t queued = evbuffer_get_length(bufferevent_get_output(bev));
+    struct httpd_req *r = c->req;
+    if (queued == 0 && c->write_armed) {
+        c->write_armed = false;
+        bufferevent_disable(bev, EV_WRITE);
+    }
+    switch (c->state) {
+    case C_HANDLER:
+        if (r->started && r->drain_fn != NULL && !r->finished && queued <= r->drain_low)
+            r->drain_fn(r, r->drain_arg);
+        break;
+    case C_WAIT_OUT:
+        if (queued == 0) {
+            c->state = C_NEXT;
+            conn_schedule(c);
+        }
+        break;
+    case C_CLOSING:
+        if (queued == 0)
+            conn_linger(c);
+        break;
+    default:
+        break;
+    }
+}
+
+static void conn_on_eof(struct httpd_conn *c)
+{
+    c->eof = true;
+    switch (c->state) {
+    case C_NEXT:
+    case C_WAIT_OUT:
+        conn_start_close(c); /* flush what was answered, then close */
+        break;
+    case C_CLOSING:
+        if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+            conn_kill(c);
+        break;
+    default:
+        if (c->state == C_HANDLER)
+            log_debug("httpd: %s: client closed during its request", conn_peer(c));
+        conn_kill(c);
+        break;
+    }
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    struct httpd_conn *c = arg;
+    (void)bev;
+    PC_CHECK_OBJ(c, CONN_MAGIC);
+    if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
+        log_debug("httpd: %s: connection %s", conn_peer(c),
+                  (what & BEV_EVENT_TIMEOUT) ? "write timeout" : "error");
+        conn_kill(c);
+    } else if (what & BEV_EVENT_EOF) {
+        conn_on_eof(c);
+    }
+}
+
+static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct httpd_conn *c = arg;
+    (void)fd;
+    (void)what;
+    PC_CHECK_OBJ(c, CONN_MAGIC);
+    switch (c->state) {
+    case C_IDLE:
+    case C_HEAD:
+    case C_BODY:
+    case C_LINGER:
+        log_debug("httpd: %s: timeout in state %d", conn_peer(c), (int)c->state);
+        conn_kill(c);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Accepting                                                                 */
+
+static struct timeval tv_from_secs(double secs)
+{
+    struct timeval tv;
+    tv.tv_sec = (time_t)secs;
+    tv.tv_usec = (suseconds_t)((secs - (double)tv.tv_sec) * 1e6);
+    return tv;
+}
+
+static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockaddr *sa, int salen)
+{
+    struct bufferevent *bev = bufferevent_socket_new(h->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (bev == NULL) {
+        log_warn("httpd: cannot create a bufferevent; dropping connection");
+        evutil_closesocket(fd);
+        return;
+    }
+    struct httpd_conn *c = pc_calloc(1, sizeof(*c));
+    c->magic = CONN_MAGIC;
+    c->h = h;
+    c->bev = bev;
+    c->timer = event_new(h->base, -1, 0, conn_timer_cb, c);
+    c->defer = event_new(h->base, -1, 0, conn_deferred_cb, c);
+    if (c->timer == NULL || c->defer == NULL) {
+        log_error("httpd: out of memory creating connection events");
+        abort();
+    }
+    c->salen = (socklen_t)PC_MIN((size_t)salen, sizeof(c->sa));
+    memcpy(&c->sa, sa, c->salen);
+    c->next = h->conns;
+    if (h->conns != NULL)
+        h->conns->prev = c;
+    h->conns = c;
+    h->nconns++;
+    if (h->st != NULL)
+        stats_add(h->st, STAT_connections_active, 1);
+
+    bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+    bufferevent_setwatermark(bev, EV_READ, 0, PC_MAX(READ_AHEAD, h->conf.max_header_size));
+    bufferevent_set_max_single_read(bev, READ_AHEAD);
+    if (h->conf.write_timeout > 0) {
+        struct timeval wtv = tv_from_secs(h->conf.write_timeout);
+        bufferevent_set_timeouts(bev, NULL, &wtv);
+    }
+    bufferevent_disable(bev, EV_WRITE); /* enabled by default; see conn_flush */
+    bufferevent_enable(bev, EV_READ);
+    c->state = C_IDLE;
+    conn_arm_timer(c, h->conf.read_timeout); /* a new connection owes us a request */
+}
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                      void *arg)
+{
+    struct httpd *h = arg;
+    int one = 1;
+    (void)l;
+    PC_CHECK_OBJ(h, HTTPD_MAGIC);
+    if (h->nconns >= h->conf.max_connections) {
+        evutil_closesocket(fd);
+        return;
+    }
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    conn_create(h, fd, sa, salen);
+}
+
+/* EMFILE, ENFILE, ENOBUFS...: retrying at once would spin, so pause accepting. */
+static void accept_error_cb(struct evconnlistener *l, void *arg)
+{
+    struct httpd *h = arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    PC_CHECK_OBJ(h, HTTPD_MAGIC);
+    log_warn("httpd: accept failed: %s; pausing accepts for %d ms",
+             evutil_socket_error_to_string(err), ACCEPT_PAUSE_US / 1000);
+    evconnlistener_disable(l);
+    struct timeval tv = {0, ACCEPT_PAUSE_US};
+    event_add(h->accept_timer, &tv);
+}
+
+static void accept_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct httpd *h = arg;
+    (void)fd;
+    (void)what;
+    PC_CHECK_OBJ(h, HTTPD_MAGIC);
+    if (h->listener != NULL)
+        evconnlistener_enable(h->listener);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Server                                                                    */
+
+static void conf_defaults(struct httpd_conf *c)
+{
+    if (c->max_header_size == 0)
+        c->max_header_size = DEF_MAX_HEADER_SIZE;
+    if (c->max_headers == 0)
+        c->max_headers = DEF_MAX_HEADERS;
+    if (c->max_body_size == 0)
+        c->max_body_size = DEF_MAX_BODY_SIZE;
+    if (c->read_timeout == 0)
+        c->read_timeout = DEF_READ_TIMEOUT;
+    if (c->idle_timeout == 0)
+        c->idle_timeout = DEF_IDLE_TIMEOUT;
+    if (c->write_timeout == 0)
+        c->write_timeout = DEF_WRITE_TIMEOUT;
+    if (c->max_connections == 0)
+        c->max_connections = DEF_MAX_CONNECTIONS;
+}
+
+/* A Server value goes on the wire verbatim: visible ASCII and spaces only. */
+static char *server_name_copy(const char *s)
+{
+    if (s == NULL || *s == '\0')
+        return NULL;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n; i++)
+        if (!is_value_char(s[i]) || s[i] == '\t') {
+            log_warn("httpd: server name has control characters; Server header disabled");
+            return NULL;
+        }
+    return pc_strndup(s, PC_MIN(n, (size_t)SERVER_NAME_MAX));
+}
+
+/*
+ * Zero size and count fields of conf take defaults, as do zero timeouts; a
+ * negative timeout disables that timeout. NULL if the listener cannot be set up.
+ */
+struct httpd *httpd_create(struct event_base *base, int listen_fd, const struct httpd_conf *conf,
+                           httpd_handler_fn *handler, void *handler_arg, struct stats *st)
+{
+    struct httpd *h = pc_calloc(1, sizeof(*h));
+    h->magic = HTTPD_MAGIC;
+    h->base = base;
+    h->conf = *conf;
+    conf_defaults(&h->conf);
+    h->server_name = server_name_copy(conf->server_name);
+    h->conf.server_name = h->server_name;
+    h->handler = handler;
+    h->handler_arg = handler_arg;
+    h->st = st;
+    h->spans = pc_calloc(h->conf.max_headers, sizeof(*h->spans));
+    h->accept_timer = event_new(base, -1, 0, accept_resume_cb, h);
+    if (h->accept_timer == NULL)
+        goto fail;
+    /* Shared by every worker: a blocking accept would hang the losers of a race. */
+    if (evutil_make_socket_nonblocking(listen_fd) < 0)
+        goto fail;
+    h->listener = evconnlistener_new(base, accept_cb, h, LEV_OPT_CLOSE_ON_EXEC, 0, listen_fd);
+    if (h->listener == NULL)
+        goto fail;
+    evconnlistener_set_error_cb(h->listener, accept_error_cb);
+    return h;
+
+fail:
+    log_error("httpd: cannot listen on fd %d", listen_fd);
+    if (h->accept_timer != NULL)
+        event_free(h->accept_timer);
+    free(h->spans);
+    free(h->server_name);
+    h->magic = 0;
+    free(h);
+    return NULL;
+}
+
+void httpd_stop_accepting(struct httpd *h)
+{
+    PC_CHECK_OBJ(h, HTTPD_MAGIC);
+    h->stopping = true;
+    if (h->listener != NULL) {
+        evconnlistener_free(h->listener); /* the fd stays open: other workers use it */
+        h->listener = NULL;
+    }
+    event_del(h->accept_timer);
+    for (struct httpd_conn *c = h->conns; c != NULL; c = c->next)
+        if (c->state == C_IDLE)
+            conn_kill(c);
+}
+
+size_t httpd_active_requests(const struct httpd *h)
+{
+    PC_CHECK_OBJ(h, HTTPD_MAGIC);
+    return h->nactive;
+}
+
+size_t httpd_connection_count(const struct httpd *h)
+{
+    PC_CHECK_OBJ(h, HTTPD_MAGIC);
+    return h->nconns;
+}
+
+/* Must not be called from inside one of this httpd's callbacks. */
+void httpd_destroy(struct httpd **hp)
+{
+    struct httpd *h = *hp;
+    if (h == NULL)
+        return;
+    PC_CHECK_OBJ(h, HTTPD_MAGIC);
+    if (h->listener != NULL)
+        evconnlistener_free(h->listener);
+    h->listener = NULL;
+    event_free(h->accept_timer);
+    while (h->conns != NULL) {
+        struct httpd_conn *c = h->conns;
+        struct httpd_req *r = c->req;
+        if (r != NULL && r->dispatched && !r->finished && !r->close_called) {
+            r->gone = true;
+            r->close_called = true;
+            if (r->close_fn != NULL)
+                r->close_fn(r, r->close_arg);
+        }
+        conn_free(c);
+    }
+    free(h->spans);
+    free(h->server_name);
+    h->magic = 0;
+    free(h);
+    *hp = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Request accessors                                                         */
+
+const char *httpd_req_method(const struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    return r->method;
+}
+
+const char *httpd_req_target(const struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    return r->target;
+}
+
+const char *httpd_req_path(const struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    return r->path;
+}
+
+const char *httpd_req_query(const struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    return r->query;
+}
+
+int httpd_req_minor_version(const struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    return r->minor;
+}
+
+const char *httpd_req_header(const struct httpd_req *r, const char *name)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    for (size_t i = 0; i < r->nheaders; i++)
+        if (pc_strcaseeq(r->headers[i].name, name))
+            return r->headers[i].value;
+    return NULL;
+}
+
+size_t httpd_req_header_count(const struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    return r->nheaders;
+}
+
+const struct httpd_header *httpd_req_header_at(const struct httpd_req *r, size_t i)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    return i < r->nheaders ? &r->headers[i] : NULL;
+}
+
+const char *httpd_req_body(const struct httpd_req *r, size_t *len)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    if (len != NULL)
+        *len = r->body != NULL ? r->body_len : 0;
+    return r->body != NULL ? r->body : "";
+}
+
+enum httpd_req_error httpd_req_error(const struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    return r->error;
+}
+
+const char *httpd_req_peer(const struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    return conn_peer(r->conn);
+}
+
+uint64_t httpd_req_start_us(const struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    return r->start_us;
+}
+
+void httpd_req_set_data(struct httpd_req *r, void *data)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    r->data = data;
+}
+
+void *httpd_req_get_data(const struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    return r->data;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Replies                                                                   */
+
+/* Headers httpd writes itself; a handler's copy would contradict them. */
+static bool reserved_header(const char *name)
+{
+    return pc_strcaseeq(name, "content-length") || pc_strcaseeq(name, "transfer-encoding") ||
+           pc_strcaseeq(name, "connection") || pc_strcaseeq(name, "date");
+}
+
+static bool valid_header(const char *name, const char *value)
+{
+    if (*name == '\0')
+        return false;
+    for (const char *p = name; *p != '\0'; p++)
+        if (!is_tchar(*p))
+            return false;
+    for (const char *p = value; *p != '\0'; p++)
+        if (!is_value_char(*p)) /* CR/LF would allow response splitting */
+            return false;
+    return true;
+}
+
+void httpd_add_header(struct httpd_req *r, const char *name, const char *value)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    if (r->started || r->finished || r->gone)
+        return;
+    if (!valid_header(name, value) || reserved_header(name)) {
+        log_warn("httpd: reply header dropped (invalid or set by httpd)");
+        return;
+    }
+    struct pc_buf *b = &r->conn->hdrs;
+    size_t nl = strlen(name), vl = strlen(value);
+    pc_buf_reserve(b, nl + vl + 4);
+    pc_buf_append(b, name, nl);
+    pc_buf_append(b, ": ", 2);
+    pc_buf_append(b, value, vl);
+    pc_buf_append(b, "\r\n", 2);
+}
+
+/* Whether this reply can promise keep-alive; also what the finish will do. */
+static bool reply_keep_alive(const struct httpd_req *r)
+{
+    const struct httpd_conn *c = r->conn;
+    return r->keep_alive && !c->h->stopping && !c->eof && r->error == HTTPD_REQ_OK;
+}
+
+/* The reply is complete: on to the next request or to closing (via the deferred event). */
+static void req_finish(struct httpd_req *r)
+{
+    struct httpd_conn *c = r->conn;
+    r->finished = true;
+    c->h->nactive--;
+    if (r->gone)
+        return; /* the connection is dead; its deferred event frees r */
+    r->drain_fn = NULL;
+    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+    if (r->keep_alive && !c->h->stopping)
+        c->state = C_NEXT;
+    else
+        conn_start_close(c);
+    conn_schedule(c);
+}
+
+void httpd_reply(struct httpd_req *r, int status, const void *body, size_t len)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    if (r->finished)
+        return;
+    if (r->started) { /* misuse: finish the stream with it */
+        httpd_reply_chunk(r, body, len);
+        httpd_reply_end(r);
+        return;
+    }
+    r->started = true;
+    if (!r->gone) {
+        bool no_body = status < 200 || status == 204 || status == 304;
+        bool send_body = !no_body && !r->is_head && len != 0;
+        r->keep_alive = reply_keep_alive(r);
+        write_head(r->conn, status, no_body ? FRAME_NONE : FRAME_LENGTH, len, r->keep_alive,
+                   send_body ? len : 0);
+        if (send_body)
+            evbuffer_add(bufferevent_get_output(r->conn->bev), body, len);
+        conn_flush(r->conn, true);
+    }
+    req_finish(r);
+}
+
+void httpd_reply_start(struct httpd_req *r, int status)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    if (r->started || r->finished)
+        return;
+    r->started = true;
+    if (r->gone)
+        return;
+    r->keep_alive = reply_keep_alive(r);
+    enum frame fr = FRAME_CHUNKED;
+    if (r->minor == 0) {
+        fr = FRAME_CLOSE;
+        r->keep_alive = false;
+    }
+    r->chunked_out = fr == FRAME_CHUNKED;
+    write_head(r->conn, status, fr, 0, r->keep_alive, 0);
+    conn_flush(r->conn, false);
+}
+
+void httpd_reply_chunk(struct httpd_req *r, const void *data, size_t len)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    if (!r->started || r->finished || r->gone || r->is_head || len == 0)
+        return;
+    struct evbuffer *out = bufferevent_get_output(r->conn->bev);
+    if (!r->chunked_out) {
+        evbuffer_add(out, data, len);
+        conn_flush(r->conn, false);
+        return;
+    }
+    char hex[24];
+    int n = snprintf(hex, sizeof(hex), "%zx\r\n", len);
+    if (len <= EXPAND_MAX)
+        evbuffer_expand(out, (size_t)n + len + 2);
+    evbuffer_add(out, hex, (size_t)n);
+    evbuffer_add(out, data, len);
+    evbuffer_add(out, "\r\n", 2);
+    conn_flush(r->conn, false);
+}
+
+void httpd_reply_end(struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    if (r->finished)
+        return;
+    if (!r->started)
+        httpd_reply_start(r, 200);
+    if (!r->gone && r->chunked_out && !r->is_head)
+        evbuffer_add(bufferevent_get_output(r->conn->bev), "0\r\n\r\n", 5);
+    if (!r->gone)
+        conn_flush(r->conn, true);
+    req_finish(r);
+}
+
+/*
+ * Finish r by closing the connection after what is already queued, without
+ * the last chunk, so an HTTP/1.1 client sees the stream as truncated. (An
+ * HTTP/1.0 stream is close-delimited: there truncation cannot be told.)
+ */
+void httpd_reply_abort(struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    if (r->finished)
+        return;
+    r->started = true;
+    r->keep_alive = false;
+    req_finish(r);
+}
+
+size_t httpd_reply_queued(const struct httpd_req *r)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    if (r->gone)
+        return 0;
+    return evbuffer_get_length(bufferevent_get_output(r->conn->bev));
+}
+
+void httpd_set_drain_cb(struct httpd_req *r, size_t lowmark, httpd_req_fn *fn, void *arg)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    r->drain_fn = fn;
+    r->drain_arg = arg;
+    r->drain_low = lowmark;
+    if (!r->gone && !r->finished)
+        bufferevent_setwatermark(r->conn->bev, EV_WRITE, fn != NULL ? lowmark : 0, 0);
+}
+
+void httpd_set_close_cb(struct httpd_req *r, httpd_req_fn *fn, void *arg)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    r->close_fn = fn;
+    r->close_arg = arg;
+}

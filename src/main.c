@@ -1,0 +1,146 @@
+/*
+ * main.c - wires the modules together: command line, configuration, logs,
+ * library set-up, then the server or a subcommand; teardown in reverse.
+ *
+ *   promptcache [CONFIG-FILE] [--key value ...]      run the proxy
+ *   promptcache -t [CONFIG-FILE] [--key value ...]   check the configuration
+ *   promptcache migrate [CONFIG-FILE] [--key value ...] [--dry-run]
+ *   promptcache --version | --help | --sample-config | --metrics-doc
+ */
+#include "pc_conf.h"
+#include "pc_log.h"
+#include "pc_migrate.h"
+#include "pc_server.h"
+#include "pc_stats.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <event2/thread.h>
+
+enum command {
+    CMD_RUN,
+    CMD_CHECK,
+    CMD_MIGRATE,
+};
+
+struct cli {
+    enum command cmd;
+    const char *config;
+    bool dry_run;
+    int nopts;
+    char **opts; /* --key value ... handed to conf_load */
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: promptcache [CONFIG-FILE] [--key value ...]\n"
+               "       promptcache -t [CONFIG-FILE] [--key value ...]   check the configuration\n"
+               "       promptcache migrate [CONFIG-FILE] [--key value ...] [--dry-run]\n"
+               "       promptcache --version | --help | --sample-config | --metrics-doc\n");
+}
+
+static int print_buf(void (*fn)(struct pc_buf *))
+{
+    struct pc_buf b = PC_BUF_INIT;
+    fn(&b);
+    fwrite(b.data, 1, b.len, stdout);
+    pc_buf_free(&b);
+    return 0;
+}
+
+/* Returns -1 to continue with cli filled in, or an exit status. */
+static int parse_cli(int argc, char **argv, struct cli *cli)
+{
+    int i = 1;
+    if (i < argc && strcmp(argv[i], "migrate") == 0) {
+        cli->cmd = CMD_MIGRATE;
+        i++;
+    }
+    for (int j = i; j < argc; j++) {
+        if (strcmp(argv[j], "--version") == 0 || strcmp(argv[j], "-v") == 0) {
+            printf("promptcache %s\n", PC_VERSION);
+            return 0;
+        }
+        if (strcmp(argv[j], "--help") == 0 || strcmp(argv[j], "-h") == 0) {
+            usage(stdout);
+            return print_buf(conf_write_help);
+        }
+        if (strcmp(argv[j], "--sample-config") == 0)
+            return print_buf(conf_write_sample);
+        if (strcmp(argv[j], "--metrics-doc") == 0)
+            return print_buf(stats_render_doc);
+    }
+    cli->opts = pc_calloc((size_t)argc, sizeof(char *));
+    for (; i < argc; i++) {
+        if (strcmp(argv[i], "-t") == 0 && cli->cmd == CMD_RUN) {
+            cli->cmd = CMD_CHECK;
+        } else if (strcmp(argv[i], "--dry-run") == 0 && cli->cmd == CMD_MIGRATE) {
+            cli->dry_run = true;
+        } else if (argv[i][0] != '-' && cli->config == NULL && cli->nopts == 0) {
+            cli->config = argv[i];
+        } else {
+            cli->opts[cli->nopts++] = argv[i];
+        }
+    }
+    return -1;
+}
+
+static struct conf *load_conf(const struct cli *cli)
+{
+    struct conf *c = conf_create();
+    struct pc_buf errs = PC_BUF_INIT;
+    int n = conf_load(c, cli->config, cli->nopts, cli->opts, &errs);
+    if (n > 0) {
+        fwrite(errs.data, 1, errs.len, stderr);
+        fprintf(stderr, "promptcache: %d configuration error%s\n", n, n == 1 ? "" : "s");
+        conf_destroy(&c);
+    }
+    pc_buf_free(&errs);
+    return c;
+}
+
+static void *json_malloc(size_t n)
+{
+    return pc_malloc(n);
+}
+
+int main(int argc, char **argv)
+{
+    struct cli cli = {0};
+    int status = parse_cli(argc, argv, &cli);
+    if (status >= 0)
+        return status;
+    struct conf *c = load_conf(&cli);
+    if (c == NULL) {
+        free(cli.opts);
+        return 1;
+    }
+    if (cli.cmd == CMD_CHECK) {
+        printf("configuration OK%s%s\n", cli.config ? ": " : "", cli.config ? cli.config : "");
+        status = 0;
+    } else if (cli.cmd == CMD_MIGRATE) {
+        status = migrate_cli(c, cli.dry_run);
+    } else {
+        char err[256];
+        if (log_init(c->log_level, c->log_file, c->access_log, err, sizeof(err)) < 0) {
+            fprintf(stderr, "promptcache: %s\n", err);
+            status = 1;
+        } else {
+            cJSON_Hooks hooks = {json_malloc, free};
+            cJSON_InitHooks(&hooks);
+            signal(SIGPIPE, SIG_IGN);
+            evthread_use_pthreads();
+            curl_global_init(CURL_GLOBAL_DEFAULT);
+            status = server_run(c);
+            curl_global_cleanup();
+            log_teardown();
+        }
+    }
+    conf_destroy(&c);
+    free(cli.opts);
+    return status;
+}

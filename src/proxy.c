@@ -1,0 +1,854 @@
+/*
+ * proxy.c - the request state machine (one struct preq per client request).
+ *
+ *   RECV ──own path──▶ admin_handle
+ *     │ other path ─────────────────────────────────┐
+ *     ▼ API endpoint                                 │
+ *   PARSE (content type, JSON, fields, controls, keys)
+ *     │ mode off / no-cache / Redis not ready        │
+ *     ▼                                              ▼
+ *   LOOKUP (Redis GET) ──hit──▶ serve HIT      FETCH (subscribe to a flight;
+ *     │ miss/expired/error ───────────────────▶  the leader starts the fetch)
+ *                                                    │
+ *                                                 DELIVER (whole JSON, or a
+ *                                                  stream relayed as it comes)
+ *
+ * Every asynchronous completion (Redis reply, flight notification, client
+ * drain, client hang-up) re-enters one small function. Ownership: the preq
+ * owns its parsed body, keys and the handles of its outstanding operations
+ * (lookup, subscription); it is freed through a deferred event once the reply
+ * is finished (or the client is gone) and nothing is outstanding.
+ */
+#include "pc_proxy.h"
+#include "pc_admin.h"
+#include "pc_canon.h"
+#include "pc_conf.h"
+#include "pc_entry.h"
+#include "pc_fetch.h"
+#include "pc_flight.h"
+#include "pc_httpd.h"
+#include "pc_log.h"
+#include "pc_sse.h"
+#include "pc_store.h"
+#include "pc_worker.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#define PREQ_MAGIC      0x50524551u  /* "PREQ" */
+#define CLIENT_HIGH     (256 * 1024) /* stop relaying while this much is queued to the client */
+#define CLIENT_LOW      (64 * 1024)
+#define RELAY_CHUNK     (64 * 1024)
+#define MAX_FWD_HEADERS 128
+
+enum preq_state {
+    PREQ_RECV = 0,
+    PREQ_LOOKUP,
+    PREQ_FETCH,
+    PREQ_DELIVER,
+    PREQ_DONE,
+};
+
+enum cache_mode {
+    MODE_ON = 0, /* exact (and semantic, when built) */
+    MODE_OFF,
+};
+
+struct preq {
+    unsigned magic;
+    struct worker *w;
+    struct httpd_req *hr; /* NULL once the reply is finished or the client is gone */
+    enum preq_state state;
+    char id[32];
+    uint64_t start_us;
+    uint64_t upstream_start_us;
+    uint64_t upstream_us;
+
+    /* What was asked. */
+    enum api_endpoint ep;
+    enum api_dialect dialect;
+    cJSON *body;
+    bool stream;
+    bool include_usage;
+    size_t bytes_in;
+
+    /* Cache controls. */
+    enum cache_mode mode;
+    bool no_cache;
+    bool no_store;
+    int64_t max_age; /* seconds, -1 = any */
+    int64_t ttl;     /* seconds */
+    bool key_unsafe; /* the key cannot tell this body from another: bypass */
+
+    /* Keys. */
+    unsigned char tenant[PC_SHA256_LEN];
+    char tenant_id[TENANT_ID_LEN + 1];
+    struct canon_keys keys;
+    bool have_keys;
+    char store_key[ENTRY_KEY_MAX];
+
+    /* Outstanding operations. */
+    struct store_cmd *lookup;
+    struct flight_sub *sub;
+
+    /* Delivery. */
+    const char *cache_status; /* HIT MISS BYPASS REFRESH */
+    bool relay_streamed;      /* relay chunks as they come (else whole answer) */
+    bool started;             /* streamed reply head sent */
+    struct pc_buf resp;       /* whole-answer accumulation / relay chunk */
+    int status;
+    size_t bytes_out;
+    char upstream[128];
+    bool aborted;
+};
+
+static void preq_on_flight(struct flight_sub *sub, void *arg);
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+static void preq_free_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct preq *r = arg;
+    PC_CHECK_OBJ(r, PREQ_MAGIC);
+    struct worker *w = r->w;
+    cJSON_Delete(r->body);
+    canon_keys_free(&r->keys);
+    pc_buf_free(&r->resp);
+    r->magic = 0;
+    free(r);
+    stats_add(&w->stats, STAT_requests_active, -1);
+    worker_check_idle(w);
+}
+
+static void access_log(const struct preq *r, const char *method, const char *path)
+{
+    if (!log_access_enabled())
+        return;
+    struct pc_buf b = PC_BUF_INIT;
+    char ts[96];
+    int64_t now = pc_wall_ms();
+    time_t secs = (time_t)(now / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    snprintf(ts, sizeof(ts), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(now % 1000));
+    const char *model = r->body ? api_model(r->body) : NULL;
+    pc_buf_printf(&b, "{\"ts\":\"%s\",\"id\":\"%s\",\"tenant\":", ts, r->id);
+    pc_buf_json_str(&b, r->tenant_id[0] ? r->tenant_id : "-", r->tenant_id[0] ? TENANT_ID_LEN : 1);
+    pc_buf_append_str(&b, ",\"method\":");
+    pc_buf_json_str(&b, method, strlen(method));
+    pc_buf_append_str(&b, ",\"path\":");
+    pc_buf_json_str(&b, path, strlen(path));
+    pc_buf_printf(&b, ",\"endpoint\":\"%s\",\"model\":", api_endpoint_name(r->ep));
+    if (model != NULL)
+        pc_buf_json_str(&b, model, PC_MIN(strlen(model), 200));
+    else
+        pc_buf_append_str(&b, "null");
+    pc_buf_printf(&b, ",\"status\":%d,\"cache\":\"%s\",\"stream\":%s,\"upstream\":", r->status,
+                  r->cache_status ? r->cache_status : "-", r->stream ? "true" : "false");
+    if (r->upstream[0])
+        pc_buf_json_str(&b, r->upstream, strlen(r->upstream));
+    else
+        pc_buf_append_str(&b, "null");
+    pc_buf_printf(&b,
+                  ",\"ms\":%.3f,\"upstream_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%zu,"
+                  "\"aborted\":%s}",
+                  (double)(pc_mono_us() - r->start_us) / 1000.0, (double)r->upstream_us / 1000.0,
+                  r->bytes_in, r->bytes_out, r->aborted ? "true" : "false");
+    log_access(b.data, b.len);
+    pc_buf_free(&b);
+}
+
+/*
+ * The reply is finished or the client is gone: log once, and free when no
+ * operation is outstanding (they are cancelled synchronously, so that is now).
+ */
+static void preq_finish(struct preq *r, const char *method, const char *path)
+{
+    if (r->state == PREQ_DONE)
+        return;
+    r->state = PREQ_DONE;
+    store_cancel(&r->lookup);
+    flight_unsubscribe(&r->sub);
+    access_log(r, method, path);
+    static const struct timeval zero = {0, 0};
+    if (event_base_once(r->w->base, -1, EV_TIMEOUT, preq_free_cb, r, &zero) < 0) {
+        log_error("cannot schedule a request free; leaking it");
+    }
+}
+
+/*
+ * Method and path are needed for the access log after hr is gone; they are
+ * copied when the request ends (hr strings die with hr).
+ */
+static void preq_end(struct preq *r)
+{
+    char method[16], path[512];
+    snprintf(method, sizeof(method), "%s", r->hr ? httpd_req_method(r->hr) : "-");
+    snprintf(path, sizeof(path), "%s", r->hr ? httpd_req_path(r->hr) : "-");
+    r->hr = NULL;
+    preq_finish(r, method, path);
+}
+
+static void preq_on_close(struct httpd_req *hr, void *arg)
+{
+    struct preq *r = arg;
+    PC_CHECK_OBJ(r, PREQ_MAGIC);
+    (void)hr;
+    r->aborted = true;
+    if (r->status == 0)
+        r->status = 499; /* nginx's "client closed request" */
+    stats_incr(&r->w->stats, STAT_client_aborts);
+    log_write(PC_LOG_INFO, r->id, "client went away before the answer was complete");
+    preq_end(r);
+}
+
+/* ---- replies ------------------------------------------------------------ */
+
+static void add_cache_headers(struct preq *r)
+{
+    if (r->cache_status != NULL)
+        httpd_add_header(r->hr, "X-Cache-Status", r->cache_status);
+    if (r->upstream[0] && strcmp(r->cache_status ? r->cache_status : "", "HIT") != 0)
+        httpd_add_header(r->hr, "X-Upstream", r->upstream);
+}
+
+static void reply_whole(struct preq *r, int status, const char *ctype, const char *body, size_t len)
+{
+    if (ctype != NULL)
+        httpd_add_header(r->hr, "Content-Type", ctype);
+    r->status = status;
+    r->bytes_out += len;
+    httpd_reply(r->hr, status, body, len);
+    preq_end(r);
+}
+
+/* An error of the proxy's own, in the shape of the API that was called. */
+static void reply_error(struct preq *r, int status, const char *fmt, ...) PC_PRINTF(3, 4);
+static void reply_error(struct preq *r, int status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (status >= 400 && status < 500)
+        stats_incr(&r->w->stats, STAT_client_errors);
+    struct pc_buf b = PC_BUF_INIT;
+    api_error_body(r->dialect, status, msg, &b);
+    add_cache_headers(r);
+    reply_whole(r, status, "application/json", b.data, b.len);
+    pc_buf_free(&b);
+}
+
+/* ---- request parsing ---------------------------------------------------- */
+
+static bool is_json_media_type(const char *ct)
+{
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    size_t n = strcspn(ct, "; \t");
+    if (n == 16 && pc_strncaseeq(ct, "application/json", 16))
+        return true;
+    /* application/<something>+json */
+    return n > 17 && pc_strncaseeq(ct, "application/", 12) && pc_strncaseeq(ct + n - 5, "+json", 5);
+}
+
+/* Parse Cache-Control request directives; -1 with msg on a bad max-age. */
+static int parse_cache_control(struct preq *r, const char *cc, char *msg, size_t msglen)
+{
+    while (*cc) {
+        while (*cc == ' ' || *cc == '\t' || *cc == ',')
+            cc++;
+        size_t n = strcspn(cc, ",");
+        size_t tl = n;
+        while (tl > 0 && (cc[tl - 1] == ' ' || cc[tl - 1] == '\t'))
+            tl--;
+        if (tl == 8 && pc_strncaseeq(cc, "no-cache", 8)) {
+            r->no_cache = true;
+        } else if (tl == 8 && pc_strncaseeq(cc, "no-store", 8)) {
+            r->no_store = true;
+        } else if (tl > 8 && pc_strncaseeq(cc, "max-age=", 8)) {
+            char val[32];
+            snprintf(val, sizeof(val), "%.*s", (int)(tl - 8), cc + 8);
+            int64_t v;
+            if (pc_parse_i64(val, &v) < 0 || v < 0) {
+                snprintf(msg, msglen, "Cache-Control max-age must be a non-negative integer");
+                return -1;
+            }
+            r->max_age = v;
+        }
+        cc += n;
+    }
+    return 0;
+}
+
+static bool valid_namespace(const char *ns)
+{
+    size_t n = strlen(ns);
+    if (n == 0 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)ns[i]) && ns[i] != '.' && ns[i] != '_' && ns[i] != '-')
+            return false;
+    return true;
+}
+
+static bool namespace_shared(const struct conf *c, const char *ns)
+{
+    for (size_t i = 0; i < c->shared_namespaces.n; i++)
+        if (strcmp(c->shared_namespaces.v[i], ns) == 0)
+            return true;
+    return false;
+}
+
+/* X-Cache-* and Cache-Control request headers; -1 with msg if one is invalid. */
+static int parse_controls(struct preq *r, char *msg, size_t msglen)
+{
+    const struct conf *c = r->w->conf;
+    r->max_age = -1;
+    r->ttl = c->cache_ttl;
+    const char *v = httpd_req_header(r->hr, "Cache-Control");
+    if (v != NULL && parse_cache_control(r, v, msg, msglen) < 0)
+        return -1;
+    if ((v = httpd_req_header(r->hr, "X-Cache-Mode")) != NULL) {
+        if (pc_strcaseeq(v, "off"))
+            r->mode = MODE_OFF;
+        else if (pc_strcaseeq(v, "exact") || pc_strcaseeq(v, "semantic"))
+            r->mode = MODE_ON;
+        else
+            return snprintf(msg, msglen, "X-Cache-Mode must be off, exact or semantic"), -1;
+    }
+    if ((v = httpd_req_header(r->hr, "X-Cache-TTL")) != NULL) {
+        int64_t ttl;
+        if (pc_parse_i64(v, &ttl) < 0 || ttl < 0 || ttl > c->cache_max_ttl)
+            return snprintf(msg, msglen, "X-Cache-TTL must be an integer from 0 to %lld seconds",
+                            (long long)c->cache_max_ttl),
+                   -1;
+        r->ttl = ttl;
+        if (ttl == 0)
+            r->no_store = true;
+    }
+    if ((v = httpd_req_header(r->hr, "X-Cache-Threshold")) != NULL) {
+        double t;
+        if (pc_parse_double(v, &t) < 0 || t < 0 || t > 1)
+            return snprintf(msg, msglen, "X-Cache-Threshold must be a number from 0 to 1"), -1;
+    }
+    if ((v = httpd_req_header(r->hr, "X-Cache-Namespace")) != NULL && !valid_namespace(v))
+        return snprintf(msg, msglen,
+                        "X-Cache-Namespace must be 1-64 characters of A-Z a-z 0-9 . _ -"),
+               -1;
+    return 0;
+}
+
+/* Tenant = hash of the client's credentials, or of a shared namespace. */
+static void compute_tenant(struct preq *r)
+{
+    const char *ns = httpd_req_header(r->hr, "X-Cache-Namespace");
+    struct pc_buf cred = PC_BUF_INIT;
+    if (ns != NULL && namespace_shared(r->w->conf, ns)) {
+        pc_buf_printf(&cred, "namespace=%s\n", ns);
+    } else {
+        static const char *const names[] = {"authorization", "x-api-key", "api-key"};
+        for (size_t i = 0; i < PC_ARRAY_LEN(names); i++) {
+            const char *v = httpd_req_header(r->hr, names[i]);
+            if (v != NULL)
+                pc_buf_printf(&cred, "%s=%s\n", names[i], v);
+        }
+    }
+    canon_tenant(cred.len ? pc_buf_cstr(&cred) : "", r->tenant);
+    /* Credentials never outlive this function. */
+    if (cred.data != NULL)
+        memset(cred.data, 0, cred.cap);
+    pc_buf_free(&cred);
+    char hex[2 * PC_SHA256_LEN + 1];
+    pc_hex(r->tenant, PC_SHA256_LEN, hex);
+    memcpy(r->tenant_id, hex, TENANT_ID_LEN);
+    r->tenant_id[TENANT_ID_LEN] = '\0';
+}
+
+/* Request headers that change the answer without being in the body. */
+static void compute_variant(struct preq *r, struct pc_buf *out)
+{
+    static const char *const names[] = {"anthropic-version", "anthropic-beta", "openai-beta"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(names); i++) {
+        const char *v = httpd_req_header(r->hr, names[i]);
+        if (v != NULL)
+            pc_buf_printf(out, "%s=%s\n", names[i], v);
+    }
+}
+
+static void compute_keys(struct preq *r)
+{
+    struct pc_buf variant = PC_BUF_INIT;
+    compute_variant(r, &variant);
+    struct canon_input in = {
+        .endpoint = r->ep,
+        .body = r->body,
+        .tenant = r->tenant,
+        .ns = httpd_req_header(r->hr, "X-Cache-Namespace"),
+        .variant = variant.len ? pc_buf_cstr(&variant) : NULL,
+    };
+    canon_keys(&in, &r->keys);
+    r->have_keys = true;
+    pc_buf_free(&variant);
+    entry_key(r->tenant_id, r->keys.exact, r->store_key);
+}
+
+/* ---- forwarding --------------------------------------------------------- */
+
+static bool in_connection_tokens(const char *conn, const char *name)
+{
+    size_t nl = strlen(name);
+    while (conn != NULL && *conn) {
+        while (*conn == ' ' || *conn == ',' || *conn == '\t')
+            conn++;
+        size_t n = strcspn(conn, ", \t");
+        if (n == nl && pc_strncaseeq(conn, name, n))
+            return true;
+        conn += n;
+    }
+    return false;
+}
+
+/* Request headers that are not forwarded upstream. */
+static bool request_header_dropped(const char *name, const char *conn_tokens, bool replace_creds)
+{
+    static const char *const dropped[] = {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "expect",
+        "accept-encoding",
+        "cache-control",
+        "pragma",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(dropped); i++)
+        if (pc_strcaseeq(name, dropped[i]))
+            return true;
+    if (pc_strncaseeq(name, "x-cache-", 8))
+        return true;
+    if (replace_creds && (pc_strcaseeq(name, "authorization") || pc_strcaseeq(name, "x-api-key") ||
+                          pc_strcaseeq(name, "api-key")))
+        return true;
+    return in_connection_tokens(conn_tokens, name);
+}
+
+/*
+ * Fill hdrs (capacity MAX_FWD_HEADERS + 2) with the headers to send upstream;
+ * auth receives the configured credential header line when one replaces the
+ * client's. Returns the count.
+ */
+static size_t forward_headers(struct preq *r, struct xfer_header *hdrs, struct pc_buf *auth)
+{
+    const struct conf *c = r->w->conf;
+    bool replace = c->upstream_key != NULL && c->upstream_key[0] != '\0';
+    const char *conn = httpd_req_header(r->hr, "Connection");
+    size_t n = 0;
+    bool have_ctype = false;
+    for (size_t i = 0; i < httpd_req_header_count(r->hr) && n < MAX_FWD_HEADERS; i++) {
+        const struct httpd_header *h = httpd_req_header_at(r->hr, i);
+        if (request_header_dropped(h->name, conn, replace))
+            continue;
+        if (pc_strcaseeq(h->name, "content-type"))
+            have_ctype = true;
+        hdrs[n].name = h->name;
+        hdrs[n].value = h->value;
+        n++;
+    }
+    if (replace) {
+        if (c->upstream_type == UPSTREAM_ANTHROPIC) {
+            hdrs[n].name = "x-api-key";
+            hdrs[n].value = c->upstream_key;
+        } else {
+            pc_buf_printf(auth, "Bearer %s", c->upstream_key);
+            hdrs[n].name = "Authorization";
+            hdrs[n].value = pc_buf_cstr(auth);
+        }
+        n++;
+    }
+    if (r->ep != API_NONE && !have_ctype) {
+        hdrs[n].name = "Content-Type";
+        hdrs[n].value = "application/json";
+        n++;
+    }
+    return n;
+}
+
+static void preq_fetch(struct preq *r, bool shared, bool store)
+{
+    struct worker *w = r->w;
+    r->state = PREQ_FETCH;
+    r->relay_streamed = r->ep == API_NONE || r->stream;
+    r->upstream_start_us = pc_mono_us();
+
+    /* Coalescing key: the exact key and the reply mode. */
+    unsigned char fkey[PC_SHA256_LEN];
+    const unsigned char *key = NULL;
+    if (shared && w->conf->coalesce && r->have_keys) {
+        unsigned char material[PC_SHA256_LEN + 1];
+        memcpy(material, r->keys.exact, PC_SHA256_LEN);
+        material[PC_SHA256_LEN] = r->stream ? 1 : 0;
+        pc_sha256(material, sizeof(material), fkey);
+        key = fkey;
+    }
+    bool leader = false;
+    r->sub = flight_subscribe(key, key == NULL && !store, w->base, preq_on_flight, r, &leader);
+    if (!leader) {
+        stats_incr(&w->stats, STAT_coalesced);
+        return;
+    }
+    struct xfer_header hdrs[MAX_FWD_HEADERS + 2];
+    struct pc_buf auth = PC_BUF_INIT;
+    size_t nh = forward_headers(r, hdrs, &auth);
+    size_t blen = 0;
+    const char *body = httpd_req_body(r->hr, &blen);
+    struct fetch_req fr = {
+        .method = httpd_req_method(r->hr),
+        .target = httpd_req_target(r->hr),
+        .headers = hdrs,
+        .nheaders = nh,
+        .body = body,
+        .body_len = blen,
+        .reqid = r->id,
+        .store_key = store ? r->store_key : NULL,
+        .ttl_ms = r->ttl * 1000,
+        .endpoint = r->ep,
+        .stream = r->stream,
+    };
+    fetch_start(w, flight_sub_flight(r->sub), &fr);
+    pc_buf_free(&auth);
+}
+
+/* ---- delivery of a fetched answer ---------------------------------------- */
+
+static void add_upstream_headers(struct preq *r, const struct flight_view *v)
+{
+    for (size_t i = 0; i < v->nhdrs; i++)
+        httpd_add_header(r->hr, v->hdrs[i].name, v->hdrs[i].value);
+    snprintf(r->upstream, sizeof(r->upstream), "%s", v->upstream ? v->upstream : "");
+    add_cache_headers(r);
+}
+
+static void deliver_failure(struct preq *r, const struct flight_view *v)
+{
+    int status = xfer_result_status((enum xfer_result)v->result);
+    if (v->result == XFER_ERR_TIMEOUT)
+        reply_error(r, status, "upstream did not answer in time (%s)",
+                    v->errmsg ? v->errmsg : "timeout");
+    else
+        reply_error(r, status, "upstream unavailable: %s", v->errmsg ? v->errmsg : "error");
+}
+
+static void deliver_whole(struct preq *r)
+{
+    struct flight_view v;
+    while (flight_sub_read(r->sub, &v, &r->resp, SIZE_MAX) > 0)
+        ;
+    if (v.state != FLIGHT_DONE)
+        return;
+    r->upstream_us = pc_mono_us() - r->upstream_start_us;
+    if (v.result != 0 || v.status == 0) {
+        deliver_failure(r, &v);
+        return;
+    }
+    add_upstream_headers(r, &v);
+    r->status = v.status;
+    r->bytes_out += r->resp.len;
+    httpd_reply(r->hr, v.status, r->resp.data, r->resp.len);
+    preq_end(r);
+}
+
+static void preq_on_drain(struct httpd_req *hr, void *arg)
+{
+    (void)hr;
+    struct preq *r = arg;
+    PC_CHECK_OBJ(r, PREQ_MAGIC);
+    if (r->sub != NULL)
+        preq_on_flight(r->sub, r);
+}
+
+static void deliver_streamed(struct preq *r)
+{
+    struct flight_view v;
+    if (!r->started) {
+        flight_sub_read(r->sub, &v, NULL, 0);
+        if (v.state == FLIGHT_PENDING)
+            return;
+        if (v.state == FLIGHT_DONE && (v.result != 0 || v.status == 0)) {
+            deliver_failure(r, &v);
+            return;
+        }
+        add_upstream_headers(r, &v);
+        r->status = v.status;
+        r->started = true;
+        httpd_set_drain_cb(r->hr, CLIENT_LOW, preq_on_drain, r);
+        httpd_reply_start(r->hr, v.status);
+    }
+    for (;;) {
+        if (httpd_reply_queued(r->hr) >= CLIENT_HIGH)
+            return; /* the drain callback brings us back */
+        pc_buf_reset(&r->resp);
+        size_t n = flight_sub_read(r->sub, &v, &r->resp, RELAY_CHUNK);
+        if (n > 0) {
+            httpd_reply_chunk(r->hr, r->resp.data, n);
+            r->bytes_out += n;
+        }
+        if (v.more)
+            continue;
+        if (v.state != FLIGHT_DONE)
+            return;
+        r->upstream_us = pc_mono_us() - r->upstream_start_us;
+        flight_unsubscribe(&r->sub);
+        if (v.result == 0) {
+            httpd_reply_end(r->hr);
+        } else {
+            /* Cut off upstream: the client must see a broken stream, not a complete one. */
+            r->aborted = true;
+            httpd_reply_abort(r->hr);
+        }
+        preq_end(r);
+        return;
+    }
+}
+
+static void preq_on_flight(struct flight_sub *sub, void *arg)
+{
+    (void)sub;
+    struct preq *r = arg;
+    PC_CHECK_OBJ(r, PREQ_MAGIC);
+    if (r->hr == NULL || r->state == PREQ_DONE)
+        return;
+    r->state = PREQ_DELIVER;
+    if (r->relay_streamed)
+        deliver_streamed(r);
+    else
+        deliver_whole(r);
+}
+
+/* ---- cache hits ----------------------------------------------------------- */
+
+/* Body for the client from a decoded entry, in the client's mode; -1 if unusable. */
+static int hit_body(struct preq *r, const struct entry *e, struct pc_buf *out, const char **ctype)
+{
+    if (r->stream) {
+        *ctype = "text/event-stream";
+        if (e->kind == ENTRY_SSE)
+            return sse_replay(r->ep, e->body, e->body_len, r->include_usage, out);
+        cJSON *resp = cJSON_ParseWithLength(e->body, e->body_len);
+        int rc = resp ? sse_synthesize(r->ep, resp, r->include_usage, out) : -1;
+        cJSON_Delete(resp);
+        return rc;
+    }
+    *ctype = "application/json";
+    if (e->kind == ENTRY_JSON) {
+        pc_buf_append(out, e->body, e->body_len);
+        return 0;
+    }
+    cJSON *resp = sse_assemble(r->ep, e->body, e->body_len, NULL);
+    if (resp == NULL)
+        return -1;
+    char *s = cJSON_PrintUnformatted(resp);
+    cJSON_Delete(resp);
+    if (s == NULL)
+        return -1;
+    pc_buf_append_str(out, s);
+    cJSON_free(s);
+    return 0;
+}
+
+/* Returns false if the entry cannot be served (then the caller fetches). */
+static bool serve_hit(struct preq *r, const struct entry *e)
+{
+    struct pc_buf body = PC_BUF_INIT;
+    const char *ctype = NULL;
+    if (hit_body(r, e, &body, &ctype) < 0) {
+        pc_buf_free(&body);
+        stats_incr(&r->w->stats, STAT_cache_corrupt);
+        return false;
+    }
+    struct worker *w = r->w;
+    stats_incr(&w->stats, STAT_cache_hits);
+    stats_incr(&w->stats, STAT_cache_hits_exact);
+    stats_add(&w->stats, STAT_bytes_from_cache, (int64_t)body.len);
+    if (e->usage.present) {
+        stats_add(&w->stats, STAT_tokens_saved_prompt, e->usage.prompt);
+        stats_add(&w->stats, STAT_tokens_saved_completion, e->usage.completion);
+    }
+    int64_t age_ms = pc_wall_ms() - e->created_ms;
+    char age[24];
+    snprintf(age, sizeof(age), "%lld", (long long)(age_ms > 0 ? age_ms / 1000 : 0));
+    r->cache_status = "HIT";
+    httpd_add_header(r->hr, "X-Cache-Status", "HIT");
+    httpd_add_header(r->hr, "X-Cache-Match", "exact");
+    httpd_add_header(r->hr, "Age", age);
+    reply_whole(r, e->status, ctype, body.data, body.len);
+    pc_buf_free(&body);
+    return true;
+}
+
+static void preq_on_lookup(void *arg, enum store_status st, const char *val, size_t len)
+{
+    struct preq *r = arg;
+    PC_CHECK_OBJ(r, PREQ_MAGIC);
+    r->lookup = NULL;
+    struct worker *w = r->w;
+    if (st != STORE_OK) {
+        r->cache_status = "BYPASS";
+        stats_incr(&w->stats, STAT_cache_bypasses);
+        preq_fetch(r, true, false);
+        return;
+    }
+    struct entry e;
+    if (val != NULL && entry_decode(val, len, &e) == 0 && e.endpoint == r->ep) {
+        int64_t age_ms = pc_wall_ms() - e.created_ms;
+        if (r->max_age >= 0 && age_ms > r->max_age * 1000)
+            stats_incr(&w->stats, STAT_cache_expired);
+        else if (serve_hit(r, &e))
+            return;
+    } else if (val != NULL) {
+        stats_incr(&w->stats, STAT_cache_corrupt);
+    }
+    r->cache_status = "MISS";
+    stats_incr(&w->stats, STAT_cache_misses);
+    preq_fetch(r, !r->no_store, !r->no_store);
+}
+
+/* ---- entry points ----------------------------------------------------------- */
+
+/* Decide between lookup and a direct fetch, after parsing succeeded. */
+static void preq_route_cacheable(struct preq *r)
+{
+    struct worker *w = r->w;
+    if (!w->conf->cache || r->mode == MODE_OFF || r->key_unsafe) {
+        r->cache_status = "BYPASS";
+        stats_incr(&w->stats, STAT_cache_bypasses);
+        preq_fetch(r, false, false);
+        return;
+    }
+    if (!store_ready(w->store)) {
+        r->cache_status = "BYPASS";
+        stats_incr(&w->stats, STAT_cache_bypasses);
+        preq_fetch(r, !r->no_cache && !r->no_store, false);
+        return;
+    }
+    if (r->no_cache) {
+        r->cache_status = "REFRESH";
+        stats_incr(&w->stats, STAT_cache_refreshes);
+        preq_fetch(r, false, !r->no_store);
+        return;
+    }
+    r->state = PREQ_LOOKUP;
+    r->lookup = store_get(w->store, r->store_key, strlen(r->store_key), preq_on_lookup, r);
+    if (r->lookup == NULL) {
+        r->cache_status = "BYPASS";
+        stats_incr(&w->stats, STAT_cache_bypasses);
+        preq_fetch(r, !r->no_store, false);
+    }
+}
+
+static void preq_recv_api(struct preq *r)
+{
+    struct worker *w = r->w;
+    stats_incr(&w->stats, STAT_requests_cacheable);
+    if (httpd_req_error(r->hr) == HTTPD_REQ_BODY_TOO_LARGE) {
+        reply_error(r, 413, "request body is larger than the proxy's max-body-size (%lld bytes)",
+                    (long long)w->conf->max_body_size);
+        return;
+    }
+    if (strcmp(httpd_req_method(r->hr), "POST") != 0) {
+        reply_error(r, 405, "%s requires POST", httpd_req_path(r->hr));
+        return;
+    }
+    const char *ct = httpd_req_header(r->hr, "Content-Type");
+    if (ct != NULL && !is_json_media_type(ct)) {
+        reply_error(r, 415, "Content-Type must be application/json");
+        return;
+    }
+    size_t len = 0;
+    const char *body = httpd_req_body(r->hr, &len);
+    r->bytes_in = len;
+    if (len == 0) {
+        reply_error(r, 400, "request body is empty; a JSON object is required");
+        return;
+    }
+    if (strlen(body) != len) {
+        reply_error(r, 400, "request body is not valid JSON (it contains a NUL byte)");
+        return;
+    }
+    /* Strict: nothing but white space may follow the value (httpd NUL-terminates bodies). */
+    const char *end = NULL;
+    r->body = cJSON_ParseWithLengthOpts(body, len + 1, &end, 1);
+    if (r->body == NULL) {
+        reply_error(r, 400, "request body is not valid JSON (error near byte %zu)",
+                    end ? (size_t)(end - body) : (size_t)0);
+        return;
+    }
+    /* cJSON cuts strings at \u0000, so such bodies could share a key: never cache them. */
+    r->key_unsafe = memmem(body, len, "\\u0000", 6) != NULL;
+    char msg[256];
+    if (api_validate(r->ep, r->body, msg, sizeof(msg)) < 0 ||
+        parse_controls(r, msg, sizeof(msg)) < 0) {
+        reply_error(r, 400, "%s", msg);
+        return;
+    }
+    r->stream = api_wants_stream(r->ep, r->body);
+    r->include_usage = api_stream_include_usage(r->ep, r->body);
+    compute_tenant(r);
+    compute_keys(r);
+    preq_route_cacheable(r);
+}
+
+static void preq_recv_passthrough(struct preq *r)
+{
+    stats_incr(&r->w->stats, STAT_requests_passthrough);
+    if (httpd_req_error(r->hr) == HTTPD_REQ_BODY_TOO_LARGE) {
+        reply_error(r, 413, "request body is larger than the proxy's max-body-size (%lld bytes)",
+                    (long long)r->w->conf->max_body_size);
+        return;
+    }
+    httpd_req_body(r->hr, &r->bytes_in);
+    r->cache_status = "BYPASS";
+    preq_fetch(r, false, false);
+}
+
+void proxy_handle(struct httpd_req *hr, void *arg)
+{
+    struct worker *w = arg;
+    PC_CHECK_OBJ(w, WORKER_MAGIC);
+    stats_incr(&w->stats, STAT_requests_total);
+    const char *path = httpd_req_path(hr);
+    if (admin_owns_path(path)) {
+        stats_incr(&w->stats, STAT_requests_admin);
+        admin_handle(w, hr);
+        return;
+    }
+    struct preq *r = pc_calloc(1, sizeof(*r));
+    r->magic = PREQ_MAGIC;
+    r->w = w;
+    r->hr = hr;
+    r->start_us = httpd_req_start_us(hr);
+    snprintf(r->id, sizeof(r->id), "%08x%02x%08llx", w->id_prefix, (unsigned)w->id,
+             (unsigned long long)++w->seq);
+    stats_add(&w->stats, STAT_requests_active, 1);
+    httpd_set_close_cb(hr, preq_on_close, r);
+    r->ep = api_endpoint_from_path(path);
+    r->dialect = api_dialect_of(r->ep);
+    if (r->ep != API_NONE)
+        preq_recv_api(r);
+    else
+        preq_recv_passthrough(r);
+}

@@ -1,0 +1,283 @@
+/*
+ * server.c - the process (see pc_server.h). Owns the listening socket, the
+ * upstream target table, the workers and the main thread's signal loop.
+ *
+ *   main thread: bind ─▶ workers start ─▶ wait for SIGTERM/SIGINT
+ *                                            │ worker_request_stop (each)
+ *                                            ▼
+ *                       join ─▶ close clients ─▶ destroy workers ─▶ exit 0
+ */
+#include "pc_server.h"
+#include "pc_conf.h"
+#include "pc_flight.h"
+#include "pc_log.h"
+#include "pc_worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include <curl/curl.h>
+#include <event2/event.h>
+
+struct server {
+    const struct conf *conf;
+    int listen_fd;
+    struct target *targets;
+    size_t ntargets;
+    struct worker **workers;
+    int nworkers;
+    struct event_base *base;
+    struct event *sigterm;
+    struct event *sigint;
+    struct event *accept_stopped; /* activated by each worker once it stops accepting */
+    int stopped_accepting;
+    int signals;
+};
+
+/* Base URL without trailing '/', and "host:port" as the replica's name. */
+static int target_init(struct target *t, const char *url, char *err, size_t errlen)
+{
+    CURLU *u = curl_url();
+    char *host = NULL, *port = NULL;
+    int rc = -1;
+    if (u == NULL || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK) {
+        snprintf(err, errlen, "upstream %s is not a valid URL", url);
+        goto out;
+    }
+    size_t n = strlen(url);
+    while (n > 0 && url[n - 1] == '/')
+        n--;
+    t->base_url = pc_strndup(url, n);
+    struct pc_buf name = PC_BUF_INIT;
+    pc_buf_printf(&name, "%s:%s", host, port);
+    t->name = pc_buf_cstr(&name);
+    rc = 0;
+out:
+    curl_free(host);
+    curl_free(port);
+    curl_url_cleanup(u);
+    return rc;
+}
+
+static int listen_socket(const struct conf *c, char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char port[16];
+    snprintf(port, sizeof(port), "%d", c->listen_port);
+    int gai = getaddrinfo(c->listen_host, port, &hints, &res);
+    if (gai != 0) {
+        snprintf(err, errlen, "listen %s: %s", c->listen, gai_strerror(gai));
+        return -1;
+    }
+    int fd = -1, saved = 0;
+    for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 1024) < 0) {
+            saved = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        snprintf(err, errlen, "listen %s: %s", c->listen, strerror(saved ? saved : EINVAL));
+    return fd;
+}
+
+/* "host:port" actually bound (port 0 in the config picks a free port). */
+static void bound_address(int fd, char *out, size_t outlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &sin->sin_addr, host, sizeof(host));
+            port = ntohs(sin->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof(host));
+            port = ntohs(sin6->sin6_port);
+        }
+    }
+    snprintf(out, outlen, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    struct server *s = arg;
+    if (++s->signals > 1) {
+        log_warn("second signal: exiting without waiting for in-flight requests");
+        _exit(1);
+    }
+    log_notice("%s received: no longer accepting; finishing in-flight requests (up to %.1f s)",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT", s->conf->shutdown_timeout);
+    for (int i = 0; i < s->nworkers; i++)
+        worker_request_stop(s->workers[i]);
+}
+
+/*
+ * Every worker has let go of the listening socket: close it, so new clients
+ * are refused at once instead of waiting in the backlog, and leave the main
+ * loop to wait for the workers to finish.
+ */
+static void on_accept_stopped(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct server *s = arg;
+    /* Activations from several workers may coalesce into one run: count them all. */
+    s->stopped_accepting = 0;
+    for (int i = 0; i < s->nworkers; i++)
+        s->stopped_accepting += __atomic_load_n(&s->workers[i]->stopping, __ATOMIC_ACQUIRE) ? 1 : 0;
+    if (s->stopped_accepting < s->nworkers)
+        return;
+    if (s->listen_fd >= 0) {
+        close(s->listen_fd);
+        s->listen_fd = -1;
+    }
+    event_base_loopbreak(s->base);
+}
+
+static int start_workers(struct server *s, char *err, size_t errlen)
+{
+    uint32_t prefix = (uint32_t)((uint64_t)pc_wall_ms() * 2654435761u) ^ (uint32_t)getpid();
+    s->workers = pc_calloc((size_t)s->conf->workers, sizeof(*s->workers));
+    /* Workers inherit a mask without the termination signals: the main loop gets them. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int rc = 0;
+    for (int i = 0; i < s->conf->workers && rc == 0; i++) {
+        struct worker *w =
+            worker_create(i, s->conf, s->targets, s->ntargets, s->listen_fd, err, errlen);
+        if (w == NULL) {
+            rc = -1;
+            break;
+        }
+        w->id_prefix = prefix;
+        w->accept_stopped_ev = s->accept_stopped;
+        s->workers[s->nworkers++] = w;
+        if (worker_start(w) < 0) {
+            snprintf(err, errlen, "cannot start worker thread %d", i);
+            rc = -1;
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+static void stop_workers(struct server *s)
+{
+    for (int i = 0; i < s->nworkers; i++)
+        worker_request_stop(s->workers[i]);
+    for (int i = 0; i < s->nworkers; i++)
+        worker_join(s->workers[i]);
+    for (int i = 0; i < s->nworkers; i++)
+        worker_close_clients(s->workers[i]);
+    for (int i = 0; i < s->nworkers; i++)
+        worker_destroy(&s->workers[i]);
+    free(s->workers);
+    s->workers = NULL;
+    s->nworkers = 0;
+}
+
+static void log_startup(const struct server *s)
+{
+    char addr[80];
+    bound_address(s->listen_fd, addr, sizeof(addr));
+    log_notice("promptcache %s listening on %s (%d workers)", PC_VERSION, addr, s->conf->workers);
+    for (size_t i = 0; i < s->ntargets; i++)
+        log_notice("upstream %s (%s, type %s)", s->targets[i].name, s->targets[i].base_url,
+                   conf_upstream_type_name(s->conf->upstream_type));
+    if (s->conf->cache) {
+        /* Never log a password: show only what follows userinfo. */
+        const char *at = strchr(s->conf->redis, '@');
+        log_notice("cache: redis %s%s, ttl %lld s", at ? "redis://***@" : "",
+                   at ? at + 1 : s->conf->redis, (long long)s->conf->cache_ttl);
+    } else
+        log_notice("cache: off (every request bypasses it)");
+    if (s->conf->semantic)
+        log_warn(
+            "semantic yes: the semantic cache is not part of this build yet; exact cache only");
+}
+
+static void server_teardown(struct server *s)
+{
+    stop_workers(s);
+    if (s->sigterm != NULL)
+        event_free(s->sigterm);
+    if (s->sigint != NULL)
+        event_free(s->sigint);
+    if (s->accept_stopped != NULL)
+        event_free(s->accept_stopped);
+    if (s->base != NULL)
+        event_base_free(s->base);
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    for (size_t i = 0; i < s->ntargets; i++) {
+        free(s->targets[i].base_url);
+        free(s->targets[i].name);
+    }
+    free(s->targets);
+    flight_table_destroy();
+    stats_unregister_all();
+}
+
+int server_run(const struct conf *c)
+{
+    struct server s = {.conf = c, .listen_fd = -1};
+    char err[512] = "";
+    int status = 1;
+    flight_table_init();
+    s.targets = pc_calloc(c->upstream.n, sizeof(*s.targets));
+    for (size_t i = 0; i < c->upstream.n; i++, s.ntargets++)
+        if (target_init(&s.targets[i], c->upstream.v[i], err, sizeof(err)) < 0)
+            goto out;
+    if ((s.listen_fd = listen_socket(c, err, sizeof(err))) < 0)
+        goto out;
+    s.base = event_base_new();
+    s.sigterm = evsignal_new(s.base, SIGTERM, on_signal, &s);
+    s.sigint = evsignal_new(s.base, SIGINT, on_signal, &s);
+    s.accept_stopped = event_new(s.base, -1, 0, on_accept_stopped, &s);
+    if (s.base == NULL || s.sigterm == NULL || s.sigint == NULL || s.accept_stopped == NULL ||
+        event_add(s.sigterm, NULL) < 0 || event_add(s.sigint, NULL) < 0) {
+        snprintf(err, sizeof(err), "cannot set up signal handling");
+        goto out;
+    }
+    if (start_workers(&s, err, sizeof(err)) < 0)
+        goto out;
+    log_startup(&s);
+    event_base_dispatch(s.base);
+    status = 0;
+out:
+    if (err[0])
+        log_error("%s", err);
+    server_teardown(&s);
+    if (status == 0)
+        log_notice("stopped");
+    return status;
+}

@@ -1,0 +1,179 @@
+/*
+ * worker.c - one event loop thread (see pc_worker.h). Owns the worker's
+ * event_base and, on it, the HTTP server, the upstream multi handle and the
+ * Redis connection; plus the stop/exit events used for graceful shutdown.
+ *
+ * Shutdown: the main thread activates stop_ev; the worker stops accepting,
+ * lets in-flight requests and fetches finish, and leaves its loop when idle
+ * or when shutdown-timeout has passed, whichever comes first.
+ */
+#include "pc_worker.h"
+#include "pc_conf.h"
+#include "pc_fetch.h"
+#include "pc_httpd.h"
+#include "pc_log.h"
+#include "pc_proxy.h"
+#include "pc_store.h"
+#include "pc_upstream.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#define EXIT_CHECK_MS 50
+
+static void on_exit_check(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct worker *w = arg;
+    PC_CHECK_OBJ(w, WORKER_MAGIC);
+    if (pc_mono_ms() >= w->shutdown_deadline_ms) {
+        log_warn("worker %d: %zu requests and %zu upstream calls still running after "
+                 "shutdown-timeout; closing them",
+                 w->id, httpd_active_requests(w->httpd), w->fetches);
+        event_base_loopbreak(w->base);
+        return;
+    }
+    worker_check_idle(w);
+}
+
+static void on_stop(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct worker *w = arg;
+    PC_CHECK_OBJ(w, WORKER_MAGIC);
+    if (w->stopping)
+        return;
+    w->shutdown_deadline_ms = pc_mono_ms() + (uint64_t)(w->conf->shutdown_timeout * 1000.0);
+    httpd_stop_accepting(w->httpd);
+    /* Published after the listener is gone: the server closes the socket when all are. */
+    __atomic_store_n(&w->stopping, true, __ATOMIC_RELEASE);
+    if (w->accept_stopped_ev != NULL)
+        event_active(w->accept_stopped_ev, EV_TIMEOUT, 0);
+    struct timeval tv = {0, EXIT_CHECK_MS * 1000};
+    event_add(w->exit_ev, &tv);
+    worker_check_idle(w);
+}
+
+/*
+ * Idle while stopping means: every client connection is gone (httpd closes
+ * each one once its last reply has been flushed) and no upstream call runs.
+ */
+void worker_check_idle(struct worker *w)
+{
+    if (!w->stopping || w->httpd == NULL)
+        return;
+    if (httpd_connection_count(w->httpd) == 0 && w->fetches == 0)
+        event_base_loopexit(w->base, NULL);
+}
+
+static void httpd_conf_from(const struct conf *c, struct httpd_conf *hc)
+{
+    memset(hc, 0, sizeof(*hc));
+    hc->max_header_size = 64 * 1024;
+    hc->max_headers = 100;
+    hc->max_body_size = (size_t)c->max_body_size;
+    hc->read_timeout = c->client_timeout;
+    hc->idle_timeout = c->client_timeout;
+    hc->write_timeout = c->client_timeout;
+    hc->max_connections = (size_t)c->max_connections;
+    hc->server_name = NULL;
+}
+
+struct worker *worker_create(int id, const struct conf *conf, const struct target *targets,
+                             size_t ntargets, int listen_fd, char *errbuf, size_t errlen)
+{
+    struct worker *w = pc_calloc(1, sizeof(*w));
+    w->magic = WORKER_MAGIC;
+    w->id = id;
+    w->conf = conf;
+    w->targets = targets;
+    w->ntargets = ntargets;
+    w->started_ms = pc_wall_ms();
+    stats_register(&w->stats);
+    w->base = event_base_new();
+    if (w->base == NULL) {
+        snprintf(errbuf, errlen, "worker %d: cannot create an event base", id);
+        worker_destroy(&w);
+        return NULL;
+    }
+    struct httpd_conf hc;
+    httpd_conf_from(conf, &hc);
+    w->httpd = httpd_create(w->base, listen_fd, &hc, proxy_handle, w, &w->stats);
+    w->up = upstream_create(w->base, &w->stats);
+    struct store_opts so = {conf->redis, conf->redis_timeout, conf->redis_auto_migrate};
+    w->store = store_create(w->base, &so, &w->stats);
+    w->stop_ev = event_new(w->base, -1, 0, on_stop, w);
+    w->exit_ev = event_new(w->base, -1, EV_PERSIST, on_exit_check, w);
+    if (w->httpd == NULL || w->up == NULL || w->store == NULL || w->stop_ev == NULL ||
+        w->exit_ev == NULL) {
+        snprintf(errbuf, errlen, "worker %d: cannot set up its modules", id);
+        worker_destroy(&w);
+        return NULL;
+    }
+    if (conf->cache)
+        store_start(w->store);
+    return w;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    PC_CHECK_OBJ(w, WORKER_MAGIC);
+    log_debug("worker %d running", w->id);
+    event_base_dispatch(w->base);
+    log_debug("worker %d stopped", w->id);
+    return NULL;
+}
+
+int worker_start(struct worker *w)
+{
+    return pthread_create(&w->thread, NULL, worker_main, w) == 0 ? 0 : -1;
+}
+
+void worker_request_stop(struct worker *w)
+{
+    event_active(w->stop_ev, EV_TIMEOUT, 0);
+}
+
+void worker_join(struct worker *w)
+{
+    if (w->thread != 0) {
+        pthread_join(w->thread, NULL);
+        w->thread = 0;
+    }
+}
+
+void worker_close_clients(struct worker *w)
+{
+    /* Close callbacks of unfinished requests schedule their frees on the loop. */
+    httpd_destroy(&w->httpd);
+    event_base_loop(w->base, EVLOOP_NONBLOCK);
+}
+
+void worker_destroy(struct worker **wp)
+{
+    struct worker *w = *wp;
+    if (w == NULL)
+        return;
+    *wp = NULL;
+    worker_join(w);
+    if (w->httpd != NULL)
+        worker_close_clients(w);
+    fetch_abort_all(w);
+    store_destroy(&w->store);
+    upstream_destroy(&w->up);
+    if (w->stop_ev != NULL)
+        event_free(w->stop_ev);
+    if (w->exit_ev != NULL)
+        event_free(w->exit_ev);
+    if (w->base != NULL) {
+        event_base_loop(w->base, EVLOOP_NONBLOCK);
+        event_base_free(w->base);
+    }
+    w->magic = 0;
+    free(w);
+}

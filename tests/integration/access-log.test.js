@@ -1,0 +1,89 @@
+'use strict';
+/*
+ * The access log: one JSON object per request line, with the fields an
+ * operator needs, and never a credential or prompt text (neither there nor
+ * in the daemon log).
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const env = h.environment();
+
+const CHAT = '/v1/chat/completions';
+const SECRET = 'sk-very-secret-credential-4711';
+const FIELDS = ['id', 'tenant', 'method', 'path', 'endpoint', 'model', 'status', 'cache', 'ms',
+    'upstream_ms', 'bytes_out'];
+
+/* Make a request and return its access log line. */
+async function logged(fn) {
+    const before = env.proxy.accessLog().length;
+    const res = await fn();
+    const line = await h.waitFor(() => env.proxy.accessLog()[before], {what: 'a new access log line'});
+    return {res, line};
+}
+
+h.test('every line is a JSON object with the documented fields', async () => {
+    const {line} = await logged(() => env.proxy.post(CHAT, h.chatBody(h.uniq('fields'))));
+    for (const f of FIELDS)
+        assert.ok(f in line, `field ${f} in ${JSON.stringify(line)}`);
+});
+
+h.test('a miss and a hit are described correctly', async () => {
+    const body = h.chatBody(h.uniq('miss and hit'));
+    const miss = await logged(() => env.proxy.post(CHAT, body, h.bearer(SECRET)));
+    const hit = await logged(() => env.proxy.post(CHAT, body, h.bearer(SECRET)));
+    for (const {res, line} of [miss, hit]) {
+        assert.equal(line.method, 'POST');
+        assert.equal(line.path, CHAT);
+        assert.equal(line.endpoint, 'chat');
+        assert.equal(line.model, h.CHAT_MODEL);
+        assert.equal(line.status, 200);
+        assert.match(line.tenant, /^[0-9a-f]{16}$/);
+        assert.equal(typeof line.ms, 'number');
+        assert.ok(line.ms >= 0);
+        assert.equal(line.bytes_out >= res.body.length, true, `bytes_out ${line.bytes_out}`);
+    }
+    assert.equal(miss.line.cache, 'MISS');
+    assert.equal(hit.line.cache, 'HIT');
+    assert.equal(typeof miss.line.upstream_ms, 'number');
+    assert.ok(miss.line.upstream_ms >= 0);
+    assert.equal(miss.line.tenant, hit.line.tenant, 'same credential, same tenant');
+    assert.notEqual(miss.line.id, hit.line.id, 'request ids are unique');
+});
+
+h.test('tenants differ per credential', async () => {
+    const body = h.chatBody(h.uniq('tenant ids'));
+    const a = await logged(() => env.proxy.post(CHAT, body, h.bearer('sk-log-a')));
+    const b = await logged(() => env.proxy.post(CHAT, body, h.bearer('sk-log-b')));
+    assert.notEqual(a.line.tenant, b.line.tenant);
+});
+
+h.test('Anthropic, embeddings and errors are logged too', async () => {
+    const msg = await logged(() => env.proxy.post('/v1/messages', h.messagesBody(h.uniq('log claude'))));
+    assert.equal(msg.line.endpoint, 'messages');
+    assert.equal(msg.line.model, h.CLAUDE_MODEL);
+    const emb = await logged(() => env.proxy.post('/v1/embeddings', h.embeddingBody(h.uniq('log emb'))));
+    assert.equal(emb.line.endpoint, 'embeddings');
+    const bad = await logged(() => env.proxy.post(CHAT, '{broken'));
+    assert.equal(bad.line.status, 400);
+    const err = await logged(() => env.proxy.post(CHAT, h.chatBody(h.uniq('log 500')), {'x-mock-status': '500'}));
+    assert.equal(err.line.status, 500);
+});
+
+h.test('ids in the access log are unique', async () => {
+    const ids = env.proxy.accessLog().map((l) => l.id);
+    assert.ok(ids.length >= 8);
+    assert.equal(new Set(ids).size, ids.length);
+});
+
+h.test('no credential and no prompt text in the access log or the daemon log', async () => {
+    const prompt = h.uniq('TOP-SECRET-PROMPT-TEXT');
+    await logged(() => env.proxy.post(CHAT, h.chatBody(prompt), h.bearer(SECRET)));
+    await logged(() => env.proxy.post('/v1/messages', h.messagesBody(prompt), h.apiKey(`${SECRET}-ant`)));
+    await logged(() => env.proxy.post(CHAT, h.chatBody(prompt), {'api-key': `${SECRET}-azure`}));
+    for (const [what, text] of [['access log', env.proxy.accessLogText()], ['daemon log', env.proxy.stderr]]) {
+        assert.ok(!text.includes(SECRET), `a credential appears in the ${what}`);
+        assert.ok(!text.includes('TOP-SECRET-PROMPT-TEXT'), `prompt text appears in the ${what}`);
+        assert.ok(!text.includes('Bearer'), `an Authorization value appears in the ${what}`);
+    }
+});

@@ -1,0 +1,129 @@
+'use strict';
+/*
+ * Per-request cache controls: Cache-Control no-store / no-cache / max-age,
+ * X-Cache-TTL, X-Cache-Mode and X-Cache-Namespace, and 400 for invalid values.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const CACHE_TTL = 3600;
+const env = h.environment({proxyArgs: ['--cache-ttl', String(CACHE_TTL)]});
+
+const CHAT = '/v1/chat/completions';
+const ENTRY_PATTERN = 'pc:1:e:*';
+
+/* Entry keys that appear in Redis while fn runs (the store is asynchronous: poll). */
+async function newEntryKeys(fn) {
+    const before = new Set(await env.redis.keys(ENTRY_PATTERN));
+    await fn();
+    return h.waitFor(async () => {
+        const added = (await env.redis.keys(ENTRY_PATTERN)).filter((k) => !before.has(k));
+        return added.length ? added : null;
+    }, {timeout: 5000, what: `a new ${ENTRY_PATTERN} key in Redis`});
+}
+
+h.test('no-store: the answer is fetched but not stored', async () => {
+    const body = h.chatBody(h.uniq('no-store'));
+    const r = await env.proxy.post(CHAT, body, {'cache-control': 'no-store'});
+    assert.equal(r.status, 200);
+    h.assertFromUpstream(r, env.mock);
+    const calls = env.mock.callCount(CHAT);
+    const next = await env.proxy.post(CHAT, body);
+    h.assertFromUpstream(next, env.mock);
+    assert.equal(env.mock.callCount(CHAT), calls + 1, 'nothing was stored: the upstream is called again');
+    h.assertHit(await env.proxy.post(CHAT, body));
+});
+
+h.test('no-cache: skips the lookup, fetches and stores the fresh answer (REFRESH)', async () => {
+    const body = h.chatBody(h.uniq('no-cache'));
+    const first = await env.proxy.post(CHAT, body);
+    const calls = env.mock.callCount(CHAT);
+    const fresh = await env.proxy.post(CHAT, body, {'cache-control': 'no-cache'});
+    assert.equal(fresh.status, 200);
+    h.assertFromUpstream(fresh, env.mock, 'REFRESH');
+    assert.equal(env.mock.callCount(CHAT), calls + 1);
+    assert.notEqual(h.answerSeq(h.chatText(fresh.json)), h.answerSeq(h.chatText(first.json)));
+
+    /* The refreshed answer replaced the old one. */
+    await h.eventually(async () => {
+        const after = await env.proxy.post(CHAT, body);
+        h.assertHit(after);
+        assert.equal(h.chatText(after.json), h.chatText(fresh.json));
+    }, {timeout: 5000});
+});
+
+h.test('max-age: only entries at most N seconds old are served', async () => {
+    const body = h.chatBody(h.uniq('max-age'));
+    await env.proxy.post(CHAT, body);
+    /* The passage of time is the behaviour under test: let the entry age past 1 s. */
+    await h.sleep(2200);
+    const young = await env.proxy.post(CHAT, body, {'cache-control': 'max-age=100'});
+    h.assertHit(young);
+    assert.ok(Number(young.headers.age) >= 2, `Age ${young.headers.age} counts from the store`);
+
+    const calls = env.mock.callCount(CHAT);
+    const strict = await env.proxy.post(CHAT, body, {'cache-control': 'max-age=1'});
+    assert.equal(strict.status, 200);
+    assert.notEqual(strict.headers['x-cache-status'], 'HIT', 'a 2 s old entry is too old for max-age=1');
+    assert.equal(strict.headers['x-upstream'], `127.0.0.1:${env.mock.port}`);
+    assert.equal(env.mock.callCount(CHAT), calls + 1);
+});
+
+h.test('X-Cache-TTL sets the entry\'s time to live in Redis', async () => {
+    const [key] = await newEntryKeys(() =>
+        env.proxy.post(CHAT, h.chatBody(h.uniq('ttl 30')), {'x-cache-ttl': '30'}));
+    const pttl = await env.redis.command('PTTL', key);
+    assert.ok(pttl > 25000 && pttl <= 30000, `PTTL ${pttl} within (25 s, 30 s]`);
+});
+
+h.test('without X-Cache-TTL an entry lives for cache-ttl', async () => {
+    const [key] = await newEntryKeys(() => env.proxy.post(CHAT, h.chatBody(h.uniq('ttl default'))));
+    const pttl = await env.redis.command('PTTL', key);
+    assert.ok(pttl > (CACHE_TTL - 60) * 1000 && pttl <= CACHE_TTL * 1000,
+        `PTTL ${pttl} close to cache-ttl ${CACHE_TTL} s`);
+});
+
+h.test('X-Cache-Mode: off bypasses the cache and stores nothing', async () => {
+    const body = h.chatBody(h.uniq('mode off'));
+    const off = await env.proxy.post(CHAT, body, {'x-cache-mode': 'off'});
+    assert.equal(off.status, 200);
+    h.assertFromUpstream(off, env.mock, 'BYPASS');
+    h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock, 'MISS');
+
+    /* An entry exists now; mode off still goes upstream. */
+    const calls = env.mock.callCount(CHAT);
+    h.assertFromUpstream(await env.proxy.post(CHAT, body, {'x-cache-mode': 'off'}), env.mock, 'BYPASS');
+    assert.equal(env.mock.callCount(CHAT), calls + 1);
+});
+
+h.test('X-Cache-Mode: exact behaves like the default', async () => {
+    const body = h.chatBody(h.uniq('mode exact'));
+    await env.proxy.post(CHAT, body, {'x-cache-mode': 'exact'});
+    h.assertHit(await env.proxy.post(CHAT, body, {'x-cache-mode': 'exact'}));
+});
+
+h.test('X-Cache-Namespace separates entries', async () => {
+    const body = h.chatBody(h.uniq('namespace'));
+    h.assertFromUpstream(await env.proxy.post(CHAT, body, {'x-cache-namespace': 'alpha'}), env.mock);
+    h.assertFromUpstream(await env.proxy.post(CHAT, body, {'x-cache-namespace': 'beta'}), env.mock);
+    h.assertHit(await env.proxy.post(CHAT, body, {'x-cache-namespace': 'alpha'}));
+});
+
+const INVALID_CONTROLS = [
+    {'x-cache-ttl': 'abc'},
+    {'x-cache-ttl': '-5'},
+    {'x-cache-mode': 'sometimes'},
+    {'cache-control': 'max-age=abc'},
+];
+
+for (const headers of INVALID_CONTROLS) {
+    const [name, value] = Object.entries(headers)[0];
+    h.test(`invalid ${name}: ${value} is a 400 in the API's shape, nothing is fetched`, async () => {
+        const calls = env.mock.callCount();
+        const chat = await env.proxy.post(CHAT, h.chatBody(h.uniq('invalid control')), headers);
+        h.assertOpenAIError(chat, 400);
+        const msg = await env.proxy.post('/v1/messages', h.messagesBody(h.uniq('invalid control')), headers);
+        h.assertAnthropicError(msg, 400);
+        assert.equal(env.mock.callCount(), calls, 'the upstream was not called');
+    });
+}

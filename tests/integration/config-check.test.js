@@ -1,0 +1,78 @@
+'use strict';
+/*
+ * `promptcache -t [FILE] [--key value...]` checks a configuration and exits:
+ * 0 when valid; otherwise non-zero with one "FILE:LINE: key: message" per
+ * error in the file and "command line: --key: message" per bad option.
+ */
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
+const h = require('./lib');
+
+function writeConf(lines) {
+    const file = path.join(h.tmpDir('pc-conf-'), 'promptcache.conf');
+    fs.writeFileSync(file, lines.join('\n') + '\n');
+    return file;
+}
+
+const VALID = [
+    '# a valid configuration',
+    'listen 127.0.0.1:8080',
+    'upstream http://127.0.0.1:9001',
+    'upstream http://127.0.0.1:9002',
+    'redis redis://127.0.0.1:6379/0',
+    'cache-ttl 3600',
+    'workers 2',
+    'admin-token "a token with spaces"',
+];
+
+h.test('-t on a valid file exits 0', async () => {
+    const r = await h.runCli(['-t', writeConf(VALID)]);
+    assert.equal(r.code, 0, r.output);
+});
+
+h.test('-t with options only exits 0', async () => {
+    const r = await h.runCli(['-t', '--upstream', 'http://127.0.0.1:9001', '--redis', 'redis://127.0.0.1:6379/0']);
+    assert.equal(r.code, 0, r.output);
+});
+
+h.test('-t on the committed sample config exits 0', async () => {
+    const sample = path.join(h.REPO, 'conf', 'promptcache.conf');
+    assert.ok(fs.existsSync(sample), 'conf/promptcache.conf exists');
+    const r = await h.runCli(['-t', sample]);
+    assert.equal(r.code, 0, r.output);
+});
+
+h.test('-t on a bad file reports FILE:LINE: key: for each error', async () => {
+    const errors = {
+        3: ['workers', 'workers many'],
+        5: ['cache-ttl', 'cache-ttl -5'],
+        6: ['no-such-key', 'no-such-key 1'],
+        7: ['semantic-threshold', 'semantic-threshold 2.5'],
+        9: ['upstream-type', 'upstream-type carrier-pigeon'],
+        10: ['listen', 'listen not-a-host-port'],
+    };
+    const lines = ['# line 1', 'upstream http://127.0.0.1:9001'];
+    for (let n = 3; n <= 10; n++)
+        lines.push(errors[n] ? errors[n][1] : `# fine line ${n}`);
+    const file = writeConf(lines);
+    const r = await h.runCli(['-t', file]);
+    assert.notEqual(r.code, 0, 'a bad config is rejected');
+    for (const [line, [key]] of Object.entries(errors))
+        assert.ok(r.output.includes(`${file}:${line}: ${key}: `), `message for line ${line} (${key}) in:\n${r.output}`);
+    const reported = r.output.split('\n').filter((l) => /^\d+: /.test(l.slice(file.length + 1)) && l.startsWith(file));
+    assert.equal(reported.length, Object.keys(errors).length, `one message per error:\n${r.output}`);
+});
+
+h.test('-t reports bad command-line options', async () => {
+    const r = await h.runCli(['-t', writeConf(VALID), '--workers', 'lots', '--cache-ttl', 'soon']);
+    assert.notEqual(r.code, 0);
+    assert.match(r.output, /command line: --workers: /);
+    assert.match(r.output, /command line: --cache-ttl: /);
+});
+
+h.test('-t on a missing file fails with a message', async () => {
+    const r = await h.runCli(['-t', '/nonexistent/promptcache.conf']);
+    assert.notEqual(r.code, 0);
+    assert.match(r.output, /\/nonexistent\/promptcache\.conf/);
+});

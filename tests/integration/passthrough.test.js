@@ -1,0 +1,101 @@
+'use strict';
+/*
+ * What the upstream receives: other paths are passed through untouched,
+ * client credentials are forwarded (or replaced by --upstream-key), and
+ * hop-by-hop headers stay on the client's connection.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const env = h.environment();
+
+const CHAT = '/v1/chat/completions';
+const MESSAGES = '/v1/messages';
+
+h.test('GET /v1/models is passed through', async () => {
+    const calls = env.mock.callCount('/v1/models');
+    const r = await env.proxy.request({method: 'GET', path: '/v1/models?limit=3', headers: h.bearer('sk-models')});
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.object, 'list');
+    assert.ok(r.json.data.some((m) => m.id === 'gpt-4o-mini'));
+    assert.equal(env.mock.callCount('/v1/models'), calls + 1);
+    const got = env.mock.lastRequest('/v1/models');
+    assert.equal(got.url, '/v1/models?limit=3', 'the query string is kept');
+    assert.equal(got.headers.authorization, 'Bearer sk-models');
+});
+
+h.test('unknown paths are passed through with their status and body', async () => {
+    const body = {anything: [1, 2, {three: 'four'}]};
+    const r = await env.proxy.request({method: 'POST', path: '/v1/responses/unknown', body,
+        headers: h.bearer('sk-unknown')});
+    assert.equal(r.status, 404);
+    assert.match(r.json.error.message, /Unknown request URL: POST \/v1\/responses\/unknown/);
+    const got = env.mock.lastRequest('/v1/responses/unknown');
+    assert.equal(got.rawBody, JSON.stringify(body), 'the body is forwarded byte for byte');
+});
+
+h.test('client credentials are forwarded to the upstream', async () => {
+    await env.proxy.post(CHAT, h.chatBody(h.uniq('fwd bearer')), h.bearer('sk-forward-me'));
+    assert.equal(env.mock.lastRequest(CHAT).headers.authorization, 'Bearer sk-forward-me');
+
+    await env.proxy.post(MESSAGES, h.messagesBody(h.uniq('fwd key')), {
+        'x-api-key': 'sk-ant-forward-me', 'anthropic-version': '2023-06-01', 'anthropic-beta': 'tools-2024-04-04',
+    });
+    const got = env.mock.lastRequest(MESSAGES).headers;
+    assert.equal(got['x-api-key'], 'sk-ant-forward-me');
+    assert.equal(got['anthropic-version'], '2023-06-01');
+    assert.equal(got['anthropic-beta'], 'tools-2024-04-04');
+});
+
+h.test('other end-to-end headers are forwarded', async () => {
+    await env.proxy.post(CHAT, h.chatBody(h.uniq('e2e headers')), {
+        'openai-organization': 'org-test', 'x-custom-trace': 'trace-123', 'user-agent': 'itest/1.0',
+    });
+    const got = env.mock.lastRequest(CHAT).headers;
+    assert.equal(got['openai-organization'], 'org-test');
+    assert.equal(got['x-custom-trace'], 'trace-123');
+});
+
+h.test('hop-by-hop headers are not forwarded', async () => {
+    await env.proxy.post(CHAT, h.chatBody(h.uniq('hop by hop')), {
+        'connection': 'keep-alive, x-hop-marker',
+        'keep-alive': 'timeout=17, max=99',
+        'te': 'trailers',
+        'upgrade': 'h2c-test',
+        'proxy-authorization': 'Basic cHJveHk6c2VjcmV0',
+    });
+    const got = env.mock.lastRequest(CHAT).headers;
+    for (const name of ['keep-alive', 'te', 'upgrade', 'proxy-authorization'])
+        assert.equal(got[name], undefined, `${name} was forwarded: ${got[name]}`);
+    assert.ok(!String(got.connection || '').includes('x-hop-marker'),
+        `the client's Connection header was forwarded: ${got.connection}`);
+});
+
+h.test('the response carries the upstream\'s own headers', async () => {
+    const r = await env.proxy.post(CHAT, h.chatBody(h.uniq('resp headers')));
+    assert.match(String(r.headers['x-request-id']), /^req_mock\d+$/);
+});
+
+h.test('--upstream-key replaces the client\'s credentials', async () => {
+    const proxy = await env.startProxy({args: ['--upstream-key', 'sk-upstream-secret']});
+    await proxy.post(CHAT, h.chatBody(h.uniq('upstream key')), h.bearer('sk-client-secret'));
+    const chat = env.mock.lastRequest(CHAT).headers;
+    assert.equal(chat.authorization, 'Bearer sk-upstream-secret');
+    assert.ok(!JSON.stringify(chat).includes('sk-client-secret'), 'the client credential is not forwarded');
+
+    await proxy.post(MESSAGES, h.messagesBody(h.uniq('upstream key')), h.apiKey('sk-ant-client-secret'));
+    const msg = env.mock.lastRequest(MESSAGES).headers;
+    assert.ok(!JSON.stringify(msg).includes('sk-ant-client-secret'), 'the client credential is not forwarded');
+    assert.ok(msg['x-api-key'] === 'sk-upstream-secret' || msg.authorization === 'Bearer sk-upstream-secret',
+        `the upstream key is sent instead: ${JSON.stringify(msg)}`);
+    assert.equal(await proxy.stop(), 0);
+});
+
+h.test('with --upstream-key, tenants are still told apart by their own credentials', async () => {
+    const proxy = await env.startProxy({args: ['--upstream-key', 'sk-upstream-secret']});
+    const body = h.chatBody(h.uniq('upstream key tenants'));
+    await proxy.post(CHAT, body, h.bearer('sk-tenant-one'));
+    h.assertHit(await proxy.post(CHAT, body, h.bearer('sk-tenant-one')));
+    h.assertFromUpstream(await proxy.post(CHAT, body, h.bearer('sk-tenant-two')), env.mock);
+    assert.equal(await proxy.stop(), 0);
+});

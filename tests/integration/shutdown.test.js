@@ -1,0 +1,75 @@
+'use strict';
+/*
+ * SIGTERM: the proxy stops accepting connections, finishes the requests in
+ * flight (JSON and streams) and exits 0.
+ */
+const assert = require('node:assert/strict');
+const net = require('node:net');
+const h = require('./lib');
+
+const env = h.environment({proxy: false});
+
+const CHAT = '/v1/chat/completions';
+
+/*
+ * What a new connection to port meets right now: 'refused' (connect fails, or
+ * the server closes it unanswered), 'answered', or 'hung' (accepted by the
+ * kernel but never served: the listening socket is still open).
+ */
+function probe(port) {
+    return new Promise((resolve) => {
+        const sock = net.connect({port, host: '127.0.0.1'});
+        const done = (result) => {
+            sock.destroy();
+            resolve(result);
+        };
+        sock.setTimeout(1000, () => done('hung'));
+        sock.once('error', () => done('refused'));
+        sock.once('data', () => done('answered'));
+        sock.once('close', () => done('refused'));
+        sock.once('connect', () => sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'));
+    });
+}
+
+/* Resolves once new connections are refused; the error tells what they met instead. */
+async function waitRefused(port) {
+    let last = null;
+    await h.waitFor(async () => (last = await probe(port)) === 'refused',
+        {timeout: 5000, what: () => `new connections to be refused (last probe: ${last})`});
+}
+
+h.test('SIGTERM during a JSON request: it completes, exit code 0', async () => {
+    const proxy = await env.startProxy();
+    const calls = env.mock.callCount(CHAT);
+    const pending = proxy.post(CHAT, h.chatBody(h.uniq('sigterm json')), {'x-mock-delay-ms': '1500'});
+    await env.mock.waitForCalls(calls + 1, CHAT);
+    const exited = proxy.stop(15000);
+    const r = await pending;
+    assert.equal(r.status, 200, r.text);
+    assert.match(h.chatText(r.json), /^mock answer #\d+ to: sigterm json/);
+    assert.equal(await exited, 0, 'exit code');
+});
+
+h.test('SIGTERM during a stream: the stream completes, exit code 0', async () => {
+    const proxy = await env.startProxy();
+    const id = h.uniq('hold').replace(' ', '-');
+    const s = await proxy.openStream(CHAT, h.chatBody(h.uniq('sigterm stream'), h.STREAM_WITH_USAGE),
+        {'x-mock-hold': id});
+    await s.nextEvent(5000);
+    const exited = proxy.stop(15000);
+    /* While it drains, new connections are no longer accepted. */
+    await waitRefused(proxy.port);
+    assert.ok(proxy.alive, 'still running while the stream is in flight');
+    env.mock.release(id);
+    const end = await s.rest();
+    assert.ok(end.complete, 'the stream ended normally');
+    assert.ok(h.assembleChat(end.events).done, 'with [DONE]');
+    assert.equal(await exited, 0, 'exit code');
+});
+
+h.test('SIGTERM with nothing in flight exits 0 promptly', async () => {
+    const proxy = await env.startProxy();
+    const started = Date.now();
+    assert.equal(await proxy.stop(5000), 0);
+    assert.ok(Date.now() - started < 5000);
+});

@@ -1,0 +1,204 @@
+'use strict';
+/*
+ * One cached answer serves both kinds of client: an answer first fetched as
+ * an SSE stream is served as JSON and as a stream again, and an answer first
+ * fetched as JSON is served as a stream (synthesised). Both directions, for
+ * OpenAI chat (and legacy completions) and Anthropic messages, with text and
+ * with tool calls. Streams must end properly ([DONE] / message_stop) and the
+ * usage block must survive the round trip.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const env = h.environment();
+
+const CHAT = '/v1/chat/completions';
+const MESSAGES = '/v1/messages';
+
+const chatCore = (a) => ({role: a.role, content: a.content, tool_calls: a.tool_calls,
+    finish_reason: a.finish_reason, usage: a.usage});
+
+/* POST a streaming request; check it is a well-formed SSE answer and return its events. */
+async function postStream(path, body, headers) {
+    const res = await env.proxy.post(path, body, headers);
+    assert.equal(res.status, 200, res.text.slice(0, 300));
+    assert.match(String(res.headers['content-type']), /^text\/event-stream/);
+    return {res, events: h.parseSSE(res.text)};
+}
+
+async function chatStream(body) {
+    const {res, events} = await postStream(CHAT, {...body, ...h.STREAM_WITH_USAGE});
+    const a = h.assembleChat(events);
+    assert.ok(a.done, 'the stream ends with data: [DONE]');
+    assert.equal(events[events.length - 1].data, '[DONE]', '[DONE] is the last event');
+    return {res, a};
+}
+
+/* With include_usage: usage only in a last chunk with empty choices, null elsewhere. */
+function assertUsageChunk(a) {
+    const last = a.chunks[a.chunks.length - 1];
+    assert.deepEqual(last.choices, [], 'the usage chunk has empty choices');
+    assert.ok(last.usage && last.usage.total_tokens > 0, 'the usage chunk carries usage');
+    for (const c of a.chunks.slice(0, -1))
+        assert.ok(c.usage === null || c.usage === undefined, 'other chunks carry no usage');
+}
+
+async function messageStream(body) {
+    const {res, events} = await postStream(MESSAGES, {...body, stream: true});
+    const a = h.assembleMessage(events);
+    assert.ok(a.done, 'the stream ends with message_stop');
+    assert.equal(a.types[0], 'message_start');
+    assert.equal(a.types[a.types.length - 1], 'message_stop');
+    assert.equal(a.types[a.types.length - 2], 'message_delta');
+    assert.deepEqual(a.errors, []);
+    return {res, a};
+}
+
+/* ------------------------------------------------------------------------ */
+/* OpenAI chat                                                               */
+
+async function chatStreamThenJson(body) {
+    const s = await chatStream(body);
+    h.assertFromUpstream(s.res, env.mock);
+    assertUsageChunk(s.a);
+    const calls = env.mock.callCount(CHAT);
+
+    const j = await env.proxy.post(CHAT, body);
+    h.assertHit(j);
+    assert.equal(j.json.object, 'chat.completion');
+    assert.equal(j.json.model, s.a.model);
+    assert.deepEqual(h.chatSummary(j.json), chatCore(s.a), 'JSON answer assembled from the stream');
+
+    const again = await chatStream(body);
+    h.assertHit(again.res);
+    assertUsageChunk(again.a);
+    assert.deepEqual(chatCore(again.a), chatCore(s.a), 'replayed stream carries the same answer');
+    assert.equal(env.mock.callCount(CHAT), calls, 'served from the cache only');
+}
+
+async function chatJsonThenStream(body) {
+    const j = await env.proxy.post(CHAT, body);
+    h.assertFromUpstream(j, env.mock);
+    const calls = env.mock.callCount(CHAT);
+
+    const s = await chatStream(body);
+    h.assertHit(s.res);
+    assertUsageChunk(s.a);
+    assert.equal(s.a.model, j.json.model);
+    assert.deepEqual(chatCore(s.a), h.chatSummary(j.json), 'stream synthesised from the JSON answer');
+    assert.ok(s.a.chunks.every((c) => c.object === 'chat.completion.chunk'));
+    assert.equal(env.mock.callCount(CHAT), calls);
+    return {j, s};
+}
+
+h.test('chat: stream first, then JSON and stream again from the cache', async () => {
+    await chatStreamThenJson(h.chatBody(h.uniq('stream first')));
+});
+
+h.test('chat: JSON first, then a stream from the cache', async () => {
+    await chatJsonThenStream(h.chatBody(h.uniq('json first')));
+});
+
+h.test('chat: a cached answer streamed without include_usage carries no usage', async () => {
+    const body = h.chatBody(h.uniq('no usage'));
+    const j = await env.proxy.post(CHAT, body);
+    const {res, events} = await postStream(CHAT, {...body, stream: true});
+    h.assertHit(res);
+    const a = h.assembleChat(events);
+    assert.ok(a.done);
+    assert.equal(a.content, h.chatText(j.json));
+    assert.equal(a.usage, null, 'no chunk carries usage');
+    assert.ok(a.chunks.every((c) => c.choices.length > 0), 'no usage-only chunk');
+});
+
+h.test('chat with tools: stream first, then JSON from the cache', async () => {
+    await chatStreamThenJson(h.chatBody(h.uniq('weather in Paris'), {tools: [h.OPENAI_TOOL]}));
+});
+
+h.test('chat with tools: JSON first, then a stream from the cache', async () => {
+    const {s} = await chatJsonThenStream(h.chatBody(h.uniq('weather in Rome'), {tools: [h.OPENAI_TOOL]}));
+    assert.equal(s.a.finish_reason, 'tool_calls');
+    assert.equal(s.a.tool_calls[0].name, 'get_weather');
+});
+
+/* ------------------------------------------------------------------------ */
+/* Legacy completions                                                        */
+
+h.test('completions: stream first, then JSON from the cache', async () => {
+    const body = h.completionBody(h.uniq('Once upon a time'));
+    const {res, events} = await postStream('/v1/completions', {...body, ...h.STREAM_WITH_USAGE});
+    h.assertFromUpstream(res, env.mock);
+    const a = h.assembleCompletion(events);
+    assert.ok(a.done);
+    const j = await env.proxy.post('/v1/completions', body);
+    h.assertHit(j);
+    assert.deepEqual(h.completionSummary(j.json),
+        {text: a.text, finish_reason: a.finish_reason, usage: a.usage});
+});
+
+h.test('completions: JSON first, then a stream from the cache', async () => {
+    const body = h.completionBody(h.uniq('In a galaxy'));
+    const j = await env.proxy.post('/v1/completions', body);
+    const {res, events} = await postStream('/v1/completions', {...body, ...h.STREAM_WITH_USAGE});
+    h.assertHit(res);
+    const a = h.assembleCompletion(events);
+    assert.ok(a.done);
+    assert.deepEqual({text: a.text, finish_reason: a.finish_reason, usage: a.usage},
+        h.completionSummary(j.json));
+});
+
+/* ------------------------------------------------------------------------ */
+/* Anthropic messages                                                        */
+
+async function messageStreamThenJson(body) {
+    const s = await messageStream(body);
+    h.assertFromUpstream(s.res, env.mock);
+    const calls = env.mock.callCount(MESSAGES);
+
+    const j = await env.proxy.post(MESSAGES, body);
+    h.assertHit(j);
+    assert.equal(j.json.type, 'message');
+    assert.equal(j.json.model, s.a.message.model);
+    assert.deepEqual(h.messageSummary(j.json), h.messageSummary(s.a.message));
+
+    const again = await messageStream(body);
+    h.assertHit(again.res);
+    assert.deepEqual(h.messageSummary(again.a.message), h.messageSummary(s.a.message));
+    assert.equal(env.mock.callCount(MESSAGES), calls);
+}
+
+async function messageJsonThenStream(body) {
+    const j = await env.proxy.post(MESSAGES, body);
+    h.assertFromUpstream(j, env.mock);
+    const calls = env.mock.callCount(MESSAGES);
+
+    const s = await messageStream(body);
+    h.assertHit(s.res);
+    assert.equal(s.a.message.model, j.json.model);
+    assert.deepEqual(h.messageSummary(s.a.message), h.messageSummary(j.json));
+    for (const type of ['content_block_start', 'content_block_delta', 'content_block_stop'])
+        assert.ok(s.a.types.includes(type), `the synthesised stream has ${type}`);
+    assert.equal(env.mock.callCount(MESSAGES), calls);
+    return s;
+}
+
+h.test('messages: stream first, then JSON and stream again from the cache', async () => {
+    await messageStreamThenJson(h.messagesBody(h.uniq('stream first claude')));
+});
+
+h.test('messages: JSON first, then a stream from the cache', async () => {
+    await messageJsonThenStream(h.messagesBody(h.uniq('json first claude')));
+});
+
+h.test('messages with tools: stream first, then JSON from the cache', async () => {
+    await messageStreamThenJson(h.messagesBody(h.uniq('weather in Oslo'), {tools: [h.ANTHROPIC_TOOL]}));
+});
+
+h.test('messages with tools: JSON first, then a stream from the cache', async () => {
+    const s = await messageJsonThenStream(
+        h.messagesBody(h.uniq('weather in Lima'), {tools: [h.ANTHROPIC_TOOL]}));
+    assert.equal(s.a.message.stop_reason, 'tool_use');
+    const tool = s.a.message.content.find((b) => b.type === 'tool_use');
+    assert.equal(tool.name, 'get_weather');
+    assert.equal(typeof tool.input.city, 'string');
+});

@@ -1,0 +1,100 @@
+'use strict';
+/*
+ * Streams are relayed as they arrive (never buffered first), big answers
+ * arrive intact, and a slow client slows the upstream down (backpressure)
+ * instead of making the proxy buffer the whole answer.
+ */
+const assert = require('node:assert/strict');
+const crypto = require('node:crypto');
+const h = require('./lib');
+
+const env = h.environment();
+
+const CHAT = '/v1/chat/completions';
+const MESSAGES = '/v1/messages';
+const BIG = 30000000;
+
+const sha = (s) => crypto.createHash('sha256').update(s).digest('hex');
+const holdId = () => h.uniq('hold').replace(' ', '-');
+
+/* The client gets the first event while the mock still holds back the rest. */
+async function firstEventWhileHeld(path, body) {
+    const id = holdId();
+    const s = await env.proxy.openStream(path, body, {'x-mock-hold': id});
+    try {
+        assert.equal(s.status, 200);
+        assert.match(String(s.headers['content-type']), /^text\/event-stream/);
+        assert.equal(s.headers['x-cache-status'], 'MISS');
+        const first = await s.nextEvent(5000);
+        assert.ok(env.mock.isHolding(id), 'the mock is still holding the rest of the stream');
+        assert.ok(!s.ended, 'the stream is still open');
+        return {s, first, id};
+    } catch (e) {
+        env.mock.release(id);
+        s.destroy();
+        throw e;
+    }
+}
+
+h.test('chat streams are incremental: the first event arrives before the rest exists', async () => {
+    const {s, first, id} = await firstEventWhileHeld(CHAT, h.chatBody(h.uniq('incremental'), h.STREAM_WITH_USAGE));
+    const chunk = JSON.parse(first.data);
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    assert.equal(chunk.choices[0].delta.role, 'assistant');
+    env.mock.release(id);
+    const end = await s.rest();
+    const a = h.assembleChat(end.events);
+    assert.ok(end.complete && a.done);
+    assert.match(a.content, /^mock answer #\d+ to: incremental/);
+});
+
+h.test('message streams are incremental: message_start arrives before the rest exists', async () => {
+    const {s, first, id} = await firstEventWhileHeld(MESSAGES,
+        h.messagesBody(h.uniq('incremental claude'), {stream: true}));
+    assert.equal(first.event, 'message_start');
+    env.mock.release(id);
+    const end = await s.rest();
+    assert.ok(h.assembleMessage(end.events).done);
+});
+
+h.test('a 1 MB JSON answer arrives intact', async () => {
+    const r = await env.proxy.post(CHAT, h.chatBody(h.uniq('big json')), {'x-mock-size': '1000000'});
+    assert.equal(r.status, 200);
+    const text = h.chatText(r.json);
+    assert.equal(text.length, 1000000);
+    assert.equal(sha(text), env.mock.lastRequest(CHAT).answer.sha256);
+});
+
+h.test('backpressure: a paused client stalls the upstream; on resume every byte arrives', {timeout: 120000}, async (t) => {
+    const before = {...env.mock.backpressure};
+    const body = h.chatBody(h.uniq('big stream'), {stream: true});
+    const s = await env.proxy.openStream(CHAT, body, {'x-mock-size': String(BIG)});
+    s.pause();
+    await h.waitFor(() => env.mock.backpressure.waits > before.waits,
+        {timeout: 20000, what: 'the mock to see write backpressure'});
+    /* Wait for the writes to stop moving: everything in between is buffered somewhere. */
+    let last = -1;
+    await h.waitFor(() => {
+        const now = env.mock.backpressure.bytesWritten;
+        const still = now === last;
+        last = now;
+        return still;
+    }, {timeout: 20000, interval: 1000, what: 'the mock\'s writes to stall while the client is paused'});
+    const written = env.mock.backpressure.bytesWritten - before.bytesWritten;
+    assert.ok(written < BIG, `the mock stalled after ${written} bytes, short of the whole ${BIG}`);
+    t.diagnostic(`paused client: the mock stalled after ${written} of ${BIG} bytes, client read ${s.bytes}`);
+
+    s.resume();
+    const end = await s.rest(90000);
+    assert.ok(end.complete, 'the stream ended normally');
+    const a = h.assembleChat(end.events);
+    assert.ok(a.done, 'the stream ends with [DONE]');
+    assert.equal(a.content.length, BIG);
+    assert.equal(sha(a.content), env.mock.lastRequest(CHAT).answer.sha256, 'every byte intact');
+});
+
+h.test('the proxy still serves after the big stream', async () => {
+    const body = h.chatBody(h.uniq('after big'));
+    assert.equal((await env.proxy.post(CHAT, body)).status, 200);
+    h.assertHit(await env.proxy.post(CHAT, body));
+});

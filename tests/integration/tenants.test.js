@@ -1,0 +1,60 @@
+'use strict';
+/*
+ * Tenant separation: every cache key includes a hash of the client's
+ * credential (Authorization: Bearer, x-api-key or api-key), so a client never
+ * receives an answer cached for another credential.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const env = h.environment();
+
+const CHAT = '/v1/chat/completions';
+const MESSAGES = '/v1/messages';
+
+h.test('same Authorization hits, another Authorization misses', async () => {
+    const body = h.chatBody(h.uniq('tenant bearer'));
+    const a1 = await env.proxy.post(CHAT, body, h.bearer('sk-tenant-a'));
+    h.assertFromUpstream(a1, env.mock);
+    const a2 = await env.proxy.post(CHAT, body, h.bearer('sk-tenant-a'));
+    h.assertHit(a2);
+
+    const b1 = await env.proxy.post(CHAT, body, h.bearer('sk-tenant-b'));
+    h.assertFromUpstream(b1, env.mock);
+    assert.notEqual(h.answerSeq(h.chatText(b1.json)), h.answerSeq(h.chatText(a1.json)),
+        'tenant b got its own answer');
+    const b2 = await env.proxy.post(CHAT, body, h.bearer('sk-tenant-b'));
+    h.assertHit(b2);
+    assert.equal(h.chatText(b2.json), h.chatText(b1.json));
+});
+
+h.test('same x-api-key hits, another x-api-key misses', async () => {
+    const body = h.messagesBody(h.uniq('tenant x-api-key'));
+    const a1 = await env.proxy.post(MESSAGES, body, h.apiKey('sk-ant-tenant-a'));
+    h.assertFromUpstream(a1, env.mock);
+    h.assertHit(await env.proxy.post(MESSAGES, body, h.apiKey('sk-ant-tenant-a')));
+    const b1 = await env.proxy.post(MESSAGES, body, h.apiKey('sk-ant-tenant-b'));
+    h.assertFromUpstream(b1, env.mock);
+    assert.notEqual(h.messageText(b1.json), h.messageText(a1.json));
+});
+
+h.test('api-key (Azure style) separates tenants too', async () => {
+    const body = h.chatBody(h.uniq('tenant api-key'));
+    await env.proxy.post(CHAT, body, {'api-key': 'azure-key-a'});
+    h.assertHit(await env.proxy.post(CHAT, body, {'api-key': 'azure-key-a'}));
+    h.assertFromUpstream(await env.proxy.post(CHAT, body, {'api-key': 'azure-key-b'}), env.mock);
+});
+
+h.test('an anonymous client does not share entries with a credentialed one', async () => {
+    const body = h.chatBody(h.uniq('tenant anonymous'));
+    await env.proxy.post(CHAT, body, h.bearer('sk-tenant-c'));
+    const anon = await env.proxy.post(CHAT, body, {authorization: undefined});
+    h.assertFromUpstream(anon, env.mock);
+    h.assertHit(await env.proxy.post(CHAT, body, {authorization: undefined}));
+});
+
+h.test('a credential differing only in case is another tenant', async () => {
+    const body = h.chatBody(h.uniq('tenant case'));
+    await env.proxy.post(CHAT, body, h.bearer('sk-Case-Key'));
+    h.assertFromUpstream(await env.proxy.post(CHAT, body, h.bearer('sk-case-key')), env.mock);
+});

@@ -1,0 +1,129 @@
+'use strict';
+/*
+ * Upstream failures: error answers are relayed and never cached; an upstream
+ * that is down gives 502 and one slower than upstream-timeout gives 504, in
+ * the shape of the API that was called; a stream the upstream cuts off (or
+ * stalls) is not cached.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const UPSTREAM_TIMEOUT = 0.5;
+const env = h.environment({proxyArgs: ['--upstream-timeout', String(UPSTREAM_TIMEOUT)]});
+
+const CHAT = '/v1/chat/completions';
+const MESSAGES = '/v1/messages';
+
+for (const [path, makeBody] of [[CHAT, h.chatBody], [MESSAGES, h.messagesBody]]) {
+    h.test(`${path}: an upstream 500 is relayed as is and not cached`, async () => {
+        const body = makeBody(h.uniq('upstream 500'));
+        const calls = env.mock.callCount(path);
+        for (let i = 1; i <= 2; i++) {
+            const r = await env.proxy.post(path, body, {'x-mock-status': '500'});
+            h.assertApiError(r, path, 500);
+            assert.match(r.text, /mock error 500/, 'the upstream\'s own error body');
+            assert.notEqual(r.headers['x-cache-status'], 'HIT');
+            assert.equal(env.mock.callCount(path), calls + i, 'every attempt reaches the upstream');
+        }
+        const ok = await env.proxy.post(path, body);
+        assert.equal(ok.status, 200);
+        h.assertFromUpstream(ok, env.mock);
+        h.assertHit(await env.proxy.post(path, body));
+    });
+}
+
+h.test('a 429 from the upstream is relayed with its status and not cached', async () => {
+    const body = h.chatBody(h.uniq('upstream 429'));
+    h.assertOpenAIError(await env.proxy.post(CHAT, body, {'x-mock-status': '429'}), 429);
+    h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
+});
+
+h.test('an upstream 500 on a stream request is relayed as a JSON error', async () => {
+    const body = h.chatBody(h.uniq('stream 500'), h.STREAM_WITH_USAGE);
+    h.assertOpenAIError(await env.proxy.post(CHAT, body, {'x-mock-status': '500'}), 500);
+    const s = await env.proxy.post(CHAT, body);
+    h.assertFromUpstream(s, env.mock);
+});
+
+h.test('stats count upstream 5xx answers', async () => {
+    const before = await env.proxy.stats();
+    await env.proxy.post(CHAT, h.chatBody(h.uniq('count 5xx')), {'x-mock-status': '503'});
+    await h.eventually(async () => {
+        const after = await env.proxy.stats();
+        assert.equal(after.upstream_5xx - before.upstream_5xx, 1);
+        assert.equal(after.cache_stores, before.cache_stores);
+    });
+});
+
+h.test('an upstream slower than upstream-timeout gives 504 in the API\'s shape', async () => {
+    const before = await env.proxy.stats();
+    for (const [path, makeBody] of [[CHAT, h.chatBody], [MESSAGES, h.messagesBody]]) {
+        const started = Date.now();
+        const r = await env.proxy.post(path, makeBody(h.uniq('slow upstream')), {'x-mock-delay-ms': '3000'});
+        h.assertApiError(r, path, 504);
+        assert.ok(Date.now() - started < 2500, `answered after the timeout, not the upstream (${Date.now() - started} ms)`);
+    }
+    await h.eventually(async () => {
+        const after = await env.proxy.stats();
+        assert.ok(after.upstream_timeouts - before.upstream_timeouts >= 2, 'upstream_timeouts counted');
+    });
+});
+
+h.test('after a timeout the late answer is not cached', async () => {
+    const body = h.chatBody(h.uniq('late answer'));
+    h.assertOpenAIError(await env.proxy.post(CHAT, body, {'x-mock-delay-ms': '1000'}), 504);
+    /* The mock would have answered by now, had the proxy still been listening. */
+    await h.sleep(1200);
+    h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
+});
+
+h.test('a stream that stalls longer than upstream-timeout ends unfinished and is not cached', async () => {
+    const body = h.chatBody(h.uniq('stalled stream'), h.STREAM_WITH_USAGE);
+    const s = await env.proxy.openStream(CHAT, body, {'x-mock-chunk-delay-ms': '2000'});
+    assert.equal(s.status, 200);
+    const end = await s.rest(10000);
+    assert.ok(!h.assembleChat(end.events).done, 'no [DONE]: the client can tell the stream was cut');
+    h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
+});
+
+h.test('a JSON answer the upstream cuts off is not cached', async () => {
+    const body = h.chatBody(h.uniq('cut json'));
+    const r = await env.proxy.post(CHAT, body, {'x-mock-cut': '1'}).catch((e) => e);
+    /* Either a 502 before anything was relayed, or a response cut off in turn. */
+    if (!(r instanceof Error))
+        assert.equal(r.status, 502, `a cut-off upstream answer is not a success: ${r.status} ${r.text.slice(0, 200)}`);
+    h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
+});
+
+h.test('a stream the upstream cuts off is not cached', async () => {
+    const body = h.chatBody(h.uniq('cut stream'), h.STREAM_WITH_USAGE);
+    const s = await env.proxy.openStream(CHAT, body, {'x-mock-cut': '1', 'x-mock-chunks': '8'});
+    const end = await s.rest(10000);
+    assert.ok(!h.assembleChat(end.events).done, 'the cut stream has no [DONE]');
+    h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
+    const stats = await env.proxy.stats();
+    assert.ok(stats.upstream_errors >= 1, 'upstream_errors counted');
+});
+
+h.test('the proxy keeps serving after upstream failures', async () => {
+    assert.equal((await env.proxy.get('/healthz')).status, 200);
+    const body = h.chatBody(h.uniq('still serving'));
+    assert.equal((await env.proxy.post(CHAT, body)).status, 200);
+    h.assertHit(await env.proxy.post(CHAT, body));
+});
+
+/* A separate proxy whose upstream is a port nobody listens on. */
+h.test('an upstream that is down gives 502 in each API\'s shape', async () => {
+    const closedPort = await h.freePort();
+    const proxy = await env.startProxy({upstream: `http://127.0.0.1:${closedPort}`});
+    const chat = await proxy.post(CHAT, h.chatBody(h.uniq('down')));
+    h.assertOpenAIError(chat, 502);
+    const stream = await proxy.post(CHAT, h.chatBody(h.uniq('down'), h.STREAM_WITH_USAGE));
+    h.assertOpenAIError(stream, 502);
+    const msg = await proxy.post(MESSAGES, h.messagesBody(h.uniq('down')));
+    h.assertAnthropicError(msg, 502);
+    const emb = await proxy.post('/v1/embeddings', h.embeddingBody(h.uniq('down')));
+    h.assertOpenAIError(emb, 502);
+    await h.eventually(async () => assert.ok((await proxy.stats()).upstream_errors >= 4));
+    assert.equal(await proxy.stop(), 0);
+});

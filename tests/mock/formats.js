@@ -1,0 +1,394 @@
+'use strict';
+/*
+ * formats.js - the wire formats the mock upstream speaks: OpenAI chat
+ * completions, legacy completions, embeddings and models, the Anthropic
+ * Messages API, as whole JSON answers and as SSE event streams, and both
+ * APIs' error shapes. Pure functions: each builder takes a `call` (what the
+ * server knows about one request, see upstream.js) and returns
+ * {status, headers, parts}, where parts are the strings written one after
+ * the other (SSE events, or the one JSON body).
+ */
+const crypto = require('node:crypto');
+
+const BIG_PIECE = 64 * 1024; /* piece size for x-mock-size answers and big JSON bodies */
+const EMBEDDING_DIMS = 8;
+const SNIPPET_CHARS = 40;
+const FILLER = ' lorem ipsum dolor sit amet, consectetur adipiscing elit';
+
+const MODELS = ['gpt-4o-mini', 'gpt-4o', 'text-embedding-3-small', 'gpt-3.5-turbo-instruct',
+    'claude-sonnet-4-5'];
+
+/* ------------------------------------------------------------------------ */
+/* Reading requests                                                          */
+
+/* Text of one message's content: a string, or the text parts of an array. */
+function contentText(content) {
+    if (typeof content === 'string')
+        return content;
+    if (!Array.isArray(content))
+        return '';
+    return content
+        .map((p) => (p && typeof p.text === 'string' ? p.text : ''))
+        .filter((s) => s !== '')
+        .join(' ');
+}
+
+/* The text the answer quotes: the last user turn, the prompt, or the input. */
+function lastUserText(body) {
+    if (Array.isArray(body.messages)) {
+        const users = body.messages.filter((m) => m && m.role === 'user');
+        return users.length ? contentText(users[users.length - 1].content) : '';
+    }
+    if (body.prompt !== undefined)
+        return [].concat(body.prompt).map(String).join(' ');
+    if (body.input !== undefined)
+        return [].concat(body.input).map(String).join(' ');
+    return '';
+}
+
+/* Everything the model would read, for the prompt token count. */
+function promptText(body) {
+    const parts = [];
+    if (body.system !== undefined)
+        parts.push(contentText(body.system));
+    if (Array.isArray(body.messages))
+        for (const m of body.messages)
+            parts.push(contentText(m && m.content));
+    parts.push(lastUserText({prompt: body.prompt, input: body.input}));
+    return parts.join(' ');
+}
+
+/* Deterministic stand-in for a tokenizer: words, at least one. */
+function countTokens(text) {
+    const words = String(text).trim().split(/\s+/).filter(Boolean);
+    return Math.max(1, words.length);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Answer content                                                            */
+
+/* "mock answer #SEQ to: SNIPPET", padded with filler to size bytes if asked. */
+function answerText(seq, question, size) {
+    let text = `mock answer #${seq} to: ${Array.from(question).slice(0, SNIPPET_CHARS).join('')}`;
+    if (size > text.length) {
+        const pad = FILLER.repeat(Math.ceil((size - text.length) / FILLER.length));
+        text = (text + pad).slice(0, size);
+    }
+    return text;
+}
+
+/* Cut text into n pieces of similar length, never inside a code point. */
+function splitPieces(text, n) {
+    const chars = Array.from(text);
+    const count = Math.max(1, Math.min(n, chars.length));
+    const per = Math.ceil(chars.length / count);
+    const pieces = [];
+    for (let i = 0; i < chars.length; i += per)
+        pieces.push(chars.slice(i, i + per).join(''));
+    return pieces.length ? pieces : [''];
+}
+
+/* How many pieces an answer of this text is streamed in. */
+function pieceCount(text, controls) {
+    return Math.max(controls.chunks, Math.ceil(Buffer.byteLength(text) / BIG_PIECE));
+}
+
+/* Arguments for a call to tool: one plausible value per schema property. */
+function toolArguments(schema, question, seq) {
+    const props = (schema && schema.properties) || {};
+    const args = {};
+    for (const [name, prop] of Object.entries(props)) {
+        const type = prop && prop.type;
+        if (prop && Array.isArray(prop.enum) && prop.enum.length)
+            args[name] = prop.enum[0];
+        else if (type === 'integer' || type === 'number')
+            args[name] = seq;
+        else if (type === 'boolean')
+            args[name] = true;
+        else if (type === 'array')
+            args[name] = [];
+        else if (type === 'object')
+            args[name] = {};
+        else
+            args[name] = `call #${seq}: ${question.slice(0, SNIPPET_CHARS)}`;
+    }
+    if (Object.keys(args).length === 0)
+        args.input = `call #${seq}: ${question.slice(0, SNIPPET_CHARS)}`;
+    return args;
+}
+
+/* The first tool of an OpenAI (function) or Anthropic tool list, normalised. */
+function firstTool(tools) {
+    if (!Array.isArray(tools) || tools.length === 0)
+        return null;
+    const t = tools[0] || {};
+    if (t.function)
+        return {name: t.function.name, schema: t.function.parameters};
+    return {name: t.name, schema: t.input_schema};
+}
+
+/* Unit-length float32-exact vector derived from the text's SHA-256. */
+function embeddingVector(text) {
+    const digest = crypto.createHash('sha256').update(String(text)).digest();
+    const raw = [];
+    for (let i = 0; i < EMBEDDING_DIMS; i++)
+        raw.push(digest.readInt32LE(i * 4) / 2 ** 31);
+    const norm = Math.sqrt(raw.reduce((s, x) => s + x * x, 0)) || 1;
+    return raw.map((x) => Math.fround(x / norm));
+}
+
+function base64Floats(vec) {
+    const buf = Buffer.alloc(vec.length * 4);
+    vec.forEach((x, i) => buf.writeFloatLE(x, i * 4));
+    return buf.toString('base64');
+}
+
+/* ------------------------------------------------------------------------ */
+/* Wire formats                                                              */
+
+const sseEvent = (data, event) => (event ? `event: ${event}\n` : '') + `data: ${data}\n\n`;
+
+function jsonAnswer(status, obj, extraHeaders) {
+    const body = JSON.stringify(obj);
+    const headers = {'content-type': 'application/json', ...extraHeaders};
+    return {status, headers, parts: [body]};
+}
+
+function sseAnswer(events, extraHeaders) {
+    const headers = {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache',
+        ...extraHeaders,
+    };
+    return {status: 200, headers, parts: events};
+}
+
+const OPENAI_ERROR_TYPES = {
+    400: ['invalid_request_error', null], 401: ['invalid_request_error', 'invalid_api_key'],
+    403: ['invalid_request_error', 'unsupported_country_region_territory'],
+    404: ['invalid_request_error', 'unknown_url'], 429: ['requests', 'rate_limit_exceeded'],
+};
+const ANTHROPIC_ERROR_TYPES = {
+    400: 'invalid_request_error', 401: 'authentication_error', 403: 'permission_error',
+    404: 'not_found_error', 413: 'request_too_large', 429: 'rate_limit_error',
+    529: 'overloaded_error',
+};
+
+function openaiError(status, message) {
+    const [type, code] = OPENAI_ERROR_TYPES[status] || ['server_error', null];
+    return jsonAnswer(status, {error: {message, type, param: null, code}});
+}
+
+function anthropicError(status, message) {
+    const type = ANTHROPIC_ERROR_TYPES[status] || 'api_error';
+    return jsonAnswer(status, {type: 'error', error: {type, message}});
+}
+
+function openaiUsage(prompt, completion) {
+    return {
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        total_tokens: prompt + completion,
+        prompt_tokens_details: {cached_tokens: 0, audio_tokens: 0},
+        completion_tokens_details: {
+            reasoning_tokens: 0, audio_tokens: 0,
+            accepted_prediction_tokens: 0, rejected_prediction_tokens: 0,
+        },
+    };
+}
+
+/* The assistant turn of a chat answer: text, or a call to the first tool. */
+function chatOutcome(call) {
+    const tool = firstTool(call.body.tools);
+    if (!tool)
+        return {text: call.text, tool: null, finish: 'stop', completionTokens: countTokens(call.text)};
+    const args = JSON.stringify(toolArguments(tool.schema, call.question, call.seq));
+    return {
+        text: null,
+        tool: {id: `call_mock${call.seq}`, name: tool.name, args},
+        finish: 'tool_calls',
+        completionTokens: countTokens(args),
+    };
+}
+
+function chatCompletion(call) {
+    const out = chatOutcome(call);
+    const message = {role: 'assistant', content: out.text, refusal: null, annotations: []};
+    if (out.tool)
+        message.tool_calls = [{
+            id: out.tool.id, type: 'function',
+            function: {name: out.tool.name, arguments: out.tool.args},
+        }];
+    return jsonAnswer(200, {
+        id: call.id, object: 'chat.completion', created: call.created, model: call.model,
+        choices: [{index: 0, message, logprobs: null, finish_reason: out.finish}],
+        usage: openaiUsage(call.promptTokens, out.completionTokens),
+        service_tier: 'default', system_fingerprint: 'fp_mock',
+    }, call.openaiHeaders);
+}
+
+/*
+ * OpenAI streams: every chunk carries "usage": null when include_usage is on,
+ * and a last chunk with empty choices carries the usage, before [DONE].
+ */
+function openaiStream(call, object, choiceDeltas, usage) {
+    const includeUsage = !!(call.body.stream_options && call.body.stream_options.include_usage);
+    const base = {id: call.id, object, created: call.created, model: call.model};
+    if (object === 'chat.completion.chunk')
+        Object.assign(base, {service_tier: 'default', system_fingerprint: 'fp_mock'});
+    const chunk = (choices) => JSON.stringify({...base, choices, ...(includeUsage ? {usage: null} : {})});
+    const events = choiceDeltas.map((c) => sseEvent(chunk([c])));
+    if (includeUsage)
+        events.push(sseEvent(JSON.stringify({...base, choices: [], usage})));
+    events.push(sseEvent('[DONE]'));
+    return sseAnswer(events, call.openaiHeaders);
+}
+
+function chatStream(call) {
+    const out = chatOutcome(call);
+    const choice = (delta, finish = null) => ({index: 0, delta, logprobs: null, finish_reason: finish});
+    const deltas = [];
+    if (out.tool) {
+        deltas.push(choice({
+            role: 'assistant', content: null,
+            tool_calls: [{index: 0, id: out.tool.id, type: 'function',
+                function: {name: out.tool.name, arguments: ''}}],
+            refusal: null,
+        }));
+        for (const piece of splitPieces(out.tool.args, pieceCount(out.tool.args, call.controls)))
+            deltas.push(choice({tool_calls: [{index: 0, function: {arguments: piece}}]}));
+    } else {
+        deltas.push(choice({role: 'assistant', content: '', refusal: null}));
+        for (const piece of splitPieces(out.text, pieceCount(out.text, call.controls)))
+            deltas.push(choice({content: piece}));
+    }
+    deltas.push(choice({}, out.finish));
+    return openaiStream(call, 'chat.completion.chunk', deltas,
+        openaiUsage(call.promptTokens, out.completionTokens));
+}
+
+function textCompletion(call) {
+    return jsonAnswer(200, {
+        id: call.id.replace('chatcmpl', 'cmpl'), object: 'text_completion', created: call.created,
+        model: call.model,
+        choices: [{text: call.text, index: 0, logprobs: null, finish_reason: 'stop'}],
+        usage: openaiUsage(call.promptTokens, countTokens(call.text)),
+    }, call.openaiHeaders);
+}
+
+function textCompletionStream(call) {
+    const choice = (text, finish = null) => ({text, index: 0, logprobs: null, finish_reason: finish});
+    const deltas = splitPieces(call.text, pieceCount(call.text, call.controls)).map((p) => choice(p));
+    deltas.push(choice('', 'stop'));
+    const streamCall = {...call, id: call.id.replace('chatcmpl', 'cmpl')};
+    return openaiStream(streamCall, 'text_completion', deltas,
+        openaiUsage(call.promptTokens, countTokens(call.text)));
+}
+
+function embeddings(call) {
+    const inputs = [].concat(call.body.input === undefined ? [] : call.body.input);
+    const asBase64 = call.body.encoding_format === 'base64';
+    const data = inputs.map((input, index) => {
+        const vec = embeddingVector(typeof input === 'string' ? input : JSON.stringify(input));
+        return {object: 'embedding', index, embedding: asBase64 ? base64Floats(vec) : vec};
+    });
+    const tokens = inputs.reduce((n, i) => n + countTokens(typeof i === 'string' ? i : ''), 0);
+    return jsonAnswer(200, {
+        object: 'list', data, model: call.model,
+        usage: {prompt_tokens: tokens, total_tokens: tokens},
+    }, call.openaiHeaders);
+}
+
+function modelList() {
+    return jsonAnswer(200, {
+        object: 'list',
+        data: MODELS.map((id) => ({id, object: 'model', created: 1700000000, owned_by: 'mock'})),
+    });
+}
+
+/* Anthropic content: a text block, plus a tool_use block when tools are given. */
+function messageOutcome(call) {
+    const blocks = [{type: 'text', text: call.text}];
+    const tool = firstTool(call.body.tools);
+    if (tool)
+        blocks.push({type: 'tool_use', id: `toolu_mock${call.seq}`, name: tool.name,
+            input: toolArguments(tool.schema, call.question, call.seq)});
+    const outputTokens = blocks.reduce(
+        (n, b) => n + countTokens(b.type === 'text' ? b.text : JSON.stringify(b.input)), 0);
+    return {blocks, stop: tool ? 'tool_use' : 'end_turn', outputTokens};
+}
+
+function anthropicUsage(call, outputTokens) {
+    return {
+        input_tokens: call.promptTokens, cache_creation_input_tokens: 0,
+        cache_read_input_tokens: 0, output_tokens: outputTokens, service_tier: 'standard',
+    };
+}
+
+function message(call) {
+    const out = messageOutcome(call);
+    return jsonAnswer(200, {
+        id: call.msgId, type: 'message', role: 'assistant', model: call.model,
+        content: out.blocks, stop_reason: out.stop, stop_sequence: null,
+        usage: anthropicUsage(call, out.outputTokens),
+    }, call.anthropicHeaders);
+}
+
+/* The events of one content block: start, deltas (text or JSON pieces), stop. */
+function blockEvents(block, index, controls) {
+    const ev = (type, fields) => sseEvent(JSON.stringify({type, index, ...fields}), type);
+    const events = [];
+    if (block.type === 'text') {
+        events.push(ev('content_block_start', {content_block: {type: 'text', text: ''}}));
+        for (const piece of splitPieces(block.text, pieceCount(block.text, controls)))
+            events.push(ev('content_block_delta', {delta: {type: 'text_delta', text: piece}}));
+    } else {
+        const json = JSON.stringify(block.input);
+        events.push(ev('content_block_start',
+            {content_block: {type: 'tool_use', id: block.id, name: block.name, input: {}}}));
+        for (const piece of ['', ...splitPieces(json, pieceCount(json, controls))])
+            events.push(ev('content_block_delta', {delta: {type: 'input_json_delta', partial_json: piece}}));
+    }
+    events.push(ev('content_block_stop', {}));
+    return events;
+}
+
+function messageStream(call) {
+    const out = messageOutcome(call);
+    const ev = (type, fields) => sseEvent(JSON.stringify({type, ...fields}), type);
+    const events = [ev('message_start', {
+        message: {
+            id: call.msgId, type: 'message', role: 'assistant', model: call.model, content: [],
+            stop_reason: null, stop_sequence: null, usage: anthropicUsage(call, 1),
+        },
+    })];
+    out.blocks.forEach((block, i) => {
+        const evs = blockEvents(block, i, call.controls);
+        events.push(...(i === 0 ? [evs[0], ev('ping', {}), ...evs.slice(1)] : evs));
+    });
+    events.push(ev('message_delta', {
+        delta: {stop_reason: out.stop, stop_sequence: null},
+        usage: {output_tokens: out.outputTokens},
+    }));
+    events.push(ev('message_stop', {}));
+    return sseAnswer(events, call.anthropicHeaders);
+}
+
+/* Endpoint table: path -> error dialect and answer builders. */
+const ENDPOINTS = {
+    '/v1/chat/completions': {dialect: 'openai', json: chatCompletion, stream: chatStream},
+    '/v1/completions': {dialect: 'openai', json: textCompletion, stream: textCompletionStream},
+    '/v1/embeddings': {dialect: 'openai', json: embeddings, stream: null},
+    '/v1/messages': {dialect: 'anthropic', json: message, stream: messageStream},
+};
+
+function errorAnswer(path, status, message) {
+    const ep = ENDPOINTS[path];
+    return ep && ep.dialect === 'anthropic' ? anthropicError(status, message)
+        : openaiError(status, message);
+}
+
+module.exports = {
+    ENDPOINTS, BIG_PIECE, errorAnswer, openaiError, modelList,
+    lastUserText, promptText, countTokens, answerText, embeddingVector,
+};

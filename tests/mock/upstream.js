@@ -1,0 +1,454 @@
+'use strict';
+/*
+ * upstream.js - a mock LLM upstream that speaks the real wire formats of the
+ * OpenAI API (chat completions, legacy completions, embeddings, models) and
+ * the Anthropic Messages API, both as whole JSON answers and as SSE streams.
+ * This file is the server (controls, bookkeeping, CLI); the answers
+ * themselves are built in formats.js.
+ *
+ * Used in-process by the tests (createMock) and as a CLI by `make demo`:
+ *   node tests/mock/upstream.js [--host 127.0.0.1] [--port 0]
+ * prints "listening HOST:PORT" on stdout once it accepts connections.
+ *
+ * Every answer names the mock's call sequence number and the start of the
+ * last user message ("mock answer #7 to: ..."), so each upstream call gives a
+ * distinct answer: a cache HIT is proven by getting an earlier call's text
+ * back, and the test can still recognise which question it answers.
+ *
+ * Behaviour is steered per request by headers the proxy forwards untouched:
+ *   x-mock-status: N          answer N with an error body in the endpoint's shape
+ *   x-mock-delay-ms: N        wait before sending the response head
+ *   x-mock-chunk-delay-ms: N  wait between stream events
+ *   x-mock-chunks: N          number of content pieces (default 4)
+ *   x-mock-cut: 1             destroy the socket half-way through the body/stream
+ *   x-mock-size: N            answer text of N bytes, sent in 64 KiB pieces
+ *   x-mock-hold: ID           send the head and the first part, then wait for
+ *                             mock.release(ID) or POST /__mock/release?id=ID
+ *
+ * Observability (in-process, or GET /__mock/stats; POST /__mock/reset):
+ * call counts in total and per path, the received requests, the number of
+ * responses the client (the proxy) abandoned, and write backpressure.
+ *
+ *   request ──▶ record ──▶ build answer (JSON body or SSE events) ──▶ parts
+ *                                                                      │
+ *        delay ─▶ head ─▶ part 0 ─▶ [hold] ─▶ part 1 ─▶ ... [cut] ─▶ end
+ *                       (each write waits for 'drain' when the socket is full)
+ */
+const http = require('node:http');
+const crypto = require('node:crypto');
+const {EventEmitter} = require('node:events');
+const {
+    ENDPOINTS, BIG_PIECE, errorAnswer, openaiError, modelList,
+    lastUserText, promptText, countTokens, answerText, embeddingVector,
+} = require('./formats');
+
+const DEFAULT_CHUNKS = 4;
+const MAX_REQUEST_BODY = 64 * 1024 * 1024;
+
+/* The controls a request carries, parsed from its x-mock-* headers. */
+function readControls(headers) {
+    const int = (name) => {
+        const v = headers[name];
+        return v === undefined ? undefined : parseInt(v, 10);
+    };
+    return {
+        status: int('x-mock-status'),
+        delayMs: int('x-mock-delay-ms') || 0,
+        chunkDelayMs: int('x-mock-chunk-delay-ms') || 0,
+        chunks: Math.max(1, int('x-mock-chunks') || DEFAULT_CHUNKS),
+        cut: headers['x-mock-cut'] === '1',
+        size: int('x-mock-size') || 0,
+        hold: headers['x-mock-hold'],
+    };
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writing responses                                                         */
+
+/* Thrown inside a response writer when the client went away. */
+class ClientGone extends Error {}
+
+/* Split a whole body into slices so that hold/cut have a middle to act on. */
+function sliceBody(body, parts) {
+    const buf = Buffer.from(body);
+    const n = Math.max(parts, Math.ceil(buf.length / BIG_PIECE));
+    const per = Math.max(1, Math.ceil(buf.length / n));
+    const slices = [];
+    for (let i = 0; i < buf.length; i += per)
+        slices.push(buf.subarray(i, i + per));
+    return slices.length ? slices : [buf];
+}
+
+class Mock extends EventEmitter {
+    constructor() {
+        super();
+        this.setMaxListeners(0);
+        this.server = http.createServer((req, res) => this._onRequest(req, res));
+        this.server.keepAliveTimeout = 30000;
+        this.port = 0;
+        this.url = null;
+        this._holding = new Map(); /* id -> resolve functions of held responses */
+        this._released = new Set(); /* ids released (possibly before their request came) */
+        this.reset();
+    }
+
+    /* Start listening; resolves to the mock itself with port and url set. */
+    listen(port = 0, host = '127.0.0.1') {
+        return new Promise((resolve, reject) => {
+            this.server.once('error', reject);
+            this.server.listen(port, host, () => {
+                this.server.off('error', reject);
+                this.port = this.server.address().port;
+                this.host = host;
+                this.url = `http://${host}:${this.port}`;
+                resolve(this);
+            });
+        });
+    }
+
+    /* Release every held response, drop connections and stop listening. */
+    close() {
+        for (const id of [...this._holding.keys()])
+            this.release(id);
+        this.server.closeAllConnections();
+        return new Promise((resolve) => this.server.close(() => resolve()));
+    }
+
+    /* Forget counters and recorded requests (held responses stay held). */
+    reset() {
+        this.seq = 0;
+        this.calls = {total: 0, byPath: {}};
+        this.requests = [];
+        this.aborted = 0;
+        this.backpressure = {waits: 0, bytesWritten: 0};
+        this._released.clear();
+    }
+
+    /* Number of calls received, on one path or in total. */
+    callCount(path) {
+        return path === undefined ? this.calls.total : this.calls.byPath[path] || 0;
+    }
+
+    lastRequest(path) {
+        const list = path === undefined ? this.requests : this.requests.filter((r) => r.path === path);
+        return list[list.length - 1];
+    }
+
+    /* Let held response(s) with this id continue; ids released early are remembered. */
+    release(id) {
+        this._released.add(id);
+        const waiters = this._holding.get(id) || [];
+        this._holding.delete(id);
+        waiters.forEach((resolve) => resolve());
+        return waiters.length;
+    }
+
+    isHolding(id) {
+        return this._holding.has(id);
+    }
+
+    /* Resolves once a response with this hold id has reached its hold point. */
+    waitForHold(id, timeoutMs = 10000) {
+        return this._waitFor(() => this.isHolding(id), 'hold', `hold ${id}`, timeoutMs);
+    }
+
+    /* Resolves once at least n calls have been received (in total or on path). */
+    waitForCalls(n, path, timeoutMs = 10000) {
+        return this._waitFor(() => this.callCount(path) >= n, 'request',
+            `${n} calls${path ? ' to ' + path : ''}`, timeoutMs);
+    }
+
+    /* Resolves once at least n responses were abandoned by the client. */
+    waitForAborted(n, timeoutMs = 10000) {
+        return this._waitFor(() => this.aborted >= n, 'aborted', `${n} aborted responses`, timeoutMs);
+    }
+
+    stats() {
+        return {
+            calls: this.calls,
+            aborted: this.aborted,
+            backpressure: this.backpressure,
+            holding: [...this._holding.keys()],
+            requests: this.requests,
+        };
+    }
+
+    _waitFor(cond, event, what, timeoutMs) {
+        if (cond())
+            return Promise.resolve();
+        return new Promise((resolve, reject) => {
+            const check = () => {
+                if (!cond())
+                    return;
+                cleanup();
+                resolve();
+            };
+            const timer = setTimeout(() => {
+                cleanup();
+                reject(new Error(`mock: timed out after ${timeoutMs} ms waiting for ${what}`));
+            }, timeoutMs);
+            const cleanup = () => {
+                clearTimeout(timer);
+                this.off(event, check);
+            };
+            this.on(event, check);
+        });
+    }
+
+    async _onRequest(req, res) {
+        let raw;
+        try {
+            raw = await readBody(req);
+        } catch (e) {
+            res.destroy();
+            return;
+        }
+        const url = new URL(req.url, 'http://mock');
+        if (url.pathname.startsWith('/__mock/'))
+            return this._control(req, res, url);
+        const rec = this._record(req, url, raw);
+        const out = this._output(res, rec);
+        try {
+            await this._respond(req, out, readControls(req.headers));
+        } catch (e) {
+            if (!(e instanceof ClientGone))
+                throw e;
+        }
+    }
+
+    /*
+     * The response being written, with a promise that settles when its
+     * connection closes: every wait races against it so that a response the
+     * proxy abandoned stops at once (and is counted as aborted).
+     */
+    _output(res, rec) {
+        const out = {res, rec, closed: false, onClose: new Set(), flushed: Promise.resolve()};
+        rec.aborted = false;
+        out.gone = new Promise((resolve) => res.once('close', () => {
+            out.closed = true;
+            out.onClose.forEach((fn) => fn());
+            if (!res.writableFinished && !rec.cutByMock) {
+                rec.aborted = true;
+                this.aborted++;
+                this.emit('aborted');
+            }
+            resolve();
+        }));
+        return out;
+    }
+
+    _record(req, url, raw) {
+        let body = null;
+        try {
+            body = raw.length ? JSON.parse(raw) : null;
+        } catch (e) {
+            body = null;
+        }
+        const rec = {
+            seq: ++this.seq, method: req.method, path: url.pathname, url: req.url,
+            headers: req.headers, rawHeaders: req.rawHeaders, body, rawBody: raw,
+        };
+        this.calls.total++;
+        this.calls.byPath[url.pathname] = (this.calls.byPath[url.pathname] || 0) + 1;
+        this.requests.push(rec);
+        this.emit('request', rec);
+        return rec;
+    }
+
+    async _respond(req, out, controls) {
+        if (controls.delayMs > 0)
+            await this._pause(out, controls.delayMs);
+        const answer = this._answer(req, out.rec, controls);
+        out.rec.status = answer.status;
+        await this._send(out, answer, controls);
+    }
+
+    /* Decide what to send: an error, a JSON answer or a stream. */
+    _answer(req, rec, controls) {
+        const ep = ENDPOINTS[rec.path];
+        if (controls.status >= 400)
+            return errorAnswer(rec.path, controls.status, `mock error ${controls.status} (x-mock-status)`);
+        if (rec.path === '/v1/models' && req.method === 'GET')
+            return modelList();
+        if (!ep || req.method !== 'POST')
+            return openaiError(404, `Unknown request URL: ${req.method} ${rec.path}.`);
+        if (!rec.body || typeof rec.body !== 'object')
+            return errorAnswer(rec.path, 400, 'mock: request body is not a JSON object');
+        const call = this._call(rec, controls);
+        const wantsStream = rec.body.stream === true && ep.stream;
+        const answer = wantsStream ? ep.stream(call) : ep.json(call);
+        if (controls.status > 0)
+            answer.status = controls.status;
+        return answer;
+    }
+
+    /* Everything a builder needs to know about one call. */
+    _call(rec, controls) {
+        const question = lastUserText(rec.body);
+        const text = answerText(rec.seq, question, controls.size);
+        rec.answer = {length: text.length, sha256: crypto.createHash('sha256').update(text).digest('hex')};
+        return {
+            seq: rec.seq, body: rec.body, controls, question, text,
+            model: typeof rec.body.model === 'string' ? rec.body.model : 'unknown',
+            id: `chatcmpl-mock${rec.seq}`, msgId: `msg_mock${rec.seq}`,
+            created: Math.floor(Date.now() / 1000),
+            promptTokens: countTokens(promptText(rec.body)),
+            openaiHeaders: {'x-request-id': `req_mock${rec.seq}`, 'openai-processing-ms': '1'},
+            anthropicHeaders: {'request-id': `req_mock${rec.seq}`},
+        };
+    }
+
+    /* Write head and parts, applying hold, cut and chunk delays. */
+    async _send(out, answer, controls) {
+        const streaming = answer.headers['content-type'].startsWith('text/event-stream');
+        const wantsMiddle = controls.cut || controls.hold !== undefined;
+        const parts = streaming ? answer.parts : sliceBody(answer.parts[0], wantsMiddle ? 2 : 1);
+        if (!streaming)
+            answer.headers['content-length'] = String(parts.reduce((n, p) => n + p.length, 0));
+        out.res.writeHead(answer.status, answer.headers);
+        const cutAt = controls.cut ? Math.max(1, Math.floor(parts.length / 2)) : -1;
+        for (let i = 0; i < parts.length; i++) {
+            if (i === cutAt)
+                return await this._cut(out);
+            if (i === 1 && controls.hold !== undefined)
+                await this._hold(out, controls.hold);
+            else if (i > 0 && streaming && controls.chunkDelayMs > 0)
+                await this._pause(out, controls.chunkDelayMs);
+            await this._write(out, parts[i]);
+        }
+        out.res.end();
+    }
+
+    /*
+     * x-mock-cut: the upstream dies mid-answer (not counted as a client abort).
+     * What was written is flushed first: destroying a socket drops unsent data,
+     * and the point is a cut half-way, not before the head.
+     */
+    async _cut(out) {
+        await Promise.race([out.flushed, out.gone]);
+        out.rec.cutByMock = true;
+        out.res.socket.destroy();
+    }
+
+    /* Write one part; when the socket buffer is full, count it and wait for 'drain'. */
+    async _write(out, part) {
+        if (out.closed)
+            throw new ClientGone();
+        this.backpressure.bytesWritten += Buffer.byteLength(part);
+        let ok;
+        out.flushed = new Promise((resolve) => (ok = out.res.write(part, () => resolve())));
+        if (ok)
+            return;
+        this.backpressure.waits++;
+        this.emit('backpressure');
+        const drained = new Promise((resolve) => out.res.once('drain', resolve));
+        await Promise.race([drained, out.gone]);
+        if (out.closed)
+            throw new ClientGone();
+    }
+
+    async _hold(out, id) {
+        if (this._released.has(id))
+            return;
+        let resume;
+        const released = new Promise((resolve) => (resume = resolve));
+        this._holding.set(id, [...(this._holding.get(id) || []), resume]);
+        /* Forget the holder as soon as its client leaves, before 'aborted' is announced. */
+        const forget = () => this._forgetHolder(id, resume);
+        out.onClose.add(forget);
+        this.emit('hold', id);
+        await Promise.race([released, out.gone]);
+        out.onClose.delete(forget);
+        if (out.closed)
+            throw new ClientGone();
+    }
+
+    /* A held response whose client left no longer counts as holding. */
+    _forgetHolder(id, resume) {
+        const rest = (this._holding.get(id) || []).filter((r) => r !== resume);
+        if (rest.length)
+            this._holding.set(id, rest);
+        else
+            this._holding.delete(id);
+    }
+
+    /* A wait that ends early (with ClientGone) if the client leaves meanwhile. */
+    async _pause(out, ms) {
+        let timer;
+        await Promise.race([new Promise((resolve) => (timer = setTimeout(resolve, ms))), out.gone]);
+        clearTimeout(timer);
+        if (out.closed)
+            throw new ClientGone();
+    }
+
+    _control(req, res, url) {
+        const reply = (status, obj) => {
+            res.writeHead(status, {'content-type': 'application/json'});
+            res.end(JSON.stringify(obj));
+        };
+        if (url.pathname === '/__mock/stats' && req.method === 'GET')
+            return reply(200, this.stats());
+        if (url.pathname === '/__mock/reset' && req.method === 'POST') {
+            this.reset();
+            return reply(200, {reset: true});
+        }
+        if (url.pathname === '/__mock/release' && req.method === 'POST') {
+            const id = url.searchParams.get('id');
+            return reply(200, {released: id, waiting: this.release(id)});
+        }
+        return reply(404, {error: {message: 'unknown mock control', type: 'invalid_request_error',
+            param: null, code: null}});
+    }
+}
+
+function readBody(req) {
+    return new Promise((resolve, reject) => {
+        const chunks = [];
+        let size = 0;
+        req.on('data', (c) => {
+            size += c.length;
+            if (size > MAX_REQUEST_BODY)
+                return reject(new Error('request body too large'));
+            chunks.push(c);
+        });
+        req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+        req.on('error', reject);
+    });
+}
+
+function createMock() {
+    return new Mock();
+}
+
+/* ------------------------------------------------------------------------ */
+/* CLI                                                                       */
+
+function parseArgs(argv) {
+    const opts = {host: '127.0.0.1', port: 0};
+    for (let i = 0; i < argv.length; i++) {
+        if (argv[i] === '--port')
+            opts.port = parseInt(argv[++i], 10);
+        else if (argv[i] === '--host')
+            opts.host = argv[++i];
+        else
+            throw new Error(`unknown option ${argv[i]} (usage: upstream.js [--host H] [--port N])`);
+    }
+    return opts;
+}
+
+async function main() {
+    const opts = parseArgs(process.argv.slice(2));
+    const mock = await createMock().listen(opts.port, opts.host);
+    process.stdout.write(`listening ${opts.host}:${mock.port}\n`);
+    const stop = () => mock.close().then(() => process.exit(0));
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
+}
+
+if (require.main === module)
+    main().catch((e) => {
+        process.stderr.write(`mock upstream: ${e.message}\n`);
+        process.exit(1);
+    });
+
+module.exports = {createMock, answerText, embeddingVector, countTokens};

@@ -1,0 +1,361 @@
+/*
+ * test_api.c - endpoint knowledge (src/api.c): paths, validation messages,
+ * stream flags, usage extraction for both dialects, and error bodies that
+ * parse back into each API's shape.
+ */
+#include "pc_api.h"
+#include "t.h"
+
+/* --- helpers ------------------------------------------------------------- */
+
+/* Validation result of json on e; msg receives the message. */
+static int validate(enum api_endpoint e, const char *json, char *msg, size_t len)
+{
+    cJSON *v = cJSON_Parse(json);
+    msg[0] = '\0';
+    int rc = api_validate(e, v, msg, len);
+    cJSON_Delete(v);
+    return rc;
+}
+
+static bool accepts(enum api_endpoint e, const char *json)
+{
+    char msg[256];
+    int rc = validate(e, json, msg, sizeof(msg));
+    if (rc != 0)
+        fprintf(stderr, "  rejected %s: %s\n", json, msg);
+    return rc == 0;
+}
+
+/* Whether json is refused on e with exactly want. */
+static bool rejects(enum api_endpoint e, const char *json, const char *want)
+{
+    char msg[256];
+    int rc = validate(e, json, msg, sizeof(msg));
+    bool ok = rc == -1 && strcmp(msg, want) == 0;
+    if (!ok)
+        fprintf(stderr, "  %s: rc %d, msg \"%s\", want \"%s\"\n", json, rc, msg, want);
+    return ok;
+}
+
+static bool wants_stream(enum api_endpoint e, const char *json)
+{
+    cJSON *v = cJSON_Parse(json);
+    bool r = api_wants_stream(e, v);
+    cJSON_Delete(v);
+    return r;
+}
+
+static bool include_usage(enum api_endpoint e, const char *json)
+{
+    cJSON *v = cJSON_Parse(json);
+    bool r = api_stream_include_usage(e, v);
+    cJSON_Delete(v);
+    return r;
+}
+
+static struct api_usage usage(enum api_endpoint e, const char *json)
+{
+    struct api_usage u;
+    memset(&u, 0x5a, sizeof(u)); /* must be fully overwritten */
+    cJSON *v = cJSON_Parse(json);
+    api_usage_from_response(e, v, &u);
+    cJSON_Delete(v);
+    return u;
+}
+
+/* Error body parsed back; NULL if it is not JSON. The caller deletes it. */
+static cJSON *error_json(enum api_dialect d, int status, const char *message)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    api_error_body(d, status, message, &b);
+    cJSON *v = cJSON_ParseWithLength(b.data, b.len);
+    pc_buf_free(&b);
+    return v;
+}
+
+static const char *str_at(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, a);
+    if (b != NULL)
+        v = cJSON_GetObjectItemCaseSensitive(v, b);
+    return cJSON_GetStringValue(v);
+}
+
+#define MSG    "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+#define CHATOK "{\"model\":\"m\"," MSG "}"
+
+/* --- tests --------------------------------------------------------------- */
+
+static void test_paths(void)
+{
+    T_CHECK_INT(api_endpoint_from_path("/v1/chat/completions"), API_CHAT);
+    T_CHECK_INT(api_endpoint_from_path("/v1/completions"), API_COMPLETIONS);
+    T_CHECK_INT(api_endpoint_from_path("/v1/embeddings"), API_EMBEDDINGS);
+    T_CHECK_INT(api_endpoint_from_path("/v1/messages"), API_MESSAGES);
+    T_CHECK_INT(api_endpoint_from_path("/v1/chat/completions/"), API_CHAT);
+    T_CHECK_INT(api_endpoint_from_path("/v1/messages/"), API_MESSAGES);
+    T_CHECK_INT(api_endpoint_from_path("/v1/messages//"), API_NONE);
+    T_CHECK_INT(api_endpoint_from_path("/v1/messages/count_tokens"), API_NONE);
+    T_CHECK_INT(api_endpoint_from_path("/v1/chat"), API_NONE);
+    T_CHECK_INT(api_endpoint_from_path("/V1/messages"), API_NONE);
+    T_CHECK_INT(api_endpoint_from_path("v1/messages"), API_NONE);
+    T_CHECK_INT(api_endpoint_from_path("/v1/models"), API_NONE);
+    T_CHECK_INT(api_endpoint_from_path("/"), API_NONE);
+    T_CHECK_INT(api_endpoint_from_path(""), API_NONE);
+    T_CHECK_INT(api_endpoint_from_path(NULL), API_NONE);
+
+    T_CHECK_INT(api_dialect_of(API_MESSAGES), API_DIALECT_ANTHROPIC);
+    T_CHECK_INT(api_dialect_of(API_CHAT), API_DIALECT_OPENAI);
+    T_CHECK_INT(api_dialect_of(API_COMPLETIONS), API_DIALECT_OPENAI);
+    T_CHECK_INT(api_dialect_of(API_EMBEDDINGS), API_DIALECT_OPENAI);
+    T_CHECK_INT(api_dialect_of(API_NONE), API_DIALECT_OPENAI);
+
+    T_CHECK_STR(api_endpoint_name(API_CHAT), "chat");
+    T_CHECK_STR(api_endpoint_name(API_COMPLETIONS), "completions");
+    T_CHECK_STR(api_endpoint_name(API_EMBEDDINGS), "embeddings");
+    T_CHECK_STR(api_endpoint_name(API_MESSAGES), "messages");
+    T_CHECK_STR(api_endpoint_name(API_NONE), "other");
+    T_CHECK_STR(api_endpoint_name(API__COUNT), "other");
+}
+
+static void test_validate_accepts(void)
+{
+    T_CHECK(accepts(API_CHAT, CHATOK));
+    T_CHECK(accepts(API_MESSAGES, "{\"model\":\"claude\",\"max_tokens\":5," MSG "}"));
+    T_CHECK(accepts(API_CHAT, "{\"model\":\"m\"," MSG ",\"stream\":true}"));
+    T_CHECK(accepts(API_CHAT, "{\"model\":\"m\"," MSG ",\"stream\":false}"));
+    T_CHECK(accepts(API_CHAT, "{\"model\":\"m\"," MSG ",\"stream\":null}"));
+    T_CHECK(accepts(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"once\"}"));
+    T_CHECK(accepts(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1,2,3]}"));
+    T_CHECK(accepts(API_EMBEDDINGS, "{\"model\":\"e\",\"input\":\"text\"}"));
+    T_CHECK(accepts(API_EMBEDDINGS, "{\"model\":\"e\",\"input\":[\"a\",\"b\"]}"));
+    T_CHECK(accepts(API_NONE, "{\"model\":\"x\"}"));
+    /* The last duplicate is what the upstream sees. */
+    T_CHECK(accepts(API_CHAT, "{\"model\":\"\",\"model\":\"m\"," MSG "}"));
+
+    char small[8];
+    cJSON *v = cJSON_Parse(CHATOK);
+    T_CHECK(api_validate(API_CHAT, v, small, sizeof(small)) == 0);
+    T_CHECK(api_validate(API_CHAT, v, NULL, 0) == 0);
+    cJSON_Delete(v);
+}
+
+static void test_validate_rejects(void)
+{
+    const char *obj = "request body must be a JSON object";
+    const char *model = "'model' is required and must be a non-empty string";
+    const char *msgs = "'messages' must be a non-empty array";
+    const char *stream = "'stream' must be a boolean";
+    T_CHECK(rejects(API_CHAT, "[" CHATOK "]", obj));
+    T_CHECK(rejects(API_CHAT, "\"hello\"", obj));
+    T_CHECK(rejects(API_CHAT, "null", obj));
+    T_CHECK(rejects(API_CHAT, "{" MSG "}", model));
+    T_CHECK(rejects(API_CHAT, "{\"model\":\"\"," MSG "}", model));
+    T_CHECK(rejects(API_CHAT, "{\"model\":4," MSG "}", model));
+    T_CHECK(rejects(API_CHAT, "{\"model\":\"m\",\"model\":null," MSG "}", model));
+    T_CHECK(rejects(API_CHAT, "{\"model\":\"m\"}", msgs));
+    T_CHECK(rejects(API_CHAT, "{\"model\":\"m\",\"messages\":[]}", msgs));
+    T_CHECK(rejects(API_MESSAGES, "{\"model\":\"m\",\"messages\":{}}", msgs));
+    T_CHECK(rejects(API_MESSAGES, "{\"model\":\"m\",\"messages\":\"hi\"}", msgs));
+    T_CHECK(rejects(API_CHAT, "{\"model\":\"m\"," MSG ",\"stream\":\"true\"}", stream));
+    T_CHECK(rejects(API_CHAT, "{\"model\":\"m\"," MSG ",\"stream\":1}", stream));
+    T_CHECK(rejects(API_EMBEDDINGS, "{\"model\":\"e\",\"input\":\"x\",\"stream\":{}}", stream));
+    T_CHECK(rejects(API_COMPLETIONS, "{\"model\":\"m\"}",
+                    "'prompt' is required and must be a string or an array"));
+    T_CHECK(rejects(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":7}",
+                    "'prompt' is required and must be a string or an array"));
+    T_CHECK(rejects(API_EMBEDDINGS, "{\"model\":\"e\"}",
+                    "'input' is required and must be a string or an array"));
+    T_CHECK(rejects(API_EMBEDDINGS, "{\"model\":\"e\",\"input\":{}}",
+                    "'input' is required and must be a string or an array"));
+
+    /* The message is truncated to the caller's buffer, never overrun. */
+    char small[8];
+    cJSON *v = cJSON_Parse("{}");
+    T_CHECK(api_validate(API_CHAT, v, small, sizeof(small)) == -1);
+    T_CHECK_STR(small, "'model'");
+    T_CHECK(api_validate(API_CHAT, v, NULL, 0) == -1);
+    T_CHECK(api_validate(API_CHAT, NULL, NULL, 0) == -1);
+    cJSON_Delete(v);
+}
+
+static void test_stream_flags(void)
+{
+    T_CHECK(wants_stream(API_CHAT, "{\"stream\":true}"));
+    T_CHECK(wants_stream(API_MESSAGES, "{\"stream\":true}"));
+    T_CHECK(wants_stream(API_COMPLETIONS, "{\"stream\":true}"));
+    T_CHECK(!wants_stream(API_CHAT, "{\"stream\":false}"));
+    T_CHECK(!wants_stream(API_CHAT, "{\"stream\":null}"));
+    T_CHECK(!wants_stream(API_CHAT, "{}"));
+    T_CHECK(!wants_stream(API_CHAT, "{\"stream\":\"true\"}"));
+    T_CHECK(!wants_stream(API_EMBEDDINGS, "{\"stream\":true}"));
+    T_CHECK(!wants_stream(API_NONE, "{\"stream\":true}"));
+    T_CHECK(wants_stream(API_CHAT, "{\"stream\":false,\"stream\":true}"));
+    T_CHECK(!wants_stream(API_CHAT, "{\"stream\":true,\"stream\":false}"));
+    T_CHECK(!api_wants_stream(API_CHAT, NULL));
+
+    T_CHECK(
+        include_usage(API_CHAT, "{\"stream\":true,\"stream_options\":{\"include_usage\":true}}"));
+    T_CHECK(include_usage(API_COMPLETIONS, "{\"stream_options\":{\"include_usage\":true}}"));
+    T_CHECK(!include_usage(API_CHAT, "{\"stream_options\":{\"include_usage\":false}}"));
+    T_CHECK(!include_usage(API_CHAT, "{\"stream_options\":true}"));
+    T_CHECK(!include_usage(API_CHAT, "{\"stream\":true}"));
+    T_CHECK(include_usage(API_MESSAGES, "{\"stream\":true}"));
+    T_CHECK(!include_usage(API_EMBEDDINGS, "{\"stream_options\":{\"include_usage\":true}}"));
+}
+
+static void test_model(void)
+{
+    cJSON *v = cJSON_Parse("{\"model\":\"gpt-4o\"}");
+    T_CHECK_STR(api_model(v), "gpt-4o");
+    cJSON_Delete(v);
+    v = cJSON_Parse("{\"model\":\"a\",\"model\":\"b\"}");
+    T_CHECK_STR(api_model(v), "b");
+    cJSON_Delete(v);
+    v = cJSON_Parse("{\"model\":1}");
+    T_CHECK(api_model(v) == NULL);
+    cJSON_Delete(v);
+    T_CHECK(api_model(NULL) == NULL);
+}
+
+static void test_usage_openai(void)
+{
+    struct api_usage u = usage(API_CHAT, "{\"id\":\"x\",\"usage\":{\"prompt_tokens\":120,"
+                                         "\"completion_tokens\":30,\"total_tokens\":150,"
+                                         "\"prompt_tokens_details\":{\"cached_tokens\":64}}}");
+    T_CHECK(u.present);
+    T_CHECK_INT(u.prompt, 120);
+    T_CHECK_INT(u.completion, 30);
+    T_CHECK_INT(u.cached, 64);
+
+    u = usage(API_COMPLETIONS, "{\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7}}");
+    T_CHECK(u.present);
+    T_CHECK_INT(u.prompt, 5);
+    T_CHECK_INT(u.completion, 7);
+    T_CHECK_INT(u.cached, 0);
+
+    u = usage(API_EMBEDDINGS, "{\"usage\":{\"prompt_tokens\":8,\"total_tokens\":8}}");
+    T_CHECK(u.present);
+    T_CHECK_INT(u.prompt, 8);
+    T_CHECK_INT(u.completion, 0);
+
+    u = usage(API_CHAT, "{\"choices\":[]}");
+    T_CHECK(!u.present);
+    T_CHECK_INT(u.prompt + u.completion + u.cached, 0);
+    u = usage(API_CHAT, "{\"usage\":null}");
+    T_CHECK(!u.present);
+    u = usage(API_CHAT, "[1]");
+    T_CHECK(!u.present);
+
+    /* Garbage counts are 0, huge ones capped, fractions truncated. */
+    u = usage(API_CHAT, "{\"usage\":{\"prompt_tokens\":-5,\"completion_tokens\":\"7\","
+                        "\"prompt_tokens_details\":{\"cached_tokens\":1e300}}}");
+    T_CHECK(u.present);
+    T_CHECK_INT(u.prompt, 0);
+    T_CHECK_INT(u.completion, 0);
+    T_CHECK_INT(u.cached, 1000000000000000LL);
+    u = usage(API_CHAT, "{\"usage\":{\"prompt_tokens\":2.9,\"completion_tokens\":1e999}}");
+    T_CHECK_INT(u.prompt, 2);
+    T_CHECK_INT(u.completion, 0);
+}
+
+static void test_usage_anthropic(void)
+{
+    struct api_usage u = usage(API_MESSAGES, "{\"type\":\"message\",\"usage\":{\"input_tokens\":"
+                                             "10,\"cache_creation_input_tokens\":200,"
+                                             "\"cache_read_input_tokens\":1000,"
+                                             "\"output_tokens\":42}}");
+    T_CHECK(u.present);
+    T_CHECK_INT(u.prompt, 1210);
+    T_CHECK_INT(u.completion, 42);
+    T_CHECK_INT(u.cached, 1000);
+
+    u = usage(API_MESSAGES, "{\"usage\":{\"input_tokens\":3,\"output_tokens\":4}}");
+    T_CHECK(u.present);
+    T_CHECK_INT(u.prompt, 3);
+    T_CHECK_INT(u.completion, 4);
+    T_CHECK_INT(u.cached, 0);
+
+    /* OpenAI field names mean nothing in an Anthropic response. */
+    u = usage(API_MESSAGES, "{\"usage\":{\"prompt_tokens\":3}}");
+    T_CHECK(!u.present);
+    T_CHECK_INT(u.prompt, 0);
+}
+
+/* One status's error in both dialects: shape, types, code and message. */
+static void check_error(int status, const char *oa_type, const char *oa_code, const char *an_type)
+{
+    const char *message = "bad \"thing\"\\ \n\t\x01 é";
+    cJSON *o = error_json(API_DIALECT_OPENAI, status, message);
+    T_CHECK(o != NULL);
+    T_CHECK_INT(cJSON_GetArraySize(o), 1);
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(o, "error");
+    T_CHECK_INT(cJSON_GetArraySize(err), 4);
+    T_CHECK_STR(str_at(o, "error", "message"), message);
+    T_CHECK_STR(str_at(o, "error", "type"), oa_type);
+    T_CHECK_STR(str_at(o, "error", "code"), oa_code);
+    T_CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(err, "param")));
+    cJSON_Delete(o);
+
+    cJSON *a = error_json(API_DIALECT_ANTHROPIC, status, message);
+    T_CHECK(a != NULL);
+    T_CHECK_INT(cJSON_GetArraySize(a), 2);
+    T_CHECK_STR(str_at(a, "type", NULL), "error");
+    T_CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(a, "error")), 2);
+    T_CHECK_STR(str_at(a, "error", "type"), an_type);
+    T_CHECK_STR(str_at(a, "error", "message"), message);
+    cJSON_Delete(a);
+}
+
+static void test_error_bodies(void)
+{
+    check_error(400, "invalid_request_error", "invalid_request", "invalid_request_error");
+    check_error(401, "authentication_error", "unauthorized", "authentication_error");
+    check_error(403, "permission_error", "permission_denied", "permission_error");
+    check_error(404, "not_found_error", "not_found", "not_found_error");
+    check_error(413, "invalid_request_error", "request_too_large", "request_too_large");
+    check_error(415, "invalid_request_error", "unsupported_media_type", "invalid_request_error");
+    check_error(429, "rate_limit_error", "rate_limit_exceeded", "rate_limit_error");
+    check_error(500, "server_error", "internal_error", "api_error");
+    check_error(502, "server_error", "bad_gateway", "api_error");
+    check_error(503, "server_error", "service_unavailable", "api_error");
+    check_error(504, "timeout", "upstream_timeout", "timeout_error");
+    check_error(529, "overloaded_error", "overloaded", "overloaded_error");
+    check_error(418, "invalid_request_error", "invalid_request", "invalid_request_error");
+    check_error(599, "server_error", "internal_error", "api_error");
+
+    /* Exact bytes of both shapes. */
+    struct pc_buf b = PC_BUF_INIT;
+    api_error_body(API_DIALECT_OPENAI, 400, "'model' is required", &b);
+    T_CHECK_STR(pc_buf_cstr(&b), "{\"error\":{\"message\":\"'model' is required\",\"type\":"
+                                 "\"invalid_request_error\",\"param\":null,\"code\":"
+                                 "\"invalid_request\"}}");
+    pc_buf_reset(&b);
+    api_error_body(API_DIALECT_ANTHROPIC, 529, "busy", &b);
+    T_CHECK_STR(pc_buf_cstr(&b), "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\","
+                                 "\"message\":\"busy\"}}");
+
+    /* Appends; a NULL message gets a default text. */
+    pc_buf_reset(&b);
+    pc_buf_append_str(&b, "x");
+    api_error_body(API_DIALECT_OPENAI, 504, NULL, &b);
+    T_CHECK(b.len > 1 && b.data[0] == 'x');
+    cJSON *v = cJSON_ParseWithLength(b.data + 1, b.len - 1);
+    T_CHECK_STR(str_at(v, "error", "message"), "upstream timed out");
+    cJSON_Delete(v);
+    pc_buf_free(&b);
+}
+
+int main(void)
+{
+    T_RUN(test_paths);
+    T_RUN(test_validate_accepts);
+    T_RUN(test_validate_rejects);
+    T_RUN(test_stream_flags);
+    T_RUN(test_model);
+    T_RUN(test_usage_openai);
+    T_RUN(test_usage_anthropic);
+    T_RUN(test_error_bodies);
+    T_DONE();
+}

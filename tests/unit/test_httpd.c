@@ -1,0 +1,1256 @@
+/*
+ * test_httpd.c - the HTTP server: the pure head parser, then the server over
+ * loopback TCP. The event loop runs on a background thread; the test thread
+ * is the client (blocking sockets, with a receive timeout only as a safety
+ * net) and runs server-side actions on the loop thread through run_on_loop().
+ * Waits are on conditions, never on sleeps.
+ */
+#include "pc_httpd.h"
+#include "pc_log.h"
+#include "pc_stats.h"
+#include "pc_util.h"
+#include "t.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#define WAIT_SECONDS 10
+#define BIG_CHUNK    (4u * 1024 * 1024)
+#define FLOOD_CHUNK  (32u * 1024 * 1024)
+
+/* ------------------------------------------------------------------------ */
+/* Parser                                                                    */
+
+static long parse(const char *s, struct httpd_head *hd, struct httpd_header_span *spans, size_t cap)
+{
+    memset(hd, 0, sizeof(*hd));
+    hd->headers = spans;
+    hd->max_headers = cap;
+    return httpd_parse_head(s, strlen(s), hd);
+}
+
+static long parse_str(const char *s)
+{
+    struct httpd_head hd;
+    struct httpd_header_span spans[16];
+    return parse(s, &hd, spans, 16);
+}
+
+static void test_parse_valid(void)
+{
+    struct httpd_head hd;
+    struct httpd_header_span sp[8];
+    const char *req = "POST /v1/chat?x=1 HTTP/1.1\r\nHost: a\r\nX-Pad:  \t v a l \t \r\n"
+                      "Empty:\r\nContent-Length: 5\r\n\r\nhello";
+    long n = parse(req, &hd, sp, 8);
+    T_CHECK_INT(n, (long)strlen(req) - 5);
+    T_CHECK_INT(hd.method_len, 4);
+    T_CHECK(memcmp(hd.method, "POST", 4) == 0);
+    T_CHECK_INT(hd.target_len, strlen("/v1/chat?x=1"));
+    T_CHECK_INT(hd.minor_version, 1);
+    T_CHECK_INT(hd.nheaders, 4);
+    T_CHECK(hd.headers[1].value_len == 5 && memcmp(hd.headers[1].value, "v a l", 5) == 0);
+    T_CHECK_INT(hd.headers[2].value_len, 0);
+
+    /* LF-only lines, leading blank lines, HTTP/1.0. */
+    T_CHECK_INT(parse_str("\r\n\nGET / HTTP/1.0\nA: b\n\n"), 24);
+    T_CHECK_INT(parse(("GET / HTTP/1.0\r\n\r\n"), &hd, sp, 8), 18);
+    T_CHECK_INT(hd.minor_version, 0);
+    /* Pipelined: only the first head is consumed. */
+    T_CHECK_INT(parse_str("GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n"), 19);
+    /* Identical repeated Content-Length is fine. */
+    T_CHECK(parse_str("PUT / HTTP/1.1\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\n") > 0);
+    T_CHECK(parse_str("POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n") > 0);
+    T_CHECK(parse_str("GET http://x/y?z HTTP/1.1\r\nA: \x80\xff\r\n\r\n") > 0);
+}
+
+static void test_parse_incomplete(void)
+{
+    const char *full = "GET /path HTTP/1.1\r\nHost: example\r\nAccept: */*\r\n\r\n";
+    size_t len = strlen(full);
+    for (size_t i = 0; i < len; i++) {
+        struct httpd_head hd = {0};
+        struct httpd_header_span sp[4];
+        hd.headers = sp;
+        hd.max_headers = 4;
+        long rc = httpd_parse_head(full, i, &hd);
+        if (rc != 0)
+            fprintf(stderr, "prefix %zu: %ld\n", i, rc);
+        T_CHECK_INT(rc, 0);
+    }
+    T_CHECK_INT(parse_str(full), (long)len);
+}
+
+static void test_parse_errors(void)
+{
+    static const struct {
+        const char *in;
+        long want;
+    } cases[] = {
+        {"G@T / HTTP/1.1\r\n\r\n", -400},
+        {" GET / HTTP/1.1\r\n\r\n", -400},
+        {"GET  / HTTP/1.1\r\n\r\n", -400},
+        {"GET / HTTP/1.1 \r\n\r\n", -400},
+        {"GET /\r\n\r\n", -400},
+        {"GET / HTTP/1.x\r\n\r\n", -400},
+        {"GET / http/1.1\r\n\r\n", -400},
+        {"GET / HTTP/1.1\rX: y\r\n\r\n", -400},
+        {"GET / HTTP/1.1\r\nA: b\r\n continued\r\n\r\n", -400},
+        {"GET / HTTP/1.1\r\n\tA: b\r\n\r\n", -400},
+        {"GET / HTTP/1.1\r\nNoColon\r\n\r\n", -400},
+        {"GET / HTTP/1.1\r\nA : b\r\n\r\n", -400},
+        {"GET / HTTP/1.1\r\n: b\r\n\r\n", -400},
+        {"GET / HTTP/1.1\r\nA: b\rc\r\n\r\n", -400},
+        {"GET / HTTP/1.1\r\nA: b\x01\r\n\r\n", -400},
+        {"GET / HTTP/1.1\r\n\r\r\n", -400},
+        {"GET /a\x7f HTTP/1.1\r\n\r\n", -400},
+        {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", -505},
+        {"GET / HTTP/2.0\r\n\r\n", -505},
+        {"GET / HTTP/1.2\r\n\r\n", -505},
+        {"GET / HTTP/0.9\r\n\r\n", -505},
+        {"POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", -400},
+        {"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", -400},
+        {"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", -400},
+        {"POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\n", -400},
+        {"POST / HTTP/1.1\r\nContent-Length: 1, 1\r\n\r\n", -400},
+        {"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", -400},
+        {"POST / HTTP/1.1\r\nContent-Length: \r\n\r\n", -400},
+        {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", -501},
+        {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", -501},
+        {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+         -501},
+        {"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", -400},
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(cases); i++) {
+        long rc = parse_str(cases[i].in);
+        if (rc != cases[i].want)
+            fprintf(stderr, "case %zu: got %ld want %ld\n", i, rc, cases[i].want);
+        T_CHECK_INT(rc, cases[i].want);
+    }
+    /* NUL inside a header value (strlen would stop at it). */
+    const char nul[] = "GET / HTTP/1.1\r\nA: b\0c\r\n\r\n";
+    struct httpd_head hd = {0};
+    struct httpd_header_span sp[4];
+    hd.headers = sp;
+    hd.max_headers = 4;
+    T_CHECK_INT(httpd_parse_head(nul, sizeof(nul) - 1, &hd), -400);
+    /* Capacity of the header array is the header count limit. */
+    T_CHECK_INT(parse("GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n", &hd, sp, 2), -431);
+    T_CHECK_INT(parse("GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\n\r\n", &hd, sp, 2), 30);
+}
+
+static void test_reason(void)
+{
+    T_CHECK_STR(httpd_reason(200), "OK");
+    T_CHECK_STR(httpd_reason(413), "Content Too Large");
+    T_CHECK_STR(httpd_reason(502), "Bad Gateway");
+    T_CHECK(httpd_reason(799) != NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Server harness                                                            */
+
+struct srv;
+
+struct worker {
+    struct srv *s;
+    int id;
+    struct httpd *h;
+};
+
+struct srv {
+    struct event_base *base;
+    int lfd;
+    int port;
+    struct httpd_conf conf;
+    struct stats st;
+    struct worker w[2];
+    pthread_t thread;
+    struct event *cmd_ev;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    void (*cmd_fn)(struct srv *s);
+    bool cmd_done;
+    /* Written by the loop thread under mu. */
+    int nreq;
+    char method[16];
+    char path[256];
+    char xtest[256];
+    int error;
+    char *body;
+    size_t body_len;
+    int close_calls;
+    int drain_calls;
+    size_t drain_queued;
+    size_t queued_at_start;
+    /* Loop thread only (handler and commands). */
+    struct httpd_req *held;
+    bool reply_in_close;
+    size_t conns, active; /* results of cmd_counts */
+};
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src != NULL ? src : "");
+}
+
+static void record(struct srv *s, struct httpd_req *r)
+{
+    size_t len;
+    const char *body = httpd_req_body(r, &len);
+    pthread_mutex_lock(&s->mu);
+    s->nreq++;
+    copy_str(s->method, sizeof(s->method), httpd_req_method(r));
+    copy_str(s->path, sizeof(s->path), httpd_req_path(r));
+    copy_str(s->xtest, sizeof(s->xtest), httpd_req_header(r, "x-test"));
+    s->error = (int)httpd_req_error(r);
+    free(s->body);
+    s->body = pc_strndup(body, len);
+    s->body_len = len;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void on_close(struct httpd_req *r, void *arg)
+{
+    struct srv *s = arg;
+    if (s->reply_in_close)
+        httpd_reply(r, 200, "late", 4); /* must be ignored, and must not free r */
+    T_CHECK(s->held == r);
+    s->held = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->close_calls++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void on_drain(struct httpd_req *r, void *arg)
+{
+    struct srv *s = arg;
+    pthread_mutex_lock(&s->mu);
+    s->drain_calls++;
+    s->drain_queued = httpd_reply_queued(r);
+    pthread_mutex_unlock(&s->mu);
+    httpd_reply_end(r);
+}
+
+static void reply_echo(struct worker *w, struct httpd_req *r)
+{
+    size_t len;
+    const char *body = httpd_req_body(r, &len);
+    const char *q = httpd_req_query(r);
+    struct pc_buf b = PC_BUF_INIT;
+    pc_buf_printf(&b, "w%d %s %s q=%s v=%d body=", w->id, httpd_req_method(r), httpd_req_path(r),
+                  q != NULL ? q : "-", httpd_req_minor_version(r));
+    pc_buf_append(&b, body, len);
+    httpd_add_header(r, "Content-Type", "text/plain");
+    httpd_add_header(r, "X-Echo", "yes");
+    if (strcmp(httpd_req_path(r), "/hello") == 0) {
+        httpd_add_header(r, "X-Bad", "a\r\nInjected: 1"); /* dropped by httpd (and logged) */
+        httpd_add_header(r, "Content-Length", "1");       /* httpd's own */
+    }
+    httpd_reply(r, 200, b.data, b.len);
+    pc_buf_free(&b);
+}
+
+static void reply_stream(struct srv *s, struct httpd_req *r, size_t size)
+{
+    httpd_set_close_cb(r, on_close, s);
+    httpd_reply_start(r, 200);
+    char *big = pc_malloc(size);
+    memset(big, 'x', size);
+    memcpy(big, "hello", PC_MIN(size, (size_t)5));
+    httpd_reply_chunk(r, big, size);
+    httpd_reply_chunk(r, "", 0); /* ignored */
+    free(big);
+    s->queued_at_start = httpd_reply_queued(r);
+}
+
+static void handler(struct httpd_req *r, void *arg)
+{
+    struct worker *w = arg;
+    struct srv *s = w->s;
+    const char *path = httpd_req_path(r);
+    record(s, r);
+    T_CHECK(httpd_req_peer(r) != NULL && strncmp(httpd_req_peer(r), "127.0.0.1:", 10) == 0);
+    T_CHECK(httpd_req_start_us(r) > 0);
+    if (httpd_req_error(r) == HTTPD_REQ_BODY_TOO_LARGE) {
+        static const char e[] =
+            "{\"error\":{\"message\":\"too big\",\"type\":\"x\",\"code\":null}}";
+        httpd_add_header(r, "Content-Type", "application/json");
+        httpd_reply(r, 413, e, sizeof(e) - 1);
+    } else if (strcmp(path, "/hold") == 0) {
+        httpd_set_close_cb(r, on_close, s);
+        s->held = r;
+    } else if (strcmp(path, "/stream") == 0) {
+        reply_stream(s, r, 5);
+        s->held = r;
+    } else if (strcmp(path, "/flood") == 0) {
+        reply_stream(s, r, FLOOD_CHUNK);
+        s->held = r;
+    } else if (strcmp(path, "/drain") == 0) {
+        reply_stream(s, r, BIG_CHUNK);
+        httpd_set_drain_cb(r, 65536, on_drain, s);
+    } else {
+        reply_echo(w, r);
+    }
+}
+
+static void cmd_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct srv *s = arg;
+    (void)fd;
+    (void)what;
+    pthread_mutex_lock(&s->mu);
+    void (*fn)(struct srv *) = s->cmd_fn;
+    pthread_mutex_unlock(&s->mu);
+    fn(s);
+    pthread_mutex_lock(&s->mu);
+    s->cmd_done = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Run fn on the loop thread and wait until it returned. */
+static void run_on_loop(struct srv *s, void (*fn)(struct srv *))
+{
+    pthread_mutex_lock(&s->mu);
+    s->cmd_fn = fn;
+    s->cmd_done = false;
+    pthread_mutex_unlock(&s->mu);
+    event_active(s->cmd_ev, EV_TIMEOUT, 1);
+    pthread_mutex_lock(&s->mu);
+    while (!s->cmd_done)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Wait (bounded) until expr, evaluated under s->mu, holds. */
+#define WAIT_FOR(s, expr)                                                                    \
+    do {                                                                                     \
+        struct timespec dl_;                                                                 \
+        clock_gettime(CLOCK_REALTIME, &dl_);                                                 \
+        dl_.tv_sec += WAIT_SECONDS;                                                          \
+        pthread_mutex_lock(&(s)->mu);                                                        \
+        while (!(expr) && pthread_cond_timedwait(&(s)->cv, &(s)->mu, &dl_) != ETIMEDOUT)     \
+            ;                                                                                \
+        bool ok_ = (expr);                                                                   \
+        pthread_mutex_unlock(&(s)->mu);                                                      \
+        if (!ok_)                                                                            \
+            fprintf(stderr, "%s:%d: timed out waiting for %s\n", __FILE__, __LINE__, #expr); \
+        T_CHECK(ok_);                                                                        \
+    } while (0)
+
+static void cmd_counts(struct srv *s)
+{
+    s->conns = httpd_connection_count(s->w[0].h);
+    s->active = httpd_active_requests(s->w[0].h);
+}
+
+static void cmd_end_held(struct srv *s)
+{
+    httpd_reply_end(s->held);
+    s->held = NULL;
+}
+
+static void cmd_reply_held(struct srv *s)
+{
+    httpd_reply(s->held, 200, "bye", 3);
+    s->held = NULL;
+}
+
+static void cmd_abort_held(struct srv *s)
+{
+    httpd_reply_abort(s->held);
+    s->held = NULL;
+}
+
+static void cmd_noop(struct srv *s)
+{
+    (void)s;
+}
+
+static void cmd_stop(struct srv *s)
+{
+    httpd_stop_accepting(s->w[0].h);
+}
+
+static void cmd_second_worker(struct srv *s)
+{
+    s->w[1].h = httpd_create(s->base, s->lfd, &s->conf, handler, &s->w[1], &s->st);
+}
+
+static void cmd_destroy(struct srv *s)
+{
+    httpd_destroy(&s->w[0].h);
+    httpd_destroy(&s->w[1].h);
+}
+
+static void cmd_break(struct srv *s)
+{
+    event_base_loopbreak(s->base);
+}
+
+static void *loop_main(void *arg)
+{
+    struct srv *s = arg;
+    event_base_loop(s->base, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+static int listen_loopback(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0)
+        abort();
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+/* conf NULL: defaults. */
+static struct srv *srv_start(const struct httpd_conf *conf)
+{
+    struct srv *s = pc_calloc(1, sizeof(*s));
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (conf != NULL)
+        s->conf = *conf;
+    s->conf.server_name = "promptcache-test";
+    s->base = event_base_new();
+    s->lfd = listen_loopback(&s->port);
+    for (int i = 0; i < 2; i++) {
+        s->w[i].s = s;
+        s->w[i].id = i + 1;
+    }
+    s->w[0].h = httpd_create(s->base, s->lfd, &s->conf, handler, &s->w[0], &s->st);
+    T_CHECK(s->w[0].h != NULL);
+    s->cmd_ev = event_new(s->base, -1, 0, cmd_cb, s);
+    pthread_create(&s->thread, NULL, loop_main, s);
+    return s;
+}
+
+static void srv_stop(struct srv *s)
+{
+    run_on_loop(s, cmd_destroy);
+    T_CHECK_INT((int64_t)s->st.v[STAT_connections_active], 0);
+    run_on_loop(s, cmd_break);
+    pthread_join(s->thread, NULL);
+    event_free(s->cmd_ev);
+    event_base_free(s->base);
+    close(s->lfd);
+    free(s->body);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                    */
+
+struct cli {
+    int fd;
+    struct pc_buf in;
+};
+
+/* A client socket (receive buffer rcvbuf if > 0), not yet connected. */
+static void cli_open_unconnected_buf(struct cli *c, int rcvbuf)
+{
+    struct timeval tv = {WAIT_SECONDS, 0};
+    int one = 1;
+    memset(c, 0, sizeof(*c));
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf > 0)
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static void cli_open_unconnected(struct srv *s, struct cli *c)
+{
+    (void)s;
+    cli_open_unconnected_buf(c, 0);
+}
+
+static void cli_connect(struct srv *s, struct cli *c)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    sa.sin_port = htons((uint16_t)s->port);
+    if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        abort();
+}
+
+static void cli_open_buf(struct srv *s, struct cli *c, int rcvbuf)
+{
+    cli_open_unconnected_buf(c, rcvbuf);
+    cli_connect(s, c);
+}
+
+static void cli_open(struct srv *s, struct cli *c)
+{
+    cli_open_buf(s, c, 0);
+}
+
+static void cli_close(struct cli *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    pc_buf_free(&c->in);
+}
+
+static void cli_send(struct cli *c, const void *data, size_t n)
+{
+    const char *p = data;
+    while (n > 0) {
+        ssize_t k = send(c->fd, p, n, MSG_NOSIGNAL);
+        if (k <= 0) {
+            T_CHECK(k > 0);
+            return;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+static void cli_sends(struct cli *c, const char *s)
+{
+    cli_send(c, s, strlen(s));
+}
+
+/* Read more: > 0 bytes, 0 EOF, -1 error or safety timeout. */
+static ssize_t cli_fill(struct cli *c)
+{
+    pc_buf_reserve(&c->in, 65536);
+    ssize_t k = recv(c->fd, c->in.data + c->in.len, 65536, 0);
+    if (k > 0)
+        c->in.len += (size_t)k;
+    return k;
+}
+
+/* Offset just past needle in the input, reading as needed; -1 if it never comes. */
+static long cli_find(struct cli *c, const char *needle)
+{
+    size_t nl = strlen(needle);
+    for (;;) {
+        if (c->in.len >= nl)
+            for (size_t i = 0; i + nl <= c->in.len; i++)
+                if (memcmp(c->in.data + i, needle, nl) == 0)
+                    return (long)(i + nl);
+        if (cli_fill(c) <= 0)
+            return -1;
+    }
+}
+
+static int cli_need(struct cli *c, size_t n)
+{
+    while (c->in.len < n)
+        if (cli_fill(c) <= 0)
+            return -1;
+    return 0;
+}
+
+/* True if the server closed: EOF (or reset) with no further bytes. */
+static bool cli_eof(struct cli *c)
+{
+    if (c->in.len != 0)
+        return false;
+    ssize_t k = cli_fill(c);
+    return k == 0 || (k < 0 && errno == ECONNRESET);
+}
+
+struct resp {
+    int status;
+    char head[16384];
+    char *body;
+    size_t body_len;
+};
+
+/* Value of a response header into out (empty if absent); true if present. */
+static bool resp_header(const struct resp *r, const char *name, char *out, size_t cap)
+{
+    size_t nl = strlen(name);
+    out[0] = '\0';
+    for (const char *p = strstr(r->head, "\r\n"); p != NULL; p = strstr(p + 2, "\r\n")) {
+        const char *line = p + 2;
+        if (strncasecmp(line, name, nl) == 0 && line[nl] == ':') {
+            const char *v = line + nl + 1;
+            while (*v == ' ')
+                v++;
+            const char *e = strstr(v, "\r\n");
+            snprintf(out, cap, "%.*s", (int)(e - v), v);
+            return true;
+        }
+    }
+    return false;
+}
+
+static int cli_chunked_body(struct cli *c, struct pc_buf *body)
+{
+    for (;;) {
+        long e = cli_find(c, "\r\n");
+        if (e < 0)
+            return -1;
+        size_t size = strtoul(c->in.data, NULL, 16);
+        pc_buf_consume(&c->in, (size_t)e);
+        if (cli_need(c, size + 2) < 0)
+            return -1;
+        pc_buf_append(body, c->in.data, size);
+        T_CHECK(memcmp(c->in.data + size, "\r\n", 2) == 0);
+        pc_buf_consume(&c->in, size + 2);
+        if (size == 0)
+            return 0;
+    }
+}
+
+/* Read one response; head_req: a reply to HEAD, no body whatever the headers say. */
+static int cli_response(struct cli *c, struct resp *r, bool head_req)
+{
+    char v[64];
+    struct pc_buf body = PC_BUF_INIT;
+    memset(r, 0, sizeof(*r));
+    long end = cli_find(c, "\r\n\r\n");
+    if (end < 0)
+        return -1;
+    snprintf(r->head, sizeof(r->head), "%.*s", (int)end, c->in.data);
+    pc_buf_consume(&c->in, (size_t)end);
+    r->status = atoi(r->head + 9);
+    int rc = 0;
+    if (head_req || r->status < 200 || r->status == 204 || r->status == 304) {
+        rc = 0;
+    } else if (resp_header(r, "transfer-encoding", v, sizeof(v))) {
+        T_CHECK_STR(v, "chunked");
+        rc = cli_chunked_body(c, &body);
+    } else if (resp_header(r, "content-length", v, sizeof(v))) {
+        size_t n = strtoul(v, NULL, 10);
+        rc = cli_need(c, n);
+        if (rc == 0) {
+            pc_buf_append(&body, c->in.data, n);
+            pc_buf_consume(&c->in, n);
+        }
+    } else {
+        while (cli_fill(c) > 0)
+            ;
+        pc_buf_append(&body, c->in.data, c->in.len);
+        pc_buf_consume(&c->in, c->in.len);
+    }
+    r->body = pc_buf_cstr(&body);
+    r->body_len = body.len;
+    return rc;
+}
+
+static void resp_free(struct resp *r)
+{
+    PC_FREE(&r->body);
+}
+
+/* Send req, read one response, check status and (if want_body) the body. */
+static void roundtrip(struct cli *c, const char *req, int status, const char *want_body)
+{
+    struct resp r;
+    cli_sends(c, req);
+    T_CHECK_INT(cli_response(c, &r, false), 0);
+    T_CHECK_INT(r.status, status);
+    if (want_body != NULL)
+        T_CHECK_STR(r.body, want_body);
+    resp_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Server tests                                                              */
+
+static void test_simple_get(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    struct resp r;
+    char v[128];
+    cli_open(s, &c);
+    cli_sends(&c, "GET /hello?a=b HTTP/1.1\r\nHost: x\r\nX-Test:  yes  \r\n\r\n");
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_INT(r.status, 200);
+    T_CHECK(strncmp(r.head, "HTTP/1.1 200 OK\r\n", 17) == 0);
+    T_CHECK_STR(r.body, "w1 GET /hello q=a=b v=1 body=");
+    T_CHECK(resp_header(&r, "date", v, sizeof(v)) && strstr(v, " GMT") != NULL);
+    T_CHECK(resp_header(&r, "server", v, sizeof(v)) && strcmp(v, "promptcache-test") == 0);
+    T_CHECK(resp_header(&r, "connection", v, sizeof(v)) && strcmp(v, "keep-alive") == 0);
+    T_CHECK(resp_header(&r, "x-echo", v, sizeof(v)) && strcmp(v, "yes") == 0);
+    T_CHECK(!resp_header(&r, "x-bad", v, sizeof(v)) && !resp_header(&r, "injected", v, 8));
+    T_CHECK_STR(s->xtest, "yes");
+    resp_free(&r);
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_keep_alive(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    cli_open(s, &c);
+    roundtrip(&c, "GET /one HTTP/1.1\r\nHost: x\r\n\r\n", 200, "w1 GET /one q=- v=1 body=");
+    roundtrip(&c, "GET /two HTTP/1.1\r\nHost: x\r\n\r\n", 200, "w1 GET /two q=- v=1 body=");
+    run_on_loop(s, cmd_counts);
+    T_CHECK_INT(s->conns, 1);
+    T_CHECK_INT((int64_t)s->st.v[STAT_connections_active], 1);
+    /* Connection: close from a 1.1 client is honoured. */
+    struct resp r;
+    char v[32];
+    cli_sends(&c, "GET /three HTTP/1.1\r\nConnection: close\r\n\r\n");
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK(resp_header(&r, "connection", v, sizeof(v)) && strcmp(v, "close") == 0);
+    T_CHECK(cli_eof(&c));
+    resp_free(&r);
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_pipelined(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    struct resp r;
+    cli_open(s, &c);
+    cli_sends(&c,
+              "\r\nGET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nContent-Length: 3\r\n\r\n"
+              "xyzGET /c HTTP/1.1\r\n\r\n");
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_STR(r.body, "w1 GET /a q=- v=1 body=");
+    resp_free(&r);
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_STR(r.body, "w1 POST /b q=- v=1 body=xyz");
+    resp_free(&r);
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_STR(r.body, "w1 GET /c q=- v=1 body=");
+    resp_free(&r);
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_post_length(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    cli_open(s, &c);
+    /* Head and body in separate writes, body split too. */
+    cli_sends(&c, "POST /p HTTP/1.1\r\nContent-Length: 11\r\n\r\n");
+    cli_sends(&c, "hello");
+    roundtrip(&c, " world", 200, "w1 POST /p q=- v=1 body=hello world");
+    T_CHECK_INT(s->body_len, 11);
+    T_CHECK_STR(s->body, "hello world");
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_chunked_body(void)
+{
+    static const char req[] = "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                              "5;ext=1;q=\"a\"\r\nhello\r\n6\r\n world\r\nA \r\n0123456789\r\n"
+                              "0\r\nX-Trailer: 1\r\n\r\n";
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    cli_open(s, &c);
+    roundtrip(&c, req, 200, "w1 POST /c q=- v=1 body=hello world0123456789");
+    /* Same request one byte per write: every parser state sees partial input. */
+    for (size_t i = 0; i < sizeof(req) - 1; i++)
+        cli_send(&c, req + i, 1);
+    struct resp r;
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_STR(r.body, "w1 POST /c q=- v=1 body=hello world0123456789");
+    resp_free(&r);
+    /* Empty chunked body. */
+    roundtrip(&c, "POST /e HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 200,
+              "w1 POST /e q=- v=1 body=");
+    /* Bad chunk size: 400 and close. */
+    roundtrip(&c, "POST /e HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, NULL);
+    T_CHECK(cli_eof(&c));
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void check_413(struct cli *c, struct srv *s)
+{
+    struct resp r;
+    char v[32];
+    T_CHECK_INT(cli_response(c, &r, false), 0);
+    T_CHECK_INT(r.status, 413);
+    T_CHECK(strstr(r.body, "\"too big\"") != NULL);
+    T_CHECK(resp_header(&r, "connection", v, sizeof(v)) && strcmp(v, "close") == 0);
+    T_CHECK_INT(s->error, HTTPD_REQ_BODY_TOO_LARGE);
+    T_CHECK_INT(s->body_len, 0);
+    resp_free(&r);
+}
+
+static void test_too_large(void)
+{
+    struct httpd_conf conf = {.max_body_size = 1000};
+    struct srv *s = srv_start(&conf);
+    struct cli c;
+    char *junk = pc_malloc(100000);
+    memset(junk, 'j', 100000);
+
+    /* Declared length over the limit, with 100 KB of the body already sent:
+     * the handler answers, the client reads it, then a clean EOF (lingering
+     * close; no reset that would destroy the reply). */
+    cli_open(s, &c);
+    cli_sends(&c, "POST /big HTTP/1.1\r\nContent-Length: 10000000\r\nX-Test: t\r\n\r\n");
+    cli_send(&c, junk, 100000);
+    check_413(&c, s);
+    T_CHECK_STR(s->xtest, "t");
+    cli_send(&c, junk, 1000); /* still discarded, not reset */
+    T_CHECK(cli_eof(&c));
+    cli_close(&c);
+
+    /* Chunked body whose running total passes the limit. */
+    cli_open(s, &c);
+    cli_sends(&c, "POST /big HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n200\r\n");
+    cli_send(&c, junk, 0x200);
+    cli_sends(&c, "\r\n300\r\n");
+    cli_send(&c, junk, 0x300);
+    check_413(&c, s);
+    T_CHECK(cli_eof(&c));
+    cli_close(&c);
+
+    /* Exactly at the limit is fine. */
+    cli_open(s, &c);
+    cli_sends(&c, "POST /ok HTTP/1.1\r\nContent-Length: 1000\r\n\r\n");
+    cli_send(&c, junk, 1000);
+    struct resp r;
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_INT(r.status, 200);
+    T_CHECK_INT(s->body_len, 1000);
+    resp_free(&r);
+    cli_close(&c);
+    free(junk);
+    srv_stop(s);
+}
+
+static void test_expect_continue(void)
+{
+    struct httpd_conf conf = {.max_body_size = 100};
+    struct srv *s = srv_start(&conf);
+    struct cli c;
+    struct resp r;
+    cli_open(s, &c);
+    cli_sends(&c, "POST /e HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_INT(r.status, 100);
+    T_CHECK_STR(r.head, "HTTP/1.1 100 Continue\r\n\r\n");
+    resp_free(&r);
+    roundtrip(&c, "abcde", 200, "w1 POST /e q=- v=1 body=abcde");
+    /* Too large: no 100, straight to the handler's 413. */
+    cli_sends(&c, "POST /e HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 500\r\n\r\n");
+    check_413(&c, s);
+    T_CHECK(cli_eof(&c));
+    cli_close(&c);
+    srv_stop(s);
+}
+
+/* A protocol error answered by httpd: JSON in OpenAI's shape, then close. */
+static void check_protocol_error(struct srv *s, const char *req, int status)
+{
+    struct cli c;
+    struct resp r;
+    char v[64];
+    int before = s->nreq;
+    cli_open(s, &c);
+    cli_sends(&c, req);
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_INT(r.status, status);
+    T_CHECK(strstr(r.body, "{\"error\":{\"message\":\"") == r.body);
+    T_CHECK(strstr(r.body, "\"type\":\"invalid_request_error\",\"code\":null}}") != NULL);
+    T_CHECK(resp_header(&r, "content-type", v, sizeof(v)) && strcmp(v, "application/json") == 0);
+    T_CHECK(resp_header(&r, "connection", v, sizeof(v)) && strcmp(v, "close") == 0);
+    T_CHECK(cli_eof(&c));
+    T_CHECK_INT(s->nreq, before); /* the handler never saw it */
+    resp_free(&r);
+    cli_close(&c);
+}
+
+static void test_protocol_errors(void)
+{
+    struct httpd_conf conf = {.max_header_size = 1024, .max_headers = 4};
+    struct srv *s = srv_start(&conf);
+    char big[2048];
+    check_protocol_error(s, "GET / HTTP/1.1\r\nBad Header: x\r\n\r\n", 400);
+    check_protocol_error(s, "GET / HTTP/1.1\r\nA: b\r\n folded\r\n\r\n", 400);
+    check_protocol_error(s, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505);
+    check_protocol_error(s, "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501);
+    check_protocol_error(s, "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                         400);
+    snprintf(big, sizeof(big), "GET / HTTP/1.1\r\nX-Big: %01500d\r\n\r\n", 0);
+    check_protocol_error(s, big, 431);
+    check_protocol_error(s, "GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\n\r\n", 431);
+    /* A bad request after a good one on the same connection. */
+    struct cli c;
+    cli_open(s, &c);
+    roundtrip(&c, "GET /ok HTTP/1.1\r\n\r\n", 200, NULL);
+    roundtrip(&c, "GET /\x01 HTTP/1.1\r\n\r\n", 400, NULL);
+    T_CHECK(cli_eof(&c));
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_http10(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    struct resp r;
+    char v[32];
+    cli_open(s, &c);
+    cli_sends(&c, "GET /old HTTP/1.0\r\n\r\n");
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_STR(r.body, "w1 GET /old q=- v=0 body=");
+    T_CHECK(resp_header(&r, "connection", v, sizeof(v)) && strcmp(v, "close") == 0);
+    T_CHECK(cli_eof(&c));
+    resp_free(&r);
+    cli_close(&c);
+
+    cli_open(s, &c);
+    for (int i = 0; i < 2; i++) {
+        cli_sends(&c, "GET /ka HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n");
+        T_CHECK_INT(cli_response(&c, &r, false), 0);
+        T_CHECK_STR(r.body, "w1 GET /ka q=- v=0 body=");
+        T_CHECK(resp_header(&r, "connection", v, sizeof(v)) && strcmp(v, "keep-alive") == 0);
+        resp_free(&r);
+    }
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_head(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    struct resp r;
+    char v[32];
+    cli_open(s, &c);
+    cli_sends(&c, "HEAD /h HTTP/1.1\r\n\r\nGET /g HTTP/1.1\r\n\r\n");
+    T_CHECK_INT(cli_response(&c, &r, true), 0);
+    T_CHECK_INT(r.status, 200);
+    T_CHECK(resp_header(&r, "content-length", v, sizeof(v)) &&
+            (size_t)atoi(v) == strlen("w1 HEAD /h q=- v=1 body="));
+    resp_free(&r);
+    /* No stray body bytes: the next response starts right away. */
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_STR(r.body, "w1 GET /g q=- v=1 body=");
+    resp_free(&r);
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_stream(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    struct resp r;
+    char v[32];
+    cli_open(s, &c);
+    cli_sends(&c, "GET /stream HTTP/1.1\r\n\r\n");
+    long end = cli_find(&c, "\r\n\r\n");
+    T_CHECK(end > 0);
+    snprintf(r.head, sizeof(r.head), "%.*s", (int)end, c.in.data);
+    T_CHECK(resp_header(&r, "transfer-encoding", v, sizeof(v)) && strcmp(v, "chunked") == 0);
+    T_CHECK(!resp_header(&r, "content-length", v, sizeof(v)));
+    pc_buf_consume(&c.in, (size_t)end);
+    /* The first chunk arrives while the handler still holds the request. */
+    T_CHECK(cli_find(&c, "5\r\nhello\r\n") > 0);
+    run_on_loop(s, cmd_counts);
+    T_CHECK_INT(s->active, 1);
+    pc_buf_consume(&c.in, c.in.len);
+    run_on_loop(s, cmd_end_held);
+    T_CHECK(cli_find(&c, "0\r\n\r\n") == 5);
+    pc_buf_consume(&c.in, 5);
+    /* Still keep-alive afterwards. */
+    roundtrip(&c, "GET /after HTTP/1.1\r\n\r\n", 200, "w1 GET /after q=- v=1 body=");
+    run_on_loop(s, cmd_counts);
+    T_CHECK_INT(s->active, 0);
+    cli_close(&c);
+
+    /* HTTP/1.0: close-delimited. */
+    cli_open(s, &c);
+    cli_sends(&c, "GET /stream HTTP/1.0\r\n\r\n");
+    end = cli_find(&c, "\r\n\r\nhello");
+    T_CHECK(end > 0);
+    snprintf(r.head, sizeof(r.head), "%.*s", (int)end, c.in.data);
+    T_CHECK(!resp_header(&r, "transfer-encoding", v, sizeof(v)));
+    T_CHECK(resp_header(&r, "connection", v, sizeof(v)) && strcmp(v, "close") == 0);
+    pc_buf_consume(&c.in, c.in.len);
+    run_on_loop(s, cmd_end_held);
+    T_CHECK(cli_eof(&c));
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_abort(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    cli_open(s, &c);
+    cli_sends(&c, "GET /stream HTTP/1.1\r\n\r\n");
+    T_CHECK(cli_find(&c, "\r\n\r\n5\r\nhello\r\n") > 0);
+    pc_buf_consume(&c.in, c.in.len);
+    run_on_loop(s, cmd_abort_held);
+    T_CHECK(cli_eof(&c)); /* no last chunk: the client sees the truncation */
+    T_CHECK_INT(s->close_calls, 0);
+    run_on_loop(s, cmd_counts);
+    T_CHECK_INT(s->active, 0);
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_client_gone(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    for (int variant = 0; variant < 3; variant++) {
+        int before = s->close_calls;
+        s->reply_in_close = variant == 1;
+        cli_open(s, &c);
+        if (variant == 2) /* streamed reply already started */
+            cli_sends(&c, "GET /stream HTTP/1.1\r\n\r\n");
+        else
+            cli_sends(&c, "GET /hold HTTP/1.1\r\n\r\nGET /next HTTP/1.1\r\n\r\n");
+        WAIT_FOR(s, s->nreq > 0 && strcmp(s->path, variant == 2 ? "/stream" : "/hold") == 0);
+        cli_close(&c);
+        WAIT_FOR(s, s->close_calls == before + 1);
+        run_on_loop(s, cmd_counts);
+        run_on_loop(s, cmd_counts); /* deferred frees have run */
+        T_CHECK_INT(s->conns, 0);
+        T_CHECK_INT(s->active, 0);
+        T_CHECK_INT(s->close_calls, before + 1);
+        T_CHECK(s->held == NULL);
+        pthread_mutex_lock(&s->mu);
+        s->path[0] = '\0';
+        pthread_mutex_unlock(&s->mu);
+    }
+    T_CHECK_INT((int64_t)s->st.v[STAT_connections_active], 0);
+    srv_stop(s);
+}
+
+/* Wait (bounded) until the server has no connection left. */
+static void wait_no_connections(struct srv *s)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        run_on_loop(s, cmd_counts);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (s->conns == 0 || t.tv_sec - t0.tv_sec > WAIT_SECONDS)
+            break;
+    }
+    T_CHECK_INT(s->conns, 0);
+}
+
+/*
+ * The client resets the connection while reading is suspended (64 KiB of
+ * pipelined input buffered), so httpd has not seen it go: the handler's
+ * reply fails to write, which finishes the request (no close callback).
+ */
+static void test_reply_after_reset(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    struct linger lg = {1, 0};
+    char *junk = pc_malloc(100000);
+    memset(junk, 'j', 100000);
+    cli_open(s, &c);
+    cli_sends(&c, "GET /hold HTTP/1.1\r\n\r\n");
+    cli_send(&c, junk, 100000);
+    WAIT_FOR(s, s->nreq == 1);
+    setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    cli_close(&c); /* RST */
+    run_on_loop(s, cmd_reply_held);
+    wait_no_connections(s);
+    run_on_loop(s, cmd_counts);
+    T_CHECK_INT(s->active, 0);
+    T_CHECK_INT(s->close_calls, 0);
+    free(junk);
+    srv_stop(s);
+}
+
+static void test_drain(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    struct resp r;
+    cli_open(s, &c);
+    cli_sends(&c, "GET /drain HTTP/1.1\r\n\r\n");
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_INT(r.body_len, BIG_CHUNK);
+    T_CHECK(strncmp(r.body, "hello", 5) == 0);
+    WAIT_FOR(s, s->drain_calls == 1);
+    T_CHECK(s->queued_at_start >= BIG_CHUNK);
+    T_CHECK(s->drain_queued <= 65536);
+    resp_free(&r);
+    roundtrip(&c, "GET /x HTTP/1.1\r\n\r\n", 200, "w1 GET /x q=- v=1 body=");
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_write_timeout(void)
+{
+    struct httpd_conf conf = {.write_timeout = 0.2};
+    struct srv *s = srv_start(&conf);
+    struct cli c;
+    cli_open_buf(s, &c, 4096);
+    cli_sends(&c, "GET /flood HTTP/1.1\r\n\r\n");
+    /* The client reads nothing: the server gives up and reports it gone. */
+    WAIT_FOR(s, s->close_calls == 1);
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_timeouts(void)
+{
+    struct httpd_conf conf = {.idle_timeout = 0.1, .read_timeout = 0.2};
+    struct srv *s = srv_start(&conf);
+    struct cli c;
+    cli_open(s, &c);
+    roundtrip(&c, "GET /x HTTP/1.1\r\n\r\n", 200, NULL);
+    T_CHECK(cli_eof(&c)); /* idle keep-alive closed */
+    cli_close(&c);
+    cli_open(s, &c);
+    cli_sends(&c, "GET /slow HTTP/1.1\r\nHost: x\r\n");
+    T_CHECK(cli_eof(&c)); /* head not finished within read_timeout */
+    cli_close(&c);
+    cli_open(s, &c);
+    T_CHECK(cli_eof(&c)); /* never sent anything */
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_stop_accepting(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli idle, busy, late;
+    struct resp r;
+    char v[32];
+    cli_open(s, &idle);
+    roundtrip(&idle, "GET /i HTTP/1.1\r\n\r\n", 200, NULL);
+    cli_open(s, &busy);
+    cli_sends(&busy, "GET /hold HTTP/1.1\r\n\r\n");
+    WAIT_FOR(s, strcmp(s->path, "/hold") == 0);
+
+    run_on_loop(s, cmd_stop);
+    T_CHECK(cli_eof(&idle)); /* idle keep-alive closed at once */
+    run_on_loop(s, cmd_reply_held);
+    T_CHECK_INT(cli_response(&busy, &r, false), 0);
+    T_CHECK_STR(r.body, "bye");
+    T_CHECK(resp_header(&r, "connection", v, sizeof(v)) && strcmp(v, "close") == 0);
+    T_CHECK(cli_eof(&busy));
+    resp_free(&r);
+
+    /* The listening fd is still open and listening: another worker serves it. */
+    cli_open(s, &late);
+    cli_sends(&late, "GET /late HTTP/1.1\r\n\r\n");
+    run_on_loop(s, cmd_second_worker);
+    T_CHECK_INT(cli_response(&late, &r, false), 0);
+    T_CHECK_STR(r.body, "w2 GET /late q=- v=1 body=");
+    resp_free(&r);
+    cli_close(&idle);
+    cli_close(&busy);
+    cli_close(&late);
+    srv_stop(s);
+}
+
+static void test_max_connections(void)
+{
+    struct httpd_conf conf = {.max_connections = 1};
+    struct srv *s = srv_start(&conf);
+    struct cli a, b;
+    cli_open(s, &a);
+    roundtrip(&a, "GET /a HTTP/1.1\r\n\r\n", 200, NULL);
+    cli_open(s, &b);
+    T_CHECK(cli_eof(&b)); /* accepted and closed */
+    roundtrip(&a, "GET /a HTTP/1.1\r\n\r\n", 200, NULL);
+    cli_close(&a);
+    cli_close(&b);
+    srv_stop(s);
+}
+
+/* accept() failing with EMFILE: httpd pauses accepting, and recovers. */
+static void test_accept_emfile(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    struct rlimit old, lim;
+    cli_open_unconnected(s, &c);
+    getrlimit(RLIMIT_NOFILE, &old);
+    int lowest = dup(0);
+    close(lowest);
+    lim = old;
+    lim.rlim_cur = (rlim_t)lowest; /* no new descriptor can be allocated */
+    T_CHECK_INT(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    cli_connect(s, &c);
+    run_on_loop(s, cmd_noop); /* the loop has seen the pending connection */
+    run_on_loop(s, cmd_noop);
+    T_CHECK_INT(setrlimit(RLIMIT_NOFILE, &old), 0);
+    roundtrip(&c, "GET /after-emfile HTTP/1.1\r\n\r\n", 200, "w1 GET /after-emfile q=- v=1 body=");
+    cli_close(&c);
+    srv_stop(s);
+}
+
+static void test_destroy_open_request(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    cli_open(s, &c);
+    cli_sends(&c, "GET /hold HTTP/1.1\r\n\r\n");
+    WAIT_FOR(s, s->nreq == 1);
+    srv_stop(s); /* the held request's close callback runs (checked in on_close) */
+    T_CHECK(cli_eof(&c));
+    cli_close(&c);
+}
+
+int main(void)
+{
+    if (getenv("HTTPD_TEST_DEBUG") != NULL)
+        log_init(PC_LOG_DEBUG, NULL, NULL, NULL, 0);
+    signal(SIGPIPE, SIG_IGN); /* as the daemon does: writes to a closed socket return EPIPE */
+    evthread_use_pthreads();
+    T_RUN(test_parse_valid);
+    T_RUN(test_parse_incomplete);
+    T_RUN(test_parse_errors);
+    T_RUN(test_reason);
+    T_RUN(test_simple_get);
+    T_RUN(test_keep_alive);
+    T_RUN(test_pipelined);
+    T_RUN(test_post_length);
+    T_RUN(test_chunked_body);
+    T_RUN(test_too_large);
+    T_RUN(test_expect_continue);
+    T_RUN(test_protocol_errors);
+    T_RUN(test_http10);
+    T_RUN(test_head);
+    T_RUN(test_stream);
+    T_RUN(test_abort);
+    T_RUN(test_client_gone);
+    T_RUN(test_reply_after_reset);
+    T_RUN(test_drain);
+    T_RUN(test_write_timeout);
+    T_RUN(test_timeouts);
+    T_RUN(test_stop_accepting);
+    T_RUN(test_max_connections);
+    T_RUN(test_accept_emfile);
+    T_RUN(test_destroy_open_request);
+    libevent_global_shutdown();
+    T_DONE();
+}

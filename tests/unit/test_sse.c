@@ -1,0 +1,914 @@
+/*
+ * test_sse.c - server-sent events (src/sse.c): the W3C parser's edge cases,
+ * assembling realistic OpenAI chat / completions and Anthropic streams into
+ * the non-stream answers, rejecting cut-off and failed streams, synthesizing
+ * streams that assemble back to the same answer, and replay.
+ *
+ * Fixtures are written with ' for " and ` for \" (see q()) so the JSON stays
+ * readable; a literal apostrophe in text is written \u0027.
+ */
+#include "pc_sse.h"
+#include "t.h"
+
+/* --- helpers ------------------------------------------------------------- */
+
+/* s with ' -> " and ` -> \" ; caller frees. */
+static char *q(const char *s)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    for (; *s; s++) {
+        if (*s == '\'')
+            pc_buf_append_char(&b, '"');
+        else if (*s == '`')
+            pc_buf_append_str(&b, "\\\"");
+        else
+            pc_buf_append_char(&b, *s);
+    }
+    return pc_buf_cstr(&b);
+}
+
+static cJSON *json_q(const char *s)
+{
+    char *t = q(s);
+    cJSON *j = cJSON_Parse(t);
+    if (j == NULL)
+        fprintf(stderr, "  bad fixture JSON: %s\n", t);
+    free(t);
+    return j;
+}
+
+static cJSON *assemble_q(enum api_endpoint e, const char *rec, struct api_usage *u)
+{
+    char *t = q(rec);
+    cJSON *j = sse_assemble(e, t, strlen(t), u);
+    free(t);
+    return j;
+}
+
+static bool complete_q(enum api_endpoint e, const char *rec)
+{
+    char *t = q(rec);
+    bool ok = sse_complete(e, t, strlen(t));
+    free(t);
+    return ok;
+}
+
+/* Whether got equals the JSON fixture want; prints both when not. */
+static bool same_json(const cJSON *got, const char *want)
+{
+    cJSON *w = json_q(want);
+    bool ok = got != NULL && w != NULL && cJSON_Compare(got, w, true);
+    if (!ok) {
+        char *g = got ? cJSON_PrintUnformatted(got) : NULL;
+        char *x = w ? cJSON_PrintUnformatted(w) : NULL;
+        fprintf(stderr, "  got:  %s\n  want: %s\n", g ? g : "(null)", x ? x : "(null)");
+        cJSON_free(g);
+        cJSON_free(x);
+    }
+    cJSON_Delete(w);
+    return ok;
+}
+
+/* Events collected as "[event|data]" so two feedings can be compared. */
+struct collect {
+    struct pc_buf out;
+    int n;
+    int fail_at; /* callback returns -1 on this event number (1-based), 0 = never */
+};
+
+static int collect_cb(void *arg, const struct sse_event *ev)
+{
+    struct collect *c = arg;
+    c->n++;
+    pc_buf_append_char(&c->out, '[');
+    pc_buf_append(&c->out, ev->event, ev->event_len);
+    pc_buf_append_char(&c->out, '|');
+    pc_buf_append(&c->out, ev->data, ev->data_len);
+    pc_buf_append_char(&c->out, ']');
+    return c->n == c->fail_at ? -1 : 0;
+}
+
+/* Feed s in pieces of step bytes (0 = all at once); returns the events seen. */
+static char *parse_steps(const char *s, size_t len, size_t step, int *rc)
+{
+    struct sse_parser p;
+    struct collect c = {PC_BUF_INIT, 0, 0};
+    sse_parser_init(&p);
+    *rc = 0;
+    for (size_t i = 0; i < len && *rc == 0; i += step ? step : len)
+        *rc = sse_parser_feed(&p, s + i, PC_MIN(step ? step : len, len - i), collect_cb, &c);
+    sse_parser_free(&p);
+    return pc_buf_cstr(&c.out);
+}
+
+static char *parse_all(const char *s)
+{
+    int rc;
+    char *ev = parse_steps(s, strlen(s), 0, &rc);
+    T_CHECK_INT(rc, 0);
+    return ev;
+}
+
+/* --- fixtures -------------------------------------------------------------- */
+
+#define CHAT_HEAD                                                                                 \
+    "data: {'id':'chatcmpl-AbC1','object':'chat.completion.chunk','created':1727000000,"          \
+    "'model':'gpt-4o-mini-2024-07-18','service_tier':'default','system_fingerprint':'fp_0ba0d1'," \
+    "'choices':["
+#define CHAT_CHUNK(choice) CHAT_HEAD choice "],'usage':null}\n\n"
+
+/* Content answer, with stream_options.include_usage. */
+static const char chat_stream[] = CHAT_CHUNK(
+    "{'index':0,'delta':{'role':'assistant','content':'','refusal':null},"
+    "'logprobs':null,'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'content':'Hello'},'logprobs':null,'finish_reason':null}")
+        CHAT_CHUNK(
+            "{'index':0,'delta':{'content':'! How can I'},'logprobs':null,'finish_reason':null}")
+            CHAT_CHUNK("{'index':0,'delta':{'content':' help you today?'},'logprobs':null,"
+                       "'finish_reason':null}")
+                CHAT_CHUNK("{'index':0,'delta':{},'logprobs':null,'finish_reason':'stop'}")
+                    CHAT_HEAD
+    "],'usage':{'prompt_tokens':19,'completion_tokens':10,'total_tokens':29,"
+    "'prompt_tokens_details':{'cached_tokens':0,'audio_tokens':0},"
+    "'completion_tokens_details':{'reasoning_tokens':0,'audio_tokens':0,"
+    "'accepted_prediction_tokens':0,'rejected_prediction_tokens':0}}}\n\n"
+    "data: [DONE]\n\n";
+
+static const char chat_answer[] =
+    "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
+    "'model':'gpt-4o-mini-2024-07-18','choices':[{'index':0,'message':{'role':'assistant',"
+    "'content':'Hello! How can I help you today?','refusal':null},'logprobs':null,"
+    "'finish_reason':'stop'}],'usage':{'prompt_tokens':19,'completion_tokens':10,"
+    "'total_tokens':29,'prompt_tokens_details':{'cached_tokens':0,'audio_tokens':0},"
+    "'completion_tokens_details':{'reasoning_tokens':0,'audio_tokens':0,"
+    "'accepted_prediction_tokens':0,'rejected_prediction_tokens':0}},"
+    "'service_tier':'default','system_fingerprint':'fp_0ba0d1'}";
+
+/* Two parallel tool calls, arguments split mid-token; usage with cached tokens. */
+static const char chat_tools_stream[] = CHAT_CHUNK(
+    "{'index':0,'delta':{'role':'assistant','content':null,'tool_calls':[{'index':0,"
+    "'id':'call_Paris','type':'function','function':{'name':'get_weather',"
+    "'arguments':''}}],'refusal':null},'logprobs':null,'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'index':0,'function':{'arguments':'{`lo'}}]},"
+               "'logprobs':null,'finish_reason':null}")
+        CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'index':0,'function':{'arguments':"
+                   "'cation`: `Par'}}]},'logprobs':null,'finish_reason':null}")
+            CHAT_CHUNK(
+                "{'index':0,'delta':{'tool_calls':[{'index':0,'function':{'arguments':'is`}'}}]},"
+                "'logprobs':null,'finish_reason':null}")
+                CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'index':1,'id':'call_Time','type':'"
+                           "function',"
+                           "'function':{'name':'get_time','arguments':''}}]},'logprobs':null,"
+                           "'finish_reason':null}")
+                    CHAT_CHUNK(
+                        "{'index':0,'delta':{'tool_calls':[{'index':1,'function':{'arguments':"
+                        "'{`tz`: `Europe/Paris`}'}}]},'logprobs':null,'finish_reason':null}")
+                        CHAT_CHUNK(
+                            "{'index':0,'delta':{},'logprobs':null,'finish_reason':'tool_calls'}")
+                            CHAT_HEAD
+    "],'usage':{'prompt_tokens':1200,'completion_tokens':45,'total_tokens':1245,"
+    "'prompt_tokens_details':{'cached_tokens':1024}}}\n\n"
+    "data: [DONE]\n\n";
+
+static const char chat_tools_answer[] =
+    "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
+    "'model':'gpt-4o-mini-2024-07-18','service_tier':'default',"
+    "'system_fingerprint':'fp_0ba0d1','choices':[{'index':0,'message':{'role':'assistant',"
+    "'content':null,'refusal':null,'tool_calls':["
+    "{'id':'call_Paris','type':'function','function':{'name':'get_weather',"
+    "'arguments':'{`location`: `Paris`}'}},"
+    "{'id':'call_Time','type':'function','function':{'name':'get_time',"
+    "'arguments':'{`tz`: `Europe/Paris`}'}}]},'logprobs':null,'finish_reason':'tool_calls'}],"
+    "'usage':{'prompt_tokens':1200,'completion_tokens':45,'total_tokens':1245,"
+    "'prompt_tokens_details':{'cached_tokens':1024}}}";
+
+/* n=2, choices interleaved, logprobs requested, no usage chunk. */
+#define LP(tok)                                                                       \
+    "{'content':[{'token':'" tok "','logprob':-0.5,'bytes':null,'top_logprobs':[]}]," \
+    "'refusal':null}"
+static const char chat_n2_stream[] = CHAT_CHUNK(
+    "{'index':0,'delta':{'role':'assistant','content':''},'logprobs':null,"
+    "'finish_reason':null}")
+    CHAT_CHUNK("{'index':1,'delta':{'role':'assistant','content':''},'logprobs':null,"
+               "'finish_reason':null}")
+        CHAT_CHUNK("{'index':1,'delta':{'content':'Bonjour'},'logprobs':" LP(
+            "Bonjour") ","
+                       "'finish_reason':null}")
+            CHAT_CHUNK(
+                "{'index':0,'delta':{'content':'Hi'},'logprobs':" LP("Hi") ",'finish_reason':null}")
+                CHAT_CHUNK("{'index':0,'delta':{'content':' there'},'logprobs':" LP(
+                    " there") ","
+                              "'finish_reason':null}")
+                    CHAT_CHUNK("{'index':1,'delta':{},'logprobs':null,'finish_reason':'length'}")
+                        CHAT_CHUNK("{'index':0,'delta':{},'logprobs':null,'finish_reason':'"
+                                   "stop'}") "data: [DONE]\n\n";
+
+static const char chat_n2_answer[] =
+    "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
+    "'model':'gpt-4o-mini-2024-07-18','service_tier':'default',"
+    "'system_fingerprint':'fp_0ba0d1','choices':["
+    "{'index':0,'message':{'role':'assistant','content':'Hi there'},"
+    "'logprobs':{'content':[{'token':'Hi','logprob':-0.5,'bytes':null,'top_logprobs':[]},"
+    "{'token':' there','logprob':-0.5,'bytes':null,'top_logprobs':[]}],'refusal':null},"
+    "'finish_reason':'stop'},"
+    "{'index':1,'message':{'role':'assistant','content':'Bonjour'},"
+    "'logprobs':{'content':[{'token':'Bonjour','logprob':-0.5,'bytes':null,'top_logprobs':[]}],"
+    "'refusal':null},'finish_reason':'length'}]}";
+
+#define CMPL_HEAD                                                              \
+    "data: {'id':'cmpl-9xYz','object':'text_completion','created':1727000100," \
+    "'model':'gpt-3.5-turbo-instruct','choices':["
+#define CMPL_CHUNK(choice) CMPL_HEAD choice "],'usage':null}\n\n"
+
+static const char cmpl_stream[] =
+    CMPL_CHUNK("{'text':'\\n\\nThis','index':0,'logprobs':null,'finish_reason':null}")
+        CMPL_CHUNK("{'text':' is a','index':0,'logprobs':null,'finish_reason':null}")
+            CMPL_CHUNK("{'text':' test.','index':0,'logprobs':null,'finish_reason':null}")
+                CMPL_CHUNK("{'text':'','index':0,'logprobs':null,'finish_reason':'length'}")
+                    CMPL_HEAD
+    "],'usage':{'prompt_tokens':5,'completion_tokens':7,'total_tokens':12}}\n\n"
+    "data: [DONE]\n\n";
+
+static const char cmpl_answer[] =
+    "{'id':'cmpl-9xYz','object':'text_completion','created':1727000100,"
+    "'model':'gpt-3.5-turbo-instruct','choices':[{'text':'\\n\\nThis is a test.','index':0,"
+    "'logprobs':null,'finish_reason':'length'}],"
+    "'usage':{'prompt_tokens':5,'completion_tokens':7,'total_tokens':12}}";
+
+#define AN(name, json) "event: " name "\ndata: " json "\n\n"
+
+/* thinking + text + tool_use with split partial_json, pings, usage merge. */
+static const char an_stream[] = AN(
+    "message_start",
+    "{'type':'message_start','message':{'id':'msg_01XFDUDYJgAACzvnptvVoYEL','type':'message',"
+    "'role':'assistant','model':'claude-sonnet-4-20250514','content':[],'stop_reason':null,"
+    "'stop_sequence':null,'usage':{'input_tokens':472,'cache_creation_input_tokens':100,"
+    "'cache_read_input_tokens':2000,'output_tokens':2,'service_tier':'standard'}}}")
+    AN("content_block_start",
+       "{'type':'content_block_start','index':0,'content_block':"
+       "{'type':'thinking','thinking':'','signature':''}}") AN("ping", "{'type': 'ping'}")
+        AN("content_block_delta", "{'type':'content_block_delta','index':0,'delta':"
+                                  "{'type':'thinking_delta','thinking':'The user wants '}}")
+            AN("content_block_delta", "{'type':'content_block_delta','index':0,'delta':"
+                                      "{'type':'thinking_delta','thinking':'the weather.'}}")
+                AN("content_block_delta",
+                   "{'type':'content_block_delta','index':0,'delta':"
+                   "{'type':'signature_delta','signature':'EqQBCgIYAhIM1gbcDa9GJwZA'}}")
+                    AN("content_block_stop", "{'type':'content_block_stop','index':0}") AN(
+                        "content_block_start",
+                        "{'type':'content_block_start','index':1,'content_block':"
+                        "{'type':'text','text':''}}")
+                        AN("content_block_delta", "{'type':'content_block_delta','index':1,'delta':"
+                                                  "{'type':'text_delta','text':'Let me check '}}")
+                            AN("content_block_delta",
+                               "{'type':'content_block_delta','index':1,'delta':"
+                               "{'type':'text_delta','text':'the weather in Paris.'}}")
+                                AN("content_block_stop", "{'type':'content_block_stop','index':1}")
+                                    AN("content_block_start",
+                                       "{'type':'content_block_start','index':2,'content_block':"
+                                       "{'type':'tool_use','id':'toolu_01T1x1fJ34qAmk2tNTrN7Up6',"
+                                       "'name':'get_weather','input':{}}}")
+                                        AN("content_block_delta",
+                                           "{'type':'content_block_delta','index':2,'delta':"
+                                           "{'type':'input_json_delta','partial_json':''}}")
+                                            AN("content_block_delta",
+                                               "{'type':'content_block_delta','index':2,'delta':"
+                                               "{'type':'input_json_delta','partial_json':'{`"
+                                               "location`: `Pa'}}") AN("ping", "{'type': 'ping'}")
+                                                AN("content_block_delta",
+                                                   "{'type':'content_block_delta','index':2,'delta'"
+                                                   ":"
+                                                   "{'type':'input_json_delta','partial_json':'ris`"
+                                                   ", `unit`: [`c`]}'}}")
+                                                    AN("content_block_stop",
+                                                       "{'type':'content_block_stop','index':2}")
+                                                        AN("message_delta",
+                                                           "{'type':'message_delta','delta':{'stop_"
+                                                           "reason':'tool_use',"
+                                                           "'stop_sequence':null},'usage':{'output_"
+                                                           "tokens':89}}")
+                                                            AN("message_stop",
+                                                               "{'type':'message_stop'}");
+
+static const char an_answer[] =
+    "{'id':'msg_01XFDUDYJgAACzvnptvVoYEL','type':'message','role':'assistant',"
+    "'model':'claude-sonnet-4-20250514','content':["
+    "{'type':'thinking','thinking':'The user wants the weather.',"
+    "'signature':'EqQBCgIYAhIM1gbcDa9GJwZA'},"
+    "{'type':'text','text':'Let me check the weather in Paris.'},"
+    "{'type':'tool_use','id':'toolu_01T1x1fJ34qAmk2tNTrN7Up6','name':'get_weather',"
+    "'input':{'location':'Paris','unit':['c']}}],"
+    "'stop_reason':'tool_use','stop_sequence':null,'usage':{'input_tokens':472,"
+    "'cache_creation_input_tokens':100,'cache_read_input_tokens':2000,'output_tokens':89,"
+    "'service_tier':'standard'}}";
+
+/* --- parser -------------------------------------------------------------- */
+
+static void test_parser_basics(void)
+{
+    char *ev = parse_all("data: a\n\nevent: x\ndata: b\ndata: c\n\n");
+    T_CHECK_STR(ev, "[|a][x|b\nc]");
+    free(ev);
+    ev = parse_all("event: x\r\ndata: a\r\n\r\ndata: b\r\rdata:c\n\r\n");
+    T_CHECK_STR(ev, "[x|a][|b][|c]");
+    free(ev);
+    /* comments, unknown fields, id/retry, no space, two spaces, bare field name */
+    ev = parse_all(": keep-alive\n\n:\nfoo: bar\nid: 7\nretry: 100\ndata:x\n\n"
+                   "data:  y\n\ndata\n\n");
+    T_CHECK_STR(ev, "[|x][| y][|]");
+    free(ev);
+    /* blank lines without data dispatch nothing and forget the event name */
+    ev = parse_all("\n\n\nevent: lone\n\ndata: z\n\n");
+    T_CHECK_STR(ev, "[|z]");
+    free(ev);
+    /* empty data line still dispatches, with empty data; empty + line joins */
+    ev = parse_all("data:\ndata:\n\ndata: \ndata: q\n\n");
+    T_CHECK_STR(ev, "[|\n][|\nq]");
+    free(ev);
+    /* colon inside the value, event field given twice */
+    ev = parse_all("event: a\nevent: b\ndata: {\"k\":\"v:w\"}\n\n");
+    T_CHECK_STR(ev, "[b|{\"k\":\"v:w\"}]");
+    free(ev);
+}
+
+static void test_parser_no_trailing_blank(void)
+{
+    struct sse_parser p;
+    struct collect c = {PC_BUF_INIT, 0, 0};
+    sse_parser_init(&p);
+    T_CHECK_INT(sse_parser_feed(&p, "data: a\n", 8, collect_cb, &c), 0);
+    T_CHECK_INT(c.n, 0);
+    T_CHECK_INT(sse_parser_feed(&p, "data: b", 7, collect_cb, &c), 0);
+    T_CHECK_INT(c.n, 0);
+    T_CHECK_INT(sse_parser_feed(&p, "\r", 1, collect_cb, &c), 0);
+    T_CHECK_INT(c.n, 0);
+    /* the LF of a CRLF split across feeds is not a second line end */
+    T_CHECK_INT(sse_parser_feed(&p, "\n", 1, collect_cb, &c), 0);
+    T_CHECK_INT(c.n, 0);
+    T_CHECK_INT(sse_parser_feed(&p, "\n", 1, collect_cb, &c), 0);
+    T_CHECK_INT(c.n, 1);
+    T_CHECK_STR(pc_buf_cstr(&c.out), "[|a\nb]");
+    sse_parser_free(&p);
+    pc_buf_free(&c.out);
+}
+
+static void test_parser_split_everywhere(void)
+{
+    const char *s = ": hi\r\nevent: message_start\r\ndata: {\"a\":1}\r\n\r\ndata: x\rdata: y\r\r"
+                    "data: z\n\nevent: e\ndata\r\n\ndata: tail\n";
+    size_t n = strlen(s);
+    int rc;
+    char *whole = parse_steps(s, n, 0, &rc);
+    T_CHECK_STR(whole, "[message_start|{\"a\":1}][|x\ny][|z][e|]");
+    for (size_t step = 1; step <= 7; step++) {
+        char *got = parse_steps(s, n, step, &rc);
+        T_CHECK_INT(rc, 0);
+        T_CHECK_STR(got, whole);
+        free(got);
+    }
+    for (size_t cut = 0; cut <= n; cut++) {
+        struct sse_parser p;
+        struct collect c = {PC_BUF_INIT, 0, 0};
+        sse_parser_init(&p);
+        T_CHECK_INT(sse_parser_feed(&p, s, cut, collect_cb, &c), 0);
+        T_CHECK_INT(sse_parser_feed(&p, s + cut, n - cut, collect_cb, &c), 0);
+        T_CHECK_STR(pc_buf_cstr(&c.out), whole);
+        sse_parser_free(&p);
+        pc_buf_free(&c.out);
+    }
+    free(whole);
+}
+
+static void test_parser_limits(void)
+{
+    struct sse_parser p;
+    struct collect c = {PC_BUF_INIT, 0, 0};
+    sse_parser_init(&p);
+    p.max_event = 16;
+    T_CHECK_INT(sse_parser_feed(&p, "data: short\n\n", 13, collect_cb, &c), 0);
+    T_CHECK_INT(c.n, 1);
+    /* one event over the cap, whether the bytes come at once or one by one */
+    const char *big = "data: 0123456789\ndata: 0123456789\n\n";
+    T_CHECK_INT(sse_parser_feed(&p, big, strlen(big), collect_cb, &c), -1);
+    sse_parser_free(&p);
+    sse_parser_init(&p);
+    p.max_event = 16;
+    int rc = 0;
+    for (size_t i = 0; big[i] && rc == 0; i++)
+        rc = sse_parser_feed(&p, big + i, 1, collect_cb, &c);
+    T_CHECK_INT(rc, -1);
+    T_CHECK_INT(c.n, 1);
+    sse_parser_free(&p);
+    /* a callback error stops the feed */
+    sse_parser_init(&p);
+    c.fail_at = 2;
+    T_CHECK_INT(sse_parser_feed(&p, "data: 1\n\ndata: 2\n\ndata: 3\n\n", 27, collect_cb, &c), -1);
+    T_CHECK_INT(c.n, 2);
+    sse_parser_free(&p);
+    pc_buf_free(&c.out);
+}
+
+/* --- assembly ------------------------------------------------------------ */
+
+static void test_assemble_chat(void)
+{
+    struct api_usage u;
+    cJSON *a = assemble_q(API_CHAT, chat_stream, &u);
+    T_CHECK(same_json(a, chat_answer));
+    T_CHECK(u.present);
+    T_CHECK_INT(u.prompt, 19);
+    T_CHECK_INT(u.completion, 10);
+    T_CHECK_INT(u.cached, 0);
+    cJSON_Delete(a);
+    T_CHECK(complete_q(API_CHAT, chat_stream));
+}
+
+static void test_assemble_chat_tools(void)
+{
+    struct api_usage u;
+    cJSON *a = assemble_q(API_CHAT, chat_tools_stream, &u);
+    T_CHECK(same_json(a, chat_tools_answer));
+    T_CHECK_INT(u.prompt, 1200);
+    T_CHECK_INT(u.completion, 45);
+    T_CHECK_INT(u.cached, 1024);
+    cJSON_Delete(a);
+}
+
+static void test_assemble_chat_n2(void)
+{
+    struct api_usage u;
+    cJSON *a = assemble_q(API_CHAT, chat_n2_stream, &u);
+    T_CHECK(same_json(a, chat_n2_answer));
+    T_CHECK(!u.present);
+    cJSON_Delete(a);
+}
+
+static void test_assemble_chat_refusal_and_extras(void)
+{
+    const char *s = CHAT_CHUNK("{'index':0,'delta':{'role':'assistant','content':null,"
+                               "'refusal':null},'finish_reason':null}")
+        CHAT_CHUNK("{'index':0,'delta':{'reasoning_content':'Think'},'finish_reason':null}")
+            CHAT_CHUNK("{'index':0,'delta':{'reasoning_content':'ing.'},'finish_reason':null}")
+                CHAT_CHUNK("{'index':0,'delta':{'refusal':'I can\\u0027t'},'finish_reason':null}")
+                    CHAT_CHUNK("{'index':0,'delta':{'refusal':' help.'},'finish_reason':null}")
+                        CHAT_CHUNK(
+                            "{'index':0,'delta':{},'finish_reason':'stop'}") "data: [DONE]\n\n";
+    cJSON *a = assemble_q(API_CHAT, s, NULL);
+    T_CHECK(same_json(a, "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
+                         "'model':'gpt-4o-mini-2024-07-18','service_tier':'default',"
+                         "'system_fingerprint':'fp_0ba0d1','choices':[{'index':0,'message':"
+                         "{'role':'assistant','content':null,'refusal':'I can\\u0027t help.',"
+                         "'reasoning_content':'Thinking.'},'finish_reason':'stop'}]}"));
+    cJSON_Delete(a);
+}
+
+/* Servers that omit tool-call indexes: a new id starts a call, anything else continues it. */
+static void test_assemble_chat_tools_no_index(void)
+{
+    const char *s =
+        CHAT_CHUNK("{'index':0,'delta':{'role':'assistant','tool_calls':[{'id':'a','type':"
+                   "'function','function':{'name':'f','arguments':'{'}}]},'finish_reason':null}")
+            CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'function':{'arguments':'}'}}]},"
+                       "'finish_reason':null}")
+                CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'id':'b','function':{'name':'g',"
+                           "'arguments':'[]'}}]},'finish_reason':'tool_calls'}") "data: [DONE]\n\n";
+    cJSON *a = assemble_q(API_CHAT, s, NULL);
+    T_CHECK(same_json(a, "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
+                         "'model':'gpt-4o-mini-2024-07-18','service_tier':'default',"
+                         "'system_fingerprint':'fp_0ba0d1','choices':[{'index':0,'message':"
+                         "{'role':'assistant','content':null,'tool_calls':["
+                         "{'id':'a','type':'function','function':{'name':'f','arguments':'{}'}},"
+                         "{'id':'b','type':'function','function':{'name':'g','arguments':'[]'}}]},"
+                         "'finish_reason':'tool_calls'}]}"));
+    cJSON_Delete(a);
+}
+
+static void test_assemble_completions(void)
+{
+    struct api_usage u;
+    cJSON *a = assemble_q(API_COMPLETIONS, cmpl_stream, &u);
+    T_CHECK(same_json(a, cmpl_answer));
+    T_CHECK_INT(u.prompt, 5);
+    T_CHECK_INT(u.completion, 7);
+    cJSON_Delete(a);
+    /* completions logprobs: every array inside concatenates */
+    const char *s = CMPL_CHUNK("{'text':'A','index':0,'logprobs':{'tokens':['A'],"
+                               "'token_logprobs':[-1],'top_logprobs':null,'text_offset':[0]},"
+                               "'finish_reason':null}")
+        CMPL_CHUNK(
+            "{'text':'B','index':0,'logprobs':{'tokens':['B'],'token_logprobs':[-2],"
+            "'top_logprobs':null,'text_offset':[1]},'finish_reason':'stop'}") "data: [DONE]\n\n";
+    a = assemble_q(API_COMPLETIONS, s, NULL);
+    T_CHECK(same_json(a, "{'id':'cmpl-9xYz','object':'text_completion','created':1727000100,"
+                         "'model':'gpt-3.5-turbo-instruct','choices':[{'text':'AB','index':0,"
+                         "'logprobs':{'tokens':['A','B'],'token_logprobs':[-1,-2],"
+                         "'top_logprobs':null,'text_offset':[0,1]},'finish_reason':'stop'}]}"));
+    cJSON_Delete(a);
+}
+
+static void test_assemble_anthropic(void)
+{
+    struct api_usage u;
+    cJSON *a = assemble_q(API_MESSAGES, an_stream, &u);
+    T_CHECK(same_json(a, an_answer));
+    T_CHECK(u.present);
+    T_CHECK_INT(u.prompt, 472 + 100 + 2000);
+    T_CHECK_INT(u.completion, 89);
+    T_CHECK_INT(u.cached, 2000);
+    cJSON_Delete(a);
+    T_CHECK(complete_q(API_MESSAGES, an_stream));
+    /* without event: lines the data's type decides; a tool_use without deltas keeps {} */
+    const char *s = "data: {'type':'message_start','message':{'id':'m','type':'message',"
+                    "'role':'assistant','model':'c','content':[],'stop_reason':null,"
+                    "'stop_sequence':null,'usage':{'input_tokens':3,'output_tokens':1}}}\n\n"
+                    "data: {'type':'content_block_start','index':0,'content_block':"
+                    "{'type':'tool_use','id':'t','name':'now','input':{}}}\n\n"
+                    "data: {'type':'content_block_stop','index':0}\n\n"
+                    "data: {'type':'message_delta','delta':{'stop_reason':'tool_use',"
+                    "'stop_sequence':null},'usage':{'output_tokens':5}}\n\n"
+                    "data: {'type':'message_stop'}\n\n";
+    a = assemble_q(API_MESSAGES, s, NULL);
+    T_CHECK(same_json(a, "{'id':'m','type':'message','role':'assistant','model':'c',"
+                         "'content':[{'type':'tool_use','id':'t','name':'now','input':{}}],"
+                         "'stop_reason':'tool_use','stop_sequence':null,"
+                         "'usage':{'input_tokens':3,'output_tokens':5}}"));
+    cJSON_Delete(a);
+}
+
+/* Everything up to, but not including, the last event of s. */
+static char *drop_last_event(const char *s)
+{
+    size_t n = strlen(s) - 2;
+    while (n > 0 && !(s[n - 1] == '\n' && s[n - 2] == '\n'))
+        n--;
+    return pc_strndup(s, n);
+}
+
+static void check_cut(enum api_endpoint e, const char *stream)
+{
+    char *full = q(stream);
+    char *cut = drop_last_event(full);
+    struct api_usage u = {true, 1, 1, 1};
+    T_CHECK(sse_complete(e, full, strlen(full)));
+    T_CHECK(!sse_complete(e, cut, strlen(cut)));
+    cJSON *a = sse_assemble(e, cut, strlen(cut), &u);
+    T_CHECK(a == NULL);
+    T_CHECK(!u.present);
+    cJSON_Delete(a);
+    /* the terminator without its blank line is not dispatched either */
+    a = sse_assemble(e, full, strlen(full) - 1, NULL);
+    T_CHECK(a == NULL);
+    cJSON_Delete(a);
+    T_CHECK(!sse_complete(e, full, strlen(full) - 1));
+    /* cut anywhere else */
+    for (size_t n = 0; n + 1 < strlen(full); n += 37) {
+        a = sse_assemble(e, full, n, NULL);
+        T_CHECK(a == NULL);
+        cJSON_Delete(a);
+    }
+    struct pc_buf out = PC_BUF_INIT;
+    T_CHECK_INT(sse_replay(e, cut, strlen(cut), true, &out), -1);
+    T_CHECK_INT(out.len, 0);
+    pc_buf_free(&out);
+    free(cut);
+    free(full);
+}
+
+static void test_cut_off(void)
+{
+    check_cut(API_CHAT, chat_stream);
+    check_cut(API_CHAT, chat_tools_stream);
+    check_cut(API_COMPLETIONS, cmpl_stream);
+    check_cut(API_MESSAGES, an_stream);
+}
+
+static void test_errors_and_garbage(void)
+{
+    /* Anthropic error event mid-stream, even if a message_stop follows */
+    const char *s =
+        AN("message_start", "{'type':'message_start','message':{'id':'m','type':'message',"
+                            "'role':'assistant','model':'c','content':[],'usage':{}}}")
+            AN("error", "{'type':'error','error':{'type':'overloaded_error','message':"
+                        "'Overloaded'}}") AN("message_stop", "{'type':'message_stop'}");
+    T_CHECK(assemble_q(API_MESSAGES, s, NULL) == NULL);
+    T_CHECK(!complete_q(API_MESSAGES, s));
+    /* OpenAI error chunk before [DONE] */
+    s = CHAT_CHUNK(
+        "{'index':0,'delta':{'content':'Hi'},'finish_reason':null}") "data: "
+                                                                     "{'error':{'message':'The "
+                                                                     "server had an "
+                                                                     "error','type':'server_error'}"
+                                                                     "}\n\n"
+                                                                     "data: [DONE]\n\n";
+    T_CHECK(assemble_q(API_CHAT, s, NULL) == NULL);
+    T_CHECK(!complete_q(API_CHAT, s));
+    static const char *const bad[] = {
+        "data: not json\n\ndata: [DONE]\n\n",
+        "data: [1,2]\n\ndata: [DONE]\n\n",
+        "data: {'id':'x','choices':{}}\n\ndata: [DONE]\n\n",
+        "data: [DONE]\n\n", /* no chunk at all */
+        "data: {'id':'x','choices':[{'index':-1,'delta':{}}]}\n\ndata: [DONE]\n\n",
+        "data: {'id':'x','choices':[{'index':'0','delta':{}}]}\n\ndata: [DONE]\n\n",
+        "data: {'id':'x','choices':[{'index':0,'delta':{'tool_calls':{}}}]}\n\ndata: [DONE]\n\n",
+        /* a number cJSON would turn into infinity (and print back as null) */
+        "data: {'id':'x','choices':[{'index':0,'delta':{'content':'a'}}],'n':1e999}\n\n"
+        "data: [DONE]\n\n",
+        "\x01\x02\xff garbage",
+        "",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
+        cJSON *a = assemble_q(API_CHAT, bad[i], NULL);
+        T_CHECK(a == NULL);
+        cJSON_Delete(a);
+    }
+    static const char *const bad_an[] = {
+        /* block before message_start */
+        AN("content_block_start", "{'type':'content_block_start','index':0,'content_block':"
+                                  "{'type':'text','text':''}}") AN("message_stop", "{}"),
+        /* event name and type disagree */
+        AN("message_start", "{'type':'message_start','message':{'id':'m'}}")
+            AN("message_stop", "{'type':'ping'}"),
+        /* invalid partial_json */
+        AN("message_start", "{'type':'message_start','message':{'id':'m'}}")
+            AN("content_block_start", "{'type':'content_block_start','index':0,"
+                                      "'content_block':{'type':'tool_use','input':{}}}")
+                AN("content_block_delta", "{'type':'content_block_delta','index':0,'delta':"
+                                          "{'type':'input_json_delta','partial_json':'{`a`'}}")
+                    AN("message_stop", "{'type':'message_stop'}"),
+        /* message_delta whose delta is not an object */
+        AN("message_start", "{'type':'message_start','message':{'id':'m'}}")
+            AN("message_delta", "{'type':'message_delta','delta':[1]}")
+                AN("message_stop", "{'type':'message_stop'}"),
+        /* tool input with an infinite number */
+        AN("message_start", "{'type':'message_start','message':{'id':'m'}}")
+            AN("content_block_start", "{'type':'content_block_start','index':0,"
+                                      "'content_block':{'type':'tool_use','input':{}}}")
+                AN("content_block_delta", "{'type':'content_block_delta','index':0,'delta':"
+                                          "{'type':'input_json_delta','partial_json':'[1e999]'}}")
+                    AN("message_stop", "{'type':'message_stop'}"),
+        /* delta for a block never started */
+        AN("message_start", "{'type':'message_start','message':{'id':'m'}}")
+            AN("content_block_delta", "{'type':'content_block_delta','index':3,'delta':"
+                                      "{'type':'text_delta','text':'x'}}")
+                AN("message_stop", "{'type':'message_stop'}"),
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(bad_an); i++) {
+        cJSON *a = assemble_q(API_MESSAGES, bad_an[i], NULL);
+        T_CHECK(a == NULL);
+        cJSON_Delete(a);
+    }
+}
+
+/* --- synthesis ----------------------------------------------------------- */
+
+/* synthesize(answer) then assemble: must give answer back. */
+static void check_round_trip(enum api_endpoint e, const char *answer)
+{
+    cJSON *want = json_q(answer);
+    struct pc_buf out = PC_BUF_INIT;
+    T_CHECK_INT(sse_synthesize(e, want, true, &out), 0);
+    T_CHECK(sse_complete(e, out.data, out.len));
+    struct api_usage u1, u2;
+    cJSON *got = sse_assemble(e, out.data, out.len, &u1);
+    T_CHECK(got != NULL && cJSON_Compare(got, want, true));
+    if (got == NULL || !cJSON_Compare(got, want, true))
+        fprintf(stderr, "  stream was:\n%s\n", pc_buf_cstr(&out));
+    cJSON *again = sse_assemble(e, out.data, out.len, &u2);
+    T_CHECK(u1.present == u2.present && u1.prompt == u2.prompt);
+    cJSON_Delete(again);
+    cJSON_Delete(got);
+    cJSON_Delete(want);
+    pc_buf_free(&out);
+}
+
+static void test_round_trip(void)
+{
+    check_round_trip(API_CHAT, chat_answer);
+    check_round_trip(API_CHAT, chat_tools_answer);
+    check_round_trip(API_CHAT, chat_n2_answer);
+    check_round_trip(API_COMPLETIONS, cmpl_answer);
+    check_round_trip(API_MESSAGES, an_answer);
+    /* legacy function_call, annotations, a refusal */
+    check_round_trip(
+        API_CHAT,
+        "{'id':'c','object':'chat.completion','created':1,'model':'gpt-4','choices':["
+        "{'index':0,'message':{'role':'assistant','content':null,'function_call':{'name':'f',"
+        "'arguments':'{`a`: `0123456789012345678901234567890123456789012345678901234567890`}'}},"
+        "'logprobs':null,'finish_reason':'function_call'},"
+        "{'index':1,'message':{'role':'assistant','content':'','refusal':'No.',"
+        "'annotations':[]},'logprobs':null,'finish_reason':'stop'}],"
+        "'usage':{'prompt_tokens':1,'completion_tokens':2,'total_tokens':3},"
+        "'system_fingerprint':null}");
+    /* Anthropic: redacted thinking, server tool, citations, stop sequence, no blocks */
+    check_round_trip(
+        API_MESSAGES,
+        "{'id':'msg_2','type':'message','role':'assistant','model':'claude-3-7-sonnet-20250219',"
+        "'content':[{'type':'redacted_thinking','data':'EmwKAhgBEgy3'},"
+        "{'type':'server_tool_use','id':'srvtoolu_1','name':'web_search',"
+        "'input':{'query':'weather paris'}},"
+        "{'type':'web_search_tool_result','tool_use_id':'srvtoolu_1','content':[]},"
+        "{'type':'text','text':'It is sunny.','citations':[{'type':'web_search_result_location',"
+        "'url':'https://example.com','title':'Weather','cited_text':'sunny'}]}],"
+        "'stop_reason':'stop_sequence','stop_sequence':'###','usage':{'input_tokens':10,"
+        "'cache_creation_input_tokens':0,'cache_read_input_tokens':0,'output_tokens':20,"
+        "'server_tool_use':{'web_search_requests':1}}}");
+    check_round_trip(API_MESSAGES, "{'id':'m','type':'message','role':'assistant','model':'c',"
+                                   "'content':[],'stop_reason':'max_tokens','stop_sequence':null,"
+                                   "'usage':{'input_tokens':1,'output_tokens':0}}");
+}
+
+/* Round trip through a recorded stream: assemble(synth(assemble(s))) == assemble(s). */
+static void test_round_trip_streams(void)
+{
+    static const struct {
+        enum api_endpoint e;
+        const char *s;
+    } cases[] = {
+        {API_CHAT, chat_stream},        {API_CHAT, chat_tools_stream}, {API_CHAT, chat_n2_stream},
+        {API_COMPLETIONS, cmpl_stream}, {API_MESSAGES, an_stream},
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(cases); i++) {
+        cJSON *a = assemble_q(cases[i].e, cases[i].s, NULL);
+        struct pc_buf out = PC_BUF_INIT;
+        T_CHECK_INT(sse_synthesize(cases[i].e, a, true, &out), 0);
+        cJSON *b = sse_assemble(cases[i].e, out.data, out.len, NULL);
+        T_CHECK(a != NULL && b != NULL && cJSON_Compare(a, b, true));
+        cJSON_Delete(a);
+        cJSON_Delete(b);
+        pc_buf_free(&out);
+    }
+}
+
+/* Every content piece of a synthesized chat stream: 1..~67 bytes, starting on a UTF-8 boundary. */
+struct pieces {
+    int n, bad, role_first, usage_chunks, done;
+};
+
+static int piece_cb(void *arg, const struct sse_event *ev)
+{
+    struct pieces *p = arg;
+    if (ev->data_len == 6 && memcmp(ev->data, "[DONE]", 6) == 0) {
+        p->done++;
+        return 0;
+    }
+    cJSON *j = cJSON_Parse(ev->data);
+    cJSON *choices = cJSON_GetObjectItem(j, "choices");
+    if (cJSON_GetArraySize(choices) == 0 && cJSON_GetObjectItem(j, "usage") != NULL)
+        p->usage_chunks++;
+    cJSON *delta = cJSON_GetObjectItem(cJSON_GetArrayItem(choices, 0), "delta");
+    if (p->n == 0 && cJSON_GetObjectItem(delta, "role") != NULL &&
+        cJSON_IsString(cJSON_GetObjectItem(delta, "content")))
+        p->role_first = 1;
+    const char *c = cJSON_GetStringValue(cJSON_GetObjectItem(delta, "content"));
+    if (c != NULL && *c != '\0') {
+        size_t len = strlen(c);
+        if (len > 64 + 3 || ((unsigned char)c[0] & 0xC0) == 0x80)
+            p->bad++;
+    }
+    p->n++;
+    cJSON_Delete(j);
+    return 0;
+}
+
+static void test_synth_shape(void)
+{
+    struct pc_buf text = PC_BUF_INIT;
+    for (int i = 0; i < 40; i++)
+        pc_buf_append_str(&text, "h\xc3\xa9llo w\xc3\xb6rld \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e "
+                                 "\xf0\x9f\x98\x80 ");
+    cJSON *ans = json_q("{'id':'c','object':'chat.completion','created':1,'model':'m',"
+                        "'choices':[{'index':0,'message':{'role':'assistant','content':''},"
+                        "'logprobs':null,'finish_reason':'stop'}],"
+                        "'usage':{'prompt_tokens':1,'completion_tokens':2,'total_tokens':3}}");
+    cJSON *msg =
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(ans, "choices"), 0), "message");
+    cJSON_ReplaceItemInObject(msg, "content", cJSON_CreateString(pc_buf_cstr(&text)));
+    for (int usage = 0; usage <= 1; usage++) {
+        struct pc_buf out = PC_BUF_INIT;
+        T_CHECK_INT(sse_synthesize(API_CHAT, ans, usage, &out), 0);
+        struct pieces p = {0, 0, 0, 0, 0};
+        struct sse_parser ps;
+        sse_parser_init(&ps);
+        T_CHECK_INT(sse_parser_feed(&ps, out.data, out.len, piece_cb, &p), 0);
+        sse_parser_free(&ps);
+        T_CHECK(p.n > (int)(text.len / 64));
+        T_CHECK_INT(p.bad, 0);
+        T_CHECK_INT(p.role_first, 1);
+        T_CHECK_INT(p.usage_chunks, usage);
+        T_CHECK_INT(p.done, 1);
+        T_CHECK(out.len > 14 && memcmp(out.data + out.len - 14, "data: [DONE]\n\n", 14) == 0);
+        pc_buf_free(&out);
+    }
+    cJSON_Delete(ans);
+    pc_buf_free(&text);
+}
+
+static void test_synth_anthropic_events(void)
+{
+    cJSON *ans = json_q(an_answer);
+    struct pc_buf out = PC_BUF_INIT;
+    T_CHECK_INT(sse_synthesize(API_MESSAGES, ans, false, &out), 0);
+    const char *s = pc_buf_cstr(&out);
+    T_CHECK(strncmp(s, "event: message_start\ndata: {\"type\":\"message_start\",", 51) == 0);
+    T_CHECK(strstr(s, "\"content\":[],\"stop_reason\":null,\"stop_sequence\":null") != NULL);
+    T_CHECK(strstr(s, "event: content_block_start\ndata: {\"type\":\"content_block_start\","
+                      "\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":"
+                      "\"toolu_01T1x1fJ34qAmk2tNTrN7Up6\",\"name\":\"get_weather\","
+                      "\"input\":{}}}\n\n") != NULL);
+    T_CHECK(strstr(s, "\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":") != NULL);
+    T_CHECK(strstr(s, "\"delta\":{\"type\":\"thinking_delta\",\"thinking\":") != NULL);
+    T_CHECK(strstr(s, "\"delta\":{\"type\":\"signature_delta\",\"signature\":"
+                      "\"EqQBCgIYAhIM1gbcDa9GJwZA\"}") != NULL);
+    T_CHECK(strstr(s, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":"
+                      "{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},"
+                      "\"usage\":{\"output_tokens\":89}}\n\n") != NULL);
+    size_t n = strlen(s);
+    const char *end = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    T_CHECK(n > strlen(end) && strcmp(s + n - strlen(end), end) == 0);
+    cJSON_Delete(ans);
+    pc_buf_free(&out);
+}
+
+static void test_synth_rejects(void)
+{
+    struct pc_buf out = PC_BUF_INIT;
+    pc_buf_append_str(&out, "keep");
+    cJSON *chat = json_q(chat_answer), *an = json_q(an_answer);
+    cJSON *emb = json_q("{'object':'list','data':[{'object':'embedding','index':0,"
+                        "'embedding':[0.1,0.2]}],'model':'text-embedding-3-small'}");
+    T_CHECK_INT(sse_synthesize(API_EMBEDDINGS, emb, false, &out), -1);
+    T_CHECK_INT(sse_synthesize(API_NONE, chat, false, &out), -1);
+    T_CHECK_INT(sse_synthesize(API_CHAT, an, false, &out), -1);
+    T_CHECK_INT(sse_synthesize(API_MESSAGES, chat, false, &out), -1);
+    T_CHECK_INT(sse_synthesize(API_CHAT, NULL, false, &out), -1);
+    T_CHECK_INT(out.len, 4);
+    T_CHECK(sse_assemble(API_EMBEDDINGS, "data: [DONE]\n\n", 14, NULL) == NULL);
+    T_CHECK(!sse_complete(API_EMBEDDINGS, "data: [DONE]\n\n", 14));
+    T_CHECK_INT(sse_replay(API_EMBEDDINGS, "data: [DONE]\n\n", 14, true, &out), -1);
+    T_CHECK_INT(out.len, 4);
+    cJSON_Delete(chat);
+    cJSON_Delete(an);
+    cJSON_Delete(emb);
+    pc_buf_free(&out);
+}
+
+/* --- replay -------------------------------------------------------------- */
+
+static void test_replay(void)
+{
+    char *rec = q(chat_stream);
+    struct pc_buf out = PC_BUF_INIT;
+    T_CHECK_INT(sse_replay(API_CHAT, rec, strlen(rec), true, &out), 0);
+    T_CHECK_STR(pc_buf_cstr(&out), rec);
+    out.len = 0;
+    T_CHECK_INT(sse_replay(API_CHAT, rec, strlen(rec), false, &out), 0);
+    T_CHECK(strstr(pc_buf_cstr(&out), "prompt_tokens") == NULL);
+    T_CHECK(strstr(out.data, "\"usage\":null") != NULL); /* left as recorded */
+    T_CHECK(sse_complete(API_CHAT, out.data, out.len));
+    cJSON *a = sse_assemble(API_CHAT, out.data, out.len, NULL);
+    T_CHECK(a != NULL && cJSON_GetObjectItem(a, "usage") == NULL);
+    cJSON_Delete(a);
+    free(rec);
+
+    /* Anthropic passes through byte for byte, pings included */
+    rec = q(an_stream);
+    out.len = 0;
+    T_CHECK_INT(sse_replay(API_MESSAGES, rec, strlen(rec), false, &out), 0);
+    T_CHECK_STR(pc_buf_cstr(&out), rec);
+    free(rec);
+
+    /* CRLF framing, comments and multi-line data are re-framed, not lost */
+    const char *crlf = ": OPENROUTER PROCESSING\r\n\r\ndata: {\"choices\":[],\r\ndata: \"x\":1}"
+                       "\r\n\r\ndata: [DONE]\r\n\r\n";
+    out.len = 0;
+    T_CHECK_INT(sse_replay(API_CHAT, crlf, strlen(crlf), false, &out), 0);
+    T_CHECK_STR(pc_buf_cstr(&out), "data: {\"choices\":[],\ndata: \"x\":1}\n\ndata: [DONE]\n\n");
+    out.len = 0;
+    T_CHECK_INT(sse_replay(API_CHAT, "data: nope\n\ndata: [DONE]\n\n", 26, true, &out), -1);
+    T_CHECK_INT(out.len, 0);
+    pc_buf_free(&out);
+}
+
+int main(void)
+{
+    T_RUN(test_parser_basics);
+    T_RUN(test_parser_no_trailing_blank);
+    T_RUN(test_parser_split_everywhere);
+    T_RUN(test_parser_limits);
+    T_RUN(test_assemble_chat);
+    T_RUN(test_assemble_chat_tools);
+    T_RUN(test_assemble_chat_n2);
+    T_RUN(test_assemble_chat_refusal_and_extras);
+    T_RUN(test_assemble_chat_tools_no_index);
+    T_RUN(test_assemble_completions);
+    T_RUN(test_assemble_anthropic);
+    T_RUN(test_cut_off);
+    T_RUN(test_errors_and_garbage);
+    T_RUN(test_round_trip);
+    T_RUN(test_round_trip_streams);
+    T_RUN(test_synth_shape);
+    T_RUN(test_synth_anthropic_events);
+    T_RUN(test_synth_rejects);
+    T_RUN(test_replay);
+    T_DONE();
+}

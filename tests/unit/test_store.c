@@ -1,0 +1,875 @@
+/*
+ * test_store.c - the Redis store and the schema migrations against a real
+ * redis-server that this test starts (unix socket + a loopback TCP port in a
+ * private temp directory) and kills at exit, also when a check fails.
+ */
+#include "pc_conf.h"
+#include "pc_log.h"
+#include "pc_migrate.h"
+#include "pc_stats.h"
+#include "pc_store.h"
+#include "pc_util.h"
+#include "t.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <hiredis/hiredis.h>
+
+#define TEST_TIMEOUT_MS 1000
+
+static struct {
+    pid_t pid;
+    char dir[64];
+    char sock[128];
+    char unix_url[160];
+    int port;
+    const char *password; /* for the admin connection while requirepass is set */
+} R;
+
+static struct event_base *base;
+static struct event *ticker;
+
+/* --- the redis-server ------------------------------------------------------------ */
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int free_tcp_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+        perror("free_tcp_port");
+        exit(2);
+    }
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void redis_exec(void)
+{
+    char port[16], logfile[128];
+    snprintf(port, sizeof(port), "%d", R.port);
+    snprintf(logfile, sizeof(logfile), "%s/redis.log", R.dir);
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test, even if it crashes */
+    execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--unixsocket",
+           R.sock, "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--daemonize",
+           "no", "--logfile", logfile, "--dir", R.dir, (char *)NULL);
+    _exit(127);
+}
+
+static bool redis_pings(void)
+{
+    struct timeval tv = {0, 200000};
+    redisContext *c = redisConnectUnixWithTimeout(R.sock, tv);
+    bool ok = false;
+    if (c != NULL && !c->err) {
+        redisReply *r = redisCommand(c, "PING");
+        ok = r != NULL && (r->type == REDIS_REPLY_STATUS ||
+                           (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0));
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    if (c != NULL)
+        redisFree(c);
+    return ok;
+}
+
+/* Start redis-server and wait until it answers PING (polling, 10 s at most). */
+static void redis_start(void)
+{
+    R.pid = fork();
+    if (R.pid < 0) {
+        perror("fork");
+        exit(2);
+    }
+    if (R.pid == 0)
+        redis_exec();
+    uint64_t deadline = pc_mono_ms() + 10000;
+    while (!redis_pings()) {
+        if (pc_mono_ms() > deadline || waitpid(R.pid, NULL, WNOHANG) == R.pid) {
+            fprintf(stderr, "redis-server did not start (see %s/redis.log)\n", R.dir);
+            exit(2);
+        }
+        sleep_ms(10);
+    }
+}
+
+static void redis_kill(void)
+{
+    if (R.pid > 0) {
+        kill(R.pid, SIGKILL); /* also ends a SIGSTOPped server */
+        waitpid(R.pid, NULL, 0);
+    }
+    R.pid = 0;
+}
+
+static void cleanup(void)
+{
+    char path[160];
+    redis_kill();
+    snprintf(path, sizeof(path), "%s/redis.log", R.dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/cli.out", R.dir);
+    unlink(path);
+    unlink(R.sock);
+    rmdir(R.dir);
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    _exit(3); /* the child dies with us (PR_SET_PDEATHSIG) */
+}
+
+static void setup(void)
+{
+    strcpy(R.dir, "/tmp/pc-test-XXXXXX");
+    if (mkdtemp(R.dir) == NULL) {
+        perror("mkdtemp");
+        exit(2);
+    }
+    snprintf(R.sock, sizeof(R.sock), "%s/redis.sock", R.dir);
+    snprintf(R.unix_url, sizeof(R.unix_url), "unix:%s", R.sock);
+    R.port = free_tcp_port();
+    atexit(cleanup);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN); /* as the daemon does: writes to a dead Redis must not kill us */
+}
+
+/* A command on a fresh blocking connection to db (the test's own view of Redis). */
+static redisReply *rcmd_v(int db, const char *fmt, va_list ap)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectUnixWithTimeout(R.sock, tv);
+    if (c == NULL || c->err) {
+        fprintf(stderr, "admin connection failed\n");
+        exit(2);
+    }
+    redisSetTimeout(c, tv);
+    if (R.password != NULL)
+        freeReplyObject(redisCommand(c, "AUTH %s", R.password));
+    if (db != 0)
+        freeReplyObject(redisCommand(c, "SELECT %d", db));
+    redisReply *r = redisvCommand(c, fmt, ap);
+    redisFree(c);
+    if (r == NULL) {
+        fprintf(stderr, "admin command failed\n");
+        exit(2);
+    }
+    return r;
+}
+
+static redisReply *rcmd_db(int db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = rcmd_v(db, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+/* The string value of a reply as a C string for comparisons ("(nil)", ":N", or "-ERR..."). */
+static const char *reply_text(redisReply *r, char *buf, size_t n)
+{
+    if (r->type == REDIS_REPLY_NIL)
+        snprintf(buf, n, "(nil)");
+    else if (r->type == REDIS_REPLY_INTEGER)
+        snprintf(buf, n, ":%lld", r->integer);
+    else if (r->type == REDIS_REPLY_ERROR)
+        snprintf(buf, n, "-%s", r->str);
+    else
+        snprintf(buf, n, "%s", r->str ? r->str : "?");
+    return buf;
+}
+
+static char last_text[256];
+
+/* Run a command (hiredis format) on db and keep its reply as text in last_text. */
+static const char *rtext_db(int db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = rcmd_v(db, fmt, ap);
+    va_end(ap);
+    reply_text(r, last_text, sizeof(last_text));
+    freeReplyObject(r);
+    return last_text;
+}
+
+/* --- the event loop -------------------------------------------------------------- */
+
+static void tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+}
+
+typedef bool pred_fn(void *arg);
+
+/* Run the loop until pred(arg) holds (true) or ms have passed (false). */
+static bool run_until(pred_fn *pred, void *arg, int ms)
+{
+    uint64_t deadline = pc_mono_ms() + (uint64_t)ms;
+    while (pred == NULL || !pred(arg)) {
+        if (pc_mono_ms() >= deadline)
+            return false;
+        event_base_loop(base, EVLOOP_ONCE);
+    }
+    return true;
+}
+
+static void run_for(int ms)
+{
+    run_until(NULL, NULL, ms);
+}
+
+static bool is_ready(void *arg)
+{
+    return store_ready(arg);
+}
+
+static bool not_ready(void *arg)
+{
+    return !store_ready(arg);
+}
+
+static struct store *mk_store(const char *url, int64_t timeout_ms, bool auto_migrate,
+                              struct stats *st)
+{
+    struct store_opts o = {url, timeout_ms, auto_migrate};
+    struct store *s = store_create(base, &o, st);
+    if (s != NULL)
+        store_start(s);
+    return s;
+}
+
+struct got {
+    bool done;
+    int calls;
+    enum store_status st;
+    bool null;
+    char val[64];
+    size_t len;
+    long long n;
+};
+
+static void get_cb(void *arg, enum store_status st, const char *val, size_t len)
+{
+    struct got *g = arg;
+    g->done = true;
+    g->calls++;
+    g->st = st;
+    g->null = val == NULL;
+    g->len = len;
+    if (val != NULL)
+        memcpy(g->val, val, PC_MIN(len, sizeof(g->val)));
+}
+
+static void int_cb(void *arg, enum store_status st, long long n)
+{
+    struct got *g = arg;
+    g->done = true;
+    g->calls++;
+    g->st = st;
+    g->n = n;
+}
+
+static bool got_done(void *arg)
+{
+    return ((struct got *)arg)->done;
+}
+
+/* GET key and wait for the answer (5 s); false if store_get refused. */
+static bool get_wait(struct store *s, const void *key, size_t klen, struct got *g)
+{
+    memset(g, 0, sizeof(*g));
+    if (store_get(s, key, klen, get_cb, g) == NULL)
+        return false;
+    run_until(got_done, g, 5000);
+    return g->done;
+}
+
+static bool get_ok(void *arg)
+{
+    struct got g;
+    return store_ready(arg) && get_wait(arg, "probe", 5, &g) && g.st == STORE_OK;
+}
+
+struct capture {
+    int fd, saved_out, saved_err;
+};
+
+/* Send stdout and stderr (the log) to a file until capture_end. */
+static void capture_start(struct capture *cap)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "%s/cli.out", R.dir);
+    fflush(stdout);
+    fflush(stderr);
+    cap->fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    cap->saved_out = dup(1);
+    cap->saved_err = dup(2);
+    dup2(cap->fd, 1);
+    dup2(cap->fd, 2);
+}
+
+/* Restore stdout and stderr; what was written in between goes to out (NUL-terminated). */
+static void capture_end(struct capture *cap, char *out, size_t n)
+{
+    fflush(stdout);
+    fflush(stderr);
+    dup2(cap->saved_out, 1);
+    dup2(cap->saved_err, 2);
+    close(cap->saved_out);
+    close(cap->saved_err);
+    ssize_t got = pread(cap->fd, out, n - 1, 0);
+    out[got > 0 ? got : 0] = '\0';
+    close(cap->fd);
+    fputs(out, stderr); /* still show it */
+}
+
+/* migrate_cli with stdout and stderr captured into out. */
+static int run_cli(const char *url, bool dry_run, char *out, size_t n)
+{
+    struct capture cap;
+    struct conf c;
+    memset(&c, 0, sizeof(c));
+    c.redis = (char *)url;
+    c.redis_timeout = 200;
+    capture_start(&cap);
+    int rc = migrate_cli(&c, dry_run);
+    capture_end(&cap, out, n);
+    return rc;
+}
+
+/* --- tests ------------------------------------------------------------------------ */
+
+static void test_parse_url(void)
+{
+    char *host = NULL, *path = NULL, *pw = NULL, err[192];
+    int port = 0, db = -1;
+    T_CHECK_INT(
+        store_parse_url("redis://localhost", &host, &port, &path, &pw, &db, err, sizeof(err)), 0);
+    T_CHECK_STR(host, "localhost");
+    T_CHECK_INT(port, 6379);
+    T_CHECK_INT(db, 0);
+    T_CHECK(path == NULL && pw == NULL);
+    free(host);
+    T_CHECK_INT(store_parse_url("redis://:s3cr%40t@10.0.0.2:6380/2", &host, &port, &path, &pw, &db,
+                                err, sizeof(err)),
+                0);
+    T_CHECK_STR(host, "10.0.0.2");
+    T_CHECK_STR(pw, "s3cr@t");
+    T_CHECK_INT(port, 6380);
+    T_CHECK_INT(db, 2);
+    free(host);
+    free(pw);
+    T_CHECK_INT(
+        store_parse_url("redis://[::1]:7000/", &host, &port, &path, &pw, &db, err, sizeof(err)), 0);
+    T_CHECK_STR(host, "::1");
+    T_CHECK_INT(port, 7000);
+    T_CHECK_INT(db, 0);
+    free(host);
+    T_CHECK_INT(
+        store_parse_url("unix:/run/redis.sock", &host, &port, &path, &pw, &db, err, sizeof(err)),
+        0);
+    T_CHECK_STR(path, "/run/redis.sock");
+    T_CHECK(host == NULL && pw == NULL);
+    free(path);
+    /* the outputs are optional */
+    T_CHECK_INT(
+        store_parse_url("redis://:pw@h:1/9", NULL, NULL, NULL, NULL, NULL, err, sizeof(err)), 0);
+
+    static const char *const bad[] = {
+        "",
+        "http://h",
+        "redis://",
+        "redis://:6379",
+        "redis://h:",
+        "redis://h:0",
+        "redis://h:65536",
+        "redis://h:12x",
+        "redis://h/x",
+        "redis://h/-1",
+        "redis://h/1/2",
+        "unix:",
+        "unix:rel.sock",
+        "rediss://h",
+        "redis://user:pw@h",
+        "redis://pw@h",
+        "redis://:@h",
+        "redis://:p%zz@h",
+        "redis://h?db=1",
+        "redis://[::1",
+        "redis://h h",
+        "redis://[::1]x",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
+        err[0] = '\0';
+        host = path = pw = NULL;
+        int rc = store_parse_url(bad[i], &host, &port, &path, &pw, &db, err, sizeof(err));
+        if (rc != -1 || err[0] == '\0' || host || path || pw)
+            fprintf(stderr, "  accepted or no message: '%s'\n", bad[i]);
+        T_CHECK_INT(rc, -1);
+        T_CHECK(err[0] != '\0');
+        T_CHECK(host == NULL && path == NULL && pw == NULL);
+    }
+    T_CHECK(store_create(base, &(struct store_opts){"redis://h:0", 100, true}, NULL) == NULL);
+}
+
+/* Redis is not running when the store starts: not ready, then ready once Redis is up. */
+static void test_down_at_start(void)
+{
+    struct stats st = {{0}};
+    struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
+    T_CHECK(s != NULL);
+    run_for(400);
+    T_CHECK(!store_ready(s));
+    struct got g = {0};
+    T_CHECK(store_get(s, "k", 1, get_cb, &g) == NULL);
+    T_CHECK_INT(store_set(s, "k", 1, "v", 1, 1000), -1);
+    T_CHECK(store_delete_matching(s, "*", int_cb, &g) == NULL);
+    T_CHECK_INT(st.v[STAT_redis_reconnects], 0);
+    T_CHECK_INT(st.v[STAT_redis_connected], 0);
+
+    redis_start();
+    T_CHECK(run_until(is_ready, s, 15000));
+    T_CHECK_STR(rtext_db(0, "GET " PC_SCHEMA_KEY), "1"); /* migrated automatically */
+    T_CHECK_INT(rtext_db(0, "HEXISTS pc:meta created_at")[1], '1');
+    T_CHECK_INT(st.v[STAT_redis_reconnects], 1);
+    T_CHECK_INT(st.v[STAT_redis_connected], 1);
+    T_CHECK_INT(g.calls, 0);
+    store_destroy(&s);
+    T_CHECK(s == NULL);
+    T_CHECK_INT(st.v[STAT_redis_connected], 0);
+}
+
+/* A second proxy finds the schema current (no auto-migrate needed). */
+static void test_second_store_current(void)
+{
+    struct stats st = {{0}};
+    struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, false, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    store_destroy(&s);
+}
+
+/* Not migrated and auto-migrate off: blocked until `promptcache migrate` runs. */
+static void test_migrate_cli(void)
+{
+    char out[2048];
+    freeReplyObject(rcmd_db(0, "FLUSHALL"));
+    struct stats st = {{0}};
+    struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, false, &st);
+    run_for(500);
+    T_CHECK(!store_ready(s));
+
+    T_CHECK_INT(run_cli(R.unix_url, true, out, sizeof(out)), 0);
+    T_CHECK(strstr(out, "schema version: 0 (this build: 1)") != NULL);
+    T_CHECK(strstr(out, "\n  0001 initial\n") != NULL);
+    T_CHECK(strstr(out, "dry run: nothing applied") != NULL);
+    T_CHECK(strstr(out, "applied 0001") == NULL);
+    T_CHECK_STR(rtext_db(0, "GET " PC_SCHEMA_KEY), "(nil)");
+
+    T_CHECK_INT(run_cli(R.unix_url, false, out, sizeof(out)), 0);
+    T_CHECK(strstr(out, "applied 0001 initial\n") != NULL);
+    T_CHECK_STR(rtext_db(0, "GET " PC_SCHEMA_KEY), "1");
+    T_CHECK_INT(rtext_db(0, "HEXISTS pc:meta migrated_at")[1], '1');
+    T_CHECK(run_until(is_ready, s, 10000)); /* the blocked store re-reads the version */
+
+    T_CHECK_INT(run_cli(R.unix_url, false, out, sizeof(out)), 0);
+    T_CHECK(strstr(out, "schema version: 1 (this build: 1)") != NULL);
+    T_CHECK(strstr(out, "applied 0001") == NULL);
+    store_destroy(&s);
+}
+
+static bool all_ready(void *arg)
+{
+    struct store **s = arg;
+    return store_ready(s[0]) && store_ready(s[1]) && store_ready(s[2]);
+}
+
+/* Several proxies start on an empty Redis at once: one migrates, the others re-read. */
+static void test_concurrent_migration(void)
+{
+    char out[8192];
+    struct stats st = {{0}};
+    struct store *s[3];
+    struct capture cap;
+    freeReplyObject(rcmd_db(0, "FLUSHALL"));
+    char err[64];
+    log_init(PC_LOG_INFO, NULL, NULL, err, sizeof(err)); /* shows the losers' re-reads */
+    capture_start(&cap);
+    for (int i = 0; i < 3; i++)
+        s[i] = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
+    bool ready = run_until(all_ready, s, 5000);
+    capture_end(&cap, out, sizeof(out));
+    log_init(PC_LOG_NOTICE, NULL, NULL, err, sizeof(err));
+    T_CHECK(ready);
+    int applied = 0;
+    for (const char *p = out; (p = strstr(p, "applied migration 0001")) != NULL; p++)
+        applied++;
+    T_CHECK_INT(applied, 1);
+    T_CHECK(strstr(out, " E ") == NULL && strstr(out, " W ") == NULL);
+    T_CHECK_STR(rtext_db(0, "GET " PC_SCHEMA_KEY), "1");
+    T_CHECK_INT(st.v[STAT_redis_connected], 3);
+    for (int i = 0; i < 3; i++)
+        store_destroy(&s[i]);
+}
+
+static void test_migrate_cli_errors(void)
+{
+    char out[2048], url[64];
+    T_CHECK_INT(run_cli("unix:/nonexistent/redis.sock", false, out, sizeof(out)), 1);
+    T_CHECK(strstr(out, "cannot connect to unix:/nonexistent/redis.sock") != NULL);
+    snprintf(url, sizeof(url), "redis://:secret@127.0.0.1:%d", free_tcp_port());
+    T_CHECK_INT(run_cli(url, false, out, sizeof(out)), 1);
+    T_CHECK(strstr(out, "Connection refused") != NULL);
+    T_CHECK(strstr(out, "secret") == NULL); /* never print the password */
+    T_CHECK_INT(run_cli("redis://h:0", false, out, sizeof(out)), 1);
+    T_CHECK(strstr(out, "invalid redis URL") != NULL);
+}
+
+/* A schema newer than this build: never ready, and the CLI refuses. */
+static void test_newer_schema(void)
+{
+    char out[2048];
+    freeReplyObject(rcmd_db(0, "SET %s 99", PC_SCHEMA_KEY));
+    struct stats st = {{0}};
+    struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
+    run_for(600);
+    T_CHECK(!store_ready(s));
+    T_CHECK_STR(rtext_db(0, "GET " PC_SCHEMA_KEY), "99");
+    T_CHECK_INT(st.v[STAT_redis_connected], 0);
+    T_CHECK_INT(run_cli(R.unix_url, false, out, sizeof(out)), 1);
+    T_CHECK(strstr(out, "newer than this build") != NULL);
+    store_destroy(&s);
+    freeReplyObject(rcmd_db(0, "SET %s 1", PC_SCHEMA_KEY));
+}
+
+static void test_get_set(void)
+{
+    struct stats st = {{0}};
+    struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    struct got g;
+    T_CHECK(get_wait(s, "nope", 4, &g));
+    T_CHECK(g.st == STORE_OK && g.null);
+
+    static const char key[] = "pc:1:e:t\0k", val[] = "a\0b\0\xff";
+    T_CHECK_INT(store_set(s, key, sizeof(key) - 1, val, sizeof(val) - 1, 60000), 0);
+    T_CHECK_INT(store_set(s, key, sizeof(key) - 1, val, sizeof(val) - 1, 0), -1);
+    T_CHECK(get_wait(s, key, sizeof(key) - 1, &g));
+    T_CHECK(g.st == STORE_OK && !g.null);
+    T_CHECK_INT(g.len, sizeof(val) - 1);
+    T_CHECK(memcmp(g.val, val, sizeof(val) - 1) == 0);
+
+    redisReply *r = rcmd_db(0, "PTTL %b", key, sizeof(key) - 1);
+    T_CHECK(r->type == REDIS_REPLY_INTEGER && r->integer > 0 && r->integer <= 60000);
+    freeReplyObject(r);
+    T_CHECK_INT(st.v[STAT_redis_errors], 0);
+
+    /* an error reply fails the GET */
+    freeReplyObject(rcmd_db(0, "HSET pc:hash f v"));
+    T_CHECK(get_wait(s, "pc:hash", 7, &g));
+    T_CHECK(g.st == STORE_ERR && g.null);
+    T_CHECK_INT(st.v[STAT_redis_errors], 1);
+    T_CHECK(store_ready(s));
+    store_destroy(&s);
+}
+
+static void test_cancel(void)
+{
+    struct stats st = {{0}};
+    struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    struct got g1 = {0}, g2 = {0}, g3 = {0};
+    struct store_cmd *c1 = store_get(s, "a", 1, get_cb, &g1);
+    T_CHECK(c1 != NULL);
+    store_cancel(&c1);
+    T_CHECK(c1 == NULL);
+    store_cancel(&c1); /* NULL is fine */
+    T_CHECK(store_get(s, "b", 1, get_cb, &g2) != NULL);
+    T_CHECK(run_until(got_done, &g2, 5000));
+    run_for(50);
+    T_CHECK_INT(g1.calls, 0);
+    T_CHECK_INT(g2.calls, 1);
+
+    /* cancelled, then the store goes away before the reply: no callback, no leak */
+    struct store_cmd *c3 = store_get(s, "c", 1, get_cb, &g3);
+    store_cancel(&c3);
+    store_destroy(&s);
+    run_for(50);
+    T_CHECK_INT(g3.calls, 0);
+}
+
+/* store_destroy completes what is pending with STORE_ERR. */
+static void test_destroy_pending(void)
+{
+    struct stats st = {{0}};
+    struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    struct got g[3];
+    memset(g, 0, sizeof(g));
+    for (int i = 0; i < 3; i++)
+        T_CHECK(store_get(s, "x", 1, get_cb, &g[i]) != NULL);
+    struct got d = {0};
+    T_CHECK(store_delete_matching(s, "nothing:*", int_cb, &d) != NULL);
+    T_CHECK_INT(store_set(s, "y", 1, "v", 1, 1000), 0);
+    store_destroy(&s);
+    for (int i = 0; i < 3; i++)
+        T_CHECK(g[i].calls == 1 && g[i].st == STORE_ERR);
+    T_CHECK(d.calls == 1 && d.st == STORE_ERR);
+    T_CHECK_INT(st.v[STAT_redis_errors], 5);
+    run_for(50);
+}
+
+struct destroyer {
+    struct store *s;
+    struct got g;
+};
+
+static void destroy_cb(void *arg, enum store_status st, const char *val, size_t len)
+{
+    struct destroyer *d = arg;
+    get_cb(&d->g, st, val, len);
+    store_destroy(&d->s);
+}
+
+/* A callback may destroy its store (from inside a hiredis reply callback). */
+static void test_destroy_in_callback(void)
+{
+    struct stats st = {{0}};
+    struct destroyer d = {mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st), {0}};
+    T_CHECK(run_until(is_ready, d.s, 5000));
+    struct got g2 = {0};
+    T_CHECK(store_get(d.s, "a", 1, destroy_cb, &d) != NULL);
+    T_CHECK(store_get(d.s, "b", 1, get_cb, &g2) != NULL);
+    T_CHECK(run_until(got_done, &d.g, 5000));
+    T_CHECK(d.s == NULL && d.g.st == STORE_OK);
+    T_CHECK(g2.calls == 1 && g2.st == STORE_ERR);
+    run_for(50);
+    T_CHECK_INT(g2.calls, 1);
+}
+
+static void test_delete_matching(void)
+{
+    struct stats st = {{0}};
+    struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    freeReplyObject(rcmd_db(0, "FLUSHDB"));
+    freeReplyObject(rcmd_db(0, "SET %s 1", PC_SCHEMA_KEY));
+    char key[64];
+    for (int i = 0; i < 2500; i++) {
+        int n = snprintf(key, sizeof(key), "pc:1:e:t1:%d", i);
+        T_CHECK_INT(store_set(s, key, (size_t)n, "v", 1, 60000), 0);
+    }
+    for (int i = 0; i < 7; i++) {
+        int n = snprintf(key, sizeof(key), "pc:1:e:t2:%d", i);
+        T_CHECK_INT(store_set(s, key, (size_t)n, "v", 1, 60000), 0);
+    }
+    struct got g;
+    T_CHECK(get_wait(s, "sync", 4, &g)); /* replies come in order: every SET is done */
+    T_CHECK_STR(rtext_db(0, "DBSIZE"), ":2508");
+
+    memset(&g, 0, sizeof(g));
+    T_CHECK(store_delete_matching(s, "pc:1:e:t1:*", int_cb, &g) != NULL);
+    T_CHECK(run_until(got_done, &g, 10000));
+    T_CHECK(g.st == STORE_OK);
+    T_CHECK_INT(g.n, 2500);
+    T_CHECK_STR(rtext_db(0, "DBSIZE"), ":8");
+    T_CHECK_STR(rtext_db(0, "EXISTS pc:1:e:t2:6"), ":1");
+
+    memset(&g, 0, sizeof(g));
+    T_CHECK(store_delete_matching(s, "pc:1:e:t9:*", int_cb, &g) != NULL);
+    T_CHECK(run_until(got_done, &g, 10000));
+    T_CHECK(g.st == STORE_OK && g.n == 0);
+    T_CHECK_INT(g.calls, 1);
+    T_CHECK_INT(st.v[STAT_redis_errors], 0);
+    store_destroy(&s);
+}
+
+/* redis://:password@host:port/db over TCP: AUTH and SELECT are pipelined before the check. */
+static void test_tcp_auth_db(void)
+{
+    char url[128];
+    struct stats st = {{0}};
+    freeReplyObject(rcmd_db(0, "CONFIG SET requirepass s3cret"));
+    R.password = "s3cret";
+
+    snprintf(url, sizeof(url), "redis://:s3cret@127.0.0.1:%d/3", R.port);
+    struct store *s = mk_store(url, TEST_TIMEOUT_MS, true, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    T_CHECK_INT(store_set(s, "in-db-3", 7, "yes", 3, 60000), 0);
+    struct got g;
+    T_CHECK(get_wait(s, "in-db-3", 7, &g));
+    T_CHECK(g.st == STORE_OK && g.len == 3);
+    T_CHECK_STR(rtext_db(3, "GET in-db-3"), "yes");
+    T_CHECK_STR(rtext_db(3, "GET " PC_SCHEMA_KEY), "1");
+    T_CHECK_STR(rtext_db(0, "GET in-db-3"), "(nil)");
+    store_destroy(&s);
+
+    snprintf(url, sizeof(url), "redis://:wrong@127.0.0.1:%d/3", R.port);
+    struct store *bad_pw = mk_store(url, TEST_TIMEOUT_MS, true, &st);
+    struct store *no_pw = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
+    run_for(600);
+    T_CHECK(!store_ready(bad_pw));
+    T_CHECK(!store_ready(no_pw));
+    store_destroy(&bad_pw);
+    store_destroy(&no_pw);
+
+    freeReplyObject(rcmd_db(0, "CONFIG SET requirepass %s", ""));
+    R.password = NULL;
+}
+
+/*
+ * A host that never answers the SYN (a listener whose accept queue is full):
+ * the store gives up after its connect timeout and keeps retrying.
+ */
+static void test_connect_timeout(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), cfd[2];
+    T_CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    T_CHECK(getsockname(lfd, (struct sockaddr *)&sa, &len) == 0);
+    T_CHECK(listen(lfd, 0) == 0);
+    for (int i = 0; i < 2; i++) { /* fill the queue; later SYNs are dropped */
+        cfd[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        connect(cfd[i], (struct sockaddr *)&sa, sizeof(sa));
+    }
+    sleep_ms(50);
+    char url[64], out[4096];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", ntohs(sa.sin_port));
+    struct stats st = {{0}};
+    struct capture cap;
+    capture_start(&cap);
+    struct store *s = mk_store(url, 50, true, &st); /* connect timeout: max(1 s, 10 x 50 ms) */
+    run_for(1400);
+    bool ready = store_ready(s);
+    store_destroy(&s);
+    capture_end(&cap, out, sizeof(out));
+    T_CHECK(!ready);
+    T_CHECK(strstr(out, "connect timed out (attempt 1; retrying)") != NULL);
+    T_CHECK_INT(st.v[STAT_redis_reconnects], 0);
+    for (int i = 0; i < 2; i++)
+        close(cfd[i]);
+    close(lfd);
+}
+
+/* SIGSTOP: a GET times out in time, the stalled connection is dropped, SIGCONT recovers. */
+static void test_timeout(void)
+{
+    struct stats st = {{0}};
+    struct store *s = mk_store(R.unix_url, 200, true, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    struct got g = {0};
+    kill(R.pid, SIGSTOP);
+    uint64_t t0 = pc_mono_ms();
+    T_CHECK(store_get(s, "k", 1, get_cb, &g) != NULL);
+    T_CHECK(run_until(got_done, &g, 5000));
+    uint64_t took = pc_mono_ms() - t0;
+    T_CHECK(g.st == STORE_TIMEOUT && g.null);
+    T_CHECK(took >= 190 && took < 1000);
+    T_CHECK(st.v[STAT_redis_timeouts] >= 1);
+    T_CHECK(st.v[STAT_redis_errors] >= 1);
+    T_CHECK(run_until(not_ready, s, 1000)); /* no reply for 200 ms: connection dropped */
+    T_CHECK_INT(st.v[STAT_redis_connected], 0);
+    run_for(300);
+    T_CHECK(!store_ready(s));
+    kill(R.pid, SIGCONT);
+    T_CHECK(run_until(get_ok, s, 20000));
+    T_CHECK_INT(st.v[STAT_redis_connected], 1);
+    T_CHECK_INT(g.calls, 1);
+    store_destroy(&s);
+}
+
+/* Redis killed and started again on the same socket: the store comes back by itself. */
+static void test_restart(void)
+{
+    struct stats st = {{0}};
+    struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    struct got g = {0};
+    T_CHECK(store_get(s, "k", 1, get_cb, &g) != NULL);
+    redis_kill();
+    T_CHECK(run_until(not_ready, s, 5000));
+    T_CHECK(run_until(got_done, &g, 1000));
+    T_CHECK(g.st == STORE_ERR || g.st == STORE_OK); /* the reply may have beaten the kill */
+    run_for(700);                                   /* a few failed attempts (refused) */
+    T_CHECK(!store_ready(s));
+    redis_start();
+    T_CHECK(run_until(get_ok, s, 20000));
+    T_CHECK_STR(rtext_db(0, "GET " PC_SCHEMA_KEY), "1"); /* the empty server was migrated again */
+    T_CHECK_INT(st.v[STAT_redis_reconnects], 2);
+    T_CHECK_INT(st.v[STAT_redis_connected], 1);
+    store_destroy(&s);
+    T_CHECK_INT(st.v[STAT_redis_connected], 0);
+}
+
+static void test_migrate_script(void)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    T_CHECK_INT(migrate_latest(), (long)pc_migrations_count);
+    migrate_script(0, &b);
+    T_CHECK(strstr(pc_buf_cstr(&b), "redis.error_reply('schema is at ") != NULL);
+    T_CHECK(strstr(pc_buf_cstr(&b), "HSET") != NULL);
+    pc_buf_free(&b);
+    /* a stale script (version moved on) is refused and changes nothing */
+    freeReplyObject(rcmd_db(0, "DEL pc:meta"));
+    migrate_script(0, &b);
+    redisReply *r = rcmd_db(0, "EVAL %s 1 %s 0 1 123", pc_buf_cstr(&b), PC_SCHEMA_KEY);
+    T_CHECK(r->type == REDIS_REPLY_ERROR && strstr(r->str, "schema is at 1, expected 0"));
+    freeReplyObject(r);
+    T_CHECK_STR(rtext_db(0, "EXISTS pc:meta"), ":0");
+    T_CHECK_STR(rtext_db(0, "GET " PC_SCHEMA_KEY), "1");
+    pc_buf_free(&b);
+}
+
+int main(void)
+{
+    setup();
+    base = event_base_new();
+    ticker = event_new(base, -1, EV_PERSIST, tick, NULL);
+    struct timeval tv = {0, 10000};
+    event_add(ticker, &tv);
+
+    T_RUN(test_parse_url);
+    T_RUN(test_down_at_start); /* starts redis-server */
+    T_RUN(test_second_store_current);
+    T_RUN(test_migrate_cli);
+    T_RUN(test_migrate_cli_errors);
+    T_RUN(test_concurrent_migration);
+    T_RUN(test_newer_schema);
+    T_RUN(test_get_set);
+    T_RUN(test_cancel);
+    T_RUN(test_destroy_pending);
+    T_RUN(test_destroy_in_callback);
+    T_RUN(test_delete_matching);
+    T_RUN(test_tcp_auth_db);
+    T_RUN(test_migrate_script);
+    T_RUN(test_connect_timeout);
+    T_RUN(test_timeout);
+    T_RUN(test_restart);
+
+    event_free(ticker);
+    event_base_free(base);
+    T_DONE();
+}
