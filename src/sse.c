@@ -1268,6 +1268,7 @@ static void cmpl_chunk(struct oa_ctx *c, const struct pc_buf *text, const cJSON 
     oa_choice_tail(c, &b, finish);
 }
 
+/* One completions choice: the text in pieces (a non-string text once), then a finish chunk. */
 static int cmpl_choice(struct synth *s, const cJSON *ch, size_t pos)
 {
     if (!cJSON_IsObject(ch))
@@ -1276,17 +1277,17 @@ static int cmpl_choice(struct synth *s, const cJSON *ch, size_t pos)
     const cJSON *text = item(ch, "text");
     const char *str = str_of(text);
     struct pc_buf t = PC_BUF_INIT;
-    size_t n = str ? strlen(str) : 0, pos2 = 0;
+    size_t n = str ? strlen(str) : 0, off = 0;
     do {
-        size_t k = str ? piece_len(s, str + pos2, n - pos2) : 0;
+        size_t k = str ? piece_len(s, str + off, n - off) : 0;
         t.len = 0;
         if (str != NULL)
-            pc_buf_json_str(&t, str + pos2, k);
+            pc_buf_json_str(&t, str + off, k);
         else
             buf_json(&t, text);
         cmpl_chunk(&c, text ? &t : NULL, NULL);
-        pos2 += k;
-    } while (pos2 < n);
+        off += k;
+    } while (off < n);
     t.len = 0;
     pc_buf_append_str(&t, "\"\"");
     cmpl_chunk(&c, str ? &t : NULL, item(ch, "finish_reason"));
@@ -1406,6 +1407,7 @@ static void an_block_start_event(struct synth *s, const cJSON *b, size_t i, enum
     cJSON_Delete(start);
 }
 
+/* Block i: start, citations, text/thinking/input in pieces, signature, stop. */
 static void an_block(struct synth *s, const cJSON *b, size_t i)
 {
     enum an_kind kind = an_stream_kind(b);

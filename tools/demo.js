@@ -1,0 +1,108 @@
+'use strict';
+/*
+ * demo.js - `make demo`: promptcache in front of the project's mock upstream
+ * (so no API key is needed), a small mixed workload, and what the cache did.
+ *
+ * It starts a private redis-server, the mock upstream and the proxy (the same
+ * helpers the integration tests use), sends OpenAI and Anthropic requests -
+ * repeats, reordered JSON, streams served from answers first fetched as JSON,
+ * another tenant, a burst of identical concurrent misses - prints one line per
+ * request, then the hit rate and counters from /stats.
+ */
+const path = require('node:path');
+const lib = require(path.join(__dirname, '..', 'tests', 'integration', 'lib'));
+
+const QUESTIONS = [
+    'What is the capital of France?',
+    'Explain a hash table in one sentence.',
+    'Give me a haiku about caching.',
+    'How many legs does a spider have?',
+    'Translate "good morning" to Spanish.',
+];
+
+function chat(question, extra = {}) {
+    return {model: 'gpt-4o-mini', messages: [
+        {role: 'system', content: 'You are a concise assistant.'},
+        {role: 'user', content: question}], temperature: 0, ...extra};
+}
+
+function claude(question, extra = {}) {
+    return {model: 'claude-sonnet-4-5', max_tokens: 256,
+        messages: [{role: 'user', content: question}], ...extra};
+}
+
+/* The same JSON with its keys in another order and extra white space. */
+function reordered(body) {
+    const keys = Object.keys(body).reverse();
+    return JSON.stringify(Object.fromEntries(keys.map((k) => [k, body[k]])), null, 2);
+}
+
+function line(label, res, ms) {
+    const status = res.headers['x-cache-status'] || '-';
+    const match = res.headers['x-cache-match'] ? ` (${res.headers['x-cache-match']})` : '';
+    console.log(`  ${String(res.status).padEnd(4)}${(status + match).padEnd(16)}` +
+        `${ms.toFixed(1).padStart(7)} ms  ${label}`);
+}
+
+async function send(proxy, label, reqPath, body, headers = {}) {
+    const started = process.hrtime.bigint();
+    const res = await proxy.post(reqPath, body, headers);
+    line(label, res, Number(process.hrtime.bigint() - started) / 1e6);
+    return res;
+}
+
+async function workload(proxy) {
+    const chatPath = '/v1/chat/completions';
+    console.log('\nOpenAI chat: first asks go upstream (MISS), repeats come from Redis (HIT)');
+    for (const q of QUESTIONS)
+        await send(proxy, q, chatPath, chat(q), {'x-mock-delay-ms': '120'});
+    for (const q of QUESTIONS.slice(0, 3))
+        await send(proxy, `${q} (again)`, chatPath, chat(q));
+    await send(proxy, `${QUESTIONS[0]} (keys reordered)`, chatPath, reordered(chat(QUESTIONS[0])));
+    await send(proxy, `${QUESTIONS[1]} (streamed from the cached JSON)`, chatPath,
+        chat(QUESTIONS[1], {stream: true}));
+    await send(proxy, `${QUESTIONS[2]} (temperature 0.7: another question)`, chatPath,
+        chat(QUESTIONS[2], {temperature: 0.7}));
+    await send(proxy, `${QUESTIONS[3]} (another tenant)`, chatPath, chat(QUESTIONS[3]),
+        {authorization: 'Bearer sk-demo-other-team'});
+
+    console.log('\nAnthropic messages: a stream first, then JSON from the recorded stream');
+    await send(proxy, 'Name three primes. (stream)', '/v1/messages',
+        claude('Name three primes.', {stream: true}), {'x-mock-delay-ms': '120'});
+    await send(proxy, 'Name three primes. (JSON)', '/v1/messages', claude('Name three primes.'));
+    await send(proxy, 'Name three primes. (stream again)', '/v1/messages',
+        claude('Name three primes.', {stream: true}));
+
+    console.log('\nFive identical requests at once: one upstream call, shared by all');
+    const burst = chat('What is request coalescing?');
+    await Promise.all([...Array(5)].map(() =>
+        send(proxy, 'What is request coalescing?', chatPath, burst, {'x-mock-delay-ms': '300'})));
+}
+
+async function main() {
+    const redis = await lib.startRedis();
+    const mock = await lib.startMock();
+    const proxy = await lib.startProxy({mock, redis, logLevel: 'notice'});
+    try {
+        console.log(`promptcache ${proxy.url} -> mock upstream ${mock.url}, Redis ${redis.url}`);
+        await proxy.waitReady();
+        await workload(proxy);
+        const s = await proxy.stats();
+        console.log(`
+hit rate ${(100 * s.hit_rate).toFixed(1)}%: ${s.cache_hits} hits, ${s.cache_misses} misses, ` +
+            `${s.coalesced} coalesced; ${s.upstream_requests} upstream calls for ` +
+            `${s.requests_cacheable} requests
+tokens served from the cache: ${s.tokens_saved_prompt} prompt + ` +
+            `${s.tokens_saved_completion} completion
+(all counters: curl ${proxy.url}/stats while it runs; this demo stops everything now)`);
+    } finally {
+        await proxy.stop();
+        await mock.close();
+        await redis.stop();
+    }
+}
+
+main().catch((e) => {
+    console.error(`demo failed: ${e.stack || e.message}`);
+    process.exit(1);
+});
