@@ -137,7 +137,7 @@ demo: deps-test
 .PHONY: test unit-test fuzz-replay integration-test client-test format-check
 test: deps-test
 	$(MAKE) --no-print-directory format-check
-	$(MAKE) --no-print-directory unit-test fuzz-replay
+	$(MAKE) --no-print-directory unit-test fuzz-replay docs-check
 	$(MAKE) --no-print-directory integration-test
 	$(MAKE) --no-print-directory client-test
 	@echo "all tests passed"
@@ -159,6 +159,24 @@ client-test: $(BIN)
 format-check:
 	@command -v clang-format >/dev/null || { echo "clang-format missing (make deps-test)"; exit 1; }
 	@clang-format --dry-run --Werror $(C_FILES)
+
+# README's metrics table is generated from the metrics table (make docs).
+.PHONY: docs docs-check
+docs-check: $(BIN)
+	@$(BIN) --metrics-doc > $(BUILD)/metrics.md
+	@awk '/<!-- metrics:begin -->/{f=1;next} /<!-- metrics:end -->/{f=0} f' README.md \
+		| diff -u $(BUILD)/metrics.md - >/dev/null \
+		|| { echo "README.md's metrics table differs from promptcache --metrics-doc: run make docs"; exit 1; }
+
+docs: $(BIN)
+	@$(BIN) --metrics-doc > $(BUILD)/metrics.md
+	@awk -v t=$(BUILD)/metrics.md '/<!-- metrics:end -->/{while((getline l < t)>0) print l; f=0} \
+		!f{print} /<!-- metrics:begin -->/{f=1}' README.md > $(BUILD)/README.md && mv $(BUILD)/README.md README.md
+
+.PHONY: bench
+bench: deps
+	@$(MAKE) --no-print-directory all
+	PROMPTCACHE_BIN=$(abspath $(BIN)) bench/bench.sh
 
 .PHONY: format
 format:

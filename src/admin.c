@@ -79,9 +79,14 @@ static void reply_error(struct httpd_req *hr, int status, const char *msg)
     pc_buf_free(&b);
 }
 
+/* Ready when caching is off, or every worker has a usable Redis connection. */
 static bool ready(const struct worker *w)
 {
-    return !w->conf->cache || store_ready(w->store);
+    if (!w->conf->cache)
+        return true;
+    uint64_t v[STAT__COUNT];
+    stats_sum(v);
+    return (int64_t)v[STAT_redis_connected] >= w->conf->workers;
 }
 
 static void serve_stats(struct worker *w, struct httpd_req *hr)

@@ -1317,10 +1317,10 @@ void conf_write_help(struct pc_buf *out)
                       "Usage: promptcache [CONFIG-FILE] [--KEY VALUE ...]     run the proxy\n"
                       "       promptcache -t [CONFIG-FILE] [--KEY VALUE ...]  check the "
                       "configuration and exit\n"
-                      "       promptcache migrate [--redis URL] [--dry-run]   apply Redis schema "
+                      "       promptcache migrate [CONFIG-FILE] [--KEY VALUE ...] [--dry-run]\n"
+                      "                                                       apply Redis schema "
                       "migrations\n"
-                      "       promptcache report [--redis URL] [--format table|json|csv]\n"
-                      "       promptcache --sample-config | --version | --help\n\n"
+                      "       promptcache --sample-config | --metrics-doc | --version | --help\n\n"
                       "Options (every config-file key; the command line overrides the file):\n");
     for (size_t i = 0; i < CONF_NKEYS; i++) {
         const struct conf_key *k = &conf_keys[i];

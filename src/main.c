@@ -35,14 +35,6 @@ struct cli {
     char **opts; /* --key value ... handed to conf_load */
 };
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: promptcache [CONFIG-FILE] [--key value ...]\n"
-               "       promptcache -t [CONFIG-FILE] [--key value ...]   check the configuration\n"
-               "       promptcache migrate [CONFIG-FILE] [--key value ...] [--dry-run]\n"
-               "       promptcache --version | --help | --sample-config | --metrics-doc\n");
-}
-
 static int print_buf(void (*fn)(struct pc_buf *))
 {
     struct pc_buf b = PC_BUF_INIT;
@@ -65,10 +57,8 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
             printf("promptcache %s\n", PC_VERSION);
             return 0;
         }
-        if (strcmp(argv[j], "--help") == 0 || strcmp(argv[j], "-h") == 0) {
-            usage(stdout);
+        if (strcmp(argv[j], "--help") == 0 || strcmp(argv[j], "-h") == 0)
             return print_buf(conf_write_help);
-        }
         if (strcmp(argv[j], "--sample-config") == 0)
             return print_buf(conf_write_sample);
         if (strcmp(argv[j], "--metrics-doc") == 0)

@@ -769,10 +769,6 @@ static void preq_recv_api(struct preq *r)
                     (long long)w->conf->max_body_size);
         return;
     }
-    if (strcmp(httpd_req_method(r->hr), "POST") != 0) {
-        reply_error(r, 405, "%s requires POST", httpd_req_path(r->hr));
-        return;
-    }
     const char *ct = httpd_req_header(r->hr, "Content-Type");
     if (ct != NULL && !is_json_media_type(ct)) {
         reply_error(r, 415, "Content-Type must be application/json");
@@ -845,7 +841,9 @@ void proxy_handle(struct httpd_req *hr, void *arg)
              (unsigned long long)++w->seq);
     stats_add(&w->stats, STAT_requests_active, 1);
     httpd_set_close_cb(hr, preq_on_close, r);
-    r->ep = api_endpoint_from_path(path);
+    /* Only POSTs are answers to cache; other methods on these paths (OpenAI's
+     * GET /v1/chat/completions lists stored completions) pass through. */
+    r->ep = strcmp(httpd_req_method(hr), "POST") == 0 ? api_endpoint_from_path(path) : API_NONE;
     r->dialect = api_dialect_of(r->ep);
     if (r->ep != API_NONE)
         preq_recv_api(r);

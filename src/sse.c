@@ -1031,6 +1031,7 @@ struct synth {
     struct pc_buf *out;
     struct pc_buf head; /* OpenAI: a chunk's members before "choices" */
     uint32_t seed;      /* piece sizes: deterministic, so output is reproducible */
+    bool usage_null;    /* OpenAI include_usage: other chunks carry "usage":null, as live */
 };
 
 /* Length of the next piece of s[0..n): 16..64 bytes, extended to a UTF-8 boundary. */
@@ -1052,9 +1053,9 @@ static void oa_emit(struct synth *s, const struct pc_buf *choice, const cJSON *u
     if (choice != NULL)
         pc_buf_append(s->out, choice->data, choice->len);
     pc_buf_append_str(s->out, "]");
-    if (choice == NULL) {
+    if (choice == NULL || s->usage_null) {
         pc_buf_append_str(s->out, ",\"usage\":");
-        buf_json(s->out, usage);
+        buf_json(s->out, choice == NULL ? usage : NULL);
     }
     pc_buf_append_str(s->out, "}\n\n");
 }
@@ -1300,7 +1301,8 @@ static int oa_synth(enum api_endpoint e, const cJSON *resp, bool include_usage, 
     const cJSON *choices = item(resp, "choices"), *usage = item(resp, "usage");
     if (!cJSON_IsArray(choices) || cJSON_GetArraySize(choices) == 0)
         return -1;
-    struct synth s = {out, PC_BUF_INIT, 0x5eed};
+    bool with_usage = include_usage && usage != NULL && !cJSON_IsNull(usage);
+    struct synth s = {out, PC_BUF_INIT, 0x5eed, with_usage};
     oa_head(&s, resp, e == API_CHAT ? "chat.completion.chunk" : "text_completion");
     int rc = 0;
     size_t pos = 0;
@@ -1311,7 +1313,7 @@ static int oa_synth(enum api_endpoint e, const cJSON *resp, bool include_usage, 
         if (rc < 0)
             break;
     }
-    if (rc == 0 && include_usage && usage != NULL && !cJSON_IsNull(usage))
+    if (rc == 0 && with_usage)
         oa_emit(&s, NULL, usage);
     if (rc == 0)
         pc_buf_append_str(out, "data: [DONE]\n\n");
@@ -1472,7 +1474,7 @@ static int an_synth(const cJSON *resp, struct pc_buf *out)
         if (!cJSON_IsObject(b))
             return -1;
     }
-    struct synth s = {out, PC_BUF_INIT, 0x5eed};
+    struct synth s = {out, PC_BUF_INIT, 0x5eed, false};
     an_message_start(&s, resp);
     an_emit_str(&s, "ping", "{\"type\": \"ping\"}");
     size_t i = 0;

@@ -71,6 +71,9 @@ function environment({redis: wantRedis = true, proxy: wantProxy = true, proxyArg
     env.startProxy = async (opts = {}) => {
         const p = await proxy.startProxy({mock: env.mock, redis: env.redis, ...opts});
         env.proxies.push(p);
+        /* With the file's own running Redis, tests expect the cache to work from the first request. */
+        if (opts.redis === undefined && env.redis && opts.waitReady !== false)
+            await p.waitReady();
         return p;
     };
     nodeTest.before(async () => {
