@@ -52,7 +52,7 @@ C_FILES := $(wildcard src/*.c include/*.h tests/unit/*.c tests/unit/*.h tests/fu
 # --- dependencies -----------------------------------------------------------
 
 DEB_BUILD := gcc libc6-dev make pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev \
-	libcjson-dev libssl-dev redis-server
+	libcjson-dev libssl-dev redis-server ca-certificates
 DEB_TEST := clang-format
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
