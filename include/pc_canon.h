@@ -40,6 +40,7 @@ struct canon_input {
     const unsigned char *tenant; /* PC_SHA256_LEN bytes (canon_tenant) */
     const char *ns;              /* X-Cache-Namespace value or NULL */
     const char *variant; /* other answer-changing inputs, e.g. "anthropic-version=...\n"; or NULL */
+    bool exact_only;     /* skip the partition and last_user_text (no semantic cache) */
 };
 
 struct canon_keys {

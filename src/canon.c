@@ -424,9 +424,11 @@ int canon_keys(const struct canon_input *in, struct canon_keys *k)
         tenant = anon;
     }
     key_digest("pc-exact-1", in, tenant, FILTER_EXACT, &b, k->exact);
-    key_digest("pc-part-1", in, tenant, FILTER_PARTITION, &b, k->partition);
+    if (!in->exact_only)
+        key_digest("pc-part-1", in, tenant, FILTER_PARTITION, &b, k->partition);
     pc_buf_free(&b);
-    k->last_user_text = last_user_text(in->endpoint, in->body);
+    if (!in->exact_only)
+        k->last_user_text = last_user_text(in->endpoint, in->body);
     return 0;
 }
 

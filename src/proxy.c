@@ -393,6 +393,7 @@ static void compute_keys(struct preq *r)
         .tenant = r->tenant,
         .ns = httpd_req_header(r->hr, "X-Cache-Namespace"),
         .variant = variant.len ? pc_buf_cstr(&variant) : NULL,
+        .exact_only = !r->w->conf->semantic,
     };
     canon_keys(&in, &r->keys);
     r->have_keys = true;

@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -226,10 +227,24 @@ void pc_hex(const unsigned char *in, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
+/*
+ * OpenSSL 3 looks EVP_sha256() up in its provider tables (under a lock) on
+ * every digest; fetching it once keeps that off the request path.
+ */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 void pc_sha256(const void *data, size_t len, unsigned char out[PC_SHA256_LEN])
 {
     unsigned int outlen = 0;
-    if (EVP_Digest(data, len, out, &outlen, EVP_sha256(), NULL) != 1 || outlen != PC_SHA256_LEN) {
+    pthread_once(&sha256_once, sha256_fetch);
+    const EVP_MD *md = sha256_md != NULL ? sha256_md : EVP_sha256();
+    if (EVP_Digest(data, len, out, &outlen, md, NULL) != 1 || outlen != PC_SHA256_LEN) {
         log_error("SHA-256 failed in libcrypto");
         abort();
     }

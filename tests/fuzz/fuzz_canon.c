@@ -51,8 +51,8 @@ static void check_keys(enum api_endpoint e, const cJSON *body, const cJSON *cano
 {
     unsigned char tenant[PC_SHA256_LEN];
     canon_tenant("authorization=Bearer fuzz", tenant);
-    struct canon_input a = {e, body, tenant, "ns", NULL};
-    struct canon_input b = {e, canon, tenant, "ns", NULL};
+    struct canon_input a = {e, body, tenant, "ns", NULL, false};
+    struct canon_input b = {e, canon, tenant, "ns", NULL, false};
     struct canon_keys ka, kb;
     canon_keys(&a, &ka);
     canon_keys(&b, &kb);

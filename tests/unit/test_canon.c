@@ -69,7 +69,7 @@ static void keys_of(const struct req *r, const char *body, struct canon_keys *k)
     cJSON *v = cJSON_Parse(body);
     if (v == NULL)
         fprintf(stderr, "  test body does not parse: %s\n", body);
-    struct canon_input in = {r->e, v, tenant, r->ns, r->variant};
+    struct canon_input in = {r->e, v, tenant, r->ns, r->variant, false};
     T_CHECK(canon_keys(&in, k) == 0);
     cJSON_Delete(v);
 }
@@ -355,8 +355,8 @@ static void test_tenant(void)
     cJSON *v = cJSON_Parse(BASE);
     unsigned char anon[PC_SHA256_LEN];
     canon_tenant(NULL, anon);
-    struct canon_input in1 = {API_CHAT, v, NULL, NULL, NULL};
-    struct canon_input in2 = {API_CHAT, v, anon, NULL, NULL};
+    struct canon_input in1 = {API_CHAT, v, NULL, NULL, NULL, false};
+    struct canon_input in2 = {API_CHAT, v, anon, NULL, NULL, false};
     struct canon_keys k1, k2;
     canon_keys(&in1, &k1);
     canon_keys(&in2, &k2);
@@ -412,7 +412,7 @@ static void test_key_layout(void)
     pc_sha256(b.data, b.len, want);
 
     cJSON *v = cJSON_Parse(body);
-    struct canon_input in = {API_CHAT, v, tenant, "ns", NULL};
+    struct canon_input in = {API_CHAT, v, tenant, "ns", NULL, false};
     struct canon_keys k;
     canon_keys(&in, &k);
     T_CHECK(memcmp(k.exact, want, PC_SHA256_LEN) == 0);
@@ -429,6 +429,18 @@ static void test_key_layout(void)
     T_CHECK_STR(k.last_user_text, "q");
     canon_keys_free(&k);
     T_CHECK(k.last_user_text == NULL);
+
+    /* exact_only: the same exact key, nothing else computed. */
+    struct canon_keys e;
+    unsigned char zero[PC_SHA256_LEN] = {0};
+    in.exact_only = true;
+    canon_keys(&in, &e);
+    canon_keys(&(struct canon_input){API_CHAT, v, tenant, "ns", NULL, false}, &k);
+    T_CHECK(memcmp(e.exact, k.exact, PC_SHA256_LEN) == 0);
+    T_CHECK(memcmp(e.partition, zero, PC_SHA256_LEN) == 0);
+    T_CHECK(e.last_user_text == NULL);
+    canon_keys_free(&e);
+    canon_keys_free(&k);
     pc_buf_free(&b);
     cJSON_Delete(v);
 }
