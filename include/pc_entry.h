@@ -43,6 +43,8 @@ struct entry {
 void entry_encode(const struct entry *e, struct pc_buf *out);
 /* Fill e with pointers into buf; 0, or -1 if buf is not a valid entry. */
 int entry_decode(const char *buf, size_t len, struct entry *e);
+/* Milliseconds since e was stored (0 if its clock is ahead of ours). */
+int64_t entry_age_ms(const struct entry *e);
 
 /* Redis key for a tenant id (TENANT_ID_LEN hex chars) and an exact key; returns its length. */
 size_t entry_key(const char *tenant_id, const unsigned char key[PC_SHA256_LEN],

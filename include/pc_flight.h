@@ -73,10 +73,10 @@ void flight_table_destroy(void);
  * private flight (never shared). On return *leader says whether the caller
  * created the flight and must now start its fetch (flight_fetch_*). notify
  * runs on base (the subscriber's event loop) whenever there is something new
- * to read. trim: bytes every subscriber has read may be discarded (the answer
- * is not being recorded for the cache).
+ * to read. A flight records the whole answer until its fetch calls
+ * flight_stop_recording (answers over cache-max-entry-size).
  */
-struct flight_sub *flight_subscribe(const unsigned char *key, bool trim, struct event_base *base,
+struct flight_sub *flight_subscribe(const unsigned char *key, struct event_base *base,
                                     flight_notify_fn *notify, void *arg, bool *leader);
 /* Leave; if this was the last subscriber of an unfinished flight, its fetch is aborted. */
 void flight_unsubscribe(struct flight_sub **sub);

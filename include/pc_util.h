@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/time.h>
 
 #define PC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define PC_MIN(a, b)    ((a) < (b) ? (a) : (b))
@@ -81,6 +82,13 @@ uint64_t pc_mono_us(void);
 uint64_t pc_mono_ms(void);
 int64_t pc_wall_ms(void);
 
+/* UTC timestamp "YYYY-MM-DDTHH:MM:SS.mmmZ" of a wall-clock time in ms. */
+#define PC_ISO8601_LEN 80
+void pc_iso8601(int64_t wall_ms, char out[PC_ISO8601_LEN]);
+
+/* A duration in seconds as a struct timeval (negative counts as 0). */
+struct timeval pc_timeval(double secs);
+
 /* Lower-case hex of in[0..n) into out, which must hold 2n+1 bytes. */
 void pc_hex(const unsigned char *in, size_t n, char *out);
 
@@ -91,6 +99,16 @@ void pc_sha256(const void *data, size_t len, unsigned char out[PC_SHA256_LEN]);
 /* Case-insensitive ASCII comparisons (header names, tokens). */
 bool pc_strcaseeq(const char *a, const char *b);
 bool pc_strncaseeq(const char *a, const char *b, size_t n);
+
+/*
+ * HTTP header helpers shared by the server, the proxy and the upstream side.
+ * pc_hop_by_hop: the RFC 9110 7.6.1 connection-specific headers (plus the
+ * legacy Keep-Alive / Proxy-Connection), never forwarded by a proxy.
+ * pc_token_list_has: whether a comma-separated header value (such as
+ * Connection's) lists token, in any case.
+ */
+bool pc_hop_by_hop(const char *name);
+bool pc_token_list_has(const char *list, const char *token);
 
 /*
  * Strict number parsing for config values and headers: the whole string must

@@ -97,12 +97,20 @@ int entry_decode(const char *buf, size_t len, struct entry *e)
     e->content_type = get_bytes(&r, e->content_type_len);
     e->body_len = (size_t)get_u(&r, 4);
     e->body = get_bytes(&r, e->body_len);
+    /* created_ms is bounded so that age arithmetic can never overflow. */
     if (r.bad || r.left != 0 || kind > ENTRY_SSE || ep == API_NONE || ep >= API__COUNT ||
-        e->status < 200 || e->status > 299)
+        e->status < 200 || e->status > 299 || e->created_ms < 0 ||
+        e->created_ms > (INT64_C(1) << 53))
         return -1;
     e->kind = (enum entry_kind)kind;
     e->endpoint = (enum api_endpoint)ep;
     return 0;
+}
+
+int64_t entry_age_ms(const struct entry *e)
+{
+    int64_t now = pc_wall_ms();
+    return now > e->created_ms ? now - e->created_ms : 0;
 }
 
 size_t entry_key(const char *tenant_id, const unsigned char key[PC_SHA256_LEN],

@@ -41,23 +41,28 @@ struct fetch {
     int status;
     char *content_type;
     size_t received;
+    bool trimming;               /* over cache-max-entry-size: no longer recorded */
     struct store_cmd *store_cmd; /* the SET of the answer, while Redis acknowledges it */
     struct fetch *next;          /* the worker's list of running calls */
     struct fetch *prev;
 };
 
-/* Response headers never relayed: hop-by-hop ones and those httpd sets itself. */
-static bool response_header_dropped(const char *name)
+/*
+ * Response headers never relayed: hop-by-hop ones (also those the upstream's
+ * Connection header names), those httpd sets itself, and the proxy's own
+ * cache headers (an upstream that is itself a promptcache must not speak for
+ * this one).
+ */
+static bool response_header_dropped(const char *name, const char *conn_tokens)
 {
     static const char *const dropped[] = {
-        "connection", "keep-alive", "proxy-connection", "transfer-encoding",
-        "te",         "trailer",    "upgrade",          "content-length",
-        "date",       "server",
+        "content-length", "date", "server", "age", "x-upstream",
     };
     for (size_t i = 0; i < PC_ARRAY_LEN(dropped); i++)
         if (pc_strcaseeq(name, dropped[i]))
             return true;
-    return false;
+    return pc_hop_by_hop(name) || pc_strncaseeq(name, "x-cache-", 8) ||
+           pc_token_list_has(conn_tokens, name);
 }
 
 static void fetch_free(struct fetch *f)
@@ -88,10 +93,14 @@ static void on_head(void *arg, int status, const struct xfer_header *h, size_t n
 {
     struct fetch *f = arg;
     PC_CHECK_OBJ(f, FETCH_MAGIC);
+    const char *conn = NULL;
+    for (size_t i = 0; i < nh; i++)
+        if (pc_strcaseeq(h[i].name, "connection"))
+            conn = h[i].value;
     struct flight_header *hdrs = pc_calloc(nh ? nh : 1, sizeof(*hdrs));
     size_t n = 0;
     for (size_t i = 0; i < nh; i++) {
-        if (response_header_dropped(h[i].name))
+        if (response_header_dropped(h[i].name, conn))
             continue;
         if (pc_strcaseeq(h[i].name, "content-type") && f->content_type == NULL)
             f->content_type = pc_strdup(h[i].value);
@@ -117,9 +126,10 @@ static int on_data(void *arg, const char *data, size_t len)
     if (flight_append(f->fl, data, len) == FLIGHT_PAUSE)
         return XFER_PAUSE;
     f->received += len;
-    if (f->store && f->received > (size_t)f->w->conf->cache_max_entry_size) {
-        /* Too big to cache: relay it, and let the log shrink as it is read. */
+    if (!f->trimming && f->received > (size_t)f->w->conf->cache_max_entry_size) {
+        /* Too big to cache or share: relay it, and let the log shrink as it is read. */
         f->store = false;
+        f->trimming = true;
         flight_stop_recording(f->fl);
     }
     return XFER_CONTINUE;
@@ -155,6 +165,14 @@ static void account_usage(struct worker *w, const struct api_usage *u)
     stats_add(&w->stats, STAT_tokens_upstream_cached, u->cached);
 }
 
+/* The one way a fetch ends: stop the call, tell every waiter, free. */
+static void fetch_end(struct fetch *f, int result, const char *errmsg)
+{
+    xfer_abort(&f->x);
+    flight_finish(f->fl, result, errmsg);
+    fetch_free(f);
+}
+
 static void on_stored(void *arg, enum store_status st, long long n)
 {
     (void)n;
@@ -162,8 +180,7 @@ static void on_stored(void *arg, enum store_status st, long long n)
     PC_CHECK_OBJ(f, FETCH_MAGIC);
     f->store_cmd = NULL;
     stats_incr(&f->w->stats, st == STORE_OK ? STAT_cache_stores : STAT_cache_store_skipped);
-    flight_finish(f->fl, XFER_OK, NULL);
-    fetch_free(f);
+    fetch_end(f, XFER_OK, NULL);
 }
 
 /*
@@ -220,8 +237,7 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
         return;
     if (f->store_key[0] != '\0') /* wanted in the cache, but an error, cut off or too large */
         stats_incr(&f->w->stats, STAT_cache_store_skipped);
-    flight_finish(f->fl, result, errmsg);
-    fetch_free(f);
+    fetch_end(f, result, errmsg);
 }
 
 static void on_resume(evutil_socket_t fd, short what, void *arg)
@@ -240,11 +256,11 @@ static void on_abort(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct fetch *f = arg;
     PC_CHECK_OBJ(f, FETCH_MAGIC);
+    if (f->store_cmd != NULL)
+        return; /* the answer is complete and on its way to Redis: let it land */
     log_write(PC_LOG_INFO, f->reqid,
               "no client waits for the answer any more: upstream call aborted");
-    xfer_abort(&f->x);
-    flight_finish(f->fl, XFER_ERR_INTERNAL, "aborted: every client went away");
-    fetch_free(f);
+    fetch_end(f, XFER_ERR_INTERNAL, "aborted: every client went away");
 }
 
 static const struct xfer_ops fetch_ops = {on_head, on_data, on_done};
@@ -280,6 +296,10 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
     }
     f->resume_ev = event_new(w->base, -1, 0, on_resume, f);
     f->abort_ev = event_new(w->base, -1, 0, on_abort, f);
+    if (f->resume_ev == NULL || f->abort_ev == NULL) {
+        log_error("out of memory creating fetch events");
+        abort();
+    }
 
     struct pc_buf url = PC_BUF_INIT;
     pc_buf_append_str(&url, f->target->base_url);
@@ -297,8 +317,7 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
     f->x = xfer_start(w->up, &xr, &fetch_ops, f);
     pc_buf_free(&url);
     if (f->x == NULL) {
-        flight_finish(fl, XFER_ERR_INTERNAL, "could not start the upstream call");
-        fetch_free(f);
+        fetch_end(f, XFER_ERR_INTERNAL, "could not start the upstream call");
         return;
     }
     /* Bind last: an abandoned flight fires abort_ev right away. */
@@ -310,8 +329,6 @@ void fetch_abort_all(struct worker *w)
     while (w->fetch_list != NULL) {
         struct fetch *f = w->fetch_list;
         PC_CHECK_OBJ(f, FETCH_MAGIC);
-        xfer_abort(&f->x);
-        flight_finish(f->fl, XFER_ERR_INTERNAL, "proxy shutting down");
-        fetch_free(f);
+        fetch_end(f, XFER_ERR_INTERNAL, "proxy shutting down");
     }
 }

@@ -115,7 +115,7 @@ void flight_headers_free(struct flight_header *hdrs, size_t n)
     free(hdrs);
 }
 
-static struct flight *flight_new(const unsigned char *key, bool trim)
+static struct flight *flight_new(const unsigned char *key)
 {
     struct flight *fl = pc_calloc(1, sizeof(*fl));
     fl->magic = FLIGHT_MAGIC;
@@ -124,7 +124,6 @@ static struct flight *flight_new(const unsigned char *key, bool trim)
         fl->keyed = true;
         memcpy(fl->key, key, PC_SHA256_LEN);
     }
-    fl->trim = trim;
     fl->state = FLIGHT_PENDING;
     return fl;
 }
@@ -204,9 +203,8 @@ static struct flight_sub *attach_locked(struct flight *fl, struct event_base *ba
     return sub;
 }
 
-static struct flight_sub *subscribe_keyed(const unsigned char *key, bool trim,
-                                          struct event_base *base, flight_notify_fn *notify,
-                                          void *arg, bool *leader)
+static struct flight_sub *subscribe_keyed(const unsigned char *key, struct event_base *base,
+                                          flight_notify_fn *notify, void *arg, bool *leader)
 {
     struct shard *sh = shard_of(key);
     struct flight_sub *sub = NULL;
@@ -224,7 +222,7 @@ static struct flight_sub *subscribe_keyed(const unsigned char *key, bool trim,
         break;
     }
     if (sub == NULL) {
-        struct flight *fl = flight_new(key, trim);
+        struct flight *fl = flight_new(key);
         fl->registered = true;
         fl->tnext = sh->head;
         sh->head = fl;
@@ -237,13 +235,13 @@ static struct flight_sub *subscribe_keyed(const unsigned char *key, bool trim,
     return sub;
 }
 
-struct flight_sub *flight_subscribe(const unsigned char *key, bool trim, struct event_base *base,
+struct flight_sub *flight_subscribe(const unsigned char *key, struct event_base *base,
                                     flight_notify_fn *notify, void *arg, bool *leader)
 {
     *leader = false;
     if (key != NULL)
-        return subscribe_keyed(key, trim, base, notify, arg, leader);
-    struct flight *fl = flight_new(NULL, trim);
+        return subscribe_keyed(key, base, notify, arg, leader);
+    struct flight *fl = flight_new(NULL);
     pthread_mutex_lock(&fl->mu);
     struct flight_sub *sub = attach_locked(fl, base, notify, arg);
     pthread_mutex_unlock(&fl->mu);
@@ -441,7 +439,8 @@ const struct pc_buf *flight_body(struct flight *fl)
 {
     PC_CHECK_OBJ(fl, FLIGHT_MAGIC);
     pthread_mutex_lock(&fl->mu);
-    const struct pc_buf *b = fl->base == 0 ? &fl->body : NULL;
+    /* Once trimming, readers on other threads move the log: it is not ours to read. */
+    const struct pc_buf *b = (!fl->trim && fl->base == 0) ? &fl->body : NULL;
     pthread_mutex_unlock(&fl->mu);
     return b;
 }

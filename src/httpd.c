@@ -159,7 +159,8 @@ struct httpd_req {
     enum httpd_req_error error;
     int minor;
     bool is_head;
-    bool keep_alive; /* what the client asked for, then what the reply promised */
+    bool no_body_out; /* streamed reply with a status that has no body (1xx, 204, 304) */
+    bool keep_alive;  /* what the client asked for, then what the reply promised */
     bool expect_continue;
     bool chunked_in;
     bool dispatched;
@@ -295,6 +296,13 @@ static long parse_request_line(const char *buf, size_t len, size_t pos, struct h
         return end;
     if (minor < 0)
         return minor;
+    /*
+     * Origin form only ("/path?query"): the proxy appends the target to an
+     * upstream base URL, so anything else ("@host/x", ".evil.com/x",
+     * "http://...", "*") could send the call to another host.
+     */
+    if (buf[t] != '/')
+        return -400;
     hd->minor_version = minor;
     return end;
 }
@@ -688,9 +696,7 @@ static void conn_arm_timer(struct httpd_conn *c, double secs)
         event_del(c->timer);
         return;
     }
-    struct timeval tv;
-    tv.tv_sec = (time_t)secs;
-    tv.tv_usec = (suseconds_t)((secs - (double)tv.tv_sec) * 1e6);
+    struct timeval tv = pc_timeval(secs);
     event_add(c->timer, &tv);
 }
 
@@ -1393,14 +1399,6 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 /* ------------------------------------------------------------------------ */
 /* Accepting                                                                 */
 
-static struct timeval tv_from_secs(double secs)
-{
-    struct timeval tv;
-    tv.tv_sec = (time_t)secs;
-    tv.tv_usec = (suseconds_t)((secs - (double)tv.tv_sec) * 1e6);
-    return tv;
-}
-
 static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockaddr *sa, int salen)
 {
     struct bufferevent *bev = bufferevent_socket_new(h->base, fd, BEV_OPT_CLOSE_ON_FREE);
@@ -1433,7 +1431,7 @@ static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockad
     bufferevent_setwatermark(bev, EV_READ, 0, PC_MAX(READ_AHEAD, h->conf.max_header_size));
     bufferevent_set_max_single_read(bev, READ_AHEAD);
     if (h->conf.write_timeout > 0) {
-        struct timeval wtv = tv_from_secs(h->conf.write_timeout);
+        struct timeval wtv = pc_timeval(h->conf.write_timeout);
         bufferevent_set_timeouts(bev, NULL, &wtv);
     }
     bufferevent_disable(bev, EV_WRITE); /* enabled by default; see conn_flush */
@@ -1802,7 +1800,11 @@ void httpd_reply_start(struct httpd_req *r, int status)
         return;
     r->keep_alive = reply_keep_alive(r);
     enum frame fr = FRAME_CHUNKED;
-    if (r->minor == 0) {
+    if (status < 200 || status == 204 || status == 304) {
+        /* These never have a body: no framing, and chunks are dropped. */
+        fr = FRAME_NONE;
+        r->no_body_out = true;
+    } else if (r->minor == 0) {
         fr = FRAME_CLOSE;
         r->keep_alive = false;
     }
@@ -1814,7 +1816,7 @@ void httpd_reply_start(struct httpd_req *r, int status)
 void httpd_reply_chunk(struct httpd_req *r, const void *data, size_t len)
 {
     PC_CHECK_OBJ(r, REQ_MAGIC);
-    if (!r->started || r->finished || r->gone || r->is_head || len == 0)
+    if (!r->started || r->finished || r->gone || r->is_head || r->no_body_out || len == 0)
         return;
     struct evbuffer *out = bufferevent_get_output(r->conn->bev);
     if (!r->chunked_out) {

@@ -93,13 +93,9 @@ void log_write(enum pc_log_level level, const char *reqid, const char *fmt, ...)
     if (!log_enabled(level))
         return;
     char line[2048];
-    struct timeval tv;
-    struct tm tm;
-    gettimeofday(&tv, NULL);
-    gmtime_r(&tv.tv_sec, &tm);
-    int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %d %c ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                     (int)(tv.tv_usec / 1000), (int)getpid(), level_char[level]);
+    char ts[PC_ISO8601_LEN];
+    pc_iso8601(pc_wall_ms(), ts);
+    int n = snprintf(line, sizeof(line), "%s %d %c ", ts, (int)getpid(), level_char[level]);
     if (reqid != NULL && n > 0 && (size_t)n < sizeof(line))
         n += snprintf(line + n, sizeof(line) - (size_t)n, "[%s] ", reqid);
     if (n > 0 && (size_t)n < sizeof(line)) {

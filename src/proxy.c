@@ -63,6 +63,8 @@ struct preq {
     struct httpd_req *hr; /* NULL once the reply is finished or the client is gone */
     enum preq_state state;
     char id[32];
+    char method[16]; /* copies: the access log needs them after hr is gone */
+    char *path;
     uint64_t start_us;
     uint64_t upstream_start_us;
     uint64_t upstream_us;
@@ -84,7 +86,8 @@ struct preq {
     bool key_unsafe; /* the key cannot tell this body from another: bypass */
 
     /* Keys. */
-    unsigned char tenant[PC_SHA256_LEN];
+    unsigned char tenant[PC_SHA256_LEN];     /* whose entries: credential or shared namespace */
+    unsigned char credential[PC_SHA256_LEN]; /* who asks: always the credential's hash */
     char tenant_id[TENANT_ID_LEN + 1];
     struct canon_keys keys;
     bool have_keys;
@@ -117,6 +120,7 @@ static void preq_free_cb(evutil_socket_t fd, short what, void *arg)
     PC_CHECK_OBJ(r, PREQ_MAGIC);
     struct worker *w = r->w;
     cJSON_Delete(r->body);
+    free(r->path);
     canon_keys_free(&r->keys);
     pc_buf_free(&r->resp);
     r->magic = 0;
@@ -125,18 +129,14 @@ static void preq_free_cb(evutil_socket_t fd, short what, void *arg)
     worker_check_idle(w);
 }
 
-static void access_log(const struct preq *r, const char *method, const char *path)
+static void access_log(const struct preq *r)
 {
+    const char *method = r->method, *path = r->path;
     if (!log_access_enabled())
         return;
     struct pc_buf b = PC_BUF_INIT;
-    char ts[96];
-    int64_t now = pc_wall_ms();
-    time_t secs = (time_t)(now / 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    snprintf(ts, sizeof(ts), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(now % 1000));
+    char ts[PC_ISO8601_LEN];
+    pc_iso8601(pc_wall_ms(), ts);
     const char *model = r->body ? api_model(r->body) : NULL;
     pc_buf_printf(&b, "{\"ts\":\"%s\",\"id\":\"%s\",\"tenant\":", ts, r->id);
     pc_buf_json_str(&b, r->tenant_id[0] ? r->tenant_id : "-", r->tenant_id[0] ? TENANT_ID_LEN : 1);
@@ -168,31 +168,19 @@ static void access_log(const struct preq *r, const char *method, const char *pat
  * The reply is finished or the client is gone: log once, and free when no
  * operation is outstanding (they are cancelled synchronously, so that is now).
  */
-static void preq_finish(struct preq *r, const char *method, const char *path)
+static void preq_end(struct preq *r)
 {
+    r->hr = NULL;
     if (r->state == PREQ_DONE)
         return;
     r->state = PREQ_DONE;
     store_cancel(&r->lookup);
     flight_unsubscribe(&r->sub);
-    access_log(r, method, path);
+    access_log(r);
     static const struct timeval zero = {0, 0};
     if (event_base_once(r->w->base, -1, EV_TIMEOUT, preq_free_cb, r, &zero) < 0) {
         log_error("cannot schedule a request free; leaking it");
     }
-}
-
-/*
- * Method and path are needed for the access log after hr is gone; they are
- * copied when the request ends (hr strings die with hr).
- */
-static void preq_end(struct preq *r)
-{
-    char method[16], path[512];
-    snprintf(method, sizeof(method), "%s", r->hr ? httpd_req_method(r->hr) : "-");
-    snprintf(path, sizeof(path), "%s", r->hr ? httpd_req_path(r->hr) : "-");
-    r->hr = NULL;
-    preq_finish(r, method, path);
 }
 
 static void preq_on_close(struct httpd_req *hr, void *arg)
@@ -259,6 +247,24 @@ static bool is_json_media_type(const char *ct)
     return n > 17 && pc_strncaseeq(ct, "application/", 12) && pc_strncaseeq(ct + n - 5, "+json", 5);
 }
 
+/*
+ * delta-seconds (RFC 9111 1.2.2): digits only; values beyond 2^31 mean
+ * "2^31", so no arithmetic on them can overflow. -1 if not digits.
+ */
+static int64_t parse_delta_seconds(const char *p, size_t n)
+{
+    const int64_t cap = INT64_C(2147483648);
+    int64_t v = 0;
+    if (n == 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        v = PC_MIN(cap, v * 10 + (p[i] - '0'));
+    }
+    return v;
+}
+
 /* Parse Cache-Control request directives; -1 with msg on a bad max-age. */
 static int parse_cache_control(struct preq *r, const char *cc, char *msg, size_t msglen)
 {
@@ -274,10 +280,8 @@ static int parse_cache_control(struct preq *r, const char *cc, char *msg, size_t
         } else if (tl == 8 && pc_strncaseeq(cc, "no-store", 8)) {
             r->no_store = true;
         } else if (tl > 8 && pc_strncaseeq(cc, "max-age=", 8)) {
-            char val[32];
-            snprintf(val, sizeof(val), "%.*s", (int)(tl - 8), cc + 8);
-            int64_t v;
-            if (pc_parse_i64(val, &v) < 0 || v < 0) {
+            int64_t v = parse_delta_seconds(cc + 8, tl - 8);
+            if (v < 0) {
                 snprintf(msg, msglen, "Cache-Control max-age must be a non-negative integer");
                 return -1;
             }
@@ -316,6 +320,10 @@ static int parse_controls(struct preq *r, char *msg, size_t msglen)
     const char *v = httpd_req_header(r->hr, "Cache-Control");
     if (v != NULL && parse_cache_control(r, v, msg, msglen) < 0)
         return -1;
+    /* HTTP/1.0 clients say no-cache with Pragma (ignored when Cache-Control is present). */
+    const char *pragma = httpd_req_header(r->hr, "Pragma");
+    if (v == NULL && pragma != NULL && pc_strcaseeq(pragma, "no-cache"))
+        r->no_cache = true;
     if ((v = httpd_req_header(r->hr, "X-Cache-Mode")) != NULL) {
         if (pc_strcaseeq(v, "off"))
             r->mode = MODE_OFF;
@@ -326,11 +334,10 @@ static int parse_controls(struct preq *r, char *msg, size_t msglen)
     }
     if ((v = httpd_req_header(r->hr, "X-Cache-TTL")) != NULL) {
         int64_t ttl;
-        if (pc_parse_i64(v, &ttl) < 0 || ttl < 0 || ttl > c->cache_max_ttl)
-            return snprintf(msg, msglen, "X-Cache-TTL must be an integer from 0 to %lld seconds",
-                            (long long)c->cache_max_ttl),
+        if (pc_parse_i64(v, &ttl) < 0 || ttl < 0)
+            return snprintf(msg, msglen, "X-Cache-TTL must be a non-negative integer (seconds)"),
                    -1;
-        r->ttl = ttl;
+        r->ttl = PC_MIN(ttl, c->cache_max_ttl); /* longer asks are held to cache-max-ttl */
         if (ttl == 0)
             r->no_store = true;
     }
@@ -346,33 +353,51 @@ static int parse_controls(struct preq *r, char *msg, size_t msglen)
     return 0;
 }
 
-/* Tenant = hash of the client's credentials, or of a shared namespace. */
+/* Whether a request header carries a client credential. */
+static bool is_credential_header(const char *name)
+{
+    return pc_strcaseeq(name, "authorization") || pc_strcaseeq(name, "x-api-key") ||
+           pc_strcaseeq(name, "api-key");
+}
+
+/*
+ * Hash every credential header the client sent (all copies, in order: the
+ * upstream sees them all too) into r->credential; the tenant is that, or the
+ * shared namespace the request names.
+ */
 static void compute_tenant(struct preq *r)
 {
-    const char *ns = httpd_req_header(r->hr, "X-Cache-Namespace");
     struct pc_buf cred = PC_BUF_INIT;
-    if (ns != NULL && namespace_shared(r->w->conf, ns)) {
-        pc_buf_printf(&cred, "namespace=%s\n", ns);
-    } else {
-        static const char *const names[] = {"authorization", "x-api-key", "api-key"};
-        for (size_t i = 0; i < PC_ARRAY_LEN(names); i++) {
-            const char *v = httpd_req_header(r->hr, names[i]);
-            if (v != NULL)
-                pc_buf_printf(&cred, "%s=%s\n", names[i], v);
+    for (size_t i = 0; i < httpd_req_header_count(r->hr); i++) {
+        const struct httpd_header *h = httpd_req_header_at(r->hr, i);
+        if (is_credential_header(h->name)) {
+            for (const char *c = h->name; *c; c++)
+                pc_buf_append_char(&cred, (char)tolower((unsigned char)*c));
+            pc_buf_printf(&cred, "=%s\n", h->value);
         }
     }
-    canon_tenant(cred.len ? pc_buf_cstr(&cred) : "", r->tenant);
+    canon_tenant(cred.len ? pc_buf_cstr(&cred) : "", r->credential);
     /* Credentials never outlive this function. */
     if (cred.data != NULL)
         memset(cred.data, 0, cred.cap);
     pc_buf_free(&cred);
+
+    const char *ns = httpd_req_header(r->hr, "X-Cache-Namespace");
+    if (ns != NULL && namespace_shared(r->w->conf, ns)) {
+        struct pc_buf b = PC_BUF_INIT;
+        pc_buf_printf(&b, "namespace=%s\n", ns);
+        canon_tenant(pc_buf_cstr(&b), r->tenant);
+        pc_buf_free(&b);
+    } else {
+        memcpy(r->tenant, r->credential, PC_SHA256_LEN);
+    }
     char hex[2 * PC_SHA256_LEN + 1];
     pc_hex(r->tenant, PC_SHA256_LEN, hex);
     memcpy(r->tenant_id, hex, TENANT_ID_LEN);
     r->tenant_id[TENANT_ID_LEN] = '\0';
 }
 
-/* Request headers that change the answer without being in the body. */
+/* Request inputs outside the body that change the answer: some headers, the query. */
 static void compute_variant(struct preq *r, struct pc_buf *out)
 {
     static const char *const names[] = {"anthropic-version", "anthropic-beta", "openai-beta"};
@@ -381,6 +406,10 @@ static void compute_variant(struct preq *r, struct pc_buf *out)
         if (v != NULL)
             pc_buf_printf(out, "%s=%s\n", names[i], v);
     }
+    /* The query goes upstream too (Azure's api-version, gateways' keys). */
+    const char *q = httpd_req_query(r->hr);
+    if (q != NULL)
+        pc_buf_printf(out, "?%s\n", q);
 }
 
 static void compute_keys(struct preq *r)
@@ -403,49 +432,21 @@ static void compute_keys(struct preq *r)
 
 /* ---- forwarding --------------------------------------------------------- */
 
-static bool in_connection_tokens(const char *conn, const char *name)
-{
-    size_t nl = strlen(name);
-    while (conn != NULL && *conn) {
-        while (*conn == ' ' || *conn == ',' || *conn == '\t')
-            conn++;
-        size_t n = strcspn(conn, ", \t");
-        if (n == nl && pc_strncaseeq(conn, name, n))
-            return true;
-        conn += n;
-    }
-    return false;
-}
-
 /* Request headers that are not forwarded upstream. */
 static bool request_header_dropped(const char *name, const char *conn_tokens, bool replace_creds)
 {
+    /* Set by curl from the URL and body, or negotiated per hop, or ours. */
     static const char *const dropped[] = {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authorization",
-        "proxy-authenticate",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "expect",
-        "accept-encoding",
-        "cache-control",
-        "pragma",
+        "host", "content-length", "expect", "accept-encoding", "cache-control", "pragma",
     };
     for (size_t i = 0; i < PC_ARRAY_LEN(dropped); i++)
         if (pc_strcaseeq(name, dropped[i]))
             return true;
-    if (pc_strncaseeq(name, "x-cache-", 8))
+    if (pc_hop_by_hop(name) || pc_strncaseeq(name, "x-cache-", 8))
         return true;
-    if (replace_creds && (pc_strcaseeq(name, "authorization") || pc_strcaseeq(name, "x-api-key") ||
-                          pc_strcaseeq(name, "api-key")))
+    if (replace_creds && is_credential_header(name))
         return true;
-    return in_connection_tokens(conn_tokens, name);
+    return pc_token_list_has(conn_tokens, name);
 }
 
 /*
@@ -496,18 +497,25 @@ static void preq_fetch(struct preq *r, bool shared, bool store)
     r->relay_streamed = r->ep == API_NONE || r->stream;
     r->upstream_start_us = pc_mono_us();
 
-    /* Coalescing key: the exact key and the reply mode. */
+    /*
+     * Coalescing key: everything that shapes the bytes a waiter receives -
+     * the exact key, the reply mode, whether usage was asked for, and who
+     * asks (in a shared namespace, an error or headers of one credential must
+     * not reach another; only stored answers are shared there).
+     */
     unsigned char fkey[PC_SHA256_LEN];
     const unsigned char *key = NULL;
     if (shared && w->conf->coalesce && r->have_keys) {
-        unsigned char material[PC_SHA256_LEN + 1];
+        unsigned char material[2 * PC_SHA256_LEN + 2];
         memcpy(material, r->keys.exact, PC_SHA256_LEN);
-        material[PC_SHA256_LEN] = r->stream ? 1 : 0;
+        memcpy(material + PC_SHA256_LEN, r->credential, PC_SHA256_LEN);
+        material[2 * PC_SHA256_LEN] = r->stream ? 1 : 0;
+        material[2 * PC_SHA256_LEN + 1] = r->include_usage ? 1 : 0;
         pc_sha256(material, sizeof(material), fkey);
         key = fkey;
     }
     bool leader = false;
-    r->sub = flight_subscribe(key, key == NULL && !store, w->base, preq_on_flight, r, &leader);
+    r->sub = flight_subscribe(key, w->base, preq_on_flight, r, &leader);
     if (!leader) {
         stats_incr(&w->stats, STAT_coalesced);
         return;
@@ -689,7 +697,7 @@ static bool serve_hit(struct preq *r, const struct entry *e)
         stats_add(&w->stats, STAT_tokens_saved_prompt, e->usage.prompt);
         stats_add(&w->stats, STAT_tokens_saved_completion, e->usage.completion);
     }
-    int64_t age_ms = pc_wall_ms() - e->created_ms;
+    int64_t age_ms = entry_age_ms(e);
     char age[24];
     snprintf(age, sizeof(age), "%lld", (long long)(age_ms > 0 ? age_ms / 1000 : 0));
     r->cache_status = "HIT";
@@ -701,6 +709,20 @@ static bool serve_hit(struct preq *r, const struct entry *e)
     return true;
 }
 
+/* Whether this request may share an upstream call with identical ones. */
+static bool may_share(const struct preq *r)
+{
+    return !r->no_cache && !r->no_store;
+}
+
+/* Go upstream without the cache; only_this: never share the call either. */
+static void preq_bypass(struct preq *r, bool only_this)
+{
+    r->cache_status = "BYPASS";
+    stats_incr(&r->w->stats, STAT_cache_bypasses);
+    preq_fetch(r, !only_this && may_share(r), false);
+}
+
 static void preq_on_lookup(void *arg, enum store_status st, const char *val, size_t len)
 {
     struct preq *r = arg;
@@ -708,15 +730,12 @@ static void preq_on_lookup(void *arg, enum store_status st, const char *val, siz
     r->lookup = NULL;
     struct worker *w = r->w;
     if (st != STORE_OK) {
-        r->cache_status = "BYPASS";
-        stats_incr(&w->stats, STAT_cache_bypasses);
-        preq_fetch(r, true, false);
+        preq_bypass(r, false);
         return;
     }
     struct entry e;
     if (val != NULL && entry_decode(val, len, &e) == 0 && e.endpoint == r->ep) {
-        int64_t age_ms = pc_wall_ms() - e.created_ms;
-        if (r->max_age >= 0 && age_ms > r->max_age * 1000)
+        if (r->max_age >= 0 && entry_age_ms(&e) > r->max_age * 1000)
             stats_incr(&w->stats, STAT_cache_expired);
         else if (serve_hit(r, &e))
             return;
@@ -725,7 +744,7 @@ static void preq_on_lookup(void *arg, enum store_status st, const char *val, siz
     }
     r->cache_status = "MISS";
     stats_incr(&w->stats, STAT_cache_misses);
-    preq_fetch(r, !r->no_store, !r->no_store);
+    preq_fetch(r, may_share(r), !r->no_store);
 }
 
 /* ---- entry points ----------------------------------------------------------- */
@@ -735,18 +754,14 @@ static void preq_route_cacheable(struct preq *r)
 {
     struct worker *w = r->w;
     if (!w->conf->cache || r->mode == MODE_OFF || r->key_unsafe) {
-        r->cache_status = "BYPASS";
-        stats_incr(&w->stats, STAT_cache_bypasses);
-        preq_fetch(r, false, false);
-        return;
-    }
-    if (!store_ready(w->store)) {
-        r->cache_status = "BYPASS";
-        stats_incr(&w->stats, STAT_cache_bypasses);
-        preq_fetch(r, !r->no_cache && !r->no_store, false);
+        preq_bypass(r, true);
         return;
     }
     if (r->no_cache) {
+        if (!store_ready(w->store)) {
+            preq_bypass(r, true);
+            return;
+        }
         r->cache_status = "REFRESH";
         stats_incr(&w->stats, STAT_cache_refreshes);
         preq_fetch(r, false, !r->no_store);
@@ -754,22 +769,26 @@ static void preq_route_cacheable(struct preq *r)
     }
     r->state = PREQ_LOOKUP;
     r->lookup = store_get(w->store, r->store_key, strlen(r->store_key), preq_on_lookup, r);
-    if (r->lookup == NULL) {
-        r->cache_status = "BYPASS";
-        stats_incr(&w->stats, STAT_cache_bypasses);
-        preq_fetch(r, !r->no_store, false);
-    }
+    if (r->lookup == NULL) /* Redis not ready */
+        preq_bypass(r, false);
+}
+
+/* 413 in the shape of the API that was called. */
+static bool reject_oversize(struct preq *r)
+{
+    if (httpd_req_error(r->hr) != HTTPD_REQ_BODY_TOO_LARGE)
+        return false;
+    reply_error(r, 413, "request body is larger than the proxy's max-body-size (%lld bytes)",
+                (long long)r->w->conf->max_body_size);
+    return true;
 }
 
 static void preq_recv_api(struct preq *r)
 {
     struct worker *w = r->w;
     stats_incr(&w->stats, STAT_requests_cacheable);
-    if (httpd_req_error(r->hr) == HTTPD_REQ_BODY_TOO_LARGE) {
-        reply_error(r, 413, "request body is larger than the proxy's max-body-size (%lld bytes)",
-                    (long long)w->conf->max_body_size);
+    if (reject_oversize(r))
         return;
-    }
     const char *ct = httpd_req_header(r->hr, "Content-Type");
     if (ct != NULL && !is_json_media_type(ct)) {
         reply_error(r, 415, "Content-Type must be application/json");
@@ -812,11 +831,8 @@ static void preq_recv_api(struct preq *r)
 static void preq_recv_passthrough(struct preq *r)
 {
     stats_incr(&r->w->stats, STAT_requests_passthrough);
-    if (httpd_req_error(r->hr) == HTTPD_REQ_BODY_TOO_LARGE) {
-        reply_error(r, 413, "request body is larger than the proxy's max-body-size (%lld bytes)",
-                    (long long)r->w->conf->max_body_size);
+    if (reject_oversize(r))
         return;
-    }
     httpd_req_body(r->hr, &r->bytes_in);
     r->cache_status = "BYPASS";
     preq_fetch(r, false, false);
@@ -838,6 +854,8 @@ void proxy_handle(struct httpd_req *hr, void *arg)
     r->w = w;
     r->hr = hr;
     r->start_us = httpd_req_start_us(hr);
+    snprintf(r->method, sizeof(r->method), "%s", httpd_req_method(hr));
+    r->path = pc_strdup(path);
     snprintf(r->id, sizeof(r->id), "%08x%02x%08llx", w->id_prefix, (unsigned)w->id,
              (unsigned long long)++w->seq);
     stats_add(&w->stats, STAT_requests_active, 1);
@@ -845,7 +863,12 @@ void proxy_handle(struct httpd_req *hr, void *arg)
     /* Only POSTs are answers to cache; other methods on these paths (OpenAI's
      * GET /v1/chat/completions lists stored completions) pass through. */
     r->ep = strcmp(httpd_req_method(hr), "POST") == 0 ? api_endpoint_from_path(path) : API_NONE;
-    r->dialect = api_dialect_of(r->ep);
+    r->dialect = api_dialect_of(api_endpoint_from_path(path));
+    const char *upgrade = httpd_req_header(hr, "Upgrade");
+    if (upgrade != NULL && strcasestr(upgrade, "websocket") != NULL) {
+        reply_error(r, 501, "WebSocket upgrades are not supported by the proxy");
+        return;
+    }
     if (r->ep != API_NONE)
         preq_recv_api(r);
     else

@@ -37,6 +37,7 @@ struct server {
     struct event_base *base;
     struct event *sigterm;
     struct event *sigint;
+    struct event *sighup;
     struct event *accept_stopped; /* activated by each worker once it stops accepting */
     int stopped_accepting;
     int signals;
@@ -105,6 +106,7 @@ static int listen_socket(const struct conf *c, char *err, size_t errlen)
 static void bound_address(int fd, char *out, size_t outlen)
 {
     struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
     socklen_t len = sizeof(ss);
     char host[INET6_ADDRSTRLEN] = "?";
     int port = 0;
@@ -126,6 +128,11 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
     struct server *s = arg;
+    if (sig == SIGHUP) {
+        log_notice(
+            "SIGHUP ignored: the configuration is read at start only (restart to change it)");
+        return;
+    }
     if (++s->signals > 1) {
         log_warn("second signal: exiting without waiting for in-flight requests");
         _exit(1);
@@ -159,10 +166,24 @@ static void on_accept_stopped(evutil_socket_t fd, short what, void *arg)
     event_base_loopbreak(s->base);
 }
 
+/*
+ * Create every worker (registering its metrics row) before starting any
+ * thread: the stats registry is only read once it is complete, and a worker
+ * that cannot be created aborts the start while nothing runs yet.
+ */
 static int start_workers(struct server *s, char *err, size_t errlen)
 {
     uint32_t prefix = (uint32_t)((uint64_t)pc_wall_ms() * 2654435761u) ^ (uint32_t)getpid();
     s->workers = pc_calloc((size_t)s->conf->workers, sizeof(*s->workers));
+    for (int i = 0; i < s->conf->workers; i++) {
+        struct worker *w =
+            worker_create(i, s->conf, s->targets, s->ntargets, s->listen_fd, err, errlen);
+        if (w == NULL)
+            return -1;
+        w->id_prefix = prefix;
+        w->accept_stopped_ev = s->accept_stopped;
+        s->workers[s->nworkers++] = w;
+    }
     /* Workers inherit a mask without the termination signals: the main loop gets them. */
     sigset_t block, old;
     sigemptyset(&block);
@@ -171,17 +192,8 @@ static int start_workers(struct server *s, char *err, size_t errlen)
     sigaddset(&block, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &block, &old);
     int rc = 0;
-    for (int i = 0; i < s->conf->workers && rc == 0; i++) {
-        struct worker *w =
-            worker_create(i, s->conf, s->targets, s->ntargets, s->listen_fd, err, errlen);
-        if (w == NULL) {
-            rc = -1;
-            break;
-        }
-        w->id_prefix = prefix;
-        w->accept_stopped_ev = s->accept_stopped;
-        s->workers[s->nworkers++] = w;
-        if (worker_start(w) < 0) {
+    for (int i = 0; i < s->nworkers && rc == 0; i++) {
+        if (worker_start(s->workers[i]) < 0) {
             snprintf(err, errlen, "cannot start worker thread %d", i);
             rc = -1;
         }
@@ -232,6 +244,8 @@ static void server_teardown(struct server *s)
         event_free(s->sigterm);
     if (s->sigint != NULL)
         event_free(s->sigint);
+    if (s->sighup != NULL)
+        event_free(s->sighup);
     if (s->accept_stopped != NULL)
         event_free(s->accept_stopped);
     if (s->base != NULL)
@@ -262,9 +276,11 @@ int server_run(const struct conf *c)
     s.base = event_base_new();
     s.sigterm = evsignal_new(s.base, SIGTERM, on_signal, &s);
     s.sigint = evsignal_new(s.base, SIGINT, on_signal, &s);
+    s.sighup = evsignal_new(s.base, SIGHUP, on_signal, &s);
     s.accept_stopped = event_new(s.base, -1, 0, on_accept_stopped, &s);
-    if (s.base == NULL || s.sigterm == NULL || s.sigint == NULL || s.accept_stopped == NULL ||
-        event_add(s.sigterm, NULL) < 0 || event_add(s.sigint, NULL) < 0) {
+    if (s.base == NULL || s.sigterm == NULL || s.sigint == NULL || s.sighup == NULL ||
+        s.accept_stopped == NULL || event_add(s.sigterm, NULL) < 0 ||
+        event_add(s.sighup, NULL) < 0 || event_add(s.sigint, NULL) < 0) {
         snprintf(err, sizeof(err), "cannot set up signal handling");
         goto out;
     }

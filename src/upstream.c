@@ -125,16 +125,6 @@ static void upstream_stat(struct upstream *u, enum stat_id id, int64_t n)
         stats_add(u->st, id, n);
 }
 
-static struct timeval secs_to_tv(double s)
-{
-    struct timeval tv;
-    if (s < 0)
-        s = 0;
-    tv.tv_sec = (time_t)s;
-    tv.tv_usec = (suseconds_t)((s - (double)tv.tv_sec) * 1e6);
-    return tv;
-}
-
 /* Schedule x->defer_ev to run on the next loop iteration (outside libcurl). */
 static void xfer_defer(struct xfer *x)
 {
@@ -147,7 +137,7 @@ static void xfer_arm_timeout(struct xfer *x)
 {
     if (x->timeout <= 0)
         return;
-    struct timeval tv = secs_to_tv(x->timeout);
+    struct timeval tv = pc_timeval(x->timeout);
     evtimer_add(x->timeout_ev, &tv);
 }
 

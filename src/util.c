@@ -217,6 +217,25 @@ int64_t pc_wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void pc_iso8601(int64_t wall_ms, char out[PC_ISO8601_LEN])
+{
+    time_t secs = (time_t)(wall_ms / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    snprintf(out, PC_ISO8601_LEN, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(wall_ms % 1000));
+}
+
+struct timeval pc_timeval(double secs)
+{
+    struct timeval tv = {0, 0};
+    if (secs > 0) {
+        tv.tv_sec = (time_t)secs;
+        tv.tv_usec = (suseconds_t)((secs - (double)tv.tv_sec) * 1e6);
+    }
+    return tv;
+}
+
 void pc_hex(const unsigned char *in, size_t n, char *out)
 {
     static const char hexd[] = "0123456789abcdef";
@@ -267,6 +286,42 @@ bool pc_strncaseeq(const char *a, const char *b, size_t n)
             return true;
     }
     return true;
+}
+
+bool pc_hop_by_hop(const char *name)
+{
+    static const char *const hop[] = {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(hop); i++)
+        if (pc_strcaseeq(name, hop[i]))
+            return true;
+    return false;
+}
+
+bool pc_token_list_has(const char *list, const char *token)
+{
+    size_t tl = strlen(token);
+    while (list != NULL && *list) {
+        while (*list == ' ' || *list == '\t' || *list == ',')
+            list++;
+        size_t n = strcspn(list, ",");
+        size_t end = n;
+        while (end > 0 && (list[end - 1] == ' ' || list[end - 1] == '\t'))
+            end--;
+        if (end == tl && pc_strncaseeq(list, token, tl))
+            return true;
+        list += n;
+    }
+    return false;
 }
 
 int pc_parse_i64(const char *s, int64_t *out)

@@ -29,6 +29,8 @@ static void on_exit_check(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct worker *w = arg;
     PC_CHECK_OBJ(w, WORKER_MAGIC);
+    if (w->httpd == NULL)
+        return; /* teardown */
     if (pc_mono_ms() >= w->shutdown_deadline_ms) {
         log_warn("worker %d: %zu requests and %zu upstream calls still running after "
                  "shutdown-timeout; closing them",
@@ -45,7 +47,7 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct worker *w = arg;
     PC_CHECK_OBJ(w, WORKER_MAGIC);
-    if (w->stopping)
+    if (w->stopping || w->httpd == NULL)
         return;
     w->shutdown_deadline_ms = pc_mono_ms() + (uint64_t)(w->conf->shutdown_timeout * 1000.0);
     httpd_stop_accepting(w->httpd);
@@ -149,6 +151,9 @@ void worker_join(struct worker *w)
 
 void worker_close_clients(struct worker *w)
 {
+    /* The loop has been left for good: its own timers must not run again. */
+    event_del(w->exit_ev);
+    event_del(w->stop_ev);
     /* Close callbacks of unfinished requests schedule their frees on the loop. */
     httpd_destroy(&w->httpd);
     event_base_loop(w->base, EVLOOP_NONBLOCK);

@@ -127,3 +127,33 @@ for (const headers of INVALID_CONTROLS) {
         assert.equal(env.mock.callCount(), calls, 'the upstream was not called');
     });
 }
+
+h.test('a huge max-age accepts any entry (no overflow), a huge X-Cache-TTL is held to cache-max-ttl', async () => {
+    const body = h.chatBody(h.uniq('huge max-age'));
+    await env.proxy.post(CHAT, body);
+    for (const v of ['9223372036854775807', '99999999999999999999999999'])
+        h.assertHit(await env.proxy.post(CHAT, body, {'cache-control': `max-age=${v}`}));
+    const [key] = await newEntryKeys(() => env.proxy.post(CHAT, h.chatBody(h.uniq('ttl clamp')),
+        {'x-cache-ttl': '999999999999'}));
+    const pttl = await env.redis.command('PTTL', key);
+    /* cache-max-ttl defaults to 30 days. */
+    assert.ok(pttl > 0 && pttl <= 30 * 86400 * 1000, `PTTL ${pttl} held to cache-max-ttl`);
+});
+
+h.test('Pragma: no-cache (HTTP/1.0) refreshes like Cache-Control: no-cache', async () => {
+    const body = h.chatBody(h.uniq('pragma'));
+    await env.proxy.post(CHAT, body);
+    h.assertFromUpstream(await env.proxy.post(CHAT, body, {pragma: 'no-cache'}), env.mock, 'REFRESH');
+    /* Cache-Control, when present, is what counts. */
+    h.assertHit(await env.proxy.post(CHAT, body, {pragma: 'no-cache', 'cache-control': 'max-age=60'}));
+});
+
+h.test('the query string is part of the key (it reaches the upstream too)', async () => {
+    const body = h.chatBody(h.uniq('query key'));
+    const v1 = '/v1/chat/completions?api-version=2024-01-01';
+    const v2 = '/v1/chat/completions?api-version=2099-01-01';
+    h.assertFromUpstream(await env.proxy.post(v1, body), env.mock);
+    h.assertFromUpstream(await env.proxy.post(v2, body), env.mock);
+    h.assertHit(await env.proxy.post(v1, body));
+    h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
+});

@@ -94,3 +94,16 @@ h.test('different concurrent requests do not coalesce', async () => {
     assert.equal(env.mock.callCount(CHAT), calls + 3);
     results.forEach((r, i) => assert.match(h.chatText(r.json), new RegExp(`distinct ${i + 1}`)));
 });
+
+h.test('streams that differ in include_usage do not share a call: each gets what it asked for', async () => {
+    const q = h.uniq('usage split');
+    const withUsage = h.chatBody(q, h.STREAM_WITH_USAGE);
+    const without = h.chatBody(q, {stream: true});
+    const calls = env.mock.callCount(CHAT);
+    const headers = {'x-mock-delay-ms': '600'};
+    const [a, b] = await Promise.all([env.proxy.post(CHAT, withUsage, headers),
+        env.proxy.post(CHAT, without, headers)]);
+    assert.equal(env.mock.callCount(CHAT), calls + 2, 'two upstream calls');
+    assert.ok(h.assembleChat(h.parseSSE(a.text)).usage, 'the include_usage stream has usage');
+    assert.ok(!h.assembleChat(h.parseSSE(b.text)).usage, 'the other has none');
+});

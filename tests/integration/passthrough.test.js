@@ -99,3 +99,62 @@ h.test('with --upstream-key, tenants are still told apart by their own credentia
     h.assertFromUpstream(await proxy.post(CHAT, body, h.bearer('sk-tenant-two')), env.mock);
     assert.equal(await proxy.stop(), 0);
 });
+
+/*
+ * Send `raw` on one connection and collect what comes back until `count`
+ * response heads have arrived; resolves to {lines (status lines), raw}.
+ */
+function rawExchange(port, raw, count) {
+    const net = require('node:net');
+    return new Promise((resolve, reject) => {
+        const sock = net.connect({port, host: '127.0.0.1'}, () => sock.write(raw));
+        let buf = '';
+        const timer = setTimeout(() => done(new Error(`timed out; got: ${JSON.stringify(buf)}`)), 5000);
+        const done = (err) => {
+            clearTimeout(timer);
+            sock.destroy();
+            if (err)
+                return reject(err);
+            resolve({lines: buf.match(/^HTTP\/1\.1 .*$/gm) || [], raw: buf});
+        };
+        sock.on('data', (d) => {
+            buf += d.toString('latin1');
+            const heads = buf.split('\r\n\r\n').length - 1;
+            if (heads >= count)
+                setTimeout(() => done(), 50); /* let any stray framing bytes arrive */
+        });
+        sock.on('error', done);
+    });
+}
+
+h.test('a relayed 204 or 304 has no body framing, so keep-alive stays in step', async () => {
+    for (const status of ['204', '304']) {
+        const req = (extra) => `GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-nobody\r\n${extra}\r\n`;
+        const {raw} = await rawExchange(env.proxy.port,
+            req(`x-mock-status: ${status}\r\n`) + req(''), 2);
+        /* The second status line must follow the first head directly: no stray chunk framing. */
+        assert.match(raw, new RegExp(`^HTTP/1\\.1 ${status} [^]*?\r\n\r\nHTTP/1\\.1 200 `),
+            JSON.stringify(raw.slice(0, 400)));
+        assert.doesNotMatch(raw.split('\r\n\r\n')[0], /transfer-encoding/i);
+    }
+});
+
+h.test('request targets that are not origin-form are refused, never forwarded', async () => {
+    const calls = env.mock.callCount();
+    for (const target of ['@127.0.0.1:1/x', '.evil.example/x', 'http://127.0.0.1:1/x', '*']) {
+        const {lines} = await rawExchange(env.proxy.port,
+            `GET ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-target\r\n\r\n`, 1);
+        assert.match(lines[0] || '', /^HTTP\/1\.1 400 /, `target ${target}`);
+    }
+    assert.equal(env.mock.callCount(), calls, 'nothing reached the upstream');
+});
+
+h.test('a WebSocket upgrade is refused with 501, not left hanging', async () => {
+    const calls = env.mock.callCount();
+    const r = await env.proxy.request({method: 'GET', path: '/v1/realtime',
+        headers: {...h.bearer('sk-ws'), connection: 'Upgrade', upgrade: 'websocket',
+            'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ=='}});
+    assert.equal(r.status, 501);
+    assert.match(r.json.error.message, /WebSocket/);
+    assert.equal(env.mock.callCount(), calls);
+});

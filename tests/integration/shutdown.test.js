@@ -73,3 +73,21 @@ h.test('SIGTERM with nothing in flight exits 0 promptly', async () => {
     assert.equal(await proxy.stop(5000), 0);
     assert.ok(Date.now() - started < 5000);
 });
+
+h.test('shutdown-timeout ends requests that outlast it, and still exits 0', async () => {
+    const proxy = await env.startProxy({args: ['--shutdown-timeout', '0.5', '--workers', '4']});
+    const streams = [];
+    for (let i = 0; i < 3; i++) {
+        const id = h.uniq('stuck').replace(' ', '-');
+        const s = await proxy.openStream(CHAT, h.chatBody(h.uniq('stuck stream'), h.STREAM_WITH_USAGE),
+            {'x-mock-hold': id});
+        await s.nextEvent(5000);
+        streams.push({s, id});
+    }
+    assert.equal(await proxy.stop(15000), 0, 'exit code');
+    for (const {s, id} of streams) {
+        const end = await s.rest(5000);
+        assert.ok(!end.complete, 'a stream cut by the shutdown is not complete');
+        env.mock.release(id);
+    }
+});

@@ -268,8 +268,12 @@ class Mock extends EventEmitter {
         const ep = ENDPOINTS[rec.path];
         if (controls.status >= 400)
             return errorAnswer(rec.path, controls.status, `mock error ${controls.status} (x-mock-status)`);
-        if (rec.path === '/v1/models' && req.method === 'GET')
-            return modelList();
+        if (rec.path === '/v1/models' && req.method === 'GET') {
+            const list = modelList();
+            if (controls.status > 0) /* e.g. 204 or 304: node sends no body for those */
+                list.status = controls.status;
+            return list;
+        }
         if (!ep || req.method !== 'POST')
             return openaiError(404, `Unknown request URL: ${req.method} ${rec.path}.`);
         if (!rec.body || typeof rec.body !== 'object')

@@ -63,9 +63,9 @@ static void test_join_and_late_joiner(void)
     struct event_base *base = event_base_new();
     struct reader a = {0}, b = {0}, c = {0};
     bool leader = false;
-    a.sub = flight_subscribe(key_a, false, base, on_notify, &a, &leader);
+    a.sub = flight_subscribe(key_a, base, on_notify, &a, &leader);
     T_CHECK(leader);
-    b.sub = flight_subscribe(key_a, false, base, on_notify, &b, &leader);
+    b.sub = flight_subscribe(key_a, base, on_notify, &b, &leader);
     T_CHECK(!leader);
     struct flight *fl = flight_sub_flight(a.sub);
     T_CHECK(fl == flight_sub_flight(b.sub));
@@ -79,7 +79,7 @@ static void test_join_and_late_joiner(void)
     run(base);
     T_CHECK_INT(a.got.len, 6);
     /* A late joiner still sees the whole answer. */
-    c.sub = flight_subscribe(key_a, false, base, on_notify, &c, &leader);
+    c.sub = flight_subscribe(key_a, base, on_notify, &c, &leader);
     T_CHECK(!leader);
     flight_append(fl, "world", 5);
     flight_finish(fl, 0, NULL);
@@ -94,7 +94,7 @@ static void test_join_and_late_joiner(void)
 
     /* Finished flights leave the table: the next subscriber leads a new one. */
     struct reader d = {0};
-    d.sub = flight_subscribe(key_a, false, base, on_notify, &d, &leader);
+    d.sub = flight_subscribe(key_a, base, on_notify, &d, &leader);
     T_CHECK(leader);
     flight_finish(flight_sub_flight(d.sub), 0, NULL);
     flight_unsubscribe(&d.sub);
@@ -130,7 +130,7 @@ static void test_pause_resume(void)
     struct event *abort_ev = event_new(base, -1, 0, on_abort, NULL);
     struct lazy lz = {0};
     bool leader;
-    struct flight_sub *sub = flight_subscribe(NULL, false, base, on_lazy, &lz, &leader);
+    struct flight_sub *sub = flight_subscribe(NULL, base, on_lazy, &lz, &leader);
     struct flight *fl = flight_sub_flight(sub);
     flight_get(fl);
     flight_fetch_bind(fl, resume, abort_ev);
@@ -175,10 +175,11 @@ static void test_trim(void)
     struct event_base *base = event_base_new();
     struct reader rd = {0};
     bool leader;
-    rd.sub = flight_subscribe(NULL, true, base, on_notify, &rd, &leader);
+    rd.sub = flight_subscribe(NULL, base, on_notify, &rd, &leader);
     struct flight *fl = flight_sub_flight(rd.sub);
     flight_get(fl);
     flight_set_head(fl, 200, NULL, 0, "up");
+    flight_stop_recording(fl); /* as the fetch does past cache-max-entry-size */
     static char chunk[100 * 1024];
     for (int i = 0; i < 50; i++) {
         memset(chunk, 'a' + i % 26, sizeof(chunk));
@@ -218,7 +219,7 @@ static void *remote_main(void *arg)
 {
     struct remote *rm = arg;
     bool leader;
-    rm->rd.sub = flight_subscribe(key_a, false, rm->base, on_remote, rm, &leader);
+    rm->rd.sub = flight_subscribe(key_a, rm->base, on_remote, rm, &leader);
     pthread_mutex_lock(&rm->mu);
     rm->subscribed = true;
     pthread_cond_signal(&rm->cv);
@@ -233,7 +234,7 @@ static void test_cross_thread(void)
     struct event_base *base = event_base_new();
     struct reader local = {0};
     bool leader;
-    local.sub = flight_subscribe(key_a, false, base, on_notify, &local, &leader);
+    local.sub = flight_subscribe(key_a, base, on_notify, &local, &leader);
     T_CHECK(leader);
     struct flight *fl = flight_sub_flight(local.sub);
     flight_get(fl);

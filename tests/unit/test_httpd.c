@@ -74,7 +74,12 @@ static void test_parse_valid(void)
     /* Identical repeated Content-Length is fine. */
     T_CHECK(parse_str("PUT / HTTP/1.1\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\n") > 0);
     T_CHECK(parse_str("POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n") > 0);
-    T_CHECK(parse_str("GET http://x/y?z HTTP/1.1\r\nA: \x80\xff\r\n\r\n") > 0);
+    T_CHECK(parse_str("GET /y?z HTTP/1.1\r\nA: \x80\xff\r\n\r\n") > 0);
+    /* Only origin-form targets: the target is appended to an upstream URL. */
+    T_CHECK_INT(parse_str("GET http://x/y HTTP/1.1\r\n\r\n"), -400);
+    T_CHECK_INT(parse_str("GET @evil.example/x HTTP/1.1\r\n\r\n"), -400);
+    T_CHECK_INT(parse_str("GET .evil.example/x HTTP/1.1\r\n\r\n"), -400);
+    T_CHECK_INT(parse_str("OPTIONS * HTTP/1.1\r\n\r\n"), -400);
 }
 
 static void test_parse_incomplete(void)
