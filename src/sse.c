@@ -113,26 +113,53 @@ static cJSON *parse_json(const char *s, size_t n)
     return cJSON_ParseWithLengthOpts(s, n + 1, NULL, true);
 }
 
+static int key_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Whether no two members of object o share a name (sorted check: o may be huge). */
+static bool keys_unique(const cJSON *o)
+{
+    size_t n = 0, i = 0;
+    for (const cJSON *c = o->child; c != NULL; c = c->next)
+        n++;
+    if (n < 2)
+        return true;
+    const char **keys = pc_malloc(n * sizeof(*keys));
+    for (const cJSON *c = o->child; c != NULL; c = c->next)
+        keys[i++] = c->string;
+    qsort(keys, n, sizeof(*keys), key_cmp);
+    bool unique = true;
+    for (i = 1; i < n && unique; i++)
+        unique = strcmp(keys[i - 1], keys[i]) != 0;
+    free(keys);
+    return unique;
+}
+
 /*
- * Whether every number in j is finite. cJSON reads 1e999 as infinity and
- * writes it back as null, so such a value could not survive a cache round
- * trip: events holding one are treated as malformed.
+ * Whether j is JSON every reader sees alike: all numbers finite (cJSON reads
+ * 1e999 as infinity and writes it back as null) and no duplicate member names
+ * (cJSON takes the first, JavaScript clients the last). Events failing this
+ * could not survive a cache round trip unchanged, so they count as malformed.
  */
-static bool json_finite(const cJSON *j)
+static bool json_sane(const cJSON *j)
 {
     if (cJSON_IsNumber(j))
         return isfinite(j->valuedouble);
+    if (cJSON_IsObject(j) && !keys_unique(j))
+        return false;
     for (const cJSON *c = j->child; c != NULL; c = c->next)
-        if (!json_finite(c))
+        if (!json_sane(c))
             return false;
     return true;
 }
 
-/* An event's JSON object, or NULL if it is not one (see json_finite). */
+/* An event's JSON object, or NULL if it is not one (or not json_sane). */
 static cJSON *parse_object(const char *s, size_t n)
 {
     cJSON *j = parse_json(s, n);
-    if (j != NULL && (!cJSON_IsObject(j) || !json_finite(j))) {
+    if (j != NULL && (!cJSON_IsObject(j) || !json_sane(j))) {
         cJSON_Delete(j);
         j = NULL;
     }
@@ -469,10 +496,17 @@ static struct oa_acc *acc_get(struct oa_choice *c, const char *key)
     return a;
 }
 
-/* obj[key] = copy of v, unless v is absent, or null while obj already has key. */
+/* null, "" or 0: what Azure's content-filter chunks carry in id, model and created. */
+static bool json_blank(const cJSON *v)
+{
+    return cJSON_IsNull(v) || (cJSON_IsString(v) && *v->valuestring == '\0') ||
+           (cJSON_IsNumber(v) && v->valuedouble == 0);
+}
+
+/* obj[key] = copy of v, unless v is absent, or blank while obj already has key. */
 static void keep_last(cJSON *obj, const char *key, const cJSON *v)
 {
-    if (v == NULL || (cJSON_IsNull(v) && item(obj, key) != NULL))
+    if (v == NULL || (json_blank(v) && item(obj, key) != NULL))
         return;
     obj_set(obj, key, json_dup(v));
 }
@@ -644,6 +678,11 @@ static int oa_choice_chunk(struct oa_asm *st, const cJSON *ch)
     return cJSON_IsObject(delta) ? oa_delta(c, delta) : -1;
 }
 
+/*
+ * One chunk: top-level members keep their last non-blank value (Azure sends
+ * chunks with an empty id and model), usage its last non-null one; each
+ * choice is merged into the choice of the same index.
+ */
 static int oa_on_event(void *arg, enum ev_kind k, const struct sse_event *ev, const cJSON *chunk)
 {
     static const char *const keys[] = {"id", "created", "model", "service_tier",
@@ -969,7 +1008,7 @@ static int an_finish_block(struct an_block *b)
         v = chk(cJSON_CreateObject());
     else if ((v = parse_json(pc_buf_cstr(&b->acc), b->acc.len)) == NULL)
         return -1;
-    if (!json_finite(v)) {
+    if (!json_sane(v)) {
         cJSON_Delete(v);
         return -1;
     }

@@ -111,28 +111,32 @@ static char *parse_all(const char *s)
 
 /* --- fixtures -------------------------------------------------------------- */
 
-#define CHAT_HEAD                                                                                 \
-    "data: {'id':'chatcmpl-AbC1','object':'chat.completion.chunk','created':1727000000,"          \
+/*
+ * Recorded streams as the APIs send them, and the answers they stand for.
+ * Kept away from clang-format, which cannot lay out macro-built string tables.
+ */
+/* clang-format off */
+#define CHAT_HEAD \
+    "data: {'id':'chatcmpl-AbC1','object':'chat.completion.chunk','created':1727000000," \
     "'model':'gpt-4o-mini-2024-07-18','service_tier':'default','system_fingerprint':'fp_0ba0d1'," \
     "'choices':["
 #define CHAT_CHUNK(choice) CHAT_HEAD choice "],'usage':null}\n\n"
+#define DONE "data: [DONE]\n\n"
 
 /* Content answer, with stream_options.include_usage. */
-static const char chat_stream[] = CHAT_CHUNK(
-    "{'index':0,'delta':{'role':'assistant','content':'','refusal':null},"
-    "'logprobs':null,'finish_reason':null}")
+static const char chat_stream[] =
+    CHAT_CHUNK("{'index':0,'delta':{'role':'assistant','content':'','refusal':null},"
+               "'logprobs':null,'finish_reason':null}")
     CHAT_CHUNK("{'index':0,'delta':{'content':'Hello'},'logprobs':null,'finish_reason':null}")
-        CHAT_CHUNK(
-            "{'index':0,'delta':{'content':'! How can I'},'logprobs':null,'finish_reason':null}")
-            CHAT_CHUNK("{'index':0,'delta':{'content':' help you today?'},'logprobs':null,"
-                       "'finish_reason':null}")
-                CHAT_CHUNK("{'index':0,'delta':{},'logprobs':null,'finish_reason':'stop'}")
-                    CHAT_HEAD
-    "],'usage':{'prompt_tokens':19,'completion_tokens':10,'total_tokens':29,"
-    "'prompt_tokens_details':{'cached_tokens':0,'audio_tokens':0},"
-    "'completion_tokens_details':{'reasoning_tokens':0,'audio_tokens':0,"
-    "'accepted_prediction_tokens':0,'rejected_prediction_tokens':0}}}\n\n"
-    "data: [DONE]\n\n";
+    CHAT_CHUNK("{'index':0,'delta':{'content':'! How can I'},'logprobs':null,'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'content':' help you today?'},'logprobs':null,"
+               "'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{},'logprobs':null,'finish_reason':'stop'}")
+    CHAT_HEAD "],'usage':{'prompt_tokens':19,'completion_tokens':10,'total_tokens':29,"
+              "'prompt_tokens_details':{'cached_tokens':0,'audio_tokens':0},"
+              "'completion_tokens_details':{'reasoning_tokens':0,'audio_tokens':0,"
+              "'accepted_prediction_tokens':0,'rejected_prediction_tokens':0}}}\n\n"
+    DONE;
 
 static const char chat_answer[] =
     "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
@@ -145,30 +149,25 @@ static const char chat_answer[] =
     "'service_tier':'default','system_fingerprint':'fp_0ba0d1'}";
 
 /* Two parallel tool calls, arguments split mid-token; usage with cached tokens. */
-static const char chat_tools_stream[] = CHAT_CHUNK(
-    "{'index':0,'delta':{'role':'assistant','content':null,'tool_calls':[{'index':0,"
-    "'id':'call_Paris','type':'function','function':{'name':'get_weather',"
-    "'arguments':''}}],'refusal':null},'logprobs':null,'finish_reason':null}")
+static const char chat_tools_stream[] =
+    CHAT_CHUNK("{'index':0,'delta':{'role':'assistant','content':null,'tool_calls':[{'index':0,"
+               "'id':'call_Paris','type':'function','function':{'name':'get_weather',"
+               "'arguments':''}}],'refusal':null},'logprobs':null,'finish_reason':null}")
     CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'index':0,'function':{'arguments':'{`lo'}}]},"
                "'logprobs':null,'finish_reason':null}")
-        CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'index':0,'function':{'arguments':"
-                   "'cation`: `Par'}}]},'logprobs':null,'finish_reason':null}")
-            CHAT_CHUNK(
-                "{'index':0,'delta':{'tool_calls':[{'index':0,'function':{'arguments':'is`}'}}]},"
-                "'logprobs':null,'finish_reason':null}")
-                CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'index':1,'id':'call_Time','type':'"
-                           "function',"
-                           "'function':{'name':'get_time','arguments':''}}]},'logprobs':null,"
-                           "'finish_reason':null}")
-                    CHAT_CHUNK(
-                        "{'index':0,'delta':{'tool_calls':[{'index':1,'function':{'arguments':"
-                        "'{`tz`: `Europe/Paris`}'}}]},'logprobs':null,'finish_reason':null}")
-                        CHAT_CHUNK(
-                            "{'index':0,'delta':{},'logprobs':null,'finish_reason':'tool_calls'}")
-                            CHAT_HEAD
-    "],'usage':{'prompt_tokens':1200,'completion_tokens':45,'total_tokens':1245,"
-    "'prompt_tokens_details':{'cached_tokens':1024}}}\n\n"
-    "data: [DONE]\n\n";
+    CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'index':0,'function':{'arguments':"
+               "'cation`: `Par'}}]},'logprobs':null,'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'index':0,'function':{'arguments':'is`}'}}]},"
+               "'logprobs':null,'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'index':1,'id':'call_Time','type':'function',"
+               "'function':{'name':'get_time','arguments':''}}]},'logprobs':null,"
+               "'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'index':1,'function':{'arguments':"
+               "'{`tz`: `Europe/Paris`}'}}]},'logprobs':null,'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{},'logprobs':null,'finish_reason':'tool_calls'}")
+    CHAT_HEAD "],'usage':{'prompt_tokens':1200,'completion_tokens':45,'total_tokens':1245,"
+              "'prompt_tokens_details':{'cached_tokens':1024}}}\n\n"
+    DONE;
 
 static const char chat_tools_answer[] =
     "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
@@ -183,25 +182,21 @@ static const char chat_tools_answer[] =
     "'prompt_tokens_details':{'cached_tokens':1024}}}";
 
 /* n=2, choices interleaved, logprobs requested, no usage chunk. */
-#define LP(tok)                                                                       \
-    "{'content':[{'token':'" tok "','logprob':-0.5,'bytes':null,'top_logprobs':[]}]," \
-    "'refusal':null}"
-static const char chat_n2_stream[] = CHAT_CHUNK(
-    "{'index':0,'delta':{'role':'assistant','content':''},'logprobs':null,"
-    "'finish_reason':null}")
+#define LP(tok) \
+    "{'content':[{'token':'" tok "','logprob':-0.5,'bytes':null,'top_logprobs':[]}],'refusal':null}"
+static const char chat_n2_stream[] =
+    CHAT_CHUNK("{'index':0,'delta':{'role':'assistant','content':''},'logprobs':null,"
+               "'finish_reason':null}")
     CHAT_CHUNK("{'index':1,'delta':{'role':'assistant','content':''},'logprobs':null,"
                "'finish_reason':null}")
-        CHAT_CHUNK("{'index':1,'delta':{'content':'Bonjour'},'logprobs':" LP(
-            "Bonjour") ","
-                       "'finish_reason':null}")
-            CHAT_CHUNK(
-                "{'index':0,'delta':{'content':'Hi'},'logprobs':" LP("Hi") ",'finish_reason':null}")
-                CHAT_CHUNK("{'index':0,'delta':{'content':' there'},'logprobs':" LP(
-                    " there") ","
-                              "'finish_reason':null}")
-                    CHAT_CHUNK("{'index':1,'delta':{},'logprobs':null,'finish_reason':'length'}")
-                        CHAT_CHUNK("{'index':0,'delta':{},'logprobs':null,'finish_reason':'"
-                                   "stop'}") "data: [DONE]\n\n";
+    CHAT_CHUNK("{'index':1,'delta':{'content':'Bonjour'},'logprobs':" LP("Bonjour") ","
+               "'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'content':'Hi'},'logprobs':" LP("Hi") ",'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'content':' there'},'logprobs':" LP(" there") ","
+               "'finish_reason':null}")
+    CHAT_CHUNK("{'index':1,'delta':{},'logprobs':null,'finish_reason':'length'}")
+    CHAT_CHUNK("{'index':0,'delta':{},'logprobs':null,'finish_reason':'stop'}")
+    DONE;
 
 static const char chat_n2_answer[] =
     "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
@@ -215,19 +210,57 @@ static const char chat_n2_answer[] =
     "'logprobs':{'content':[{'token':'Bonjour','logprob':-0.5,'bytes':null,'top_logprobs':[]}],"
     "'refusal':null},'finish_reason':'length'}]}";
 
-#define CMPL_HEAD                                                              \
+/* Refusal and reasoning_content (vLLM, DeepSeek) pieces. */
+static const char chat_extras_stream[] =
+    CHAT_CHUNK("{'index':0,'delta':{'role':'assistant','content':null,'refusal':null},"
+               "'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'reasoning_content':'Think'},'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'reasoning_content':'ing.'},'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'refusal':'I can\\u0027t'},'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'refusal':' help.'},'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{},'finish_reason':'stop'}")
+    DONE;
+
+/* Tool-call deltas without "index", as some OpenAI-compatible servers send them. */
+static const char chat_noindex_stream[] =
+    CHAT_CHUNK("{'index':0,'delta':{'role':'assistant','tool_calls':[{'id':'a','type':"
+               "'function','function':{'name':'f','arguments':'{'}}]},'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'function':{'arguments':'}'}}]},"
+               "'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'id':'b','function':{'name':'g',"
+               "'arguments':'[]'}}]},'finish_reason':'tool_calls'}")
+    DONE;
+
+/* Azure: content-filter chunks with an empty id/model and created 0, first and last. */
+static const char chat_azure_stream[] =
+    "data: {'choices':[],'created':0,'id':'','model':'','object':'',"
+    "'prompt_filter_results':[{'prompt_index':0,'content_filter_results':"
+    "{'hate':{'filtered':false,'severity':'safe'}}}]}\n\n"
+    CHAT_CHUNK("{'index':0,'delta':{'role':'assistant','content':'Hi'},'finish_reason':null}")
+    CHAT_CHUNK("{'index':0,'delta':{},'finish_reason':'stop'}")
+    "data: {'choices':[{'content_filter_offsets':{'check_offset':0,'start_offset':0,"
+    "'end_offset':2},'content_filter_results':{},'finish_reason':null,'index':0}],"
+    "'created':0,'id':'','model':'','object':''}\n\n"
+    DONE;
+
+/* An error chunk before [DONE]. */
+static const char chat_error_stream[] =
+    CHAT_CHUNK("{'index':0,'delta':{'content':'Hi'},'finish_reason':null}")
+    "data: {'error':{'message':'The server had an error','type':'server_error'}}\n\n"
+    DONE;
+
+#define CMPL_HEAD \
     "data: {'id':'cmpl-9xYz','object':'text_completion','created':1727000100," \
     "'model':'gpt-3.5-turbo-instruct','choices':["
 #define CMPL_CHUNK(choice) CMPL_HEAD choice "],'usage':null}\n\n"
 
 static const char cmpl_stream[] =
     CMPL_CHUNK("{'text':'\\n\\nThis','index':0,'logprobs':null,'finish_reason':null}")
-        CMPL_CHUNK("{'text':' is a','index':0,'logprobs':null,'finish_reason':null}")
-            CMPL_CHUNK("{'text':' test.','index':0,'logprobs':null,'finish_reason':null}")
-                CMPL_CHUNK("{'text':'','index':0,'logprobs':null,'finish_reason':'length'}")
-                    CMPL_HEAD
-    "],'usage':{'prompt_tokens':5,'completion_tokens':7,'total_tokens':12}}\n\n"
-    "data: [DONE]\n\n";
+    CMPL_CHUNK("{'text':' is a','index':0,'logprobs':null,'finish_reason':null}")
+    CMPL_CHUNK("{'text':' test.','index':0,'logprobs':null,'finish_reason':null}")
+    CMPL_CHUNK("{'text':'','index':0,'logprobs':null,'finish_reason':'length'}")
+    CMPL_HEAD "],'usage':{'prompt_tokens':5,'completion_tokens':7,'total_tokens':12}}\n\n"
+    DONE;
 
 static const char cmpl_answer[] =
     "{'id':'cmpl-9xYz','object':'text_completion','created':1727000100,"
@@ -235,60 +268,52 @@ static const char cmpl_answer[] =
     "'logprobs':null,'finish_reason':'length'}],"
     "'usage':{'prompt_tokens':5,'completion_tokens':7,'total_tokens':12}}";
 
+/* Completions logprobs: every array inside concatenates. */
+static const char cmpl_lp_stream[] =
+    CMPL_CHUNK("{'text':'A','index':0,'logprobs':{'tokens':['A'],'token_logprobs':[-1],"
+               "'top_logprobs':null,'text_offset':[0]},'finish_reason':null}")
+    CMPL_CHUNK("{'text':'B','index':0,'logprobs':{'tokens':['B'],'token_logprobs':[-2],"
+               "'top_logprobs':null,'text_offset':[1]},'finish_reason':'stop'}")
+    DONE;
+
 #define AN(name, json) "event: " name "\ndata: " json "\n\n"
+#define AN_START(i, block) \
+    AN("content_block_start", "{'type':'content_block_start','index':" #i ",'content_block':" \
+       block "}")
+#define AN_DELTA(i, delta) \
+    AN("content_block_delta", "{'type':'content_block_delta','index':" #i ",'delta':" delta "}")
+#define AN_STOP(i) AN("content_block_stop", "{'type':'content_block_stop','index':" #i "}")
+#define AN_PING AN("ping", "{'type': 'ping'}")
+#define AN_END AN("message_stop", "{'type':'message_stop'}")
+#define AN_MSG AN("message_start", "{'type':'message_start','message':{'id':'m'}}")
 
 /* thinking + text + tool_use with split partial_json, pings, usage merge. */
-static const char an_stream[] = AN(
-    "message_start",
-    "{'type':'message_start','message':{'id':'msg_01XFDUDYJgAACzvnptvVoYEL','type':'message',"
-    "'role':'assistant','model':'claude-sonnet-4-20250514','content':[],'stop_reason':null,"
-    "'stop_sequence':null,'usage':{'input_tokens':472,'cache_creation_input_tokens':100,"
-    "'cache_read_input_tokens':2000,'output_tokens':2,'service_tier':'standard'}}}")
-    AN("content_block_start",
-       "{'type':'content_block_start','index':0,'content_block':"
-       "{'type':'thinking','thinking':'','signature':''}}") AN("ping", "{'type': 'ping'}")
-        AN("content_block_delta", "{'type':'content_block_delta','index':0,'delta':"
-                                  "{'type':'thinking_delta','thinking':'The user wants '}}")
-            AN("content_block_delta", "{'type':'content_block_delta','index':0,'delta':"
-                                      "{'type':'thinking_delta','thinking':'the weather.'}}")
-                AN("content_block_delta",
-                   "{'type':'content_block_delta','index':0,'delta':"
-                   "{'type':'signature_delta','signature':'EqQBCgIYAhIM1gbcDa9GJwZA'}}")
-                    AN("content_block_stop", "{'type':'content_block_stop','index':0}") AN(
-                        "content_block_start",
-                        "{'type':'content_block_start','index':1,'content_block':"
-                        "{'type':'text','text':''}}")
-                        AN("content_block_delta", "{'type':'content_block_delta','index':1,'delta':"
-                                                  "{'type':'text_delta','text':'Let me check '}}")
-                            AN("content_block_delta",
-                               "{'type':'content_block_delta','index':1,'delta':"
-                               "{'type':'text_delta','text':'the weather in Paris.'}}")
-                                AN("content_block_stop", "{'type':'content_block_stop','index':1}")
-                                    AN("content_block_start",
-                                       "{'type':'content_block_start','index':2,'content_block':"
-                                       "{'type':'tool_use','id':'toolu_01T1x1fJ34qAmk2tNTrN7Up6',"
-                                       "'name':'get_weather','input':{}}}")
-                                        AN("content_block_delta",
-                                           "{'type':'content_block_delta','index':2,'delta':"
-                                           "{'type':'input_json_delta','partial_json':''}}")
-                                            AN("content_block_delta",
-                                               "{'type':'content_block_delta','index':2,'delta':"
-                                               "{'type':'input_json_delta','partial_json':'{`"
-                                               "location`: `Pa'}}") AN("ping", "{'type': 'ping'}")
-                                                AN("content_block_delta",
-                                                   "{'type':'content_block_delta','index':2,'delta'"
-                                                   ":"
-                                                   "{'type':'input_json_delta','partial_json':'ris`"
-                                                   ", `unit`: [`c`]}'}}")
-                                                    AN("content_block_stop",
-                                                       "{'type':'content_block_stop','index':2}")
-                                                        AN("message_delta",
-                                                           "{'type':'message_delta','delta':{'stop_"
-                                                           "reason':'tool_use',"
-                                                           "'stop_sequence':null},'usage':{'output_"
-                                                           "tokens':89}}")
-                                                            AN("message_stop",
-                                                               "{'type':'message_stop'}");
+static const char an_stream[] =
+    AN("message_start",
+       "{'type':'message_start','message':{'id':'msg_01XFDUDYJgAACzvnptvVoYEL','type':'message',"
+       "'role':'assistant','model':'claude-sonnet-4-20250514','content':[],'stop_reason':null,"
+       "'stop_sequence':null,'usage':{'input_tokens':472,'cache_creation_input_tokens':100,"
+       "'cache_read_input_tokens':2000,'output_tokens':2,'service_tier':'standard'}}}")
+    AN_START(0, "{'type':'thinking','thinking':'','signature':''}")
+    AN_PING
+    AN_DELTA(0, "{'type':'thinking_delta','thinking':'The user wants '}")
+    AN_DELTA(0, "{'type':'thinking_delta','thinking':'the weather.'}")
+    AN_DELTA(0, "{'type':'signature_delta','signature':'EqQBCgIYAhIM1gbcDa9GJwZA'}")
+    AN_STOP(0)
+    AN_START(1, "{'type':'text','text':''}")
+    AN_DELTA(1, "{'type':'text_delta','text':'Let me check '}")
+    AN_DELTA(1, "{'type':'text_delta','text':'the weather in Paris.'}")
+    AN_STOP(1)
+    AN_START(2, "{'type':'tool_use','id':'toolu_01T1x1fJ34qAmk2tNTrN7Up6','name':'get_weather',"
+                "'input':{}}")
+    AN_DELTA(2, "{'type':'input_json_delta','partial_json':''}")
+    AN_DELTA(2, "{'type':'input_json_delta','partial_json':'{`location`: `Pa'}")
+    AN_PING
+    AN_DELTA(2, "{'type':'input_json_delta','partial_json':'ris`, `unit`: [`c`]}'}")
+    AN_STOP(2)
+    AN("message_delta", "{'type':'message_delta','delta':{'stop_reason':'tool_use',"
+                        "'stop_sequence':null},'usage':{'output_tokens':89}}")
+    AN_END;
 
 static const char an_answer[] =
     "{'id':'msg_01XFDUDYJgAACzvnptvVoYEL','type':'message','role':'assistant',"
@@ -301,6 +326,61 @@ static const char an_answer[] =
     "'stop_reason':'tool_use','stop_sequence':null,'usage':{'input_tokens':472,"
     "'cache_creation_input_tokens':100,'cache_read_input_tokens':2000,'output_tokens':89,"
     "'service_tier':'standard'}}";
+
+/* Without event: lines the data's type decides; a tool_use without deltas keeps {}. */
+static const char an_typed_stream[] =
+    "data: {'type':'message_start','message':{'id':'m','type':'message','role':'assistant',"
+    "'model':'c','content':[],'stop_reason':null,'stop_sequence':null,"
+    "'usage':{'input_tokens':3,'output_tokens':1}}}\n\n"
+    "data: {'type':'content_block_start','index':0,'content_block':"
+    "{'type':'tool_use','id':'t','name':'now','input':{}}}\n\n"
+    "data: {'type':'content_block_stop','index':0}\n\n"
+    "data: {'type':'message_delta','delta':{'stop_reason':'tool_use','stop_sequence':null},"
+    "'usage':{'output_tokens':5}}\n\n"
+    "data: {'type':'message_stop'}\n\n";
+
+/* An error event mid-stream, even with a message_stop after it. */
+static const char an_error_stream[] =
+    AN("message_start", "{'type':'message_start','message':{'id':'m','type':'message',"
+                        "'role':'assistant','model':'c','content':[],'usage':{}}}")
+    AN("error", "{'type':'error','error':{'type':'overloaded_error','message':'Overloaded'}}")
+    AN_END;
+
+/* Chat recordings sse_assemble must refuse. */
+static const char *const chat_bad[] = {
+    "data: not json\n\n" DONE,
+    "data: [1,2]\n\n" DONE,
+    "data: {'id':'x','choices':{}}\n\n" DONE,
+    DONE, /* no chunk at all */
+    "data: {'id':'x','choices':[{'index':-1,'delta':{}}]}\n\n" DONE,
+    "data: {'id':'x','choices':[{'index':'0','delta':{}}]}\n\n" DONE,
+    "data: {'id':'x','choices':[{'index':0,'delta':{'tool_calls':{}}}]}\n\n" DONE,
+    /* a number cJSON would turn into infinity (and print back as null) */
+    "data: {'id':'x','choices':[{'index':0,'delta':{'content':'a'}}],'n':1e999}\n\n" DONE,
+    /* duplicate member names: cJSON keeps the first, JavaScript clients the last */
+    "data: {'id':'x','choices':[{'index':0,'delta':{'content':'a','content':'b'}}]}\n\n" DONE,
+    "\x01\x02\xff garbage",
+    "",
+};
+
+/* Anthropic recordings sse_assemble must refuse. */
+static const char *const an_bad[] = {
+    /* block before message_start */
+    AN_START(0, "{'type':'text','text':''}") AN("message_stop", "{}"),
+    /* event name and type disagree */
+    AN_MSG AN("message_stop", "{'type':'ping'}"),
+    /* invalid partial_json */
+    AN_MSG AN_START(0, "{'type':'tool_use','input':{}}")
+    AN_DELTA(0, "{'type':'input_json_delta','partial_json':'{`a`'}") AN_END,
+    /* message_delta whose delta is not an object */
+    AN_MSG AN("message_delta", "{'type':'message_delta','delta':[1]}") AN_END,
+    /* tool input with an infinite number */
+    AN_MSG AN_START(0, "{'type':'tool_use','input':{}}")
+    AN_DELTA(0, "{'type':'input_json_delta','partial_json':'[1e999]'}") AN_END,
+    /* delta for a block never started */
+    AN_MSG AN_DELTA(3, "{'type':'text_delta','text':'x'}") AN_END,
+};
+/* clang-format on */
 
 /* --- parser -------------------------------------------------------------- */
 
@@ -445,14 +525,7 @@ static void test_assemble_chat_n2(void)
 
 static void test_assemble_chat_refusal_and_extras(void)
 {
-    const char *s = CHAT_CHUNK("{'index':0,'delta':{'role':'assistant','content':null,"
-                               "'refusal':null},'finish_reason':null}")
-        CHAT_CHUNK("{'index':0,'delta':{'reasoning_content':'Think'},'finish_reason':null}")
-            CHAT_CHUNK("{'index':0,'delta':{'reasoning_content':'ing.'},'finish_reason':null}")
-                CHAT_CHUNK("{'index':0,'delta':{'refusal':'I can\\u0027t'},'finish_reason':null}")
-                    CHAT_CHUNK("{'index':0,'delta':{'refusal':' help.'},'finish_reason':null}")
-                        CHAT_CHUNK(
-                            "{'index':0,'delta':{},'finish_reason':'stop'}") "data: [DONE]\n\n";
+    const char *s = chat_extras_stream;
     cJSON *a = assemble_q(API_CHAT, s, NULL);
     T_CHECK(same_json(a, "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
                          "'model':'gpt-4o-mini-2024-07-18','service_tier':'default',"
@@ -465,13 +538,7 @@ static void test_assemble_chat_refusal_and_extras(void)
 /* Servers that omit tool-call indexes: a new id starts a call, anything else continues it. */
 static void test_assemble_chat_tools_no_index(void)
 {
-    const char *s =
-        CHAT_CHUNK("{'index':0,'delta':{'role':'assistant','tool_calls':[{'id':'a','type':"
-                   "'function','function':{'name':'f','arguments':'{'}}]},'finish_reason':null}")
-            CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'function':{'arguments':'}'}}]},"
-                       "'finish_reason':null}")
-                CHAT_CHUNK("{'index':0,'delta':{'tool_calls':[{'id':'b','function':{'name':'g',"
-                           "'arguments':'[]'}}]},'finish_reason':'tool_calls'}") "data: [DONE]\n\n";
+    const char *s = chat_noindex_stream;
     cJSON *a = assemble_q(API_CHAT, s, NULL);
     T_CHECK(same_json(a, "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
                          "'model':'gpt-4o-mini-2024-07-18','service_tier':'default',"
@@ -483,6 +550,17 @@ static void test_assemble_chat_tools_no_index(void)
     cJSON_Delete(a);
 }
 
+static void test_assemble_chat_azure(void)
+{
+    const char *s = chat_azure_stream;
+    cJSON *a = assemble_q(API_CHAT, s, NULL);
+    T_CHECK(same_json(a, "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
+                         "'model':'gpt-4o-mini-2024-07-18','service_tier':'default',"
+                         "'system_fingerprint':'fp_0ba0d1','choices':[{'index':0,'message':"
+                         "{'role':'assistant','content':'Hi'},'finish_reason':'stop'}]}"));
+    cJSON_Delete(a);
+}
+
 static void test_assemble_completions(void)
 {
     struct api_usage u;
@@ -491,13 +569,7 @@ static void test_assemble_completions(void)
     T_CHECK_INT(u.prompt, 5);
     T_CHECK_INT(u.completion, 7);
     cJSON_Delete(a);
-    /* completions logprobs: every array inside concatenates */
-    const char *s = CMPL_CHUNK("{'text':'A','index':0,'logprobs':{'tokens':['A'],"
-                               "'token_logprobs':[-1],'top_logprobs':null,'text_offset':[0]},"
-                               "'finish_reason':null}")
-        CMPL_CHUNK(
-            "{'text':'B','index':0,'logprobs':{'tokens':['B'],'token_logprobs':[-2],"
-            "'top_logprobs':null,'text_offset':[1]},'finish_reason':'stop'}") "data: [DONE]\n\n";
+    const char *s = cmpl_lp_stream;
     a = assemble_q(API_COMPLETIONS, s, NULL);
     T_CHECK(same_json(a, "{'id':'cmpl-9xYz','object':'text_completion','created':1727000100,"
                          "'model':'gpt-3.5-turbo-instruct','choices':[{'text':'AB','index':0,"
@@ -518,15 +590,7 @@ static void test_assemble_anthropic(void)
     cJSON_Delete(a);
     T_CHECK(complete_q(API_MESSAGES, an_stream));
     /* without event: lines the data's type decides; a tool_use without deltas keeps {} */
-    const char *s = "data: {'type':'message_start','message':{'id':'m','type':'message',"
-                    "'role':'assistant','model':'c','content':[],'stop_reason':null,"
-                    "'stop_sequence':null,'usage':{'input_tokens':3,'output_tokens':1}}}\n\n"
-                    "data: {'type':'content_block_start','index':0,'content_block':"
-                    "{'type':'tool_use','id':'t','name':'now','input':{}}}\n\n"
-                    "data: {'type':'content_block_stop','index':0}\n\n"
-                    "data: {'type':'message_delta','delta':{'stop_reason':'tool_use',"
-                    "'stop_sequence':null},'usage':{'output_tokens':5}}\n\n"
-                    "data: {'type':'message_stop'}\n\n";
+    const char *s = an_typed_stream;
     a = assemble_q(API_MESSAGES, s, NULL);
     T_CHECK(same_json(a, "{'id':'m','type':'message','role':'assistant','model':'c',"
                          "'content':[{'type':'tool_use','id':'t','name':'now','input':{}}],"
@@ -584,76 +648,17 @@ static void test_cut_off(void)
 
 static void test_errors_and_garbage(void)
 {
-    /* Anthropic error event mid-stream, even if a message_stop follows */
-    const char *s =
-        AN("message_start", "{'type':'message_start','message':{'id':'m','type':'message',"
-                            "'role':'assistant','model':'c','content':[],'usage':{}}}")
-            AN("error", "{'type':'error','error':{'type':'overloaded_error','message':"
-                        "'Overloaded'}}") AN("message_stop", "{'type':'message_stop'}");
-    T_CHECK(assemble_q(API_MESSAGES, s, NULL) == NULL);
-    T_CHECK(!complete_q(API_MESSAGES, s));
-    /* OpenAI error chunk before [DONE] */
-    s = CHAT_CHUNK(
-        "{'index':0,'delta':{'content':'Hi'},'finish_reason':null}") "data: "
-                                                                     "{'error':{'message':'The "
-                                                                     "server had an "
-                                                                     "error','type':'server_error'}"
-                                                                     "}\n\n"
-                                                                     "data: [DONE]\n\n";
-    T_CHECK(assemble_q(API_CHAT, s, NULL) == NULL);
-    T_CHECK(!complete_q(API_CHAT, s));
-    static const char *const bad[] = {
-        "data: not json\n\ndata: [DONE]\n\n",
-        "data: [1,2]\n\ndata: [DONE]\n\n",
-        "data: {'id':'x','choices':{}}\n\ndata: [DONE]\n\n",
-        "data: [DONE]\n\n", /* no chunk at all */
-        "data: {'id':'x','choices':[{'index':-1,'delta':{}}]}\n\ndata: [DONE]\n\n",
-        "data: {'id':'x','choices':[{'index':'0','delta':{}}]}\n\ndata: [DONE]\n\n",
-        "data: {'id':'x','choices':[{'index':0,'delta':{'tool_calls':{}}}]}\n\ndata: [DONE]\n\n",
-        /* a number cJSON would turn into infinity (and print back as null) */
-        "data: {'id':'x','choices':[{'index':0,'delta':{'content':'a'}}],'n':1e999}\n\n"
-        "data: [DONE]\n\n",
-        "\x01\x02\xff garbage",
-        "",
-    };
-    for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
-        cJSON *a = assemble_q(API_CHAT, bad[i], NULL);
+    T_CHECK(assemble_q(API_MESSAGES, an_error_stream, NULL) == NULL);
+    T_CHECK(!complete_q(API_MESSAGES, an_error_stream));
+    T_CHECK(assemble_q(API_CHAT, chat_error_stream, NULL) == NULL);
+    T_CHECK(!complete_q(API_CHAT, chat_error_stream));
+    for (size_t i = 0; i < PC_ARRAY_LEN(chat_bad); i++) {
+        cJSON *a = assemble_q(API_CHAT, chat_bad[i], NULL);
         T_CHECK(a == NULL);
         cJSON_Delete(a);
     }
-    static const char *const bad_an[] = {
-        /* block before message_start */
-        AN("content_block_start", "{'type':'content_block_start','index':0,'content_block':"
-                                  "{'type':'text','text':''}}") AN("message_stop", "{}"),
-        /* event name and type disagree */
-        AN("message_start", "{'type':'message_start','message':{'id':'m'}}")
-            AN("message_stop", "{'type':'ping'}"),
-        /* invalid partial_json */
-        AN("message_start", "{'type':'message_start','message':{'id':'m'}}")
-            AN("content_block_start", "{'type':'content_block_start','index':0,"
-                                      "'content_block':{'type':'tool_use','input':{}}}")
-                AN("content_block_delta", "{'type':'content_block_delta','index':0,'delta':"
-                                          "{'type':'input_json_delta','partial_json':'{`a`'}}")
-                    AN("message_stop", "{'type':'message_stop'}"),
-        /* message_delta whose delta is not an object */
-        AN("message_start", "{'type':'message_start','message':{'id':'m'}}")
-            AN("message_delta", "{'type':'message_delta','delta':[1]}")
-                AN("message_stop", "{'type':'message_stop'}"),
-        /* tool input with an infinite number */
-        AN("message_start", "{'type':'message_start','message':{'id':'m'}}")
-            AN("content_block_start", "{'type':'content_block_start','index':0,"
-                                      "'content_block':{'type':'tool_use','input':{}}}")
-                AN("content_block_delta", "{'type':'content_block_delta','index':0,'delta':"
-                                          "{'type':'input_json_delta','partial_json':'[1e999]'}}")
-                    AN("message_stop", "{'type':'message_stop'}"),
-        /* delta for a block never started */
-        AN("message_start", "{'type':'message_start','message':{'id':'m'}}")
-            AN("content_block_delta", "{'type':'content_block_delta','index':3,'delta':"
-                                      "{'type':'text_delta','text':'x'}}")
-                AN("message_stop", "{'type':'message_stop'}"),
-    };
-    for (size_t i = 0; i < PC_ARRAY_LEN(bad_an); i++) {
-        cJSON *a = assemble_q(API_MESSAGES, bad_an[i], NULL);
+    for (size_t i = 0; i < PC_ARRAY_LEN(an_bad); i++) {
+        cJSON *a = assemble_q(API_MESSAGES, an_bad[i], NULL);
         T_CHECK(a == NULL);
         cJSON_Delete(a);
     }
@@ -900,6 +905,7 @@ int main(void)
     T_RUN(test_assemble_chat_n2);
     T_RUN(test_assemble_chat_refusal_and_extras);
     T_RUN(test_assemble_chat_tools_no_index);
+    T_RUN(test_assemble_chat_azure);
     T_RUN(test_assemble_completions);
     T_RUN(test_assemble_anthropic);
     T_RUN(test_cut_off);
