@@ -149,12 +149,16 @@ fuzz-replay: $(FUZZ_REPLAY)
 	@set -e; for t in $(FUZZ_REPLAY); do \
 		n=$$(basename $$t); echo "== $$n (corpus)"; $$t tests/fuzz/corpus/$${n#fuzz_}; done
 
+# One test file at a time (each starts its own redis-server and proxies);
+# Node 18 (Debian's) has no --test-concurrency and needs none.
+NODE_TEST = node --test $(shell node --test-concurrency=1 -e 0 2>/dev/null && echo --test-concurrency=1)
+
 integration-test: $(BIN)
-	PROMPTCACHE_BIN=$(abspath $(BIN)) node --test --test-concurrency=1 tests/integration/*.test.js
+	PROMPTCACHE_BIN=$(abspath $(BIN)) $(NODE_TEST) tests/integration/*.test.js
 
 client-test: $(BIN)
 	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error
-	PROMPTCACHE_BIN=$(abspath $(BIN)) node --test --test-concurrency=1 tests/clients/*.test.js
+	PROMPTCACHE_BIN=$(abspath $(BIN)) $(NODE_TEST) tests/clients/*.test.js
 
 format-check:
 	@command -v clang-format >/dev/null || { echo "clang-format missing (make deps-test)"; exit 1; }
