@@ -88,7 +88,7 @@ static const struct conf_key conf_keys[] = {
     {.name = "max-connections", .type = CONF_INT, FIELD(max_connections), .def = "10000",
      .imin = 1, .imax = 1000000,
      .help = "Maximum number of open client connections per worker. Beyond it, new connections "
-             "are not accepted until one closes."},
+             "are accepted and closed at once."},
     {.name = "max-body-size", .type = CONF_SIZE, FIELD(max_body_size), .def = "16m",
      .imin = KIB, .imax = GIB,
      .help = "Largest request body accepted from a client; a larger request is answered with "
@@ -107,13 +107,14 @@ static const struct conf_key conf_keys[] = {
      .check = check_upstream_url, .flags = CONF_URL_PASS, .arg = "URL", .section = "Upstream",
      .help = "Base URL of the model API that cache misses are forwarded to (http:// or "
              "https://). Repeat the key, or give several URLs on one line, to list replicas of "
-             "the same model server; requests are spread over them by prompt-prefix affinity "
-             "and load."},
+             "the same model server; requests are spread over them in turn (prompt-prefix "
+             "affinity is not part of this version yet)."},
     {.name = "upstream-type", .type = CONF_ENUM, FIELD(upstream_type), .def = "openai",
      .names = upstream_type_names,
-     .help = "Kind of API the upstream speaks: openai, anthropic, vllm or sglang. It decides "
-             "which prefix-cache hints are added to forwarded requests; use openai for OpenAI "
-             "and any other OpenAI-compatible server."},
+     .help = "Kind of API the upstream speaks: openai, anthropic, vllm or sglang; use openai "
+             "for OpenAI and any other OpenAI-compatible server. It decides how upstream-key is "
+             "sent (x-api-key for anthropic, Authorization: Bearer otherwise) and, once prefix "
+             "reuse is built, which cache hints are added to forwarded requests."},
     {.name = "upstream-key", .type = CONF_STRING, FIELD(upstream_key), .def = "",
      .flags = CONF_SECRET, .arg = "KEY", .example = "sk-...",
      .help = "API key sent to the upstream in place of the client's own credentials. When "
@@ -130,12 +131,14 @@ static const struct conf_key conf_keys[] = {
 
     {.name = "redis", .type = CONF_STRING, FIELD(redis), .def = "redis://127.0.0.1:6379/0",
      .check = check_redis_url, .flags = CONF_URL_PASS, .arg = "URL", .section = "Redis",
-     .help = "Redis server that holds cached answers, vectors and statistics. Write "
-             "redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:/PATH/TO/SOCKET."},
+     .help = "Redis server that holds the cached answers. Write "
+             "redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:/PATH/TO/SOCKET. A host name is "
+             "resolved once at start; prefer an IP address or a unix socket."},
     {.name = "redis-timeout", .type = CONF_INT, FIELD(redis_timeout), .def = "50", .imin = 1,
      .imax = 60000, .arg = "MILLISECONDS",
      .help = "Milliseconds to wait for the reply to one Redis command. A cache lookup that "
-             "takes longer is treated as a miss."},
+             "takes longer goes upstream with X-Cache-Status: BYPASS, and Redis being down or "
+             "slow never fails a request."},
     {.name = "redis-auto-migrate", .type = CONF_BOOL, FIELD(redis_auto_migrate), .def = "yes",
      .help = "Apply pending Redis schema migrations at start-up. With no, an out-of-date "
              "schema is an error and `promptcache migrate` must be run first."},
@@ -168,9 +171,10 @@ static const struct conf_key conf_keys[] = {
 
     {.name = "semantic", .type = CONF_BOOL, FIELD(semantic), .def = "no",
      .section = "Semantic cache",
-     .help = "Enable the semantic cache. A request whose last user message means the same as "
+     .help = "Enable the semantic cache: a request whose last user message means the same as "
              "that of a cached request, with the same earlier conversation, model and "
-             "parameters, is answered from the cache."},
+             "parameters, is answered from the cache. Not part of this version yet: yes is "
+             "accepted and logged, and only the exact cache answers."},
     {.name = "semantic-threshold", .type = CONF_DOUBLE, FIELD(semantic_threshold),
      .def = "0.9", .dmin = 0, .dmax = 1, .arg = "SIMILARITY",
      .help = "Cosine similarity, from 0 to 1, that counts as a semantic hit. The last user "
@@ -200,8 +204,9 @@ static const struct conf_key conf_keys[] = {
              "example from `openssl rand -hex 32`."},
     {.name = "pricing", .type = CONF_STRING, FIELD(pricing), .def = "", .arg = "PATH",
      .example = "conf/pricing.json",
-     .help = "Path of a JSON file with per-model token prices, used to report the money "
-             "saved. While empty, savings are reported in tokens only."},
+     .help = "Path of a JSON file with per-model token prices, for reporting the money saved "
+             "(reporting is not part of this version yet). While empty, savings are counted in "
+             "tokens only."},
 
     {.name = "log-level", .type = CONF_ENUM, FIELD(log_level), .def = "notice",
      .names = log_level_names, .section = "Logging",
