@@ -95,3 +95,36 @@ h.test('Redis not there at start: requests bypass, then the proxy connects by it
         await redis.stop();
     }
 });
+
+/* A Redis that stops answering (SIGSTOP: the connection stays open) is the slow case. */
+h.test('Redis frozen mid-run: requests bypass within redis-timeout, hits resume when it thaws', async () => {
+    const prompts = [h.uniq('frozen a'), h.uniq('frozen b')];
+    for (const p of prompts)
+        await env.proxy.post(CHAT, h.chatBody(p));
+    await env.proxy.waitReady(200, 10000);
+    const before = await env.proxy.stats();
+    const results = [];
+    const load = startLoad(env.proxy, prompts, results);
+    const pid = env.redis.proc.pid;
+    try {
+        await h.waitFor(() => results.filter((r) => r.cache === 'HIT').length >= 3,
+            {what: 'hits before the freeze'});
+        const frozenAt = Date.now();
+        process.kill(pid, 'SIGSTOP');
+        await h.waitFor(() => since(results, frozenAt).filter((r) => r.cache === 'BYPASS').length >= 3,
+            {timeout: 10000, what: 'BYPASS answers while Redis is frozen'});
+        const thawedAt = Date.now();
+        process.kill(pid, 'SIGCONT');
+        await h.waitFor(() => since(results, thawedAt).some((r) => r.cache === 'HIT'),
+            {timeout: 30000, what: 'hits to resume after Redis thawed'});
+    } finally {
+        try { process.kill(pid, 'SIGCONT'); } catch (e) { /* already running or gone */ }
+        await load.stop();
+    }
+    const failed = results.filter((r) => r.error || r.status !== 200);
+    assert.deepEqual(failed, [], `${failed.length} of ${results.length} requests failed`);
+    const slow = results.filter((r) => r.ms > 2000);
+    assert.deepEqual(slow, [], 'no request waited long on the frozen Redis');
+    const stats = await env.proxy.stats();
+    assert.ok(stats.redis_timeouts > before.redis_timeouts, 'redis_timeouts counted');
+});
