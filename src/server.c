@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -261,12 +262,39 @@ static void server_teardown(struct server *s)
     stats_unregister_all();
 }
 
+/*
+ * Raise the open-file limit towards what max-connections needs (its clients,
+ * plus room for upstream and Redis connections), as far as the hard limit
+ * allows. Accepts beyond the limit pause briefly rather than fail.
+ */
+static void raise_fd_limit(const struct conf *c)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return;
+    rlim_t want = (rlim_t)c->workers * (rlim_t)c->max_connections + 1024;
+    if (rl.rlim_cur >= want)
+        return;
+    rlim_t soft = rl.rlim_max == RLIM_INFINITY ? want : PC_MIN(want, rl.rlim_max);
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = soft;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0 && soft < want)
+        log_info("open files limited to %llu (hard limit); max-connections %lld x %d workers "
+                 "needs about %llu",
+                 (unsigned long long)soft, (long long)c->max_connections, c->workers,
+                 (unsigned long long)want);
+    else if (soft != old)
+        log_info("open files limit raised from %llu to %llu", (unsigned long long)old,
+                 (unsigned long long)soft);
+}
+
 int server_run(const struct conf *c)
 {
     struct server s = {.conf = c, .listen_fd = -1};
     char err[512] = "";
     int status = 1;
     flight_table_init();
+    raise_fd_limit(c);
     s.targets = pc_calloc(c->upstream.n, sizeof(*s.targets));
     for (size_t i = 0; i < c->upstream.n; i++, s.ntargets++)
         if (target_init(&s.targets[i], c->upstream.v[i], err, sizeof(err)) < 0)
