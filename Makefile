@@ -188,10 +188,10 @@ format:
 
 .PHONY: fuzz
 FUZZ_SECONDS ?= 60
-fuzz: | build/fuzz
+fuzz: $(BUILD)/gen/migrations.c | build/fuzz
 	@set -e; for f in $(FUZZ_SRCS); do \
 		n=$$(basename $$f .c); \
-		clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
+		clang -std=c11 -D_GNU_SOURCE -DPC_VERSION='"$(VERSION)"' -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
 			$$(pkg-config --cflags $(PKGS_PC)) -o build/fuzz/$$n $$f \
 			$$(ls src/*.c | grep -v src/main.c) $(BUILD)/gen/migrations.c $(LDLIBS_ALL); \
 		mkdir -p tests/fuzz/corpus-$${n#fuzz_}; \
