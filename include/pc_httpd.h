@@ -21,6 +21,24 @@
  *     and the request is freed after the callback returns.
  * Exactly one of the two happens. Requests pipelined on one connection are
  * handled one at a time, in order.
+ *
+ * A client that half-closes its connection (shutdown(SHUT_WR)) after sending
+ * a request is treated as gone, as nginx does by default: the request is
+ * abandoned (if the handler has it, its close callback runs) and no reply is
+ * sent. On the read side a half-close looks exactly like a client that left,
+ * and keeping a costly upstream call running for every vanished client would
+ * be the worse mistake.
+ *
+ * httpd answers some requests itself, in the API's JSON error shape, and
+ * closes the connection: 400, 431, 501, 505 for malformed heads, 417 for an
+ * Expect other than 100-continue, and 503 when the request-body budget below
+ * is used up.
+ *
+ * Memory for request bodies grows as the bytes arrive (a head announcing a
+ * large Content-Length costs nothing until the body comes). The bodies
+ * buffered by one httpd, from the first byte until their request is freed,
+ * share a budget (max_body_buffered); a body that would take the total over
+ * it gets a 503 instead.
  */
 #ifndef PC_HTTPD_H
 #define PC_HTTPD_H
@@ -44,12 +62,23 @@ enum httpd_req_error {
     HTTPD_REQ_BODY_TOO_LARGE, /* body over max_body_size: headers available, body empty */
 };
 
+/* Default request-body budget of one httpd: this many bodies of max_body_size ... */
+#define HTTPD_BODY_BUDGET_BODIES 64
+/* ... and never less than this. */
+#define HTTPD_BODY_BUDGET_MIN ((size_t)256 * 1024 * 1024)
+
 /* Zero fields take httpd's defaults; a negative timeout disables that timeout. */
 struct httpd_conf {
-    size_t max_header_size;  /* request line + headers; over it: 431 from httpd itself */
-    size_t max_headers;      /* header count; over it: 431 */
-    size_t max_body_size;    /* over it: handler called with HTTPD_REQ_BODY_TOO_LARGE */
-    double read_timeout;     /* seconds to receive a whole request once it started */
+    size_t max_header_size;   /* request line + headers; over it: 431 from httpd itself */
+    size_t max_headers;       /* header count; over it: 431 */
+    size_t max_body_size;     /* over it: handler called with HTTPD_REQ_BODY_TOO_LARGE */
+    size_t max_body_buffered; /* request-body bytes buffered by this httpd, all connections
+                                 together; over it: 503 from httpd. 0: HTTPD_BODY_BUDGET_BODIES
+                                 x max_body_size, at least HTTPD_BODY_BUDGET_MIN */
+    /* Seconds to receive a whole request: a new connection's first one counted from the
+     * accept (waiting for its first byte included), later ones from their first byte
+     * (idle_timeout bounds the wait for it). */
+    double read_timeout;
     double idle_timeout;     /* seconds a keep-alive connection may sit idle */
     double write_timeout;    /* seconds a client may leave queued output unread */
     size_t max_connections;  /* per httpd; further connections are accepted and closed */
@@ -70,6 +99,8 @@ struct httpd *httpd_create(struct event_base *base, int listen_fd, const struct 
 void httpd_stop_accepting(struct httpd *h);
 size_t httpd_active_requests(const struct httpd *h);
 size_t httpd_connection_count(const struct httpd *h);
+/* Bytes allocated for request bodies now (what max_body_buffered limits). */
+size_t httpd_buffered_body_bytes(const struct httpd *h);
 /* Close every connection (close callbacks of open requests run) and free. */
 void httpd_destroy(struct httpd **h);
 

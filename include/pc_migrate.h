@@ -33,15 +33,42 @@ extern const size_t pc_migrations_count;
 long migrate_latest(void);
 /*
  * The full script EVALed for migration i: checks the stored version equals
- * version-1 (else returns an error reply), runs the body, sets the version.
+ * version-1 (else returns an error reply "schema is at N, expected M"), runs
+ * the body, sets the version.
  */
 void migrate_script(size_t i, struct pc_buf *out);
+
+/*
+ * The EVAL command for migration i, shared by the store (async, on connect)
+ * and `promptcache migrate` (blocking): argv/lens point into the struct, so
+ * they are valid until migrate_eval_free.
+ */
+#define MIGRATE_EVAL_ARGC 7
+struct migrate_eval {
+    const char *argv[MIGRATE_EVAL_ARGC];
+    size_t lens[MIGRATE_EVAL_ARGC];
+    char what[96]; /* "migration 0001 initial", for messages */
+    struct pc_buf script;
+    char from[24], to[24], now[24];
+};
+void migrate_eval_init(struct migrate_eval *e, size_t i);
+void migrate_eval_free(struct migrate_eval *e);
+
+/*
+ * The schema version in a reply to GET PC_SCHEMA_KEY (nil counts as 0).
+ * Error replies are the caller's to handle first. -1 with a message in err if
+ * the reply is not a version.
+ */
+struct redisReply;
+int migrate_parse_version(const struct redisReply *r, long *v, char *err, size_t errlen);
 
 struct conf;
 /*
  * `promptcache migrate`: connect (blocking; this is a command-line tool, not
  * the event loop), print the current version and each pending migration, apply
- * them unless dry_run. Returns the process exit status.
+ * them unless dry_run. A migration another instance applied meanwhile counts as
+ * done. Ignores SIGPIPE from then on (for the rest of the process), so a
+ * dropped connection is reported, not fatal. Returns the process exit status.
  */
 int migrate_cli(const struct conf *c, bool dry_run);
 

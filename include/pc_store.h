@@ -7,7 +7,13 @@
  * The store is an optimisation, never a dependency of a request: when Redis is
  * down, slow or not yet migrated, store_ready() is false and commands return
  * NULL at once, so the caller bypasses the cache. Failures are counted in
- * redis_errors / redis_timeouts.
+ * redis_errors / redis_timeouts (a timeout counts in both).
+ *
+ * A command's timeout runs in real time from when it is sent, however busy the
+ * event loop is; a SET gets 1 ms more per 64 KiB of value. A command that
+ * times out does not by itself drop the connection: that happens when Redis
+ * then shows no sign of life (no reply nor part of one, and it takes none of
+ * the bytes still queued) for another redis-timeout.
  *
  * Callbacks run on the worker's thread, at most once, from inside a hiredis
  * callback or a timer; after store_cancel() they never run.
@@ -50,11 +56,24 @@ struct store_opts {
  */
 int store_parse_url(const char *url, char **host, int *port, char **unix_path, char **password,
                     int *db, char *err, size_t errlen);
+/*
+ * How log lines and messages name a server: its URL without the password
+ * ("unix:/path" when unix_path is not NULL, else "redis://host:port/db", with
+ * an IPv6 host in brackets). A malloc'd string the caller frees.
+ */
+char *store_where(const char *host, int port, const char *unix_path, int db);
 
 /*
  * NULL (logged) if opts->url is invalid. st (the worker's stats row, not
  * NULL) and base must outlive the store. The process must ignore SIGPIPE:
  * hiredis writes to a socket Redis may have closed.
+ *
+ * A host name is resolved here, once (hiredis 0.14 would call a blocking
+ * getaddrinfo on the event loop on every reconnect), so call this before the
+ * loop runs; every connection then goes to that address (the first IPv4 one,
+ * else the first IPv6 one, as hiredis picks). If the name does not resolve at
+ * start, a warning is logged and hiredis resolves it on each attempt. Redis
+ * moving to another address (a recreated container) needs a restart.
  */
 struct store *store_create(struct event_base *base, const struct store_opts *opts,
                            struct stats *st);

@@ -6,7 +6,8 @@
  * curl_multi_info_read). No call here blocks.
  *
  * One struct upstream per worker; it owns the multi handle (and so the pool of
- * keep-alive connections). One struct xfer per call.
+ * keep-alive connections). One struct xfer per call. Calls use HTTP/1.1 only,
+ * so that a paused transfer is held back by TCP flow control.
  *
  * Callback rules:
  *   - on_head and on_data run from inside libcurl callbacks. They may call
@@ -51,7 +52,9 @@ enum xfer_result {
 
 struct xfer_ops {
     /* The final response's status and headers (1xx responses are skipped). Names and
-     * values are trimmed; h and its strings are valid only during the call. */
+     * values are trimmed; a field whose name is not a token or whose value has control
+     * characters is dropped (pc_http_token, pc_http_field_value). h and its strings are
+     * valid only during the call. */
     void (*on_head)(void *arg, int status, const struct xfer_header *h, size_t nh);
     /* Body bytes as they arrive; return XFER_PAUSE to stop delivery until xfer_resume.
      * XFER_PAUSE means these bytes were NOT consumed: the same bytes are passed

@@ -88,6 +88,8 @@ void pc_iso8601(int64_t wall_ms, char out[PC_ISO8601_LEN]);
 
 /* A duration in seconds as a struct timeval (negative counts as 0). */
 struct timeval pc_timeval(double secs);
+/* The same for a whole number of milliseconds (negative counts as 0). */
+struct timeval pc_timeval_ms(int64_t ms);
 
 /* Lower-case hex of in[0..n) into out, which must hold 2n+1 bytes. */
 void pc_hex(const unsigned char *in, size_t n, char *out);
@@ -109,6 +111,31 @@ bool pc_strncaseeq(const char *a, const char *b, size_t n);
  */
 bool pc_hop_by_hop(const char *name);
 bool pc_token_list_has(const char *list, const char *token);
+
+/*
+ * The one definition of the RFC 9110 field syntax, used by the server (what
+ * clients send, what handlers reply) and the upstream side (what upstreams
+ * answer, what we send them), so the two can never disagree.
+ * pc_http_tchar: a token character (5.6.2): ALPHA, DIGIT, "!#$%&'*+-.^_`|~".
+ * pc_http_field_char: a field-value byte (5.5): visible ASCII, SP, HTAB or
+ * obs-text (0x80-0xff); never CR, LF, NUL, DEL or another control.
+ * pc_http_token: s[0..n) is a non-empty token (method, field name).
+ * pc_http_field_value: every byte of s[0..n) is a field-value byte (empty ok;
+ * the caller trims surrounding blanks).
+ */
+#define PC_HTTP_TCHAR      0x01
+#define PC_HTTP_FIELD_CHAR 0x02
+extern const unsigned char pc_http_char_class[256];
+static inline bool pc_http_tchar(char c)
+{
+    return (pc_http_char_class[(unsigned char)c] & PC_HTTP_TCHAR) != 0;
+}
+static inline bool pc_http_field_char(char c)
+{
+    return (pc_http_char_class[(unsigned char)c] & PC_HTTP_FIELD_CHAR) != 0;
+}
+bool pc_http_token(const char *s, size_t n);
+bool pc_http_field_value(const char *s, size_t n);
 
 /*
  * Strict number parsing for config values and headers: the whole string must

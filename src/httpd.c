@@ -27,6 +27,15 @@
  *
  * While HANDLER, input is still read (at most 64 KiB of it) so that EOF is
  * seen: the client is gone, its request's close callback runs.
+ *
+ * Timers: read_timeout runs from the accept over a connection's whole first
+ * request (the wait for its first byte included), and from the first byte
+ * for later ones, whose wait is bounded by idle_timeout.
+ *
+ * Request bodies live in a buffer of their own that doubles as bytes arrive
+ * (never past the declared length), not allocated whole when the head comes.
+ * h->body_bytes counts the capacity of every body buffer of this httpd until
+ * its request is freed; a growth past conf.max_body_buffered is answered 503.
  */
 #include "pc_httpd.h"
 #include "pc_log.h"
@@ -57,6 +66,8 @@
 #define LINGER_SECONDS  2.0                /* lingering close: how long to discard input */
 #define LINGER_BYTES    (4u * 1024 * 1024) /* ... and how much of it */
 #define CHUNK_LINE_MAX  4096               /* chunk-size and trailer lines */
+#define BODY_MIN_ALLOC  (16u * 1024)       /* first allocation of a request body */
+#define BUDGET_WARN_US  (60u * 1000000)    /* at most one budget warning a minute */
 #define ACCEPT_PAUSE_US 100000             /* after EMFILE and friends */
 #define SERVER_NAME_MAX 128
 #define HEAD_BUF        512 /* status line + httpd's own headers */
@@ -116,7 +127,9 @@ struct httpd {
     struct event *accept_timer;      /* re-enables the listener after an accept error */
     struct httpd_conn *conns;        /* every connection, DEAD ones included */
     size_t nconns;
-    size_t nactive; /* requests handed to the handler and not finished */
+    size_t nactive;          /* requests handed to the handler and not finished */
+    size_t body_bytes;       /* allocated for request bodies, up to conf.max_body_buffered */
+    uint64_t budget_warn_us; /* pc_mono_us() of the last "budget used up" warning */
     bool stopping;
     struct httpd_header_span *spans; /* parser scratch, conf.max_headers entries */
     time_t date_sec;
@@ -136,6 +149,8 @@ struct httpd_conn {
     size_t scan_off;       /* head bytes already searched for the blank line */
     int scan_state;
     uint64_t body_left; /* Content-Length or current chunk bytes still to read */
+    size_t body_limit;  /* capacity the body buffer may grow to (its length + NUL) */
+    bool first_req;     /* reading the connection's first request: timed from the accept */
     enum chunk_state chunk;
     size_t trailer_bytes;
     size_t linger_bytes;
@@ -153,15 +168,16 @@ struct httpd_req {
     const char *method, *target, *path, *query;
     struct httpd_header *headers;
     size_t nheaders;
-    char *body; /* Content-Length body (inside this allocation) or cbody.data */
+    char *body; /* the complete body (bodybuf.data), or NULL */
     size_t body_len;
-    struct pc_buf cbody; /* chunked body */
+    struct pc_buf bodybuf; /* body being read; its cap counts in h->body_bytes */
     enum httpd_req_error error;
     int minor;
     bool is_head;
     bool no_body_out; /* streamed reply with a status that has no body (1xx, 204, 304) */
     bool keep_alive;  /* what the client asked for, then what the reply promised */
     bool expect_continue;
+    bool expect_bad; /* an expectation other than 100-continue: 417 */
     bool chunked_in;
     bool dispatched;
     bool started; /* reply head written */
@@ -176,7 +192,7 @@ struct httpd_req {
     httpd_req_fn *drain_fn;
     void *drain_arg;
     size_t drain_low;
-    /* headers[], the head copy and the path copy follow, then the body */
+    /* headers[], the head copy and the path copy follow */
 };
 
 static void conn_process(struct httpd_conn *c);
@@ -187,19 +203,6 @@ static void conn_start_close(struct httpd_conn *c);
 /* ------------------------------------------------------------------------ */
 /* Request head parser (pure)                                                */
 
-/* RFC 9110 tchar. */
-static const unsigned char tchar[256] = {
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 1, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0,
-    0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 1, 0,
-};
-
-static bool is_tchar(char ch)
-{
-    return tchar[(unsigned char)ch] != 0;
-}
-
 /* request-target bytes: visible ASCII and obs-text, no space or controls. */
 static bool is_target_char(char ch)
 {
@@ -207,32 +210,15 @@ static bool is_target_char(char ch)
     return u > 0x20 && u != 0x7f;
 }
 
-/* field-value bytes: HTAB, SP, visible ASCII, obs-text. */
-static bool is_value_char(char ch)
-{
-    unsigned char u = (unsigned char)ch;
-    return u == '\t' || (u >= 0x20 && u != 0x7f);
-}
-
 static bool is_ows(char ch)
 {
     return ch == ' ' || ch == '\t';
 }
 
-/* a[0..alen) equals the lower-case literal lit, ignoring ASCII case. */
-static bool caseeq_lit(const char *a, size_t alen, const char *lit)
+/* a[0..alen) equals the literal lit, ignoring ASCII case. */
+static bool span_caseeq(const char *a, size_t alen, const char *lit)
 {
-    size_t n = strlen(lit);
-    if (alen != n)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char ch = a[i];
-        if (ch >= 'A' && ch <= 'Z')
-            ch = (char)(ch - 'A' + 'a');
-        if (ch != lit[i])
-            return false;
-    }
-    return true;
+    return alen == strlen(lit) && pc_strncaseeq(a, lit, alen);
 }
 
 /*
@@ -268,7 +254,7 @@ static int parse_version(const char *v)
 static long parse_request_line(const char *buf, size_t len, size_t pos, struct httpd_head *hd)
 {
     size_t i = pos;
-    while (i < len && is_tchar(buf[i]))
+    while (i < len && pc_http_tchar(buf[i]))
         i++;
     if (i == len)
         return 0;
@@ -311,7 +297,7 @@ static long parse_request_line(const char *buf, size_t len, size_t pos, struct h
 static long parse_header_line(const char *buf, size_t len, size_t pos, struct httpd_head *hd)
 {
     size_t i = pos;
-    while (i < len && is_tchar(buf[i]))
+    while (i < len && pc_http_tchar(buf[i]))
         i++;
     if (i == len)
         return 0;
@@ -326,9 +312,8 @@ static long parse_header_line(const char *buf, size_t len, size_t pos, struct ht
     size_t vend = lf;
     if (vend > vstart && buf[vend - 1] == '\r') /* CRLF, or a CR whose LF is yet to come */
         vend--;
-    for (size_t k = vstart; k < vend; k++)
-        if (!is_value_char(buf[k])) /* bare CR, NUL, other controls */
-            return -400;
+    if (!pc_http_field_value(buf + vstart, vend - vstart)) /* bare CR, NUL, other controls */
+        return -400;
     if (nl == NULL)
         return 0;
     while (vend > vstart && is_ows(buf[vend - 1]))
@@ -369,7 +354,7 @@ static int parse_framing(const struct httpd_head *hd, struct framing *fr)
     memset(fr, 0, sizeof(*fr));
     for (size_t i = 0; i < hd->nheaders; i++) {
         const struct httpd_header_span *s = &hd->headers[i];
-        if (caseeq_lit(s->name, s->name_len, "content-length")) {
+        if (span_caseeq(s->name, s->name_len, "content-length")) {
             uint64_t v;
             if (parse_length(s->value, s->value_len, &v) < 0)
                 return -400;
@@ -377,9 +362,9 @@ static int parse_framing(const struct httpd_head *hd, struct framing *fr)
                 return -400;
             fr->has_length = true;
             fr->length = v;
-        } else if (caseeq_lit(s->name, s->name_len, "transfer-encoding")) {
+        } else if (span_caseeq(s->name, s->name_len, "transfer-encoding")) {
             te_count++;
-            if (!caseeq_lit(s->value, s->value_len, "chunked"))
+            if (!span_caseeq(s->value, s->value_len, "chunked"))
                 te_chunked = false;
         }
     }
@@ -667,18 +652,29 @@ static void write_head(struct httpd_conn *c, int status, enum frame fr, uint64_t
     pc_buf_reset(&c->hdrs);
 }
 
-/* The message of httpd's own protocol-error replies. */
-static const char *error_message(int status)
+/* httpd's own error replies: message and error type of the JSON body. */
+static const struct {
+    int status;
+    const char *message;
+    const char *type;
+} own_errors[] = {
+    {400, "Malformed HTTP request.", "invalid_request_error"},
+    {417, "Only the 100-continue expectation is supported.", "invalid_request_error"},
+    {431, "Request header fields too large.", "invalid_request_error"},
+    {501, "Transfer coding not implemented.", "invalid_request_error"},
+    {503, "server busy: too many large request bodies in flight", "server_error"},
+    {505, "HTTP version not supported.", "invalid_request_error"},
+};
+
+static void error_text(int status, const char **message, const char **type)
 {
-    if (status == 400)
-        return "Malformed HTTP request.";
-    if (status == 431)
-        return "Request header fields too large.";
-    if (status == 501)
-        return "Transfer coding not implemented.";
-    if (status == 505)
-        return "HTTP version not supported.";
-    return httpd_reason(status);
+    *message = httpd_reason(status);
+    *type = "invalid_request_error";
+    for (size_t i = 0; i < PC_ARRAY_LEN(own_errors); i++)
+        if (own_errors[i].status == status) {
+            *message = own_errors[i].message;
+            *type = own_errors[i].type;
+        }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -736,13 +732,22 @@ static void conn_kill(struct httpd_conn *c)
     conn_schedule(c);
 }
 
+/* Free r's body buffer and give its bytes back to the budget. */
+static void req_body_release(struct httpd *h, struct httpd_req *r)
+{
+    h->body_bytes -= r->bodybuf.cap;
+    pc_buf_free(&r->bodybuf);
+    r->body = NULL;
+    r->body_len = 0;
+}
+
 static void req_free(struct httpd_conn *c)
 {
     struct httpd_req *r = c->req;
     c->req = NULL;
     if (r->dispatched && !r->finished)
         c->h->nactive--;
-    pc_buf_free(&r->cbody);
+    req_body_release(c->h, r);
     r->magic = 0;
     free(r);
 }
@@ -775,6 +780,7 @@ static void conn_enter_idle(struct httpd_conn *c)
 {
     struct httpd *h = c->h;
     c->state = C_IDLE;
+    c->first_req = false;
     pc_buf_reset(&c->hdrs);
     if (h->stopping && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0) {
         conn_kill(c);
@@ -844,14 +850,15 @@ static void conn_start_close(struct httpd_conn *c)
         conn_linger(c);
 }
 
-/* Protocol error before the request reached the handler: JSON error, then close. */
+/* Refused before the request reached the handler: JSON error, then close. */
 static void conn_error(struct httpd_conn *c, int status)
 {
     char body[256];
-    int n = snprintf(body, sizeof(body),
-                     "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\","
-                     "\"code\":null}}",
-                     error_message(status));
+    const char *message, *type;
+    error_text(status, &message, &type);
+    int n =
+        snprintf(body, sizeof(body),
+                 "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":null}}", message, type);
     log_debug("httpd: %s: rejected request with %d", conn_peer(c), status);
     pc_buf_reset(&c->hdrs);
     pc_buf_append_str(&c->hdrs, "Content-Type: application/json\r\n");
@@ -927,15 +934,8 @@ static void connection_tokens(const struct httpd_req *r, bool *close_tok, bool *
     for (size_t i = 0; i < r->nheaders; i++) {
         if (!pc_strcaseeq(r->headers[i].name, "connection"))
             continue;
-        for (const char *p = r->headers[i].value; *p != '\0';) {
-            while (*p == ',' || is_ows(*p))
-                p++;
-            const char *t = p;
-            while (*p != '\0' && *p != ',' && !is_ows(*p))
-                p++;
-            *close_tok |= caseeq_lit(t, (size_t)(p - t), "close");
-            *ka_tok |= caseeq_lit(t, (size_t)(p - t), "keep-alive");
-        }
+        *close_tok |= pc_token_list_has(r->headers[i].value, "close");
+        *ka_tok |= pc_token_list_has(r->headers[i].value, "keep-alive");
     }
 }
 
@@ -968,62 +968,81 @@ static void req_fill(struct httpd_req *r, const char *p, size_t len, const struc
     }
 }
 
+/* Expect fields: 100-continue (any case) or empty; anything else gets a 417. */
+static void req_expect(struct httpd_req *r)
+{
+    for (size_t i = 0; i < r->nheaders; i++) {
+        const struct httpd_header *hdr = &r->headers[i];
+        if (!pc_strcaseeq(hdr->name, "expect"))
+            continue;
+        if (pc_strcaseeq(hdr->value, "100-continue"))
+            r->expect_continue = true;
+        else if (hdr->value[0] != '\0')
+            r->expect_bad = true;
+    }
+}
+
 /*
  * One allocation per request: the struct, the header array, a copy of the
- * head (strings NUL-terminated in place), the path when there is a query,
- * and a Content-Length body that will be read.
+ * head (strings NUL-terminated in place) and the path when there is a query.
+ * The body gets its own buffer, grown as it arrives (req_body_reserve).
  */
 static struct httpd_req *req_create(struct httpd_conn *c, const char *p, size_t len,
-                                    const struct httpd_head *hd, const struct framing *fr)
+                                    const struct httpd_head *hd)
 {
-    size_t body_cap = 0, path_cap = 0;
-    if (fr->has_length && fr->length > 0 && fr->length <= c->h->conf.max_body_size)
-        body_cap = (size_t)fr->length + 1;
+    size_t path_cap = 0;
     if (memchr(hd->target, '?', hd->target_len) != NULL)
         path_cap = hd->target_len + 1;
     size_t hdr_size = hd->nheaders * sizeof(struct httpd_header);
-    struct httpd_req *r = pc_malloc(sizeof(*r) + hdr_size + len + 1 + path_cap + body_cap);
+    struct httpd_req *r = pc_malloc(sizeof(*r) + hdr_size + len + 1 + path_cap);
     memset(r, 0, sizeof(*r));
     r->magic = REQ_MAGIC;
     r->conn = c;
     r->headers = (struct httpd_header *)(r + 1);
     char *copy = (char *)r->headers + hdr_size;
     req_fill(r, p, len, hd, copy, copy + len + 1);
-    if (body_cap != 0)
-        r->body = copy + len + 1 + path_cap;
     r->minor = hd->minor_version;
     r->is_head = strcmp(r->method, "HEAD") == 0;
     bool close_tok, ka_tok;
     connection_tokens(r, &close_tok, &ka_tok);
     r->keep_alive = !close_tok && (r->minor == 1 || ka_tok);
-    const char *expect = httpd_req_header(r, "expect");
-    r->expect_continue = expect != NULL && pc_strcaseeq(expect, "100-continue");
+    req_expect(r);
     r->start_us = pc_mono_us();
     return r;
 }
 
-/* IDLE: drop blank lines between requests; the first other byte starts a head. */
+/*
+ * IDLE: drop blank lines (CRLF or LF) between requests; the first other byte
+ * starts a head. 1 when moving on to HEAD; 0 to wait, or after rejecting a
+ * bare CR.
+ */
 static int conn_start_head(struct httpd_conn *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->bev);
     for (;;) {
-        struct evbuffer_iovec v;
-        if (evbuffer_get_length(in) == 0)
+        char b[2];
+        ev_ssize_t n = evbuffer_copyout(in, b, sizeof(b));
+        if (n <= 0)
             return 0;
-        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
-            return 0;
-        const char *p = v.iov_base;
-        size_t n = 0;
-        while (n < v.iov_len && (p[n] == '\r' || p[n] == '\n'))
-            n++;
-        if (n == 0)
+        if (b[0] == '\n') {
+            evbuffer_drain(in, 1);
+        } else if (b[0] != '\r') {
             break;
-        evbuffer_drain(in, n);
+        } else if (n == 1) {
+            return 0; /* its LF is yet to come */
+        } else if (b[1] == '\n') {
+            evbuffer_drain(in, 2);
+        } else {
+            conn_error(c, 400);
+            return 0;
+        }
     }
     c->state = C_HEAD;
     c->scan_off = 0;
     c->scan_state = 0;
-    conn_arm_timer(c, c->h->conf.read_timeout);
+    /* A new connection's first request stays on the timer armed at the accept. */
+    if (!c->first_req)
+        conn_arm_timer(c, c->h->conf.read_timeout);
     return 1;
 }
 
@@ -1047,27 +1066,51 @@ static void conn_too_large(struct httpd_conn *c)
     log_debug("httpd: %s: request body over %zu bytes", conn_peer(c), c->h->conf.max_body_size);
     r->error = HTTPD_REQ_BODY_TOO_LARGE;
     r->keep_alive = false;
-    r->body = NULL;
-    r->body_len = 0;
-    pc_buf_free(&r->cbody);
+    req_body_release(c->h, r);
     conn_dispatch(c);
+}
+
+/*
+ * A body would take the httpd's buffered request bodies over their budget:
+ * 503, then close. The warning is rate-limited: under attack it would flood.
+ */
+static void conn_over_budget(struct httpd_conn *c)
+{
+    struct httpd *h = c->h;
+    uint64_t now = pc_mono_us();
+    if (h->budget_warn_us == 0 || now - h->budget_warn_us >= BUDGET_WARN_US) {
+        h->budget_warn_us = now;
+        log_warn("httpd: request bodies use %zu of %zu bytes; answering 503 (logged at most "
+                 "once a minute)",
+                 h->body_bytes, h->conf.max_body_buffered);
+    }
+    req_body_release(h, c->req);
+    conn_error(c, 503);
 }
 
 /* After the head: dispatch at once, or set up body reading (1). */
 static int conn_begin_body(struct httpd_conn *c, const struct framing *fr)
 {
     struct httpd_req *r = c->req;
+    struct httpd *h = c->h;
     if (fr->chunked) {
         r->chunked_in = true;
         c->chunk = CH_SIZE;
         c->trailer_bytes = 0;
-    } else if (fr->has_length && fr->length > c->h->conf.max_body_size) {
+        c->body_limit = h->conf.max_body_size + 1;
+    } else if (fr->has_length && fr->length > h->conf.max_body_size) {
         conn_too_large(c);
         return 0;
     } else if (fr->has_length && fr->length > 0) {
         c->body_left = fr->length;
+        c->body_limit = (size_t)fr->length + 1;
     } else {
         conn_dispatch(c);
+        return 0;
+    }
+    /* Refuse now, before a 100 Continue, if not even the first allocation fits. */
+    if (PC_MIN(c->body_limit, (size_t)BODY_MIN_ALLOC) > h->conf.max_body_buffered - h->body_bytes) {
+        conn_over_budget(c);
         return 0;
     }
     if (r->expect_continue && r->minor == 1 &&
@@ -1101,8 +1144,12 @@ static int conn_read_head(struct httpd_conn *c)
         conn_error(c, rc == 0 ? 400 : (int)-rc);
         return 0;
     }
-    c->req = req_create(c, p, (size_t)rc, &hd, &fr);
+    c->req = req_create(c, p, (size_t)rc, &hd);
     evbuffer_drain(in, (size_t)rc);
+    if (c->req->expect_bad) {
+        conn_error(c, 417);
+        return 0;
+    }
     return conn_begin_body(c, &fr);
 }
 
@@ -1154,26 +1201,61 @@ static int parse_chunk_size(const char *line, size_t n, uint64_t *out)
         i++;
     if (i < n && line[i] != ';')
         return -1;
-    for (; i < n; i++)
-        if (!is_value_char(line[i]))
-            return -1;
+    if (!pc_http_field_value(line + i, n - i))
+        return -1;
     *out = v;
     return 0;
 }
 
-/* Append up to body_left bytes of chunk data; 1 when the chunk is complete. */
-static int conn_read_chunk_data(struct httpd_conn *c)
+/*
+ * Room for n more body bytes and the NUL. The buffer doubles as bytes arrive,
+ * up to c->body_limit (the declared length, or max_body_size when chunked,
+ * plus the NUL; callers never need more). 0, or -1 if the growth would take
+ * the httpd's request bodies over their budget.
+ */
+static int req_body_reserve(struct httpd_conn *c, size_t n)
 {
-    struct httpd_req *r = c->req;
+    struct httpd *h = c->h;
+    struct pc_buf *b = &c->req->bodybuf;
+    size_t need = b->len + n + 1;
+    if (need <= b->cap)
+        return 0;
+    size_t cap = PC_MAX(PC_MAX(need, b->cap * 2), (size_t)BODY_MIN_ALLOC);
+    cap = PC_MAX(PC_MIN(cap, c->body_limit), need);
+    if (cap - b->cap > h->conf.max_body_buffered - h->body_bytes)
+        return -1;
+    b->data = pc_realloc(b->data, cap);
+    h->body_bytes += cap - b->cap;
+    b->cap = cap;
+    return 0;
+}
+
+/* Move up to body_left buffered bytes into the body. 0, or -1 after a 503. */
+static int conn_take_body(struct httpd_conn *c)
+{
+    struct pc_buf *b = &c->req->bodybuf;
     struct evbuffer *in = bufferevent_get_input(c->bev);
     size_t n = (size_t)PC_MIN((uint64_t)evbuffer_get_length(in), c->body_left);
     if (n == 0)
         return 0;
-    pc_buf_reserve(&r->cbody, n);
-    evbuffer_remove(in, r->cbody.data + r->cbody.len, n);
-    r->cbody.len += n;
+    if (req_body_reserve(c, n) < 0) {
+        conn_over_budget(c);
+        return -1;
+    }
+    evbuffer_remove(in, b->data + b->len, n);
+    b->len += n;
     c->body_left -= n;
-    return c->body_left == 0;
+    return 0;
+}
+
+/* The body is complete: NUL-terminate it (reserved for) and hand it out. */
+static void req_body_done(struct httpd_req *r)
+{
+    if (r->bodybuf.data == NULL)
+        return; /* empty: httpd_req_body gives "" */
+    r->bodybuf.data[r->bodybuf.len] = '\0';
+    r->body = r->bodybuf.data;
+    r->body_len = r->bodybuf.len;
 }
 
 /*
@@ -1195,7 +1277,7 @@ static int conn_chunked_step(struct httpd_conn *c)
             rc = -1;
             break;
         }
-        if (size > c->h->conf.max_body_size - r->cbody.len) {
+        if (size > c->h->conf.max_body_size - r->bodybuf.len) {
             conn_too_large(c);
             return 0;
         }
@@ -1203,7 +1285,7 @@ static int conn_chunked_step(struct httpd_conn *c)
         c->chunk = size == 0 ? CH_TRAILER : CH_DATA;
         return 1;
     case CH_DATA:
-        if (conn_read_chunk_data(c) == 0)
+        if (conn_take_body(c) < 0 || c->body_left != 0)
             return 0;
         c->chunk = CH_DATA_END;
         return 1;
@@ -1222,8 +1304,7 @@ static int conn_chunked_step(struct httpd_conn *c)
             return 0;
         }
         if (n == 0) {
-            r->body = pc_buf_cstr(&r->cbody);
-            r->body_len = r->cbody.len;
+            req_body_done(r);
             conn_dispatch(c);
             return 0;
         }
@@ -1236,18 +1317,10 @@ static int conn_chunked_step(struct httpd_conn *c)
 
 static int conn_read_length(struct httpd_conn *c)
 {
-    struct httpd_req *r = c->req;
-    struct evbuffer *in = bufferevent_get_input(c->bev);
-    size_t n = (size_t)PC_MIN((uint64_t)evbuffer_get_length(in), c->body_left);
-    if (n != 0) {
-        evbuffer_remove(in, r->body + r->body_len, n);
-        r->body_len += n;
-        c->body_left -= n;
-    }
-    if (c->body_left == 0) {
-        r->body[r->body_len] = '\0';
-        conn_dispatch(c);
-    }
+    if (conn_take_body(c) < 0 || c->body_left != 0)
+        return 0;
+    req_body_done(c->req);
+    conn_dispatch(c);
     return 0;
 }
 
@@ -1437,7 +1510,8 @@ static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockad
     bufferevent_disable(bev, EV_WRITE); /* enabled by default; see conn_flush */
     bufferevent_enable(bev, EV_READ);
     c->state = C_IDLE;
-    conn_arm_timer(c, h->conf.read_timeout); /* a new connection owes us a request */
+    c->first_req = true;
+    conn_arm_timer(c, h->conf.read_timeout); /* the whole first request, from now */
 }
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
@@ -1489,6 +1563,11 @@ static void conf_defaults(struct httpd_conf *c)
         c->max_headers = DEF_MAX_HEADERS;
     if (c->max_body_size == 0)
         c->max_body_size = DEF_MAX_BODY_SIZE;
+    if (c->max_body_buffered == 0)
+        c->max_body_buffered =
+            c->max_body_size > SIZE_MAX / HTTPD_BODY_BUDGET_BODIES
+                ? SIZE_MAX
+                : PC_MAX(c->max_body_size * HTTPD_BODY_BUDGET_BODIES, HTTPD_BODY_BUDGET_MIN);
     if (c->read_timeout == 0)
         c->read_timeout = DEF_READ_TIMEOUT;
     if (c->idle_timeout == 0)
@@ -1505,11 +1584,10 @@ static char *server_name_copy(const char *s)
     if (s == NULL || *s == '\0')
         return NULL;
     size_t n = strlen(s);
-    for (size_t i = 0; i < n; i++)
-        if (!is_value_char(s[i]) || s[i] == '\t') {
-            log_warn("httpd: server name has control characters; Server header disabled");
-            return NULL;
-        }
+    if (!pc_http_field_value(s, n) || strchr(s, '\t') != NULL) {
+        log_warn("httpd: server name has control characters; Server header disabled");
+        return NULL;
+    }
     return pc_strndup(s, PC_MIN(n, (size_t)SERVER_NAME_MAX));
 }
 
@@ -1578,6 +1656,12 @@ size_t httpd_connection_count(const struct httpd *h)
 {
     PC_CHECK_OBJ(h, HTTPD_MAGIC);
     return h->nconns;
+}
+
+size_t httpd_buffered_body_bytes(const struct httpd *h)
+{
+    PC_CHECK_OBJ(h, HTTPD_MAGIC);
+    return h->body_bytes;
 }
 
 /* Must not be called from inside one of this httpd's callbacks. */
@@ -1711,17 +1795,10 @@ static bool reserved_header(const char *name)
            pc_strcaseeq(name, "connection") || pc_strcaseeq(name, "date");
 }
 
+/* CR/LF in either would allow response splitting. */
 static bool valid_header(const char *name, const char *value)
 {
-    if (*name == '\0')
-        return false;
-    for (const char *p = name; *p != '\0'; p++)
-        if (!is_tchar(*p))
-            return false;
-    for (const char *p = value; *p != '\0'; p++)
-        if (!is_value_char(*p)) /* CR/LF would allow response splitting */
-            return false;
-    return true;
+    return pc_http_token(name, strlen(name)) && pc_http_field_value(value, strlen(value));
 }
 
 void httpd_add_header(struct httpd_req *r, const char *name, const char *value)
@@ -1730,7 +1807,8 @@ void httpd_add_header(struct httpd_req *r, const char *name, const char *value)
     if (r->started || r->finished || r->gone)
         return;
     if (!valid_header(name, value) || reserved_header(name)) {
-        log_warn("httpd: reply header dropped (invalid or set by httpd)");
+        /* Debug only: a handler relaying a bad upstream would flood the log. */
+        log_debug("httpd: %s: reply header dropped (invalid or set by httpd)", conn_peer(r->conn));
         return;
     }
     struct pc_buf *b = &r->conn->hdrs;

@@ -1,15 +1,19 @@
 /*
  * migrate.c - Redis schema migrations (see pc_migrate.h). Owns the wrapper
- * that turns an embedded migration body into the script EVALed for it, and
- * the `promptcache migrate` command (blocking hiredis: a command-line tool,
- * not the event loop). The store applies the same scripts asynchronously on
- * connect when redis-auto-migrate is on.
+ * that turns an embedded migration body into the script EVALed for it, the
+ * EVAL command and the reading of the stored version (both shared with the
+ * store, which applies the same scripts asynchronously on connect when
+ * redis-auto-migrate is on), and the `promptcache migrate` command (blocking
+ * hiredis: a command-line tool, not the event loop).
  */
 #include "pc_migrate.h"
 #include "pc_conf.h"
 #include "pc_store.h"
 #include "pc_util.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +23,9 @@
 
 #define CLI_MIN_TIMEOUT_MS  1000
 #define CLI_EVAL_TIMEOUT_MS 60000 /* a migration may have many keys to convert */
+
+/* How a migration script refuses to run on a schema that is not at its start version. */
+#define SCHEMA_MOVED "schema is at "
 
 long migrate_latest(void)
 {
@@ -37,7 +44,7 @@ void migrate_script(size_t i, struct pc_buf *out)
                   "-- promptcache migration %04ld %s\n"
                   "local stored = redis.call('GET', KEYS[1]) or '0'\n"
                   "if tonumber(stored) ~= tonumber(ARGV[1]) then\n"
-                  "  return redis.error_reply('schema is at ' .. stored .. ', expected ' .. "
+                  "  return redis.error_reply('" SCHEMA_MOVED "' .. stored .. ', expected ' .. "
                   "ARGV[1])\n"
                   "end\n"
                   "local function migration()\n",
@@ -49,13 +56,54 @@ void migrate_script(size_t i, struct pc_buf *out)
                            "return tonumber(ARGV[2])\n");
 }
 
+/* EVAL script 1 PC_SCHEMA_KEY from to now: migration i goes from version i to i + 1. */
+void migrate_eval_init(struct migrate_eval *e, size_t i)
+{
+    const struct pc_migration *m = &pc_migrations[i];
+    memset(e, 0, sizeof(*e));
+    migrate_script(i, &e->script);
+    snprintf(e->from, sizeof(e->from), "%zu", i);
+    snprintf(e->to, sizeof(e->to), "%ld", m->version);
+    snprintf(e->now, sizeof(e->now), "%lld", (long long)(pc_wall_ms() / 1000));
+    snprintf(e->what, sizeof(e->what), "migration %04ld %s", m->version, m->name);
+    const char *argv[MIGRATE_EVAL_ARGC] = {"EVAL",  e->script.data, "1",   PC_SCHEMA_KEY,
+                                           e->from, e->to,          e->now};
+    for (size_t k = 0; k < MIGRATE_EVAL_ARGC; k++) {
+        e->argv[k] = argv[k];
+        e->lens[k] = k == 1 ? e->script.len : strlen(argv[k]);
+    }
+}
+
+void migrate_eval_free(struct migrate_eval *e)
+{
+    pc_buf_free(&e->script);
+}
+
+int migrate_parse_version(const redisReply *r, long *v, char *err, size_t errlen)
+{
+    int64_t n = 0;
+    *v = 0;
+    if (r->type == REDIS_REPLY_NIL)
+        return 0;
+    if (r->type != REDIS_REPLY_STRING) {
+        snprintf(err, errlen, "unexpected reply to GET %s", PC_SCHEMA_KEY);
+        return -1;
+    }
+    if (pc_parse_i64(r->str, &n) < 0 || n < 0 || n > LONG_MAX) {
+        snprintf(err, errlen, "%s holds '%.40s', not a schema version", PC_SCHEMA_KEY, r->str);
+        return -1;
+    }
+    *v = (long)n;
+    return 0;
+}
+
 /* --- promptcache migrate ------------------------------------------------------ */
 
 struct cli {
     redisContext *rc;
     char *host, *unix_path, *password;
     int port, db;
-    char where[320]; /* URL without the password */
+    char *where; /* URL without the password */
 };
 
 /* A message on stderr, after whatever stdout holds so far (the two may share a file). */
@@ -78,12 +126,7 @@ static void cli_close(struct cli *k)
     PC_FREE(&k->host);
     PC_FREE(&k->unix_path);
     PC_FREE(&k->password);
-}
-
-static struct timeval ms_tv(int64_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    return tv;
+    PC_FREE(&k->where);
 }
 
 /* Run one command; the reply (never an error reply) or NULL after a message on stderr. */
@@ -121,13 +164,8 @@ static int cli_connect(const struct conf *conf, struct cli *k)
         cli_error("invalid redis URL: %s", err);
         return -1;
     }
-    if (k->unix_path != NULL)
-        snprintf(k->where, sizeof(k->where), "unix:%s", k->unix_path);
-    else
-        snprintf(k->where, sizeof(k->where),
-                 strchr(k->host, ':') ? "redis://[%s]:%d/%d" : "redis://%s:%d/%d", k->host, k->port,
-                 k->db);
-    struct timeval tv = ms_tv(PC_MAX(conf->redis_timeout, CLI_MIN_TIMEOUT_MS));
+    k->where = store_where(k->host, k->port, k->unix_path, k->db);
+    struct timeval tv = pc_timeval_ms(PC_MAX(conf->redis_timeout, CLI_MIN_TIMEOUT_MS));
     k->rc = k->unix_path ? redisConnectUnixWithTimeout(k->unix_path, tv)
                          : redisConnectWithTimeout(k->host, k->port, tv);
     if (k->rc == NULL || k->rc->err) {
@@ -147,44 +185,91 @@ static int cli_connect(const struct conf *conf, struct cli *k)
 static int cli_version(struct cli *k, long *v)
 {
     const char *argv[] = {"GET", PC_SCHEMA_KEY};
+    char err[160];
     redisReply *r = cli_command(k, "GET " PC_SCHEMA_KEY, 2, argv, NULL);
     if (r == NULL)
         return -1;
-    int64_t n = 0;
-    int rc = 0;
-    if (r->type == REDIS_REPLY_STRING && (pc_parse_i64(r->str, &n) < 0 || n < 0)) {
-        cli_error("%s: %s holds '%s', not a schema version", k->where, PC_SCHEMA_KEY, r->str);
-        rc = -1;
-    } else if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL) {
-        cli_error("%s: unexpected reply to GET %s", k->where, PC_SCHEMA_KEY);
-        rc = -1;
-    }
-    *v = (long)n;
+    int rc = migrate_parse_version(r, v, err, sizeof(err));
+    if (rc < 0)
+        cli_error("%s: %s", k->where, err);
     freeReplyObject(r);
     return rc;
 }
 
-/* EVAL pc_migrations[i] (from version i to i + 1). */
+/* The EVAL got no reply (errnum: errno right after the call). */
+static void cli_eval_failed(struct cli *k, const char *what, int errnum)
+{
+    if (k->rc->err == REDIS_ERR_IO && (errnum == EAGAIN || errnum == EWOULDBLOCK))
+        cli_error("%s: %s: no reply within %d s; Redis may still complete the migration: run "
+                  "`promptcache migrate` again to check",
+                  k->where, what, CLI_EVAL_TIMEOUT_MS / 1000);
+    else
+        cli_error("%s: %s: %s", k->where, what, k->rc->errstr[0] ? k->rc->errstr : "no reply");
+}
+
+/*
+ * EVAL pc_migrations[i] (from version i to i + 1): 0 applied, 1 refused
+ * because the schema is no longer at version i (another instance migrated
+ * meanwhile: the caller re-reads the version), -1 failed (message printed).
+ */
 static int cli_apply(struct cli *k, size_t i)
 {
-    const struct pc_migration *m = &pc_migrations[i];
-    struct pc_buf script = PC_BUF_INIT;
-    char from[24], to[24], now[24], what[160];
-    migrate_script(i, &script);
-    snprintf(from, sizeof(from), "%zu", i);
-    snprintf(to, sizeof(to), "%ld", m->version);
-    snprintf(now, sizeof(now), "%lld", (long long)(pc_wall_ms() / 1000));
-    snprintf(what, sizeof(what), "migration %04ld %s", m->version, m->name);
-    const char *argv[] = {"EVAL", script.data, "1", PC_SCHEMA_KEY, from, to, now};
-    size_t lens[] = {4,          script.len, 1, strlen(PC_SCHEMA_KEY), strlen(from),
-                     strlen(to), strlen(now)};
-    redisSetTimeout(k->rc, ms_tv(CLI_EVAL_TIMEOUT_MS));
-    redisReply *r = cli_command(k, what, 7, argv, lens);
-    pc_buf_free(&script);
-    if (r == NULL)
-        return -1;
-    freeReplyObject(r);
-    printf("applied %04ld %s\n", m->version, m->name);
+    struct migrate_eval e;
+    int rc = 0;
+    migrate_eval_init(&e, i);
+    redisSetTimeout(k->rc, pc_timeval_ms(CLI_EVAL_TIMEOUT_MS));
+    redisReply *r = redisCommandArgv(k->rc, MIGRATE_EVAL_ARGC, e.argv, e.lens);
+    if (r == NULL) {
+        cli_eval_failed(k, e.what, errno);
+        rc = -1;
+    } else if (r->type == REDIS_REPLY_ERROR && strstr(r->str, SCHEMA_MOVED) != NULL) {
+        printf("%s not applied here: %s\n", e.what, r->str);
+        rc = 1;
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        cli_error("%s: %s failed: %s", k->where, e.what, r->str);
+        rc = -1;
+    } else {
+        printf("applied %04ld %s\n", pc_migrations[i].version, pc_migrations[i].name);
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    migrate_eval_free(&e);
+    return rc;
+}
+
+/* True (after a message) if the schema is newer than this build knows. */
+static bool cli_too_new(struct cli *k, long v)
+{
+    long latest = migrate_latest();
+    if (v <= latest)
+        return false;
+    cli_error("%s: schema version %ld is newer than this build knows (%ld): upgrade promptcache",
+              k->where, v, latest);
+    return true;
+}
+
+/* Apply the migrations pending from version v on, while the schema may move on under us. */
+static int cli_apply_all(struct cli *k, long v)
+{
+    while (v < migrate_latest()) {
+        long was = v;
+        int rc = cli_apply(k, (size_t)v);
+        if (rc < 0)
+            return -1;
+        if (rc == 0) {
+            v++;
+            continue;
+        }
+        if (cli_version(k, &v) < 0 || cli_too_new(k, v))
+            return -1;
+        if (v <= was) {
+            cli_error("%s: schema version %ld, but migration %04ld was refused: run "
+                      "`promptcache migrate` again",
+                      k->where, v, pc_migrations[was].version);
+            return -1;
+        }
+        printf("another instance migrated the schema to version %ld meanwhile\n", v);
+    }
     return 0;
 }
 
@@ -192,12 +277,8 @@ static int cli_migrate(struct cli *k, long v, bool dry_run)
 {
     long latest = migrate_latest();
     printf("schema version: %ld (this build: %ld)\n", v, latest);
-    if (v > latest) {
-        cli_error(
-            "%s: schema version %ld is newer than this build knows (%ld): upgrade promptcache",
-            k->where, v, latest);
+    if (cli_too_new(k, v))
         return -1;
-    }
     if (v == latest) {
         printf("the schema is current: nothing to do\n");
         return 0;
@@ -209,10 +290,7 @@ static int cli_migrate(struct cli *k, long v, bool dry_run)
         printf("dry run: nothing applied\n");
         return 0;
     }
-    for (size_t i = (size_t)v; i < pc_migrations_count; i++)
-        if (cli_apply(k, i) < 0)
-            return -1;
-    return 0;
+    return cli_apply_all(k, v);
 }
 
 int migrate_cli(const struct conf *c, bool dry_run)
@@ -220,6 +298,8 @@ int migrate_cli(const struct conf *c, bool dry_run)
     struct cli k = {0};
     long v = 0;
     int rc = 1;
+    /* A write to a connection Redis dropped must fail with EPIPE, not kill us silently. */
+    signal(SIGPIPE, SIG_IGN);
     if (cli_connect(c, &k) == 0 && cli_version(&k, &v) == 0 && cli_migrate(&k, v, dry_run) == 0)
         rc = 0;
     fflush(stdout);

@@ -14,11 +14,23 @@
  *       |      EVAL each pending migration         lost | CONNECTING
  *       |                                               |
  *       +-- schema current ---------------> READY ------+
- *       |                                     | stalled (a command timed out and
- *       |                                     v  nothing was read for that long)
+ *       |                                     | stalled (see the watch below)
+ *       |                                     v
  *       |                                 DROPPING: redisAsyncFree deferred to
  *       |                                           the state timer (0 s)
  *       +-- newer, or older and no auto-migrate --> BLOCKED (re-read every 5 s)
+ *
+ * Timeouts run in real time from when a command is queued: libevent dates a
+ * timer from the time it cached at the start of the loop pass, which after a
+ * long pass is already past, so the cache is refreshed before arming, and a
+ * timer that fires early (coarse clock) waits for the rest. A command whose
+ * time is up (a user command fails with STORE_TIMEOUT; an internal one keeps
+ * waiting) still owes its reply. While replies are owed, the stall watch
+ * checks every redis-timeout that Redis did something - a reply or part of
+ * one came, or it took some of the bytes hiredis queued - and drops the
+ * connection after a window with none of these. A busy loop alone does not
+ * trip it: within a loop pass libevent runs I/O callbacks (hiredis reading
+ * and writing) before timers, so every window sees whatever Redis sent.
  *
  * Ownership of a command: hiredis holds it (privdata) from the moment it is
  * sent until its reply callback, which always frees it - also when the reply
@@ -37,10 +49,13 @@
 #include "pc_stats.h"
 #include "pc_util.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <limits.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/un.h>
 
 #include <event2/event.h>
@@ -57,6 +72,7 @@
 #define LOG_EVERY_MS       60000 /* repeated failures are logged at most this often */
 #define CONNECT_MIN_MS     1000  /* connect timeout: max(this, 10 x command timeout) */
 #define STEP_TIMEOUT_MULT  20    /* SCAN / UNLINK / EVAL steps get 20 x the timeout */
+#define SET_BYTES_PER_MS   65536 /* a SET gets 1 ms more per 64 KiB of value */
 #define SCAN_COUNT         "1000"
 #define REDIS_DEFAULT_PORT 6379
 
@@ -85,9 +101,12 @@ typedef void internal_fn(struct store *s, redisReply *r);
 struct store_cmd {
     unsigned magic;
     enum cmd_kind kind;
-    bool done;        /* callback ran, timed out or cancelled: swallow the reply */
-    uint64_t sent_us; /* when the command (or its current step) was queued */
-    struct store *s;  /* non-NULL exactly while on the store's list (not done) */
+    bool done;          /* callback ran, timed out or cancelled: swallow the reply */
+    bool overdue;       /* timed out; counted in its store's owed until the reply comes */
+    uint64_t sent_us;   /* when the command (or its current step) was queued */
+    int64_t timeout_us; /* its (current step's) timeout, from sent_us */
+    char what[64];      /* CMD_INTERNAL: what it is, for log lines ("GET pc:schema") */
+    struct store *s;    /* non-NULL exactly while on the store's list (not done) */
     struct store_cmd *prev, *next;
     struct event *timer;
     union {
@@ -122,6 +141,14 @@ struct store {
     int64_t backoff_ms;
     uint64_t last_read_us; /* last reply (or the connect) on the current connection */
     uint64_t rng;
+
+    /* stall watch, for the current connection */
+    uint64_t wire_queued; /* bytes of commands queued (hiredis obuf holds the unwritten rest) */
+    unsigned owed;        /* overdue commands whose reply has not come */
+    struct event *watch;  /* armed while owed > 0 */
+    uint64_t watch_read_us, watch_written; /* at the start of the window: see watch_arm */
+    size_t watch_partial;
+    char overdue_what[64]; /* the last command that timed out, for the log */
 
     unsigned failures; /* consecutive failed attempts, for rate-limited logging */
     uint64_t fail_logged_ms, err_logged_ms;
@@ -352,10 +379,47 @@ int store_parse_url(const char *url, char **host, int *port, char **unix_path, c
     return rc;
 }
 
+char *store_where(const char *host, int port, const char *unix_path, int db)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    if (unix_path != NULL)
+        pc_buf_printf(&b, "unix:%s", unix_path);
+    else if (strchr(host, ':') != NULL)
+        pc_buf_printf(&b, "redis://[%s]:%d/%d", host, port, db);
+    else
+        pc_buf_printf(&b, "redis://%s:%d/%d", host, port, db);
+    return pc_buf_cstr(&b);
+}
+
 /* --- commands ---------------------------------------------------------------- */
 
 static void cmd_timeout_cb(evutil_socket_t fd, short what, void *arg);
 static void cmd_reply_cb(redisAsyncContext *ac, void *reply, void *privdata);
+
+/*
+ * Arm a timer to fire tv from now. libevent dates it from the time it cached
+ * at the start of the loop pass, which after a long pass is long gone.
+ */
+static void timer_add(struct store *s, struct event *ev, const struct timeval *tv)
+{
+    event_base_update_cache_time(s->base);
+    evtimer_add(ev, tv);
+}
+
+/* Arm c's timer to fire us from now (a common timeout for the usual durations). */
+static void cmd_arm(struct store_cmd *c, int64_t us)
+{
+    struct store *s = c->s;
+    struct timeval plain;
+    const struct timeval *tv = &plain;
+    if (us == s->timeout_ms * 1000)
+        tv = s->cmd_tv;
+    else if (us == s->timeout_ms * 1000 * STEP_TIMEOUT_MULT)
+        tv = s->step_tv;
+    else
+        plain = pc_timeval_ms((us + 999) / 1000);
+    timer_add(s, c->timer, tv);
+}
 
 static struct store_cmd *cmd_new(struct store *s, enum cmd_kind kind)
 {
@@ -399,15 +463,39 @@ static void cmd_free(struct store_cmd *c)
     free(c);
 }
 
-/* Queue the command on the current context and arm its timer. -1 if hiredis refused it. */
+/*
+ * Queue the command on the current context (hiredis writes it on a later loop
+ * pass) and arm its timer for timeout_ms from now. -1 if hiredis refused it.
+ */
 static int cmd_send(struct store_cmd *c, int argc, const char **argv, const size_t *lens,
-                    const struct timeval *tv)
+                    int64_t timeout_ms)
 {
-    if (redisAsyncCommandArgv(c->s->ac, cmd_reply_cb, c, argc, argv, lens) != REDIS_OK)
+    struct store *s = c->s;
+    size_t before = sdslen(s->ac->c.obuf);
+    if (redisAsyncCommandArgv(s->ac, cmd_reply_cb, c, argc, argv, lens) != REDIS_OK)
         return -1;
+    s->wire_queued += sdslen(s->ac->c.obuf) - before;
     c->sent_us = pc_mono_us();
-    evtimer_add(c->timer, tv);
+    c->timeout_us = timeout_ms * 1000;
+    cmd_arm(c, c->timeout_us);
     return 0;
+}
+
+static const char *cmd_what(const struct store_cmd *c)
+{
+    switch (c->kind) {
+    case CMD_GET:
+        return "GET";
+    case CMD_SET:
+        return "SET";
+    case CMD_SCAN:
+        return "SCAN";
+    case CMD_UNLINK:
+        return "UNLINK";
+    case CMD_INTERNAL:
+        break;
+    }
+    return c->what;
 }
 
 /*
@@ -473,8 +561,8 @@ static void state_enter(struct store *s, enum store_state st, int64_t timer_ms)
     s->state = st;
     evtimer_del(s->timer);
     if (timer_ms >= 0) {
-        struct timeval tv = {(time_t)(timer_ms / 1000), (suseconds_t)(timer_ms % 1000) * 1000};
-        evtimer_add(s->timer, &tv);
+        struct timeval tv = pc_timeval_ms(timer_ms);
+        timer_add(s, s->timer, &tv);
     }
 }
 
@@ -510,6 +598,7 @@ static void conn_down(struct store *s, const char *why)
         s->ac->data = NULL;
         s->ac = NULL;
     }
+    evtimer_del(s->watch);
     if (s->up) {
         log_notice("redis: lost connection to %s: %s", s->where, why);
         s->failures = 0;
@@ -535,6 +624,7 @@ static void conn_drop_later(struct store *s, const char *why)
     if (s->ac == NULL || s->state == ST_DROPPING || s->state == ST_CLOSED)
         return;
     snprintf(s->drop_reason, sizeof(s->drop_reason), "%s", why);
+    evtimer_del(s->watch);
     state_enter(s, ST_DROPPING, 0);
 }
 
@@ -567,7 +657,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     conn_down(s, ac->errstr[0] ? ac->errstr : "connection closed");
 }
 
-/* Note: hiredis 0.14 resolves host names with a blocking getaddrinfo; use addresses. */
+/* A host name was resolved in store_create: hiredis 0.14 would block on it here. */
 static void conn_start(struct store *s)
 {
     redisAsyncContext *ac =
@@ -588,6 +678,8 @@ static void conn_start(struct store *s)
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     ac->data = s;
     s->ac = ac;
+    s->wire_queued = 0;
+    s->owed = 0;
     state_enter(s, ST_CONNECTING, PC_MAX(CONNECT_MIN_MS, 10 * s->timeout_ms));
 }
 
@@ -617,13 +709,17 @@ static void state_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 /* --- handshake and schema -------------------------------------------------- */
 
-/* Send a handshake command whose reply goes to fn (only while this connection is current). */
-static void internal_send(struct store *s, internal_fn *fn, int argc, const char **argv,
-                          const size_t *lens, const struct timeval *tv)
+/*
+ * Send a handshake command whose reply goes to fn (only while this connection
+ * is current); what names it in log lines.
+ */
+static void internal_send(struct store *s, internal_fn *fn, const char *what, int argc,
+                          const char **argv, const size_t *lens, int64_t timeout_ms)
 {
     struct store_cmd *c = cmd_new(s, CMD_INTERNAL);
     c->cb.internal = fn;
-    if (cmd_send(c, argc, argv, lens, tv) < 0) {
+    snprintf(c->what, sizeof(c->what), "%s", what);
+    if (cmd_send(c, argc, argv, lens, timeout_ms) < 0) {
         cmd_free(c);
         conn_drop_later(s, "cannot send a command");
     }
@@ -672,13 +768,13 @@ static void handshake_send(struct store *s)
 {
     if (s->password != NULL) {
         const char *argv[] = {"AUTH", s->password};
-        internal_send(s, setup_reply, 2, argv, NULL, s->cmd_tv);
+        internal_send(s, setup_reply, "AUTH", 2, argv, NULL, s->timeout_ms);
     }
     if (s->db != 0) {
         char db[16];
         snprintf(db, sizeof(db), "%d", s->db);
         const char *argv[] = {"SELECT", db};
-        internal_send(s, setup_reply, 2, argv, NULL, s->cmd_tv);
+        internal_send(s, setup_reply, "SELECT", 2, argv, NULL, s->timeout_ms);
     }
     schema_read(s);
 }
@@ -702,18 +798,12 @@ static void migrate_reply(struct store *s, redisReply *r)
 /* EVAL the migration from version v to v + 1 (pc_migrations[v]). */
 static void migrate_send(struct store *s, long v)
 {
-    struct pc_buf script = PC_BUF_INIT;
-    char from[24], to[24], now[24];
-    migrate_script((size_t)v, &script);
-    snprintf(from, sizeof(from), "%ld", v);
-    snprintf(to, sizeof(to), "%ld", pc_migrations[v].version);
-    snprintf(now, sizeof(now), "%lld", (long long)(pc_wall_ms() / 1000));
-    const char *argv[] = {"EVAL", script.data, "1", PC_SCHEMA_KEY, from, to, now};
-    size_t lens[] = {4,          script.len, 1, strlen(PC_SCHEMA_KEY), strlen(from),
-                     strlen(to), strlen(now)};
+    struct migrate_eval e;
+    migrate_eval_init(&e, (size_t)v);
     s->migrating = v;
-    internal_send(s, migrate_reply, 7, argv, lens, s->step_tv);
-    pc_buf_free(&script);
+    internal_send(s, migrate_reply, e.what, MIGRATE_EVAL_ARGC, e.argv, e.lens,
+                  s->timeout_ms * STEP_TIMEOUT_MULT);
+    migrate_eval_free(&e);
 }
 
 static void schema_decide(struct store *s, long v)
@@ -744,43 +834,100 @@ static void schema_decide(struct store *s, long v)
 
 static void schema_reply(struct store *s, redisReply *r)
 {
-    int64_t v = 0;
+    long v;
     char why[192];
     if (r->type == REDIS_REPLY_ERROR) {
         snprintf(why, sizeof(why), "GET %s failed: %s", PC_SCHEMA_KEY, r->str);
         conn_drop_later(s, why); /* NOAUTH, LOADING...: retried with backoff */
         return;
     }
-    if (r->type == REDIS_REPLY_STRING && (pc_parse_i64(r->str, &v) < 0 || v < 0 || v > LONG_MAX)) {
-        block(s, PC_SCHEMA_KEY " does not hold a schema version");
+    if (migrate_parse_version(r, &v, why, sizeof(why)) < 0) {
+        block(s, why);
         return;
     }
-    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL) {
-        block(s, "unexpected reply to GET " PC_SCHEMA_KEY);
-        return;
-    }
-    schema_decide(s, (long)v);
+    schema_decide(s, v);
 }
 
 static void schema_read(struct store *s)
 {
     const char *argv[] = {"GET", PC_SCHEMA_KEY};
-    internal_send(s, schema_reply, 2, argv, NULL, s->cmd_tv);
+    internal_send(s, schema_reply, "GET " PC_SCHEMA_KEY, 2, argv, NULL, s->timeout_ms);
 }
 
 /* --- replies and timeouts ------------------------------------------------------ */
 
-/* Track reads on the current connection; a NULL reply means hiredis is freeing it. */
-static void conn_note_reply(redisAsyncContext *ac, const redisReply *r)
+/* Bytes of the current connection's commands handed to the socket so far. */
+static uint64_t wire_written(const struct store *s)
+{
+    return s->wire_queued - sdslen(s->ac->c.obuf);
+}
+
+/*
+ * Bytes hiredis has read but not parsed into a reply yet: while a large reply
+ * arrives (16 KiB per loop pass) this changes though no reply is complete.
+ */
+static size_t wire_partial(const struct store *s)
+{
+    return s->ac->c.reader->len;
+}
+
+/* Start a watch window: note what Redis has done so far. */
+static void watch_arm(struct store *s)
+{
+    s->watch_read_us = s->last_read_us;
+    s->watch_partial = wire_partial(s);
+    s->watch_written = wire_written(s);
+    timer_add(s, s->watch, s->cmd_tv);
+}
+
+/*
+ * End of a watch window. A reply, part of one, or some of our bytes taken mean
+ * Redis is alive (watch on while replies are owed); none of these, that it is
+ * not.
+ */
+static void watch_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct store *s = arg;
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    if (s->ac == NULL || s->owed == 0 || s->state == ST_DROPPING)
+        return;
+    if (s->last_read_us != s->watch_read_us || wire_partial(s) != s->watch_partial ||
+        wire_written(s) != s->watch_written) {
+        watch_arm(s);
+        return;
+    }
+    char why[160];
+    snprintf(why, sizeof(why), "no reply for %llu ms (%s timed out)",
+             (unsigned long long)((pc_mono_us() - s->last_read_us) / 1000), s->overdue_what);
+    conn_drop_later(s, why);
+}
+
+/* c's time is up and its reply is still to come: watch the connection until it does. */
+static void cmd_overdue(struct store *s, struct store_cmd *c)
+{
+    stats_incr(s->st, STAT_redis_timeouts);
+    c->overdue = true;
+    snprintf(s->overdue_what, sizeof(s->overdue_what), "%s", cmd_what(c));
+    if (s->owed++ == 0)
+        watch_arm(s);
+}
+
+/* Track replies on the current connection; a NULL reply means hiredis is freeing it. */
+static void conn_note_reply(redisAsyncContext *ac, const struct store_cmd *c, const redisReply *r)
 {
     struct store *s = ac->data;
     if (s == NULL)
         return;
     PC_CHECK_OBJ(s, STORE_MAGIC);
-    if (r != NULL)
-        s->last_read_us = pc_mono_us();
-    else
+    if (r == NULL) {
         conn_down(s, ac->errstr[0] ? ac->errstr : "connection closed");
+        return;
+    }
+    s->last_read_us = pc_mono_us();
+    if (c->overdue)
+        s->owed--;
 }
 
 static void get_reply(struct store_cmd *c, const redisReply *r)
@@ -805,7 +952,8 @@ static void set_reply(struct store_cmd *c, const redisReply *r)
 static bool step_send(struct store_cmd *c, int argc, const char **argv, const size_t *lens)
 {
     struct store *s = c->s;
-    if (s->state != ST_READY || cmd_send(c, argc, argv, lens, s->step_tv) < 0) {
+    if (s->state != ST_READY ||
+        cmd_send(c, argc, argv, lens, s->timeout_ms * STEP_TIMEOUT_MULT) < 0) {
         cmd_complete(c, STORE_ERR, NULL, 0, 0);
         return false;
     }
@@ -894,7 +1042,7 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
     struct store_cmd *c = privdata;
     redisReply *r = reply;
     PC_CHECK_OBJ(c, CMD_MAGIC);
-    conn_note_reply(ac, r);
+    conn_note_reply(ac, c, r);
     if (c->done) {
         cmd_free(c);
         return;
@@ -923,10 +1071,11 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
 }
 
 /*
- * A command timed out: its callback runs now with STORE_TIMEOUT and its reply,
- * if it ever comes, is swallowed. If nothing at all was read on the connection
- * since the command was sent, Redis is stopped, stuck or gone: drop the
- * connection so every pending command fails now and a fresh one is made.
+ * A command's timer fired. libevent's clock is coarse, so check that its time
+ * really is up, else wait for the rest. Then a user command's callback runs
+ * with STORE_TIMEOUT and its reply, if it ever comes, is swallowed; an
+ * internal command keeps waiting for its reply (the handshake goes on if it
+ * comes). Either way the stall watch decides about the connection.
  */
 static void cmd_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -936,21 +1085,16 @@ static void cmd_timeout_cb(evutil_socket_t fd, short what, void *arg)
     PC_CHECK_OBJ(c, CMD_MAGIC);
     struct store *s = c->s; /* an armed timer means not done, so on the list */
     PC_CHECK_OBJ(s, STORE_MAGIC);
-    stats_incr(s->st, STAT_redis_timeouts);
-    if (s->last_read_us <= c->sent_us) {
-        char why[96];
-        snprintf(why, sizeof(why), "no reply for %llu ms",
-                 (unsigned long long)((pc_mono_us() - s->last_read_us) / 1000));
-        conn_drop_later(s, why);
-    }
-    if (c->kind == CMD_INTERNAL) {
-        stats_incr(s->st, STAT_redis_errors);
-        cmd_unlink(c);
-        c->done = true;
-        conn_drop_later(s, "connection setup timed out");
+    int64_t waited = (int64_t)(pc_mono_us() - c->sent_us);
+    if (waited < c->timeout_us) {
+        cmd_arm(c, c->timeout_us - waited);
         return;
     }
-    cmd_complete(c, STORE_TIMEOUT, NULL, 0, 0);
+    cmd_overdue(s, c);
+    if (c->kind == CMD_INTERNAL)
+        stats_incr(s->st, STAT_redis_errors);
+    else
+        cmd_complete(c, STORE_TIMEOUT, NULL, 0, 0);
 }
 
 /* --- public API ------------------------------------------------------------------ */
@@ -958,22 +1102,52 @@ static void cmd_timeout_cb(evutil_socket_t fd, short what, void *arg)
 static const struct timeval *common_timeout(struct event_base *base, int64_t ms,
                                             struct timeval *plain)
 {
-    plain->tv_sec = (time_t)(ms / 1000);
-    plain->tv_usec = (suseconds_t)(ms % 1000) * 1000;
+    *plain = pc_timeval_ms(ms);
     const struct timeval *tv = event_base_init_common_timeout(base, plain);
     return tv != NULL ? tv : plain;
 }
 
-static char *where_string(const struct store *s)
+/* The host is an address already: nothing to resolve. */
+static bool host_is_address(const char *host)
 {
-    struct pc_buf b = PC_BUF_INIT;
-    if (s->unix_path != NULL)
-        pc_buf_printf(&b, "unix:%s", s->unix_path);
-    else if (strchr(s->host, ':') != NULL)
-        pc_buf_printf(&b, "redis://[%s]:%d/%d", s->host, s->port, s->db);
-    else
-        pc_buf_printf(&b, "redis://%s:%d/%d", s->host, s->port, s->db);
-    return pc_buf_cstr(&b);
+    unsigned char buf[sizeof(struct in6_addr)];
+    return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+/* The first address of host in family af, as text: 0, or a getaddrinfo error code. */
+static int resolve_in(const char *host, int af, char *out, size_t n)
+{
+    struct addrinfo hints = {.ai_family = af, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int rc = getaddrinfo(host, NULL, &hints, &ai);
+    if (rc == 0) {
+        rc = getnameinfo(ai->ai_addr, ai->ai_addrlen, out, (socklen_t)n, NULL, 0, NI_NUMERICHOST);
+        freeaddrinfo(ai);
+    }
+    return rc;
+}
+
+/*
+ * hiredis 0.14 resolves a host name with a blocking getaddrinfo on every
+ * connect, on the event loop. Resolve it once, now (store_create runs before
+ * the loop does), in hiredis's order: IPv4 first, then IPv6. s->where keeps
+ * the name.
+ */
+static void resolve_host(struct store *s)
+{
+    char addr[NI_MAXHOST];
+    if (s->host == NULL || host_is_address(s->host))
+        return;
+    int rc = resolve_in(s->host, AF_INET, addr, sizeof(addr));
+    if (rc != 0)
+        rc = resolve_in(s->host, AF_INET6, addr, sizeof(addr));
+    if (rc != 0) {
+        log_warn("redis: cannot resolve %s (%s); resolving it again on every connection attempt",
+                 s->host, gai_strerror(rc));
+        return;
+    }
+    log_notice("redis: %s resolved to %s", s->host, addr);
+    free(s->host);
+    s->host = pc_strdup(addr);
 }
 
 struct store *store_create(struct event_base *base, const struct store_opts *opts, struct stats *st)
@@ -989,13 +1163,15 @@ struct store *store_create(struct event_base *base, const struct store_opts *opt
     s->magic = STORE_MAGIC;
     s->base = base;
     s->st = st;
-    s->where = where_string(s);
+    s->where = store_where(s->host, s->port, s->unix_path, s->db);
+    resolve_host(s);
     s->timeout_ms = PC_MAX(opts->timeout_ms, 1);
     s->auto_migrate = opts->auto_migrate;
     s->cmd_tv = common_timeout(base, s->timeout_ms, &s->cmd_tv_plain);
     s->step_tv = common_timeout(base, s->timeout_ms * STEP_TIMEOUT_MULT, &s->step_tv_plain);
     s->timer = evtimer_new(base, state_timer_cb, s);
-    if (s->timer == NULL) {
+    s->watch = evtimer_new(base, watch_cb, s);
+    if (s->timer == NULL || s->watch == NULL) {
         log_error("redis: cannot create a timer");
         abort();
     }
@@ -1043,6 +1219,7 @@ void store_destroy(struct store **sp)
     if (ac != NULL)
         redisAsyncFree(ac); /* its callbacks free the commands cut loose above */
     event_free(s->timer);
+    event_free(s->watch);
     free(s->host);
     free(s->unix_path);
     free(s->password);
@@ -1062,7 +1239,7 @@ struct store_cmd *store_get(struct store *s, const void *key, size_t klen, store
     c->arg = arg;
     const char *argv[] = {"GET", key};
     size_t lens[] = {3, klen};
-    if (cmd_send(c, 2, argv, lens, s->cmd_tv) < 0) {
+    if (cmd_send(c, 2, argv, lens, s->timeout_ms) < 0) {
         stats_incr(s->st, STAT_redis_errors);
         cmd_free(c);
         return NULL;
@@ -1083,7 +1260,9 @@ struct store_cmd *store_set_cb(struct store *s, const void *key, size_t klen, co
     c->arg = arg;
     const char *argv[] = {"SET", key, val, "PX", px};
     size_t lens[] = {3, klen, vlen, 2, strlen(px)};
-    if (cmd_send(c, 5, argv, lens, s->cmd_tv) < 0) {
+    /* a multi-MB answer takes a while to write and to store */
+    int64_t timeout_ms = s->timeout_ms + (int64_t)(vlen / SET_BYTES_PER_MS);
+    if (cmd_send(c, 5, argv, lens, timeout_ms) < 0) {
         stats_incr(s->st, STAT_redis_errors);
         cmd_free(c);
         return NULL;
@@ -1109,7 +1288,7 @@ struct store_cmd *store_delete_matching(struct store *s, const char *pattern, st
     c->pattern = pc_strdup(pattern);
     strcpy(c->cursor, "0");
     const char *argv[] = {"SCAN", c->cursor, "MATCH", c->pattern, "COUNT", SCAN_COUNT};
-    if (cmd_send(c, 6, argv, NULL, s->step_tv) < 0) {
+    if (cmd_send(c, 6, argv, NULL, s->timeout_ms * STEP_TIMEOUT_MULT) < 0) {
         stats_incr(s->st, STAT_redis_errors);
         cmd_free(c);
         return NULL;

@@ -25,6 +25,17 @@
  *                                    finish a failed one, add one started inside a
  *                                    callback, or redo a resume asked for in its on_data
  *
+ * Transfers are pinned to HTTP/1.1 (CURLOPT_HTTP_VERSION), so that pausing a
+ * transfer for a slow client (CURL_WRITEFUNC_PAUSE) is plain TCP flow control
+ * on a connection of its own: the upstream's send window fills and it waits.
+ * Over HTTP/2 a paused stream's data would keep arriving and pile up inside
+ * curl, and the connection it shares with other calls would be affected too.
+ *
+ * Response heads are checked field by field with the same rules httpd applies
+ * to requests (pc_http_token, pc_http_field_value): a field with an invalid
+ * name or control characters in its value is dropped, counted, and reported
+ * in one log line per transfer, never passed on.
+ *
  * The rule that shapes everything: user code (on_head, on_data) runs inside
  * libcurl callbacks, where curl_multi_remove_handle/add_handle are refused and
  * freeing the easy handle would be fatal. u->cb_depth says when we are there;
@@ -32,6 +43,7 @@
  * on_done only ever runs from an event handler, after the easy handle is gone.
  */
 #include "pc_upstream.h"
+#include "pc_log.h"
 #include "pc_stats.h"
 #include "pc_util.h"
 
@@ -103,6 +115,9 @@ struct xfer {
     int status;
     struct pc_buf hbuf;
     size_t nh;
+    size_t last_field; /* hbuf offset of the last pair stored */
+    bool fold_ok;      /* the last field line was stored: an obs-fold line continues it */
+    size_t dropped;    /* invalid field lines dropped, this transfer */
 
     bool added;          /* the easy handle is in the multi handle */
     bool live;           /* counted in u->active / STAT_upstream_active */
@@ -314,43 +329,66 @@ static int head_parse_status(const char *line, size_t len)
     return code;
 }
 
-/* Store one "Name: value" line (already without CRLF), trimmed. 0 or -1 (over the caps). */
+/*
+ * An obs-fold line (leading blanks): continue the previous value after one
+ * space (RFC 9112 5.2). A continuation with control characters drops the
+ * whole field. 0, or -1 over the size cap.
+ */
+static int head_add_fold(struct xfer *x, const char *line, size_t len)
+{
+    while (len > 0 && is_blank(*line))
+        line++, len--;
+    if (!x->fold_ok)
+        return 0; /* continues nothing, or a dropped field */
+    if (!pc_http_field_value(line, len)) {
+        x->hbuf.len = x->last_field;
+        x->nh--;
+        x->fold_ok = false;
+        x->dropped++;
+        return 0;
+    }
+    x->hbuf.len--; /* drop the value's NUL */
+    pc_buf_append_char(&x->hbuf, ' ');
+    pc_buf_append(&x->hbuf, line, len);
+    pc_buf_append_char(&x->hbuf, '\0');
+    return x->hbuf.len > XFER_MAX_HEAD_BYTES ? -1 : 0;
+}
+
+/*
+ * Store one "Name: value" line (already without CRLF), trimmed, blanks before
+ * the colon included (RFC 9112 5.1 asks a proxy to remove them). A line that
+ * is not a field, a name that is not a token and a value with control
+ * characters are dropped and counted. 0, or -1 over the caps.
+ */
 static int head_add_field(struct xfer *x, const char *line, size_t len)
 {
     while (len > 0 && is_blank(line[len - 1]))
         len--;
     if (len == 0)
         return 0;
-    if (is_blank(line[0])) {
-        if (x->nh == 0)
-            return 0; /* a continuation of nothing: ignore */
-        /* obs-fold: continue the previous value after one space (RFC 9112 5.2) */
-        while (len > 0 && is_blank(*line))
-            line++, len--;
-        x->hbuf.len--; /* drop the value's NUL */
-        pc_buf_append_char(&x->hbuf, ' ');
-        pc_buf_append(&x->hbuf, line, len);
-        pc_buf_append_char(&x->hbuf, '\0');
-        return x->hbuf.len > XFER_MAX_HEAD_BYTES ? -1 : 0;
-    }
+    if (is_blank(line[0]))
+        return head_add_fold(x, line, len);
+    x->fold_ok = false;
     const char *colon = memchr(line, ':', len);
-    if (colon == NULL)
-        return 0; /* not a field; curl accepted it, we ignore it */
-    size_t nlen = (size_t)(colon - line);
+    size_t nlen = colon != NULL ? (size_t)(colon - line) : 0;
     while (nlen > 0 && is_blank(line[nlen - 1]))
         nlen--;
-    const char *v = colon + 1, *end = line + len;
+    const char *v = colon != NULL ? colon + 1 : line + len, *end = line + len;
     while (v < end && is_blank(*v))
         v++;
-    if (nlen == 0)
+    if (!pc_http_token(line, nlen) || !pc_http_field_value(v, (size_t)(end - v))) {
+        x->dropped++;
         return 0;
+    }
     if (x->nh >= XFER_MAX_HEADERS || x->hbuf.len + len + 2 > XFER_MAX_HEAD_BYTES)
         return -1;
+    x->last_field = x->hbuf.len;
     pc_buf_append(&x->hbuf, line, nlen);
     pc_buf_append_char(&x->hbuf, '\0');
     pc_buf_append(&x->hbuf, v, (size_t)(end - v));
     pc_buf_append_char(&x->hbuf, '\0');
     x->nh++;
+    x->fold_ok = true;
     return 0;
 }
 
@@ -366,6 +404,9 @@ static void xfer_deliver_head(struct xfer *x)
         p += strlen(p) + 1;
     }
     x->head = HEAD_DONE;
+    if (x->dropped > 0) /* once per transfer, whatever the upstream sent */
+        log_info("upstream: dropped %zu invalid response header line(s) (status %d)", x->dropped,
+                 x->status);
     xfer_arm_timeout(x); /* from now on an idle timeout between body bytes */
     x->in_cb = true;
     x->u->cb_depth++;
@@ -407,6 +448,7 @@ static int xfer_head_line(struct xfer *x, const char *line, size_t len)
     if (x->status >= 100 && x->status < 200) {
         pc_buf_reset(&x->hbuf); /* interim response: forget it, wait for the next */
         x->nh = 0;
+        x->fold_ok = false;
         x->head = HEAD_STATUS;
         return 0;
     }
@@ -518,22 +560,16 @@ static void xfer_on_defer(evutil_socket_t fd, short what, void *arg)
 
 /* ---- starting a call -------------------------------------------------------- */
 
-/* RFC 9110 token characters (method, header names). */
+/* RFC 9110 token (method, field name), by the rules httpd uses (pc_util). */
 static bool is_token(const char *s)
 {
-    if (s == NULL || *s == '\0')
-        return false;
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c <= 0x20 || c >= 0x7f || strchr("\"(),/:;<=>?@[\\]{}", c) != NULL)
-            return false;
-    }
-    return true;
+    return s != NULL && pc_http_token(s, strlen(s));
 }
 
+/* Field value: no CR, LF or other controls (pc_util, shared with httpd). */
 static bool is_field_value(const char *s)
 {
-    return s != NULL && strpbrk(s, "\r\n") == NULL;
+    return s != NULL && pc_http_field_value(s, strlen(s));
 }
 
 /* Framing fields curl computes from body_len, and Expect, which we never send. */
@@ -634,6 +670,8 @@ static CURLcode xfer_set_options(struct xfer *x, const struct xfer_req *req, boo
     } while (0)
     XFER_SETOPT(CURLOPT_URL, x->url);
     XFER_SETOPT(CURLOPT_PROTOCOLS_STR, "http,https");
+    /* HTTP/1.1 only: pausing is then TCP flow control (see the file comment). */
+    XFER_SETOPT(CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     XFER_SETOPT(CURLOPT_PATH_AS_IS, 1L); /* relay the path untouched, no ../ squashing */
     XFER_SETOPT(CURLOPT_PRIVATE, (void *)x);
     XFER_SETOPT(CURLOPT_ERRORBUFFER, x->errbuf);

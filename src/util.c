@@ -236,6 +236,16 @@ struct timeval pc_timeval(double secs)
     return tv;
 }
 
+struct timeval pc_timeval_ms(int64_t ms)
+{
+    struct timeval tv = {0, 0};
+    if (ms > 0) {
+        tv.tv_sec = (time_t)(ms / 1000);
+        tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+    }
+    return tv;
+}
+
 void pc_hex(const unsigned char *in, size_t n, char *out)
 {
     static const char hexd[] = "0123456789abcdef";
@@ -322,6 +332,40 @@ bool pc_token_list_has(const char *list, const char *token)
         list += n;
     }
     return false;
+}
+
+/*
+ * RFC 9110 character classes, one byte per character: 1 = PC_HTTP_TCHAR
+ * (5.6.2), 2 = PC_HTTP_FIELD_CHAR (5.5: HTAB, SP, visible ASCII, obs-text).
+ * Every tchar is also a field-value byte (3); controls and DEL are 0.
+ */
+const unsigned char pc_http_char_class[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    2, 3, 2, 3, 3, 3, 3, 3, 2, 2, 3, 3, 2, 3, 3, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2,
+    2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 3, 3,
+    3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 2, 3, 2, 3, 0,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+};
+
+bool pc_http_token(const char *s, size_t n)
+{
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!pc_http_tchar(s[i]))
+            return false;
+    return true;
+}
+
+bool pc_http_field_value(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!pc_http_field_char(s[i]))
+            return false;
+    return true;
 }
 
 int pc_parse_i64(const char *s, int64_t *out)

@@ -5,8 +5,10 @@
  *   - the result is 0 (need more), a head length within the input, or one of
  *     -400, -431, -501, -505;
  *   - for a complete head, every span (method, target, header names and
- *     values) lies inside it, names are non-empty, values carry no CR/LF and
- *     no surrounding blanks, and the minor version is 0 or 1;
+ *     values) lies inside it, the method and names are RFC 9110 tokens and
+ *     values field-values by the shared pc_util rules (so no CR, LF, NUL or
+ *     other controls) without surrounding blanks, and the minor version is 0
+ *     or 1;
  *   - for a complete head, shorter prefixes need more bytes (a valid head is
  *     never rejected for being cut short), and appending bytes after it does
  *     not change the result (pipelining);
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include "pc_httpd.h"
+#include "pc_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -47,6 +50,7 @@ static int inside(const char *buf, long n, const char *p, size_t len)
 static void check_spans(const char *buf, long n, const struct httpd_head *hd)
 {
     CHECK(hd->method_len > 0 && inside(buf, n, hd->method, hd->method_len));
+    CHECK(pc_http_token(hd->method, hd->method_len));
     CHECK(hd->target_len > 0 && inside(buf, n, hd->target, hd->target_len));
     CHECK(hd->minor_version == 0 || hd->minor_version == 1);
     CHECK(hd->nheaders <= hd->max_headers);
@@ -54,6 +58,8 @@ static void check_spans(const char *buf, long n, const struct httpd_head *hd)
         const struct httpd_header_span *s = &hd->headers[i];
         CHECK(s->name_len > 0 && inside(buf, n, s->name, s->name_len));
         CHECK(inside(buf, n, s->value, s->value_len));
+        CHECK(pc_http_token(s->name, s->name_len));
+        CHECK(pc_http_field_value(s->value, s->value_len));
         CHECK(memchr(s->value, '\r', s->value_len) == NULL);
         CHECK(memchr(s->value, '\n', s->value_len) == NULL);
         if (s->value_len > 0) {

@@ -1,7 +1,8 @@
 /*
  * test_store.c - the Redis store and the schema migrations against a real
  * redis-server that this test starts (unix socket + a loopback TCP port in a
- * private temp directory) and kills at exit, also when a check fails.
+ * private temp directory) and kills at exit, also when a check fails. A few
+ * `promptcache migrate` tests talk to a scripted fake Redis instead.
  */
 #include "pc_conf.h"
 #include "pc_log.h"
@@ -13,11 +14,15 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -824,6 +829,320 @@ static void test_restart(void)
     T_CHECK_INT(st.v[STAT_redis_connected], 0);
 }
 
+/* --- a busy event loop --------------------------------------------------------------- */
+
+struct spin {
+    struct store *s;
+    int spin_ms;
+    bool get_first; /* GET, then spin (the bytes go out on the next pass) */
+    bool sent;
+    struct got g;
+};
+
+static void busy_spin(int ms)
+{
+    uint64_t end = pc_mono_us() + (uint64_t)ms * 1000;
+    while (pc_mono_us() < end)
+        ;
+}
+
+static void spin_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct spin *sp = arg;
+    if (sp->get_first)
+        sp->sent = store_get(sp->s, "busy", 4, get_cb, &sp->g) != NULL;
+    busy_spin(sp->spin_ms);
+    if (!sp->get_first)
+        sp->sent = store_get(sp->s, "busy", 4, get_cb, &sp->g) != NULL;
+}
+
+/* Run spin_cb from a loop callback and wait for its GET. */
+static void spin_run(struct spin *sp)
+{
+    struct timeval now = {0, 0};
+    memset(&sp->g, 0, sizeof(sp->g));
+    sp->sent = false;
+    T_CHECK(event_base_once(base, -1, EV_TIMEOUT, spin_cb, sp, &now) == 0);
+    T_CHECK(run_until(got_done, &sp->g, 5000));
+    T_CHECK(sp->sent);
+}
+
+/*
+ * A loop pass that takes 3 x redis-timeout must not time out the GET issued
+ * at its end (the timer counts from when it was sent, not from the pass's
+ * start), and a GET whose reply is read late because the loop was busy times
+ * out but does not drop the healthy connection.
+ */
+static void test_busy_loop(void)
+{
+    struct stats st = {{0}};
+    struct spin sp = {mk_store(R.unix_url, 50, true, &st), 150, false, false, {0}};
+    T_CHECK(run_until(is_ready, sp.s, 5000));
+    spin_run(&sp);
+    T_CHECK(sp.g.st == STORE_OK && sp.g.null);
+    T_CHECK_INT(st.v[STAT_redis_timeouts], 0);
+
+    sp.get_first = true;
+    spin_run(&sp);
+    T_CHECK(sp.g.st == STORE_TIMEOUT); /* it did wait 150 ms */
+    run_for(300);
+    T_CHECK(store_ready(sp.s));
+    struct got g;
+    T_CHECK(get_wait(sp.s, "after", 5, &g) && g.st == STORE_OK);
+    T_CHECK_INT(st.v[STAT_redis_reconnects], 1);
+    T_CHECK_INT(st.v[STAT_redis_timeouts], 1);
+    store_destroy(&sp.s);
+}
+
+static void spin_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    busy_spin(*(int *)arg);
+}
+
+/*
+ * A large reply read 16 KiB per loop pass on a busy loop (20 ms passes): the
+ * GET times out, but Redis is visibly sending, so the connection stays up.
+ */
+static void test_busy_loop_large_reply(void)
+{
+    struct stats st = {{0}};
+    struct store *s = mk_store(R.unix_url, 10, true, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    size_t n = 512u << 10;
+    char *val = pc_malloc(n);
+    memset(val, 'r', n);
+    freeReplyObject(rcmd_db(0, "SET large %b", val, n));
+    free(val);
+    int spin_ms = 20;
+    struct event *busy = event_new(base, -1, EV_PERSIST, spin_tick, &spin_ms);
+    struct timeval tv = {0, 1000};
+    event_add(busy, &tv);
+    run_for(50); /* every loop pass spins from now on */
+    struct got g;
+    T_CHECK(get_wait(s, "large", 5, &g));
+    T_CHECK(g.st == STORE_TIMEOUT);
+    run_for(1500); /* the reply is read by now, 16 KiB at a time */
+    event_free(busy);
+    T_CHECK(store_ready(s));
+    T_CHECK_INT(st.v[STAT_redis_reconnects], 1);
+    store_destroy(&s);
+    freeReplyObject(rcmd_db(0, "DEL large"));
+}
+
+/*
+ * A 32 MB SET takes longer than a 10 ms redis-timeout (some 20-50 ms over
+ * loopback TCP) but gets 1 ms more per 64 KiB, and the connection stays up.
+ */
+static void test_set_large(void)
+{
+    char url[64];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", R.port);
+    struct stats st = {{0}};
+    struct store *s = mk_store(url, 10, true, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    size_t n = 32u << 20;
+    char *val = pc_malloc(n);
+    memset(val, 'v', n);
+    struct got g = {0};
+    T_CHECK(store_set_cb(s, "big", 3, val, n, 60000, int_cb, &g) != NULL);
+    free(val);
+    T_CHECK(run_until(got_done, &g, 10000));
+    T_CHECK(g.st == STORE_OK);
+    T_CHECK_STR(rtext_db(0, "STRLEN big"), ":33554432");
+    T_CHECK_INT(st.v[STAT_redis_timeouts], 0);
+    T_CHECK_INT(st.v[STAT_redis_reconnects], 1);
+    T_CHECK(store_ready(s));
+    store_destroy(&s);
+    freeReplyObject(rcmd_db(0, "DEL big"));
+}
+
+/* A host name is resolved once, in store_create, and the store connects to the address. */
+static void test_host_name(void)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo("localhost", NULL, &hints, &ai) != 0 ||
+        ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr != htonl(INADDR_LOOPBACK)) {
+        fprintf(stderr, "  skipped: localhost does not resolve to 127.0.0.1 here\n");
+        if (ai != NULL)
+            freeaddrinfo(ai);
+        return;
+    }
+    freeaddrinfo(ai);
+    char url[64], out[4096], want[96];
+    snprintf(url, sizeof(url), "redis://localhost:%d", R.port);
+    struct stats st = {{0}};
+    struct capture cap;
+    capture_start(&cap);
+    struct store *s = mk_store(url, TEST_TIMEOUT_MS, true, &st);
+    bool ready = run_until(is_ready, s, 5000);
+    store_destroy(&s);
+    capture_end(&cap, out, sizeof(out));
+    T_CHECK(ready);
+    T_CHECK(strstr(out, "redis: localhost resolved to 127.0.0.1") != NULL);
+    snprintf(want, sizeof(want), "connected to redis://localhost:%d/0", R.port);
+    T_CHECK(strstr(out, want) != NULL); /* log lines keep the name */
+}
+
+/* A connection-setup command that gets no reply names itself in the log. */
+static void test_setup_timeout_message(void)
+{
+    char out[4096];
+    struct stats st = {{0}};
+    struct capture cap;
+    kill(R.pid, SIGSTOP);
+    capture_start(&cap);
+    struct store *s = mk_store(R.unix_url, 50, true, &st);
+    run_for(400);
+    bool ready = store_ready(s);
+    capture_end(&cap, out, sizeof(out));
+    kill(R.pid, SIGCONT);
+    T_CHECK(!ready);
+    T_CHECK(strstr(out, "GET " PC_SCHEMA_KEY) != NULL);
+    T_CHECK(strstr(out, "connection setup timed out") == NULL);
+    T_CHECK(run_until(get_ok, s, 20000));
+    store_destroy(&s);
+}
+
+/* --- `promptcache migrate` against a scripted fake Redis ----------------------------- */
+
+struct fake {
+    int lfd;
+    char path[100];             /* fits sun_path */
+    const char *const *replies; /* one per command read, in order; then the connection closes */
+    size_t nreplies;
+    bool shut_rd_last; /* stop reading before the last reply: the next write is EPIPE */
+    int commands;
+};
+
+/* Length of the complete RESP command at the start of buf, or 0 while it is incomplete. */
+static size_t resp_cmd_len(const char *buf, size_t len)
+{
+    const char *p = buf, *end = buf + len, *nl;
+    if (len == 0 || *p != '*' || (nl = memchr(p, '\n', len)) == NULL)
+        return 0;
+    long n = strtol(p + 1, NULL, 10);
+    p = nl + 1;
+    for (long i = 0; i < n; i++) {
+        if ((nl = memchr(p, '\n', (size_t)(end - p))) == NULL)
+            return 0;
+        long blen = strtol(p + 1, NULL, 10);
+        p = nl + 1;
+        if (end - p < blen + 2)
+            return 0;
+        p += blen + 2;
+    }
+    return (size_t)(p - buf);
+}
+
+static void fake_listen(struct fake *f)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(f->path, sizeof(f->path), "%s/fake.sock", R.dir);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->path);
+    unlink(f->path);
+    f->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (f->lfd < 0 || bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        listen(f->lfd, 1) < 0) {
+        perror("fake redis");
+        exit(2);
+    }
+}
+
+/* Wait (10 s at most) until fd is readable, so a client that never comes cannot hang the test. */
+static bool fake_wait(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 10000) == 1;
+}
+
+/* Serve one connection: read each command, answer it from the script; then close. */
+static void *fake_serve(void *arg)
+{
+    struct fake *f = arg;
+    static char buf[1 << 16];
+    size_t have = 0;
+    int fd = fake_wait(f->lfd) ? accept(f->lfd, NULL, NULL) : -1;
+    for (size_t i = 0; fd >= 0 && i < f->nreplies; i++) {
+        size_t n;
+        while ((n = resp_cmd_len(buf, have)) == 0) {
+            ssize_t got = fake_wait(fd) ? read(fd, buf + have, sizeof(buf) - have) : -1;
+            if (got <= 0)
+                goto out;
+            have += (size_t)got;
+        }
+        memmove(buf, buf + n, have - n);
+        have -= n;
+        f->commands++;
+        if (f->shut_rd_last && i + 1 == f->nreplies)
+            shutdown(fd, SHUT_RD);
+        if (write(fd, f->replies[i], strlen(f->replies[i])) < 0)
+            break;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    close(f->lfd);
+    unlink(f->path);
+    return NULL;
+}
+
+/* Redis drops the connection mid-run: the CLI says so instead of dying of SIGPIPE. */
+static void test_migrate_cli_sigpipe(void)
+{
+    static const char *const replies[] = {"$-1\r\n"}; /* GET pc:schema: nil, version 0 */
+    struct fake f = {.replies = replies, .nreplies = 1, .shut_rd_last = true};
+    char url[200], out[2048];
+    fake_listen(&f);
+    snprintf(url, sizeof(url), "unix:%s", f.path);
+    struct capture cap;
+    capture_start(&cap);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGPIPE, SIG_DFL); /* as a fresh `promptcache migrate` process has it */
+        struct conf c;
+        memset(&c, 0, sizeof(c));
+        c.redis = url;
+        c.redis_timeout = 1000;
+        int rc = migrate_cli(&c, false);
+        fflush(NULL);
+        _exit(rc);
+    }
+    fake_serve(&f);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    capture_end(&cap, out, sizeof(out));
+    if (WIFSIGNALED(status))
+        fprintf(stderr, "  migrate died of signal %d\n", WTERMSIG(status));
+    T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    T_CHECK(strstr(out, "migration 0001 initial: Broken pipe") != NULL);
+}
+
+/* Another instance applied the migration between our GET and our EVAL: still a success. */
+static void test_migrate_cli_lost_race(void)
+{
+    static const char *const replies[] = {
+        "$-1\r\n",                         /* GET pc:schema: version 0 */
+        "-schema is at 1, expected 0\r\n", /* EVAL: someone else migrated */
+        "$1\r\n1\r\n",                     /* GET pc:schema again: current */
+    };
+    struct fake f = {.replies = replies, .nreplies = PC_ARRAY_LEN(replies)};
+    char url[200], out[2048];
+    pthread_t th;
+    fake_listen(&f);
+    snprintf(url, sizeof(url), "unix:%s", f.path);
+    T_CHECK(pthread_create(&th, NULL, fake_serve, &f) == 0);
+    int rc = run_cli(url, false, out, sizeof(out));
+    pthread_join(th, NULL);
+    T_CHECK_INT(rc, 0);
+    T_CHECK_INT(f.commands, 3);
+    T_CHECK(strstr(out, "another instance") != NULL);
+    T_CHECK(strstr(out, "failed") == NULL);
+}
+
 static void test_migrate_script(void)
 {
     struct pc_buf b = PC_BUF_INIT;
@@ -856,6 +1175,8 @@ int main(void)
     T_RUN(test_second_store_current);
     T_RUN(test_migrate_cli);
     T_RUN(test_migrate_cli_errors);
+    T_RUN(test_migrate_cli_sigpipe);
+    T_RUN(test_migrate_cli_lost_race);
     T_RUN(test_concurrent_migration);
     T_RUN(test_newer_schema);
     T_RUN(test_get_set);
@@ -864,9 +1185,14 @@ int main(void)
     T_RUN(test_destroy_in_callback);
     T_RUN(test_delete_matching);
     T_RUN(test_tcp_auth_db);
+    T_RUN(test_busy_loop);
+    T_RUN(test_busy_loop_large_reply);
+    T_RUN(test_set_large);
+    T_RUN(test_host_name);
     T_RUN(test_migrate_script);
     T_RUN(test_connect_timeout);
     T_RUN(test_timeout);
+    T_RUN(test_setup_timeout_message);
     T_RUN(test_restart);
 
     event_free(ticker);

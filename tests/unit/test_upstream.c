@@ -9,6 +9,7 @@
  * sleeping. Timings appear only as generous deadlines against hangs, and as
  * the timeouts under test.
  */
+#include "pc_log.h"
 #include "pc_stats.h"
 #include "pc_upstream.h"
 #include "pc_util.h"
@@ -32,14 +33,15 @@
 /* ---- the test server ------------------------------------------------------ */
 
 enum srv_mode {
-    SRV_FIXED,         /* 200 with Content-Length: "hello world", or "got N bytes" for a body */
-    SRV_INTERIM,       /* 100 Continue and 103 Early Hints, then as SRV_FIXED */
-    SRV_CHUNKED,       /* chunked, SRV_NCHUNKS pieces, one send() each */
-    SRV_CHUNKED_GATED, /* the same, waiting for a gate before each piece after the first */
-    SRV_STALL_BODY,    /* head and the first piece, then wait for a gate, then close */
-    SRV_DELAY_HEAD,    /* wait for a gate before answering anything, then close */
-    SRV_CLOSE,         /* read the request, close without answering */
-    SRV_CLOSE_MID_BODY /* Content-Length: 1000, send 100 bytes, close */
+    SRV_FIXED,          /* 200 with Content-Length: "hello world", or "got N bytes" for a body */
+    SRV_INTERIM,        /* 100 Continue and 103 Early Hints, then as SRV_FIXED */
+    SRV_CHUNKED,        /* chunked, SRV_NCHUNKS pieces, one send() each */
+    SRV_CHUNKED_GATED,  /* the same, waiting for a gate before each piece after the first */
+    SRV_STALL_BODY,     /* head and the first piece, then wait for a gate, then close */
+    SRV_DELAY_HEAD,     /* wait for a gate before answering anything, then close */
+    SRV_CLOSE,          /* read the request, close without answering */
+    SRV_CLOSE_MID_BODY, /* Content-Length: 1000, send 100 bytes, close */
+    SRV_BAD_HEADERS     /* 200 whose head has invalid fields among valid ones */
 };
 
 #define SRV_NCHUNKS   6
@@ -210,6 +212,21 @@ static void srv_fixed(int fd, const char *method, size_t body_len)
         srv_sendstr(fd, body);
 }
 
+/* Valid fields, fields to drop (bad names, control characters, bad folds), 200 more bad ones. */
+static void srv_bad_headers(int fd)
+{
+    struct pc_buf h = PC_BUF_INIT;
+    pc_buf_append_str(&h, "HTTP/1.1 200 OK\r\nX-Good: 1\r\nBad Name: 2\r\nX-Ctl: a\x01"
+                          "b\r\nX-Del: a\x7f"
+                          "b\r\n(paren): 3\r\nX-Obs: caf\xc3\xa9\r\nX-Fold: a\r\n b\r\n"
+                          "X-Bad-Fold: a\r\n \x02\r\n \x02\r\nX-Trail : 4\r\n");
+    for (int i = 0; i < 200; i++)
+        pc_buf_printf(&h, "Bad Header %d: x\r\n", i);
+    pc_buf_append_str(&h, "X-Last: ok\r\nContent-Length: 5\r\n\r\nhello");
+    srv_send(fd, h.data, h.len);
+    pc_buf_free(&h);
+}
+
 static void srv_chunked(int fd, bool gated, int npieces)
 {
     srv_sendstr(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
@@ -253,6 +270,9 @@ static bool srv_answer(int fd, enum srv_mode mode, const char *method, size_t bo
                  "012345678901234567890123456789",
                  100);
         return false;
+    case SRV_BAD_HEADERS:
+        srv_bad_headers(fd);
+        return true;
     }
     return false;
 }
@@ -644,6 +664,7 @@ static void test_get_roundtrip(void)
     T_CHECK(!srv_header("Accept", v, sizeof v));
     T_CHECK(!srv_header("Accept-Encoding", v, sizeof v));
     T_CHECK(!srv_header("Expect", v, sizeof v));
+    T_CHECK(strstr(pc_buf_cstr(&S.head), " HTTP/1.1\r\n") != NULL); /* pinned to HTTP/1.1 */
     T_CHECK_INT(e.st.v[STAT_upstream_requests], 1);
     T_CHECK_INT(e.st.v[STAT_upstream_errors], 0);
     T_CHECK_INT(e.st.v[STAT_bytes_from_upstream], 11);
@@ -1095,6 +1116,10 @@ static void test_invalid_requests(void)
     struct call c;
     const struct xfer_header crlf[] = {{"X-A", "a\r\nX-Injected: 1"}};
     const struct xfer_header badname[] = {{"X A", "a"}};
+    /* The same field-value rules as httpd: no controls at all, not only CR and LF. */
+    const struct xfer_header ctl[] = {{"X-A", "a\x01"}};
+    const struct xfer_header del[] = {{"X-A", "a\x7f"}};
+    const struct xfer_header slash[] = {{"X/A", "a"}};
     env_init(&e);
     call_init(&c, &e, "GE T", "/");
     call_start(&c);
@@ -1107,10 +1132,64 @@ static void test_invalid_requests(void)
     c.req.headers = badname;
     call_start(&c);
     T_CHECK(c.x == NULL);
+    c.req.headers = ctl;
+    call_start(&c);
+    T_CHECK(c.x == NULL);
+    c.req.headers = del;
+    call_start(&c);
+    T_CHECK(c.x == NULL);
+    c.req.headers = slash;
+    call_start(&c);
+    T_CHECK(c.x == NULL);
     T_CHECK_INT(e.st.v[STAT_upstream_requests], 0);
     expect_clean(&e);
     call_free(&c);
     env_free(&e);
+}
+
+/* Count the lines of path that contain needle. */
+static int count_lines(const char *path, const char *needle)
+{
+    char line[4096];
+    int n = 0;
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof line, f) != NULL)
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/*
+ * A response head with invalid fields: they are dropped (never reach on_head),
+ * valid ones around them survive, and the log gets one line, not one per field.
+ */
+static void test_bad_response_headers(void)
+{
+    static const char want[] = "X-Good: 1\nX-Obs: caf\xc3\xa9\nX-Fold: a b\nX-Trail: 4\n"
+                               "X-Last: ok\nContent-Length: 5\n";
+    char path[] = "/tmp/test_upstream_log_XXXXXX";
+    int fd = mkstemp(path);
+    T_CHECK(fd >= 0);
+    log_init(PC_LOG_DEBUG, path, NULL, NULL, 0);
+    struct env e;
+    struct call c;
+    srv_reset(SRV_BAD_HEADERS);
+    run_one(&e, &c, "GET", NULL, 0, NULL, 0);
+    log_teardown();
+    log_init(PC_LOG_NOTICE, NULL, NULL, NULL, 0);
+    T_CHECK_STR(c.errmsg, "");
+    T_CHECK_INT(c.result, XFER_OK);
+    T_CHECK_INT(c.status, 200);
+    T_CHECK_STR(pc_buf_cstr(&c.hdrs), want);
+    T_CHECK_STR(pc_buf_cstr(&c.body), "hello");
+    T_CHECK_INT(count_lines(path, "dropped 205 invalid response header"), 1);
+    T_CHECK_INT(count_lines(path, "upstream"), 1);
+    call_free(&c);
+    env_free(&e);
+    close(fd);
+    unlink(path);
 }
 
 static void test_result_status(void)
@@ -1148,6 +1227,7 @@ int main(void)
     T_RUN(test_abort_outside);
     T_RUN(test_destroy_active);
     T_RUN(test_invalid_requests);
+    T_RUN(test_bad_response_headers);
     T_RUN(test_result_status);
     srv_stop();
     curl_global_cleanup();
