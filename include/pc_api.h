@@ -38,6 +38,13 @@ struct api_usage {
         cached; /* OpenAI prompt_tokens_details.cached_tokens; Anthropic cache_read_input_tokens */
 };
 
+/*
+ * The last member named key of an object (NULL if none or obj is not an
+ * object). The last one, because that is the one the upstreams' JSON parsers
+ * (and the official clients) read when a key is duplicated.
+ */
+const cJSON *api_member(const cJSON *obj, const char *key);
+
 /* Endpoint for a request path (query string already removed); API_NONE if not cacheable. */
 enum api_endpoint api_endpoint_from_path(const char *path);
 enum api_dialect api_dialect_of(enum api_endpoint e);

@@ -70,8 +70,7 @@ static const struct api_error_kind api_error_5xx = {0, "server_error", "internal
 /* Token counts are capped here: far beyond any real count, exact as a double. */
 #define API_TOKENS_MAX 1000000000000000.0
 
-/* Last member named key of an object, or NULL. */
-static const cJSON *member_get(const cJSON *obj, const char *key)
+const cJSON *api_member(const cJSON *obj, const char *key)
 {
     const cJSON *found = NULL;
     if (!cJSON_IsObject(obj))
@@ -127,16 +126,16 @@ static const char *validate_payload(enum api_endpoint e, const cJSON *body)
     switch (e) {
     case API_CHAT:
     case API_MESSAGES:
-        v = member_get(body, "messages");
+        v = api_member(body, "messages");
         if (!cJSON_IsArray(v) || v->child == NULL)
             return "'messages' must be a non-empty array";
         return NULL;
     case API_COMPLETIONS:
-        if (!string_or_array(member_get(body, "prompt")))
+        if (!string_or_array(api_member(body, "prompt")))
             return "'prompt' is required and must be a string or an array";
         return NULL;
     case API_EMBEDDINGS:
-        if (!string_or_array(member_get(body, "input")))
+        if (!string_or_array(api_member(body, "input")))
             return "'input' is required and must be a string or an array";
         return NULL;
     default:
@@ -152,12 +151,12 @@ static const char *validate_body(enum api_endpoint e, const cJSON *body)
 {
     if (!cJSON_IsObject(body))
         return "request body must be a JSON object";
-    if (!nonempty_string(member_get(body, "model")))
+    if (!nonempty_string(api_member(body, "model")))
         return "'model' is required and must be a non-empty string";
     const char *err = validate_payload(e, body);
     if (err != NULL)
         return err;
-    const cJSON *stream = member_get(body, "stream");
+    const cJSON *stream = api_member(body, "stream");
     if (stream != NULL && !cJSON_IsBool(stream) && !cJSON_IsNull(stream))
         return "'stream' must be a boolean";
     return NULL;
@@ -177,7 +176,7 @@ bool api_wants_stream(enum api_endpoint e, const cJSON *body)
 {
     if (e == API_NONE || e == API_EMBEDDINGS)
         return false;
-    return cJSON_IsTrue(member_get(body, "stream"));
+    return cJSON_IsTrue(api_member(body, "stream"));
 }
 
 bool api_stream_include_usage(enum api_endpoint e, const cJSON *body)
@@ -186,13 +185,13 @@ bool api_stream_include_usage(enum api_endpoint e, const cJSON *body)
         return true;
     if (e == API_NONE || e == API_EMBEDDINGS)
         return false;
-    const cJSON *opts = member_get(body, "stream_options");
-    return cJSON_IsTrue(member_get(opts, "include_usage"));
+    const cJSON *opts = api_member(body, "stream_options");
+    return cJSON_IsTrue(api_member(opts, "include_usage"));
 }
 
 const char *api_model(const cJSON *body)
 {
-    return cJSON_GetStringValue(member_get(body, "model"));
+    return cJSON_GetStringValue(api_member(body, "model"));
 }
 
 /* --- usage --------------------------------------------------------------- */
@@ -207,20 +206,20 @@ static int64_t tokens(const cJSON *v)
 
 static void usage_openai(const cJSON *usage, struct api_usage *u)
 {
-    u->present = cJSON_IsNumber(member_get(usage, "prompt_tokens"));
-    u->prompt = tokens(member_get(usage, "prompt_tokens"));
-    u->completion = tokens(member_get(usage, "completion_tokens")); /* absent for embeddings */
-    u->cached = tokens(member_get(member_get(usage, "prompt_tokens_details"), "cached_tokens"));
+    u->present = cJSON_IsNumber(api_member(usage, "prompt_tokens"));
+    u->prompt = tokens(api_member(usage, "prompt_tokens"));
+    u->completion = tokens(api_member(usage, "completion_tokens")); /* absent for embeddings */
+    u->cached = tokens(api_member(api_member(usage, "prompt_tokens_details"), "cached_tokens"));
 }
 
 /* Anthropic counts cache reads and writes apart from input_tokens. */
 static void usage_anthropic(const cJSON *usage, struct api_usage *u)
 {
-    int64_t written = tokens(member_get(usage, "cache_creation_input_tokens"));
-    int64_t read = tokens(member_get(usage, "cache_read_input_tokens"));
-    u->present = cJSON_IsNumber(member_get(usage, "input_tokens"));
-    u->prompt = tokens(member_get(usage, "input_tokens")) + written + read;
-    u->completion = tokens(member_get(usage, "output_tokens"));
+    int64_t written = tokens(api_member(usage, "cache_creation_input_tokens"));
+    int64_t read = tokens(api_member(usage, "cache_read_input_tokens"));
+    u->present = cJSON_IsNumber(api_member(usage, "input_tokens"));
+    u->prompt = tokens(api_member(usage, "input_tokens")) + written + read;
+    u->completion = tokens(api_member(usage, "output_tokens"));
     u->cached = read;
 }
 
@@ -228,7 +227,7 @@ static void usage_anthropic(const cJSON *usage, struct api_usage *u)
 void api_usage_from_response(enum api_endpoint e, const cJSON *resp, struct api_usage *u)
 {
     memset(u, 0, sizeof(*u));
-    const cJSON *usage = member_get(resp, "usage");
+    const cJSON *usage = api_member(resp, "usage");
     if (!cJSON_IsObject(usage))
         return;
     if (api_dialect_of(e) == API_DIALECT_ANTHROPIC)

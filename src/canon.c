@@ -159,21 +159,9 @@ static int member_cmp(const void *pa, const void *pb)
     return a->idx < b->idx ? -1 : a->idx > b->idx;
 }
 
-/* Last member named key (the upstreams' parsers let the last duplicate win). */
-static const cJSON *member_get(const cJSON *obj, const char *key)
-{
-    const cJSON *found = NULL;
-    if (!cJSON_IsObject(obj))
-        return NULL;
-    for (const cJSON *c = obj->child; c != NULL; c = c->next)
-        if (c->string != NULL && strcmp(c->string, key) == 0)
-            found = c;
-    return found;
-}
-
 static bool is_user_turn(const cJSON *msg)
 {
-    const char *role = cJSON_GetStringValue(member_get(msg, "role"));
+    const char *role = cJSON_GetStringValue(api_member(msg, "role"));
     return role != NULL && strcmp(role, "user") == 0;
 }
 
@@ -378,8 +366,8 @@ static char *content_text(const cJSON *content)
         return NULL;
     struct pc_buf b = PC_BUF_INIT;
     for (const cJSON *part = content->child; part != NULL; part = part->next) {
-        const char *type = cJSON_GetStringValue(member_get(part, "type"));
-        const char *text = cJSON_GetStringValue(member_get(part, "text"));
+        const char *type = cJSON_GetStringValue(api_member(part, "type"));
+        const char *text = cJSON_GetStringValue(api_member(part, "text"));
         if (type == NULL || strcmp(type, "text") != 0 || text == NULL) {
             pc_buf_free(&b);
             return NULL;
@@ -395,14 +383,14 @@ static char *content_text(const cJSON *content)
 static char *last_user_text(enum api_endpoint e, const cJSON *body)
 {
     if (e == API_CHAT || e == API_MESSAGES) {
-        const cJSON *msgs = member_get(body, "messages");
+        const cJSON *msgs = api_member(body, "messages");
         const cJSON *last = cJSON_IsArray(msgs) ? last_child(msgs) : NULL;
         if (last == NULL || !is_user_turn(last))
             return NULL;
-        return content_text(member_get(last, "content"));
+        return content_text(api_member(last, "content"));
     }
     const char *field = partition_field(e);
-    const char *text = field != NULL ? cJSON_GetStringValue(member_get(body, field)) : NULL;
+    const char *text = field != NULL ? cJSON_GetStringValue(api_member(body, field)) : NULL;
     return text != NULL ? pc_strdup(text) : NULL;
 }
 
