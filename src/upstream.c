@@ -76,6 +76,8 @@ struct usock {
     struct usock *prev, *next;
 };
 
+#define EASY_POOL 32
+
 struct upstream {
     unsigned magic;
     struct event_base *base;
@@ -85,8 +87,10 @@ struct upstream {
     struct event *kick;  /* one socket_action(TIMEOUT) pass after a resume */
     struct xfer *xfers;  /* every xfer not yet freed, aborted ones included */
     struct usock *socks;
-    size_t active;     /* started and neither finished nor aborted */
-    unsigned cb_depth; /* > 0 while on_head/on_data run (inside libcurl) */
+    size_t active;          /* started and neither finished nor aborted */
+    unsigned cb_depth;      /* > 0 while on_head/on_data run (inside libcurl) */
+    CURL *spare[EASY_POOL]; /* reset easy handles kept for reuse: cheaper than new ones */
+    size_t nspare;
 };
 
 enum head_state {
@@ -198,8 +202,14 @@ static void xfer_free(struct xfer *x)
     xfer_retire(x);
     if (x->added)
         curl_multi_remove_handle(u->multi, x->easy);
-    if (x->easy != NULL)
-        curl_easy_cleanup(x->easy);
+    if (x->easy != NULL) {
+        if (u->nspare < EASY_POOL) {
+            curl_easy_reset(x->easy);
+            u->spare[u->nspare++] = x->easy;
+        } else {
+            curl_easy_cleanup(x->easy);
+        }
+    }
     curl_slist_free_all(x->hdrs);
     if (x->timeout_ev != NULL)
         event_free(x->timeout_ev);
@@ -711,7 +721,7 @@ static struct xfer *xfer_new(struct upstream *u, const struct xfer_req *req)
     x->timeout = req->timeout;
     x->timeout_ev = evtimer_new(u->base, xfer_on_timeout, x);
     x->defer_ev = evtimer_new(u->base, xfer_on_defer, x);
-    x->easy = curl_easy_init();
+    x->easy = u->nspare > 0 ? u->spare[--u->nspare] : curl_easy_init();
     bool has_body = method_has_body(req);
     if (x->timeout_ev == NULL || x->defer_ev == NULL || x->easy == NULL ||
         xfer_build_headers(x, req, has_body) < 0 ||
@@ -962,6 +972,8 @@ void upstream_destroy(struct upstream **up)
     PC_CHECK_OBJ(u, UPSTREAM_MAGIC);
     while (u->xfers != NULL)
         xfer_free(u->xfers); /* no callbacks */
+    while (u->nspare > 0)
+        curl_easy_cleanup(u->spare[--u->nspare]);
     if (u->multi != NULL)
         curl_multi_cleanup(u->multi); /* may still call our socket/timer callbacks */
     while (u->socks != NULL)
