@@ -116,31 +116,52 @@ for port in $PC $NGC; do
     grep -qi 'x-cache-status: hit' "$tmp/h" || { echo "warm-up did not hit on port $port" >&2; cat "$tmp/h" >&2; exit 1; }
 done
 
-run() { # name port path extra-headers
-    local out
-    out=$(BENCH_BODY="$tmp/body.json" BENCH_HEADERS="$4" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" \
-        -s bench/post.lua "http://127.0.0.1:$2$3" | grep '^RESULT')
-    printf '%-40s %s\n' "$1" "$out"
-    eval "${5}=\"\$out\""
+# Each case runs ROUNDS times, interleaved with the others (so drift on a
+# shared machine hits every case alike); the median round is reported.
+ROUNDS=${ROUNDS:-3}
+declare -A results
+run_once() { # key port path extra-headers
+    BENCH_BODY="$tmp/body.json" BENCH_HEADERS="$4" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" \
+        -s bench/post.lua "http://127.0.0.1:$2$3" | grep '^RESULT'
 }
 val() { echo "$1" | sed -n "s/.*$2=\([0-9.]*\).*/\1/p"; }
+# Median of a field over the rounds of one case.
+median() { # key field
+    local k=$1 f=$2
+    for r in $(seq 1 "$ROUNDS"); do val "${results[$k.$r]}" "$f"; done | sort -g |
+        awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
 
-echo "wrk -t$THREADS -c$CONNS -d$DURATION, $WORKERS worker(s) each, $(nproc) cores"
-run "upstream direct (nginx return 200)"     "$UP"  /v1/chat/completions "" r_up
-run "nginx proxy_cache hit"                  "$NGC" /v1/chat/completions "" r_ngc
-run "promptcache exact hit"                  "$PC"  /v1/chat/completions "" r_pch
-run "nginx pass-through"                     "$NGP" /v1/chat/completions "" r_ngp
-run "promptcache pass-through (other path)"  "$PC"  /v1/bench/passthrough "" r_pcp
-run "promptcache bypass (X-Cache-Mode: off)" "$PC"  /v1/chat/completions "X-Cache-Mode: off" r_pcb
+cases=(
+    "up|upstream direct (nginx return 200)|$UP|/v1/chat/completions|"
+    "ngc|nginx proxy_cache hit|$NGC|/v1/chat/completions|"
+    "pch|promptcache exact hit|$PC|/v1/chat/completions|"
+    "ngp|nginx pass-through|$NGP|/v1/chat/completions|"
+    "pcp|promptcache pass-through (other path)|$PC|/v1/bench/passthrough|"
+    "pcb|promptcache bypass (X-Cache-Mode: off)|$PC|/v1/chat/completions|X-Cache-Mode: off"
+)
+echo "wrk -t$THREADS -c$CONNS -d$DURATION x $ROUNDS rounds, $WORKERS worker(s) each, $(nproc) cores"
+for r in $(seq 1 "$ROUNDS"); do
+    for c in "${cases[@]}"; do
+        IFS='|' read -r key _ port path hdrs <<<"$c"
+        results[$key.$r]=$(run_once "$key" "$port" "$path" "$hdrs")
+    done
+done
+printf '\n%-40s %10s %9s %9s   (medians)\n' "" "req/s" "p50 us" "p99 us"
+for c in "${cases[@]}"; do
+    IFS='|' read -r key name _ <<<"$c"
+    printf '%-40s %10s %9s %9s\n' "$name" "$(median "$key" rps)" "$(median "$key" p50_us)" \
+        "$(median "$key" p99_us)"
+done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 echo
 echo "ratios (promptcache / nginx; req/s higher is better, latency lower is better)"
 printf '  exact hit:     req/s %s   p50 %s   p99 %s\n' \
-    "$(ratio "$(val "$r_pch" rps)" "$(val "$r_ngc" rps)")" \
-    "$(ratio "$(val "$r_pch" p50_us)" "$(val "$r_ngc" p50_us)")" \
-    "$(ratio "$(val "$r_pch" p99_us)" "$(val "$r_ngc" p99_us)")"
+    "$(ratio "$(median pch rps)" "$(median ngc rps)")" \
+    "$(ratio "$(median pch p50_us)" "$(median ngc p50_us)")" \
+    "$(ratio "$(median pch p99_us)" "$(median ngc p99_us)")"
 printf '  pass-through:  req/s %s   p50 %s   p99 %s\n' \
-    "$(ratio "$(val "$r_pcp" rps)" "$(val "$r_ngp" rps)")" \
-    "$(ratio "$(val "$r_pcp" p50_us)" "$(val "$r_ngp" p50_us)")" \
-    "$(ratio "$(val "$r_pcp" p99_us)" "$(val "$r_ngp" p99_us)")"
+    "$(ratio "$(median pcp rps)" "$(median ngp rps)")" \
+    "$(ratio "$(median pcp p50_us)" "$(median ngp p50_us)")" \
+    "$(ratio "$(median pcp p99_us)" "$(median ngp p99_us)")"
