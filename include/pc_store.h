@@ -105,6 +105,11 @@ int store_set(struct store *s, const void *key, size_t klen, const void *val, si
 struct store_cmd *store_set_cb(struct store *s, const void *key, size_t klen, const void *val,
                                size_t vlen, int64_t ttl_ms, store_int_fn *cb, void *arg);
 /*
+ * Fire-and-forget write (HINCRBY, EXPIRE...): failures are only counted.
+ * Arguments are binary-safe and copied. -1 if not ready.
+ */
+int store_write(struct store *s, int argc, const char **argv, const size_t *lens);
+/*
  * Delete every key matching a glob pattern (SCAN + UNLINK in batches, each
  * step under the command timeout x 20). cb gets the number deleted.
  */

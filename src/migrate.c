@@ -8,6 +8,7 @@
  */
 #include "pc_migrate.h"
 #include "pc_conf.h"
+#include "pc_rcli.h"
 #include "pc_store.h"
 #include "pc_util.h"
 
@@ -21,7 +22,6 @@
 
 #include <hiredis/hiredis.h>
 
-#define CLI_MIN_TIMEOUT_MS  1000
 #define CLI_EVAL_TIMEOUT_MS 60000 /* a migration may have many keys to convert */
 
 /* How a migration script refuses to run on a schema that is not at its start version. */
@@ -99,112 +99,30 @@ int migrate_parse_version(const redisReply *r, long *v, char *err, size_t errlen
 
 /* --- promptcache migrate ------------------------------------------------------ */
 
-struct cli {
-    redisContext *rc;
-    char *host, *unix_path, *password;
-    int port, db;
-    char *where; /* URL without the password */
-};
-
-/* A message on stderr, after whatever stdout holds so far (the two may share a file). */
-static PC_PRINTF(1, 2) void cli_error(const char *fmt, ...)
-{
-    va_list ap;
-    fflush(stdout);
-    fputs("promptcache migrate: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-static void cli_close(struct cli *k)
-{
-    if (k->rc != NULL)
-        redisFree(k->rc);
-    k->rc = NULL;
-    PC_FREE(&k->host);
-    PC_FREE(&k->unix_path);
-    PC_FREE(&k->password);
-    PC_FREE(&k->where);
-}
-
-/* Run one command; the reply (never an error reply) or NULL after a message on stderr. */
-static redisReply *cli_command(struct cli *k, const char *what, int argc, const char **argv,
-                               const size_t *lens)
-{
-    redisReply *r = redisCommandArgv(k->rc, argc, argv, lens);
-    if (r == NULL) {
-        cli_error("%s: %s: %s", k->where, what, k->rc->errstr[0] ? k->rc->errstr : "no reply");
-        return NULL;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        cli_error("%s: %s failed: %s", k->where, what, r->str);
-        freeReplyObject(r);
-        return NULL;
-    }
-    return r;
-}
-
-static int cli_simple(struct cli *k, const char *cmd, const char *arg)
-{
-    const char *argv[] = {cmd, arg};
-    redisReply *r = cli_command(k, cmd, 2, argv, NULL);
-    if (r == NULL)
-        return -1;
-    freeReplyObject(r);
-    return 0;
-}
-
-static int cli_connect(const struct conf *conf, struct cli *k)
-{
-    char err[192];
-    if (store_parse_url(conf->redis, &k->host, &k->port, &k->unix_path, &k->password, &k->db, err,
-                        sizeof(err)) < 0) {
-        cli_error("invalid redis URL: %s", err);
-        return -1;
-    }
-    k->where = store_where(k->host, k->port, k->unix_path, k->db);
-    struct timeval tv = pc_timeval_ms(PC_MAX(conf->redis_timeout, CLI_MIN_TIMEOUT_MS));
-    k->rc = k->unix_path ? redisConnectUnixWithTimeout(k->unix_path, tv)
-                         : redisConnectWithTimeout(k->host, k->port, tv);
-    if (k->rc == NULL || k->rc->err) {
-        cli_error("cannot connect to %s: %s", k->where, k->rc ? k->rc->errstr : "out of memory");
-        return -1;
-    }
-    redisSetTimeout(k->rc, tv);
-    char db[16];
-    snprintf(db, sizeof(db), "%d", k->db);
-    if (k->password != NULL && cli_simple(k, "AUTH", k->password) < 0)
-        return -1;
-    if (k->db != 0 && cli_simple(k, "SELECT", db) < 0)
-        return -1;
-    return 0;
-}
-
-static int cli_version(struct cli *k, long *v)
+static int cli_version(struct rcli *k, long *v)
 {
     const char *argv[] = {"GET", PC_SCHEMA_KEY};
     char err[160];
-    redisReply *r = cli_command(k, "GET " PC_SCHEMA_KEY, 2, argv, NULL);
+    redisReply *r = rcli_command(k, "GET " PC_SCHEMA_KEY, 2, argv, NULL);
     if (r == NULL)
         return -1;
     int rc = migrate_parse_version(r, v, err, sizeof(err));
     if (rc < 0)
-        cli_error("%s: %s", k->where, err);
+        rcli_error(k, "%s: %s", k->where, err);
     freeReplyObject(r);
     return rc;
 }
 
 /* The EVAL got no reply (errnum: errno right after the call). */
-static void cli_eval_failed(struct cli *k, const char *what, int errnum)
+static void cli_eval_failed(struct rcli *k, const char *what, int errnum)
 {
     if (k->rc->err == REDIS_ERR_IO && (errnum == EAGAIN || errnum == EWOULDBLOCK))
-        cli_error("%s: %s: no reply within %d s; Redis may still complete the migration: run "
-                  "`promptcache migrate` again to check",
-                  k->where, what, CLI_EVAL_TIMEOUT_MS / 1000);
+        rcli_error(k,
+                   "%s: %s: no reply within %d s; Redis may still complete the migration: run "
+                   "`promptcache migrate` again to check",
+                   k->where, what, CLI_EVAL_TIMEOUT_MS / 1000);
     else
-        cli_error("%s: %s: %s", k->where, what, k->rc->errstr[0] ? k->rc->errstr : "no reply");
+        rcli_error(k, "%s: %s: %s", k->where, what, k->rc->errstr[0] ? k->rc->errstr : "no reply");
 }
 
 /*
@@ -212,7 +130,7 @@ static void cli_eval_failed(struct cli *k, const char *what, int errnum)
  * because the schema is no longer at version i (another instance migrated
  * meanwhile: the caller re-reads the version), -1 failed (message printed).
  */
-static int cli_apply(struct cli *k, size_t i)
+static int cli_apply(struct rcli *k, size_t i)
 {
     struct migrate_eval e;
     int rc = 0;
@@ -226,7 +144,7 @@ static int cli_apply(struct cli *k, size_t i)
         printf("%s not applied here: %s\n", e.what, r->str);
         rc = 1;
     } else if (r->type == REDIS_REPLY_ERROR) {
-        cli_error("%s: %s failed: %s", k->where, e.what, r->str);
+        rcli_error(k, "%s: %s failed: %s", k->where, e.what, r->str);
         rc = -1;
     } else {
         printf("applied %04ld %s\n", pc_migrations[i].version, pc_migrations[i].name);
@@ -238,18 +156,19 @@ static int cli_apply(struct cli *k, size_t i)
 }
 
 /* True (after a message) if the schema is newer than this build knows. */
-static bool cli_too_new(struct cli *k, long v)
+static bool cli_too_new(struct rcli *k, long v)
 {
     long latest = migrate_latest();
     if (v <= latest)
         return false;
-    cli_error("%s: schema version %ld is newer than this build knows (%ld): upgrade promptcache",
-              k->where, v, latest);
+    rcli_error(k,
+               "%s: schema version %ld is newer than this build knows (%ld): upgrade promptcache",
+               k->where, v, latest);
     return true;
 }
 
 /* Apply the migrations pending from version v on, while the schema may move on under us. */
-static int cli_apply_all(struct cli *k, long v)
+static int cli_apply_all(struct rcli *k, long v)
 {
     while (v < migrate_latest()) {
         long was = v;
@@ -263,9 +182,10 @@ static int cli_apply_all(struct cli *k, long v)
         if (cli_version(k, &v) < 0 || cli_too_new(k, v))
             return -1;
         if (v <= was) {
-            cli_error("%s: schema version %ld, but migration %04ld was refused: run "
-                      "`promptcache migrate` again",
-                      k->where, v, pc_migrations[was].version);
+            rcli_error(k,
+                       "%s: schema version %ld, but migration %04ld was refused: run "
+                       "`promptcache migrate` again",
+                       k->where, v, pc_migrations[was].version);
             return -1;
         }
         printf("another instance migrated the schema to version %ld meanwhile\n", v);
@@ -273,7 +193,7 @@ static int cli_apply_all(struct cli *k, long v)
     return 0;
 }
 
-static int cli_migrate(struct cli *k, long v, bool dry_run)
+static int cli_migrate(struct rcli *k, long v, bool dry_run)
 {
     long latest = migrate_latest();
     printf("schema version: %ld (this build: %ld)\n", v, latest);
@@ -295,14 +215,15 @@ static int cli_migrate(struct cli *k, long v, bool dry_run)
 
 int migrate_cli(const struct conf *c, bool dry_run)
 {
-    struct cli k = {0};
+    struct rcli k = {0};
     long v = 0;
     int rc = 1;
     /* A write to a connection Redis dropped must fail with EPIPE, not kill us silently. */
     signal(SIGPIPE, SIG_IGN);
-    if (cli_connect(c, &k) == 0 && cli_version(&k, &v) == 0 && cli_migrate(&k, v, dry_run) == 0)
+    if (rcli_connect(&k, c, "migrate") == 0 && cli_version(&k, &v) == 0 &&
+        cli_migrate(&k, v, dry_run) == 0)
         rc = 0;
     fflush(stdout);
-    cli_close(&k);
+    rcli_close(&k);
     return rc;
 }

@@ -92,6 +92,7 @@ enum cmd_kind {
     CMD_SET,
     CMD_SCAN,   /* store_delete_matching, SCAN step */
     CMD_UNLINK, /* store_delete_matching, UNLINK step */
+    CMD_WRITE,  /* store_write: any reply but an error is fine */
     CMD_INTERNAL,
 };
 
@@ -492,6 +493,8 @@ static const char *cmd_what(const struct store_cmd *c)
         return "SCAN";
     case CMD_UNLINK:
         return "UNLINK";
+    case CMD_WRITE:
+        return "write";
     case CMD_INTERNAL:
         break;
     }
@@ -523,6 +526,7 @@ static void cmd_complete(struct store_cmd *c, enum store_status st, const char *
         if (c->cb.num != NULL)
             c->cb.num(c->arg, st, 0);
         break;
+    case CMD_WRITE:
     case CMD_INTERNAL:
         break;
     }
@@ -940,6 +944,14 @@ static void get_reply(struct store_cmd *c, const redisReply *r)
         cmd_fail(c, r, "GET");
 }
 
+static void write_reply(struct store_cmd *c, const redisReply *r)
+{
+    if (r != NULL && r->type != REDIS_REPLY_ERROR)
+        cmd_complete(c, STORE_OK, NULL, 0, 0);
+    else
+        cmd_fail(c, r, c->what);
+}
+
 static void set_reply(struct store_cmd *c, const redisReply *r)
 {
     if (r != NULL && r->type == REDIS_REPLY_STATUS)
@@ -1055,6 +1067,9 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
         break;
     case CMD_SET:
         set_reply(c, r);
+        break;
+    case CMD_WRITE:
+        write_reply(c, r);
         break;
     case CMD_SCAN:
         goes_on = scan_reply(c, r);
@@ -1274,6 +1289,22 @@ int store_set(struct store *s, const void *key, size_t klen, const void *val, si
               int64_t ttl_ms)
 {
     return store_set_cb(s, key, klen, val, vlen, ttl_ms, NULL, NULL) != NULL ? 0 : -1;
+}
+
+int store_write(struct store *s, int argc, const char **argv, const size_t *lens)
+{
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    if (s->state != ST_READY || argc < 1)
+        return -1;
+    struct store_cmd *c = cmd_new(s, CMD_WRITE);
+    snprintf(c->what, sizeof(c->what), "%.*s", (int)PC_MIN(lens[0], sizeof(c->what) - 1),
+             argv[0]);
+    if (cmd_send(c, argc, argv, lens, s->timeout_ms) < 0) {
+        stats_incr(s->st, STAT_redis_errors);
+        cmd_free(c);
+        return -1;
+    }
+    return 0;
 }
 
 struct store_cmd *store_delete_matching(struct store *s, const char *pattern, store_int_fn *cb,

@@ -1,0 +1,36 @@
+/*
+ * pc_rcli.h - the blocking Redis connection of the command-line tools
+ * (`promptcache migrate`, `promptcache report`). Never used on an event loop.
+ * Error messages go to stderr prefixed with the tool's name, never with the
+ * Redis password.
+ */
+#ifndef PC_RCLI_H
+#define PC_RCLI_H
+
+#include <stddef.h>
+
+#include "pc_util.h"
+
+struct conf;
+struct redisContext;
+struct redisReply;
+
+struct rcli {
+    struct redisContext *rc;
+    char *host, *unix_path, *password;
+    int port, db;
+    char *where;      /* the URL without its password, for messages */
+    const char *tool; /* "migrate", "report": prefixes messages */
+};
+
+/* Connect to conf->redis (AUTH, SELECT as needed); 0, or -1 after a message. */
+int rcli_connect(struct rcli *k, const struct conf *conf, const char *tool);
+/* Run one command: the reply (never an error reply; free with freeReplyObject) or NULL after a
+ * message. what names the command in that message. */
+struct redisReply *rcli_command(struct rcli *k, const char *what, int argc, const char **argv,
+                                const size_t *lens);
+/* A message on stderr ("promptcache TOOL: ..."), after whatever stdout holds so far. */
+void rcli_error(const struct rcli *k, const char *fmt, ...) PC_PRINTF(2, 3);
+void rcli_close(struct rcli *k);
+
+#endif
