@@ -33,6 +33,10 @@ struct fetch_req {
     int64_t ttl_ms;
     enum api_endpoint endpoint;
     bool stream;
+
+    /* Whose usage it is (promptcache report); copied. May be NULL. */
+    const char *model;
+    const char *tenant_id;
 };
 
 /*

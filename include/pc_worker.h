@@ -24,6 +24,7 @@ struct fetch;
 struct httpd;
 struct server;
 struct store;
+struct tally;
 struct upstream;
 
 /* A configured upstream replica: base URL without trailing '/', and its name. */
@@ -44,6 +45,7 @@ struct worker {
     struct httpd *httpd;
     struct upstream *up;
     struct store *store;
+    struct tally *tally; /* per-hour usage by model and tenant, for `promptcache report` */
     struct stats stats;
 
     pthread_t thread;

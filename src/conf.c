@@ -204,9 +204,9 @@ static const struct conf_key conf_keys[] = {
              "example from `openssl rand -hex 32`."},
     {.name = "pricing", .type = CONF_STRING, FIELD(pricing), .def = "", .arg = "PATH",
      .example = "conf/pricing.json",
-     .help = "Path of a JSON file with per-model token prices, for reporting the money saved "
-             "(reporting is not part of this version yet). While empty, savings are counted in "
-             "tokens only."},
+     .help = "Path of a JSON file with per-model token prices (see conf/pricing.json), used by "
+             "`promptcache report` to put a price on the tokens the cache saved. While empty, "
+             "savings are reported in tokens only."},
 
     {.name = "log-level", .type = CONF_ENUM, FIELD(log_level), .def = "notice",
      .names = log_level_names, .section = "Logging",
@@ -1318,15 +1318,19 @@ static size_t first_sentence(const char *s)
 
 void conf_write_help(struct pc_buf *out)
 {
-    pc_buf_append_str(out,
-                      "Usage: promptcache [CONFIG-FILE] [--KEY VALUE ...]     run the proxy\n"
-                      "       promptcache -t [CONFIG-FILE] [--KEY VALUE ...]  check the "
-                      "configuration and exit\n"
-                      "       promptcache migrate [CONFIG-FILE] [--KEY VALUE ...] [--dry-run]\n"
-                      "                                                       apply Redis schema "
-                      "migrations\n"
-                      "       promptcache --sample-config | --metrics-doc | --version | --help\n\n"
-                      "Options (every config-file key; the command line overrides the file):\n");
+    pc_buf_append_str(
+        out, "Usage: promptcache [CONFIG-FILE] [--KEY VALUE ...]     run the proxy\n"
+             "       promptcache -t [CONFIG-FILE] [--KEY VALUE ...]  check the "
+             "configuration and exit\n"
+             "       promptcache migrate [CONFIG-FILE] [--KEY VALUE ...] [--dry-run]\n"
+             "                                                       apply Redis schema "
+             "migrations\n"
+             "       promptcache report [CONFIG-FILE] [--KEY VALUE ...] [--format "
+             "table|json|csv] [--hours N]\n"
+             "                                                       hit rates, tokens and "
+             "money saved\n"
+             "       promptcache --sample-config | --metrics-doc | --version | --help\n\n"
+             "Options (every config-file key; the command line overrides the file):\n");
     for (size_t i = 0; i < CONF_NKEYS; i++) {
         const struct conf_key *k = &conf_keys[i];
         char a[128], opt[192];

@@ -14,6 +14,7 @@
 #include "pc_log.h"
 #include "pc_sse.h"
 #include "pc_store.h"
+#include "pc_tally.h"
 #include "pc_worker.h"
 
 #include <string.h>
@@ -41,7 +42,9 @@ struct fetch {
     int status;
     char *content_type;
     size_t received;
-    bool trimming;               /* over cache-max-entry-size: no longer recorded */
+    bool trimming; /* over cache-max-entry-size: no longer recorded */
+    char *model;   /* for the per-model/tenant usage counts */
+    char tenant[TENANT_ID_LEN + 1];
     struct store_cmd *store_cmd; /* the SET of the answer, while Redis acknowledges it */
     struct fetch *next;          /* the worker's list of running calls */
     struct fetch *prev;
@@ -76,6 +79,7 @@ static void fetch_free(struct fetch *f)
         event_free(f->abort_ev);
     flight_put(&f->fl);
     free(f->content_type);
+    free(f->model);
     struct worker *w = f->w;
     if (f->prev != NULL)
         f->prev->next = f->next;
@@ -156,13 +160,16 @@ static bool answer_usage(const struct fetch *f, const struct pc_buf *body, struc
     return true;
 }
 
-static void account_usage(struct worker *w, const struct api_usage *u)
+static void account_usage(struct fetch *f, const struct api_usage *u)
 {
     if (!u->present)
         return;
+    struct worker *w = f->w;
     stats_add(&w->stats, STAT_tokens_upstream_prompt, u->prompt);
     stats_add(&w->stats, STAT_tokens_upstream_completion, u->completion);
     stats_add(&w->stats, STAT_tokens_upstream_cached, u->cached);
+    tally_add(w->tally, f->model, f->tenant, TALLY_upstream_prompt_tokens, u->prompt);
+    tally_add(w->tally, f->model, f->tenant, TALLY_upstream_completion_tokens, u->completion);
 }
 
 /* The one way a fetch ends: stop the call, tell every waiter, free. */
@@ -195,7 +202,7 @@ static bool store_answer(struct fetch *f, uint64_t latency_us)
     struct api_usage usage;
     bool usable = body != NULL && body->len > 0 && answer_usage(f, body, &usage);
     if (usable)
-        account_usage(f->w, &usage);
+        account_usage(f, &usage);
     if (!f->store || !usable)
         return false;
     const char *ctype =
@@ -289,6 +296,8 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
     f->start_us = pc_mono_us();
     f->endpoint = req->endpoint;
     f->stream = req->stream;
+    f->model = req->model ? pc_strdup(req->model) : NULL;
+    snprintf(f->tenant, sizeof(f->tenant), "%s", req->tenant_id ? req->tenant_id : "");
     f->ttl_ms = req->ttl_ms;
     if (req->store_key != NULL) {
         f->store = true;

@@ -5,11 +5,13 @@
  *   promptcache [CONFIG-FILE] [--key value ...]      run the proxy
  *   promptcache -t [CONFIG-FILE] [--key value ...]   check the configuration
  *   promptcache migrate [CONFIG-FILE] [--key value ...] [--dry-run]
+ *   promptcache report [CONFIG-FILE] [--key value ...] [--format table|json|csv] [--hours N]
  *   promptcache --version | --help | --sample-config | --metrics-doc
  */
 #include "pc_conf.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
+#include "pc_report.h"
 #include "pc_server.h"
 #include "pc_stats.h"
 
@@ -25,12 +27,15 @@ enum command {
     CMD_RUN,
     CMD_CHECK,
     CMD_MIGRATE,
+    CMD_REPORT,
 };
 
 struct cli {
     enum command cmd;
     const char *config;
     bool dry_run;
+    enum report_format format;
+    int hours;
     int nopts;
     char **opts; /* --key value ... handed to conf_load */
 };
@@ -44,6 +49,43 @@ static int print_buf(void (*fn)(struct pc_buf *))
     return 0;
 }
 
+/* The value of --NAME VALUE or --NAME=VALUE at argv[*i] (advancing *i), or NULL. */
+static const char *option_value(char **argv, int argc, int *i, const char *name)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] == '\0' && *i + 1 < argc)
+        return argv[++*i];
+    return NULL;
+}
+
+/* report's own options (--format, --hours): 1 if argv[*i] was one, 0 if not, -1 on a bad value. */
+static int report_option(char **argv, int argc, int *i, struct cli *cli)
+{
+    const char *v;
+    int64_t h;
+    if ((v = option_value(argv, argc, i, "--format")) != NULL) {
+        int f = report_format_parse(v);
+        if (f < 0) {
+            fprintf(stderr, "promptcache report: --format must be table, json or csv\n");
+            return -1;
+        }
+        cli->format = (enum report_format)f;
+    } else if ((v = option_value(argv, argc, i, "--hours")) != NULL) {
+        if (pc_parse_i64(v, &h) < 0 || h < 1 || h > REPORT_HOURS_MAX) {
+            fprintf(stderr, "promptcache report: --hours must be from 1 to %d\n", REPORT_HOURS_MAX);
+            return -1;
+        }
+        cli->hours = (int)h;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 /* Returns -1 to continue with cli filled in, or an exit status. */
 static int parse_cli(int argc, char **argv, struct cli *cli)
 {
@@ -51,7 +93,11 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
     if (i < argc && strcmp(argv[i], "migrate") == 0) {
         cli->cmd = CMD_MIGRATE;
         i++;
+    } else if (i < argc && strcmp(argv[i], "report") == 0) {
+        cli->cmd = CMD_REPORT;
+        i++;
     }
+    cli->hours = REPORT_HOURS_DEFAULT;
     for (int j = i; j < argc; j++) {
         if (strcmp(argv[j], "--version") == 0 || strcmp(argv[j], "-v") == 0) {
             printf("promptcache %s\n", PC_VERSION);
@@ -66,6 +112,11 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
     }
     cli->opts = pc_calloc((size_t)argc, sizeof(char *));
     for (; i < argc; i++) {
+        int own = cli->cmd == CMD_REPORT ? report_option(argv, argc, &i, cli) : 0;
+        if (own < 0)
+            return 2;
+        if (own > 0)
+            continue;
         if (strcmp(argv[i], "-t") == 0 && cli->cmd == CMD_RUN) {
             cli->cmd = CMD_CHECK;
         } else if (strcmp(argv[i], "--dry-run") == 0 && cli->cmd == CMD_MIGRATE) {
@@ -102,8 +153,10 @@ int main(int argc, char **argv)
 {
     struct cli cli = {0};
     int status = parse_cli(argc, argv, &cli);
-    if (status >= 0)
+    if (status >= 0) {
+        free(cli.opts);
         return status;
+    }
     struct conf *c = load_conf(&cli);
     if (c == NULL) {
         free(cli.opts);
@@ -114,6 +167,8 @@ int main(int argc, char **argv)
         status = 0;
     } else if (cli.cmd == CMD_MIGRATE) {
         status = migrate_cli(c, cli.dry_run);
+    } else if (cli.cmd == CMD_REPORT) {
+        status = report_cli(c, cli.format, cli.hours);
     } else {
         char err[256];
         if (log_init(c->log_level, c->log_file, c->access_log, err, sizeof(err)) < 0) {

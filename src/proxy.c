@@ -30,6 +30,7 @@
 #include "pc_log.h"
 #include "pc_sse.h"
 #include "pc_store.h"
+#include "pc_tally.h"
 #include "pc_worker.h"
 
 #include <ctype.h>
@@ -106,6 +107,8 @@ struct preq {
     size_t bytes_out;
     char upstream[128];
     bool aborted;
+    bool coalesced;         /* joined another request's upstream call */
+    struct api_usage saved; /* usage of the cached answer served (HIT) */
 };
 
 static void preq_on_flight(struct flight_sub *sub, void *arg);
@@ -164,6 +167,26 @@ static void access_log(const struct preq *r)
     pc_buf_free(&b);
 }
 
+/* Per-hour usage by model and tenant (promptcache report), for API requests. */
+static void preq_tally(const struct preq *r)
+{
+    if (r->ep == API_NONE || r->cache_status == NULL || r->tenant_id[0] == '\0')
+        return;
+    struct tally *t = r->w->tally;
+    const char *model = r->body ? api_model(r->body) : NULL;
+    tally_add(t, model, r->tenant_id, TALLY_requests, 1);
+    if (strcmp(r->cache_status, "HIT") == 0) {
+        tally_add(t, model, r->tenant_id, TALLY_hits, 1);
+        tally_add(t, model, r->tenant_id, TALLY_saved_prompt_tokens, r->saved.prompt);
+        tally_add(t, model, r->tenant_id, TALLY_saved_completion_tokens, r->saved.completion);
+    } else if (strcmp(r->cache_status, "MISS") == 0) {
+        tally_add(t, model, r->tenant_id, TALLY_misses, 1);
+        tally_add(t, model, r->tenant_id, TALLY_coalesced, r->coalesced ? 1 : 0);
+    } else {
+        tally_add(t, model, r->tenant_id, TALLY_bypasses, 1);
+    }
+}
+
 /*
  * The reply is finished or the client is gone: log once, and free when no
  * operation is outstanding (they are cancelled synchronously, so that is now).
@@ -177,6 +200,7 @@ static void preq_end(struct preq *r)
     store_cancel(&r->lookup);
     flight_unsubscribe(&r->sub);
     access_log(r);
+    preq_tally(r);
     static const struct timeval zero = {0, 0};
     if (event_base_once(r->w->base, -1, EV_TIMEOUT, preq_free_cb, r, &zero) < 0) {
         log_error("cannot schedule a request free; leaking it");
@@ -517,6 +541,7 @@ static void preq_fetch(struct preq *r, bool shared, bool store)
     bool leader = false;
     r->sub = flight_subscribe(key, w->base, preq_on_flight, r, &leader);
     if (!leader) {
+        r->coalesced = true;
         stats_incr(&w->stats, STAT_coalesced);
         return;
     }
@@ -537,6 +562,8 @@ static void preq_fetch(struct preq *r, bool shared, bool store)
         .ttl_ms = r->ttl * 1000,
         .endpoint = r->ep,
         .stream = r->stream,
+        .model = r->body ? api_model(r->body) : NULL,
+        .tenant_id = r->tenant_id,
     };
     fetch_start(w, flight_sub_flight(r->sub), &fr);
     pc_buf_free(&auth);
@@ -696,6 +723,7 @@ static bool serve_hit(struct preq *r, const struct entry *e)
     if (e->usage.present) {
         stats_add(&w->stats, STAT_tokens_saved_prompt, e->usage.prompt);
         stats_add(&w->stats, STAT_tokens_saved_completion, e->usage.completion);
+        r->saved = e->usage;
     }
     int64_t age_ms = entry_age_ms(e);
     char age[24];

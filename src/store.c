@@ -1297,8 +1297,7 @@ int store_write(struct store *s, int argc, const char **argv, const size_t *lens
     if (s->state != ST_READY || argc < 1)
         return -1;
     struct store_cmd *c = cmd_new(s, CMD_WRITE);
-    snprintf(c->what, sizeof(c->what), "%.*s", (int)PC_MIN(lens[0], sizeof(c->what) - 1),
-             argv[0]);
+    snprintf(c->what, sizeof(c->what), "%.*s", (int)PC_MIN(lens[0], sizeof(c->what) - 1), argv[0]);
     if (cmd_send(c, argc, argv, lens, s->timeout_ms) < 0) {
         stats_incr(s->st, STAT_redis_errors);
         cmd_free(c);

@@ -14,6 +14,7 @@
 #include "pc_log.h"
 #include "pc_proxy.h"
 #include "pc_store.h"
+#include "pc_tally.h"
 #include "pc_upstream.h"
 
 #include <stdio.h>
@@ -68,8 +69,12 @@ void worker_check_idle(struct worker *w)
 {
     if (!w->stopping || w->httpd == NULL)
         return;
-    if (httpd_connection_count(w->httpd) == 0 && w->fetches == 0)
-        event_base_loopexit(w->base, NULL);
+    if (httpd_connection_count(w->httpd) == 0 && w->fetches == 0) {
+        /* Last counts out; a few more loop passes let the writes reach Redis. */
+        tally_flush(w->tally);
+        struct timeval tv = pc_timeval_ms(100);
+        event_base_loopexit(w->base, &tv);
+    }
 }
 
 static void httpd_conf_from(const struct conf *c, struct httpd_conf *hc)
@@ -108,6 +113,7 @@ struct worker *worker_create(int id, const struct conf *conf, const struct targe
     w->up = upstream_create(w->base, &w->stats);
     struct store_opts so = {conf->redis, conf->redis_timeout, conf->redis_auto_migrate};
     w->store = store_create(w->base, &so, &w->stats);
+    w->tally = tally_create(w->base, w->store);
     w->stop_ev = event_new(w->base, -1, 0, on_stop, w);
     w->exit_ev = event_new(w->base, -1, EV_PERSIST, on_exit_check, w);
     if (w->httpd == NULL || w->up == NULL || w->store == NULL || w->stop_ev == NULL ||
@@ -169,6 +175,7 @@ void worker_destroy(struct worker **wp)
     if (w->httpd != NULL)
         worker_close_clients(w);
     fetch_abort_all(w);
+    tally_destroy(&w->tally);
     store_destroy(&w->store);
     upstream_destroy(&w->up);
     if (w->stop_ev != NULL)

@@ -1,0 +1,128 @@
+'use strict';
+/*
+ * `promptcache report --redis URL [--format table|json|csv] [--hours N]`:
+ * the proxies count requests, hits, misses and tokens per hour, model and
+ * tenant in Redis; the report sums them and prices the saved tokens.
+ */
+const assert = require('node:assert/strict');
+const path = require('node:path');
+const h = require('./lib');
+
+const env = h.environment();
+
+const CHAT = '/v1/chat/completions';
+const MESSAGES = '/v1/messages';
+const PRICING = path.join(h.REPO, 'conf', 'pricing.json');
+const DATED_MODEL = 'gpt-4o-mini-2024-07-18'; /* priced by its prefix gpt-4o-mini */
+
+async function report(...args) {
+    const r = await h.runCli(['report', '--redis', env.redis.url, ...args]);
+    assert.equal(r.code, 0, r.output);
+    return r;
+}
+
+/* Send the workload; returns what the report must show, from the answers themselves. */
+async function workload() {
+    const want = {a: {hits: 0, misses: 0, bypasses: 0, prompt: 0, completion: 0},
+        b: {hits: 0, misses: 0, bypasses: 0, prompt: 0, completion: 0}};
+    const count = (who, r, usage) => {
+        if (r.cache === 'HIT') {
+            want[who].hits++;
+            want[who].prompt += usage.prompt;
+            want[who].completion += usage.completion;
+        } else if (r.cache === 'MISS') {
+            want[who].misses++;
+        } else {
+            want[who].bypasses++;
+        }
+    };
+    const a = h.bearer('sk-report-tenant-a');
+    const b = h.apiKey('sk-report-tenant-b');
+    const q1 = h.chatBody(h.uniq('report one'), {model: DATED_MODEL});
+    const q2 = h.chatBody(h.uniq('report two'), {model: DATED_MODEL});
+    for (const body of [q1, q1, q1, q2]) {
+        const r = await env.proxy.post(CHAT, body, a);
+        count('a', r, {prompt: r.json.usage.prompt_tokens, completion: r.json.usage.completion_tokens});
+    }
+    const off = await env.proxy.post(CHAT, q2, {...a, 'x-cache-mode': 'off'});
+    count('a', off, null);
+    const q3 = h.messagesBody(h.uniq('report three'));
+    for (const body of [q3, q3]) {
+        const r = await env.proxy.post(MESSAGES, body, b);
+        const u = r.json.usage;
+        count('b', r, {prompt: u.input_tokens + (u.cache_creation_input_tokens || 0) +
+            (u.cache_read_input_tokens || 0), completion: u.output_tokens});
+    }
+    return want;
+}
+
+let want;
+let tenants;
+
+h.test('report sums what the proxies counted, per model and per tenant', async () => {
+    want = await workload();
+    const log = await h.waitFor(() => {
+        const lines = env.proxy.accessLog();
+        return lines.length >= 7 ? lines : null;
+    }, {what: 'seven access log lines'});
+    tenants = {a: log.find((l) => l.endpoint === 'chat').tenant,
+        b: log.find((l) => l.endpoint === 'messages').tenant};
+    /* Workers flush their counts about once a second. */
+    const j = await h.waitFor(async () => {
+        const r = JSON.parse((await report('--format', 'json')).stdout);
+        return r.total.requests >= 7 ? r : null;
+    }, {timeout: 15000, what: 'the report to show all seven requests'});
+    assert.equal(j.total.requests, 7);
+    assert.equal(j.total.hits, want.a.hits + want.b.hits);
+    assert.equal(j.total.misses, want.a.misses + want.b.misses);
+    assert.equal(j.total.bypasses, 1);
+    assert.equal(j.currency, null, 'no pricing: no currency');
+    assert.equal(j.total.money_saved, null);
+
+    const model = (name) => j.models.find((m) => m.model === name);
+    assert.equal(model(DATED_MODEL).requests, 5);
+    assert.equal(model(h.CLAUDE_MODEL).requests, 2);
+    for (const who of ['a', 'b']) {
+        const t = j.tenants.find((x) => x.tenant === tenants[who]);
+        assert.ok(t, `tenant ${who} (${tenants[who]}) in the report`);
+        assert.equal(t.hits, want[who].hits);
+        assert.equal(t.misses, want[who].misses);
+        assert.equal(t.saved_prompt_tokens, want[who].prompt, 'prompt tokens saved');
+        assert.equal(t.saved_completion_tokens, want[who].completion, 'completion tokens saved');
+        assert.ok(t.upstream_prompt_tokens > 0, 'upstream tokens counted on misses');
+    }
+    assert.ok(Math.abs(j.total.hit_rate - j.total.hits / (j.total.hits + j.total.misses)) < 1e-4);
+});
+
+h.test('report prices the saved tokens with the pricing file', async () => {
+    const j = JSON.parse((await report('--format', 'json', '--pricing', PRICING)).stdout);
+    assert.equal(j.currency, 'USD');
+    /* conf/pricing.json: gpt-4o-mini 0.15 / 0.60, claude-sonnet-4 3.00 / 15.00 per 1M tokens. */
+    const expected = (want.a.prompt * 0.15 + want.a.completion * 0.60 +
+        want.b.prompt * 3.00 + want.b.completion * 15.00) / 1e6;
+    assert.ok(Math.abs(j.total.money_saved - expected) < 1e-6,
+        `money_saved ${j.total.money_saved}, expected ${expected}`);
+});
+
+h.test('report as a table and as CSV', async () => {
+    const table = (await report('--hours', '2')).stdout;
+    assert.match(table, /^promptcache report, /);
+    assert.match(table, /by model\n {2}gpt-4o-mini-2024-07-18 /);
+    assert.match(table, /by tenant\n/);
+    const csv = (await report('--format=csv')).stdout.trim().split('\n');
+    assert.match(csv[0], /^scope,name,requests,hits,misses,/);
+    assert.match(csv[1], /^total,,7,/);
+    assert.equal(csv.length, 1 + 1 + 2 + 2, 'total, two models, two tenants');
+});
+
+h.test('report refuses bad options and says why when Redis is unreachable', async () => {
+    const bad = await h.runCli(['report', '--redis', env.redis.url, '--format', 'xml']);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--format must be table, json or csv/);
+    const hours = await h.runCli(['report', '--redis', env.redis.url, '--hours', '0']);
+    assert.equal(hours.code, 2);
+    const port = await h.freePort();
+    const down = await h.runCli(['report', '--redis', `redis://127.0.0.1:${port}/0`]);
+    assert.equal(down.code, 1);
+    assert.match(down.stderr, /cannot connect to/);
+});
