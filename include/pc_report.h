@@ -42,6 +42,15 @@ struct report_row {
     char *name; /* model or tenant id; NULL for the total */
     int64_t v[TALLY__COUNT];
     double money_saved;
+    bool unpriced; /* saved tokens of a model without a price went into it */
+};
+
+/* Rows by name: an array plus an open-addressing index into it. */
+struct report_rows {
+    struct report_row *v;
+    size_t n, cap;
+    size_t *slots; /* index + 1; 0 = empty */
+    size_t nslots;
 };
 
 struct report_price {
@@ -53,25 +62,32 @@ struct report_price {
 struct report {
     int64_t from_ms, to_ms; /* [from, to) */
     struct report_row total;
-    struct report_row *models;
-    size_t nmodels;
-    struct report_row *tenants;
-    size_t ntenants;
+    struct report_rows models;
+    struct report_rows tenants;
     struct report_price *prices;
     size_t nprices;
     char *currency; /* NULL without pricing */
+    size_t skipped; /* fields that were not the proxy's (foreign or corrupt data) */
 };
 
 void report_init(struct report *r, int64_t from_ms, int64_t to_ms);
 void report_free(struct report *r);
 /*
- * Pricing file: {"currency": "USD", "unit": "per 1M tokens", "models": {NAME:
- * {"input": N, "output": N}, ...}}. A model is priced by the entry named like
- * it or, failing that, by the longest entry that is a prefix of its name
- * ("gpt-4o-mini-2024-07-18" by "gpt-4o-mini"). Returns 0, or -1 with err set.
+ * Pricing file: {"currency": "USD", "models": {NAME: {"input": N, "output":
+ * N}, ...}}, prices per million tokens (output may be left out: 0). A model
+ * is priced by the entry of its own name or, failing that, by an entry it
+ * extends with a date or tag only: "gpt-4o-mini-2024-07-18" and
+ * "claude-sonnet-4-5-20250929" by "gpt-4o-mini" and "claude-sonnet-4-5"
+ * (suffixes -YYYY-MM-DD, -YYYYMMDD, -latest, @..., :...), but never
+ * "claude-opus-4-5" by "claude-opus-4". A repeated name: the last one counts.
+ * Returns 0, or -1 with err set.
  */
 int report_load_prices(struct report *r, const char *json, size_t len, char *err, size_t errlen);
-/* Add one hash field of an hourly bucket; -1 (ignored by the CLI) if it is not ours. */
+/*
+ * Add one hash field of an hourly bucket. -1 (and r->skipped counted) if it is
+ * not one the proxy writes: unknown metric, malformed tenant or model, or a
+ * negative count. Sums saturate instead of overflowing.
+ */
 int report_add_field(struct report *r, const char *field, size_t flen, int64_t count);
 /* Sort models and tenants by requests, most first. */
 void report_sort(struct report *r);

@@ -1,18 +1,24 @@
 /*
  * pc_tally.h - usage counters per hour, per model and per tenant, kept in
  * Redis for `promptcache report`. Each worker adds to its own in-memory rows
- * and flushes them about once a second as HINCRBYs (no lock, no Redis call on
- * the request path); the report sums what every worker and every proxy
- * instance wrote.
+ * (no lock, no Redis call on the request path) and flushes the changed ones
+ * about once a second, a bounded batch per loop pass; the report sums what
+ * every worker and every proxy instance wrote.
  *
  * Redis layout: one hash per UTC hour, PC_KEY_PREFIX "r:YYYYMMDDHH", kept
  * TALLY_KEEP_DAYS; field "METRIC|TENANT|MODEL", value a count. TENANT is the
  * 16-hex tenant id of the access log; MODEL is the request's model with
  * characters outside [A-Za-z0-9._:/@+-] replaced by '_', at most 64 bytes.
+ *
+ * Bounded by construction: only answered (2xx) requests get a row of their
+ * own (model, tenant) pair; failed ones, and pairs beyond TALLY_MAX_ROWS per
+ * hour and worker, are counted under TALLY_OTHER for both, a name no client
+ * can produce.
  */
 #ifndef PC_TALLY_H
 #define PC_TALLY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,11 +30,12 @@ struct tally;
 
 /* ACTION(name, "meaning"): the metrics, in report order. */
 #define PC_TALLY_METRICS(ACTION)                                                          \
-    ACTION(requests, "cacheable requests answered")                                       \
+    ACTION(requests, "cacheable requests")                                                \
     ACTION(hits, "answered from the cache")                                               \
-    ACTION(misses, "looked up, not found, fetched upstream")                              \
-    ACTION(coalesced, "misses that shared another request's upstream call")               \
+    ACTION(misses, "looked up, not found, answered from upstream")                        \
+    ACTION(coalesced, "answered by sharing another request's upstream call")              \
     ACTION(bypasses, "answered without the cache (BYPASS, REFRESH)")                      \
+    ACTION(errors, "not answered with a 2xx (upstream or proxy error, client gone)")      \
     ACTION(saved_prompt_tokens, "prompt tokens of answers served from the cache")         \
     ACTION(saved_completion_tokens, "completion tokens of answers served from the cache") \
     ACTION(upstream_prompt_tokens, "prompt tokens the upstream reported")                 \
@@ -42,31 +49,43 @@ enum tally_metric {
 };
 
 #define TALLY_KEEP_DAYS 90
+#define TALLY_HOUR_MS   (3600 * 1000)
 #define TALLY_MODEL_MAX 64
 #define TALLY_FIELD_MAX (32 + 1 + 16 + 1 + TALLY_MODEL_MAX + 1)
 #define TALLY_KEY_MAX   64
+#define TALLY_MAX_ROWS  2000 /* distinct (model, tenant) pairs per hour and worker */
+#define TALLY_OTHER     "(other)"
 
-/* NULL-terminated names, in enum order. */
+/* The metric's name as stored and reported. */
 const char *tally_metric_name(enum tally_metric m);
-/* -1 if name is not a metric. */
+/* -1 if name[0..len) is not a metric. */
 int tally_metric_parse(const char *name, size_t len);
 
 /* The hash key of the UTC hour containing wall_ms. */
 void tally_key(int64_t wall_ms, char out[TALLY_KEY_MAX]);
 /* The model as stored in field names (see above); NULL or "" becomes "-". */
 void tally_model(const char *model, char out[TALLY_MODEL_MAX + 1]);
+/* Whether s[0..n) is a model / tenant as the proxy writes them (TALLY_OTHER included). */
+bool tally_valid_model(const char *s, size_t n);
+bool tally_valid_tenant(const char *s, size_t n);
 
-/* store may be NULL (then nothing is written; for tests of the in-memory part). */
+/* store may be NULL (nothing is written; for tests of the in-memory part). */
 struct tally *tally_create(struct event_base *base, struct store *store);
-/* Flush what is left (best effort: the writes go out if the loop runs again), free. */
+/* Flush what is left (queued on the store: run the loop before destroying it), free. */
 void tally_destroy(struct tally **t);
 
-/* Count n for (model, tenant id). Cheap: an in-memory add. */
-void tally_add(struct tally *t, const char *model, const char *tenant, enum tally_metric m,
-               int64_t n);
-/* Send every pending count to Redis now (also runs from a 1 s timer). */
+/*
+ * Count one request's numbers for (model, tenant id): v[TALLY__COUNT].
+ * ok: it was answered with a 2xx (else it is counted under TALLY_OTHER).
+ * t may be NULL (no tally: a no-op). Cheap: an in-memory add.
+ */
+void tally_add(struct tally *t, const char *model, const char *tenant, bool ok,
+               const int64_t v[TALLY__COUNT]);
+/* Send the changed counts to Redis now (everything, not one batch). */
 void tally_flush(struct tally *t);
-/* Rows waiting to be flushed (tests). */
-size_t tally_pending(const struct tally *t);
+/* Rows held (tests). */
+size_t tally_rows(const struct tally *t);
+/* Rows with counts not yet sent (tests). */
+size_t tally_dirty(const struct tally *t);
 
 #endif

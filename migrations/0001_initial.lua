@@ -2,5 +2,6 @@
 --   pc:schema              schema version (this migration sets it to 1)
 --   pc:meta                hash: when the schema was created / last migrated
 --   pc:1:e:<tenant>:<key>  one cached answer (binary entry, see src/entry.c), with a TTL
+--   pc:1:r:<YYYYMMDDHH>    hourly usage counters for `promptcache report` (src/tally.c)
 -- Nothing to convert: a store without pc:schema holds no promptcache data.
 redis.call('HSET', 'pc:meta', 'created_at', ARGV[3], 'migrated_at', ARGV[3])

@@ -42,8 +42,8 @@ struct fetch {
     int status;
     char *content_type;
     size_t received;
-    bool trimming; /* over cache-max-entry-size: no longer recorded */
-    char *model;   /* for the per-model/tenant usage counts */
+    bool trimming;                   /* over cache-max-entry-size: no longer recorded */
+    char model[TALLY_MODEL_MAX + 1]; /* for the per-model/tenant usage counts */
     char tenant[TENANT_ID_LEN + 1];
     struct store_cmd *store_cmd; /* the SET of the answer, while Redis acknowledges it */
     struct fetch *next;          /* the worker's list of running calls */
@@ -79,7 +79,6 @@ static void fetch_free(struct fetch *f)
         event_free(f->abort_ev);
     flight_put(&f->fl);
     free(f->content_type);
-    free(f->model);
     struct worker *w = f->w;
     if (f->prev != NULL)
         f->prev->next = f->next;
@@ -168,8 +167,10 @@ static void account_usage(struct fetch *f, const struct api_usage *u)
     stats_add(&w->stats, STAT_tokens_upstream_prompt, u->prompt);
     stats_add(&w->stats, STAT_tokens_upstream_completion, u->completion);
     stats_add(&w->stats, STAT_tokens_upstream_cached, u->cached);
-    tally_add(w->tally, f->model, f->tenant, TALLY_upstream_prompt_tokens, u->prompt);
-    tally_add(w->tally, f->model, f->tenant, TALLY_upstream_completion_tokens, u->completion);
+    int64_t v[TALLY__COUNT] = {0};
+    v[TALLY_upstream_prompt_tokens] = u->prompt;
+    v[TALLY_upstream_completion_tokens] = u->completion;
+    tally_add(w->tally, f->model, f->tenant, true, v);
 }
 
 /* The one way a fetch ends: stop the call, tell every waiter, free. */
@@ -296,7 +297,7 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
     f->start_us = pc_mono_us();
     f->endpoint = req->endpoint;
     f->stream = req->stream;
-    f->model = req->model ? pc_strdup(req->model) : NULL;
+    tally_model(req->model, f->model);
     snprintf(f->tenant, sizeof(f->tenant), "%s", req->tenant_id ? req->tenant_id : "");
     f->ttl_ms = req->ttl_ms;
     if (req->store_key != NULL) {

@@ -67,6 +67,10 @@ static int report_option(char **argv, int argc, int *i, struct cli *cli)
 {
     const char *v;
     int64_t h;
+    if ((strcmp(argv[*i], "--format") == 0 || strcmp(argv[*i], "--hours") == 0) && *i + 1 >= argc) {
+        fprintf(stderr, "promptcache report: %s needs a value\n", argv[*i]);
+        return -1;
+    }
     if ((v = option_value(argv, argc, i, "--format")) != NULL) {
         int f = report_format_parse(v);
         if (f < 0) {

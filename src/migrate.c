@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -218,8 +217,6 @@ int migrate_cli(const struct conf *c, bool dry_run)
     struct rcli k = {0};
     long v = 0;
     int rc = 1;
-    /* A write to a connection Redis dropped must fail with EPIPE, not kill us silently. */
-    signal(SIGPIPE, SIG_IGN);
     if (rcli_connect(&k, c, "migrate") == 0 && cli_version(&k, &v) == 0 &&
         cli_migrate(&k, v, dry_run) == 0)
         rc = 0;

@@ -167,24 +167,30 @@ static void access_log(const struct preq *r)
     pc_buf_free(&b);
 }
 
-/* Per-hour usage by model and tenant (promptcache report), for API requests. */
+/*
+ * Per-hour usage by model and tenant (promptcache report), for API requests:
+ * each is a hit, a miss or a bypass if answered with a 2xx, else an error.
+ */
 static void preq_tally(const struct preq *r)
 {
-    if (r->ep == API_NONE || r->cache_status == NULL || r->tenant_id[0] == '\0')
+    if (r->ep == API_NONE || r->cache_status == NULL)
         return;
-    struct tally *t = r->w->tally;
-    const char *model = r->body ? api_model(r->body) : NULL;
-    tally_add(t, model, r->tenant_id, TALLY_requests, 1);
-    if (strcmp(r->cache_status, "HIT") == 0) {
-        tally_add(t, model, r->tenant_id, TALLY_hits, 1);
-        tally_add(t, model, r->tenant_id, TALLY_saved_prompt_tokens, r->saved.prompt);
-        tally_add(t, model, r->tenant_id, TALLY_saved_completion_tokens, r->saved.completion);
+    int64_t v[TALLY__COUNT] = {0};
+    bool ok = r->status >= 200 && r->status <= 299 && !r->aborted;
+    v[TALLY_requests] = 1;
+    v[TALLY_coalesced] = r->coalesced;
+    if (!ok) {
+        v[TALLY_errors] = 1;
+    } else if (strcmp(r->cache_status, "HIT") == 0) {
+        v[TALLY_hits] = 1;
+        v[TALLY_saved_prompt_tokens] = r->saved.prompt;
+        v[TALLY_saved_completion_tokens] = r->saved.completion;
     } else if (strcmp(r->cache_status, "MISS") == 0) {
-        tally_add(t, model, r->tenant_id, TALLY_misses, 1);
-        tally_add(t, model, r->tenant_id, TALLY_coalesced, r->coalesced ? 1 : 0);
+        v[TALLY_misses] = 1;
     } else {
-        tally_add(t, model, r->tenant_id, TALLY_bypasses, 1);
+        v[TALLY_bypasses] = 1;
     }
+    tally_add(r->w->tally, r->body ? api_model(r->body) : NULL, r->tenant_id, ok, v);
 }
 
 /*

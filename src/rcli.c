@@ -6,6 +6,7 @@
 #include "pc_conf.h"
 #include "pc_store.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -65,6 +66,8 @@ int rcli_connect(struct rcli *k, const struct conf *conf, const char *tool)
 {
     char err[192];
     k->tool = tool;
+    /* A write to a connection Redis dropped must fail with EPIPE, not kill the tool. */
+    signal(SIGPIPE, SIG_IGN);
     if (store_parse_url(conf->redis, &k->host, &k->port, &k->unix_path, &k->password, &k->db, err,
                         sizeof(err)) < 0) {
         rcli_error(k, "invalid redis URL: %s", err);

@@ -1,16 +1,17 @@
 /*
  * tally.c - per-worker usage counters by hour, model and tenant, flushed to
  * Redis hashes for `promptcache report` (see pc_tally.h). Owns the in-memory
- * rows and the flush timer.
+ * rows, the flush timers and the scratch space of a flush.
  *
- *   request ends ─▶ tally_add (row += n) ··· 1 s timer ─▶ tally_flush
- *                                                           │ HINCRBY per count
- *                                                           ▼ EXPIRE per hour key
- *                                                         Redis (store_write)
+ *   request ends ─▶ tally_add (row += v, row dirty)
+ *   1 s timer (jittered per worker) ─▶ flush pass: up to PASS_EVALS EVALs of
+ *        up to EVAL_ROWS dirty rows of one hour (HINCRBY each count, then
+ *        EXPIRE the hour's hash) ─▶ more dirty rows? another pass in 10 ms
  *
- * While Redis is unavailable the rows wait (bounded: past TALLY_MAX_ROWS new
- * (model, tenant) pairs are counted in one "overflow" row) and go out with
- * their own hour once it is back.
+ * A row lives for its hour, so the per-hour limit on distinct pairs holds
+ * across flushes; rows of past hours are freed once sent. While Redis is
+ * unavailable the rows wait; rows more than an hour past are dropped then
+ * (counted in a log line), so memory stays bounded.
  */
 #include "pc_tally.h"
 #include "pc_log.h"
@@ -23,33 +24,53 @@
 
 #include <event2/event.h>
 
-#define TALLY_MAGIC    0x54414c59u /* "TALY" */
-#define TALLY_BUCKETS  256
-#define TALLY_MAX_ROWS 4096
-#define TALLY_FLUSH_MS 1000
-#define HOUR_MS        (3600 * 1000)
+#define TALLY_MAGIC 0x54414c59u /* "TALY" */
+#define BUCKETS     1024
+#define EVAL_ROWS   100
+#define EVAL_FIELDS (EVAL_ROWS * TALLY__COUNT)
+#define PASS_EVALS  4
+#define FLUSH_MS    1000
+#define AGAIN_MS    10
+#define COUNT_MAX   (INT64_C(1) << 53) /* far beyond any real count; sums cannot overflow */
+
+/* One EVAL per batch: every count of the batch, then the hash's lifetime. */
+static const char flush_script[] = "for i = 2, #ARGV, 2 do\n"
+                                   "  redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])\n"
+                                   "end\n"
+                                   "redis.call('EXPIRE', KEYS[1], ARGV[1])\n"
+                                   "return 1\n";
 
 struct row {
-    int64_t hour; /* wall_ms / HOUR_MS */
+    int64_t hour; /* wall_ms / TALLY_HOUR_MS */
     char model[TALLY_MODEL_MAX + 1];
     char tenant[17];
     int64_t v[TALLY__COUNT];
+    bool dirty;
     struct row *next;
 };
 
 struct tally {
     unsigned magic;
     struct store *store;
-    struct event *timer;
-    struct row *buckets[TALLY_BUCKETS];
+    struct event *timer; /* every FLUSH_MS */
+    struct event *again; /* a follow-up pass while dirty rows remain */
+    struct row *buckets[BUCKETS];
     size_t nrows;
+    int64_t limit_hour; /* the hour limit_rows counts */
+    size_t limit_rows;
+    uint64_t dropped; /* rows given up while Redis was away (since the last log line) */
+    /* Scratch of one EVAL. */
+    char (*fields)[TALLY_FIELD_MAX];
+    char (*nums)[24];
+    const char **argv;
+    size_t *lens;
 };
 
 static const char *const metric_names[] = {
 #define PC_TALLY_NAME(name, help) #name,
     PC_TALLY_METRICS(PC_TALLY_NAME)
 #undef PC_TALLY_NAME
-        NULL};
+};
 
 const char *tally_metric_name(enum tally_metric m)
 {
@@ -76,7 +97,7 @@ void tally_key(int64_t wall_ms, char out[TALLY_KEY_MAX])
 static bool model_char(char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           strchr("._:/@+-", c) != NULL;
+           (c != '\0' && strchr("._:/@+-", c) != NULL);
 }
 
 void tally_model(const char *model, char out[TALLY_MODEL_MAX + 1])
@@ -89,6 +110,32 @@ void tally_model(const char *model, char out[TALLY_MODEL_MAX + 1])
     out[n] = '\0';
 }
 
+bool tally_valid_model(const char *s, size_t n)
+{
+    if (n == strlen(TALLY_OTHER) && memcmp(s, TALLY_OTHER, n) == 0)
+        return true;
+    if (n == 0 || n > TALLY_MODEL_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!model_char(s[i]))
+            return false;
+    return true;
+}
+
+bool tally_valid_tenant(const char *s, size_t n)
+{
+    if ((n == strlen(TALLY_OTHER) && memcmp(s, TALLY_OTHER, n) == 0) || (n == 1 && s[0] == '-'))
+        return true;
+    if (n != 16)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/* ---- rows ------------------------------------------------------------------ */
+
 static unsigned row_hash(int64_t hour, const char *model, const char *tenant)
 {
     uint32_t h = 2166136261u ^ (uint32_t)hour; /* FNV-1a */
@@ -96,18 +143,20 @@ static unsigned row_hash(int64_t hour, const char *model, const char *tenant)
         h = (h ^ (unsigned char)*p) * 16777619u;
     for (const char *p = tenant; *p; p++)
         h = (h ^ (unsigned char)*p) * 16777619u;
-    return h % TALLY_BUCKETS;
+    return h % BUCKETS;
 }
 
-static struct row *row_find(struct tally *t, int64_t hour, const char *model, const char *tenant,
-                            bool create)
+static struct row *row_find(struct tally *t, int64_t hour, const char *model, const char *tenant)
 {
-    unsigned b = row_hash(hour, model, tenant);
-    for (struct row *r = t->buckets[b]; r != NULL; r = r->next)
+    for (struct row *r = t->buckets[row_hash(hour, model, tenant)]; r != NULL; r = r->next)
         if (r->hour == hour && strcmp(r->model, model) == 0 && strcmp(r->tenant, tenant) == 0)
             return r;
-    if (!create)
-        return NULL;
+    return NULL;
+}
+
+static struct row *row_new(struct tally *t, int64_t hour, const char *model, const char *tenant)
+{
+    unsigned b = row_hash(hour, model, tenant);
     struct row *r = pc_calloc(1, sizeof(*r));
     r->hour = hour;
     snprintf(r->model, sizeof(r->model), "%s", model);
@@ -118,89 +167,181 @@ static struct row *row_find(struct tally *t, int64_t hour, const char *model, co
     return r;
 }
 
-void tally_add(struct tally *t, const char *model, const char *tenant, enum tally_metric m,
-               int64_t n)
+/* The row for a pair in the current hour, within the per-hour limit. */
+static struct row *row_for(struct tally *t, int64_t hour, const char *model, const char *tenant)
 {
-    PC_CHECK_OBJ(t, TALLY_MAGIC);
-    if (n == 0)
+    struct row *r = row_find(t, hour, model, tenant);
+    if (r != NULL)
+        return r;
+    if (hour != t->limit_hour) {
+        t->limit_hour = hour;
+        t->limit_rows = 0;
+    }
+    if (t->limit_rows >= TALLY_MAX_ROWS) {
+        r = row_find(t, hour, TALLY_OTHER, TALLY_OTHER);
+        return r != NULL ? r : row_new(t, hour, TALLY_OTHER, TALLY_OTHER);
+    }
+    t->limit_rows++;
+    return row_new(t, hour, model, tenant);
+}
+
+void tally_add(struct tally *t, const char *model, const char *tenant, bool ok,
+               const int64_t v[TALLY__COUNT])
+{
+    if (t == NULL)
         return;
-    int64_t hour = pc_wall_ms() / HOUR_MS;
+    PC_CHECK_OBJ(t, TALLY_MAGIC);
+    int64_t hour = pc_wall_ms() / TALLY_HOUR_MS;
     char clean[TALLY_MODEL_MAX + 1];
     tally_model(model, clean);
-    const char *ten = tenant != NULL && tenant[0] != '\0' ? tenant : "-";
-    struct row *r = row_find(t, hour, clean, ten, false);
-    if (r == NULL)
-        r = t->nrows < TALLY_MAX_ROWS ? row_find(t, hour, clean, ten, true)
-                                      : row_find(t, hour, "overflow", "overflow", true);
-    r->v[m] += n;
-}
-
-/*
- * HINCRBY every count of r into its hour's hash, zeroing each one sent (so a
- * refusal half-way never sends a count twice); false if the store refused.
- */
-static bool row_send(struct tally *t, struct row *r, const char *key)
-{
-    for (int m = 0; m < TALLY__COUNT; m++) {
-        if (r->v[m] == 0)
-            continue;
-        char field[TALLY_FIELD_MAX], num[24];
-        int fl = snprintf(field, sizeof(field), "%s|%s|%s", metric_names[m], r->tenant, r->model);
-        int nl = snprintf(num, sizeof(num), "%lld", (long long)r->v[m]);
-        const char *argv[] = {"HINCRBY", key, field, num};
-        size_t lens[] = {7, strlen(key), (size_t)fl, (size_t)nl};
-        if (store_write(t->store, 4, argv, lens) < 0)
-            return false;
-        r->v[m] = 0;
-    }
-    return true;
-}
-
-static void expire_key(struct tally *t, const char *key)
-{
-    char secs[24];
-    int sl = snprintf(secs, sizeof(secs), "%d", TALLY_KEEP_DAYS * 86400);
-    const char *argv[] = {"EXPIRE", key, secs};
-    size_t lens[] = {6, strlen(key), (size_t)sl};
-    store_write(t->store, 3, argv, lens);
-}
-
-void tally_flush(struct tally *t)
-{
-    PC_CHECK_OBJ(t, TALLY_MAGIC);
-    if (t->store == NULL || !store_ready(t->store) || t->nrows == 0)
-        return;
-    int64_t expired_hour = -1; /* the last hour key given its EXPIRE in this flush */
-    for (size_t b = 0; b < TALLY_BUCKETS; b++) {
-        struct row **pp = &t->buckets[b];
-        while (*pp != NULL) {
-            struct row *r = *pp;
-            char key[TALLY_KEY_MAX];
-            tally_key(r->hour * HOUR_MS, key);
-            if (!row_send(t, r, key))
-                return; /* Redis went away: the rest waits for the next flush */
-            if (r->hour != expired_hour) {
-                expire_key(t, key);
-                expired_hour = r->hour;
-            }
-            *pp = r->next;
-            free(r);
-            t->nrows--;
+    bool valid = ok && tenant != NULL && tally_valid_tenant(tenant, strlen(tenant));
+    struct row *r =
+        valid ? row_for(t, hour, clean, tenant) : row_for(t, hour, TALLY_OTHER, TALLY_OTHER);
+    for (int m = 0; m < TALLY__COUNT; m++)
+        if (v[m] > 0) {
+            r->v[m] = PC_MIN(COUNT_MAX, r->v[m] + PC_MIN(v[m], COUNT_MAX));
+            r->dirty = true;
         }
-    }
 }
 
-size_t tally_pending(const struct tally *t)
+size_t tally_rows(const struct tally *t)
 {
     PC_CHECK_OBJ(t, TALLY_MAGIC);
     return t->nrows;
 }
 
-static void on_timer(evutil_socket_t fd, short what, void *arg)
+size_t tally_dirty(const struct tally *t)
+{
+    PC_CHECK_OBJ(t, TALLY_MAGIC);
+    size_t n = 0;
+    for (size_t b = 0; b < BUCKETS; b++)
+        for (const struct row *r = t->buckets[b]; r != NULL; r = r->next)
+            n += r->dirty;
+    return n;
+}
+
+/* ---- flushing ---------------------------------------------------------------- */
+
+/* Up to EVAL_ROWS dirty rows of one hour (the first dirty row's) into rows[]; their count. */
+static size_t collect(struct tally *t, struct row **rows)
+{
+    size_t n = 0;
+    int64_t hour = -1;
+    for (size_t b = 0; b < BUCKETS && n < EVAL_ROWS; b++)
+        for (struct row *r = t->buckets[b]; r != NULL && n < EVAL_ROWS; r = r->next)
+            if (r->dirty && (hour < 0 || r->hour == hour)) {
+                hour = r->hour;
+                rows[n++] = r;
+            }
+    return n;
+}
+
+/* One EVAL for the rows; they are clean afterwards. -1 if the store refused it. */
+static int send_batch(struct tally *t, struct row **rows, size_t n)
+{
+    char key[TALLY_KEY_MAX], ttl[16];
+    tally_key(rows[0]->hour * TALLY_HOUR_MS, key);
+    snprintf(ttl, sizeof(ttl), "%d", TALLY_KEEP_DAYS * 86400);
+    const char *head[] = {"EVAL", flush_script, "1", key, ttl};
+    size_t argc = 0, nf = 0;
+    for (; argc < PC_ARRAY_LEN(head); argc++) {
+        t->argv[argc] = head[argc];
+        t->lens[argc] = strlen(head[argc]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (int m = 0; m < TALLY__COUNT; m++) {
+            if (rows[i]->v[m] == 0)
+                continue;
+            int fl = snprintf(t->fields[nf], TALLY_FIELD_MAX, "%s|%s|%s", metric_names[m],
+                              rows[i]->tenant, rows[i]->model);
+            int nl = snprintf(t->nums[nf], sizeof(t->nums[nf]), "%lld", (long long)rows[i]->v[m]);
+            t->argv[argc] = t->fields[nf];
+            t->lens[argc++] = (size_t)fl;
+            t->argv[argc] = t->nums[nf];
+            t->lens[argc++] = (size_t)nl;
+            nf++;
+        }
+    }
+    if (store_write(t->store, (int)argc, t->argv, t->lens) < 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        memset(rows[i]->v, 0, sizeof(rows[i]->v));
+        rows[i]->dirty = false;
+    }
+    return 0;
+}
+
+/*
+ * Free rows that are done with: clean rows of past hours, and - while Redis
+ * is away - dirty rows more than an hour past (their counts are lost).
+ */
+static void prune(struct tally *t, bool ready)
+{
+    int64_t hour = pc_wall_ms() / TALLY_HOUR_MS;
+    for (size_t b = 0; b < BUCKETS; b++) {
+        struct row **pp = &t->buckets[b];
+        while (*pp != NULL) {
+            struct row *r = *pp;
+            bool drop = r->hour < hour && (!r->dirty || (!ready && r->hour < hour - 1));
+            if (!drop) {
+                pp = &r->next;
+                continue;
+            }
+            t->dropped += r->dirty;
+            *pp = r->next;
+            free(r);
+            t->nrows--;
+        }
+    }
+    if (t->dropped > 0 && ready) {
+        log_warn("report counters: %llu rows were dropped while Redis was unavailable",
+                 (unsigned long long)t->dropped);
+        t->dropped = 0;
+    }
+}
+
+/* Up to max_evals batches; true if dirty rows remain. */
+static bool flush_pass(struct tally *t, size_t max_evals)
+{
+    if (t->store == NULL)
+        return false;
+    bool ready = store_ready(t->store);
+    struct row *rows[EVAL_ROWS];
+    size_t n = 0;
+    for (size_t e = 0; ready && e < max_evals; e++) {
+        if ((n = collect(t, rows)) == 0 || send_batch(t, rows, n) < 0)
+            break;
+    }
+    prune(t, ready);
+    return ready && n > 0 && collect(t, rows) > 0;
+}
+
+void tally_flush(struct tally *t)
+{
+    PC_CHECK_OBJ(t, TALLY_MAGIC);
+    flush_pass(t, SIZE_MAX);
+}
+
+/* A bounded pass per loop turn, so a big flush never holds up requests. */
+static void on_again(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    tally_flush(arg);
+    struct tally *t = arg;
+    PC_CHECK_OBJ(t, TALLY_MAGIC);
+    if (flush_pass(t, PASS_EVALS)) {
+        struct timeval tv = pc_timeval_ms(AGAIN_MS);
+        event_add(t->again, &tv);
+    }
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct tally *t = arg;
+    PC_CHECK_OBJ(t, TALLY_MAGIC);
+    struct timeval every = pc_timeval_ms(FLUSH_MS);
+    event_add(t->timer, &every);
+    on_again(fd, what, arg);
 }
 
 struct tally *tally_create(struct event_base *base, struct store *store)
@@ -208,11 +349,17 @@ struct tally *tally_create(struct event_base *base, struct store *store)
     struct tally *t = pc_calloc(1, sizeof(*t));
     t->magic = TALLY_MAGIC;
     t->store = store;
+    t->fields = pc_calloc(EVAL_FIELDS, sizeof(*t->fields));
+    t->nums = pc_calloc(EVAL_FIELDS, sizeof(*t->nums));
+    t->argv = pc_calloc(2 * EVAL_FIELDS + 5, sizeof(*t->argv));
+    t->lens = pc_calloc(2 * EVAL_FIELDS + 5, sizeof(*t->lens));
     if (base != NULL && store != NULL) {
-        t->timer = event_new(base, -1, EV_PERSIST, on_timer, t);
-        struct timeval tv = pc_timeval_ms(TALLY_FLUSH_MS);
-        if (t->timer == NULL || event_add(t->timer, &tv) < 0) {
-            log_error("tally: cannot set up the flush timer");
+        t->timer = event_new(base, -1, 0, on_timer, t);
+        t->again = event_new(base, -1, 0, on_again, t);
+        /* Workers started together must not all flush at the same moment. */
+        struct timeval first = pc_timeval_ms((int64_t)(pc_mono_us() % FLUSH_MS) + 1);
+        if (t->timer == NULL || t->again == NULL || event_add(t->timer, &first) < 0) {
+            log_error("tally: cannot set up the flush timers");
             abort();
         }
     }
@@ -229,13 +376,23 @@ void tally_destroy(struct tally **tp)
     tally_flush(t);
     if (t->timer != NULL)
         event_free(t->timer);
-    for (size_t b = 0; b < TALLY_BUCKETS; b++) {
+    if (t->again != NULL)
+        event_free(t->again);
+    size_t lost = 0;
+    for (size_t b = 0; b < BUCKETS; b++) {
         while (t->buckets[b] != NULL) {
             struct row *r = t->buckets[b];
             t->buckets[b] = r->next;
+            lost += r->dirty;
             free(r);
         }
     }
+    if (lost > 0)
+        log_warn("report counters: %zu rows could not be written to Redis at exit", lost);
+    free(t->fields);
+    free(t->nums);
+    free(t->argv);
+    free(t->lens);
     t->magic = 0;
     free(t);
 }

@@ -71,7 +71,8 @@ void worker_check_idle(struct worker *w)
         return;
     if (httpd_connection_count(w->httpd) == 0 && w->fetches == 0) {
         /* Last counts out; a few more loop passes let the writes reach Redis. */
-        tally_flush(w->tally);
+        if (w->tally != NULL)
+            tally_flush(w->tally);
         struct timeval tv = pc_timeval_ms(100);
         event_base_loopexit(w->base, &tv);
     }
@@ -113,7 +114,8 @@ struct worker *worker_create(int id, const struct conf *conf, const struct targe
     w->up = upstream_create(w->base, &w->stats);
     struct store_opts so = {conf->redis, conf->redis_timeout, conf->redis_auto_migrate};
     w->store = store_create(w->base, &so, &w->stats);
-    w->tally = tally_create(w->base, w->store);
+    if (conf->cache) /* the report's counters live in the same Redis */
+        w->tally = tally_create(w->base, w->store);
     w->stop_ev = event_new(w->base, -1, 0, on_stop, w);
     w->exit_ev = event_new(w->base, -1, EV_PERSIST, on_exit_check, w);
     if (w->httpd == NULL || w->up == NULL || w->store == NULL || w->stop_ev == NULL ||
@@ -175,6 +177,13 @@ void worker_destroy(struct worker **wp)
     if (w->httpd != NULL)
         worker_close_clients(w);
     fetch_abort_all(w);
+    if (w->tally != NULL && w->base != NULL && tally_dirty(w->tally) > 0) {
+        /* Requests cut by shutdown-timeout were counted just now: send them (bounded). */
+        tally_flush(w->tally);
+        struct timeval tv = pc_timeval_ms(200);
+        event_base_loopexit(w->base, &tv);
+        event_base_dispatch(w->base);
+    }
     tally_destroy(&w->tally);
     store_destroy(&w->store);
     upstream_destroy(&w->up);

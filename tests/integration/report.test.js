@@ -97,7 +97,7 @@ h.test('report sums what the proxies counted, per model and per tenant', async (
 h.test('report prices the saved tokens with the pricing file', async () => {
     const j = JSON.parse((await report('--format', 'json', '--pricing', PRICING)).stdout);
     assert.equal(j.currency, 'USD');
-    /* conf/pricing.json: gpt-4o-mini 0.15 / 0.60, claude-sonnet-4 3.00 / 15.00 per 1M tokens. */
+    /* conf/pricing.json: gpt-4o-mini 0.15 / 0.60, claude-sonnet-4-5 3.00 / 15.00 per 1M tokens. */
     const expected = (want.a.prompt * 0.15 + want.a.completion * 0.60 +
         want.b.prompt * 3.00 + want.b.completion * 15.00) / 1e6;
     assert.ok(Math.abs(j.total.money_saved - expected) < 1e-6,
@@ -125,4 +125,22 @@ h.test('report refuses bad options and says why when Redis is unreachable', asyn
     const down = await h.runCli(['report', '--redis', `redis://127.0.0.1:${port}/0`]);
     assert.equal(down.code, 1);
     assert.match(down.stderr, /cannot connect to/);
+});
+
+h.test('failed requests are counted as errors under (other), never as their own model', async () => {
+    const before = JSON.parse((await report('--format', 'json')).stdout);
+    const otherBefore = (before.models.find((m) => m.model === '(other)') || {errors: 0}).errors;
+    for (let i = 0; i < 3; i++) {
+        const r = await env.proxy.post(CHAT, h.chatBody(h.uniq('will fail'), {model: `junk-model-${i}`}),
+            {...h.bearer(`sk-random-${i}`), 'x-mock-status': '500'});
+        assert.equal(r.status, 500);
+    }
+    const j = await h.waitFor(async () => {
+        const r = JSON.parse((await report('--format', 'json')).stdout);
+        const other = r.models.find((m) => m.model === '(other)');
+        return other && other.errors >= otherBefore + 3 ? r : null;
+    }, {timeout: 15000, what: 'three errors under (other)'});
+    assert.ok(!j.models.some((m) => m.model.startsWith('junk-model')), 'no row per junk model');
+    assert.ok(j.tenants.some((t) => t.tenant === '(other)'));
+    assert.equal(j.total.errors, otherBefore + 3);
 });
