@@ -111,11 +111,6 @@ void flight_finish(struct flight *fl, int result, const char *errmsg);
  * holds its reference.
  */
 const struct pc_buf *flight_body(struct flight *fl);
-/* Whether any subscriber is still attached. */
-bool flight_has_subscribers(struct flight *fl);
-
-void flight_headers_free(struct flight_header *hdrs, size_t n);
-
 /* Tuning (bytes): pause upstream when every subscriber is this far behind, resume below LOW. */
 #define FLIGHT_HIGH_WATER (1024 * 1024)
 #define FLIGHT_LOW_WATER  (256 * 1024)

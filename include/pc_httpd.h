@@ -118,8 +118,6 @@ const char *httpd_req_body(const struct httpd_req *r, size_t *len);
 enum httpd_req_error httpd_req_error(const struct httpd_req *r);
 const char *httpd_req_peer(const struct httpd_req *r);  /* "ip:port" */
 uint64_t httpd_req_start_us(const struct httpd_req *r); /* pc_mono_us() when the head arrived */
-void httpd_req_set_data(struct httpd_req *r, void *data);
-void *httpd_req_get_data(const struct httpd_req *r);
 
 /*
  * Replies. Headers added before httpd_reply/httpd_reply_start are sent with

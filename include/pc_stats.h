@@ -78,10 +78,6 @@ void stats_unregister_all(void);
 /* Sum of all registered rows (gauges are summed as signed values). */
 void stats_sum(uint64_t out[STAT__COUNT]);
 
-const char *stats_name(enum stat_id id);
-const char *stats_help(enum stat_id id);
-bool stats_is_gauge(enum stat_id id);
-
 /* Render the summed metrics. extra_json (may be NULL) is appended inside the object. */
 void stats_render_json(struct pc_buf *out, const char *extra_json);
 void stats_render_prometheus(struct pc_buf *out);

@@ -91,6 +91,13 @@ struct timeval pc_timeval(double secs);
 /* The same for a whole number of milliseconds (negative counts as 0). */
 struct timeval pc_timeval_ms(int64_t ms);
 
+/*
+ * FNV-1a over p[0..n), continuing from h (start with PC_FNV_SEED): a fast,
+ * non-cryptographic hash for in-memory tables (never for cache keys).
+ */
+#define PC_FNV_SEED UINT64_C(14695981039346656037)
+uint64_t pc_fnv1a(uint64_t h, const void *p, size_t n);
+
 /* Lower-case hex of in[0..n) into out, which must hold 2n+1 bytes. */
 void pc_hex(const unsigned char *in, size_t n, char *out);
 

@@ -106,7 +106,7 @@ static void table_unregister(struct flight *fl)
     pthread_mutex_unlock(&sh->mu);
 }
 
-void flight_headers_free(struct flight_header *hdrs, size_t n)
+static void flight_headers_free(struct flight_header *hdrs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         free(hdrs[i].name);
@@ -443,13 +443,4 @@ const struct pc_buf *flight_body(struct flight *fl)
     const struct pc_buf *b = (!fl->trim && fl->base == 0) ? &fl->body : NULL;
     pthread_mutex_unlock(&fl->mu);
     return b;
-}
-
-bool flight_has_subscribers(struct flight *fl)
-{
-    PC_CHECK_OBJ(fl, FLIGHT_MAGIC);
-    pthread_mutex_lock(&fl->mu);
-    bool any = fl->nsubs > 0;
-    pthread_mutex_unlock(&fl->mu);
-    return any;
 }

@@ -186,7 +186,6 @@ struct httpd_req {
     bool gone; /* client went away before the reply finished */
     bool close_called;
     uint64_t start_us;
-    void *data;
     httpd_req_fn *close_fn;
     void *close_arg;
     httpd_req_fn *drain_fn;
@@ -1771,18 +1770,6 @@ uint64_t httpd_req_start_us(const struct httpd_req *r)
 {
     PC_CHECK_OBJ(r, REQ_MAGIC);
     return r->start_us;
-}
-
-void httpd_req_set_data(struct httpd_req *r, void *data)
-{
-    PC_CHECK_OBJ(r, REQ_MAGIC);
-    r->data = data;
-}
-
-void *httpd_req_get_data(const struct httpd_req *r)
-{
-    PC_CHECK_OBJ(r, REQ_MAGIC);
-    return r->data;
 }
 
 /* ------------------------------------------------------------------------ */

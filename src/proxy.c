@@ -713,7 +713,7 @@ static int hit_body(struct preq *r, const struct entry *e, struct pc_buf *out, c
 }
 
 /* Returns false if the entry cannot be served (then the caller fetches). */
-static bool serve_hit(struct preq *r, const struct entry *e)
+static bool serve_hit(struct preq *r, const struct entry *e, int64_t age_ms)
 {
     struct pc_buf body = PC_BUF_INIT;
     const char *ctype = NULL;
@@ -731,7 +731,6 @@ static bool serve_hit(struct preq *r, const struct entry *e)
         stats_add(&w->stats, STAT_tokens_saved_completion, e->usage.completion);
         r->saved = e->usage;
     }
-    int64_t age_ms = entry_age_ms(e);
     char age[24];
     snprintf(age, sizeof(age), "%lld", (long long)(age_ms > 0 ? age_ms / 1000 : 0));
     r->cache_status = "HIT";
@@ -769,9 +768,10 @@ static void preq_on_lookup(void *arg, enum store_status st, const char *val, siz
     }
     struct entry e;
     if (val != NULL && entry_decode(val, len, &e) == 0 && e.endpoint == r->ep) {
-        if (r->max_age >= 0 && entry_age_ms(&e) > r->max_age * 1000)
+        int64_t age_ms = entry_age_ms(&e);
+        if (r->max_age >= 0 && age_ms > r->max_age * 1000)
             stats_incr(&w->stats, STAT_cache_expired);
-        else if (serve_hit(r, &e))
+        else if (serve_hit(r, &e, age_ms))
             return;
     } else if (val != NULL) {
         stats_incr(&w->stats, STAT_cache_corrupt);

@@ -60,10 +60,7 @@ void report_free(struct report *r)
 
 static size_t name_hash(const char *s, size_t n)
 {
-    uint64_t h = 14695981039346656037u; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211u;
-    return (size_t)h;
+    return (size_t)pc_fnv1a(PC_FNV_SEED, s, n);
 }
 
 static void rows_reindex(struct report_rows *rows)

@@ -44,21 +44,6 @@ void stats_sum(uint64_t out[STAT__COUNT])
             out[i] += __atomic_load_n(&rows[r]->v[i], __ATOMIC_RELAXED);
 }
 
-const char *stats_name(enum stat_id id)
-{
-    return meta[id].name;
-}
-
-const char *stats_help(enum stat_id id)
-{
-    return meta[id].help;
-}
-
-bool stats_is_gauge(enum stat_id id)
-{
-    return meta[id].gauge;
-}
-
 static void append_value(struct pc_buf *out, enum stat_id id, uint64_t v)
 {
     if (meta[id].gauge)

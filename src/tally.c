@@ -138,12 +138,10 @@ bool tally_valid_tenant(const char *s, size_t n)
 
 static unsigned row_hash(int64_t hour, const char *model, const char *tenant)
 {
-    uint32_t h = 2166136261u ^ (uint32_t)hour; /* FNV-1a */
-    for (const char *p = model; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    for (const char *p = tenant; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    return h % BUCKETS;
+    uint64_t h = pc_fnv1a(PC_FNV_SEED, &hour, sizeof(hour));
+    h = pc_fnv1a(h, model, strlen(model) + 1); /* the NUL keeps "ab"+"c" apart from "a"+"bc" */
+    h = pc_fnv1a(h, tenant, strlen(tenant));
+    return (unsigned)(h % BUCKETS);
 }
 
 static struct row *row_find(struct tally *t, int64_t hour, const char *model, const char *tenant)

@@ -246,6 +246,14 @@ struct timeval pc_timeval_ms(int64_t ms)
     return tv;
 }
 
+uint64_t pc_fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * UINT64_C(1099511628211);
+    return h;
+}
+
 void pc_hex(const unsigned char *in, size_t n, char *out)
 {
     static const char hexd[] = "0123456789abcdef";
