@@ -38,7 +38,7 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 VERSION := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 ALL_CFLAGS += -DPC_VERSION='"$(VERSION)"'
 
-LIB_SRCS := $(filter-out src/main.c,$(wildcard src/*.c))
+LIB_SRCS := $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen_migrations.o
 BIN := $(BUILD)/promptcache
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
@@ -47,7 +47,7 @@ FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz-replay/%,$(FUZZ_SRCS))
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRCS))
 
-C_FILES := $(wildcard src/*.c include/*.h tests/unit/*.c tests/unit/*.h tests/fuzz/*.c tools/*.c)
+C_FILES := $(wildcard src/*.c src/*/*.c include/*.h tests/unit/*.c tests/unit/*.h tests/fuzz/*.c tools/*.c)
 
 # --- dependencies -----------------------------------------------------------
 
@@ -86,6 +86,7 @@ deps-test: deps
 all: $(BIN)
 
 $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
+	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 $(BUILD)/obj/gen_migrations.o: $(BUILD)/gen/migrations.c | $(BUILD)/obj
@@ -114,7 +115,7 @@ $(BUILD)/fuzz-replay/%: tests/fuzz/%.c tests/fuzz/replay_main.c $(BUILD)/libpc.a
 $(BUILD)/obj $(BUILD)/gen $(BUILD)/tools $(BUILD)/tests $(BUILD)/fuzz-replay build/fuzz:
 	mkdir -p $@
 
--include $(wildcard $(BUILD)/obj/*.d $(BUILD)/tests/*.d)
+-include $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/*/*.d $(BUILD)/tests/*.d)
 
 # --- running ----------------------------------------------------------------
 
@@ -193,7 +194,7 @@ fuzz: $(BUILD)/gen/migrations.c | build/fuzz
 		n=$$(basename $$f .c); \
 		clang -std=c11 -D_GNU_SOURCE -DPC_VERSION='"$(VERSION)"' -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
 			$$(pkg-config --cflags $(PKGS_PC)) -o build/fuzz/$$n $$f \
-			$$(ls src/*.c | grep -v src/main.c) $(BUILD)/gen/migrations.c $(LDLIBS_ALL); \
+			$$(ls src/*.c src/*/*.c | grep -v src/main.c) $(BUILD)/gen/migrations.c $(LDLIBS_ALL); \
 		mkdir -p tests/fuzz/corpus-$${n#fuzz_}; \
 		build/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) tests/fuzz/corpus-$${n#fuzz_} tests/fuzz/corpus/$${n#fuzz_}; \
 	done

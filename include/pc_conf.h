@@ -29,6 +29,11 @@ enum upstream_type {
     UPSTREAM_SGLANG,
 };
 
+enum routing_kind {
+    ROUTING_ROUND_ROBIN = 0,
+    ROUTING_LEAST_LOADED,
+};
+
 enum embedder_kind {
     EMBEDDER_BUILTIN = 0,
     EMBEDDER_HASH,
@@ -57,6 +62,8 @@ struct conf {
     char *upstream_key;        /* "" = pass client credentials through */
     double upstream_timeout;   /* seconds to the response head and between body bytes */
     double upstream_connect_timeout;
+    int routing;                  /* enum routing_kind (== enum route_policy) */
+    double upstream_fail_timeout; /* seconds a refusing replica is left out */
 
     /* redis */
     char *redis;           /* redis://[:password@]host:port[/db] or unix:/path */

@@ -7,8 +7,10 @@
  * as recorded from a streamed answer. Decoding validates every length, so a
  * corrupt or foreign value is rejected, never trusted.
  *
- * Key: PC_KEY_PREFIX "e:" <tenant id, 16 hex> ":" <exact key, 64 hex>, so one
- * tenant's entries can be flushed with a single SCAN pattern.
+ * Key: PC_KEY_PREFIX "e:{" <tenant id, 16 hex> ":" <exact key, 64 hex> "}", so one
+ * tenant's entries can be flushed with a single SCAN pattern. The braces are
+ * the key's Redis Cluster hash tag, shared with the entry's vector record
+ * (PC_KEY_PREFIX "v:{...}"), so both always live on the same node.
  */
 #ifndef PC_ENTRY_H
 #define PC_ENTRY_H

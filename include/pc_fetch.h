@@ -1,6 +1,7 @@
 /*
- * pc_fetch.h - the upstream call behind a flight: picks a replica, runs the
- * xfer, feeds the flight (head, body, end), honours the flight's pause and
+ * pc_fetch.h - the upstream call behind a flight: builds the upstream request
+ * (pc_backend.h), picks a replica (pc_route.h; another one if it refuses the
+ * connection), runs the xfer, feeds the flight (head, body, end), honours the flight's pause and
  * abort requests, and on a complete 2xx answer stores it in the cache and
  * accounts its usage. A fetch outlives the client request that started it
  * (others may be waiting on the flight); it frees itself when done.
@@ -13,6 +14,7 @@
 #include <stdint.h>
 
 #include "pc_api.h"
+#include "pc_cache.h"
 #include "pc_entry.h"
 #include "pc_upstream.h"
 
@@ -21,15 +23,16 @@ struct worker;
 
 struct fetch_req {
     const char *method;
-    const char *target; /* path and query, appended to the replica's base URL */
-    const struct xfer_header *headers;
+    const char *target;                /* path and query, appended to the replica's base URL */
+    const struct xfer_header *headers; /* the client's, as received (the backend filters) */
     size_t nheaders;
     const char *body;
     size_t body_len;
     const char *reqid; /* for log lines */
 
-    /* Storing the answer (store_key NULL: never store). */
-    const char *store_key;
+    /* Storing the answer: the cache ticket, whose ownership passes to the
+     * fetch (NULL: never store). */
+    struct cache_ticket *ticket;
     int64_t ttl_ms;
     enum api_endpoint endpoint;
     bool stream;

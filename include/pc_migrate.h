@@ -17,7 +17,7 @@
 #include "pc_util.h"
 
 #define PC_SCHEMA_KEY "pc:schema"
-#define PC_KEY_PREFIX "pc:1:"
+#define PC_KEY_PREFIX "pc:2:"
 
 struct pc_migration {
     long version;

@@ -22,6 +22,7 @@
     ACTION(requests_admin, counter, "Requests to the proxy's own endpoints")                      \
     ACTION(cache_hits, counter, "Requests answered from the cache")                               \
     ACTION(cache_hits_exact, counter, "Cache hits on the exact key")                              \
+    ACTION(cache_hits_semantic, counter, "Cache hits by meaning (semantic stage)")                \
     ACTION(cache_misses, counter, "Cacheable requests looked up and not found")                   \
     ACTION(cache_bypasses, counter, "Cacheable requests that skipped the cache")                  \
     ACTION(cache_refreshes, counter, "Requests that skipped lookup but stored (no-cache)")        \
@@ -32,6 +33,8 @@
     ACTION(coalesced, counter, "Requests that joined an identical in-flight upstream call")       \
     ACTION(upstream_requests, counter, "Calls made to an upstream")                               \
     ACTION(upstream_errors, counter, "Upstream calls that failed (connect, reset, timeout)")      \
+    ACTION(upstream_failovers, counter,                                                           \
+           "Calls retried on another replica after a refused connect")                            \
     ACTION(upstream_timeouts, counter, "Upstream calls that hit upstream-timeout")                \
     ACTION(upstream_5xx, counter, "Upstream answers with a 5xx status")                           \
     ACTION(client_errors, counter, "Requests rejected by the proxy with a 4xx")                   \

@@ -17,34 +17,32 @@
 
 #include "pc_stats.h"
 
+struct backend_ops;
+struct cache;
 struct conf;
 struct event;
 struct event_base;
 struct fetch;
 struct httpd;
+struct route;
 struct server;
 struct store;
 struct tally;
 struct upstream;
 
-/* A configured upstream replica: base URL without trailing '/', and its name. */
-struct target {
-    char *base_url;
-    char *name; /* host:port, shown in X-Upstream */
-};
-
 struct worker {
     unsigned magic;
     int id;
     const struct conf *conf;
-    const struct target *targets;
-    size_t ntargets;
+    struct route *route;               /* the process's replicas (shared) */
+    const struct backend_ops *backend; /* upstream-type */
     int64_t started_ms;
 
     struct event_base *base;
     struct httpd *httpd;
     struct upstream *up;
     struct store *store;
+    struct cache *cache; /* the cache pipeline over store */
     struct tally *tally; /* per-hour usage by model and tenant, for `promptcache report` */
     struct stats stats;
 
@@ -56,7 +54,6 @@ struct worker {
     uint64_t shutdown_deadline_ms;
 
     uint64_t seq;             /* request ids */
-    unsigned rr;              /* round-robin position over targets */
     size_t fetches;           /* upstream calls led by this worker, incl. ones without clients */
     struct fetch *fetch_list; /* those calls (owned by fetch.c) */
     uint32_t id_prefix;       /* random per process, so ids differ across restarts */
@@ -65,8 +62,8 @@ struct worker {
 #define WORKER_MAGIC 0x574f524bu /* "WORK" */
 
 /* Create the worker's modules on a new event_base; NULL with errbuf set on failure. */
-struct worker *worker_create(int id, const struct conf *conf, const struct target *targets,
-                             size_t ntargets, int listen_fd, char *errbuf, size_t errlen);
+struct worker *worker_create(int id, const struct conf *conf, struct route *route, int listen_fd,
+                             char *errbuf, size_t errlen);
 /* Run the loop on a new thread. */
 int worker_start(struct worker *w);
 /* Ask the worker (from any thread) to stop accepting and finish in-flight work. */

@@ -16,7 +16,8 @@
 #include "pc_entry.h"
 #include "pc_httpd.h"
 #include "pc_log.h"
-#include "pc_store.h"
+#include "pc_route.h"
+#include "pc_cache.h"
 #include "pc_worker.h"
 
 #include <ctype.h>
@@ -29,7 +30,7 @@ struct admin_op {
     unsigned magic;
     struct worker *w;
     struct httpd_req *hr;
-    struct store_cmd *cmd;
+    struct cache_op *cmd;
 };
 
 static const char dashboard_html[] =
@@ -95,16 +96,20 @@ static void serve_stats(struct worker *w, struct httpd_req *hr)
     pc_buf_printf(&extra, "\"version\":\"%s\",\"uptime_seconds\":%lld,\"workers\":%d,\"ready\":%s",
                   PC_VERSION, (long long)((pc_wall_ms() - w->started_ms) / 1000), w->conf->workers,
                   ready(w) ? "true" : "false");
+    pc_buf_printf(&extra,
+                  ",\"routing\":\"%s\",\"replicas\":", route_policy_name(route_policy(w->route)));
+    route_render_json(w->route, &extra);
     stats_render_json(&out, pc_buf_cstr(&extra));
     reply_json(hr, 200, pc_buf_cstr(&out));
     pc_buf_free(&extra);
     pc_buf_free(&out);
 }
 
-static void serve_metrics(struct httpd_req *hr)
+static void serve_metrics(struct worker *w, struct httpd_req *hr)
 {
     struct pc_buf out = PC_BUF_INIT;
     stats_render_prometheus(&out);
+    route_render_prometheus(w->route, &out);
     httpd_add_header(hr, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     httpd_reply(hr, 200, out.data, out.len);
     pc_buf_free(&out);
@@ -154,7 +159,7 @@ static bool valid_tenant_id(const char *id)
 
 static void op_free(struct admin_op *op)
 {
-    store_cancel(&op->cmd);
+    cache_cancel(&op->cmd);
     op->magic = 0;
     free(op);
 }
@@ -167,13 +172,13 @@ static void flush_closed(struct httpd_req *hr, void *arg)
     op_free(op);
 }
 
-static void flush_done(void *arg, enum store_status st, long long n)
+static void flush_done(void *arg, bool ok, long long n)
 {
     struct admin_op *op = arg;
     PC_CHECK_OBJ(op, ADMIN_OP_MAGIC);
     op->cmd = NULL;
     httpd_set_close_cb(op->hr, NULL, NULL);
-    if (st != STORE_OK) {
+    if (!ok) {
         reply_error(op->hr, 503, "cache flush failed: Redis error or timeout");
     } else {
         char body[64];
@@ -198,17 +203,15 @@ static void admin_flush(struct worker *w, struct httpd_req *hr)
         }
         one = true;
     }
-    if (!store_ready(w->store)) {
+    if (!cache_ready(w->cache)) {
         reply_error(hr, 503, "Redis is not available");
         return;
     }
-    char pattern[ENTRY_KEY_MAX];
-    entry_pattern(one ? tenant : NULL, pattern);
     struct admin_op *op = pc_calloc(1, sizeof(*op));
     op->magic = ADMIN_OP_MAGIC;
     op->w = w;
     op->hr = hr;
-    op->cmd = store_delete_matching(w->store, pattern, flush_done, op);
+    op->cmd = cache_flush(w->cache, one ? tenant : NULL, flush_done, op);
     if (op->cmd == NULL) {
         op_free(op);
         reply_error(hr, 503, "Redis is not available");
@@ -261,7 +264,7 @@ void admin_handle(struct worker *w, struct httpd_req *hr)
     } else if (strcmp(path, "/stats") == 0) {
         serve_stats(w, hr);
     } else if (strcmp(path, "/metrics") == 0) {
-        serve_metrics(hr);
+        serve_metrics(w, hr);
     } else {
         httpd_add_header(hr, "Content-Type", "text/html; charset=utf-8");
         httpd_reply(hr, 200, dashboard_html, sizeof(dashboard_html) - 1);

@@ -67,11 +67,13 @@ static conf_check_fn check_upstream_url, check_embedder_url, check_redis_url, ch
 
 static const char *const upstream_type_names[] = {"openai", "anthropic", "vllm", "sglang", NULL};
 static const char *const embedder_names[] = {"builtin", "hash", "openai", NULL};
+static const char *const routing_names[] = {"round-robin", "least-loaded", NULL};
 /* Same order as enum pc_log_level (the unit test checks it against log_level_parse). */
 static const char *const log_level_names[] = {"error", "warn", "notice", "info", "debug", NULL};
 
 _Static_assert(UPSTREAM_SGLANG == 3, "upstream_type_names must follow enum upstream_type");
 _Static_assert(EMBEDDER_OPENAI == 2, "embedder_names must follow enum embedder_kind");
+_Static_assert(ROUTING_LEAST_LOADED == 1, "routing_names must follow enum routing_kind");
 _Static_assert(PC_LOG_DEBUG == 4, "log_level_names must follow enum pc_log_level");
 
 /* clang-format off */
@@ -107,8 +109,18 @@ static const struct conf_key conf_keys[] = {
      .check = check_upstream_url, .flags = CONF_URL_PASS, .arg = "URL", .section = "Upstream",
      .help = "Base URL of the model API that cache misses are forwarded to (http:// or "
              "https://). Repeat the key, or give several URLs on one line, to list replicas of "
-             "the same model server; requests are spread over them in turn (prompt-prefix "
-             "affinity is not part of this version yet)."},
+             "the same model server (up to 64); `routing` decides which one gets each call."},
+    {.name = "routing", .type = CONF_ENUM, FIELD(routing), .def = "round-robin",
+     .names = routing_names,
+     .help = "How a call is given to one of several upstream replicas: round-robin (each in "
+             "turn) or least-loaded (the one with the fewest calls in flight from this "
+             "proxy). A replica that refuses a connection is skipped for "
+             "upstream-fail-timeout, and the call goes to another one."},
+    {.name = "upstream-fail-timeout", .type = CONF_DOUBLE, FIELD(upstream_fail_timeout),
+     .def = "10", .dmin = 0, .dmax = 3600, .arg = "SECONDS",
+     .help = "Seconds a replica that refused a connection is left out of routing (passive "
+             "health check). Calls still go to it when every replica is left out. 0 never "
+             "leaves a replica out."},
     {.name = "upstream-type", .type = CONF_ENUM, FIELD(upstream_type), .def = "openai",
      .names = upstream_type_names,
      .help = "Kind of API the upstream speaks: openai, anthropic, vllm or sglang; use openai "

@@ -118,7 +118,8 @@ size_t entry_key(const char *tenant_id, const unsigned char key[PC_SHA256_LEN],
 {
     char hex[2 * PC_SHA256_LEN + 1];
     pc_hex(key, PC_SHA256_LEN, hex);
-    int n = snprintf(out, ENTRY_KEY_MAX, PC_KEY_PREFIX "e:%.*s:%s", TENANT_ID_LEN, tenant_id, hex);
+    int n =
+        snprintf(out, ENTRY_KEY_MAX, PC_KEY_PREFIX "e:{%.*s:%s}", TENANT_ID_LEN, tenant_id, hex);
     return n > 0 ? (size_t)n : 0;
 }
 
@@ -127,5 +128,5 @@ void entry_pattern(const char *tenant_id, char out[ENTRY_KEY_MAX])
     if (tenant_id == NULL)
         snprintf(out, ENTRY_KEY_MAX, PC_KEY_PREFIX "e:*");
     else
-        snprintf(out, ENTRY_KEY_MAX, PC_KEY_PREFIX "e:%.*s:*", TENANT_ID_LEN, tenant_id);
+        snprintf(out, ENTRY_KEY_MAX, PC_KEY_PREFIX "e:{%.*s:*", TENANT_ID_LEN, tenant_id);
 }

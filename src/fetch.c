@@ -1,19 +1,24 @@
 /*
  * fetch.c - the upstream call behind a flight (see pc_fetch.h). Owns the
- * struct fetch, its xfer and its two events (resume, abort) on the worker's
- * base, and one reference to the flight.
+ * struct fetch, the upstream request built for it (pc_backend.h), its xfer,
+ * its two events (resume, abort) on the worker's base, one reference to the
+ * flight and one in-flight count on the replica it calls (pc_route.h).
  *
- *   fetch_start ─▶ xfer_start ─▶ on_head ─▶ flight_set_head
+ *   fetch_start ─▶ backend_prepare ─▶ route_pick ─▶ xfer_start
+ *                     ▲                               │ refused before any byte:
+ *                     └──── another replica ◀─────────┘ (route marks it down)
+ *                               xfer on_head ─▶ flight_set_head
  *                               on_data ─▶ flight_append (PAUSE ⇄ resume_ev)
  *                               on_done ─▶ flight_finish ─▶ store (2xx, complete)
  *   abort_ev (last subscriber left) ─▶ xfer_abort ─▶ flight_finish(aborted)
  */
 #include "pc_fetch.h"
+#include "pc_backend.h"
 #include "pc_conf.h"
 #include "pc_flight.h"
 #include "pc_log.h"
+#include "pc_route.h"
 #include "pc_sse.h"
-#include "pc_store.h"
 #include "pc_tally.h"
 #include "pc_worker.h"
 
@@ -30,12 +35,15 @@ struct fetch {
     struct xfer *x;
     struct event *resume_ev;
     struct event *abort_ev;
-    const struct target *target;
+    const struct route_replica *rep; /* the replica called (counted in flight) */
+    uint64_t tried;                  /* replicas that refused this call's connection */
+    struct backend_req breq;         /* kept for another replica until the head comes */
+    bool got_head;
     char reqid[32];
     uint64_t start_us;
 
-    bool store; /* still a candidate for the cache */
-    char store_key[ENTRY_KEY_MAX];
+    bool store;                  /* still a candidate for the cache */
+    struct cache_ticket *ticket; /* its keys, while it is */
     int64_t ttl_ms;
     enum api_endpoint endpoint;
     bool stream;
@@ -45,8 +53,8 @@ struct fetch {
     bool trimming;                   /* over cache-max-entry-size: no longer recorded */
     char model[TALLY_MODEL_MAX + 1]; /* for the per-model/tenant usage counts */
     char tenant[TENANT_ID_LEN + 1];
-    struct store_cmd *store_cmd; /* the SET of the answer, while Redis acknowledges it */
-    struct fetch *next;          /* the worker's list of running calls */
+    struct cache_put_op *put; /* storing the answer, while Redis acknowledges it */
+    struct fetch *next;       /* the worker's list of running calls */
     struct fetch *prev;
 };
 
@@ -68,9 +76,20 @@ static bool response_header_dropped(const char *name, const char *conn_tokens)
            pc_token_list_has(conn_tokens, name);
 }
 
+/* The call to f->rep ended: its in-flight count and health. */
+static void fetch_release(struct fetch *f, enum route_result res)
+{
+    if (f->rep != NULL)
+        route_end(f->w->route, f->rep, res);
+    f->rep = NULL;
+}
+
 static void fetch_free(struct fetch *f)
 {
-    store_cancel(&f->store_cmd);
+    fetch_release(f, ROUTE_ABORTED);
+    backend_req_free(&f->breq);
+    cache_put_cancel(&f->put);
+    cache_ticket_free(&f->ticket);
     if (f->fl != NULL)
         flight_fetch_bind(f->fl, NULL, NULL);
     if (f->resume_ev != NULL)
@@ -115,11 +134,13 @@ static void on_head(void *arg, int status, const struct xfer_header *h, size_t n
         n++;
     }
     f->status = status;
+    f->got_head = true;
+    backend_req_free(&f->breq); /* no other replica will be asked */
     if (status < 200 || status > 299)
         f->store = false;
     if (status >= 500)
         stats_incr(&f->w->stats, STAT_upstream_5xx);
-    flight_set_head(f->fl, status, hdrs, n, f->target->name);
+    flight_set_head(f->fl, status, hdrs, n, f->rep->name);
 }
 
 static int on_data(void *arg, const char *data, size_t len)
@@ -181,13 +202,12 @@ static void fetch_end(struct fetch *f, int result, const char *errmsg)
     fetch_free(f);
 }
 
-static void on_stored(void *arg, enum store_status st, long long n)
+static void on_stored(void *arg, bool stored)
 {
-    (void)n;
+    (void)stored; /* counted by the cache */
     struct fetch *f = arg;
     PC_CHECK_OBJ(f, FETCH_MAGIC);
-    f->store_cmd = NULL;
-    stats_incr(&f->w->stats, st == STORE_OK ? STAT_cache_stores : STAT_cache_store_skipped);
+    f->put = NULL;
     fetch_end(f, XFER_OK, NULL);
 }
 
@@ -220,12 +240,29 @@ static bool store_answer(struct fetch *f, uint64_t latency_us)
         .body = body->data,
         .body_len = body->len,
     };
-    struct pc_buf val = PC_BUF_INIT;
-    entry_encode(&e, &val);
-    f->store_cmd = store_set_cb(f->w->store, f->store_key, strlen(f->store_key), val.data, val.len,
-                                f->ttl_ms, on_stored, f);
-    pc_buf_free(&val);
-    return f->store_cmd != NULL;
+    f->put = cache_put(f->w->cache, &f->ticket, &e, f->ttl_ms, on_stored, f);
+    return f->put != NULL;
+}
+
+static bool fetch_attempt(struct fetch *f);
+
+/*
+ * The replica refused the connection, so it never saw the request: ask
+ * another one (each at most once). True if a new attempt is under way.
+ */
+static bool retry_elsewhere(struct fetch *f, const char *errmsg)
+{
+    const struct route_replica *failed = f->rep;
+    fetch_release(f, ROUTE_CONNECT_ERR);
+    f->tried |= UINT64_C(1) << failed->index;
+    if (f->breq.method == NULL || route_count(f->w->route) < 2)
+        return false;
+    if (!fetch_attempt(f))
+        return false;
+    log_write(PC_LOG_INFO, f->reqid, "upstream %s: %s; trying %s", failed->name,
+              errmsg ? errmsg : "refused", f->rep->name);
+    stats_incr(&f->w->stats, STAT_upstream_failovers);
+    return true;
 }
 
 /*
@@ -237,13 +274,20 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
     struct fetch *f = arg;
     PC_CHECK_OBJ(f, FETCH_MAGIC);
     f->x = NULL;
+    if (result == XFER_ERR_CONNECT && !f->got_head && retry_elsewhere(f, errmsg))
+        return;
     uint64_t latency = pc_mono_us() - f->start_us;
+    bool wanted = f->ticket != NULL; /* cache_put consumes it */
     if (result != XFER_OK)
-        log_write(PC_LOG_WARN, f->reqid, "upstream %s: %s", f->target->name,
-                  errmsg ? errmsg : "failed");
+        log_write(PC_LOG_WARN, f->reqid, "upstream %s: %s",
+                  f->rep != NULL ? f->rep->name : "(none left)", errmsg ? errmsg : "failed");
+    fetch_release(f, result == XFER_OK             ? ROUTE_OK
+                     : result == XFER_ERR_CONNECT  ? ROUTE_CONNECT_ERR
+                     : result == XFER_ERR_INTERNAL ? ROUTE_ABORTED
+                                                   : ROUTE_ERR);
     if (result == XFER_OK && f->status >= 200 && f->status <= 299 && store_answer(f, latency))
         return;
-    if (f->store_key[0] != '\0') /* wanted in the cache, but an error, cut off or too large */
+    if (wanted) /* wanted in the cache, but an error, cut off, too large or Redis away */
         stats_incr(&f->w->stats, STAT_cache_store_skipped);
     fetch_end(f, result, errmsg);
 }
@@ -264,7 +308,7 @@ static void on_abort(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct fetch *f = arg;
     PC_CHECK_OBJ(f, FETCH_MAGIC);
-    if (f->store_cmd != NULL)
+    if (f->put != NULL)
         return; /* the answer is complete and on its way to Redis: let it land */
     log_write(PC_LOG_INFO, f->reqid,
               "no client waits for the answer any more: upstream call aborted");
@@ -273,11 +317,36 @@ static void on_abort(evutil_socket_t fd, short what, void *arg)
 
 static const struct xfer_ops fetch_ops = {on_head, on_data, on_done};
 
-static const struct target *pick_target(struct worker *w)
+/* Pick a replica not tried yet and start the call there; false if none is left. */
+static bool fetch_attempt(struct fetch *f)
 {
-    const struct target *t = &w->targets[w->rr % w->ntargets];
-    w->rr++;
-    return t;
+    struct worker *w = f->w;
+    struct route_query q = {.exclude = f->tried};
+    f->rep = route_pick(w->route, &q);
+    if (f->rep == NULL)
+        return false;
+    struct pc_buf url = PC_BUF_INIT;
+    backend_url(&f->breq, f->rep, &url);
+    struct xfer_req xr = {
+        .method = f->breq.method,
+        .url = pc_buf_cstr(&url),
+        .headers = f->breq.hdrs,
+        .nheaders = f->breq.nhdrs,
+        .body = f->breq.body.data,
+        .body_len = f->breq.body.len,
+        .timeout = w->conf->upstream_timeout,
+        .connect_timeout = w->conf->upstream_connect_timeout,
+    };
+    f->x = xfer_start(w->up, &xr, &fetch_ops, f);
+    pc_buf_free(&url);
+    if (f->x == NULL) {
+        fetch_release(f, ROUTE_ABORTED);
+        return false;
+    }
+    /* One replica: nothing to retry on, so the copy need not wait for the head. */
+    if (route_count(w->route) < 2)
+        backend_req_free(&f->breq);
+    return true;
 }
 
 void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *req)
@@ -292,7 +361,6 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
     w->fetch_list = f;
     flight_get(fl);
     f->fl = fl;
-    f->target = pick_target(w);
     snprintf(f->reqid, sizeof(f->reqid), "%s", req->reqid ? req->reqid : "-");
     f->start_us = pc_mono_us();
     f->endpoint = req->endpoint;
@@ -300,9 +368,9 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
     tally_model(req->model, f->model);
     snprintf(f->tenant, sizeof(f->tenant), "%s", req->tenant_id ? req->tenant_id : "");
     f->ttl_ms = req->ttl_ms;
-    if (req->store_key != NULL) {
+    if (req->ticket != NULL) {
         f->store = true;
-        snprintf(f->store_key, sizeof(f->store_key), "%s", req->store_key);
+        f->ticket = req->ticket;
     }
     f->resume_ev = event_new(w->base, -1, 0, on_resume, f);
     f->abort_ev = event_new(w->base, -1, 0, on_abort, f);
@@ -310,23 +378,17 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
         log_error("out of memory creating fetch events");
         abort();
     }
-
-    struct pc_buf url = PC_BUF_INIT;
-    pc_buf_append_str(&url, f->target->base_url);
-    pc_buf_append_str(&url, req->target);
-    struct xfer_req xr = {
+    struct backend_in in = {
         .method = req->method,
-        .url = pc_buf_cstr(&url),
+        .target = req->target,
         .headers = req->headers,
         .nheaders = req->nheaders,
         .body = req->body,
         .body_len = req->body_len,
-        .timeout = w->conf->upstream_timeout,
-        .connect_timeout = w->conf->upstream_connect_timeout,
+        .endpoint = req->endpoint,
     };
-    f->x = xfer_start(w->up, &xr, &fetch_ops, f);
-    pc_buf_free(&url);
-    if (f->x == NULL) {
+    backend_prepare(w->backend, w->conf, &in, &f->breq);
+    if (!fetch_attempt(f)) {
         fetch_end(f, XFER_ERR_INTERNAL, "could not start the upstream call");
         return;
     }

@@ -7,7 +7,8 @@
  *   PARSE (content type, JSON, fields, controls, keys)
  *     │ mode off / no-cache / Redis not ready        │
  *     ▼                                              ▼
- *   LOOKUP (Redis GET) ──hit──▶ serve HIT      FETCH (subscribe to a flight;
+ *   LOOKUP (cache_lookup: exact,     ──hit──▶ serve HIT (exact|semantic)
+ *     │     then semantic)                       FETCH (subscribe to a flight;
  *     │ miss/expired/error ───────────────────▶  the leader starts the fetch)
  *                                                    │
  *                                                 DELIVER (whole JSON, or a
@@ -15,12 +16,15 @@
  *
  * Every asynchronous completion (Redis reply, flight notification, client
  * drain, client hang-up) re-enters one small function. Ownership: the preq
- * owns its parsed body, keys and the handles of its outstanding operations
- * (lookup, subscription); it is freed through a deferred event once the reply
- * is finished (or the client is gone) and nothing is outstanding.
+ * owns its parsed body, keys, its cache ticket until a fetch takes it, and the
+ * handles of its outstanding operations (lookup, subscription); it is freed
+ * through a deferred event once the reply is finished (or the client is gone)
+ * and nothing is outstanding.
  */
 #include "pc_proxy.h"
 #include "pc_admin.h"
+#include "pc_backend.h"
+#include "pc_cache.h"
 #include "pc_canon.h"
 #include "pc_conf.h"
 #include "pc_entry.h"
@@ -29,7 +33,6 @@
 #include "pc_httpd.h"
 #include "pc_log.h"
 #include "pc_sse.h"
-#include "pc_store.h"
 #include "pc_tally.h"
 #include "pc_worker.h"
 
@@ -54,9 +57,21 @@ enum preq_state {
 };
 
 enum cache_mode {
-    MODE_ON = 0, /* exact (and semantic, when built) */
+    MODE_ON = 0, /* every stage the configuration enables */
+    MODE_EXACT,  /* X-Cache-Mode: exact - no semantic stage */
     MODE_OFF,
 };
+
+/* What the cache did for a request (X-Cache-Status). */
+enum preq_cache {
+    PC_NONE = 0, /* not an answer of the cache path (own error before lookup) */
+    PC_HIT,
+    PC_MISS,
+    PC_BYPASS,
+    PC_REFRESH,
+};
+
+static const char *const preq_cache_names[] = {NULL, "HIT", "MISS", "BYPASS", "REFRESH"};
 
 struct preq {
     unsigned magic;
@@ -82,9 +97,10 @@ struct preq {
     enum cache_mode mode;
     bool no_cache;
     bool no_store;
-    int64_t max_age; /* seconds, -1 = any */
-    int64_t ttl;     /* seconds */
-    bool key_unsafe; /* the key cannot tell this body from another: bypass */
+    int64_t max_age;  /* seconds, -1 = any */
+    int64_t ttl;      /* seconds */
+    double threshold; /* semantic similarity (X-Cache-Threshold or semantic-threshold) */
+    bool key_unsafe;  /* the key cannot tell this body from another: bypass */
 
     /* Keys. */
     unsigned char tenant[PC_SHA256_LEN];     /* whose entries: credential or shared namespace */
@@ -92,17 +108,18 @@ struct preq {
     char tenant_id[TENANT_ID_LEN + 1];
     struct canon_keys keys;
     bool have_keys;
-    char store_key[ENTRY_KEY_MAX];
+    struct cache_ticket *ticket; /* storing this request's answer, until a fetch takes it */
 
     /* Outstanding operations. */
-    struct store_cmd *lookup;
+    struct cache_op *lookup;
     struct flight_sub *sub;
 
     /* Delivery. */
-    const char *cache_status; /* HIT MISS BYPASS REFRESH */
-    bool relay_streamed;      /* relay chunks as they come (else whole answer) */
-    bool started;             /* streamed reply head sent */
-    struct pc_buf resp;       /* whole-answer accumulation / relay chunk */
+    enum preq_cache cache;
+    enum cache_match match; /* on HIT */
+    bool relay_streamed;    /* relay chunks as they come (else whole answer) */
+    bool started;           /* streamed reply head sent */
+    struct pc_buf resp;     /* whole-answer accumulation / relay chunk */
     int status;
     size_t bytes_out;
     char upstream[128];
@@ -125,6 +142,7 @@ static void preq_free_cb(evutil_socket_t fd, short what, void *arg)
     cJSON_Delete(r->body);
     free(r->path);
     canon_keys_free(&r->keys);
+    cache_ticket_free(&r->ticket);
     pc_buf_free(&r->resp);
     r->magic = 0;
     free(r);
@@ -152,8 +170,11 @@ static void access_log(const struct preq *r)
         pc_buf_json_str(&b, model, PC_MIN(strlen(model), 200));
     else
         pc_buf_append_str(&b, "null");
-    pc_buf_printf(&b, ",\"status\":%d,\"cache\":\"%s\",\"stream\":%s,\"upstream\":", r->status,
-                  r->cache_status ? r->cache_status : "-", r->stream ? "true" : "false");
+    pc_buf_printf(&b, ",\"status\":%d,\"cache\":\"%s\",", r->status,
+                  r->cache != PC_NONE ? preq_cache_names[r->cache] : "-");
+    if (r->cache == PC_HIT)
+        pc_buf_printf(&b, "\"match\":\"%s\",", cache_match_name(r->match));
+    pc_buf_printf(&b, "\"stream\":%s,\"upstream\":", r->stream ? "true" : "false");
     if (r->upstream[0])
         pc_buf_json_str(&b, r->upstream, strlen(r->upstream));
     else
@@ -173,7 +194,7 @@ static void access_log(const struct preq *r)
  */
 static void preq_tally(const struct preq *r)
 {
-    if (r->ep == API_NONE || r->cache_status == NULL)
+    if (r->ep == API_NONE || r->cache == PC_NONE)
         return;
     int64_t v[TALLY__COUNT] = {0};
     bool ok = r->status >= 200 && r->status <= 299 && !r->aborted;
@@ -181,11 +202,11 @@ static void preq_tally(const struct preq *r)
     v[TALLY_coalesced] = r->coalesced;
     if (!ok) {
         v[TALLY_errors] = 1;
-    } else if (strcmp(r->cache_status, "HIT") == 0) {
+    } else if (r->cache == PC_HIT) {
         v[TALLY_hits] = 1;
         v[TALLY_saved_prompt_tokens] = r->saved.prompt;
         v[TALLY_saved_completion_tokens] = r->saved.completion;
-    } else if (strcmp(r->cache_status, "MISS") == 0) {
+    } else if (r->cache == PC_MISS) {
         v[TALLY_misses] = 1;
     } else {
         v[TALLY_bypasses] = 1;
@@ -203,7 +224,7 @@ static void preq_end(struct preq *r)
     if (r->state == PREQ_DONE)
         return;
     r->state = PREQ_DONE;
-    store_cancel(&r->lookup);
+    cache_cancel(&r->lookup);
     flight_unsubscribe(&r->sub);
     access_log(r);
     preq_tally(r);
@@ -230,9 +251,9 @@ static void preq_on_close(struct httpd_req *hr, void *arg)
 
 static void add_cache_headers(struct preq *r)
 {
-    if (r->cache_status != NULL)
-        httpd_add_header(r->hr, "X-Cache-Status", r->cache_status);
-    if (r->upstream[0] && strcmp(r->cache_status ? r->cache_status : "", "HIT") != 0)
+    if (r->cache != PC_NONE)
+        httpd_add_header(r->hr, "X-Cache-Status", preq_cache_names[r->cache]);
+    if (r->upstream[0] && r->cache != PC_HIT)
         httpd_add_header(r->hr, "X-Upstream", r->upstream);
 }
 
@@ -347,6 +368,7 @@ static int parse_controls(struct preq *r, char *msg, size_t msglen)
     const struct conf *c = r->w->conf;
     r->max_age = -1;
     r->ttl = c->cache_ttl;
+    r->threshold = c->semantic_threshold;
     const char *v = httpd_req_header(r->hr, "Cache-Control");
     if (v != NULL && parse_cache_control(r, v, msg, msglen) < 0)
         return -1;
@@ -357,7 +379,9 @@ static int parse_controls(struct preq *r, char *msg, size_t msglen)
     if ((v = httpd_req_header(r->hr, "X-Cache-Mode")) != NULL) {
         if (pc_strcaseeq(v, "off"))
             r->mode = MODE_OFF;
-        else if (pc_strcaseeq(v, "exact") || pc_strcaseeq(v, "semantic"))
+        else if (pc_strcaseeq(v, "exact"))
+            r->mode = MODE_EXACT;
+        else if (pc_strcaseeq(v, "semantic"))
             r->mode = MODE_ON;
         else
             return snprintf(msg, msglen, "X-Cache-Mode must be off, exact or semantic"), -1;
@@ -375,19 +399,13 @@ static int parse_controls(struct preq *r, char *msg, size_t msglen)
         double t;
         if (pc_parse_double(v, &t) < 0 || t < 0 || t > 1)
             return snprintf(msg, msglen, "X-Cache-Threshold must be a number from 0 to 1"), -1;
+        r->threshold = t;
     }
     if ((v = httpd_req_header(r->hr, "X-Cache-Namespace")) != NULL && !valid_namespace(v))
         return snprintf(msg, msglen,
                         "X-Cache-Namespace must be 1-64 characters of A-Z a-z 0-9 . _ -"),
                -1;
     return 0;
-}
-
-/* Whether a request header carries a client credential. */
-static bool is_credential_header(const char *name)
-{
-    return pc_strcaseeq(name, "authorization") || pc_strcaseeq(name, "x-api-key") ||
-           pc_strcaseeq(name, "api-key");
 }
 
 /*
@@ -400,7 +418,7 @@ static void compute_tenant(struct preq *r)
     struct pc_buf cred = PC_BUF_INIT;
     for (size_t i = 0; i < httpd_req_header_count(r->hr); i++) {
         const struct httpd_header *h = httpd_req_header_at(r->hr, i);
-        if (is_credential_header(h->name)) {
+        if (backend_is_credential_header(h->name)) {
             for (const char *c = h->name; *c; c++)
                 pc_buf_append_char(&cred, (char)tolower((unsigned char)*c));
             pc_buf_printf(&cred, "=%s\n", h->value);
@@ -457,64 +475,34 @@ static void compute_keys(struct preq *r)
     canon_keys(&in, &r->keys);
     r->have_keys = true;
     pc_buf_free(&variant);
-    entry_key(r->tenant_id, r->keys.exact, r->store_key);
+}
+
+/* The cache's view of this request. */
+static void cache_query_of(const struct preq *r, struct cache_query *q)
+{
+    bool semantic = r->w->conf->semantic && r->mode == MODE_ON && r->keys.last_user_text != NULL;
+    *q = (struct cache_query){
+        .endpoint = r->ep,
+        .tenant_id = r->tenant_id,
+        .exact = r->keys.exact,
+        .partition = semantic ? r->keys.partition : NULL,
+        .text = semantic ? r->keys.last_user_text : NULL,
+        .max_age_ms = r->max_age >= 0 ? r->max_age * 1000 : -1,
+        .semantic = semantic,
+        .threshold = r->threshold,
+    };
 }
 
 /* ---- forwarding --------------------------------------------------------- */
 
-/* Request headers that are not forwarded upstream. */
-static bool request_header_dropped(const char *name, const char *conn_tokens, bool replace_creds)
+/* The client's request headers as received (pointers into hr); returns the count. */
+static size_t client_headers(struct preq *r, struct xfer_header *hdrs, size_t max)
 {
-    /* Set by curl from the URL and body, or negotiated per hop, or ours. */
-    static const char *const dropped[] = {
-        "host", "content-length", "expect", "accept-encoding", "cache-control", "pragma",
-    };
-    for (size_t i = 0; i < PC_ARRAY_LEN(dropped); i++)
-        if (pc_strcaseeq(name, dropped[i]))
-            return true;
-    if (pc_hop_by_hop(name) || pc_strncaseeq(name, "x-cache-", 8))
-        return true;
-    if (replace_creds && is_credential_header(name))
-        return true;
-    return pc_token_list_has(conn_tokens, name);
-}
-
-/*
- * Fill hdrs (capacity MAX_FWD_HEADERS + 2) with the headers to send upstream;
- * auth receives the configured credential header line when one replaces the
- * client's. Returns the count.
- */
-static size_t forward_headers(struct preq *r, struct xfer_header *hdrs, struct pc_buf *auth)
-{
-    const struct conf *c = r->w->conf;
-    bool replace = c->upstream_key != NULL && c->upstream_key[0] != '\0';
-    const char *conn = httpd_req_header(r->hr, "Connection");
     size_t n = 0;
-    bool have_ctype = false;
-    for (size_t i = 0; i < httpd_req_header_count(r->hr) && n < MAX_FWD_HEADERS; i++) {
+    for (size_t i = 0; i < httpd_req_header_count(r->hr) && n < max; i++) {
         const struct httpd_header *h = httpd_req_header_at(r->hr, i);
-        if (request_header_dropped(h->name, conn, replace))
-            continue;
-        if (pc_strcaseeq(h->name, "content-type"))
-            have_ctype = true;
         hdrs[n].name = h->name;
         hdrs[n].value = h->value;
-        n++;
-    }
-    if (replace) {
-        if (c->upstream_type == UPSTREAM_ANTHROPIC) {
-            hdrs[n].name = "x-api-key";
-            hdrs[n].value = c->upstream_key;
-        } else {
-            pc_buf_printf(auth, "Bearer %s", c->upstream_key);
-            hdrs[n].name = "Authorization";
-            hdrs[n].value = pc_buf_cstr(auth);
-        }
-        n++;
-    }
-    if (r->ep != API_NONE && !have_ctype) {
-        hdrs[n].name = "Content-Type";
-        hdrs[n].value = "application/json";
         n++;
     }
     return n;
@@ -551,9 +539,8 @@ static void preq_fetch(struct preq *r, bool shared, bool store)
         stats_incr(&w->stats, STAT_coalesced);
         return;
     }
-    struct xfer_header hdrs[MAX_FWD_HEADERS + 2];
-    struct pc_buf auth = PC_BUF_INIT;
-    size_t nh = forward_headers(r, hdrs, &auth);
+    struct xfer_header hdrs[MAX_FWD_HEADERS];
+    size_t nh = client_headers(r, hdrs, MAX_FWD_HEADERS);
     size_t blen = 0;
     const char *body = httpd_req_body(r->hr, &blen);
     struct fetch_req fr = {
@@ -564,15 +551,16 @@ static void preq_fetch(struct preq *r, bool shared, bool store)
         .body = body,
         .body_len = blen,
         .reqid = r->id,
-        .store_key = store ? r->store_key : NULL,
+        .ticket = store ? r->ticket : NULL,
         .ttl_ms = r->ttl * 1000,
         .endpoint = r->ep,
         .stream = r->stream,
         .model = r->body ? api_model(r->body) : NULL,
         .tenant_id = r->tenant_id,
     };
+    if (store)
+        r->ticket = NULL; /* the fetch owns it now */
     fetch_start(w, flight_sub_flight(r->sub), &fr);
-    pc_buf_free(&auth);
 }
 
 /* ---- delivery of a fetched answer ---------------------------------------- */
@@ -713,8 +701,9 @@ static int hit_body(struct preq *r, const struct entry *e, struct pc_buf *out, c
 }
 
 /* Returns false if the entry cannot be served (then the caller fetches). */
-static bool serve_hit(struct preq *r, const struct entry *e, int64_t age_ms)
+static bool serve_hit(struct preq *r, const struct cache_result *res)
 {
+    const struct entry *e = res->entry;
     struct pc_buf body = PC_BUF_INIT;
     const char *ctype = NULL;
     if (hit_body(r, e, &body, &ctype) < 0) {
@@ -724,7 +713,8 @@ static bool serve_hit(struct preq *r, const struct entry *e, int64_t age_ms)
     }
     struct worker *w = r->w;
     stats_incr(&w->stats, STAT_cache_hits);
-    stats_incr(&w->stats, STAT_cache_hits_exact);
+    stats_incr(&w->stats, res->match == CACHE_MATCH_SEMANTIC ? STAT_cache_hits_semantic
+                                                             : STAT_cache_hits_exact);
     stats_add(&w->stats, STAT_bytes_from_cache, (int64_t)body.len);
     if (e->usage.present) {
         stats_add(&w->stats, STAT_tokens_saved_prompt, e->usage.prompt);
@@ -732,10 +722,16 @@ static bool serve_hit(struct preq *r, const struct entry *e, int64_t age_ms)
         r->saved = e->usage;
     }
     char age[24];
-    snprintf(age, sizeof(age), "%lld", (long long)(age_ms > 0 ? age_ms / 1000 : 0));
-    r->cache_status = "HIT";
+    snprintf(age, sizeof(age), "%lld", (long long)(res->age_ms > 0 ? res->age_ms / 1000 : 0));
+    r->cache = PC_HIT;
+    r->match = res->match;
     httpd_add_header(r->hr, "X-Cache-Status", "HIT");
-    httpd_add_header(r->hr, "X-Cache-Match", "exact");
+    httpd_add_header(r->hr, "X-Cache-Match", cache_match_name(res->match));
+    if (res->match == CACHE_MATCH_SEMANTIC) {
+        char sim[16];
+        snprintf(sim, sizeof(sim), "%.4f", res->similarity);
+        httpd_add_header(r->hr, "X-Cache-Similarity", sim);
+    }
     httpd_add_header(r->hr, "Age", age);
     reply_whole(r, e->status, ctype, body.data, body.len);
     pc_buf_free(&body);
@@ -751,33 +747,25 @@ static bool may_share(const struct preq *r)
 /* Go upstream without the cache; only_this: never share the call either. */
 static void preq_bypass(struct preq *r, bool only_this)
 {
-    r->cache_status = "BYPASS";
+    r->cache = PC_BYPASS;
     stats_incr(&r->w->stats, STAT_cache_bypasses);
     preq_fetch(r, !only_this && may_share(r), false);
 }
 
-static void preq_on_lookup(void *arg, enum store_status st, const char *val, size_t len)
+static void preq_on_lookup(void *arg, struct cache_result *res)
 {
     struct preq *r = arg;
     PC_CHECK_OBJ(r, PREQ_MAGIC);
     r->lookup = NULL;
-    struct worker *w = r->w;
-    if (st != STORE_OK) {
+    r->ticket = res->ticket;
+    if (res->outcome == CACHE_UNAVAILABLE) {
         preq_bypass(r, false);
         return;
     }
-    struct entry e;
-    if (val != NULL && entry_decode(val, len, &e) == 0 && e.endpoint == r->ep) {
-        int64_t age_ms = entry_age_ms(&e);
-        if (r->max_age >= 0 && age_ms > r->max_age * 1000)
-            stats_incr(&w->stats, STAT_cache_expired);
-        else if (serve_hit(r, &e, age_ms))
-            return;
-    } else if (val != NULL) {
-        stats_incr(&w->stats, STAT_cache_corrupt);
-    }
-    r->cache_status = "MISS";
-    stats_incr(&w->stats, STAT_cache_misses);
+    if (res->outcome == CACHE_HIT && serve_hit(r, res))
+        return;
+    r->cache = PC_MISS;
+    stats_incr(&r->w->stats, STAT_cache_misses);
     preq_fetch(r, may_share(r), !r->no_store);
 }
 
@@ -791,18 +779,21 @@ static void preq_route_cacheable(struct preq *r)
         preq_bypass(r, true);
         return;
     }
+    struct cache_query q;
+    cache_query_of(r, &q);
     if (r->no_cache) {
-        if (!store_ready(w->store)) {
+        if (!cache_ready(w->cache)) {
             preq_bypass(r, true);
             return;
         }
-        r->cache_status = "REFRESH";
+        r->cache = PC_REFRESH;
         stats_incr(&w->stats, STAT_cache_refreshes);
+        r->ticket = cache_ticket_create(w->cache, &q);
         preq_fetch(r, false, !r->no_store);
         return;
     }
     r->state = PREQ_LOOKUP;
-    r->lookup = store_get(w->store, r->store_key, strlen(r->store_key), preq_on_lookup, r);
+    r->lookup = cache_lookup(w->cache, &q, preq_on_lookup, r);
     if (r->lookup == NULL) /* Redis not ready */
         preq_bypass(r, false);
 }
@@ -868,7 +859,7 @@ static void preq_recv_passthrough(struct preq *r)
     if (reject_oversize(r))
         return;
     httpd_req_body(r->hr, &r->bytes_in);
-    r->cache_status = "BYPASS";
+    r->cache = PC_BYPASS;
     preq_fetch(r, false, false);
 }
 

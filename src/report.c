@@ -2,7 +2,7 @@
  * report.c - `promptcache report` (see pc_report.h). Owns the report being
  * built: the total, one row per model and per tenant, and the prices.
  *
- *   Redis pc:1:r:YYYYMMDDHH (HGETALL, one per hour) ─▶ report_add_field
+ *   Redis pc:2:r:YYYYMMDDHH (HGETALL, one per hour) ─▶ report_add_field
  *        ─▶ rows (total, model, tenant; money priced per field) ─▶ render
  */
 #include "pc_report.h"

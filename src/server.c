@@ -11,6 +11,7 @@
 #include "pc_conf.h"
 #include "pc_flight.h"
 #include "pc_log.h"
+#include "pc_route.h"
 #include "pc_worker.h"
 
 #include <errno.h>
@@ -25,14 +26,12 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
-#include <curl/curl.h>
 #include <event2/event.h>
 
 struct server {
     const struct conf *conf;
     int listen_fd;
-    struct target *targets;
-    size_t ntargets;
+    struct route *route;
     struct worker **workers;
     int nworkers;
     struct event_base *base;
@@ -43,33 +42,6 @@ struct server {
     int stopped_accepting;
     int signals;
 };
-
-/* Base URL without trailing '/', and "host:port" as the replica's name. */
-static int target_init(struct target *t, const char *url, char *err, size_t errlen)
-{
-    CURLU *u = curl_url();
-    char *host = NULL, *port = NULL;
-    int rc = -1;
-    if (u == NULL || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
-        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
-        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK) {
-        snprintf(err, errlen, "upstream %s is not a valid URL", url);
-        goto out;
-    }
-    size_t n = strlen(url);
-    while (n > 0 && url[n - 1] == '/')
-        n--;
-    t->base_url = pc_strndup(url, n);
-    struct pc_buf name = PC_BUF_INIT;
-    pc_buf_printf(&name, "%s:%s", host, port);
-    t->name = pc_buf_cstr(&name);
-    rc = 0;
-out:
-    curl_free(host);
-    curl_free(port);
-    curl_url_cleanup(u);
-    return rc;
-}
 
 static int listen_socket(const struct conf *c, char *err, size_t errlen)
 {
@@ -177,8 +149,7 @@ static int start_workers(struct server *s, char *err, size_t errlen)
     uint32_t prefix = (uint32_t)((uint64_t)pc_wall_ms() * 2654435761u) ^ (uint32_t)getpid();
     s->workers = pc_calloc((size_t)s->conf->workers, sizeof(*s->workers));
     for (int i = 0; i < s->conf->workers; i++) {
-        struct worker *w =
-            worker_create(i, s->conf, s->targets, s->ntargets, s->listen_fd, err, errlen);
+        struct worker *w = worker_create(i, s->conf, s->route, s->listen_fd, err, errlen);
         if (w == NULL)
             return -1;
         w->id_prefix = prefix;
@@ -223,9 +194,14 @@ static void log_startup(const struct server *s)
     char addr[80];
     bound_address(s->listen_fd, addr, sizeof(addr));
     log_notice("promptcache %s listening on %s (%d workers)", PC_VERSION, addr, s->conf->workers);
-    for (size_t i = 0; i < s->ntargets; i++)
-        log_notice("upstream %s (%s, type %s)", s->targets[i].name, s->targets[i].base_url,
+    for (size_t i = 0; i < route_count(s->route); i++) {
+        const struct route_replica *rep = route_replica(s->route, i);
+        log_notice("upstream %s (%s, type %s)", rep->name, rep->base_url,
                    conf_upstream_type_name(s->conf->upstream_type));
+    }
+    if (route_count(s->route) > 1)
+        log_notice("routing: %s over %zu replicas", route_policy_name(route_policy(s->route)),
+                   route_count(s->route));
     if (s->conf->cache) {
         /* Never log a password: show only what follows userinfo. */
         const char *at = strchr(s->conf->redis, '@');
@@ -253,11 +229,7 @@ static void server_teardown(struct server *s)
         event_base_free(s->base);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
-    for (size_t i = 0; i < s->ntargets; i++) {
-        free(s->targets[i].base_url);
-        free(s->targets[i].name);
-    }
-    free(s->targets);
+    route_destroy(&s->route);
     flight_table_destroy();
     stats_unregister_all();
 }
@@ -295,10 +267,8 @@ int server_run(const struct conf *c)
     int status = 1;
     flight_table_init();
     raise_fd_limit(c);
-    s.targets = pc_calloc(c->upstream.n, sizeof(*s.targets));
-    for (size_t i = 0; i < c->upstream.n; i++, s.ntargets++)
-        if (target_init(&s.targets[i], c->upstream.v[i], err, sizeof(err)) < 0)
-            goto out;
+    if ((s.route = route_create(c, err, sizeof(err))) == NULL)
+        goto out;
     if ((s.listen_fd = listen_socket(c, err, sizeof(err))) < 0)
         goto out;
     s.base = event_base_new();

@@ -8,6 +8,8 @@
  * or when shutdown-timeout has passed, whichever comes first.
  */
 #include "pc_worker.h"
+#include "pc_backend.h"
+#include "pc_cache.h"
 #include "pc_conf.h"
 #include "pc_fetch.h"
 #include "pc_httpd.h"
@@ -91,15 +93,15 @@ static void httpd_conf_from(const struct conf *c, struct httpd_conf *hc)
     hc->server_name = NULL;
 }
 
-struct worker *worker_create(int id, const struct conf *conf, const struct target *targets,
-                             size_t ntargets, int listen_fd, char *errbuf, size_t errlen)
+struct worker *worker_create(int id, const struct conf *conf, struct route *route, int listen_fd,
+                             char *errbuf, size_t errlen)
 {
     struct worker *w = pc_calloc(1, sizeof(*w));
     w->magic = WORKER_MAGIC;
     w->id = id;
     w->conf = conf;
-    w->targets = targets;
-    w->ntargets = ntargets;
+    w->route = route;
+    w->backend = backend_for(conf->upstream_type);
     w->started_ms = pc_wall_ms();
     stats_register(&w->stats);
     w->base = event_base_new();
@@ -114,6 +116,11 @@ struct worker *worker_create(int id, const struct conf *conf, const struct targe
     w->up = upstream_create(w->base, &w->stats);
     struct store_opts so = {conf->redis, conf->redis_timeout, conf->redis_auto_migrate};
     w->store = store_create(w->base, &so, &w->stats);
+    if (w->store != NULL) {
+        struct cache_opts co = {
+            .conf = conf, .base = w->base, .store = w->store, .stats = &w->stats};
+        w->cache = cache_create(&co);
+    }
     if (conf->cache) /* the report's counters live in the same Redis */
         w->tally = tally_create(w->base, w->store);
     w->stop_ev = event_new(w->base, -1, 0, on_stop, w);
@@ -185,6 +192,7 @@ void worker_destroy(struct worker **wp)
         event_base_dispatch(w->base);
     }
     tally_destroy(&w->tally);
+    cache_destroy(&w->cache);
     store_destroy(&w->store);
     upstream_destroy(&w->up);
     if (w->stop_ev != NULL)

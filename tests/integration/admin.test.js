@@ -50,7 +50,7 @@ h.test('with the admin token: every entry is flushed', async () => {
     const b = await cached('sk-admin-b', 'flush all b');
     const r = await flush(env.proxy, {token: ADMIN_TOKEN});
     assert.ok(r.status >= 200 && r.status < 300, `DELETE /admin/cache: ${r.status} ${r.text}`);
-    assert.deepEqual(await env.redis.keys('pc:1:e:*'), [], 'no entries left in Redis');
+    assert.deepEqual(await env.redis.keys('pc:2:e:*'), [], 'no entries left in Redis');
     h.assertFromUpstream(await env.proxy.post(CHAT, a, h.bearer('sk-admin-a')), env.mock);
     h.assertFromUpstream(await env.proxy.post(CHAT, b, h.bearer('sk-admin-b')), env.mock);
 });

@@ -10,7 +10,7 @@ const CACHE_TTL = 3600;
 const env = h.environment({proxyArgs: ['--cache-ttl', String(CACHE_TTL)]});
 
 const CHAT = '/v1/chat/completions';
-const ENTRY_PATTERN = 'pc:1:e:*';
+const ENTRY_PATTERN = 'pc:2:e:*';
 
 /* Entry keys that appear in Redis while fn runs (the store is asynchronous: poll). */
 async function newEntryKeys(fn) {

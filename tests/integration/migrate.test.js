@@ -45,3 +45,23 @@ h.test('migrate against an unreachable Redis fails', async () => {
     assert.ok(r.output.length > 0, 'with a message');
 });
 
+
+h.test('migration 0002 moves schema-1 entries and report counters to hash-tagged keys', async () => {
+    await env.redis.command('FLUSHALL');
+    /* A store as schema 1 left it: one entry with a TTL, one hour of counters. */
+    await env.redis.command('SET', 'pc:schema', '1');
+    await env.redis.command('HSET', 'pc:meta', 'created_at', '1');
+    const tenant = '0123456789abcdef', key = 'ab'.repeat(32);
+    await env.redis.command('SET', `pc:1:e:${tenant}:${key}`, 'entry-bytes', 'EX', '5000');
+    await env.redis.command('HSET', 'pc:1:r:2026120215', 'requests|t|m', '7');
+    const r = await h.runCli(['migrate', '--redis', env.redis.url]);
+    assert.equal(r.code, 0, r.output);
+    assert.match(r.output, /applied 0002/);
+    assert.equal(await env.redis.command('GET', 'pc:schema'), String(h.latestSchemaVersion()));
+    const moved = `pc:2:e:{${tenant}:${key}}`;
+    assert.equal(await env.redis.command('GET', moved), 'entry-bytes');
+    const ttl = Number(await env.redis.command('TTL', moved));
+    assert.ok(ttl > 4000 && ttl <= 5000, `TTL kept: ${ttl}`);
+    assert.equal(await env.redis.command('HGET', 'pc:2:r:2026120215', 'requests|t|m'), '7');
+    assert.deepEqual(await env.redis.keys('pc:1:*'), [], 'no schema-1 keys left');
+});

@@ -83,13 +83,13 @@ static void test_keys(void)
     char out[ENTRY_KEY_MAX];
     size_t n = entry_key("0123456789abcdefEXTRA", key, out);
     T_CHECK_STR(out,
-                PC_KEY_PREFIX "e:0123456789abcdef:"
-                              "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f");
+                PC_KEY_PREFIX "e:{0123456789abcdef:"
+                              "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f}");
     T_CHECK_INT(n, strlen(out));
     entry_pattern(NULL, out);
     T_CHECK_STR(out, PC_KEY_PREFIX "e:*");
     entry_pattern("0123456789abcdef", out);
-    T_CHECK_STR(out, PC_KEY_PREFIX "e:0123456789abcdef:*");
+    T_CHECK_STR(out, PC_KEY_PREFIX "e:{0123456789abcdef:*");
 }
 
 int main(void)

@@ -195,7 +195,7 @@ static void test_tally_forms(void)
 {
     char key[TALLY_KEY_MAX], model[TALLY_MODEL_MAX + 1];
     tally_key(1764690000000, key); /* 2025-12-02 15:40 UTC */
-    T_CHECK_STR(key, "pc:1:r:2025120215");
+    T_CHECK_STR(key, "pc:2:r:2025120215");
     tally_model("gpt-4o-mini-2024-07-18", model);
     T_CHECK_STR(model, "gpt-4o-mini-2024-07-18");
     tally_model("a|b c\n", model); /* '|' would split report fields */

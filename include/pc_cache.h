@@ -1,0 +1,132 @@
+/*
+ * pc_cache.h - the cache pipeline of one worker: lookup runs the stages
+ * (exact key, then the semantic stage when enabled) and put stores an
+ * answer with whatever the stages need to find it again (the entry, its
+ * vector record). The request state machine (proxy.c) and the upstream call
+ * (fetch.c) sit above this module and talk to it only through the structs
+ * below: no request, flight or fetch ever crosses this interface.
+ *
+ *   cache_lookup ─▶ EXACT (Redis GET of the entry)
+ *                     │ miss, semantic allowed
+ *                     ▼
+ *                   SEMANTIC (pc_semantic.h: embed ▸ search the partition ▸
+ *                     │        fetch candidate ▸ guards ▸ verify?)
+ *                     ▼
+ *                   callback: HIT (entry, match, similarity, age) | MISS | UNAVAILABLE
+ *
+ * A lookup always hands its caller a ticket: what cache_put needs to store
+ * this request's answer (keys, and the vector once computed, so a miss is
+ * never embedded twice). The ticket travels with the upstream call and is
+ * consumed by cache_put, or freed.
+ *
+ * Everything here runs on the worker's thread; callbacks run at most once,
+ * never after the matching cancel.
+ */
+#ifndef PC_CACHE_H
+#define PC_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pc_api.h"
+#include "pc_entry.h"
+
+struct conf;
+struct event_base;
+struct semantic_port;
+struct stats;
+struct store;
+
+struct cache;        /* one per worker */
+struct cache_op;     /* a lookup or a flush in progress */
+struct cache_put_op; /* a store in progress */
+struct cache_ticket; /* what cache_put needs (owned by whoever holds it) */
+
+enum cache_outcome {
+    CACHE_HIT = 0,     /* res->entry is the answer */
+    CACHE_MISS,        /* not found (or too old, or unusable): go upstream and store */
+    CACHE_UNAVAILABLE, /* Redis failed or timed out: go upstream without the cache */
+};
+
+enum cache_match {
+    CACHE_MATCH_NONE = 0,
+    CACHE_MATCH_EXACT,
+    CACHE_MATCH_SEMANTIC,
+    CACHE_MATCH__COUNT
+};
+
+/* "exact" / "semantic" (header X-Cache-Match, logs, metrics); "" for NONE. */
+const char *cache_match_name(enum cache_match m);
+
+struct cache_opts {
+    const struct conf *conf;
+    struct event_base *base;
+    struct store *store;       /* the worker's Redis connection */
+    struct stats *stats;       /* the worker's metrics row */
+    struct semantic_port *sem; /* the worker's door to the semantic cache; NULL when off */
+};
+
+/* What a request looks up; pointers are read during cache_lookup only (copied as needed). */
+struct cache_query {
+    enum api_endpoint endpoint;
+    const char *tenant_id;          /* TENANT_ID_LEN hex characters (whose entries) */
+    const unsigned char *exact;     /* PC_SHA256_LEN: the exact key */
+    const unsigned char *partition; /* PC_SHA256_LEN, or NULL: no semantic stage */
+    const char *text;               /* the last user turn (semantic), or NULL */
+    int64_t max_age_ms;             /* accept only younger entries; -1 = any */
+    bool semantic;                  /* the request allows the semantic stage */
+    double threshold;               /* semantic similarity needed (0..1) */
+};
+
+struct cache_result {
+    enum cache_outcome outcome;
+    enum cache_match match; /* on HIT */
+    double similarity;      /* on a semantic HIT */
+    int64_t age_ms;         /* on HIT: since the answer was stored */
+    const struct entry *entry;
+    /* Always set: the caller now owns it (pass it to cache_put, or cache_ticket_free). */
+    struct cache_ticket *ticket;
+};
+
+typedef void cache_lookup_fn(void *arg, struct cache_result *res);
+typedef void cache_put_fn(void *arg, bool stored);
+typedef void cache_flush_fn(void *arg, bool ok, long long deleted);
+
+struct cache *cache_create(const struct cache_opts *o);
+/* Cancels nothing: every operation must be finished or cancelled first. */
+void cache_destroy(struct cache **c);
+/* Whether lookups can run now (Redis connected and migrated). */
+bool cache_ready(const struct cache *c);
+
+/*
+ * Look q up. NULL (and no callback) if the cache cannot be used now: the
+ * caller goes upstream without it. Otherwise cb runs exactly once, later,
+ * unless cache_cancel is called first.
+ */
+struct cache_op *cache_lookup(struct cache *c, const struct cache_query *q, cache_lookup_fn *cb,
+                              void *arg);
+/* The callback of *op will not run; *op is NULLed (NULL *op is ignored). */
+void cache_cancel(struct cache_op **op);
+
+/* A ticket without a lookup (Cache-Control: no-cache still stores). Never NULL. */
+struct cache_ticket *cache_ticket_create(struct cache *c, const struct cache_query *q);
+void cache_ticket_free(struct cache_ticket **t);
+
+/*
+ * Store answer e under the ticket's keys for ttl_ms, consuming *t (NULLed).
+ * cb runs once Redis has acknowledged the entry (stored = true) or failed;
+ * the vector record and its stream event follow without being waited for.
+ * NULL (and no callback) if nothing could be sent.
+ */
+struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **t, const struct entry *e,
+                               int64_t ttl_ms, cache_put_fn *cb, void *arg);
+void cache_put_cancel(struct cache_put_op **op);
+
+/*
+ * Delete every entry (tenant_id NULL) or one tenant's, with their vectors,
+ * and tell every instance's semantic index. NULL if Redis is unavailable.
+ */
+struct cache_op *cache_flush(struct cache *c, const char *tenant_id, cache_flush_fn *cb, void *arg);
+
+#endif

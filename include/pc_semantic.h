@@ -1,0 +1,98 @@
+/*
+ * pc_semantic.h - the semantic stage of the cache: a request whose last user
+ * turn means the same as that of a cached request in the same partition
+ * (everything else in the request equal) is answered with the cached entry.
+ *
+ * struct semantic is the process's part (embedder, vector index, thread pool,
+ * the Redis Stream reader keeping the index in step with other instances);
+ * struct semantic_port is one worker's door to it (its event loop, Redis
+ * connection, upstream client for remote embedders and the verifier).
+ * cache.c is the only caller.
+ */
+#ifndef PC_SEMANTIC_H
+#define PC_SEMANTIC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pc_api.h"
+#include "pc_entry.h"
+
+struct conf;
+struct event_base;
+struct stats;
+struct store;
+struct upstream;
+
+struct semantic;
+struct semantic_port;
+struct semantic_op;
+struct semantic_vec; /* one embedding of one text (opaque) */
+
+struct semantic_query {
+    enum api_endpoint endpoint;
+    const char *tenant_id;          /* TENANT_ID_LEN hex */
+    const unsigned char *exact;     /* PC_SHA256_LEN: the request's own exact key */
+    const unsigned char *partition; /* PC_SHA256_LEN */
+    const char *text;               /* the last user turn */
+    int64_t max_age_ms;             /* -1 = any */
+    double threshold;
+};
+
+struct semantic_result {
+    const struct entry *entry; /* NULL = no match; else valid during the callback */
+    double similarity;
+    struct semantic_vec *vec; /* the query's embedding, if computed (semantic_vec_take) */
+};
+
+/* What is stored next to an entry so that later requests find it by meaning. */
+struct semantic_item {
+    enum api_endpoint endpoint;
+    const char *tenant_id;
+    const unsigned char *exact;
+    const unsigned char *partition;
+    const char *text;
+    int64_t created_ms;
+    int64_t ttl_ms;
+};
+
+typedef void semantic_fn(void *arg, struct semantic_result *r);
+
+/* NULL with err set if it cannot start (e.g. a FAISS or embedder failure). */
+struct semantic *semantic_create(const struct conf *c, struct stats *st, char *err, size_t errlen);
+/* Stop the stream reader and the thread pool (jobs not run are handed back). */
+void semantic_stop(struct semantic *s);
+void semantic_destroy(struct semantic **s);
+
+struct semantic_port *semantic_port_create(struct semantic *s, struct event_base *base,
+                                           struct store *store, struct upstream *up,
+                                           struct stats *st);
+/* After the worker's loop has ended and semantic_stop: finishes handed-back jobs. */
+void semantic_port_destroy(struct semantic_port **p);
+
+/*
+ * Look q up by meaning. NULL (no callback) if the stage cannot run now;
+ * else cb runs exactly once, later, unless semantic_cancel is called first.
+ */
+struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semantic_query *q,
+                                    semantic_fn *cb, void *arg);
+void semantic_cancel(struct semantic_op **op);
+
+/* Store its vector record (fire and forget); *vec (may be NULL: embedded now) is consumed. */
+void semantic_put(struct semantic_port *p, const struct semantic_item *it,
+                  struct semantic_vec **vec);
+
+/* Take ownership of r->vec (NULLs it). */
+struct semantic_vec *semantic_vec_take(struct semantic_result *r);
+void semantic_vec_free(struct semantic_vec **v);
+
+/* SCAN pattern of every vector record (tenant_id NULL) or one tenant's. */
+void semantic_vector_pattern(const char *tenant_id, char out[ENTRY_KEY_MAX]);
+/*
+ * After a flush: tell every instance (the Stream) and, with p, this process's
+ * index at once. p may be NULL (semantic off here: other instances still listen).
+ */
+void semantic_publish_flush(struct semantic_port *p, struct store *store, const char *tenant_id);
+
+#endif

@@ -1,0 +1,431 @@
+/*
+ * cache.c - the cache pipeline of one worker (see pc_cache.h). Owns the
+ * struct cache of the worker, every lookup, put and flush in progress
+ * (struct cache_op / cache_put_op, each holding the store command it waits
+ * on) and the tickets handed to callers.
+ *
+ *   lookup:  OP_EXACT ──GET──▶ hit: decode, max-age ─▶ callback(HIT, exact)
+ *              │ miss, semantic allowed
+ *              ▼
+ *            OP_SEMANTIC (semantic_lookup) ─▶ callback(HIT, semantic | MISS)
+ *   put:     SET entry PX ttl (callback on ack) ─▶ semantic_put (vector
+ *            record + stream event, fire and forget)
+ *   flush:   delete entries ─▶ delete vectors ─▶ stream event ─▶ callback
+ *
+ * Redis keys are built here and in pc_entry.h; nothing above this module
+ * names a key.
+ */
+#include "pc_cache.h"
+#include "pc_conf.h"
+#include "pc_log.h"
+#include "pc_migrate.h"
+#include "pc_semantic.h"
+#include "pc_stats.h"
+#include "pc_store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define CACHE_MAGIC  0x43414348u /* "CACH" */
+#define OP_MAGIC     0x4341504fu /* "CAPO" */
+#define PUT_MAGIC    0x43415055u /* "CAPU" */
+#define TICKET_MAGIC 0x4354494bu /* "CTIK" */
+
+struct cache {
+    unsigned magic;
+    const struct conf *conf;
+    struct event_base *base;
+    struct store *store;
+    struct stats *stats;
+    struct semantic_port *sem;
+};
+
+struct cache_ticket {
+    unsigned magic;
+    enum api_endpoint endpoint;
+    char tenant_id[TENANT_ID_LEN + 1];
+    unsigned char exact[PC_SHA256_LEN];
+    char key[ENTRY_KEY_MAX]; /* the entry's Redis key */
+    /* Semantic stage: set when the request may be found by meaning. */
+    bool semantic;
+    unsigned char partition[PC_SHA256_LEN];
+    char *text;
+    struct semantic_vec *vec; /* computed by the lookup, or NULL (then put embeds) */
+};
+
+enum op_kind {
+    OP_EXACT,
+    OP_SEMANTIC,
+    OP_FLUSH_ENTRIES,
+    OP_FLUSH_VECTORS,
+};
+
+struct cache_op {
+    unsigned magic;
+    struct cache *c;
+    enum op_kind kind;
+    struct store_cmd *cmd;
+    struct semantic_op *sop;
+    cache_lookup_fn *cb;
+    cache_flush_fn *flush_cb;
+    void *arg;
+    struct cache_ticket *ticket;
+    int64_t max_age_ms;
+    double threshold;
+    char tenant[TENANT_ID_LEN + 1]; /* flush: "" = everyone */
+    long long deleted;
+};
+
+struct cache_put_op {
+    unsigned magic;
+    struct cache *c;
+    struct store_cmd *cmd;
+    struct cache_ticket *ticket;
+    int64_t ttl_ms;
+    int64_t created_ms;
+    cache_put_fn *cb;
+    void *arg;
+};
+
+const char *cache_match_name(enum cache_match m)
+{
+    switch (m) {
+    case CACHE_MATCH_EXACT:
+        return "exact";
+    case CACHE_MATCH_SEMANTIC:
+        return "semantic";
+    default:
+        return "";
+    }
+}
+
+struct cache *cache_create(const struct cache_opts *o)
+{
+    struct cache *c = pc_calloc(1, sizeof(*c));
+    c->magic = CACHE_MAGIC;
+    c->conf = o->conf;
+    c->base = o->base;
+    c->store = o->store;
+    c->stats = o->stats;
+    c->sem = o->sem;
+    return c;
+}
+
+void cache_destroy(struct cache **cp)
+{
+    struct cache *c = *cp;
+    if (c == NULL)
+        return;
+    *cp = NULL;
+    c->magic = 0;
+    free(c);
+}
+
+bool cache_ready(const struct cache *c)
+{
+    return store_ready(c->store);
+}
+
+/* ---- tickets ---------------------------------------------------------------- */
+
+struct cache_ticket *cache_ticket_create(struct cache *c, const struct cache_query *q)
+{
+    struct cache_ticket *t = pc_calloc(1, sizeof(*t));
+    t->magic = TICKET_MAGIC;
+    t->endpoint = q->endpoint;
+    snprintf(t->tenant_id, sizeof(t->tenant_id), "%.*s", TENANT_ID_LEN, q->tenant_id);
+    memcpy(t->exact, q->exact, PC_SHA256_LEN);
+    entry_key(t->tenant_id, t->exact, t->key);
+    if (c->sem != NULL && q->partition != NULL && q->text != NULL) {
+        t->semantic = true;
+        memcpy(t->partition, q->partition, PC_SHA256_LEN);
+        t->text = pc_strdup(q->text);
+    }
+    return t;
+}
+
+void cache_ticket_free(struct cache_ticket **tp)
+{
+    struct cache_ticket *t = *tp;
+    if (t == NULL)
+        return;
+    *tp = NULL;
+    PC_CHECK_OBJ(t, TICKET_MAGIC);
+    free(t->text);
+    semantic_vec_free(&t->vec);
+    t->magic = 0;
+    free(t);
+}
+
+/* ---- lookups ---------------------------------------------------------------- */
+
+static void op_free(struct cache_op *op)
+{
+    cache_ticket_free(&op->ticket);
+    op->magic = 0;
+    free(op);
+}
+
+/* Hand the result (and the ticket) to the caller, then free the op. */
+static void op_finish(struct cache_op *op, struct cache_result *res)
+{
+    res->ticket = op->ticket;
+    op->ticket = NULL;
+    cache_lookup_fn *cb = op->cb;
+    void *arg = op->arg;
+    op_free(op);
+    cb(arg, res);
+}
+
+static void op_miss(struct cache_op *op)
+{
+    struct cache_result res = {.outcome = CACHE_MISS};
+    op_finish(op, &res);
+}
+
+static void on_semantic(void *arg, struct semantic_result *sr)
+{
+    struct cache_op *op = arg;
+    PC_CHECK_OBJ(op, OP_MAGIC);
+    op->sop = NULL;
+    if (sr->vec != NULL && op->ticket->vec == NULL)
+        op->ticket->vec = semantic_vec_take(sr);
+    if (sr->entry == NULL) {
+        op_miss(op);
+        return;
+    }
+    struct cache_result res = {
+        .outcome = CACHE_HIT,
+        .match = CACHE_MATCH_SEMANTIC,
+        .similarity = sr->similarity,
+        .age_ms = entry_age_ms(sr->entry),
+        .entry = sr->entry,
+    };
+    op_finish(op, &res);
+}
+
+/* After an exact miss: the semantic stage, when it may run; else a miss. */
+static void op_after_exact(struct cache_op *op)
+{
+    struct cache_ticket *t = op->ticket;
+    if (!t->semantic) {
+        op_miss(op);
+        return;
+    }
+    struct semantic_query sq = {
+        .endpoint = t->endpoint,
+        .tenant_id = t->tenant_id,
+        .exact = t->exact,
+        .partition = t->partition,
+        .text = t->text,
+        .max_age_ms = op->max_age_ms,
+        .threshold = op->threshold,
+    };
+    op->kind = OP_SEMANTIC;
+    op->sop = semantic_lookup(op->c->sem, &sq, on_semantic, op);
+    if (op->sop == NULL)
+        op_miss(op);
+}
+
+static void on_exact(void *arg, enum store_status st, const char *val, size_t len)
+{
+    struct cache_op *op = arg;
+    PC_CHECK_OBJ(op, OP_MAGIC);
+    op->cmd = NULL;
+    struct cache *c = op->c;
+    if (st != STORE_OK) {
+        struct cache_result res = {.outcome = CACHE_UNAVAILABLE};
+        op_finish(op, &res);
+        return;
+    }
+    struct entry e;
+    if (val != NULL && entry_decode(val, len, &e) == 0 && e.endpoint == op->ticket->endpoint) {
+        int64_t age_ms = entry_age_ms(&e);
+        if (op->max_age_ms >= 0 && age_ms > op->max_age_ms) {
+            stats_incr(c->stats, STAT_cache_expired);
+        } else {
+            struct cache_result res = {
+                .outcome = CACHE_HIT,
+                .match = CACHE_MATCH_EXACT,
+                .age_ms = age_ms,
+                .entry = &e,
+            };
+            op_finish(op, &res);
+            return;
+        }
+    } else if (val != NULL) {
+        stats_incr(c->stats, STAT_cache_corrupt);
+    }
+    op_after_exact(op);
+}
+
+struct cache_op *cache_lookup(struct cache *c, const struct cache_query *q, cache_lookup_fn *cb,
+                              void *arg)
+{
+    PC_CHECK_OBJ(c, CACHE_MAGIC);
+    if (!store_ready(c->store))
+        return NULL;
+    struct cache_op *op = pc_calloc(1, sizeof(*op));
+    op->magic = OP_MAGIC;
+    op->c = c;
+    op->kind = OP_EXACT;
+    op->cb = cb;
+    op->arg = arg;
+    op->max_age_ms = q->max_age_ms;
+    op->threshold = q->threshold;
+    op->ticket = cache_ticket_create(c, q);
+    if (!q->semantic)
+        op->ticket->semantic = false;
+    const char *key = op->ticket->key;
+    op->cmd = store_get(c->store, key, strlen(key), on_exact, op);
+    if (op->cmd == NULL) {
+        op_free(op);
+        return NULL;
+    }
+    return op;
+}
+
+void cache_cancel(struct cache_op **opp)
+{
+    struct cache_op *op = *opp;
+    if (op == NULL)
+        return;
+    *opp = NULL;
+    PC_CHECK_OBJ(op, OP_MAGIC);
+    store_cancel(&op->cmd);
+    semantic_cancel(&op->sop);
+    op_free(op);
+}
+
+/* ---- puts ------------------------------------------------------------------- */
+
+static void put_free(struct cache_put_op *p)
+{
+    cache_ticket_free(&p->ticket);
+    p->magic = 0;
+    free(p);
+}
+
+static void on_put(void *arg, enum store_status st, long long n)
+{
+    (void)n;
+    struct cache_put_op *p = arg;
+    PC_CHECK_OBJ(p, PUT_MAGIC);
+    p->cmd = NULL;
+    struct cache *c = p->c;
+    bool ok = st == STORE_OK;
+    stats_incr(c->stats, ok ? STAT_cache_stores : STAT_cache_store_skipped);
+    struct cache_ticket *t = p->ticket;
+    if (ok && t->semantic && c->sem != NULL) {
+        struct semantic_item it = {
+            .endpoint = t->endpoint,
+            .tenant_id = t->tenant_id,
+            .exact = t->exact,
+            .partition = t->partition,
+            .text = t->text,
+            .created_ms = p->created_ms,
+            .ttl_ms = p->ttl_ms,
+        };
+        semantic_put(c->sem, &it, &t->vec);
+    }
+    cache_put_fn *cb = p->cb;
+    void *cbarg = p->arg;
+    put_free(p);
+    cb(cbarg, ok);
+}
+
+struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const struct entry *e,
+                               int64_t ttl_ms, cache_put_fn *cb, void *arg)
+{
+    PC_CHECK_OBJ(c, CACHE_MAGIC);
+    struct cache_ticket *t = *tp;
+    *tp = NULL;
+    PC_CHECK_OBJ(t, TICKET_MAGIC);
+    struct cache_put_op *p = pc_calloc(1, sizeof(*p));
+    p->magic = PUT_MAGIC;
+    p->c = c;
+    p->ticket = t;
+    p->ttl_ms = ttl_ms;
+    p->created_ms = e->created_ms;
+    p->cb = cb;
+    p->arg = arg;
+    struct pc_buf val = PC_BUF_INIT;
+    entry_encode(e, &val);
+    p->cmd = store_set_cb(c->store, t->key, strlen(t->key), val.data, val.len, ttl_ms, on_put, p);
+    pc_buf_free(&val);
+    if (p->cmd == NULL) {
+        put_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void cache_put_cancel(struct cache_put_op **pp)
+{
+    struct cache_put_op *p = *pp;
+    if (p == NULL)
+        return;
+    *pp = NULL;
+    PC_CHECK_OBJ(p, PUT_MAGIC);
+    store_cancel(&p->cmd);
+    put_free(p);
+}
+
+/* ---- flush ------------------------------------------------------------------ */
+
+static void flush_finish(struct cache_op *op, bool ok)
+{
+    cache_flush_fn *cb = op->flush_cb;
+    void *arg = op->arg;
+    long long n = op->deleted;
+    op_free(op);
+    cb(arg, ok, n);
+}
+
+static void on_flush_step(void *arg, enum store_status st, long long n)
+{
+    struct cache_op *op = arg;
+    PC_CHECK_OBJ(op, OP_MAGIC);
+    op->cmd = NULL;
+    if (st != STORE_OK) {
+        flush_finish(op, false);
+        return;
+    }
+    const char *tenant = op->tenant[0] ? op->tenant : NULL;
+    if (op->kind == OP_FLUSH_ENTRIES) {
+        op->deleted = n; /* answers deleted; their vectors go next */
+        op->kind = OP_FLUSH_VECTORS;
+        char pattern[ENTRY_KEY_MAX];
+        semantic_vector_pattern(tenant, pattern);
+        op->cmd = store_delete_matching(op->c->store, pattern, on_flush_step, op);
+        if (op->cmd == NULL)
+            flush_finish(op, false);
+        return;
+    }
+    /* Every instance drops the flushed vectors from its index (and this one at once). */
+    semantic_publish_flush(op->c->sem, op->c->store, tenant);
+    flush_finish(op, true);
+}
+
+struct cache_op *cache_flush(struct cache *c, const char *tenant_id, cache_flush_fn *cb, void *arg)
+{
+    PC_CHECK_OBJ(c, CACHE_MAGIC);
+    if (!store_ready(c->store))
+        return NULL;
+    struct cache_op *op = pc_calloc(1, sizeof(*op));
+    op->magic = OP_MAGIC;
+    op->c = c;
+    op->kind = OP_FLUSH_ENTRIES;
+    op->flush_cb = cb;
+    op->arg = arg;
+    if (tenant_id != NULL)
+        snprintf(op->tenant, sizeof(op->tenant), "%.*s", TENANT_ID_LEN, tenant_id);
+    char pattern[ENTRY_KEY_MAX];
+    entry_pattern(tenant_id, pattern);
+    op->cmd = store_delete_matching(c->store, pattern, on_flush_step, op);
+    if (op->cmd == NULL) {
+        op_free(op);
+        return NULL;
+    }
+    return op;
+}

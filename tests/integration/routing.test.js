@@ -1,0 +1,122 @@
+'use strict';
+/*
+ * Replicas: repeated `upstream` entries form a pool. round-robin takes them in
+ * turn, least-loaded avoids the one with calls in flight, a replica that
+ * refuses the connection is skipped (the call goes to another one and the
+ * client never notices), and /stats and /metrics show every replica.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+const OFF = {'X-Cache-Mode': 'off'};
+
+let second = null;
+h.test('set up a second mock replica', async () => {
+    second = await h.startMock();
+});
+
+function replicaName(mock) {
+    return `127.0.0.1:${mock.port}`;
+}
+
+h.test('round-robin takes the replicas in turn and names them in X-Upstream', async () => {
+    const proxy = await env.startProxy({upstream: [env.mock.url, second.url], workers: 1});
+    const a0 = env.mock.callCount(CHAT), b0 = second.callCount(CHAT);
+    const seen = [];
+    for (let i = 0; i < 6; i++) {
+        const r = await proxy.post(CHAT, h.chatBody(h.uniq('rr')), OFF);
+        assert.equal(r.status, 200, r.text);
+        seen.push(r.headers['x-upstream']);
+    }
+    assert.equal(env.mock.callCount(CHAT) - a0, 3);
+    assert.equal(second.callCount(CHAT) - b0, 3);
+    for (let i = 1; i < seen.length; i++)
+        assert.notEqual(seen[i], seen[i - 1], `alternates: ${seen}`);
+    assert.deepEqual(new Set(seen), new Set([replicaName(env.mock), replicaName(second)]));
+    const st = await proxy.stats();
+    assert.equal(st.routing, 'round-robin');
+    assert.equal(st.replicas.length, 2);
+    for (const rep of st.replicas) {
+        assert.equal(rep.requests, 3, JSON.stringify(rep));
+        assert.equal(rep.in_flight, 0);
+        assert.equal(rep.healthy, true);
+    }
+    await proxy.stop();
+});
+
+h.test('least-loaded sends new calls away from a replica with a call in flight', async () => {
+    const proxy = await env.startProxy({
+        upstream: [env.mock.url, second.url], workers: 2, args: ['--routing', 'least-loaded'],
+    });
+    const held = proxy.post(CHAT, h.chatBody(h.uniq('held')), {...OFF, 'x-mock-hold': 'll-1'});
+    await h.waitFor(() => env.mock.isHolding('ll-1') || second.isHolding('ll-1'),
+        {what: 'the held call to reach a replica'});
+    const busy = env.mock.isHolding('ll-1') ? env.mock : second;
+    const idle = busy === env.mock ? second : env.mock;
+    const before = idle.callCount(CHAT);
+    for (let i = 0; i < 4; i++) {
+        const r = await proxy.post(CHAT, h.chatBody(h.uniq('ll')), OFF);
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers['x-upstream'], replicaName(idle));
+    }
+    assert.equal(idle.callCount(CHAT) - before, 4);
+    const st = await proxy.stats();
+    assert.equal(st.routing, 'least-loaded');
+    assert.equal(st.replicas.find((x) => x.name === replicaName(busy)).in_flight, 1);
+    busy.release('ll-1');
+    assert.equal((await held).status, 200);
+    await proxy.stop();
+});
+
+h.test('a replica that refuses connections is skipped without failing a request', async () => {
+    const deadPort = await h.freePort();
+    const dead = `http://127.0.0.1:${deadPort}`;
+    const proxy = await env.startProxy({upstream: [dead, env.mock.url], workers: 1});
+    const a0 = env.mock.callCount(CHAT);
+    for (let i = 0; i < 6; i++) {
+        const r = await proxy.post(CHAT, h.chatBody(h.uniq('failover')), OFF);
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers['x-upstream'], replicaName(env.mock));
+    }
+    assert.equal(env.mock.callCount(CHAT) - a0, 6);
+    const st = await proxy.stats();
+    assert.ok(st.upstream_failovers >= 1, `upstream_failovers ${st.upstream_failovers}`);
+    const deadRep = st.replicas.find((x) => x.name === `127.0.0.1:${deadPort}`);
+    assert.equal(deadRep.healthy, false);
+    assert.ok(deadRep.connect_errors >= 1);
+    /* Marked down: after the first refusal the dead replica is not tried again. */
+    assert.equal(deadRep.connect_errors, st.upstream_failovers);
+    assert.equal(deadRep.requests, deadRep.connect_errors);
+    await proxy.stop();
+});
+
+h.test('every replica refusing gives 502 in the API shape', async () => {
+    const p1 = await h.freePort(), p2 = await h.freePort();
+    const proxy = await env.startProxy({
+        upstream: [`http://127.0.0.1:${p1}`, `http://127.0.0.1:${p2}`], workers: 1,
+    });
+    const r = await proxy.post(CHAT, h.chatBody(h.uniq('all dead')), OFF);
+    h.assertOpenAIError(r, 502);
+    const st = await proxy.stats();
+    assert.equal(st.replicas.reduce((n, x) => n + x.connect_errors, 0), 2, 'each tried once');
+    await proxy.stop();
+});
+
+h.test('/metrics has one series per replica', async () => {
+    const proxy = await env.startProxy({upstream: [env.mock.url, second.url], workers: 1});
+    await proxy.post(CHAT, h.chatBody(h.uniq('metrics')), OFF);
+    const m = await proxy.get('/metrics');
+    assert.equal(m.status, 200);
+    for (const mock of [env.mock, second]) {
+        const line = `promptcache_replica_requests_total{upstream="${replicaName(mock)}"}`;
+        assert.ok(m.text.includes(line), `${line} in /metrics`);
+        assert.ok(m.text.includes(`promptcache_replica_up{upstream="${replicaName(mock)}"} 1`));
+    }
+    await proxy.stop();
+});
+
+h.test('tear down the second mock', async () => {
+    await second.close();
+});
