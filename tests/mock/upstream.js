@@ -24,6 +24,8 @@
  *   x-mock-size: N            answer text of N bytes, sent in 64 KiB pieces
  *   x-mock-hold: ID           send the head and the first part, then wait for
  *                             mock.release(ID) or POST /__mock/release?id=ID
+ *   x-mock-gzip: 1            a JSON answer gzip-compressed (Content-Encoding: gzip),
+ *                             whatever the request's Accept-Encoding said
  *
  * Observability (in-process, or GET /__mock/stats; POST /__mock/reset):
  * call counts in total and per path, the received requests, the number of
@@ -36,6 +38,7 @@
  */
 const http = require('node:http');
 const crypto = require('node:crypto');
+const zlib = require('node:zlib');
 const {EventEmitter} = require('node:events');
 const {
     ENDPOINTS, BIG_PIECE, errorAnswer, openaiError, modelList,
@@ -57,6 +60,7 @@ function readControls(headers) {
         chunkDelayMs: int('x-mock-chunk-delay-ms') || 0,
         chunks: Math.max(1, int('x-mock-chunks') || DEFAULT_CHUNKS),
         cut: headers['x-mock-cut'] === '1',
+        gzip: headers['x-mock-gzip'] === '1',
         size: int('x-mock-size') || 0,
         hold: headers['x-mock-hold'],
     };
@@ -306,7 +310,12 @@ class Mock extends EventEmitter {
     async _send(out, answer, controls) {
         const streaming = answer.headers['content-type'].startsWith('text/event-stream');
         const wantsMiddle = controls.cut || controls.hold !== undefined;
-        const parts = streaming ? answer.parts : sliceBody(answer.parts[0], wantsMiddle ? 2 : 1);
+        let body = answer.parts[0];
+        if (!streaming && controls.gzip) {
+            body = zlib.gzipSync(Buffer.from(body));
+            answer.headers['content-encoding'] = 'gzip';
+        }
+        const parts = streaming ? answer.parts : sliceBody(body, wantsMiddle ? 2 : 1);
         if (!streaming)
             answer.headers['content-length'] = String(parts.reduce((n, p) => n + p.length, 0));
         out.res.writeHead(answer.status, answer.headers);
