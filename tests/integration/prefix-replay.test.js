@@ -63,7 +63,7 @@ h.test('replays a trace through the proxy and accounts cached tokens exactly', {
     assert.equal(rr.metrics_hit_rate, rr.token_hit_rate, "the replica's /metrics agree with the usage");
     assert.deepEqual(rr.per_replica, [n + m]);
     assert.equal(rr.max_mean_load, 1);
-    for (const k of ['ttft_p50_ms', 'ttft_p99_ms', 'ttft_mean_ms'])
+    for (const k of ['ttft_p50_ms', 'ttft_p99_ms', 'ttft_mean_ms', 'replica_ttft_mean_ms'])
         assert.ok(rr[k] > 0, k);
     for (const p of ['least-loaded', 'prefix'])
         assert.ok(report.policies[p].skipped || report.policies[p].token_hit_rate !== undefined, p);

@@ -184,7 +184,7 @@ class VllmMock {
         this.counters = {
             requests: 0, completed: 0, aborted: 0, rejected: 0,
             prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0,
-            finished_stop: 0, finished_length: 0, ttft_ms_sum: 0,
+            finished_stop: 0, finished_length: 0, first_tokens: 0, ttft_ms_sum: 0,
         };
     }
 
@@ -371,6 +371,7 @@ class VllmMock {
 
     _firstToken(job) {
         job.state = 'decode';
+        this.counters.first_tokens++;
         this.counters.ttft_ms_sum += performance.now() - job.arrived;
         job.emitted = 1;
         if (job.stream) {
