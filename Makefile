@@ -144,7 +144,7 @@ $(BUILD)/fuzz-replay/%: tests/fuzz/%.c tests/fuzz/replay_main.c $(BUILD)/libpc.a
 $(BUILD)/obj $(BUILD)/gen $(BUILD)/tools $(BUILD)/tests $(BUILD)/fuzz-replay $(BUILD)/bench build/fuzz:
 	mkdir -p $@
 
--include $(wildcard $(BUILD)/obj/*.d $(BUILD)/tests/*.d)
+-include $(wildcard $(BUILD)/obj/*.d $(BUILD)/tests/*.d $(BUILD)/bench/*.d)
 
 # --- running ----------------------------------------------------------------
 
