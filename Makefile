@@ -5,6 +5,7 @@
 #   make test    install what is missing, build, run the whole suite
 #   make demo    proxy + mock upstream + a small workload; prints the hit rate
 #   make SANITIZE=1 test   the same suite under ASan + UBSan
+#   make bench-vindex      the vector index's microbenchmark (not part of make test)
 #
 # Dependencies are Debian packages, installed with apt-get when missing
 # (see `make deps`). Nothing else is downloaded except the npm packages of
@@ -25,21 +26,46 @@ OPT ?= -O2
 endif
 
 CC ?= cc
-CXX ?= c++
+CXX ?= g++
 PKGS_PC := libevent libevent_pthreads libcurl hiredis libcjson libcrypto
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
 	-Wformat=2 -Wno-format-nonliteral -Werror
 CFLAGS ?= $(OPT) -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread $(WARN) $(SANFLAGS) -Iinclude -I$(BUILD)/gen \
 	$(shell pkg-config --cflags $(PKGS_PC) 2>/dev/null) $(CFLAGS) -MMD -MP
-LDLIBS_ALL = $(shell pkg-config --libs $(PKGS_PC) 2>/dev/null) -lm -pthread
+ALL_CXXFLAGS = -std=c++17 -D_GNU_SOURCE -pthread $(CXXWARN) $(SANFLAGS) -Iinclude $(CFLAGS) -MMD -MP
+CXXWARN := -Wall -Wextra -Wshadow -Wpointer-arith -Wmissing-declarations -Wformat=2 \
+	-Wno-format-nonliteral -Werror
+
+# FAISS (vector search): a system libfaiss_c where one exists (pkg-config
+# faiss_c, or the library in a standard directory), else the project's own C
+# API shim (src/faiss_c.cc) over Debian's static libfaiss.a, which needs
+# OpenBLAS (with LAPACK), GNU OpenMP and the C++ runtime. --as-needed keeps
+# them out of the binaries that never reach FAISS.
+FAISS_C_PC := $(shell pkg-config --exists faiss_c 2>/dev/null && echo yes)
+FAISS_C_SO := $(firstword $(wildcard /usr/lib/libfaiss_c.so /usr/lib/*/libfaiss_c.so \
+	/usr/local/lib/libfaiss_c.so))
+ifneq ($(FAISS_C_PC),)
+FAISS_LIBS := $(shell pkg-config --libs faiss_c) -lgomp
+FAISS_SHIM :=
+else ifneq ($(FAISS_C_SO),)
+FAISS_LIBS := -L$(dir $(FAISS_C_SO)) -lfaiss_c -lfaiss -lgomp
+FAISS_SHIM :=
+else
+FAISS_LIBS := -lfaiss -lopenblas -lgomp -lstdc++
+FAISS_SHIM := src/faiss_c.cc
+endif
+
+LDLIBS_ALL = $(shell pkg-config --libs $(PKGS_PC) 2>/dev/null) \
+	-Wl,--push-state,--as-needed $(FAISS_LIBS) -Wl,--pop-state -lm -pthread
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 VERSION := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 ALL_CFLAGS += -DPC_VERSION='"$(VERSION)"'
 
 LIB_SRCS := $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c))
-LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen_migrations.o
+LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen_migrations.o \
+	$(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
 BIN := $(BUILD)/promptcache
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
@@ -47,12 +73,13 @@ FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz-replay/%,$(FUZZ_SRCS))
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRCS))
 
-C_FILES := $(wildcard src/*.c src/*/*.c include/*.h tests/unit/*.c tests/unit/*.h tests/fuzz/*.c tools/*.c)
+C_FILES := $(wildcard src/*.c src/*/*.c src/*.cc include/*.h tests/unit/*.c tests/unit/*.h \
+	tests/fuzz/*.c tools/*.c bench/*.c)
 
 # --- dependencies -----------------------------------------------------------
 
 DEB_BUILD := gcc libc6-dev make pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev \
-	libcjson-dev libssl-dev redis-server ca-certificates
+	libcjson-dev libssl-dev redis-server ca-certificates libfaiss-dev libopenblas-dev g++
 DEB_TEST := clang-format
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -89,6 +116,9 @@ $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
+$(BUILD)/obj/%.o: src/%.cc | $(BUILD)/obj
+	$(CXX) $(ALL_CXXFLAGS) -c -o $@ $<
+
 $(BUILD)/obj/gen_migrations.o: $(BUILD)/gen/migrations.c | $(BUILD)/obj
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
@@ -112,10 +142,10 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libpc.a tests/unit/t.h | $(BUILD)/test
 $(BUILD)/fuzz-replay/%: tests/fuzz/%.c tests/fuzz/replay_main.c $(BUILD)/libpc.a | $(BUILD)/fuzz-replay
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< tests/fuzz/replay_main.c $(BUILD)/libpc.a $(LDLIBS_ALL)
 
-$(BUILD)/obj $(BUILD)/gen $(BUILD)/tools $(BUILD)/tests $(BUILD)/fuzz-replay build/fuzz:
+$(BUILD)/obj $(BUILD)/gen $(BUILD)/tools $(BUILD)/tests $(BUILD)/fuzz-replay $(BUILD)/bench build/fuzz:
 	mkdir -p $@
 
--include $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/*/*.d $(BUILD)/tests/*.d)
+-include $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/*/*.d $(BUILD)/tests/*.d $(BUILD)/bench/*.d)
 
 # --- running ----------------------------------------------------------------
 
@@ -183,18 +213,28 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	PROMPTCACHE_BIN=$(abspath $(BIN)) bench/bench.sh
 
+# The vector index's microbenchmark (search latency, memory per vector; see
+# bench/vindex-speed.c). BENCH_ARGS="--compare" compares the index types.
+.PHONY: bench-vindex
+bench-vindex: deps $(BUILD)/bench/vindex-speed
+	$(BUILD)/bench/vindex-speed $(BENCH_ARGS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libpc.a | $(BUILD)/bench
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libpc.a $(LDLIBS_ALL)
+
 .PHONY: format
 format:
 	clang-format -i $(C_FILES)
 
 .PHONY: fuzz
 FUZZ_SECONDS ?= 60
-fuzz: $(BUILD)/gen/migrations.c | build/fuzz
+FAISS_SHIM_OBJ := $(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
+fuzz: $(BUILD)/gen/migrations.c $(FAISS_SHIM_OBJ) | build/fuzz
 	@set -e; for f in $(FUZZ_SRCS); do \
 		n=$$(basename $$f .c); \
 		clang -std=c11 -D_GNU_SOURCE -DPC_VERSION='"$(VERSION)"' -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
 			$$(pkg-config --cflags $(PKGS_PC)) -o build/fuzz/$$n $$f \
-			$$(ls src/*.c src/*/*.c | grep -v src/main.c) $(BUILD)/gen/migrations.c $(LDLIBS_ALL); \
+			$$(ls src/*.c src/*/*.c | grep -v src/main.c) $(BUILD)/gen/migrations.c $(FAISS_SHIM_OBJ) $(LDLIBS_ALL); \
 		mkdir -p tests/fuzz/corpus-$${n#fuzz_}; \
 		build/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) tests/fuzz/corpus-$${n#fuzz_} tests/fuzz/corpus/$${n#fuzz_}; \
 	done

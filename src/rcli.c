@@ -14,15 +14,16 @@
 
 #define RCLI_MIN_TIMEOUT_MS 1000
 
-void rcli_error(const struct rcli *k, const char *fmt, ...)
+void rcli_error(struct rcli *k, const char *fmt, ...)
 {
     va_list ap;
-    fflush(stdout);
-    fprintf(stderr, "promptcache %s: ", k->tool ? k->tool : "");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(k->errmsg, sizeof(k->errmsg), fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    if (k->quiet)
+        return;
+    fflush(stdout);
+    fprintf(stderr, "promptcache %s: %s\n", k->tool ? k->tool : "", k->errmsg);
 }
 
 void rcli_close(struct rcli *k)
@@ -64,17 +65,22 @@ static int rcli_simple(struct rcli *k, const char *cmd, const char *arg)
 
 int rcli_connect(struct rcli *k, const struct conf *conf, const char *tool)
 {
-    char err[192];
-    k->tool = tool;
     /* A write to a connection Redis dropped must fail with EPIPE, not kill the tool. */
     signal(SIGPIPE, SIG_IGN);
-    if (store_parse_url(conf->redis, &k->host, &k->port, &k->unix_path, &k->password, &k->db, err,
+    return rcli_open(k, conf->redis, conf->redis_timeout, tool);
+}
+
+int rcli_open(struct rcli *k, const char *url, int64_t timeout_ms, const char *tool)
+{
+    char err[192];
+    k->tool = tool;
+    if (store_parse_url(url, &k->host, &k->port, &k->unix_path, &k->password, &k->db, err,
                         sizeof(err)) < 0) {
         rcli_error(k, "invalid redis URL: %s", err);
         return -1;
     }
     k->where = store_where(k->host, k->port, k->unix_path, k->db);
-    struct timeval tv = pc_timeval_ms(PC_MAX(conf->redis_timeout, RCLI_MIN_TIMEOUT_MS));
+    struct timeval tv = pc_timeval_ms(PC_MAX(timeout_ms, RCLI_MIN_TIMEOUT_MS));
     k->rc = k->unix_path ? redisConnectUnixWithTimeout(k->unix_path, tv)
                          : redisConnectWithTimeout(k->host, k->port, tv);
     if (k->rc == NULL || k->rc->err) {

@@ -1,0 +1,131 @@
+/*
+ * pc_vindex.h - the process's vector index for the semantic cache: one per
+ * process, shared by every worker thread and the sync thread (vsync).
+ *
+ * Vectors are grouped by partition (a 32-byte hash of everything in a request
+ * except its last user turn); a search compares only with vectors of its own
+ * partition. Similarity is the inner product of unit vectors (cosine). Each
+ * vector belongs to one cache entry, named by its exact key (SHA-256), so a
+ * key is in the index at most once: adding it again replaces it.
+ *
+ * Threads: every function may be called from any thread. Searches run
+ * concurrently without a global lock (a shard mutex to find the partition,
+ * then the partition's read lock). Changes (add, remove, sweeps) are
+ * serialised among themselves and take the partition's write lock briefly;
+ * an add may wait for a search of its partition to finish (well under a
+ * millisecond for the sizes measured in src/vindex.c). Index builds for big
+ * partitions (seconds for a million vectors) never run inside an add: they
+ * run in vindex_maintain(), on the index's own background thread when
+ * opts.background is set, while searches and adds go on.
+ *
+ * Which index serves a partition, and why, is written at the top of
+ * src/vindex.c: exact search (plain C) up to flat_max live vectors, FAISS IVF
+ * above.
+ */
+#ifndef PC_VINDEX_H
+#define PC_VINDEX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define VINDEX_PART_LEN   32
+#define VINDEX_KEY_LEN    32
+#define VINDEX_TENANT_LEN 8
+#define VINDEX_DIM_MAX    4096
+#define VINDEX_K_MAX      256
+#define VINDEX_FLAT_MAX   32768 /* default opts.flat_max (measured, see src/vindex.c) */
+#define VINDEX_NPROBE     32    /* default opts.nprobe */
+#define VINDEX_SWEEP_MS   10000 /* default opts.sweep_ms */
+
+struct vindex;
+
+struct vindex_opts {
+    int dim;          /* 1..VINDEX_DIM_MAX; every vector has it */
+    size_t flat_max;  /* exact search up to this many vectors in a partition; 0 = default */
+    size_t nprobe;    /* IVF lists visited per search; 0 = default */
+    bool ivf_flat;    /* IVF keeps float32 codes (default: SQ8, a quarter of the memory) */
+    bool background;  /* own thread for index builds and the expiry sweep */
+    int64_t sweep_ms; /* with background: vindex_expire every this often; 0 = default */
+};
+
+struct vindex_item {
+    unsigned char key[VINDEX_KEY_LEN];       /* exact cache key: the entry's unique id */
+    unsigned char tenant[VINDEX_TENANT_LEN]; /* first bytes of the tenant hash (tenant flush) */
+    int64_t expires_ms;                      /* wall clock; 0 = never; expired never matches */
+};
+
+struct vindex_hit {
+    unsigned char key[VINDEX_KEY_LEN];
+    unsigned char tenant[VINDEX_TENANT_LEN];
+    int64_t expires_ms;
+    float similarity; /* exact inner product with the query, whatever index served it */
+};
+
+struct vindex_stats {
+    size_t vectors;        /* live vectors */
+    size_t partitions;     /* partitions holding at least one vector */
+    size_t ivf_partitions; /* of which served by a FAISS IVF index */
+    size_t bytes;          /* memory held for vectors, metadata and FAISS indexes (estimate) */
+    uint64_t builds;       /* IVF (re)builds completed */
+    uint64_t build_errors; /* IVF builds that failed (the partition stayed as it was) */
+};
+
+/* NULL (logged) if opts are invalid. */
+struct vindex *vindex_create(const struct vindex_opts *o);
+/* Stops the background thread, frees everything; *v is NULLed. No call may be running. */
+void vindex_destroy(struct vindex **v);
+int vindex_dim(const struct vindex *v);
+
+/*
+ * Add (or replace: same key) a vector. vec has dim components and should be
+ * of unit length; it is normalised here anyway. A key added with another
+ * partition moves there. 0, or -1 if vec is zero or not finite (or FAISS
+ * failed, logged). The item is copied.
+ */
+int vindex_add(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN],
+               const struct vindex_item *it, const float *vec);
+/* Remove a key; false if it was not there. */
+bool vindex_remove(struct vindex *v, const unsigned char key[VINDEX_KEY_LEN]);
+/* Remove every vector of a tenant; returns how many. */
+size_t vindex_remove_tenant(struct vindex *v, const unsigned char tenant[VINDEX_TENANT_LEN]);
+/* Remove everything. */
+void vindex_clear(struct vindex *v);
+
+/*
+ * The k (1..VINDEX_K_MAX) most similar live vectors of the partition with
+ * similarity >= min_similarity and not expired at now_ms, best first, into
+ * out (room for k). Returns how many. q: dim components, unit length (not
+ * normalised here: the search is read-only). Exact below flat_max; above, the
+ * IVF may miss a neighbour (recall is measured in tests and bench), but every
+ * similarity reported is exact.
+ */
+size_t vindex_search(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN],
+                     const float *q, size_t k, float min_similarity, int64_t now_ms,
+                     struct vindex_hit *out);
+
+/* Remove the vectors expired at now_ms; returns how many. */
+size_t vindex_expire(struct vindex *v, int64_t now_ms);
+
+/*
+ * Generations, for a rebuild that must also drop what it no longer finds
+ * (vsync after a reconnect): vindex_generation_begin() starts a new
+ * generation and returns it; every vector added from then on (by anyone)
+ * belongs to it. vindex_sweep_before(g) removes the vectors of earlier
+ * generations, that is those not added again since g began.
+ */
+uint32_t vindex_generation_begin(struct vindex *v);
+size_t vindex_sweep_before(struct vindex *v, uint32_t generation);
+
+/*
+ * Run the pending index builds (partitions that crossed flat_max, IVF
+ * partitions that outgrew their training) one after another, on the calling
+ * thread, without blocking searches or adds for more than a moment. Returns
+ * how many builds ran. With opts.background the index's thread does this by
+ * itself; tests call it directly.
+ */
+size_t vindex_maintain(struct vindex *v);
+
+void vindex_get_stats(struct vindex *v, struct vindex_stats *out);
+
+#endif

@@ -1,0 +1,656 @@
+/*
+ * test_vsync.c - the vector records' names and commands, and the reader
+ * against a real redis-server that this test starts (a private directory, a
+ * unix socket and a free loopback port) and kills at exit: rebuild from SCAN
+ * (records of another space, dimension or expired skipped, corrupt ones
+ * counted), stream add/del/flush applied, writes through a worker's struct
+ * store, events lost to trimming answered with a rebuild, waiting for the
+ * schema, and a Redis restart followed by a reconnect and a rebuild.
+ *
+ * Every wait is for a condition, with a generous deadline; how long the
+ * reader took to apply an event is printed, not asserted.
+ */
+#include "pc_log.h"
+#include "pc_migrate.h"
+#include "pc_stats.h"
+#include "pc_store.h"
+#include "pc_util.h"
+#include "pc_vindex.h"
+#include "pc_vrec.h"
+#include "pc_vsync.h"
+#include "t.h"
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <hiredis/hiredis.h>
+
+#define DIM      16
+#define SPACE    "test-space-v1"
+#define DEADLINE 10000 /* ms: a condition not met by then fails the test */
+
+static struct {
+    pid_t pid;
+    char dir[64], sock[128], url[160];
+    int port;
+} R;
+
+/* --- the redis-server ------------------------------------------------------------- */
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int free_tcp_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+        perror("free_tcp_port");
+        exit(2);
+    }
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static bool redis_pings(void)
+{
+    struct timeval tv = {0, 200000};
+    redisContext *c = redisConnectUnixWithTimeout(R.sock, tv);
+    bool ok = false;
+    if (c != NULL && !c->err) {
+        redisReply *r = redisCommand(c, "PING");
+        ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    if (c != NULL)
+        redisFree(c);
+    return ok;
+}
+
+static void redis_start(void)
+{
+    R.pid = fork();
+    if (R.pid < 0) {
+        perror("fork");
+        exit(2);
+    }
+    if (R.pid == 0) {
+        char port[16], logfile[128];
+        snprintf(port, sizeof(port), "%d", R.port);
+        snprintf(logfile, sizeof(logfile), "%s/redis.log", R.dir);
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
+               "--unixsocket", R.sock, "--unixsocketperm", "700", "--save", "", "--appendonly",
+               "no", "--daemonize", "no", "--logfile", logfile, "--dir", R.dir, (char *)NULL);
+        _exit(127);
+    }
+    uint64_t deadline = pc_mono_ms() + 10000;
+    while (!redis_pings()) {
+        if (pc_mono_ms() > deadline || waitpid(R.pid, NULL, WNOHANG) == R.pid) {
+            fprintf(stderr, "redis-server did not start (see %s/redis.log)\n", R.dir);
+            exit(2);
+        }
+        sleep_ms(10);
+    }
+}
+
+static void redis_kill(void)
+{
+    if (R.pid > 0) {
+        kill(R.pid, SIGKILL);
+        waitpid(R.pid, NULL, 0);
+    }
+    R.pid = 0;
+}
+
+static void cleanup(void)
+{
+    char path[160];
+    redis_kill();
+    snprintf(path, sizeof(path), "%s/redis.log", R.dir);
+    unlink(path);
+    unlink(R.sock);
+    rmdir(R.dir);
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    _exit(3);
+}
+
+static void setup(void)
+{
+    strcpy(R.dir, "/tmp/pc-vsync-XXXXXX");
+    if (mkdtemp(R.dir) == NULL) {
+        perror("mkdtemp");
+        exit(2);
+    }
+    snprintf(R.sock, sizeof(R.sock), "%s/redis.sock", R.dir);
+    R.port = free_tcp_port();
+    snprintf(R.url, sizeof(R.url), "redis://127.0.0.1:%d/0", R.port);
+    atexit(cleanup);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* The test's own blocking connection (for writing records and checking). */
+static redisContext *admin(void)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectUnixWithTimeout(R.sock, tv);
+    if (c == NULL || c->err) {
+        fprintf(stderr, "admin connection failed\n");
+        exit(2);
+    }
+    return c;
+}
+
+static void run(redisContext *c, int argc, const char **argv, const size_t *lens)
+{
+    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        fprintf(stderr, "admin %s failed: %s\n", argv[0], r ? r->str : c->errstr);
+        exit(2);
+    }
+    freeReplyObject(r);
+}
+
+static void run_fmt(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        fprintf(stderr, "admin command failed: %s\n", r ? r->str : c->errstr);
+        exit(2);
+    }
+    freeReplyObject(r);
+}
+
+static void set_schema(redisContext *c, long v)
+{
+    run_fmt(c, "SET %s %ld", PC_SCHEMA_KEY, v);
+}
+
+/* --- records ---------------------------------------------------------------------- */
+
+static void key_of(unsigned n, unsigned char key[VINDEX_KEY_LEN])
+{
+    unsigned char in[5] = {'k'};
+    memcpy(in + 1, &n, 4);
+    pc_sha256(in, sizeof(in), key);
+}
+
+static void tenant_of(unsigned n, unsigned char t[VINDEX_TENANT_LEN])
+{
+    unsigned char in[5] = {'t'}, h[PC_SHA256_LEN];
+    memcpy(in + 1, &n, 4);
+    pc_sha256(in, sizeof(in), h);
+    memcpy(t, h, VINDEX_TENANT_LEN);
+}
+
+static void part_of(unsigned n, unsigned char p[VINDEX_PART_LEN])
+{
+    unsigned char in[5] = {'p'};
+    memcpy(in + 1, &n, 4);
+    pc_sha256(in, sizeof(in), p);
+}
+
+/* A deterministic unit vector for key n (dim d). */
+static void vec_of(unsigned n, float *v, unsigned d)
+{
+    double norm = 0;
+    for (unsigned i = 0; i < d; i++) {
+        v[i] = (float)sin(n * 0.7 + i * 1.3 + n * i * 0.01);
+        norm += (double)v[i] * v[i];
+    }
+    for (unsigned i = 0; i < d; i++)
+        v[i] = (float)(v[i] / sqrt(norm));
+}
+
+struct rec_opts {
+    const char *space;
+    unsigned dim;
+    int64_t expires_ms;
+    unsigned tenant, part;
+};
+
+static void encode(unsigned n, const struct rec_opts *o, struct pc_buf *out)
+{
+    float v[64];
+    vec_of(n, v, o->dim);
+    struct vrec r = {.dim = o->dim,
+                     .created_ms = pc_wall_ms(),
+                     .expires_ms = o->expires_ms,
+                     .vec = v,
+                     .text = "what is the question",
+                     .text_len = 20};
+    snprintf(r.space, sizeof(r.space), "%s", o->space);
+    part_of(o->part, r.partition);
+    if (vrec_encode(&r, VREC_F16, out) < 0) {
+        fprintf(stderr, "encode failed\n");
+        exit(2);
+    }
+}
+
+static const struct rec_opts DEFAULT = {SPACE, DIM, 0, 1, 1};
+
+/* SET the record of key n (and, with event, XADD add), as the cache module would. */
+static void put(redisContext *c, unsigned n, const struct rec_opts *o, bool event)
+{
+    struct pc_buf rec = PC_BUF_INIT;
+    unsigned char key[VINDEX_KEY_LEN], tenant[VINDEX_TENANT_LEN];
+    encode(n, o, &rec);
+    key_of(n, key);
+    tenant_of(o->tenant, tenant);
+    struct vsync_argv a;
+    vsync_argv_set(&a, tenant, key, rec.data, rec.len, 3600000);
+    run(c, a.argc, a.argv, a.lens);
+    if (event) {
+        vsync_argv_add(&a, tenant, key, rec.data, rec.len);
+        run(c, a.argc, a.argv, a.lens);
+    }
+    pc_buf_free(&rec);
+}
+
+static void del(redisContext *c, unsigned n, unsigned tenant_n)
+{
+    unsigned char key[VINDEX_KEY_LEN], tenant[VINDEX_TENANT_LEN];
+    key_of(n, key);
+    tenant_of(tenant_n, tenant);
+    struct vsync_argv a;
+    vsync_argv_unlink(&a, tenant, key);
+    run(c, a.argc, a.argv, a.lens);
+    vsync_argv_del(&a, tenant, key);
+    run(c, a.argc, a.argv, a.lens);
+}
+
+/* --- the index, seen from the test ------------------------------------------------- */
+
+static size_t nvec(struct vindex *v)
+{
+    struct vindex_stats st;
+    vindex_get_stats(v, &st);
+    return st.vectors;
+}
+
+/* Whether key n is found by a search for its own vector in its partition. */
+static bool found(struct vindex *v, unsigned n, unsigned part)
+{
+    float q[DIM];
+    unsigned char p[VINDEX_PART_LEN], key[VINDEX_KEY_LEN];
+    vec_of(n, q, DIM);
+    part_of(part, p);
+    key_of(n, key);
+    struct vindex_hit h[4];
+    size_t got = vindex_search(v, p, q, 4, 0.999f, pc_wall_ms(), h);
+    for (size_t i = 0; i < got; i++)
+        if (memcmp(h[i].key, key, VINDEX_KEY_LEN) == 0)
+            return true;
+    return false;
+}
+
+typedef bool cond_fn(void *a, uintptr_t b);
+
+/* Poll cond until it holds (true) or DEADLINE passes (false); the time taken in *ms. */
+static bool await(cond_fn *cond, void *a, uintptr_t b, uint64_t *ms)
+{
+    uint64_t t0 = pc_mono_ms();
+    while (!cond(a, b)) {
+        if (pc_mono_ms() - t0 > DEADLINE)
+            return false;
+        sleep_ms(2);
+    }
+    if (ms != NULL)
+        *ms = pc_mono_ms() - t0;
+    return true;
+}
+
+static bool has_n(void *v, uintptr_t n)
+{
+    return nvec(v) == n;
+}
+
+static bool is_found(void *v, uintptr_t n)
+{
+    return found(v, (unsigned)n, 1);
+}
+
+static bool not_found(void *v, uintptr_t n)
+{
+    return !found(v, (unsigned)n, 1);
+}
+
+static bool ready(void *s, uintptr_t want)
+{
+    return vsync_ready(s) == (bool)want;
+}
+
+static bool rebuilds_reach(void *s, uintptr_t n)
+{
+    struct vsync_counters c;
+    vsync_get_counters(s, &c);
+    return c.rebuilds >= n && c.ready;
+}
+
+/* Whether this (fresh) Redis has answered a GET: only the reader sends one. */
+static bool schema_read(void *c, uintptr_t unused)
+{
+    (void)unused;
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    bool yes = r != NULL && r->type == REDIS_REPLY_STRING && strstr(r->str, "cmdstat_get:") != NULL;
+    if (r != NULL)
+        freeReplyObject(r);
+    return yes;
+}
+
+static struct vindex *mk_index(void)
+{
+    struct vindex_opts o = {.dim = DIM};
+    return vindex_create(&o);
+}
+
+static struct vsync *mk_reader(struct vindex *v, size_t batch)
+{
+    struct vsync_opts o = {
+        .url = R.url, .space = SPACE, .index = v, .block_ms = 200, .batch = batch};
+    return vsync_start(&o);
+}
+
+/* --- tests ---------------------------------------------------------------------------- */
+
+static void test_names(void)
+{
+    unsigned char t[VINDEX_TENANT_LEN], k[VINDEX_KEY_LEN], t2[VINDEX_TENANT_LEN],
+        k2[VINDEX_KEY_LEN];
+    for (int i = 0; i < 8; i++)
+        t[i] = (unsigned char)(0x10 * i + 1);
+    for (int i = 0; i < 32; i++)
+        k[i] = (unsigned char)(0xff - i);
+    char name[VSYNC_KEY_MAX], id[VSYNC_ID_LEN + 1];
+    size_t n = vsync_vector_key(t, k, name);
+    T_CHECK_STR(name, PC_KEY_PREFIX "v:{0111213141516171:fffefdfcfbfaf9f8f7f6f5f4f3f2f1f0"
+                                    "efeeedecebeae9e8e7e6e5e4e3e2e1e0}");
+    T_CHECK_INT(n, strlen(name));
+    T_CHECK_STR(vsync_stream_key(), PC_KEY_PREFIX "vs");
+    vsync_id(t, k, id);
+    T_CHECK_INT(vsync_parse_id(id, strlen(id), t2, k2), 0);
+    T_CHECK(memcmp(t, t2, sizeof(t)) == 0 && memcmp(k, k2, sizeof(k)) == 0);
+    T_CHECK_INT(vsync_parse_id(id, strlen(id) - 1, t2, k2), -1);
+    id[3] = 'A'; /* upper case is not what writers produce */
+    T_CHECK_INT(vsync_parse_id(id, strlen(id), t2, k2), -1);
+    id[3] = '1';
+    id[16] = '-';
+    T_CHECK_INT(vsync_parse_id(id, strlen(id), t2, k2), -1);
+
+    struct vsync_argv a;
+    vsync_argv_add(&a, t, k, "REC", 3);
+    T_CHECK_INT(a.argc, 12);
+    T_CHECK_STR(a.argv[0], "XADD");
+    T_CHECK(a.lens[4] == 6 && memcmp(a.argv[4], "100000", 6) == 0);
+    T_CHECK(a.lens[11] == 3 && memcmp(a.argv[11], "REC", 3) == 0);
+    vsync_argv_flush(&a, NULL);
+    T_CHECK_INT(a.argc, 8);
+    vsync_argv_flush(&a, t);
+    T_CHECK_INT(a.argc, 10);
+    T_CHECK(a.lens[9] == 16 && memcmp(a.argv[9], "0111213141516171", 16) == 0);
+    vsync_argv_set(&a, t, k, "REC", 3, 5000);
+    T_CHECK_INT(a.argc, 5);
+    T_CHECK(a.lens[4] == 4 && memcmp(a.argv[4], "5000", 4) == 0);
+}
+
+/* Everything the reader does while Redis stays up. */
+static void test_rebuild_and_stream(void)
+{
+    redisContext *c = admin();
+    run_fmt(c, "FLUSHALL");
+    set_schema(c, migrate_latest());
+    for (unsigned i = 0; i < 300; i++)
+        put(c, i, &DEFAULT, false);
+    struct rec_opts other = DEFAULT, dim8 = DEFAULT, old = DEFAULT;
+    other.space = "another-embedder-v2";
+    dim8.dim = 8;
+    old.expires_ms = pc_wall_ms() - 1000; /* expired by its own clock, still in Redis */
+    for (unsigned i = 1000; i < 1020; i++)
+        put(c, i, &other, false);
+    for (unsigned i = 2000; i < 2010; i++)
+        put(c, i, &dim8, false);
+    for (unsigned i = 3000; i < 3005; i++)
+        put(c, i, &old, false);
+    run_fmt(c, "SET %sv:{0011223344556677:%064d} %s", PC_KEY_PREFIX, 7, "not a record");
+    run_fmt(c, "SET %sv:{zz} %s", PC_KEY_PREFIX, "a key that is not a vector key");
+
+    struct vindex *v = mk_index();
+    struct vsync *s = mk_reader(v, 64); /* small batches: several SCAN steps */
+    T_CHECK(s != NULL);
+    T_CHECK(await(ready, s, 1, NULL));
+    struct vsync_counters k;
+    vsync_get_counters(s, &k);
+    T_CHECK_INT(k.rebuilds, 1);
+    T_CHECK_INT(k.loaded, 300);
+    T_CHECK_INT(k.skipped, 35);
+    T_CHECK_INT(k.corrupt, 2);
+    T_CHECK_INT(nvec(v), 300);
+    T_CHECK(found(v, 17, 1));
+    T_CHECK(!found(v, 1003, 1));
+
+    /* Stream events. */
+    uint64_t ms_add, ms_del, ms_flush;
+    put(c, 500, &DEFAULT, true);
+    T_CHECK(await(is_found, v, 500, &ms_add));
+    del(c, 17, 1);
+    T_CHECK(await(not_found, v, 17, &ms_del));
+    T_CHECK_INT(nvec(v), 300);
+    put(c, 1500, &other, true); /* another space: skipped */
+    struct rec_opts t2 = DEFAULT;
+    t2.tenant = 2;
+    for (unsigned i = 600; i < 610; i++)
+        put(c, i, &t2, true);
+    T_CHECK(await(has_n, v, 310, NULL));
+    unsigned char tenant[VINDEX_TENANT_LEN];
+    tenant_of(2, tenant);
+    struct vsync_argv a;
+    vsync_argv_flush(&a, tenant);
+    run(c, a.argc, a.argv, a.lens);
+    T_CHECK(await(has_n, v, 300, &ms_flush));
+    T_CHECK(!found(v, 605, 1));
+    T_CHECK(found(v, 500, 1));
+    vsync_argv_flush(&a, NULL);
+    run(c, a.argc, a.argv, a.lens);
+    T_CHECK(await(has_n, v, 0, NULL));
+    fprintf(stderr, "    applied after: add %llu ms, del %llu ms, tenant flush %llu ms\n",
+            (unsigned long long)ms_add, (unsigned long long)ms_del, (unsigned long long)ms_flush);
+    vsync_get_counters(s, &k);
+    T_CHECK_INT(k.events, 1 + 1 + 1 + 10 + 1 + 1);
+    T_CHECK_INT(k.skipped, 36);
+    T_CHECK_INT(k.rebuilds, 1);
+
+    /* Malformed events are counted, not fatal. */
+    run_fmt(c, "XADD %s * op add k nothex r x", vsync_stream_key());
+    run_fmt(c, "XADD %s * op nonsense", vsync_stream_key());
+    put(c, 42, &DEFAULT, true);
+    T_CHECK(await(is_found, v, 42, NULL));
+    vsync_get_counters(s, &k);
+    T_CHECK_INT(k.corrupt, 4);
+    T_CHECK(k.ready);
+
+    vsync_stop(&s);
+    T_CHECK(s == NULL);
+    vindex_destroy(&v);
+    redisFree(c);
+}
+
+/* The cache module's path: a worker's store sends the commands. */
+static struct event_base *base;
+
+static bool store_is_ready(void *st, uintptr_t unused)
+{
+    (void)unused;
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    return store_ready(st);
+}
+
+static bool found_pumping(void *v, uintptr_t n)
+{
+    event_base_loop(base, EVLOOP_NONBLOCK); /* the store's writes go out from the loop */
+    return found(v, (unsigned)n, 1);
+}
+
+static bool gone_pumping(void *v, uintptr_t n)
+{
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    return !found(v, (unsigned)n, 1);
+}
+
+static void test_store_writers(void)
+{
+    redisContext *c = admin();
+    run_fmt(c, "FLUSHALL");
+    set_schema(c, migrate_latest());
+    struct vindex *v = mk_index();
+    struct vsync *s = mk_reader(v, 0);
+    T_CHECK(await(ready, s, 1, NULL));
+
+    base = event_base_new();
+    static struct stats st;
+    struct store_opts so = {.url = R.url, .timeout_ms = 1000};
+    struct store *store = store_create(base, &so, &st);
+    store_start(store);
+    T_CHECK(await(store_is_ready, store, 0, NULL));
+
+    struct pc_buf rec = PC_BUF_INIT;
+    unsigned char key[VINDEX_KEY_LEN], tenant[VINDEX_TENANT_LEN];
+    encode(77, &DEFAULT, &rec);
+    key_of(77, key);
+    tenant_of(1, tenant);
+    T_CHECK_INT(vsync_store_put(store, tenant, key, rec.data, rec.len, 60000), 0);
+    T_CHECK(await(found_pumping, v, 77, NULL));
+    char name[VSYNC_KEY_MAX];
+    vsync_vector_key(tenant, key, name);
+    redisReply *r = redisCommand(c, "PTTL %s", name);
+    T_CHECK(r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer > 50000);
+    freeReplyObject(r);
+    T_CHECK_INT(vsync_store_del(store, tenant, key), 0);
+    T_CHECK(await(gone_pumping, v, 77, NULL));
+    r = redisCommand(c, "EXISTS %s", name);
+    T_CHECK(r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 0);
+    freeReplyObject(r);
+    T_CHECK_INT(vsync_store_put(store, tenant, key, rec.data, rec.len, 60000), 0);
+    T_CHECK(await(found_pumping, v, 77, NULL));
+    T_CHECK_INT(vsync_store_flush(store, NULL), 0);
+    T_CHECK(await(gone_pumping, v, 77, NULL));
+
+    pc_buf_free(&rec);
+    store_destroy(&store);
+    event_base_free(base);
+    vsync_stop(&s);
+    vindex_destroy(&v);
+    redisFree(c);
+}
+
+/* Events trimmed before the reader got to them: it notices and rebuilds. */
+static void test_trimmed_events(void)
+{
+    redisContext *c = admin();
+    run_fmt(c, "FLUSHALL");
+    set_schema(c, migrate_latest());
+    struct vindex *v = mk_index();
+    struct vsync *s = mk_reader(v, 10);
+    T_CHECK(await(ready, s, 1, NULL));
+    /* 100 records and their events, then a trim to 20, all at once. */
+    run_fmt(c, "MULTI");
+    for (unsigned i = 0; i < 100; i++)
+        put(c, 5000 + i, &DEFAULT, true);
+    run_fmt(c, "XTRIM %s MAXLEN 20", vsync_stream_key());
+    run_fmt(c, "EXEC");
+    T_CHECK(await(rebuilds_reach, s, 2, NULL));
+    T_CHECK(await(has_n, v, 100, NULL));
+    T_CHECK(found(v, 5003, 1)); /* its event was trimmed: the rebuild's SCAN found it */
+    vsync_stop(&s);
+    vindex_destroy(&v);
+    redisFree(c);
+}
+
+/* Redis dies and comes back empty: the reader reconnects, waits for the schema, rebuilds, and
+ * drops what the new Redis does not have. */
+static void test_restart(void)
+{
+    redisContext *c = admin();
+    run_fmt(c, "FLUSHALL");
+    set_schema(c, migrate_latest());
+    for (unsigned i = 0; i < 50; i++)
+        put(c, i, &DEFAULT, false);
+    redisFree(c);
+    struct vindex *v = mk_index();
+    struct vsync *s = mk_reader(v, 0);
+    T_CHECK(await(ready, s, 1, NULL));
+    T_CHECK_INT(nvec(v), 50);
+
+    redis_kill();
+    T_CHECK(await(ready, s, 0, NULL));
+    T_CHECK_INT(nvec(v), 50); /* the index keeps serving what it has */
+    struct vsync_counters k;
+    vsync_get_counters(s, &k);
+    T_CHECK(k.errors >= 1);
+
+    redis_start();
+    c = admin();
+    set_schema(c, migrate_latest() - 1); /* not migrated yet: the reader waits */
+    for (unsigned i = 100; i < 130; i++)
+        put(c, i, &DEFAULT, true);
+    T_CHECK(await(schema_read, c, 0, NULL)); /* the reader has looked at the schema ... */
+    T_CHECK(!vsync_ready(s));                /* ... and waits */
+    T_CHECK_INT(nvec(v), 50);
+    set_schema(c, migrate_latest());
+    T_CHECK(await(rebuilds_reach, s, 2, NULL));
+    T_CHECK(await(has_n, v, 30, NULL));
+    T_CHECK(!found(v, 3, 1));
+    T_CHECK(found(v, 120, 1));
+    put(c, 131, &DEFAULT, true);
+    T_CHECK(await(is_found, v, 131, NULL));
+    vsync_stop(&s);
+    vindex_destroy(&v);
+    redisFree(c);
+}
+
+static void test_invalid(void)
+{
+    struct vindex *v = mk_index();
+    struct vsync_opts o = {.url = "http://nope", .space = SPACE, .index = v};
+    T_CHECK(vsync_start(&o) == NULL);
+    o.url = R.url;
+    o.space = "";
+    T_CHECK(vsync_start(&o) == NULL);
+    vindex_destroy(&v);
+}
+
+int main(void)
+{
+    log_init(PC_LOG_ERROR, NULL, NULL, NULL, 0);
+    setup();
+    redis_start();
+    T_RUN(test_names);
+    T_RUN(test_invalid);
+    T_RUN(test_rebuild_and_stream);
+    T_RUN(test_store_writers);
+    T_RUN(test_trimmed_events);
+    T_RUN(test_restart);
+    T_DONE();
+}
