@@ -238,8 +238,8 @@ format:
 
 .PHONY: fuzz
 FUZZ_SECONDS ?= 60
-fuzz: $(BUILD)/gen/migrations.c | build/fuzz
-	@set -e; for f in $(FUZZ_SRCS); do \
+fuzz: $(BUILD)/gen/migrations.c $(VECTORS) | build/fuzz
+	@set -e; export PC_WORDVEC=$(abspath $(VECTORS)); for f in $(FUZZ_SRCS); do \
 		n=$$(basename $$f .c); \
 		clang -std=c11 -D_GNU_SOURCE -DPC_VERSION='"$(VERSION)"' -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
 			$$(pkg-config --cflags $(PKGS_PC)) -o build/fuzz/$$n $$f \

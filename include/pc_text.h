@@ -7,9 +7,10 @@
  *
  * Contract: any bytes are accepted (invalid UTF-8 is a separator, never read
  * past len, never NUL-terminated input required); the work is bounded by
- * TEXT_MAX_TOKENS and TEXT_TOK_MAX whatever the input. No allocation: the
- * caller owns the text_doc (about 70 KB: allocate it, do not put it on a
- * small thread stack). Pure functions: safe on any thread.
+ * TEXT_MAX_TOKENS and TEXT_TOK_MAX whatever the input. The caller owns the
+ * text_doc (about 70 KB: allocate it, do not put it on a small thread
+ * stack); only text_tokenize_capped allocates (a scratch document, for
+ * texts longer than its cap). Pure functions: safe on any thread.
  */
 #ifndef PC_TEXT_H
 #define PC_TEXT_H
@@ -92,9 +93,16 @@ size_t text_singular(const char *w, size_t n, char *out);
 /*
  * The head and tail of a long text: when len > max, [0, head) and
  * [len - tail, len) with head + tail <= max, both cut on UTF-8 character
- * boundaries; otherwise the whole text (tail 0). Used by every caller that
- * caps the work on long texts, so embedder and guards see the same words.
+ * boundaries; otherwise the whole text (tail 0).
  */
 void text_cap(const char *s, size_t len, size_t max, size_t *head, size_t *tail);
+
+/*
+ * Reset d and tokenize s[0..len) capped to max bytes (text_cap): the head,
+ * then the tail (its last tokens when it has too many), each given at least
+ * half of the TEXT_MAX_TOKENS; then mark the fillers. Every caller that caps the work on long
+ * texts uses it, so embedders and guards see the same words.
+ */
+void text_tokenize_capped(struct text_doc *d, const char *s, size_t len, size_t max);
 
 #endif

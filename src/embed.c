@@ -223,13 +223,7 @@ int embed_text(const struct embedder *e, const char *text, size_t len, float *ou
     PC_CHECK_OBJ(e, EMBEDDER_MAGIC);
     memset(out, 0, (size_t)e->dim * sizeof *out);
     struct embed_scratch *s = pc_malloc(sizeof *s);
-    text_doc_reset(&s->doc);
-    size_t head, tail;
-    text_cap(text, len, EMBED_MAX_TEXT, &head, &tail);
-    text_tokenize(&s->doc, text, head);
-    if (tail > 0)
-        text_tokenize(&s->doc, text + len - tail, tail);
-    text_mark_fillers(&s->doc);
+    text_tokenize_capped(&s->doc, text, len, EMBED_MAX_TEXT);
     for (size_t i = 0; i < s->doc.n; i++) {
         s->w[i] = (s->doc.tok[i].flags & TEXT_F_FILLER) ? 0.0f : 1.0f;
         s->form[i] = NULL;

@@ -98,6 +98,7 @@ struct lex {
     uint8_t cat;
     uint8_t sub;
     uint16_t val;
+    uint16_t same; /* entries from this one on that have the same word (set once sorted) */
 };
 
 static const char *const function_words =
@@ -210,41 +211,44 @@ static const char *const directions = "to into towards toward onto from than bef
  * use different members of one group ask different things.
  */
 static const char *const groups =
-    "ascending descending|increase decrease|increasing decreasing|min max|minimum maximum|"
-    "buy sell|buying selling|buyer seller|best worst|better worse|cheap expensive|"
-    "cheapest priciest|hot cold|warm cool|add remove|encode decode|encrypt decrypt|"
-    "encryption decryption|compress decompress|zip unzip|enable disable|enabled disabled|"
-    "upload download|import export|input output|formal informal|beginner expert advanced|"
-    "basic advanced|open close|start stop|push pull|left right|up down|north south|east west|"
-    "northern southern|eastern western|male female|man woman|men women|boy girl|husband wife|"
-    "father mother|son daughter|brother sister|king queen|true false|win lose|winner loser|"
+    "ascending descending|increase/increasing/raise decrease/decreasing/reduce|"
+    "min/minimum max/maximum|buy/buying/buyer sell/selling/seller|"
+    "good/better/best bad/worse/worst|cheap/cheaper/cheapest expensive/pricier/priciest|"
+    "hot cold|warm cool|add remove|encode decode|encrypt/encryption decrypt/decryption|"
+    "compress decompress|zip unzip|enable/enabled disable/disabled|upload download|"
+    "import export|input output|formal informal|beginner/basic/novice expert/advanced|"
+    "open close|start stop|push pull|left right|up down|north/northern south/southern|"
+    "east/eastern west/western|male female|man/men woman/women|boy girl|husband wife|"
+    "father mother|son daughter|brother sister|king queen|true false|win/winner lose/loser|"
     "first last|before after|first second third fourth fifth sixth seventh eighth ninth tenth|"
-    "more less|most least|higher lower|highest lowest|larger smaller|"
-    "largest smallest|bigger smaller|biggest smallest|long short|longest shortest|"
-    "longer shorter|old new|older newer|oldest newest|young old|younger older|fast slow|"
-    "faster slower|fastest slowest|easy hard difficult|easier harder|positive negative|"
-    "light dark|heavy light|day night|morning evening|early late|earlier later|rich poor|"
-    "love hate|like dislike|agree disagree|accept reject|allow deny|include exclude|"
-    "inclusive exclusive|inside outside|internal external|public private|online offline|"
-    "synonym antonym|mean median mode average|sum product difference quotient|"
-    "derivative integral|differentiate integrate|multiply divide|multiplication division|"
-    "addition subtraction|plus minus|above below|over under|top bottom|front back|happy sad|"
-    "success failure|safe dangerous unsafe|legal illegal|healthy unhealthy|alive dead|"
+    "more less/fewer|most least/fewest|high/higher/highest low/lower/lowest|"
+    "large/larger/largest/big/bigger/biggest small/smaller/smallest|"
+    "long/longer/longest short/shorter/shortest|old/older/oldest new/newer/newest|"
+    "young/younger old/older|fast/faster/fastest slow/slower/slowest|"
+    "easy/easier hard/harder/difficult|positive negative|light dark|heavy light|day night|"
+    "morning evening|early/earlier/earliest late/later|rich poor|love hate|like dislike|"
+    "agree disagree|accept reject|allow deny|include exclude|inclusive exclusive|"
+    "inside outside|internal external|public private|online offline|synonym antonym|"
+    "mean median mode average|sum product difference quotient|derivative integral|"
+    "differentiate integrate|multiply/multiplication divide/division|addition subtraction|"
+    "plus minus|above below|over under|top bottom|front back|happy sad|success failure|"
+    "safe dangerous/unsafe|legal illegal|healthy unhealthy|alive dead|"
     "summer winter autumn spring|install uninstall|lock unlock|mount unmount|"
-    "serialize deserialize|send receive|sender receiver|client server|read write|sync async|"
-    "synchronous asynchronous|static dynamic|stable unstable|sorted unsorted|absolute relative|"
-    "horizontal vertical|row column|width height|uppercase lowercase|upper lower|even odd|"
-    "prefix suffix|inner outer|forward backward|pro con|advantage disadvantage|profit loss|"
-    "credit debit|income expense|asset liability|borrow lend|lender borrower|"
-    "employer employee|teacher student|supply demand|inflation deflation|bull bear|"
-    "bullish bearish|pass fail|valid invalid|visible hidden|show hide|mac windows linux|"
+    "serialize deserialize|send/sender receive/receiver|client server|read write|"
+    "sync/synchronous async/asynchronous|static dynamic|stable unstable|sorted unsorted|"
+    "absolute relative|horizontal/horizontally vertical/vertically|row column|width height|"
+    "uppercase lowercase|upper lower|even odd|prefix suffix|inner outer|"
+    "forward/forwards backward/backwards|pro con|advantage disadvantage|profit loss|"
+    "credit debit|income expense|asset liability|borrow/borrower lend/lender|"
+    "employer employee|teacher student|supply demand|inflation deflation|bull/bullish "
+    "bear/bearish|pass fail|valid invalid|visible hidden|show hide|mac windows linux|"
     "android ios|chrome firefox safari|python java javascript ruby rust golang php perl kotlin "
-    "swift scala haskell typescript|mysql postgres postgresql sqlite mongodb redis|aws azure gcp|"
-    "tcp udp|json yaml xml csv html markdown|jpeg jpg png gif webp svg bmp|pdf docx|"
+    "swift scala haskell typescript|mysql postgres/postgresql sqlite mongodb redis|aws azure gcp|"
+    "tcp udp|json yaml xml csv html markdown|jpeg/jpg png gif webp svg bmp|pdf docx|"
     "mp3 mp4 wav|english spanish french german italian portuguese chinese japanese korean russian "
     "arabic hindi dutch swedish polish turkish greek hebrew|nba nfl nhl mlb|"
     "dog cat|coffee tea|iphone android|sunrise sunset|breakfast lunch dinner|"
-    "monthly weekly daily yearly annual|republican democrat|democrats republicans";
+    "monthly weekly daily yearly/annual|republican/republicans democrat/democrats";
 
 #define LEX_MAX 2048
 
@@ -262,26 +266,27 @@ static void lex_add(const char *w, size_t n, enum lex_cat cat, unsigned val, uns
     memcpy(copy, w, n);
     copy[n] = '\0';
     lex_used += n + 1;
-    lexicon[nlex++] = (struct lex){copy, (uint8_t)cat, (uint8_t)sub, (uint16_t)val};
+    lexicon[nlex++] = (struct lex){copy, (uint8_t)cat, (uint8_t)sub, (uint16_t)val, 1};
 }
 
 /*
- * Add every word of s ('|' separates groups, spaces separate words): cat,
- * with val = the group number (from 1) when numbered, else val; sub = the
- * word's index in its group.
+ * Add every word of s ('|' separates groups, ' ' members, '/' words of one
+ * member): cat, with val = the group number (from 1) when numbered, else
+ * val; sub = the member's index in its group.
  */
 static void lex_add_words(const char *s, enum lex_cat cat, bool numbered, unsigned val)
 {
     unsigned group = 1, member = 0;
     while (*s) {
-        size_t n = strcspn(s, " |");
+        size_t n = strcspn(s, " |/");
         if (n > 0 && !(n == 1 && s[0] == '_'))
             lex_add(s, n, cat, numbered ? group : val, member);
-        member += n > 0;
         s += n;
         if (*s == '|') {
             group++;
             member = 0;
+        } else if (*s == ' ') {
+            member++;
         }
         if (*s)
             s++;
@@ -372,6 +377,9 @@ static void lex_build(void)
     lex_add_words(directions, L_DIR, false, 0);
     lex_add_words(groups, L_GROUP, true, 0);
     qsort(lexicon, nlex, sizeof lexicon[0], lex_cmp);
+    for (size_t i = nlex - 1; i-- > 0;)
+        if (strcmp(lexicon[i].w, lexicon[i + 1].w) == 0)
+            lexicon[i].same = (uint16_t)(lexicon[i + 1].same + 1);
 }
 
 /* Index of the first lexicon entry for w, or -1. */
@@ -421,13 +429,7 @@ static void prepare(struct gdoc *d, const char *s, size_t len)
 {
     d->text = s;
     d->len = len;
-    text_doc_reset(&d->t);
-    size_t head, tail;
-    text_cap(s, len, EMBED_MAX_TEXT, &head, &tail);
-    text_tokenize(&d->t, s, head);
-    if (tail > 0)
-        text_tokenize(&d->t, s + len - tail, tail);
-    text_mark_fillers(&d->t);
+    text_tokenize_capped(&d->t, s, len, EMBED_MAX_TEXT);
     memset(d->set, 0, sizeof d->set);
     for (size_t i = 0; i < d->t.n; i++) {
         char sing[TEXT_TOK_MAX + 1];
@@ -450,7 +452,7 @@ static const struct lex *lex_of(const struct gdoc *d, size_t i, enum lex_cat cat
     int k = d->lex[i];
     if (k < 0)
         return NULL;
-    for (size_t j = (size_t)k; j < nlex && strcmp(lexicon[j].w, lexicon[k].w) == 0; j++)
+    for (size_t j = (size_t)k; j < (size_t)k + lexicon[k].same; j++)
         if (lexicon[j].cat == cat)
             return &lexicon[j];
     return NULL;
@@ -494,8 +496,7 @@ static const struct lex *unit_lex(const char *w, size_t n)
     memcpy(buf, w, n);
     buf[n] = '\0';
     int k = lex_find(buf);
-    for (size_t j = (size_t)(k < 0 ? (int)nlex : k); j < nlex && strcmp(lexicon[j].w, buf) == 0;
-         j++)
+    for (size_t j = (size_t)k; k >= 0 && j < (size_t)k + lexicon[k].same; j++)
         if (lexicon[j].cat == L_UNIT)
             return &lexicon[j];
     return NULL;
@@ -629,6 +630,14 @@ static void numbers_of(const struct gdoc *d, struct qtys *qs)
     }
 }
 
+/* Units bound to numbers count as named too ("5km" names km like "kilometers" does). */
+static void mention_bound(struct qtys *qs)
+{
+    for (size_t i = 0; i < qs->n; i++)
+        if (qs->q[i].unit != 0)
+            qs->mentioned |= UINT64_C(1) << qs->q[i].unit;
+}
+
 static int qty_cmp(const void *x, const void *y)
 {
     const struct qty *a = x, *b = y;
@@ -643,6 +652,8 @@ static bool guard_numbers(const struct gdoc *a, const struct gdoc *b)
     struct qtys qa, qb;
     numbers_of(a, &qa);
     numbers_of(b, &qb);
+    mention_bound(&qa);
+    mention_bound(&qb);
     if (qa.n != qb.n || qa.mentioned != qb.mentioned)
         return true;
     qsort(qa.q, qa.n, sizeof qa.q[0], qty_cmp);
@@ -753,7 +764,7 @@ static size_t groups_of(const struct gdoc *d, struct group_use *g)
         int k = d->lex[i];
         if (k < 0)
             continue;
-        for (size_t j = (size_t)k; j < nlex && strcmp(lexicon[j].w, lexicon[k].w) == 0; j++) {
+        for (size_t j = (size_t)k; j < (size_t)k + lexicon[k].same; j++) {
             if (lexicon[j].cat != L_GROUP)
                 continue;
             size_t x = 0;
@@ -880,20 +891,17 @@ static bool guard_length(const struct gdoc *a, const struct gdoc *b)
 #define DIR_MAX   32
 #define DIR_REACH 2 /* content words looked at on each side of a direction word */
 
-struct dir_use {
-    unsigned word; /* direction class: the lexicon entry's member index */
-    uint64_t left[DIR_REACH], right[DIR_REACH]; /* content words on each side */
-    size_t nleft, nright;
+/*
+ * "u is before the direction word, v after it" (class: to/into/arrows,
+ * from, than, before or after). Facts are made of the content words nearest
+ * each side: the two nearest, plus each of them with the second word on the
+ * other side ("convert ethanol to ethanoic acid": ethanol|ethanoic,
+ * ethanol|acid, convert|ethanoic).
+ */
+struct dir_fact {
+    unsigned word;
+    uint64_t u, v;
 };
-
-static bool is_arrow(const char *g, size_t n)
-{
-    static const char *const arrows[] = {"->", "=>", "\xe2\x86\x92", "\xe2\x87\x92"};
-    for (size_t i = 0; i < PC_ARRAY_LEN(arrows); i++)
-        if (n <= 8 && memmem(g, n, arrows[i], strlen(arrows[i])) != NULL)
-            return true;
-    return false;
-}
 
 /*
  * Up to DIR_REACH content words from i stepping by step, stopping at another
@@ -916,64 +924,65 @@ static size_t content_side(const struct gdoc *d, long i, long step, uint64_t *ou
     return n;
 }
 
-/* Direction words and arrows, each with the content words on its two sides. */
-static size_t directions_of(const struct gdoc *d, struct dir_use *u)
+static bool is_arrow(const char *g, size_t n)
+{
+    static const char *const arrows[] = {"->", "=>", "\xe2\x86\x92", "\xe2\x87\x92"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(arrows); i++)
+        if (n <= 8 && memmem(g, n, arrows[i], strlen(arrows[i])) != NULL)
+            return true;
+    return false;
+}
+
+static size_t add_facts(struct dir_fact *f, unsigned word, const uint64_t *l, size_t nl,
+                        const uint64_t *r, size_t nr)
 {
     size_t n = 0;
-    for (size_t i = 0; i < d->t.n && n < DIR_MAX; i++) {
+    for (size_t i = 0; i < nl; i++)
+        for (size_t j = 0; j < nr; j++)
+            if ((i == 0 || j == 0) && l[i] != r[j])
+                f[n++] = (struct dir_fact){word, l[i], r[j]};
+    return n;
+}
+
+/* The facts of every direction word and arrow of d (at most 3 * DIR_MAX). */
+static size_t directions_of(const struct gdoc *d, struct dir_fact *f)
+{
+    size_t n = 0, uses = 0;
+    for (size_t i = 0; i < d->t.n && uses < DIR_MAX; i++) {
         const char *g = NULL;
         size_t gn = i + 1 < d->t.n ? gap(d, i, &g) : 0;
         const struct lex *l = lex_of(d, i, L_DIR);
         bool arrow = gn > 0 && is_arrow(g, gn);
         if (l == NULL && !arrow)
             continue;
-        struct dir_use *x = &u[n++];
-        x->word = l != NULL && l->sub > DIR_TO_LAST ? l->sub : 0; /* to, into, arrows alike */
-        x->nleft = content_side(d, l != NULL ? (long)i - 1 : (long)i, -1, x->left);
-        x->nright = content_side(d, (long)i + 1, 1, x->right);
+        uint64_t left[DIR_REACH], right[DIR_REACH];
+        size_t nl = content_side(d, l != NULL ? (long)i - 1 : (long)i, -1, left);
+        size_t nr = content_side(d, (long)i + 1, 1, right);
+        unsigned word = l != NULL && l->sub > DIR_TO_LAST ? l->sub : 0; /* to, into, arrows */
+        n += add_facts(f + n, word, left, nl, right, nr);
+        uses++;
     }
     return n;
 }
 
-static bool among(uint64_t h, const uint64_t *v, size_t n)
+static bool has_fact(const struct dir_fact *f, size_t n, unsigned word, uint64_t u, uint64_t v)
 {
     for (size_t i = 0; i < n; i++)
-        if (v[i] == h)
+        if (f[i].word == word && f[i].u == u && f[i].v == v)
             return true;
     return false;
 }
 
-/*
- * A word on side p of x's direction word that is on side q in y's, on
- * neither of the other sides, and next to the direction word in one of them.
- */
-static bool switched(const uint64_t *xp, size_t nxp, const uint64_t *xq, size_t nxq,
-                     const uint64_t *yp, size_t nyp, const uint64_t *yq, size_t nyq)
-{
-    for (size_t i = 0; i < nxp; i++) {
-        uint64_t h = xp[i];
-        if (among(h, yq, nyq) && !among(h, xq, nxq) && !among(h, yp, nyp) && (i == 0 || yq[0] == h))
-            return true;
-    }
-    return false;
-}
-
-/* "X to Y" in one text and "Y to X" in the other (same direction word). */
+/* "u to v" only in one text and "v to u" only in the other. */
 static bool guard_direction(const struct gdoc *a, const struct gdoc *b)
 {
-    struct dir_use ua[DIR_MAX], ub[DIR_MAX];
-    size_t na = directions_of(a, ua), nb = directions_of(b, ub);
+    struct dir_fact fa[3 * DIR_MAX], fb[3 * DIR_MAX];
+    size_t na = directions_of(a, fa), nb = directions_of(b, fb);
     for (size_t i = 0; i < na; i++) {
-        const struct dir_use *x = &ua[i];
-        for (size_t j = 0; j < nb; j++) {
-            const struct dir_use *y = &ub[j];
-            if (x->word == y->word &&
-                switched(x->left, x->nleft, x->right, x->nright, y->left, y->nleft, y->right,
-                         y->nright) &&
-                switched(x->right, x->nright, x->left, x->nleft, y->right, y->nright, y->left,
-                         y->nleft))
-                return true;
-        }
+        const struct dir_fact *x = &fa[i];
+        if (has_fact(fb, nb, x->word, x->v, x->u) && !has_fact(fa, na, x->word, x->v, x->u) &&
+            !has_fact(fb, nb, x->word, x->u, x->v))
+            return true;
     }
     return false;
 }
@@ -1038,10 +1047,17 @@ static bool guard_question(const struct gdoc *a, const struct gdoc *b)
 
 /* ---- extra words ------------------------------------------------------------------------ */
 
+/* A word no other guard owns: not a number, unit, date or function word. */
 static bool is_content(const struct gdoc *d, size_t i)
 {
     const struct text_tok *t = &d->t.tok[i];
-    return t->kind != TEXT_NUM && !(t->flags & (TEXT_F_SYNTH | TEXT_F_FILLER)) && !is_func(d, i);
+    if (t->kind == TEXT_NUM || (t->flags & (TEXT_F_SYNTH | TEXT_F_FILLER | TEXT_F_DIGIT)))
+        return false;
+    static const enum lex_cat owned[] = {L_FUNC, L_NUMWORD, L_UNIT, L_MONTH, L_WEEKDAY, L_WHEN};
+    for (size_t k = 0; k < PC_ARRAY_LEN(owned); k++)
+        if (lex_of(d, i, owned[k]) != NULL)
+            return false;
+    return true;
 }
 
 static bool has_unmatched_word(const struct gdoc *d, const struct gdoc *o)

@@ -13,6 +13,7 @@
  * are. Punctuation and symbols separate tokens.
  */
 #include "pc_text.h"
+#include "pc_util.h"
 
 #include <string.h>
 
@@ -426,7 +427,8 @@ static void finish_word(struct tok_out *o, char *w, size_t n)
         split_contraction(o, w, n);
         return;
     }
-    for (size_t i = 0; i < sizeof bare_negations / sizeof bare_negations[0]; i++) {
+    bool maybe = n >= 4 && n <= 8 && (w[n - 1] == 't' || (w[n - 1] == 'e' && w[n - 2] == 'v'));
+    for (size_t i = 0; maybe && i < sizeof bare_negations / sizeof bare_negations[0]; i++) {
         if (strlen(bare_negations[i][0]) == n && memcmp(bare_negations[i][0], w, n) == 0) {
             out_word(o, bare_negations[i][1], strlen(bare_negations[i][1]), false);
             if (bare_negations[i][0][n - 1] == 't')
@@ -554,6 +556,8 @@ static const char *const fillers[] = {
 /* Whether the tokens from i spell phrase p; *n receives its token count. */
 static bool phrase_at(const struct text_doc *d, size_t i, const char *p, size_t *n)
 {
+    if (text_str(d, i)[0] != p[0])
+        return false; /* the common case, cheaply */
     size_t k = 0;
     while (*p) {
         size_t len = strcspn(p, " ");
@@ -627,6 +631,40 @@ size_t text_singular(const char *w, size_t n, char *out)
     }
     out[n - 1] = '\0';
     return n - 1;
+}
+
+/*
+ * The last tokens of s[0..len) after d's, which keeps at most half the
+ * token budget: a long text's question is as likely at its end.
+ */
+static void append_tail(struct text_doc *d, const char *s, size_t len)
+{
+    if (d->n > TEXT_MAX_TOKENS / 2) {
+        d->n = TEXT_MAX_TOKENS / 2;
+        d->buflen = d->tok[d->n].off;
+        d->truncated = true;
+    }
+    struct text_doc *t = pc_malloc(sizeof *t);
+    text_doc_reset(t);
+    text_tokenize(t, s, len);
+    size_t room = TEXT_MAX_TOKENS - d->n, from = t->n > room ? t->n - room : 0;
+    d->truncated |= t->truncated || from > 0;
+    for (size_t i = from; i < t->n; i++) {
+        const struct text_tok *k = &t->tok[i];
+        push(d, k->raw, k->raw_len, text_str(t, i), k->len, (enum text_kind)k->kind, k->flags);
+    }
+    free(t);
+}
+
+void text_tokenize_capped(struct text_doc *d, const char *s, size_t len, size_t max)
+{
+    size_t head, tail;
+    text_doc_reset(d);
+    text_cap(s, len, max, &head, &tail);
+    text_tokenize(d, s, head);
+    if (tail > 0)
+        append_tail(d, s + len - tail, tail);
+    text_mark_fillers(d);
 }
 
 void text_cap(const char *s, size_t len, size_t max, size_t *head, size_t *tail)

@@ -949,6 +949,74 @@ static void run_guards(void)
     printf("  guards: %.1f us per guard_check of one guard (mean)\n", us);
 }
 
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+/* Mean microseconds per call of embed_text (g < 0) or guard_check (a against b). */
+static double time_one(const struct embedder *e, const char *a, const char *b, int rounds)
+{
+    float v[EMBED_MAX_DIM];
+    double t0 = now_us();
+    for (int i = 0; i < rounds; i++) {
+        if (e != NULL)
+            embed_text(e, a, strlen(a), v);
+        else
+            guard_check(a, strlen(a), b, strlen(b), GUARD_ALL);
+    }
+    return (now_us() - t0) / rounds;
+}
+
+/*
+ * --speed: typical and worst-case costs. Worst cases: 8 KiB (the cap) of
+ * ordinary words, and 8 KiB of unknown 12-letter words (every typo lookup
+ * taken), and a 1 MiB text (only its head and tail are read).
+ */
+static void speed(const char *vectors)
+{
+    static char normal[8193], unknown[8193];
+    static const char *const words[] = {"the", "quick", "brown", "fox",  "jumps", "over", "lazy",
+                                        "dog", "and",   "runs",  "away", "from",  "home"};
+    size_t n = 0;
+    for (unsigned i = 0; n + 8 < sizeof normal - 1; i++)
+        n += (size_t)sprintf(normal + n, "%s ", words[rnd(PC_ARRAY_LEN(words))]);
+    n = 0;
+    while (n + 14 < sizeof unknown - 1) {
+        for (int k = 0; k < 12; k++)
+            unknown[n++] = (char)('a' + rnd(26));
+        unknown[n++] = ' ';
+    }
+    size_t mlen = 1 << 20;
+    char *mega = pc_malloc(mlen + 1);
+    for (size_t i = 0; i < mlen; i++)
+        mega[i] = normal[i % 8000];
+    mega[mlen] = '\0';
+    const char *q = "What are the best coffee shops in Seattle for working remotely?";
+    const char *q2 = "Which coffee shops in Seattle are best for remote work?";
+    for (int k = EMBEDDER_BUILTIN; k <= EMBEDDER_HASH; k++) {
+        struct embed_opts o;
+        embed_opts_default(&o, k);
+        o.vectors = vectors;
+        char err[256];
+        struct embedder *e = embed_create_opts(&o, err, sizeof err);
+        if (e == NULL)
+            continue;
+        printf("speed %-8s question %.1f us, 8 KiB text %.1f us, 8 KiB unknown words %.1f us, "
+               "1 MiB text %.1f us\n",
+               k == EMBEDDER_BUILTIN ? "builtin" : "hash", time_one(e, q, NULL, 2000),
+               time_one(e, normal, NULL, 200), time_one(e, unknown, NULL, 50),
+               time_one(e, mega, NULL, 50));
+        embed_destroy(&e);
+    }
+    printf("speed guards   question pair %.1f us, 8 KiB pair %.1f us, 1 MiB pair %.1f us\n",
+           time_one(NULL, q, q2, 2000), time_one(NULL, normal, unknown, 200),
+           time_one(NULL, mega, normal, 50));
+    free(mega);
+}
+
 static const char *data_dir(const char *given)
 {
     static char buf[4096];
@@ -973,6 +1041,7 @@ int main(int argc, char **argv)
     const char *knobs[32];
     size_t nknobs = 0;
     int nshow = 0;
+    bool want_speed = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--vectors") == 0 && i + 1 < argc)
             vectors = argv[++i];
@@ -984,6 +1053,8 @@ int main(int argc, char **argv)
             guards = argv[++i];
         else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && nknobs < 32)
             knobs[nknobs++] = argv[++i];
+        else if (strcmp(argv[i], "--speed") == 0)
+            want_speed = true;
         else if (strcmp(argv[i], "--show") == 0 && i + 1 < argc)
             nshow = atoi(argv[++i]);
         else if (strcmp(argv[i], "--why") == 0 && i + 1 < argc) {
@@ -1010,6 +1081,10 @@ int main(int argc, char **argv)
             return 2;
         }
         free(copy);
+    }
+    if (want_speed) {
+        speed(vectors);
+        return 0;
     }
     const char *dir = data_dir(data);
     if (dir == NULL) {

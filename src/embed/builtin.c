@@ -26,6 +26,7 @@
 #define BUILTIN_THRESHOLD 0.89   /* tools/semeval: 1% rule at 0.8812, rounded up */
 #define COMMON_WORDS      20000  /* frequent words whose mean is the common direction */
 #define TYPO_MIN_LEN      4      /* shorter unknown words are left alone */
+#define TYPO_MAX_LEN      16     /* and so are longer ones (names, identifiers) */
 #define TYPO_RANK_LIMIT   100000 /* a correction must be at least this frequent */
 #ifndef TYPO_RARER
 #define TYPO_RARER 10 /* a rare known word is respelled only to a word this much more frequent */
@@ -148,12 +149,12 @@ static int32_t typo_fix(const struct wordvec *wv, const char *w, size_t n)
 
 /*
  * The rank of token i: as written, in its singular form, or (typo_fix, at
- * most EMBED_FIXES_MAX words per text) as the frequent word one typo away,
+ * most EMBED_FIXES_MAX tries per text) as the frequent word one typo away,
  * whose spelling then becomes the token's form for the n-gram features too,
  * so a typo costs (almost) nothing. -1 when unknown.
  */
 static int32_t lookup(const struct embedder *e, const struct builtin *b, struct embed_scratch *s,
-                      size_t i, int *fixes)
+                      size_t i, int *tries)
 {
     const struct text_doc *d = &s->doc;
     const char *w = text_str(d, i);
@@ -167,14 +168,14 @@ static int32_t lookup(const struct embedder *e, const struct builtin *b, struct 
     int rare = e->opts.typo_fix > 1 ? e->opts.typo_fix : INT32_MAX;
     if (r >= 0 && r < rare)
         return rs >= 0 ? rs : r; /* a common word: its singular's vector when known */
-    if (!e->opts.typo_fix || *fixes == EMBED_FIXES_MAX || n < TYPO_MIN_LEN ||
-        !ascii_lower_word(w, n) || (c = typo_fix(b->wv, w, n)) < 0 ||
+    if (!e->opts.typo_fix || *tries == EMBED_FIXES_MAX || n < TYPO_MIN_LEN || n > TYPO_MAX_LEN ||
+        !ascii_lower_word(w, n) || ((*tries)++, c = typo_fix(b->wv, w, n)) < 0 ||
         (r >= 0 && (int64_t)c * TYPO_RARER > r) || (rs >= 0 && rs <= c))
         return rs >= 0 ? rs : r;
     r = c;
     size_t fn;
     const char *fw = wordvec_word(b->wv, (uint32_t)r, &fn);
-    char *slot = s->fixed[(*fixes)++];
+    char *slot = s->fixed[*tries - 1];
     memcpy(slot, fw, fn);
     slot[fn] = '\0';
     s->form[i] = slot;
@@ -187,11 +188,11 @@ static void builtin_embed(const struct embedder *e, struct embed_scratch *s, flo
     const struct builtin *b = e->impl;
     float *glove = out; /* the first gdim dimensions */
     float *grams = out + b->gdim;
-    int fixes = 0;
+    int tries = 0;
     for (size_t i = 0; i < s->doc.n; i++) {
         if (s->w[i] <= 0)
             continue; /* filler */
-        int32_t r = lookup(e, b, s, i, &fixes);
+        int32_t r = lookup(e, b, s, i, &tries);
         s->w[i] = sif_weight(b, e->opts.sif_a, r);
         if (r >= 0)
             wordvec_add(b->wv, (uint32_t)r, s->w[i], glove);

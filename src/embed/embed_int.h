@@ -13,7 +13,7 @@
 
 struct embedder;
 
-#define EMBED_FIXES_MAX 8 /* words per text an embedder may respell (typo fixes) */
+#define EMBED_FIXES_MAX 4 /* words per text an embedder may try to respell (typo fixes) */
 
 /*
  * Scratch of one embed_text call (too big for a small thread stack): the

@@ -28,7 +28,7 @@ static const char *const function_words[] = {
 static bool is_function_word(const char *w)
 {
     for (size_t i = 0; i < sizeof function_words / sizeof function_words[0]; i++)
-        if (strcmp(function_words[i], w) == 0)
+        if (function_words[i][0] == w[0] && strcmp(function_words[i], w) == 0)
             return true;
     return false;
 }
