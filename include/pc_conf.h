@@ -80,8 +80,11 @@ struct conf {
 
     /* semantic cache */
     bool semantic;
-    double semantic_threshold;
-    int embedder; /* enum embedder_kind */
+    double semantic_threshold;        /* < 0 = auto: the embedder's tuned default */
+    struct conf_list semantic_guards; /* guard names (pc_guard.h), "all" or "none" */
+    unsigned semantic_guard_mask;     /* derived from semantic_guards (GUARD_MASK bits) */
+    int embedder;                     /* enum embedder_kind */
+    char *embedder_vectors; /* word-vector file of embedder builtin; "" = next to the binary */
     char *embedder_url;
     char *embedder_model;
 

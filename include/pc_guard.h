@@ -1,0 +1,62 @@
+/*
+ * pc_guard.h - semantic guards: checks on the two texts of a candidate
+ * semantic hit that catch what word-level similarity cannot see. Two
+ * questions can share almost every word and still ask different things
+ * ("convert 10 USD to EUR" / "convert 10 EUR to USD"); a guard rejects such a
+ * pair whatever its similarity.
+ *
+ * Each guard is switchable (config key semantic-guards) and the table below
+ * drives the enum, the config names and the descriptions. Guards only ever
+ * reject: a pair that passes every enabled guard is decided by similarity.
+ *
+ * Contract: any bytes are accepted (texts are capped like the embedder's, see
+ * EMBED_MAX_TEXT); synchronous, allocation of one scratch block per call,
+ * no shared mutable state: safe on any thread.
+ */
+#ifndef PC_GUARD_H
+#define PC_GUARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* X(ENUM, "config name", "what differs when it rejects") */
+#define GUARD_LIST(X)                                                                           \
+    X(NUMBERS, "numbers", "a number, or the unit or currency bound to it")                      \
+    X(NEGATION, "negation", "the number of negations (not, n't, no, never, without...)")        \
+    X(ENTITIES, "entities", "a name, acronym or product written as one (Berlin, NBA, X1)")      \
+    X(ANTONYMS, "antonyms", "a word swapped for its opposite (ascending/descending...)")        \
+    X(DATES, "dates", "a date or time: month, weekday, today/tomorrow, this/next week...")      \
+    X(LENGTH, "length", "the amount of content: one text says much more than the other")        \
+    X(DIRECTION, "direction", "the order around to/from/than/before/after (A to B, B to A)")    \
+    X(QUESTION, "question", "the kind of question: who, when, where, why, how many, yes/no...") \
+    X(EXTRA, "extra", "one text adds words the other has no counterpart for, and not vice versa")
+
+enum guard_kind {
+#define GUARD_ENUM(e, name, what) GUARD_##e,
+    GUARD_LIST(GUARD_ENUM)
+#undef GUARD_ENUM
+        GUARD__COUNT
+};
+
+#define GUARD_MASK(g) (1u << (g))
+#define GUARD_ALL     ((1u << GUARD__COUNT) - 1)
+
+/* Config name of g ("numbers"...), or NULL when g is out of range. */
+const char *guard_name(enum guard_kind g);
+/* What differs between two texts when g rejects them (for --help and logs). */
+const char *guard_what(enum guard_kind g);
+
+/*
+ * The mask of the names in v[0..n): guard names, "all" or "none" (alone).
+ * Returns 0 with *mask set, or -1 with err naming the bad word.
+ */
+int guard_parse(char *const *v, size_t n, unsigned *mask, char *err, size_t errlen);
+
+/*
+ * Check the texts a[0..alen) and b[0..blen) with the guards in mask: the
+ * first guard (in enum order) that rejects the pair, or GUARD__COUNT when
+ * the pair passes every enabled guard.
+ */
+int guard_check(const char *a, size_t alen, const char *b, size_t blen, unsigned mask);
+
+#endif

@@ -1,0 +1,1103 @@
+/*
+ * guard.c - semantic guards (see pc_guard.h). Owns the guard table and a
+ * small English lexicon (function words, negations, number words, units and
+ * currencies, dates, question words, direction words, groups of opposites
+ * and of mutually exclusive alternatives), all written for this project.
+ *
+ *   text a, text b --text_tokenize--> tokens --prepare--> per token: its
+ *   lexicon entries and the hash of its singular form (a set per text)
+ *   --> each enabled guard compares the two texts' features; the first that
+ *   differs rejects the pair.
+ *
+ * The lexicon is sorted once (pthread_once) and read-only afterwards.
+ */
+#include "pc_guard.h"
+#include "pc_embed.h"
+#include "pc_text.h"
+#include "pc_util.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- the guard table ------------------------------------------------------ */
+
+static const char *const guard_names[] = {
+#define GUARD_NAME(e, name, what) name,
+    GUARD_LIST(GUARD_NAME)
+#undef GUARD_NAME
+};
+
+static const char *const guard_whats[] = {
+#define GUARD_WHAT(e, name, what) what,
+    GUARD_LIST(GUARD_WHAT)
+#undef GUARD_WHAT
+};
+
+const char *guard_name(enum guard_kind g)
+{
+    return (unsigned)g < GUARD__COUNT ? guard_names[g] : NULL;
+}
+
+const char *guard_what(enum guard_kind g)
+{
+    return (unsigned)g < GUARD__COUNT ? guard_whats[g] : NULL;
+}
+
+int guard_parse(char *const *v, size_t n, unsigned *mask, char *err, size_t errlen)
+{
+    unsigned m = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool alone = n == 1;
+        if (pc_strcaseeq(v[i], "all") && alone) {
+            m = GUARD_ALL;
+            continue;
+        }
+        if (pc_strcaseeq(v[i], "none") && alone)
+            continue;
+        int g = 0;
+        while (g < GUARD__COUNT && !pc_strcaseeq(v[i], guard_names[g]))
+            g++;
+        if (g == GUARD__COUNT) {
+            snprintf(err, errlen,
+                     "unknown guard \"%.40s\" (guards: numbers, negation, entities, "
+                     "antonyms, dates, length, direction, question, extra; or all or none "
+                     "alone)",
+                     v[i]);
+            return -1;
+        }
+        m |= GUARD_MASK(g);
+    }
+    *mask = m;
+    return 0;
+}
+
+/* ---- the lexicon ------------------------------------------------------------ */
+
+enum lex_cat {
+    L_FUNC,    /* function word: not content, never an entity */
+    L_NEG,     /* negation */
+    L_NUMWORD, /* val: the number */
+    L_UNIT,    /* val: unit id (units[] index + 1); sub: U_* flags */
+    L_MONTH,   /* val: 1..12 */
+    L_WEEKDAY, /* val: 1..7 */
+    L_WHEN,    /* val: when class */
+    L_PERIOD,  /* week, month...: val: period id */
+    L_PMOD,    /* this, next, last...: val: modifier id */
+    L_QWORD,   /* val: question class */
+    L_DIR,     /* to, from, than, before, after... */
+    L_GROUP,   /* val: group id; sub: member index */
+};
+
+#define U_BIND_ONLY 0x1 /* counts only when bound to a number (am, second, day...) */
+#define U_ATTACHED  0x2 /* binds only when written against the number (5m, 100°F) */
+#define U_TIME      0x4 /* a unit of time */
+
+struct lex {
+    const char *w;
+    uint8_t cat;
+    uint8_t sub;
+    uint16_t val;
+    uint16_t same; /* entries from this one on that have the same word (set once sorted) */
+};
+
+static const char *const function_words =
+    "a an the of to in on at for by with from as into about and or but if so than that this these "
+    "those it its is are was were be been being am do does did done have has had i me my we us our "
+    "you your he him his she her they them their there here can could would should will shall may "
+    "might must some any all also just very really please get got make one up out s t tell know "
+    "like want need way what which how who whom whose when where why whats hows thing things much "
+    "many other such only own same too again then once each both few most more lot lots give show "
+    "find explain describe list using use via vs versus etc ok okay hey hi hello thanks thank let "
+    "say said good best top new way ways mean means ever actually exactly basically simply quite "
+    "even still already";
+
+static const char *const negations = "not no never none nobody nothing nowhere neither nor without "
+                                     "non";
+
+/* Units: groups separated by '|', first word canonical; '=' marks a bind-only alias. */
+static const char *const units[] = {
+    "km kilometer kilometers kilometre kilometres kms",
+    "m meter meters metre metres",
+    "cm centimeter centimeters centimetre centimetres",
+    "mm millimeter millimeters millimetre",
+    "mi mile miles",
+    "ft foot feet",
+    "inch inches",
+    "yd yard yards",
+    "kg kgs kilogram kilograms kilo kilos",
+    "g gram grams",
+    "lb lbs pound pounds",
+    "oz ounce ounces",
+    "l liter liters litre litres",
+    "ml milliliter milliliters millilitre",
+    "gal gallon gallons",
+    "cup cups",
+    "tbsp tablespoon tablespoons",
+    "tsp teaspoon teaspoons",
+    "c celsius centigrade",
+    "f fahrenheit",
+    "kelvin",
+    "usd dollar dollars buck bucks",
+    "eur euro euros",
+    "gbp sterling quid",
+    "jpy yen",
+    "inr rupee rupees",
+    "cny rmb yuan renminbi",
+    "chf franc francs",
+    "cad",
+    "aud",
+    "btc bitcoin bitcoins",
+    "pct percent percentage",
+    "kb kilobyte kilobytes",
+    "mb megabyte megabytes",
+    "gb gigabyte gigabytes",
+    "tb terabyte terabytes",
+    "mph",
+    "kph kmh",
+    "w watt watts",
+    "kw kilowatt kilowatts",
+    "kwh",
+    "v volt volts",
+    "hz hertz",
+    "khz",
+    "mhz",
+    "ghz",
+    "=am",
+    "=pm",
+    "@s =sec =secs =second =seconds",
+    "@=min =mins =minute =minutes",
+    "@h =hr =hrs =hour =hours",
+    "@=day =days",
+    "@=week =weeks",
+    "@=month =months",
+    "@=year =years =yr =yrs",
+    "=st =nd =rd =th",
+    "=hundred =hundreds",
+    "=k =thousand =thousands",
+    "=million =millions =mn",
+    "=billion =billions =bn",
+    "=trillion =trillions",
+};
+#define UNIT_MAG_MIN 57 /* hundred.. trillion are magnitudes */
+#define UNIT_USD     22
+#define UNIT_EUR     23
+#define UNIT_GBP     24
+#define UNIT_JPY     25
+#define UNIT_INR     26
+#define UNIT_PCT     32
+#define UNIT_C       19
+#define UNIT_F       20
+
+static const char *const months = "january february march april may june july august september "
+                                  "october november december";
+static const char *const month_abbrevs = "jan feb _ apr _ jun jul aug sep oct nov dec";
+static const char *const weekdays = "monday tuesday wednesday thursday friday saturday sunday";
+/* When classes: words of one group mean the same time. */
+static const char *const whens = "now currently current present presently latest newest recent "
+                                 "recently nowadays|today|tonight|tomorrow|yesterday|weekend "
+                                 "weekends";
+static const char *const periods = "week month year quarter decade century season morning "
+                                   "afternoon evening night";
+static const char *const period_mods = "this next last past previous coming upcoming";
+/* Question classes; "how" + many/much/long/old/often are added by the guard. */
+static const char *const qwords = "who whom whose|when|where|why";
+/* Members 0..4 are one class (towards), then from, than, before, after. */
+static const char *const directions = "to into towards toward onto from than before after";
+#define DIR_TO_LAST 4
+
+/*
+ * Groups of opposites and of mutually exclusive alternatives: two texts that
+ * use different members of one group ask different things.
+ */
+static const char *const groups =
+    "ascending descending|increase/increasing/raise decrease/decreasing/reduce|"
+    "min/minimum max/maximum|buy/buying/buyer sell/selling/seller|"
+    "good/better/best bad/worse/worst|cheap/cheaper/cheapest expensive/pricier/priciest|"
+    "hot cold|warm cool|add remove|encode decode|encrypt/encryption decrypt/decryption|"
+    "compress decompress|zip unzip|enable/enabled disable/disabled|upload download|"
+    "import export|input output|formal informal|beginner/basic/novice expert/advanced|"
+    "open close|start stop|push pull|left right|up down|north/northern south/southern|"
+    "east/eastern west/western|male female|man/men woman/women|boy girl|husband wife|"
+    "father mother|son daughter|brother sister|king queen|true false|win/winner lose/loser|"
+    "first last|before after|first second third fourth fifth sixth seventh eighth ninth tenth|"
+    "more less/fewer|most least/fewest|high/higher/highest low/lower/lowest|"
+    "large/larger/largest/big/bigger/biggest small/smaller/smallest|"
+    "long/longer/longest short/shorter/shortest|old/older/oldest new/newer/newest|"
+    "young/younger old/older|fast/faster/fastest slow/slower/slowest|"
+    "easy/easier hard/harder/difficult|positive negative|light dark|heavy light|day night|"
+    "morning evening|early/earlier/earliest late/later|rich poor|love hate|like dislike|"
+    "agree disagree|accept reject|allow deny|include exclude|inclusive exclusive|"
+    "inside outside|internal external|public private|online offline|synonym antonym|"
+    "mean median mode average|sum product difference quotient|derivative integral|"
+    "differentiate integrate|multiply/multiplication divide/division|addition subtraction|"
+    "plus minus|above below|over under|top bottom|front back|happy sad|success failure|"
+    "safe dangerous/unsafe|legal illegal|healthy unhealthy|alive dead|"
+    "summer winter autumn spring|install uninstall|lock unlock|mount unmount|"
+    "serialize deserialize|send/sender receive/receiver|client server|read write|"
+    "sync/synchronous async/asynchronous|static dynamic|stable unstable|sorted unsorted|"
+    "absolute relative|horizontal/horizontally vertical/vertically|row column|width height|"
+    "uppercase lowercase|upper lower|even odd|prefix suffix|inner outer|"
+    "forward/forwards backward/backwards|pro con|advantage disadvantage|profit loss|"
+    "credit debit|income expense|asset liability|borrow/borrower lend/lender|"
+    "employer employee|teacher student|supply demand|inflation deflation|bull/bullish "
+    "bear/bearish|pass fail|valid invalid|visible hidden|show hide|mac windows linux|"
+    "android ios|chrome firefox safari|python java javascript ruby rust golang php perl kotlin "
+    "swift scala haskell typescript|mysql postgres/postgresql sqlite mongodb redis|aws azure gcp|"
+    "tcp udp|json yaml xml csv html markdown|jpeg/jpg png gif webp svg bmp|pdf docx|"
+    "mp3 mp4 wav|english spanish french german italian portuguese chinese japanese korean russian "
+    "arabic hindi dutch swedish polish turkish greek hebrew|nba nfl nhl mlb|"
+    "dog cat|coffee tea|iphone android|sunrise sunset|breakfast lunch dinner|"
+    "monthly weekly daily yearly/annual|republican/republicans democrat/democrats";
+
+#define LEX_MAX 2048
+
+static struct lex lexicon[LEX_MAX];
+static size_t nlex;
+static char lex_words[16384];
+static size_t lex_used;
+static pthread_once_t lex_once = PTHREAD_ONCE_INIT;
+
+static void lex_add(const char *w, size_t n, enum lex_cat cat, unsigned val, unsigned sub)
+{
+    if (nlex == LEX_MAX || lex_used + n + 1 > sizeof lex_words)
+        abort(); /* the tables above outgrew the arrays: a build-time bug */
+    char *copy = lex_words + lex_used;
+    memcpy(copy, w, n);
+    copy[n] = '\0';
+    lex_used += n + 1;
+    lexicon[nlex++] = (struct lex){copy, (uint8_t)cat, (uint8_t)sub, (uint16_t)val, 1};
+}
+
+/*
+ * Add every word of s ('|' separates groups, ' ' members, '/' words of one
+ * member): cat, with val = the group number (from 1) when numbered, else
+ * val; sub = the member's index in its group.
+ */
+static void lex_add_words(const char *s, enum lex_cat cat, bool numbered, unsigned val)
+{
+    unsigned group = 1, member = 0;
+    while (*s) {
+        size_t n = strcspn(s, " |/");
+        if (n > 0 && !(n == 1 && s[0] == '_'))
+            lex_add(s, n, cat, numbered ? group : val, member);
+        s += n;
+        if (*s == '|') {
+            group++;
+            member = 0;
+        } else if (*s == ' ') {
+            member++;
+        }
+        if (*s)
+            s++;
+    }
+}
+
+static void lex_add_units(void)
+{
+    for (size_t u = 0; u < PC_ARRAY_LEN(units); u++) {
+        const char *s = units[u];
+        unsigned base = 0;
+        if (*s == '@') {
+            base |= U_TIME;
+            s++;
+        }
+        while (*s) {
+            unsigned f = base;
+            if (*s == '=') {
+                f |= U_BIND_ONLY;
+                s++;
+            }
+            size_t n = strcspn(s, " ");
+            if (n == 1)
+                f |= U_BIND_ONLY | U_ATTACHED;
+            lex_add(s, n, L_UNIT, (unsigned)u + 1, f);
+            s += n;
+            s += *s == ' ';
+        }
+    }
+}
+
+static int lex_cmp(const void *x, const void *y)
+{
+    const struct lex *a = x, *b = y;
+    int c = strcmp(a->w, b->w);
+    return c != 0 ? c : (int)a->cat - (int)b->cat;
+}
+
+/* The unit ids named by constants above must name the units they say. */
+static void check_unit_ids(void)
+{
+    static const struct {
+        unsigned id;
+        const char *first;
+    } ids[] = {{UNIT_USD, "usd "}, {UNIT_EUR, "eur "}, {UNIT_GBP, "gbp "},
+               {UNIT_JPY, "jpy "}, {UNIT_INR, "inr "}, {UNIT_PCT, "pct "},
+               {UNIT_C, "c "},     {UNIT_F, "f "},     {UNIT_MAG_MIN, "=hundred "}};
+    for (size_t i = 0; i < PC_ARRAY_LEN(ids); i++)
+        if (strncmp(units[ids[i].id - 1], ids[i].first, strlen(ids[i].first)) != 0)
+            abort();
+    _Static_assert(PC_ARRAY_LEN(units) < 64, "unit ids must fit a 64-bit mask");
+}
+
+static void lex_build(void)
+{
+    check_unit_ids();
+    lex_add_words(function_words, L_FUNC, false, 0);
+    lex_add_words(negations, L_NEG, false, 0);
+    static const char *const numwords[] = {
+        "zero",     "one",     "two",     "three",     "four",     "five",     "six",
+        "seven",    "eight",   "nine",    "ten",       "eleven",   "twelve",   "thirteen",
+        "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(numwords); i++)
+        lex_add(numwords[i], strlen(numwords[i]), L_NUMWORD, (unsigned)i, 0);
+    static const char *const tens[] = {"thirty",  "forty",  "fifty", "sixty",
+                                       "seventy", "eighty", "ninety"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(tens); i++)
+        lex_add(tens[i], strlen(tens[i]), L_NUMWORD, (unsigned)(30 + 10 * i), 0);
+    lex_add("dozen", 5, L_NUMWORD, 12, 0);
+    lex_add_units();
+    char m[160];
+    snprintf(m, sizeof m, "%s", months);
+    for (char *p = m; *p; p++)
+        *p = *p == ' ' ? '|' : *p;
+    lex_add_words(m, L_MONTH, true, 0);
+    snprintf(m, sizeof m, "%s", month_abbrevs);
+    for (char *p = m; *p; p++)
+        *p = *p == ' ' ? '|' : *p;
+    lex_add_words(m, L_MONTH, true, 0);
+    snprintf(m, sizeof m, "%s", weekdays);
+    for (char *p = m; *p; p++)
+        *p = *p == ' ' ? '|' : *p;
+    lex_add_words(m, L_WEEKDAY, true, 0);
+    lex_add_words(whens, L_WHEN, true, 0);
+    lex_add_words(periods, L_PERIOD, false, 0);
+    lex_add_words(period_mods, L_PMOD, false, 0);
+    lex_add_words(qwords, L_QWORD, true, 0);
+    lex_add_words(directions, L_DIR, false, 0);
+    lex_add_words(groups, L_GROUP, true, 0);
+    qsort(lexicon, nlex, sizeof lexicon[0], lex_cmp);
+    for (size_t i = nlex - 1; i-- > 0;)
+        if (strcmp(lexicon[i].w, lexicon[i + 1].w) == 0)
+            lexicon[i].same = (uint16_t)(lexicon[i + 1].same + 1);
+}
+
+/* Index of the first lexicon entry for w, or -1. */
+static int lex_find(const char *w)
+{
+    size_t lo = 0, hi = nlex;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (strcmp(lexicon[mid].w, w) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < nlex && strcmp(lexicon[lo].w, w) == 0 ? (int)lo : -1;
+}
+
+/* ---- a prepared text ---------------------------------------------------------- */
+
+#define GSET_SIZE (2 * TEXT_MAX_TOKENS)
+
+struct gdoc {
+    const char *text; /* the caller's text, for what lies between tokens */
+    size_t len;
+    struct text_doc t;
+    int16_t lex[TEXT_MAX_TOKENS]; /* first lexicon entry of the token, -1 = none */
+    uint64_t h[TEXT_MAX_TOKENS];  /* hash of the singular form, never 0 */
+    uint64_t set[GSET_SIZE];      /* the h[] values, open addressing, 0 = empty */
+};
+
+static void set_add(uint64_t *set, uint64_t h)
+{
+    size_t b = (size_t)(h % GSET_SIZE);
+    while (set[b] != 0 && set[b] != h)
+        b = (b + 1) % GSET_SIZE;
+    set[b] = h;
+}
+
+static bool set_has(const uint64_t *set, uint64_t h)
+{
+    for (size_t b = (size_t)(h % GSET_SIZE); set[b] != 0; b = (b + 1) % GSET_SIZE)
+        if (set[b] == h)
+            return true;
+    return false;
+}
+
+static void prepare(struct gdoc *d, const char *s, size_t len)
+{
+    d->text = s;
+    d->len = len;
+    text_tokenize_capped(&d->t, s, len, EMBED_MAX_TEXT);
+    memset(d->set, 0, sizeof d->set);
+    for (size_t i = 0; i < d->t.n; i++) {
+        char sing[TEXT_TOK_MAX + 1];
+        const char *w = text_str(&d->t, i);
+        size_t n = d->t.tok[i].kind == TEXT_WORD
+                       ? text_singular(w, d->t.tok[i].len, sing)
+                       : (memcpy(sing, w, d->t.tok[i].len + 1u), (size_t)d->t.tok[i].len);
+        int k = lex_find(w);
+        if (k < 0 && n != d->t.tok[i].len)
+            k = lex_find(sing);
+        d->lex[i] = (int16_t)k;
+        d->h[i] = pc_fnv1a(PC_FNV_SEED, sing, n) | 1;
+        set_add(d->set, d->h[i]);
+    }
+}
+
+/* The lexicon entry of token i in category cat, or NULL. */
+static const struct lex *lex_of(const struct gdoc *d, size_t i, enum lex_cat cat)
+{
+    int k = d->lex[i];
+    if (k < 0)
+        return NULL;
+    for (size_t j = (size_t)k; j < (size_t)k + lexicon[k].same; j++)
+        if (lexicon[j].cat == cat)
+            return &lexicon[j];
+    return NULL;
+}
+
+static bool is_func(const struct gdoc *d, size_t i)
+{
+    return lex_of(d, i, L_FUNC) != NULL;
+}
+
+/* The bytes between tokens i and i + 1 (empty when they share their raw text). */
+static size_t gap(const struct gdoc *d, size_t i, const char **p)
+{
+    const struct text_tok *a = &d->t.tok[i], *b = &d->t.tok[i + 1];
+    const char *end = a->raw + a->raw_len;
+    *p = end;
+    return b->raw > end ? (size_t)(b->raw - end) : 0;
+}
+
+/* ---- numbers -------------------------------------------------------------------- */
+
+#define QTY_MAX 64
+
+struct qty {
+    char v[24];   /* canonical digits */
+    uint8_t unit; /* unit id or 0 */
+    uint8_t mag;  /* magnitude unit id or 0 */
+};
+
+struct qtys {
+    struct qty q[QTY_MAX];
+    size_t n;
+    uint64_t mentioned; /* bit per unit id named anywhere (not bind-only ones) */
+};
+
+static const struct lex *unit_lex(const char *w, size_t n)
+{
+    char buf[TEXT_TOK_MAX + 1];
+    if (n == 0 || n > TEXT_TOK_MAX)
+        return NULL;
+    memcpy(buf, w, n);
+    buf[n] = '\0';
+    int k = lex_find(buf);
+    for (size_t j = (size_t)k; k >= 0 && j < (size_t)k + lexicon[k].same; j++)
+        if (lexicon[j].cat == L_UNIT)
+            return &lexicon[j];
+    return NULL;
+}
+
+static void qty_set_unit(struct qty *q, unsigned u)
+{
+    if (u >= UNIT_MAG_MIN && q->mag == 0)
+        q->mag = (uint8_t)u;
+    else if (u < UNIT_MAG_MIN && q->unit == 0)
+        q->unit = (uint8_t)u;
+}
+
+/* Currency symbol just before p (in d's text): its unit id, or 0. */
+static unsigned currency_before(const struct gdoc *d, const char *p)
+{
+    static const struct {
+        const char *sym;
+        unsigned unit;
+    } syms[] = {{"$", UNIT_USD},
+                {"\xe2\x82\xac", UNIT_EUR},
+                {"\xc2\xa3", UNIT_GBP},
+                {"\xc2\xa5", UNIT_JPY},
+                {"\xe2\x82\xb9", UNIT_INR}};
+    for (size_t i = 0; i < PC_ARRAY_LEN(syms); i++) {
+        size_t n = strlen(syms[i].sym);
+        if (p - d->text >= (ptrdiff_t)n && memcmp(p - n, syms[i].sym, n) == 0)
+            return syms[i].unit;
+    }
+    return 0;
+}
+
+/* Units written after token i: '%', then up to two unit words (magnitude, unit). */
+static void units_after(const struct gdoc *d, size_t i, struct qty *q)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    const char *end = t->raw + t->raw_len;
+    if (end < d->text + d->len && *end == '%')
+        qty_set_unit(q, UNIT_PCT);
+    for (size_t j = i; j + 1 < d->t.n && j < i + 2; j++) {
+        const char *g;
+        size_t gn = gap(d, j, &g);
+        bool degree = gn == 2 && memcmp(g, "\xc2\xb0", 2) == 0;
+        bool spaces = gn <= 8 && strspn(g, " \t\n-") >= gn;
+        const struct lex *u = lex_of(d, j + 1, L_UNIT);
+        if (u == NULL || !(spaces || degree) || ((u->sub & U_ATTACHED) && gn > 0 && !degree))
+            return;
+        qty_set_unit(q, u->val);
+    }
+}
+
+/* A canonical number: leading zeros of the integer part dropped. */
+static void canon_number(const char *s, size_t n, char *out, size_t cap)
+{
+    while (n > 1 && s[0] == '0' && s[1] != '.') {
+        s++;
+        n--;
+    }
+    snprintf(out, cap, "%.*s", (int)PC_MIN(n, cap - 1), s);
+}
+
+static struct qty *qty_new(struct qtys *qs)
+{
+    if (qs->n == QTY_MAX)
+        return NULL;
+    struct qty *q = &qs->q[qs->n++];
+    memset(q, 0, sizeof *q);
+    return q;
+}
+
+/* Digit runs inside a word ("5km", "iphone16", "1st"), with an attached unit suffix. */
+static void word_numbers(const struct gdoc *d, size_t i, struct qtys *qs)
+{
+    const char *w = text_str(&d->t, i);
+    size_t n = d->t.tok[i].len;
+    for (size_t p = 0; p < n;) {
+        if (w[p] < '0' || w[p] > '9') {
+            p++;
+            continue;
+        }
+        size_t s = p;
+        while (p < n && ((w[p] >= '0' && w[p] <= '9') || w[p] == '.'))
+            p++;
+        struct qty *q = qty_new(qs);
+        if (q == NULL)
+            return;
+        canon_number(w + s, p - s, q->v, sizeof q->v);
+        size_t a = p;
+        while (p < n && (w[p] < '0' || w[p] > '9'))
+            p++;
+        const struct lex *u = s == 0 ? unit_lex(w + a, p - a) : NULL;
+        if (u != NULL)
+            qty_set_unit(q, u->val);
+        if (s == 0 && p == n)
+            units_after(d, i, q);
+        unsigned cur = s == 0 ? currency_before(d, d->t.tok[i].raw) : 0;
+        if (cur != 0)
+            qty_set_unit(q, cur);
+    }
+}
+
+static void numbers_of(const struct gdoc *d, struct qtys *qs)
+{
+    memset(qs, 0, sizeof *qs);
+    for (size_t i = 0; i < d->t.n; i++) {
+        const struct text_tok *t = &d->t.tok[i];
+        const struct lex *u = lex_of(d, i, L_UNIT);
+        if (u != NULL && !(u->sub & U_BIND_ONLY))
+            qs->mentioned |= UINT64_C(1) << u->val;
+        const struct lex *nw = lex_of(d, i, L_NUMWORD);
+        if (t->kind == TEXT_WORD && (t->flags & TEXT_F_DIGIT)) {
+            word_numbers(d, i, qs);
+            continue;
+        }
+        if (t->kind != TEXT_NUM && nw == NULL)
+            continue;
+        bool one = nw != NULL && nw->val == 1;
+        struct qty *q = qty_new(qs);
+        if (q == NULL)
+            return;
+        if (nw != NULL)
+            snprintf(q->v, sizeof q->v, "%u", nw->val);
+        else
+            canon_number(text_str(&d->t, i), t->len, q->v, sizeof q->v);
+        units_after(d, i, q);
+        unsigned cur = currency_before(d, t->raw);
+        if (cur != 0)
+            qty_set_unit(q, cur);
+        if (one && q->unit == 0 && q->mag == 0)
+            qs->n--; /* "one" alone is rarely a number ("which one") */
+    }
+}
+
+/* Units bound to numbers count as named too ("5km" names km like "kilometers" does). */
+static void mention_bound(struct qtys *qs)
+{
+    for (size_t i = 0; i < qs->n; i++)
+        if (qs->q[i].unit != 0)
+            qs->mentioned |= UINT64_C(1) << qs->q[i].unit;
+}
+
+static int qty_cmp(const void *x, const void *y)
+{
+    const struct qty *a = x, *b = y;
+    int c = strcmp(a->v, b->v);
+    if (c != 0)
+        return c;
+    return a->unit != b->unit ? (int)a->unit - (int)b->unit : (int)a->mag - (int)b->mag;
+}
+
+static bool guard_numbers(const struct gdoc *a, const struct gdoc *b)
+{
+    struct qtys qa, qb;
+    numbers_of(a, &qa);
+    numbers_of(b, &qb);
+    mention_bound(&qa);
+    mention_bound(&qb);
+    if (qa.n != qb.n || qa.mentioned != qb.mentioned)
+        return true;
+    qsort(qa.q, qa.n, sizeof qa.q[0], qty_cmp);
+    qsort(qb.q, qb.n, sizeof qb.q[0], qty_cmp);
+    for (size_t i = 0; i < qa.n; i++)
+        if (qty_cmp(&qa.q[i], &qb.q[i]) != 0)
+            return true;
+    return false;
+}
+
+/* ---- negation ------------------------------------------------------------------- */
+
+static size_t negations_of(const struct gdoc *d)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->t.n; i++)
+        n += lex_of(d, i, L_NEG) != NULL;
+    return n;
+}
+
+static bool guard_negation(const struct gdoc *a, const struct gdoc *b)
+{
+    return negations_of(a) != negations_of(b);
+}
+
+/* ---- entities --------------------------------------------------------------------- */
+
+/* A token written like a name: capitalised inside a sentence, all caps or mixed case. */
+static bool entity_like(const struct gdoc *d, size_t i)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    if (t->kind != TEXT_WORD || !(t->flags & TEXT_F_ALPHA) || (t->flags & TEXT_F_SYNTH))
+        return false;
+    bool cased = (t->flags & (TEXT_F_ALLCAPS | TEXT_F_MIXED)) ||
+                 ((t->flags & TEXT_F_CAP) && !(t->flags & TEXT_F_START));
+    if (!cased || is_func(d, i) || lex_of(d, i, L_UNIT) != NULL || lex_of(d, i, L_MONTH) != NULL ||
+        lex_of(d, i, L_WEEKDAY) != NULL)
+        return false;
+    return !(t->flags & TEXT_F_DIGIT) || t->len > 2; /* "5K" is a number */
+}
+
+/* Damerau-Levenshtein distance of at most one (equal strings included). */
+static bool one_edit(const char *a, size_t an, const char *b, size_t bn)
+{
+    if (an > bn + 1 || bn > an + 1)
+        return false;
+    size_t i = 0;
+    while (i < an && i < bn && a[i] == b[i])
+        i++;
+    if (i == an || i == bn)
+        return true; /* equal or one appended */
+    if (an == bn)
+        return strcmp(a + i + 1, b + i + 1) == 0 ||
+               (i + 1 < an && a[i] == b[i + 1] && a[i + 1] == b[i] &&
+                memcmp(a + i + 2, b + i + 2, an - i - 2) == 0);
+    return an > bn ? memcmp(a + i + 1, b + i, an - i - 1) == 0
+                   : memcmp(a + i, b + i + 1, bn - i - 1) == 0;
+}
+
+/* Whether token i of d appears in o: same singular form, or one typo away (5+ letters). */
+static bool appears_in(const struct gdoc *d, size_t i, const struct gdoc *o)
+{
+    if (set_has(o->set, d->h[i]))
+        return true;
+    const char *w = text_str(&d->t, i);
+    size_t n = d->t.tok[i].len;
+    if (n < 4)
+        return false;
+    for (size_t j = 0; j < o->t.n; j++) {
+        size_t m = o->t.tok[j].len;
+        if (m >= 4 && PC_MAX(n, m) >= 5 && one_edit(w, n, text_str(&o->t, j), m))
+            return true;
+    }
+    return false;
+}
+
+static bool has_unmatched_entity(const struct gdoc *d, const struct gdoc *o)
+{
+    size_t checked = 0;
+    for (size_t i = 0; i < d->t.n && checked < 64; i++) {
+        if (!entity_like(d, i))
+            continue;
+        checked++;
+        if (!appears_in(d, i, o))
+            return true;
+    }
+    return false;
+}
+
+static bool guard_entities(const struct gdoc *a, const struct gdoc *b)
+{
+    return has_unmatched_entity(a, b) || has_unmatched_entity(b, a);
+}
+
+/* ---- antonyms and alternatives -------------------------------------------------------- */
+
+#define GROUPS_MAX 64
+
+struct group_use {
+    uint16_t group;
+    uint32_t members; /* bit per member index */
+};
+
+static size_t groups_of(const struct gdoc *d, struct group_use *g)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->t.n; i++) {
+        int k = d->lex[i];
+        if (k < 0)
+            continue;
+        for (size_t j = (size_t)k; j < (size_t)k + lexicon[k].same; j++) {
+            if (lexicon[j].cat != L_GROUP)
+                continue;
+            size_t x = 0;
+            while (x < n && g[x].group != lexicon[j].val)
+                x++;
+            if (x == n && n == GROUPS_MAX)
+                continue;
+            if (x == n)
+                g[n++] = (struct group_use){lexicon[j].val, 0};
+            g[x].members |= 1u << (lexicon[j].sub & 31);
+        }
+    }
+    return n;
+}
+
+/* Both texts use a group and not the same members of it. */
+static bool guard_antonyms(const struct gdoc *a, const struct gdoc *b)
+{
+    struct group_use ga[GROUPS_MAX], gb[GROUPS_MAX];
+    size_t na = groups_of(a, ga), nb = groups_of(b, gb);
+    for (size_t i = 0; i < na; i++)
+        for (size_t j = 0; j < nb; j++)
+            if (ga[i].group == gb[j].group && ga[i].members != gb[j].members)
+                return true;
+    return false;
+}
+
+/* ---- dates ------------------------------------------------------------------------------ */
+
+#define DATES_MAX 32
+
+/* Date features as small integers: kind << 8 | value. */
+enum date_kind { D_MONTH = 1, D_WEEKDAY, D_WHEN, D_PERIOD, D_YEAR };
+
+static bool number_near(const struct gdoc *d, size_t i)
+{
+    return (i > 0 && d->t.tok[i - 1].kind == TEXT_NUM) ||
+           (i + 1 < d->t.n && d->t.tok[i + 1].kind == TEXT_NUM);
+}
+
+/* A month name; "may" and "march" count only capitalised or next to a number. */
+static bool month_at(const struct gdoc *d, size_t i, const struct lex *m)
+{
+    if (m == NULL)
+        return false;
+    const struct text_tok *t = &d->t.tok[i];
+    bool ambiguous = text_is(&d->t, i, "may") || text_is(&d->t, i, "march");
+    return !ambiguous || number_near(d, i) ||
+           ((t->flags & TEXT_F_CAP) && !(t->flags & TEXT_F_START));
+}
+
+static unsigned date_feature(const struct gdoc *d, size_t i)
+{
+    const struct lex *l;
+    if (month_at(d, i, lex_of(d, i, L_MONTH)))
+        return D_MONTH << 8 | lex_of(d, i, L_MONTH)->val;
+    if ((l = lex_of(d, i, L_WEEKDAY)) != NULL)
+        return D_WEEKDAY << 8 | l->val;
+    if ((l = lex_of(d, i, L_WHEN)) != NULL)
+        return D_WHEN << 8 | l->val;
+    if (lex_of(d, i, L_PMOD) != NULL && i + 1 < d->t.n && lex_of(d, i + 1, L_PERIOD) != NULL) {
+        unsigned m = lex_of(d, i, L_PMOD)->sub, p = lex_of(d, i + 1, L_PERIOD)->sub;
+        return D_PERIOD << 8 | (m & 0xf) << 4 | (p & 0xf);
+    }
+    const struct text_tok *t = &d->t.tok[i];
+    if (t->kind == TEXT_NUM && t->len == 4) {
+        const char *s = text_str(&d->t, i);
+        if ((s[0] == '1' && s[1] == '9') || (s[0] == '2' && s[1] == '0'))
+            return D_YEAR << 8 | (unsigned)((s[2] - '0') * 10 + (s[3] - '0'));
+    }
+    return 0;
+}
+
+static int uint_cmp(const void *x, const void *y)
+{
+    unsigned a = *(const unsigned *)x, b = *(const unsigned *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* Sorted, distinct date features of d into f; returns the count. */
+static size_t dates_of(const struct gdoc *d, unsigned *f)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->t.n && n < DATES_MAX; i++) {
+        unsigned x = date_feature(d, i);
+        if (x != 0)
+            f[n++] = x;
+    }
+    qsort(f, n, sizeof *f, uint_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || f[k - 1] != f[i])
+            f[k++] = f[i];
+    return k;
+}
+
+static bool guard_dates(const struct gdoc *a, const struct gdoc *b)
+{
+    unsigned fa[DATES_MAX], fb[DATES_MAX];
+    size_t na = dates_of(a, fa), nb = dates_of(b, fb);
+    return na != nb || memcmp(fa, fb, na * sizeof *fa) != 0;
+}
+
+/* ---- length ---------------------------------------------------------------------------- */
+
+#define LENGTH_RATIO 2.5 /* (content words + 1) of one text over the other's */
+
+static size_t content_words(const struct gdoc *d)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->t.n; i++)
+        n += !is_func(d, i) && !(d->t.tok[i].flags & (TEXT_F_SYNTH | TEXT_F_FILLER));
+    return n;
+}
+
+static bool guard_length(const struct gdoc *a, const struct gdoc *b)
+{
+    double na = (double)content_words(a) + 1, nb = (double)content_words(b) + 1;
+    return na > LENGTH_RATIO * nb || nb > LENGTH_RATIO * na;
+}
+
+/* ---- direction ------------------------------------------------------------------------- */
+
+#define DIR_MAX   32
+#define DIR_REACH 2 /* content words looked at on each side of a direction word */
+
+/*
+ * "u is before the direction word, v after it" (class: to/into/arrows,
+ * from, than, before or after). Facts are made of the content words nearest
+ * each side: the two nearest, plus each of them with the second word on the
+ * other side ("convert ethanol to ethanoic acid": ethanol|ethanoic,
+ * ethanol|acid, convert|ethanoic).
+ */
+struct dir_fact {
+    unsigned word;
+    uint64_t u, v;
+};
+
+/*
+ * Up to DIR_REACH content words from i stepping by step, stopping at another
+ * direction word or at a sentence start.
+ */
+static size_t content_side(const struct gdoc *d, long i, long step, uint64_t *out)
+{
+    size_t n = 0;
+    for (; i >= 0 && i < (long)d->t.n && n < DIR_REACH; i += step) {
+        const struct text_tok *t = &d->t.tok[i];
+        if (lex_of(d, (size_t)i, L_DIR) != NULL)
+            break;
+        if (!is_func(d, (size_t)i) && !(t->flags & TEXT_F_FILLER))
+            out[n++] = d->h[i];
+        if ((t->flags & TEXT_F_START) && step < 0)
+            break;
+        if (step > 0 && i + 1 < (long)d->t.n && (d->t.tok[i + 1].flags & TEXT_F_START))
+            break;
+    }
+    return n;
+}
+
+static bool is_arrow(const char *g, size_t n)
+{
+    static const char *const arrows[] = {"->", "=>", "\xe2\x86\x92", "\xe2\x87\x92"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(arrows); i++)
+        if (n <= 8 && memmem(g, n, arrows[i], strlen(arrows[i])) != NULL)
+            return true;
+    return false;
+}
+
+static size_t add_facts(struct dir_fact *f, unsigned word, const uint64_t *l, size_t nl,
+                        const uint64_t *r, size_t nr)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < nl; i++)
+        for (size_t j = 0; j < nr; j++)
+            if ((i == 0 || j == 0) && l[i] != r[j])
+                f[n++] = (struct dir_fact){word, l[i], r[j]};
+    return n;
+}
+
+/* The facts of every direction word and arrow of d (at most 3 * DIR_MAX). */
+static size_t directions_of(const struct gdoc *d, struct dir_fact *f)
+{
+    size_t n = 0, uses = 0;
+    for (size_t i = 0; i < d->t.n && uses < DIR_MAX; i++) {
+        const char *g = NULL;
+        size_t gn = i + 1 < d->t.n ? gap(d, i, &g) : 0;
+        const struct lex *l = lex_of(d, i, L_DIR);
+        bool arrow = gn > 0 && is_arrow(g, gn);
+        if (l == NULL && !arrow)
+            continue;
+        uint64_t left[DIR_REACH], right[DIR_REACH];
+        size_t nl = content_side(d, l != NULL ? (long)i - 1 : (long)i, -1, left);
+        size_t nr = content_side(d, (long)i + 1, 1, right);
+        unsigned word = l != NULL && l->sub > DIR_TO_LAST ? l->sub : 0; /* to, into, arrows */
+        n += add_facts(f + n, word, left, nl, right, nr);
+        uses++;
+    }
+    return n;
+}
+
+static bool has_fact(const struct dir_fact *f, size_t n, unsigned word, uint64_t u, uint64_t v)
+{
+    for (size_t i = 0; i < n; i++)
+        if (f[i].word == word && f[i].u == u && f[i].v == v)
+            return true;
+    return false;
+}
+
+/* "u to v" only in one text and "v to u" only in the other. */
+static bool guard_direction(const struct gdoc *a, const struct gdoc *b)
+{
+    struct dir_fact fa[3 * DIR_MAX], fb[3 * DIR_MAX];
+    size_t na = directions_of(a, fa), nb = directions_of(b, fb);
+    for (size_t i = 0; i < na; i++) {
+        const struct dir_fact *x = &fa[i];
+        if (has_fact(fb, nb, x->word, x->v, x->u) && !has_fact(fa, na, x->word, x->v, x->u) &&
+            !has_fact(fb, nb, x->word, x->u, x->v))
+            return true;
+    }
+    return false;
+}
+
+/* ---- question words --------------------------------------------------------------------- */
+
+#define Q_HOW_MANY 5  /* how many / how much; then long, old, often */
+#define Q_OPEN     9  /* what, which, how (the way to): one open kind */
+#define Q_YESNO    10 /* starts with an auxiliary verb: is, can, should... */
+
+static unsigned how_kind(const struct gdoc *d, size_t i)
+{
+    static const char *const how[] = {"many", "much", "long", "old", "often"};
+    for (size_t k = 0; i + 1 < d->t.n && k < PC_ARRAY_LEN(how); k++)
+        if (text_is(&d->t, i + 1, how[k]))
+            return Q_HOW_MANY + (k == 0 ? 0 : (unsigned)k - 1);
+    return Q_OPEN;
+}
+
+static bool is_auxiliary(const struct gdoc *d, size_t i)
+{
+    static const char *const aux[] = {"is",  "are",   "was",   "were",   "am",    "do",   "does",
+                                      "did", "can",   "could", "should", "would", "will", "shall",
+                                      "may", "might", "must",  "has",    "have",  "had"};
+    for (size_t k = 0; k < PC_ARRAY_LEN(aux); k++)
+        if (text_is(&d->t, i, aux[k]))
+            return true;
+    return false;
+}
+
+/*
+ * Bit per kind of question asked: who, when, where, why (1..4), how many
+ * or much, how long, how old, how often (5..8), open (9: what, which, how)
+ * and yes/no (10: the text starts with an auxiliary verb).
+ */
+static unsigned questions_of(const struct gdoc *d)
+{
+    unsigned m = 0;
+    size_t first = 0;
+    while (first < d->t.n && (d->t.tok[first].flags & TEXT_F_FILLER))
+        first++;
+    if (first < d->t.n && is_auxiliary(d, first))
+        m |= 1u << Q_YESNO;
+    for (size_t i = 0; i < d->t.n; i++) {
+        const struct lex *q = lex_of(d, i, L_QWORD);
+        if (q != NULL)
+            m |= 1u << q->val;
+        else if (text_is(&d->t, i, "how"))
+            m |= 1u << how_kind(d, i);
+        else if (text_is(&d->t, i, "what") || text_is(&d->t, i, "which"))
+            m |= 1u << Q_OPEN;
+    }
+    return m;
+}
+
+/* Both texts ask a question, and not the same kinds. */
+static bool guard_question(const struct gdoc *a, const struct gdoc *b)
+{
+    unsigned qa = questions_of(a), qb = questions_of(b);
+    return qa != 0 && qb != 0 && qa != qb;
+}
+
+/* ---- extra words ------------------------------------------------------------------------ */
+
+/* A word no other guard owns: not a number, unit, date or function word. */
+static bool is_content(const struct gdoc *d, size_t i)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    if (t->kind == TEXT_NUM || (t->flags & (TEXT_F_SYNTH | TEXT_F_FILLER | TEXT_F_DIGIT)))
+        return false;
+    static const enum lex_cat owned[] = {L_FUNC, L_NUMWORD, L_UNIT, L_MONTH, L_WEEKDAY, L_WHEN};
+    for (size_t k = 0; k < PC_ARRAY_LEN(owned); k++)
+        if (lex_of(d, i, owned[k]) != NULL)
+            return false;
+    return true;
+}
+
+static bool has_unmatched_word(const struct gdoc *d, const struct gdoc *o)
+{
+    for (size_t i = 0; i < d->t.n; i++)
+        if (is_content(d, i) && !appears_in(d, i, o))
+            return true;
+    return false;
+}
+
+/* One text covers every content word of the other and adds some of its own. */
+static bool guard_extra(const struct gdoc *a, const struct gdoc *b)
+{
+    return has_unmatched_word(a, b) != has_unmatched_word(b, a);
+}
+
+/* ---- the check ------------------------------------------------------------------------------ */
+
+typedef bool guard_fn(const struct gdoc *a, const struct gdoc *b);
+
+static guard_fn *const guard_fns[GUARD__COUNT] = {
+    [GUARD_NUMBERS] = guard_numbers,     [GUARD_NEGATION] = guard_negation,
+    [GUARD_ENTITIES] = guard_entities,   [GUARD_ANTONYMS] = guard_antonyms,
+    [GUARD_DATES] = guard_dates,         [GUARD_LENGTH] = guard_length,
+    [GUARD_DIRECTION] = guard_direction, [GUARD_QUESTION] = guard_question,
+    [GUARD_EXTRA] = guard_extra,
+};
+
+int guard_check(const char *a, size_t alen, const char *b, size_t blen, unsigned mask)
+{
+    if ((mask & GUARD_ALL) == 0)
+        return GUARD__COUNT;
+    pthread_once(&lex_once, lex_build);
+    struct gdoc *d = pc_malloc(2 * sizeof *d);
+    prepare(&d[0], a, alen);
+    prepare(&d[1], b, blen);
+    int rc = GUARD__COUNT;
+    for (int g = 0; g < GUARD__COUNT && rc == GUARD__COUNT; g++)
+        if ((mask & GUARD_MASK(g)) && guard_fns[g](&d[0], &d[1]))
+            rc = g;
+    free(d);
+    return rc;
+}

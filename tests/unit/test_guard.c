@@ -1,0 +1,329 @@
+/*
+ * test_guard.c - the semantic guards: for each guard, pairs it must reject
+ * and pairs it must let through (checked with that guard alone), pairs that
+ * pass every guard, names and masks, and hostile input.
+ */
+#include "pc_guard.h"
+#include "t.h"
+
+#include <stdint.h>
+
+struct pair {
+    const char *a, *b;
+};
+
+static int check1(const struct pair *p, enum guard_kind g)
+{
+    return guard_check(p->a, strlen(p->a), p->b, strlen(p->b), GUARD_MASK(g));
+}
+
+/* Every pair in rej is rejected by g, every pair in pass is not, both ways round. */
+static void expect(enum guard_kind g, const struct pair *rej, size_t nrej, const struct pair *pass,
+                   size_t npass)
+{
+    for (size_t i = 0; i < nrej; i++) {
+        struct pair r = {rej[i].b, rej[i].a};
+        if (check1(&rej[i], g) != (int)g || check1(&r, g) != (int)g)
+            fprintf(stderr, "  %s should reject: %s || %s\n", guard_name(g), rej[i].a, rej[i].b);
+        T_CHECK_INT(check1(&rej[i], g), g);
+        T_CHECK_INT(check1(&r, g), g);
+    }
+    for (size_t i = 0; i < npass; i++) {
+        struct pair r = {pass[i].b, pass[i].a};
+        if (check1(&pass[i], g) != GUARD__COUNT || check1(&r, g) != GUARD__COUNT)
+            fprintf(stderr, "  %s should pass: %s || %s\n", guard_name(g), pass[i].a, pass[i].b);
+        T_CHECK_INT(check1(&pass[i], g), GUARD__COUNT);
+        T_CHECK_INT(check1(&r, g), GUARD__COUNT);
+    }
+}
+
+#define EXPECT(g, rej, pass) expect(g, rej, PC_N(rej), pass, PC_N(pass))
+#define PC_N(a)              (sizeof(a) / sizeof((a)[0]))
+
+static void test_numbers(void)
+{
+    static const struct pair rej[] = {
+        {"convert 10 USD to EUR", "convert 10 EUR to USD"},
+        {"top 5 coffee shops in Seattle", "top 10 coffee shops in Seattle"},
+        {"convert 5km to miles", "5 miles in kilometers"},
+        {"mortgage payment for $500k at 5%", "payment on a $600k mortgage at 5 percent"},
+        {"download Ubuntu 22.04 ISO", "download Ubuntu 24.04 ISO"},
+        {"iPhone 15 price", "iPhone 16 price"},
+        {"10 dollars in euros", "10 dollars in yen"},
+        {"boil water at 100°F", "boil water at 100°C"},
+        {"lose 25 pounds in 1 month", "lose 25 kg in 1 month"},
+        {"two adults", "three adults"},
+    };
+    static const struct pair pass[] = {
+        {"top 5 coffee shops in Seattle", "best five coffee shops in Seattle"},
+        {"convert 5km to miles", "5 kilometers in miles"},
+        {"mortgage payment for $500k at 5%", "payment on a $500k mortgage at 5 percent"},
+        {"book a table tonight at 7pm", "book a table tonight at 7 pm"},
+        {"Which one is better?", "Which is better?"},
+        {"How many 3-digit numbers are even?", "How many 3 digit numbers are even?"},
+        {"1,000 users", "1000 users"},
+        {"version 007", "version 7"},
+        {"in the past one year", "in   the past one \t year"},
+    };
+    EXPECT(GUARD_NUMBERS, rej, pass);
+}
+
+static void test_negation(void)
+{
+    static const struct pair rej[] = {
+        {"Is coffee bad for you?", "Is coffee not bad for you?"},
+        {"I can't sleep at night", "I can sleep at night"},
+        {"pesto recipe without nuts", "pesto recipe with nuts"},
+        {"Why doesn't my code work?", "Why does my code work?"},
+        {"Have you ever been to Paris?", "Have you never been to Paris?"},
+        {"return headlines only, no summaries", "give headlines with summaries"},
+        {"Why dont cats like water?", "Why do cats like water?"},
+    };
+    static const struct pair pass[] = {
+        {"Why don't cats like water?", "Why do not cats like water?"},
+        {"Explain TLS with no links", "Explain TLS without links"},
+        {"I cannot log in", "I can't log in"},
+    };
+    EXPECT(GUARD_NEGATION, rej, pass);
+}
+
+static void test_entities(void)
+{
+    static const struct pair rej[] = {
+        {"How do I learn Python?", "How do I learn Java?"},
+        {"weather in Berlin today", "weather in Munich today"},
+        {"Who is the CEO of OpenAI?", "Who is the CEO of Anthropic?"},
+        {"movie times for 'Oppenheimer' in Boston", "movie times for 'Barbie' in Boston"},
+        {"how big is the NYC subway", "how big is the LA subway"},
+        {"What is the difference between C# and Java?",
+         "What is the difference between C++ and Java?"},
+    };
+    static const struct pair pass[] = {
+        {"weather in Berlin today", "what's the weather in berlin today"},
+        {"If Trump were elected, what then?", "If Tump were elected, what then?"},
+        {"Python code to read CSV", "show me code to read a CSV in Python"},
+        {"How Do I Learn To Swim", "how do i learn to swim"},
+        {"HOW DO I LEARN TO SWIM", "How do I learn to swim?"},
+        {"Paris. Berlin", "Berlin and paris"},
+    };
+    EXPECT(GUARD_ENTITIES, rej, pass);
+}
+
+static void test_antonyms(void)
+{
+    static const struct pair rej[] = {
+        {"sort a list ascending in Python", "sort a list descending in Python"},
+        {"synonyms of happy", "antonyms of happy"},
+        {"how to encrypt a file", "how to decrypt a file"},
+        {"return the result as JSON", "return the result as YAML"},
+        {"after:2025-01-01 release notes", "before:2025-01-01 release notes"},
+        {"the cheapest flight", "the most expensive flight"},
+        {"pros of remote work", "cons of remote work"},
+        {"Who are the 10 greatest second basemen?", "Who are the 10 greatest first basemen?"},
+    };
+    static const struct pair pass[] = {
+        {"best hiking trails near Denver", "top hiking trails near Denver"},
+        {"upload and download speed", "download and upload speed"},
+        {"pros and cons of remote work", "advantages and disadvantages of remote work"},
+    };
+    EXPECT(GUARD_ANTONYMS, rej, pass);
+}
+
+static void test_dates(void)
+{
+    static const struct pair rej[] = {
+        {"weather in Berlin today", "weather in Berlin tomorrow"},
+        {"flights to Tokyo in June", "flights to Tokyo in December"},
+        {"news this week", "news next week"},
+        {"Tesla news in 2018", "Tesla news in 2019"},
+        {"is the museum open on Monday?", "is the museum open on Friday?"},
+        {"latest Kubernetes version", "Kubernetes version"},
+        {"what is due in May 2024", "what is due in 2024"},
+    };
+    static const struct pair pass[] = {
+        {"restaurants open now near me", "restaurants currently open nearby"},
+        {"weather in Sydney tomorrow", "Sydney forecast for tomorrow"},
+        {"May I ask a question?", "Can I ask a question?"},
+        {"What is due on March 3?", "What is due on 3 March?"},
+        {"news this week", "this week's news"},
+    };
+    EXPECT(GUARD_DATES, rej, pass);
+}
+
+static void test_length(void)
+{
+    static const struct pair rej[] = {
+        {"Explain entropy",
+         "Explain entropy in thermodynamics with a worked example using real numbers and units"},
+        {"Tell me a joke", "Tell me a long joke about a penguin, a parrot and a pirate in a bar"},
+    };
+    static const struct pair pass[] = {
+        {"capital of Canada", "What is the capital city of Canada?"},
+        {"Hey there, thanks, please: what is the capital of Canada?", "capital of Canada"},
+    };
+    EXPECT(GUARD_LENGTH, rej, pass);
+}
+
+static void test_direction(void)
+{
+    static const struct pair rej[] = {
+        {"convert Markdown to HTML", "convert HTML to Markdown"},
+        {"flights from London to Tokyo", "flights from Tokyo to London"},
+        {"Is tea better than coffee?", "Is coffee better than tea?"},
+        {"JPEG→PNG converter", "PNG to JPEG converter"},
+        {"reagent to convert ethanol to ethanoic acid",
+         "reagent to convert ethanoic acid to ethanol"},
+    };
+    static const struct pair pass[] = {
+        {"flights from London to Tokyo", "London→Tokyo flights"},
+        {"python logging to json examples", "examples of logging to json in python"},
+        {"convert Markdown to HTML", "turn Markdown into HTML"},
+        {"How do I go to the gym in the morning?", "In the morning, how do I go to the gym?"},
+    };
+    EXPECT(GUARD_DIRECTION, rej, pass);
+}
+
+static void test_question(void)
+{
+    static const struct pair rej[] = {
+        {"Who wrote Hamlet?", "When was Hamlet written?"},
+        {"Where can I sell my patent?", "How can I sell my patent?"},
+        {"Can I ask a question anonymously?", "How do I ask a question anonymously?"},
+        {"How many calories in an egg?", "How long to boil an egg?"},
+        {"Why is the sky blue?", "What makes the sky blue?"},
+    };
+    static const struct pair pass[] = {
+        {"How do I lose weight?", "What is the best way to lose weight?"},
+        {"Capital of Canada", "What is the capital of Canada?"},
+        {"Should I buy a house?", "Is it smart to buy a house?"},
+        {"Please, how much is a coffee?", "How much does a coffee cost?"},
+    };
+    EXPECT(GUARD_QUESTION, rej, pass);
+}
+
+static void test_extra(void)
+{
+    static const struct pair rej[] = {
+        {"How do I send an email?", "How do I send an email in the past?"},
+        {"What causes dizziness when you lie down?",
+         "What causes dizziness when you lie down at night?"},
+        {"SQL: SELECT id,name FROM users", "SQL: SELECT id,name,email FROM users"},
+    };
+    static const struct pair pass[] = {
+        {"What are the best coffee shops in Seattle?", "best coffee shop Seattle"},
+        {"nearest gas station", "closest petrol station"},
+        {"How do I reset my Windows password?", "How do I reset my windows pasword?"},
+        {"top 5 coffee shops in Seattle", "best five coffee shops in Seattle"},
+        {"Hi! How do I learn Python? Thanks in advance", "how do I learn python"},
+    };
+    EXPECT(GUARD_EXTRA, rej, pass);
+}
+
+/* Near-duplicates that every guard lets through. */
+static void test_pass_all(void)
+{
+    static const struct pair same[] = {
+        {"How do I learn Python quickly?", "how do i learn python quickly"},
+        {"How do I learn Python quickly?", "Quickly, how do I learn Python?"},
+        {"How do I learn Python quickly?", "Hey, how do I learn Python quickly? Thanks!"},
+        {"What are the best coffee shops in Seattle?", "What is the best coffee shop in Seattle?"},
+        {"weather in Berlin today", "today's weather in Berlin"},
+        {"convert 10 USD to EUR", "convert 10 usd to eur"},
+        {"", ""},
+        {"same text", "same text"},
+    };
+    for (size_t i = 0; i < PC_N(same); i++) {
+        int g = guard_check(same[i].a, strlen(same[i].a), same[i].b, strlen(same[i].b), GUARD_ALL);
+        if (g != GUARD__COUNT)
+            fprintf(stderr, "  %s rejects: %s || %s\n", guard_name((enum guard_kind)g), same[i].a,
+                    same[i].b);
+        T_CHECK_INT(g, GUARD__COUNT);
+    }
+    /* the first rejecting guard in enum order is reported */
+    const char *a = "convert 10 USD to EUR", *b = "convert 10 EUR to USD";
+    T_CHECK_INT(guard_check(a, strlen(a), b, strlen(b), GUARD_ALL), GUARD_NUMBERS);
+    T_CHECK_INT(guard_check(a, strlen(a), b, strlen(b), GUARD_ALL & ~GUARD_MASK(GUARD_NUMBERS)),
+                GUARD_DIRECTION);
+    T_CHECK_INT(guard_check(a, strlen(a), b, strlen(b), 0), GUARD__COUNT);
+}
+
+static void test_names_and_parse(void)
+{
+    T_CHECK_STR(guard_name(GUARD_NUMBERS), "numbers");
+    T_CHECK_STR(guard_name(GUARD_EXTRA), "extra");
+    T_CHECK(guard_name(GUARD__COUNT) == NULL);
+    T_CHECK(guard_what(GUARD_DATES) != NULL);
+    for (int g = 0; g < GUARD__COUNT; g++) {
+        char *one[] = {(char *)guard_name((enum guard_kind)g)};
+        unsigned m = 0;
+        T_CHECK_INT(guard_parse(one, 1, &m, NULL, 0), 0);
+        T_CHECK_INT(m, GUARD_MASK(g));
+    }
+    char err[256];
+    unsigned m = 0;
+    char *all[] = {"ALL"}, *none[] = {"none"}, *two[] = {"dates", "Numbers"};
+    T_CHECK(guard_parse(all, 1, &m, err, sizeof err) == 0 && m == GUARD_ALL);
+    T_CHECK(guard_parse(none, 1, &m, err, sizeof err) == 0 && m == 0);
+    T_CHECK(guard_parse(two, 2, &m, err, sizeof err) == 0 &&
+            m == (GUARD_MASK(GUARD_DATES) | GUARD_MASK(GUARD_NUMBERS)));
+    T_CHECK(guard_parse(NULL, 0, &m, err, sizeof err) == 0 && m == 0);
+    char *bad[] = {"dates", "nope"}, *mixed[] = {"all", "dates"};
+    T_CHECK_INT(guard_parse(bad, 2, &m, err, sizeof err), -1);
+    T_CHECK(strstr(err, "unknown guard \"nope\"") != NULL);
+    T_CHECK_INT(guard_parse(mixed, 2, &m, err, sizeof err), -1);
+}
+
+/* Hostile bytes: invalid UTF-8, NULs, huge numbers, long texts; no crash, sane answers. */
+static void test_hostile_input(void)
+{
+    static const char *const junk[] = {
+        "\xff\xfe\xfd",
+        "caf\xc3",
+        "\xc0\xaf\xed\xa0\x80",
+        "99999999999999999999999999999999 km",
+        "$$$%%%###",
+        "\xe2\x82\xac\xe2\x82\xac 5",
+        "to to to from from than",
+        "May May May 5",
+    };
+    for (size_t i = 0; i < PC_N(junk); i++) {
+        for (size_t j = 0; j < PC_N(junk); j++) {
+            int g = guard_check(junk[i], strlen(junk[i]), junk[j], strlen(junk[j]), GUARD_ALL);
+            T_CHECK(g >= 0 && g <= GUARD__COUNT);
+            if (i == j)
+                T_CHECK_INT(g, GUARD__COUNT);
+        }
+    }
+    const char nul[] = "how\0 many";
+    T_CHECK_INT(guard_check(nul, sizeof nul - 1, nul, sizeof nul - 1, GUARD_ALL), GUARD__COUNT);
+    size_t n = 200000;
+    char *big = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        big[i] = "1 to 2 not May Paris USD never "[i % 31];
+    T_CHECK_INT(guard_check(big, n, big, n, GUARD_ALL), GUARD__COUNT);
+    uint32_t x = 12345;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        big[i] = (char)(x >> 16);
+    }
+    int g = guard_check(big, n, big + 1, n - 1, GUARD_ALL);
+    T_CHECK(g >= 0 && g <= GUARD__COUNT);
+    free(big);
+}
+
+int main(void)
+{
+    T_RUN(test_numbers);
+    T_RUN(test_negation);
+    T_RUN(test_entities);
+    T_RUN(test_antonyms);
+    T_RUN(test_dates);
+    T_RUN(test_length);
+    T_RUN(test_direction);
+    T_RUN(test_question);
+    T_RUN(test_extra);
+    T_RUN(test_pass_all);
+    T_RUN(test_names_and_parse);
+    T_RUN(test_hostile_input);
+    T_DONE();
+}
