@@ -76,7 +76,7 @@ struct cache_query {
     const char *text;               /* the last user turn (semantic), or NULL */
     int64_t max_age_ms;             /* accept only younger entries; -1 = any */
     bool semantic;                  /* the request allows the semantic stage */
-    double threshold;               /* semantic similarity needed (0..1) */
+    double threshold;               /* semantic similarity needed (0..1); < 0: the default */
 };
 
 struct cache_result {

@@ -87,6 +87,14 @@ struct conf {
     char *embedder_vectors; /* word-vector file of embedder builtin; "" = next to the binary */
     char *embedder_url;
     char *embedder_model;
+    char *embedder_key;
+    int64_t embedder_timeout; /* milliseconds */
+    int embedder_batch;
+    char *semantic_verify_url;
+    char *semantic_verify_model;
+    char *semantic_verify_key;
+    int64_t semantic_verify_timeout; /* milliseconds */
+    double semantic_sure_threshold;
 
     /* admin and reporting */
     char *admin_token; /* "" = admin endpoints disabled */

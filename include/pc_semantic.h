@@ -18,6 +18,7 @@
 
 #include "pc_api.h"
 #include "pc_entry.h"
+#include "pc_util.h"
 
 struct conf;
 struct event_base;
@@ -37,7 +38,7 @@ struct semantic_query {
     const unsigned char *partition; /* PC_SHA256_LEN */
     const char *text;               /* the last user turn */
     int64_t max_age_ms;             /* -1 = any */
-    double threshold;
+    double threshold;               /* < 0: the configured (or the embedder's) default */
 };
 
 struct semantic_result {
@@ -64,6 +65,12 @@ struct semantic *semantic_create(const struct conf *c, struct stats *st, char *e
 /* Stop the stream reader and the thread pool (jobs not run are handed back). */
 void semantic_stop(struct semantic *s);
 void semantic_destroy(struct semantic **s);
+/* The vector space ("builtin-...", "openai:MODEL") and the threshold used when a request names
+ * none. */
+const char *semantic_space(const struct semantic *s);
+double semantic_default_threshold(const struct semantic *s);
+/* Members for /stats (index size, pool queue, Stream reader), without braces. */
+void semantic_render_json(struct semantic *s, struct pc_buf *out);
 
 struct semantic_port *semantic_port_create(struct semantic *s, struct event_base *base,
                                            struct store *store, struct upstream *up,

@@ -25,6 +25,8 @@ struct event_base;
 struct fetch;
 struct httpd;
 struct route;
+struct semantic;
+struct semantic_port;
 struct server;
 struct store;
 struct tally;
@@ -42,7 +44,11 @@ struct worker {
     struct httpd *httpd;
     struct upstream *up;
     struct store *store;
-    struct cache *cache; /* the cache pipeline over store */
+    struct cache *cache;            /* the cache pipeline over store */
+    struct semantic *semantic;      /* the process's semantic cache (shared), or NULL */
+    struct semantic_port *sem_port; /* this worker's door to it */
+    struct upstream *side;          /* the proxy's own calls (embedder, verifier) */
+    struct stats side_stats;        /* their transport counters, kept out of /stats */
     struct tally *tally; /* per-hour usage by model and tenant, for `promptcache report` */
     struct stats stats;
 
@@ -62,8 +68,8 @@ struct worker {
 #define WORKER_MAGIC 0x574f524bu /* "WORK" */
 
 /* Create the worker's modules on a new event_base; NULL with errbuf set on failure. */
-struct worker *worker_create(int id, const struct conf *conf, struct route *route, int listen_fd,
-                             char *errbuf, size_t errlen);
+struct worker *worker_create(int id, const struct conf *conf, struct route *route,
+                             struct semantic *sem, int listen_fd, char *errbuf, size_t errlen);
 /* Run the loop on a new thread. */
 int worker_start(struct worker *w);
 /* Ask the worker (from any thread) to stop accepting and finish in-flight work. */

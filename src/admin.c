@@ -17,6 +17,7 @@
 #include "pc_httpd.h"
 #include "pc_log.h"
 #include "pc_route.h"
+#include "pc_semantic.h"
 #include "pc_cache.h"
 #include "pc_worker.h"
 
@@ -96,6 +97,10 @@ static void serve_stats(struct worker *w, struct httpd_req *hr)
     pc_buf_printf(&extra, "\"version\":\"%s\",\"uptime_seconds\":%lld,\"workers\":%d,\"ready\":%s",
                   PC_VERSION, (long long)((pc_wall_ms() - w->started_ms) / 1000), w->conf->workers,
                   ready(w) ? "true" : "false");
+    if (w->semantic != NULL) {
+        pc_buf_append_char(&extra, ',');
+        semantic_render_json(w->semantic, &extra);
+    }
     pc_buf_printf(&extra,
                   ",\"routing\":\"%s\",\"replicas\":", route_policy_name(route_policy(w->route)));
     route_render_json(w->route, &extra);

@@ -229,12 +229,49 @@ static const struct conf_key conf_keys[] = {
     {.name = "embedder-url", .type = CONF_STRING, FIELD(embedder_url), .def = "",
      .check = check_embedder_url, .flags = CONF_URL_PASS, .arg = "URL",
      .example = "http://127.0.0.1:8081/v1/embeddings",
-     .help = "Full URL of the OpenAI-compatible embeddings endpoint, such as a TEI or vLLM "
-             "server's /v1/embeddings. Required when embedder is openai and semantic is yes."},
+     .help = "OpenAI-compatible embeddings endpoint (OpenAI, vLLM, TEI, Ollama, ...): a URL "
+             "ending in /embeddings is used as it is; otherwise /v1/embeddings is appended "
+             "(http://host:8081 or https://api.openai.com both work). Required when embedder "
+             "is openai and semantic is yes."},
     {.name = "embedder-model", .type = CONF_STRING, FIELD(embedder_model), .def = "",
      .arg = "NAME", .example = "text-embedding-3-small",
      .help = "Model name sent in requests to embedder-url. May stay empty for servers that "
              "serve a single model."},
+    {.name = "embedder-key", .type = CONF_STRING, FIELD(embedder_key), .def = "",
+     .flags = CONF_SECRET, .arg = "KEY", .example = "sk-...",
+     .help = "API key sent to embedder-url as Authorization: Bearer. Empty sends none."},
+    {.name = "embedder-timeout", .type = CONF_INT, FIELD(embedder_timeout), .def = "300",
+     .imin = 10, .imax = 60000, .arg = "MILLISECONDS",
+     .help = "Longest time an embedding may take with embedder openai, and the longest the "
+             "embedding and search of one lookup may wait with a local embedder. Beyond it "
+             "the lookup is a semantic miss: the request goes upstream, never fails."},
+    {.name = "embedder-batch", .type = CONF_INT, FIELD(embedder_batch), .def = "64", .imin = 1,
+     .imax = 2048, .arg = "N",
+     .help = "Most texts sent in one call to embedder-url. Texts that arrive together (in the "
+             "same event-loop pass of a worker) share a call."},
+    {.name = "semantic-verify-url", .type = CONF_STRING, FIELD(semantic_verify_url), .def = "",
+     .check = check_embedder_url, .flags = CONF_URL_PASS, .arg = "URL",
+     .example = "http://127.0.0.1:8000",
+     .help = "OpenAI-compatible chat completions endpoint of a small model that confirms "
+             "grey-zone semantic hits: a candidate whose similarity is at least the threshold "
+             "but below semantic-sure-threshold is served only if this model answers yes to "
+             "\"do these two requests ask the same thing?\" (one output token, temperature 0). "
+             "A URL ending in /chat/completions is used as it is; otherwise "
+             "/v1/chat/completions is appended. A slow or failing verifier means a miss. "
+             "Empty: no verification."},
+    {.name = "semantic-verify-model", .type = CONF_STRING, FIELD(semantic_verify_model),
+     .def = "", .arg = "NAME", .example = "gpt-4o-mini",
+     .help = "Model name sent to semantic-verify-url."},
+    {.name = "semantic-verify-key", .type = CONF_STRING, FIELD(semantic_verify_key), .def = "",
+     .flags = CONF_SECRET, .arg = "KEY", .example = "sk-...",
+     .help = "API key sent to semantic-verify-url as Authorization: Bearer."},
+    {.name = "semantic-verify-timeout", .type = CONF_INT, FIELD(semantic_verify_timeout),
+     .def = "1500", .imin = 10, .imax = 60000, .arg = "MILLISECONDS",
+     .help = "Longest time the verifier may take; beyond it the candidate is a miss."},
+    {.name = "semantic-sure-threshold", .type = CONF_DOUBLE, FIELD(semantic_sure_threshold),
+     .def = "0.98", .dmin = 0, .dmax = 1, .arg = "SIMILARITY",
+     .help = "Similarity at or above which a semantic candidate is served without asking the "
+             "verifier (only matters with semantic-verify-url)."},
 
     {.name = "admin-token", .type = CONF_STRING, FIELD(admin_token), .def = "",
      .flags = CONF_SECRET, .arg = "TOKEN", .example = "\"\"", .section = "Administration",
@@ -1232,6 +1269,11 @@ static void check_cross(struct loader *ld)
                  (long long)c->cache_max_ttl, (long long)c->cache_ttl);
         static const char *const ttl[] = {"cache-max-ttl", "cache-ttl"};
         report_latest(ld, ttl, PC_ARRAY_LEN(ttl), msg);
+    }
+    if (c->semantic_verify_url[0] != '\0' && c->semantic_verify_model[0] == '\0') {
+        static const char *const ver[] = {"semantic-verify-model", "semantic-verify-url"};
+        report_latest(ld, ver, PC_ARRAY_LEN(ver),
+                      "semantic-verify-url needs semantic-verify-model (the model to ask)");
     }
     if (c->semantic && c->embedder == EMBEDDER_OPENAI && c->embedder_url[0] == '\0') {
         static const char *const emb[] = {"embedder-url", "embedder", "semantic"};

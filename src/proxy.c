@@ -368,7 +368,7 @@ static int parse_controls(struct preq *r, char *msg, size_t msglen)
     const struct conf *c = r->w->conf;
     r->max_age = -1;
     r->ttl = c->cache_ttl;
-    r->threshold = c->semantic_threshold;
+    r->threshold = -1; /* the semantic stage's default unless X-Cache-Threshold says */
     const char *v = httpd_req_header(r->hr, "Cache-Control");
     if (v != NULL && parse_cache_control(r, v, msg, msglen) < 0)
         return -1;

@@ -1,84 +1,160 @@
 /*
  * semantic.c - the semantic stage of the cache (see pc_semantic.h).
  *
- * This first cut holds the parts the exact cache already needs: the vector
- * record keys (flushes delete them) and the flush event every instance's
- * index listens to. The stage itself (embedders, index, guards, verifier)
- * is not part of this build yet: semantic_create says so and the proxy
- * serves with the exact cache alone.
+ * Owns, for the process (struct semantic): the local embedder, the vector
+ * index (pc_vindex.h), the thread pool that embeds and searches off the
+ * event loops, and the Stream reader that keeps the index in step with
+ * Redis (pc_vsync.h). Per worker (struct semantic_port): the pool's port,
+ * the remote embedder client and the verifier, and every lookup and put in
+ * progress (struct semantic_op, struct sput).
+ *
+ * A lookup, after an exact miss:
+ *
+ *   EMBED   local: pool job (embed + search at once)   remote: rembed batch,
+ *     │                                                 then a pool job (search)
+ *     ▼     the whole of it bounded by embedder-timeout (else: a miss)
+ *   SEARCH  vindex_search(partition, vec, k, threshold) ─▶ candidates, best first
+ *     ▼
+ *   FETCH   GET the candidate's entry and vector record (two keys, one hash
+ *     │     tag); gone or unusable ─▶ drop it from the index, next candidate
+ *     ▼
+ *   GUARDS  guard_check(this text, the candidate's text) ─▶ rejected: next
+ *     ▼
+ *   VERIFY  below semantic-sure-threshold and a verifier configured: ask it;
+ *     │     anything but yes ─▶ next candidate
+ *     ▼
+ *   HIT     the entry (copied out of the Redis reply) to the callback
+ *
+ * A put: the vector (from the lookup, or embedded now on the pool) and the
+ * text go into a vector record next to the entry (same hash tag, same TTL),
+ * an "add" event on the Stream tells every instance, and this process's
+ * index has it at once.
+ *
+ * Ownership of an op that waits on a pool job: the job holds it; cancelling
+ * only marks it (op->cancelled) and the job's done callback frees it.
  */
 #include "pc_semantic.h"
+#include "pc_conf.h"
+#include "pc_embed.h"
+#include "pc_guard.h"
+#include "pc_log.h"
 #include "pc_migrate.h"
+#include "pc_pool.h"
+#include "pc_rembed.h"
+#include "pc_stats.h"
 #include "pc_store.h"
+#include "pc_verify.h"
+#include "pc_rcli.h"
+#include "pc_vindex.h"
+#include "pc_vrec.h"
+#include "pc_vsync.h"
 
+#include <hiredis/hiredis.h>
+
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-/* Stream of vector events (see pc_vsync.h) and its approximate length cap. */
-#define SEMANTIC_STREAM     PC_KEY_PREFIX "vs"
-#define SEMANTIC_STREAM_CAP "100000"
+#include <event2/event.h>
+
+#define SEMANTIC_MAGIC 0x53454d41u /* "SEMA" */
+#define PORT_MAGIC     0x53504f52u /* "SPOR" */
+#define SOP_MAGIC      0x534f5031u /* "SOP1" */
+#define SPUT_MAGIC     0x53505554u /* "SPUT" */
+
+#define SEMANTIC_K          4    /* candidates examined per lookup */
+#define SEMANTIC_POOL_QUEUE 4096 /* jobs waiting for a pool thread before lookups are shed */
 
 struct semantic_vec {
     int dim;
     float v[];
 };
 
-struct semantic *semantic_create(const struct conf *c, struct stats *st, char *err, size_t errlen)
-{
-    (void)c;
-    (void)st;
-    snprintf(err, errlen, "the semantic cache is not part of this build");
-    return NULL;
-}
+struct semantic {
+    unsigned magic;
+    const struct conf *conf;
+    struct stats *stats;
+    struct embedder *emb; /* local embedder; NULL with embedder openai */
+    char space[EMBED_SPACE_MAX];
+    unsigned guards;
+    struct pool *pool;
+    pthread_mutex_t mu; /* guards the lazy creation of vx and sync (remote embedder) */
+    struct vindex *vx;  /* NULL until the dimension is known (remote embedder) */
+    struct vsync *sync;
+};
 
-void semantic_stop(struct semantic *s)
-{
-    (void)s;
-}
+struct semantic_port {
+    unsigned magic;
+    struct semantic *s;
+    struct event_base *base;
+    struct store *store;
+    struct stats *st;
+    struct pool_port *pport;
+    struct rembed *rembed; /* embedder openai */
+    struct verify *verify; /* semantic-verify-url */
+};
 
-void semantic_destroy(struct semantic **s)
-{
-    *s = NULL;
-}
+enum sop_state {
+    SOP_EMBED,  /* waiting for the vector (pool job or remote embedder) */
+    SOP_FETCH,  /* waiting for a candidate's entry and record */
+    SOP_VERIFY, /* waiting for the verifier */
+};
 
-struct semantic_port *semantic_port_create(struct semantic *s, struct event_base *base,
-                                           struct store *store, struct upstream *up,
-                                           struct stats *st)
-{
-    (void)s;
-    (void)base;
-    (void)store;
-    (void)up;
-    (void)st;
-    return NULL;
-}
+struct semantic_op {
+    unsigned magic;
+    struct semantic_port *p;
+    semantic_fn *cb;
+    void *arg;
+    enum sop_state state;
+    bool cancelled; /* by the caller while a pool job holds the op */
+    bool in_pool;
+    bool timed_out;
 
-void semantic_port_destroy(struct semantic_port **p)
-{
-    *p = NULL;
-}
+    /* The query (copied). */
+    enum api_endpoint endpoint;
+    char tenant_id[TENANT_ID_LEN + 1];
+    unsigned char exact[PC_SHA256_LEN];
+    unsigned char partition[PC_SHA256_LEN];
+    char *text;
+    int64_t max_age_ms;
+    double threshold;
 
-struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semantic_query *q,
-                                    semantic_fn *cb, void *arg)
-{
-    (void)p;
-    (void)q;
-    (void)cb;
-    (void)arg;
-    return NULL;
-}
+    /* Embedding and search. */
+    struct semantic_vec *vec; /* NULL until embedded */
+    struct rembed_req *rreq;
+    struct event *deadline;
+    struct vindex_hit hits[SEMANTIC_K];
+    size_t nhits;
+    size_t next; /* next candidate to examine */
 
-void semantic_cancel(struct semantic_op **op)
-{
-    *op = NULL;
-}
+    /* The candidate being examined. */
+    struct store_cmd *get_entry;
+    struct store_cmd *get_rec;
+    int replies;
+    bool entry_ok, rec_ok;
+    struct pc_buf entry_buf; /* the candidate's entry bytes (the hit points into them) */
+    struct entry entry;
+    char *cand_text;
+    struct verify_op *vop;
+};
 
-void semantic_put(struct semantic_port *p, const struct semantic_item *it,
-                  struct semantic_vec **vec)
+/* A put waiting for its vector from the pool. */
+struct sput {
+    unsigned magic;
+    struct semantic_port *p;
+    struct semantic_item it;
+    char tenant_id[TENANT_ID_LEN + 1];
+    unsigned char exact[PC_SHA256_LEN];
+    unsigned char partition[PC_SHA256_LEN];
+    char *text;
+    struct semantic_vec *vec;
+};
+
+static struct semantic_vec *vec_new(int dim)
 {
-    (void)p;
-    (void)it;
-    semantic_vec_free(vec);
+    struct semantic_vec *v = pc_calloc(1, sizeof(*v) + (size_t)dim * sizeof(float));
+    v->dim = dim;
+    return v;
 }
 
 struct semantic_vec *semantic_vec_take(struct semantic_result *r)
@@ -93,6 +169,212 @@ void semantic_vec_free(struct semantic_vec **v)
     PC_FREE(v);
 }
 
+/* ---- the process's part ------------------------------------------------------- */
+
+/* The index if it exists yet (any thread). */
+static struct vindex *index_get(struct semantic *s)
+{
+    pthread_mutex_lock(&s->mu);
+    struct vindex *vx = s->vx;
+    pthread_mutex_unlock(&s->mu);
+    return vx;
+}
+
+/* The index for vectors of dim (created on first use when the embedder is remote). */
+static struct vindex *index_for(struct semantic *s, int dim)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->vx == NULL) {
+        struct vindex_opts vo = {.dim = dim, .background = true};
+        s->vx = vindex_create(&vo);
+        if (s->vx != NULL) {
+            struct vsync_opts so = {
+                .url = s->conf->redis,
+                .space = s->space,
+                .index = s->vx,
+            };
+            s->sync = vsync_start(&so);
+        }
+    }
+    struct vindex *vx = s->vx != NULL && vindex_dim(s->vx) == dim ? s->vx : NULL;
+    pthread_mutex_unlock(&s->mu);
+    return vx;
+}
+
+/*
+ * A remote embedder's dimension is known from its first answer; but after a
+ * restart the vectors already in Redis say it: read a few records (blocking,
+ * at start only, each command bounded by redis-timeout) so the index is
+ * rebuilt at once. 0 when none of this space is found (or Redis is away).
+ */
+static int discover_dim(struct semantic *s)
+{
+    struct rcli k;
+    if (rcli_connect(&k, s->conf, "semantic") < 0)
+        return 0;
+    int dim = 0;
+    char cursor[32] = "0", pattern[ENTRY_KEY_MAX];
+    semantic_vector_pattern(NULL, pattern);
+    float *scratch = pc_malloc(VINDEX_DIM_MAX * sizeof(float));
+    for (int round = 0; round < 20 && dim == 0; round++) {
+        const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
+        size_t lens[] = {4, strlen(cursor), 5, strlen(pattern), 5, 4};
+        redisReply *r = rcli_command(&k, "SCAN", 6, argv, lens);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            freeReplyObject(r);
+            break;
+        }
+        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str ? r->element[0]->str : "0");
+        for (size_t i = 0; i < r->element[1]->elements && i < 16 && dim == 0; i++) {
+            const redisReply *key = r->element[1]->element[i];
+            const char *gv[] = {"GET", key->str};
+            size_t gl[] = {3, key->len};
+            redisReply *g = rcli_command(&k, "GET", 2, gv, gl);
+            struct vrec rec;
+            char err[128];
+            if (g != NULL && g->type == REDIS_REPLY_STRING &&
+                vrec_decode(g->str, g->len, &rec, scratch, VINDEX_DIM_MAX, err, sizeof(err)) == 0 &&
+                strcmp(rec.space, s->space) == 0)
+                dim = (int)rec.dim;
+            freeReplyObject(g);
+        }
+        freeReplyObject(r);
+        if (strcmp(cursor, "0") == 0)
+            break;
+    }
+    free(scratch);
+    rcli_close(&k);
+    return dim;
+}
+
+static int pool_threads(const struct conf *c)
+{
+    return c->workers > 1 ? c->workers : 1;
+}
+
+struct semantic *semantic_create(const struct conf *c, struct stats *st, char *err, size_t errlen)
+{
+    struct semantic *s = pc_calloc(1, sizeof(*s));
+    s->magic = SEMANTIC_MAGIC;
+    s->conf = c;
+    s->stats = st;
+    pthread_mutex_init(&s->mu, NULL);
+    if (guard_parse(c->semantic_guards.v, c->semantic_guards.n, &s->guards, err, errlen) < 0)
+        goto fail;
+    if (c->embedder == EMBEDDER_OPENAI) {
+        rembed_space(c, s->space, sizeof(s->space));
+    } else {
+        s->emb = embed_create(c, err, errlen);
+        if (s->emb == NULL)
+            goto fail;
+        snprintf(s->space, sizeof(s->space), "%s", embed_space(s->emb));
+    }
+    s->pool = pool_create(pool_threads(c), SEMANTIC_POOL_QUEUE);
+    if (s->pool == NULL) {
+        snprintf(err, errlen, "cannot start the semantic cache's threads");
+        goto fail;
+    }
+    int dim = s->emb != NULL ? embed_dim(s->emb) : discover_dim(s);
+    if (dim > 0 && index_for(s, dim) == NULL) {
+        snprintf(err, errlen, "cannot create the vector index");
+        goto fail;
+    }
+    return s;
+fail:
+    semantic_destroy(&s);
+    return NULL;
+}
+
+const char *semantic_space(const struct semantic *s)
+{
+    return s->space;
+}
+
+double semantic_default_threshold(const struct semantic *s)
+{
+    return s->emb != NULL ? embed_threshold_for(s->emb, s->conf) : s->conf->semantic_threshold;
+}
+
+void semantic_stop(struct semantic *s)
+{
+    if (s == NULL)
+        return;
+    pool_stop(s->pool);
+    vsync_stop(&s->sync);
+}
+
+void semantic_destroy(struct semantic **sp)
+{
+    struct semantic *s = *sp;
+    if (s == NULL)
+        return;
+    *sp = NULL;
+    semantic_stop(s);
+    pool_destroy(&s->pool);
+    vindex_destroy(&s->vx);
+    embed_destroy(&s->emb);
+    pthread_mutex_destroy(&s->mu);
+    s->magic = 0;
+    free(s);
+}
+
+void semantic_render_json(struct semantic *s, struct pc_buf *out)
+{
+    struct vindex_stats vs = {0};
+    struct vindex *vx = index_get(s);
+    if (vx != NULL)
+        vindex_get_stats(vx, &vs);
+    struct vsync_counters ys = {0};
+    if (s->sync != NULL)
+        vsync_get_counters(s->sync, &ys);
+    pc_buf_printf(out, "\"semantic_threshold\":%.4f,", semantic_default_threshold(s));
+    pc_buf_printf(out,
+                  "\"semantic_space\":\"%s\",\"semantic_vectors\":%zu,"
+                  "\"semantic_partitions\":%zu,\"semantic_index_bytes\":%zu,"
+                  "\"semantic_pool_queued\":%zu,\"semantic_sync_ready\":%s,"
+                  "\"semantic_sync_loaded\":%llu,\"semantic_sync_events\":%llu",
+                  s->space, vs.vectors, vs.partitions, vs.bytes, pool_queued(s->pool),
+                  ys.ready ? "true" : "false", (unsigned long long)ys.loaded,
+                  (unsigned long long)ys.events);
+}
+
+/* ---- ports ------------------------------------------------------------------ */
+
+struct semantic_port *semantic_port_create(struct semantic *s, struct event_base *base,
+                                           struct store *store, struct upstream *up,
+                                           struct stats *st)
+{
+    if (s == NULL)
+        return NULL;
+    struct semantic_port *p = pc_calloc(1, sizeof(*p));
+    p->magic = PORT_MAGIC;
+    p->s = s;
+    p->base = base;
+    p->store = store;
+    p->st = st;
+    p->pport = pool_port_create(base);
+    if (s->conf->embedder == EMBEDDER_OPENAI)
+        p->rembed = rembed_create(s->conf, base, up, st);
+    p->verify = verify_create(s->conf, base, up, st);
+    return p;
+}
+
+void semantic_port_destroy(struct semantic_port **pp)
+{
+    struct semantic_port *p = *pp;
+    if (p == NULL)
+        return;
+    *pp = NULL;
+    PC_CHECK_OBJ(p, PORT_MAGIC);
+    pool_port_destroy(&p->pport); /* jobs still owed finish here, freeing their ops */
+    rembed_destroy(&p->rembed);
+    verify_destroy(&p->verify);
+    p->magic = 0;
+    free(p);
+}
+
+/* ---- keys ------------------------------------------------------------------- */
+
 void semantic_vector_pattern(const char *tenant_id, char out[ENTRY_KEY_MAX])
 {
     if (tenant_id == NULL)
@@ -101,14 +383,454 @@ void semantic_vector_pattern(const char *tenant_id, char out[ENTRY_KEY_MAX])
         snprintf(out, ENTRY_KEY_MAX, PC_KEY_PREFIX "v:{%.*s:*", TENANT_ID_LEN, tenant_id);
 }
 
+/* The index's tenant id (8 bytes) from the 16 hex characters. */
+static void tenant_bytes(const char *tenant_id, unsigned char out[VINDEX_TENANT_LEN])
+{
+    for (int i = 0; i < VINDEX_TENANT_LEN; i++) {
+        unsigned v = 0;
+        sscanf(tenant_id + 2 * i, "%2x", &v);
+        out[i] = (unsigned char)v;
+    }
+}
+
+static void tenant_hex(const unsigned char t[VINDEX_TENANT_LEN], char out[TENANT_ID_LEN + 1])
+{
+    pc_hex(t, VINDEX_TENANT_LEN, out);
+}
+
 void semantic_publish_flush(struct semantic_port *p, struct store *store, const char *tenant_id)
 {
-    (void)p;
-    const char *argv[10] = {"XADD", SEMANTIC_STREAM, "MAXLEN", "~",      SEMANTIC_STREAM_CAP, "*",
-                            "op",   "flush",         "t",      tenant_id};
-    size_t lens[10];
-    int argc = tenant_id != NULL ? 10 : 8;
-    for (int i = 0; i < argc; i++)
-        lens[i] = i == 9 ? TENANT_ID_LEN : strlen(argv[i]);
-    store_write(store, argc, argv, lens);
+    if (p != NULL) {
+        struct vindex *vx = index_get(p->s);
+        if (vx != NULL && tenant_id == NULL)
+            vindex_clear(vx);
+        else if (vx != NULL) {
+            unsigned char t[VINDEX_TENANT_LEN];
+            tenant_bytes(tenant_id, t);
+            vindex_remove_tenant(vx, t);
+        }
+    }
+    unsigned char t[VINDEX_TENANT_LEN];
+    if (tenant_id != NULL)
+        tenant_bytes(tenant_id, t);
+    vsync_store_flush(store, tenant_id != NULL ? t : NULL);
+}
+
+/* ---- lookups: ending -------------------------------------------------------- */
+
+static void op_free(struct semantic_op *op)
+{
+    store_cancel(&op->get_entry);
+    store_cancel(&op->get_rec);
+    rembed_cancel(&op->rreq);
+    verify_cancel(&op->vop);
+    if (op->deadline != NULL)
+        event_free(op->deadline);
+    semantic_vec_free(&op->vec);
+    pc_buf_free(&op->entry_buf);
+    free(op->cand_text);
+    free(op->text);
+    op->magic = 0;
+    free(op);
+}
+
+/* Tell the caller (hit: entry set) and free the op. */
+static void op_finish(struct semantic_op *op, const struct entry *hit, double sim)
+{
+    struct semantic_result res = {.entry = hit, .similarity = sim, .vec = op->vec};
+    op->vec = NULL;
+    semantic_fn *cb = op->cb;
+    void *arg = op->arg;
+    cb(arg, &res);
+    semantic_vec_free(&res.vec); /* unless the caller took it */
+    op_free(op);
+}
+
+static void op_miss(struct semantic_op *op)
+{
+    op_finish(op, NULL, 0);
+}
+
+/* ---- lookups: candidates ---------------------------------------------------- */
+
+static void next_candidate(struct semantic_op *op);
+
+/* The candidate is gone or unusable: forget it here, so it is not searched again. */
+static void drop_candidate(struct semantic_op *op, const struct vindex_hit *hit)
+{
+    stats_incr(op->p->st, STAT_semantic_stale);
+    struct vindex *vx = index_get(op->p->s);
+    if (vx != NULL)
+        vindex_remove(vx, hit->key);
+}
+
+static void on_verified(void *arg, enum verify_answer a)
+{
+    struct semantic_op *op = arg;
+    PC_CHECK_OBJ(op, SOP_MAGIC);
+    op->vop = NULL;
+    if (a == VERIFY_YES)
+        op_finish(op, &op->entry, op->hits[op->next - 1].similarity);
+    else
+        next_candidate(op);
+}
+
+/* Both replies are in: decide about the candidate. */
+static void examine_candidate(struct semantic_op *op)
+{
+    const struct vindex_hit *hit = &op->hits[op->next - 1];
+    if (!op->entry_ok || !op->rec_ok) {
+        drop_candidate(op, hit);
+        next_candidate(op);
+        return;
+    }
+    int g = guard_check(op->text, strlen(op->text), op->cand_text, strlen(op->cand_text),
+                        op->p->s->guards);
+    if (g != GUARD__COUNT) {
+        stats_incr(op->p->st, STAT_semantic_guard_rejects);
+        log_debug("semantic candidate (similarity %.4f) rejected by the %s guard",
+                  (double)hit->similarity, guard_name((enum guard_kind)g));
+        next_candidate(op);
+        return;
+    }
+    const struct conf *c = op->p->s->conf;
+    if (op->p->verify != NULL && hit->similarity < c->semantic_sure_threshold) {
+        op->state = SOP_VERIFY;
+        op->vop = verify_ask(op->p->verify, op->text, op->cand_text, on_verified, op);
+        if (op->vop == NULL)
+            next_candidate(op);
+        return;
+    }
+    op_finish(op, &op->entry, hit->similarity);
+}
+
+static void on_entry(void *arg, enum store_status st, const char *val, size_t len)
+{
+    struct semantic_op *op = arg;
+    PC_CHECK_OBJ(op, SOP_MAGIC);
+    op->get_entry = NULL;
+    pc_buf_reset(&op->entry_buf);
+    op->entry_ok = false;
+    if (st == STORE_OK && val != NULL) {
+        pc_buf_append(&op->entry_buf, val, len);
+        struct entry *e = &op->entry;
+        op->entry_ok = entry_decode(op->entry_buf.data, op->entry_buf.len, e) == 0 &&
+                       e->endpoint == op->endpoint &&
+                       (op->max_age_ms < 0 || entry_age_ms(e) <= op->max_age_ms);
+    }
+    if (++op->replies == 2)
+        examine_candidate(op);
+}
+
+static void on_record(void *arg, enum store_status st, const char *val, size_t len)
+{
+    struct semantic_op *op = arg;
+    PC_CHECK_OBJ(op, SOP_MAGIC);
+    op->get_rec = NULL;
+    op->rec_ok = false;
+    PC_FREE(&op->cand_text);
+    struct vrec rec;
+    char err[128];
+    size_t cap = op->vec != NULL ? (size_t)op->vec->dim : 0;
+    float *scratch = pc_malloc((cap > 0 ? cap : 1) * sizeof(float));
+    if (st == STORE_OK && val != NULL &&
+        vrec_decode(val, len, &rec, scratch, cap, err, sizeof(err)) == 0 &&
+        memcmp(rec.partition, op->partition, PC_SHA256_LEN) == 0 &&
+        strcmp(rec.space, op->p->s->space) == 0) {
+        op->cand_text = pc_strndup(rec.text, rec.text_len);
+        op->rec_ok = true;
+    }
+    free(scratch);
+    if (++op->replies == 2)
+        examine_candidate(op);
+}
+
+/* Fetch the next candidate's entry and record, or end with a miss. */
+static void next_candidate(struct semantic_op *op)
+{
+    if (op->next >= op->nhits) {
+        op_miss(op);
+        return;
+    }
+    const struct vindex_hit *hit = &op->hits[op->next++];
+    stats_incr(op->p->st, STAT_semantic_candidates);
+    char tenant[TENANT_ID_LEN + 1], ekey[ENTRY_KEY_MAX], vkey[VSYNC_KEY_MAX];
+    tenant_hex(hit->tenant, tenant);
+    entry_key(tenant, hit->key, ekey);
+    vsync_vector_key(hit->tenant, hit->key, vkey);
+    op->state = SOP_FETCH;
+    op->replies = 0;
+    op->get_entry = store_get(op->p->store, ekey, strlen(ekey), on_entry, op);
+    op->get_rec = store_get(op->p->store, vkey, strlen(vkey), on_record, op);
+    if (op->get_entry == NULL || op->get_rec == NULL) {
+        store_cancel(&op->get_entry);
+        store_cancel(&op->get_rec);
+        op_miss(op); /* Redis went away: nothing more to try */
+    }
+}
+
+/* ---- lookups: embedding and search -------------------------------------------- */
+
+/* Pool thread: embed (local embedder) if needed, then search. Touches only the op's own fields. */
+static void work_embed_search(void *arg)
+{
+    struct semantic_op *op = arg;
+    struct semantic *s = op->p->s;
+    if (op->vec == NULL && s->emb != NULL) {
+        struct semantic_vec *v = vec_new(embed_dim(s->emb));
+        if (embed_text(s->emb, op->text, strlen(op->text), v->v) == 0)
+            op->vec = v;
+        else
+            free(v);
+    }
+    if (op->vec == NULL)
+        return;
+    struct vindex *vx = index_for(s, op->vec->dim);
+    if (vx == NULL)
+        return;
+    /* Its own entry is not a candidate (the exact stage missed it: gone or too old). */
+    struct vindex_hit hits[SEMANTIC_K + 1];
+    size_t n = vindex_search(vx, op->partition, op->vec->v, SEMANTIC_K + 1, (float)op->threshold,
+                             pc_wall_ms(), hits);
+    for (size_t i = 0; i < n && op->nhits < SEMANTIC_K; i++)
+        if (memcmp(hits[i].key, op->exact, PC_SHA256_LEN) != 0)
+            op->hits[op->nhits++] = hits[i];
+}
+
+static void done_embed_search(void *arg, bool ran)
+{
+    struct semantic_op *op = arg;
+    PC_CHECK_OBJ(op, SOP_MAGIC);
+    op->in_pool = false;
+    if (op->cancelled) {
+        op_free(op);
+        return;
+    }
+    if (op->timed_out) /* the caller has had its miss */
+        return;
+    if (op->deadline != NULL)
+        event_del(op->deadline);
+    if (!ran || op->vec == NULL) {
+        op_miss(op);
+        return;
+    }
+    next_candidate(op);
+}
+
+/* embedder-timeout passed before the vector and the candidates came: a miss now. */
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct semantic_op *op = arg;
+    PC_CHECK_OBJ(op, SOP_MAGIC);
+    stats_incr(op->p->st, STAT_semantic_shed);
+    rembed_cancel(&op->rreq);
+    if (!op->in_pool) {
+        op_miss(op);
+        return;
+    }
+    /* The pool job still holds the op: answer now, free when it comes back. */
+    op->timed_out = true;
+    struct semantic_result res = {0};
+    semantic_fn *cb = op->cb;
+    op->cancelled = true;
+    cb(op->arg, &res);
+}
+
+static bool submit_search(struct semantic_op *op)
+{
+    op->in_pool = true;
+    if (pool_submit(op->p->s->pool, op->p->pport, work_embed_search, done_embed_search, op) == 0)
+        return true;
+    op->in_pool = false;
+    stats_incr(op->p->st, STAT_semantic_shed);
+    return false;
+}
+
+static void on_remote_vec(void *arg, const float *vec, int dim)
+{
+    struct semantic_op *op = arg;
+    PC_CHECK_OBJ(op, SOP_MAGIC);
+    op->rreq = NULL;
+    if (vec == NULL) {
+        event_del(op->deadline);
+        op_miss(op);
+        return;
+    }
+    op->vec = vec_new(dim);
+    memcpy(op->vec->v, vec, (size_t)dim * sizeof(float));
+    if (!submit_search(op)) {
+        event_del(op->deadline);
+        op_miss(op);
+    }
+}
+
+struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semantic_query *q,
+                                    semantic_fn *cb, void *arg)
+{
+    if (p == NULL)
+        return NULL;
+    PC_CHECK_OBJ(p, PORT_MAGIC);
+    struct semantic_op *op = pc_calloc(1, sizeof(*op));
+    op->magic = SOP_MAGIC;
+    op->p = p;
+    op->cb = cb;
+    op->arg = arg;
+    op->state = SOP_EMBED;
+    op->endpoint = q->endpoint;
+    snprintf(op->tenant_id, sizeof(op->tenant_id), "%.*s", TENANT_ID_LEN, q->tenant_id);
+    memcpy(op->exact, q->exact, PC_SHA256_LEN);
+    memcpy(op->partition, q->partition, PC_SHA256_LEN);
+    op->text = pc_strdup(q->text);
+    op->max_age_ms = q->max_age_ms;
+    op->threshold = q->threshold >= 0 ? q->threshold : semantic_default_threshold(p->s);
+    stats_incr(p->st, STAT_semantic_lookups);
+    op->deadline = event_new(p->base, -1, 0, on_deadline, op);
+    bool started;
+    if (p->rembed != NULL) {
+        op->rreq = rembed_submit(p->rembed, op->text, strlen(op->text), on_remote_vec, op);
+        started = op->rreq != NULL;
+    } else {
+        started = submit_search(op);
+    }
+    if (!started || op->deadline == NULL) {
+        if (op->in_pool) { /* cannot happen without a deadline event; be safe anyway */
+            op->cancelled = true;
+            return NULL;
+        }
+        op_free(op);
+        return NULL;
+    }
+    struct timeval tv = pc_timeval_ms(p->s->conf->embedder_timeout);
+    event_add(op->deadline, &tv);
+    return op;
+}
+
+void semantic_cancel(struct semantic_op **opp)
+{
+    struct semantic_op *op = *opp;
+    if (op == NULL)
+        return;
+    *opp = NULL;
+    PC_CHECK_OBJ(op, SOP_MAGIC);
+    if (op->in_pool) {
+        op->cancelled = true; /* freed when the job comes back */
+        if (op->deadline != NULL)
+            event_del(op->deadline);
+        return;
+    }
+    op_free(op);
+}
+
+/* ---- puts ------------------------------------------------------------------- */
+
+/* Write the record, tell the other instances, index it here. */
+static void put_write(struct semantic_port *p, const struct semantic_item *it,
+                      const struct semantic_vec *vec)
+{
+    struct semantic *s = p->s;
+    int64_t expires = it->created_ms + it->ttl_ms;
+    size_t text_len = strlen(it->text);
+    if (text_len > VREC_TEXT_MAX) { /* the guards see the start; cut on a UTF-8 boundary */
+        text_len = VREC_TEXT_MAX;
+        while (text_len > 0 && ((unsigned char)it->text[text_len] & 0xc0) == 0x80)
+            text_len--;
+    }
+    struct vrec rec = {
+        .dim = (unsigned)vec->dim,
+        .created_ms = it->created_ms,
+        .expires_ms = expires,
+        .vec = vec->v,
+        .text = it->text,
+        .text_len = text_len,
+    };
+    snprintf(rec.space, sizeof(rec.space), "%s", s->space);
+    memcpy(rec.partition, it->partition, PC_SHA256_LEN);
+    struct vindex_item item = {.expires_ms = expires};
+    memcpy(item.key, it->exact, PC_SHA256_LEN);
+    tenant_bytes(it->tenant_id, item.tenant);
+    struct pc_buf val = PC_BUF_INIT;
+    if (vrec_encode(&rec, VREC_F16, &val) == 0 &&
+        vsync_store_put(p->store, item.tenant, item.key, val.data, val.len, it->ttl_ms) == 0)
+        stats_incr(p->st, STAT_semantic_vectors_stored);
+    pc_buf_free(&val);
+    struct vindex *vx = index_for(s, vec->dim);
+    if (vx != NULL)
+        vindex_add(vx, it->partition, &item, vec->v);
+}
+
+static void sput_free(struct sput *sp)
+{
+    free(sp->text);
+    semantic_vec_free(&sp->vec);
+    sp->magic = 0;
+    free(sp);
+}
+
+static void work_embed_put(void *arg)
+{
+    struct sput *sp = arg;
+    struct embedder *emb = sp->p->s->emb;
+    struct semantic_vec *v = vec_new(embed_dim(emb));
+    if (embed_text(emb, sp->text, strlen(sp->text), v->v) == 0)
+        sp->vec = v;
+    else
+        free(v);
+}
+
+static void done_embed_put(void *arg, bool ran)
+{
+    struct sput *sp = arg;
+    PC_CHECK_OBJ(sp, SPUT_MAGIC);
+    if (ran && sp->vec != NULL)
+        put_write(sp->p, &sp->it, sp->vec);
+    sput_free(sp);
+}
+
+static void on_put_vec(void *arg, const float *vec, int dim)
+{
+    struct sput *sp = arg;
+    PC_CHECK_OBJ(sp, SPUT_MAGIC);
+    if (vec != NULL) {
+        sp->vec = vec_new(dim);
+        memcpy(sp->vec->v, vec, (size_t)dim * sizeof(float));
+        put_write(sp->p, &sp->it, sp->vec);
+    }
+    sput_free(sp);
+}
+
+void semantic_put(struct semantic_port *p, const struct semantic_item *it,
+                  struct semantic_vec **vec)
+{
+    if (p == NULL || it->text == NULL) {
+        semantic_vec_free(vec);
+        return;
+    }
+    PC_CHECK_OBJ(p, PORT_MAGIC);
+    if (*vec != NULL) {
+        put_write(p, it, *vec);
+        semantic_vec_free(vec);
+        return;
+    }
+    /* No vector from a lookup (Cache-Control: no-cache): embed it now. */
+    struct sput *sp = pc_calloc(1, sizeof(*sp));
+    sp->magic = SPUT_MAGIC;
+    sp->p = p;
+    sp->it = *it;
+    snprintf(sp->tenant_id, sizeof(sp->tenant_id), "%.*s", TENANT_ID_LEN, it->tenant_id);
+    memcpy(sp->exact, it->exact, PC_SHA256_LEN);
+    memcpy(sp->partition, it->partition, PC_SHA256_LEN);
+    sp->text = pc_strdup(it->text);
+    sp->it.tenant_id = sp->tenant_id;
+    sp->it.exact = sp->exact;
+    sp->it.partition = sp->partition;
+    sp->it.text = sp->text;
+    bool started;
+    if (p->rembed != NULL)
+        started = rembed_submit(p->rembed, sp->text, strlen(sp->text), on_put_vec, sp) != NULL;
+    else
+        started = pool_submit(p->s->pool, p->pport, work_embed_put, done_embed_put, sp) == 0;
+    if (!started)
+        sput_free(sp);
 }

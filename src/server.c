@@ -12,6 +12,7 @@
 #include "pc_flight.h"
 #include "pc_log.h"
 #include "pc_route.h"
+#include "pc_semantic.h"
 #include "pc_worker.h"
 
 #include <errno.h>
@@ -32,6 +33,7 @@ struct server {
     const struct conf *conf;
     int listen_fd;
     struct route *route;
+    struct semantic *sem; /* NULL when semantic is off */
     struct worker **workers;
     int nworkers;
     struct event_base *base;
@@ -149,7 +151,7 @@ static int start_workers(struct server *s, char *err, size_t errlen)
     uint32_t prefix = (uint32_t)((uint64_t)pc_wall_ms() * 2654435761u) ^ (uint32_t)getpid();
     s->workers = pc_calloc((size_t)s->conf->workers, sizeof(*s->workers));
     for (int i = 0; i < s->conf->workers; i++) {
-        struct worker *w = worker_create(i, s->conf, s->route, s->listen_fd, err, errlen);
+        struct worker *w = worker_create(i, s->conf, s->route, s->sem, s->listen_fd, err, errlen);
         if (w == NULL)
             return -1;
         w->id_prefix = prefix;
@@ -182,6 +184,8 @@ static void stop_workers(struct server *s)
         worker_join(s->workers[i]);
     for (int i = 0; i < s->nworkers; i++)
         worker_close_clients(s->workers[i]);
+    /* No loop runs now: stop the pool, so each worker gets back the jobs it is owed. */
+    semantic_stop(s->sem);
     for (int i = 0; i < s->nworkers; i++)
         worker_destroy(&s->workers[i]);
     free(s->workers);
@@ -209,9 +213,10 @@ static void log_startup(const struct server *s)
                    at ? at + 1 : s->conf->redis, (long long)s->conf->cache_ttl);
     } else
         log_notice("cache: off (every request bypasses it)");
-    if (s->conf->semantic)
-        log_warn(
-            "semantic yes: the semantic cache is not part of this build yet; exact cache only");
+    if (s->sem != NULL)
+        log_notice("semantic cache: %s vectors, threshold %.3f%s", semantic_space(s->sem),
+                   semantic_default_threshold(s->sem),
+                   s->conf->semantic_verify_url[0] ? ", grey zone verified" : "");
 }
 
 static void server_teardown(struct server *s)
@@ -229,6 +234,7 @@ static void server_teardown(struct server *s)
         event_base_free(s->base);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
+    semantic_destroy(&s->sem);
     route_destroy(&s->route);
     flight_table_destroy();
     stats_unregister_all();
@@ -268,6 +274,8 @@ int server_run(const struct conf *c)
     flight_table_init();
     raise_fd_limit(c);
     if ((s.route = route_create(c, err, sizeof(err))) == NULL)
+        goto out;
+    if (c->semantic && c->cache && (s.sem = semantic_create(c, NULL, err, sizeof(err))) == NULL)
         goto out;
     if ((s.listen_fd = listen_socket(c, err, sizeof(err))) < 0)
         goto out;

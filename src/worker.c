@@ -15,6 +15,7 @@
 #include "pc_httpd.h"
 #include "pc_log.h"
 #include "pc_proxy.h"
+#include "pc_semantic.h"
 #include "pc_store.h"
 #include "pc_tally.h"
 #include "pc_upstream.h"
@@ -93,14 +94,15 @@ static void httpd_conf_from(const struct conf *c, struct httpd_conf *hc)
     hc->server_name = NULL;
 }
 
-struct worker *worker_create(int id, const struct conf *conf, struct route *route, int listen_fd,
-                             char *errbuf, size_t errlen)
+struct worker *worker_create(int id, const struct conf *conf, struct route *route,
+                             struct semantic *sem, int listen_fd, char *errbuf, size_t errlen)
 {
     struct worker *w = pc_calloc(1, sizeof(*w));
     w->magic = WORKER_MAGIC;
     w->id = id;
     w->conf = conf;
     w->route = route;
+    w->semantic = sem;
     w->backend = backend_for(conf->upstream_type);
     w->started_ms = pc_wall_ms();
     stats_register(&w->stats);
@@ -116,9 +118,16 @@ struct worker *worker_create(int id, const struct conf *conf, struct route *rout
     w->up = upstream_create(w->base, &w->stats);
     struct store_opts so = {conf->redis, conf->redis_timeout, conf->redis_auto_migrate};
     w->store = store_create(w->base, &so, &w->stats);
+    if (sem != NULL) {
+        w->side = upstream_create(w->base, &w->side_stats);
+        w->sem_port = semantic_port_create(sem, w->base, w->store, w->side, &w->stats);
+    }
     if (w->store != NULL) {
-        struct cache_opts co = {
-            .conf = conf, .base = w->base, .store = w->store, .stats = &w->stats};
+        struct cache_opts co = {.conf = conf,
+                                .base = w->base,
+                                .store = w->store,
+                                .stats = &w->stats,
+                                .sem = w->sem_port};
         w->cache = cache_create(&co);
     }
     if (conf->cache) /* the report's counters live in the same Redis */
@@ -193,6 +202,8 @@ void worker_destroy(struct worker **wp)
     }
     tally_destroy(&w->tally);
     cache_destroy(&w->cache);
+    semantic_port_destroy(&w->sem_port);
+    upstream_destroy(&w->side);
     store_destroy(&w->store);
     upstream_destroy(&w->up);
     if (w->stop_ev != NULL)

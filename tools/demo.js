@@ -6,6 +6,7 @@
  * It starts a private redis-server, the mock upstream and the proxy (the same
  * helpers the integration tests use), sends OpenAI and Anthropic requests -
  * repeats, reordered JSON, streams served from answers first fetched as JSON,
+ * rewordings answered by the semantic cache (and look-alikes it refuses),
  * another tenant, a burst of identical concurrent misses - prints one line per
  * request, then the hit rate and counters from /stats.
  */
@@ -39,8 +40,9 @@ function reordered(body) {
 
 function line(label, res, ms) {
     const status = res.headers['x-cache-status'] || '-';
-    const match = res.headers['x-cache-match'] ? ` (${res.headers['x-cache-match']})` : '';
-    console.log(`  ${String(res.status).padEnd(4)}${(status + match).padEnd(16)}` +
+    const sim = res.headers['x-cache-similarity'] ? ` ${res.headers['x-cache-similarity']}` : '';
+    const match = res.headers['x-cache-match'] ? ` (${res.headers['x-cache-match']}${sim})` : '';
+    console.log(`  ${String(res.status).padEnd(4)}${(status + match).padEnd(26)}` +
         `${ms.toFixed(1).padStart(7)} ms  ${label}`);
 }
 
@@ -66,6 +68,15 @@ async function workload(proxy) {
     await send(proxy, `${QUESTIONS[3]} (another tenant)`, chatPath, chat(QUESTIONS[3]),
         {authorization: 'Bearer sk-demo-other-team'});
 
+    console.log('\nSemantic cache: the same question in other words is a HIT by meaning;');
+    console.log('a question that differs in a number, a name or a negation is not');
+    await send(proxy, 'what is the capital of france', chatPath, chat('what is the capital of france'));
+    await send(proxy, 'Capital of France - what is it?', chatPath, chat('Capital of France - what is it?'));
+    await send(proxy, 'How many legs does a spyder have', chatPath, chat('How many legs does a spyder have'));
+    await send(proxy, 'What is the capital of Spain?', chatPath, chat('What is the capital of Spain?'));
+    await send(proxy, 'How many legs does a spider not have?', chatPath,
+        chat('How many legs does a spider not have?'));
+
     console.log('\nAnthropic messages: a stream first, then JSON from the recorded stream');
     await send(proxy, 'Name three primes. (stream)', '/v1/messages',
         claude('Name three primes.', {stream: true}), {'x-mock-delay-ms': '120'});
@@ -82,14 +93,16 @@ async function workload(proxy) {
 async function main() {
     const redis = await lib.startRedis();
     const mock = await lib.startMock();
-    const proxy = await lib.startProxy({mock, redis, logLevel: 'notice'});
+    const proxy = await lib.startProxy({mock, redis, logLevel: 'notice',
+        args: ['--semantic', 'yes', '--embedder', 'builtin']});
     try {
         console.log(`promptcache ${proxy.url} -> mock upstream ${mock.url}, Redis ${redis.url}`);
         await proxy.waitReady();
         await workload(proxy);
         const s = await proxy.stats();
         console.log(`
-hit rate ${(100 * s.hit_rate).toFixed(1)}%: ${s.cache_hits} hits, ${s.cache_misses} misses, ` +
+hit rate ${(100 * s.hit_rate).toFixed(1)}%: ${s.cache_hits} hits (${s.cache_hits_exact} exact, ` +
+            `${s.cache_hits_semantic} semantic), ${s.cache_misses} misses, ` +
             `${s.coalesced} coalesced; ${s.upstream_requests} upstream calls for ` +
             `${s.requests_cacheable} requests
 tokens served from the cache: ${s.tokens_saved_prompt} prompt + ` +

@@ -1,0 +1,363 @@
+/*
+ * embed/openai.c - the remote embedder (see pc_rembed.h). Owns, per worker,
+ * the queue of texts waiting for the next call, the calls in flight (struct
+ * rbatch, each with its jcall) and every request until its callback ran.
+ *
+ *   rembed_submit ─▶ pending ──(next loop pass: flush_ev)──▶ rbatch: POST
+ *                                                             {model, input: [...]}
+ *   rembed_cancel: pending → freed; in a batch → marked, freed with the batch
+ *   batch done ─▶ data[i].embedding (by index) ─▶ unit length ─▶ each callback
+ */
+#include "pc_rembed.h"
+#include "pc_conf.h"
+#include "pc_jcall.h"
+#include "pc_log.h"
+#include "pc_stats.h"
+#include "pc_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include <event2/event.h>
+
+#define REMBED_MAGIC 0x52454d42u /* "REMB" */
+#define RREQ_MAGIC   0x52524551u /* "RREQ" */
+#define RBATCH_MAGIC 0x52424154u /* "RBAT" */
+
+#define REMBED_MAX_TEXT  8192 /* bytes of a text sent (head and tail) */
+#define REMBED_MAX_DIM   4096
+#define REMBED_MAX_REPLY (64 * 1024 * 1024) /* a batch of 4096-d float vectors fits */
+#define REMBED_URL_MAX   1024
+
+struct rembed_req {
+    unsigned magic;
+    struct rembed *r;
+    char *text;
+    size_t len;
+    rembed_fn *cb; /* NULL once cancelled */
+    void *arg;
+    bool in_batch;
+    TAILQ_ENTRY(rembed_req) link;
+};
+
+TAILQ_HEAD(rreq_list, rembed_req);
+
+struct rbatch {
+    unsigned magic;
+    struct rembed *r;
+    struct jcall *call;
+    struct rembed_req **reqs;
+    size_t n;
+    TAILQ_ENTRY(rbatch) link;
+};
+
+TAILQ_HEAD(rbatch_list, rbatch);
+
+struct rembed {
+    unsigned magic;
+    struct event_base *base;
+    struct upstream *up;
+    struct stats *st;
+    char url[REMBED_URL_MAX];
+    char *auth; /* "Bearer <embedder-key>" or NULL */
+    char *model;
+    int64_t timeout_ms;
+    size_t batch_max;
+    struct rreq_list pending;
+    size_t npending;
+    struct rbatch_list batches;
+    struct event *flush_ev;
+};
+
+void rembed_url(const char *configured, char *out, size_t outlen)
+{
+    size_t n = strlen(configured);
+    while (n > 0 && configured[n - 1] == '/')
+        n--;
+    if (n >= 11 && memcmp(configured + n - 11, "/embeddings", 11) == 0)
+        snprintf(out, outlen, "%.*s", (int)n, configured);
+    else if (n >= 3 && memcmp(configured + n - 3, "/v1", 3) == 0)
+        snprintf(out, outlen, "%.*s/embeddings", (int)n, configured);
+    else
+        snprintf(out, outlen, "%.*s/v1/embeddings", (int)n, configured);
+}
+
+void rembed_space(const struct conf *c, char *out, size_t outlen)
+{
+    if (c->embedder_model[0] != '\0') {
+        snprintf(out, outlen, "openai:%s", c->embedder_model);
+        return;
+    }
+    /* No model named: the server's one model; name the space by its URL. */
+    char url[REMBED_URL_MAX];
+    rembed_url(c->embedder_url, url, sizeof(url));
+    const char *host = strstr(url, "://");
+    host = host != NULL ? host + 3 : url;
+    const char *at = strchr(host, '@'); /* never a password in a name */
+    if (at != NULL && at < host + strcspn(host, "/"))
+        host = at + 1;
+    snprintf(out, outlen, "openai:@%.*s", (int)strcspn(host, "/"), host);
+}
+
+struct rembed *rembed_create(const struct conf *c, struct event_base *base, struct upstream *up,
+                             struct stats *st)
+{
+    struct rembed *r = pc_calloc(1, sizeof(*r));
+    r->magic = REMBED_MAGIC;
+    r->base = base;
+    r->up = up;
+    r->st = st;
+    rembed_url(c->embedder_url, r->url, sizeof(r->url));
+    if (c->embedder_key[0] != '\0') {
+        struct pc_buf b = PC_BUF_INIT;
+        pc_buf_printf(&b, "Bearer %s", c->embedder_key);
+        r->auth = pc_buf_cstr(&b);
+    }
+    r->model = pc_strdup(c->embedder_model);
+    r->timeout_ms = c->embedder_timeout;
+    r->batch_max = (size_t)c->embedder_batch;
+    TAILQ_INIT(&r->pending);
+    TAILQ_INIT(&r->batches);
+    return r;
+}
+
+static void req_free(struct rembed_req *q)
+{
+    free(q->text);
+    q->magic = 0;
+    free(q);
+}
+
+static void batch_free(struct rbatch *b)
+{
+    TAILQ_REMOVE(&b->r->batches, b, link);
+    jcall_cancel(&b->call);
+    for (size_t i = 0; i < b->n; i++)
+        req_free(b->reqs[i]);
+    free(b->reqs);
+    b->magic = 0;
+    free(b);
+}
+
+static void deliver(struct rembed_req *q, const float *vec, int dim);
+
+void rembed_destroy(struct rembed **rp)
+{
+    struct rembed *r = *rp;
+    if (r == NULL)
+        return;
+    *rp = NULL;
+    PC_CHECK_OBJ(r, REMBED_MAGIC);
+    /* Requests still owed a callback get their failure now (their owners free themselves). */
+    struct rbatch *b;
+    while ((b = TAILQ_FIRST(&r->batches)) != NULL) {
+        for (size_t i = 0; i < b->n; i++)
+            deliver(b->reqs[i], NULL, 0);
+        batch_free(b);
+    }
+    struct rembed_req *q;
+    while ((q = TAILQ_FIRST(&r->pending)) != NULL) {
+        TAILQ_REMOVE(&r->pending, q, link);
+        deliver(q, NULL, 0);
+        req_free(q);
+    }
+    if (r->flush_ev != NULL)
+        event_free(r->flush_ev);
+    if (r->auth != NULL)
+        memset(r->auth, 0, strlen(r->auth));
+    free(r->auth);
+    free(r->model);
+    r->magic = 0;
+    free(r);
+}
+
+/* ---- answers ---------------------------------------------------------------- */
+
+/* One data[] item's embedding into out (unit length); its dimension, or -1. */
+static int parse_vector(const cJSON *emb, float *out)
+{
+    if (!cJSON_IsArray(emb))
+        return -1;
+    int dim = 0;
+    double norm = 0;
+    for (const cJSON *x = emb->child; x != NULL; x = x->next) {
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || dim >= REMBED_MAX_DIM)
+            return -1;
+        out[dim] = (float)x->valuedouble;
+        norm += x->valuedouble * x->valuedouble;
+        dim++;
+    }
+    if (dim == 0 || norm <= 0)
+        return -1;
+    float inv = (float)(1.0 / sqrt(norm));
+    for (int i = 0; i < dim; i++)
+        out[i] *= inv;
+    return dim;
+}
+
+static void deliver(struct rembed_req *q, const float *vec, int dim)
+{
+    if (q->cb != NULL) {
+        rembed_fn *cb = q->cb;
+        q->cb = NULL;
+        cb(q->arg, vec, dim);
+    }
+}
+
+/* Give each request of the batch its vector (by data[].index), or a failure. */
+static void batch_deliver(struct rbatch *b, const cJSON *json)
+{
+    const cJSON *data = json != NULL ? cJSON_GetObjectItemCaseSensitive(json, "data") : NULL;
+    float *vec = pc_malloc(REMBED_MAX_DIM * sizeof(float));
+    int dim0 = 0;
+    size_t got = 0;
+    for (const cJSON *it = cJSON_IsArray(data) ? data->child : NULL; it != NULL; it = it->next) {
+        const cJSON *idx = cJSON_GetObjectItemCaseSensitive(it, "index");
+        double i = cJSON_IsNumber(idx) ? idx->valuedouble : -1;
+        if (i < 0 || i >= (double)b->n || i != (double)(size_t)i)
+            continue;
+        int dim = parse_vector(cJSON_GetObjectItemCaseSensitive(it, "embedding"), vec);
+        if (dim < 0 || (dim0 != 0 && dim != dim0))
+            continue;
+        dim0 = dim;
+        got++;
+        deliver(b->reqs[(size_t)i], vec, dim);
+    }
+    free(vec);
+    if (got < b->n)
+        stats_incr(b->r->st, STAT_semantic_embed_errors);
+    for (size_t i = 0; i < b->n; i++)
+        deliver(b->reqs[i], NULL, 0); /* anything not answered above fails */
+}
+
+static void on_batch(void *arg, int status, const cJSON *json, const char *err)
+{
+    struct rbatch *b = arg;
+    PC_CHECK_OBJ(b, RBATCH_MAGIC);
+    b->call = NULL;
+    struct rembed *r = b->r;
+    if (err != NULL || status < 200 || status > 299) {
+        stats_incr(r->st, STAT_semantic_embed_errors);
+        log_info("embedder %s: %s (status %d); semantic lookups of this batch miss", r->url,
+                 err != NULL ? err : "error answer", status);
+        json = NULL;
+    } else {
+        const cJSON *usage = cJSON_GetObjectItemCaseSensitive(json, "usage");
+        const cJSON *tok = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens");
+        if (cJSON_IsNumber(tok) && tok->valuedouble > 0)
+            stats_add(r->st, STAT_semantic_embed_tokens, (int64_t)tok->valuedouble);
+    }
+    batch_deliver(b, json);
+    batch_free(b);
+}
+
+/* ---- calls ------------------------------------------------------------------ */
+
+/* The text as sent: at most REMBED_MAX_TEXT bytes, head and tail, cut on UTF-8 boundaries. */
+static void append_capped(struct pc_buf *body, const char *s, size_t n)
+{
+    if (n <= REMBED_MAX_TEXT) {
+        pc_buf_json_str(body, s, n);
+        return;
+    }
+    size_t head = REMBED_MAX_TEXT / 2, tail = REMBED_MAX_TEXT / 2;
+    while (head > 0 && ((unsigned char)s[head] & 0xc0) == 0x80)
+        head--;
+    while (tail > 0 && ((unsigned char)s[n - tail] & 0xc0) == 0x80)
+        tail--;
+    struct pc_buf t = PC_BUF_INIT;
+    pc_buf_append(&t, s, head);
+    pc_buf_append_str(&t, "\n...\n");
+    pc_buf_append(&t, s + n - tail, tail);
+    pc_buf_json_str(body, t.data, t.len);
+    pc_buf_free(&t);
+}
+
+static void batch_send(struct rembed *r)
+{
+    struct rbatch *b = pc_calloc(1, sizeof(*b));
+    b->magic = RBATCH_MAGIC;
+    b->r = r;
+    b->reqs = pc_calloc(PC_MIN(r->npending, r->batch_max), sizeof(*b->reqs));
+    struct pc_buf body = PC_BUF_INIT;
+    pc_buf_append_str(&body, "{\"model\":");
+    pc_buf_json_str(&body, r->model, strlen(r->model));
+    pc_buf_append_str(&body, ",\"encoding_format\":\"float\",\"input\":[");
+    struct rembed_req *q;
+    while (b->n < r->batch_max && (q = TAILQ_FIRST(&r->pending)) != NULL) {
+        TAILQ_REMOVE(&r->pending, q, link);
+        r->npending--;
+        q->in_batch = true;
+        if (b->n > 0)
+            pc_buf_append_char(&body, ',');
+        append_capped(&body, q->text, q->len);
+        b->reqs[b->n++] = q;
+    }
+    pc_buf_append_str(&body, "]}");
+    TAILQ_INSERT_TAIL(&r->batches, b, link);
+    struct xfer_header auth = {"Authorization", r->auth};
+    struct jcall_req jr = {
+        .url = r->url,
+        .headers = &auth,
+        .nheaders = r->auth != NULL ? 1 : 0,
+        .body = body.data,
+        .body_len = body.len,
+        .timeout_ms = r->timeout_ms,
+        .max_response = REMBED_MAX_REPLY,
+    };
+    stats_incr(r->st, STAT_semantic_embed_calls);
+    b->call = jcall_post(r->up, r->base, &jr, on_batch, b);
+    pc_buf_free(&body);
+    if (b->call == NULL) {
+        stats_incr(r->st, STAT_semantic_embed_errors);
+        batch_deliver(b, NULL);
+        batch_free(b);
+    }
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct rembed *r = arg;
+    PC_CHECK_OBJ(r, REMBED_MAGIC);
+    while (r->npending > 0)
+        batch_send(r);
+}
+
+struct rembed_req *rembed_submit(struct rembed *r, const char *text, size_t len, rembed_fn *cb,
+                                 void *arg)
+{
+    PC_CHECK_OBJ(r, REMBED_MAGIC);
+    if (r->flush_ev == NULL && (r->flush_ev = event_new(r->base, -1, 0, on_flush, r)) == NULL)
+        return NULL;
+    struct rembed_req *q = pc_calloc(1, sizeof(*q));
+    q->magic = RREQ_MAGIC;
+    q->r = r;
+    q->text = pc_strndup(text, len);
+    q->len = len;
+    q->cb = cb;
+    q->arg = arg;
+    TAILQ_INSERT_TAIL(&r->pending, q, link);
+    if (r->npending++ == 0)
+        event_active(r->flush_ev, EV_TIMEOUT, 0); /* batch what this loop pass brings */
+    return q;
+}
+
+void rembed_cancel(struct rembed_req **qp)
+{
+    struct rembed_req *q = *qp;
+    if (q == NULL)
+        return;
+    *qp = NULL;
+    PC_CHECK_OBJ(q, RREQ_MAGIC);
+    if (q->in_batch) {
+        q->cb = NULL; /* the batch frees it when its call ends */
+        return;
+    }
+    TAILQ_REMOVE(&q->r->pending, q, link);
+    q->r->npending--;
+    req_free(q);
+}

@@ -1,0 +1,237 @@
+/*
+ * verify.c - the grey-zone verifier (see pc_verify.h). Owns, per worker, the
+ * verifier's URL and credential, and each question in flight (struct
+ * verify_op around one jcall).
+ *
+ * The question is short on purpose (a few dozen tokens plus the two texts,
+ * each cut to VERIFY_MAX_TEXT bytes), and the answer is one token, so a
+ * verification costs a small fraction of the generation it saves.
+ */
+#include "pc_verify.h"
+#include "pc_conf.h"
+#include "pc_jcall.h"
+#include "pc_log.h"
+#include "pc_stats.h"
+#include "pc_util.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#define VERIFY_MAGIC    0x56455249u /* "VERI" */
+#define VERIFY_OP_MAGIC 0x5645524fu /* "VERO" */
+#define VERIFY_MAX_TEXT 2000
+#define VERIFY_URL_MAX  1024
+
+struct verify {
+    unsigned magic;
+    struct event_base *base;
+    struct upstream *up;
+    struct stats *st;
+    char url[VERIFY_URL_MAX];
+    char *model;
+    char *auth;
+    int64_t timeout_ms;
+};
+
+struct verify_op {
+    unsigned magic;
+    struct verify *v;
+    struct jcall *call;
+    verify_fn *cb;
+    void *arg;
+};
+
+void verify_url(const char *configured, char *out, size_t outlen)
+{
+    size_t n = strlen(configured);
+    while (n > 0 && configured[n - 1] == '/')
+        n--;
+    if (n >= 17 && memcmp(configured + n - 17, "/chat/completions", 17) == 0)
+        snprintf(out, outlen, "%.*s", (int)n, configured);
+    else if (n >= 3 && memcmp(configured + n - 3, "/v1", 3) == 0)
+        snprintf(out, outlen, "%.*s/chat/completions", (int)n, configured);
+    else
+        snprintf(out, outlen, "%.*s/v1/chat/completions", (int)n, configured);
+}
+
+/* A text cut to VERIFY_MAX_TEXT bytes on a UTF-8 boundary, as a JSON string. */
+static void append_text(struct pc_buf *b, const char *s)
+{
+    size_t n = strlen(s);
+    if (n > VERIFY_MAX_TEXT) {
+        n = VERIFY_MAX_TEXT;
+        while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
+            n--;
+    }
+    pc_buf_json_str(b, s, n);
+}
+
+void verify_body(const char *model, const char *a, const char *b, char **out, size_t *len)
+{
+    struct pc_buf body = PC_BUF_INIT;
+    pc_buf_append_str(&body, "{\"model\":");
+    pc_buf_json_str(&body, model, strlen(model));
+    pc_buf_append_str(&body, ",\"temperature\":0,\"max_tokens\":1,\"messages\":["
+                             "{\"role\":\"system\",\"content\":\"Do requests A and B ask an AI "
+                             "assistant for the same thing, so that one answer fits both? Reply "
+                             "with one word: yes or no.\"},{\"role\":\"user\",\"content\":");
+    /* Each text capped on its own, so a long A cannot push B out. */
+    struct pc_buf u = PC_BUF_INIT;
+    pc_buf_append_str(&u, "Request A: ");
+    struct pc_buf ja = PC_BUF_INIT, jb = PC_BUF_INIT;
+    append_text(&ja, a);
+    append_text(&jb, b);
+    /* ja/jb are JSON strings with quotes: splice their insides. */
+    pc_buf_append(&u, ja.data + 1, ja.len - 2);
+    pc_buf_append_str(&u, "\\nRequest B: ");
+    pc_buf_append(&u, jb.data + 1, jb.len - 2);
+    pc_buf_append_char(&body, '"');
+    pc_buf_append(&body, u.data, u.len);
+    pc_buf_append_str(&body, "\"}]}");
+    pc_buf_free(&ja);
+    pc_buf_free(&jb);
+    pc_buf_free(&u);
+    *len = body.len;
+    *out = pc_buf_cstr(&body);
+}
+
+enum verify_answer verify_parse(const char *content)
+{
+    if (content == NULL)
+        return VERIFY_FAILED;
+    while (*content != '\0' && !isalpha((unsigned char)*content))
+        content++;
+    if (pc_strncaseeq(content, "yes", 3) && !isalpha((unsigned char)content[3]))
+        return VERIFY_YES;
+    if (pc_strncaseeq(content, "no", 2) && !isalpha((unsigned char)content[2]))
+        return VERIFY_NO;
+    /* One token may be cut: "Y"/"N" alone (some tokenizers) still count. */
+    if ((content[0] == 'Y' || content[0] == 'y') && content[1] == '\0')
+        return VERIFY_YES;
+    if ((content[0] == 'N' || content[0] == 'n') && content[1] == '\0')
+        return VERIFY_NO;
+    return VERIFY_FAILED;
+}
+
+struct verify *verify_create(const struct conf *c, struct event_base *base, struct upstream *up,
+                             struct stats *st)
+{
+    if (c->semantic_verify_url[0] == '\0')
+        return NULL;
+    struct verify *v = pc_calloc(1, sizeof(*v));
+    v->magic = VERIFY_MAGIC;
+    v->base = base;
+    v->up = up;
+    v->st = st;
+    verify_url(c->semantic_verify_url, v->url, sizeof(v->url));
+    v->model = pc_strdup(c->semantic_verify_model);
+    if (c->semantic_verify_key[0] != '\0') {
+        struct pc_buf b = PC_BUF_INIT;
+        pc_buf_printf(&b, "Bearer %s", c->semantic_verify_key);
+        v->auth = pc_buf_cstr(&b);
+    }
+    v->timeout_ms = c->semantic_verify_timeout;
+    return v;
+}
+
+void verify_destroy(struct verify **vp)
+{
+    struct verify *v = *vp;
+    if (v == NULL)
+        return;
+    *vp = NULL;
+    free(v->model);
+    if (v->auth != NULL)
+        memset(v->auth, 0, strlen(v->auth));
+    free(v->auth);
+    v->magic = 0;
+    free(v);
+}
+
+static const char *answer_content(const cJSON *json)
+{
+    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(json, "choices");
+    const cJSON *first = cJSON_IsArray(choices) ? choices->child : NULL;
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(first, "message");
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "content"));
+}
+
+static void count_usage(struct verify *v, const cJSON *json)
+{
+    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(json, "usage");
+    const cJSON *tot = cJSON_GetObjectItemCaseSensitive(usage, "total_tokens");
+    if (cJSON_IsNumber(tot) && tot->valuedouble > 0)
+        stats_add(v->st, STAT_semantic_verify_tokens, (int64_t)tot->valuedouble);
+}
+
+static void on_answer(void *arg, int status, const cJSON *json, const char *err)
+{
+    struct verify_op *op = arg;
+    PC_CHECK_OBJ(op, VERIFY_OP_MAGIC);
+    op->call = NULL;
+    struct verify *v = op->v;
+    enum verify_answer a = VERIFY_FAILED;
+    if (err == NULL && status >= 200 && status <= 299) {
+        count_usage(v, json);
+        a = verify_parse(answer_content(json));
+    }
+    if (a == VERIFY_FAILED) {
+        stats_incr(v->st, STAT_semantic_verify_errors);
+        log_info("verifier %s: %s (status %d); the candidate is a miss", v->url,
+                 err != NULL ? err : "no yes/no answer", status);
+    } else if (a == VERIFY_NO) {
+        stats_incr(v->st, STAT_semantic_verify_rejects);
+    }
+    verify_fn *cb = op->cb;
+    void *cbarg = op->arg;
+    op->magic = 0;
+    free(op);
+    cb(cbarg, a);
+}
+
+struct verify_op *verify_ask(struct verify *v, const char *a, const char *b, verify_fn *cb,
+                             void *arg)
+{
+    PC_CHECK_OBJ(v, VERIFY_MAGIC);
+    char *body = NULL;
+    size_t len = 0;
+    verify_body(v->model, a, b, &body, &len);
+    struct verify_op *op = pc_calloc(1, sizeof(*op));
+    op->magic = VERIFY_OP_MAGIC;
+    op->v = v;
+    op->cb = cb;
+    op->arg = arg;
+    struct xfer_header auth = {"Authorization", v->auth};
+    struct jcall_req jr = {
+        .url = v->url,
+        .headers = &auth,
+        .nheaders = v->auth != NULL ? 1 : 0,
+        .body = body,
+        .body_len = len,
+        .timeout_ms = v->timeout_ms,
+        .max_response = 1024 * 1024,
+    };
+    stats_incr(v->st, STAT_semantic_verify_calls);
+    op->call = jcall_post(v->up, v->base, &jr, on_answer, op);
+    free(body);
+    if (op->call == NULL) {
+        stats_incr(v->st, STAT_semantic_verify_errors);
+        op->magic = 0;
+        free(op);
+        return NULL;
+    }
+    return op;
+}
+
+void verify_cancel(struct verify_op **opp)
+{
+    struct verify_op *op = *opp;
+    if (op == NULL)
+        return;
+    *opp = NULL;
+    PC_CHECK_OBJ(op, VERIFY_OP_MAGIC);
+    jcall_cancel(&op->call);
+    op->magic = 0;
+    free(op);
+}

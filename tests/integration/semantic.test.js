@@ -1,0 +1,263 @@
+'use strict';
+/*
+ * Semantic cache, through the real binary: a request whose last user turn
+ * means the same as a cached one (same partition: everything else equal) is a
+ * HIT with X-Cache-Match: semantic. Most tests use `embedder openai` against
+ * tests/mock/semantic.js, whose bag-of-words vectors make rewordings of the
+ * same words similar 1.0 and one swapped word clearly lower, so each test
+ * controls exactly which candidates exist; the last ones use the built-in
+ * embedders.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+const {createSemanticMock, cosine} = require('../mock/semantic');
+
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+const MSG = '/v1/messages';
+
+let sem = null;
+let proxy = null;
+
+function semArgs(extra = []) {
+    return ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', sem.url,
+        '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9', ...extra];
+}
+
+function assertSemanticHit(res) {
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.headers['x-cache-status'], 'HIT', 'X-Cache-Status');
+    assert.equal(res.headers['x-cache-match'], 'semantic', 'X-Cache-Match');
+    assert.match(String(res.headers['x-cache-similarity']), /^[01]\.\d{4}$/, 'X-Cache-Similarity');
+    assert.match(String(res.headers.age), /^\d+$/);
+}
+
+function assertMiss(res) {
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.headers['x-cache-status'], 'MISS', `X-Cache-Status (${res.headers['x-cache-match']})`);
+}
+
+const chat = (text, extra = {}) => h.chatBody(text, extra);
+const tag = () => h.uniq('t').split(' ')[1]; /* a word that keeps tests apart */
+
+h.test('set up: mock embedder and a semantic proxy', async () => {
+    sem = await createSemanticMock().listen();
+    proxy = await env.startProxy({args: semArgs()});
+});
+
+h.test('a reworded question hits and serves the stored answer, as JSON and as a stream', async () => {
+    const t = tag();
+    const first = await proxy.post(CHAT, chat(`How do I reverse a list in Python ${t}?`));
+    assertMiss(first);
+    const calls = env.mock.callCount(CHAT);
+    const second = await proxy.post(CHAT, chat(`in python ${t}, how do i REVERSE a list`));
+    assertSemanticHit(second);
+    assert.equal(env.mock.callCount(CHAT), calls, 'no upstream call');
+    assert.deepEqual(second.json.choices, first.json.choices, 'the stored answer');
+    /* The same entry as an SSE stream, for a stream client. */
+    const s = await proxy.openStream(CHAT, chat(`reverse a list in Python ${t} how do I`, {stream: true}));
+    assert.equal(s.headers['x-cache-match'], 'semantic');
+    const events = (await s.rest()).events;
+    assert.equal(h.assembleChat(events).content, first.json.choices[0].message.content);
+    const st = await proxy.stats();
+    assert.ok(st.cache_hits_semantic >= 2, `cache_hits_semantic ${st.cache_hits_semantic}`);
+    assert.ok(st.semantic_lookups >= 3);
+});
+
+h.test('an answer stored from a stream serves a JSON client by meaning', async () => {
+    const t = tag();
+    const s = await proxy.openStream(CHAT, chat(`Name three prime numbers ${t}`, {stream: true}));
+    assert.equal(s.headers['x-cache-status'], 'MISS');
+    const streamed = h.assembleChat((await s.rest()).events).content;
+    const r = await proxy.post(CHAT, chat(`three prime numbers, name ${t}`));
+    assertSemanticHit(r);
+    assert.equal(r.json.choices[0].message.content, streamed);
+});
+
+h.test('Anthropic messages hit by meaning too', async () => {
+    const t = tag();
+    assertMiss(await proxy.post(MSG, h.messagesBody(`Explain TCP slow start ${t}`)));
+    assertSemanticHit(await proxy.post(MSG, h.messagesBody(`explain tcp slow start ${t}!`)));
+});
+
+h.test('number, negation and entity swaps miss with the guards on and hit with them off', async () => {
+    const t = tag();
+    const pairs = [
+        [`convert 10 usd to eur ${t} quickly please`, `convert 20 usd to eur ${t} quickly please`],
+        [`is it safe to drink tap water ${t} in town`, `is it not safe to drink tap water ${t} in town`],
+        [`what is the capital city of France ${t} today`, `what is the capital city of Spain ${t} today`],
+    ];
+    /* A low threshold so only the guards can tell these apart; a namespace of
+     * its own so no other test's question is a candidate. */
+    const ns = {'X-Cache-Namespace': `guards-${t}`};
+    const low = {...ns, 'X-Cache-Threshold': '0.5'};
+    for (const [a, b] of pairs) {
+        assertMiss(await proxy.post(CHAT, chat(a), ns));
+        assertMiss(await proxy.post(CHAT, chat(b), low));
+    }
+    const st = await proxy.stats();
+    assert.ok(st.semantic_guard_rejects >= 3, `semantic_guard_rejects ${st.semantic_guard_rejects}`);
+    const open = await env.startProxy({args: semArgs(['--semantic-guards', 'none'])});
+    const t2 = tag();
+    const ns2 = {'X-Cache-Namespace': `guards-${t2}`};
+    assertMiss(await open.post(CHAT, chat(`convert 10 usd to eur ${t2} quickly please`), ns2));
+    assertSemanticHit(await open.post(CHAT, chat(`convert 20 usd to eur ${t2} quickly please`),
+        {...ns2, 'X-Cache-Threshold': '0.5'}));
+    await open.stop();
+});
+
+h.test('another system prompt, earlier turn, model or tenant never matches', async () => {
+    const t = tag();
+    const q = `what does the error code E42 mean ${t}`;
+    const base = {model: 'gpt-4o-mini', messages: [
+        {role: 'system', content: 'You are terse.'}, {role: 'user', content: q}]};
+    assertMiss(await proxy.post(CHAT, base));
+    const reworded = (m) => m.map((x) => (x.role === 'user' ? {...x, content: `${q}?`} : x));
+    assertSemanticHit(await proxy.post(CHAT, {...base, messages: reworded(base.messages)}));
+    const otherSystem = {...base, messages: [{role: 'system', content: 'You are verbose.'},
+        {role: 'user', content: `${q}?`}]};
+    assertMiss(await proxy.post(CHAT, otherSystem));
+    const otherTurns = {...base, messages: [{role: 'system', content: 'You are terse.'},
+        {role: 'user', content: 'hi'}, {role: 'assistant', content: 'hello'}, {role: 'user', content: `${q}?`}]};
+    assertMiss(await proxy.post(CHAT, otherTurns));
+    assertMiss(await proxy.post(CHAT, {...base, model: 'gpt-4o', messages: reworded(base.messages)}));
+    const other = await proxy.post(CHAT, {...base, messages: reworded(base.messages)},
+        {Authorization: 'Bearer sk-another-tenant'});
+    assertMiss(other);
+});
+
+h.test('X-Cache-Threshold and X-Cache-Mode are honoured', async () => {
+    const t = tag();
+    const ns = {'X-Cache-Namespace': `modes-${t}`};
+    assertMiss(await proxy.post(CHAT, chat(`list the planets of the solar system ${t}`), ns));
+    const reworded = chat(`the solar system: list the planets ${t}`);
+    const noStore = {...ns, 'Cache-Control': 'no-store'};
+    assertMiss(await proxy.post(CHAT, reworded, {...noStore, 'X-Cache-Mode': 'exact'}));
+    assertSemanticHit(await proxy.post(CHAT, reworded, {...ns, 'X-Cache-Mode': 'semantic'}));
+    /* Two words swapped: under the default 0.9 a miss, with a lower per-request threshold a hit. */
+    const nearText = `name the moons of the solar system ${t}`;
+    const sim = cosine(`list the planets of the solar system ${t}`, nearText);
+    assert.ok(sim > 0.3 && sim < 0.85, `the mock embedder puts them ${sim} apart`);
+    const near = chat(nearText);
+    assertMiss(await proxy.post(CHAT, near, noStore));
+    assertSemanticHit(await proxy.post(CHAT, near, {...ns, 'X-Cache-Threshold': '0.3'}));
+    const bad = await proxy.post(CHAT, near, {...ns, 'X-Cache-Threshold': '1.5'});
+    h.assertOpenAIError(bad, 400);
+});
+
+h.test('an expired or flushed entry stops matching', async () => {
+    const t = tag();
+    const before = new Set(await env.redis.keys('pc:2:e:*'));
+    assertMiss(await proxy.post(CHAT, chat(`short lived question ${t}`), {'X-Cache-TTL': '1'}));
+    const added = (await env.redis.keys('pc:2:e:*')).filter((k) => !before.has(k));
+    assert.equal(added.length, 1, 'one new entry');
+    const vkey = added[0].replace('pc:2:e:', 'pc:2:v:');
+    assert.equal(Number(await env.redis.command('EXISTS', vkey)), 1, 'its vector record');
+    assert.ok(Number(await env.redis.command('PTTL', vkey)) <= 1000, 'with the same TTL');
+    await h.waitFor(async () => Number(await env.redis.command('EXISTS', added[0])) === 0,
+        {what: 'the entry to expire', timeout: 5000});
+    assertMiss(await proxy.post(CHAT, chat(`question short lived ${t}`)));
+
+    const t2 = tag();
+    assertMiss(await proxy.post(CHAT, chat(`flushed question ${t2} here`)));
+    const admin = await env.startProxy({args: semArgs(['--admin-token', 'secret'])});
+    const del = await admin.request({method: 'DELETE', path: '/admin/cache',
+        headers: {Authorization: 'Bearer secret'}});
+    assert.equal(del.status, 200, del.text);
+    assert.deepEqual(await env.redis.keys('pc:2:v:*'), [], 'vectors flushed with the entries');
+    /* Every instance's index dropped them: the first proxy misses too. */
+    await h.eventually(async () => assertMiss(await proxy.post(CHAT, chat(`here flushed question ${t2}`),
+        {'Cache-Control': 'no-store'})));
+    await admin.stop();
+});
+
+h.test('a restarted proxy rebuilds its index from Redis', async () => {
+    const t = tag();
+    assertMiss(await proxy.post(CHAT, chat(`what is a monad in haskell ${t}`)));
+    await proxy.stop();
+    proxy = await env.startProxy({args: semArgs()});
+    await h.eventually(async () => {
+        const st = await proxy.stats();
+        assert.ok(st.semantic_vectors >= 1, `semantic_vectors ${st.semantic_vectors}`);
+    });
+    assertSemanticHit(await proxy.post(CHAT, chat(`in haskell what is a monad ${t}`)));
+});
+
+h.test('two instances on one Redis share semantic hits', async () => {
+    const b = await env.startProxy({args: semArgs()});
+    const t = tag();
+    assertMiss(await proxy.post(CHAT, chat(`how tall is mount everest ${t}`)));
+    await h.eventually(async () => assertSemanticHit(
+        await b.post(CHAT, chat(`mount everest: how tall ${t}`))), {timeout: 2000});
+    await b.stop();
+});
+
+h.test('an embedder that is down or slow never fails or holds a request', async () => {
+    const deadPort = await h.freePort();
+    const down = await env.startProxy({args: ['--semantic', 'yes', '--embedder', 'openai',
+        '--embedder-url', `http://127.0.0.1:${deadPort}`, '--embedder-timeout', '200']});
+    const t = tag();
+    assertMiss(await down.post(CHAT, chat(`dead embedder ${t}`)));
+    h.assertHit(await down.post(CHAT, chat(`dead embedder ${t}`)));
+    await down.stop();
+
+    const slow = createSemanticMock();
+    slow.delayMs = 30000;
+    await slow.listen();
+    const p = await env.startProxy({args: ['--semantic', 'yes', '--embedder', 'openai',
+        '--embedder-url', slow.url, '--embedder-timeout', '200']});
+    const started = Date.now();
+    /* Far shorter than the embedder's delay: the lookup gave up at embedder-timeout. */
+    const r = await h.withDeadline(p.post(CHAT, chat(`slow embedder ${tag()}`)), 10000, 'a request past a slow embedder');
+    assertMiss(r);
+    assert.ok(Date.now() - started < 10000);
+    const st = await p.stats();
+    assert.ok(st.semantic_embed_errors >= 1, `semantic_embed_errors ${st.semantic_embed_errors}`);
+    await p.stop();
+    await slow.close();
+});
+
+h.test('the verifier decides grey-zone candidates: no is a miss, yes a hit', async () => {
+    const verifier = createSemanticMock();
+    await verifier.listen();
+    const p = await env.startProxy({args: semArgs(['--semantic-verify-url', verifier.url,
+        '--semantic-verify-model', 'judge', '--semantic-sure-threshold', '0.99'])});
+    const t = tag();
+    assertMiss(await p.post(CHAT, chat(`best way to learn rust ${t} as a beginner`)));
+    const near = chat(`best way to learn rust ${t} as a newcomer`);
+    const low = {'X-Cache-Threshold': '0.5'};
+    verifier.verdict = () => 'no';
+    assertMiss(await p.post(CHAT, near, {...low, 'Cache-Control': 'no-store'}));
+    assert.equal(verifier.verifyCalls, 1);
+    const asked = verifier.lastVerifyBody;
+    assert.equal(asked.model, 'judge');
+    assert.equal(asked.max_tokens, 1);
+    assert.equal(asked.temperature, 0);
+    verifier.verdict = () => 'Yes';
+    assertSemanticHit(await p.post(CHAT, near, low));
+    assert.equal(verifier.verifyCalls, 2);
+    /* A sure hit (identical words, similarity 1) is served without asking. */
+    assertSemanticHit(await p.post(CHAT, chat(`Best way to learn Rust ${t}, as a beginner?`)));
+    assert.equal(verifier.verifyCalls, 2);
+    const st = await p.stats();
+    assert.equal(st.semantic_verify_rejects, 1);
+    assert.equal(st.semantic_verify_tokens, 82);
+    await p.stop();
+    await verifier.close();
+});
+
+h.test('the built-in embedders catch rewordings with their default thresholds', async () => {
+    for (const embedder of ['hash', 'builtin']) {
+        const p = await env.startProxy({args: ['--semantic', 'yes', '--embedder', embedder]});
+        const t = tag();
+        assertMiss(await p.post(CHAT, chat(`How can I reset my password on the portal ${t}?`)));
+        assertSemanticHit(await p.post(CHAT, chat(`how can i reset my password on the portal ${t}`)));
+        assertMiss(await p.post(CHAT, chat(`Which trains leave Lisbon for Porto after noon ${t}?`)));
+        await p.stop();
+    }
+});
+
+h.test('tear down', async () => {
+    await proxy.stop();
+    await sem.close();
+});

@@ -1,0 +1,77 @@
+/*
+ * test_verify.c - the pure parts of the semantic stage's HTTP clients: the
+ * endpoint URLs derived from embedder-url and semantic-verify-url, the
+ * verifier's question and how its one-token answer is read.
+ */
+#include "t.h"
+
+#include "pc_rembed.h"
+#include "pc_verify.h"
+
+#include <cjson/cJSON.h>
+
+static void test_urls(void)
+{
+    char out[256];
+    rembed_url("http://h:8081", out, sizeof out);
+    T_CHECK_STR(out, "http://h:8081/v1/embeddings");
+    rembed_url("https://api.openai.com/v1/", out, sizeof out);
+    T_CHECK_STR(out, "https://api.openai.com/v1/embeddings");
+    rembed_url("http://tei:80/v1/embeddings", out, sizeof out);
+    T_CHECK_STR(out, "http://tei:80/v1/embeddings");
+    rembed_url("http://ollama:11434/api/embeddings/", out, sizeof out);
+    T_CHECK_STR(out, "http://ollama:11434/api/embeddings");
+    verify_url("http://judge:8000", out, sizeof out);
+    T_CHECK_STR(out, "http://judge:8000/v1/chat/completions");
+    verify_url("https://api.openai.com/v1", out, sizeof out);
+    T_CHECK_STR(out, "https://api.openai.com/v1/chat/completions");
+    verify_url("http://x/openai/deployments/d/chat/completions", out, sizeof out);
+    T_CHECK_STR(out, "http://x/openai/deployments/d/chat/completions");
+}
+
+static void test_parse(void)
+{
+    T_CHECK_INT(verify_parse("yes"), VERIFY_YES);
+    T_CHECK_INT(verify_parse(" Yes."), VERIFY_YES);
+    T_CHECK_INT(verify_parse("YES"), VERIFY_YES);
+    T_CHECK_INT(verify_parse("Y"), VERIFY_YES);
+    T_CHECK_INT(verify_parse("no"), VERIFY_NO);
+    T_CHECK_INT(verify_parse("No, they differ"), VERIFY_NO);
+    T_CHECK_INT(verify_parse("n"), VERIFY_NO);
+    T_CHECK_INT(verify_parse("yesterday"), VERIFY_FAILED);
+    T_CHECK_INT(verify_parse("nothing"), VERIFY_FAILED);
+    T_CHECK_INT(verify_parse("maybe"), VERIFY_FAILED);
+    T_CHECK_INT(verify_parse(""), VERIFY_FAILED);
+    T_CHECK_INT(verify_parse(NULL), VERIFY_FAILED);
+}
+
+static void test_body(void)
+{
+    char *body = NULL;
+    size_t len = 0;
+    char longtext[5000];
+    memset(longtext, 'a', sizeof longtext - 1);
+    longtext[sizeof longtext - 1] = '\0';
+    verify_body("judge-1", "What is \"2+2\"?", longtext, &body, &len);
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    T_CHECK(j != NULL);
+    T_CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(j, "model")), "judge-1");
+    T_CHECK_INT(cJSON_GetObjectItem(j, "max_tokens")->valueint, 1);
+    T_CHECK_INT(cJSON_GetObjectItem(j, "temperature")->valueint, 0);
+    cJSON *msgs = cJSON_GetObjectItem(j, "messages");
+    T_CHECK_INT(cJSON_GetArraySize(msgs), 2);
+    const char *user =
+        cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(msgs, 1), "content"));
+    T_CHECK(user != NULL && strncmp(user, "Request A: What is \"2+2\"?\nRequest B: aaa", 40) == 0);
+    T_CHECK(user != NULL && strlen(user) < 2100); /* each text capped */
+    cJSON_Delete(j);
+    free(body);
+}
+
+int main(void)
+{
+    T_RUN(test_urls);
+    T_RUN(test_parse);
+    T_RUN(test_body);
+    T_DONE();
+}
