@@ -44,6 +44,18 @@ const char *guard_what(enum guard_kind g)
     return (unsigned)g < GUARD__COUNT ? guard_whats[g] : NULL;
 }
 
+/* "unknown guard ..." naming every guard, from the table. */
+static void unknown_guard(const char *v, char *err, size_t errlen)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    pc_buf_printf(&b, "unknown guard \"%.40s\" (guards:", v);
+    for (int g = 0; g < GUARD__COUNT; g++)
+        pc_buf_printf(&b, " %s%s", guard_names[g], g + 1 < GUARD__COUNT ? "," : ";");
+    pc_buf_append_str(&b, " or all or none alone)");
+    snprintf(err, errlen, "%s", pc_buf_cstr(&b));
+    pc_buf_free(&b);
+}
+
 int guard_parse(char *const *v, size_t n, unsigned *mask, char *err, size_t errlen)
 {
     unsigned m = 0;
@@ -59,11 +71,7 @@ int guard_parse(char *const *v, size_t n, unsigned *mask, char *err, size_t errl
         while (g < GUARD__COUNT && !pc_strcaseeq(v[i], guard_names[g]))
             g++;
         if (g == GUARD__COUNT) {
-            snprintf(err, errlen,
-                     "unknown guard \"%.40s\" (guards: numbers, negation, entities, "
-                     "antonyms, dates, length, direction, question, extra; or all or none "
-                     "alone)",
-                     v[i]);
+            unknown_guard(v[i], err, errlen);
             return -1;
         }
         m |= GUARD_MASK(g);
@@ -1074,6 +1082,30 @@ static bool guard_extra(const struct gdoc *a, const struct gdoc *b)
     return has_unmatched_word(a, b) != has_unmatched_word(b, a);
 }
 
+#ifndef SWAP_MAX
+#define SWAP_MAX 1 /* more unmatched words than this on a side: a rewording, not a swap */
+#endif
+
+static size_t unmatched_words(const struct gdoc *d, const struct gdoc *o, size_t stop)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->t.n && n < stop; i++)
+        n += is_content(d, i) && !appears_in(d, i, o);
+    return n;
+}
+
+/*
+ * Both texts have a few content words the other lacks, and everything else
+ * in common: a word replaced ("best pizza in Rome" / "cheapest pizza in
+ * Rome"). More changes than SWAP_MAX on a side is a rewording, left to the
+ * similarity.
+ */
+static bool guard_swap(const struct gdoc *a, const struct gdoc *b)
+{
+    size_t na = unmatched_words(a, b, SWAP_MAX + 1), nb = unmatched_words(b, a, SWAP_MAX + 1);
+    return na > 0 && nb > 0 && na <= SWAP_MAX && nb <= SWAP_MAX;
+}
+
 /* ---- the check ------------------------------------------------------------------------------ */
 
 typedef bool guard_fn(const struct gdoc *a, const struct gdoc *b);
@@ -1083,7 +1115,7 @@ static guard_fn *const guard_fns[GUARD__COUNT] = {
     [GUARD_ENTITIES] = guard_entities,   [GUARD_ANTONYMS] = guard_antonyms,
     [GUARD_DATES] = guard_dates,         [GUARD_LENGTH] = guard_length,
     [GUARD_DIRECTION] = guard_direction, [GUARD_QUESTION] = guard_question,
-    [GUARD_EXTRA] = guard_extra,
+    [GUARD_EXTRA] = guard_extra,         [GUARD_SWAP] = guard_swap,
 };
 
 int guard_check(const char *a, size_t alen, const char *b, size_t blen, unsigned mask)

@@ -23,7 +23,7 @@
 #include "pc_util.h"
 #include "pc_wordvec.h"
 
-#define BUILTIN_THRESHOLD 0.89   /* tools/semeval: 1% rule at 0.8812, rounded up */
+#define BUILTIN_THRESHOLD 0.85   /* tools/semeval's threshold rule (see pc_embed.h) */
 #define COMMON_WORDS      20000  /* frequent words whose mean is the common direction */
 #define TYPO_MIN_LEN      4      /* shorter unknown words are left alone */
 #define TYPO_MAX_LEN      16     /* and so are longer ones (names, identifiers) */

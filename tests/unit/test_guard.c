@@ -219,6 +219,24 @@ static void test_extra(void)
     EXPECT(GUARD_EXTRA, rej, pass);
 }
 
+static void test_swap(void)
+{
+    static const struct pair rej[] = {
+        {"nearest gas station", "cheapest gas station"},
+        {"python memory leak in requests", "python memory leak in aiohttp"},
+        {"What advice would you give to an aspiring artist?",
+         "What advice would you give to an aspiring musician?"},
+        {"tag:postgres index strategy", "tag:mysql index strategy"},
+    };
+    static const struct pair pass[] = {
+        {"nearest gas station", "closest petrol station"}, /* two words: a rewording */
+        {"How do I reset my Windows password?", "How do I reset my windows pasword?"},
+        {"What are the best coffee shops in Seattle?", "best coffee shop Seattle"},
+        {"How do I send an email?", "How do I send an email in the past?"}, /* extra's */
+    };
+    EXPECT(GUARD_SWAP, rej, pass);
+}
+
 /* Near-duplicates that every guard lets through. */
 static void test_pass_all(void)
 {
@@ -251,6 +269,7 @@ static void test_names_and_parse(void)
 {
     T_CHECK_STR(guard_name(GUARD_NUMBERS), "numbers");
     T_CHECK_STR(guard_name(GUARD_EXTRA), "extra");
+    T_CHECK_STR(guard_name(GUARD_SWAP), "swap");
     T_CHECK(guard_name(GUARD__COUNT) == NULL);
     T_CHECK(guard_what(GUARD_DATES) != NULL);
     for (int g = 0; g < GUARD__COUNT; g++) {
@@ -322,6 +341,7 @@ int main(void)
     T_RUN(test_direction);
     T_RUN(test_question);
     T_RUN(test_extra);
+    T_RUN(test_swap);
     T_RUN(test_pass_all);
     T_RUN(test_names_and_parse);
     T_RUN(test_hostile_input);
