@@ -21,14 +21,20 @@
  * each guard off in turn. Nothing is written to disk.
  *
  *   usage: semeval [--vectors PATH] [--data DIR] [--embedder builtin|hash|both]
- *                  [--set KNOB=VALUE]... [--guards LIST] [--show N]
- *                  [--antonyms FILE]
+ *                  [--set KNOB=VALUE]... [--guards LIST] [--show N] [--why GUARD]
+ *                  [--antonyms FILE] [--swap] [--synonyms FILE]
+ *          semeval --speed [--vectors PATH]
  *
  * --set changes an embedder knob (hash_dim, char_min, char_max, w_word,
- * w_bigram, w_char, w_glove, sif_a, typo_fix, remove_common); --show N prints
- * the N worst false hits and missed variants at the chosen threshold;
- * --antonyms FILE adds word pairs ("a b" per line, e.g. extracted from
- * WordNet) as an extra guard, to measure whether they help.
+ * w_bigram, w_char, w_glove, sif_a, typo_fix, remove_common); --guards
+ * chooses the guards (as semantic-guards); --show N prints N false hits,
+ * missed variants and counterfeits that hit at the default threshold; --why
+ * GUARD the positives above it that GUARD rejects. Experiments, to measure
+ * what WordNet would add (tools/wnanto.c extracts it): --antonyms FILE adds
+ * word pairs ("a b" per line) as an extra guard; --swap a one-word swap guard
+ * of its own, which with --synonyms FILE (one synset per line) lets swaps of
+ * synonyms through. --speed times embedders and guards on typical and
+ * worst-case texts.
  */
 #include "pc_embed.h"
 #include "pc_guard.h"
