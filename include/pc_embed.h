@@ -49,7 +49,8 @@ struct embed_opts {
     float w_char;           /* weight of character n-grams */
     float w_glove;          /* builtin: share of the GloVe part (0..1) in the cosine */
     float sif_a;            /* builtin: SIF smoothing a in a / (a + p(word)) */
-    int typo_fix;           /* builtin: map unknown words to a frequent word one edit away */
+    int typo_fix;           /* builtin: 0 off; N: unknown words and words rarer than rank N
+                               may be read as a frequent word one typo away */
     int remove_common;      /* builtin: remove the common direction of frequent words */
 };
 

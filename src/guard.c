@@ -433,6 +433,17 @@ static bool set_has(const uint64_t *set, uint64_t h)
     return false;
 }
 
+/* Token i's singular form (words) or the token itself into out; its length. */
+static size_t singular_of(const struct text_doc *t, size_t i, char *out)
+{
+    size_t n = t->tok[i].len;
+    if (t->tok[i].kind == TEXT_WORD)
+        return text_singular(text_str(t, i), n, out);
+    memcpy(out, text_str(t, i), n + 1);
+    return n;
+}
+
+/* Tokenize s (capped like the embedders) and look every token up once. */
 static void prepare(struct gdoc *d, const char *s, size_t len)
 {
     d->text = s;
@@ -442,9 +453,7 @@ static void prepare(struct gdoc *d, const char *s, size_t len)
     for (size_t i = 0; i < d->t.n; i++) {
         char sing[TEXT_TOK_MAX + 1];
         const char *w = text_str(&d->t, i);
-        size_t n = d->t.tok[i].kind == TEXT_WORD
-                       ? text_singular(w, d->t.tok[i].len, sing)
-                       : (memcpy(sing, w, d->t.tok[i].len + 1u), (size_t)d->t.tok[i].len);
+        size_t n = singular_of(&d->t, i, sing);
         int k = lex_find(w);
         if (k < 0 && n != d->t.tok[i].len)
             k = lex_find(sing);
@@ -1082,9 +1091,7 @@ static bool guard_extra(const struct gdoc *a, const struct gdoc *b)
     return has_unmatched_word(a, b) != has_unmatched_word(b, a);
 }
 
-#ifndef SWAP_MAX
-#define SWAP_MAX 1 /* more unmatched words than this on a side: a rewording, not a swap */
-#endif
+#define SWAP_MAX 1 /* more unmatched words than this on a side: a rewording (tuned: 1 beats 2) */
 
 static size_t unmatched_words(const struct gdoc *d, const struct gdoc *o, size_t stop)
 {

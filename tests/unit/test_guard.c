@@ -6,6 +6,7 @@
 #include "pc_guard.h"
 #include "t.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 struct pair {
@@ -330,8 +331,35 @@ static void test_hostile_input(void)
     free(big);
 }
 
+static void *guard_worker(void *p)
+{
+    int *ok = p;
+    const char *a = "convert 10 USD to EUR", *b = "convert 10 EUR to USD";
+    const char *c = "How do I learn Python quickly?", *d = "how do i learn python quickly";
+    *ok = 1;
+    for (int i = 0; i < 200; i++)
+        if (guard_check(a, strlen(a), b, strlen(b), GUARD_ALL) != GUARD_NUMBERS ||
+            guard_check(c, strlen(c), d, strlen(d), GUARD_ALL) != GUARD__COUNT)
+            *ok = 0;
+    return NULL;
+}
+
+/* First use from several threads at once (the lexicon is built once), then concurrent checks. */
+static void test_threads(void)
+{
+    pthread_t th[4];
+    int ok[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, guard_worker, &ok[i]);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        T_CHECK(ok[i]);
+    }
+}
+
 int main(void)
 {
+    T_RUN(test_threads); /* first: the lexicon is built under contention */
     T_RUN(test_numbers);
     T_RUN(test_negation);
     T_RUN(test_entities);
