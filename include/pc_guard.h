@@ -20,16 +20,17 @@
 #include <stddef.h>
 
 /* X(ENUM, "config name", "what differs when it rejects") */
-#define GUARD_LIST(X)                                                                           \
-    X(NUMBERS, "numbers", "a number, or the unit or currency bound to it")                      \
-    X(NEGATION, "negation", "the number of negations (not, n't, no, never, without...)")        \
-    X(ENTITIES, "entities", "a name, acronym or product written as one (Berlin, NBA, X1)")      \
-    X(ANTONYMS, "antonyms", "a word swapped for its opposite (ascending/descending...)")        \
-    X(DATES, "dates", "a date or time: month, weekday, today/tomorrow, this/next week...")      \
-    X(LENGTH, "length", "the amount of content: one text says much more than the other")        \
-    X(DIRECTION, "direction", "the order around to/from/than/before/after (A to B, B to A)")    \
-    X(QUESTION, "question", "the kind of question: who, when, where, why, how many, yes/no...") \
-    X(EXTRA, "extra", "one text adds words the other has no counterpart for, and not vice versa")
+#define GUARD_LIST(X)                                                                             \
+    X(NUMBERS, "numbers", "a number, or the unit or currency bound to it")                        \
+    X(NEGATION, "negation", "the number of negations (not, n't, no, never, without...)")          \
+    X(ENTITIES, "entities", "a name, acronym or product written as one (Berlin, NBA, X1)")        \
+    X(ANTONYMS, "antonyms", "a word swapped for its opposite (ascending/descending...)")          \
+    X(DATES, "dates", "a date or time: month, weekday, today/tomorrow, this/next week...")        \
+    X(LENGTH, "length", "the amount of content: one text says much more than the other")          \
+    X(DIRECTION, "direction", "the order around to/from/than/before/after (A to B, B to A)")      \
+    X(QUESTION, "question", "the kind of question: who, when, where, why, how many, yes/no...")   \
+    X(EXTRA, "extra", "one text adds words the other has no counterpart for, and not vice versa") \
+    X(SWAP, "swap", "a word or two replaced by others (\"nearest\" / \"cheapest\" gas station)")
 
 enum guard_kind {
 #define GUARD_ENUM(e, name, what) GUARD_##e,

@@ -196,19 +196,21 @@ static const struct conf_key conf_keys[] = {
              "message of a request is compared with those of cached requests; a request may "
              "override the threshold with X-Cache-Threshold. Similarities of different "
              "embedders are not comparable, so auto (the default) uses the threshold tuned "
-             "for the embedder that runs: 0.89 for builtin and 0.87 for hash, chosen so that "
-             "at most 1% of a set of hard look-alike question pairs hit with every guard on "
-             "(see the README's semantic section). Set a number for embedder openai: about "
-             "0.90 to 0.95 for typical sentence-embedding models, found by measuring on your "
-             "own traffic. With semantic-guards none, raise it (builtin: 0.975)."},
+             "for the embedder that runs: 0.85 for builtin and 0.905 for hash, chosen with "
+             "every guard on so that at most 1% of a set of hard look-alike question pairs "
+             "hit and precision on Quora question pairs stays at 0.82 or more (see the "
+             "README's semantic section). Set a number for embedder openai: about 0.90 to "
+             "0.95 for typical sentence-embedding models, checked on your own traffic. With "
+             "fewer guards, raise it (builtin with semantic-guards none: 0.975)."},
     {.name = "semantic-guards", .type = CONF_LIST, FIELD(semantic_guards), .def = "all",
      .check = check_guard, .arg = "GUARD",
      .help = "Checks that reject a semantic candidate whatever its similarity: numbers (a "
              "number, unit or currency differs), negation, entities (names, acronyms, "
              "products), antonyms (opposites and exclusive alternatives such as JSON/YAML), "
              "dates, length, direction (A to B / B to A), question (who/when/where/why, "
-             "yes/no) and extra (one text adds words the other lacks). List the guards to "
-             "use, or all, or none."},
+             "yes/no), extra (one text adds words the other lacks) and swap (one word "
+             "replaced by another). List the guards to use, or all, or none. The default "
+             "thresholds assume all of them."},
     {.name = "embedder", .type = CONF_ENUM, FIELD(embedder), .def = "builtin",
      .names = embedder_names,
      .help = "How messages are turned into vectors: builtin, hash or openai. builtin "

@@ -44,6 +44,18 @@ const char *guard_what(enum guard_kind g)
     return (unsigned)g < GUARD__COUNT ? guard_whats[g] : NULL;
 }
 
+/* "unknown guard ..." naming every guard, from the table. */
+static void unknown_guard(const char *v, char *err, size_t errlen)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    pc_buf_printf(&b, "unknown guard \"%.40s\" (guards:", v);
+    for (int g = 0; g < GUARD__COUNT; g++)
+        pc_buf_printf(&b, " %s%s", guard_names[g], g + 1 < GUARD__COUNT ? "," : ";");
+    pc_buf_append_str(&b, " or all or none alone)");
+    snprintf(err, errlen, "%s", pc_buf_cstr(&b));
+    pc_buf_free(&b);
+}
+
 int guard_parse(char *const *v, size_t n, unsigned *mask, char *err, size_t errlen)
 {
     unsigned m = 0;
@@ -59,11 +71,7 @@ int guard_parse(char *const *v, size_t n, unsigned *mask, char *err, size_t errl
         while (g < GUARD__COUNT && !pc_strcaseeq(v[i], guard_names[g]))
             g++;
         if (g == GUARD__COUNT) {
-            snprintf(err, errlen,
-                     "unknown guard \"%.40s\" (guards: numbers, negation, entities, "
-                     "antonyms, dates, length, direction, question, extra; or all or none "
-                     "alone)",
-                     v[i]);
+            unknown_guard(v[i], err, errlen);
             return -1;
         }
         m |= GUARD_MASK(g);
@@ -425,6 +433,17 @@ static bool set_has(const uint64_t *set, uint64_t h)
     return false;
 }
 
+/* Token i's singular form (words) or the token itself into out; its length. */
+static size_t singular_of(const struct text_doc *t, size_t i, char *out)
+{
+    size_t n = t->tok[i].len;
+    if (t->tok[i].kind == TEXT_WORD)
+        return text_singular(text_str(t, i), n, out);
+    memcpy(out, text_str(t, i), n + 1);
+    return n;
+}
+
+/* Tokenize s (capped like the embedders) and look every token up once. */
 static void prepare(struct gdoc *d, const char *s, size_t len)
 {
     d->text = s;
@@ -434,9 +453,7 @@ static void prepare(struct gdoc *d, const char *s, size_t len)
     for (size_t i = 0; i < d->t.n; i++) {
         char sing[TEXT_TOK_MAX + 1];
         const char *w = text_str(&d->t, i);
-        size_t n = d->t.tok[i].kind == TEXT_WORD
-                       ? text_singular(w, d->t.tok[i].len, sing)
-                       : (memcpy(sing, w, d->t.tok[i].len + 1u), (size_t)d->t.tok[i].len);
+        size_t n = singular_of(&d->t, i, sing);
         int k = lex_find(w);
         if (k < 0 && n != d->t.tok[i].len)
             k = lex_find(sing);
@@ -1074,6 +1091,28 @@ static bool guard_extra(const struct gdoc *a, const struct gdoc *b)
     return has_unmatched_word(a, b) != has_unmatched_word(b, a);
 }
 
+#define SWAP_MAX 1 /* more unmatched words than this on a side: a rewording (tuned: 1 beats 2) */
+
+static size_t unmatched_words(const struct gdoc *d, const struct gdoc *o, size_t stop)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->t.n && n < stop; i++)
+        n += is_content(d, i) && !appears_in(d, i, o);
+    return n;
+}
+
+/*
+ * Both texts have a few content words the other lacks, and everything else
+ * in common: a word replaced ("best pizza in Rome" / "cheapest pizza in
+ * Rome"). More changes than SWAP_MAX on a side is a rewording, left to the
+ * similarity.
+ */
+static bool guard_swap(const struct gdoc *a, const struct gdoc *b)
+{
+    size_t na = unmatched_words(a, b, SWAP_MAX + 1), nb = unmatched_words(b, a, SWAP_MAX + 1);
+    return na > 0 && nb > 0 && na <= SWAP_MAX && nb <= SWAP_MAX;
+}
+
 /* ---- the check ------------------------------------------------------------------------------ */
 
 typedef bool guard_fn(const struct gdoc *a, const struct gdoc *b);
@@ -1083,7 +1122,7 @@ static guard_fn *const guard_fns[GUARD__COUNT] = {
     [GUARD_ENTITIES] = guard_entities,   [GUARD_ANTONYMS] = guard_antonyms,
     [GUARD_DATES] = guard_dates,         [GUARD_LENGTH] = guard_length,
     [GUARD_DIRECTION] = guard_direction, [GUARD_QUESTION] = guard_question,
-    [GUARD_EXTRA] = guard_extra,
+    [GUARD_EXTRA] = guard_extra,         [GUARD_SWAP] = guard_swap,
 };
 
 int guard_check(const char *a, size_t alen, const char *b, size_t blen, unsigned mask)

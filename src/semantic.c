@@ -64,6 +64,8 @@
 
 #define SEMANTIC_K          4    /* candidates examined per lookup */
 #define SEMANTIC_POOL_QUEUE 4096 /* jobs waiting for a pool thread before lookups are shed */
+/* With embedder openai and semantic-threshold auto: a start, not a measurement (see README). */
+#define SEMANTIC_REMOTE_AUTO 0.90
 
 struct semantic_vec {
     int dim;
@@ -259,8 +261,7 @@ struct semantic *semantic_create(const struct conf *c, struct stats *st, char *e
     s->conf = c;
     s->stats = st;
     pthread_mutex_init(&s->mu, NULL);
-    if (guard_parse(c->semantic_guards.v, c->semantic_guards.n, &s->guards, err, errlen) < 0)
-        goto fail;
+    s->guards = c->semantic_guard_mask;
     if (c->embedder == EMBEDDER_OPENAI) {
         rembed_space(c, s->space, sizeof(s->space));
     } else {
@@ -269,6 +270,10 @@ struct semantic *semantic_create(const struct conf *c, struct stats *st, char *e
             goto fail;
         snprintf(s->space, sizeof(s->space), "%s", embed_space(s->emb));
     }
+    if (s->emb == NULL && c->semantic_threshold < 0)
+        log_warn("semantic-threshold auto with embedder openai: using %.2f; cosines differ by "
+                 "model, so measure yours and set semantic-threshold",
+                 SEMANTIC_REMOTE_AUTO);
     s->pool = pool_create(pool_threads(c), SEMANTIC_POOL_QUEUE);
     if (s->pool == NULL) {
         snprintf(err, errlen, "cannot start the semantic cache's threads");
@@ -292,7 +297,9 @@ const char *semantic_space(const struct semantic *s)
 
 double semantic_default_threshold(const struct semantic *s)
 {
-    return s->emb != NULL ? embed_threshold_for(s->emb, s->conf) : s->conf->semantic_threshold;
+    if (s->emb != NULL)
+        return embed_threshold_for(s->emb, s->conf);
+    return s->conf->semantic_threshold >= 0 ? s->conf->semantic_threshold : SEMANTIC_REMOTE_AUTO;
 }
 
 void semantic_stop(struct semantic *s)

@@ -15,18 +15,26 @@
  *
  * For each embedder it prints ROC-AUC, the threshold at which at most 1%
  * (and 2%) of the hard negatives hit with every guard on, precision, recall
- * and hit rates there, a precision/recall table over thresholds, and the
- * same figures with each guard off in turn. Nothing is written to disk.
+ * and hit rates there and at the embedder's default threshold, the
+ * threshold rule of pc_embed.h (1% hard false hits and Quora precision >=
+ * 0.82), a precision/recall table over thresholds, and the same figures with
+ * each guard off in turn. Nothing is written to disk.
  *
  *   usage: semeval [--vectors PATH] [--data DIR] [--embedder builtin|hash|both]
- *                  [--set KNOB=VALUE]... [--guards LIST] [--show N]
- *                  [--antonyms FILE]
+ *                  [--set KNOB=VALUE]... [--guards LIST] [--show N] [--why GUARD]
+ *                  [--antonyms FILE] [--swap] [--synonyms FILE]
+ *          semeval --speed [--vectors PATH]
  *
  * --set changes an embedder knob (hash_dim, char_min, char_max, w_word,
- * w_bigram, w_char, w_glove, sif_a, typo_fix, remove_common); --show N prints
- * the N worst false hits and missed variants at the chosen threshold;
- * --antonyms FILE adds word pairs ("a b" per line, e.g. extracted from
- * WordNet) as an extra guard, to measure whether they help.
+ * w_bigram, w_char, w_glove, sif_a, typo_fix, remove_common); --guards
+ * chooses the guards (as semantic-guards); --show N prints N false hits,
+ * missed variants and counterfeits that hit at the default threshold; --why
+ * GUARD the positives above it that GUARD rejects. Experiments, to measure
+ * what WordNet would add (tools/wnanto.c extracts it): --antonyms FILE adds
+ * word pairs ("a b" per line) as an extra guard; --swap a one-word swap guard
+ * of its own, which with --synonyms FILE (one synset per line) lets swaps of
+ * synonyms through. --speed times embedders and guards on typical and
+ * worst-case texts.
  */
 #include "pc_embed.h"
 #include "pc_guard.h"
@@ -659,6 +667,138 @@ static bool anto_reject(const char *a, const char *b)
     return false;
 }
 
+/* ---- the swap experiment (--swap, --synonyms FILE) -------------------------------------- */
+
+/*
+ * A swap: each text has one or two content words the other lacks (a word
+ * replaced). --swap rejects every swap; with --synonyms (WordNet synsets,
+ * one per line, from `wnanto -s`) a swap whose words are synonyms passes.
+ */
+struct syn {
+    char w[48];
+    unsigned id;
+};
+static struct syn *syns;
+static size_t nsyns;
+static bool swap_on;
+
+static int syn_cmp(const void *x, const void *y)
+{
+    return strcmp(((const struct syn *)x)->w, ((const struct syn *)y)->w);
+}
+
+static void load_synonyms(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        perror(path);
+        exit(1);
+    }
+    char line[4096];
+    size_t cap = 0;
+    unsigned id = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        id++;
+        for (char *save = NULL, *w = strtok_r(line, " \n", &save); w;
+             w = strtok_r(NULL, " \n", &save)) {
+            if (nsyns == cap) {
+                cap = cap ? 2 * cap : 65536;
+                syns = pc_realloc(syns, cap * sizeof *syns);
+            }
+            snprintf(syns[nsyns].w, sizeof syns[nsyns].w, "%s", w);
+            syns[nsyns++].id = id;
+        }
+    }
+    fclose(f);
+    qsort(syns, nsyns, sizeof *syns, syn_cmp);
+    swap_on = true;
+}
+
+static bool synonyms(const char *a, const char *b)
+{
+    struct syn ka, kb;
+    snprintf(ka.w, sizeof ka.w, "%s", a);
+    snprintf(kb.w, sizeof kb.w, "%s", b);
+    struct syn *x = bsearch(&ka, syns, nsyns, sizeof *syns, syn_cmp);
+    struct syn *y = bsearch(&kb, syns, nsyns, sizeof *syns, syn_cmp);
+    if (x == NULL || y == NULL)
+        return false;
+    while (x > syns && strcmp(x[-1].w, a) == 0)
+        x--;
+    while (y > syns && strcmp(y[-1].w, b) == 0)
+        y--;
+    for (struct syn *p = x; p < syns + nsyns && strcmp(p->w, a) == 0; p++)
+        for (struct syn *q = y; q < syns + nsyns && strcmp(q->w, b) == 0; q++)
+            if (p->id == q->id)
+                return true;
+    return false;
+}
+
+static const char *const stop[] = {
+    "a",     "an",    "the",    "of",    "to",    "in",   "on",    "at",    "for",  "by",
+    "with",  "from",  "as",     "into",  "about", "and",  "or",    "but",   "if",   "so",
+    "than",  "that",  "this",   "these", "those", "it",   "its",   "is",    "are",  "was",
+    "were",  "be",    "been",   "being", "am",    "do",   "does",  "did",   "have", "has",
+    "had",   "i",     "me",     "my",    "we",    "us",   "our",   "you",   "your", "he",
+    "him",   "his",   "she",    "her",   "they",  "them", "their", "there", "here", "can",
+    "could", "would", "should", "will",  "shall", "may",  "might", "must",  "some", "any",
+    "all",   "what",  "which",  "how",   "who",   "when", "where", "why",   "not",  "no",
+    "get",   "best",  "good",   "way",   "ways",  "one",  "much",  "many",  "more", "most"};
+
+static size_t content_of(const char *s, char out[][TEXT_TOK_MAX + 1], size_t max)
+{
+    static struct text_doc d;
+    text_tokenize_capped(&d, s, strlen(s), EMBED_MAX_TEXT);
+    size_t n = 0;
+    for (size_t i = 0; i < d.n && n < max; i++) {
+        const struct text_tok *t = &d.tok[i];
+        if (t->kind != TEXT_WORD || (t->flags & (TEXT_F_FILLER | TEXT_F_SYNTH | TEXT_F_DIGIT)))
+            continue;
+        bool sw = false;
+        for (size_t k = 0; k < PC_ARRAY_LEN(stop) && !sw; k++)
+            sw = strcmp(stop[k], text_str(&d, i)) == 0;
+        if (!sw)
+            text_singular(text_str(&d, i), t->len, out[n++]);
+    }
+    return n;
+}
+
+static bool in_list(const char *w, char l[][TEXT_TOK_MAX + 1], size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(w, l[i]) == 0)
+            return true;
+    return false;
+}
+
+static bool swap_reject(const char *a, const char *b)
+{
+    static char ca[256][TEXT_TOK_MAX + 1], cb[256][TEXT_TOK_MAX + 1];
+    size_t na = content_of(a, ca, 256), nb = content_of(b, cb, 256);
+    const char *ua[3], *ub[3];
+    size_t nua = 0, nub = 0;
+    for (size_t i = 0; i < na; i++)
+        if (!in_list(ca[i], cb, nb) && nua < 3)
+            ua[nua++] = ca[i];
+        else if (!in_list(ca[i], cb, nb))
+            return false;
+    for (size_t i = 0; i < nb; i++)
+        if (!in_list(cb[i], ca, na) && nub < 3)
+            ub[nub++] = cb[i];
+        else if (!in_list(cb[i], ca, na))
+            return false;
+    if (nua == 0 || nub == 0 || nua > 1 || nub > 1)
+        return false;
+    for (size_t i = 0; i < nua; i++) {
+        bool ok = false;
+        for (size_t j = 0; j < nub && !ok && nsyns > 0; j++)
+            ok = synonyms(ua[i], ub[j]);
+        if (!ok)
+            return true;
+    }
+    return false;
+}
+
 /* ---- metrics ------------------------------------------------------------------------ */
 
 static unsigned guard_mask = GUARD_ALL;
@@ -847,6 +987,25 @@ static float threshold_at_recall(double recall, unsigned mask)
 
 static float default_t;
 
+/*
+ * The threshold rule: the lowest threshold on a 0.005 grid at which at most
+ * 1% of the hard negatives hit and Quora precision is at least min_p (at it
+ * and at every grid point above it), so that strong guards, which clear the
+ * small hard set, cannot drag the threshold down on their own.
+ */
+static float threshold_rule(double min_p, unsigned mask)
+{
+    float best = 1.0f;
+    for (int k = 199; k >= 0; k--) {
+        float t = (float)k * 0.005f;
+        struct counts h = count(S_HARD, -1, t, mask), q = count(S_QUORA, -1, t, mask);
+        if (ratio(h.fp, h.neg) > 0.01 || (q.tp + q.fp > 0 && ratio(q.tp, q.tp + q.fp) < min_p))
+            break;
+        best = t;
+    }
+    return best;
+}
+
 static void report(const char *name, int nshow)
 {
     printf("\n== embedder %s\n", name);
@@ -858,27 +1017,26 @@ static void report(const char *name, int nshow)
     figures("2% hard false hits", t2, guard_mask);
     figures("quora recall 10%", threshold_at_recall(0.10, guard_mask), guard_mask);
     figures("default threshold", default_t, guard_mask);
-    per_kind(t1, guard_mask);
+    figures("rule: 1%, quora P>=.82", threshold_rule(0.82, guard_mask), guard_mask);
+    figures("rule: 1%, quora P>=.80", threshold_rule(0.80, guard_mask), guard_mask);
     per_kind(default_t, guard_mask);
-    printf("  one guard off (then none), at the 1%% threshold and at its own 1%% threshold:\n");
-    for (int g = 0; g < GUARD__COUNT; g++) {
-        if (!(guard_mask & GUARD_MASK(g)))
+    printf("  one guard off (then none): at the default threshold, at the threshold rule's\n"
+           "  threshold for the remaining guards, and at Quora recall 10%%:\n");
+    for (int g = 0; g <= GUARD__COUNT; g++) {
+        if (g < GUARD__COUNT && !(guard_mask & GUARD_MASK(g)))
             continue;
-        unsigned m = guard_mask & ~GUARD_MASK(g);
-        figures(guard_name((enum guard_kind)g), t1, m);
-        figures("  own threshold", threshold_for(0.01, m), m);
+        unsigned m = g < GUARD__COUNT ? guard_mask & ~GUARD_MASK(g) : 0;
+        figures(g < GUARD__COUNT ? guard_name((enum guard_kind)g) : "no guards", default_t, m);
+        figures("  its own rule", threshold_rule(0.82, m), m);
         figures("  quora recall 10%", threshold_at_recall(0.10, m), m);
     }
-    figures("no guards", t1, 0);
-    printf("  the 1%% rule with no guards at all:\n");
-    figures("no guards, own t", threshold_for(0.01, 0), 0);
     printf("  thresholds (guards on):\n");
     for (float t = 0.70f; t < 0.995f; t += 0.02f)
         figures("", t, guard_mask);
     if (nshow > 0 && why_guard < 0)
-        show_failures(t1, guard_mask, nshow);
+        show_failures(default_t, guard_mask, nshow);
     if (why_guard >= 0)
-        show_rejected(t1, why_guard, nshow > 0 ? nshow : 20);
+        show_rejected(default_t, why_guard, nshow > 0 ? nshow : 20);
 }
 
 /* ---- running ------------------------------------------------------------------------ */
@@ -940,8 +1098,9 @@ static void run_guards(void)
                             GUARD_MASK(g)) == g)
                 r |= GUARD_MASK(g);
         pairs[i].reject = r;
-        pairs[i].extra = nantos > 0 && (anto_reject(pairs[i].a, pairs[i].b) ||
-                                        anto_reject(pairs[i].b, pairs[i].a));
+        pairs[i].extra = (nantos > 0 && (anto_reject(pairs[i].a, pairs[i].b) ||
+                                         anto_reject(pairs[i].b, pairs[i].a))) ||
+                         (swap_on && swap_reject(pairs[i].a, pairs[i].b));
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1e3 /
@@ -1053,6 +1212,10 @@ int main(int argc, char **argv)
             guards = argv[++i];
         else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && nknobs < 32)
             knobs[nknobs++] = argv[++i];
+        else if (strcmp(argv[i], "--synonyms") == 0 && i + 1 < argc)
+            load_synonyms(argv[++i]);
+        else if (strcmp(argv[i], "--swap") == 0)
+            swap_on = true;
         else if (strcmp(argv[i], "--speed") == 0)
             want_speed = true;
         else if (strcmp(argv[i], "--show") == 0 && i + 1 < argc)
@@ -1103,7 +1266,7 @@ int main(int argc, char **argv)
     printf("semeval: %s: hard %zu, quora %zu, gptcache %zu pairs; %zu variants and counterfeits\n",
            dir, nh, nq, np, npairs - nh - nq - np);
     run_guards();
-    use_extra = nantos > 0;
+    use_extra = nantos > 0 || swap_on;
     for (int k = EMBEDDER_BUILTIN; k <= EMBEDDER_HASH; k++) {
         if (strcmp(which, "both") != 0 && strcmp(which, k == EMBEDDER_BUILTIN ? "builtin" : "hash"))
             continue;

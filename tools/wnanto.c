@@ -6,6 +6,7 @@
  * prints is committed.
  *
  *   usage: wnanto [DIR] > antonyms.txt     (DIR default /usr/share/wordnet)
+ *          wnanto -s [DIR] > synsets.txt   (one synset per line: its single words)
  *
  * data.POS lines: OFFSET LEXFILE SSTYPE WCNT(hex) {WORD LEXID}... PCNT
  * {SYMBOL OFFSET POS SRC/TGT(hex 2+2)}... | gloss. A "!" pointer with a
@@ -111,16 +112,51 @@ static void pairs_of(const char *line)
     }
 }
 
+/* The synset's word count (hex field 4 of the line). */
+static int word_count(const char *line)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", line);
+    char *save = NULL, *tok = strtok_r(buf, " ", &save);
+    for (int i = 0; i < 3 && tok; i++)
+        tok = strtok_r(NULL, " ", &save);
+    return tok ? (int)strtol(tok, NULL, 16) : 0;
+}
+
+/* One line per synset with two or more single-word lemmas (-s). */
+static void synonyms_of(const char *line)
+{
+    char out[4096] = "", w[128];
+    int n = 0, wcnt = word_count(line);
+    for (int k = 1; k <= wcnt && k < MAXW; k++) {
+        if (!word_of(line, k, w, sizeof w))
+            continue;
+        size_t len = strlen(out);
+        snprintf(out + len, sizeof out - len, "%s%s", n++ ? " " : "", w);
+    }
+    if (n > 1)
+        printf("%s\n", out);
+}
+
 int main(int argc, char **argv)
 {
+    int syn = argc > 1 && strcmp(argv[1], "-s") == 0;
+    if (syn) {
+        argc--;
+        argv++;
+    }
     const char *dir = argc > 1 ? argv[1] : "/usr/share/wordnet";
     static const char *const pos[] = {"adj", "adv", "noun", "verb"};
     for (size_t i = 0; i < 4; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/data.%s", dir, pos[i]);
         load(path);
-        for (size_t k = 0; k < nsets; k++)
-            pairs_of(sets[k].line);
+        for (size_t k = 0; k < nsets; k++) {
+            if (syn)
+                synonyms_of(sets[k].line);
+            else
+                pairs_of(sets[k].line);
+        }
         for (size_t k = 0; k < nsets; k++)
             free(sets[k].line);
     }

@@ -23,14 +23,12 @@
 #include "pc_util.h"
 #include "pc_wordvec.h"
 
-#define BUILTIN_THRESHOLD 0.89   /* tools/semeval: 1% rule at 0.8812, rounded up */
+#define BUILTIN_THRESHOLD 0.85   /* tools/semeval's threshold rule (see pc_embed.h) */
 #define COMMON_WORDS      20000  /* frequent words whose mean is the common direction */
 #define TYPO_MIN_LEN      4      /* shorter unknown words are left alone */
 #define TYPO_MAX_LEN      16     /* and so are longer ones (names, identifiers) */
 #define TYPO_RANK_LIMIT   100000 /* a correction must be at least this frequent */
-#ifndef TYPO_RARER
-#define TYPO_RARER 10 /* a rare known word is respelled only to a word this much more frequent */
-#endif
+#define TYPO_RARER        10 /* a rare known word is respelled only to a word 10x more frequent */
 
 struct builtin {
     struct wordvec *wv;
@@ -148,10 +146,28 @@ static int32_t typo_fix(const struct wordvec *wv, const char *w, size_t n)
 }
 
 /*
- * The rank of token i: as written, in its singular form, or (typo_fix, at
- * most EMBED_FIXES_MAX tries per text) as the frequent word one typo away,
- * whose spelling then becomes the token's form for the n-gram features too,
- * so a typo costs (almost) nothing. -1 when unknown.
+ * The rank of the frequent word one typo away from w[0..n) (of rank r, -1
+ * when unknown), or -1. Tried only while typo_fix is on and the text has
+ * tries left, for 4 to 16 lower-case letters; a known word only gives way to
+ * a word TYPO_RARER times more frequent.
+ */
+static int32_t respell(const struct embedder *e, const struct builtin *b, const char *w, size_t n,
+                       int32_t r, int *tries)
+{
+    if (!e->opts.typo_fix || *tries == EMBED_FIXES_MAX || n < TYPO_MIN_LEN || n > TYPO_MAX_LEN ||
+        !ascii_lower_word(w, n))
+        return -1;
+    (*tries)++;
+    int32_t c = typo_fix(b->wv, w, n);
+    return c >= 0 && (r < 0 || (int64_t)c * TYPO_RARER <= r) ? c : -1;
+}
+
+/*
+ * The rank of token i, -1 when unknown. A common word (rank below the
+ * typo_fix knob) is taken in its singular form when that is known; an
+ * unknown or rarer one may be respelled, and the respelling then becomes the
+ * token's form for the n-gram features too, so a typo costs (almost)
+ * nothing.
  */
 static int32_t lookup(const struct embedder *e, const struct builtin *b, struct embed_scratch *s,
                       size_t i, int *tries)
@@ -159,7 +175,7 @@ static int32_t lookup(const struct embedder *e, const struct builtin *b, struct 
     const struct text_doc *d = &s->doc;
     const char *w = text_str(d, i);
     size_t n = d->tok[i].len;
-    int32_t r = wordvec_find(b->wv, w, n), c;
+    int32_t r = wordvec_find(b->wv, w, n);
     if (d->tok[i].kind != TEXT_WORD)
         return r;
     char sing[TEXT_TOK_MAX + 1];
@@ -167,20 +183,18 @@ static int32_t lookup(const struct embedder *e, const struct builtin *b, struct 
     int32_t rs = sn != n ? wordvec_find(b->wv, sing, sn) : -1;
     int rare = e->opts.typo_fix > 1 ? e->opts.typo_fix : INT32_MAX;
     if (r >= 0 && r < rare)
-        return rs >= 0 ? rs : r; /* a common word: its singular's vector when known */
-    if (!e->opts.typo_fix || *tries == EMBED_FIXES_MAX || n < TYPO_MIN_LEN || n > TYPO_MAX_LEN ||
-        !ascii_lower_word(w, n) || ((*tries)++, c = typo_fix(b->wv, w, n)) < 0 ||
-        (r >= 0 && (int64_t)c * TYPO_RARER > r) || (rs >= 0 && rs <= c))
         return rs >= 0 ? rs : r;
-    r = c;
+    int32_t c = respell(e, b, w, n, r, tries);
+    if (c < 0 || (rs >= 0 && rs <= c))
+        return rs >= 0 ? rs : r;
     size_t fn;
-    const char *fw = wordvec_word(b->wv, (uint32_t)r, &fn);
+    const char *fw = wordvec_word(b->wv, (uint32_t)c, &fn);
     char *slot = s->fixed[*tries - 1];
     memcpy(slot, fw, fn);
     slot[fn] = '\0';
     s->form[i] = slot;
     s->formlen[i] = (uint8_t)fn;
-    return r;
+    return c;
 }
 
 static void builtin_embed(const struct embedder *e, struct embed_scratch *s, float *out)

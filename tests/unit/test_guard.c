@@ -6,6 +6,7 @@
 #include "pc_guard.h"
 #include "t.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 struct pair {
@@ -219,6 +220,24 @@ static void test_extra(void)
     EXPECT(GUARD_EXTRA, rej, pass);
 }
 
+static void test_swap(void)
+{
+    static const struct pair rej[] = {
+        {"nearest gas station", "cheapest gas station"},
+        {"python memory leak in requests", "python memory leak in aiohttp"},
+        {"What advice would you give to an aspiring artist?",
+         "What advice would you give to an aspiring musician?"},
+        {"tag:postgres index strategy", "tag:mysql index strategy"},
+    };
+    static const struct pair pass[] = {
+        {"nearest gas station", "closest petrol station"}, /* two words: a rewording */
+        {"How do I reset my Windows password?", "How do I reset my windows pasword?"},
+        {"What are the best coffee shops in Seattle?", "best coffee shop Seattle"},
+        {"How do I send an email?", "How do I send an email in the past?"}, /* extra's */
+    };
+    EXPECT(GUARD_SWAP, rej, pass);
+}
+
 /* Near-duplicates that every guard lets through. */
 static void test_pass_all(void)
 {
@@ -251,6 +270,7 @@ static void test_names_and_parse(void)
 {
     T_CHECK_STR(guard_name(GUARD_NUMBERS), "numbers");
     T_CHECK_STR(guard_name(GUARD_EXTRA), "extra");
+    T_CHECK_STR(guard_name(GUARD_SWAP), "swap");
     T_CHECK(guard_name(GUARD__COUNT) == NULL);
     T_CHECK(guard_what(GUARD_DATES) != NULL);
     for (int g = 0; g < GUARD__COUNT; g++) {
@@ -311,8 +331,35 @@ static void test_hostile_input(void)
     free(big);
 }
 
+static void *guard_worker(void *p)
+{
+    int *ok = p;
+    const char *a = "convert 10 USD to EUR", *b = "convert 10 EUR to USD";
+    const char *c = "How do I learn Python quickly?", *d = "how do i learn python quickly";
+    *ok = 1;
+    for (int i = 0; i < 200; i++)
+        if (guard_check(a, strlen(a), b, strlen(b), GUARD_ALL) != GUARD_NUMBERS ||
+            guard_check(c, strlen(c), d, strlen(d), GUARD_ALL) != GUARD__COUNT)
+            *ok = 0;
+    return NULL;
+}
+
+/* First use from several threads at once (the lexicon is built once), then concurrent checks. */
+static void test_threads(void)
+{
+    pthread_t th[4];
+    int ok[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, guard_worker, &ok[i]);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        T_CHECK(ok[i]);
+    }
+}
+
 int main(void)
 {
+    T_RUN(test_threads); /* first: the lexicon is built under contention */
     T_RUN(test_numbers);
     T_RUN(test_negation);
     T_RUN(test_entities);
@@ -322,6 +369,7 @@ int main(void)
     T_RUN(test_direction);
     T_RUN(test_question);
     T_RUN(test_extra);
+    T_RUN(test_swap);
     T_RUN(test_pass_all);
     T_RUN(test_names_and_parse);
     T_RUN(test_hostile_input);
