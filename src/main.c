@@ -9,6 +9,7 @@
  *   promptcache --version | --help | --sample-config | --metrics-doc
  */
 #include "pc_conf.h"
+#include "pc_httpd.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
 #include "pc_report.h"
@@ -153,6 +154,17 @@ static void *json_malloc(size_t n)
     return pc_malloc(n);
 }
 
+/* The proxy's own health endpoints stay reachable at the connection limits (pc_httpd.h). */
+static void set_http_limits(const struct conf *c)
+{
+    static const char *const health[] = {"/healthz", "/readyz", NULL};
+    struct httpd_limits l = {
+        .max_connections_per_ip = (size_t)c->max_connections_per_ip,
+        .reserve_paths = health,
+    };
+    httpd_set_limits(&l);
+}
+
 int main(int argc, char **argv)
 {
     struct cli cli = {0};
@@ -182,6 +194,7 @@ int main(int argc, char **argv)
             cJSON_Hooks hooks = {json_malloc, free};
             cJSON_InitHooks(&hooks);
             signal(SIGPIPE, SIG_IGN);
+            set_http_limits(c);
             evthread_use_pthreads();
             curl_global_init(CURL_GLOBAL_DEFAULT);
             status = server_run(c);
