@@ -772,7 +772,8 @@ static void test_connect_timeout(void)
     store_destroy(&s);
     capture_end(&cap, out, sizeof(out));
     T_CHECK(!ready);
-    T_CHECK(strstr(out, "connect timed out (attempt 1; retrying)") != NULL);
+    T_CHECK(strstr(out, "the cache is not working (") != NULL); /* one warning, the reason in it */
+    T_CHECK(strstr(out, ": connect timed out)") != NULL);
     T_CHECK_INT(st.v[STAT_redis_reconnects], 0);
     for (int i = 0; i < 2; i++)
         close(cfd[i]);
@@ -804,6 +805,67 @@ static void test_timeout(void)
     T_CHECK_INT(st.v[STAT_redis_connected], 1);
     T_CHECK_INT(g.calls, 1);
     store_destroy(&s);
+}
+
+static bool both_not_ready(void *arg)
+{
+    struct store **s = arg;
+    return !store_ready(s[0]) && !store_ready(s[1]);
+}
+
+static bool both_get_ok(void *arg)
+{
+    struct store **s = arg;
+    return get_ok(s[0]) && get_ok(s[1]);
+}
+
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+/*
+ * Two stores (two workers) lose a frozen Redis, then a killed one: the
+ * process logs ONE warning when the cache stops working and ONE notice when
+ * it works again, each time; nothing per command or per worker above info.
+ */
+static void test_health_log(void)
+{
+    char out[16384], err[64];
+    struct stats st = {{0}};
+    struct store *s[2];
+    struct capture cap;
+    struct got g[2];
+    log_init(PC_LOG_NOTICE, NULL, NULL, err, sizeof(err));
+    for (int i = 0; i < 2; i++)
+        s[i] = mk_store(R.unix_url, 100, true, &st);
+    T_CHECK(run_until(both_get_ok, s, 5000));
+    capture_start(&cap);
+    kill(R.pid, SIGSTOP);
+    for (int i = 0; i < 2; i++) {
+        memset(&g[i], 0, sizeof(g[i]));
+        T_CHECK(store_get(s[i], "k", 1, get_cb, &g[i]) != NULL);
+    }
+    T_CHECK(run_until(both_not_ready, s, 5000));
+    run_for(500); /* reconnect attempts to the frozen server fail too */
+    kill(R.pid, SIGCONT);
+    T_CHECK(run_until(both_get_ok, s, 20000));
+    redis_kill();
+    T_CHECK(run_until(both_not_ready, s, 5000));
+    run_for(300);
+    redis_start();
+    T_CHECK(run_until(both_get_ok, s, 20000));
+    capture_end(&cap, out, sizeof(out));
+    T_CHECK_INT(count_of(out, " W redis: the cache is not working ("), 2);
+    T_CHECK_INT(count_of(out, " N redis: the cache works again ("), 2);
+    T_CHECK_INT(count_of(out, " W "), 2);
+    T_CHECK_INT(count_of(out, " E "), 0);
+    T_CHECK(strstr(out, "no reply for") != NULL); /* the frozen one's reason */
+    for (int i = 0; i < 2; i++)
+        store_destroy(&s[i]);
 }
 
 /* Redis killed and started again on the same socket: the store comes back by itself. */
@@ -1194,6 +1256,7 @@ int main(void)
     T_RUN(test_timeout);
     T_RUN(test_setup_timeout_message);
     T_RUN(test_restart);
+    T_RUN(test_health_log);
 
     event_free(ticker);
     event_base_free(base);

@@ -1090,10 +1090,10 @@ static void test_resend_rule(void)
 {
     T_CHECK(xfer_resend_allowed(1, 0));
     T_CHECK(xfer_resend_allowed(1, 500));
-    T_CHECK(xfer_resend_allowed(2, 0));   /* dead before anything was written: once */
-    T_CHECK(!xfer_resend_allowed(2, 1));  /* a byte went out: the upstream may have it */
+    T_CHECK(xfer_resend_allowed(2, 0));  /* dead before anything was written: once */
+    T_CHECK(!xfer_resend_allowed(2, 1)); /* a byte went out: the upstream may have it */
     T_CHECK(!xfer_resend_allowed(2, 512));
-    T_CHECK(!xfer_resend_allowed(3, 0));  /* at most once */
+    T_CHECK(!xfer_resend_allowed(3, 0)); /* at most once */
     T_CHECK(!xfer_resend_allowed(7, 0));
 }
 
