@@ -327,7 +327,8 @@ static void literals_collect(struct canon_ctx *ctx, const cJSON *v, const char *
         return;
     }
     ctx->have_raw = true;
-    qsort(ctx->lits, ctx->nlits, sizeof(*ctx->lits), literal_cmp);
+    if (ctx->nlits > 1) /* qsort(NULL, 0, ...) is undefined */
+        qsort(ctx->lits, ctx->nlits, sizeof(*ctx->lits), literal_cmp);
 }
 
 static void ctx_free(struct canon_ctx *ctx)
