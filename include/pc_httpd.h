@@ -64,6 +64,7 @@
 #include <stdint.h>
 
 struct event_base;
+struct pc_buf;
 struct stats;
 struct httpd;
 struct httpd_req;
@@ -117,6 +118,10 @@ struct httpd_limits {
     size_t reserve;                   /* the reserve's size; 0: HTTPD_RESERVE_DEFAULT */
     const char *const *reserve_paths; /* NULL-terminated paths a reserve connection may GET
                                          (the health endpoints); NULL: none */
+    /* The JSON body of httpd's own refusals once the request's path is known (status,
+     * httpd's message): in the shape of the API behind that path. NULL, or nothing
+     * appended: httpd's {"error":{"message","type","code":null}}. */
+    void (*error_body)(const char *path, int status, const char *message, struct pc_buf *out);
 };
 void httpd_set_limits(const struct httpd_limits *l);
 /* Request-body bytes buffered by the whole process now. */

@@ -153,7 +153,6 @@ struct httpd {
     size_t body_bytes;       /* allocated for this httpd's request bodies (g.body_bytes: all) */
     uint64_t budget_warn_us; /* pc_mono_us() of the last "budget used up" warning */
     struct event *trim_ev;   /* hands memory back after large bodies were freed */
-    uint64_t trim_first_us;  /* the first large free this timer waits on */
     bool stopping;
     struct httpd_header_span *spans; /* parser scratch, conf.max_headers entries */
     time_t date_sec;
@@ -827,7 +826,6 @@ static void trim_note(struct httpd *h, size_t n)
     __atomic_fetch_add(&g.freed_large, n, __ATOMIC_RELAXED);
     if (evtimer_pending(h->trim_ev, NULL))
         return;
-    h->trim_first_us = pc_mono_us();
     struct timeval tv = pc_timeval_ms(TRIM_DELAY_MS);
     evtimer_add(h->trim_ev, &tv);
 }
@@ -1126,21 +1124,36 @@ static void conn_start_close(struct httpd_conn *c)
         conn_linger(c);
 }
 
+/*
+ * The JSON body of a refusal: in the shape of the API the path belongs to
+ * when the path is known and the process said how (httpd_limits.error_body),
+ * else httpd's own {"error":{"message","type","code":null}}.
+ */
+static void error_body(const struct httpd_conn *c, enum own_error e, struct pc_buf *out)
+{
+    if (c->req != NULL && g.limits.error_body != NULL) {
+        g.limits.error_body(c->req->path, own_errors[e].status, own_errors[e].message, out);
+        if (out->len > 0)
+            return;
+    }
+    pc_buf_printf(out, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":null}}",
+                  own_errors[e].message, own_errors[e].type);
+}
+
 /* Refused before the request reached the handler: JSON error, then close. */
 static void conn_error(struct httpd_conn *c, enum own_error e)
 {
-    char body[256];
+    struct pc_buf body = PC_BUF_INIT;
     int status = own_errors[e].status;
-    int n = snprintf(body, sizeof(body),
-                     "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":null}}",
-                     own_errors[e].message, own_errors[e].type);
+    error_body(c, e, &body);
     log_debug("httpd: %s: rejected request with %d", conn_peer(c), status);
     pc_buf_reset(&c->hdrs);
     pc_buf_append_str(&c->hdrs, "Content-Type: application/json\r\n");
     if (own_errors[e].retry_after)
         pc_buf_append_str(&c->hdrs, "Retry-After: " RETRY_AFTER "\r\n");
-    write_head(c, status, FRAME_LENGTH, (uint64_t)n, false, (size_t)n);
-    evbuffer_add(bufferevent_get_output(c->bev), body, (size_t)n);
+    write_head(c, status, FRAME_LENGTH, (uint64_t)body.len, false, body.len);
+    evbuffer_add(bufferevent_get_output(c->bev), body.data, body.len);
+    pc_buf_free(&body);
     conn_flush(c, true);
     if (c->state == C_DEAD)
         return;
@@ -1462,12 +1475,13 @@ static int conn_read_head(struct httpd_conn *c)
         conn_error(c, own_error_of(rc));
         return 0;
     }
-    if (httpd_head_check_host(&hd) < 0) {
+    int host = httpd_head_check_host(&hd);
+    c->req = req_create(c, p, (size_t)rc, &hd);
+    evbuffer_drain(in, (size_t)rc);
+    if (host < 0) {
         conn_error(c, OWN_HOST);
         return 0;
     }
-    c->req = req_create(c, p, (size_t)rc, &hd);
-    evbuffer_drain(in, (size_t)rc);
     if (c->req->expect_bad) {
         conn_error(c, OWN_EXPECT);
         return 0;

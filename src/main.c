@@ -8,6 +8,7 @@
  *   promptcache report [CONFIG-FILE] [--key value ...] [--format table|json|csv] [--hours N]
  *   promptcache --version | --help | --sample-config | --metrics-doc
  */
+#include "pc_api.h"
 #include "pc_conf.h"
 #include "pc_httpd.h"
 #include "pc_log.h"
@@ -154,13 +155,23 @@ static void *json_malloc(size_t n)
     return pc_malloc(n);
 }
 
-/* The proxy's own health endpoints stay reachable at the connection limits (pc_httpd.h). */
+/* httpd's own refusals in the shape of the API that was called (pc_api.h). */
+static void http_error_body(const char *path, int status, const char *message, struct pc_buf *out)
+{
+    api_error_body(api_dialect_of(api_endpoint_from_path(path)), status, message, out);
+}
+
+/*
+ * Process-wide HTTP limits: the proxy's own health endpoints stay reachable at
+ * the connection limits (pc_httpd.h).
+ */
 static void set_http_limits(const struct conf *c)
 {
     static const char *const health[] = {"/healthz", "/readyz", NULL};
     struct httpd_limits l = {
         .max_connections_per_ip = (size_t)c->max_connections_per_ip,
         .reserve_paths = health,
+        .error_body = http_error_body,
     };
     httpd_set_limits(&l);
 }

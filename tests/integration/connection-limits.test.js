@@ -41,11 +41,15 @@ async function once(proxy, text, opts) {
     }
 }
 
-function assertBusy(r) {
+/* httpd's 503 in the shape of the API behind the path (Anthropic's for /v1/messages). */
+function assertBusy(r, anthropic = false) {
     assert.equal(r.status, 503, r.body);
     assert.equal(r.headers['retry-after'], '1');
     assert.equal(r.headers.connection, 'close');
-    assert.ok(r.json && r.json.error && r.json.error.type === 'server_error', r.body);
+    if (anthropic)
+        assert.ok(r.json && r.json.type === 'error' && r.json.error.type === 'api_error', r.body);
+    else
+        assert.ok(r.json && r.json.error && r.json.error.type === 'server_error', r.body);
     assert.match(r.json.error.message, /too many connections/);
     assert.ok(r.closed, 'the connection is closed after the 503');
 }
@@ -76,6 +80,11 @@ h.test('HTTP/1.1 without Host, or with two, is a 400 and the connection closes',
         assert.match(r.json.error.message, /Host/);
         assert.ok(r.closed);
     }
+    /* In the shape of the API behind the path. */
+    const anthropic = await once(proxy, 'POST /v1/messages HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}');
+    assert.equal(anthropic.status, 400);
+    assert.equal(anthropic.json.type, 'error');
+    assert.equal(anthropic.json.error.type, 'invalid_request_error');
     assert.equal(env.mock.callCount(), calls, 'nothing reached the upstream');
     /* HTTP/1.0 may leave Host out. */
     const old = await once(proxy, 'GET /healthz HTTP/1.0\r\n\r\n');
@@ -97,6 +106,9 @@ h.test('max-connections is one cap for all workers; health checks still answered
         const body = JSON.stringify(h.chatBody(h.uniq('over the cap')));
         assertBusy(await once(proxy, `POST ${CHAT} HTTP/1.1\r\nHost: p\r\nContent-Type: application/json\r\n` +
             `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`));
+        const msg = JSON.stringify(h.messagesBody(h.uniq('over the cap')));
+        assertBusy(await once(proxy, `POST /v1/messages HTTP/1.1\r\nHost: p\r\n` +
+            `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(msg)}\r\n\r\n${msg}`), true);
         /* The held connections still work. */
         const r = await held[0].roundtrip(get('/healthz'));
         assert.equal(r.status, 200);
@@ -112,7 +124,7 @@ h.test('max-connections is one cap for all workers; health checks still answered
         return r.headers.connection === 'keep-alive';
     }, {what: 'a regular connection again'});
     const stats = await proxy.stats();
-    assert.equal(stats.connections_refused, 2, 'the two 503s were counted');
+    assert.equal(stats.connections_refused, 3, 'the three 503s were counted');
     assert.equal(stats.connections_refused_per_ip, 0);
 });
 

@@ -1703,6 +1703,36 @@ static void test_memory_trim(void)
     srv_stop(s);
 }
 
+/* The process's error shape for paths it knows; httpd's own for the rest. */
+static void api_shaped(const char *path, int status, const char *message, struct pc_buf *out)
+{
+    if (strncmp(path, "/v1/", 4) == 0)
+        pc_buf_printf(out, "{\"api\":\"%s\",\"status\":%d,\"message\":\"%s\"}", path, status,
+                      message);
+}
+
+/* httpd_limits.error_body shapes refusals whose path is known. */
+static void test_error_body_hook(void)
+{
+    struct httpd_limits l = {.reserve_paths = health_paths, .error_body = api_shaped};
+    httpd_set_limits(&l);
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    struct resp r;
+    cli_open(s, &c);
+    cli_sends(&c, "GET /v1/messages HTTP/1.1\r\n\r\n");
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_INT(r.status, 400);
+    T_CHECK_STR(r.body, "{\"api\":\"/v1/messages\",\"status\":400,\"message\":\"An HTTP/1.1 "
+                        "request needs exactly one valid Host header.\"}");
+    resp_free(&r);
+    cli_close(&c);
+    check_protocol_error(s, "GET /other HTTP/1.1\r\n\r\n", 400); /* nothing appended */
+    check_protocol_error(s, "GET /v1/x HTTP/1.1\r\nBad Header: x\r\n\r\n", 400); /* no path yet */
+    srv_stop(s);
+    set_limits(0, 0);
+}
+
 /* No Host, two Hosts or a bad one: 400 in httpd's JSON shape, then close. */
 static void test_host_header(void)
 {
@@ -1879,6 +1909,7 @@ int main(void)
     T_RUN(test_body_budget_shared);
     T_RUN(test_memory_trim);
     T_RUN(test_host_header);
+    T_RUN(test_error_body_hook);
     T_RUN(test_expect_unsupported);
     T_RUN(test_bare_cr_between_requests);
     T_RUN(test_read_timeout_from_accept);
