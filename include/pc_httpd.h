@@ -109,9 +109,9 @@ struct httpd_conf {
 };
 
 /*
- * Process-wide settings, shared by every httpd: set them once, before the
- * first httpd_create (later calls apply to connections accepted from then
- * on). Zero fields take defaults; the strings must outlive every httpd.
+ * Process-wide settings, shared by every httpd: set them while no httpd's
+ * loop runs (once, before the workers start; not thread-safe). Zero fields
+ * take defaults; what the pointers point to must outlive every httpd.
  */
 struct httpd_limits {
     size_t max_connections_per_ip;    /* regular connections from one client address; 0: none */
@@ -135,7 +135,8 @@ typedef void httpd_req_fn(struct httpd_req *r, void *arg);
 /*
  * Serve on listen_fd (already bound and listening; shared by all workers, so
  * httpd never closes it). handler runs for every complete request with
- * handler_arg. st (may be NULL) gets connections_active updates.
+ * handler_arg. st (may be NULL) gets connections_active updates and the
+ * counts of refusals and memory trims.
  */
 struct httpd *httpd_create(struct event_base *base, int listen_fd, const struct httpd_conf *conf,
                            httpd_handler_fn *handler, void *handler_arg, struct stats *st);
