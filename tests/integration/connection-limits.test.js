@@ -20,13 +20,20 @@ function get(path, extra = '') {
     return `GET ${path} HTTP/1.1\r\nHost: proxy.test\r\n${extra}\r\n`;
 }
 
-/* A connection that was admitted as a regular one: /healthz answered with keep-alive. */
-async function openRegular(proxy, opts) {
-    const c = await h.RawConnection.open(proxy.port, opts);
-    const r = await c.roundtrip(get('/healthz'));
-    assert.equal(r.status, 200);
-    assert.equal(r.headers.connection, 'keep-alive', 'a regular connection is kept alive');
-    return c;
+/*
+ * A connection admitted as a regular one: /healthz answered with keep-alive.
+ * A place freed a moment ago may not be given back yet: try again until then.
+ */
+function openRegular(proxy, opts) {
+    return h.waitFor(async () => {
+        const c = await h.RawConnection.open(proxy.port, opts);
+        const r = await c.roundtrip(get('/healthz'));
+        assert.equal(r.status, 200);
+        if (r.headers.connection === 'keep-alive')
+            return c;
+        c.close();
+        return null;
+    }, {what: 'a regular (keep-alive) connection'});
 }
 
 /* One request on a new connection; the connection is closed afterwards. */
@@ -42,6 +49,21 @@ async function once(proxy, text, opts) {
 }
 
 /* httpd's 503 in the shape of the API behind the path (Anthropic's for /v1/messages). */
+/*
+ * Wait until the proxy holds no connection but the one asking (from another
+ * address): the harness's own probes (/healthz, /readyz) may still be closing.
+ */
+async function quiesce(proxy) {
+    await h.waitFor(async () => {
+        const c = await h.RawConnection.open(proxy.port, {localAddress: '127.0.0.3'});
+        try {
+            return JSON.parse((await c.roundtrip(get('/stats'))).body).connections_active === 1;
+        } finally {
+            c.close();
+        }
+    }, {what: 'the harness connections to close'});
+}
+
 function assertBusy(r, anthropic = false) {
     assert.equal(r.status, 503, r.body);
     assert.equal(r.headers['retry-after'], '1');
@@ -95,6 +117,7 @@ h.test('HTTP/1.1 without Host, or with two, is a 400 and the connection closes',
 h.test('max-connections is one cap for all workers; health checks still answered beyond it', async () => {
     const MAX = 12;
     const proxy = await env.startProxy({workers: 2, args: ['--max-connections', String(MAX)]});
+    await quiesce(proxy);
     const held = [];
     try {
         for (let i = 0; i < MAX; i++)
@@ -131,6 +154,7 @@ h.test('max-connections is one cap for all workers; health checks still answered
 h.test('max-connections-per-ip limits one address, not the others', async () => {
     const PER_IP = 3;
     const proxy = await env.startProxy({args: ['--max-connections-per-ip', String(PER_IP)]});
+    await quiesce(proxy);
     const held = [];
     try {
         for (let i = 0; i < PER_IP; i++)
