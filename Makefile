@@ -286,17 +286,23 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libpc.a | $(BUILD)/bench
 format:
 	clang-format -i $(C_FILES)
 
+# Every target in turn, FUZZ_SECONDS each, under ASan + UBSan (a UB report aborts).
+# New inputs go to tests/fuzz/corpus-NAME/ (not committed); a crash stops make,
+# leaving tests/fuzz/crash-* (add it to tests/fuzz/corpus/NAME/ once fixed).
 .PHONY: fuzz
 FUZZ_SECONDS ?= 60
 FAISS_SHIM_OBJ := $(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
 fuzz: $(BUILD)/gen/migrations.c $(FAISS_SHIM_OBJ) $(VECTORS) | build/fuzz
 	@set -e; export PC_WORDVEC=$(abspath $(VECTORS)); for f in $(FUZZ_SRCS); do \
 		n=$$(basename $$f .c); \
-		clang -std=c11 -D_GNU_SOURCE -DPC_VERSION='"$(VERSION)"' -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
+		clang -std=c11 -D_GNU_SOURCE -DPC_VERSION='"$(VERSION)"' -g -O1 \
+			-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude \
 			$$(pkg-config --cflags $(PKGS_PC)) -o build/fuzz/$$n $$f \
 			$$(ls src/*.c src/*/*.c | grep -v src/main.c) $(BUILD)/gen/migrations.c $(FAISS_SHIM_OBJ) $(LDLIBS_ALL); \
 		mkdir -p tests/fuzz/corpus-$${n#fuzz_}; \
-		build/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) tests/fuzz/corpus-$${n#fuzz_} tests/fuzz/corpus/$${n#fuzz_}; \
+		echo "== $$n: $(FUZZ_SECONDS) s"; \
+		build/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			-artifact_prefix=tests/fuzz/ tests/fuzz/corpus-$${n#fuzz_} tests/fuzz/corpus/$${n#fuzz_}; \
 	done
 
 .PHONY: clean

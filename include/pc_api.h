@@ -71,6 +71,65 @@ const char *api_model(const cJSON *body);
 void api_usage_from_response(enum api_endpoint e, const cJSON *resp, struct api_usage *u);
 
 /*
+ * Whether an upstream answer has the shape its endpoint promises, and so may
+ * be stored and served to later callers (in a shared namespace, to other
+ * tenants too). A 2xx status alone is not enough: some gateways answer 200
+ * with {} or {"error": ...}. The faults, as an X-macro so that a labelled
+ * metric (cache_store_skipped{reason=...}) can be generated from it:
+ */
+#define API_ANSWER_FAULTS(X)                                                                \
+    X(OK, "ok")                               /* the shape is right */                      \
+    X(NOT_OBJECT, "not_object")               /* no answer, or not a JSON object */         \
+    X(ERROR_MEMBER, "error_member")           /* an "error" member (any value), or an       \
+                                                 Anthropic {"type":"error"} */              \
+    X(WRONG_OBJECT, "wrong_object")           /* "object" / "type" names another answer */  \
+    X(NO_CHOICES, "no_choices")               /* chat, completions: no usable "choices" */  \
+    X(NO_DATA, "no_data")                     /* embeddings: no usable "data" */            \
+    X(NO_CONTENT, "no_content")               /* messages: no "content" array */            \
+    X(STREAM_INCOMPLETE, "stream_incomplete") /* a recorded stream that did not assemble */ \
+    X(NOT_CACHEABLE, "not_cacheable")         /* API_NONE: nothing to check against */
+
+enum api_answer_fault {
+#define API_ANSWER_ENUM(name, text) API_ANSWER_##name,
+    API_ANSWER_FAULTS(API_ANSWER_ENUM)
+#undef API_ANSWER_ENUM
+        API_ANSWER__COUNT
+};
+
+/* Names of the faults, indexed by enum api_answer_fault ("ok", "not_object", ...). */
+extern const char *const api_answer_fault_names[API_ANSWER__COUNT];
+/* The name of f; "unknown" when out of range. */
+const char *api_answer_fault_name(enum api_answer_fault f);
+
+/*
+ * Check a complete non-stream answer of endpoint e. Returns 0 (API_ANSWER_OK)
+ * if it may be cached, else its enum api_answer_fault (> 0); *reason (if
+ * reason is not NULL) gets the fault's name either way. What is required:
+ *   - never an "error" member (whatever its value), never Anthropic's
+ *     {"type":"error"};
+ *   - chat: a non-empty "choices" array of objects each with a "message"
+ *     object; "object", when present, is "chat.completion";
+ *   - completions: a non-empty "choices" array of objects each with a string
+ *     "text"; "object", when present, is "text_completion";
+ *   - embeddings: a non-empty "data" array of objects each with an
+ *     "embedding" (array, or base64 string); "object", when present, is
+ *     "list";
+ *   - messages: "type" is "message", "content" is an array (it may be empty:
+ *     a turn can end at once), "role", when present, is "assistant".
+ * Pure; resp may be NULL.
+ */
+int api_answer_check(enum api_endpoint e, const cJSON *resp, const char **reason);
+
+/*
+ * The same for a recorded SSE answer, given what sse_assemble() made of the
+ * recording (NULL when it is malformed, cut off or carries an error event:
+ * API_ANSWER_STREAM_INCOMPLETE). The assembled answer must pass
+ * api_answer_check, so an OpenAI stream of {"error":...} chunks, or an
+ * Anthropic stream whose message_start is not a message, is refused too.
+ */
+int api_answer_check_stream(enum api_endpoint e, const cJSON *assembled, const char **reason);
+
+/*
  * Error body in the dialect's shape. The type (and OpenAI code) follow the
  * status: 400 invalid_request_error, 401 authentication_error, 404
  * not_found_error, 413 request_too_large, 415 invalid_request_error, 429

@@ -4,10 +4,30 @@
  * Canonical JSON: object members sorted by key (bytewise on UTF-8; duplicate
  * keys: the last one wins, as in most JSON parsers), no insignificant white
  * space, strings re-escaped from their decoded value (so "\u00e9" and "é" are
- * equal), numbers in one form: integral values of magnitude below 2^53 as
- * integers ("1.0", "1e0" and "1" are all "1"), others in the shortest form
- * that round-trips through strtod, -0 as 0. Numbers are compared as IEEE
- * doubles (integers beyond 2^53 are not interoperable in JSON anyway).
+ * equal), numbers in one form (below).
+ *
+ * Numbers. The rule is "every digit the upstream would read": the upstreams'
+ * JSON parsers (Python's json, serde, ...) read a literal with a fraction or
+ * an exponent as an IEEE double, and a literal of digits only as an exact
+ * integer. So:
+ *   - a value that is exactly a double is written in one form, whatever its
+ *     spelling: integral values of magnitude below 2^53 as integers ("1.0",
+ *     "1e0" and "1" are all "1"), others in the shortest form that
+ *     round-trips through strtod, -0 as 0;
+ *   - an integer literal whose value is NOT exactly a double (magnitude
+ *     beyond 2^53 and not on the doubles' grid, e.g. 9007199254740993) keeps
+ *     its digits (leading zeros dropped, sign kept), so it never shares a key
+ *     with the neighbouring double (9007199254740992) or another integer;
+ *   - a literal with a fraction or an exponent is its double, as before (the
+ *     upstream reads 0.1000000000000000055511 as 0.1 too).
+ * cJSON keeps only the double, so the digits come from the raw body text
+ * (canon_input.raw), whose number literals are visited in document order -
+ * the order of cJSON's children. Without the raw text (or if it does not
+ * match the tree), a number that may have lost digits - an integral value of
+ * magnitude 2^53 or more, or an overflow to infinity - cannot be told from
+ * its neighbours: the keys are
+ * then made unique (canon_keys.lossy), so such a request is never answered
+ * with an entry stored for another number.
  *
  * Exact key  = SHA-256("pc-exact-1" | tenant | namespace | endpoint |
  *              variant | canonical body without the excluded fields)
@@ -27,8 +47,14 @@
 #include "pc_api.h"
 #include "pc_util.h"
 
-/* Append the canonical serialisation of v. */
+/* Append the canonical serialisation of v (numbers from their doubles only). */
 void canon_json(const cJSON *v, struct pc_buf *out);
+/*
+ * The same, keeping every digit of integer literals a double cannot hold:
+ * raw[0..len) is the text v was parsed from. Returns 0, or -1 (nothing
+ * appended) if raw does not match v.
+ */
+int canon_json_text(const cJSON *v, const char *raw, size_t len, struct pc_buf *out);
 /* Canonical text of a number into out (NUL-terminated); returns its length. */
 size_t canon_number(double d, char out[40]);
 /* Whether a top-level request field is left out of the keys. */
@@ -41,12 +67,19 @@ struct canon_input {
     const char *ns;              /* X-Cache-Namespace value or NULL */
     const char *variant; /* other answer-changing inputs, e.g. "anthropic-version=...\n"; or NULL */
     bool exact_only;     /* skip the partition and last_user_text (no semantic cache) */
+    /* The bytes body was parsed from, so that integer literals keep every digit (see
+     * Numbers above). Optional, but without it a request with an integral number of
+     * magnitude >= 2^53 gets unique keys (lossy). */
+    const char *raw;
+    size_t raw_len;
 };
 
 struct canon_keys {
     unsigned char exact[PC_SHA256_LEN];
     unsigned char partition[PC_SHA256_LEN];
     char *last_user_text; /* text of the last user turn (for embedding), or NULL; owned */
+    bool lossy;           /* a number may have lost digits and raw was missing or did not match: the
+                             keys are unique to this call (never hit, never shared); better bypass */
 };
 
 /* Fill k from in. Returns 0 (k->last_user_text must be freed with canon_keys_free). */

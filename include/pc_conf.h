@@ -47,14 +47,15 @@ struct conf_list {
 
 struct conf {
     /* network */
-    char *listen;      /* "host:port" as configured */
-    char *listen_host; /* derived from listen; an IPv6 address without its brackets */
-    int listen_port;   /* derived from listen */
-    int workers;       /* 0 in the file means "one per core"; conf_load resolves it to >= 1 */
-    int64_t max_connections;
-    int64_t max_body_size;   /* bytes */
-    double client_timeout;   /* seconds: read a request, keep-alive idle, stalled writes */
-    double shutdown_timeout; /* seconds to finish in-flight requests on SIGTERM */
+    char *listen;            /* "host:port" as configured */
+    char *listen_host;       /* derived from listen; an IPv6 address without its brackets */
+    int listen_port;         /* derived from listen */
+    int workers;             /* 0 in the file means "one per core"; conf_load resolves it to >= 1 */
+    int64_t max_connections; /* all workers together */
+    int64_t max_connections_per_ip; /* 0 = no limit */
+    int64_t max_body_size;          /* bytes */
+    double client_timeout;          /* seconds: read a request, keep-alive idle, stalled writes */
+    double shutdown_timeout;        /* seconds to finish in-flight requests on SIGTERM */
 
     /* upstream */
     struct conf_list upstream; /* base URLs, at least one */

@@ -30,15 +30,31 @@
  * be the worse mistake.
  *
  * httpd answers some requests itself, in the API's JSON error shape, and
- * closes the connection: 400, 431, 501, 505 for malformed heads, 417 for an
- * Expect other than 100-continue, and 503 when the request-body budget below
- * is used up.
+ * closes the connection: 400, 431, 501, 505 for malformed heads (400 also for
+ * an HTTP/1.1 request without exactly one valid Host header, or any request
+ * with two, RFC 9112 section 3.2), 417 for an Expect other than 100-continue,
+ * and 503 (with Retry-After) when the request-body budget or the connection
+ * limits below are reached.
  *
- * Memory for request bodies grows as the bytes arrive (a head announcing a
- * large Content-Length costs nothing until the body comes). The bodies
- * buffered by one httpd, from the first byte until their request is freed,
- * share a budget (max_body_buffered); a body that would take the total over
- * it gets a 503 instead.
+ * Limits are process-wide: every httpd of the process (one per worker thread)
+ * counts into the same totals.
+ *   - Connections: at most conf.max_connections regular connections in all,
+ *     and at most httpd_limits.max_connections_per_ip from one client
+ *     address. A connection beyond either goes into a small reserve (at most
+ *     httpd_limits.reserve connections): its request head is read within
+ *     HTTPD_RESERVE_SECONDS; a GET or HEAD of one of the reserve paths (the
+ *     health endpoints) is handed to the handler as usual, anything else is
+ *     answered 503 with Retry-After; either way the connection then closes.
+ *     With the reserve full too, a connection is closed at once. Refusals
+ *     are counted (connections_refused, connections_refused_per_ip).
+ *   - Request bodies: memory for them grows as the bytes arrive (a head
+ *     announcing a large Content-Length costs nothing until the body comes).
+ *     The bodies buffered by all httpds, from the first byte until their
+ *     request is freed, share one budget (conf.max_body_buffered); a body
+ *     that would take the total over it gets a 503.
+ * After large bodies were freed (a burst of uploads), the process's free heap
+ * memory is handed back to the system (malloc_trim) once the burst is over:
+ * glibc would otherwise keep it, and an idle proxy would stay at its peak.
  */
 #ifndef PC_HTTPD_H
 #define PC_HTTPD_H
@@ -48,6 +64,7 @@
 #include <stdint.h>
 
 struct event_base;
+struct pc_buf;
 struct stats;
 struct httpd;
 struct httpd_req;
@@ -62,28 +79,55 @@ enum httpd_req_error {
     HTTPD_REQ_BODY_TOO_LARGE, /* body over max_body_size: headers available, body empty */
 };
 
-/* Default request-body budget of one httpd: this many bodies of max_body_size ... */
-#define HTTPD_BODY_BUDGET_BODIES 64
+/* Default request-body budget of the process: this many bodies of max_body_size ... */
+#define HTTPD_BODY_BUDGET_BODIES 32
 /* ... and never less than this. */
 #define HTTPD_BODY_BUDGET_MIN ((size_t)256 * 1024 * 1024)
+/* Connections kept for health probes beyond the limits, by default. */
+#define HTTPD_RESERVE_DEFAULT 32
+/* Seconds a reserve connection has to send its request head. */
+#define HTTPD_RESERVE_SECONDS 2.0
 
 /* Zero fields take httpd's defaults; a negative timeout disables that timeout. */
 struct httpd_conf {
     size_t max_header_size;   /* request line + headers; over it: 431 from httpd itself */
     size_t max_headers;       /* header count; over it: 431 */
     size_t max_body_size;     /* over it: handler called with HTTPD_REQ_BODY_TOO_LARGE */
-    size_t max_body_buffered; /* request-body bytes buffered by this httpd, all connections
-                                 together; over it: 503 from httpd. 0: HTTPD_BODY_BUDGET_BODIES
-                                 x max_body_size, at least HTTPD_BODY_BUDGET_MIN */
+    size_t max_body_buffered; /* request-body bytes buffered by the process, all httpds and
+                                 connections together; over it: 503 from httpd. 0:
+                                 HTTPD_BODY_BUDGET_BODIES x max_body_size, at least
+                                 HTTPD_BODY_BUDGET_MIN */
     /* Seconds to receive a whole request: a new connection's first one counted from the
      * accept (waiting for its first byte included), later ones from their first byte
      * (idle_timeout bounds the wait for it). */
     double read_timeout;
     double idle_timeout;     /* seconds a keep-alive connection may sit idle */
     double write_timeout;    /* seconds a client may leave queued output unread */
-    size_t max_connections;  /* per httpd; further connections are accepted and closed */
+    size_t max_connections;  /* regular connections of the process, all httpds together (give
+                                every httpd the same value); beyond: the reserve (above) */
     const char *server_name; /* Server: header value, NULL = none */
 };
+
+/*
+ * Process-wide settings, shared by every httpd: set them while no httpd's
+ * loop runs (once, before the workers start; not thread-safe). Zero fields
+ * take defaults; what the pointers point to must outlive every httpd.
+ */
+struct httpd_limits {
+    size_t max_connections_per_ip;    /* regular connections from one client address; 0: none */
+    size_t reserve;                   /* the reserve's size; 0: HTTPD_RESERVE_DEFAULT */
+    const char *const *reserve_paths; /* NULL-terminated paths a reserve connection may GET
+                                         (the health endpoints); NULL: none */
+    /* The JSON body of httpd's own refusals once the request's path is known (status,
+     * httpd's message): in the shape of the API behind that path. NULL, or nothing
+     * appended: httpd's {"error":{"message","type","code":null}}. */
+    void (*error_body)(const char *path, int status, const char *message, struct pc_buf *out);
+};
+void httpd_set_limits(const struct httpd_limits *l);
+/* Request-body bytes buffered by the whole process now. */
+size_t httpd_process_body_bytes(void);
+/* Times the process handed freed heap memory back to the system (malloc_trim). */
+uint64_t httpd_memory_trims(void);
 
 typedef void httpd_handler_fn(struct httpd_req *r, void *arg);
 typedef void httpd_req_fn(struct httpd_req *r, void *arg);
@@ -91,7 +135,8 @@ typedef void httpd_req_fn(struct httpd_req *r, void *arg);
 /*
  * Serve on listen_fd (already bound and listening; shared by all workers, so
  * httpd never closes it). handler runs for every complete request with
- * handler_arg. st (may be NULL) gets connections_active updates.
+ * handler_arg. st (may be NULL) gets connections_active updates and the
+ * counts of refusals and memory trims.
  */
 struct httpd *httpd_create(struct event_base *base, int listen_fd, const struct httpd_conf *conf,
                            httpd_handler_fn *handler, void *handler_arg, struct stats *st);
@@ -99,7 +144,7 @@ struct httpd *httpd_create(struct event_base *base, int listen_fd, const struct 
 void httpd_stop_accepting(struct httpd *h);
 size_t httpd_active_requests(const struct httpd *h);
 size_t httpd_connection_count(const struct httpd *h);
-/* Bytes allocated for request bodies now (what max_body_buffered limits). */
+/* Bytes allocated for this httpd's request bodies now (its share of max_body_buffered). */
 size_t httpd_buffered_body_bytes(const struct httpd *h);
 /* Close every connection (close callbacks of open requests run) and free. */
 void httpd_destroy(struct httpd **h);
@@ -173,5 +218,11 @@ struct httpd_head {
     size_t max_headers; /* capacity of headers */
 };
 long httpd_parse_head(const char *buf, size_t len, struct httpd_head *head);
+/*
+ * The Host rule of RFC 9112 section 3.2 on a parsed head: an HTTP/1.1 request
+ * has exactly one Host header, no request has two, and its value is empty or
+ * uri-host [":" port]. 0, or -400.
+ */
+int httpd_head_check_host(const struct httpd_head *head);
 
 #endif

@@ -50,6 +50,8 @@
            "Calls retried on another replica after a refused connect")                             \
     ACTION(upstream_timeouts, counter, "Upstream calls that hit upstream-timeout")                 \
     ACTION(upstream_5xx, counter, "Upstream answers with a 5xx status")                            \
+    ACTION(upstream_retries, counter,                                                              \
+           "Upstream calls resent once: the reused connection died before the request was sent")   \
     ACTION(client_errors, counter, "Requests rejected by the proxy with a 4xx")                    \
     ACTION(client_aborts, counter, "Clients that hung up before their answer was complete")        \
     ACTION(redis_errors, counter, "Redis commands that failed or timed out")                       \
@@ -62,6 +64,13 @@
     ACTION(tokens_upstream_cached, counter, "Prompt tokens the upstream reported as cached")       \
     ACTION(bytes_from_upstream, counter, "Response bytes received from upstreams")                 \
     ACTION(bytes_from_cache, counter, "Response bytes served from the cache")                      \
+    ACTION(connections_refused, counter,                                                           \
+           "Connections turned away at max-connections or max-connections-per-ip")                 \
+    ACTION(connections_refused_per_ip, counter,                                                    \
+           "Connections turned away at max-connections-per-ip (also in connections_refused)")      \
+    ACTION(requests_over_body_budget, counter,                                                     \
+           "Requests answered 503: the process's request-body budget was used up")                 \
+    ACTION(memory_trims, counter, "Times freed request-body memory was returned to the system")    \
     ACTION(connections_active, gauge, "Open client connections")                                   \
     ACTION(requests_active, gauge, "Requests in progress")                                         \
     ACTION(upstream_active, gauge, "Upstream transfers in progress")                               \

@@ -9,6 +9,13 @@
  * NULL at once, so the caller bypasses the cache. Failures are counted in
  * redis_errors / redis_timeouts (a timeout counts in both).
  *
+ * Logging is per process, not per command or worker: ONE warning ("the cache
+ * is not working (where: why)") when the first store of the process loses
+ * its usable connection - lost, refused, stalled (commands timing out with no
+ * sign of life), blocked by the schema - or sees every command time out for
+ * max(1 s, 20 x redis-timeout); ONE notice ("the cache works again") when the
+ * last such store is back. Per-worker details are at info.
+ *
  * A command's timeout runs in real time from when it is sent, however busy the
  * event loop is; a SET gets 1 ms more per 64 KiB of value. A command that
  * times out does not by itself drop the connection: that happens when Redis

@@ -20,6 +20,20 @@
  *   - xfer_start may be called from any callback; from on_head/on_data the
  *     transfer is added to libcurl on the next loop iteration.
  *   - upstream_destroy must not be called from inside any of these callbacks.
+ *
+ * Resending. libcurl 7.88 sends a request again on its own when a reused
+ * keep-alive connection turns out dead: when writing the request fails, or
+ * when the connection ends before any response byte (Curl_retry_request),
+ * up to 5 times - a POST that went out whole included, so one client call
+ * could reach the upstream six times. Here each attempt passes a gate
+ * (CURLOPT_PREREQFUNCTION, called right before a request is written; the
+ * request bytes written so far are CURLINFO_REQUEST_SIZE, which adds up over
+ * the attempts of a transfer): a resend is allowed only if no byte of the
+ * request was written before - the connection was dead before the request,
+ * so the upstream cannot have received it - and only once. Otherwise the
+ * call fails (XFER_ERR_IO, 502) and is never repeated: an upstream that read
+ * the request may be generating (and billing) its answer. Resends are
+ * counted in upstream_retries.
  */
 #ifndef PC_UPSTREAM_H
 #define PC_UPSTREAM_H
@@ -96,5 +110,20 @@ void xfer_abort(struct xfer **x);
 
 /* Well-known HTTP status for a failed result (504 or 502). */
 int xfer_result_status(enum xfer_result r);
+
+/*
+ * The resend rule (see Resending above): whether attempt number attempt (1
+ * is the first send, 2 the first resend) may go ahead when request_bytes
+ * bytes of the request were written by the attempts before it.
+ */
+bool xfer_resend_allowed(unsigned attempt, long request_bytes);
+
+/*
+ * For tests: fn runs inside libcurl right before each attempt's request is
+ * written (attempt numbered from 1; local_port of the connection it uses),
+ * so a test can kill a reused connection exactly there. NULL clears it.
+ */
+typedef void upstream_attempt_fn(void *arg, unsigned attempt, int local_port);
+void upstream_set_attempt_hook(struct upstream *u, upstream_attempt_fn *fn, void *arg);
 
 #endif

@@ -236,6 +236,115 @@ void api_usage_from_response(enum api_endpoint e, const cJSON *resp, struct api_
         usage_openai(usage, u);
 }
 
+/* --- answer shapes ------------------------------------------------------- */
+
+const char *const api_answer_fault_names[API_ANSWER__COUNT] = {
+#define API_ANSWER_NAME(name, text) [API_ANSWER_##name] = text,
+    API_ANSWER_FAULTS(API_ANSWER_NAME)
+#undef API_ANSWER_NAME
+};
+
+const char *api_answer_fault_name(enum api_answer_fault f)
+{
+    if ((int)f < 0 || f >= API_ANSWER__COUNT)
+        return "unknown";
+    return api_answer_fault_names[f];
+}
+
+/* A member that, when present, must be this string. */
+static bool absent_or_string(const cJSON *obj, const char *key, const char *want)
+{
+    const cJSON *v = api_member(obj, key);
+    const char *s = cJSON_GetStringValue(v);
+    return v == NULL || (s != NULL && strcmp(s, want) == 0);
+}
+
+/* A non-empty array whose every element is an object passing elem_ok. */
+static bool array_of(const cJSON *arr, bool (*elem_ok)(const cJSON *elem))
+{
+    if (!cJSON_IsArray(arr) || arr->child == NULL)
+        return false;
+    for (const cJSON *c = arr->child; c != NULL; c = c->next)
+        if (!cJSON_IsObject(c) || !elem_ok(c))
+            return false;
+    return true;
+}
+
+static bool chat_choice_ok(const cJSON *ch)
+{
+    return cJSON_IsObject(api_member(ch, "message"));
+}
+
+static bool text_choice_ok(const cJSON *ch)
+{
+    return cJSON_IsString(api_member(ch, "text"));
+}
+
+static bool embedding_ok(const cJSON *d)
+{
+    const cJSON *v = api_member(d, "embedding");
+    return cJSON_IsArray(v) || cJSON_IsString(v);
+}
+
+/* The endpoint-specific part of api_answer_check (resp is an object without "error"). */
+static enum api_answer_fault answer_shape(enum api_endpoint e, const cJSON *resp)
+{
+    switch (e) {
+    case API_CHAT:
+        if (!absent_or_string(resp, "object", "chat.completion"))
+            return API_ANSWER_WRONG_OBJECT;
+        return array_of(api_member(resp, "choices"), chat_choice_ok) ? API_ANSWER_OK
+                                                                     : API_ANSWER_NO_CHOICES;
+    case API_COMPLETIONS:
+        if (!absent_or_string(resp, "object", "text_completion"))
+            return API_ANSWER_WRONG_OBJECT;
+        return array_of(api_member(resp, "choices"), text_choice_ok) ? API_ANSWER_OK
+                                                                     : API_ANSWER_NO_CHOICES;
+    case API_EMBEDDINGS:
+        if (!absent_or_string(resp, "object", "list"))
+            return API_ANSWER_WRONG_OBJECT;
+        return array_of(api_member(resp, "data"), embedding_ok) ? API_ANSWER_OK
+                                                                : API_ANSWER_NO_DATA;
+    case API_MESSAGES: {
+        const char *type = cJSON_GetStringValue(api_member(resp, "type"));
+        if (type == NULL || strcmp(type, "message") != 0 ||
+            !absent_or_string(resp, "role", "assistant"))
+            return API_ANSWER_WRONG_OBJECT;
+        return cJSON_IsArray(api_member(resp, "content")) ? API_ANSWER_OK : API_ANSWER_NO_CONTENT;
+    }
+    default:
+        return API_ANSWER_NOT_CACHEABLE;
+    }
+}
+
+static int answer_verdict(enum api_answer_fault f, const char **reason)
+{
+    if (reason != NULL)
+        *reason = api_answer_fault_name(f);
+    return (int)f;
+}
+
+int api_answer_check(enum api_endpoint e, const cJSON *resp, const char **reason)
+{
+    if (e <= API_NONE || e >= API__COUNT)
+        return answer_verdict(API_ANSWER_NOT_CACHEABLE, reason);
+    if (!cJSON_IsObject(resp))
+        return answer_verdict(API_ANSWER_NOT_OBJECT, reason);
+    const char *type = cJSON_GetStringValue(api_member(resp, "type"));
+    if (api_member(resp, "error") != NULL || (type != NULL && strcmp(type, "error") == 0))
+        return answer_verdict(API_ANSWER_ERROR_MEMBER, reason);
+    return answer_verdict(answer_shape(e, resp), reason);
+}
+
+int api_answer_check_stream(enum api_endpoint e, const cJSON *assembled, const char **reason)
+{
+    if (e <= API_NONE || e >= API__COUNT)
+        return answer_verdict(API_ANSWER_NOT_CACHEABLE, reason);
+    if (assembled == NULL)
+        return answer_verdict(API_ANSWER_STREAM_INCOMPLETE, reason);
+    return api_answer_check(e, assembled, reason);
+}
+
 /* --- errors -------------------------------------------------------------- */
 
 static const struct api_error_kind *error_kind(int status)

@@ -13,6 +13,18 @@
  *   SHA-256( len|domain  len|tenant  len|namespace  len|endpoint
  *            len|variant  len|canonical-body )      len = 8 bytes big-endian
  *
+ * Number literals (pc_canon.h, "Numbers"): before emitting, literals_collect
+ * walks the tree in document order next to a scanner over the raw text, pairs
+ * each number node with its literal, and keeps the few integer literals a
+ * double cannot hold in a table sorted by node address, which emit_number
+ * consults. The pairing is checked (same count, same value as cJSON read), so
+ * a raw text that does not belong to the tree is noticed, never trusted.
+ *
+ *   raw text ──scanner──▶ literal ┐
+ *                                  ├─ pair, check ─▶ lits (node → digits)
+ *   cJSON tree ─document order─▶ node ┘                 │
+ *                                     emit_value ─▶ emit_number ─┘
+ *
  * Known limit: cJSON stores strings and member names as C strings, so a
  * decoded U+0000 ("\u0000") truncates the string there: "a\u0000b" and "a"
  * canonicalise alike. Callers that cannot accept this must refuse to cache
@@ -20,11 +32,14 @@
  */
 #include "pc_canon.h"
 
+#include <locale.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/rand.h>
 
 /*
  * Which members of an object are left out. Only the request's top level and
@@ -49,6 +64,29 @@ struct canon_member {
 /* 2^53: below it every integer is exactly representable as a double. */
 #define CANON_EXACT_INT 9007199254740992.0
 
+/* Number literals up to this long are converted on the stack. */
+#define CANON_LITERAL_STACK 64
+
+/* An integer literal a double cannot hold: its digits, without sign and leading zeros. */
+struct canon_literal {
+    const cJSON *item;
+    const char *digits;
+    size_t len;
+    bool negative;
+};
+
+/*
+ * What emitting one body needs beyond the tree: the literals that keep their
+ * digits, whether the raw text was there, and whether a number that may have
+ * lost digits was emitted without it (lossy).
+ */
+struct canon_ctx {
+    struct canon_literal *lits; /* sorted by item address */
+    size_t nlits, cap;
+    bool have_raw;
+    bool lossy;
+};
+
 /* Top-level fields that do not change the answer (see pc_canon.h). */
 static const char *const canon_excluded[] = {
     "stream", "stream_options",                      /* delivery: a hit is replayed either way */
@@ -56,9 +94,9 @@ static const char *const canon_excluded[] = {
     "store",  "service_tier",   "prompt_cache_key",  /* upstream storage and routing */
 };
 
-static void emit_value(const cJSON *v, struct pc_buf *out);
-static void emit_object(const cJSON *obj, struct pc_buf *out, enum canon_filter f,
-                        enum api_endpoint e);
+static void emit_value(struct canon_ctx *ctx, const cJSON *v, struct pc_buf *out);
+static void emit_object(struct canon_ctx *ctx, const cJSON *obj, struct pc_buf *out,
+                        enum canon_filter f, enum api_endpoint e);
 
 bool canon_field_excluded(const char *name)
 {
@@ -142,6 +180,171 @@ size_t canon_number(double d, char out[40])
     return number_normalise(tmp, out);
 }
 
+/* --- number literals ------------------------------------------------------ */
+
+/* The bytes cJSON's parse_number takes into a literal. */
+static bool literal_char(char c)
+{
+    return (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.' || c == 'e' || c == 'E';
+}
+
+/* A scanner over raw JSON text that stops at each number literal, outside strings. */
+struct lit_scan {
+    const char *p;
+    size_t len, pos;
+};
+
+/* Past the string whose opening quote is at s->pos. */
+static void scan_string(struct lit_scan *s)
+{
+    s->pos++;
+    while (s->pos < s->len) {
+        char c = s->p[s->pos++];
+        if (c == '\\')
+            s->pos++;
+        else if (c == '"')
+            return;
+    }
+}
+
+/* The next number literal at or after s->pos; false when there is none. */
+static bool scan_literal(struct lit_scan *s, const char **lit, size_t *n)
+{
+    while (s->pos < s->len) {
+        char c = s->p[s->pos];
+        if (c == '"') {
+            scan_string(s);
+            continue;
+        }
+        if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t start = s->pos;
+            while (s->pos < s->len && literal_char(s->p[s->pos]))
+                s->pos++;
+            *lit = s->p + start;
+            *n = s->pos - start;
+            return true;
+        }
+        s->pos++;
+    }
+    return false;
+}
+
+/* What cJSON makes of a literal: strtod with '.' as the locale's decimal point. */
+static bool literal_value(const char *lit, size_t n, double *d)
+{
+    char stack[CANON_LITERAL_STACK], *end = NULL;
+    char *buf = n < sizeof(stack) ? stack : pc_malloc(n + 1);
+    char point = localeconv()->decimal_point[0];
+    for (size_t i = 0; i < n; i++)
+        buf[i] = lit[i] == '.' ? point : lit[i];
+    buf[n] = '\0';
+    *d = strtod(buf, &end);
+    bool whole = end == buf + n;
+    if (buf != stack)
+        free(buf);
+    return whole;
+}
+
+static bool integer_literal(const char *lit, size_t n)
+{
+    for (size_t i = lit[0] == '-' ? 1 : 0; i < n; i++)
+        if (lit[i] < '0' || lit[i] > '9')
+            return false;
+    return true;
+}
+
+static void ctx_add_literal(struct canon_ctx *ctx, const cJSON *item, const char *lit, size_t n)
+{
+    struct canon_literal l = {.item = item, .negative = lit[0] == '-'};
+    size_t i = l.negative ? 1 : 0;
+    while (i + 1 < n && lit[i] == '0')
+        i++;
+    l.digits = lit + i;
+    l.len = n - i;
+    if (ctx->nlits == ctx->cap) {
+        ctx->cap = ctx->cap ? ctx->cap * 2 : 8;
+        ctx->lits = pc_realloc(ctx->lits, ctx->cap * sizeof(*ctx->lits));
+    }
+    ctx->lits[ctx->nlits++] = l;
+}
+
+/*
+ * Pair number node v with literal lit: it must be what cJSON read for v.
+ * An integer literal whose digits differ from the exact value of the double
+ * (or that overflowed to infinity) is kept. 0, or -1 if they cannot belong
+ * together.
+ */
+static int literal_pair(struct canon_ctx *ctx, const cJSON *v, const char *lit, size_t n)
+{
+    double d;
+    if (!literal_value(lit, n, &d) || !(d == v->valuedouble || (isnan(d) && isnan(v->valuedouble))))
+        return -1;
+    if (!integer_literal(lit, n) || (isfinite(d) && fabs(d) < CANON_EXACT_INT))
+        return 0;
+    char exact[400]; /* every finite double's integer part fits */
+    int m = isfinite(d) ? snprintf(exact, sizeof(exact), "%.0f", fabs(d)) : -1;
+    size_t i = lit[0] == '-' ? 1 : 0;
+    while (i + 1 < n && lit[i] == '0')
+        i++;
+    if (m < 0 || (size_t)m != n - i || memcmp(exact, lit + i, n - i) != 0)
+        ctx_add_literal(ctx, v, lit, n);
+    return 0;
+}
+
+/* Visit v's subtree in document order, pairing numbers with literals. 0 or -1. */
+static int literals_walk(struct canon_ctx *ctx, const cJSON *v, struct lit_scan *s)
+{
+    if (cJSON_IsNumber(v)) {
+        const char *lit;
+        size_t n;
+        if (!scan_literal(s, &lit, &n))
+            return -1;
+        return literal_pair(ctx, v, lit, n);
+    }
+    if (!cJSON_IsArray(v) && !cJSON_IsObject(v))
+        return 0;
+    for (const cJSON *c = v->child; c != NULL; c = c->next)
+        if (literals_walk(ctx, c, s) < 0)
+            return -1;
+    return 0;
+}
+
+static int literal_cmp(const void *pa, const void *pb)
+{
+    uintptr_t a = (uintptr_t)((const struct canon_literal *)pa)->item;
+    uintptr_t b = (uintptr_t)((const struct canon_literal *)pb)->item;
+    return a < b ? -1 : a > b;
+}
+
+/* Fill ctx from raw text; on a mismatch ctx is left as if there were none. */
+static void literals_collect(struct canon_ctx *ctx, const cJSON *v, const char *raw, size_t len)
+{
+    struct lit_scan s = {raw, len, 0};
+    const char *extra;
+    size_t n;
+    if (raw == NULL || literals_walk(ctx, v, &s) < 0 || scan_literal(&s, &extra, &n)) {
+        ctx->nlits = 0;
+        return;
+    }
+    ctx->have_raw = true;
+    if (ctx->nlits > 1) /* qsort(NULL, 0, ...) is undefined */
+        qsort(ctx->lits, ctx->nlits, sizeof(*ctx->lits), literal_cmp);
+}
+
+static void ctx_free(struct canon_ctx *ctx)
+{
+    free(ctx->lits);
+    memset(ctx, 0, sizeof(*ctx));
+}
+
+static const struct canon_literal *ctx_literal(const struct canon_ctx *ctx, const cJSON *v)
+{
+    struct canon_literal key = {.item = v};
+    if (ctx->nlits == 0)
+        return NULL;
+    return bsearch(&key, ctx->lits, ctx->nlits, sizeof(key), literal_cmp);
+}
+
 /* --- canonical JSON ------------------------------------------------------ */
 
 static const char *member_key(const cJSON *item)
@@ -189,25 +392,25 @@ static const char *partition_field(enum api_endpoint e)
  * conversation that ends with a removed user turn never shares a partition
  * with one that ends on the previous turn.
  */
-static void emit_messages_partition(const cJSON *arr, struct pc_buf *out)
+static void emit_messages_partition(struct canon_ctx *ctx, const cJSON *arr, struct pc_buf *out)
 {
     const cJSON *last = last_child(arr);
     if (last == NULL || !is_user_turn(last)) {
-        emit_value(arr, out);
+        emit_value(ctx, arr, out);
         return;
     }
     pc_buf_append_char(out, '[');
     for (const cJSON *c = arr->child; c != last; c = c->next) {
-        emit_value(c, out);
+        emit_value(ctx, c, out);
         pc_buf_append_char(out, ',');
     }
-    emit_object(last, out, FILTER_TURN_STUB, API_NONE);
+    emit_object(ctx, last, out, FILTER_TURN_STUB, API_NONE);
     pc_buf_append_char(out, ']');
 }
 
 /* Emit one surviving member (with its leading comma); false if filtered out. */
-static bool emit_member(const cJSON *item, bool first, struct pc_buf *out, enum canon_filter f,
-                        enum api_endpoint e)
+static bool emit_member(struct canon_ctx *ctx, const cJSON *item, bool first, struct pc_buf *out,
+                        enum canon_filter f, enum api_endpoint e)
 {
     const char *key = member_key(item);
     if ((f == FILTER_EXACT || f == FILTER_PARTITION) && canon_field_excluded(key))
@@ -223,14 +426,14 @@ static bool emit_member(const cJSON *item, bool first, struct pc_buf *out, enum 
     pc_buf_append_char(out, ':');
     bool turns = f == FILTER_PARTITION && (e == API_CHAT || e == API_MESSAGES);
     if (turns && strcmp(key, "messages") == 0 && cJSON_IsArray(item))
-        emit_messages_partition(item, out);
+        emit_messages_partition(ctx, item, out);
     else
-        emit_value(item, out);
+        emit_value(ctx, item, out);
     return true;
 }
 
-static void emit_object(const cJSON *obj, struct pc_buf *out, enum canon_filter f,
-                        enum api_endpoint e)
+static void emit_object(struct canon_ctx *ctx, const cJSON *obj, struct pc_buf *out,
+                        enum canon_filter f, enum api_endpoint e)
 {
     struct canon_member stack[CANON_STACK_MEMBERS];
     struct canon_member *m = stack;
@@ -250,7 +453,7 @@ static void emit_object(const cJSON *obj, struct pc_buf *out, enum canon_filter 
         /* Equal keys are adjacent, in input order: emit only the last. */
         if (i + 1 < n && strcmp(member_key(m[i].item), member_key(m[i + 1].item)) == 0)
             continue;
-        if (emit_member(m[i].item, first, out, f, e))
+        if (emit_member(ctx, m[i].item, first, out, f, e))
             first = false;
     }
     pc_buf_append_char(out, '}');
@@ -258,21 +461,35 @@ static void emit_object(const cJSON *obj, struct pc_buf *out, enum canon_filter 
         free(m);
 }
 
-static void emit_array(const cJSON *arr, struct pc_buf *out)
+static void emit_array(struct canon_ctx *ctx, const cJSON *arr, struct pc_buf *out)
 {
     pc_buf_append_char(out, '[');
     for (const cJSON *c = arr->child; c != NULL; c = c->next) {
         if (c != arr->child)
             pc_buf_append_char(out, ',');
-        emit_value(c, out);
+        emit_value(ctx, c, out);
     }
     pc_buf_append_char(out, ']');
 }
 
-/* Kept out of emit_value so the recursive frames stay small. */
-static void emit_number(double d, struct pc_buf *out)
+/*
+ * A kept literal, or the double's canonical form. Without the raw text, an
+ * integral value of magnitude 2^53 or more (or infinity) may stand for
+ * several literals: noted in ctx->lossy. Kept out of emit_value so the recursive frames stay small.
+ */
+static void emit_number(struct canon_ctx *ctx, const cJSON *v, struct pc_buf *out)
 {
     char num[40];
+    const struct canon_literal *lit = ctx != NULL ? ctx_literal(ctx, v) : NULL;
+    if (lit != NULL) {
+        if (lit->negative)
+            pc_buf_append_char(out, '-');
+        pc_buf_append(out, lit->digits, lit->len);
+        return;
+    }
+    double d = v->valuedouble;
+    if (ctx != NULL && !ctx->have_raw && !isnan(d) && !(fabs(d) < CANON_EXACT_INT))
+        ctx->lossy = true; /* infinity too: an overflowing literal of any digits */
     pc_buf_append(out, num, canon_number(d, num));
 }
 
@@ -280,7 +497,7 @@ static void emit_number(double d, struct pc_buf *out)
  * Recursion is bounded by cJSON's parse nesting limit (CJSON_NESTING_LIMIT,
  * 1000): a few hundred bytes of stack per level.
  */
-static void emit_value(const cJSON *v, struct pc_buf *out)
+static void emit_value(struct canon_ctx *ctx, const cJSON *v, struct pc_buf *out)
 {
     if (v == NULL || cJSON_IsNull(v)) {
         pc_buf_append_str(out, "null");
@@ -289,14 +506,14 @@ static void emit_value(const cJSON *v, struct pc_buf *out)
     } else if (cJSON_IsFalse(v)) {
         pc_buf_append_str(out, "false");
     } else if (cJSON_IsNumber(v)) {
-        emit_number(v->valuedouble, out);
+        emit_number(ctx, v, out);
     } else if (cJSON_IsString(v)) {
         const char *s = v->valuestring != NULL ? v->valuestring : "";
         pc_buf_json_str(out, s, strlen(s));
     } else if (cJSON_IsArray(v)) {
-        emit_array(v, out);
+        emit_array(ctx, v, out);
     } else if (cJSON_IsObject(v)) {
-        emit_object(v, out, FILTER_NONE, API_NONE);
+        emit_object(ctx, v, out, FILTER_NONE, API_NONE);
     } else {
         /* cJSON_Invalid / cJSON_Raw: never produced by the parser. */
         pc_buf_append_str(out, "null");
@@ -305,7 +522,18 @@ static void emit_value(const cJSON *v, struct pc_buf *out)
 
 void canon_json(const cJSON *v, struct pc_buf *out)
 {
-    emit_value(v, out);
+    emit_value(NULL, v, out);
+}
+
+int canon_json_text(const cJSON *v, const char *raw, size_t len, struct pc_buf *out)
+{
+    struct canon_ctx ctx = {0};
+    literals_collect(&ctx, v, raw, len);
+    bool ok = ctx.have_raw;
+    if (ok)
+        emit_value(&ctx, v, out);
+    ctx_free(&ctx);
+    return ok ? 0 : -1;
 }
 
 /* --- keys ---------------------------------------------------------------- */
@@ -330,8 +558,29 @@ static void put_str(struct pc_buf *b, const char *s)
     put_field(b, s != NULL ? s : "", s != NULL ? strlen(s) : 0);
 }
 
-/* Digest of one key: the header fields, then the filtered body in place. */
-static void key_digest(const char *domain, const struct canon_input *in,
+/*
+ * A field no other call of this or any process shares: 16 random bytes and a
+ * counter (in case the random source fails), for keys that must never match.
+ */
+static void put_nonce(struct pc_buf *b)
+{
+    static uint64_t counter;
+    unsigned char nonce[16 + 8] = {0};
+    uint64_t n = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    if (RAND_bytes(nonce, 16) != 1) {
+        uint64_t t = pc_mono_us(), w = (uint64_t)pc_wall_ms();
+        memcpy(nonce, &t, 8);
+        memcpy(nonce + 8, &w, 8);
+    }
+    memcpy(nonce + 16, &n, 8);
+    put_field(b, nonce, sizeof(nonce));
+}
+
+/*
+ * Digest of one key: the header fields, then the filtered body in place; a
+ * body that may have lost digits (ctx->lossy) gets a nonce after it.
+ */
+static void key_digest(struct canon_ctx *ctx, const char *domain, const struct canon_input *in,
                        const unsigned char *tenant, enum canon_filter f, struct pc_buf *b,
                        unsigned char out[PC_SHA256_LEN])
 {
@@ -344,10 +593,12 @@ static void key_digest(const char *domain, const struct canon_input *in,
     size_t off = b->len;
     pc_buf_append(b, "\0\0\0\0\0\0\0\0", 8);
     if (cJSON_IsObject(in->body))
-        emit_object(in->body, b, f, in->endpoint);
+        emit_object(ctx, in->body, b, f, in->endpoint);
     else
-        emit_value(in->body, b);
+        emit_value(ctx, in->body, b);
     put_len(b, off, b->len - off - 8);
+    if (ctx->lossy)
+        put_nonce(b);
     pc_sha256(b->data, b->len, out);
 }
 
@@ -397,12 +648,15 @@ static char *last_user_text(enum api_endpoint e, const cJSON *body)
 /*
  * Callers: a request body containing "\u0000" canonicalises as if its string
  * ended there (see the top of this file); refuse to cache such bodies if that
- * matters. A NULL tenant is the anonymous tenant (canon_tenant(NULL)).
+ * matters. A NULL tenant is the anonymous tenant (canon_tenant(NULL)). Pass
+ * the raw body too (in->raw): without it, numbers of magnitude 2^53 or more
+ * make the keys unique (k->lossy).
  */
 int canon_keys(const struct canon_input *in, struct canon_keys *k)
 {
     unsigned char anon[PC_SHA256_LEN];
     struct pc_buf b = PC_BUF_INIT;
+    struct canon_ctx ctx = {0};
     memset(k, 0, sizeof(*k));
     if (in == NULL)
         return -1;
@@ -411,10 +665,16 @@ int canon_keys(const struct canon_input *in, struct canon_keys *k)
         canon_tenant(NULL, anon);
         tenant = anon;
     }
-    key_digest("pc-exact-1", in, tenant, FILTER_EXACT, &b, k->exact);
-    if (!in->exact_only)
-        key_digest("pc-part-1", in, tenant, FILTER_PARTITION, &b, k->partition);
+    literals_collect(&ctx, in->body, in->raw, in->raw_len);
+    key_digest(&ctx, "pc-exact-1", in, tenant, FILTER_EXACT, &b, k->exact);
+    k->lossy = ctx.lossy;
+    if (!in->exact_only) {
+        ctx.lossy = false; /* the partition leaves parts out: judged on its own */
+        key_digest(&ctx, "pc-part-1", in, tenant, FILTER_PARTITION, &b, k->partition);
+        k->lossy = k->lossy || ctx.lossy;
+    }
     pc_buf_free(&b);
+    ctx_free(&ctx);
     if (!in->exact_only)
         k->last_user_text = last_user_text(in->endpoint, in->body);
     return 0;

@@ -92,12 +92,23 @@ static const struct conf_key conf_keys[] = {
              "online CPU core."},
     {.name = "max-connections", .type = CONF_INT, FIELD(max_connections), .def = "10000",
      .imin = 1, .imax = 1000000,
-     .help = "Maximum number of open client connections per worker. Beyond it, new connections "
-             "are accepted and closed at once."},
+     .help = "Maximum number of open client connections, all workers together. Beyond it a "
+             "small reserve of connections (32) still answers GET /healthz and /readyz, and "
+             "anything else gets a 503 with Retry-After; with the reserve full too, new "
+             "connections are closed at once. Refusals are counted in connections_refused."},
+    {.name = "max-connections-per-ip", .type = CONF_INT, FIELD(max_connections_per_ip),
+     .def = "0", .imin = 0, .imax = 1000000,
+     .help = "Maximum number of open connections from one client IP address, all workers "
+             "together; 0 turns the limit off. Beyond it a connection is treated as over "
+             "max-connections (health checks answered, everything else 503) and counted in "
+             "connections_refused_per_ip. Off by default because clients behind one NAT, load "
+             "balancer or gateway share an address; set it when clients connect directly."},
     {.name = "max-body-size", .type = CONF_SIZE, FIELD(max_body_size), .def = "16m",
      .imin = KIB, .imax = GIB,
      .help = "Largest request body accepted from a client; a larger request is answered with "
-             "413. Sizes are in bytes, with an optional k, m or g suffix (powers of 1024)."},
+             "413. Sizes are in bytes, with an optional k, m or g suffix (powers of 1024). The "
+             "request bodies held in memory at once, all workers together, may take 32 times "
+             "this (at least 256m); beyond that a request is answered 503 with Retry-After."},
     {.name = "client-timeout", .type = CONF_DOUBLE, FIELD(client_timeout), .def = "60",
      .dmin = 0.1, .dmax = 3600, .arg = "SECONDS",
      .help = "Seconds a client connection may stay idle or stalled before it is closed. This "

@@ -159,14 +159,22 @@ static int on_data(void *arg, const char *data, size_t len)
     return XFER_CONTINUE;
 }
 
-/* The answer's usage, and whether it is complete enough to be cached. */
-static bool answer_usage(const struct fetch *f, const struct pc_buf *body, struct api_usage *u)
+/*
+ * The answer's usage, and whether it is complete (false: cut off or not
+ * JSON). *fault says whether it has the shape its endpoint promises (0) or
+ * why not (enum api_answer_fault): a 2xx "{}" or {"error": ...} is relayed
+ * but never cached, or one tenant's error would be served to others.
+ */
+static bool answer_usage(const struct fetch *f, const struct pc_buf *body, struct api_usage *u,
+                         int *fault)
 {
     memset(u, 0, sizeof(*u));
+    *fault = API_ANSWER_NOT_OBJECT;
     if (f->stream) {
         cJSON *resp = sse_assemble(f->endpoint, body->data, body->len, u);
         if (resp == NULL)
             return false;
+        *fault = api_answer_check_stream(f->endpoint, resp, NULL);
         cJSON_Delete(resp);
         return true;
     }
@@ -176,6 +184,7 @@ static bool answer_usage(const struct fetch *f, const struct pc_buf *body, struc
         return false;
     }
     api_usage_from_response(f->endpoint, resp, u);
+    *fault = api_answer_check(f->endpoint, resp, NULL);
     cJSON_Delete(resp);
     return true;
 }
@@ -221,11 +230,18 @@ static bool store_answer(struct fetch *f, uint64_t latency_us)
         return false; /* pass-through: neither accounted nor stored */
     const struct pc_buf *body = flight_body(f->fl);
     struct api_usage usage;
-    bool usable = body != NULL && body->len > 0 && answer_usage(f, body, &usage);
+    int fault = 0;
+    bool usable = body != NULL && body->len > 0 && answer_usage(f, body, &usage, &fault);
     if (usable)
         account_usage(f, &usage);
     if (!f->store || !usable)
         return false;
+    if (fault != 0) {
+        log_write(PC_LOG_INFO, f->reqid, "answer not cached: %s (not the shape a %s answer has)",
+                  api_answer_fault_name((enum api_answer_fault)fault),
+                  api_endpoint_name(f->endpoint));
+        return false;
+    }
     const char *ctype =
         f->content_type ? f->content_type : (f->stream ? "text/event-stream" : "application/json");
     struct entry e = {

@@ -34,8 +34,23 @@
  *
  * Request bodies live in a buffer of their own that doubles as bytes arrive
  * (never past the declared length), not allocated whole when the head comes.
- * h->body_bytes counts the capacity of every body buffer of this httpd until
- * its request is freed; a growth past conf.max_body_buffered is answered 503.
+ * The capacity of every body buffer counts until its request is freed, in
+ * h->body_bytes and in the process-wide total (g.body_bytes); a growth that
+ * would take the total past conf.max_body_buffered is answered 503.
+ *
+ * Process-wide state (struct httpd_global g, below) is what all workers'
+ * httpds share: the connection, reserve and body-byte totals (atomics), the
+ * per-address connection counts (a hash table under a mutex, touched only on
+ * accept and close, and only with max_connections_per_ip set), and the
+ * memory-trim bookkeeping. Admission of a new connection:
+ *
+ *   accept ─▶ under max_connections and the address's limit? ─yes─▶ regular
+ *                 │ no
+ *                 ▼
+ *             room in the reserve? ─yes─▶ RESERVE: head within 2 s, health
+ *                 │ no                    paths answered, else 503; close
+ *                 ▼
+ *             close at once (counted)
  */
 #include "pc_httpd.h"
 #include "pc_log.h"
@@ -44,7 +59,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <netinet/tcp.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -70,7 +87,12 @@
 #define BUDGET_WARN_US  (60u * 1000000)    /* at most one budget warning a minute */
 #define ACCEPT_PAUSE_US 100000             /* after EMFILE and friends */
 #define SERVER_NAME_MAX 128
-#define HEAD_BUF        512 /* status line + httpd's own headers */
+#define HEAD_BUF        512                /* status line + httpd's own headers */
+#define IP_BUCKETS      1024               /* per-address connection counts */
+#define TRIM_BUFFER_MIN (1u * 1024 * 1024) /* body buffers this large count towards a trim */
+#define TRIM_FREED_MIN  (8u * 1024 * 1024) /* ... once this much was freed since the last */
+#define TRIM_DELAY_MS   1000               /* after the first such free; again while busy */
+#define RETRY_AFTER     "1"                /* seconds, on httpd's own 503s */
 
 /* Defaults for zero fields of struct httpd_conf. */
 #define DEF_MAX_HEADER_SIZE (32u * 1024)
@@ -128,8 +150,9 @@ struct httpd {
     struct httpd_conn *conns;        /* every connection, DEAD ones included */
     size_t nconns;
     size_t nactive;          /* requests handed to the handler and not finished */
-    size_t body_bytes;       /* allocated for request bodies, up to conf.max_body_buffered */
+    size_t body_bytes;       /* allocated for this httpd's request bodies (g.body_bytes: all) */
     uint64_t budget_warn_us; /* pc_mono_us() of the last "budget used up" warning */
+    struct event *trim_ev;   /* hands memory back after large bodies were freed */
     bool stopping;
     struct httpd_header_span *spans; /* parser scratch, conf.max_headers entries */
     time_t date_sec;
@@ -155,8 +178,13 @@ struct httpd_conn {
     size_t trailer_bytes;
     size_t linger_bytes;
     bool eof;
-    bool write_armed;   /* EV_WRITE enabled: the bufferevent is writing queued output */
-    struct pc_buf hdrs; /* reply headers added by the handler, reused */
+    bool write_armed;     /* EV_WRITE enabled: the bufferevent is writing queued output */
+    bool regular;         /* counted in g.conns (else in g.reserve) */
+    bool ip_held;         /* counted in g's per-address table under ip */
+    bool over_ip;         /* in the reserve because of max_connections_per_ip */
+    bool refused;         /* counted as refused already */
+    unsigned char ip[16]; /* client address, IPv4 mapped into IPv6 */
+    struct pc_buf hdrs;   /* reply headers added by the handler, reused */
     struct sockaddr_storage sa;
     socklen_t salen;
     char peer[INET6_ADDRSTRLEN + 16]; /* formatted on first use */
@@ -194,10 +222,36 @@ struct httpd_req {
     /* headers[], the head copy and the path copy follow */
 };
 
+/* One client address with regular connections open. */
+struct ip_slot {
+    struct ip_slot *next;
+    unsigned char ip[16];
+    size_t count;
+};
+
+/* What every httpd of the process shares (see the top of the file). */
+static struct httpd_global {
+    size_t conns;       /* regular connections (atomic) */
+    size_t reserve;     /* connections in the reserve (atomic) */
+    size_t body_bytes;  /* request-body buffers, all httpds (atomic) */
+    size_t freed_large; /* large body buffers freed since the last trim (atomic) */
+    uint64_t trims;     /* malloc_trim calls (atomic) */
+    struct httpd_limits limits;
+    pthread_mutex_t ip_mu;
+    struct ip_slot *ip_table[IP_BUCKETS];
+} g = {.limits = {.reserve = HTTPD_RESERVE_DEFAULT}, .ip_mu = PTHREAD_MUTEX_INITIALIZER};
+
 static void conn_process(struct httpd_conn *c);
 static void conn_kill(struct httpd_conn *c);
 static const char *conn_peer(struct httpd_conn *c);
 static void conn_start_close(struct httpd_conn *c);
+static void conn_dispatch(struct httpd_conn *c);
+
+static void stats_add_opt(struct stats *st, enum stat_id id, int64_t n)
+{
+    if (st != NULL)
+        stats_add(st, id, n);
+}
 
 /* ------------------------------------------------------------------------ */
 /* Request head parser (pure)                                                */
@@ -429,6 +483,52 @@ long httpd_parse_head(const char *buf, size_t len, struct httpd_head *head)
     return parse_head(buf, len, head, &fr);
 }
 
+/* reg-name and IPv4address bytes (RFC 3986): unreserved, pct-encoded, sub-delims. */
+static bool host_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           (ch != '\0' && strchr("-._~%!$&'()*+,;=", ch) != NULL);
+}
+
+/* uri-host [ ":" port ]; the host may be empty, or an IP-literal in brackets. */
+static bool valid_host(const char *v, size_t n)
+{
+    size_t i = 0;
+    if (n > 0 && v[0] == '[') {
+        const char *close = memchr(v, ']', n);
+        if (close == NULL || close == v + 1)
+            return false;
+        for (const char *p = v + 1; p < close; p++)
+            if (!host_char(*p) && *p != ':')
+                return false;
+        i = (size_t)(close - v) + 1;
+    } else {
+        while (i < n && host_char(v[i]))
+            i++;
+    }
+    if (i < n && v[i++] != ':')
+        return false;
+    for (; i < n; i++)
+        if (v[i] < '0' || v[i] > '9')
+            return false;
+    return true;
+}
+
+int httpd_head_check_host(const struct httpd_head *hd)
+{
+    const struct httpd_header_span *host = NULL;
+    for (size_t i = 0; i < hd->nheaders; i++) {
+        if (!span_caseeq(hd->headers[i].name, hd->headers[i].name_len, "host"))
+            continue;
+        if (host != NULL)
+            return -400; /* two Host lines, in any version */
+        host = &hd->headers[i];
+    }
+    if (host == NULL)
+        return hd->minor_version >= 1 ? -400 : 0;
+    return valid_host(host->value, host->value_len) ? 0 : -400;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Reply formatting                                                          */
 
@@ -651,29 +751,200 @@ static void write_head(struct httpd_conn *c, int status, enum frame fr, uint64_t
     pc_buf_reset(&c->hdrs);
 }
 
-/* httpd's own error replies: message and error type of the JSON body. */
+/* httpd's own refusals. */
+enum own_error {
+    OWN_MALFORMED,
+    OWN_HOST,
+    OWN_EXPECT,
+    OWN_HEADERS,
+    OWN_CODING,
+    OWN_BODY_BUDGET,
+    OWN_BUSY,
+    OWN_VERSION,
+};
+
+/* Status, message and error type of the JSON body; busy ones carry Retry-After. */
 static const struct {
     int status;
     const char *message;
     const char *type;
+    bool retry_after;
 } own_errors[] = {
-    {400, "Malformed HTTP request.", "invalid_request_error"},
-    {417, "Only the 100-continue expectation is supported.", "invalid_request_error"},
-    {431, "Request header fields too large.", "invalid_request_error"},
-    {501, "Transfer coding not implemented.", "invalid_request_error"},
-    {503, "server busy: too many large request bodies in flight", "server_error"},
-    {505, "HTTP version not supported.", "invalid_request_error"},
+    [OWN_MALFORMED] = {400, "Malformed HTTP request.", "invalid_request_error", false},
+    [OWN_HOST] = {400, "An HTTP/1.1 request needs exactly one valid Host header.",
+                  "invalid_request_error", false},
+    [OWN_EXPECT] = {417, "Only the 100-continue expectation is supported.", "invalid_request_error",
+                    false},
+    [OWN_HEADERS] = {431, "Request header fields too large.", "invalid_request_error", false},
+    [OWN_CODING] = {501, "Transfer coding not implemented.", "invalid_request_error", false},
+    [OWN_BODY_BUDGET] = {503, "server busy: too many large request bodies in flight",
+                         "server_error", true},
+    [OWN_BUSY] = {503, "server busy: too many connections; retry later", "server_error", true},
+    [OWN_VERSION] = {505, "HTTP version not supported.", "invalid_request_error", false},
 };
 
-static void error_text(int status, const char **message, const char **type)
+/* The refusal for a parser result (-400, -431, -501, -505; 0: an incomplete head). */
+static enum own_error own_error_of(long rc)
 {
-    *message = httpd_reason(status);
-    *type = "invalid_request_error";
-    for (size_t i = 0; i < PC_ARRAY_LEN(own_errors); i++)
-        if (own_errors[i].status == status) {
-            *message = own_errors[i].message;
-            *type = own_errors[i].type;
-        }
+    switch (rc) {
+    case -431:
+        return OWN_HEADERS;
+    case -501:
+        return OWN_CODING;
+    case -505:
+        return OWN_VERSION;
+    default:
+        return OWN_MALFORMED;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Process-wide accounting                                                   */
+
+/* Room left in the body budget limit (the total may briefly overshoot it; see body_take). */
+static size_t body_room(size_t limit)
+{
+    size_t used = __atomic_load_n(&g.body_bytes, __ATOMIC_RELAXED);
+    return used >= limit ? 0 : limit - used;
+}
+
+/* Take n bytes of the process's body budget; false (nothing taken) if over limit. */
+static bool body_take(struct httpd *h, size_t n)
+{
+    size_t before = __atomic_fetch_add(&g.body_bytes, n, __ATOMIC_RELAXED);
+    if (before + n > h->conf.max_body_buffered || before + n < before) {
+        __atomic_fetch_sub(&g.body_bytes, n, __ATOMIC_RELAXED);
+        return false;
+    }
+    h->body_bytes += n;
+    return true;
+}
+
+/* A large body buffer was freed: hand the memory back once the burst is over. */
+static void trim_note(struct httpd *h, size_t n)
+{
+    __atomic_fetch_add(&g.freed_large, n, __ATOMIC_RELAXED);
+    if (evtimer_pending(h->trim_ev, NULL))
+        return;
+    struct timeval tv = pc_timeval_ms(TRIM_DELAY_MS);
+    evtimer_add(h->trim_ev, &tv);
+}
+
+static void body_give(struct httpd *h, size_t n)
+{
+    __atomic_fetch_sub(&g.body_bytes, n, __ATOMIC_RELAXED);
+    h->body_bytes -= n;
+    if (n >= TRIM_BUFFER_MIN)
+        trim_note(h, n);
+}
+
+/*
+ * TRIM_DELAY_MS after a large body was freed: if enough was freed since the
+ * last trim and the bodies still in flight are few next to it (the burst is
+ * over), malloc_trim(0) returns the free pages of every arena to the system;
+ * if bodies still pour in, look again later. One httpd's timer takes the
+ * freed count, so concurrent timers trim once.
+ */
+static void trim_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct httpd *h = arg;
+    (void)fd;
+    (void)what;
+    PC_CHECK_OBJ(h, HTTPD_MAGIC);
+    size_t freed = __atomic_load_n(&g.freed_large, __ATOMIC_RELAXED);
+    if (freed < TRIM_FREED_MIN)
+        return; /* another httpd trimmed, or too little to bother */
+    if (__atomic_load_n(&g.body_bytes, __ATOMIC_RELAXED) > freed / 4) {
+        struct timeval tv = pc_timeval_ms(TRIM_DELAY_MS);
+        evtimer_add(h->trim_ev, &tv); /* still busy */
+        return;
+    }
+    freed = __atomic_exchange_n(&g.freed_large, 0, __ATOMIC_RELAXED);
+    if (freed < TRIM_FREED_MIN) {
+        __atomic_fetch_add(&g.freed_large, freed, __ATOMIC_RELAXED);
+        return;
+    }
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+    __atomic_fetch_add(&g.trims, 1, __ATOMIC_RELAXED);
+    stats_add_opt(h->st, STAT_memory_trims, 1);
+    log_debug("httpd: %zu MiB of request bodies freed since the last trim: memory returned",
+              freed >> 20);
+}
+
+/* The client's address as 16 bytes (IPv4 mapped into IPv6); false for other families. */
+static bool ip_of(const struct sockaddr_storage *sa, unsigned char out[16])
+{
+    if (sa->ss_family == AF_INET6) {
+        memcpy(out, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+        return true;
+    }
+    if (sa->ss_family != AF_INET)
+        return false;
+    memset(out, 0, 10);
+    out[10] = out[11] = 0xff;
+    memcpy(out + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    return true;
+}
+
+static struct ip_slot **ip_bucket(const unsigned char ip[16])
+{
+    uint32_t hash = 2166136261u; /* FNV-1a */
+    for (int i = 0; i < 16; i++)
+        hash = (hash ^ ip[i]) * 16777619u;
+    return &g.ip_table[hash % IP_BUCKETS];
+}
+
+/* Count one more connection from ip unless it has limit already; false then. */
+static bool ip_acquire(const unsigned char ip[16], size_t limit)
+{
+    pthread_mutex_lock(&g.ip_mu);
+    struct ip_slot **b = ip_bucket(ip), *sl = *b;
+    while (sl != NULL && memcmp(sl->ip, ip, 16) != 0)
+        sl = sl->next;
+    bool ok = sl == NULL || sl->count < limit;
+    if (ok && sl == NULL) {
+        sl = pc_calloc(1, sizeof(*sl));
+        memcpy(sl->ip, ip, 16);
+        sl->next = *b;
+        *b = sl;
+    }
+    if (ok)
+        sl->count++;
+    pthread_mutex_unlock(&g.ip_mu);
+    return ok;
+}
+
+static void ip_release(const unsigned char ip[16])
+{
+    pthread_mutex_lock(&g.ip_mu);
+    struct ip_slot **pp = ip_bucket(ip);
+    while (*pp != NULL && memcmp((*pp)->ip, ip, 16) != 0)
+        pp = &(*pp)->next;
+    struct ip_slot *sl = *pp;
+    if (sl != NULL && --sl->count == 0) {
+        *pp = sl->next;
+        free(sl);
+    }
+    pthread_mutex_unlock(&g.ip_mu);
+}
+
+void httpd_set_limits(const struct httpd_limits *l)
+{
+    g.limits = *l;
+    if (g.limits.reserve == 0)
+        g.limits.reserve = HTTPD_RESERVE_DEFAULT;
+}
+
+size_t httpd_process_body_bytes(void)
+{
+    return __atomic_load_n(&g.body_bytes, __ATOMIC_RELAXED);
+}
+
+uint64_t httpd_memory_trims(void)
+{
+    return __atomic_load_n(&g.trims, __ATOMIC_RELAXED);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -734,8 +1005,9 @@ static void conn_kill(struct httpd_conn *c)
 /* Free r's body buffer and give its bytes back to the budget. */
 static void req_body_release(struct httpd *h, struct httpd_req *r)
 {
-    h->body_bytes -= r->bodybuf.cap;
+    size_t cap = r->bodybuf.cap;
     pc_buf_free(&r->bodybuf);
+    body_give(h, cap);
     r->body = NULL;
     r->body_len = 0;
 }
@@ -766,6 +1038,9 @@ static void conn_free(struct httpd_conn *c)
     h->nconns--;
     if (h->st != NULL)
         stats_add(h->st, STAT_connections_active, -1);
+    __atomic_fetch_sub(c->regular ? &g.conns : &g.reserve, 1, __ATOMIC_RELAXED);
+    if (c->ip_held)
+        ip_release(c->ip);
     bufferevent_free(c->bev); /* closes the socket */
     event_free(c->timer);
     event_free(c->defer);
@@ -849,20 +1124,36 @@ static void conn_start_close(struct httpd_conn *c)
         conn_linger(c);
 }
 
-/* Refused before the request reached the handler: JSON error, then close. */
-static void conn_error(struct httpd_conn *c, int status)
+/*
+ * The JSON body of a refusal: in the shape of the API the path belongs to
+ * when the path is known and the process said how (httpd_limits.error_body),
+ * else httpd's own {"error":{"message","type","code":null}}.
+ */
+static void error_body(const struct httpd_conn *c, enum own_error e, struct pc_buf *out)
 {
-    char body[256];
-    const char *message, *type;
-    error_text(status, &message, &type);
-    int n =
-        snprintf(body, sizeof(body),
-                 "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":null}}", message, type);
+    if (c->req != NULL && g.limits.error_body != NULL) {
+        g.limits.error_body(c->req->path, own_errors[e].status, own_errors[e].message, out);
+        if (out->len > 0)
+            return;
+    }
+    pc_buf_printf(out, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":null}}",
+                  own_errors[e].message, own_errors[e].type);
+}
+
+/* Refused before the request reached the handler: JSON error, then close. */
+static void conn_error(struct httpd_conn *c, enum own_error e)
+{
+    struct pc_buf body = PC_BUF_INIT;
+    int status = own_errors[e].status;
+    error_body(c, e, &body);
     log_debug("httpd: %s: rejected request with %d", conn_peer(c), status);
     pc_buf_reset(&c->hdrs);
     pc_buf_append_str(&c->hdrs, "Content-Type: application/json\r\n");
-    write_head(c, status, FRAME_LENGTH, (uint64_t)n, false, (size_t)n);
-    evbuffer_add(bufferevent_get_output(c->bev), body, (size_t)n);
+    if (own_errors[e].retry_after)
+        pc_buf_append_str(&c->hdrs, "Retry-After: " RETRY_AFTER "\r\n");
+    write_head(c, status, FRAME_LENGTH, (uint64_t)body.len, false, body.len);
+    evbuffer_add(bufferevent_get_output(c->bev), body.data, body.len);
+    pc_buf_free(&body);
     conn_flush(c, true);
     if (c->state == C_DEAD)
         return;
@@ -1032,7 +1323,7 @@ static int conn_start_head(struct httpd_conn *c)
         } else if (b[1] == '\n') {
             evbuffer_drain(in, 2);
         } else {
-            conn_error(c, 400);
+            conn_error(c, OWN_MALFORMED);
             return 0;
         }
     }
@@ -1081,10 +1372,11 @@ static void conn_over_budget(struct httpd_conn *c)
         h->budget_warn_us = now;
         log_warn("httpd: request bodies use %zu of %zu bytes; answering 503 (logged at most "
                  "once a minute)",
-                 h->body_bytes, h->conf.max_body_buffered);
+                 httpd_process_body_bytes(), h->conf.max_body_buffered);
     }
     req_body_release(h, c->req);
-    conn_error(c, 503);
+    stats_add_opt(h->st, STAT_requests_over_body_budget, 1);
+    conn_error(c, OWN_BODY_BUDGET);
 }
 
 /* After the head: dispatch at once, or set up body reading (1). */
@@ -1108,7 +1400,7 @@ static int conn_begin_body(struct httpd_conn *c, const struct framing *fr)
         return 0;
     }
     /* Refuse now, before a 100 Continue, if not even the first allocation fits. */
-    if (PC_MIN(c->body_limit, (size_t)BODY_MIN_ALLOC) > h->conf.max_body_buffered - h->body_bytes) {
+    if (PC_MIN(c->body_limit, (size_t)BODY_MIN_ALLOC) > body_room(h->conf.max_body_buffered)) {
         conn_over_budget(c);
         return 0;
     }
@@ -1124,6 +1416,46 @@ static int conn_begin_body(struct httpd_conn *c, const struct framing *fr)
     return 1;
 }
 
+/* A connection beyond the limits was turned away (once): counted. */
+static void conn_refused(struct httpd_conn *c)
+{
+    if (c->refused)
+        return;
+    c->refused = true;
+    stats_add_opt(c->h->st, STAT_connections_refused, 1);
+    if (c->over_ip)
+        stats_add_opt(c->h->st, STAT_connections_refused_per_ip, 1);
+}
+
+static bool reserve_path(const char *path)
+{
+    const char *const *p = g.limits.reserve_paths;
+    for (; p != NULL && *p != NULL; p++)
+        if (strcmp(*p, path) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * A request on a reserve connection: a bodiless GET or HEAD of a reserve path
+ * goes to the handler (and the connection closes after its reply), anything
+ * else gets a 503. Returns 0 (the connection never reads a body).
+ */
+static int conn_reserve_request(struct httpd_conn *c, const struct framing *fr)
+{
+    struct httpd_req *r = c->req;
+    bool bodiless = !fr->chunked && (!fr->has_length || fr->length == 0);
+    bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+    if (get && bodiless && reserve_path(r->path)) {
+        r->keep_alive = false;
+        conn_dispatch(c);
+        return 0;
+    }
+    conn_refused(c);
+    conn_error(c, OWN_BUSY);
+    return 0;
+}
+
 /* HEAD: parse once the blank line arrived; 1 when moving on to the body. */
 static int conn_read_head(struct httpd_conn *c)
 {
@@ -1132,7 +1464,7 @@ static int conn_read_head(struct httpd_conn *c)
     size_t end = conn_scan_head(c);
     if (end == 0) {
         if (evbuffer_get_length(in) >= h->conf.max_header_size)
-            conn_error(c, 431);
+            conn_error(c, OWN_HEADERS);
         return 0;
     }
     const char *p = (const char *)evbuffer_pullup(in, (ev_ssize_t)end);
@@ -1140,15 +1472,22 @@ static int conn_read_head(struct httpd_conn *c)
     struct framing fr;
     long rc = parse_head(p, end, &hd, &fr);
     if (rc <= 0) {
-        conn_error(c, rc == 0 ? 400 : (int)-rc);
+        conn_error(c, own_error_of(rc));
         return 0;
     }
+    int host = httpd_head_check_host(&hd);
     c->req = req_create(c, p, (size_t)rc, &hd);
     evbuffer_drain(in, (size_t)rc);
-    if (c->req->expect_bad) {
-        conn_error(c, 417);
+    if (host < 0) {
+        conn_error(c, OWN_HOST);
         return 0;
     }
+    if (c->req->expect_bad) {
+        conn_error(c, OWN_EXPECT);
+        return 0;
+    }
+    if (!c->regular)
+        return conn_reserve_request(c, &fr);
     return conn_begin_body(c, &fr);
 }
 
@@ -1221,10 +1560,9 @@ static int req_body_reserve(struct httpd_conn *c, size_t n)
         return 0;
     size_t cap = PC_MAX(PC_MAX(need, b->cap * 2), (size_t)BODY_MIN_ALLOC);
     cap = PC_MAX(PC_MIN(cap, c->body_limit), need);
-    if (cap - b->cap > h->conf.max_body_buffered - h->body_bytes)
+    if (!body_take(h, cap - b->cap))
         return -1;
     b->data = pc_realloc(b->data, cap);
-    h->body_bytes += cap - b->cap;
     b->cap = cap;
     return 0;
 }
@@ -1299,7 +1637,7 @@ static int conn_chunked_step(struct httpd_conn *c)
             break;
         c->trailer_bytes += n + 2;
         if (c->trailer_bytes > c->h->conf.max_header_size) {
-            conn_error(c, 431);
+            conn_error(c, OWN_HEADERS);
             return 0;
         }
         if (n == 0) {
@@ -1310,7 +1648,7 @@ static int conn_chunked_step(struct httpd_conn *c)
         return 1; /* trailer field: discarded */
     }
     if (rc < 0)
-        conn_error(c, 400);
+        conn_error(c, OWN_MALFORMED);
     return rc > 0;
 }
 
@@ -1461,6 +1799,8 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
     case C_BODY:
     case C_LINGER:
         log_debug("httpd: %s: timeout in state %d", conn_peer(c), (int)c->state);
+        if (!c->regular && c->state != C_LINGER)
+            conn_refused(c); /* a reserve connection that never said what it wanted */
         conn_kill(c);
         break;
     default:
@@ -1471,12 +1811,25 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 /* ------------------------------------------------------------------------ */
 /* Accepting                                                                 */
 
-static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockaddr *sa, int salen)
+/* How a new connection was admitted (accept_cb). */
+struct admission {
+    bool regular;  /* within the limits; else in the reserve */
+    bool ip_known; /* ip is set: an IP client, and max_connections_per_ip is on */
+    bool ip_held;  /* counted in the per-address table */
+    bool over_ip;  /* in the reserve because of the per-address limit */
+    unsigned char ip[16];
+};
+
+static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockaddr *sa, int salen,
+                        const struct admission *ad)
 {
     struct bufferevent *bev = bufferevent_socket_new(h->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (bev == NULL) {
         log_warn("httpd: cannot create a bufferevent; dropping connection");
         evutil_closesocket(fd);
+        __atomic_fetch_sub(ad->regular ? &g.conns : &g.reserve, 1, __ATOMIC_RELAXED);
+        if (ad->ip_held)
+            ip_release(ad->ip);
         return;
     }
     struct httpd_conn *c = pc_calloc(1, sizeof(*c));
@@ -1491,6 +1844,10 @@ static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockad
     }
     c->salen = (socklen_t)PC_MIN((size_t)salen, sizeof(c->sa));
     memcpy(&c->sa, sa, c->salen);
+    c->regular = ad->regular;
+    c->ip_held = ad->ip_held;
+    c->over_ip = ad->over_ip;
+    memcpy(c->ip, ad->ip, sizeof(c->ip));
     c->next = h->conns;
     if (h->conns != NULL)
         h->conns->prev = c;
@@ -1510,22 +1867,60 @@ static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockad
     bufferevent_enable(bev, EV_READ);
     c->state = C_IDLE;
     c->first_req = true;
-    conn_arm_timer(c, h->conf.read_timeout); /* the whole first request, from now */
+    /* The whole first request, from now; a reserve connection gets little time. */
+    conn_arm_timer(c, c->regular ? h->conf.read_timeout : HTTPD_RESERVE_SECONDS);
+}
+
+/* Within max_connections and the address's limit: counted in both. */
+static bool admit_regular(struct httpd *h, struct admission *ad)
+{
+    size_t n = __atomic_fetch_add(&g.conns, 1, __ATOMIC_RELAXED);
+    if (n >= h->conf.max_connections) {
+        __atomic_fetch_sub(&g.conns, 1, __ATOMIC_RELAXED);
+        return false;
+    }
+    if (ad->ip_known && !ip_acquire(ad->ip, g.limits.max_connections_per_ip)) {
+        __atomic_fetch_sub(&g.conns, 1, __ATOMIC_RELAXED);
+        ad->over_ip = true;
+        return false;
+    }
+    ad->ip_held = ad->ip_known;
+    ad->regular = true;
+    return true;
+}
+
+/* A regular connection, a reserve one, or (false) none: then counted as refused. */
+static bool admit(struct httpd *h, const struct sockaddr *sa, int salen, struct admission *ad)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    memcpy(&ss, sa, PC_MIN((size_t)salen, sizeof(ss)));
+    ad->ip_known = g.limits.max_connections_per_ip > 0 && ip_of(&ss, ad->ip);
+    if (admit_regular(h, ad))
+        return true;
+    if (__atomic_fetch_add(&g.reserve, 1, __ATOMIC_RELAXED) < g.limits.reserve)
+        return true;
+    __atomic_fetch_sub(&g.reserve, 1, __ATOMIC_RELAXED);
+    stats_add_opt(h->st, STAT_connections_refused, 1);
+    if (ad->over_ip)
+        stats_add_opt(h->st, STAT_connections_refused_per_ip, 1);
+    return false;
 }
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                       void *arg)
 {
     struct httpd *h = arg;
+    struct admission ad = {0};
     int one = 1;
     (void)l;
     PC_CHECK_OBJ(h, HTTPD_MAGIC);
-    if (h->nconns >= h->conf.max_connections) {
-        evutil_closesocket(fd);
+    if (!admit(h, sa, salen, &ad)) {
+        evutil_closesocket(fd); /* even the reserve is full */
         return;
     }
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    conn_create(h, fd, sa, salen);
+    conn_create(h, fd, sa, salen, &ad);
 }
 
 /* EMFILE, ENFILE, ENOBUFS...: retrying at once would spin, so pause accepting. */
@@ -1609,7 +2004,8 @@ struct httpd *httpd_create(struct event_base *base, int listen_fd, const struct 
     h->st = st;
     h->spans = pc_calloc(h->conf.max_headers, sizeof(*h->spans));
     h->accept_timer = event_new(base, -1, 0, accept_resume_cb, h);
-    if (h->accept_timer == NULL)
+    h->trim_ev = evtimer_new(base, trim_cb, h);
+    if (h->accept_timer == NULL || h->trim_ev == NULL)
         goto fail;
     /* Shared by every worker: a blocking accept would hang the losers of a race. */
     if (evutil_make_socket_nonblocking(listen_fd) < 0)
@@ -1624,6 +2020,8 @@ fail:
     log_error("httpd: cannot listen on fd %d", listen_fd);
     if (h->accept_timer != NULL)
         event_free(h->accept_timer);
+    if (h->trim_ev != NULL)
+        event_free(h->trim_ev);
     free(h->spans);
     free(h->server_name);
     h->magic = 0;
@@ -1674,6 +2072,7 @@ void httpd_destroy(struct httpd **hp)
         evconnlistener_free(h->listener);
     h->listener = NULL;
     event_free(h->accept_timer);
+    event_free(h->trim_ev);
     while (h->conns != NULL) {
         struct httpd_conn *c = h->conns;
         struct httpd_req *r = c->req;

@@ -9,7 +9,9 @@
  *   promptcache kv-size [MODEL] [--layers N --kv-heads N --head-dim N --dtype D] [--gpu-memory GiB]
  *   promptcache --version | --help | --sample-config | --metrics-doc
  */
+#include "pc_api.h"
 #include "pc_conf.h"
+#include "pc_httpd.h"
 #include "pc_kvsize.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
@@ -158,6 +160,27 @@ static void *json_malloc(size_t n)
     return pc_malloc(n);
 }
 
+/* httpd's own refusals in the shape of the API that was called (pc_api.h). */
+static void http_error_body(const char *path, int status, const char *message, struct pc_buf *out)
+{
+    api_error_body(api_dialect_of(api_endpoint_from_path(path)), status, message, out);
+}
+
+/*
+ * Process-wide HTTP limits: the proxy's own health endpoints stay reachable at
+ * the connection limits (pc_httpd.h).
+ */
+static void set_http_limits(const struct conf *c)
+{
+    static const char *const health[] = {"/healthz", "/readyz", NULL};
+    struct httpd_limits l = {
+        .max_connections_per_ip = (size_t)c->max_connections_per_ip,
+        .reserve_paths = health,
+        .error_body = http_error_body,
+    };
+    httpd_set_limits(&l);
+}
+
 int main(int argc, char **argv)
 {
     struct cli cli = {0};
@@ -187,6 +210,7 @@ int main(int argc, char **argv)
             cJSON_Hooks hooks = {json_malloc, free};
             cJSON_InitHooks(&hooks);
             signal(SIGPIPE, SIG_IGN);
+            set_http_limits(c);
             evthread_use_pthreads();
             curl_global_init(CURL_GLOBAL_DEFAULT);
             status = server_run(c);

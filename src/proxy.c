@@ -472,7 +472,11 @@ static void compute_keys(struct preq *r)
         .variant = variant.len ? pc_buf_cstr(&variant) : NULL,
         .exact_only = !r->w->conf->semantic,
     };
+    /* The raw text keeps every digit of big integers, which the tree cannot. */
+    in.raw = httpd_req_body(r->hr, &in.raw_len);
     canon_keys(&in, &r->keys);
+    if (r->keys.lossy) /* a key that might not tell two requests apart: never cached */
+        r->key_unsafe = true;
     r->have_keys = true;
     pc_buf_free(&variant);
 }

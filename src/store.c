@@ -42,6 +42,17 @@
  * ac->data points to the store while the context is the current one and is
  * cleared when the store lets go of it, so a context being torn down can
  * never reach a store that moved on or was freed (h2o's pattern).
+ *
+ * Health, for the operator: each store is UP (READY and answering in time)
+ * or DOWN (no usable connection - lost, refused, stalled, blocked - or READY
+ * but every command timing out for a while); the process counts its DOWN
+ * stores (one per worker) and logs ONE warning when the first goes down and
+ * ONE notice when the last is back. Per-worker details are info lines.
+ *
+ *   UNKNOWN ──ready──▶ UP ◀──────ready / an in-time reply──────┐
+ *      │               │ lost, stalled, blocked, timeouts      │
+ *      └──fails──────▶ DOWN ───────────────────────────────────┘
+ *   process: down 0 ─▶ 1 logs "not working"; 1 ─▶ 0 logs "works again"
  */
 #include "pc_store.h"
 #include "pc_log.h"
@@ -53,6 +64,7 @@
 #include <ctype.h>
 #include <limits.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -74,6 +86,7 @@
 #define STEP_TIMEOUT_MULT  20    /* SCAN / UNLINK / EVAL steps get 20 x the timeout */
 #define SET_BYTES_PER_MS   65536 /* a SET gets 1 ms more per 64 KiB of value */
 #define SCAN_COUNT         "1000"
+#define DEGRADED_MIN_MS    1000 /* every command timing out this long (or 20 x the timeout) */
 #define REDIS_DEFAULT_PORT 6379
 
 enum store_state {
@@ -85,6 +98,13 @@ enum store_state {
     ST_DROPPING,   /* connection condemned; timer (0 s) frees it outside hiredis */
     ST_BACKOFF,    /* no connection; timer = next attempt */
     ST_CLOSED,     /* store_destroy in progress */
+};
+
+/* Whether this store's cache works, for the process-wide log lines (see the top). */
+enum store_health {
+    HEALTH_UNKNOWN, /* not connected yet, not failed yet */
+    HEALTH_UP,
+    HEALTH_DOWN,
 };
 
 enum cmd_kind {
@@ -151,6 +171,9 @@ struct store {
     size_t watch_partial;
     char overdue_what[64]; /* the last command that timed out, for the log */
 
+    enum store_health health;
+    uint64_t timeouts_since_us; /* first user-command timeout since the last in-time reply */
+
     unsigned failures; /* consecutive failed attempts, for rate-limited logging */
     uint64_t fail_logged_ms, err_logged_ms;
     bool blocked_logged; /* BLOCKED reason logged on this connection */
@@ -160,6 +183,70 @@ struct store {
     long migrate_failed; /* version whose migration failed on this connection, or -1 */
     char migrate_err[160];
 };
+
+/* --- health, process-wide ----------------------------------------------------- */
+
+/* The stores of the process whose cache does not work (one per worker). */
+static struct {
+    pthread_mutex_t mu;
+    unsigned down;
+    uint64_t since_ms; /* when the first of them went down */
+} health = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* s's cache stopped working: the process's first such store logs the one warning. */
+static void health_down(struct store *s, const char *why)
+{
+    if (s->health == HEALTH_DOWN)
+        return;
+    s->health = HEALTH_DOWN;
+    pthread_mutex_lock(&health.mu);
+    if (health.down++ == 0) {
+        health.since_ms = pc_mono_ms();
+        log_warn("redis: the cache is not working (%s: %s); requests bypass it until Redis "
+                 "answers again",
+                 s->where, why);
+    }
+    pthread_mutex_unlock(&health.mu);
+}
+
+/* s went down earlier and is gone or back: the process's last such store logs the notice. */
+static void health_leave_down(struct store *s, bool back)
+{
+    pthread_mutex_lock(&health.mu);
+    if (--health.down == 0 && back)
+        log_notice("redis: the cache works again (%s; it did not for %.1f s)", s->where,
+                   (double)(pc_mono_ms() - health.since_ms) / 1000.0);
+    pthread_mutex_unlock(&health.mu);
+}
+
+static void health_up(struct store *s)
+{
+    bool was_down = s->health == HEALTH_DOWN;
+    s->health = HEALTH_UP;
+    s->timeouts_since_us = 0;
+    if (was_down)
+        health_leave_down(s, true);
+}
+
+/*
+ * A user command timed out on a READY connection. Redis that still answers,
+ * only too slowly, keeps the connection (the stall watch sees it alive), but
+ * when nothing has come in time for a while the cache does not work either.
+ */
+static void health_note_timeout(struct store *s)
+{
+    uint64_t now = pc_mono_us();
+    int64_t limit_ms = PC_MAX(DEGRADED_MIN_MS, 20 * s->timeout_ms);
+    if (s->timeouts_since_us == 0) {
+        s->timeouts_since_us = now;
+        return;
+    }
+    if (now - s->timeouts_since_us >= (uint64_t)limit_ms * 1000) {
+        char why[96];
+        snprintf(why, sizeof(why), "every command timed out for %lld ms", (long long)limit_ms);
+        health_down(s, why);
+    }
+}
 
 /* --- URL parsing ------------------------------------------------------------ */
 
@@ -570,13 +657,16 @@ static void state_enter(struct store *s, enum store_state st, int64_t timer_ms)
     }
 }
 
-/* Failed attempts are logged on the first one, then at most once a minute. */
+/*
+ * Failed attempts are logged (info: the warning is health_down's) on the
+ * first one, then at most once a minute.
+ */
 static void conn_log_failure(struct store *s, const char *why)
 {
     uint64_t now = pc_mono_ms();
     s->failures++;
     if (s->failures == 1 || now - s->fail_logged_ms >= LOG_EVERY_MS) {
-        log_warn("redis: %s: %s (attempt %u; retrying)", s->where, why, s->failures);
+        log_info("redis: %s: %s (attempt %u; retrying)", s->where, why, s->failures);
         s->fail_logged_ms = now;
     }
 }
@@ -604,12 +694,13 @@ static void conn_down(struct store *s, const char *why)
     }
     evtimer_del(s->watch);
     if (s->up) {
-        log_notice("redis: lost connection to %s: %s", s->where, why);
+        log_info("redis: lost connection to %s: %s", s->where, why);
         s->failures = 0;
         s->up = false;
     } else {
         conn_log_failure(s, why);
     }
+    health_down(s, why);
     state_enter(s, ST_BACKOFF, backoff_next(s));
 }
 
@@ -744,18 +835,23 @@ static void block(struct store *s, const char *why)
     if (!s->blocked_logged)
         log_error("redis: %s: %s; the cache stays off until this is fixed", s->where, why);
     s->blocked_logged = true;
+    health_down(s, why);
     s->backoff_ms = BACKOFF_MIN_MS;
     s->failures = 0;
     state_enter(s, ST_BLOCKED, RECHECK_MS);
 }
 
+/* The first connection is a notice; reconnects are info (health_up says it once). */
 static void become_ready(struct store *s, long version)
 {
+    bool first = s->health == HEALTH_UNKNOWN;
     s->backoff_ms = BACKOFF_MIN_MS;
     s->failures = 0;
     s->up = true;
     state_enter(s, ST_READY, -1);
-    log_notice("redis: connected to %s (schema version %ld)", s->where, version);
+    log_write(first ? PC_LOG_NOTICE : PC_LOG_INFO, NULL,
+              "redis: connected to %s (schema version %ld)", s->where, version);
+    health_up(s);
 }
 
 /* AUTH or SELECT: an error reply ends this connection (and is retried with backoff). */
@@ -930,8 +1026,13 @@ static void conn_note_reply(redisAsyncContext *ac, const struct store_cmd *c, co
         return;
     }
     s->last_read_us = pc_mono_us();
-    if (c->overdue)
+    if (c->overdue) {
         s->owed--;
+        return;
+    }
+    s->timeouts_since_us = 0; /* an answer in time */
+    if (s->health == HEALTH_DOWN && s->state == ST_READY)
+        health_up(s);
 }
 
 static void get_reply(struct store_cmd *c, const redisReply *r)
@@ -1106,10 +1207,13 @@ static void cmd_timeout_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     cmd_overdue(s, c);
-    if (c->kind == CMD_INTERNAL)
+    if (c->kind == CMD_INTERNAL) {
         stats_incr(s->st, STAT_redis_errors);
-    else
-        cmd_complete(c, STORE_TIMEOUT, NULL, 0, 0);
+        return;
+    }
+    if (s->state == ST_READY)
+        health_note_timeout(s);
+    cmd_complete(c, STORE_TIMEOUT, NULL, 0, 0);
 }
 
 /* --- public API ------------------------------------------------------------------ */
@@ -1221,6 +1325,8 @@ void store_destroy(struct store **sp)
         ac->data = NULL;
     s->ac = NULL;
     state_enter(s, ST_CLOSED, -1);
+    if (s->health == HEALTH_DOWN)
+        health_leave_down(s, false); /* gone, not back: no notice */
     while (s->cmds != NULL) {
         struct store_cmd *c = s->cmds;
         if (c->kind == CMD_INTERNAL) {

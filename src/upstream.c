@@ -41,6 +41,11 @@
  * freeing the easy handle would be fatal. u->cb_depth says when we are there;
  * anything that would touch the multi handle is then deferred to x->defer_ev.
  * on_done only ever runs from an event handler, after the easy handle is gone.
+ *
+ * Every attempt to send a transfer's request passes xfer_on_prereq first
+ * (see "Resending" in pc_upstream.h): libcurl's own resends on a dead reused
+ * connection are let through once, and only when nothing of the request was
+ * written yet.
  */
 #include "pc_upstream.h"
 #include "pc_log.h"
@@ -54,7 +59,7 @@
 #include <event2/event.h>
 
 #if LIBCURL_VERSION_NUM < 0x075500
-#error "upstream.c needs libcurl >= 7.85 (CURLOPT_PROTOCOLS_STR)"
+#error "upstream.c needs libcurl >= 7.85 (CURLOPT_PROTOCOLS_STR, CURLOPT_PREREQFUNCTION)"
 #endif
 
 #define UPSTREAM_MAGIC 0x55505354u /* "UPST" */
@@ -91,6 +96,8 @@ struct upstream {
     unsigned cb_depth;      /* > 0 while on_head/on_data run (inside libcurl) */
     CURL *spare[EASY_POOL]; /* reset easy handles kept for reuse: cheaper than new ones */
     size_t nspare;
+    upstream_attempt_fn *attempt_hook; /* tests only */
+    void *attempt_arg;
 };
 
 enum head_state {
@@ -131,6 +138,7 @@ struct xfer {
     bool resume_pending; /* xfer_resume called from this xfer's own on_data */
     bool resume_later;   /* ... and on_data then paused: resume from defer_ev */
     bool failed;         /* our own failure: finish with fail_result/fail_msg */
+    unsigned attempts;   /* requests libcurl set out to write (1 + its resends) */
     enum xfer_result fail_result;
     char fail_msg[128];
     char errbuf[CURL_ERROR_SIZE];
@@ -481,6 +489,52 @@ static size_t xfer_on_header(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
+/* ---- the gate before each attempt (pre-request callback) ----------------- */
+
+bool xfer_resend_allowed(unsigned attempt, long request_bytes)
+{
+    return attempt <= 1 || (attempt == 2 && request_bytes == 0);
+}
+
+/*
+ * CURLOPT_PREREQFUNCTION: libcurl is about to write the request, the first
+ * time or again after a reused connection died. A resend the rule forbids
+ * fails the transfer instead.
+ */
+static int xfer_on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_port,
+                          int local_port)
+{
+    struct xfer *x = arg;
+    long sent = 0;
+    (void)local_ip;
+    PC_CHECK_OBJ(x, XFER_MAGIC);
+    unsigned attempt = ++x->attempts;
+    if (x->u->attempt_hook != NULL)
+        x->u->attempt_hook(x->u->attempt_arg, attempt, local_port);
+    if (attempt == 1)
+        return CURL_PREREQFUNC_OK;
+    curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &sent);
+    if (xfer_resend_allowed(attempt, sent)) {
+        upstream_stat(x->u, STAT_upstream_retries, 1);
+        log_info("upstream: %s:%d: the reused connection died before the request was written; "
+                 "sending it once more on another connection",
+                 primary_ip != NULL ? primary_ip : "?", primary_port);
+        return CURL_PREREQFUNC_OK;
+    }
+    xfer_fail(x, XFER_ERR_IO,
+              sent > 0 ? "upstream connection closed after the request was sent (not resent: the "
+                         "upstream may have received it)"
+                       : "upstream connection died twice before the request could be sent");
+    return CURL_PREREQFUNC_ABORT;
+}
+
+void upstream_set_attempt_hook(struct upstream *u, upstream_attempt_fn *fn, void *arg)
+{
+    PC_CHECK_OBJ(u, UPSTREAM_MAGIC);
+    u->attempt_hook = fn;
+    u->attempt_arg = arg;
+}
+
 /* ---- the body (write callback) --------------------------------------------- */
 
 /* on_data returned XFER_PAUSE: curl keeps the data and delivers it again on resume. */
@@ -697,6 +751,8 @@ static CURLcode xfer_set_options(struct xfer *x, const struct xfer_req *req, boo
     XFER_SETOPT(CURLOPT_WRITEFUNCTION, xfer_on_body);
     XFER_SETOPT(CURLOPT_WRITEDATA, (void *)x);
     XFER_SETOPT(CURLOPT_HTTPHEADER, x->hdrs);
+    XFER_SETOPT(CURLOPT_PREREQFUNCTION, xfer_on_prereq);
+    XFER_SETOPT(CURLOPT_PREREQDATA, (void *)x);
     if (req->connect_timeout > 0)
         XFER_SETOPT(CURLOPT_CONNECTTIMEOUT_MS, (long)PC_MAX(1.0, req->connect_timeout * 1000.0));
 #undef XFER_SETOPT

@@ -13,9 +13,12 @@
  *     never rejected for being cut short), and appending bytes after it does
  *     not change the result (pipelining);
  *   - a smaller header array gives the same result, or -431 exactly when the
- *     head has more headers than the array holds.
+ *     head has more headers than the array holds;
+ *   - the Host rule (httpd_head_check_host) says 0 or -400, and -400 for
+ *     every HTTP/1.1 head without a Host line.
  * Seed corpus: tests/fuzz/corpus/http_head/.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +83,14 @@ static void check_complete(const char *buf, size_t size, long n, const struct ht
     /* What follows the head does not matter. */
     if ((size_t)n < size)
         CHECK(parse(buf, (size_t)n, &h2, spans, CAP) == n);
+    /* The Host rule. */
+    int host = httpd_head_check_host(hd);
+    CHECK(host == 0 || host == -400);
+    bool any_host = false;
+    for (size_t i = 0; i < hd->nheaders; i++)
+        any_host |= hd->headers[i].name_len == 4 && pc_strncaseeq(hd->headers[i].name, "host", 4);
+    if (hd->minor_version == 1 && !any_host)
+        CHECK(host == -400);
     /* A smaller header array. */
     size_t small = hd->nheaders / 2;
     long rs = parse(buf, size, &h2, spans, small);

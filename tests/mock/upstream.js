@@ -26,6 +26,8 @@
  *                             mock.release(ID) or POST /__mock/release?id=ID
  *   x-mock-gzip: 1            a JSON answer gzip-compressed (Content-Encoding: gzip),
  *                             whatever the request's Accept-Encoding said
+ *   x-mock-body: TEXT         answer exactly TEXT as application/json, with
+ *                             x-mock-status (default 200): a gateway's odd 2xx
  *
  * Observability (in-process, or GET /__mock/stats; POST /__mock/reset):
  * call counts in total and per path, the received requests, the number of
@@ -61,6 +63,7 @@ function readControls(headers) {
         chunks: Math.max(1, int('x-mock-chunks') || DEFAULT_CHUNKS),
         cut: headers['x-mock-cut'] === '1',
         gzip: headers['x-mock-gzip'] === '1',
+        body: headers['x-mock-body'],
         size: int('x-mock-size') || 0,
         hold: headers['x-mock-hold'],
     };
@@ -270,6 +273,9 @@ class Mock extends EventEmitter {
     /* Decide what to send: an error, a JSON answer or a stream. */
     _answer(req, rec, controls) {
         const ep = ENDPOINTS[rec.path];
+        if (controls.body !== undefined)
+            return {status: controls.status || 200, headers: {'content-type': 'application/json'},
+                parts: [controls.body]};
         if (controls.status >= 400)
             return errorAnswer(rec.path, controls.status, `mock error ${controls.status} (x-mock-status)`);
         if (rec.path === '/v1/models' && req.method === 'GET') {

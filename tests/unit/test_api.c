@@ -4,6 +4,7 @@
  * parse back into each API's shape.
  */
 #include "pc_api.h"
+#include "pc_sse.h"
 #include "t.h"
 
 /* --- helpers ------------------------------------------------------------- */
@@ -347,6 +348,152 @@ static void test_error_bodies(void)
     pc_buf_free(&b);
 }
 
+/* --- answer shapes -------------------------------------------------------- */
+
+/* api_answer_check of json on e; the fault's name must be want. */
+static void check_answer(enum api_endpoint e, const char *json, const char *want)
+{
+    cJSON *v = json != NULL ? cJSON_Parse(json) : NULL;
+    const char *reason = NULL;
+    int rc = api_answer_check(e, v, &reason);
+    if (reason == NULL || strcmp(reason, want) != 0)
+        fprintf(stderr, "  %s on %s: got %s, want %s\n", json ? json : "(null)",
+                api_endpoint_name(e), reason ? reason : "(null)", want);
+    T_CHECK_STR(reason, want);
+    T_CHECK((rc == 0) == (strcmp(want, "ok") == 0));
+    T_CHECK_STR(api_answer_fault_name((enum api_answer_fault)rc), want);
+    cJSON_Delete(v);
+}
+
+static void test_answer_shapes_ok(void)
+{
+    check_answer(API_CHAT,
+                 "{\"id\":\"c1\",\"object\":\"chat.completion\",\"model\":\"m\",\"choices\":[{"
+                 "\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"hi\"},"
+                 "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":1}}",
+                 "ok");
+    /* No "object" at all (some OpenAI-compatible servers): the choices decide. */
+    check_answer(API_CHAT, "{\"choices\":[{\"message\":{\"content\":null,\"tool_calls\":[]}}]}",
+                 "ok");
+    check_answer(API_COMPLETIONS,
+                 "{\"object\":\"text_completion\",\"choices\":[{\"text\":\"\",\"index\":0},"
+                 "{\"text\":\"b\",\"index\":1}]}",
+                 "ok");
+    check_answer(API_EMBEDDINGS,
+                 "{\"object\":\"list\",\"data\":[{\"object\":\"embedding\",\"embedding\":[0.1,"
+                 "0.2],\"index\":0}],\"model\":\"e\"}",
+                 "ok");
+    check_answer(API_EMBEDDINGS, "{\"object\":\"list\",\"data\":[{\"embedding\":\"AAAA\"}]}", "ok");
+    check_answer(API_MESSAGES,
+                 "{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[{"
+                 "\"type\":\"text\",\"text\":\"hi\"}],\"stop_reason\":\"end_turn\"}",
+                 "ok");
+    /* A turn may end at once with no content block. */
+    check_answer(API_MESSAGES, "{\"type\":\"message\",\"content\":[]}", "ok");
+}
+
+static void test_answer_shapes_refused(void)
+{
+    check_answer(API_CHAT, NULL, "not_object");
+    check_answer(API_CHAT, "[1]", "not_object");
+    check_answer(API_CHAT, "\"text\"", "not_object");
+    check_answer(API_CHAT, "{}", "no_choices");
+    check_answer(API_CHAT, "{\"error\":{\"message\":\"quota\",\"type\":\"x\"}}", "error_member");
+    /* Even next to valid choices, and even null: nothing with an error member is stored. */
+    check_answer(API_CHAT, "{\"choices\":[{\"message\":{}}],\"error\":null}", "error_member");
+    check_answer(API_MESSAGES,
+                 "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"x\"}}",
+                 "error_member");
+    check_answer(API_MESSAGES, "{\"type\":\"error\",\"content\":[]}", "error_member");
+    check_answer(API_CHAT, "{\"object\":\"list\",\"choices\":[{\"message\":{}}]}", "wrong_object");
+    check_answer(API_CHAT, "{\"object\":7,\"choices\":[{\"message\":{}}]}", "wrong_object");
+    check_answer(API_CHAT, "{\"choices\":[]}", "no_choices");
+    check_answer(API_CHAT, "{\"choices\":{}}", "no_choices");
+    check_answer(API_CHAT, "{\"choices\":[{\"message\":{}},1]}", "no_choices");
+    check_answer(API_CHAT, "{\"choices\":[{\"text\":\"a completion, not a chat\"}]}", "no_choices");
+    check_answer(API_COMPLETIONS, "{\"choices\":[{\"message\":{}}]}", "no_choices");
+    check_answer(API_COMPLETIONS, "{\"object\":\"chat.completion\",\"choices\":[{\"text\":\"\"}]}",
+                 "wrong_object");
+    check_answer(API_EMBEDDINGS, "{\"object\":\"list\",\"data\":[]}", "no_data");
+    check_answer(API_EMBEDDINGS, "{\"object\":\"list\",\"data\":[{\"embedding\":null}]}",
+                 "no_data");
+    check_answer(API_EMBEDDINGS, "{\"object\":\"embedding\",\"data\":[{\"embedding\":[]}]}",
+                 "wrong_object");
+    check_answer(API_MESSAGES, "{\"content\":[]}", "wrong_object");
+    check_answer(API_MESSAGES, "{\"type\":\"message\",\"role\":\"user\",\"content\":[]}",
+                 "wrong_object");
+    check_answer(API_MESSAGES, "{\"type\":\"message\",\"content\":\"hi\"}", "no_content");
+    check_answer(API_NONE, "{\"choices\":[{\"message\":{}}]}", "not_cacheable");
+    check_answer((enum api_endpoint)99, "{}", "not_cacheable");
+    /* The shapes are per endpoint: a valid chat answer is no embeddings list. */
+    check_answer(API_EMBEDDINGS, "{\"choices\":[{\"message\":{}}]}", "no_data");
+    check_answer(API_MESSAGES, "{\"choices\":[{\"message\":{}}]}", "wrong_object");
+}
+
+/* The stream check on what sse_assemble makes of a recording. */
+static void check_stream(enum api_endpoint e, const char *rec, const char *want)
+{
+    cJSON *a = sse_assemble(e, rec, strlen(rec), NULL);
+    const char *reason = NULL;
+    int rc = api_answer_check_stream(e, a, &reason);
+    if (reason == NULL || strcmp(reason, want) != 0)
+        fprintf(stderr, "  stream on %s: got %s, want %s\n", api_endpoint_name(e),
+                reason ? reason : "(null)", want);
+    T_CHECK_STR(reason, want);
+    T_CHECK((rc == 0) == (strcmp(want, "ok") == 0));
+    cJSON_Delete(a);
+}
+
+static void test_answer_streams(void)
+{
+    check_stream(
+        API_CHAT,
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
+        "\"delta\":{\"role\":\"assistant\",\"content\":\"hi\"}}]}\n\n"
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":"
+        "\"stop\"}]}\n\ndata: [DONE]\n\n",
+        "ok");
+    /* An error chunk, even a terminated stream of them, is never an answer. */
+    check_stream(API_CHAT, "data: {\"error\":{\"message\":\"overloaded\"}}\n\ndata: [DONE]\n\n",
+                 "stream_incomplete");
+    /* Cut off: no [DONE]. */
+    check_stream(API_CHAT, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
+                 "stream_incomplete");
+    /* Terminated but empty. */
+    check_stream(API_CHAT, "data: [DONE]\n\n", "stream_incomplete");
+    check_stream(
+        API_MESSAGES,
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\","
+        "\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{"
+        "\"input_tokens\":3}}}\n\n"
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        "ok");
+    /* A message_start whose message is not a message assembles, but is refused. */
+    check_stream(
+        API_MESSAGES,
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\","
+        "\"content\":[]}}\n\n"
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        "wrong_object");
+    const char *reason = NULL;
+    T_CHECK(api_answer_check_stream(API_NONE, NULL, &reason) != 0);
+    T_CHECK_STR(reason, "not_cacheable");
+    T_CHECK(api_answer_check_stream(API_CHAT, NULL, NULL) == API_ANSWER_STREAM_INCOMPLETE);
+}
+
+/* The names are the metric labels: unique, non-empty, in enum order. */
+static void test_answer_fault_names(void)
+{
+    T_CHECK_STR(api_answer_fault_names[API_ANSWER_OK], "ok");
+    for (int i = 0; i < API_ANSWER__COUNT; i++) {
+        T_CHECK(api_answer_fault_names[i] != NULL && api_answer_fault_names[i][0] != '\0');
+        for (int j = 0; j < i; j++)
+            T_CHECK(strcmp(api_answer_fault_names[i], api_answer_fault_names[j]) != 0);
+    }
+    T_CHECK_STR(api_answer_fault_name(API_ANSWER__COUNT), "unknown");
+    T_CHECK_STR(api_answer_fault_name((enum api_answer_fault) - 1), "unknown");
+}
+
 int main(void)
 {
     T_RUN(test_paths);
@@ -357,5 +504,9 @@ int main(void)
     T_RUN(test_usage_openai);
     T_RUN(test_usage_anthropic);
     T_RUN(test_error_bodies);
+    T_RUN(test_answer_shapes_ok);
+    T_RUN(test_answer_shapes_refused);
+    T_RUN(test_answer_streams);
+    T_RUN(test_answer_fault_names);
     T_DONE();
 }

@@ -69,8 +69,9 @@ static void keys_of(const struct req *r, const char *body, struct canon_keys *k)
     cJSON *v = cJSON_Parse(body);
     if (v == NULL)
         fprintf(stderr, "  test body does not parse: %s\n", body);
-    struct canon_input in = {r->e, v, tenant, r->ns, r->variant, false};
+    struct canon_input in = {r->e, v, tenant, r->ns, r->variant, false, body, strlen(body)};
     T_CHECK(canon_keys(&in, k) == 0);
+    T_CHECK(!k->lossy);
     cJSON_Delete(v);
 }
 
@@ -145,6 +146,132 @@ static void test_numbers(void)
         T_CHECK_STR(num(-2.5e-7), "-2.5e-7");
         setlocale(LC_NUMERIC, "C");
     }
+}
+
+/* canon_json_text of json (with its own text as the raw body) is want. */
+static bool canon_text_is(const char *json, const char *want)
+{
+    cJSON *v = cJSON_Parse(json);
+    struct pc_buf b = PC_BUF_INIT;
+    int rc = v != NULL ? canon_json_text(v, json, strlen(json), &b) : -1;
+    bool ok = rc == 0 && strcmp(pc_buf_cstr(&b), want) == 0;
+    if (!ok)
+        fprintf(stderr, "  canon_text(%s)\n    got:  %s (rc %d)\n    want: %s\n", json,
+                b.len ? b.data : "", rc, want);
+    pc_buf_free(&b);
+    cJSON_Delete(v);
+    return ok;
+}
+
+/* Integer literals a double cannot hold keep their digits (pc_canon.h, "Numbers"). */
+static void test_number_literals(void)
+{
+    /* 2^53 is a double; 2^53 + 1 is not: it keeps its digits, the double's spellings do not. */
+    T_CHECK(canon_text_is("[9007199254740992]", "[9007199254740992]"));
+    T_CHECK(canon_text_is("[9007199254740993,-9007199254740993]",
+                          "[9007199254740993,-9007199254740993]"));
+    T_CHECK(canon_text_is("[9007199254740993.0,9.007199254740993e15]",
+                          "[9007199254740992,9007199254740992]"));
+    T_CHECK(canon_text_is("[123456789012345678901234567890]", "[123456789012345678901234567890]"));
+    /* Exact doubles keep the documented equivalences, big or small. */
+    T_CHECK(canon_text_is("[1,1.0,1e0,-0,100000000000000000000,18014398509481984]",
+                          "[1,1,1,0,1e20,18014398509481984]"));
+    T_CHECK(canon_text_is("[0.1,0.100000000000000005551]", "[0.1,0.1]"));
+    /* cJSON reads leading zeros; the kept digits lose them. */
+    T_CHECK(canon_text_is("[-0009007199254740993,007]", "[-9007199254740993,7]"));
+    /* Digits inside strings and member names are not literals. */
+    T_CHECK(canon_text_is("{\"9007199254740993\":\"12 \\\" 34\",\"b\":[9007199254740995,1]}",
+                          "{\"9007199254740993\":\"12 \\\" 34\",\"b\":[9007199254740995,1]}"));
+    /* Members are sorted; each keeps its own literal, duplicates included (last wins). */
+    T_CHECK(canon_text_is("{\"s\":9007199254740993,\"a\":9007199254740995,\"s\":9007199254740997}",
+                          "{\"a\":9007199254740995,\"s\":9007199254740997}"));
+
+    /* Longer than any double: kept whole, not turned into infinity (fuzz regression). */
+    char lit[420] = "[", want[420];
+    for (int i = 0; i < 400; i++)
+        strcat(lit, "9");
+    strcat(lit, "]");
+    snprintf(want, sizeof(want), "%s", lit);
+    T_CHECK(canon_text_is(lit, want));
+    T_CHECK(canon_text_is("[1e400]", "[1e999]"));
+
+    /* A raw text that is not the tree's is refused, never trusted. */
+    cJSON *v = cJSON_Parse("[1,2]");
+    struct pc_buf b = PC_BUF_INIT;
+    T_CHECK_INT(canon_json_text(v, "[1]", 3, &b), -1);
+    T_CHECK_INT(canon_json_text(v, "[1,2,3]", 7, &b), -1);
+    T_CHECK_INT(canon_json_text(v, "[1,3]", 5, &b), -1);
+    T_CHECK_INT(canon_json_text(v, NULL, 0, &b), -1);
+    T_CHECK_INT(b.len, 0);
+    T_CHECK_INT(canon_json_text(v, "[1 , 2.0]", 9, &b), 0);
+    T_CHECK_STR(pc_buf_cstr(&b), "[1,2]");
+    pc_buf_free(&b);
+    cJSON_Delete(v);
+}
+
+/* Keys of body with its raw text (raw true) or without; lossy out. */
+static void seed_keys(const char *body, bool raw, struct canon_keys *k)
+{
+    unsigned char tenant[PC_SHA256_LEN];
+    canon_tenant("authorization=Bearer sk-test", tenant);
+    cJSON *v = cJSON_Parse(body);
+    struct canon_input in = {
+        API_CHAT, v, tenant, NULL, NULL, false, raw ? body : NULL, raw ? strlen(body) : 0};
+    canon_keys(&in, k);
+    cJSON_Delete(v);
+}
+
+static bool seed_same(const char *a, const char *b, bool raw)
+{
+    struct canon_keys ka, kb;
+    seed_keys(a, raw, &ka);
+    seed_keys(b, raw, &kb);
+    bool same = memcmp(ka.exact, kb.exact, PC_SHA256_LEN) == 0;
+    canon_keys_free(&ka);
+    canon_keys_free(&kb);
+    return same;
+}
+
+/* The reported collision: seeds 2^53 and 2^53 + 1 gave MISS then HIT. */
+static void test_big_integer_keys(void)
+{
+    const char *s992 = BASE_HEAD ",\"seed\":9007199254740992}";
+    const char *s993 = BASE_HEAD ",\"seed\":9007199254740993}";
+    const char *s993b = BASE_HEAD ",\"seed\": 9007199254740993 }";
+    const char *s992f = BASE_HEAD ",\"seed\":9.007199254740992e15}";
+    T_CHECK(!seed_same(s992, s993, true));
+    T_CHECK(seed_same(s993, s993b, true));
+    T_CHECK(seed_same(s992, s992f, true));
+    struct canon_keys k;
+    seed_keys(s993, true, &k);
+    T_CHECK(!k.lossy);
+    canon_keys_free(&k);
+
+    /* Without the raw text the two cannot be told apart: unique keys, flagged. */
+    T_CHECK(!seed_same(s992, s993, false));
+    T_CHECK(!seed_same(s993, s993, false));
+    seed_keys(s993, false, &k);
+    T_CHECK(k.lossy);
+    canon_keys_free(&k);
+    /* Numbers below 2^53 need no raw text. */
+    T_CHECK(seed_same(BASE_HEAD ",\"seed\":42}", BASE_HEAD ",\"seed\":42.0}", false));
+    seed_keys(BASE_HEAD ",\"seed\":-9007199254740991}", false, &k);
+    T_CHECK(!k.lossy);
+    canon_keys_free(&k);
+
+    /* A raw text that does not match the body counts as none. */
+    unsigned char tenant[PC_SHA256_LEN] = {0};
+    cJSON *v = cJSON_Parse(s993);
+    struct canon_input in = {API_CHAT, v, tenant, NULL, NULL, false, s992, strlen(s992)};
+    canon_keys(&in, &k);
+    T_CHECK(!k.lossy); /* its literals read as the tree's doubles: the caller's word is taken */
+    canon_keys_free(&k);
+    in.raw = "{}";
+    in.raw_len = 2;
+    canon_keys(&in, &k);
+    T_CHECK(k.lossy);
+    canon_keys_free(&k);
+    cJSON_Delete(v);
 }
 
 static void test_key_order(void)
@@ -355,8 +482,8 @@ static void test_tenant(void)
     cJSON *v = cJSON_Parse(BASE);
     unsigned char anon[PC_SHA256_LEN];
     canon_tenant(NULL, anon);
-    struct canon_input in1 = {API_CHAT, v, NULL, NULL, NULL, false};
-    struct canon_input in2 = {API_CHAT, v, anon, NULL, NULL, false};
+    struct canon_input in1 = {API_CHAT, v, NULL, NULL, NULL, false, NULL, 0};
+    struct canon_input in2 = {API_CHAT, v, anon, NULL, NULL, false, NULL, 0};
     struct canon_keys k1, k2;
     canon_keys(&in1, &k1);
     canon_keys(&in2, &k2);
@@ -412,7 +539,7 @@ static void test_key_layout(void)
     pc_sha256(b.data, b.len, want);
 
     cJSON *v = cJSON_Parse(body);
-    struct canon_input in = {API_CHAT, v, tenant, "ns", NULL, false};
+    struct canon_input in = {API_CHAT, v, tenant, "ns", NULL, false, NULL, 0};
     struct canon_keys k;
     canon_keys(&in, &k);
     T_CHECK(memcmp(k.exact, want, PC_SHA256_LEN) == 0);
@@ -435,7 +562,7 @@ static void test_key_layout(void)
     unsigned char zero[PC_SHA256_LEN] = {0};
     in.exact_only = true;
     canon_keys(&in, &e);
-    canon_keys(&(struct canon_input){API_CHAT, v, tenant, "ns", NULL, false}, &k);
+    canon_keys(&(struct canon_input){API_CHAT, v, tenant, "ns", NULL, false, NULL, 0}, &k);
     T_CHECK(memcmp(e.exact, k.exact, PC_SHA256_LEN) == 0);
     T_CHECK(memcmp(e.partition, zero, PC_SHA256_LEN) == 0);
     T_CHECK(e.last_user_text == NULL);
@@ -584,12 +711,14 @@ static void test_odd_bodies(void)
     T_CHECK(part_eq(&chat, "{\"messages\":5}", "{\"messages\":5}"));
     T_CHECK(!part_eq(&chat, "{\"messages\":[5]}", "{\"messages\":[6]}"));
     T_CHECK(text_is(API_CHAT, "{\"messages\":[5]}", NULL));
-    T_CHECK(canon_keys(NULL, &(struct canon_keys){{0}, {0}, NULL}) == -1);
+    T_CHECK(canon_keys(NULL, &(struct canon_keys){{0}, {0}, NULL, false}) == -1);
 }
 
 int main(void)
 {
     T_RUN(test_numbers);
+    T_RUN(test_number_literals);
+    T_RUN(test_big_integer_keys);
     T_RUN(test_key_order);
     T_RUN(test_whitespace);
     T_RUN(test_strings);

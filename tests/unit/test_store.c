@@ -778,7 +778,8 @@ static void test_connect_timeout(void)
     store_destroy(&s);
     capture_end(&cap, out, sizeof(out));
     T_CHECK(!ready);
-    T_CHECK(strstr(out, "connect timed out (attempt 1; retrying)") != NULL);
+    T_CHECK(strstr(out, "the cache is not working (") != NULL); /* one warning, the reason in it */
+    T_CHECK(strstr(out, ": connect timed out)") != NULL);
     T_CHECK_INT(st.v[STAT_redis_reconnects], 0);
     for (int i = 0; i < 2; i++)
         close(cfd[i]);
@@ -810,6 +811,67 @@ static void test_timeout(void)
     T_CHECK_INT(st.v[STAT_redis_connected], 1);
     T_CHECK_INT(g.calls, 1);
     store_destroy(&s);
+}
+
+static bool both_not_ready(void *arg)
+{
+    struct store **s = arg;
+    return !store_ready(s[0]) && !store_ready(s[1]);
+}
+
+static bool both_get_ok(void *arg)
+{
+    struct store **s = arg;
+    return get_ok(s[0]) && get_ok(s[1]);
+}
+
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+/*
+ * Two stores (two workers) lose a frozen Redis, then a killed one: the
+ * process logs ONE warning when the cache stops working and ONE notice when
+ * it works again, each time; nothing per command or per worker above info.
+ */
+static void test_health_log(void)
+{
+    char out[16384], err[64];
+    struct stats st = {{0}};
+    struct store *s[2];
+    struct capture cap;
+    struct got g[2];
+    log_init(PC_LOG_NOTICE, NULL, NULL, err, sizeof(err));
+    for (int i = 0; i < 2; i++)
+        s[i] = mk_store(R.unix_url, 100, true, &st);
+    T_CHECK(run_until(both_get_ok, s, 5000));
+    capture_start(&cap);
+    kill(R.pid, SIGSTOP);
+    for (int i = 0; i < 2; i++) {
+        memset(&g[i], 0, sizeof(g[i]));
+        T_CHECK(store_get(s[i], "k", 1, get_cb, &g[i]) != NULL);
+    }
+    T_CHECK(run_until(both_not_ready, s, 5000));
+    run_for(500); /* reconnect attempts to the frozen server fail too */
+    kill(R.pid, SIGCONT);
+    T_CHECK(run_until(both_get_ok, s, 20000));
+    redis_kill();
+    T_CHECK(run_until(both_not_ready, s, 5000));
+    run_for(300);
+    redis_start();
+    T_CHECK(run_until(both_get_ok, s, 20000));
+    capture_end(&cap, out, sizeof(out));
+    T_CHECK_INT(count_of(out, " W redis: the cache is not working ("), 2);
+    T_CHECK_INT(count_of(out, " N redis: the cache works again ("), 2);
+    T_CHECK_INT(count_of(out, " W "), 2);
+    T_CHECK_INT(count_of(out, " E "), 0);
+    T_CHECK(strstr(out, "no reply for") != NULL); /* the frozen one's reason */
+    for (int i = 0; i < 2; i++)
+        store_destroy(&s[i]);
 }
 
 /* Redis killed and started again on the same socket: the store comes back by itself. */
@@ -1150,6 +1212,129 @@ static void test_migrate_cli_lost_race(void)
     T_CHECK(strstr(out, "failed") == NULL);
 }
 
+/*
+ * A Redis that answers every command, but each too late: its replies trickle
+ * in a byte every TRICKLE_MS (so the connection looks alive and is kept).
+ * Serves one connection until told to stop; slow while slow is set.
+ */
+#define TRICKLE_MS 10 /* a byte this often: alive for a 50 ms stall watch, with margin */
+
+struct slow_redis {
+    struct fake f;
+    int slow;   /* atomic: trickle the replies */
+    int stop;   /* atomic */
+    int served; /* atomic: commands answered */
+};
+
+static void slow_reply(int fd, const char *reply, bool slow)
+{
+    size_t n = strlen(reply);
+    for (size_t i = 0; i < n; i++) {
+        if (slow)
+            sleep_ms(TRICKLE_MS); /* the behaviour under test, not a wait */
+        if (write(fd, reply + i, slow ? 1 : n - i) < 0 || !slow)
+            return;
+    }
+}
+
+static void *slow_serve(void *arg)
+{
+    struct slow_redis *sr = arg;
+    static char buf[1 << 16];
+    size_t have = 0;
+    int fd = fake_wait(sr->f.lfd) ? accept(sr->f.lfd, NULL, NULL) : -1;
+    while (fd >= 0 && !__atomic_load_n(&sr->stop, __ATOMIC_RELAXED)) {
+        size_t n;
+        while ((n = resp_cmd_len(buf, have)) == 0) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (__atomic_load_n(&sr->stop, __ATOMIC_RELAXED))
+                goto out;
+            if (poll(&p, 1, 100) != 1)
+                continue;
+            ssize_t got = read(fd, buf + have, sizeof(buf) - have);
+            if (got <= 0)
+                goto out;
+            have += (size_t)got;
+        }
+        bool schema = strstr(buf, PC_SCHEMA_KEY) != NULL && strstr(buf, PC_SCHEMA_KEY) < buf + n;
+        memmove(buf, buf + n, have - n);
+        have -= n;
+        /* The schema is current; every other GET finds a value (21 bytes: ~210 ms slow). */
+        char current[16];
+        snprintf(current, sizeof(current), "$1\r\n%ld\r\n", migrate_latest());
+        slow_reply(fd, schema ? current : "$14\r\nnot in time...\r\n",
+                   !schema && __atomic_load_n(&sr->slow, __ATOMIC_RELAXED));
+        __atomic_add_fetch(&sr->served, 1, __ATOMIC_RELAXED);
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    close(sr->f.lfd);
+    unlink(sr->f.path);
+    return NULL;
+}
+
+struct degraded {
+    struct store *s;
+    struct got g;
+    int timeouts;
+    uint64_t until_ms;
+};
+
+/* Keep one GET outstanding until until_ms; count the ones that time out. */
+static bool degraded_step(void *arg)
+{
+    struct degraded *d = arg;
+    if (d->g.done && d->g.st == STORE_TIMEOUT)
+        d->timeouts++;
+    if (pc_mono_ms() >= d->until_ms)
+        return true;
+    if (d->g.done || d->timeouts == 0) {
+        memset(&d->g, 0, sizeof(d->g));
+        if (store_get(d->s, "k", 1, get_cb, &d->g) == NULL)
+            return true; /* dropped: the test fails on what follows */
+    }
+    return false;
+}
+
+/*
+ * Redis alive but answering every command too late for over a second: the
+ * cache does not work, though the connection stays up. One warning; one
+ * notice when answers come in time again.
+ */
+static void test_health_degraded(void)
+{
+    char out[8192], err[64];
+    struct stats st = {{0}};
+    struct slow_redis sr = {.slow = 0};
+    struct capture cap;
+    pthread_t th;
+    fake_listen(&sr.f);
+    T_CHECK(pthread_create(&th, NULL, slow_serve, &sr) == 0);
+    log_init(PC_LOG_NOTICE, NULL, NULL, err, sizeof(err));
+    char url[160];
+    snprintf(url, sizeof(url), "unix:%s", sr.f.path);
+    struct store *s = mk_store(url, 50, false, &st); /* degraded after max(1 s, 20 x 50 ms) */
+    T_CHECK(run_until(get_ok, s, 5000));
+    capture_start(&cap);
+    __atomic_store_n(&sr.slow, 1, __ATOMIC_RELAXED);
+    struct degraded d = {.s = s, .until_ms = pc_mono_ms() + 1600};
+    d.g.done = true;
+    run_until(degraded_step, &d, 5000);
+    T_CHECK(store_ready(s)); /* alive all along: never dropped */
+    __atomic_store_n(&sr.slow, 0, __ATOMIC_RELAXED);
+    T_CHECK(run_until(get_ok, s, 5000));
+    capture_end(&cap, out, sizeof(out));
+    T_CHECK(d.timeouts >= 3);
+    T_CHECK(st.v[STAT_redis_timeouts] >= 3);
+    T_CHECK_INT(count_of(out, " W redis: the cache is not working ("), 1);
+    T_CHECK(strstr(out, "every command timed out for 1000 ms") != NULL);
+    T_CHECK_INT(count_of(out, " N redis: the cache works again ("), 1);
+    store_destroy(&s);
+    __atomic_store_n(&sr.stop, 1, __ATOMIC_RELAXED);
+    pthread_join(th, NULL);
+}
+
 static void test_migrate_script(void)
 {
     struct pc_buf b = PC_BUF_INIT;
@@ -1203,6 +1388,8 @@ int main(void)
     T_RUN(test_timeout);
     T_RUN(test_setup_timeout_message);
     T_RUN(test_restart);
+    T_RUN(test_health_log);
+    T_RUN(test_health_degraded);
 
     event_free(ticker);
     event_base_free(base);

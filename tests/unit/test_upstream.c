@@ -61,6 +61,12 @@ static struct {
     int busy;     /* requests being answered */
     int accepted; /* connections accepted, ever */
     int requests; /* requests read, ever */
+    /* Hold mode: an answered keep-alive connection waits, idle, until the test resets it
+     * (rst_port: the client's port) or releases every one (hold_idle cleared). */
+    bool hold_idle;
+    int held;     /* connections waiting so */
+    int rst_port; /* the held connection to reset, 0: none */
+    int resets;   /* connections reset so, ever */
     char method[32], target[256];
     struct pc_buf head; /* the last request's head */
     struct pc_buf body; /* and its body */
@@ -154,6 +160,9 @@ static void srv_reset(enum srv_mode mode)
     }
     S.mode = mode;
     S.gates = 0;
+    S.hold_idle = false; /* releases held connections */
+    S.rst_port = 0;
+    pthread_cond_broadcast(&S.cv);
     S.method[0] = S.target[0] = '\0';
     pc_buf_reset(&S.head);
     pc_buf_reset(&S.body);
@@ -330,15 +339,99 @@ static bool srv_serve(int fd, struct pc_buf *in)
     return keep;
 }
 
+/* The client's port on this connection. */
+static int srv_peer_port(int fd)
+{
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    return getpeername(fd, (struct sockaddr *)&a, &alen) == 0 ? ntohs(a.sin_port) : 0;
+}
+
+/*
+ * In hold mode, after an answer: wait until the test asks to reset this
+ * connection (true: it was reset, with RST - the client's next write fails)
+ * or releases it (false).
+ */
+static bool srv_hold(int fd, int port)
+{
+    bool reset = false;
+    pthread_mutex_lock(&S.mu);
+    if (!S.hold_idle) {
+        pthread_mutex_unlock(&S.mu);
+        return false;
+    }
+    S.held++;
+    pthread_cond_broadcast(&S.cv);
+    while (S.hold_idle && S.rst_port != port)
+        pthread_cond_wait(&S.cv, &S.mu);
+    S.held--;
+    if (S.hold_idle && S.rst_port == port) {
+        struct linger lg = {1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        close(fd); /* RST, delivered before close returns on loopback */
+        S.rst_port = 0;
+        S.resets++;
+        reset = true;
+    }
+    pthread_cond_broadcast(&S.cv);
+    pthread_mutex_unlock(&S.mu);
+    return reset;
+}
+
 static void *srv_conn_main(void *arg)
 {
     int fd = (int)(intptr_t)arg;
+    int port = srv_peer_port(fd);
     struct pc_buf in = PC_BUF_INIT;
+    bool reset = false;
     while (srv_serve(fd, &in))
-        ;
-    close(fd);
+        if ((reset = srv_hold(fd, port)))
+            break;
+    if (!reset)
+        close(fd);
     pc_buf_free(&in);
     return NULL;
+}
+
+/* Reset the held connection whose client port is port; false if none is held. */
+static bool srv_reset_held(int port)
+{
+    struct timespec ts;
+    deadline_in(&ts, 5);
+    pthread_mutex_lock(&S.mu);
+    int before = S.resets;
+    bool ok = S.held > 0;
+    if (ok) {
+        S.rst_port = port;
+        pthread_cond_broadcast(&S.cv);
+        while (S.resets == before && pthread_cond_timedwait(&S.cv, &S.mu, &ts) != ETIMEDOUT)
+            ;
+        ok = S.resets > before;
+        S.rst_port = 0;
+    }
+    pthread_mutex_unlock(&S.mu);
+    return ok;
+}
+
+/* Wait until n connections are held (idle, after their answers). */
+static bool srv_wait_held(int n)
+{
+    struct timespec ts;
+    deadline_in(&ts, 10);
+    pthread_mutex_lock(&S.mu);
+    while (S.held < n && pthread_cond_timedwait(&S.cv, &S.mu, &ts) != ETIMEDOUT)
+        ;
+    bool ok = S.held >= n;
+    pthread_mutex_unlock(&S.mu);
+    return ok;
+}
+
+static void srv_set_hold(bool on)
+{
+    pthread_mutex_lock(&S.mu);
+    S.hold_idle = on;
+    pthread_cond_broadcast(&S.cv);
+    pthread_mutex_unlock(&S.mu);
 }
 
 static void *srv_accept_main(void *arg)
@@ -991,6 +1084,144 @@ static void test_server_closes(void)
     env_free(&e);
 }
 
+/* ---- resending on dead reused connections (pc_upstream.h, "Resending") ------ */
+
+static void test_resend_rule(void)
+{
+    T_CHECK(xfer_resend_allowed(1, 0));
+    T_CHECK(xfer_resend_allowed(1, 500));
+    T_CHECK(xfer_resend_allowed(2, 0));  /* dead before anything was written: once */
+    T_CHECK(!xfer_resend_allowed(2, 1)); /* a byte went out: the upstream may have it */
+    T_CHECK(!xfer_resend_allowed(2, 512));
+    T_CHECK(!xfer_resend_allowed(3, 0)); /* at most once */
+    T_CHECK(!xfer_resend_allowed(7, 0));
+}
+
+/* Which attempts the hook kills the (held) connection of, and what it saw. */
+struct killer {
+    unsigned upto; /* attempts 1..upto */
+    unsigned calls;
+    int resets;
+};
+
+static void kill_before_write(void *arg, unsigned attempt, int local_port)
+{
+    struct killer *k = arg;
+    k->calls++;
+    if (attempt <= k->upto && srv_reset_held(local_port))
+        k->resets++;
+}
+
+/* A POST whose reused connection is closed after the upstream read it: never resent. */
+static void test_no_resend_after_request_sent(void)
+{
+    struct env e;
+    struct call c1, c2;
+    static const char body[] = "{\"model\":\"m\",\"prompt\":\"bill me once\"}";
+    srv_reset(SRV_FIXED);
+    env_init(&e);
+    call_init(&c1, &e, "GET", "/warm");
+    call_start(&c1);
+    T_CHECK(env_run(&e, 10));
+    T_CHECK_INT(c1.result, XFER_OK);
+    int req0 = srv_get(&S.requests), acc0 = srv_get(&S.accepted);
+    srv_set_mode(SRV_CLOSE); /* read the request, close without answering */
+    call_init(&c2, &e, "POST", "/v1/completions");
+    c2.req.body = body;
+    c2.req.body_len = sizeof(body) - 1;
+    call_start(&c2);
+    T_CHECK(env_run(&e, 10));
+    T_CHECK_INT(c2.result, XFER_ERR_IO);
+    T_CHECK(strstr(c2.errmsg, "not resent") != NULL);
+    /* libcurl alone would send it again on a new connection: that one is opened, and
+     * abandoned before a byte of the request is written. */
+    T_CHECK_INT(srv_get(&S.requests) - req0, 1);
+    T_CHECK(srv_get(&S.accepted) - acc0 <= 1);
+    T_CHECK_INT(e.st.v[STAT_upstream_retries], 0);
+    T_CHECK_INT(e.st.v[STAT_upstream_errors], 1);
+    expect_clean(&e);
+    call_free(&c1);
+    call_free(&c2);
+    env_free(&e);
+}
+
+/* The reused connection dies right before the request is written: resent once, counted. */
+static void test_resend_when_dead_before_write(void)
+{
+    struct env e;
+    struct call c1, c2;
+    struct killer k = {.upto = 1};
+    static const char body[] = "{\"model\":\"m\",\"prompt\":\"resend me\"}";
+    char want[64];
+    srv_reset(SRV_FIXED);
+    srv_set_hold(true);
+    env_init(&e);
+    call_init(&c1, &e, "GET", "/warm");
+    call_start(&c1);
+    T_CHECK(env_run(&e, 10));
+    T_CHECK_INT(c1.result, XFER_OK);
+    T_CHECK(srv_wait_held(1));
+    int req0 = srv_get(&S.requests), acc0 = srv_get(&S.accepted);
+    upstream_set_attempt_hook(e.u, kill_before_write, &k);
+    call_init(&c2, &e, "POST", "/v1/completions");
+    c2.req.body = body;
+    c2.req.body_len = sizeof(body) - 1;
+    call_start(&c2);
+    T_CHECK(env_run(&e, 10));
+    T_CHECK_INT(k.resets, 1);
+    T_CHECK_INT(k.calls, 2);
+    T_CHECK_INT(c2.result, XFER_OK);
+    T_CHECK_INT(c2.status, 200);
+    snprintf(want, sizeof want, "got %zu bytes", sizeof(body) - 1);
+    T_CHECK_STR(pc_buf_cstr(&c2.body), want);
+    T_CHECK_INT(srv_get(&S.requests) - req0, 1); /* received exactly once */
+    T_CHECK_INT(srv_get(&S.accepted) - acc0, 1); /* on a new connection */
+    T_CHECK_INT(e.st.v[STAT_upstream_retries], 1);
+    T_CHECK_INT(e.st.v[STAT_upstream_errors], 0);
+    upstream_set_attempt_hook(e.u, NULL, NULL);
+    srv_set_hold(false);
+    expect_clean(&e);
+    call_free(&c1);
+    call_free(&c2);
+    env_free(&e);
+}
+
+/* Two reused connections die in turn before the request: one resend, then a 502. */
+static void test_resend_at_most_once(void)
+{
+    struct env e;
+    struct call w1, w2, c;
+    struct killer k = {.upto = 2};
+    srv_reset(SRV_FIXED);
+    srv_set_hold(true);
+    env_init(&e);
+    call_init(&w1, &e, "GET", "/warm1");
+    call_init(&w2, &e, "GET", "/warm2");
+    call_start(&w1);
+    call_start(&w2); /* concurrent: two connections for the pool */
+    T_CHECK(env_run(&e, 10));
+    T_CHECK(srv_wait_held(2));
+    int req0 = srv_get(&S.requests);
+    upstream_set_attempt_hook(e.u, kill_before_write, &k);
+    call_init(&c, &e, "POST", "/v1/completions");
+    c.req.body = "{}";
+    c.req.body_len = 2;
+    call_start(&c);
+    T_CHECK(env_run(&e, 10));
+    T_CHECK_INT(k.resets, 2);
+    T_CHECK_INT(c.result, XFER_ERR_IO);
+    T_CHECK(strstr(c.errmsg, "died twice") != NULL);
+    T_CHECK_INT(srv_get(&S.requests) - req0, 0);
+    T_CHECK_INT(e.st.v[STAT_upstream_retries], 1);
+    upstream_set_attempt_hook(e.u, NULL, NULL);
+    srv_set_hold(false);
+    expect_clean(&e);
+    call_free(&w1);
+    call_free(&w2);
+    call_free(&c);
+    env_free(&e);
+}
+
 static void test_abort_inside_callbacks(void)
 {
     struct env e;
@@ -1223,6 +1454,10 @@ int main(void)
     T_RUN(test_idle_timeout);
     T_RUN(test_connect_refused);
     T_RUN(test_server_closes);
+    T_RUN(test_resend_rule);
+    T_RUN(test_no_resend_after_request_sent);
+    T_RUN(test_resend_when_dead_before_write);
+    T_RUN(test_resend_at_most_once);
     T_RUN(test_abort_inside_callbacks);
     T_RUN(test_abort_outside);
     T_RUN(test_destroy_active);

@@ -20,6 +20,7 @@ const http = require('./http');
 const sse = require('./sse');
 const proxy = require('./proxy');
 const fixtures = require('./fixtures');
+const raw = require('./raw');
 const expect = require('./expect');
 
 const DEFAULT_TEST_TIMEOUT = 60000;
@@ -104,6 +105,6 @@ function environment({redis: wantRedis = true, proxy: wantProxy = true, proxyArg
 
 module.exports = {
     test, environment, startMock, reportFailure,
-    ...wait, ...redis, ...http, ...sse, ...proxy, ...fixtures, ...expect,
+    ...wait, ...redis, ...http, ...sse, ...proxy, ...fixtures, ...expect, ...raw,
     describeProcs: procs.describeProcs, tmpDir: procs.tmpDir, spawnTracked: procs.spawnTracked,
 };
