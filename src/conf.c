@@ -10,9 +10,15 @@
  *                 +--> conf_write_sample / conf_write_help / conf_write_effective
  *
  * Nothing outside the table names a key, except the derived fields
- * (listen_host/listen_port from listen, workers 0 -> CPU count) and the
- * cross-key checks. Adding a key means adding a field to struct conf and one
- * row below.
+ * (listen_host/listen_port from listen, workers 0 -> CPU count, the redis URL
+ * with redis-password folded in) and the cross-key checks. Adding a key means
+ * adding a field to struct conf and one row below; its flags decide whether
+ * it is a secret (KEY-file forms, PROMPTCACHE_KEY variables, masked, hidden
+ * in argv) and whether a reload may change it at runtime.
+ *
+ * A loaded conf keeps its conf_meta: the sources (file path, a copy of the
+ * options) that conf_reload reads again, the origin of every value for -T,
+ * and the load's warnings.
  */
 #include "pc_conf.h"
 #include "pc_log.h"
