@@ -143,3 +143,30 @@ h.test('SIGHUP re-reads secrets: a rotated admin-token file takes effect', async
     assert.ok(!proxy.proc.output.includes('second-token'), 'the secret is not logged');
     assert.equal(await proxy.stop(), 0);
 });
+
+h.test('reloads under load: every request answered, snapshots freed, clean exit', async () => {
+    const conf = path.join(h.tmpDir('pc-reload-'), 'promptcache.conf');
+    writeConf(conf, ['cache-ttl 100']);
+    const proxy = await env.startProxy({config: conf, workers: 2});
+    const RELOADS = 20;
+    let stop = false;
+    const statuses = [];
+    const client = async () => {
+        for (let i = 0; !stop && i < 400; i++) {
+            const body = h.chatBody(i % 3 === 0 ? 'a repeated question under reloads' : h.uniq('under reloads'));
+            statuses.push((await proxy.post(CHAT, body)).status);
+        }
+    };
+    const clients = Array.from({length: 4}, client);
+    const applied = () => (proxy.proc.output.match(/reload: applied cache-ttl/g) || []).length;
+    for (let i = 1; i <= RELOADS; i++) {
+        writeConf(conf, [`cache-ttl ${i % 2 ? 200 : 100}`]);
+        proxy.proc.signalIt('SIGHUP');
+        await h.waitFor(() => applied() >= i, {what: `reload ${i} applied`});
+    }
+    stop = true;
+    await Promise.all(clients);
+    assert.ok(statuses.length > 0);
+    assert.deepEqual([...new Set(statuses)], [200], 'every request answered 200');
+    assert.equal(await proxy.stop(), 0, 'a clean exit (no leak reported under SANITIZE=1)');
+});
