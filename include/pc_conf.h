@@ -12,6 +12,19 @@
  * last occurrence wins. Command-line options are applied after the file; if a
  * list key appears on the command line, its command-line values replace the
  * file's values rather than adding to them.
+ *
+ * Secrets: every key flagged secret in the table (upstream-key, admin-token,
+ * redis-password, ...) can also be read from a file, `KEY-file PATH` in the
+ * file or `--KEY-file PATH` on the command line, and from the environment,
+ * PROMPTCACHE_KEY or PROMPTCACHE_KEY_FILE (the key upper-cased, '-' as '_';
+ * an empty variable counts as unset). Precedence, as for every other key,
+ * is by source: command line, then environment, then config file, then the
+ * default; giving both KEY and KEY-file in one source is an error.
+ * redis-password is folded into the redis URL once loaded.
+ *
+ * Reload (SIGHUP): conf_reload reads the same sources again and
+ * conf_merge_reload takes over only the keys the table marks safe to change
+ * at runtime; the others keep their running values until a restart.
  */
 #ifndef PC_CONF_H
 #define PC_CONF_H
@@ -68,6 +81,7 @@ struct conf {
 
     /* redis */
     char *redis;           /* redis://[:password@]host:port[/db] or unix:/path */
+    char *redis_password;  /* "" = none; conf_load folds it into redis */
     int64_t redis_timeout; /* milliseconds per command */
     bool redis_auto_migrate;
 
@@ -105,6 +119,8 @@ struct conf {
     int log_level; /* enum pc_log_level */
     char *log_file;
     char *access_log;
+
+    struct conf_meta *meta; /* owned: where each value came from, load warnings, the sources */
 };
 
 /*
@@ -124,21 +140,59 @@ void conf_destroy(struct conf **c);
 int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc_buf *errs);
 
 /*
+ * Load the sources c was loaded from (the same file, the environment as it
+ * is now, the same command-line options) into a new conf, for a reload.
+ * Returns the number of errors (appended to errs); *next is the new conf, or
+ * NULL when there were errors.
+ */
+int conf_reload(const struct conf *c, struct conf **next, struct pc_buf *errs);
+
+/*
+ * The configuration to run after a reload: a copy of cur in which every key
+ * that is safe to change at runtime and differs in next takes next's value.
+ * NULL when no such key differs. Each applied change is appended to applied
+ * ("key old -> new", secrets masked, separated by ", ") and the name of each
+ * differing key that needs a restart to restart (separated by ", ").
+ */
+struct conf *conf_merge_reload(const struct conf *cur, const struct conf *next,
+                               struct pc_buf *applied, struct pc_buf *restart);
+
+/* A deep copy (values, origins, sources). */
+struct conf *conf_dup(const struct conf *c);
+
+/* Warnings of the last conf_load, one per line ("" if none): insecure secret files, ... */
+const char *conf_warnings(const struct conf *c);
+
+/*
+ * Overwrite, in place, the secrets among command-line options (values of
+ * secret keys, passwords in URLs) so /proc/PID/cmdline and ps stop showing
+ * them. Call after conf_load, which keeps its own copies for a reload.
+ */
+void conf_scrub_argv(int argc, char **argv);
+
+/*
  * Set one key from its text form; -1 with a message in err if invalid (the
  * field keeps its old value). For a list key the value is appended, and ""
  * empties the list.
  */
 int conf_set(struct conf *c, const char *key, const char *value, char *err, size_t errlen);
 
-/* Whether key names a config key (used by subcommands to route options). */
+/* Whether key names a config key, or the KEY-file form of a secret one. */
 bool conf_has_key(const char *key);
 
 /* The commented sample config (content of conf/promptcache.conf). */
 void conf_write_sample(struct pc_buf *out);
 /* The option list for --help. */
 void conf_write_help(struct pc_buf *out);
-/* Effective config, one `key value` per line (admin-token and upstream-key masked). */
+/* Effective config, one `key value` per line (secrets and URL passwords masked). */
 void conf_write_effective(const struct conf *c, struct pc_buf *out);
+/*
+ * `promptcache -T`: the effective config, secrets masked, each line ending
+ * in a comment that says where the value came from ("default", "FILE:LINE",
+ * "environment NAME", "command line", with "(file PATH)" for a secret read
+ * from a file).
+ */
+void conf_write_sources(const struct conf *c, struct pc_buf *out);
 
 const char *conf_upstream_type_name(int t);
 

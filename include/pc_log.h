@@ -29,6 +29,15 @@ enum pc_log_level {
 int log_init(enum pc_log_level level, const char *path, const char *access_path, char *errbuf,
              size_t errlen);
 void log_teardown(void);
+/*
+ * Reopen the log files (not stderr/stdout) by path, for log rotation: lines
+ * written from now on go to whatever file the path names now. Safe while
+ * other threads log. Returns 0, or -1 with errbuf set (that log keeps its
+ * old file).
+ */
+int log_reopen(char *errbuf, size_t errlen);
+/* Change the level at runtime (from any thread). */
+void log_set_level(enum pc_log_level level);
 /* Parse "error", "warn", "notice", "info", "debug"; -1 if unknown. */
 int log_level_parse(const char *name);
 bool log_enabled(enum pc_log_level level);

@@ -2,7 +2,8 @@
  * pc_worker.h - one event loop thread and everything it owns: the HTTP
  * server on the shared listening socket, the libcurl multi handle, the Redis
  * connection and its row of metrics. Workers share nothing mutable except the
- * flight table (pc_flight.h) and read-only configuration.
+ * flight table (pc_flight.h); the configuration they read is immutable, and
+ * a reload swaps which one (pc_reload.h).
  *
  * struct worker is the context passed as the callback argument to every
  * module running on the worker (STYLE.md: one context struct, no globals).
@@ -35,7 +36,8 @@ struct upstream;
 struct worker {
     unsigned magic;
     int id;
-    const struct conf *conf;
+    const struct conf *conf;           /* in force; switched by a reload between two callbacks of
+                                          this worker's loop: read values at use, keep no copy */
     struct route *route;               /* the process's replicas (shared) */
     const struct backend_ops *backend; /* upstream-type */
     int64_t started_ms;

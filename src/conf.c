@@ -10,13 +10,20 @@
  *                 +--> conf_write_sample / conf_write_help / conf_write_effective
  *
  * Nothing outside the table names a key, except the derived fields
- * (listen_host/listen_port from listen, workers 0 -> CPU count) and the
- * cross-key checks. Adding a key means adding a field to struct conf and one
- * row below.
+ * (listen_host/listen_port from listen, workers 0 -> CPU count, the redis URL
+ * with redis-password folded in) and the cross-key checks. Adding a key means
+ * adding a field to struct conf and one row below; its flags decide whether
+ * it is a secret (KEY-file forms, PROMPTCACHE_KEY variables, masked, hidden
+ * in argv) and whether a reload may change it at runtime.
+ *
+ * A loaded conf keeps its conf_meta: the sources (file path, a copy of the
+ * options) that conf_reload reads again, the origin of every value for -T,
+ * and the load's warnings.
  */
 #include "pc_conf.h"
 #include "pc_guard.h"
 #include "pc_log.h"
+#include "pc_secret.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -37,9 +44,19 @@ enum conf_type {
     CONF_HOSTPORT, /* char * "host:port"; also sets listen_host/listen_port */
 };
 
-#define CONF_SECRET   0x1u /* dumps show "***" instead of a non-empty value */
-#define CONF_URL_PASS 0x2u /* dumps mask the password in the URL's userinfo */
-#define CONF_AUTO     0x4u /* CONF_DOUBLE: "auto" is accepted, stored as -1 */
+/*
+ * CONF_SECRET keys (CONF_STRING only) also take KEY-file and the environment
+ * (pc_conf.h), never hold a control character, show as "***" in dumps and
+ * are hidden in argv; a URL_PASS key's password is masked the same way.
+ * CONF_RELOAD keys are safe to change at runtime: every reader takes the
+ * value from its worker's current conf at the time of use (w->conf), never
+ * from a copy made at start. Every other key needs a restart. CONF_AUTO
+ * (CONF_DOUBLE only): "auto" is accepted and stored as -1.
+ */
+#define CONF_SECRET   0x1u
+#define CONF_URL_PASS 0x2u
+#define CONF_RELOAD   0x4u
+#define CONF_AUTO     0x8u
 
 typedef int conf_check_fn(const char *v, char *err, size_t errlen);
 
@@ -115,7 +132,7 @@ static const struct conf_key conf_keys[] = {
              "covers sending a request, waiting on a keep-alive connection and reading a "
              "response."},
     {.name = "shutdown-timeout", .type = CONF_DOUBLE, FIELD(shutdown_timeout), .def = "10",
-     .dmin = 0, .dmax = 3600, .arg = "SECONDS",
+     .dmin = 0, .dmax = 3600, .arg = "SECONDS", .flags = CONF_RELOAD,
      .help = "Seconds in-flight requests may take to finish after SIGTERM or SIGINT. "
              "Connections still open after that are closed; 0 closes them at once."},
 
@@ -142,16 +159,16 @@ static const struct conf_key conf_keys[] = {
              "sent (x-api-key for anthropic, Authorization: Bearer otherwise) and, once prefix "
              "reuse is built, which cache hints are added to forwarded requests."},
     {.name = "upstream-key", .type = CONF_STRING, FIELD(upstream_key), .def = "",
-     .flags = CONF_SECRET, .arg = "KEY", .example = "sk-...",
+     .flags = CONF_SECRET | CONF_RELOAD, .arg = "KEY", .example = "sk-...",
      .help = "API key sent to the upstream in place of the client's own credentials. When "
              "empty, the client's Authorization or x-api-key header is passed through. Cache "
              "entries are still kept per client credential either way."},
     {.name = "upstream-timeout", .type = CONF_DOUBLE, FIELD(upstream_timeout), .def = "60",
-     .dmin = 0.05, .dmax = 86400, .arg = "SECONDS",
+     .dmin = 0.05, .dmax = 86400, .arg = "SECONDS", .flags = CONF_RELOAD,
      .help = "Seconds an upstream may stay silent before its response headers and between "
              "two pieces of its response body. When exceeded, the client gets a 504."},
     {.name = "upstream-connect-timeout", .type = CONF_DOUBLE, FIELD(upstream_connect_timeout),
-     .def = "5", .dmin = 0.05, .dmax = 600, .arg = "SECONDS",
+     .def = "5", .dmin = 0.05, .dmax = 600, .arg = "SECONDS", .flags = CONF_RELOAD,
      .help = "Seconds to wait for the connection to an upstream (TCP and TLS) to be "
              "established."},
 
@@ -160,6 +177,11 @@ static const struct conf_key conf_keys[] = {
      .help = "Redis server that holds the cached answers. Write "
              "redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:/PATH/TO/SOCKET. A host name is "
              "resolved once at start; prefer an IP address or a unix socket."},
+    {.name = "redis-password", .type = CONF_STRING, FIELD(redis_password), .def = "",
+     .flags = CONF_SECRET, .arg = "PASSWORD", .example = "\"\"",
+     .help = "Password for Redis AUTH, kept out of the redis URL so that it can come from a "
+             "file or the environment. It is added to a redis:// URL that has none (not "
+             "supported with unix: sockets yet)."},
     {.name = "redis-timeout", .type = CONF_INT, FIELD(redis_timeout), .def = "50", .imin = 1,
      .imax = 60000, .arg = "MILLISECONDS",
      .help = "Milliseconds to wait for the reply to one Redis command. A cache lookup that "
@@ -173,23 +195,23 @@ static const struct conf_key conf_keys[] = {
      .help = "Master switch of the cache. With no, every request is forwarded upstream and "
              "answered with X-Cache-Status: BYPASS."},
     {.name = "cache-ttl", .type = CONF_INT, FIELD(cache_ttl), .def = "86400", .imin = 1,
-     .imax = 31536000, .arg = "SECONDS",
+     .imax = 31536000, .arg = "SECONDS", .flags = CONF_RELOAD,
      .help = "Seconds a stored answer is kept, unless its request asks otherwise with "
              "X-Cache-TTL."},
     {.name = "cache-max-ttl", .type = CONF_INT, FIELD(cache_max_ttl), .def = "2592000",
-     .imin = 1, .imax = 31536000, .arg = "SECONDS",
+     .imin = 1, .imax = 31536000, .arg = "SECONDS", .flags = CONF_RELOAD,
      .help = "Longest lifetime, in seconds, that a request may ask for with X-Cache-TTL. "
              "Longer requests are cut down to it. Must be at least cache-ttl."},
     {.name = "cache-max-entry-size", .type = CONF_SIZE, FIELD(cache_max_entry_size),
-     .def = "8m", .imin = KIB, .imax = GIB,
+     .def = "8m", .imin = KIB, .imax = GIB, .flags = CONF_RELOAD,
      .help = "Largest answer that is stored in the cache, in bytes (k, m or g suffix "
              "allowed). Larger answers are relayed to the client but not stored."},
-    {.name = "coalesce", .type = CONF_BOOL, FIELD(coalesce), .def = "yes",
+    {.name = "coalesce", .type = CONF_BOOL, FIELD(coalesce), .def = "yes", .flags = CONF_RELOAD,
      .help = "Let concurrent identical cache misses share one upstream call. The first "
              "request goes upstream and the others wait for its answer; a streamed answer is "
              "copied to every waiter as it arrives."},
     {.name = "shared-namespaces", .type = CONF_LIST, FIELD(shared_namespaces), .def = "",
-     .check = check_namespace, .arg = "NAME", .example = "public-docs",
+     .check = check_namespace, .arg = "NAME", .example = "public-docs", .flags = CONF_RELOAD,
      .help = "X-Cache-Namespace values whose entries are shared by all tenants. Entries of "
              "any other namespace are kept per client credential, as usual. Names are 1 to 64 "
              "characters from A-Z, a-z, 0-9, '.', '_' and '-'; list several on one line or "
@@ -199,10 +221,11 @@ static const struct conf_key conf_keys[] = {
      .section = "Semantic cache",
      .help = "Enable the semantic cache: a request whose last user message means the same as "
              "that of a cached request, with the same earlier conversation, model and "
-             "parameters, is answered from the cache. Not part of this version yet: yes is "
-             "accepted and logged, and only the exact cache answers."},
+             "parameters, is answered from the cache (see the embedder, semantic-threshold and "
+             "semantic-guards keys). The vectors live in Redis next to the answers."},
     {.name = "semantic-threshold", .type = CONF_DOUBLE, FIELD(semantic_threshold),
-     .def = "auto", .dmin = 0, .dmax = 1, .flags = CONF_AUTO, .arg = "SIMILARITY|auto",
+     .def = "auto", .dmin = 0, .dmax = 1, .flags = CONF_AUTO | CONF_RELOAD,
+     .arg = "SIMILARITY|auto",
      .help = "Cosine similarity, from 0 to 1, that counts as a semantic hit. The last user "
              "message of a request is compared with those of cached requests; a request may "
              "override the threshold with X-Cache-Threshold. Similarities of different "
@@ -287,18 +310,19 @@ static const struct conf_key conf_keys[] = {
              "verifier (only matters with semantic-verify-url)."},
 
     {.name = "admin-token", .type = CONF_STRING, FIELD(admin_token), .def = "",
-     .flags = CONF_SECRET, .arg = "TOKEN", .example = "\"\"", .section = "Administration",
+     .flags = CONF_SECRET | CONF_RELOAD, .arg = "TOKEN", .example = "\"\"",
+     .section = "Administration",
      .help = "Bearer token that the /admin/ endpoints require (Authorization: Bearer TOKEN). "
              "While empty, every admin request is refused. Use a long random string, for "
              "example from `openssl rand -hex 32`."},
     {.name = "pricing", .type = CONF_STRING, FIELD(pricing), .def = "", .arg = "PATH",
-     .example = "conf/pricing.json",
+     .example = "conf/pricing.json", .flags = CONF_RELOAD,
      .help = "Path of a JSON file with per-model token prices (see conf/pricing.json), used by "
              "`promptcache report` to put a price on the tokens the cache saved. While empty, "
              "savings are reported in tokens only."},
 
     {.name = "log-level", .type = CONF_ENUM, FIELD(log_level), .def = "notice",
-     .names = log_level_names, .section = "Logging",
+     .names = log_level_names, .section = "Logging", .flags = CONF_RELOAD,
      .help = "Least severe message written to the daemon log: error, warn, notice, info or "
              "debug."},
     {.name = "log-file", .type = CONF_STRING, FIELD(log_file), .def = "", .arg = "PATH",
@@ -312,6 +336,20 @@ static const struct conf_key conf_keys[] = {
 /* clang-format on */
 
 #define CONF_NKEYS PC_ARRAY_LEN(conf_keys)
+
+/*
+ * What conf_load learned besides the values, kept with the conf: the sources
+ * to read again on a reload, where each value came from, and the warnings.
+ */
+struct conf_meta {
+    char *path;             /* the config file, or NULL */
+    int argc;               /* copies of the command-line options (wiped when freed: */
+    char **argv;            /* they may hold secrets) */
+    char *from[CONF_NKEYS]; /* origin of each value as text; NULL = the default */
+    char *warnings;         /* one line each, or NULL */
+};
+
+#define FILE_SUFFIX "-file" /* upstream-key-file: the secret upstream-key, read from a file */
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -332,6 +370,31 @@ static const struct conf_key *key_find(const char *name)
         if (pc_strcaseeq(conf_keys[i].name, name))
             return &conf_keys[i];
     return NULL;
+}
+
+/* The secret key whose KEY-file form is name, or NULL. */
+static const struct conf_key *secret_file_key(const char *name)
+{
+    size_t n = strlen(name), sl = strlen(FILE_SUFFIX);
+    if (n <= sl || !pc_strcaseeq(name + n - sl, FILE_SUFFIX))
+        return NULL;
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        const struct conf_key *k = &conf_keys[i];
+        if ((k->flags & CONF_SECRET) && strlen(k->name) == n - sl &&
+            pc_strncaseeq(k->name, name, n - sl))
+            return k;
+    }
+    return NULL;
+}
+
+/* key_find, or the secret key of a KEY-file name (then *file is set). */
+static const struct conf_key *key_lookup(const char *name, bool *file)
+{
+    const struct conf_key *k = key_find(name);
+    *file = false;
+    if (k == NULL && (k = secret_file_key(name)) != NULL)
+        *file = true;
+    return k;
 }
 
 static void *field_ptr(struct conf *c, const struct conf_key *k)
@@ -819,6 +882,10 @@ static int set_string(struct conf *c, const struct conf_key *k, const char *v, c
 {
     if (k->check != NULL && k->check(v, err, errlen) < 0)
         return -1;
+    if ((k->flags & CONF_SECRET) && secret_has_ctl(v, strlen(v))) {
+        seterr(err, errlen, "contains a control character or line break"); /* never the value */
+        return -1;
+    }
     char **p = field_ptr(c, k);
     free(*p);
     *p = pc_strdup(v);
@@ -898,7 +965,8 @@ int conf_set(struct conf *c, const char *key, const char *value, char *err, size
 
 bool conf_has_key(const char *key)
 {
-    return key != NULL && key_find(key) != NULL;
+    bool file;
+    return key != NULL && key_lookup(key, &file) != NULL;
 }
 
 const char *conf_upstream_type_name(int t)
@@ -927,8 +995,9 @@ static bool width_ok(const struct conf_key *k)
     case CONF_LIST:
         return k->width == sizeof(struct conf_list);
     case CONF_STRING:
-    case CONF_HOSTPORT:
         return k->width == sizeof(char *);
+    case CONF_HOSTPORT:
+        return k->width == sizeof(char *) && !(k->flags & CONF_SECRET);
     }
     return false;
 }
@@ -945,6 +1014,8 @@ static void apply_default(struct conf *c, const struct conf_key *k)
     char err[256];
     if (!width_ok(k))
         table_bug(k, "field size does not match the type");
+    if ((k->flags & CONF_SECRET) && k->type != CONF_STRING)
+        table_bug(k, "only string keys can be secret");
     if (k->type != CONF_LIST) {
         if (key_set(c, k, k->def, err, sizeof err) < 0)
             table_bug(k, err);
@@ -988,6 +1059,85 @@ struct conf *conf_create(void)
     return c;
 }
 
+/* Free a string, wiping it first (it may be a secret). */
+static void free_wiped(char **p)
+{
+    if (*p != NULL)
+        memset(*p, 0, strlen(*p));
+    PC_FREE(p);
+}
+
+static void meta_free(struct conf_meta **mp)
+{
+    struct conf_meta *m = *mp;
+    if (m == NULL)
+        return;
+    *mp = NULL;
+    free(m->path);
+    for (int i = 0; i < m->argc; i++)
+        free_wiped(&m->argv[i]);
+    free(m->argv);
+    for (size_t i = 0; i < CONF_NKEYS; i++)
+        free(m->from[i]);
+    free(m->warnings);
+    free(m);
+}
+
+static struct conf_meta *meta_dup(const struct conf_meta *src)
+{
+    if (src == NULL)
+        return NULL;
+    struct conf_meta *m = pc_calloc(1, sizeof *m);
+    m->path = src->path ? pc_strdup(src->path) : NULL;
+    m->argc = src->argc;
+    m->argv = pc_calloc((size_t)src->argc + 1, sizeof *m->argv);
+    for (int i = 0; i < src->argc; i++)
+        m->argv[i] = pc_strdup(src->argv[i]);
+    for (size_t i = 0; i < CONF_NKEYS; i++)
+        m->from[i] = src->from[i] ? pc_strdup(src->from[i]) : NULL;
+    m->warnings = src->warnings ? pc_strdup(src->warnings) : NULL;
+    return m;
+}
+
+/* Give dst's field of key k the value of src's (deep copy). */
+static void key_copy(struct conf *dst, const struct conf *src, const struct conf_key *k)
+{
+    switch (k->type) {
+    case CONF_LIST: {
+        struct conf_list *d = field_ptr(dst, k);
+        const struct conf_list *s = field_cptr(src, k);
+        list_clear(d);
+        d->v = pc_calloc(s->n + 1, sizeof *d->v);
+        for (d->n = 0; d->n < s->n; d->n++)
+            d->v[d->n] = pc_strdup(s->v[d->n]);
+        return;
+    }
+    case CONF_HOSTPORT:
+        free(dst->listen_host);
+        dst->listen_host = pc_strdup(src->listen_host);
+        dst->listen_port = src->listen_port;
+        free_wiped(field_ptr(dst, k));
+        *(char **)field_ptr(dst, k) = pc_strdup(*(char *const *)field_cptr(src, k));
+        return;
+    case CONF_STRING:
+        free_wiped(field_ptr(dst, k));
+        *(char **)field_ptr(dst, k) = pc_strdup(*(char *const *)field_cptr(src, k));
+        return;
+    default:
+        memcpy(field_ptr(dst, k), field_cptr(src, k), k->width);
+        return;
+    }
+}
+
+struct conf *conf_dup(const struct conf *src)
+{
+    struct conf *c = pc_calloc(1, sizeof *c);
+    for (size_t i = 0; i < CONF_NKEYS; i++)
+        key_copy(c, src, &conf_keys[i]);
+    c->meta = meta_dup(src->meta);
+    return c;
+}
+
 void conf_destroy(struct conf **cp)
 {
     struct conf *c = *cp;
@@ -998,9 +1148,10 @@ void conf_destroy(struct conf **cp)
         if (k->type == CONF_LIST)
             list_clear(field_ptr(c, k));
         else if (k->type == CONF_STRING || k->type == CONF_HOSTPORT)
-            PC_FREE((char **)field_ptr(c, k));
+            free_wiped(field_ptr(c, k));
     }
     free(c->listen_host);
+    meta_free(&c->meta);
     free(c);
     *cp = NULL;
 }
@@ -1009,26 +1160,39 @@ void conf_destroy(struct conf **cp)
 
 /*
  * Where a value came from, for error messages and for ordering: a file line
- * (file set), the command line (cmdline set) or, with neither, the default.
+ * (file set), an environment variable (env set), the command line (cmdline
+ * set) or, with none of them, the default.
  */
 struct origin {
     const char *file;
     int line;
+    const char *env;
     bool cmdline;
     unsigned seq; /* order of assignment within one conf_load; 0 = default */
 };
+
+#define ENV_PREFIX   "PROMPTCACHE_"
+#define ENV_NAME_MAX 80
+
+/* A secret given both as KEY and as KEY-file in one source is an error. */
+#define FORM_VALUE 0x1u
+#define FORM_FILE  0x2u
 
 struct loader {
     struct conf *c;
     struct pc_buf *errs; /* may be NULL: errors are only counted */
     int nerr;
     unsigned seq;
-    struct origin cur;              /* the line or option being applied */
-    bool list_seen[CONF_NKEYS];     /* list key already emptied in this source */
-    struct origin from[CONF_NKEYS]; /* last assignment of each key */
+    struct origin cur;                  /* the line or option being applied */
+    bool list_seen[CONF_NKEYS];         /* list key already emptied in this source */
+    unsigned forms[CONF_NKEYS];         /* FORM_* of each secret seen in this source */
+    struct origin from[CONF_NKEYS];     /* last assignment of each key */
+    char env[CONF_NKEYS][ENV_NAME_MAX]; /* variable names that from[].env point to */
+    struct conf_meta *meta;             /* being filled for ld->c */
+    struct pc_buf warns;
 };
 
-/* "FILE:LINE: KEY" or "command line: --KEY" or "KEY" (a default). */
+/* "FILE:LINE: KEY", "environment: NAME", "command line: --KEY" or "KEY" (a default). */
 static const char *where(const struct origin *o, const char *key, char *buf, size_t n)
 {
     char k[80];
@@ -1037,11 +1201,28 @@ static const char *where(const struct origin *o, const char *key, char *buf, siz
         show(key, k, sizeof k);
     if (o->file != NULL)
         snprintf(buf, n, "%s:%d: %s", o->file, o->line, k);
+    else if (o->env != NULL)
+        snprintf(buf, n, "environment: %s", o->env);
     else if (o->cmdline)
         snprintf(buf, n, "command line: --%s", k);
     else
         snprintf(buf, n, "%s", k);
     return buf;
+}
+
+/* The origin as -T shows it, plus " (file PATH)" when a secret came from a file. */
+static char *origin_text(const struct origin *o, const char *secret_path)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    if (o->file != NULL)
+        pc_buf_printf(&b, "%s:%d", o->file, o->line);
+    else if (o->env != NULL)
+        pc_buf_printf(&b, "environment %s", o->env);
+    else
+        pc_buf_append_str(&b, "command line");
+    if (secret_path != NULL)
+        pc_buf_printf(&b, " (file %s)", secret_path);
+    return pc_buf_cstr(&b);
 }
 
 static void report(struct loader *ld, const char *fmt, ...) PC_PRINTF(2, 3);
@@ -1063,6 +1244,63 @@ static void report_at(struct loader *ld, const struct origin *o, const char *key
     report(ld, "%s: %s", where(o, key, w, sizeof w), msg);
 }
 
+static void warn_at(struct loader *ld, const char *key, const char *msg)
+{
+    char w[512];
+    pc_buf_printf(&ld->warns, "%s: %s\n", where(&ld->cur, key, w, sizeof w), msg);
+}
+
+/* Whether v, the value of k, shows a secret: a secret key's, or a URL's password. */
+static bool shows_secret(const struct conf_key *k, const char *v)
+{
+    if (k->flags & CONF_SECRET)
+        return *v != '\0';
+    if (!(k->flags & CONF_URL_PASS))
+        return false;
+    const char *s = strstr(v, "://");
+    const char *a = s ? s + 3 : v;
+    size_t alen = strcspn(a, "/?#");
+    const char *at = memrchr(a, '@', alen);
+    return s != NULL && at != NULL && memchr(a, ':', (size_t)(at - a)) != NULL;
+}
+
+/*
+ * The value of a secret given in one of its forms: as is, or read from the
+ * file it names (into buf). NULL after reporting the problem.
+ */
+static const char *secret_value(struct loader *ld, const struct conf_key *k, const char *shown,
+                                bool from_file, const char *v, struct pc_buf *buf)
+{
+    size_t idx = (size_t)(k - conf_keys);
+    unsigned form = from_file ? FORM_FILE : FORM_VALUE;
+    if (ld->forms[idx] & ~form) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "give %s or %s%s, not both", k->name, k->name, FILE_SUFFIX);
+        report_at(ld, &ld->cur, shown, msg);
+        return NULL;
+    }
+    ld->forms[idx] |= form;
+    if (!from_file)
+        return v;
+    char err[512], warn[512];
+    if (secret_read_file(v, buf, err, sizeof err, warn, sizeof warn) < 0) {
+        report_at(ld, &ld->cur, shown, err);
+        return NULL;
+    }
+    if (warn[0] != '\0')
+        warn_at(ld, shown, warn);
+    return pc_buf_cstr(buf);
+}
+
+/* Record where key idx got its value (and the FILE of a secret read from one). */
+static void note_origin(struct loader *ld, size_t idx, const char *secret_path)
+{
+    ld->from[idx] = ld->cur;
+    ld->from[idx].seq = ++ld->seq;
+    free(ld->meta->from[idx]);
+    ld->meta->from[idx] = origin_text(&ld->cur, secret_path);
+}
+
 /*
  * Apply values[0..n) to key `name` at ld->cur. A list key is emptied at its
  * first occurrence in each source (so the file replaces the defaults and the
@@ -1070,19 +1308,21 @@ static void report_at(struct loader *ld, const struct origin *o, const char *key
  */
 static void apply(struct loader *ld, const char *name, const char *const *values, size_t n)
 {
-    const struct conf_key *k = key_find(name);
-    char err[256];
+    bool from_file;
+    const struct conf_key *k = key_lookup(name, &from_file);
+    char err[256], shown[80];
     if (k == NULL) {
         report_at(ld, &ld->cur, name, ld->cur.cmdline ? "unknown option" : "unknown key");
         return;
     }
+    snprintf(shown, sizeof shown, "%s%s", k->name, from_file ? FILE_SUFFIX : "");
     if (n == 0) {
-        report_at(ld, &ld->cur, k->name, "missing value");
+        report_at(ld, &ld->cur, shown, "missing value");
         return;
     }
     if (n > 1 && k->type != CONF_LIST) {
         snprintf(err, sizeof err, "expected one value, got %zu (quote a value with spaces)", n);
-        report_at(ld, &ld->cur, k->name, err);
+        report_at(ld, &ld->cur, shown, err);
         return;
     }
     size_t idx = (size_t)(k - conf_keys);
@@ -1090,11 +1330,22 @@ static void apply(struct loader *ld, const char *name, const char *const *values
         list_clear(field_ptr(ld->c, k));
         ld->list_seen[idx] = true;
     }
-    for (size_t i = 0; i < n; i++)
-        if (key_set(ld->c, k, values[i], err, sizeof err) < 0)
-            report_at(ld, &ld->cur, k->name, err);
-    ld->from[idx] = ld->cur;
-    ld->from[idx].seq = ++ld->seq;
+    struct pc_buf secret = PC_BUF_INIT;
+    for (size_t i = 0; i < n; i++) {
+        const char *v = values[i];
+        if ((k->flags & CONF_SECRET) &&
+            (v = secret_value(ld, k, shown, from_file, v, &secret)) == NULL)
+            continue;
+        if (ld->cur.cmdline && !from_file && shows_secret(k, v))
+            warn_at(ld, shown,
+                    "a secret on the command line can be read by other local users (ps, "
+                    "/proc/PID/cmdline) until promptcache hides it at start; give it in a "
+                    "file or the environment instead");
+        if (key_set(ld->c, k, v, err, sizeof err) < 0)
+            report_at(ld, &ld->cur, shown, err);
+    }
+    secret_buf_free(&secret);
+    note_origin(ld, idx, from_file ? values[0] : NULL);
 }
 
 struct tokens {
@@ -1199,6 +1450,7 @@ static void load_file(struct loader *ld, const char *path)
         return;
     }
     memset(ld->list_seen, 0, sizeof ld->list_seen);
+    memset(ld->forms, 0, sizeof ld->forms);
     ld->cur = (struct origin){.file = path};
     char *line = NULL;
     size_t cap = 0;
@@ -1231,7 +1483,8 @@ static void load_option(struct loader *ld, int *i, int argc, char **argv)
     }
     const char *eq = strchr(arg + 2, '=');
     char *name = pc_strndup(arg + 2, eq ? (size_t)(eq - arg - 2) : strlen(arg + 2));
-    const struct conf_key *k = key_find(name);
+    bool from_file;
+    const struct conf_key *k = key_lookup(name, &from_file);
     const char *value = NULL;
     if (eq != NULL)
         value = eq + 1;
@@ -1245,9 +1498,42 @@ static void load_option(struct loader *ld, int *i, int argc, char **argv)
     free(name);
 }
 
+/* "PROMPTCACHE_UPSTREAM_KEY" (+ "_FILE") for upstream-key. */
+static void env_name(const struct conf_key *k, bool file, char out[ENV_NAME_MAX])
+{
+    size_t n =
+        (size_t)snprintf(out, ENV_NAME_MAX, "%s%s%s", ENV_PREFIX, k->name, file ? "_FILE" : "");
+    for (size_t i = 0; i < n && i < ENV_NAME_MAX; i++)
+        out[i] = out[i] == '-' ? '_' : (char)toupper((unsigned char)out[i]);
+}
+
+/* The secrets in the environment; a variable set to "" counts as unset. */
+static void load_env(struct loader *ld)
+{
+    memset(ld->list_seen, 0, sizeof ld->list_seen);
+    memset(ld->forms, 0, sizeof ld->forms);
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        const struct conf_key *k = &conf_keys[i];
+        if (!(k->flags & CONF_SECRET))
+            continue;
+        for (int file = 0; file <= 1; file++) {
+            char var[ENV_NAME_MAX], name[80];
+            env_name(k, file, var);
+            const char *v = getenv(var);
+            if (v == NULL || *v == '\0')
+                continue;
+            snprintf(ld->env[i], sizeof ld->env[i], "%s", var);
+            ld->cur = (struct origin){.env = ld->env[i]};
+            snprintf(name, sizeof name, "%s%s", k->name, file ? FILE_SUFFIX : "");
+            apply(ld, name, &v, 1);
+        }
+    }
+}
+
 static void load_argv(struct loader *ld, int argc, char **argv)
 {
     memset(ld->list_seen, 0, sizeof ld->list_seen);
+    memset(ld->forms, 0, sizeof ld->forms);
     ld->cur = (struct origin){.cmdline = true};
     for (int i = 0; i < argc; i++)
         load_option(ld, &i, argc, argv);
@@ -1299,22 +1585,101 @@ static void check_cross(struct loader *ld)
                   "all and none must stand alone");
 }
 
+/* Append s to a buffer with every byte outside [A-Za-z0-9-._~] %-escaped. */
+static void append_pct(struct pc_buf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (isalnum((unsigned char)*s) || strchr("-._~", *s) != NULL)
+            pc_buf_append_char(b, *s);
+        else
+            pc_buf_printf(b, "%%%02X", (unsigned char)*s);
+    }
+}
+
+/* redis-password goes into the redis URL, where the store reads it. */
+static void fold_redis_password(struct loader *ld)
+{
+    struct conf *c = ld->c;
+    if (c->redis_password[0] == '\0')
+        return;
+    const struct origin *o = origin_of(ld, "redis-password");
+    if (!pc_strncaseeq(c->redis, "redis://", 8)) {
+        report_at(ld, o, "redis-password",
+                  "a password needs a redis:// URL (not supported with unix: sockets yet)");
+        return;
+    }
+    const char *a = c->redis + 8;
+    if (memchr(a, '@', strcspn(a, "/")) != NULL) {
+        report_at(ld, o, "redis-password",
+                  "the redis URL has a password already: give it in one place only");
+        return;
+    }
+    struct pc_buf b = PC_BUF_INIT;
+    pc_buf_append_str(&b, "redis://:");
+    append_pct(&b, c->redis_password);
+    pc_buf_printf(&b, "@%s", a);
+    free_wiped(&c->redis);
+    c->redis = pc_buf_cstr(&b);
+    size_t idx = (size_t)(key_find("redis") - conf_keys);
+    struct pc_buf from = PC_BUF_INIT;
+    pc_buf_printf(&from, "%s, password from redis-password",
+                  ld->meta->from[idx] ? ld->meta->from[idx] : "default");
+    free(ld->meta->from[idx]);
+    ld->meta->from[idx] = pc_buf_cstr(&from);
+}
+
+/* Keep what a reload needs to read the same sources again. */
+static void meta_sources(struct conf_meta *m, const char *path, int argc, char **argv)
+{
+    m->path = path ? pc_strdup(path) : NULL;
+    m->argc = argc;
+    m->argv = pc_calloc((size_t)argc + 1, sizeof *m->argv);
+    for (int i = 0; i < argc; i++)
+        m->argv[i] = pc_strdup(argv[i]);
+}
+
 int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc_buf *errs)
 {
     struct loader *ld = pc_calloc(1, sizeof *ld);
     ld->c = c;
     ld->errs = errs;
+    meta_free(&c->meta);
+    ld->meta = c->meta = pc_calloc(1, sizeof *c->meta);
+    meta_sources(c->meta, path, argc, argv);
     if (path != NULL)
         load_file(ld, path);
+    load_env(ld);
     load_argv(ld, argc, argv);
     check_cross(ld);
+    if (ld->nerr == 0)
+        fold_redis_password(ld);
     int nerr = ld->nerr;
+    if (ld->warns.len > 0)
+        c->meta->warnings = pc_buf_cstr(&ld->warns);
+    else
+        pc_buf_free(&ld->warns);
     free(ld);
     if (nerr == 0) {
         resolve_workers(c);
         resolve_guards(c);
     }
     return nerr;
+}
+
+int conf_reload(const struct conf *cur, struct conf **next, struct pc_buf *errs)
+{
+    const struct conf_meta *m = cur->meta;
+    struct conf *n = conf_create();
+    int nerr = conf_load(n, m ? m->path : NULL, m ? m->argc : 0, m ? m->argv : NULL, errs);
+    if (nerr > 0)
+        conf_destroy(&n);
+    *next = n;
+    return nerr;
+}
+
+const char *conf_warnings(const struct conf *c)
+{
+    return c->meta && c->meta->warnings ? c->meta->warnings : "";
 }
 
 /* ---- output: sample, help, effective ------------------------------------ */
@@ -1378,10 +1743,35 @@ static void sample_header(struct pc_buf *out)
                            "--cache-ttl 3600\n#\n");
     write_wrapped(out, "# ",
                   "A list key given on the command line replaces the file's values. "
-                  "`promptcache -t` checks a configuration and exits; `promptcache "
-                  "--sample-config` prints this file.",
+                  "`promptcache -t` checks a configuration and exits; `promptcache -T` also "
+                  "prints the effective configuration and where each value came from; "
+                  "`promptcache --sample-config` prints this file.",
+                  78);
+    pc_buf_append_str(out, "#\n");
+    write_wrapped(out, "# ",
+                  "SIGHUP reopens the log files and reads this file again: keys marked "
+                  "\"Reloaded on SIGHUP\" take their new values at once, the others keep "
+                  "their running values until a restart (the log names them). An invalid "
+                  "file is refused as a whole, and the running configuration is kept.",
                   78);
     pc_buf_free(&lists);
+}
+
+/* The sentences the table's flags add to a key's description in the sample. */
+static void flag_notes(struct pc_buf *out, const struct conf_key *k)
+{
+    if (k->flags & CONF_SECRET) {
+        char var[ENV_NAME_MAX], fvar[ENV_NAME_MAX];
+        env_name(k, false, var);
+        env_name(k, true, fvar);
+        pc_buf_printf(out,
+                      " Also read from a file, \"%s%s PATH\" (the file holds the secret alone), "
+                      "or from the environment, %s or %s; the command line wins over the "
+                      "environment, which wins over this file.",
+                      k->name, FILE_SUFFIX, var, fvar);
+    }
+    if (k->flags & CONF_RELOAD)
+        pc_buf_append_str(out, " Reloaded on SIGHUP.");
 }
 
 static void sample_key(struct pc_buf *out, const struct conf_key *k)
@@ -1392,7 +1782,11 @@ static void sample_key(struct pc_buf *out, const struct conf_key *k)
                       "--------------------------------------------------------------------"
                       "----------");
     pc_buf_append_char(out, '\n');
-    write_wrapped(out, "# ", k->help, 78);
+    struct pc_buf text = PC_BUF_INIT;
+    pc_buf_append_str(&text, k->help);
+    flag_notes(&text, k);
+    write_wrapped(out, "# ", pc_buf_cstr(&text), 78);
+    pc_buf_free(&text);
     if (k->def[0] == '\0') {
         pc_buf_printf(out, "# %s %s\n", k->name, k->example ? k->example : "\"\"");
         return;
@@ -1446,6 +1840,10 @@ void conf_write_help(struct pc_buf *out)
         out, "Usage: promptcache [CONFIG-FILE] [--KEY VALUE ...]     run the proxy\n"
              "       promptcache -t [CONFIG-FILE] [--KEY VALUE ...]  check the "
              "configuration and exit\n"
+             "       promptcache -T [CONFIG-FILE] [--KEY VALUE ...]  print the effective "
+             "configuration\n"
+             "                                                       and where each value "
+             "came from\n"
              "       promptcache migrate [CONFIG-FILE] [--KEY VALUE ...] [--dry-run]\n"
              "                                                       apply Redis schema "
              "migrations\n"
@@ -1453,6 +1851,10 @@ void conf_write_help(struct pc_buf *out)
              "table|json|csv] [--hours N]\n"
              "                                                       hit rates, tokens and "
              "money saved\n"
+             "       promptcache --healthcheck [URL]                 exit 0 if URL answers 2xx "
+             "(default:\n"
+             "                                                       "
+             "http://127.0.0.1:8080/healthz)\n"
              "       promptcache --sample-config | --metrics-doc | --version | --help\n\n"
              "Options (every config-file key; the command line overrides the file):\n");
     for (size_t i = 0; i < CONF_NKEYS; i++) {
@@ -1461,9 +1863,17 @@ void conf_write_help(struct pc_buf *out)
         snprintf(opt, sizeof opt, "--%s %s", k->name, help_arg(k, a, sizeof a));
         pc_buf_printf(out, "  %-32s  %.*s (default: %s)\n", opt, (int)first_sentence(k->help),
                       k->help, k->def[0] ? k->def : "none");
+        if (k->flags & CONF_SECRET) {
+            char var[ENV_NAME_MAX];
+            env_name(k, false, var);
+            snprintf(opt, sizeof opt, "--%s%s PATH", k->name, FILE_SUFFIX);
+            pc_buf_printf(out, "  %-32s  %s from a file (or %s[_FILE] in the environment).\n", opt,
+                          k->name, var);
+        }
     }
     pc_buf_append_str(out, "\nSee promptcache --sample-config for the full description of each "
-                           "key.\n");
+                           "key.\nSIGHUP reopens the log files and reloads the keys that are "
+                           "safe to change at runtime.\n");
 }
 
 /* Append a URL with the password of its userinfo replaced by ***. */
@@ -1486,18 +1896,20 @@ static void write_masked_url(struct pc_buf *out, const char *v)
     pc_buf_free(&b);
 }
 
-static void write_text_value(struct pc_buf *out, const struct conf_key *k, const char *v)
+/* A text value in file syntax; with mask, secrets and URL passwords as ***. */
+static void write_text_value(struct pc_buf *out, const struct conf_key *k, const char *v, bool mask)
 {
-    if ((k->flags & CONF_SECRET) && *v != '\0')
+    if (mask && (k->flags & CONF_SECRET) && *v != '\0')
         pc_buf_append_str(out, "***");
-    else if (k->flags & CONF_URL_PASS)
+    else if (mask && (k->flags & CONF_URL_PASS))
         write_masked_url(out, v);
     else
         write_token(out, v);
 }
 
 /* The current value of a scalar key in file syntax. */
-static void write_scalar(struct pc_buf *out, const struct conf *c, const struct conf_key *k)
+static void write_scalar(struct pc_buf *out, const struct conf *c, const struct conf_key *k,
+                         bool mask)
 {
     char buf[64];
     switch (k->type) {
@@ -1524,30 +1936,173 @@ static void write_scalar(struct pc_buf *out, const struct conf *c, const struct 
         return;
     case CONF_STRING:
     case CONF_HOSTPORT:
-        write_text_value(out, k, *(char *const *)field_cptr(c, k));
+        write_text_value(out, k, *(char *const *)field_cptr(c, k), mask);
         return;
     case CONF_LIST: /* one line per value: conf_write_effective */
         return;
     }
 }
 
+/* One "key value" line per value (lists: one per element, or key ""), each ending with tail. */
+static void write_key_lines(struct pc_buf *out, const struct conf *c, const struct conf_key *k,
+                            const char *tail)
+{
+    size_t start = out->len;
+    const struct conf_list *l = field_cptr(c, k);
+    size_t lines = k->type == CONF_LIST ? PC_MAX(l->n, 1) : 1;
+    for (size_t j = 0; j < lines; j++) {
+        pc_buf_printf(out, "%s ", k->name);
+        if (k->type != CONF_LIST)
+            write_scalar(out, c, k, true);
+        else if (l->n == 0)
+            pc_buf_append_str(out, "\"\"");
+        else
+            write_text_value(out, k, l->v[j], true);
+        if (tail != NULL) {
+            size_t col = out->len - start;
+            pc_buf_printf(out, "%*s%s", col < 47 ? (int)(47 - col) : 1, "", tail);
+        }
+        pc_buf_append_char(out, '\n');
+        start = out->len;
+    }
+}
+
 void conf_write_effective(const struct conf *c, struct pc_buf *out)
 {
+    for (size_t i = 0; i < CONF_NKEYS; i++)
+        write_key_lines(out, c, &conf_keys[i], NULL);
+}
+
+void conf_write_sources(const struct conf *c, struct pc_buf *out)
+{
+    pc_buf_append_str(out, "# promptcache effective configuration (secrets shown as ***);\n"
+                           "# after each value, where it came from\n");
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        const char *from = c->meta && c->meta->from[i] ? c->meta->from[i] : "default";
+        char tail[600];
+        snprintf(tail, sizeof tail, "# %s", from);
+        write_key_lines(out, c, &conf_keys[i], tail);
+    }
+}
+
+/* ---- reload ----------------------------------------------------------------- */
+
+/* The value of k in file syntax, unmasked, lists space-separated: for comparing. */
+static void write_plain(struct pc_buf *out, const struct conf *c, const struct conf_key *k)
+{
+    if (k->type != CONF_LIST) {
+        write_scalar(out, c, k, false);
+        return;
+    }
+    const struct conf_list *l = field_cptr(c, k);
+    for (size_t j = 0; j < l->n; j++) {
+        if (j > 0)
+            pc_buf_append_char(out, ' ');
+        write_token(out, l->v[j]);
+    }
+}
+
+static bool key_equal(const struct conf *a, const struct conf *b, const struct conf_key *k)
+{
+    struct pc_buf x = PC_BUF_INIT, y = PC_BUF_INIT;
+    write_plain(&x, a, k);
+    write_plain(&y, b, k);
+    bool eq = x.len == y.len && (x.len == 0 || memcmp(x.data, y.data, x.len) == 0);
+    secret_buf_free(&x);
+    secret_buf_free(&y);
+    return eq;
+}
+
+/* "key old -> new" for the reload log line; a secret only says that it changed. */
+static void describe_change(struct pc_buf *out, const struct conf *a, const struct conf *b,
+                            const struct conf_key *k)
+{
+    if (out->len > 0)
+        pc_buf_append_str(out, ", ");
+    if (k->flags & CONF_SECRET) {
+        pc_buf_printf(out, "%s (secret) changed", k->name);
+        return;
+    }
+    struct pc_buf x = PC_BUF_INIT, y = PC_BUF_INIT;
+    if (k->type == CONF_LIST) {
+        write_plain(&x, a, k); /* lists of URLs are restart-only: nothing to mask here */
+        write_plain(&y, b, k);
+    } else {
+        write_scalar(&x, a, k, true);
+        write_scalar(&y, b, k, true);
+    }
+    pc_buf_printf(out, "%s %s -> %s", k->name, x.len ? pc_buf_cstr(&x) : "\"\"",
+                  y.len ? pc_buf_cstr(&y) : "\"\"");
+    pc_buf_free(&x);
+    pc_buf_free(&y);
+}
+
+struct conf *conf_merge_reload(const struct conf *cur, const struct conf *next,
+                               struct pc_buf *applied, struct pc_buf *restart)
+{
+    struct conf *m = NULL;
     for (size_t i = 0; i < CONF_NKEYS; i++) {
         const struct conf_key *k = &conf_keys[i];
-        if (k->type != CONF_LIST) {
-            pc_buf_printf(out, "%s ", k->name);
-            write_scalar(out, c, k);
-            pc_buf_append_char(out, '\n');
+        if (key_equal(cur, next, k))
+            continue;
+        if (!(k->flags & CONF_RELOAD)) {
+            pc_buf_printf(restart, "%s%s", restart->len ? ", " : "", k->name);
             continue;
         }
-        const struct conf_list *l = field_cptr(c, k);
-        if (l->n == 0)
-            pc_buf_printf(out, "%s \"\"\n", k->name);
-        for (size_t j = 0; j < l->n; j++) {
-            pc_buf_printf(out, "%s ", k->name);
-            write_text_value(out, k, l->v[j]);
-            pc_buf_append_char(out, '\n');
+        if (m == NULL)
+            m = conf_dup(cur);
+        describe_change(applied, cur, next, k);
+        key_copy(m, next, k);
+        if (m->meta != NULL && next->meta != NULL) {
+            free(m->meta->from[i]);
+            m->meta->from[i] = next->meta->from[i] ? pc_strdup(next->meta->from[i]) : NULL;
         }
+    }
+    return m;
+}
+
+/* ---- hiding secrets in argv ------------------------------------------------- */
+
+/* Overwrite s in place with masked (or with '*' where masked would not fit). */
+static void overwrite(char *s, const char *masked)
+{
+    size_t n = strlen(s), m = strlen(masked);
+    if (m <= n) {
+        memcpy(s, masked, m);
+        memset(s + m, '\0', n - m);
+    } else {
+        memset(s, '*', n);
+    }
+}
+
+/* Hide the secret in v, the value of k given on the command line. */
+static void scrub_value(const struct conf_key *k, char *v)
+{
+    if (!shows_secret(k, v))
+        return;
+    struct pc_buf b = PC_BUF_INIT;
+    write_text_value(&b, k, v, true);
+    char *masked = pc_buf_cstr(&b);
+    if (masked[0] == '"') /* write_token quoted it: keep the bare text */
+        memmove(masked, masked + 1, strlen(masked));
+    overwrite(v, masked);
+    pc_buf_free(&b);
+}
+
+void conf_scrub_argv(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) != 0)
+            continue;
+        char *eq = strchr(argv[i] + 2, '=');
+        char *name = pc_strndup(argv[i] + 2, eq ? (size_t)(eq - argv[i] - 2) : strlen(argv[i] + 2));
+        const struct conf_key *k = key_find(name);
+        free(name);
+        if (k == NULL || k->type == CONF_BOOL)
+            continue;
+        if (eq != NULL)
+            scrub_value(k, eq + 1);
+        else if (i + 1 < argc)
+            scrub_value(k, argv[++i]);
     }
 }

@@ -1,7 +1,17 @@
 /*
  * log.c - daemon log and access log (see pc_log.h). Owns the two file
- * descriptors; lines are formatted on the stack and written with one write(2)
- * so concurrent workers never interleave within a line.
+ * descriptors and the paths they were opened from; lines are formatted on the
+ * stack and written with one write(2) so concurrent workers never interleave
+ * within a line.
+ *
+ * Reopening (SIGHUP, after logrotate renamed the files): the new file is
+ * opened and dup3()'d onto the same descriptor number, which replaces the
+ * open file atomically. Threads keep writing to the same number; a write in
+ * progress finishes in the old file, the next one lands in the new file, and
+ * no descriptor number is ever closed under a writer.
+ *
+ * The level may change at runtime (reload): it is read and written with
+ * relaxed atomics, as it orders nothing else.
  */
 #include "pc_log.h"
 
@@ -15,7 +25,9 @@
 
 static int log_fd = STDERR_FILENO;
 static int access_fd = -1;
-static enum pc_log_level log_level = PC_LOG_NOTICE;
+static int log_level = PC_LOG_NOTICE; /* enum pc_log_level, atomic */
+static char *log_path;                /* the files behind log_fd / access_fd, NULL if none */
+static char *access_path;
 
 static const char level_char[] = {'E', 'W', 'N', 'I', 'D'};
 static const char *const level_names[] = {"error", "warn", "notice", "info", "debug"};
@@ -39,15 +51,26 @@ static int open_target(const char *path, int *fd, char *errbuf, size_t errlen)
     return 0;
 }
 
-int log_init(enum pc_log_level level, const char *path, const char *access_path, char *errbuf,
+/* A path that names a file (not stderr/stdout), kept for reopening; else NULL. */
+static char *file_path(const char *path, int fd)
+{
+    return fd > STDERR_FILENO ? pc_strdup(path) : NULL;
+}
+
+int log_init(enum pc_log_level level, const char *path, const char *apath, char *errbuf,
              size_t errlen)
 {
-    log_level = level;
-    if (path != NULL && *path != '\0' && open_target(path, &log_fd, errbuf, errlen) < 0)
-        return -1;
-    if (access_path != NULL && *access_path != '\0' && strcmp(access_path, "off") != 0 &&
-        open_target(access_path, &access_fd, errbuf, errlen) < 0)
-        return -1;
+    log_set_level(level);
+    if (path != NULL && *path != '\0') {
+        if (open_target(path, &log_fd, errbuf, errlen) < 0)
+            return -1;
+        log_path = file_path(path, log_fd);
+    }
+    if (apath != NULL && *apath != '\0' && strcmp(apath, "off") != 0) {
+        if (open_target(apath, &access_fd, errbuf, errlen) < 0)
+            return -1;
+        access_path = file_path(apath, access_fd);
+    }
     return 0;
 }
 
@@ -59,6 +82,42 @@ void log_teardown(void)
         close(access_fd);
     log_fd = STDERR_FILENO;
     access_fd = -1;
+    PC_FREE(&log_path);
+    PC_FREE(&access_path);
+}
+
+/* Open path anew and put it in place of fd (same number). */
+static int reopen_one(const char *path, int fd, char *errbuf, size_t errlen)
+{
+    int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (f < 0) {
+        snprintf(errbuf, errlen, "cannot reopen %s: %s (still writing to the old file)", path,
+                 strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    if (dup3(f, fd, O_CLOEXEC) < 0) {
+        snprintf(errbuf, errlen, "cannot reopen %s: %s (still writing to the old file)", path,
+                 strerror(errno));
+        rc = -1;
+    }
+    close(f);
+    return rc;
+}
+
+int log_reopen(char *errbuf, size_t errlen)
+{
+    int rc = 0;
+    if (log_path != NULL && reopen_one(log_path, log_fd, errbuf, errlen) < 0)
+        rc = -1;
+    if (access_path != NULL && reopen_one(access_path, access_fd, errbuf, errlen) < 0)
+        rc = -1;
+    return rc;
+}
+
+void log_set_level(enum pc_log_level level)
+{
+    __atomic_store_n(&log_level, (int)level, __ATOMIC_RELAXED);
 }
 
 int log_level_parse(const char *name)
@@ -71,7 +130,7 @@ int log_level_parse(const char *name)
 
 bool log_enabled(enum pc_log_level level)
 {
-    return level <= log_level;
+    return (int)level <= __atomic_load_n(&log_level, __ATOMIC_RELAXED);
 }
 
 static void write_all(int fd, const char *p, size_t n)

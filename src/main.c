@@ -4,6 +4,8 @@
  *
  *   promptcache [CONFIG-FILE] [--key value ...]      run the proxy
  *   promptcache -t [CONFIG-FILE] [--key value ...]   check the configuration
+ *   promptcache -T [CONFIG-FILE] [--key value ...]   print the effective configuration
+ *   promptcache --healthcheck [URL]                  GET URL, exit 0 on 2xx (containers)
  *   promptcache migrate [CONFIG-FILE] [--key value ...] [--dry-run]
  *   promptcache report [CONFIG-FILE] [--key value ...] [--format table|json|csv] [--hours N]
  *   promptcache kv-size [MODEL] [--layers N --kv-heads N --head-dim N --dtype D] [--gpu-memory GiB]
@@ -15,6 +17,7 @@
 #include "pc_kvsize.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
+#include "pc_probe.h"
 #include "pc_report.h"
 #include "pc_server.h"
 #include "pc_stats.h"
@@ -30,6 +33,7 @@
 enum command {
     CMD_RUN,
     CMD_CHECK,
+    CMD_DUMP,
     CMD_MIGRATE,
     CMD_REPORT,
 };
@@ -109,6 +113,13 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
         i++;
     }
     cli->hours = REPORT_HOURS_DEFAULT;
+    if (cli->cmd == CMD_RUN && i < argc && strcmp(argv[i], "--healthcheck") == 0) {
+        if (argc > i + 2) {
+            fprintf(stderr, "promptcache: --healthcheck takes one URL\n");
+            return 2;
+        }
+        return probe_cli(i + 1 < argc ? argv[i + 1] : PROBE_DEFAULT_URL);
+    }
     for (int j = i; j < argc; j++) {
         if (strcmp(argv[j], "--version") == 0 || strcmp(argv[j], "-v") == 0) {
             printf("promptcache %s\n", PC_VERSION);
@@ -130,6 +141,8 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
             continue;
         if (strcmp(argv[i], "-t") == 0 && cli->cmd == CMD_RUN) {
             cli->cmd = CMD_CHECK;
+        } else if (strcmp(argv[i], "-T") == 0 && cli->cmd == CMD_RUN) {
+            cli->cmd = CMD_DUMP;
         } else if (strcmp(argv[i], "--dry-run") == 0 && cli->cmd == CMD_MIGRATE) {
             cli->dry_run = true;
         } else if (argv[i][0] != '-' && cli->config == NULL && cli->nopts == 0) {
@@ -141,11 +154,28 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
     return -1;
 }
 
-static struct conf *load_conf(const struct cli *cli)
+/* Every line of text on stderr, each starting with "promptcache: warning: ". */
+static void print_warnings(const char *text)
+{
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, "\n");
+        fprintf(stderr, "promptcache: warning: %.*s\n", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+}
+
+/*
+ * Load the configuration, then hide the secrets given on the command line
+ * from ps and /proc/PID/cmdline (conf_load keeps its own copies for reloads).
+ */
+static struct conf *load_conf(const struct cli *cli, int argc, char **argv)
 {
     struct conf *c = conf_create();
     struct pc_buf errs = PC_BUF_INIT;
     int n = conf_load(c, cli->config, cli->nopts, cli->opts, &errs);
+    conf_scrub_argv(argc - 1, argv + 1);
+    if (cli->cmd != CMD_RUN || n > 0) /* a running proxy logs them (log-file, if any) */
+        print_warnings(conf_warnings(c));
     if (n > 0) {
         fwrite(errs.data, 1, errs.len, stderr);
         fprintf(stderr, "promptcache: %d configuration error%s\n", n, n == 1 ? "" : "s");
@@ -153,6 +183,23 @@ static struct conf *load_conf(const struct cli *cli)
     }
     pc_buf_free(&errs);
     return c;
+}
+
+static void log_lines_warn(const char *text)
+{
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, "\n");
+        log_warn("%.*s", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+}
+
+static void print_sources(const struct conf *c)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    conf_write_sources(c, &b);
+    fwrite(b.data, 1, b.len, stdout);
+    pc_buf_free(&b);
 }
 
 static void *json_malloc(size_t n)
@@ -189,13 +236,16 @@ int main(int argc, char **argv)
         free(cli.opts);
         return status;
     }
-    struct conf *c = load_conf(&cli);
+    struct conf *c = load_conf(&cli, argc, argv);
     if (c == NULL) {
         free(cli.opts);
         return 1;
     }
     if (cli.cmd == CMD_CHECK) {
         printf("configuration OK%s%s\n", cli.config ? ": " : "", cli.config ? cli.config : "");
+        status = 0;
+    } else if (cli.cmd == CMD_DUMP) {
+        print_sources(c);
         status = 0;
     } else if (cli.cmd == CMD_MIGRATE) {
         status = migrate_cli(c, cli.dry_run);
@@ -207,6 +257,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "promptcache: %s\n", err);
             status = 1;
         } else {
+            log_lines_warn(conf_warnings(c));
             cJSON_Hooks hooks = {json_malloc, free};
             cJSON_InitHooks(&hooks);
             signal(SIGPIPE, SIG_IGN);

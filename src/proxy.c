@@ -493,7 +493,8 @@ static void cache_query_of(const struct preq *r, struct cache_query *q)
         .text = semantic ? r->keys.last_user_text : NULL,
         .max_age_ms = r->max_age >= 0 ? r->max_age * 1000 : -1,
         .semantic = semantic,
-        .threshold = r->threshold,
+        /* semantic-threshold is read here, from the worker's current (reloadable) conf. */
+        .threshold = r->threshold >= 0 ? r->threshold : r->w->conf->semantic_threshold,
     };
 }
 

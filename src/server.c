@@ -6,11 +6,14 @@
  *                                            │ worker_request_stop (each)
  *                                            ▼
  *                       join ─▶ close clients ─▶ destroy workers ─▶ exit 0
+ *
+ * SIGHUP reopens the logs and reloads the configuration (pc_reload.h).
  */
 #include "pc_server.h"
 #include "pc_conf.h"
 #include "pc_flight.h"
 #include "pc_log.h"
+#include "pc_reload.h"
 #include "pc_route.h"
 #include "pc_semantic.h"
 #include "pc_worker.h"
@@ -30,7 +33,8 @@
 #include <event2/event.h>
 
 struct server {
-    const struct conf *conf;
+    const struct conf *conf; /* as started; reload_current(reload) is the one in force */
+    struct reload *reload;
     int listen_fd;
     struct route *route;
     struct semantic *sem; /* NULL when semantic is off */
@@ -104,8 +108,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     (void)what;
     struct server *s = arg;
     if (sig == SIGHUP) {
-        log_notice(
-            "SIGHUP ignored: the configuration is read at start only (restart to change it)");
+        reload_run(s->reload);
         return;
     }
     if (++s->signals > 1) {
@@ -113,7 +116,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
         _exit(1);
     }
     log_notice("%s received: no longer accepting; finishing in-flight requests (up to %.1f s)",
-               sig == SIGTERM ? "SIGTERM" : "SIGINT", s->conf->shutdown_timeout);
+               sig == SIGTERM ? "SIGTERM" : "SIGINT", reload_current(s->reload)->shutdown_timeout);
     for (int i = 0; i < s->nworkers; i++)
         worker_request_stop(s->workers[i]);
 }
@@ -158,6 +161,10 @@ static int start_workers(struct server *s, char *err, size_t errlen)
         w->accept_stopped_ev = s->accept_stopped;
         s->workers[s->nworkers++] = w;
     }
+    if (reload_attach(s->reload, s->workers, s->nworkers) < 0) {
+        snprintf(err, errlen, "cannot set up configuration reloads");
+        return -1;
+    }
     /* Workers inherit a mask without the termination signals: the main loop gets them. */
     sigset_t block, old;
     sigemptyset(&block);
@@ -182,6 +189,7 @@ static void stop_workers(struct server *s)
         worker_request_stop(s->workers[i]);
     for (int i = 0; i < s->nworkers; i++)
         worker_join(s->workers[i]);
+    reload_detach(s->reload);
     for (int i = 0; i < s->nworkers; i++)
         worker_close_clients(s->workers[i]);
     /* No loop runs now: stop the pool, so each worker gets back the jobs it is owed. */
@@ -222,6 +230,7 @@ static void log_startup(const struct server *s)
 static void server_teardown(struct server *s)
 {
     stop_workers(s);
+    reload_destroy(&s->reload);
     if (s->sigterm != NULL)
         event_free(s->sigterm);
     if (s->sigint != NULL)
@@ -284,8 +293,9 @@ int server_run(const struct conf *c)
     s.sigint = evsignal_new(s.base, SIGINT, on_signal, &s);
     s.sighup = evsignal_new(s.base, SIGHUP, on_signal, &s);
     s.accept_stopped = event_new(s.base, -1, 0, on_accept_stopped, &s);
+    s.reload = s.base ? reload_create(s.base, c) : NULL;
     if (s.base == NULL || s.sigterm == NULL || s.sigint == NULL || s.sighup == NULL ||
-        s.accept_stopped == NULL || event_add(s.sigterm, NULL) < 0 ||
+        s.accept_stopped == NULL || s.reload == NULL || event_add(s.sigterm, NULL) < 0 ||
         event_add(s.sighup, NULL) < 0 || event_add(s.sigint, NULL) < 0) {
         snprintf(err, sizeof(err), "cannot set up signal handling");
         goto out;

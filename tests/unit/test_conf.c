@@ -8,8 +8,10 @@
 #include "pc_conf.h"
 #include "pc_guard.h"
 #include "pc_log.h"
+#include "pc_secret.h"
 #include "t.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Write text to a fresh file under /tmp; path receives its name. */
@@ -310,7 +312,7 @@ static void test_file_parsing(void)
                        "\tworkers\t3\r\n"
                        "upstream http://a:8000 http://b:8000\n"
                        "upstream http://c:8000\n"
-                       "admin-token \"a \\\"b\\\" \\\\ c\\nd\"\n"
+                       "embedder-model \"a \\\"b\\\" \\\\ c\\nd\"\n"
                        "log-file \"/tmp/with space.log\"\n"
                        "pricing \"\"\n"
                        "shared-namespaces docs faq\n"
@@ -332,7 +334,7 @@ static void test_file_parsing(void)
     T_CHECK_STR(c->upstream.v[0], "http://a:8000");
     T_CHECK_STR(c->upstream.v[1], "http://b:8000");
     T_CHECK_STR(c->upstream.v[2], "http://c:8000");
-    T_CHECK_STR(c->admin_token, "a \"b\" \\ c\nd");
+    T_CHECK_STR(c->embedder_model, "a \"b\" \\ c\nd"); /* (a secret may not hold \n) */
     T_CHECK_STR(c->log_file, "/tmp/with space.log");
     T_CHECK_STR(c->pricing, "");
     T_CHECK_INT(c->shared_namespaces.n, 2);
@@ -711,6 +713,307 @@ static void test_help_and_keys(void)
     pc_buf_free(&b);
 }
 
+/* ---- secrets: files, environment, precedence ------------------------------ */
+
+/* A secret file with the given text and mode; path receives its name. */
+static void secret_file(const char *text, mode_t mode, char path[32])
+{
+    write_temp(text, path);
+    chmod(path, mode);
+}
+
+static void clear_secret_env(void)
+{
+    static const char *const vars[] = {
+        "PROMPTCACHE_UPSTREAM_KEY",   "PROMPTCACHE_UPSTREAM_KEY_FILE",
+        "PROMPTCACHE_ADMIN_TOKEN",    "PROMPTCACHE_ADMIN_TOKEN_FILE",
+        "PROMPTCACHE_REDIS_PASSWORD", "PROMPTCACHE_REDIS_PASSWORD_FILE",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(vars); i++)
+        unsetenv(vars[i]);
+}
+
+static void test_secret_file(void)
+{
+    char key[32], text[256];
+    secret_file("sk-from-file\r\n\n", 0600, key);
+    snprintf(text, sizeof text, "upstream-key-file %s\n", key);
+    struct conf *c = conf_create();
+    struct pc_buf errs = PC_BUF_INIT;
+    char path[32];
+    T_CHECK_INT(load_text(c, text, 0, NULL, &errs, path), 0);
+    T_CHECK_STR(c->upstream_key, "sk-from-file"); /* trailing CR/LF stripped */
+    T_CHECK_STR(conf_warnings(c), "");            /* 0600: no warning */
+    conf_destroy(&c);
+    /* group/world access: a warning naming the file and its mode, never the secret */
+    chmod(key, 0644);
+    c = conf_create();
+    T_CHECK_INT(load_text(c, text, 0, NULL, &errs, path), 0);
+    T_CHECK(strstr(conf_warnings(c), "mode 0644") != NULL);
+    T_CHECK(strstr(conf_warnings(c), key) != NULL);
+    T_CHECK(strstr(conf_warnings(c), "sk-from-file") == NULL);
+    conf_destroy(&c);
+    unlink(key);
+    pc_buf_free(&errs);
+}
+
+static void test_secret_file_errors(void)
+{
+    char empty[32], lines[32], big[32], opt[80];
+    secret_file("\n", 0600, empty);
+    secret_file("line one\nline two\n", 0600, lines);
+    char *huge = pc_calloc(SECRET_FILE_MAX + 2, 1);
+    memset(huge, 'k', SECRET_FILE_MAX + 1);
+    secret_file(huge, 0600, big);
+    free(huge);
+    const struct {
+        const char *path, *want;
+    } cases[] = {
+        {"/nonexistent/key", "cannot open /nonexistent/key: No such file"},
+        {empty, "is empty"},
+        {lines, "line break inside the secret"},
+        {big, "too large"},
+        {"/tmp", "not a regular file"},
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(cases); i++) {
+        struct conf *c = conf_create();
+        struct pc_buf errs = PC_BUF_INIT;
+        snprintf(opt, sizeof opt, "--admin-token-file=%s", cases[i].path);
+        char *argv[] = {opt};
+        T_CHECK_INT(conf_load(c, NULL, 1, argv, &errs), 1);
+        T_CHECK(strstr(pc_buf_cstr(&errs), "command line: --admin-token-file: ") != NULL);
+        if (strstr(pc_buf_cstr(&errs), cases[i].want) == NULL)
+            fprintf(stderr, "    want \"%s\" in: %s", cases[i].want, pc_buf_cstr(&errs));
+        T_CHECK(strstr(pc_buf_cstr(&errs), cases[i].want) != NULL);
+        T_CHECK(strstr(pc_buf_cstr(&errs), "line one") == NULL); /* content never shown */
+        pc_buf_free(&errs);
+        conf_destroy(&c);
+    }
+    unlink(empty);
+    unlink(lines);
+    unlink(big);
+}
+
+/* Command line > environment > config file; KEY and KEY-file in one source: an error. */
+static void test_secret_precedence(void)
+{
+    char kfile[32], envfile[32], text[256], path[32];
+    secret_file("from-key-file\n", 0600, kfile);
+    secret_file("from-env-file\n", 0600, envfile);
+    snprintf(text, sizeof text, "upstream-key from-config\nadmin-token-file %s\n", kfile);
+    struct pc_buf errs = PC_BUF_INIT;
+    clear_secret_env();
+
+    struct conf *c = conf_create();
+    T_CHECK_INT(load_text(c, text, 0, NULL, &errs, path), 0);
+    T_CHECK_STR(c->upstream_key, "from-config");
+    T_CHECK_STR(c->admin_token, "from-key-file");
+    conf_destroy(&c);
+
+    setenv("PROMPTCACHE_UPSTREAM_KEY", "from-env", 1);
+    setenv("PROMPTCACHE_ADMIN_TOKEN_FILE", envfile, 1);
+    c = conf_create();
+    T_CHECK_INT(load_text(c, text, 0, NULL, &errs, path), 0);
+    T_CHECK_STR(c->upstream_key, "from-env");
+    T_CHECK_STR(c->admin_token, "from-env-file");
+    conf_destroy(&c);
+
+    char *argv[] = {"--upstream-key-file", kfile, "--admin-token", "from-cmdline"};
+    c = conf_create();
+    T_CHECK_INT(load_text(c, text, 4, argv, &errs, path), 0);
+    T_CHECK_STR(c->upstream_key, "from-key-file");
+    T_CHECK_STR(c->admin_token, "from-cmdline");
+    T_CHECK(strstr(conf_warnings(c), "command line: --admin-token: a secret on the command line") !=
+            NULL);
+    conf_destroy(&c);
+
+    /* an empty variable counts as unset */
+    setenv("PROMPTCACHE_UPSTREAM_KEY", "", 1);
+    c = conf_create();
+    T_CHECK_INT(load_text(c, text, 0, NULL, &errs, path), 0);
+    T_CHECK_STR(c->upstream_key, "from-config");
+    conf_destroy(&c);
+
+    /* both forms in one source */
+    setenv("PROMPTCACHE_ADMIN_TOKEN", "x", 1);
+    c = conf_create();
+    T_CHECK_INT(load_text(c, "", 0, NULL, &errs, path), 1);
+    T_CHECK(has_line(&errs, "environment: PROMPTCACHE_ADMIN_TOKEN_FILE: give admin-token or "
+                            "admin-token-file, not both\n"));
+    conf_destroy(&c);
+    clear_secret_env();
+    pc_buf_reset(&errs);
+    snprintf(text, sizeof text, "admin-token a\nadmin-token-file %s\n", kfile);
+    c = conf_create();
+    T_CHECK_INT(load_text(c, text, 0, NULL, &errs, path), 1);
+    T_CHECK(has_line(&errs, at(path, 2,
+                               "admin-token-file: give admin-token or admin-token-file, "
+                               "not both")));
+    conf_destroy(&c);
+    /* a secret never holds a control character, whatever its source */
+    c = conf_create();
+    char *ctl[] = {"--upstream-key", "a\nb"};
+    pc_buf_reset(&errs);
+    T_CHECK_INT(conf_load(c, NULL, 2, ctl, &errs), 1);
+    T_CHECK(strstr(pc_buf_cstr(&errs), "a\nb") == NULL);
+    conf_destroy(&c);
+    unlink(kfile);
+    unlink(envfile);
+    pc_buf_free(&errs);
+}
+
+static void test_redis_password(void)
+{
+    struct pc_buf errs = PC_BUF_INIT;
+    char pw[32], opt[64];
+    clear_secret_env();
+    secret_file("p@ss w/rd:%\n", 0600, pw);
+    snprintf(opt, sizeof opt, "--redis-password-file=%s", pw);
+    char *argv[] = {"--redis", "redis://10.0.0.2:6380/3", opt};
+    struct conf *c = conf_create();
+    T_CHECK_INT(conf_load(c, NULL, 3, argv, &errs), 0);
+    T_CHECK_STR(c->redis, "redis://:p%40ss%20w%2Frd%3A%25@10.0.0.2:6380/3");
+    char *e = effective(c);
+    T_CHECK(strstr(e, "\nredis redis://:***@10.0.0.2:6380/3\n") != NULL);
+    T_CHECK(strstr(e, "\nredis-password ***\n") != NULL);
+    T_CHECK(strstr(e, "p%40ss") == NULL && strstr(e, "p@ss") == NULL);
+    free(e);
+    conf_destroy(&c);
+
+    setenv("PROMPTCACHE_REDIS_PASSWORD", "envpw", 1);
+    c = conf_create();
+    T_CHECK_INT(conf_load(c, NULL, 0, NULL, &errs), 0);
+    T_CHECK_STR(c->redis, "redis://:envpw@127.0.0.1:6379/0");
+    conf_destroy(&c);
+
+    char *unix_sock[] = {"--redis", "unix:/run/redis.sock"};
+    c = conf_create();
+    T_CHECK_INT(conf_load(c, NULL, 2, unix_sock, &errs), 1);
+    T_CHECK(has_line(&errs, "environment: PROMPTCACHE_REDIS_PASSWORD: a password needs a "
+                            "redis:// URL (not supported with unix: sockets yet)\n"));
+    conf_destroy(&c);
+    char *twice[] = {"--redis", "redis://:inurl@h:1/0"};
+    c = conf_create();
+    T_CHECK_INT(conf_load(c, NULL, 2, twice, &errs), 1);
+    T_CHECK(strstr(pc_buf_cstr(&errs), "has a password already") != NULL);
+    conf_destroy(&c);
+    clear_secret_env();
+    unlink(pw);
+    pc_buf_free(&errs);
+}
+
+/* -T: every key once (lists: per value), secrets masked, each with its origin. */
+static void test_sources(void)
+{
+    char key[32], path[32];
+    clear_secret_env();
+    secret_file("sk-hidden\n", 0600, key);
+    setenv("PROMPTCACHE_UPSTREAM_KEY_FILE", key, 1);
+    char *argv[] = {"--log-level", "debug"};
+    struct conf *c = conf_create();
+    struct pc_buf errs = PC_BUF_INIT, b = PC_BUF_INIT;
+    T_CHECK_INT(load_text(c, "# one\ncache-ttl 60\n", 2, argv, &errs, path), 0);
+    conf_write_sources(c, &b);
+    const char *s = pc_buf_cstr(&b);
+    char want[160];
+    snprintf(want, sizeof want, "\ncache-ttl 60%*s# %s:2\n", 35, "", path);
+    T_CHECK(strstr(s, want) != NULL);
+    T_CHECK(strstr(s, "\nlog-level debug                                # command line\n") != NULL);
+    snprintf(want, sizeof want, "# environment PROMPTCACHE_UPSTREAM_KEY_FILE (file %s)\n", key);
+    T_CHECK(strstr(s, "\nupstream-key ***  ") != NULL && strstr(s, want) != NULL);
+    T_CHECK(strstr(s, "\nlisten 127.0.0.1:8080                          # default\n") != NULL);
+    T_CHECK(strstr(s, "sk-hidden") == NULL);
+    pc_buf_free(&b);
+    pc_buf_free(&errs);
+    conf_destroy(&c);
+    clear_secret_env();
+    unlink(key);
+}
+
+/* Reload: runtime keys are taken, the others only reported. */
+static void test_merge_reload(void)
+{
+    char *a_argv[] = {"--cache-ttl", "100", "--admin-token", "old", "--listen", "127.0.0.1:1"};
+    char *b_argv[] = {
+        "--cache-ttl", "50",    "--admin-token",       "new", "--listen", "127.0.0.1:2",
+        "--log-level", "debug", "--shared-namespaces", "pub"};
+    struct conf *a = conf_create(), *b = conf_create();
+    T_CHECK_INT(conf_load(a, NULL, 6, a_argv, NULL), 0);
+    T_CHECK_INT(conf_load(b, NULL, 10, b_argv, NULL), 0);
+    struct pc_buf applied = PC_BUF_INIT, restart = PC_BUF_INIT;
+    struct conf *m = conf_merge_reload(a, b, &applied, &restart);
+    T_CHECK(m != NULL);
+    T_CHECK_INT(m->cache_ttl, 50);
+    T_CHECK_STR(m->admin_token, "new");
+    T_CHECK_INT(m->log_level, PC_LOG_DEBUG);
+    T_CHECK_INT(m->shared_namespaces.n, 1);
+    T_CHECK_STR(m->listen, "127.0.0.1:1"); /* restart-only: kept */
+    T_CHECK_INT(m->listen_port, 1);
+    T_CHECK_STR(pc_buf_cstr(&restart), "listen");
+    const char *ap = pc_buf_cstr(&applied);
+    T_CHECK(strstr(ap, "cache-ttl 100 -> 50") != NULL);
+    T_CHECK(strstr(ap, "admin-token (secret) changed") != NULL);
+    T_CHECK(strstr(ap, "log-level notice -> debug") != NULL);
+    T_CHECK(strstr(ap, "old") == NULL && strstr(ap, "new") == NULL);
+    /* nothing runtime-changeable differs: NULL */
+    pc_buf_reset(&applied);
+    pc_buf_reset(&restart);
+    T_CHECK(conf_merge_reload(m, m, &applied, &restart) == NULL);
+    T_CHECK_INT(restart.len, 0);
+    /* a copy is independent of its source */
+    struct conf *d = conf_dup(m);
+    conf_destroy(&m);
+    T_CHECK_STR(d->admin_token, "new");
+    T_CHECK_STR(d->listen_host, "127.0.0.1");
+    T_CHECK_STR(d->shared_namespaces.v[0], "pub");
+    conf_destroy(&d);
+    conf_destroy(&a);
+    conf_destroy(&b);
+    pc_buf_free(&applied);
+    pc_buf_free(&restart);
+}
+
+/* conf_reload reads the same file and options again. */
+static void test_reload_sources(void)
+{
+    char path[32];
+    write_temp("cache-ttl 100\n", path);
+    char *argv[] = {"--workers", "3"};
+    struct conf *c = conf_create(), *n = NULL;
+    struct pc_buf errs = PC_BUF_INIT;
+    T_CHECK_INT(conf_load(c, path, 2, argv, &errs), 0);
+    FILE *f = fopen(path, "w");
+    fputs("cache-ttl 7\nworkers 9\n", f);
+    fclose(f);
+    T_CHECK_INT(conf_reload(c, &n, &errs), 0);
+    T_CHECK(n != NULL && n->cache_ttl == 7 && n->workers == 3); /* the command line still wins */
+    conf_destroy(&n);
+    f = fopen(path, "w");
+    fputs("cache-ttl soon\n", f);
+    fclose(f);
+    T_CHECK_INT(conf_reload(c, &n, &errs), 1);
+    T_CHECK(n == NULL);
+    T_CHECK(has_line(&errs, at(path, 1, "cache-ttl: \"soon\" is not an integer")));
+    unlink(path);
+    conf_destroy(&c);
+    pc_buf_free(&errs);
+}
+
+static void test_scrub_argv(void)
+{
+    char a0[] = "--upstream-key", a1[] = "sk-secret-value", a2[] = "--admin-token=tok12345",
+         a3[] = "--redis", a4[] = "redis://:hunter22@db:6379/0", a5[] = "--cache-ttl", a6[] = "60",
+         a7[] = "--upstream-key-file", a8[] = "/run/key";
+    char *argv[] = {a0, a1, a2, a3, a4, a5, a6, a7, a8};
+    conf_scrub_argv(9, argv);
+    T_CHECK_STR(argv[1], "***");
+    T_CHECK(memcmp(a1, "***\0\0\0\0\0\0\0\0\0\0\0\0", sizeof a1) == 0); /* the rest zeroed */
+    T_CHECK_STR(argv[2], "--admin-token=***");
+    T_CHECK_STR(argv[4], "redis://:***@db:6379/0");
+    T_CHECK_STR(argv[6], "60");
+    T_CHECK_STR(argv[8], "/run/key");
+}
+
 int main(void)
 {
     T_RUN(test_defaults);
@@ -734,5 +1037,13 @@ int main(void)
     T_RUN(test_effective);
     T_RUN(test_effective_roundtrip);
     T_RUN(test_help_and_keys);
+    T_RUN(test_secret_file);
+    T_RUN(test_secret_file_errors);
+    T_RUN(test_secret_precedence);
+    T_RUN(test_redis_password);
+    T_RUN(test_sources);
+    T_RUN(test_merge_reload);
+    T_RUN(test_reload_sources);
+    T_RUN(test_scrub_argv);
     T_DONE();
 }

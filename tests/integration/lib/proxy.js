@@ -46,16 +46,26 @@ function withCredentials(reqPath, headers = {}) {
     return {...defaultCredentials(reqPath), ...headers};
 }
 
-/* Resolves with the port from the "listening on 127.0.0.1:PORT" line. */
-function listeningPort(proc) {
+/*
+ * Resolves with the port from the "listening on 127.0.0.1:PORT" line, in the
+ * process's output or, with logFile, in that file.
+ */
+function listeningPort(proc, logFile) {
     const re = /listening on 127\.0\.0\.1:(\d+)/;
+    const text = () => (logFile ? (fs.existsSync(logFile) ? fs.readFileSync(logFile, 'utf8') : '') : proc.output);
     return withDeadline(new Promise((resolve, reject) => {
+        let timer = null;
         const check = () => {
-            const m = re.exec(proc.output);
-            if (m)
+            const m = re.exec(text());
+            if (m) {
+                clearInterval(timer);
                 resolve(Number(m[1]));
+            }
         };
         proc.onOutput = check;
+        if (logFile)
+            timer = setInterval(check, 20);
+        proc.exited.then(() => clearInterval(timer));
         check();
         proc.exited.then(() => reject(new Error(
             `promptcache exited with ${proc.exitStatus()} before listening:\n${proc.tail(30)}`)));
@@ -69,7 +79,9 @@ function upstreamArgs(upstream) {
 /*
  * Start promptcache. opts: mock (in-process mock, the default upstream),
  * upstream (URL or list, overrides mock), redis (startRedis() handle or URL),
- * args (extra --key value options, applied last), workers, logLevel.
+ * args (extra --key value options, applied last), workers, logLevel (null:
+ * none on the command line), config (a config file, read first), env (extra
+ * environment variables), logFile (the daemon log goes there).
  */
 async function startProxy(opts = {}) {
     const bin = requireBin();
@@ -78,12 +90,16 @@ async function startProxy(opts = {}) {
     const upstream = opts.upstream || opts.mock.url;
     const redisUrl = typeof opts.redis === 'string' ? opts.redis : opts.redis.url;
     const args = [
+        ...(opts.config ? [opts.config] : []),
         '--listen', '127.0.0.1:0', ...upstreamArgs(upstream), '--redis', redisUrl,
-        '--workers', String(opts.workers || 2), '--log-level', opts.logLevel || 'info',
+        '--workers', String(opts.workers || 2),
+        ...(opts.logLevel === null ? [] : ['--log-level', opts.logLevel || 'info']),
+        ...(opts.logFile ? ['--log-file', opts.logFile] : []),
         '--access-log', accessLogPath, ...(opts.args || []),
     ];
-    const proc = spawnTracked('promptcache', bin, args, {cwd: dir});
-    const port = await listeningPort(proc);
+    const env = opts.env ? {...process.env, ...opts.env} : process.env;
+    const proc = spawnTracked('promptcache', bin, args, {cwd: dir, env});
+    const port = await listeningPort(proc, opts.logFile);
     const proxy = new ProxyProcess(proc, port, accessLogPath);
     await waitFor(async () => (await proxy.get('/healthz')).status === 200,
         {timeout: START_TIMEOUT, what: 'GET /healthz == 200'});

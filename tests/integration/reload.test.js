@@ -1,0 +1,172 @@
+'use strict';
+/*
+ * SIGHUP: the log files are reopened (logrotate renames them, then signals:
+ * no copytruncate needed), and the configuration is read again. Keys that are
+ * safe at runtime (cache-ttl, log-level, ...) change at once - the TTL Redis
+ * gives a new entry shows it; keys that need a restart are named in the log
+ * and keep their running values; an invalid file is refused, every error is
+ * logged, and the proxy keeps serving with what it ran before.
+ */
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const net = require('node:net');
+const path = require('node:path');
+const h = require('./lib');
+
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+
+function writeConf(file, lines) {
+    fs.writeFileSync(file, lines.join('\n') + '\n');
+}
+
+const readText = (file) => (fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '');
+
+/* Send a malformed request straight to the socket; resolves once the proxy closed it. */
+function sendGarbage(port) {
+    return new Promise((resolve, reject) => {
+        const s = net.connect(port, '127.0.0.1', () => s.end('NOT AN HTTP REQUEST\r\n\r\n'));
+        s.on('data', () => {});
+        s.once('error', reject);
+        s.once('close', resolve);
+    });
+}
+
+/* Make a request that stores a new entry; resolves to the TTL Redis gives it. */
+async function ttlOfNewEntry(proxy) {
+    const before = new Set(await env.redis.keys('pc:*:e:*'));
+    const res = await proxy.post(CHAT, h.chatBody(h.uniq('reload ttl')));
+    assert.equal(res.status, 200, res.text);
+    const key = await h.waitFor(async () => (await env.redis.keys('pc:*:e:*')).find((k) => !before.has(k)),
+        {what: 'the new entry in Redis'});
+    return env.redis.command('TTL', key);
+}
+
+h.test('logrotate-style rename + SIGHUP: the new files get the lines', async () => {
+    const dir = h.tmpDir('pc-rotate-');
+    const logFile = path.join(dir, 'promptcache.log');
+    const proxy = await env.startProxy({logFile});
+    const accessLog = proxy.accessLogPath;
+    await proxy.post(CHAT, h.chatBody(h.uniq('before rotation')));
+    await proxy.waitAccessLog((l) => l.path === CHAT);
+
+    fs.renameSync(logFile, `${logFile}.1`);
+    fs.renameSync(accessLog, `${accessLog}.1`);
+    proxy.proc.signalIt('SIGHUP');
+    await h.waitFor(() => /SIGHUP: log files reopened/.test(readText(logFile)),
+        {what: 'the reopen line in the new daemon log'});
+    const res = await proxy.post(CHAT, h.chatBody(h.uniq('after rotation')));
+    assert.equal(res.status, 200);
+    const line = await proxy.waitAccessLog((l) => l.path === CHAT);
+    assert.equal(line.status, 200, 'the request after rotation is in the new access log');
+    assert.equal(proxy.accessLog().length, 1, 'only the new request is in the new access log');
+    const old = readText(`${accessLog}.1`).trim().split('\n');
+    assert.equal(old.length, 1, 'the rotated access log kept the earlier line only');
+    assert.match(readText(`${logFile}.1`), /listening on/, 'the rotated daemon log kept its lines');
+    assert.ok(!/SIGHUP/.test(readText(`${logFile}.1`)), 'nothing after the rotation went to the old file');
+    assert.equal(await proxy.stop(), 0);
+    assert.match(readText(logFile), /stopped/, 'the shutdown lines land in the new file too');
+});
+
+h.test('a config edit + SIGHUP changes cache-ttl and log-level; restart-only keys are named', async () => {
+    const conf = path.join(h.tmpDir('pc-reload-'), 'promptcache.conf');
+    writeConf(conf, ['cache-ttl 1000', 'log-level notice']);
+    const proxy = await env.startProxy({config: conf, logLevel: null});
+    const ttl1 = await ttlOfNewEntry(proxy);
+    assert.ok(ttl1 > 900 && ttl1 <= 1000, `TTL ${ttl1} from cache-ttl 1000`);
+    await sendGarbage(proxy.port);
+    assert.ok(!/rejected request with 400/.test(proxy.proc.output), 'no debug lines at notice');
+
+    writeConf(conf, ['cache-ttl 50', 'log-level debug', 'max-connections 500', 'upstream-type vllm']);
+    const mark = proxy.proc.output.length;
+    proxy.proc.signalIt('SIGHUP');
+    await h.waitFor(() => /reload: every worker runs the new configuration/.test(proxy.proc.output.slice(mark)),
+        {what: 'every worker on the new configuration'});
+    const out = proxy.proc.output.slice(mark);
+    assert.match(out, /reload: applied cache-ttl 1000 -> 50, log-level notice -> debug/);
+    assert.match(out, /reload: changed but only taken on restart \(running values kept\): max-connections, upstream-type/);
+
+    for (let i = 0; i < 6; i++) {
+        const ttl = await ttlOfNewEntry(proxy);
+        assert.ok(ttl > 0 && ttl <= 50, `TTL ${ttl} after the reload (cache-ttl 50)`);
+    }
+    await sendGarbage(proxy.port);
+    await h.waitFor(() => /D httpd: .*rejected request with 400/.test(proxy.proc.output.slice(mark)),
+        {what: 'a debug line after log-level debug'});
+    assert.equal(await proxy.stop(), 0);
+});
+
+h.test('an invalid edit is refused and logged while the proxy keeps serving', async () => {
+    const conf = path.join(h.tmpDir('pc-reload-'), 'promptcache.conf');
+    writeConf(conf, ['cache-ttl 700']);
+    const proxy = await env.startProxy({config: conf});
+    writeConf(conf, ['cache-ttl soon', 'no-such-key 1', 'log-level loud']);
+    const mark = proxy.proc.output.length;
+    proxy.proc.signalIt('SIGHUP');
+    await h.waitFor(() => /reload refused: 3 configuration errors/.test(proxy.proc.output.slice(mark)),
+        {what: 'the refusal in the log'});
+    const out = proxy.proc.output.slice(mark);
+    for (const [line, key] of [[1, 'cache-ttl'], [2, 'no-such-key'], [3, 'log-level']])
+        assert.ok(out.includes(`E reload: ${conf}:${line}: ${key}: `), `error for line ${line} in:\n${out}`);
+    assert.ok(proxy.alive);
+    const ttl = await ttlOfNewEntry(proxy);
+    assert.ok(ttl > 600 && ttl <= 700, `TTL ${ttl}: the running cache-ttl 700 is kept`);
+
+    /* a later valid edit is taken as usual */
+    writeConf(conf, ['cache-ttl 40']);
+    proxy.proc.signalIt('SIGHUP');
+    await h.waitFor(() => /reload: applied cache-ttl 700 -> 40/.test(proxy.proc.output.slice(mark)),
+        {what: 'the valid reload'});
+    await h.eventually(async () => {
+        const t = await ttlOfNewEntry(proxy);
+        assert.ok(t > 0 && t <= 40, `TTL ${t}`);
+    });
+    assert.equal(await proxy.stop(), 0);
+});
+
+h.test('SIGHUP re-reads secrets: a rotated admin-token file takes effect', async () => {
+    const dir = h.tmpDir('pc-rotate-secret-');
+    const file = path.join(dir, 'admin-token');
+    fs.writeFileSync(file, 'first-token-0a1b\n', {mode: 0o600});
+    const proxy = await env.startProxy({args: ['--admin-token-file', file]});
+    const del = async (t) => (await h.request(proxy.url, {method: 'DELETE', path: '/admin/cache',
+        headers: {authorization: `Bearer ${t}`}})).status;
+    assert.equal(await del('first-token-0a1b'), 200);
+    fs.writeFileSync(file, 'second-token-2c3d\n', {mode: 0o600});
+    const mark = proxy.proc.output.length;
+    proxy.proc.signalIt('SIGHUP');
+    await h.waitFor(() => /every worker runs the new configuration/.test(proxy.proc.output.slice(mark)),
+        {what: 'the reload to reach every worker'});
+    assert.match(proxy.proc.output.slice(mark), /reload: applied admin-token \(secret\) changed/);
+    assert.equal(await del('first-token-0a1b'), 401);
+    assert.equal(await del('second-token-2c3d'), 200);
+    assert.ok(!proxy.proc.output.includes('second-token'), 'the secret is not logged');
+    assert.equal(await proxy.stop(), 0);
+});
+
+h.test('reloads under load: every request answered, snapshots freed, clean exit', async () => {
+    const conf = path.join(h.tmpDir('pc-reload-'), 'promptcache.conf');
+    writeConf(conf, ['cache-ttl 100']);
+    const proxy = await env.startProxy({config: conf, workers: 2});
+    const RELOADS = 20;
+    let stop = false;
+    const statuses = [];
+    const client = async () => {
+        for (let i = 0; !stop && i < 400; i++) {
+            const body = h.chatBody(i % 3 === 0 ? 'a repeated question under reloads' : h.uniq('under reloads'));
+            statuses.push((await proxy.post(CHAT, body)).status);
+        }
+    };
+    const clients = Array.from({length: 4}, client);
+    const applied = () => (proxy.proc.output.match(/reload: applied cache-ttl/g) || []).length;
+    for (let i = 1; i <= RELOADS; i++) {
+        writeConf(conf, [`cache-ttl ${i % 2 ? 200 : 100}`]);
+        proxy.proc.signalIt('SIGHUP');
+        await h.waitFor(() => applied() >= i, {what: `reload ${i} applied`});
+    }
+    stop = true;
+    await Promise.all(clients);
+    assert.ok(statuses.length > 0);
+    assert.deepEqual([...new Set(statuses)], [200], 'every request answered 200');
+    assert.equal(await proxy.stop(), 0, 'a clean exit (no leak reported under SANITIZE=1)');
+});
