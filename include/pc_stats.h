@@ -59,6 +59,9 @@
     ACTION(redis_reconnects, counter, "Redis connections (re)established")                         \
     ACTION(tokens_saved_prompt, counter, "Prompt tokens served from the cache")                    \
     ACTION(tokens_saved_completion, counter, "Completion tokens served from the cache")            \
+    ACTION(tokens_saved_semantic_prompt, counter, "Of tokens_saved_prompt, served by meaning")     \
+    ACTION(tokens_saved_semantic_completion, counter,                                              \
+           "Of tokens_saved_completion, served by meaning")                                        \
     ACTION(tokens_upstream_prompt, counter, "Prompt tokens reported by upstream answers")          \
     ACTION(tokens_upstream_completion, counter, "Completion tokens reported by upstream answers")  \
     ACTION(tokens_upstream_cached, counter, "Prompt tokens the upstream reported as cached")       \

@@ -39,7 +39,8 @@ struct tally;
     ACTION(saved_prompt_tokens, "prompt tokens of answers served from the cache")         \
     ACTION(saved_completion_tokens, "completion tokens of answers served from the cache") \
     ACTION(upstream_prompt_tokens, "prompt tokens the upstream reported")                 \
-    ACTION(upstream_completion_tokens, "completion tokens the upstream reported")
+    ACTION(upstream_completion_tokens, "completion tokens the upstream reported")         \
+    ACTION(semantic_hits, "of the hits, those found by meaning (semantic stage)")
 
 enum tally_metric {
 #define PC_TALLY_ENUM(name, help) TALLY_##name,

@@ -204,6 +204,7 @@ static void preq_tally(const struct preq *r)
         v[TALLY_errors] = 1;
     } else if (r->cache == PC_HIT) {
         v[TALLY_hits] = 1;
+        v[TALLY_semantic_hits] = r->match == CACHE_MATCH_SEMANTIC;
         v[TALLY_saved_prompt_tokens] = r->saved.prompt;
         v[TALLY_saved_completion_tokens] = r->saved.completion;
     } else if (r->cache == PC_MISS) {
@@ -724,6 +725,10 @@ static bool serve_hit(struct preq *r, const struct cache_result *res)
     if (e->usage.present) {
         stats_add(&w->stats, STAT_tokens_saved_prompt, e->usage.prompt);
         stats_add(&w->stats, STAT_tokens_saved_completion, e->usage.completion);
+        if (res->match == CACHE_MATCH_SEMANTIC) {
+            stats_add(&w->stats, STAT_tokens_saved_semantic_prompt, e->usage.prompt);
+            stats_add(&w->stats, STAT_tokens_saved_semantic_completion, e->usage.completion);
+        }
         r->saved = e->usage;
     }
     char age[24];

@@ -72,7 +72,7 @@ async function workload(proxy) {
     console.log('a question that differs in a number, a name or a negation is not');
     await send(proxy, 'what is the capital of france', chatPath, chat('what is the capital of france'));
     await send(proxy, 'Capital of France - what is it?', chatPath, chat('Capital of France - what is it?'));
-    await send(proxy, 'How many legs does a spyder have', chatPath, chat('How many legs does a spyder have'));
+    await send(proxy, 'explain a hash tabel in one sentence', chatPath, chat('explain a hash tabel in one sentence'));
     await send(proxy, 'What is the capital of Spain?', chatPath, chat('What is the capital of Spain?'));
     await send(proxy, 'How many legs does a spider not have?', chatPath,
         chat('How many legs does a spider not have?'));
