@@ -34,7 +34,7 @@
 #define VINDEX_TENANT_LEN 8
 #define VINDEX_DIM_MAX    4096
 #define VINDEX_K_MAX      256
-#define VINDEX_FLAT_MAX   32768 /* default opts.flat_max (measured, see src/vindex.c) */
+#define VINDEX_FLAT_MAX   32768 /* opts.flat_max at dim 100 (measured, see src/vindex.c) */
 #define VINDEX_NPROBE     32    /* default opts.nprobe */
 #define VINDEX_SWEEP_MS   10000 /* default opts.sweep_ms */
 
@@ -71,6 +71,8 @@ struct vindex_stats {
     uint64_t build_errors; /* IVF builds that failed (the partition stayed as it was) */
 };
 
+/* flat_max when opts.flat_max is 0: VINDEX_FLAT_MAX at dim 100, fewer for bigger vectors. */
+size_t vindex_default_flat_max(int dim);
 /* NULL (logged) if opts are invalid. */
 struct vindex *vindex_create(const struct vindex_opts *o);
 /* Stops the background thread, frees everything; *v is NULLed. No call may be running. */

@@ -337,10 +337,12 @@ void semantic_render_json(struct semantic *s, struct pc_buf *out)
     pc_buf_printf(out, "\"semantic_threshold\":%.4f,", semantic_default_threshold(s));
     pc_buf_printf(out,
                   "\"semantic_space\":\"%s\",\"semantic_vectors\":%zu,"
-                  "\"semantic_partitions\":%zu,\"semantic_index_bytes\":%zu,"
+                  "\"semantic_partitions\":%zu,\"semantic_ivf_partitions\":%zu,"
+                  "\"semantic_index_builds\":%llu,\"semantic_index_bytes\":%zu,"
                   "\"semantic_pool_queued\":%zu,\"semantic_sync_ready\":%s,"
                   "\"semantic_sync_loaded\":%llu,\"semantic_sync_events\":%llu",
-                  s->space, vs.vectors, vs.partitions, vs.bytes, pool_queued(s->pool),
+                  s->space, vs.vectors, vs.partitions, vs.ivf_partitions,
+                  (unsigned long long)vs.builds, vs.bytes, pool_queued(s->pool),
                   ys.ready ? "true" : "false", (unsigned long long)ys.loaded,
                   (unsigned long long)ys.events);
 }

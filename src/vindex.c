@@ -17,7 +17,10 @@
  *   32768      230 us      1490 us     220 us      145 us      775 us, 760 us/add
  *   100000    1200 us      3270 us     330 us      215 us      790 us, 2 ms/add
  *
- * So: exact search up to flat_max = 32768 live vectors (the crossover with IVF
+ * So: exact search up to flat_max = 32768 live vectors at dim 100 (fewer for
+ * bigger vectors: vindex_default_flat_max; at the builtin embedder's 356
+ * dimensions the exact scan takes 104 us at 4096 vectors, 620 us at 16384 and
+ * 1.4 ms at 32768, IVF SQ8 about 0.7 ms from 4096 to 32768), the crossover with IVF
  * SQ8; exact is never wrong), as a plain C scan: FAISS's IndexFlatIP costs
  * 0.6 us per call before it compares anything and its scalar inner product is
  * 4-5x slower than this file's (16 floats per step in four SSE sums). Above,
@@ -754,6 +757,19 @@ static struct part *queue_pop(struct vindex *v)
 
 static void *maint_main(void *arg);
 
+/*
+ * The crossover of the exact scan and IVF moves with the dimension: 32768
+ * vectors at dim 100, about 16384 at dim 356 (the builtin embedder's), both
+ * measured with `make bench-vindex BENCH_ARGS="--compare --dim D"`. Between
+ * and around them, 32768 x sqrt(100 / dim) follows both within the noise of
+ * this shared machine.
+ */
+size_t vindex_default_flat_max(int dim)
+{
+    double n = VINDEX_FLAT_MAX * sqrt(100.0 / (double)(dim > 0 ? dim : 1));
+    return (size_t)PC_MAX(4096.0, PC_MIN(65536.0, n));
+}
+
 struct vindex *vindex_create(const struct vindex_opts *o)
 {
     if (o == NULL || o->dim < 1 || o->dim > VINDEX_DIM_MAX) {
@@ -764,7 +780,7 @@ struct vindex *vindex_create(const struct vindex_opts *o)
     v->magic = VINDEX_MAGIC;
     v->o = *o;
     if (v->o.flat_max == 0)
-        v->o.flat_max = VINDEX_FLAT_MAX;
+        v->o.flat_max = vindex_default_flat_max(v->o.dim);
     if (v->o.nprobe == 0)
         v->o.nprobe = VINDEX_NPROBE;
     if (v->o.sweep_ms <= 0)
