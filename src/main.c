@@ -6,9 +6,11 @@
  *   promptcache -t [CONFIG-FILE] [--key value ...]   check the configuration
  *   promptcache migrate [CONFIG-FILE] [--key value ...] [--dry-run]
  *   promptcache report [CONFIG-FILE] [--key value ...] [--format table|json|csv] [--hours N]
+ *   promptcache kv-size [MODEL] [--layers N --kv-heads N --head-dim N --dtype D] [--gpu-memory GiB]
  *   promptcache --version | --help | --sample-config | --metrics-doc
  */
 #include "pc_conf.h"
+#include "pc_kvsize.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
 #include "pc_report.h"
@@ -94,6 +96,9 @@ static int report_option(char **argv, int argc, int *i, struct cli *cli)
 static int parse_cli(int argc, char **argv, struct cli *cli)
 {
     int i = 1;
+    /* kv-size needs no configuration: it has options and --help of its own. */
+    if (i < argc && strcmp(argv[i], "kv-size") == 0)
+        return kvsize_cli(argc - 2, argv + 2);
     if (i < argc && strcmp(argv[i], "migrate") == 0) {
         cli->cmd = CMD_MIGRATE;
         i++;
