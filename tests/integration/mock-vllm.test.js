@@ -195,4 +195,10 @@ h.test('health, models, bad requests and unknown paths', async () => {
     assert.equal((await post(m, '/v1/completions', {model: 'm', prompt: 'x', max_tokens: 0})).status, 400);
     assert.equal((await h.request(m.url, {method: 'GET', path: '/nowhere'})).status, 404);
     assert.equal(m.stats().rejected, 2);
+    await complete(m, tokens('kept', 40));
+    assert.ok(m.stats().cache.used_blocks > 0);
+    assert.equal((await post(m, '/__mock/reset', {})).status, 200);
+    assert.equal(m.stats().requests, 0);
+    assert.equal(m.stats().cache.used_blocks, 0, 'reset empties the cache');
+    assert.equal(cachedOf(await complete(m, tokens('kept', 40))), 0);
 });

@@ -72,6 +72,12 @@ function blockHashes(prompt, blockTokens = DEFAULT_BLOCK_TOKENS, salt = '') {
     return out;
 }
 
+/*
+ * Blocks are nodes {hash, refs, prev, next} in one Map; the unreferenced
+ * ones are also on a doubly linked list, least recently used at the head, so
+ * eviction is O(1) (deleting a Map's oldest key and asking for the next one
+ * is not: V8 skips the deleted entries each time).
+ */
 class PrefixCache {
     /* capacityBlocks: how many blocks may stay cached (at least 1). */
     constructor(capacityBlocks, blockTokens = DEFAULT_BLOCK_TOKENS) {
@@ -81,15 +87,17 @@ class PrefixCache {
     }
 
     clear() {
-        this.refs = new Map(); /* hash -> number of running requests holding it */
-        this.lru = new Map(); /* unreferenced hashes, least recently used first */
+        this.blocks = new Map(); /* hash -> node */
+        this.head = null; /* least recently used unreferenced block */
+        this.tail = null;
+        this.evictable = 0;
         this.evicted = 0;
         this.peakBlocks = 0;
         this.overflowBlocks = 0; /* most blocks held beyond capacity at once */
     }
 
     get usedBlocks() {
-        return this.refs.size;
+        return this.blocks.size;
     }
 
     /*
@@ -100,7 +108,7 @@ class PrefixCache {
     lookup(hashes, promptTokens) {
         const limit = Math.min(hashes.length, Math.floor(Math.max(0, promptTokens - 1) / this.blockTokens));
         let n = 0;
-        while (n < limit && this.refs.has(hashes[n]))
+        while (n < limit && this.blocks.has(hashes[n]))
             n++;
         return n * this.blockTokens;
     }
@@ -108,35 +116,61 @@ class PrefixCache {
     /* A running request now holds every block of hashes; evicts down to capacity. */
     acquire(hashes) {
         for (const h of hashes) {
-            const r = this.refs.get(h);
-            if (r === 0)
-                this.lru.delete(h);
-            this.refs.set(h, (r || 0) + 1);
+            let node = this.blocks.get(h);
+            if (node === undefined) {
+                node = {hash: h, refs: 0, prev: null, next: null};
+                this.blocks.set(h, node);
+            } else if (node.refs === 0) {
+                this._unlink(node);
+            }
+            node.refs++;
         }
         this._evict();
-        this.peakBlocks = Math.max(this.peakBlocks, this.refs.size);
-        this.overflowBlocks = Math.max(this.overflowBlocks, this.refs.size - this.capacityBlocks);
+        this.peakBlocks = Math.max(this.peakBlocks, this.blocks.size);
+        this.overflowBlocks = Math.max(this.overflowBlocks, this.blocks.size - this.capacityBlocks);
     }
 
     /* The request that acquired hashes is done with them. */
     release(hashes) {
         for (let i = hashes.length - 1; i >= 0; i--) {
-            const h = hashes[i];
-            const r = this.refs.get(h);
-            if (r === undefined || r === 0)
-                continue;
-            this.refs.set(h, r - 1);
-            if (r === 1)
-                this.lru.set(h, true);
+            const node = this.blocks.get(hashes[i]);
+            if (node === undefined || node.refs === 0)
+                continue; /* the cache was cleared meanwhile */
+            if (--node.refs === 0)
+                this._append(node);
         }
         this._evict();
     }
 
+    _append(node) {
+        node.prev = this.tail;
+        node.next = null;
+        if (this.tail)
+            this.tail.next = node;
+        else
+            this.head = node;
+        this.tail = node;
+        this.evictable++;
+    }
+
+    _unlink(node) {
+        if (node.prev)
+            node.prev.next = node.next;
+        else
+            this.head = node.next;
+        if (node.next)
+            node.next.prev = node.prev;
+        else
+            this.tail = node.prev;
+        node.prev = node.next = null;
+        this.evictable--;
+    }
+
     _evict() {
-        while (this.refs.size > this.capacityBlocks && this.lru.size > 0) {
-            const oldest = this.lru.keys().next().value;
-            this.lru.delete(oldest);
-            this.refs.delete(oldest);
+        while (this.blocks.size > this.capacityBlocks && this.head !== null) {
+            const oldest = this.head;
+            this._unlink(oldest);
+            this.blocks.delete(oldest.hash);
             this.evicted++;
         }
     }
@@ -146,8 +180,8 @@ class PrefixCache {
             block_tokens: this.blockTokens,
             capacity_blocks: this.capacityBlocks,
             capacity_tokens: this.capacityBlocks * this.blockTokens,
-            used_blocks: this.refs.size,
-            evictable_blocks: this.lru.size,
+            used_blocks: this.blocks.size,
+            evictable_blocks: this.evictable,
             evicted_blocks: this.evicted,
             peak_blocks: this.peakBlocks,
             overflow_blocks: Math.max(0, this.overflowBlocks),

@@ -145,6 +145,11 @@ class VllmMock {
         this.server.headersTimeout = 120000;
         this.server.requestTimeout = 0;
         this.jobs = new Set();
+        this.waiting = [];
+        this.prefillQueue = [];
+        this.prefillBusy = false;
+        this.busyUntil = 0;
+        this.running = 0;
         this.reset();
     }
 
@@ -168,16 +173,14 @@ class VllmMock {
         return new Promise((resolve) => this.server.close(() => resolve()));
     }
 
-    /* Empty cache, queues' bookkeeping and counters (running requests finish uncounted). */
+    /*
+     * Empty the cache and forget counters and recorded requests. Requests in
+     * progress carry on (their blocks are no longer cached).
+     */
     reset() {
         this.cache.clear();
         this.seq = 0;
         this.records = [];
-        this.waiting = [];
-        this.prefillQueue = [];
-        this.prefillBusy = false;
-        this.busyUntil = 0;
-        this.running = 0;
         this.counters = {
             requests: 0, completed: 0, aborted: 0, rejected: 0,
             prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0,
