@@ -65,7 +65,7 @@ struct backend_in {
     size_t nheaders;
     const char *body;
     size_t body_len;
-    enum api_endpoint endpoint; /* API_NONE: pass-through */
+    enum api_endpoint endpoint;        /* API_NONE: pass-through */
     const struct backend_hints *hints; /* NULL: none */
 };
 

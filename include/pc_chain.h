@@ -64,10 +64,10 @@ struct chain_seg {
 
 struct chain {
     uint64_t root;
-    size_t n;       /* links */
-    uint64_t *h;    /* h[0..n): never 0 */
-    uint32_t *end;  /* end[i]: prompt bytes up to the end of link i */
-    size_t nseg;    /* segments */
+    size_t n;      /* links */
+    uint64_t *h;   /* h[0..n): never 0 */
+    uint32_t *end; /* end[i]: prompt bytes up to the end of link i */
+    size_t nseg;   /* segments */
     struct chain_seg *seg;
     size_t stable;  /* links of the leading tools and system segments */
     bool truncated; /* the prompt had more than CHAIN_MAX_LINKS links */

@@ -45,10 +45,10 @@ struct fetch_req {
     const char *tenant_id;
 
     /* Prefix reuse (pc_route.h, pc_backend.h); all copied. */
-    const struct chain *chain;       /* the prompt's prefix chain, or NULL */
-    const unsigned char *kv_tenant;  /* PC_SHA256_LEN bytes for cache_salt; NULL: shared KV */
-    uint64_t session;                /* hash of the client's session key, 0 for none */
-    bool ask_usage;                  /* add stream_options.include_usage upstream */
+    const struct chain *chain;      /* the prompt's prefix chain, or NULL */
+    const unsigned char *kv_tenant; /* PC_SHA256_LEN bytes for cache_salt; NULL: shared KV */
+    uint64_t session;               /* hash of the client's session key, 0 for none */
+    bool ask_usage;                 /* add stream_options.include_usage upstream */
 };
 
 /*

@@ -54,8 +54,8 @@ bool jedit_member(const char *text, const struct jspan *obj, const char *key, st
  * *cursor = 0; each call fills elem (and, for an object, name) and returns
  * true, or returns false after the last one.
  */
-bool jedit_next(const char *text, const struct jspan *container, size_t *cursor,
-                struct jspan *name, struct jspan *elem);
+bool jedit_next(const char *text, const struct jspan *container, size_t *cursor, struct jspan *name,
+                struct jspan *elem);
 /* Number of elements (array) or members (object). */
 size_t jedit_count(const char *text, const struct jspan *container);
 
@@ -76,7 +76,10 @@ struct jedit {
     size_t cap;
 };
 
-#define JEDIT_INIT {NULL, 0, 0}
+#define JEDIT_INIT \
+    {              \
+        NULL, 0, 0 \
+    }
 
 void jedit_insert(struct jedit *e, size_t at, const char *s, size_t n);
 void jedit_replace(struct jedit *e, const struct jspan *span, const char *s, size_t n);

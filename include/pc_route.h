@@ -84,10 +84,10 @@ struct route_query {
     int64_t fresh_ms;          /* also report links used within this many ms (0: no) */
 
     /* Out, for the replica picked. */
-    uint32_t matched_links;  /* leading links of the chain it held */
-    uint32_t fresh_links;    /* of those, links used within fresh_ms */
-    int64_t matched_tokens;  /* tokens of the matched links */
-    int64_t prompt_tokens;   /* tokens of the whole chain */
+    uint32_t matched_links; /* leading links of the chain it held */
+    uint32_t fresh_links;   /* of those, links used within fresh_ms */
+    int64_t matched_tokens; /* tokens of the matched links */
+    int64_t prompt_tokens;  /* tokens of the whole chain */
     enum route_reason reason;
 };
 
@@ -113,8 +113,8 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
  * counted, next to the tokens the pick predicted it held (matched_tokens);
  * bytes is the chain's prompt size, to calibrate bytes per token for model.
  */
-void route_usage(struct route *r, const struct route_replica *rep, const char *model,
-                 size_t bytes, int64_t predicted, const struct api_usage *u);
+void route_usage(struct route *r, const struct route_replica *rep, const char *model, size_t bytes,
+                 int64_t predicted, const struct api_usage *u);
 /* The prefix index (for psync; and tests). */
 struct pindex *route_pindex(struct route *r);
 /* Bytes per token of a model's prompts, as calibrated. */

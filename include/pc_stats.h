@@ -15,51 +15,51 @@
 #include "pc_util.h"
 
 /* ACTION(name, kind, help): kind is counter or gauge. */
-#define PC_METRICS(ACTION)                                                                        \
-    ACTION(requests_total, counter, "Requests received on any path")                              \
-    ACTION(requests_cacheable, counter, "Requests to a cacheable API endpoint")                   \
-    ACTION(requests_passthrough, counter, "Requests forwarded untouched (other paths)")           \
-    ACTION(requests_admin, counter, "Requests to the proxy's own endpoints")                      \
-    ACTION(cache_hits, counter, "Requests answered from the cache")                               \
-    ACTION(cache_hits_exact, counter, "Cache hits on the exact key")                              \
-    ACTION(cache_hits_semantic, counter, "Cache hits by meaning (semantic stage)")                \
-    ACTION(cache_misses, counter, "Cacheable requests looked up and not found")                   \
-    ACTION(cache_bypasses, counter, "Cacheable requests that skipped the cache")                  \
-    ACTION(cache_refreshes, counter, "Requests that skipped lookup but stored (no-cache)")        \
-    ACTION(cache_expired, counter, "Entries found but older than the request's max-age")          \
-    ACTION(cache_stores, counter, "Answers written to the cache")                                 \
-    ACTION(cache_store_skipped, counter, "Answers not stored (error, cut off, too large)")        \
-    ACTION(cache_corrupt, counter, "Entries that failed to decode and were ignored")              \
-    ACTION(coalesced, counter, "Requests that joined an identical in-flight upstream call")       \
-    ACTION(upstream_requests, counter, "Calls made to an upstream")                               \
-    ACTION(upstream_errors, counter, "Upstream calls that failed (connect, reset, timeout)")      \
-    ACTION(upstream_failovers, counter,                                                           \
-           "Calls retried on another replica after a refused connect")                            \
-    ACTION(upstream_timeouts, counter, "Upstream calls that hit upstream-timeout")                \
-    ACTION(upstream_5xx, counter, "Upstream answers with a 5xx status")                           \
-    ACTION(client_errors, counter, "Requests rejected by the proxy with a 4xx")                   \
-    ACTION(client_aborts, counter, "Clients that hung up before their answer was complete")       \
-    ACTION(redis_errors, counter, "Redis commands that failed or timed out")                      \
-    ACTION(redis_timeouts, counter, "Redis commands that exceeded redis-timeout")                 \
-    ACTION(redis_reconnects, counter, "Redis connections (re)established")                        \
-    ACTION(tokens_saved_prompt, counter, "Prompt tokens served from the cache")                   \
-    ACTION(tokens_saved_completion, counter, "Completion tokens served from the cache")           \
-    ACTION(tokens_upstream_prompt, counter, "Prompt tokens reported by upstream answers")         \
-    ACTION(tokens_upstream_completion, counter, "Completion tokens reported by upstream answers") \
-    ACTION(tokens_upstream_cached, counter, "Prompt tokens the upstream reported as cached")      \
-    ACTION(tokens_upstream_cache_write, counter,                                                  \
-           "Prompt tokens the upstream reported written to its prompt cache (Anthropic)")         \
-    ACTION(stream_usage_added, counter,                                                           \
-           "Streams for which the proxy asked the upstream for usage the client did not ask for") \
-    ACTION(prefix_sync_published, counter,                                                        \
+#define PC_METRICS(ACTION)                                                                         \
+    ACTION(requests_total, counter, "Requests received on any path")                               \
+    ACTION(requests_cacheable, counter, "Requests to a cacheable API endpoint")                    \
+    ACTION(requests_passthrough, counter, "Requests forwarded untouched (other paths)")            \
+    ACTION(requests_admin, counter, "Requests to the proxy's own endpoints")                       \
+    ACTION(cache_hits, counter, "Requests answered from the cache")                                \
+    ACTION(cache_hits_exact, counter, "Cache hits on the exact key")                               \
+    ACTION(cache_hits_semantic, counter, "Cache hits by meaning (semantic stage)")                 \
+    ACTION(cache_misses, counter, "Cacheable requests looked up and not found")                    \
+    ACTION(cache_bypasses, counter, "Cacheable requests that skipped the cache")                   \
+    ACTION(cache_refreshes, counter, "Requests that skipped lookup but stored (no-cache)")         \
+    ACTION(cache_expired, counter, "Entries found but older than the request's max-age")           \
+    ACTION(cache_stores, counter, "Answers written to the cache")                                  \
+    ACTION(cache_store_skipped, counter, "Answers not stored (error, cut off, too large)")         \
+    ACTION(cache_corrupt, counter, "Entries that failed to decode and were ignored")               \
+    ACTION(coalesced, counter, "Requests that joined an identical in-flight upstream call")        \
+    ACTION(upstream_requests, counter, "Calls made to an upstream")                                \
+    ACTION(upstream_errors, counter, "Upstream calls that failed (connect, reset, timeout)")       \
+    ACTION(upstream_failovers, counter,                                                            \
+           "Calls retried on another replica after a refused connect")                             \
+    ACTION(upstream_timeouts, counter, "Upstream calls that hit upstream-timeout")                 \
+    ACTION(upstream_5xx, counter, "Upstream answers with a 5xx status")                            \
+    ACTION(client_errors, counter, "Requests rejected by the proxy with a 4xx")                    \
+    ACTION(client_aborts, counter, "Clients that hung up before their answer was complete")        \
+    ACTION(redis_errors, counter, "Redis commands that failed or timed out")                       \
+    ACTION(redis_timeouts, counter, "Redis commands that exceeded redis-timeout")                  \
+    ACTION(redis_reconnects, counter, "Redis connections (re)established")                         \
+    ACTION(tokens_saved_prompt, counter, "Prompt tokens served from the cache")                    \
+    ACTION(tokens_saved_completion, counter, "Completion tokens served from the cache")            \
+    ACTION(tokens_upstream_prompt, counter, "Prompt tokens reported by upstream answers")          \
+    ACTION(tokens_upstream_completion, counter, "Completion tokens reported by upstream answers")  \
+    ACTION(tokens_upstream_cached, counter, "Prompt tokens the upstream reported as cached")       \
+    ACTION(tokens_upstream_cache_write, counter,                                                   \
+           "Prompt tokens the upstream reported written to its prompt cache (Anthropic)")          \
+    ACTION(stream_usage_added, counter,                                                            \
+           "Streams for which the proxy asked the upstream for usage the client did not ask for")  \
+    ACTION(prefix_sync_published, counter,                                                         \
            "Prefix records this instance sent to the others through Redis")                        \
     ACTION(prefix_sync_applied, counter, "Prefix records of other instances applied to the index") \
-    ACTION(prefix_sync_errors, counter, "Redis errors of the prefix index's sharing")             \
-    ACTION(bytes_from_upstream, counter, "Response bytes received from upstreams")                \
-    ACTION(bytes_from_cache, counter, "Response bytes served from the cache")                     \
-    ACTION(connections_active, gauge, "Open client connections")                                  \
-    ACTION(requests_active, gauge, "Requests in progress")                                        \
-    ACTION(upstream_active, gauge, "Upstream transfers in progress")                              \
+    ACTION(prefix_sync_errors, counter, "Redis errors of the prefix index's sharing")              \
+    ACTION(bytes_from_upstream, counter, "Response bytes received from upstreams")                 \
+    ACTION(bytes_from_cache, counter, "Response bytes served from the cache")                      \
+    ACTION(connections_active, gauge, "Open client connections")                                   \
+    ACTION(requests_active, gauge, "Requests in progress")                                         \
+    ACTION(upstream_active, gauge, "Upstream transfers in progress")                               \
     ACTION(redis_connected, gauge, "Workers with a ready Redis connection")
 
 enum stat_id {

@@ -71,8 +71,8 @@ static void message_rest(const cJSON *msg, struct pc_buf *out)
     cJSON *rest = cJSON_CreateObject();
     bool any = false;
     for (const cJSON *m = msg->child; m != NULL; m = m->next) {
-        if (m->string == NULL || strcmp(m->string, "role") == 0 ||
-            strcmp(m->string, "name") == 0 || strcmp(m->string, "content") == 0)
+        if (m->string == NULL || strcmp(m->string, "role") == 0 || strcmp(m->string, "name") == 0 ||
+            strcmp(m->string, "content") == 0)
             continue;
         cJSON_AddItemReferenceToObject(rest, m->string, (cJSON *)m);
         any = true;
@@ -221,8 +221,7 @@ static void conversation(const struct chain_input *in, struct chain *c, struct s
 void chain_build(const struct chain_input *in, struct chain *c)
 {
     memset(c, 0, sizeof(*c));
-    if (in->endpoint != API_CHAT && in->endpoint != API_MESSAGES &&
-        in->endpoint != API_COMPLETIONS)
+    if (in->endpoint != API_CHAT && in->endpoint != API_MESSAGES && in->endpoint != API_COMPLETIONS)
         return;
     if (!cJSON_IsObject(in->body))
         return;
@@ -235,8 +234,8 @@ void chain_build(const struct chain_input *in, struct chain *c)
     } else {
         conversation(in, c, &t, &bytes);
     }
-    for (size_t s = 0; s < c->nseg && c->seg[s].kind != CHAIN_SEG_MESSAGE &&
-                       c->seg[s].kind != CHAIN_SEG_PROMPT;
+    for (size_t s = 0;
+         s < c->nseg && c->seg[s].kind != CHAIN_SEG_MESSAGE && c->seg[s].kind != CHAIN_SEG_PROMPT;
          s++)
         c->stable = c->seg[s].first + c->seg[s].nlinks;
     pc_buf_free(&t.header);

@@ -1276,8 +1276,7 @@ static void check_cross(struct loader *ld)
         report_latest(ld, emb, PC_ARRAY_LEN(emb),
                       "embedder openai needs embedder-url while semantic is yes");
     }
-    if ((c->prefix_kv_memory > 0) != (c->prefix_kv_model[0] != '\0') &&
-        c->prefix_capacity == 0) {
+    if ((c->prefix_kv_memory > 0) != (c->prefix_kv_model[0] != '\0') && c->prefix_capacity == 0) {
         static const char *const kv[] = {"prefix-kv-model", "prefix-kv-memory"};
         report_latest(ld, kv, PC_ARRAY_LEN(kv),
                       "prefix-kv-model and prefix-kv-memory go together (or set prefix-capacity)");

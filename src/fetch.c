@@ -42,7 +42,7 @@ struct fetch {
     uint64_t tried;                     /* replicas that refused this call's connection */
     struct chain chain;                 /* the prompt's prefix chain (n 0: none) */
     struct route_query q;               /* the pick: what was matched on rep */
-    struct backend_req breq;         /* kept for another replica until the head comes */
+    struct backend_req breq;            /* kept for another replica until the head comes */
     bool got_head;
     char reqid[32];
     uint64_t start_us;

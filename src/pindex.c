@@ -47,8 +47,8 @@ struct pindex {
     unsigned magic;
     size_t nrep;
     int64_t capacity[PINDEX_MAX_REPLICAS];
-    int64_t held[PINDEX_MAX_REPLICAS];   /* atomic */
-    int evicting[PINDEX_MAX_REPLICAS];   /* atomic flag */
+    int64_t held[PINDEX_MAX_REPLICAS]; /* atomic */
+    int evicting[PINDEX_MAX_REPLICAS]; /* atomic flag */
     pindex_sink_fn *sink;
     void *sink_arg;
     struct shard shards[NSHARDS];

@@ -695,8 +695,9 @@ static void deliver_streamed(struct preq *r)
         r->status = v.status;
         r->started = true;
         /* Only a 2xx stream is events; an error body passes as it is. */
-        r->strip_usage = r->stream && !r->include_usage && api_dialect_of(r->ep) == API_DIALECT_OPENAI &&
-                         v.status >= 200 && v.status <= 299;
+        r->strip_usage = r->stream && !r->include_usage &&
+                         api_dialect_of(r->ep) == API_DIALECT_OPENAI && v.status >= 200 &&
+                         v.status <= 299;
         httpd_set_drain_cb(r->hr, CLIENT_LOW, preq_on_drain, r);
         httpd_reply_start(r->hr, v.status);
     }

@@ -286,7 +286,8 @@ struct prefix_view {
 static bool overloaded(const struct route *r, const struct prefix_view *v, size_t i)
 {
     int64_t load = v->load[i];
-    return load - v->min_load > r->balance_abs && (double)load > r->balance_rel * (double)v->min_load;
+    return load - v->min_load > r->balance_abs &&
+           (double)load > r->balance_rel * (double)v->min_load;
 }
 
 /*
@@ -401,8 +402,8 @@ static void prefix_view_of(struct route *r, uint64_t cand, const struct route_qu
     }
     const struct chain *c = q != NULL ? q->chain : NULL;
     if (c != NULL && c->n > 0)
-        pindex_match(r->index, c->h, c->n,
-                     q->fresh_ms > 0 ? PC_MAX(1, wall_ms - q->fresh_ms) : 0, &v->m);
+        pindex_match(r->index, c->h, c->n, q->fresh_ms > 0 ? PC_MAX(1, wall_ms - q->fresh_ms) : 0,
+                     &v->m);
 }
 
 /* ---- picking ---------------------------------------------------------------- */
@@ -494,8 +495,8 @@ const struct route_replica *route_pick(struct route *r, struct route_query *q)
     return &rp->pub;
 }
 
-void route_usage(struct route *r, const struct route_replica *rep, const char *model,
-                 size_t bytes, int64_t predicted, const struct api_usage *u)
+void route_usage(struct route *r, const struct route_replica *rep, const char *model, size_t bytes,
+                 int64_t predicted, const struct api_usage *u)
 {
     PC_CHECK_OBJ(r, ROUTE_MAGIC);
     if (u == NULL || !u->present)
@@ -543,45 +544,45 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
  * Per-replica figures, one row each: X(name in /stats, Prometheus family,
  * type, help, expression over rp (struct replica *) and i (its index)).
  */
-#define ROUTE_REPLICA_FIGURES(X)                                                                  \
-    X(requests, "replica_requests_total", "counter", "Calls sent to the replica",                 \
-      LOAD(&rp->requests))                                                                        \
-    X(in_flight, "replica_in_flight", "gauge", "Calls to the replica in progress",                \
-      LOAD(&rp->in_flight))                                                                       \
-    X(errors, "replica_errors_total", "counter",                                                  \
-      "Calls to the replica that failed (connect, reset, timeout)", LOAD(&rp->errors))            \
-    X(connect_errors, "replica_connect_errors_total", "counter",                                  \
-      "Connections the replica refused", LOAD(&rp->connect_errors))                               \
-    X(prefix_requests, "replica_prefix_requests_total", "counter",                                \
-      "Calls to the replica with a prefix chain", LOAD(&rp->chained))                             \
-    X(routed_by_prefix, "replica_routed_by_prefix_total", "counter",                              \
-      "Calls routed to the replica for holding the longest prefix", LOAD(&rp->by_prefix))         \
-    X(routed_by_session, "replica_routed_by_session_total", "counter",                            \
-      "Calls routed to the replica as their session's replica", LOAD(&rp->by_session))            \
-    X(routed_by_load, "replica_routed_by_load_total", "counter",                                  \
-      "Calls routed to the replica as the least loaded, for a prompt no replica held enough of",   \
-      LOAD(&rp->by_load))                                                                         \
-    X(routed_by_balance, "replica_routed_by_balance_total", "counter",                            \
-      "Calls routed to the replica because the first choice was overloaded",                      \
-      LOAD(&rp->by_balance))                                                                      \
-    X(matched_prefix_tokens, "replica_matched_prefix_tokens_total", "counter",                    \
-      "Prompt tokens the index matched on the replica when calls were routed",                    \
-      LOAD(&rp->matched_tokens))                                                                  \
-    X(estimated_prompt_tokens, "replica_estimated_prompt_tokens_total", "counter",                \
-      "Prompt tokens of those calls, as the proxy estimates them", LOAD(&rp->chain_tokens))       \
-    X(usage_answers, "replica_usage_answers_total", "counter",                                    \
-      "Answers of prefix-chained calls that reported usage", LOAD(&rp->usage_answers))            \
-    X(predicted_cached_tokens, "replica_predicted_cached_tokens_total", "counter",                \
-      "Reusable prompt tokens the index predicted for those answers", LOAD(&rp->predicted))       \
-    X(reported_prompt_tokens, "replica_reported_prompt_tokens_total", "counter",                  \
-      "Prompt tokens those answers reported", LOAD(&rp->prompt_reported))                         \
-    X(reported_cached_tokens, "replica_reported_cached_tokens_total", "counter",                  \
-      "Cached prompt tokens those answers reported", LOAD(&rp->cached_reported))                  \
-    X(index_tokens, "replica_index_tokens", "gauge",                                              \
-      "Prompt tokens the prefix index believes the replica holds",                                \
-      (uint64_t)pindex_held(r->index, i))                                                         \
-    X(capacity_tokens, "replica_capacity_tokens", "gauge",                                        \
-      "KV-cache capacity of the replica assumed by the prefix index",                             \
+#define ROUTE_REPLICA_FIGURES(X)                                                                 \
+    X(requests, "replica_requests_total", "counter", "Calls sent to the replica",                \
+      LOAD(&rp->requests))                                                                       \
+    X(in_flight, "replica_in_flight", "gauge", "Calls to the replica in progress",               \
+      LOAD(&rp->in_flight))                                                                      \
+    X(errors, "replica_errors_total", "counter",                                                 \
+      "Calls to the replica that failed (connect, reset, timeout)", LOAD(&rp->errors))           \
+    X(connect_errors, "replica_connect_errors_total", "counter",                                 \
+      "Connections the replica refused", LOAD(&rp->connect_errors))                              \
+    X(prefix_requests, "replica_prefix_requests_total", "counter",                               \
+      "Calls to the replica with a prefix chain", LOAD(&rp->chained))                            \
+    X(routed_by_prefix, "replica_routed_by_prefix_total", "counter",                             \
+      "Calls routed to the replica for holding the longest prefix", LOAD(&rp->by_prefix))        \
+    X(routed_by_session, "replica_routed_by_session_total", "counter",                           \
+      "Calls routed to the replica as their session's replica", LOAD(&rp->by_session))           \
+    X(routed_by_load, "replica_routed_by_load_total", "counter",                                 \
+      "Calls routed to the replica as the least loaded, for a prompt no replica held enough of", \
+      LOAD(&rp->by_load))                                                                        \
+    X(routed_by_balance, "replica_routed_by_balance_total", "counter",                           \
+      "Calls routed to the replica because the first choice was overloaded",                     \
+      LOAD(&rp->by_balance))                                                                     \
+    X(matched_prefix_tokens, "replica_matched_prefix_tokens_total", "counter",                   \
+      "Prompt tokens the index matched on the replica when calls were routed",                   \
+      LOAD(&rp->matched_tokens))                                                                 \
+    X(estimated_prompt_tokens, "replica_estimated_prompt_tokens_total", "counter",               \
+      "Prompt tokens of those calls, as the proxy estimates them", LOAD(&rp->chain_tokens))      \
+    X(usage_answers, "replica_usage_answers_total", "counter",                                   \
+      "Answers of prefix-chained calls that reported usage", LOAD(&rp->usage_answers))           \
+    X(predicted_cached_tokens, "replica_predicted_cached_tokens_total", "counter",               \
+      "Reusable prompt tokens the index predicted for those answers", LOAD(&rp->predicted))      \
+    X(reported_prompt_tokens, "replica_reported_prompt_tokens_total", "counter",                 \
+      "Prompt tokens those answers reported", LOAD(&rp->prompt_reported))                        \
+    X(reported_cached_tokens, "replica_reported_cached_tokens_total", "counter",                 \
+      "Cached prompt tokens those answers reported", LOAD(&rp->cached_reported))                 \
+    X(index_tokens, "replica_index_tokens", "gauge",                                             \
+      "Prompt tokens the prefix index believes the replica holds",                               \
+      (uint64_t)pindex_held(r->index, i))                                                        \
+    X(capacity_tokens, "replica_capacity_tokens", "gauge",                                       \
+      "KV-cache capacity of the replica assumed by the prefix index",                            \
       (uint64_t)pindex_capacity(r->index, i))
 
 void route_render_json(const struct route *r, struct pc_buf *out)
@@ -595,7 +596,7 @@ void route_render_json(const struct route *r, struct pc_buf *out)
         pc_buf_append_str(out, "{\"name\":");
         pc_buf_json_str(out, rp->name, strlen(rp->name));
         pc_buf_printf(out, ",\"healthy\":%s", is_down(rp, now) ? "false" : "true");
-#define ROUTE_JSON_FIELD(field, fam, type, help, expr)                                             \
+#define ROUTE_JSON_FIELD(field, fam, type, help, expr) \
     pc_buf_printf(out, ",\"" #field "\":%lld", (long long)(expr));
         ROUTE_REPLICA_FIGURES(ROUTE_JSON_FIELD)
 #undef ROUTE_JSON_FIELD
@@ -613,12 +614,12 @@ static void prom_head(struct pc_buf *out, const char *name, const char *type, co
 void route_render_prometheus(const struct route *r, struct pc_buf *out)
 {
     int64_t now = (int64_t)pc_mono_ms();
-#define ROUTE_PROM_FAMILY(field, fam, type, help, expr)                                            \
-    prom_head(out, fam, type, help);                                                              \
-    for (size_t i = 0; i < r->n; i++) {                                                           \
-        const struct replica *rp = &r->reps[i];                                                   \
-        pc_buf_printf(out, "promptcache_%s{upstream=\"%s\"} %lld\n", fam, rp->name,               \
-                      (long long)(expr));                                                         \
+#define ROUTE_PROM_FAMILY(field, fam, type, help, expr)                             \
+    prom_head(out, fam, type, help);                                                \
+    for (size_t i = 0; i < r->n; i++) {                                             \
+        const struct replica *rp = &r->reps[i];                                     \
+        pc_buf_printf(out, "promptcache_%s{upstream=\"%s\"} %lld\n", fam, rp->name, \
+                      (long long)(expr));                                           \
     }
     ROUTE_REPLICA_FIGURES(ROUTE_PROM_FAMILY)
 #undef ROUTE_PROM_FAMILY
@@ -633,7 +634,8 @@ void route_render_prometheus(const struct route *r, struct pc_buf *out)
 
 void route_render_doc(struct pc_buf *out)
 {
-#define ROUTE_DOC_ROW(field, fam, type, help, expr) pc_buf_printf(out, "| `%s{upstream}` | %s | %s |\n", fam, type, help);
+#define ROUTE_DOC_ROW(field, fam, type, help, expr) \
+    pc_buf_printf(out, "| `%s{upstream}` | %s | %s |\n", fam, type, help);
     ROUTE_REPLICA_FIGURES(ROUTE_DOC_ROW)
 #undef ROUTE_DOC_ROW
     pc_buf_append_str(out, "| `replica_up{upstream}` | gauge | 1 unless the replica refused a "

@@ -11,6 +11,7 @@
 #include "pc_conf.h"
 #include "pc_flight.h"
 #include "pc_log.h"
+#include "pc_psync.h"
 #include "pc_route.h"
 #include "pc_worker.h"
 
@@ -32,6 +33,7 @@ struct server {
     const struct conf *conf;
     int listen_fd;
     struct route *route;
+    struct psync *psync; /* the prefix index shared through Redis, or NULL */
     struct worker **workers;
     int nworkers;
     struct event_base *base;
@@ -217,6 +219,7 @@ static void log_startup(const struct server *s)
 static void server_teardown(struct server *s)
 {
     stop_workers(s);
+    psync_destroy(&s->psync);
     if (s->sigterm != NULL)
         event_free(s->sigterm);
     if (s->sigint != NULL)
@@ -269,6 +272,10 @@ int server_run(const struct conf *c)
     raise_fd_limit(c);
     if ((s.route = route_create(c, err, sizeof(err))) == NULL)
         goto out;
+    /* Shared through the cache's Redis; its metrics row is registered before the workers'. */
+    if (c->cache && c->prefix_sync &&
+        (s.psync = psync_create(c, s.route, err, sizeof(err))) == NULL)
+        goto out;
     if ((s.listen_fd = listen_socket(c, err, sizeof(err))) < 0)
         goto out;
     s.base = event_base_new();
@@ -284,6 +291,10 @@ int server_run(const struct conf *c)
     }
     if (start_workers(&s, err, sizeof(err)) < 0)
         goto out;
+    if (s.psync != NULL && psync_start(s.psync) < 0) {
+        snprintf(err, sizeof(err), "cannot start the prefix index's sharing threads");
+        goto out;
+    }
     log_startup(&s);
     event_base_dispatch(s.base);
     status = 0;

@@ -43,7 +43,7 @@ int64_t backend_anthropic_min_tokens(const char *model)
         const char *part;
         int64_t min;
     } rules[] = {
-        {"opus-4-5", MIN_TOKENS_4K}, {"opus-4-6", MIN_TOKENS_4K},   {"haiku-4", MIN_TOKENS_4K},
+        {"opus-4-5", MIN_TOKENS_4K},   {"opus-4-6", MIN_TOKENS_4K}, {"haiku-4", MIN_TOKENS_4K},
         {"sonnet-4-6", MIN_TOKENS_2K}, {"haiku", MIN_TOKENS_2K},
     };
     for (size_t i = 0; model != NULL && i < PC_ARRAY_LEN(rules); i++)
@@ -137,8 +137,7 @@ static bool markable(const struct backend_body *b, const struct jspan *block)
  * gets it. False if it cannot be marked (empty text, a thinking block, a
  * mark already there).
  */
-static bool mark_content(const struct backend_body *b, const struct jspan *content,
-                         struct jedit *e)
+static bool mark_content(const struct backend_body *b, const struct jspan *content, struct jedit *e)
 {
     struct jspan last;
     if (jedit_is_string(b->text, content)) {

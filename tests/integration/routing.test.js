@@ -22,7 +22,9 @@ function replicaName(mock) {
 }
 
 h.test('round-robin takes the replicas in turn and names them in X-Upstream', async () => {
-    const proxy = await env.startProxy({upstream: [env.mock.url, second.url], workers: 1});
+    const proxy = await env.startProxy({
+        upstream: [env.mock.url, second.url], workers: 1, args: ['--routing', 'round-robin'],
+    });
     const a0 = env.mock.callCount(CHAT), b0 = second.callCount(CHAT);
     const seen = [];
     for (let i = 0; i < 6; i++) {
