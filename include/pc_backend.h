@@ -79,11 +79,16 @@ struct backend_req {
     struct pc_buf body;
 };
 
-/* The client's body as the hint functions see it. */
+#define BACKEND_BODY_MEMBERS 64
+
+/* The client's body as the hint functions see it: scanned once. */
 struct backend_body {
     const char *text;
     size_t len;
-    struct jspan root; /* the top-level object */
+    struct jspan root;                        /* the top-level object */
+    struct jspan names[BACKEND_BODY_MEMBERS]; /* its members, in order */
+    struct jspan vals[BACKEND_BODY_MEMBERS];
+    size_t n;
 };
 
 struct backend_ops {
@@ -116,6 +121,9 @@ void backend_hint_header(struct backend_req *r, const struct backend_in *in, con
 bool backend_routing_key(const struct backend_hints *h, char out[20]);
 /* cache_salt of a tenant: 32 hex digits into out[33]; false if there is no tenant. */
 bool backend_cache_salt(const struct backend_hints *h, char out[33]);
+/* The value (and name) of the top-level member key (the last of that name); false if none. */
+bool backend_body_member(const struct backend_body *b, const char *key, struct jspan *name,
+                         struct jspan *val);
 /* Add "key":value_json at the top level unless the client's body has key. */
 void backend_add_field(const struct backend_body *b, struct jedit *e, const char *key,
                        const char *value_json);

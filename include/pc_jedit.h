@@ -14,6 +14,8 @@
  * The scanner checks structure (brackets, strings, literals, numbers' bytes)
  * but is not a validator: callers pass text a JSON parser has accepted, and
  * anything the scanner cannot follow makes it fail (then no edit is made).
+ * White space is what cJSON skips (any byte up to 0x20 but NUL), so text
+ * the proxy's parser accepted is followed the same way.
  * Member names are compared after decoding their escapes, so "a\u0062" is
  * the member b, as a JSON parser sees it; of duplicate names, the last one
  * counts (as in api_member).
@@ -85,10 +87,23 @@ void jedit_insert(struct jedit *e, size_t at, const char *s, size_t n);
 void jedit_replace(struct jedit *e, const struct jspan *span, const char *s, size_t n);
 /*
  * Add "key":value_json as the last member of object obj (with the comma it
- * needs). The key is written as given: a plain ASCII name.
+ * needs); nothing if obj's members cannot all be followed. The key is
+ * written as given: a plain ASCII name.
  */
 void jedit_add_member(struct jedit *e, const char *text, const struct jspan *obj, const char *key,
                       const char *value_json);
+/* The same when the caller knows how many members obj has (jedit_members). */
+void jedit_add_member_counted(struct jedit *e, const struct jspan *obj, size_t members,
+                              const char *key, const char *value_json);
+/*
+ * Every member of object obj, in order, into names/vals (up to max); *n is
+ * set. False if obj is not an object, has more than max members, or cannot
+ * all be followed.
+ */
+bool jedit_members(const char *text, const struct jspan *obj, struct jspan *names,
+                   struct jspan *vals, size_t max, size_t *n);
+/* Whether the member name at span name decodes to key. */
+bool jedit_name_is(const char *text, const struct jspan *name, const char *key);
 /* Remove a member (name, value and one adjoining comma) given its name and value spans. */
 void jedit_remove_member(struct jedit *e, const char *text, const struct jspan *obj,
                          const struct jspan *name, const struct jspan *val);

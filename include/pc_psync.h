@@ -5,13 +5,13 @@
  *
  *   worker: route_pick ─▶ pindex_record ─▶ sink: queue (mutex, bounded)
  *   writer thread: queue ─▶ pipeline of
- *        XADD pc:2:px MAXLEN ~ N  i <instance> r <replica> t <ms> d <links>
+ *        XADD pc:2:px MAXLEN ~ N * d <instance, ms, replica, links>
  *        ZADD pc:2:pz:{<replica>} <stamp> <link> ...   (+ a trim now and then)
  *   reader thread: at (re)connect, ZRANGE of each replica's set ─▶ pindex_apply
  *        then XREAD BLOCK from the stream's end ─▶ pindex_apply (others' records)
  *
- * <links> is n times (8-byte hash, 4-byte tokens), big-endian; a set member
- * is one such 12-byte link, its score the link's stamp (pc_pindex.h). The
+ * A link is 12 bytes, an 8-byte hash and 4-byte tokens, big-endian; a set
+ * member is one link, its score the link's stamp (pc_pindex.h). The
  * stream is how instances keep in step; the sets are how one that starts
  * (or reconnects) catches up. Every command touches one key, so the keys
  * may live in a Redis Cluster (each replica's set has its own hash tag).

@@ -105,11 +105,26 @@ bool backend_cache_salt(const struct backend_hints *h, char out[33])
     return true;
 }
 
+bool backend_body_member(const struct backend_body *b, const char *key, struct jspan *name,
+                         struct jspan *val)
+{
+    for (size_t i = b->n; i-- > 0;) {
+        if (!jedit_name_is(b->text, &b->names[i], key))
+            continue;
+        if (name != NULL)
+            *name = b->names[i];
+        if (val != NULL)
+            *val = b->vals[i];
+        return true;
+    }
+    return false;
+}
+
 void backend_add_field(const struct backend_body *b, struct jedit *e, const char *key,
                        const char *value_json)
 {
-    if (!jedit_member(b->text, &b->root, key, NULL, NULL))
-        jedit_add_member(e, b->text, &b->root, key, value_json);
+    if (!backend_body_member(b, key, NULL, NULL))
+        jedit_add_member_counted(e, &b->root, b->n, key, value_json);
 }
 
 /* stream_options.include_usage: true, whatever the client's stream_options held. */
@@ -117,8 +132,8 @@ static void include_usage(const struct backend_body *b, struct jedit *e)
 {
     static const char opts[] = "{\"include_usage\":true}";
     struct jspan so, iu, name;
-    if (!jedit_member(b->text, &b->root, "stream_options", NULL, &so)) {
-        jedit_add_member(e, b->text, &b->root, "stream_options", opts);
+    if (!backend_body_member(b, "stream_options", NULL, &so)) {
+        jedit_add_member_counted(e, &b->root, b->n, "stream_options", opts);
     } else if (jedit_is_null(b->text, &so)) {
         jedit_replace(e, &so, opts, sizeof(opts) - 1);
     } else if (!jedit_is_object(b->text, &so)) {
@@ -135,20 +150,25 @@ static void prepare_body(const struct backend_ops *ops, const struct conf *c,
                          const struct backend_in *in, struct backend_req *out)
 {
     const struct backend_hints *h = in->hints;
-    struct backend_body b = {in->body, in->body_len, {0, 0}};
     bool edit = h != NULL && in->endpoint != API_NONE && (h->include_usage || h->enabled);
-    if (!edit || !jedit_value(in->body, in->body_len, 0, &b.root) ||
-        !jedit_is_object(in->body, &b.root)) {
+    struct backend_body *b = edit ? pc_malloc(sizeof(*b)) : NULL;
+    /* A body whose top level cannot be followed, or has too many members, goes as it came. */
+    if (!edit || !jedit_value(in->body, in->body_len, 0, &b->root) ||
+        !jedit_members(in->body, &b->root, b->names, b->vals, BACKEND_BODY_MEMBERS, &b->n)) {
         pc_buf_append(&out->body, in->body, in->body_len);
+        free(b);
         return;
     }
+    b->text = in->body;
+    b->len = in->body_len;
     struct jedit e = JEDIT_INIT;
     if (h->include_usage)
-        include_usage(&b, &e);
+        include_usage(b, &e);
     if (h->enabled && ops->body_hints != NULL)
-        ops->body_hints(c, in, &b, &e);
+        ops->body_hints(c, in, b, &e);
     jedit_apply(&e, in->body, in->body_len, &out->body);
     jedit_free(&e);
+    free(b);
 }
 
 /* Header hints: the type's, and prefix-routing-header for any router in between. */

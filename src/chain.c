@@ -5,7 +5,10 @@
 #include "pc_chain.h"
 #include "pc_canon.h"
 
+#include <pthread.h>
 #include <string.h>
+
+#include <openssl/evp.h>
 
 /* What a segment is made of while it is being hashed. */
 struct seg_text {
@@ -13,29 +16,46 @@ struct seg_text {
     struct pc_buf body;   /* the text cut into pieces */
 };
 
-static uint64_t digest64(const struct pc_buf *material)
+/*
+ * SHA-256 fetched once and one context per chain: OpenSSL 3 looks the
+ * algorithm up on every one-shot digest, which costs more than hashing a
+ * short segment.
+ */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
 {
-    unsigned char d[PC_SHA256_LEN];
-    pc_sha256(material->data, material->len, d);
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
+/* The digest of the parts p[0..n), as 64 bits (never 0: it marks an empty slot in the index). */
+static uint64_t digest64(EVP_MD_CTX *ctx, const void *const *p, const size_t *len, int n)
+{
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int dlen = 0;
+    if (EVP_DigestInit_ex2(ctx, sha256_md, NULL) != 1)
+        abort();
+    for (int i = 0; i < n; i++)
+        if (len[i] > 0)
+            EVP_DigestUpdate(ctx, p[i], len[i]);
+    EVP_DigestFinal_ex(ctx, d, &dlen);
     uint64_t h = 0;
     for (int i = 0; i < 8; i++)
         h = (h << 8) | d[i];
-    return h != 0 ? h : 1; /* 0 marks an empty slot in the index */
+    return h != 0 ? h : 1;
 }
 
-static uint64_t chain_root(const struct chain_input *in)
+static uint64_t chain_root(EVP_MD_CTX *ctx, const struct chain_input *in)
 {
     static const unsigned char zeros[PC_SHA256_LEN];
-    struct pc_buf b = PC_BUF_INIT;
+    static const char domain[] = "pc-chain-1";
     const char *model = api_model(in->body);
     const char *ep = api_endpoint_name(in->endpoint);
-    pc_buf_append_str(&b, "pc-chain-1");
-    pc_buf_append(&b, in->tenant != NULL ? in->tenant : zeros, PC_SHA256_LEN);
-    pc_buf_append(&b, ep, strlen(ep) + 1);
-    pc_buf_append_str(&b, model != NULL ? model : "");
-    uint64_t h = digest64(&b);
-    pc_buf_free(&b);
-    return h;
+    model = model != NULL ? model : "";
+    const void *p[] = {domain, in->tenant != NULL ? in->tenant : zeros, ep, model};
+    size_t len[] = {sizeof(domain) - 1, PC_SHA256_LEN, strlen(ep) + 1, strlen(model)};
+    return digest64(ctx, p, len, 4);
 }
 
 /* ---- segment text ------------------------------------------------------------ */
@@ -133,38 +153,32 @@ static size_t piece_end(const struct pc_buf *body, size_t from)
 }
 
 /* Cut one segment into links; false once the chain is full. */
-static bool add_segment(struct chain *c, enum chain_seg_kind kind, uint32_t item,
+static bool add_segment(EVP_MD_CTX *ctx, struct chain *c, enum chain_seg_kind kind, uint32_t item,
                         const struct seg_text *t, size_t *bytes)
 {
     if (must_grow(c->nseg))
         c->seg = pc_realloc(c->seg, PC_MAX(8, 2 * c->nseg) * sizeof(*c->seg));
     struct chain_seg *s = &c->seg[c->nseg++];
     *s = (struct chain_seg){kind, item, (uint32_t)c->n, 0};
-    struct pc_buf m = PC_BUF_INIT;
     size_t from = 0;
     do {
         if (c->n >= CHAIN_MAX_LINKS) {
             c->truncated = true;
-            pc_buf_free(&m);
             return false;
         }
         size_t to = piece_end(&t->body, from);
         uint64_t prev = c->n > 0 ? c->h[c->n - 1] : c->root;
-        pc_buf_reset(&m);
-        pc_buf_append(&m, &prev, sizeof(prev));
-        if (from == 0) { /* the segment's start: its kind and header belong to it */
-            unsigned char k[3] = {(unsigned char)(0x10 + kind), (unsigned char)(t->header.len >> 8),
-                                  (unsigned char)t->header.len};
-            pc_buf_append(&m, k, sizeof(k));
-            pc_buf_append(&m, t->header.data, t->header.len);
-        }
-        pc_buf_append(&m, t->body.data + from, to - from);
-        *bytes += (from == 0 ? t->header.len : 0) + (to - from);
-        push_link(c, digest64(&m), (uint32_t)PC_MIN(*bytes, UINT32_MAX));
+        /* The segment's start: its kind and header belong to its first piece. */
+        unsigned char k[3] = {(unsigned char)(0x10 + kind), (unsigned char)(t->header.len >> 8),
+                              (unsigned char)t->header.len};
+        size_t head = from == 0 ? t->header.len : 0;
+        const void *p[] = {&prev, k, t->header.data, t->body.data + (to > from ? from : 0)};
+        size_t len[] = {sizeof(prev), from == 0 ? sizeof(k) : 0, head, to - from};
+        *bytes += head + (to - from);
+        push_link(c, digest64(ctx, p, len, 4), (uint32_t)PC_MIN(*bytes, UINT32_MAX));
         s->nlinks++;
         from = to;
     } while (from < t->body.len);
-    pc_buf_free(&m);
     return true;
 }
 
@@ -175,21 +189,21 @@ static void seg_reset(struct seg_text *t)
 }
 
 /* Tools (canonical JSON) and Anthropic's system (text), when present. */
-static bool leading_segments(const struct chain_input *in, struct chain *c, struct seg_text *t,
-                             size_t *bytes)
+static bool leading_segments(EVP_MD_CTX *ctx, const struct chain_input *in, struct chain *c,
+                             struct seg_text *t, size_t *bytes)
 {
     const cJSON *tools = api_member(in->body, "tools");
     if (tools != NULL && !cJSON_IsNull(tools)) {
         seg_reset(t);
         canon_json(tools, &t->body);
-        if (!add_segment(c, CHAIN_SEG_TOOLS, 0, t, bytes))
+        if (!add_segment(ctx, c, CHAIN_SEG_TOOLS, 0, t, bytes))
             return false;
     }
     const cJSON *system = in->endpoint == API_MESSAGES ? api_member(in->body, "system") : NULL;
     if (system != NULL && !cJSON_IsNull(system)) {
         seg_reset(t);
         content_text(system, &t->body);
-        if (!add_segment(c, CHAIN_SEG_SYSTEM, 0, t, bytes))
+        if (!add_segment(ctx, c, CHAIN_SEG_SYSTEM, 0, t, bytes))
             return false;
     }
     return true;
@@ -201,10 +215,10 @@ static bool is_system_role(const cJSON *msg)
     return role != NULL && (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0);
 }
 
-static void conversation(const struct chain_input *in, struct chain *c, struct seg_text *t,
-                         size_t *bytes)
+static void conversation(EVP_MD_CTX *ctx, const struct chain_input *in, struct chain *c,
+                         struct seg_text *t, size_t *bytes)
 {
-    if (!leading_segments(in, c, t, bytes))
+    if (!leading_segments(ctx, in, c, t, bytes))
         return;
     const cJSON *msgs = api_member(in->body, "messages");
     uint32_t i = 0;
@@ -213,7 +227,7 @@ static void conversation(const struct chain_input *in, struct chain *c, struct s
         leading = leading && in->endpoint == API_CHAT && is_system_role(m);
         seg_reset(t);
         message_text(m, t);
-        if (!add_segment(c, leading ? CHAIN_SEG_SYSTEM : CHAIN_SEG_MESSAGE, i, t, bytes))
+        if (!add_segment(ctx, c, leading ? CHAIN_SEG_SYSTEM : CHAIN_SEG_MESSAGE, i, t, bytes))
             return;
     }
 }
@@ -225,15 +239,20 @@ void chain_build(const struct chain_input *in, struct chain *c)
         return;
     if (!cJSON_IsObject(in->body))
         return;
-    c->root = chain_root(in);
+    pthread_once(&sha256_once, sha256_fetch);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (sha256_md == NULL || ctx == NULL)
+        abort(); /* libcrypto without SHA-256: nothing would work */
+    c->root = chain_root(ctx, in);
     struct seg_text t = {PC_BUF_INIT, PC_BUF_INIT};
     size_t bytes = 0;
     if (in->endpoint == API_COMPLETIONS) {
         content_text(api_member(in->body, "prompt"), &t.body);
-        add_segment(c, CHAIN_SEG_PROMPT, 0, &t, &bytes);
+        add_segment(ctx, c, CHAIN_SEG_PROMPT, 0, &t, &bytes);
     } else {
-        conversation(in, c, &t, &bytes);
+        conversation(ctx, in, c, &t, &bytes);
     }
+    EVP_MD_CTX_free(ctx);
     for (size_t s = 0;
          s < c->nseg && c->seg[s].kind != CHAIN_SEG_MESSAGE && c->seg[s].kind != CHAIN_SEG_PROMPT;
          s++)

@@ -216,7 +216,7 @@ static const struct conf_key conf_keys[] = {
     {.name = "prefix-balance-rel", .type = CONF_DOUBLE, FIELD(prefix_balance_rel), .def = "1.5",
      .dmin = 1, .dmax = 1000, .arg = "RATIO",
      .help = "Relative load bound of prefix routing (see prefix-balance-abs)."},
-    {.name = "prefix-min-match", .type = CONF_DOUBLE, FIELD(prefix_min_match), .def = "0.5",
+    {.name = "prefix-min-match", .type = CONF_DOUBLE, FIELD(prefix_min_match), .def = "0.2",
      .dmin = 0, .dmax = 1, .arg = "SHARE",
      .help = "Share of a prompt, from 0 to 1, that the longest match must cover for prefix "
              "routing to follow it. A request that shares less with every replica (a new "

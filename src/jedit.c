@@ -8,9 +8,14 @@
 
 #include <string.h>
 
+/*
+ * White space as cJSON skips it (any byte up to 0x20 but NUL), so that text
+ * the proxy's parser accepted is followed the same way; JSON's own four are
+ * among them.
+ */
 static bool is_ws(char c)
 {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+    return c != '\0' && (unsigned char)c <= 0x20;
 }
 
 static size_t skip_ws(const char *t, size_t len, size_t p)
@@ -20,18 +25,23 @@ static size_t skip_ws(const char *t, size_t len, size_t p)
     return p;
 }
 
-/* t[p] is '"': the offset just past the closing quote, or 0. */
+/*
+ * t[p] is '"': the offset just past the closing quote, or 0. A quote closes
+ * the string unless an odd number of backslashes precedes it; memchr finds
+ * the candidates, so long strings (prompts) cost little.
+ */
 static size_t string_end(const char *t, size_t len, size_t p)
 {
-    for (p++; p < len; p++) {
-        if (t[p] == '\\') {
-            p++;
-            continue;
-        }
-        if (t[p] == '"')
-            return p + 1;
-        if ((unsigned char)t[p] < 0x20)
+    for (size_t q = p + 1; q < len;) {
+        const char *quote = memchr(t + q, '"', len - q);
+        if (quote == NULL)
             return 0;
+        size_t at = (size_t)(quote - t), bs = 0;
+        while (at - bs > p + 1 && t[at - bs - 1] == '\\')
+            bs++;
+        if (bs % 2 == 0)
+            return at + 1;
+        q = at + 1;
     }
     return 0;
 }
@@ -247,18 +257,28 @@ bool jedit_next(const char *text, const struct jspan *c, size_t *cursor, struct 
     if (!jedit_value(text, len, p, elem))
         return false;
     p = skip_ws(text, len, elem->end);
-    if (p < len && text[p] == ',')
-        p++;
-    *cursor = p;
+    if (p < len && text[p] != ',')
+        return false; /* two values without a comma between them: not JSON */
+    *cursor = p < len ? p + 1 : p;
     return true;
+}
+
+/* Count the members or elements of c; false if they cannot all be followed. */
+static bool count_all(const char *text, const struct jspan *c, size_t *n)
+{
+    size_t cursor = 0;
+    struct jspan nm, el;
+    *n = 0;
+    while (jedit_next(text, c, &cursor, &nm, &el))
+        (*n)++;
+    size_t close = c->end - 1;
+    return skip_ws(text, close, cursor == 0 ? c->start + 1 : cursor) == close;
 }
 
 size_t jedit_count(const char *text, const struct jspan *c)
 {
-    size_t cursor = 0, n = 0;
-    struct jspan nm, el;
-    while (jedit_next(text, c, &cursor, &nm, &el))
-        n++;
+    size_t n;
+    count_all(text, c, &n);
     return n;
 }
 
@@ -303,17 +323,54 @@ void jedit_replace(struct jedit *e, const struct jspan *span, const char *s, siz
     add_op(e, span->start, span->end - span->start, s, n);
 }
 
-void jedit_add_member(struct jedit *e, const char *text, const struct jspan *obj, const char *key,
-                      const char *value_json)
+void jedit_add_member_counted(struct jedit *e, const struct jspan *obj, size_t members,
+                              const char *key, const char *value_json)
 {
     struct pc_buf b = PC_BUF_INIT;
-    if (jedit_count(text, obj) > 0)
+    /* Members added before, in this same list, also need the comma. */
+    bool added = false;
+    for (size_t i = 0; i < e->n && !added; i++)
+        added = e->v[i].at == obj->end - 1 && e->v[i].del == 0 && e->v[i].ins_len > 0;
+    if (members > 0 || added)
         pc_buf_append_char(&b, ',');
     pc_buf_json_str(&b, key, strlen(key));
     pc_buf_append_char(&b, ':');
     pc_buf_append_str(&b, value_json);
     jedit_insert(e, obj->end - 1, b.data, b.len);
     pc_buf_free(&b);
+}
+
+void jedit_add_member(struct jedit *e, const char *text, const struct jspan *obj, const char *key,
+                      const char *value_json)
+{
+    size_t n;
+    if (!jedit_is_object(text, obj) || !count_all(text, obj, &n))
+        return; /* not text we can follow: better no hint than a broken body */
+    jedit_add_member_counted(e, obj, n, key, value_json);
+}
+
+bool jedit_members(const char *text, const struct jspan *obj, struct jspan *names,
+                   struct jspan *vals, size_t max, size_t *n)
+{
+    size_t cursor = 0;
+    struct jspan nm, el;
+    *n = 0;
+    if (!jedit_is_object(text, obj))
+        return false;
+    while (jedit_next(text, obj, &cursor, &nm, &el)) {
+        if (*n == max)
+            return false;
+        names[*n] = nm;
+        vals[*n] = el;
+        (*n)++;
+    }
+    size_t close = obj->end - 1;
+    return skip_ws(text, close, cursor == 0 ? obj->start + 1 : cursor) == close;
+}
+
+bool jedit_name_is(const char *text, const struct jspan *name, const char *key)
+{
+    return jedit_is_string(text, name) && name->end - name->start >= 2 && name_is(text, name, key);
 }
 
 void jedit_remove_member(struct jedit *e, const char *text, const struct jspan *obj,
@@ -352,11 +409,13 @@ void jedit_apply(const struct jedit *e, const char *text, size_t len, struct pc_
     size_t p = 0;
     for (size_t i = 0; i < e->n; i++) {
         const struct jedit_op *op = ord[i];
+        /* Overlapping splices (a caller's mistake) never remove a byte twice. */
         size_t at = PC_MIN(PC_MAX(op->at, p), len);
+        size_t end = PC_MIN(PC_MAX(op->at + op->del, at), len);
         pc_buf_append(out, text + p, at - p);
         if (op->ins_len > 0)
             pc_buf_append(out, op->ins, op->ins_len);
-        p = PC_MIN(at + op->del, len);
+        p = end;
     }
     pc_buf_append(out, text + p, len - p);
     free(ord);

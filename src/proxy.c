@@ -490,9 +490,10 @@ static void compute_keys(struct preq *r)
 }
 
 /*
- * What prefix reuse needs: the prompt's chain (rooted at the credential, or
- * shared when tenants share KV state), the session key the client named,
- * and whether a stream should ask upstream for usage on the client's behalf.
+ * What prefix reuse needs, for a call that goes upstream: the prompt's chain
+ * (rooted at the credential, or shared when tenants share KV state), the
+ * session key the client named, and whether a stream should ask upstream for
+ * usage on the client's behalf.
  */
 static void compute_prefix(struct preq *r)
 {
@@ -584,6 +585,8 @@ static void preq_fetch(struct preq *r, bool shared, bool store)
         stats_incr(&w->stats, STAT_coalesced);
         return;
     }
+    if (r->ep != API_NONE)
+        compute_prefix(r); /* only for calls that go upstream: hits never pay for it */
     struct xfer_header hdrs[MAX_FWD_HEADERS];
     size_t nh = client_headers(r, hdrs, MAX_FWD_HEADERS);
     size_t blen = 0;
@@ -944,7 +947,6 @@ static void preq_recv_api(struct preq *r)
     r->include_usage = api_stream_include_usage(r->ep, r->body);
     compute_tenant(r);
     compute_keys(r);
-    compute_prefix(r);
     preq_route_cacheable(r);
 }
 

@@ -1643,8 +1643,12 @@ static void filter_event(const char *ev, size_t len, struct pc_buf *out)
     if (jedit_is_object(ev, &usage) && jedit_member(ev, &root, "choices", NULL, &choices) &&
         jedit_is_array(ev, &choices) && jedit_count(ev, &choices) == 0)
         return; /* the usage-only chunk */
-    if (!jedit_is_null(ev, &usage)) {
-        pc_buf_append(out, ev, len);
+    size_t cur = 0, named = 0;
+    struct jspan nm, val;
+    while (jedit_next(ev, &root, &cur, &nm, &val))
+        named += nm.end - nm.start == 7 && memcmp(ev + nm.start, "\"usage\"", 7) == 0;
+    if (!jedit_is_null(ev, &usage) || named != 1) {
+        pc_buf_append(out, ev, len); /* not ours, or duplicates: left as they came */
         return;
     }
     struct jedit e = JEDIT_INIT;

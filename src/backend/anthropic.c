@@ -198,13 +198,13 @@ static void anthropic_body_hints(const struct conf *c, const struct backend_in *
     struct msg_body m = {.b = b};
     struct jspan model;
     struct pc_buf name = PC_BUF_INIT;
-    if (jedit_member(b->text, &b->root, "cache_control", NULL, NULL))
+    if (backend_body_member(b, "cache_control", NULL, NULL))
         return; /* the client asked for automatic caching: its choice */
-    m.has_tools = jedit_member(b->text, &b->root, "tools", NULL, &m.tools);
-    m.has_system = jedit_member(b->text, &b->root, "system", NULL, &m.system);
-    m.has_messages = jedit_member(b->text, &b->root, "messages", NULL, &m.messages);
+    m.has_tools = backend_body_member(b, "tools", NULL, &m.tools);
+    m.has_system = backend_body_member(b, "system", NULL, &m.system);
+    m.has_messages = backend_body_member(b, "messages", NULL, &m.messages);
     int budget = PC_MIN(HINT_MARKS, BACKEND_MAX_BREAKPOINTS - client_marks(&m));
-    if (jedit_member(b->text, &b->root, "model", NULL, &model))
+    if (backend_body_member(b, "model", NULL, &model))
         jedit_string(b->text, &model, &name);
     int64_t min_tokens = backend_anthropic_min_tokens(pc_buf_cstr(&name));
     pc_buf_free(&name);

@@ -42,6 +42,10 @@ static void test_values(void)
     T_CHECK(!jedit_value("{\"a\":[1,2}", 9, 0, &v));
     T_CHECK(!jedit_value("\"abc", 4, 0, &v));
     T_CHECK(!jedit_value("   ", 3, 0, &v));
+    /* Members without a comma between them are not followed past the first. */
+    const char *bad = "{\"a\":1 \"usage\":null}";
+    struct jspan b = root_of(bad);
+    T_CHECK(!jedit_member(bad, &b, "usage", NULL, &v));
 }
 
 static void test_member_names(void)
@@ -105,7 +109,8 @@ static void test_add_member(void)
     const char *empty = "{ }";
     root = root_of(empty);
     jedit_add_member(&e, empty, &root, "a", "true");
-    T_CHECK_STR(applied(empty, &e), "{ \"a\":true}");
+    jedit_add_member(&e, empty, &root, "b", "null");
+    T_CHECK_STR(applied(empty, &e), "{ \"a\":true,\"b\":null}");
 }
 
 static void test_remove_member(void)
