@@ -360,7 +360,7 @@ static void test_prefix_min_match(void)
     struct pc_buf j = PC_BUF_INIT;
     pc_buf_printf(&j,
                   "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
-                  "\"preamble turn 0 %02000d\"},{\"role\":\"user\",\"content\":\"%05000d\"}]}",
+                  "\"preamble turn 0 %02000d\"},{\"role\":\"user\",\"content\":\"%012000d\"}]}",
                   0, 1);
     cJSON *body = cJSON_Parse(pc_buf_cstr(&j));
     struct chain_input in = {API_CHAT, body, NULL};
