@@ -7,21 +7,19 @@
  *
  *   chain link hash ─▶ entry {tokens of the link, per replica: last use}
  *
- * Each replica's KV cache is modelled as an LRU of links with a capacity in
- * tokens: recording a chain on a replica stamps its links with the time (the
- * deeper a link, the older its stamp within one record, so a replica's
- * prompt tails go first, as in an engine that frees the blocks of a finished
- * request tail first), and when a replica's links add up to more than its
- * capacity, its oldest links are dropped down to just below it.
+ * Each replica's KV cache is modelled as an exact LRU of links with a
+ * capacity in tokens: recording a chain on a replica makes its links the
+ * most recently used (the deeper a link, the older its stamp within one
+ * record, so a replica's prompt tails go first, as in an engine that frees
+ * the blocks of a finished request tail first), and while a replica's links
+ * add up to more than its capacity, its least recently used link is dropped.
  *
  * Stamps are wall-clock milliseconds (times 4096, plus 4095 minus the depth)
- * so that records of other instances compare with ours.
+ * so that records of other instances compare with ours; one from elsewhere
+ * that is older than the newest links takes its place a little behind them.
  *
- * Thread safety: the table is split into shards, each with its own mutex
- * held for a few lookups; a match or record takes them one link at a time,
- * never two at once, and there is no global lock. Eviction runs on the
- * recording thread, one replica at a time (a busy replica's eviction is
- * skipped, not waited for).
+ * Thread safety: each replica's LRU has its own mutex, held for one match or
+ * one record of one chain; there is no global lock and no scan of the table.
  */
 #ifndef PC_PINDEX_H
 #define PC_PINDEX_H
@@ -69,9 +67,9 @@ void pindex_apply(struct pindex *px, size_t rep, const uint64_t *h, const uint32
 
 size_t pindex_replicas(const struct pindex *px);
 int64_t pindex_capacity(const struct pindex *px, size_t rep);
-/* Tokens of the links replica rep holds, and all entries in the table. */
+/* Tokens of the links replica rep holds; links held, summed over the replicas. */
 int64_t pindex_held(const struct pindex *px, size_t rep);
-size_t pindex_entries(const struct pindex *px);
+size_t pindex_entries(const struct pindex *px); /* links held, summed over replicas */
 
 /*
  * Bytes of prompt per token for a model, calibrated from the usage upstream

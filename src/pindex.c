@@ -1,16 +1,21 @@
 /*
- * pindex.c - the prefix index (see pc_pindex.h). Owns the sharded table of
- * link entries, each replica's count of held tokens, and the per-model
- * bytes-per-token calibration.
+ * pindex.c - the prefix index (see pc_pindex.h). Owns, per replica, an LRU
+ * of the links that replica holds (a hash table of node indices over a node
+ * array, the nodes in a doubly linked list from most to least recently
+ * used), its count of held tokens, and the per-model bytes-per-token
+ * calibration.
  *
- *   shard = h % NSHARDS; each shard an open-addressing table (linear probing,
- *   backward-shift deletion) of parallel arrays:
- *     key[slot]  tokens[slot]  mask[slot] (replicas holding it)
- *     stamp[slot * nrep + rep] (last use on rep)
+ *   replica r:  slots[] ─▶ nodes[i] {h, stamp, tokens, prev, next}
+ *               head (newest) ◀──▶ ... ◀──▶ tail (oldest)
  *
- *   record(rep, chain) ─▶ per link: insert/stamp, held[rep] += new tokens
- *                      ─▶ held[rep] > capacity ─▶ evict(rep): collect rep's
- *                         (stamp, key), oldest first, unset until below
+ *   record(r, chain) ─▶ lock r ─▶ links from deepest to first: insert or
+ *                       move to the head (so the first link ends newest)
+ *                    ─▶ while held > capacity: drop the tail ─▶ unlock
+ *   match(chain)     ─▶ per replica: lock, follow leading links, unlock
+ *
+ * Each replica has its own mutex, held for one record or one match of one
+ * chain (microseconds): there is no global lock, and eviction is exact LRU
+ * at the cost of one node per link, with no scan of the table.
  */
 #include "pc_pindex.h"
 #include "pc_util.h"
@@ -19,23 +24,38 @@
 #include <pthread.h>
 #include <string.h>
 
-#define PINDEX_MAGIC  0x50494458u /* "PIDX" */
-#define NSHARDS       64
-#define SHARD_INITIAL 64
-#define CPT_SLOTS     64
-#define CPT_DEFAULT   4.0
-#define CPT_MIN       1.0
-#define CPT_MAX       16.0
-#define CPT_WEIGHT    0.2 /* weight of a new observation in the running average */
+#define PINDEX_MAGIC 0x50494458u /* "PIDX" */
+#define NIL          UINT32_MAX
+#define SLOTS_MIN    64
+#define NODES_MIN    32
+#define APPLY_WALK   64 /* nodes an out-of-order stamp may be walked back from the head */
+#define CPT_SLOTS    64
+#define CPT_DEFAULT  4.0
+#define CPT_MIN      1.0
+#define CPT_MAX      16.0
+#define CPT_WEIGHT   0.2 /* weight of a new observation in the running average */
 
-struct shard {
+struct lnode {
+    uint64_t h;
+    int64_t stamp;
+    uint32_t tokens;
+    uint32_t prev; /* towards the head (newer); NIL at the head */
+    uint32_t next; /* towards the tail (older); NIL at the tail; the free list too */
+};
+
+/* One replica's LRU of links. Everything under mu. */
+struct lru {
     pthread_mutex_t mu;
-    size_t cap; /* power of two */
-    size_t n;
-    uint64_t *key; /* 0: empty */
-    uint32_t *tokens;
-    uint64_t *mask;
-    int64_t *stamp; /* cap x nrep; 0: not held */
+    struct lnode *nodes;
+    uint32_t nodes_cap;
+    uint32_t nodes_used; /* high-water mark; below it, free nodes are on the free list */
+    uint32_t free_head;
+    uint32_t *slots; /* node index + 1; 0: empty */
+    size_t nslots;   /* power of two */
+    size_t count;    /* links held (atomic for readers) */
+    uint32_t head, tail;
+    int64_t held; /* tokens (atomic for readers) */
+    int64_t capacity;
 };
 
 struct cpt_slot {
@@ -46,43 +66,165 @@ struct cpt_slot {
 struct pindex {
     unsigned magic;
     size_t nrep;
-    int64_t capacity[PINDEX_MAX_REPLICAS];
-    int64_t held[PINDEX_MAX_REPLICAS]; /* atomic */
-    int evicting[PINDEX_MAX_REPLICAS]; /* atomic flag */
+    struct lru reps[PINDEX_MAX_REPLICAS];
     pindex_sink_fn *sink;
     void *sink_arg;
-    struct shard shards[NSHARDS];
     struct cpt_slot cpt[CPT_SLOTS];
 };
 
-/* An entry to evict: where it was seen and how old. */
-struct victim {
-    int64_t stamp;
-    uint64_t key;
-};
+/* ---- one replica's table and list (caller holds its mutex) ----------------------- */
 
-static struct shard *shard_of(struct pindex *px, uint64_t h)
+static size_t slot_home(const struct lru *l, uint64_t h)
 {
-    return &px->shards[(h >> 58) % NSHARDS]; /* top bits: the slot index uses the low ones */
+    return (size_t)((h * UINT64_C(0x9e3779b97f4a7c15)) >> 20) & (l->nslots - 1);
 }
 
-static void shard_alloc(struct shard *s, size_t cap, size_t nrep)
+/* The slot holding link h, or SIZE_MAX. */
+static size_t slot_find(const struct lru *l, uint64_t h)
 {
-    s->cap = cap;
-    s->n = 0;
-    s->key = pc_calloc(cap, sizeof(*s->key));
-    s->tokens = pc_calloc(cap, sizeof(*s->tokens));
-    s->mask = pc_calloc(cap, sizeof(*s->mask));
-    s->stamp = pc_calloc(cap * nrep, sizeof(*s->stamp));
+    for (size_t i = slot_home(l, h);; i = (i + 1) & (l->nslots - 1)) {
+        if (l->slots[i] == 0)
+            return SIZE_MAX;
+        if (l->nodes[l->slots[i] - 1].h == h)
+            return i;
+    }
 }
 
-static void shard_release(struct shard *s)
+static void slots_put(struct lru *l, uint32_t idx)
 {
-    free(s->key);
-    free(s->tokens);
-    free(s->mask);
-    free(s->stamp);
+    size_t i = slot_home(l, l->nodes[idx].h);
+    while (l->slots[i] != 0)
+        i = (i + 1) & (l->nslots - 1);
+    l->slots[i] = idx + 1;
 }
+
+static void slots_grow(struct lru *l)
+{
+    uint32_t *old = l->slots;
+    size_t n = l->nslots;
+    l->nslots = n ? 2 * n : SLOTS_MIN;
+    l->slots = pc_calloc(l->nslots, sizeof(*l->slots));
+    for (size_t i = 0; i < n; i++)
+        if (old[i] != 0)
+            slots_put(l, old[i] - 1);
+    free(old);
+}
+
+/* Backward-shift deletion: later members of the probe run move into the gap. */
+static void slots_delete(struct lru *l, size_t i)
+{
+    size_t gap = i;
+    for (size_t j = (i + 1) & (l->nslots - 1); l->slots[j] != 0; j = (j + 1) & (l->nslots - 1)) {
+        size_t home = slot_home(l, l->nodes[l->slots[j] - 1].h);
+        bool in_range = gap < j ? (home > gap && home <= j) : (home > gap || home <= j);
+        if (in_range)
+            continue;
+        l->slots[gap] = l->slots[j];
+        gap = j;
+    }
+    l->slots[gap] = 0;
+}
+
+static void list_unlink(struct lru *l, uint32_t idx)
+{
+    struct lnode *n = &l->nodes[idx];
+    if (n->prev != NIL)
+        l->nodes[n->prev].next = n->next;
+    else
+        l->head = n->next;
+    if (n->next != NIL)
+        l->nodes[n->next].prev = n->prev;
+    else
+        l->tail = n->prev;
+    n->prev = n->next = NIL;
+}
+
+/* Link idx in just after node at (NIL: at the head). */
+static void list_insert_after(struct lru *l, uint32_t at, uint32_t idx)
+{
+    struct lnode *n = &l->nodes[idx];
+    n->prev = at;
+    n->next = at == NIL ? l->head : l->nodes[at].next;
+    if (n->next != NIL)
+        l->nodes[n->next].prev = idx;
+    else
+        l->tail = idx;
+    if (at != NIL)
+        l->nodes[at].next = idx;
+    else
+        l->head = idx;
+}
+
+/*
+ * Where a node stamped st belongs: after the last of the first APPLY_WALK
+ * nodes that are newer (NIL: the head). Local records are the newest, so
+ * they go to the head at once; a record from elsewhere may be a little older.
+ */
+static uint32_t place_for(const struct lru *l, int64_t st)
+{
+    uint32_t at = NIL;
+    uint32_t k = l->head;
+    for (int steps = 0; k != NIL && steps < APPLY_WALK && l->nodes[k].stamp > st; steps++) {
+        at = k;
+        k = l->nodes[k].next;
+    }
+    return at;
+}
+
+static uint32_t node_new(struct lru *l, uint64_t h, uint32_t tokens)
+{
+    uint32_t idx;
+    if (l->free_head != NIL) {
+        idx = l->free_head;
+        l->free_head = l->nodes[idx].next;
+    } else {
+        if (l->nodes_used == l->nodes_cap) {
+            l->nodes_cap = l->nodes_cap ? 2 * l->nodes_cap : NODES_MIN;
+            l->nodes = pc_realloc(l->nodes, l->nodes_cap * sizeof(*l->nodes));
+        }
+        idx = l->nodes_used++;
+    }
+    l->nodes[idx] = (struct lnode){h, 0, tokens, NIL, NIL};
+    if ((l->count + 1) * 10 > l->nslots * 7)
+        slots_grow(l);
+    slots_put(l, idx);
+    __atomic_store_n(&l->count, l->count + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->held, l->held + tokens, __ATOMIC_RELAXED);
+    return idx;
+}
+
+/* Drop the least recently used link. */
+static void evict_tail(struct lru *l)
+{
+    uint32_t idx = l->tail;
+    size_t slot = slot_find(l, l->nodes[idx].h);
+    if (slot != SIZE_MAX)
+        slots_delete(l, slot);
+    list_unlink(l, idx);
+    __atomic_store_n(&l->count, l->count - 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->held, l->held - l->nodes[idx].tokens, __ATOMIC_RELAXED);
+    l->nodes[idx].next = l->free_head;
+    l->free_head = idx;
+}
+
+/* Hold link h stamped st: new, or moved to where st puts it if st is newer. */
+static void hold(struct lru *l, uint64_t h, uint32_t tokens, int64_t st)
+{
+    size_t slot = l->nslots ? slot_find(l, h) : SIZE_MAX;
+    uint32_t idx;
+    if (slot == SIZE_MAX) {
+        idx = node_new(l, h, tokens);
+    } else {
+        idx = l->slots[slot] - 1;
+        if (st <= l->nodes[idx].stamp)
+            return; /* already used since */
+        list_unlink(l, idx);
+    }
+    l->nodes[idx].stamp = st;
+    list_insert_after(l, place_for(l, st), idx);
+}
+
+/* ---- lifecycle ------------------------------------------------------------------- */
 
 struct pindex *pindex_create(size_t nrep, const int64_t *capacity)
 {
@@ -91,11 +233,12 @@ struct pindex *pindex_create(size_t nrep, const int64_t *capacity)
     struct pindex *px = pc_calloc(1, sizeof(*px));
     px->magic = PINDEX_MAGIC;
     px->nrep = nrep;
-    for (size_t i = 0; i < nrep; i++)
-        px->capacity[i] = capacity[i] > 0 ? capacity[i] : 1;
-    for (size_t i = 0; i < NSHARDS; i++) {
-        pthread_mutex_init(&px->shards[i].mu, NULL);
-        shard_alloc(&px->shards[i], SHARD_INITIAL, nrep);
+    for (size_t i = 0; i < nrep; i++) {
+        struct lru *l = &px->reps[i];
+        pthread_mutex_init(&l->mu, NULL);
+        l->capacity = capacity[i] > 0 ? capacity[i] : 1;
+        l->head = l->tail = l->free_head = NIL;
+        slots_grow(l);
     }
     return px;
 }
@@ -106,9 +249,10 @@ void pindex_destroy(struct pindex **pp)
     if (px == NULL)
         return;
     *pp = NULL;
-    for (size_t i = 0; i < NSHARDS; i++) {
-        shard_release(&px->shards[i]);
-        pthread_mutex_destroy(&px->shards[i].mu);
+    for (size_t i = 0; i < px->nrep; i++) {
+        free(px->reps[i].nodes);
+        free(px->reps[i].slots);
+        pthread_mutex_destroy(&px->reps[i].mu);
     }
     px->magic = 0;
     free(px);
@@ -127,213 +271,50 @@ size_t pindex_replicas(const struct pindex *px)
 
 int64_t pindex_capacity(const struct pindex *px, size_t rep)
 {
-    return rep < px->nrep ? px->capacity[rep] : 0;
+    return rep < px->nrep ? px->reps[rep].capacity : 0;
 }
 
 int64_t pindex_held(const struct pindex *px, size_t rep)
 {
-    return rep < px->nrep ? __atomic_load_n(&px->held[rep], __ATOMIC_RELAXED) : 0;
+    return rep < px->nrep ? __atomic_load_n(&px->reps[rep].held, __ATOMIC_RELAXED) : 0;
 }
 
 size_t pindex_entries(const struct pindex *px)
 {
     size_t n = 0;
-    for (size_t i = 0; i < NSHARDS; i++)
-        n += __atomic_load_n(&px->shards[i].n, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < px->nrep; i++)
+        n += __atomic_load_n(&px->reps[i].count, __ATOMIC_RELAXED);
     return n;
 }
 
-/* ---- one shard's table (caller holds its mutex) ------------------------------ */
+/* ---- match and record ----------------------------------------------------------- */
 
-static size_t slot_home(const struct shard *s, uint64_t h)
+/* Leading links of h[0..n) replica l holds, and of those, used since fresh_stamp. */
+static void match_one(struct lru *l, const uint64_t *h, size_t n, int64_t fresh_stamp,
+                      uint32_t *links, uint32_t *fresh)
 {
-    return (size_t)(h * UINT64_C(0x9e3779b97f4a7c15) >> 20) & (s->cap - 1);
-}
-
-/* The slot holding h, or SIZE_MAX. */
-static size_t slot_find(const struct shard *s, uint64_t h)
-{
-    for (size_t i = slot_home(s, h);; i = (i + 1) & (s->cap - 1)) {
-        if (s->key[i] == h)
-            return i;
-        if (s->key[i] == 0)
-            return SIZE_MAX;
+    size_t i = 0, f = SIZE_MAX;
+    pthread_mutex_lock(&l->mu);
+    for (; i < n; i++) {
+        size_t slot = slot_find(l, h[i]);
+        if (slot == SIZE_MAX)
+            break;
+        if (f == SIZE_MAX && l->nodes[l->slots[slot] - 1].stamp < fresh_stamp)
+            f = i;
     }
+    pthread_mutex_unlock(&l->mu);
+    *links = (uint32_t)i;
+    *fresh = fresh_stamp > 0 ? (uint32_t)PC_MIN(i, f) : 0;
 }
-
-static void slot_move(struct shard *s, size_t to, size_t from, size_t nrep)
-{
-    s->key[to] = s->key[from];
-    s->tokens[to] = s->tokens[from];
-    s->mask[to] = s->mask[from];
-    memcpy(&s->stamp[to * nrep], &s->stamp[from * nrep], nrep * sizeof(*s->stamp));
-}
-
-static void slot_clear(struct shard *s, size_t i, size_t nrep)
-{
-    s->key[i] = 0;
-    s->tokens[i] = 0;
-    s->mask[i] = 0;
-    memset(&s->stamp[i * nrep], 0, nrep * sizeof(*s->stamp));
-}
-
-static void shard_grow(struct shard *s, size_t nrep);
-
-/* The slot of h, inserted empty if absent. */
-static size_t slot_get(struct shard *s, uint64_t h, uint32_t tokens, size_t nrep)
-{
-    size_t i = slot_find(s, h);
-    if (i != SIZE_MAX)
-        return i;
-    if ((s->n + 1) * 10 > s->cap * 7)
-        shard_grow(s, nrep);
-    for (i = slot_home(s, h); s->key[i] != 0; i = (i + 1) & (s->cap - 1))
-        ;
-    s->key[i] = h;
-    s->tokens[i] = tokens;
-    s->mask[i] = 0;
-    __atomic_store_n(&s->n, s->n + 1, __ATOMIC_RELAXED);
-    return i;
-}
-
-static void shard_grow(struct shard *s, size_t nrep)
-{
-    struct shard old = *s;
-    shard_alloc(s, old.cap * 2, nrep);
-    for (size_t i = 0; i < old.cap; i++) {
-        if (old.key[i] == 0)
-            continue;
-        size_t j = slot_home(s, old.key[i]);
-        while (s->key[j] != 0)
-            j = (j + 1) & (s->cap - 1);
-        s->key[j] = old.key[i];
-        s->tokens[j] = old.tokens[i];
-        s->mask[j] = old.mask[i];
-        memcpy(&s->stamp[j * nrep], &old.stamp[i * nrep], nrep * sizeof(*s->stamp));
-        s->n++;
-    }
-    shard_release(&old);
-}
-
-/* Backward-shift deletion: later members of the probe run move into the gap. */
-static void slot_delete(struct shard *s, size_t i, size_t nrep)
-{
-    size_t gap = i;
-    for (size_t j = (i + 1) & (s->cap - 1); s->key[j] != 0; j = (j + 1) & (s->cap - 1)) {
-        size_t home = slot_home(s, s->key[j]);
-        /* j may fill the gap if its home is not in the cyclic range (gap, j]. */
-        bool in_range = gap < j ? (home > gap && home <= j) : (home > gap || home <= j);
-        if (in_range)
-            continue;
-        slot_move(s, gap, j, nrep);
-        gap = j;
-    }
-    slot_clear(s, gap, nrep);
-    __atomic_store_n(&s->n, s->n - 1, __ATOMIC_RELAXED);
-}
-
-/* ---- match ------------------------------------------------------------------- */
 
 void pindex_match(struct pindex *px, const uint64_t *h, size_t n, int64_t fresh_since_ms,
                   struct pindex_match *m)
 {
     PC_CHECK_OBJ(px, PINDEX_MAGIC);
     memset(m, 0, sizeof(*m));
-    uint64_t all = px->nrep == 64 ? UINT64_MAX : (UINT64_C(1) << px->nrep) - 1;
-    uint64_t cand = all, fresh = fresh_since_ms > 0 ? all : 0;
-    int64_t fresh_stamp = fresh_since_ms * PINDEX_DEPTH_STEPS;
-    size_t i = 0;
-    for (; i < n && cand != 0; i++) {
-        struct shard *s = shard_of(px, h[i]);
-        uint64_t held = 0, recent = 0;
-        pthread_mutex_lock(&s->mu);
-        size_t slot = slot_find(s, h[i]);
-        if (slot != SIZE_MAX) {
-            held = s->mask[slot];
-            for (size_t r = 0; r < px->nrep; r++)
-                if ((fresh >> r & 1) && s->stamp[slot * px->nrep + r] >= fresh_stamp)
-                    recent |= UINT64_C(1) << r;
-        }
-        pthread_mutex_unlock(&s->mu);
-        for (size_t r = 0; r < px->nrep; r++) {
-            if ((cand >> r & 1) && !(held >> r & 1))
-                m->links[r] = (uint32_t)i;
-            if ((fresh >> r & 1) && !(recent >> r & 1))
-                m->fresh[r] = (uint32_t)i;
-        }
-        cand &= held;
-        fresh &= recent & held;
-    }
-    for (size_t r = 0; r < px->nrep; r++) {
-        if (cand >> r & 1)
-            m->links[r] = (uint32_t)i;
-        if (fresh >> r & 1)
-            m->fresh[r] = (uint32_t)i;
-    }
-}
-
-/* ---- record and evict -------------------------------------------------------- */
-
-static int victim_cmp(const void *a, const void *b)
-{
-    const struct victim *x = a, *y = b;
-    return x->stamp < y->stamp ? -1 : x->stamp > y->stamp;
-}
-
-/* Every link rep holds, oldest first (*n set; caller frees). */
-static struct victim *collect(struct pindex *px, size_t rep, size_t *n)
-{
-    size_t cap = 256, k = 0;
-    struct victim *v = pc_malloc(cap * sizeof(*v));
-    for (size_t si = 0; si < NSHARDS; si++) {
-        struct shard *s = &px->shards[si];
-        pthread_mutex_lock(&s->mu);
-        for (size_t i = 0; i < s->cap; i++) {
-            if (s->key[i] == 0 || !(s->mask[i] >> rep & 1))
-                continue;
-            if (k == cap)
-                v = pc_realloc(v, (cap *= 2) * sizeof(*v));
-            v[k++] = (struct victim){s->stamp[i * px->nrep + rep], s->key[i]};
-        }
-        pthread_mutex_unlock(&s->mu);
-    }
-    qsort(v, k, sizeof(*v), victim_cmp);
-    *n = k;
-    return v;
-}
-
-/* Drop rep's hold on one link if it was not used since the stamp seen. */
-static void unhold(struct pindex *px, size_t rep, const struct victim *v)
-{
-    struct shard *s = shard_of(px, v->key);
-    pthread_mutex_lock(&s->mu);
-    size_t i = slot_find(s, v->key);
-    if (i != SIZE_MAX && (s->mask[i] >> rep & 1) && s->stamp[i * px->nrep + rep] == v->stamp) {
-        s->mask[i] &= ~(UINT64_C(1) << rep);
-        s->stamp[i * px->nrep + rep] = 0;
-        __atomic_fetch_sub(&px->held[rep], (int64_t)s->tokens[i], __ATOMIC_RELAXED);
-        if (s->mask[i] == 0)
-            slot_delete(s, i, px->nrep);
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-
-/*
- * Bring rep below its capacity: down to 1/64 under it, so that eviction,
- * which looks at every link of the replica, runs once per that many tokens
- * recorded rather than on every record.
- */
-static void evict(struct pindex *px, size_t rep)
-{
-    if (__atomic_exchange_n(&px->evicting[rep], 1, __ATOMIC_ACQUIRE))
-        return; /* another thread is at it */
-    int64_t target = px->capacity[rep] - px->capacity[rep] / 64;
-    size_t n = 0;
-    struct victim *v = collect(px, rep, &n);
-    for (size_t i = 0; i < n && __atomic_load_n(&px->held[rep], __ATOMIC_RELAXED) > target; i++)
-        unhold(px, rep, &v[i]);
-    free(v);
-    __atomic_store_n(&px->evicting[rep], 0, __ATOMIC_RELEASE);
+    int64_t fresh_stamp = fresh_since_ms > 0 ? fresh_since_ms * PINDEX_DEPTH_STEPS : 0;
+    for (size_t r = 0; r < px->nrep; r++)
+        match_one(&px->reps[r], h, n, fresh_stamp, &m->links[r], &m->fresh[r]);
 }
 
 static int64_t stamp_of(int64_t ms, size_t depth)
@@ -342,33 +323,21 @@ static int64_t stamp_of(int64_t ms, size_t depth)
            (int64_t)PC_MIN(depth, PINDEX_DEPTH_STEPS - 1);
 }
 
-/* Hold one link on rep with stamp st. */
-static void hold(struct pindex *px, size_t rep, uint64_t h, uint32_t tokens, int64_t st)
-{
-    struct shard *s = shard_of(px, h);
-    pthread_mutex_lock(&s->mu);
-    size_t i = slot_get(s, h, tokens, px->nrep);
-    if (!(s->mask[i] >> rep & 1)) {
-        s->mask[i] |= UINT64_C(1) << rep;
-        __atomic_fetch_add(&px->held[rep], (int64_t)s->tokens[i], __ATOMIC_RELAXED);
-    }
-    int64_t *cur = &s->stamp[i * px->nrep + rep];
-    if (st > *cur)
-        *cur = st;
-    pthread_mutex_unlock(&s->mu);
-}
-
 void pindex_apply(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens,
                   size_t n, size_t depth0, int64_t ms)
 {
     PC_CHECK_OBJ(px, PINDEX_MAGIC);
     if (rep >= px->nrep)
         return;
-    for (size_t i = 0; i < n; i++)
+    struct lru *l = &px->reps[rep];
+    pthread_mutex_lock(&l->mu);
+    /* Deepest first, so that the first link ends up the newest. */
+    for (size_t i = n; i-- > 0;)
         if (h[i] != 0)
-            hold(px, rep, h[i], tokens[i], stamp_of(ms, depth0 + i));
-    if (__atomic_load_n(&px->held[rep], __ATOMIC_RELAXED) > px->capacity[rep])
-        evict(px, rep);
+            hold(l, h[i], tokens[i], stamp_of(ms, depth0 + i));
+    while (l->held > l->capacity && l->tail != NIL)
+        evict_tail(l);
+    pthread_mutex_unlock(&l->mu);
 }
 
 void pindex_record(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens,

@@ -223,6 +223,7 @@ static void sink(void *arg, size_t rep, const uint64_t *h, const uint32_t *token
                  int64_t ms)
 {
     struct psync *ps = arg;
+    PC_CHECK_OBJ(ps, PSYNC_MAGIC);
     pthread_mutex_lock(&ps->mu);
     bool full = ps->queued >= QUEUE_MAX || ps->stopping;
     pthread_mutex_unlock(&ps->mu);
@@ -382,6 +383,7 @@ static bool publish(struct psync *ps, struct conn *c, const struct rec *batch)
 static void *writer_main(void *arg)
 {
     struct psync *ps = arg;
+    PC_CHECK_OBJ(ps, PSYNC_MAGIC);
     struct conn c = {NULL, "writer", 0};
     struct rec *batch;
     while ((batch = take_batch(ps)) != NULL) {
@@ -546,6 +548,7 @@ static void reader_disconnect(struct psync *ps, struct conn *c)
 static void *reader_main(void *arg)
 {
     struct psync *ps = arg;
+    PC_CHECK_OBJ(ps, PSYNC_MAGIC);
     struct conn c = {NULL, "reader", 0};
     char id[64];
     while (!is_stopping(ps)) {

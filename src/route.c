@@ -628,7 +628,8 @@ void route_render_prometheus(const struct route *r, struct pc_buf *out)
     for (size_t i = 0; i < r->n; i++)
         pc_buf_printf(out, "promptcache_replica_up{upstream=\"%s\"} %d\n", r->reps[i].name,
                       is_down(&r->reps[i], now) ? 0 : 1);
-    prom_head(out, "prefix_index_entries", "gauge", "Links in the prefix index");
+    prom_head(out, "prefix_index_entries", "gauge",
+              "Links the prefix index holds, summed over the replicas");
     pc_buf_printf(out, "promptcache_prefix_index_entries %zu\n", pindex_entries(r->index));
 }
 
@@ -640,5 +641,6 @@ void route_render_doc(struct pc_buf *out)
 #undef ROUTE_DOC_ROW
     pc_buf_append_str(out, "| `replica_up{upstream}` | gauge | 1 unless the replica refused a "
                            "connection within upstream-fail-timeout |\n");
-    pc_buf_append_str(out, "| `prefix_index_entries` | gauge | Links in the prefix index |\n");
+    pc_buf_append_str(out, "| `prefix_index_entries` | gauge | Links the prefix index holds, "
+                           "summed over the replicas |\n");
 }
