@@ -40,7 +40,7 @@
 #define PSYNC_MAGIC     0x5053594eu /* "PSYN" */
 #define QUEUE_MAX       4096        /* records waiting; more are dropped (and counted) */
 #define BATCH_MAX       256         /* records per pipeline */
-#define STREAM_MAXLEN   "200000"    /* about that many records stay in the stream */
+#define STREAM_MAXLEN   "20000" /* records kept in the stream (a reader further behind restores) */
 #define READ_COUNT      "256"
 #define READ_BLOCK_MS   "1000"
 #define READ_PAUSE_MS   10 /* after entries came: let more gather (one XREAD for many) */
