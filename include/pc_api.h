@@ -36,6 +36,7 @@ struct api_usage {
     int64_t completion; /* OpenAI completion_tokens; Anthropic output_tokens */
     int64_t
         cached; /* OpenAI prompt_tokens_details.cached_tokens; Anthropic cache_read_input_tokens */
+    int64_t cache_write; /* Anthropic cache_creation_input_tokens (written at a premium) */
 };
 
 /*

@@ -7,11 +7,23 @@
  *   client request (method, target, headers, body)
  *        │ backend_prepare: drop hop-by-hop and proxy-only headers, the
  *        │                  client's credentials when upstream-key replaces
- *        ▼                  them, add the type's credential header
+ *        │                  them, add the type's credential header; then
+ *        │                  the hints (struct backend_hints):
+ *        │   stream_options.include_usage (OpenAI-style streams)
+ *        │   openai     prompt_cache_key
+ *        │   anthropic  cache_control breakpoints on prefixes seen lately
+ *        │   vllm       cache_salt, x-user-id, X-data-parallel-rank
+ *        │   sglang     cache_salt, x-smg-routing-key
+ *        ▼   any        prefix-routing-header
  *   struct backend_req (owns every string: survives the client request, so
  *        │              a call can be retried on another replica)
  *        ▼ backend_url(replica)
  *   xfer_req
+ *
+ * Body hints are spliced into the client's JSON text (pc_jedit.h): every
+ * other byte goes upstream as the client wrote it. A field or header the
+ * client set itself is never replaced. Hints are added after the cache key
+ * was computed, so they never change it.
  */
 #ifndef PC_BACKEND_H
 #define PC_BACKEND_H
@@ -20,11 +32,28 @@
 #include <stddef.h>
 
 #include "pc_api.h"
+#include "pc_jedit.h"
 #include "pc_upstream.h"
 #include "pc_util.h"
 
+struct chain;
 struct conf;
 struct route_replica;
+
+/* Anthropic's prompt cache lifetime: a prefix gets breakpoints if used within it. */
+#define BACKEND_ANTHROPIC_CACHE_MS (5 * 60 * 1000)
+#define BACKEND_MAX_BREAKPOINTS    4 /* cache_control blocks Anthropic accepts per request */
+
+/* What the hints are made of (all may be absent: then that hint is not added). */
+struct backend_hints {
+    bool enabled;                /* prefix-hints */
+    bool include_usage;          /* ask for stream_options.include_usage */
+    const struct chain *chain;   /* the request's prefix chain */
+    const unsigned char *tenant; /* PC_SHA256_LEN bytes, for cache_salt; NULL: no salt */
+    uint64_t routing_key;        /* the session's key, else the chain's prefix key; 0: none */
+    uint32_t fresh_links;        /* leading links used within BACKEND_ANTHROPIC_CACHE_MS */
+    double cpt;                  /* prompt bytes per token of the model */
+};
 
 #define BACKEND_MAX_HEADERS 130
 
@@ -36,7 +65,8 @@ struct backend_in {
     size_t nheaders;
     const char *body;
     size_t body_len;
-    enum api_endpoint endpoint; /* API_NONE: pass-through */
+    enum api_endpoint endpoint;        /* API_NONE: pass-through */
+    const struct backend_hints *hints; /* NULL: none */
 };
 
 /* The request to send upstream; owns its strings and body. */
@@ -49,10 +79,28 @@ struct backend_req {
     struct pc_buf body;
 };
 
+#define BACKEND_BODY_MEMBERS 64
+
+/* The client's body as the hint functions see it: scanned once. */
+struct backend_body {
+    const char *text;
+    size_t len;
+    struct jspan root;                        /* the top-level object */
+    struct jspan names[BACKEND_BODY_MEMBERS]; /* its members, in order */
+    struct jspan vals[BACKEND_BODY_MEMBERS];
+    size_t n;
+};
+
 struct backend_ops {
     const char *name; /* the upstream-type */
     /* Header that carries upstream-key (value built from key into out). */
     void (*credential)(const char *key, const char **name, struct pc_buf *value);
+    /* Body hints as splices into e (NULL: none). Called only with hints enabled. */
+    void (*body_hints)(const struct conf *c, const struct backend_in *in,
+                       const struct backend_body *b, struct jedit *e);
+    /* Header hints, added with backend_hint_header (NULL: none). */
+    void (*header_hints)(const struct conf *c, const struct backend_in *in,
+                         struct backend_req *out);
 };
 
 const struct backend_ops *backend_for(int upstream_type);
@@ -65,6 +113,22 @@ void backend_req_free(struct backend_req *r);
 void backend_url(const struct backend_req *r, const struct route_replica *rep, struct pc_buf *url);
 /* Whether a client request header carries a credential (Authorization, x-api-key, api-key). */
 bool backend_is_credential_header(const char *name);
+
+/* For the types' hint functions: add a header unless the client sent one of that name. */
+void backend_hint_header(struct backend_req *r, const struct backend_in *in, const char *name,
+                         const char *value);
+/* The routing key as text ("pc-" and 16 hex digits) into out[20]; false if there is none. */
+bool backend_routing_key(const struct backend_hints *h, char out[20]);
+/* cache_salt of a tenant: 32 hex digits into out[33]; false if there is no tenant. */
+bool backend_cache_salt(const struct backend_hints *h, char out[33]);
+/* The value (and name) of the top-level member key (the last of that name); false if none. */
+bool backend_body_member(const struct backend_body *b, const char *key, struct jspan *name,
+                         struct jspan *val);
+/* Add "key":value_json at the top level unless the client's body has key. */
+void backend_add_field(const struct backend_body *b, struct jedit *e, const char *key,
+                       const char *value_json);
+/* The least number of prompt tokens a cache breakpoint needs for an Anthropic model. */
+int64_t backend_anthropic_min_tokens(const char *model);
 
 /* The operations tables (src/backend/NAME.c). */
 extern const struct backend_ops backend_openai;

@@ -45,6 +45,7 @@ enum upstream_type {
 enum routing_kind {
     ROUTING_ROUND_ROBIN = 0,
     ROUTING_LEAST_LOADED,
+    ROUTING_PREFIX,
 };
 
 enum embedder_kind {
@@ -78,6 +79,20 @@ struct conf {
     double upstream_connect_timeout;
     int routing;                  /* enum routing_kind (== enum route_policy) */
     double upstream_fail_timeout; /* seconds a refusing replica is left out */
+    int upstream_dp_size;         /* data-parallel ranks per replica (X-data-parallel-rank) */
+
+    /* prefix reuse */
+    int64_t prefix_capacity;     /* KV tokens per replica; 0: from prefix-kv-* or the default */
+    char *prefix_kv_model;       /* model geometry for the capacity (kv-size table), or "" */
+    double prefix_kv_memory;     /* GiB of GPU memory for the KV cache per replica, or 0 */
+    int64_t prefix_balance_abs;  /* in-flight calls over the least loaded replica ... */
+    double prefix_balance_rel;   /* ... and times its load, before a match is overruled */
+    double prefix_min_match;     /* share of the prompt a match must cover to decide */
+    bool prefix_hints;           /* add the upstream type's KV-cache hints */
+    bool prefix_share_tenants;   /* tenants may share KV state (no cache_salt, one chain root) */
+    char *prefix_routing_header; /* extra request header carrying the routing key, or "" */
+    bool prefix_sync;            /* share the prefix index with other instances through Redis */
+    bool stream_usage;           /* ask OpenAI-style streams for usage, strip it if not asked */
 
     /* redis */
     char *redis;           /* redis://[:password@]host:port[/db] or unix:/path */

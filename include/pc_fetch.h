@@ -1,9 +1,11 @@
 /*
- * pc_fetch.h - the upstream call behind a flight: builds the upstream request
- * (pc_backend.h), picks a replica (pc_route.h; another one if it refuses the
- * connection), runs the xfer, feeds the flight (head, body, end), honours the flight's pause and
- * abort requests, and on a complete 2xx answer stores it in the cache and
- * accounts its usage. A fetch outlives the client request that started it
+ * pc_fetch.h - the upstream call behind a flight: picks a replica
+ * (pc_route.h, by the request's prefix chain; another one if it refuses the
+ * connection), builds the upstream request with its hints (pc_backend.h),
+ * runs the xfer, feeds the flight (head, body, end), honours the flight's
+ * pause and abort requests, and on a complete 2xx answer stores it in the
+ * cache and accounts its usage (per model and tenant, and per replica next to
+ * what the prefix index predicted). A fetch outlives the client request that started it
  * (others may be waiting on the flight); it frees itself when done.
  */
 #ifndef PC_FETCH_H
@@ -18,6 +20,7 @@
 #include "pc_entry.h"
 #include "pc_upstream.h"
 
+struct chain;
 struct flight;
 struct worker;
 
@@ -40,6 +43,12 @@ struct fetch_req {
     /* Whose usage it is (promptcache report); copied. May be NULL. */
     const char *model;
     const char *tenant_id;
+
+    /* Prefix reuse (pc_route.h, pc_backend.h); all copied. */
+    const struct chain *chain;      /* the prompt's prefix chain, or NULL */
+    const unsigned char *kv_tenant; /* PC_SHA256_LEN bytes for cache_salt; NULL: shared KV */
+    uint64_t session;               /* hash of the client's session key, 0 for none */
+    bool ask_usage;                 /* add stream_options.include_usage upstream */
 };
 
 /*

@@ -2,15 +2,34 @@
  * pc_route.h - the upstream replicas and the choice between them. One
  * struct route per process, shared by every worker: the replicas of the
  * `upstream` list, their load (calls in flight), their health (passive: a
- * replica that refused a connection is left alone for upstream-fail-timeout)
+ * replica that refused a connection is left alone for upstream-fail-timeout),
+ * the prefix index (pc_pindex.h: which replica holds which prompt prefix)
  * and their counters for /stats and /metrics.
  *
- * Policies (`routing`): round-robin, least-loaded. A pick never refuses:
- * when every replica is marked down, the one that failed longest ago is
- * tried again.
+ * Policies (`routing`): round-robin, least-loaded, prefix. A pick never
+ * refuses: when every replica is marked down, the one that failed longest
+ * ago is tried again.
+ *
+ * prefix: a request with a session key (x-session-id, x-user-id) goes to its
+ * session's replica (rendezvous hashing, so every proxy instance agrees
+ * without talking); otherwise to the replica whose cache holds the longest
+ * leading part of the request's prefix chain - unless that part is less
+ * than prefix-min-match of the prompt (a new conversation that shares only
+ * a preamble): then to the least loaded replica. Either choice is overruled
+ * when that replica is overloaded: more than prefix-balance-abs calls in
+ * flight beyond the least loaded replica AND more than prefix-balance-rel
+ * times its load; the call then goes to the best match among the others.
+ * Ties (equal matches; a prefix nobody holds) are broken by rendezvous
+ * hashing of the first link no replica matched, so new prefixes spread
+ * evenly and every instance breaks a tie the same way.
+ *
+ * Under every policy, a pick with a chain records the chain on the chosen
+ * replica at once (concurrent requests with the same prefix follow it) and
+ * counts the prefix tokens it was predicted to hold; route_usage later adds
+ * what the replica reported, so the index's accuracy shows in /stats.
  *
  * Thread safety: every function may be called from any worker; counters are
- * atomics, so the hot path takes no lock.
+ * atomics and the index is sharded, so the hot path takes no global lock.
  */
 #ifndef PC_ROUTE_H
 #define PC_ROUTE_H
@@ -21,12 +40,25 @@
 
 #include "pc_util.h"
 
+struct api_usage;
+struct chain;
 struct conf;
+struct pindex;
 struct route;
 
 #define ROUTE_MAX_REPLICAS 64
 
-enum route_policy { ROUTE_ROUND_ROBIN = 0, ROUTE_LEAST_LOADED, ROUTE__COUNT };
+enum route_policy { ROUTE_ROUND_ROBIN = 0, ROUTE_LEAST_LOADED, ROUTE_PREFIX, ROUTE__COUNT };
+
+/* Why a replica was picked (route_query.reason). */
+enum route_reason {
+    ROUTE_BY_POLICY = 0, /* round-robin / least-loaded, or no chain to match */
+    ROUTE_BY_PREFIX,     /* it holds the longest prefix (or ties on it) */
+    ROUTE_BY_LOAD,       /* no replica holds enough of the prompt: the least loaded */
+    ROUTE_BY_SESSION,    /* the session's replica */
+    ROUTE_BY_BALANCE,    /* the first choice was overloaded */
+    ROUTE_BY_HEALTH,     /* every candidate was down: the oldest failure */
+};
 
 /* How a call to a replica ended (route_end). */
 enum route_result {
@@ -43,9 +75,20 @@ struct route_replica {
     size_t index;
 };
 
-/* What a pick may take into account. */
+/* What a pick may take into account, and (out) what it found. */
 struct route_query {
-    uint64_t exclude; /* bit i set: do not pick replica i (already failed for this call) */
+    uint64_t exclude;          /* bit i set: do not pick replica i (already failed for this call) */
+    const struct chain *chain; /* the request's prefix chain, or NULL */
+    const char *model;         /* for the tokens of the chain's links (bytes per token) */
+    uint64_t session;          /* hash of the session key, 0 for none */
+    int64_t fresh_ms;          /* also report links used within this many ms (0: no) */
+
+    /* Out, for the replica picked. */
+    uint32_t matched_links; /* leading links of the chain it held */
+    uint32_t fresh_links;   /* of those, links used within fresh_ms */
+    int64_t matched_tokens; /* tokens of the matched links */
+    int64_t prompt_tokens;  /* tokens of the whole chain */
+    enum route_reason reason;
 };
 
 /* NULL with err set if an upstream URL is invalid or there are none. */
@@ -62,11 +105,25 @@ const char *route_policy_name(enum route_policy p);
  * exactly once). Returns the replica, or NULL when q->exclude rules out
  * every replica.
  */
-const struct route_replica *route_pick(struct route *r, const struct route_query *q);
+const struct route_replica *route_pick(struct route *r, struct route_query *q);
 void route_end(struct route *r, const struct route_replica *rep, enum route_result res);
+
+/*
+ * A call's answer reported usage: the prompt and cached tokens the replica
+ * counted, next to the tokens the pick predicted it held (matched_tokens);
+ * bytes is the chain's prompt size, to calibrate bytes per token for model.
+ */
+void route_usage(struct route *r, const struct route_replica *rep, const char *model, size_t bytes,
+                 int64_t predicted, const struct api_usage *u);
+/* The prefix index (for psync; and tests). */
+struct pindex *route_pindex(struct route *r);
+/* Bytes per token of a model's prompts, as calibrated. */
+double route_cpt(struct route *r, const char *model);
 
 /* Per-replica figures: a JSON array for /stats, Prometheus lines for /metrics. */
 void route_render_json(const struct route *r, struct pc_buf *out);
 void route_render_prometheus(const struct route *r, struct pc_buf *out);
+/* Markdown rows (no table head) of the per-replica metrics, for the README. */
+void route_render_doc(struct pc_buf *out);
 
 #endif

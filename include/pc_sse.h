@@ -76,4 +76,24 @@ int sse_synthesize(enum api_endpoint e, const cJSON *resp, bool include_usage, s
 int sse_replay(enum api_endpoint e, const char *rec, size_t len, bool include_usage,
                struct pc_buf *out);
 
+/*
+ * An OpenAI-style stream as a client that did not ask for usage would have
+ * had it, when the proxy asked upstream for usage on its behalf: the
+ * usage-only chunk (empty "choices", a "usage" object) is dropped, and a
+ * top-level "usage": null that the request for usage adds to the other
+ * chunks is cut out of them. Everything else passes byte for byte.
+ * Incremental: bytes may be fed in pieces of any size; an event is passed on
+ * once its blank line has arrived, and sse_usage_filter_end passes on
+ * whatever is left (a stream cut off mid-event stays cut off).
+ */
+struct sse_usage_filter {
+    struct pc_buf pending; /* bytes of the event not complete yet */
+};
+
+void sse_usage_filter_init(struct sse_usage_filter *f);
+void sse_usage_filter_free(struct sse_usage_filter *f);
+void sse_usage_filter_feed(struct sse_usage_filter *f, const char *in, size_t len,
+                           struct pc_buf *out);
+void sse_usage_filter_end(struct sse_usage_filter *f, struct pc_buf *out);
+
 #endif

@@ -65,6 +65,14 @@
     ACTION(tokens_upstream_prompt, counter, "Prompt tokens reported by upstream answers")          \
     ACTION(tokens_upstream_completion, counter, "Completion tokens reported by upstream answers")  \
     ACTION(tokens_upstream_cached, counter, "Prompt tokens the upstream reported as cached")       \
+    ACTION(tokens_upstream_cache_write, counter,                                                   \
+           "Prompt tokens the upstream reported written to its prompt cache (Anthropic)")          \
+    ACTION(stream_usage_added, counter,                                                            \
+           "Streams for which the proxy asked the upstream for usage the client did not ask for")  \
+    ACTION(prefix_sync_published, counter,                                                         \
+           "Prefix records this instance sent to the others through Redis")                        \
+    ACTION(prefix_sync_applied, counter, "Prefix records of other instances applied to the index") \
+    ACTION(prefix_sync_errors, counter, "Redis errors of the prefix index's sharing")              \
     ACTION(bytes_from_upstream, counter, "Response bytes received from upstreams")                 \
     ACTION(bytes_from_cache, counter, "Response bytes served from the cache")                      \
     ACTION(connections_refused, counter,                                                           \

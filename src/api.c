@@ -221,6 +221,7 @@ static void usage_anthropic(const cJSON *usage, struct api_usage *u)
     u->prompt = tokens(api_member(usage, "input_tokens")) + written + read;
     u->completion = tokens(api_member(usage, "output_tokens"));
     u->cached = read;
+    u->cache_write = written;
 }
 
 /* u->present is false when the response has no usage block with a prompt count. */

@@ -1,13 +1,16 @@
 /*
  * backend.c - building the upstream request (see pc_backend.h). Owns the
- * rules every upstream type shares: which client headers go upstream, and
- * how the built request holds its strings (one buffer, pointers fixed up
- * once it stops growing). Per-type behaviour is in src/backend/.
+ * rules every upstream type shares: which client headers go upstream, how
+ * the built request holds its strings (one buffer, pointers fixed up once it
+ * stops growing), the hints every type shares (stream_options, the extra
+ * routing header) and the helpers the types' hints use. Per-type behaviour
+ * is in src/backend/.
  */
 #include "pc_backend.h"
 #include "pc_conf.h"
 #include "pc_route.h"
 
+#include <stdio.h>
 #include <string.h>
 
 const struct backend_ops *backend_for(int upstream_type)
@@ -73,6 +76,114 @@ static void fix_pointers(struct backend_req *r)
     }
 }
 
+void backend_hint_header(struct backend_req *r, const struct backend_in *in, const char *name,
+                         const char *value)
+{
+    for (size_t i = 0; i < in->nheaders; i++)
+        if (pc_strcaseeq(in->headers[i].name, name))
+            return; /* the client's own goes upstream as it is */
+    add_header(r, name, value);
+}
+
+bool backend_routing_key(const struct backend_hints *h, char out[20])
+{
+    if (h == NULL || h->routing_key == 0)
+        return false;
+    snprintf(out, 20, "pc-%016llx", (unsigned long long)h->routing_key);
+    return true;
+}
+
+bool backend_cache_salt(const struct backend_hints *h, char out[33])
+{
+    if (h == NULL || h->tenant == NULL)
+        return false;
+    unsigned char in[PC_SHA256_LEN + 10], d[PC_SHA256_LEN];
+    memcpy(in, "pc-salt-1\n", 10);
+    memcpy(in + 10, h->tenant, PC_SHA256_LEN);
+    pc_sha256(in, sizeof(in), d);
+    pc_hex(d, 16, out);
+    return true;
+}
+
+bool backend_body_member(const struct backend_body *b, const char *key, struct jspan *name,
+                         struct jspan *val)
+{
+    for (size_t i = b->n; i-- > 0;) {
+        if (!jedit_name_is(b->text, &b->names[i], key))
+            continue;
+        if (name != NULL)
+            *name = b->names[i];
+        if (val != NULL)
+            *val = b->vals[i];
+        return true;
+    }
+    return false;
+}
+
+void backend_add_field(const struct backend_body *b, struct jedit *e, const char *key,
+                       const char *value_json)
+{
+    if (!backend_body_member(b, key, NULL, NULL))
+        jedit_add_member_counted(e, &b->root, b->n, key, value_json);
+}
+
+/* stream_options.include_usage: true, whatever the client's stream_options held. */
+static void include_usage(const struct backend_body *b, struct jedit *e)
+{
+    static const char opts[] = "{\"include_usage\":true}";
+    struct jspan so, iu, name;
+    if (!backend_body_member(b, "stream_options", NULL, &so)) {
+        jedit_add_member_counted(e, &b->root, b->n, "stream_options", opts);
+    } else if (jedit_is_null(b->text, &so)) {
+        jedit_replace(e, &so, opts, sizeof(opts) - 1);
+    } else if (!jedit_is_object(b->text, &so)) {
+        return; /* not ours to repair: the upstream will say what is wrong */
+    } else if (jedit_member(b->text, &so, "include_usage", &name, &iu)) {
+        jedit_replace(e, &iu, "true", 4);
+    } else {
+        jedit_add_member(e, b->text, &so, "include_usage", "true");
+    }
+}
+
+/* The body upstream: the client's, with the hints spliced in. */
+static void prepare_body(const struct backend_ops *ops, const struct conf *c,
+                         const struct backend_in *in, struct backend_req *out)
+{
+    const struct backend_hints *h = in->hints;
+    bool edit = h != NULL && in->endpoint != API_NONE && (h->include_usage || h->enabled);
+    struct backend_body *b = edit ? pc_malloc(sizeof(*b)) : NULL;
+    /* A body whose top level cannot be followed, or has too many members, goes as it came. */
+    if (!edit || !jedit_value(in->body, in->body_len, 0, &b->root) ||
+        !jedit_members(in->body, &b->root, b->names, b->vals, BACKEND_BODY_MEMBERS, &b->n)) {
+        pc_buf_append(&out->body, in->body, in->body_len);
+        free(b);
+        return;
+    }
+    b->text = in->body;
+    b->len = in->body_len;
+    struct jedit e = JEDIT_INIT;
+    if (h->include_usage)
+        include_usage(b, &e);
+    if (h->enabled && ops->body_hints != NULL)
+        ops->body_hints(c, in, b, &e);
+    jedit_apply(&e, in->body, in->body_len, &out->body);
+    jedit_free(&e);
+    free(b);
+}
+
+/* Header hints: the type's, and prefix-routing-header for any router in between. */
+static void prepare_hint_headers(const struct backend_ops *ops, const struct conf *c,
+                                 const struct backend_in *in, struct backend_req *out)
+{
+    char key[20];
+    if (in->hints == NULL || !in->hints->enabled || in->endpoint == API_NONE)
+        return;
+    if (ops->header_hints != NULL)
+        ops->header_hints(c, in, out);
+    if (c->prefix_routing_header[0] != '\0' && backend_routing_key(in->hints, key))
+        backend_hint_header(out, in, c->prefix_routing_header, key);
+}
+
 void backend_prepare(const struct backend_ops *ops, const struct conf *c,
                      const struct backend_in *in, struct backend_req *out)
 {
@@ -85,7 +196,7 @@ void backend_prepare(const struct backend_ops *ops, const struct conf *c,
         if (pc_strcaseeq(in->headers[i].name, "connection"))
             conn = in->headers[i].value;
     bool have_ctype = false;
-    for (size_t i = 0; i < in->nheaders && out->nhdrs < BACKEND_MAX_HEADERS - 2; i++) {
+    for (size_t i = 0; i < in->nheaders && out->nhdrs < BACKEND_MAX_HEADERS - 6; i++) {
         const struct xfer_header *h = &in->headers[i];
         if (header_dropped(h->name, conn, replace))
             continue;
@@ -103,9 +214,10 @@ void backend_prepare(const struct backend_ops *ops, const struct conf *c,
     }
     if (in->endpoint != API_NONE && !have_ctype)
         add_header(out, "Content-Type", "application/json");
+    prepare_hint_headers(ops, c, in, out);
     fix_pointers(out);
     if (in->body_len > 0)
-        pc_buf_append(&out->body, in->body, in->body_len);
+        prepare_body(ops, c, in, out);
 }
 
 void backend_req_free(struct backend_req *r)

@@ -22,6 +22,7 @@
  */
 #include "pc_conf.h"
 #include "pc_guard.h"
+#include "pc_kvsize.h"
 #include "pc_log.h"
 #include "pc_secret.h"
 
@@ -83,17 +84,17 @@ struct conf_key {
 #define GIB      (MIB * 1024)
 
 static conf_check_fn check_upstream_url, check_embedder_url, check_redis_url, check_namespace,
-    check_guard;
+    check_guard, check_header_name, check_kv_model;
 
 static const char *const upstream_type_names[] = {"openai", "anthropic", "vllm", "sglang", NULL};
 static const char *const embedder_names[] = {"builtin", "hash", "openai", NULL};
-static const char *const routing_names[] = {"round-robin", "least-loaded", NULL};
+static const char *const routing_names[] = {"round-robin", "least-loaded", "prefix", NULL};
 /* Same order as enum pc_log_level (the unit test checks it against log_level_parse). */
 static const char *const log_level_names[] = {"error", "warn", "notice", "info", "debug", NULL};
 
 _Static_assert(UPSTREAM_SGLANG == 3, "upstream_type_names must follow enum upstream_type");
 _Static_assert(EMBEDDER_OPENAI == 2, "embedder_names must follow enum embedder_kind");
-_Static_assert(ROUTING_LEAST_LOADED == 1, "routing_names must follow enum routing_kind");
+_Static_assert(ROUTING_PREFIX == 2, "routing_names must follow enum routing_kind");
 _Static_assert(PC_LOG_DEBUG == 4, "log_level_names must follow enum pc_log_level");
 
 /* clang-format off */
@@ -141,23 +142,31 @@ static const struct conf_key conf_keys[] = {
      .help = "Base URL of the model API that cache misses are forwarded to (http:// or "
              "https://). Repeat the key, or give several URLs on one line, to list replicas of "
              "the same model server (up to 64); `routing` decides which one gets each call."},
-    {.name = "routing", .type = CONF_ENUM, FIELD(routing), .def = "round-robin",
+    {.name = "routing", .type = CONF_ENUM, FIELD(routing), .def = "prefix",
      .names = routing_names,
-     .help = "How a call is given to one of several upstream replicas: round-robin (each in "
-             "turn) or least-loaded (the one with the fewest calls in flight from this "
-             "proxy). A replica that refuses a connection is skipped for "
-             "upstream-fail-timeout, and the call goes to another one."},
+     .help = "How a call is given to one of several upstream replicas: prefix (the replica that "
+             "already holds the longest part of the prompt in its KV cache, unless it is much "
+             "busier than the others; see the Prefix reuse keys), round-robin (each in turn) or "
+             "least-loaded (the one with the fewest calls in flight from this proxy). A replica "
+             "that refuses a connection is skipped for upstream-fail-timeout, and the call goes "
+             "to another one."},
     {.name = "upstream-fail-timeout", .type = CONF_DOUBLE, FIELD(upstream_fail_timeout),
      .def = "10", .dmin = 0, .dmax = 3600, .arg = "SECONDS",
      .help = "Seconds a replica that refused a connection is left out of routing (passive "
              "health check). Calls still go to it when every replica is left out. 0 never "
              "leaves a replica out."},
+    {.name = "upstream-dp-size", .type = CONF_INT, FIELD(upstream_dp_size), .def = "1",
+     .imin = 1, .imax = 1024, .arg = "N",
+     .help = "Data-parallel ranks behind each upstream replica (vLLM --data-parallel-size). "
+             "Above 1, upstream-type vllm sends X-data-parallel-rank, chosen from the "
+             "request's prefix or session, so that a conversation stays on the rank that "
+             "holds its KV state."},
     {.name = "upstream-type", .type = CONF_ENUM, FIELD(upstream_type), .def = "openai",
      .names = upstream_type_names,
      .help = "Kind of API the upstream speaks: openai, anthropic, vllm or sglang; use openai "
              "for OpenAI and any other OpenAI-compatible server. It decides how upstream-key is "
-             "sent (x-api-key for anthropic, Authorization: Bearer otherwise) and, once prefix "
-             "reuse is built, which cache hints are added to forwarded requests."},
+             "sent (x-api-key for anthropic, Authorization: Bearer otherwise) and which KV-cache "
+             "hints are added to forwarded requests (see prefix-hints)."},
     {.name = "upstream-key", .type = CONF_STRING, FIELD(upstream_key), .def = "",
      .flags = CONF_SECRET | CONF_RELOAD, .arg = "KEY", .example = "sk-...",
      .help = "API key sent to the upstream in place of the client's own credentials. When "
@@ -216,6 +225,61 @@ static const struct conf_key conf_keys[] = {
              "any other namespace are kept per client credential, as usual. Names are 1 to 64 "
              "characters from A-Z, a-z, 0-9, '.', '_' and '-'; list several on one line or "
              "repeat the key."},
+
+    {.name = "prefix-capacity", .type = CONF_INT, FIELD(prefix_capacity), .def = "0",
+     .imin = 0, .imax = INT64_C(1000000000000), .arg = "TOKENS", .section = "Prefix reuse",
+     .help = "KV-cache capacity of each upstream replica, in tokens: how much prompt the proxy "
+             "assumes a replica keeps before the least recently used prefixes are evicted. 0 "
+             "derives it from prefix-kv-model and prefix-kv-memory when both are set (the "
+             "arithmetic of `promptcache kv-size`), else assumes 500000 tokens (an 8B model "
+             "on an 80 GB GPU). vLLM logs its figure at start-up as \"GPU KV cache size: N "
+             "tokens\"."},
+    {.name = "prefix-kv-model", .type = CONF_STRING, FIELD(prefix_kv_model), .def = "",
+     .check = check_kv_model, .arg = "MODEL", .example = "llama-3.1-8b",
+     .help = "Model whose geometry (layers, KV heads, head size) sets the KV bytes per token "
+             "for prefix-capacity 0; `promptcache kv-size --help` lists the known ones."},
+    {.name = "prefix-kv-memory", .type = CONF_DOUBLE, FIELD(prefix_kv_memory), .def = "0",
+     .dmin = 0, .dmax = 1048576, .arg = "GIB",
+     .help = "GiB of GPU memory each replica leaves for its KV cache (for prefix-capacity 0 "
+             "with prefix-kv-model)."},
+    {.name = "prefix-balance-abs", .type = CONF_INT, FIELD(prefix_balance_abs), .def = "4",
+     .imin = 0, .imax = 100000, .arg = "CALLS",
+     .help = "Load bound of prefix routing: the replica holding the longest prefix is passed "
+             "over when it has more than this many calls in flight beyond the least loaded "
+             "replica and, at the same time, more than prefix-balance-rel times its load. "
+             "The call then goes to the least loaded replica."},
+    {.name = "prefix-balance-rel", .type = CONF_DOUBLE, FIELD(prefix_balance_rel), .def = "1.5",
+     .dmin = 1, .dmax = 1000, .arg = "RATIO",
+     .help = "Relative load bound of prefix routing (see prefix-balance-abs)."},
+    {.name = "prefix-min-match", .type = CONF_DOUBLE, FIELD(prefix_min_match), .def = "0.2",
+     .dmin = 0, .dmax = 1, .arg = "SHARE",
+     .help = "Share of a prompt, from 0 to 1, that the longest match must cover for prefix "
+             "routing to follow it. A request that shares less with every replica (a new "
+             "conversation that only shares a common preamble) goes to the least loaded "
+             "replica instead, so new conversations spread over the pool."},
+    {.name = "prefix-hints", .type = CONF_BOOL, FIELD(prefix_hints), .def = "yes",
+     .help = "Add the hints that let the upstream reuse KV state: prompt_cache_key (openai), "
+             "cache_control breakpoints on prefixes seen in the last 5 minutes (anthropic), "
+             "cache_salt and routing headers (vllm, sglang). Fields and headers the client set "
+             "are never changed."},
+    {.name = "prefix-share-tenants", .type = CONF_BOOL, FIELD(prefix_share_tenants),
+     .def = "no",
+     .help = "Let tenants (client credentials) share KV state on vLLM and SGLang replicas. With "
+             "no, each tenant's requests carry their own cache_salt, so a prompt of one tenant "
+             "never reuses another's KV cache (nor reveals by its speed what they sent)."},
+    {.name = "prefix-routing-header", .type = CONF_STRING, FIELD(prefix_routing_header),
+     .def = "", .check = check_header_name, .arg = "NAME", .example = "x-routing-key",
+     .help = "Request header that carries the routing key (the session, or the conversation's "
+             "prefix) to a router between the proxy and the engines, besides the ones vLLM's "
+             "production stack (x-user-id) and SGLang's router (x-smg-routing-key) read."},
+    {.name = "prefix-sync", .type = CONF_BOOL, FIELD(prefix_sync), .def = "yes",
+     .help = "Share the prefix index with the other proxy instances that use the same Redis, "
+             "so they agree on which replica holds which prefix. Updates travel through a "
+             "Redis Stream; requests never wait for Redis."},
+    {.name = "stream-usage", .type = CONF_BOOL, FIELD(stream_usage), .def = "yes",
+     .help = "Ask OpenAI-style upstreams (chat and completions streams) for the usage chunk "
+             "(stream_options.include_usage) when the client did not, and keep that chunk "
+             "from such clients, so that every stream's token counts are known and stored."},
 
     {.name = "semantic", .type = CONF_BOOL, FIELD(semantic), .def = "no",
      .section = "Semantic cache",
@@ -769,6 +833,30 @@ static int check_guard(const char *v, char *err, size_t errlen)
     if (!pc_strcaseeq(v, "all") && !pc_strcaseeq(v, "none") &&
         guard_parse(one, 1, &mask, err, errlen) < 0)
         return -1;
+    return 0;
+}
+
+/* An HTTP field name (a token), or empty for none. */
+static int check_header_name(const char *v, char *err, size_t errlen)
+{
+    if (*v != '\0' && !pc_http_token(v, strlen(v))) {
+        char b[80];
+        seterr(err, errlen, "%s is not a header name", show(v, b, sizeof b));
+        return -1;
+    }
+    return 0;
+}
+
+/* A model of the kv-size table, or empty. */
+static int check_kv_model(const char *v, char *err, size_t errlen)
+{
+    struct kvsize_geometry g;
+    if (*v != '\0' && kvsize_lookup(v, &g) < 0) {
+        char b[80];
+        seterr(err, errlen, "%s is not a model `promptcache kv-size --help` lists",
+               show(v, b, sizeof b));
+        return -1;
+    }
     return 0;
 }
 
@@ -1578,6 +1666,11 @@ static void check_cross(struct loader *ld)
         static const char *const emb[] = {"embedder-url", "embedder", "semantic"};
         report_latest(ld, emb, PC_ARRAY_LEN(emb),
                       "embedder openai needs embedder-url while semantic is yes");
+    }
+    if ((c->prefix_kv_memory > 0) != (c->prefix_kv_model[0] != '\0') && c->prefix_capacity == 0) {
+        static const char *const kv[] = {"prefix-kv-model", "prefix-kv-memory"};
+        report_latest(ld, kv, PC_ARRAY_LEN(kv),
+                      "prefix-kv-model and prefix-kv-memory go together (or set prefix-capacity)");
     }
     unsigned mask;
     if (guard_parse(c->semantic_guards.v, c->semantic_guards.n, &mask, msg, sizeof msg) < 0)

@@ -1,12 +1,13 @@
 /*
  * fetch.c - the upstream call behind a flight (see pc_fetch.h). Owns the
- * struct fetch, the upstream request built for it (pc_backend.h), its xfer,
- * its two events (resume, abort) on the worker's base, one reference to the
- * flight and one in-flight count on the replica it calls (pc_route.h).
+ * struct fetch, a copy of the request's prefix chain, the upstream request
+ * built for it (pc_backend.h), its xfer, its two events (resume, abort) on
+ * the worker's base, one reference to the flight and one in-flight count on
+ * the replica it calls (pc_route.h).
  *
- *   fetch_start ─▶ backend_prepare ─▶ route_pick ─▶ xfer_start
- *                     ▲                               │ refused before any byte:
- *                     └──── another replica ◀─────────┘ (route marks it down)
+ *   fetch_start ─▶ route_pick ─▶ backend_prepare (hints from the pick) ─▶ xfer_start
+ *                     ▲                                                    │ refused before
+ *                     └──── another replica (same request) ◀───────────────┘ any byte
  *                               xfer on_head ─▶ flight_set_head
  *                               on_data ─▶ flight_append (PAUSE ⇄ resume_ev)
  *                               on_done ─▶ flight_finish ─▶ store (2xx, complete)
@@ -14,6 +15,7 @@
  */
 #include "pc_fetch.h"
 #include "pc_backend.h"
+#include "pc_chain.h"
 #include "pc_conf.h"
 #include "pc_flight.h"
 #include "pc_log.h"
@@ -35,9 +37,12 @@ struct fetch {
     struct xfer *x;
     struct event *resume_ev;
     struct event *abort_ev;
-    const struct route_replica *rep; /* the replica called (counted in flight) */
-    uint64_t tried;                  /* replicas that refused this call's connection */
-    struct backend_req breq;         /* kept for another replica until the head comes */
+    const struct route_replica *rep;    /* the replica called (counted in flight) */
+    const struct route_replica *served; /* the one that answered (from the head on) */
+    uint64_t tried;                     /* replicas that refused this call's connection */
+    struct chain chain;                 /* the prompt's prefix chain (n 0: none) */
+    struct route_query q;               /* the pick: what was matched on rep */
+    struct backend_req breq;            /* kept for another replica until the head comes */
     bool got_head;
     char reqid[32];
     uint64_t start_us;
@@ -88,6 +93,7 @@ static void fetch_free(struct fetch *f)
 {
     fetch_release(f, ROUTE_ABORTED);
     backend_req_free(&f->breq);
+    chain_free(&f->chain);
     cache_put_cancel(&f->put);
     cache_ticket_free(&f->ticket);
     if (f->fl != NULL)
@@ -135,6 +141,7 @@ static void on_head(void *arg, int status, const struct xfer_header *h, size_t n
     }
     f->status = status;
     f->got_head = true;
+    f->served = f->rep;
     backend_req_free(&f->breq); /* no other replica will be asked */
     if (status < 200 || status > 299)
         f->store = false;
@@ -197,6 +204,10 @@ static void account_usage(struct fetch *f, const struct api_usage *u)
     stats_add(&w->stats, STAT_tokens_upstream_prompt, u->prompt);
     stats_add(&w->stats, STAT_tokens_upstream_completion, u->completion);
     stats_add(&w->stats, STAT_tokens_upstream_cached, u->cached);
+    stats_add(&w->stats, STAT_tokens_upstream_cache_write, u->cache_write);
+    if (f->chain.n > 0 && f->served != NULL) /* the index's prediction next to the truth */
+        route_usage(w->route, f->served, f->model, chain_bytes(&f->chain, (long)f->chain.n - 1),
+                    f->q.matched_tokens, u);
     int64_t v[TALLY__COUNT] = {0};
     v[TALLY_upstream_prompt_tokens] = u->prompt;
     v[TALLY_upstream_completion_tokens] = u->completion;
@@ -333,14 +344,18 @@ static void on_abort(evutil_socket_t fd, short what, void *arg)
 
 static const struct xfer_ops fetch_ops = {on_head, on_data, on_done};
 
-/* Pick a replica not tried yet and start the call there; false if none is left. */
-static bool fetch_attempt(struct fetch *f)
+/* Pick a replica not tried yet (counted in flight); false if none is left. */
+static bool fetch_pick(struct fetch *f)
+{
+    f->q.exclude = f->tried;
+    f->rep = route_pick(f->w->route, &f->q);
+    return f->rep != NULL;
+}
+
+/* Start the call on f->rep; false (and the replica released) if it cannot start. */
+static bool fetch_send(struct fetch *f)
 {
     struct worker *w = f->w;
-    struct route_query q = {.exclude = f->tried};
-    f->rep = route_pick(w->route, &q);
-    if (f->rep == NULL)
-        return false;
     struct pc_buf url = PC_BUF_INIT;
     backend_url(&f->breq, f->rep, &url);
     struct xfer_req xr = {
@@ -363,6 +378,41 @@ static bool fetch_attempt(struct fetch *f)
     if (route_count(w->route) < 2)
         backend_req_free(&f->breq);
     return true;
+}
+
+/* Another replica for the same upstream request (built for the first pick). */
+static bool fetch_attempt(struct fetch *f)
+{
+    return fetch_pick(f) && fetch_send(f);
+}
+
+/* The first pick and the request built for it: hints follow what the pick found. */
+static bool fetch_first(struct fetch *f, const struct fetch_req *req)
+{
+    struct worker *w = f->w;
+    if (!fetch_pick(f))
+        return false;
+    struct backend_hints h = {
+        .enabled = w->conf->prefix_hints,
+        .include_usage = req->ask_usage,
+        .chain = f->chain.n > 0 ? &f->chain : NULL,
+        .tenant = req->kv_tenant,
+        .routing_key = req->session != 0 ? req->session : chain_prefix_key(&f->chain),
+        .fresh_links = f->q.fresh_links,
+        .cpt = route_cpt(w->route, f->model),
+    };
+    struct backend_in in = {
+        .method = req->method,
+        .target = req->target,
+        .headers = req->headers,
+        .nheaders = req->nheaders,
+        .body = req->body,
+        .body_len = req->body_len,
+        .endpoint = req->endpoint,
+        .hints = &h,
+    };
+    backend_prepare(w->backend, w->conf, &in, &f->breq);
+    return fetch_send(f);
 }
 
 void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *req)
@@ -394,17 +444,15 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
         log_error("out of memory creating fetch events");
         abort();
     }
-    struct backend_in in = {
-        .method = req->method,
-        .target = req->target,
-        .headers = req->headers,
-        .nheaders = req->nheaders,
-        .body = req->body,
-        .body_len = req->body_len,
-        .endpoint = req->endpoint,
+    if (req->chain != NULL && req->chain->n > 0)
+        chain_copy(&f->chain, req->chain);
+    f->q = (struct route_query){
+        .chain = f->chain.n > 0 ? &f->chain : NULL,
+        .model = f->model,
+        .session = req->session,
+        .fresh_ms = w->conf->upstream_type == UPSTREAM_ANTHROPIC ? BACKEND_ANTHROPIC_CACHE_MS : 0,
     };
-    backend_prepare(w->backend, w->conf, &in, &f->breq);
-    if (!fetch_attempt(f)) {
+    if (!fetch_first(f, req)) {
         fetch_end(f, XFER_ERR_INTERNAL, "could not start the upstream call");
         return;
     }

@@ -19,6 +19,7 @@
 #include "pc_migrate.h"
 #include "pc_probe.h"
 #include "pc_report.h"
+#include "pc_route.h"
 #include "pc_server.h"
 #include "pc_stats.h"
 
@@ -47,6 +48,17 @@ struct cli {
     int nopts;
     char **opts; /* --key value ... handed to conf_load */
 };
+
+/* README's metrics tables: the process-wide ones, then the per-replica ones. */
+static void metrics_doc(struct pc_buf *out)
+{
+    stats_render_doc(out);
+    pc_buf_append_str(out, "\nPer replica, in `/stats` (`replicas`: the name without the "
+                           "`replica_` prefix and `_total` suffix) and in `/metrics` (with an "
+                           "`upstream=\"host:port\"` label):\n\n"
+                           "| metric | kind | meaning |\n|---|---|---|\n");
+    route_render_doc(out);
+}
 
 static int print_buf(void (*fn)(struct pc_buf *))
 {
@@ -130,7 +142,7 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
         if (strcmp(argv[j], "--sample-config") == 0)
             return print_buf(conf_write_sample);
         if (strcmp(argv[j], "--metrics-doc") == 0)
-            return print_buf(stats_render_doc);
+            return print_buf(metrics_doc);
     }
     cli->opts = pc_calloc((size_t)argc, sizeof(char *));
     for (; i < argc; i++) {

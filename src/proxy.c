@@ -26,6 +26,7 @@
 #include "pc_backend.h"
 #include "pc_cache.h"
 #include "pc_canon.h"
+#include "pc_chain.h"
 #include "pc_conf.h"
 #include "pc_entry.h"
 #include "pc_fetch.h"
@@ -110,6 +111,11 @@ struct preq {
     bool have_keys;
     struct cache_ticket *ticket; /* storing this request's answer, until a fetch takes it */
 
+    /* Prefix reuse. */
+    struct chain chain; /* the prompt's prefix chain (n 0: none) */
+    uint64_t session;   /* hash of x-session-id / x-user-id, 0 for none */
+    bool ask_usage;     /* the stream asks upstream for usage the client did not ask for */
+
     /* Outstanding operations. */
     struct cache_op *lookup;
     struct flight_sub *sub;
@@ -126,6 +132,9 @@ struct preq {
     bool aborted;
     bool coalesced;         /* joined another request's upstream call */
     struct api_usage saved; /* usage of the cached answer served (HIT) */
+    bool strip_usage;       /* relay the stream without the usage the client did not ask for */
+    struct sse_usage_filter ufilter;
+    struct pc_buf relay; /* a relayed piece after the usage filter */
 };
 
 static void preq_on_flight(struct flight_sub *sub, void *arg);
@@ -142,6 +151,9 @@ static void preq_free_cb(evutil_socket_t fd, short what, void *arg)
     cJSON_Delete(r->body);
     free(r->path);
     canon_keys_free(&r->keys);
+    chain_free(&r->chain);
+    sse_usage_filter_free(&r->ufilter);
+    pc_buf_free(&r->relay);
     cache_ticket_free(&r->ticket);
     pc_buf_free(&r->resp);
     r->magic = 0;
@@ -482,6 +494,40 @@ static void compute_keys(struct preq *r)
     pc_buf_free(&variant);
 }
 
+/*
+ * What prefix reuse needs, for a call that goes upstream: the prompt's chain
+ * (rooted at the credential, or shared when tenants share KV state), the
+ * session key the client named, and whether a stream should ask upstream for
+ * usage on the client's behalf.
+ */
+static void compute_prefix(struct preq *r)
+{
+    const struct conf *c = r->w->conf;
+    struct chain_input in = {
+        .endpoint = r->ep,
+        .body = r->body,
+        .tenant = c->prefix_share_tenants ? NULL : r->credential,
+    };
+    chain_build(&in, &r->chain);
+    const char *s = httpd_req_header(r->hr, "x-session-id");
+    if (s == NULL || *s == '\0')
+        s = httpd_req_header(r->hr, "x-user-id");
+    if (s != NULL && *s != '\0') {
+        unsigned char d[PC_SHA256_LEN];
+        struct pc_buf b = PC_BUF_INIT;
+        pc_buf_append(&b, r->credential, PC_SHA256_LEN);
+        pc_buf_append_str(&b, s);
+        pc_sha256(b.data, b.len, d);
+        pc_buf_free(&b);
+        for (int i = 0; i < 8; i++)
+            r->session = (r->session << 8) | d[i];
+        r->session |= 1; /* never 0, which means none */
+    }
+    r->ask_usage = c->stream_usage && r->stream && !r->include_usage &&
+                   (r->ep == API_CHAT || r->ep == API_COMPLETIONS) &&
+                   c->upstream_type != UPSTREAM_ANTHROPIC;
+}
+
 /* The cache's view of this request. */
 static void cache_query_of(const struct preq *r, struct cache_query *q)
 {
@@ -545,6 +591,8 @@ static void preq_fetch(struct preq *r, bool shared, bool store)
         stats_incr(&w->stats, STAT_coalesced);
         return;
     }
+    if (r->ep != API_NONE)
+        compute_prefix(r); /* only for calls that go upstream: hits never pay for it */
     struct xfer_header hdrs[MAX_FWD_HEADERS];
     size_t nh = client_headers(r, hdrs, MAX_FWD_HEADERS);
     size_t blen = 0;
@@ -563,7 +611,13 @@ static void preq_fetch(struct preq *r, bool shared, bool store)
         .stream = r->stream,
         .model = r->body ? api_model(r->body) : NULL,
         .tenant_id = r->tenant_id,
+        .chain = &r->chain,
+        .kv_tenant = w->conf->prefix_share_tenants || r->ep == API_NONE ? NULL : r->credential,
+        .session = r->session,
+        .ask_usage = r->ask_usage,
     };
+    if (r->ask_usage)
+        stats_incr(&w->stats, STAT_stream_usage_added);
     if (store)
         r->ticket = NULL; /* the fetch owns it now */
     fetch_start(w, flight_sub_flight(r->sub), &fr);
@@ -617,6 +671,24 @@ static void preq_on_drain(struct httpd_req *hr, void *arg)
         preq_on_flight(r->sub, r);
 }
 
+/* Pass stream bytes to the client, without the usage it did not ask for (strip_usage). */
+static void relay(struct preq *r, const char *data, size_t n, bool end)
+{
+    if (!r->strip_usage) {
+        if (n > 0)
+            httpd_reply_chunk(r->hr, data, n);
+        r->bytes_out += n;
+        return;
+    }
+    pc_buf_reset(&r->relay);
+    sse_usage_filter_feed(&r->ufilter, data, n, &r->relay);
+    if (end)
+        sse_usage_filter_end(&r->ufilter, &r->relay);
+    if (r->relay.len > 0)
+        httpd_reply_chunk(r->hr, r->relay.data, r->relay.len);
+    r->bytes_out += r->relay.len;
+}
+
 static void deliver_streamed(struct preq *r)
 {
     struct flight_view v;
@@ -631,6 +703,10 @@ static void deliver_streamed(struct preq *r)
         add_upstream_headers(r, &v);
         r->status = v.status;
         r->started = true;
+        /* Only a 2xx stream is events; an error body passes as it is. */
+        r->strip_usage = r->stream && !r->include_usage &&
+                         api_dialect_of(r->ep) == API_DIALECT_OPENAI && v.status >= 200 &&
+                         v.status <= 299;
         httpd_set_drain_cb(r->hr, CLIENT_LOW, preq_on_drain, r);
         httpd_reply_start(r->hr, v.status);
     }
@@ -639,14 +715,13 @@ static void deliver_streamed(struct preq *r)
             return; /* the drain callback brings us back */
         pc_buf_reset(&r->resp);
         size_t n = flight_sub_read(r->sub, &v, &r->resp, RELAY_CHUNK);
-        if (n > 0) {
-            httpd_reply_chunk(r->hr, r->resp.data, n);
-            r->bytes_out += n;
-        }
+        if (n > 0)
+            relay(r, r->resp.data, n, false);
         if (v.more)
             continue;
         if (v.state != FLIGHT_DONE)
             return;
+        relay(r, NULL, 0, true);
         r->upstream_us = pc_mono_us() - r->upstream_start_us;
         flight_unsubscribe(&r->sub);
         if (v.result == 0) {
@@ -677,13 +752,35 @@ static void preq_on_flight(struct flight_sub *sub, void *arg)
 
 /* ---- cache hits ----------------------------------------------------------- */
 
+/*
+ * A recorded stream for this client: without the usage chunk unless it
+ * asked for usage, and then also without the "usage": null members that
+ * asking for usage put in the other chunks.
+ */
+static int replay_stream(struct preq *r, const struct entry *e, struct pc_buf *out)
+{
+    if (r->include_usage || api_dialect_of(r->ep) != API_DIALECT_OPENAI)
+        return sse_replay(r->ep, e->body, e->body_len, r->include_usage, out);
+    struct pc_buf all = PC_BUF_INIT;
+    int rc = sse_replay(r->ep, e->body, e->body_len, false, &all);
+    if (rc == 0) {
+        struct sse_usage_filter f;
+        sse_usage_filter_init(&f);
+        sse_usage_filter_feed(&f, all.data, all.len, out);
+        sse_usage_filter_end(&f, out);
+        sse_usage_filter_free(&f);
+    }
+    pc_buf_free(&all);
+    return rc;
+}
+
 /* Body for the client from a decoded entry, in the client's mode; -1 if unusable. */
 static int hit_body(struct preq *r, const struct entry *e, struct pc_buf *out, const char **ctype)
 {
     if (r->stream) {
         *ctype = "text/event-stream";
         if (e->kind == ENTRY_SSE)
-            return sse_replay(r->ep, e->body, e->body_len, r->include_usage, out);
+            return replay_stream(r, e, out);
         cJSON *resp = cJSON_ParseWithLength(e->body, e->body_len);
         int rc = resp ? sse_synthesize(r->ep, resp, r->include_usage, out) : -1;
         cJSON_Delete(resp);

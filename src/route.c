@@ -1,18 +1,26 @@
 /*
  * route.c - the replicas and the choice between them (see pc_route.h). Owns
  * the replica table, built once from the configuration and never resized,
- * and the per-replica atomics (in flight, counters, health). Nothing here
- * blocks or locks: a pick reads every replica's atomics and chooses.
+ * the per-replica atomics (in flight, counters, health) and the prefix index
+ * (pindex). Nothing here blocks or takes a global lock: a pick reads every
+ * replica's atomics, matches the chain in the sharded index, and chooses.
  *
  *   route_pick ─▶ candidates = not excluded, not down (else: not excluded)
- *                   round-robin: next in turn ─┐
+ *                   round-robin: next in turn ─────────────┐
  *                   least-loaded: fewest in flight, ties in turn
- *              ─▶ in_flight++ ─────────────────┴─▶ call ─▶ route_end: in_flight--,
- *                                                   counters, down on connect error
+ *                   prefix: session's replica, else longest match;
+ *                           overloaded? best match among the rest
+ *              ─▶ in_flight++, chain recorded on it ───────┴─▶ call ─▶ route_end:
+ *                   in_flight--, counters, down on connect error; route_usage:
+ *                   predicted vs reported cached tokens
  */
 #include "pc_route.h"
+#include "pc_api.h"
+#include "pc_chain.h"
 #include "pc_conf.h"
+#include "pc_kvsize.h"
 #include "pc_log.h"
+#include "pc_pindex.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -21,8 +29,13 @@
 
 #define ROUTE_MAGIC 0x524f5554u /* "ROUT" */
 
-_Static_assert((int)ROUTE_LEAST_LOADED == (int)ROUTING_LEAST_LOADED,
+_Static_assert((int)ROUTE_LEAST_LOADED == (int)ROUTING_LEAST_LOADED &&
+                   (int)ROUTE_PREFIX == (int)ROUTING_PREFIX,
                "conf routing follows policies");
+_Static_assert(ROUTE_MAX_REPLICAS <= PINDEX_MAX_REPLICAS, "the index covers every replica");
+
+/* prefix-capacity 0 without a model geometry: an 8B model on an 80 GB GPU. */
+#define ROUTE_DEFAULT_CAPACITY 500000
 
 struct replica {
     struct route_replica pub;
@@ -35,18 +48,34 @@ struct replica {
     uint64_t connect_errors;
     int64_t down_until_ms; /* monotonic; 0 = up */
     int64_t failed_ms;     /* monotonic time of the last connect failure */
+    /* Prefix reuse (atomics). */
+    uint64_t chained;         /* picks with a prefix chain */
+    uint64_t by_prefix;       /* picked for holding the longest prefix */
+    uint64_t by_session;      /* picked as the session's replica */
+    uint64_t by_balance;      /* picked because the first choice was overloaded */
+    uint64_t by_load;         /* picked as least loaded for a prompt nobody held enough of */
+    uint64_t matched_tokens;  /* prefix tokens predicted held, over all chained picks */
+    uint64_t chain_tokens;    /* prompt tokens of those picks (estimated) */
+    uint64_t usage_answers;   /* answers with usage, of chained picks */
+    uint64_t predicted;       /* matched tokens of those answers */
+    uint64_t prompt_reported; /* prompt tokens they reported */
+    uint64_t cached_reported; /* cached tokens they reported */
 };
 
 struct route {
     unsigned magic;
     enum route_policy policy;
     int64_t fail_timeout_ms;
+    int64_t balance_abs;
+    double balance_rel;
+    double min_match;
     uint64_t turn; /* round-robin position (atomic) */
     size_t n;
     struct replica *reps;
+    struct pindex *index;
 };
 
-static const char *const policy_names[] = {"round-robin", "least-loaded"};
+static const char *const policy_names[] = {"round-robin", "least-loaded", "prefix"};
 
 const char *route_policy_name(enum route_policy p)
 {
@@ -82,6 +111,21 @@ out:
     return rc;
 }
 
+/* Each replica's KV capacity in tokens: prefix-capacity, else from the model's geometry. */
+static int64_t capacity_of(const struct conf *c)
+{
+    if (c->prefix_capacity > 0)
+        return c->prefix_capacity;
+    struct kvsize_geometry g;
+    if (c->prefix_kv_model[0] != '\0' && c->prefix_kv_memory > 0 &&
+        kvsize_lookup(c->prefix_kv_model, &g) == 0) {
+        uint64_t t = kvsize_tokens_in(c->prefix_kv_memory, kvsize_bytes_per_token(&g));
+        if (t > 0)
+            return (int64_t)PC_MIN(t, (uint64_t)INT64_MAX);
+    }
+    return ROUTE_DEFAULT_CAPACITY;
+}
+
 struct route *route_create(const struct conf *c, char *err, size_t errlen)
 {
     if (c->upstream.n == 0 || c->upstream.n > ROUTE_MAX_REPLICAS) {
@@ -93,6 +137,9 @@ struct route *route_create(const struct conf *c, char *err, size_t errlen)
     r->magic = ROUTE_MAGIC;
     r->policy = (enum route_policy)c->routing;
     r->fail_timeout_ms = (int64_t)(c->upstream_fail_timeout * 1000.0);
+    r->balance_abs = c->prefix_balance_abs;
+    r->balance_rel = c->prefix_balance_rel;
+    r->min_match = c->prefix_min_match;
     r->reps = pc_calloc(c->upstream.n, sizeof(*r->reps));
     for (size_t i = 0; i < c->upstream.n; i++, r->n++) {
         r->reps[i].pub.index = i;
@@ -101,6 +148,10 @@ struct route *route_create(const struct conf *c, char *err, size_t errlen)
             return NULL;
         }
     }
+    int64_t cap[ROUTE_MAX_REPLICAS];
+    for (size_t i = 0; i < r->n; i++)
+        cap[i] = capacity_of(c);
+    r->index = pindex_create(r->n, cap);
     return r;
 }
 
@@ -115,8 +166,19 @@ void route_destroy(struct route **rp)
         free(r->reps[i].name);
     }
     free(r->reps);
+    pindex_destroy(&r->index);
     r->magic = 0;
     free(r);
+}
+
+struct pindex *route_pindex(struct route *r)
+{
+    return r->index;
+}
+
+double route_cpt(struct route *r, const char *model)
+{
+    return pindex_cpt(r->index, model);
 }
 
 size_t route_count(const struct route *r)
@@ -199,29 +261,252 @@ static size_t least_loaded(const struct route *r, uint64_t cand, uint64_t start)
     return best;
 }
 
-const struct route_replica *route_pick(struct route *r, const struct route_query *q)
+/* ---- prefix policy ---------------------------------------------------------- */
+
+/* A well-mixed 64-bit value of key and replica (rendezvous hashing). */
+static uint64_t rendezvous(uint64_t key, size_t i)
+{
+    uint64_t x = key ^ ((uint64_t)(i + 1) * UINT64_C(0x9e3779b97f4a7c15));
+    x ^= x >> 33;
+    x *= UINT64_C(0xff51afd7ed558ccd);
+    x ^= x >> 33;
+    x *= UINT64_C(0xc4ceb9fe1a85ec53);
+    x ^= x >> 33;
+    return x;
+}
+
+/* What the prefix policy looks at, per candidate. */
+struct prefix_view {
+    uint64_t cand;
+    int64_t load[ROUTE_MAX_REPLICAS];
+    int64_t min_load;
+    struct pindex_match m;
+};
+
+static bool overloaded(const struct route *r, const struct prefix_view *v, size_t i)
+{
+    int64_t load = v->load[i];
+    return load - v->min_load > r->balance_abs &&
+           (double)load > r->balance_rel * (double)v->min_load;
+}
+
+/*
+ * The candidate (not in skip) with the longest match; equal matches: the
+ * lighter load when skip is set (a fallback), then the rendezvous score of
+ * the first link the best match does not cover.
+ */
+static size_t best_match(const struct route *r, const struct prefix_view *v, uint64_t skip,
+                         const struct chain *c)
+{
+    uint32_t best_links = 0;
+    for (size_t i = 0; i < r->n; i++)
+        if ((v->cand & ~skip) >> i & 1)
+            best_links = PC_MAX(best_links, v->m.links[i]);
+    uint64_t key = c != NULL && c->n > 0 ? c->h[PC_MIN((size_t)best_links, c->n - 1)] : 0;
+    size_t best = SIZE_MAX;
+    uint64_t best_score = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (!((v->cand & ~skip) >> i & 1) || v->m.links[i] != best_links)
+            continue;
+        uint64_t score = rendezvous(key, i);
+        bool better = best == SIZE_MAX ||
+                      (skip != 0 && v->load[i] != v->load[best] ? v->load[i] < v->load[best]
+                                                                : score > best_score);
+        if (better) {
+            best = i;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+/* The session's replica among the candidates (highest rendezvous score). */
+static size_t session_replica(const struct route *r, uint64_t cand, uint64_t session)
+{
+    size_t best = SIZE_MAX;
+    uint64_t best_score = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        uint64_t score = rendezvous(session, i);
+        if ((cand >> i & 1) && (best == SIZE_MAX || score > best_score)) {
+            best = i;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+/*
+ * A prompt no replica holds enough of: the least loaded candidate, ties
+ * broken by the rendezvous score of the first link the best match does not
+ * cover (so conversations that share only a preamble still spread).
+ */
+static size_t least_loaded_spread(const struct route *r, const struct prefix_view *v,
+                                  const struct chain *c, uint32_t best_links)
+{
+    uint64_t key = c->h[PC_MIN((size_t)best_links, c->n - 1)];
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < r->n; i++) {
+        if (!(v->cand >> i & 1))
+            continue;
+        if (best == SIZE_MAX || v->load[i] < v->load[best] ||
+            (v->load[i] == v->load[best] && rendezvous(key, i) > rendezvous(key, best)))
+            best = i;
+    }
+    return best;
+}
+
+/* Whether the match of replica i covers enough of the prompt to route by. */
+static bool decisive(const struct route *r, const struct prefix_view *v, const struct chain *c,
+                     size_t i)
+{
+    size_t all = chain_bytes(c, (long)c->n - 1);
+    size_t held = chain_bytes(c, (long)v->m.links[i] - 1);
+    return all > 0 && (double)held >= r->min_match * (double)all;
+}
+
+static size_t prefix_choose(struct route *r, struct prefix_view *v, struct route_query *q)
+{
+    size_t first;
+    if (q->session != 0) {
+        first = session_replica(r, v->cand, q->session);
+        q->reason = ROUTE_BY_SESSION;
+    } else {
+        first = best_match(r, v, 0, q->chain);
+        q->reason = ROUTE_BY_PREFIX;
+        if (!decisive(r, v, q->chain, first)) {
+            q->reason = ROUTE_BY_LOAD;
+            return least_loaded_spread(r, v, q->chain, v->m.links[first]);
+        }
+    }
+    if (!overloaded(r, v, first))
+        return first;
+    uint64_t over = 0;
+    for (size_t i = 0; i < r->n; i++)
+        if ((v->cand >> i & 1) && overloaded(r, v, i))
+            over |= UINT64_C(1) << i;
+    q->reason = ROUTE_BY_BALANCE;
+    return best_match(r, v, over, q->chain);
+}
+
+static void prefix_view_of(struct route *r, uint64_t cand, const struct route_query *q,
+                           int64_t wall_ms, struct prefix_view *v)
+{
+    memset(v, 0, sizeof(*v));
+    v->cand = cand;
+    v->min_load = INT64_MAX;
+    for (size_t i = 0; i < r->n; i++) {
+        if (!(cand >> i & 1))
+            continue;
+        v->load[i] = LOAD(&r->reps[i].in_flight);
+        v->min_load = PC_MIN(v->min_load, v->load[i]);
+    }
+    const struct chain *c = q != NULL ? q->chain : NULL;
+    if (c != NULL && c->n > 0)
+        pindex_match(r->index, c->h, c->n, q->fresh_ms > 0 ? PC_MAX(1, wall_ms - q->fresh_ms) : 0,
+                     &v->m);
+}
+
+/* ---- picking ---------------------------------------------------------------- */
+
+/* Tokens of each link of c (caller frees). */
+static uint32_t *link_tokens(const struct chain *c, double cpt)
+{
+    uint32_t *tok = pc_malloc(c->n * sizeof(*tok));
+    for (size_t i = 0; i < c->n; i++)
+        tok[i] = pindex_tokens(cpt, c->end[i] - (i > 0 ? c->end[i - 1] : 0));
+    return tok;
+}
+
+/* The chain now sits on replica i: count what it was predicted to hold, record it. */
+static void note_chain(struct route *r, size_t i, struct route_query *q,
+                       const struct prefix_view *v, int64_t wall_ms)
+{
+    const struct chain *c = q->chain;
+    struct replica *rp = &r->reps[i];
+    double cpt = pindex_cpt(r->index, q->model);
+    uint32_t *tok = link_tokens(c, cpt);
+    int64_t matched = 0, total = 0;
+    for (size_t k = 0; k < c->n; k++) {
+        total += tok[k];
+        if (k < v->m.links[i])
+            matched += tok[k];
+    }
+    q->matched_links = v->m.links[i];
+    q->fresh_links = v->m.fresh[i];
+    q->matched_tokens = matched;
+    q->prompt_tokens = total;
+    __atomic_fetch_add(&rp->chained, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&rp->matched_tokens, (uint64_t)matched, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&rp->chain_tokens, (uint64_t)total, __ATOMIC_RELAXED);
+    pindex_record(r->index, i, c->h, tok, c->n, wall_ms);
+    free(tok);
+}
+
+static void count_reason(struct replica *rp, enum route_reason why)
+{
+    uint64_t *ctr = why == ROUTE_BY_PREFIX    ? &rp->by_prefix
+                    : why == ROUTE_BY_SESSION ? &rp->by_session
+                    : why == ROUTE_BY_BALANCE ? &rp->by_balance
+                    : why == ROUTE_BY_LOAD    ? &rp->by_load
+                                              : NULL;
+    if (ctr != NULL)
+        __atomic_fetch_add(ctr, 1, __ATOMIC_RELAXED);
+}
+
+static size_t choose(struct route *r, uint64_t cand, int64_t now, struct route_query *q,
+                     struct prefix_view *v, int64_t wall_ms)
+{
+    uint64_t turn = __atomic_fetch_add(&r->turn, 1, __ATOMIC_RELAXED);
+    bool all_down = true;
+    for (size_t i = 0; i < r->n && all_down; i++)
+        if ((cand & (UINT64_C(1) << i)) && !is_down(&r->reps[i], now))
+            all_down = false;
+    prefix_view_of(r, cand, q, wall_ms, v);
+    if (q != NULL)
+        q->reason = all_down ? ROUTE_BY_HEALTH : ROUTE_BY_POLICY;
+    if (all_down)
+        return oldest_failure(r, cand);
+    if (r->policy == ROUTE_PREFIX && q != NULL &&
+        (q->session != 0 || (q->chain != NULL && q->chain->n > 0)))
+        return prefix_choose(r, v, q);
+    if (r->policy == ROUTE_LEAST_LOADED || r->policy == ROUTE_PREFIX)
+        return least_loaded(r, cand, turn);
+    return next_in_turn(r, cand, turn);
+}
+
+const struct route_replica *route_pick(struct route *r, struct route_query *q)
 {
     PC_CHECK_OBJ(r, ROUTE_MAGIC);
     int64_t now = (int64_t)pc_mono_ms();
     uint64_t cand = candidates(r, q != NULL ? q->exclude : 0, now);
     if (cand == 0)
         return NULL;
-    uint64_t turn = __atomic_fetch_add(&r->turn, 1, __ATOMIC_RELAXED);
-    bool all_down = true;
-    for (size_t i = 0; i < r->n && all_down; i++)
-        if ((cand & (UINT64_C(1) << i)) && !is_down(&r->reps[i], now))
-            all_down = false;
-    size_t i;
-    if (all_down)
-        i = oldest_failure(r, cand);
-    else if (r->policy == ROUTE_LEAST_LOADED)
-        i = least_loaded(r, cand, turn);
-    else
-        i = next_in_turn(r, cand, turn);
+    int64_t wall_ms = pc_wall_ms();
+    struct prefix_view v;
+    size_t i = choose(r, cand, now, q, &v, wall_ms);
     struct replica *rp = &r->reps[i];
     __atomic_fetch_add(&rp->in_flight, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&rp->requests, 1, __ATOMIC_RELAXED);
+    if (q != NULL) {
+        count_reason(rp, q->reason);
+        if (q->chain != NULL && q->chain->n > 0)
+            note_chain(r, i, q, &v, wall_ms);
+    }
     return &rp->pub;
+}
+
+void route_usage(struct route *r, const struct route_replica *rep, const char *model, size_t bytes,
+                 int64_t predicted, const struct api_usage *u)
+{
+    PC_CHECK_OBJ(r, ROUTE_MAGIC);
+    if (u == NULL || !u->present)
+        return;
+    struct replica *rp = &r->reps[rep->index];
+    __atomic_fetch_add(&rp->usage_answers, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&rp->predicted, (uint64_t)PC_MAX(predicted, 0), __ATOMIC_RELAXED);
+    __atomic_fetch_add(&rp->prompt_reported, (uint64_t)u->prompt, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&rp->cached_reported, (uint64_t)u->cached, __ATOMIC_RELAXED);
+    pindex_calibrate(r->index, model, bytes, u->prompt);
 }
 
 void route_end(struct route *r, const struct route_replica *rep, enum route_result res)
@@ -255,6 +540,51 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
 
 /* ---- rendering -------------------------------------------------------------- */
 
+/*
+ * Per-replica figures, one row each: X(name in /stats, Prometheus family,
+ * type, help, expression over rp (struct replica *) and i (its index)).
+ */
+#define ROUTE_REPLICA_FIGURES(X)                                                                 \
+    X(requests, "replica_requests_total", "counter", "Calls sent to the replica",                \
+      LOAD(&rp->requests))                                                                       \
+    X(in_flight, "replica_in_flight", "gauge", "Calls to the replica in progress",               \
+      LOAD(&rp->in_flight))                                                                      \
+    X(errors, "replica_errors_total", "counter",                                                 \
+      "Calls to the replica that failed (connect, reset, timeout)", LOAD(&rp->errors))           \
+    X(connect_errors, "replica_connect_errors_total", "counter",                                 \
+      "Connections the replica refused", LOAD(&rp->connect_errors))                              \
+    X(prefix_requests, "replica_prefix_requests_total", "counter",                               \
+      "Calls to the replica with a prefix chain", LOAD(&rp->chained))                            \
+    X(routed_by_prefix, "replica_routed_by_prefix_total", "counter",                             \
+      "Calls routed to the replica for holding the longest prefix", LOAD(&rp->by_prefix))        \
+    X(routed_by_session, "replica_routed_by_session_total", "counter",                           \
+      "Calls routed to the replica as their session's replica", LOAD(&rp->by_session))           \
+    X(routed_by_load, "replica_routed_by_load_total", "counter",                                 \
+      "Calls routed to the replica as the least loaded, for a prompt no replica held enough of", \
+      LOAD(&rp->by_load))                                                                        \
+    X(routed_by_balance, "replica_routed_by_balance_total", "counter",                           \
+      "Calls routed to the replica because the first choice was overloaded",                     \
+      LOAD(&rp->by_balance))                                                                     \
+    X(matched_prefix_tokens, "replica_matched_prefix_tokens_total", "counter",                   \
+      "Prompt tokens the index matched on the replica when calls were routed",                   \
+      LOAD(&rp->matched_tokens))                                                                 \
+    X(estimated_prompt_tokens, "replica_estimated_prompt_tokens_total", "counter",               \
+      "Prompt tokens of those calls, as the proxy estimates them", LOAD(&rp->chain_tokens))      \
+    X(usage_answers, "replica_usage_answers_total", "counter",                                   \
+      "Answers of prefix-chained calls that reported usage", LOAD(&rp->usage_answers))           \
+    X(predicted_cached_tokens, "replica_predicted_cached_tokens_total", "counter",               \
+      "Reusable prompt tokens the index predicted for those answers", LOAD(&rp->predicted))      \
+    X(reported_prompt_tokens, "replica_reported_prompt_tokens_total", "counter",                 \
+      "Prompt tokens those answers reported", LOAD(&rp->prompt_reported))                        \
+    X(reported_cached_tokens, "replica_reported_cached_tokens_total", "counter",                 \
+      "Cached prompt tokens those answers reported", LOAD(&rp->cached_reported))                 \
+    X(index_tokens, "replica_index_tokens", "gauge",                                             \
+      "Prompt tokens the prefix index believes the replica holds",                               \
+      (uint64_t)pindex_held(r->index, i))                                                        \
+    X(capacity_tokens, "replica_capacity_tokens", "gauge",                                       \
+      "KV-cache capacity of the replica assumed by the prefix index",                            \
+      (uint64_t)pindex_capacity(r->index, i))
+
 void route_render_json(const struct route *r, struct pc_buf *out)
 {
     int64_t now = (int64_t)pc_mono_ms();
@@ -265,51 +595,52 @@ void route_render_json(const struct route *r, struct pc_buf *out)
             pc_buf_append_char(out, ',');
         pc_buf_append_str(out, "{\"name\":");
         pc_buf_json_str(out, rp->name, strlen(rp->name));
-        pc_buf_printf(out,
-                      ",\"healthy\":%s,\"in_flight\":%lld,\"requests\":%llu,\"errors\":%llu,"
-                      "\"connect_errors\":%llu}",
-                      is_down(rp, now) ? "false" : "true", (long long)LOAD(&rp->in_flight),
-                      (unsigned long long)LOAD(&rp->requests),
-                      (unsigned long long)LOAD(&rp->errors),
-                      (unsigned long long)LOAD(&rp->connect_errors));
+        pc_buf_printf(out, ",\"healthy\":%s", is_down(rp, now) ? "false" : "true");
+#define ROUTE_JSON_FIELD(field, fam, type, help, expr) \
+    pc_buf_printf(out, ",\"" #field "\":%lld", (long long)(expr));
+        ROUTE_REPLICA_FIGURES(ROUTE_JSON_FIELD)
+#undef ROUTE_JSON_FIELD
+        pc_buf_append_char(out, '}');
     }
     pc_buf_append_char(out, ']');
 }
 
-/* One Prometheus family: HELP, TYPE, then one sample per replica. */
-static void prom_family(const struct route *r, struct pc_buf *out, const char *name,
-                        const char *type, const char *help, int which, int64_t now)
+static void prom_head(struct pc_buf *out, const char *name, const char *type, const char *help)
 {
     pc_buf_printf(out, "# HELP promptcache_%s %s\n# TYPE promptcache_%s %s\n", name, help, name,
                   type);
-    for (size_t i = 0; i < r->n; i++) {
-        const struct replica *rp = &r->reps[i];
-        long long v = 0;
-        switch (which) {
-        case 0:
-            v = (long long)LOAD(&rp->requests);
-            break;
-        case 1:
-            v = (long long)LOAD(&rp->in_flight);
-            break;
-        case 2:
-            v = (long long)LOAD(&rp->errors);
-            break;
-        default:
-            v = is_down(rp, now) ? 0 : 1;
-            break;
-        }
-        pc_buf_printf(out, "promptcache_%s{upstream=\"%s\"} %lld\n", name, rp->name, v);
-    }
 }
 
 void route_render_prometheus(const struct route *r, struct pc_buf *out)
 {
     int64_t now = (int64_t)pc_mono_ms();
-    prom_family(r, out, "replica_requests_total", "counter", "Calls sent to the replica", 0, now);
-    prom_family(r, out, "replica_in_flight", "gauge", "Calls to the replica in progress", 1, now);
-    prom_family(r, out, "replica_errors_total", "counter",
-                "Calls to the replica that failed (connect, reset, timeout)", 2, now);
-    prom_family(r, out, "replica_up", "gauge",
-                "1 unless the replica refused a connection within upstream-fail-timeout", 3, now);
+#define ROUTE_PROM_FAMILY(field, fam, type, help, expr)                             \
+    prom_head(out, fam, type, help);                                                \
+    for (size_t i = 0; i < r->n; i++) {                                             \
+        const struct replica *rp = &r->reps[i];                                     \
+        pc_buf_printf(out, "promptcache_%s{upstream=\"%s\"} %lld\n", fam, rp->name, \
+                      (long long)(expr));                                           \
+    }
+    ROUTE_REPLICA_FIGURES(ROUTE_PROM_FAMILY)
+#undef ROUTE_PROM_FAMILY
+    prom_head(out, "replica_up", "gauge",
+              "1 unless the replica refused a connection within upstream-fail-timeout");
+    for (size_t i = 0; i < r->n; i++)
+        pc_buf_printf(out, "promptcache_replica_up{upstream=\"%s\"} %d\n", r->reps[i].name,
+                      is_down(&r->reps[i], now) ? 0 : 1);
+    prom_head(out, "prefix_index_entries", "gauge",
+              "Links the prefix index holds, summed over the replicas");
+    pc_buf_printf(out, "promptcache_prefix_index_entries %zu\n", pindex_entries(r->index));
+}
+
+void route_render_doc(struct pc_buf *out)
+{
+#define ROUTE_DOC_ROW(field, fam, type, help, expr) \
+    pc_buf_printf(out, "| `%s{upstream}` | %s | %s |\n", fam, type, help);
+    ROUTE_REPLICA_FIGURES(ROUTE_DOC_ROW)
+#undef ROUTE_DOC_ROW
+    pc_buf_append_str(out, "| `replica_up{upstream}` | gauge | 1 unless the replica refused a "
+                           "connection within upstream-fail-timeout |\n");
+    pc_buf_append_str(out, "| `prefix_index_entries` | gauge | Links the prefix index holds, "
+                           "summed over the replicas |\n");
 }

@@ -14,6 +14,7 @@
 #include "pc_flight.h"
 #include "pc_log.h"
 #include "pc_reload.h"
+#include "pc_psync.h"
 #include "pc_route.h"
 #include "pc_semantic.h"
 #include "pc_worker.h"
@@ -38,6 +39,7 @@ struct server {
     int listen_fd;
     struct route *route;
     struct semantic *sem; /* NULL when semantic is off */
+    struct psync *psync;  /* the prefix index shared through Redis, or NULL */
     struct worker **workers;
     int nworkers;
     struct event_base *base;
@@ -231,6 +233,7 @@ static void server_teardown(struct server *s)
 {
     stop_workers(s);
     reload_destroy(&s->reload);
+    psync_destroy(&s->psync);
     if (s->sigterm != NULL)
         event_free(s->sigterm);
     if (s->sigint != NULL)
@@ -286,6 +289,10 @@ int server_run(const struct conf *c)
         goto out;
     if (c->semantic && c->cache && (s.sem = semantic_create(c, NULL, err, sizeof(err))) == NULL)
         goto out;
+    /* Shared through the cache's Redis; its metrics row is registered before the workers'. */
+    if (c->cache && c->prefix_sync &&
+        (s.psync = psync_create(c, s.route, err, sizeof(err))) == NULL)
+        goto out;
     if ((s.listen_fd = listen_socket(c, err, sizeof(err))) < 0)
         goto out;
     s.base = event_base_new();
@@ -302,6 +309,10 @@ int server_run(const struct conf *c)
     }
     if (start_workers(&s, err, sizeof(err)) < 0)
         goto out;
+    if (s.psync != NULL && psync_start(s.psync) < 0) {
+        snprintf(err, sizeof(err), "cannot start the prefix index's sharing threads");
+        goto out;
+    }
     log_startup(&s);
     event_base_dispatch(s.base);
     status = 0;

@@ -21,6 +21,7 @@
  * concatenated, ids/names/roles/finish reasons keep the last non-empty value.
  */
 #include "pc_sse.h"
+#include "pc_jedit.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -1597,4 +1598,105 @@ int sse_replay(enum api_endpoint e, const char *rec, size_t len, bool include_us
         return -1;
     }
     return 0;
+}
+
+/* ---- usage filter ------------------------------------------------------------- */
+
+void sse_usage_filter_init(struct sse_usage_filter *f)
+{
+    memset(f, 0, sizeof(*f));
+}
+
+void sse_usage_filter_free(struct sse_usage_filter *f)
+{
+    pc_buf_free(&f->pending);
+}
+
+/* The start of the value of the only data line of ev[0..len), or SIZE_MAX. */
+static size_t single_data_value(const char *ev, size_t len)
+{
+    size_t found = SIZE_MAX;
+    for (size_t p = 0; p < len;) {
+        size_t eol = p;
+        while (eol < len && ev[eol] != '\n' && ev[eol] != '\r')
+            eol++;
+        if (eol - p >= 5 && memcmp(ev + p, "data:", 5) == 0) {
+            if (found != SIZE_MAX)
+                return SIZE_MAX; /* several data lines: not a chunk we rewrite */
+            found = p + 5 + (p + 5 < eol && ev[p + 5] == ' ');
+        }
+        p = eol + 1;
+    }
+    return found;
+}
+
+/* One complete event (blank line included): passed on, rewritten or dropped. */
+static void filter_event(const char *ev, size_t len, struct pc_buf *out)
+{
+    size_t at = single_data_value(ev, len);
+    struct jspan root, choices, usage, name;
+    if (at == SIZE_MAX || at >= len || ev[at] != '{' || !jedit_value(ev, len, at, &root) ||
+        !jedit_member(ev, &root, "usage", &name, &usage)) {
+        pc_buf_append(out, ev, len);
+        return;
+    }
+    if (jedit_is_object(ev, &usage) && jedit_member(ev, &root, "choices", NULL, &choices) &&
+        jedit_is_array(ev, &choices) && jedit_count(ev, &choices) == 0)
+        return; /* the usage-only chunk */
+    size_t cur = 0, named = 0;
+    struct jspan nm, val;
+    while (jedit_next(ev, &root, &cur, &nm, &val))
+        named += nm.end - nm.start == 7 && memcmp(ev + nm.start, "\"usage\"", 7) == 0;
+    if (!jedit_is_null(ev, &usage) || named != 1) {
+        pc_buf_append(out, ev, len); /* not ours, or duplicates: left as they came */
+        return;
+    }
+    struct jedit e = JEDIT_INIT;
+    jedit_remove_member(&e, ev, &root, &name, &usage);
+    jedit_apply(&e, ev, len, out);
+    jedit_free(&e);
+}
+
+/*
+ * The end of the first complete event in b (just past its blank line), or
+ * 0. A CR at the very end may be the first half of a CRLF: wait for more.
+ */
+static size_t event_end(const char *b, size_t len)
+{
+    bool line_empty = true;
+    for (size_t p = 0; p < len; p++) {
+        char c = b[p];
+        if (c != '\r' && c != '\n') {
+            line_empty = false;
+            continue;
+        }
+        if (c == '\r') {
+            if (p + 1 == len)
+                return 0;
+            if (b[p + 1] == '\n')
+                p++;
+        }
+        if (line_empty)
+            return p + 1;
+        line_empty = true;
+    }
+    return 0;
+}
+
+void sse_usage_filter_feed(struct sse_usage_filter *f, const char *in, size_t len,
+                           struct pc_buf *out)
+{
+    pc_buf_append(&f->pending, in, len);
+    size_t done = 0, n;
+    while ((n = event_end(f->pending.data + done, f->pending.len - done)) > 0) {
+        filter_event(f->pending.data + done, n, out);
+        done += n;
+    }
+    pc_buf_consume(&f->pending, done);
+}
+
+void sse_usage_filter_end(struct sse_usage_filter *f, struct pc_buf *out)
+{
+    pc_buf_append(out, f->pending.data, f->pending.len);
+    pc_buf_reset(&f->pending);
 }

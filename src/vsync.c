@@ -277,7 +277,8 @@ static void trouble(struct vsync *s, const char *what)
 {
     count(&s->errors, 1);
     if (!s->down_logged)
-        log_warn("vsync: %s: %s; retrying with backoff (the vector index keeps what it has)", what,
+        /* Info: the store reports an outage once per process (one warning, one notice). */
+        log_info("vsync: %s: %s; retrying with backoff (the vector index keeps what it has)", what,
                  s->k.errmsg[0] ? s->k.errmsg : "error");
     s->down_logged = true;
 }
@@ -735,7 +736,7 @@ static int serve(struct vsync *s)
         if (rebuild(s) < 0)
             return -1;
         if (s->down_logged) /* an outage is over only once the index is in step again */
-            log_notice("vsync: back in step with Redis at %s", s->k.where);
+            log_info("vsync: back in step with Redis at %s", s->k.where);
         s->down_logged = false;
         atomic_store(&s->ready, true);
         while (!stopping(s) && (rc = follow(s)) == 0) {

@@ -1,8 +1,30 @@
 /*
  * backend/anthropic.c - Anthropic's Messages API: upstream-key goes in
- * x-api-key.
+ * x-api-key. Hint: cache_control breakpoints. Anthropic caches a prompt
+ * prefix only where a block is marked {"type":"ephemeral"}, charges extra
+ * for writing it and little for reading it back within 5 minutes of its
+ * last use; a marked prefix shorter than the model's minimum is not cached.
+ * So the proxy marks only what pays: the end of a segment (tools, system,
+ * an earlier turn - never the last message, which is new) whose prefix was
+ * sent within the last 5 minutes and is long enough, at most two marks, and
+ * never more than 4 counting the client's own, which stay where they are.
+ *
+ *   candidates (segment ends, not the last message)
+ *     ─▶ seen within 5 min (fresh links) and >= the model's minimum tokens
+ *     ─▶ the deepest one (most reuse) and the shallowest one (the stable
+ *        tools/system prefix that other conversations share)
+ *     ─▶ spliced into the block that ends the segment
  */
 #include "pc_backend.h"
+#include "pc_chain.h"
+
+#include <string.h>
+
+#define MARK          "{\"type\":\"ephemeral\"}"
+#define HINT_MARKS    2 /* breakpoints the proxy adds at most */
+#define MIN_TOKENS    1024
+#define MIN_TOKENS_2K 2048
+#define MIN_TOKENS_4K 4096
 
 static void anthropic_credential(const char *key, const char **name, struct pc_buf *value)
 {
@@ -10,7 +32,199 @@ static void anthropic_credential(const char *key, const char **name, struct pc_b
     pc_buf_append_str(value, key);
 }
 
+/*
+ * Minimum cacheable prompt per model family (Anthropic's prompt caching
+ * documentation): 4096 for Claude Opus 4.5 and 4.6 and Haiku 4.5, 2048 for
+ * Sonnet 4.6 and the Haiku 3 models, 1024 for the rest.
+ */
+int64_t backend_anthropic_min_tokens(const char *model)
+{
+    static const struct {
+        const char *part;
+        int64_t min;
+    } rules[] = {
+        {"opus-4-5", MIN_TOKENS_4K},   {"opus-4-6", MIN_TOKENS_4K}, {"haiku-4", MIN_TOKENS_4K},
+        {"sonnet-4-6", MIN_TOKENS_2K}, {"haiku", MIN_TOKENS_2K},
+    };
+    for (size_t i = 0; model != NULL && i < PC_ARRAY_LEN(rules); i++)
+        if (strstr(model, rules[i].part) != NULL)
+            return rules[i].min;
+    return MIN_TOKENS;
+}
+
+/* ---- the client's body ---------------------------------------------------------- */
+
+/* Spans of the parts of a Messages request the breakpoints go into. */
+struct msg_body {
+    const struct backend_body *b;
+    struct jspan tools, system, messages;
+    bool has_tools, has_system, has_messages;
+};
+
+static bool has_mark(const struct backend_body *b, const struct jspan *block)
+{
+    return jedit_member(b->text, block, "cache_control", NULL, NULL);
+}
+
+/* The last element of an array, or false if empty / not an array. */
+static bool last_element(const struct backend_body *b, const struct jspan *arr, struct jspan *out)
+{
+    size_t cur = 0;
+    struct jspan el;
+    bool any = false;
+    while (jedit_next(b->text, arr, &cur, NULL, &el)) {
+        *out = el;
+        any = true;
+    }
+    return any;
+}
+
+/* Client marks in the blocks of an array (tools, system, a message's content). */
+static int marks_in(const struct backend_body *b, const struct jspan *arr)
+{
+    size_t cur = 0;
+    int n = 0;
+    struct jspan el;
+    while (jedit_is_array(b->text, arr) && jedit_next(b->text, arr, &cur, NULL, &el))
+        n += has_mark(b, &el);
+    return n;
+}
+
+/* The content of message i, or false. */
+static bool message_content(const struct msg_body *m, uint32_t i, struct jspan *content)
+{
+    size_t cur = 0;
+    struct jspan el;
+    for (uint32_t k = 0; jedit_next(m->b->text, &m->messages, &cur, NULL, &el); k++)
+        if (k == i)
+            return jedit_member(m->b->text, &el, "content", NULL, content);
+    return false;
+}
+
+static int client_marks(const struct msg_body *m)
+{
+    int n = 0;
+    if (m->has_tools)
+        n += marks_in(m->b, &m->tools);
+    if (m->has_system)
+        n += marks_in(m->b, &m->system);
+    size_t cur = 0;
+    struct jspan el, content;
+    while (m->has_messages && jedit_next(m->b->text, &m->messages, &cur, NULL, &el))
+        if (jedit_member(m->b->text, &el, "content", NULL, &content))
+            n += marks_in(m->b, &content);
+    return n;
+}
+
+/* ---- marking a segment's end ------------------------------------------------------ */
+
+/* A block that may carry a mark: an object, not a thinking block, not marked yet. */
+static bool markable(const struct backend_body *b, const struct jspan *block)
+{
+    struct jspan type;
+    struct pc_buf t = PC_BUF_INIT;
+    if (!jedit_is_object(b->text, block) || has_mark(b, block))
+        return false;
+    bool thinking = jedit_member(b->text, block, "type", NULL, &type) &&
+                    jedit_string(b->text, &type, &t) && strstr(pc_buf_cstr(&t), "thinking");
+    pc_buf_free(&t);
+    return !thinking;
+}
+
+/*
+ * Mark the end of a content value (a system prompt or a message's content):
+ * a string becomes one text block carrying the mark, an array's last block
+ * gets it. False if it cannot be marked (empty text, a thinking block, a
+ * mark already there).
+ */
+static bool mark_content(const struct backend_body *b, const struct jspan *content, struct jedit *e)
+{
+    struct jspan last;
+    if (jedit_is_string(b->text, content)) {
+        if (content->end - content->start <= 2)
+            return false; /* an empty text block cannot be cached */
+        struct pc_buf s = PC_BUF_INIT;
+        pc_buf_append_str(&s, "[{\"type\":\"text\",\"text\":");
+        pc_buf_append(&s, b->text + content->start, content->end - content->start);
+        pc_buf_append_str(&s, ",\"cache_control\":" MARK "}]");
+        jedit_replace(e, content, s.data, s.len);
+        pc_buf_free(&s);
+        return true;
+    }
+    if (!jedit_is_array(b->text, content) || !last_element(b, content, &last) ||
+        !markable(b, &last))
+        return false;
+    jedit_add_member(e, b->text, &last, "cache_control", MARK);
+    return true;
+}
+
+static bool mark_segment(const struct msg_body *m, const struct chain_seg *s, struct jedit *e)
+{
+    struct jspan span, last;
+    switch (s->kind) {
+    case CHAIN_SEG_TOOLS:
+        if (!m->has_tools || !last_element(m->b, &m->tools, &last) || !markable(m->b, &last))
+            return false;
+        jedit_add_member(e, m->b->text, &last, "cache_control", MARK);
+        return true;
+    case CHAIN_SEG_SYSTEM:
+        return m->has_system && mark_content(m->b, &m->system, e);
+    case CHAIN_SEG_MESSAGE:
+        return message_content(m, s->item, &span) && mark_content(m->b, &span, e);
+    default:
+        return false;
+    }
+}
+
+/* ---- choosing ------------------------------------------------------------------- */
+
+/* Whether segment s's end is worth a breakpoint: seen lately and long enough. */
+static bool eligible(const struct backend_hints *h, const struct chain_seg *s, int64_t min_tokens)
+{
+    if (s->nlinks == 0 || s->first + s->nlinks > h->fresh_links)
+        return false;
+    size_t bytes = chain_bytes(h->chain, (long)(s->first + s->nlinks) - 1);
+    return (double)bytes / (h->cpt > 0 ? h->cpt : 4.0) >= (double)min_tokens;
+}
+
+static void anthropic_body_hints(const struct conf *c, const struct backend_in *in,
+                                 const struct backend_body *b, struct jedit *e)
+{
+    (void)c;
+    const struct backend_hints *h = in->hints;
+    const struct chain *ch = h->chain;
+    if (in->endpoint != API_MESSAGES || ch == NULL || ch->nseg < 2 || h->fresh_links == 0)
+        return;
+    struct msg_body m = {.b = b};
+    struct jspan model;
+    struct pc_buf name = PC_BUF_INIT;
+    if (backend_body_member(b, "cache_control", NULL, NULL))
+        return; /* the client asked for automatic caching: its choice */
+    m.has_tools = backend_body_member(b, "tools", NULL, &m.tools);
+    m.has_system = backend_body_member(b, "system", NULL, &m.system);
+    m.has_messages = backend_body_member(b, "messages", NULL, &m.messages);
+    int budget = PC_MIN(HINT_MARKS, BACKEND_MAX_BREAKPOINTS - client_marks(&m));
+    if (backend_body_member(b, "model", NULL, &model))
+        jedit_string(b->text, &model, &name);
+    int64_t min_tokens = backend_anthropic_min_tokens(pc_buf_cstr(&name));
+    pc_buf_free(&name);
+    /* Every segment but the last (the new turn); the deepest first, then the shallowest. */
+    long deepest = -1;
+    for (long s = (long)ch->nseg - 2; s >= 0 && budget > 0; s--) {
+        if (!eligible(h, &ch->seg[s], min_tokens) || !mark_segment(&m, &ch->seg[s], e))
+            continue;
+        deepest = s;
+        budget--;
+        break;
+    }
+    for (long s = 0; s < deepest && budget > 0; s++) {
+        if (eligible(h, &ch->seg[s], min_tokens) && mark_segment(&m, &ch->seg[s], e))
+            break;
+    }
+}
+
 const struct backend_ops backend_anthropic = {
     .name = "anthropic",
     .credential = anthropic_credential,
+    .body_hints = anthropic_body_hints,
 };

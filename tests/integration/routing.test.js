@@ -22,7 +22,9 @@ function replicaName(mock) {
 }
 
 h.test('round-robin takes the replicas in turn and names them in X-Upstream', async () => {
-    const proxy = await env.startProxy({upstream: [env.mock.url, second.url], workers: 1});
+    const proxy = await env.startProxy({
+        upstream: [env.mock.url, second.url], workers: 1, args: ['--routing', 'round-robin'],
+    });
     const a0 = env.mock.callCount(CHAT), b0 = second.callCount(CHAT);
     const seen = [];
     for (let i = 0; i < 6; i++) {
@@ -73,7 +75,9 @@ h.test('least-loaded sends new calls away from a replica with a call in flight',
 h.test('a replica that refuses connections is skipped without failing a request', async () => {
     const deadPort = await h.freePort();
     const dead = `http://127.0.0.1:${deadPort}`;
-    const proxy = await env.startProxy({upstream: [dead, env.mock.url], workers: 1});
+    /* Round robin, so the dead replica is sure to be tried (prefix routing spreads by hash). */
+    const proxy = await env.startProxy({upstream: [dead, env.mock.url], workers: 1,
+        args: ['--routing', 'round-robin']});
     const a0 = env.mock.callCount(CHAT);
     for (let i = 0; i < 6; i++) {
         const r = await proxy.post(CHAT, h.chatBody(h.uniq('failover')), OFF);

@@ -271,6 +271,7 @@ static void test_usage_anthropic(void)
     T_CHECK_INT(u.prompt, 1210);
     T_CHECK_INT(u.completion, 42);
     T_CHECK_INT(u.cached, 1000);
+    T_CHECK_INT(u.cache_write, 200);
 
     u = usage(API_MESSAGES, "{\"usage\":{\"input_tokens\":3,\"output_tokens\":4}}");
     T_CHECK(u.present);

@@ -1,11 +1,17 @@
 /*
  * test_route.c - replica choice: round-robin turns, least-loaded with ties in
  * turn, exclusion of replicas already tried, passive health (a refused
- * connection leaves a replica out, unless every replica is out).
+ * connection leaves a replica out, unless every replica is out); prefix
+ * routing: a conversation follows its prefix, new prompts spread, the load
+ * bound overrules a match, a dead replica is avoided, sessions stick, and
+ * predicted and reported tokens are counted per replica.
  */
 #include "t.h"
 
+#include "pc_api.h"
+#include "pc_chain.h"
 #include "pc_conf.h"
+#include "pc_pindex.h"
 #include "pc_route.h"
 
 static struct route *mk_route(const char *policy, int n, double fail_timeout)
@@ -156,6 +162,219 @@ static void test_prometheus(void)
     route_destroy(&r);
 }
 
+/* ---- prefix routing -------------------------------------------------------------- */
+
+static struct route *mk_prefix_route(int n, const char *abs, const char *rel)
+{
+    struct conf *c = conf_create();
+    char err[256], url[64];
+    T_CHECK_INT(conf_set(c, "upstream", "", err, sizeof err), 0);
+    for (int i = 0; i < n; i++) {
+        snprintf(url, sizeof url, "http://10.0.1.%d:8000", i + 1);
+        T_CHECK_INT(conf_set(c, "upstream", url, err, sizeof err), 0);
+    }
+    T_CHECK_INT(conf_set(c, "routing", "prefix", err, sizeof err), 0);
+    T_CHECK_INT(conf_set(c, "prefix-balance-abs", abs, err, sizeof err), 0);
+    T_CHECK_INT(conf_set(c, "prefix-balance-rel", rel, err, sizeof err), 0);
+    struct route *r = route_create(c, err, sizeof err);
+    conf_destroy(&c);
+    return r;
+}
+
+/*
+ * A chat of turns messages, alternating user and assistant: a long first
+ * question (two links), short turns after it.
+ */
+static void conversation(struct chain *c, int turns, const char *topic)
+{
+    struct pc_buf j = PC_BUF_INIT;
+    pc_buf_append_str(&j, "{\"model\":\"m\",\"messages\":[");
+    for (int i = 0; i < turns; i++)
+        pc_buf_printf(&j, "%s{\"role\":\"%s\",\"content\":\"%s turn %d %0*d\"}", i ? "," : "",
+                      i % 2 ? "assistant" : "user", topic, i, i ? 100 : 2000, i);
+    pc_buf_append_str(&j, "]}");
+    cJSON *body = cJSON_Parse(pc_buf_cstr(&j));
+    struct chain_input in = {API_CHAT, body, NULL};
+    chain_build(&in, c);
+    cJSON_Delete(body);
+    pc_buf_free(&j);
+}
+
+static const struct route_replica *pick_chain(struct route *r, const struct chain *c,
+                                              struct route_query *q)
+{
+    *q = (struct route_query){.chain = c, .model = "m"};
+    return route_pick(r, q);
+}
+
+static void test_prefix_follows(void)
+{
+    struct route *r = mk_prefix_route(3, "4", "1.5");
+    struct chain t1, t3, t5;
+    conversation(&t1, 1, "alpha");
+    conversation(&t3, 3, "alpha");
+    conversation(&t5, 5, "alpha");
+    struct route_query q;
+    const struct route_replica *first = pick_chain(r, &t1, &q);
+    T_CHECK_INT(q.matched_links, 0);
+    route_end(r, first, ROUTE_OK);
+    /* Each later turn extends the earlier prompt: same replica, matched by the index. */
+    const struct route_replica *again = pick_chain(r, &t3, &q);
+    T_CHECK_INT(again->index, first->index);
+    T_CHECK_INT(q.reason, ROUTE_BY_PREFIX);
+    T_CHECK_INT(q.matched_links, t1.n);
+    T_CHECK(q.matched_tokens > 0 && q.matched_tokens < q.prompt_tokens);
+    route_end(r, again, ROUTE_OK);
+    again = pick_chain(r, &t5, &q);
+    T_CHECK_INT(again->index, first->index);
+    T_CHECK_INT(q.matched_links, t3.n);
+    /* The answer's usage is kept next to the prediction. */
+    struct api_usage u = {.present = true, .prompt = 1000, .cached = 700};
+    route_usage(r, again, "m", 4000, q.matched_tokens, &u);
+    route_end(r, again, ROUTE_OK);
+    struct pc_buf b = PC_BUF_INIT;
+    route_render_json(r, &b);
+    T_CHECK(strstr(pc_buf_cstr(&b), "\"reported_cached_tokens\":700") != NULL);
+    T_CHECK(strstr(pc_buf_cstr(&b), "\"routed_by_prefix\":2") != NULL);
+    pc_buf_free(&b);
+    chain_free(&t1);
+    chain_free(&t3);
+    chain_free(&t5);
+    route_destroy(&r);
+}
+
+static void test_prefix_spread(void)
+{
+    struct route *r = mk_prefix_route(3, "4", "1.5");
+    int count[3] = {0};
+    for (int i = 0; i < 60; i++) {
+        char topic[32];
+        snprintf(topic, sizeof topic, "topic-%d", i);
+        struct chain c;
+        conversation(&c, 1, topic);
+        struct route_query q;
+        const struct route_replica *rep = pick_chain(r, &c, &q);
+        count[rep->index]++;
+        route_end(r, rep, ROUTE_OK);
+        chain_free(&c);
+    }
+    /* Sixty new prompts on an idle pool: spread by their hashes. */
+    for (int i = 0; i < 3; i++)
+        T_CHECK(count[i] >= 10);
+    route_destroy(&r);
+}
+
+static void test_prefix_load_bound(void)
+{
+    struct route *r = mk_prefix_route(2, "2", "1.5");
+    struct chain c;
+    conversation(&c, 3, "busy");
+    struct route_query q;
+    const struct route_replica *held[3];
+    held[0] = pick_chain(r, &c, &q);
+    /* Up to 2 calls beyond the idle replica, the match wins. */
+    for (int i = 1; i < 3; i++) {
+        held[i] = pick_chain(r, &c, &q);
+        T_CHECK_INT(held[i]->index, held[0]->index);
+    }
+    /* A third beyond: overloaded, the other replica takes it. */
+    const struct route_replica *other = pick_chain(r, &c, &q);
+    T_CHECK(other->index != held[0]->index);
+    T_CHECK_INT(q.reason, ROUTE_BY_BALANCE);
+    T_CHECK_INT(q.matched_links, 0);
+    route_end(r, other, ROUTE_OK);
+    for (int i = 0; i < 3; i++)
+        route_end(r, held[i], ROUTE_OK);
+    /* Idle again: back to the longest match... which both now hold. */
+    const struct route_replica *back = pick_chain(r, &c, &q);
+    T_CHECK_INT(q.matched_links, c.n);
+    route_end(r, back, ROUTE_OK);
+    chain_free(&c);
+    route_destroy(&r);
+}
+
+static void test_prefix_dead_replica(void)
+{
+    struct route *r = mk_prefix_route(3, "4", "1.5");
+    struct chain c;
+    conversation(&c, 3, "dead");
+    struct route_query q;
+    const struct route_replica *home = pick_chain(r, &c, &q);
+    route_end(r, home, ROUTE_CONNECT_ERR); /* refused: left out for a while */
+    const struct route_replica *next = pick_chain(r, &c, &q);
+    T_CHECK(next->index != home->index);
+    route_end(r, next, ROUTE_OK);
+    /* The call is retried on another replica, never the one that refused. */
+    q = (struct route_query){.chain = &c, .exclude = UINT64_C(1) << next->index};
+    const struct route_replica *third = route_pick(r, &q);
+    T_CHECK(third->index != next->index && third->index != home->index);
+    route_end(r, third, ROUTE_OK);
+    chain_free(&c);
+    route_destroy(&r);
+}
+
+static void test_prefix_session(void)
+{
+    struct route *r = mk_prefix_route(4, "1", "1.5");
+    struct chain a, b;
+    conversation(&a, 1, "one");
+    conversation(&b, 1, "two");
+    struct route_query q = {.chain = &a, .session = 0xabcdef};
+    const struct route_replica *home = route_pick(r, &q);
+    T_CHECK_INT(q.reason, ROUTE_BY_SESSION);
+    route_end(r, home, ROUTE_OK);
+    /* Another prompt of the same session: the same replica. */
+    q = (struct route_query){.chain = &b, .session = 0xabcdef};
+    const struct route_replica *again = route_pick(r, &q);
+    T_CHECK_INT(again->index, home->index);
+    /* Overloaded, the session's replica is passed over too. */
+    q = (struct route_query){.chain = &b, .session = 0xabcdef};
+    const struct route_replica *second = route_pick(r, &q);
+    T_CHECK_INT(second->index, home->index);
+    q = (struct route_query){.chain = &b, .session = 0xabcdef};
+    const struct route_replica *spill = route_pick(r, &q);
+    T_CHECK(spill->index != home->index);
+    T_CHECK_INT(q.reason, ROUTE_BY_BALANCE);
+    route_end(r, again, ROUTE_OK);
+    route_end(r, second, ROUTE_OK);
+    route_end(r, spill, ROUTE_OK);
+    chain_free(&a);
+    chain_free(&b);
+    route_destroy(&r);
+}
+
+static void test_prefix_min_match(void)
+{
+    struct route *r = mk_prefix_route(3, "4", "1.5");
+    /* A long shared preamble makes the second prompt a continuation... */
+    struct chain a1, a2;
+    conversation(&a1, 1, "preamble");
+    conversation(&a2, 3, "preamble");
+    struct route_query q;
+    const struct route_replica *home = pick_chain(r, &a1, &q);
+    route_end(r, home, ROUTE_OK);
+    route_end(r, pick_chain(r, &a2, &q), ROUTE_OK);
+    T_CHECK_INT(q.reason, ROUTE_BY_PREFIX);
+    /* ...but sharing one short turn out of many is not: the least loaded. */
+    struct chain big;
+    struct pc_buf j = PC_BUF_INIT;
+    pc_buf_printf(&j,
+                  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+                  "\"preamble turn 0 %02000d\"},{\"role\":\"user\",\"content\":\"%012000d\"}]}",
+                  0, 1);
+    cJSON *body = cJSON_Parse(pc_buf_cstr(&j));
+    struct chain_input in = {API_CHAT, body, NULL};
+    chain_build(&in, &big);
+    cJSON_Delete(body);
+    pc_buf_free(&j);
+    route_end(r, pick_chain(r, &big, &q), ROUTE_OK);
+    T_CHECK_INT(q.reason, ROUTE_BY_LOAD);
+    chain_free(&a1);
+    chain_free(&a2);
+    chain_free(&big);
+    route_destroy(&r);
+}
+
 int main(void)
 {
     T_RUN(test_names);
@@ -165,5 +384,11 @@ int main(void)
     T_RUN(test_passive_health);
     T_RUN(test_fail_timeout_zero);
     T_RUN(test_prometheus);
+    T_RUN(test_prefix_follows);
+    T_RUN(test_prefix_spread);
+    T_RUN(test_prefix_load_bound);
+    T_RUN(test_prefix_dead_replica);
+    T_RUN(test_prefix_session);
+    T_RUN(test_prefix_min_match);
     T_DONE();
 }

@@ -587,6 +587,7 @@ static void test_assemble_anthropic(void)
     T_CHECK_INT(u.prompt, 472 + 100 + 2000);
     T_CHECK_INT(u.completion, 89);
     T_CHECK_INT(u.cached, 2000);
+    T_CHECK_INT(u.cache_write, 100);
     cJSON_Delete(a);
     T_CHECK(complete_q(API_MESSAGES, an_stream));
     /* without event: lines the data's type decides; a tool_use without deltas keeps {} */
@@ -612,7 +613,7 @@ static void check_cut(enum api_endpoint e, const char *stream)
 {
     char *full = q(stream);
     char *cut = drop_last_event(full);
-    struct api_usage u = {true, 1, 1, 1};
+    struct api_usage u = {true, 1, 1, 1, 0};
     T_CHECK(sse_complete(e, full, strlen(full)));
     T_CHECK(!sse_complete(e, cut, strlen(cut)));
     cJSON *a = sse_assemble(e, cut, strlen(cut), &u);
@@ -894,6 +895,53 @@ static void test_replay(void)
     pc_buf_free(&out);
 }
 
+/* ---- the usage filter --------------------------------------------------------------- */
+
+/* The filter's output for in, fed in pieces of step bytes. */
+static char *filtered(const char *in, size_t step)
+{
+    struct sse_usage_filter f;
+    struct pc_buf out = PC_BUF_INIT;
+    sse_usage_filter_init(&f);
+    size_t n = strlen(in);
+    for (size_t i = 0; i < n; i += step)
+        sse_usage_filter_feed(&f, in + i, PC_MIN(step, n - i), &out);
+    sse_usage_filter_end(&f, &out);
+    sse_usage_filter_free(&f);
+    return pc_buf_cstr(&out);
+}
+
+static void test_usage_filter(void)
+{
+    const char *in =
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}],"
+        "\"usage\":null}\n\n"
+        ": keep-alive comment\n\n"
+        "data: {\"id\":\"c\",\"usage\": null ,\"choices\":[{\"index\":0,\"delta\":{},"
+        "\"finish_reason\":\"stop\"}]}\r\n\r\n"
+        "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,"
+        "\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\n"
+        "data: [DONE]\n\n";
+    const char *want =
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n"
+        ": keep-alive comment\n\n"
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},"
+        "\"finish_reason\":\"stop\"}]}\r\n\r\n"
+        "data: [DONE]\n\n";
+    size_t steps[] = {1, 2, 3, 7, 64, 100000};
+    for (size_t i = 0; i < PC_ARRAY_LEN(steps); i++) {
+        char *got = filtered(in, steps[i]);
+        T_CHECK_STR(got, want);
+        free(got);
+    }
+    /* A usage the chunk carries as data stays; so does a cut-off last event. */
+    const char *keep = "data: {\"choices\":[{\"index\":0}],\"usage\":{\"prompt_tokens\":1}}\n\n"
+                       "data: {\"choices\":[],\"us";
+    char *got = filtered(keep, 5);
+    T_CHECK_STR(got, keep);
+    free(got);
+}
+
 int main(void)
 {
     T_RUN(test_parser_basics);
@@ -916,5 +964,6 @@ int main(void)
     T_RUN(test_synth_anthropic_events);
     T_RUN(test_synth_rejects);
     T_RUN(test_replay);
+    T_RUN(test_usage_filter);
     T_DONE();
 }

@@ -1,0 +1,662 @@
+/*
+ * psync.c - sharing the prefix index through Redis (see pc_psync.h). Owns
+ * the queue of local records waiting to be published, the writer and reader
+ * threads with their blocking hiredis connections, and a metrics row.
+ *
+ *   pindex sink (any worker) ─▶ queue ─cond─▶ writer: XADD + ZADD pipeline
+ *   reader: ZRANGE per replica (catch up) ─▶ XREAD BLOCK loop ─▶ pindex_apply
+ *
+ * A stream entry has one field, d = instance (8 bytes) ‖ ms (8, big-endian)
+ * ‖ replica name length (1) ‖ name ‖ links (12 bytes each): one field keeps
+ * the reply small, and a reader skips its own records by their first bytes.
+ * The writer formats its commands itself (RESP), which costs a fraction of
+ * hiredis's formatting of many small arguments.
+ *
+ * Stopping: the flag is set, the writer's condition is signalled and the
+ * reader's socket is shut down under its mutex, so a thread blocked in
+ * XREAD returns at once; both threads then leave their loops and are joined.
+ */
+#include "pc_psync.h"
+#include "pc_conf.h"
+#include "pc_log.h"
+#include "pc_pindex.h"
+#include "pc_route.h"
+#include "pc_stats.h"
+#include "pc_store.h"
+#include "pc_util.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#define PSYNC_MAGIC     0x5053594eu /* "PSYN" */
+#define QUEUE_MAX       4096        /* records waiting; more are dropped (and counted) */
+#define BATCH_MAX       256         /* records per pipeline */
+#define STREAM_MAXLEN   "20000" /* records kept in the stream (a reader further behind restores) */
+#define READ_COUNT      "256"
+#define READ_BLOCK_MS   "1000"
+#define READ_PAUSE_MS   10 /* after entries came: let more gather (one XREAD for many) */
+#define WRITE_LINGER_MS 5  /* after a record came: let more join its pipeline */
+#define IO_TIMEOUT_MS   5000
+#define BACKOFF_MIN_MS  100
+#define BACKOFF_MAX_MS  5000
+#define LOG_EVERY_MS    60000
+#define TRIM_EVERY      64  /* ZADDs to a replica's set between trims */
+#define LINK_BYTES      12  /* 8-byte hash, 4-byte tokens */
+#define MIN_LINK_TOKENS 128 /* sets keep capacity / this many members */
+
+/* One local record waiting to be published. */
+struct rec {
+    size_t rep;
+    int64_t ms;
+    size_t n;
+    uint64_t *h;
+    uint32_t *tok;
+    struct rec *next;
+};
+
+/* A blocking connection of one thread. */
+struct conn {
+    redisContext *rc;
+    const char *who; /* "writer", "reader" (log lines) */
+    uint64_t failed_logged_ms;
+};
+
+struct psync {
+    unsigned magic;
+    struct route *route;
+    struct pindex *index;
+    struct stats stats;
+    unsigned char instance[8]; /* random id of this process, to skip its own records */
+    char *host, *unix_path, *password, *where;
+    int port, db;
+    size_t keep; /* members kept per replica set */
+
+    pthread_mutex_t mu; /* the queue, stopping, the reader's context */
+    pthread_cond_t cond;
+    struct rec *head, *tail;
+    size_t queued;
+    bool stopping;
+    redisContext *reading; /* the reader's context, for shutdown() */
+
+    pthread_t writer, reader;
+    bool started;
+    unsigned trims[PINDEX_MAX_REPLICAS]; /* writer only */
+};
+
+/* ---- connections ------------------------------------------------------------ */
+
+static bool simple(redisContext *rc, const char *cmd, const char *arg)
+{
+    redisReply *r = redisCommand(rc, "%s %s", cmd, arg);
+    bool ok = r != NULL && r->type != REDIS_REPLY_ERROR;
+    if (r != NULL)
+        freeReplyObject(r);
+    return ok;
+}
+
+static void conn_close(struct conn *c)
+{
+    if (c->rc != NULL)
+        redisFree(c->rc);
+    c->rc = NULL;
+}
+
+static void conn_failed(struct psync *ps, struct conn *c, const char *why)
+{
+    stats_incr(&ps->stats, STAT_prefix_sync_errors);
+    uint64_t now = pc_mono_ms();
+    if (c->failed_logged_ms == 0 || now - c->failed_logged_ms >= LOG_EVERY_MS) {
+        /* Info: the store reports an outage once per process (one warning, one notice). */
+        log_info("prefix index sharing (%s): redis %s: %s", c->who, ps->where, why);
+        c->failed_logged_ms = now;
+    }
+    conn_close(c);
+}
+
+static bool conn_open(struct psync *ps, struct conn *c)
+{
+    struct timeval tv = pc_timeval_ms(IO_TIMEOUT_MS);
+    c->rc = ps->unix_path ? redisConnectUnixWithTimeout(ps->unix_path, tv)
+                          : redisConnectWithTimeout(ps->host, ps->port, tv);
+    if (c->rc == NULL || c->rc->err) {
+        conn_failed(ps, c, c->rc ? c->rc->errstr : "out of memory");
+        return false;
+    }
+    redisSetTimeout(c->rc, tv);
+    char db[16];
+    snprintf(db, sizeof(db), "%d", ps->db);
+    if ((ps->password != NULL && !simple(c->rc, "AUTH", ps->password)) ||
+        (ps->db != 0 && !simple(c->rc, "SELECT", db))) {
+        conn_failed(ps, c, "AUTH or SELECT failed");
+        return false;
+    }
+    if (c->failed_logged_ms != 0)
+        log_info("prefix index sharing (%s): redis %s reachable again", c->who, ps->where);
+    c->failed_logged_ms = 0;
+    return true;
+}
+
+/* Sleep ms unless stopping; false once stopping. Caller does not hold mu. */
+static bool pause_ms(struct psync *ps, int64_t ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&ps->mu);
+    while (!ps->stopping && pthread_cond_timedwait(&ps->cond, &ps->mu, &until) != ETIMEDOUT)
+        ;
+    bool go_on = !ps->stopping;
+    pthread_mutex_unlock(&ps->mu);
+    return go_on;
+}
+
+static bool is_stopping(struct psync *ps)
+{
+    pthread_mutex_lock(&ps->mu);
+    bool s = ps->stopping;
+    pthread_mutex_unlock(&ps->mu);
+    return s;
+}
+
+/* Connect with backoff; false once stopping. */
+static bool conn_ensure(struct psync *ps, struct conn *c)
+{
+    int64_t backoff = BACKOFF_MIN_MS;
+    while (c->rc == NULL) {
+        if (is_stopping(ps))
+            return false;
+        if (conn_open(ps, c))
+            break;
+        if (!pause_ms(ps, backoff))
+            return false;
+        backoff = PC_MIN(backoff * 2, BACKOFF_MAX_MS);
+    }
+    return true;
+}
+
+/* ---- links on the wire -------------------------------------------------------- */
+
+static void put_be(unsigned char *p, uint64_t v, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--, v >>= 8)
+        p[i] = (unsigned char)(v & 0xff);
+}
+
+static uint64_t get_be(const unsigned char *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static void set_key(const struct psync *ps, size_t rep, struct pc_buf *key)
+{
+    pc_buf_reset(key);
+    pc_buf_printf(key, PSYNC_SET_PREFIX "{%s}", route_replica(ps->route, rep)->name);
+}
+
+/* ---- the writer ----------------------------------------------------------------- */
+
+static void rec_free(struct rec *r)
+{
+    free(r->h);
+    free(r->tok);
+    free(r);
+}
+
+/* The pindex sink: runs on a worker; copies the record into the queue. */
+static void sink(void *arg, size_t rep, const uint64_t *h, const uint32_t *tokens, size_t n,
+                 int64_t ms)
+{
+    struct psync *ps = arg;
+    PC_CHECK_OBJ(ps, PSYNC_MAGIC);
+    pthread_mutex_lock(&ps->mu);
+    bool full = ps->queued >= QUEUE_MAX || ps->stopping;
+    pthread_mutex_unlock(&ps->mu);
+    if (full) {
+        stats_incr(&ps->stats, STAT_prefix_sync_errors);
+        return;
+    }
+    struct rec *r = pc_calloc(1, sizeof(*r));
+    *r = (struct rec){rep, ms, n, pc_malloc(n * sizeof(*h)), pc_malloc(n * sizeof(*tokens)), NULL};
+    memcpy(r->h, h, n * sizeof(*h));
+    memcpy(r->tok, tokens, n * sizeof(*tokens));
+    pthread_mutex_lock(&ps->mu);
+    if (ps->tail != NULL)
+        ps->tail->next = r;
+    else
+        ps->head = r;
+    ps->tail = r;
+    ps->queued++;
+    pthread_cond_broadcast(&ps->cond); /* the reader may be waiting on it too */
+    pthread_mutex_unlock(&ps->mu);
+}
+
+/*
+ * Up to BATCH_MAX queued records (NULL once stopping): waits for one, then
+ * WRITE_LINGER_MS for others, so that under load one pipeline carries many.
+ */
+static struct rec *take_batch(struct psync *ps)
+{
+    pthread_mutex_lock(&ps->mu);
+    while (ps->head == NULL && !ps->stopping)
+        pthread_cond_wait(&ps->cond, &ps->mu);
+    pthread_mutex_unlock(&ps->mu);
+    pause_ms(ps, WRITE_LINGER_MS);
+    pthread_mutex_lock(&ps->mu);
+    struct rec *batch = ps->stopping ? NULL : ps->head, *last = batch;
+    for (size_t k = 1; last != NULL && k < BATCH_MAX && last->next != NULL; k++)
+        last = last->next;
+    if (last != NULL) {
+        ps->head = last->next;
+        if (ps->head == NULL)
+            ps->tail = NULL;
+        last->next = NULL;
+    }
+    for (struct rec *r = batch; r != NULL; r = r->next)
+        ps->queued--;
+    pthread_mutex_unlock(&ps->mu);
+    return batch;
+}
+
+/* RESP framing of one argument. */
+static void resp_arg(struct pc_buf *out, const void *p, size_t n)
+{
+    pc_buf_printf(out, "$%zu\r\n", n);
+    pc_buf_append(out, p, n);
+    pc_buf_append(out, "\r\n", 2);
+}
+
+static void resp_str(struct pc_buf *out, const char *s)
+{
+    resp_arg(out, s, strlen(s));
+}
+
+/* XADD of one record into cmd (RESP). */
+static void format_xadd(struct psync *ps, const struct rec *r, struct pc_buf *cmd)
+{
+    const char *name = route_replica(ps->route, r->rep)->name;
+    size_t nlen = PC_MIN(strlen(name), 255);
+    size_t dlen = 8 + 8 + 1 + nlen + r->n * LINK_BYTES;
+    pc_buf_append_str(cmd, "*8\r\n");
+    resp_str(cmd, "XADD");
+    resp_str(cmd, PSYNC_STREAM);
+    resp_str(cmd, "MAXLEN");
+    resp_str(cmd, "~");
+    resp_str(cmd, STREAM_MAXLEN);
+    resp_str(cmd, "*");
+    resp_str(cmd, "d");
+    pc_buf_printf(cmd, "$%zu\r\n", dlen);
+    unsigned char head[17];
+    memcpy(head, ps->instance, 8);
+    put_be(head + 8, (uint64_t)r->ms, 8);
+    head[16] = (unsigned char)nlen;
+    pc_buf_append(cmd, head, sizeof(head));
+    pc_buf_append(cmd, name, nlen);
+    for (size_t i = 0; i < r->n; i++) {
+        unsigned char link[LINK_BYTES];
+        put_be(link, r->h[i], 8);
+        put_be(link + 8, r->tok[i], 4);
+        pc_buf_append(cmd, link, sizeof(link));
+    }
+    pc_buf_append(cmd, "\r\n", 2);
+}
+
+/* ZADD of a record's links to its replica's set into cmd (RESP); true if a trim follows. */
+static bool format_zadd(struct psync *ps, const struct rec *r, struct pc_buf *key,
+                        struct pc_buf *cmd)
+{
+    set_key(ps, r->rep, key);
+    pc_buf_printf(cmd, "*%zu\r\n", 2 + 2 * r->n);
+    resp_str(cmd, "ZADD");
+    resp_arg(cmd, key->data, key->len);
+    for (size_t i = 0; i < r->n; i++) {
+        char score[24];
+        int64_t stamp = r->ms * PINDEX_DEPTH_STEPS + (PINDEX_DEPTH_STEPS - 1) -
+                        (int64_t)PC_MIN(i, PINDEX_DEPTH_STEPS - 1);
+        int len = snprintf(score, sizeof(score), "%lld", (long long)stamp);
+        resp_arg(cmd, score, (size_t)len);
+        unsigned char link[LINK_BYTES];
+        put_be(link, r->h[i], 8);
+        put_be(link + 8, r->tok[i], 4);
+        resp_arg(cmd, link, sizeof(link));
+    }
+    if (++ps->trims[r->rep] % TRIM_EVERY != 0)
+        return false;
+    char stop[24];
+    snprintf(stop, sizeof(stop), "-%zu", ps->keep + 1);
+    pc_buf_append_str(cmd, "*4\r\n");
+    resp_str(cmd, "ZREMRANGEBYRANK");
+    resp_arg(cmd, key->data, key->len);
+    resp_str(cmd, "0");
+    resp_str(cmd, stop);
+    return true;
+}
+
+/* Send a batch as one pipeline; false if the connection failed. */
+static bool publish(struct psync *ps, struct conn *c, const struct rec *batch)
+{
+    struct pc_buf cmd = PC_BUF_INIT, key = PC_BUF_INIT;
+    int sent = 0, records = 0;
+    for (const struct rec *r = batch; r != NULL; r = r->next, records++) {
+        format_xadd(ps, r, &cmd);
+        sent += 2 + format_zadd(ps, r, &key, &cmd);
+    }
+    int rc = redisAppendFormattedCommand(c->rc, cmd.data, cmd.len);
+    pc_buf_free(&cmd);
+    pc_buf_free(&key);
+    if (rc != REDIS_OK) {
+        conn_failed(ps, c, "out of memory");
+        return false;
+    }
+    bool ok = true;
+    for (int i = 0; i < sent; i++) {
+        void *reply = NULL;
+        if (redisGetReply(c->rc, &reply) != REDIS_OK) {
+            conn_failed(ps, c, c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+            return false;
+        }
+        if (((redisReply *)reply)->type == REDIS_REPLY_ERROR)
+            ok = false;
+        freeReplyObject(reply);
+    }
+    if (!ok)
+        stats_incr(&ps->stats, STAT_prefix_sync_errors);
+    stats_add(&ps->stats, STAT_prefix_sync_published, records);
+    return true;
+}
+
+static void *writer_main(void *arg)
+{
+    struct psync *ps = arg;
+    PC_CHECK_OBJ(ps, PSYNC_MAGIC);
+    struct conn c = {NULL, "writer", 0};
+    struct rec *batch;
+    while ((batch = take_batch(ps)) != NULL) {
+        /* Redis away: the batch is dropped rather than kept growing. */
+        if (conn_ensure(ps, &c))
+            publish(ps, &c, batch);
+        while (batch != NULL) {
+            struct rec *next = batch->next;
+            rec_free(batch);
+            batch = next;
+        }
+    }
+    conn_close(&c);
+    return NULL;
+}
+
+/* ---- the reader ------------------------------------------------------------------- */
+
+static size_t replica_named(const struct psync *ps, const char *name, size_t len)
+{
+    for (size_t i = 0; i < route_count(ps->route); i++) {
+        const char *n = route_replica(ps->route, i)->name;
+        if (strlen(n) == len && memcmp(n, name, len) == 0)
+            return i;
+    }
+    return SIZE_MAX;
+}
+
+/* Catch up from a replica's set: its newest members. */
+static bool restore_replica(struct psync *ps, struct conn *c, size_t rep)
+{
+    struct pc_buf key = PC_BUF_INIT;
+    set_key(ps, rep, &key);
+    char start[24];
+    snprintf(start, sizeof(start), "-%zu", ps->keep);
+    redisReply *r = redisCommand(c->rc, "ZRANGE %b %s -1 WITHSCORES", key.data, key.len, start);
+    pc_buf_free(&key);
+    if (r == NULL) {
+        conn_failed(ps, c, c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+        return false;
+    }
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        const redisReply *m = r->element[i], *s = r->element[i + 1];
+        if (m->type != REDIS_REPLY_STRING || m->len != LINK_BYTES || s->type != REDIS_REPLY_STRING)
+            continue;
+        int64_t stamp = strtoll(s->str, NULL, 10);
+        uint64_t h = get_be((const unsigned char *)m->str, 8);
+        uint32_t tok = (uint32_t)get_be((const unsigned char *)m->str + 8, 4);
+        size_t depth = (size_t)(PINDEX_DEPTH_STEPS - 1 - stamp % PINDEX_DEPTH_STEPS);
+        pindex_apply(ps->index, rep, &h, &tok, 1, depth, stamp / PINDEX_DEPTH_STEPS);
+    }
+    freeReplyObject(r);
+    return true;
+}
+
+/* The id of the stream's last entry into id ("0-0" when empty); false on failure. */
+static bool stream_end(struct psync *ps, struct conn *c, char *id, size_t idlen)
+{
+    redisReply *r = redisCommand(c->rc, "XREVRANGE " PSYNC_STREAM " + - COUNT 1");
+    if (r == NULL) {
+        conn_failed(ps, c, c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+        return false;
+    }
+    snprintf(id, idlen, "0-0");
+    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+        r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements > 0 &&
+        r->element[0]->element[0]->type == REDIS_REPLY_STRING)
+        snprintf(id, idlen, "%s", r->element[0]->element[0]->str);
+    freeReplyObject(r);
+    return true;
+}
+
+/* Apply one stream entry (its field list) made by another instance. */
+static void apply_entry(struct psync *ps, const redisReply *fields)
+{
+    if (fields->type != REDIS_REPLY_ARRAY || fields->elements != 2 ||
+        fields->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    const unsigned char *d = (const unsigned char *)fields->element[1]->str;
+    size_t len = fields->element[1]->len;
+    if (len < 17 || len < 17 + (size_t)d[16] || (len - 17 - d[16]) % LINK_BYTES != 0)
+        return;
+    if (memcmp(d, ps->instance, 8) == 0)
+        return; /* our own: already in the index */
+    size_t i = replica_named(ps, (const char *)d + 17, d[16]);
+    if (i == SIZE_MAX)
+        return; /* a replica this instance does not route to */
+    const unsigned char *links = d + 17 + d[16];
+    size_t n = (len - 17 - d[16]) / LINK_BYTES;
+    uint64_t *h = pc_malloc((n ? n : 1) * sizeof(*h));
+    uint32_t *tok = pc_malloc((n ? n : 1) * sizeof(*tok));
+    for (size_t k = 0; k < n; k++) {
+        h[k] = get_be(links + LINK_BYTES * k, 8);
+        tok[k] = (uint32_t)get_be(links + LINK_BYTES * k + 8, 4);
+    }
+    pindex_apply(ps->index, i, h, tok, n, 0, (int64_t)get_be(d + 8, 8));
+    free(h);
+    free(tok);
+    stats_incr(&ps->stats, STAT_prefix_sync_applied);
+}
+
+/*
+ * One XREAD; false if the connection failed. After entries came it pauses
+ * READ_PAUSE_MS, so that under load one XREAD brings many: sharing is that
+ * much later, which matters little next to the seconds between the turns of
+ * a conversation.
+ */
+static bool read_stream(struct psync *ps, struct conn *c, char *id, size_t idlen)
+{
+    redisReply *r = redisCommand(
+        c->rc, "XREAD COUNT " READ_COUNT " BLOCK " READ_BLOCK_MS " STREAMS " PSYNC_STREAM " %s",
+        id);
+    if (r == NULL) {
+        if (!is_stopping(ps))
+            conn_failed(ps, c, c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+        return false;
+    }
+    /* [[stream, [[id, [field, value, ...]], ...]]], or nil after BLOCK ms of nothing. */
+    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->elements == 2) {
+        const redisReply *entries = r->element[0]->element[1];
+        for (size_t k = 0; entries->type == REDIS_REPLY_ARRAY && k < entries->elements; k++) {
+            const redisReply *e = entries->element[k];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+                e->element[0]->type != REDIS_REPLY_STRING)
+                continue;
+            snprintf(id, idlen, "%s", e->element[0]->str);
+            apply_entry(ps, e->element[1]);
+        }
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        stats_incr(&ps->stats, STAT_prefix_sync_errors);
+    }
+    bool came = r->type == REDIS_REPLY_ARRAY;
+    freeReplyObject(r);
+    return !came || pause_ms(ps, READ_PAUSE_MS);
+}
+
+/* A new connection: note where the stream ends, catch up from the sets, then follow. */
+static bool reader_connect(struct psync *ps, struct conn *c, char *id, size_t idlen)
+{
+    if (!conn_ensure(ps, c))
+        return false;
+    pthread_mutex_lock(&ps->mu);
+    ps->reading = c->rc;
+    bool stop = ps->stopping;
+    pthread_mutex_unlock(&ps->mu);
+    if (stop || !stream_end(ps, c, id, idlen))
+        return false;
+    for (size_t rep = 0; rep < route_count(ps->route); rep++)
+        if (!restore_replica(ps, c, rep))
+            return false;
+    return true;
+}
+
+static void reader_disconnect(struct psync *ps, struct conn *c)
+{
+    pthread_mutex_lock(&ps->mu);
+    ps->reading = NULL;
+    pthread_mutex_unlock(&ps->mu);
+    conn_close(c);
+}
+
+static void *reader_main(void *arg)
+{
+    struct psync *ps = arg;
+    PC_CHECK_OBJ(ps, PSYNC_MAGIC);
+    struct conn c = {NULL, "reader", 0};
+    char id[64];
+    while (!is_stopping(ps)) {
+        if (!reader_connect(ps, &c, id, sizeof(id))) {
+            reader_disconnect(ps, &c);
+            if (!pause_ms(ps, BACKOFF_MIN_MS))
+                break;
+            continue;
+        }
+        while (read_stream(ps, &c, id, sizeof(id)))
+            ;
+        reader_disconnect(ps, &c);
+    }
+    reader_disconnect(ps, &c);
+    return NULL;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------- */
+
+struct psync *psync_create(const struct conf *c, struct route *route, char *err, size_t errlen)
+{
+    struct psync *ps = pc_calloc(1, sizeof(*ps));
+    ps->magic = PSYNC_MAGIC;
+    ps->route = route;
+    ps->index = route_pindex(route);
+    if (store_parse_url(c->redis, &ps->host, &ps->port, &ps->unix_path, &ps->password, &ps->db, err,
+                        errlen) < 0) {
+        psync_destroy(&ps);
+        return NULL;
+    }
+    ps->where = store_where(ps->host, ps->port, ps->unix_path, ps->db);
+    if (getrandom(ps->instance, sizeof(ps->instance), 0) != (ssize_t)sizeof(ps->instance)) {
+        uint64_t x = pc_mono_us() ^ ((uint64_t)pc_wall_ms() << 20) ^ (uint64_t)getpid();
+        memcpy(ps->instance, &x, sizeof(x));
+    }
+    int64_t cap = pindex_capacity(ps->index, 0);
+    ps->keep = (size_t)PC_MIN(PC_MAX(2 * cap / MIN_LINK_TOKENS, 1024), 1000000);
+    pthread_mutex_init(&ps->mu, NULL);
+    pthread_cond_init(&ps->cond, NULL);
+    stats_register(&ps->stats);
+    pindex_set_sink(ps->index, sink, ps);
+    return ps;
+}
+
+int psync_start(struct psync *ps)
+{
+    PC_CHECK_OBJ(ps, PSYNC_MAGIC);
+    /* Like the workers, the threads leave the termination signals to the main loop. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int rc = 0;
+    if (pthread_create(&ps->writer, NULL, writer_main, ps) != 0) {
+        rc = -1;
+    } else if (pthread_create(&ps->reader, NULL, reader_main, ps) != 0) {
+        pthread_mutex_lock(&ps->mu);
+        ps->stopping = true;
+        pthread_cond_broadcast(&ps->cond);
+        pthread_mutex_unlock(&ps->mu);
+        pthread_join(ps->writer, NULL);
+        rc = -1;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    ps->started = rc == 0;
+    return rc;
+}
+
+static void stop_threads(struct psync *ps)
+{
+    pthread_mutex_lock(&ps->mu);
+    ps->stopping = true;
+    pthread_cond_broadcast(&ps->cond);
+    if (ps->reading != NULL)
+        shutdown(ps->reading->fd, SHUT_RDWR); /* out of a blocked XREAD at once */
+    pthread_mutex_unlock(&ps->mu);
+    pthread_join(ps->writer, NULL);
+    pthread_join(ps->reader, NULL);
+    ps->started = false;
+}
+
+void psync_destroy(struct psync **pp)
+{
+    struct psync *ps = *pp;
+    if (ps == NULL)
+        return;
+    *pp = NULL;
+    PC_CHECK_OBJ(ps, PSYNC_MAGIC);
+    if (ps->index != NULL)
+        pindex_set_sink(ps->index, NULL, NULL);
+    if (ps->started)
+        stop_threads(ps);
+    while (ps->head != NULL) {
+        struct rec *next = ps->head->next;
+        rec_free(ps->head);
+        ps->head = next;
+    }
+    if (ps->where != NULL) { /* created past the URL check: the sync objects exist */
+        pthread_mutex_destroy(&ps->mu);
+        pthread_cond_destroy(&ps->cond);
+    }
+    free(ps->host);
+    free(ps->unix_path);
+    free(ps->password);
+    free(ps->where);
+    ps->magic = 0;
+    free(ps);
+}
