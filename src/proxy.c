@@ -528,10 +528,14 @@ static void compute_prefix(struct preq *r)
                    c->upstream_type != UPSTREAM_ANTHROPIC;
 }
 
-/* The cache's view of this request. */
+/*
+ * The cache's view of this request. Embeddings are never matched by meaning:
+ * the vector of a similar text is not the vector of this one.
+ */
 static void cache_query_of(const struct preq *r, struct cache_query *q)
 {
-    bool semantic = r->w->conf->semantic && r->mode == MODE_ON && r->keys.last_user_text != NULL;
+    bool semantic = r->w->conf->semantic && r->mode == MODE_ON && r->ep != API_EMBEDDINGS &&
+                    r->keys.last_user_text != NULL;
     *q = (struct cache_query){
         .endpoint = r->ep,
         .tenant_id = r->tenant_id,

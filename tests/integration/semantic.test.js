@@ -106,6 +106,15 @@ h.test('number, negation and entity swaps miss with the guards on and hit with t
     await open.stop();
 });
 
+h.test('embeddings are never matched by meaning', async () => {
+    const t = tag();
+    const body = (text) => ({model: 'text-embedding-3-small', input: text});
+    assertMiss(await proxy.post('/v1/embeddings', body(`the quick brown fox ${t}`)));
+    const r = await proxy.post('/v1/embeddings', body(`The quick brown fox ${t}!`));
+    assertMiss(r);
+    h.assertHit(await proxy.post('/v1/embeddings', body(`the quick brown fox ${t}`)));
+});
+
 h.test('another system prompt, earlier turn, model or tenant never matches', async () => {
     const t = tag();
     const q = `what does the error code E42 mean ${t}`;
