@@ -2,6 +2,8 @@
  * proxy.c - the request state machine (one struct preq per client request).
  *
  *   RECV ──own path──▶ admin_handle
+ *     │   (every answer from here on: X-Promptcache-Request-Id; with
+ *     │    cors-origins, CORS headers, and a preflight answered at once)
  *     │ other path ─────────────────────────────────┐
  *     ▼ API endpoint                                 │
  *   PARSE (content type, JSON, fields, controls, keys)
