@@ -11,7 +11,9 @@
  *        v                        v                           v
  *   sse_complete             sse_replay                  sse_assemble
  *   (terminated, no error)   (re-frame events,           (OpenAI: chunks -> choices;
- *                             drop usage chunk)           Anthropic: events -> blocks)
+ *                             drop usage chunk)           Anthropic: events -> blocks;
+ *                                                         Responses: the final event's
+ *                                                         response, as sent)
  *
  *   JSON answer --sse_synthesize--> the same events a live upstream would send
  *
@@ -1666,7 +1668,7 @@ static void rs_pieces(struct rs_synth *r, const char *type, const cJSON *base, c
     }
 }
 
-/* The text member a content part streams in pieces, and its event prefix; NULL: none. */
+/* Content parts whose text streams in pieces: the member, and the delta and done events. */
 static const struct {
     const char *part_type, *member, *delta, *done;
 } rs_text_parts[] = {
