@@ -7,6 +7,8 @@
  * upstream's CORS headers pass through as before.
  */
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
 const h = require('./lib');
 
 const APP = 'https://app.example.com';
@@ -108,6 +110,25 @@ h.test('off by default: OPTIONS and the upstream\'s CORS headers pass through', 
     const r = await p.post(CHAT, h.chatBody(h.uniq('no cors')),
         {origin: APP, 'x-mock-header': 'Access-Control-Allow-Origin: *'});
     assert.equal(r.headers['access-control-allow-origin'], '*', 'the upstream\'s own');
+    await p.stop();
+});
+
+h.test('cors-origins follows a config edit on SIGHUP (the file\'s list, space-separated)', async () => {
+    const conf = path.join(h.tmpDir('pc-cors-'), 'promptcache.conf');
+    fs.writeFileSync(conf, '');
+    const p = await env.startProxy({config: conf});
+    const before = await preflight(p, APP, CHAT, 'authorization');
+    assert.equal(before.headers['access-control-allow-origin'], undefined, 'off: passed through');
+    fs.writeFileSync(conf, `cors-origins http://localhost:3000 ${APP}\n`);
+    const mark = p.proc.output.length;
+    p.proc.signalIt('SIGHUP');
+    await h.waitFor(() => /reload: every worker runs the new configuration/.test(p.proc.output.slice(mark)),
+        {what: 'every worker on the new configuration'});
+    await h.eventually(async () => {
+        const after = await preflight(p, APP, CHAT, 'authorization');
+        assert.equal(after.status, 204);
+        assert.equal(after.headers['access-control-allow-origin'], APP);
+    });
     await p.stop();
 });
 
