@@ -22,7 +22,8 @@ enum api_endpoint {
     API_COMPLETIONS, /* POST /v1/completions (OpenAI) */
     API_EMBEDDINGS,  /* POST /v1/embeddings (OpenAI) */
     API_MESSAGES,    /* POST /v1/messages (Anthropic) */
-    API__COUNT
+    API_RESPONSES,   /* POST /v1/responses (OpenAI Responses API) */
+    API__COUNT       /* values are stored in cache entries: append only */
 };
 
 enum api_dialect {
@@ -32,10 +33,12 @@ enum api_dialect {
 
 struct api_usage {
     bool present;
-    int64_t prompt;     /* OpenAI prompt_tokens; Anthropic input_tokens + cache tokens */
-    int64_t completion; /* OpenAI completion_tokens; Anthropic output_tokens */
-    int64_t
-        cached; /* OpenAI prompt_tokens_details.cached_tokens; Anthropic cache_read_input_tokens */
+    int64_t prompt;      /* OpenAI prompt_tokens (Responses: input_tokens); Anthropic input_tokens
+                            + cache tokens */
+    int64_t completion;  /* OpenAI completion_tokens (Responses: output_tokens); Anthropic
+                            output_tokens */
+    int64_t cached;      /* OpenAI prompt_tokens_details.cached_tokens (Responses:
+                            input_tokens_details.cached_tokens); Anthropic cache_read_input_tokens */
     int64_t cache_write; /* Anthropic cache_creation_input_tokens (written at a premium) */
 };
 
@@ -49,21 +52,35 @@ const cJSON *api_member(const cJSON *obj, const char *key);
 /* Endpoint for a request path (query string already removed); API_NONE if not cacheable. */
 enum api_endpoint api_endpoint_from_path(const char *path);
 enum api_dialect api_dialect_of(enum api_endpoint e);
-/* Short stable name: "chat", "completions", "embeddings", "messages", "other". */
+/* Short stable name: "chat", "completions", "embeddings", "messages", "responses", "other". */
 const char *api_endpoint_name(enum api_endpoint e);
 
 /*
  * Check the fields the proxy relies on: the body is an object with a
  * non-empty string "model" and, per endpoint, a non-empty "messages" array
  * (chat, messages), a "prompt" (completions) or an "input" (embeddings);
- * "stream", if present, is a boolean. Deeper validation is the upstream's job.
- * Returns 0, or -1 with a message for the client in msg.
+ * "stream", if present, is a boolean. The Responses API is looser, as
+ * upstream: "model" and "input" may be absent (a stored prompt or a previous
+ * response can stand for them), but when present "model" is a non-empty
+ * string and "input" a string or an array. Deeper validation is the
+ * upstream's job. Returns 0, or -1 with a message for the client in msg.
  */
 int api_validate(enum api_endpoint e, const cJSON *body, char *msg, size_t msglen);
 
+/*
+ * Whether an answer to this (valid) request may be cached at all; if not,
+ * *why (may be NULL) names the reason for the log. Responses API: never with
+ * "background": true (the answer is a queued response to poll, not the
+ * generation) nor with a "conversation" (the provider appends each turn to
+ * it, so the same body means a longer context every time, and an answer from
+ * the cache would leave the conversation without its turn).
+ */
+bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **why);
+
 /* The request asks for an SSE stream ("stream": true; never for embeddings). */
 bool api_wants_stream(enum api_endpoint e, const cJSON *body);
-/* OpenAI: stream_options.include_usage is true. Anthropic streams always carry usage. */
+/* OpenAI: stream_options.include_usage is true. Anthropic and Responses streams always carry
+ * usage. */
 bool api_stream_include_usage(enum api_endpoint e, const cJSON *body);
 /* The "model" string, or NULL. */
 const char *api_model(const cJSON *body);
@@ -78,16 +95,19 @@ void api_usage_from_response(enum api_endpoint e, const cJSON *resp, struct api_
  * with {} or {"error": ...}. The faults, as an X-macro so that a labelled
  * metric (cache_store_skipped{reason=...}) can be generated from it:
  */
-#define API_ANSWER_FAULTS(X)                                                                \
-    X(OK, "ok")                               /* the shape is right */                      \
-    X(NOT_OBJECT, "not_object")               /* no answer, or not a JSON object */         \
-    X(ERROR_MEMBER, "error_member")           /* an "error" member (any value), or an       \
-                                                 Anthropic {"type":"error"} */              \
-    X(WRONG_OBJECT, "wrong_object")           /* "object" / "type" names another answer */  \
-    X(NO_CHOICES, "no_choices")               /* chat, completions: no usable "choices" */  \
-    X(NO_DATA, "no_data")                     /* embeddings: no usable "data" */            \
-    X(NO_CONTENT, "no_content")               /* messages: no "content" array */            \
-    X(STREAM_INCOMPLETE, "stream_incomplete") /* a recorded stream that did not assemble */ \
+#define API_ANSWER_FAULTS(X)                                                                 \
+    X(OK, "ok")                               /* the shape is right */                       \
+    X(NOT_OBJECT, "not_object")               /* no answer, or not a JSON object */          \
+    X(ERROR_MEMBER, "error_member")           /* an "error" member (any value), or an        \
+                                                 Anthropic {"type":"error"} */               \
+    X(WRONG_OBJECT, "wrong_object")           /* "object" / "type" names another answer */   \
+    X(NO_CHOICES, "no_choices")               /* chat, completions: no usable "choices" */   \
+    X(NO_DATA, "no_data")                     /* embeddings: no usable "data" */             \
+    X(NO_CONTENT, "no_content")               /* messages: no "content" array */             \
+    X(NOT_FINISHED, "not_finished")           /* responses: status not completed/incomplete  \
+                                                 (queued, in progress, failed, cancelled) */ \
+    X(NO_OUTPUT, "no_output")                 /* responses: no "output" array */             \
+    X(STREAM_INCOMPLETE, "stream_incomplete") /* a recorded stream that did not assemble */  \
     X(NOT_CACHEABLE, "not_cacheable")         /* API_NONE: nothing to check against */
 
 enum api_answer_fault {
@@ -116,7 +136,11 @@ const char *api_answer_fault_name(enum api_answer_fault f);
  *     "embedding" (array, or base64 string); "object", when present, is
  *     "list";
  *   - messages: "type" is "message", "content" is an array (it may be empty:
- *     a turn can end at once), "role", when present, is "assistant".
+ *     a turn can end at once), "role", when present, is "assistant";
+ *   - responses: "object" is "response", "status" is "completed" or
+ *     "incomplete" (a turn cut at max_output_tokens is as final as a chat
+ *     completion ending with "length"), "output" is an array. Here the
+ *     "error" member is part of every answer and must be null.
  * Pure; resp may be NULL.
  */
 int api_answer_check(enum api_endpoint e, const cJSON *resp, const char **reason);
@@ -129,6 +153,25 @@ int api_answer_check(enum api_endpoint e, const cJSON *resp, const char **reason
  * Anthropic stream whose message_start is not a message, is refused too.
  */
 int api_answer_check_stream(enum api_endpoint e, const cJSON *assembled, const char **reason);
+
+/*
+ * Whether an upstream response header is kept with a cached answer and sent
+ * again on every hit: the headers that describe the generation the content
+ * came from, and that clients read. An allow-list (case-insensitive):
+ *   x-request-id, request-id     the upstream's id of the original call
+ *                                (OpenAI's and Anthropic's SDKs expose it
+ *                                as _request_id)
+ *   openai-model, openai-version, openai-processing-ms
+ *                                which model snapshot and API version
+ *                                answered, and how long it took then
+ * Everything else is left out, in particular what describes the moment or
+ * the account rather than the answer: Set-Cookie, Date, rate-limit headers
+ * (x-ratelimit-*, anthropic-ratelimit-*, retry-after), organisation and
+ * project (openai-organization, openai-project, anthropic-organization-id:
+ * a shared namespace would show one tenant's account to another), and
+ * transport headers. Content-Type is stored on its own.
+ */
+bool api_header_replayable(const char *name);
 
 /*
  * Error body in the dialect's shape. The type (and OpenAI code) follow the

@@ -34,7 +34,15 @@
  * Partition  = the same with the last user turn removed (semantic cache).
  * Excluded top-level fields (they do not change the answer): stream,
  * stream_options, user, metadata, store, service_tier, prompt_cache_key,
- * safety_identifier.
+ * safety_identifier. The Responses API (/v1/responses) excludes only stream
+ * and stream_options: its answer echoes the others, and "store" decides
+ * whether the answer's id can be used as a previous_response_id later.
+ *
+ * Last user turn (semantic cache): the trailing user message of "messages"
+ * (chat, Anthropic), the "prompt" or "input" string (completions,
+ * embeddings), and for the Responses API a string "input" or the trailing
+ * user message of an "input" item list; its text, when it is made of text
+ * parts only. The partition keeps a stub of that turn without its content.
  */
 #ifndef PC_CANON_H
 #define PC_CANON_H
@@ -57,7 +65,7 @@ void canon_json(const cJSON *v, struct pc_buf *out);
 int canon_json_text(const cJSON *v, const char *raw, size_t len, struct pc_buf *out);
 /* Canonical text of a number into out (NUL-terminated); returns its length. */
 size_t canon_number(double d, char out[40]);
-/* Whether a top-level request field is left out of the keys. */
+/* Whether a top-level request field is left out of the keys (every endpoint but responses). */
 bool canon_field_excluded(const char *name);
 
 struct canon_input {

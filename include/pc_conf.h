@@ -70,6 +70,7 @@ struct conf {
     int64_t max_body_size;          /* bytes */
     double client_timeout;          /* seconds: read a request, keep-alive idle, stalled writes */
     double shutdown_timeout;        /* seconds to finish in-flight requests on SIGTERM */
+    struct conf_list cors_origins;  /* origins browsers may call from ("*": any); none: off */
 
     /* upstream */
     struct conf_list upstream; /* base URLs, at least one */

@@ -4,8 +4,11 @@
  * Value: compact little-endian binary (magic "PCE" + format byte) holding the
  * status, when it was stored, how long the upstream took, the usage block,
  * the content type and the body - the JSON answer, or the SSE events exactly
- * as recorded from a streamed answer. Decoding validates every length, so a
- * corrupt or foreign value is rejected, never trusted.
+ * as recorded from a streamed answer - then optional tagged sections (format
+ * 2): the response headers replayed on a hit, and whatever later versions
+ * add. Decoding validates every length, so a corrupt or foreign value is
+ * rejected, never trusted. The layout and the rules for adding a section are
+ * at the top of entry.c.
  *
  * Key: PC_KEY_PREFIX "e:{" <tenant id, 16 hex> ":" <exact key, 64 hex> "}", so one
  * tenant's entries can be flushed with a single SCAN pattern. The braces are
@@ -15,6 +18,7 @@
 #ifndef PC_ENTRY_H
 #define PC_ENTRY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,6 +27,23 @@
 
 #define ENTRY_KEY_MAX 128
 #define TENANT_ID_LEN 16 /* hex chars of the tenant hash used in keys and logs */
+
+/* Response headers kept with an entry (pc_api.h api_header_replayable decides which). */
+#define ENTRY_MAX_HEADERS      16
+#define ENTRY_HEADER_NAME_MAX  64
+#define ENTRY_HEADER_VALUE_MAX 512
+
+/* Section tags (format 2). Append only: a tag's meaning never changes once released. */
+enum entry_section {
+    ENTRY_SEC_HEADERS = 1, /* response headers replayed on a hit */
+};
+
+struct entry_header {
+    const char *name; /* not NUL-terminated after decode */
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
 
 enum entry_kind {
     ENTRY_JSON = 0, /* body is the JSON answer */
@@ -40,9 +61,18 @@ struct entry {
     size_t content_type_len;
     const char *body;
     size_t body_len;
+    /* Replayed on a hit, in this order. Encoding keeps at most ENTRY_MAX_HEADERS and skips a
+     * header whose name or value is too long or not a valid header field; decoding
+     * rejects a value that holds such a header. */
+    struct entry_header headers[ENTRY_MAX_HEADERS];
+    size_t nheaders;
 };
 
+/* Format 1 when e has no section to write (older binaries read it), else format 2. */
 void entry_encode(const struct entry *e, struct pc_buf *out);
+/* Whether a header can be stored (and so replayed): a token name and a value without
+ * control characters other than tab, both within the limits above. */
+bool entry_header_valid(const char *name, size_t name_len, const char *value, size_t value_len);
 /* Fill e with pointers into buf; 0, or -1 if buf is not a valid entry. */
 int entry_decode(const char *buf, size_t len, struct entry *e);
 /* Milliseconds since e was stored (0 if its clock is ahead of ours). */

@@ -7,9 +7,12 @@
  *
  * so a cached answer serves both kinds of client whichever way it was first
  * fetched. Dialects: OpenAI chat.completion.chunk and text_completion streams
- * (terminated by `data: [DONE]`) and Anthropic message streams (message_start,
- * content_block_*, message_delta, message_stop). Input is untrusted: every
- * function tolerates arbitrary bytes (fuzzed) and bounds what it buffers.
+ * (terminated by `data: [DONE]`), Anthropic message streams (message_start,
+ * content_block_*, message_delta, message_stop) and Responses API streams
+ * (response.created ... response.completed or response.incomplete, every
+ * event named by its "type" and numbered by "sequence_number"). Input is
+ * untrusted: every function tolerates arbitrary bytes (fuzzed) and bounds
+ * what it buffers.
  */
 #ifndef PC_SSE_H
 #define PC_SSE_H
@@ -51,19 +54,27 @@ int sse_parser_feed(struct sse_parser *p, const char *buf, size_t len, sse_event
 /*
  * Rebuild the non-stream JSON answer from a complete recorded stream of
  * endpoint e. Returns a new cJSON (caller frees with cJSON_Delete), or NULL
- * if the recording is malformed or was cut off (no [DONE] / message_stop).
- * usage (may be NULL) receives the stream's usage.
+ * if the recording is malformed, carries an error (Responses API: also
+ * response.failed) or was cut off (no [DONE] / message_stop /
+ * response.completed or .incomplete). For the Responses API the answer is
+ * the response object of the final event, which must have a "status" and
+ * an "output" array of objects. usage (may be NULL) receives the stream's
+ * usage.
  */
 cJSON *sse_assemble(enum api_endpoint e, const char *rec, size_t len, struct api_usage *usage);
 
-/* Whether a recording is complete: ends with [DONE] (OpenAI) or message_stop (Anthropic). */
+/* Whether a recording is complete: ends with [DONE] (OpenAI), message_stop (Anthropic) or a
+ * finished response (Responses API), with no error before. */
 bool sse_complete(enum api_endpoint e, const char *rec, size_t len);
 
 /*
  * SSE stream equivalent to a JSON answer (chat.completion -> chunks; text
- * completion -> chunks; Anthropic message -> message_start ... message_stop).
- * include_usage (OpenAI): add the final usage chunk. Returns 0, -1 if resp
- * is not an answer of endpoint e.
+ * completion -> chunks; Anthropic message -> message_start ... message_stop;
+ * response -> response.created, response.in_progress, each output item
+ * (added, its text or arguments in delta events, done), then
+ * response.completed, or response.incomplete for an incomplete one).
+ * include_usage (OpenAI chat and completions): add the final usage chunk.
+ * Returns 0, -1 if resp is not an answer of endpoint e.
  */
 int sse_synthesize(enum api_endpoint e, const cJSON *resp, bool include_usage, struct pc_buf *out);
 

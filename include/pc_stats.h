@@ -20,6 +20,9 @@
     ACTION(requests_cacheable, counter, "Requests to a cacheable API endpoint")                    \
     ACTION(requests_passthrough, counter, "Requests forwarded untouched (other paths)")            \
     ACTION(requests_admin, counter, "Requests to the proxy's own endpoints")                       \
+    ACTION(requests_uncacheable, counter,                                                          \
+           "Requests the API says never to cache (Responses API background or conversation)")      \
+    ACTION(cors_preflights, counter, "CORS preflight requests answered by the proxy")              \
     ACTION(cache_hits, counter, "Requests answered from the cache")                                \
     ACTION(cache_hits_exact, counter, "Cache hits on the exact key")                               \
     ACTION(cache_hits_semantic, counter, "Cache hits by meaning (semantic stage)")                 \

@@ -18,10 +18,9 @@ static const struct {
     const char *path;
     enum api_endpoint endpoint;
 } api_paths[] = {
-    {"/v1/chat/completions", API_CHAT},
-    {"/v1/completions", API_COMPLETIONS},
-    {"/v1/embeddings", API_EMBEDDINGS},
-    {"/v1/messages", API_MESSAGES},
+    {"/v1/chat/completions", API_CHAT}, {"/v1/completions", API_COMPLETIONS},
+    {"/v1/embeddings", API_EMBEDDINGS}, {"/v1/messages", API_MESSAGES},
+    {"/v1/responses", API_RESPONSES},
 };
 
 static const char *const api_names[API__COUNT] = {
@@ -30,6 +29,7 @@ static const char *const api_names[API__COUNT] = {
     [API_COMPLETIONS] = "completions",
     [API_EMBEDDINGS] = "embeddings",
     [API_MESSAGES] = "messages",
+    [API_RESPONSES] = "responses",
 };
 
 /*
@@ -138,9 +138,23 @@ static const char *validate_payload(enum api_endpoint e, const cJSON *body)
         if (!string_or_array(api_member(body, "input")))
             return "'input' is required and must be a string or an array";
         return NULL;
+    case API_RESPONSES:
+        v = api_member(body, "input");
+        if (v != NULL && !string_or_array(v))
+            return "'input' must be a string or an array";
+        return NULL;
     default:
         return NULL;
     }
+}
+
+/* "model": required, except by the Responses API (a stored prompt may name it). */
+static bool model_ok(enum api_endpoint e, const cJSON *body)
+{
+    const cJSON *model = api_member(body, "model");
+    if (e == API_RESPONSES && model == NULL)
+        return true;
+    return nonempty_string(model);
 }
 
 /*
@@ -151,7 +165,7 @@ static const char *validate_body(enum api_endpoint e, const cJSON *body)
 {
     if (!cJSON_IsObject(body))
         return "request body must be a JSON object";
-    if (!nonempty_string(api_member(body, "model")))
+    if (!model_ok(e, body))
         return "'model' is required and must be a non-empty string";
     const char *err = validate_payload(e, body);
     if (err != NULL)
@@ -172,6 +186,19 @@ int api_validate(enum api_endpoint e, const cJSON *body, char *msg, size_t msgle
     return -1;
 }
 
+bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **why)
+{
+    const char *reason = NULL;
+    if (e == API_RESPONSES && cJSON_IsTrue(api_member(body, "background")))
+        reason = "background response";
+    else if (e == API_RESPONSES && api_member(body, "conversation") != NULL &&
+             !cJSON_IsNull(api_member(body, "conversation")))
+        reason = "conversation state kept by the provider";
+    if (why != NULL)
+        *why = reason;
+    return reason == NULL;
+}
+
 bool api_wants_stream(enum api_endpoint e, const cJSON *body)
 {
     if (e == API_NONE || e == API_EMBEDDINGS)
@@ -181,7 +208,7 @@ bool api_wants_stream(enum api_endpoint e, const cJSON *body)
 
 bool api_stream_include_usage(enum api_endpoint e, const cJSON *body)
 {
-    if (e == API_MESSAGES)
+    if (e == API_MESSAGES || e == API_RESPONSES)
         return true;
     if (e == API_NONE || e == API_EMBEDDINGS)
         return false;
@@ -212,6 +239,15 @@ static void usage_openai(const cJSON *usage, struct api_usage *u)
     u->cached = tokens(api_member(api_member(usage, "prompt_tokens_details"), "cached_tokens"));
 }
 
+/* The Responses API names them input/output tokens (cached ones within the input). */
+static void usage_responses(const cJSON *usage, struct api_usage *u)
+{
+    u->present = cJSON_IsNumber(api_member(usage, "input_tokens"));
+    u->prompt = tokens(api_member(usage, "input_tokens"));
+    u->completion = tokens(api_member(usage, "output_tokens"));
+    u->cached = tokens(api_member(api_member(usage, "input_tokens_details"), "cached_tokens"));
+}
+
 /* Anthropic counts cache reads and writes apart from input_tokens. */
 static void usage_anthropic(const cJSON *usage, struct api_usage *u)
 {
@@ -233,6 +269,8 @@ void api_usage_from_response(enum api_endpoint e, const cJSON *resp, struct api_
         return;
     if (api_dialect_of(e) == API_DIALECT_ANTHROPIC)
         usage_anthropic(usage, u);
+    else if (e == API_RESPONSES)
+        usage_responses(usage, u);
     else
         usage_openai(usage, u);
 }
@@ -287,7 +325,19 @@ static bool embedding_ok(const cJSON *d)
     return cJSON_IsArray(v) || cJSON_IsString(v);
 }
 
-/* The endpoint-specific part of api_answer_check (resp is an object without "error"). */
+/* A Responses API answer: a finished "response" with an "output" array. */
+static enum api_answer_fault response_shape(const cJSON *resp)
+{
+    const char *object = cJSON_GetStringValue(api_member(resp, "object"));
+    const char *status = cJSON_GetStringValue(api_member(resp, "status"));
+    if (object == NULL || strcmp(object, "response") != 0)
+        return API_ANSWER_WRONG_OBJECT;
+    if (status == NULL || (strcmp(status, "completed") != 0 && strcmp(status, "incomplete") != 0))
+        return API_ANSWER_NOT_FINISHED;
+    return cJSON_IsArray(api_member(resp, "output")) ? API_ANSWER_OK : API_ANSWER_NO_OUTPUT;
+}
+
+/* The endpoint-specific part of api_answer_check (resp is an object without an error). */
 static enum api_answer_fault answer_shape(enum api_endpoint e, const cJSON *resp)
 {
     switch (e) {
@@ -313,6 +363,8 @@ static enum api_answer_fault answer_shape(enum api_endpoint e, const cJSON *resp
             return API_ANSWER_WRONG_OBJECT;
         return cJSON_IsArray(api_member(resp, "content")) ? API_ANSWER_OK : API_ANSWER_NO_CONTENT;
     }
+    case API_RESPONSES:
+        return response_shape(resp);
     default:
         return API_ANSWER_NOT_CACHEABLE;
     }
@@ -332,7 +384,10 @@ int api_answer_check(enum api_endpoint e, const cJSON *resp, const char **reason
     if (!cJSON_IsObject(resp))
         return answer_verdict(API_ANSWER_NOT_OBJECT, reason);
     const char *type = cJSON_GetStringValue(api_member(resp, "type"));
-    if (api_member(resp, "error") != NULL || (type != NULL && strcmp(type, "error") == 0))
+    const cJSON *error = api_member(resp, "error");
+    /* Every Responses API answer carries "error": null; elsewhere any "error" is one. */
+    bool error_ok = error == NULL || (e == API_RESPONSES && cJSON_IsNull(error));
+    if (!error_ok || (type != NULL && strcmp(type, "error") == 0))
         return answer_verdict(API_ANSWER_ERROR_MEMBER, reason);
     return answer_verdict(answer_shape(e, resp), reason);
 }
@@ -344,6 +399,22 @@ int api_answer_check_stream(enum api_endpoint e, const cJSON *assembled, const c
     if (assembled == NULL)
         return answer_verdict(API_ANSWER_STREAM_INCOMPLETE, reason);
     return api_answer_check(e, assembled, reason);
+}
+
+/* --- replayed headers ---------------------------------------------------- */
+
+static const char *const api_replay_headers[] = {
+    "x-request-id", "request-id", "openai-model", "openai-version", "openai-processing-ms",
+};
+
+bool api_header_replayable(const char *name)
+{
+    if (name == NULL)
+        return false;
+    for (size_t i = 0; i < PC_ARRAY_LEN(api_replay_headers); i++)
+        if (pc_strcaseeq(name, api_replay_headers[i]))
+            return true;
+    return false;
 }
 
 /* --- errors -------------------------------------------------------------- */

@@ -108,6 +108,19 @@ bool canon_field_excluded(const char *name)
     return false;
 }
 
+/*
+ * The Responses API echoes the request's bookkeeping in its answer (user,
+ * metadata, store, service_tier, ... are members of the response object),
+ * and "store" decides whether the answer's id resolves at the provider
+ * later: there only the delivery fields stay out of the key.
+ */
+static bool field_excluded(enum api_endpoint e, const char *name)
+{
+    if (e == API_RESPONSES)
+        return strcmp(name, "stream") == 0 || strcmp(name, "stream_options") == 0;
+    return canon_field_excluded(name);
+}
+
 /* --- numbers ------------------------------------------------------------- */
 
 /*
@@ -368,6 +381,14 @@ static bool is_user_turn(const cJSON *msg)
     return role != NULL && strcmp(role, "user") == 0;
 }
 
+/* A Responses API input item that is a user message ("type" absent or "message"). */
+static bool is_user_item(const cJSON *item)
+{
+    const cJSON *type = api_member(item, "type");
+    const char *t = cJSON_GetStringValue(type);
+    return is_user_turn(item) && (type == NULL || (t != NULL && strcmp(t, "message") == 0));
+}
+
 static const cJSON *last_child(const cJSON *arr)
 {
     const cJSON *last = NULL;
@@ -408,12 +429,31 @@ static void emit_messages_partition(struct canon_ctx *ctx, const cJSON *arr, str
     pc_buf_append_char(out, ']');
 }
 
+/*
+ * "input" of a Responses API request in the partition: a string is one user
+ * turn, replaced by the stub of a lone user message; a list ending with a
+ * user message loses that message's content, as "messages" do above.
+ */
+static void emit_input_partition(struct canon_ctx *ctx, const cJSON *input, struct pc_buf *out)
+{
+    if (cJSON_IsString(input)) {
+        pc_buf_append_str(out, "[{\"role\":\"user\"}]");
+        return;
+    }
+    const cJSON *last = cJSON_IsArray(input) ? last_child(input) : NULL;
+    if (last == NULL || !is_user_item(last)) {
+        emit_value(ctx, input, out);
+        return;
+    }
+    emit_messages_partition(ctx, input, out);
+}
+
 /* Emit one surviving member (with its leading comma); false if filtered out. */
 static bool emit_member(struct canon_ctx *ctx, const cJSON *item, bool first, struct pc_buf *out,
                         enum canon_filter f, enum api_endpoint e)
 {
     const char *key = member_key(item);
-    if ((f == FILTER_EXACT || f == FILTER_PARTITION) && canon_field_excluded(key))
+    if ((f == FILTER_EXACT || f == FILTER_PARTITION) && field_excluded(e, key))
         return false;
     if (f == FILTER_TURN_STUB && strcmp(key, "content") == 0)
         return false;
@@ -427,6 +467,8 @@ static bool emit_member(struct canon_ctx *ctx, const cJSON *item, bool first, st
     bool turns = f == FILTER_PARTITION && (e == API_CHAT || e == API_MESSAGES);
     if (turns && strcmp(key, "messages") == 0 && cJSON_IsArray(item))
         emit_messages_partition(ctx, item, out);
+    else if (f == FILTER_PARTITION && e == API_RESPONSES && strcmp(key, "input") == 0)
+        emit_input_partition(ctx, item, out);
     else
         emit_value(ctx, item, out);
     return true;
@@ -602,9 +644,16 @@ static void key_digest(struct canon_ctx *ctx, const char *domain, const struct c
     pc_sha256(b->data, b->len, out);
 }
 
+/* A text part: "text" (chat completions, Anthropic) or "input_text" (Responses API). */
+static bool text_part_type(const char *type)
+{
+    return type != NULL && (strcmp(type, "text") == 0 || strcmp(type, "input_text") == 0);
+}
+
 /*
  * Text of a content value: a string, or an array made only of text parts
- * ({"type":"text","text":...}, OpenAI and Anthropic alike) joined by "\n".
+ * ({"type":"text","text":...}, OpenAI and Anthropic alike; "input_text" in
+ * the Responses API) joined by "\n".
  * Any other part (image, audio, file, tool result) makes it NULL: the text
  * alone would not say what the turn asks, so it must not be matched on.
  */
@@ -619,7 +668,7 @@ static char *content_text(const cJSON *content)
     for (const cJSON *part = content->child; part != NULL; part = part->next) {
         const char *type = cJSON_GetStringValue(api_member(part, "type"));
         const char *text = cJSON_GetStringValue(api_member(part, "text"));
-        if (type == NULL || strcmp(type, "text") != 0 || text == NULL) {
+        if (!text_part_type(type) || text == NULL) {
             pc_buf_free(&b);
             return NULL;
         }
@@ -631,8 +680,21 @@ static char *content_text(const cJSON *content)
     return b.data; /* ownership passes to the caller */
 }
 
+/* Responses API: a string input, or the text of a list's trailing user message. */
+static char *last_input_text(const cJSON *input)
+{
+    if (cJSON_IsString(input))
+        return pc_strdup(input->valuestring);
+    const cJSON *last = cJSON_IsArray(input) ? last_child(input) : NULL;
+    if (last == NULL || !is_user_item(last))
+        return NULL;
+    return content_text(api_member(last, "content"));
+}
+
 static char *last_user_text(enum api_endpoint e, const cJSON *body)
 {
+    if (e == API_RESPONSES)
+        return last_input_text(api_member(body, "input"));
     if (e == API_CHAT || e == API_MESSAGES) {
         const cJSON *msgs = api_member(body, "messages");
         const cJSON *last = cJSON_IsArray(msgs) ? last_child(msgs) : NULL;

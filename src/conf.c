@@ -84,7 +84,7 @@ struct conf_key {
 #define GIB      (MIB * 1024)
 
 static conf_check_fn check_upstream_url, check_embedder_url, check_redis_url, check_namespace,
-    check_guard, check_header_name, check_kv_model;
+    check_guard, check_header_name, check_kv_model, check_cors_origin;
 
 static const char *const upstream_type_names[] = {"openai", "anthropic", "vllm", "sglang", NULL};
 static const char *const embedder_names[] = {"builtin", "hash", "openai", NULL};
@@ -132,6 +132,17 @@ static const struct conf_key conf_keys[] = {
      .help = "Seconds a client connection may stay idle or stalled before it is closed. This "
              "covers sending a request, waiting on a keep-alive connection and reading a "
              "response."},
+    {.name = "cors-origins", .type = CONF_LIST, FIELD(cors_origins), .def = "",
+     .check = check_cors_origin, .arg = "ORIGIN", .example = "https://app.example.com",
+     .flags = CONF_RELOAD,
+     .help = "Origins from which browser code may call the proxy (CORS), as scheme://host[:port], "
+             "or * for any. Empty (the default) leaves CORS alone: OPTIONS requests and the "
+             "upstream's CORS headers pass through. When set, the proxy answers preflight "
+             "OPTIONS requests itself (the SDKs' headers allowed: authorization, x-api-key, "
+             "content-type, anthropic-*, openai-*, x-stainless-*, the X-Cache-* controls) and "
+             "adds Access-Control-Allow-Origin and Access-Control-Expose-Headers (X-Cache-*, "
+             "Age, X-Promptcache-Request-Id, request ids) to every answer to an allowed origin, "
+             "hit or miss, in place of the upstream's."},
     {.name = "shutdown-timeout", .type = CONF_DOUBLE, FIELD(shutdown_timeout), .def = "10",
      .dmin = 0, .dmax = 3600, .arg = "SECONDS", .flags = CONF_RELOAD,
      .help = "Seconds in-flight requests may take to finish after SIGTERM or SIGINT. "
@@ -819,6 +830,25 @@ static int check_namespace(const char *v, char *err, size_t errlen)
     if (len == 0 || len > 64 || ok != len) {
         char b[80];
         seterr(err, errlen, "%s is not a namespace name (1 to 64 of A-Z a-z 0-9 . _ -)",
+               show(v, b, sizeof b));
+        return -1;
+    }
+    return 0;
+}
+
+/* One cors-origins value: "*", or an origin (http or https, a host, an optional port). */
+static int check_cors_origin(const char *v, char *err, size_t errlen)
+{
+    const char *host = strncmp(v, "https://", 8) == 0  ? v + 8
+                       : strncmp(v, "http://", 7) == 0 ? v + 7
+                                                       : NULL;
+    size_t n = host != NULL ? strlen(host) : 0;
+    bool ok = strcmp(v, "*") == 0 ||
+              (n > 0 && strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                     "0123456789.-:[]") == n);
+    if (!ok) {
+        char b[80];
+        seterr(err, errlen, "%s is not an origin (scheme://host[:port], no path) or *",
                show(v, b, sizeof b));
         return -1;
     }

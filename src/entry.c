@@ -2,12 +2,27 @@
  * entry.c - encode/decode cached answers and build their Redis keys (see
  * pc_entry.h). Owns nothing: decoded entries point into the caller's buffer.
  *
- *   0   "PCE" 0x01          magic + format
+ *   0   "PCE" F             magic + format F: 1 or 2
  *   4   u8 kind, u8 endpoint, u16 status
  *   8   i64 created_ms, u32 latency_ms
  *   20  u8 usage present, i64 prompt, i64 completion, i64 cached
  *   45  u16 content-type length, bytes
- *   ..  u32 body length, bytes          (nothing may follow)
+ *   ..  u32 body length, bytes          (format 1: nothing may follow)
+ *   ..  format 2: u8 section count (at least 1), then the sections, each
+ *           u8 tag, u32 length, bytes   (nothing may follow)
+ *
+ * Sections (enum entry_section) make the format append-only: a new field is
+ * a new tag, written in increasing tag order, each tag at most once. A
+ * decoder skips tags it does not know, so an entry written by a newer
+ * version still serves an older one (minus the new field), and an old entry
+ * (format 1, or without the tag) decodes with the field absent. A known
+ * section must parse exactly to its length, or the entry is rejected. The
+ * encoder writes format 1 when it has no section to write, byte for byte
+ * what versions before sections wrote. The count makes a value cut at a
+ * section boundary as invalid as one cut anywhere else.
+ *
+ *   tag 1 ENTRY_SEC_HEADERS   u8 count, then per header:
+ *                             u8 name length, name, u16 value length, value
  */
 #include "pc_entry.h"
 #include "pc_migrate.h"
@@ -15,7 +30,32 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char entry_magic[4] = {'P', 'C', 'E', 1};
+static const char entry_magic[3] = {'P', 'C', 'E'};
+#define ENTRY_FORMAT_PLAIN    1 /* no sections */
+#define ENTRY_FORMAT_SECTIONS 2
+
+/* RFC 9110 tchar. */
+static bool token_char(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+bool entry_header_valid(const char *name, size_t name_len, const char *value, size_t value_len)
+{
+    if (name == NULL || value == NULL || name_len == 0 || name_len > ENTRY_HEADER_NAME_MAX ||
+        value_len > ENTRY_HEADER_VALUE_MAX)
+        return false;
+    for (size_t i = 0; i < name_len; i++)
+        if (!token_char((unsigned char)name[i]))
+            return false;
+    for (size_t i = 0; i < value_len; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return false;
+    }
+    return true;
+}
 
 static void put_u(struct pc_buf *out, uint64_t v, int bytes)
 {
@@ -25,11 +65,44 @@ static void put_u(struct pc_buf *out, uint64_t v, int bytes)
     pc_buf_append(out, b, (size_t)bytes);
 }
 
+static size_t headers_storable(const struct entry *e)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < PC_MIN(e->nheaders, ENTRY_MAX_HEADERS); i++) {
+        const struct entry_header *h = &e->headers[i];
+        n += entry_header_valid(h->name, h->name_len, h->value, h->value_len);
+    }
+    return n;
+}
+
+/* Section ENTRY_SEC_HEADERS (n > 0 of e's headers are storable). */
+static void put_headers(struct pc_buf *out, const struct entry *e, size_t n)
+{
+    size_t len_at = out->len + 1;
+    put_u(out, ENTRY_SEC_HEADERS, 1);
+    put_u(out, 0, 4); /* length, patched below */
+    put_u(out, n, 1);
+    for (size_t i = 0; i < PC_MIN(e->nheaders, ENTRY_MAX_HEADERS); i++) {
+        const struct entry_header *h = &e->headers[i];
+        if (!entry_header_valid(h->name, h->name_len, h->value, h->value_len))
+            continue;
+        put_u(out, h->name_len, 1);
+        pc_buf_append(out, h->name, h->name_len);
+        put_u(out, h->value_len, 2);
+        pc_buf_append(out, h->value, h->value_len);
+    }
+    uint64_t len = out->len - len_at - 4;
+    for (int i = 0; i < 4; i++)
+        out->data[len_at + (size_t)i] = (char)(len >> (8 * i));
+}
+
 void entry_encode(const struct entry *e, struct pc_buf *out)
 {
     size_t ctlen = PC_MIN(e->content_type_len, 0xffffu);
+    size_t nh = headers_storable(e);
     pc_buf_reserve(out, 64 + ctlen + e->body_len);
     pc_buf_append(out, entry_magic, sizeof(entry_magic));
+    put_u(out, nh > 0 ? ENTRY_FORMAT_SECTIONS : ENTRY_FORMAT_PLAIN, 1);
     put_u(out, (uint64_t)e->kind, 1);
     put_u(out, (uint64_t)e->endpoint, 1);
     put_u(out, (uint64_t)e->status, 2);
@@ -43,6 +116,10 @@ void entry_encode(const struct entry *e, struct pc_buf *out)
     pc_buf_append(out, e->content_type, ctlen);
     put_u(out, e->body_len, 4);
     pc_buf_append(out, e->body, e->body_len);
+    if (nh > 0) {
+        put_u(out, 1, 1); /* one section */
+        put_headers(out, e, nh);
+    }
 }
 
 /* A bounds-checked reader over the value. */
@@ -78,10 +155,53 @@ static const char *get_bytes(struct reader *r, size_t n)
     return s;
 }
 
+/* Section ENTRY_SEC_HEADERS: exactly its bytes, every header valid. */
+static int get_headers(struct reader *sec, struct entry *e)
+{
+    size_t n = (size_t)get_u(sec, 1);
+    if (sec->bad || n > ENTRY_MAX_HEADERS)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        struct entry_header *h = &e->headers[i];
+        h->name_len = (size_t)get_u(sec, 1);
+        h->name = get_bytes(sec, h->name_len);
+        h->value_len = (size_t)get_u(sec, 2);
+        h->value = get_bytes(sec, h->value_len);
+        if (sec->bad || !entry_header_valid(h->name, h->name_len, h->value, h->value_len))
+            return -1;
+    }
+    e->nheaders = n;
+    return sec->left == 0 ? 0 : -1;
+}
+
+/* Format 2: the sections after the body, in increasing tag order; unknown ones skipped. */
+static int get_sections(struct reader *r, struct entry *e)
+{
+    int last = 0;
+    size_t n = (size_t)get_u(r, 1);
+    if (n == 0)
+        return -1;
+    for (size_t i = 0; i < n && !r->bad; i++) {
+        int tag = (int)get_u(r, 1);
+        size_t len = (size_t)get_u(r, 4);
+        const char *p = get_bytes(r, len);
+        if (r->bad || tag <= last)
+            return -1;
+        last = tag;
+        struct reader sec = {(const unsigned char *)p, len, false};
+        if (tag == ENTRY_SEC_HEADERS && get_headers(&sec, e) < 0)
+            return -1;
+    }
+    return r->bad ? -1 : 0;
+}
+
 int entry_decode(const char *buf, size_t len, struct entry *e)
 {
-    if (buf == NULL || len < sizeof(entry_magic) ||
+    if (buf == NULL || len < sizeof(entry_magic) + 1 ||
         memcmp(buf, entry_magic, sizeof(entry_magic)) != 0)
+        return -1;
+    int format = (unsigned char)buf[3];
+    if (format != ENTRY_FORMAT_PLAIN && format != ENTRY_FORMAT_SECTIONS)
         return -1;
     struct reader r = {(const unsigned char *)buf + 4, len - 4, false};
     memset(e, 0, sizeof(*e));
@@ -97,6 +217,8 @@ int entry_decode(const char *buf, size_t len, struct entry *e)
     e->content_type = get_bytes(&r, e->content_type_len);
     e->body_len = (size_t)get_u(&r, 4);
     e->body = get_bytes(&r, e->body_len);
+    if (!r.bad && format == ENTRY_FORMAT_SECTIONS && get_sections(&r, e) < 0)
+        return -1;
     /* created_ms is bounded so that age arithmetic can never overflow. */
     if (r.bad || r.left != 0 || kind > ENTRY_SSE || ep == API_NONE || ep >= API__COUNT ||
         e->status < 200 || e->status > 299 || e->created_ms < 0 ||

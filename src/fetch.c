@@ -54,6 +54,8 @@ struct fetch {
     bool stream;
     int status;
     char *content_type;
+    struct flight_header replay[ENTRY_MAX_HEADERS]; /* headers stored with the answer */
+    size_t nreplay;
     size_t received;
     bool trimming;                   /* over cache-max-entry-size: no longer recorded */
     char model[TALLY_MODEL_MAX + 1]; /* for the per-model/tenant usage counts */
@@ -65,11 +67,12 @@ struct fetch {
 
 /*
  * Response headers never relayed: hop-by-hop ones (also those the upstream's
- * Connection header names), those httpd sets itself, and the proxy's own
- * cache headers (an upstream that is itself a promptcache must not speak for
- * this one).
+ * Connection header names), those httpd sets itself, the proxy's own
+ * headers (an upstream that is itself a promptcache must not speak for this
+ * one), and the upstream's CORS headers when the proxy answers CORS itself
+ * (cors-origins): two Access-Control-Allow-Origin headers fail in browsers.
  */
-static bool response_header_dropped(const char *name, const char *conn_tokens)
+static bool response_header_dropped(const char *name, const char *conn_tokens, bool own_cors)
 {
     static const char *const dropped[] = {
         "content-length", "date", "server", "age", "x-upstream",
@@ -77,8 +80,21 @@ static bool response_header_dropped(const char *name, const char *conn_tokens)
     for (size_t i = 0; i < PC_ARRAY_LEN(dropped); i++)
         if (pc_strcaseeq(name, dropped[i]))
             return true;
+    if (own_cors && pc_strncaseeq(name, "access-control-", 15))
+        return true;
     return pc_hop_by_hop(name) || pc_strncaseeq(name, "x-cache-", 8) ||
-           pc_token_list_has(conn_tokens, name);
+           pc_strncaseeq(name, "x-promptcache-", 14) || pc_token_list_has(conn_tokens, name);
+}
+
+/* Keep a copy of a header to store with the answer, if it is one a hit replays. */
+static void keep_for_replay(struct fetch *f, const char *name, const char *value)
+{
+    if (f->nreplay == ENTRY_MAX_HEADERS || !api_header_replayable(name) ||
+        !entry_header_valid(name, strlen(name), value, strlen(value)))
+        return;
+    f->replay[f->nreplay].name = pc_strdup(name);
+    f->replay[f->nreplay].value = pc_strdup(value);
+    f->nreplay++;
 }
 
 /* The call to f->rep ended: its in-flight count and health. */
@@ -104,6 +120,10 @@ static void fetch_free(struct fetch *f)
         event_free(f->abort_ev);
     flight_put(&f->fl);
     free(f->content_type);
+    for (size_t i = 0; i < f->nreplay; i++) {
+        free(f->replay[i].name);
+        free(f->replay[i].value);
+    }
     struct worker *w = f->w;
     if (f->prev != NULL)
         f->prev->next = f->next;
@@ -122,14 +142,16 @@ static void on_head(void *arg, int status, const struct xfer_header *h, size_t n
     struct fetch *f = arg;
     PC_CHECK_OBJ(f, FETCH_MAGIC);
     const char *conn = NULL;
+    bool own_cors = f->w->conf->cors_origins.n > 0;
     for (size_t i = 0; i < nh; i++)
         if (pc_strcaseeq(h[i].name, "connection"))
             conn = h[i].value;
     struct flight_header *hdrs = pc_calloc(nh ? nh : 1, sizeof(*hdrs));
     size_t n = 0;
     for (size_t i = 0; i < nh; i++) {
-        if (response_header_dropped(h[i].name, conn))
+        if (response_header_dropped(h[i].name, conn, own_cors))
             continue;
+        keep_for_replay(f, h[i].name, h[i].value);
         if (pc_strcaseeq(h[i].name, "content-type") && f->content_type == NULL)
             f->content_type = pc_strdup(h[i].value);
         /* An encoded body would be stored without its encoding header. */
@@ -267,6 +289,10 @@ static bool store_answer(struct fetch *f, uint64_t latency_us)
         .body = body->data,
         .body_len = body->len,
     };
+    for (size_t i = 0; i < f->nreplay; i++)
+        e.headers[e.nheaders++] =
+            (struct entry_header){f->replay[i].name, strlen(f->replay[i].name), f->replay[i].value,
+                                  strlen(f->replay[i].value)};
     f->put = cache_put(f->w->cache, &f->ticket, &e, f->ttl_ms, on_stored, f);
     return f->put != NULL;
 }

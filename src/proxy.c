@@ -2,6 +2,8 @@
  * proxy.c - the request state machine (one struct preq per client request).
  *
  *   RECV ──own path──▶ admin_handle
+ *     │   (every answer from here on: X-Promptcache-Request-Id; with
+ *     │    cors-origins, CORS headers, and a preflight answered at once)
  *     │ other path ─────────────────────────────────┐
  *     ▼ API endpoint                                 │
  *   PARSE (content type, JSON, fields, controls, keys)
@@ -28,6 +30,7 @@
 #include "pc_canon.h"
 #include "pc_chain.h"
 #include "pc_conf.h"
+#include "pc_cors.h"
 #include "pc_entry.h"
 #include "pc_fetch.h"
 #include "pc_flight.h"
@@ -48,6 +51,7 @@
 #define CLIENT_LOW      (64 * 1024)
 #define RELAY_CHUNK     (64 * 1024)
 #define MAX_FWD_HEADERS 128
+#define HIT_CTYPE_MAX   256 /* a stored Content-Type longer than this is not replayed */
 
 enum preq_state {
     PREQ_RECV = 0,
@@ -102,6 +106,7 @@ struct preq {
     int64_t ttl;      /* seconds */
     double threshold; /* semantic similarity (X-Cache-Threshold or semantic-threshold) */
     bool key_unsafe;  /* the key cannot tell this body from another: bypass */
+    bool never_cache; /* the API says this answer is not one to keep (api_cacheable_request) */
 
     /* Keys. */
     unsigned char tenant[PC_SHA256_LEN];     /* whose entries: credential or shared namespace */
@@ -443,8 +448,10 @@ static void compute_tenant(struct preq *r)
         memset(cred.data, 0, cred.cap);
     pc_buf_free(&cred);
 
+    /* A stored response's id resolves only for its owner at the provider: never shared. */
     const char *ns = httpd_req_header(r->hr, "X-Cache-Namespace");
-    if (ns != NULL && namespace_shared(r->w->conf, ns)) {
+    bool owned = r->ep == API_RESPONSES && !cJSON_IsFalse(api_member(r->body, "store"));
+    if (ns != NULL && namespace_shared(r->w->conf, ns) && !owned) {
         struct pc_buf b = PC_BUF_INIT;
         pc_buf_printf(&b, "namespace=%s\n", ns);
         canon_tenant(pc_buf_cstr(&b), r->tenant);
@@ -807,12 +814,31 @@ static int hit_body(struct preq *r, const struct entry *e, struct pc_buf *out, c
     return 0;
 }
 
+/*
+ * The upstream's headers kept with the entry, as the miss that stored it had
+ * them (the allow-list is checked again: the entry came from Redis).
+ */
+static void add_stored_headers(struct preq *r, const struct entry *e)
+{
+    char name[ENTRY_HEADER_NAME_MAX + 1], value[ENTRY_HEADER_VALUE_MAX + 1];
+    for (size_t i = 0; i < e->nheaders; i++) {
+        const struct entry_header *h = &e->headers[i];
+        memcpy(name, h->name, h->name_len);
+        name[h->name_len] = '\0';
+        memcpy(value, h->value, h->value_len);
+        value[h->value_len] = '\0';
+        if (api_header_replayable(name))
+            httpd_add_header(r->hr, name, value);
+    }
+}
+
 /* Returns false if the entry cannot be served (then the caller fetches). */
 static bool serve_hit(struct preq *r, const struct cache_result *res)
 {
     const struct entry *e = res->entry;
     struct pc_buf body = PC_BUF_INIT;
     const char *ctype = NULL;
+    char stored_ctype[HIT_CTYPE_MAX];
     if (hit_body(r, e, &body, &ctype) < 0) {
         pc_buf_free(&body);
         stats_incr(&r->w->stats, STAT_cache_corrupt);
@@ -844,6 +870,14 @@ static bool serve_hit(struct preq *r, const struct cache_result *res)
         httpd_add_header(r->hr, "X-Cache-Similarity", sim);
     }
     httpd_add_header(r->hr, "Age", age);
+    add_stored_headers(r, e);
+    /* Served in the mode it was fetched in: the upstream's own Content-Type. */
+    if ((e->kind == ENTRY_SSE) == r->stream && e->content_type_len > 0 &&
+        e->content_type_len < sizeof(stored_ctype)) {
+        memcpy(stored_ctype, e->content_type, e->content_type_len);
+        stored_ctype[e->content_type_len] = '\0';
+        ctype = stored_ctype;
+    }
     reply_whole(r, e->status, ctype, body.data, body.len);
     pc_buf_free(&body);
     return true;
@@ -886,7 +920,7 @@ static void preq_on_lookup(void *arg, struct cache_result *res)
 static void preq_route_cacheable(struct preq *r)
 {
     struct worker *w = r->w;
-    if (!w->conf->cache || r->mode == MODE_OFF || r->key_unsafe) {
+    if (!w->conf->cache || r->mode == MODE_OFF || r->key_unsafe || r->never_cache) {
         preq_bypass(r, true);
         return;
     }
@@ -959,6 +993,12 @@ static void preq_recv_api(struct preq *r)
     }
     r->stream = api_wants_stream(r->ep, r->body);
     r->include_usage = api_stream_include_usage(r->ep, r->body);
+    const char *why = NULL;
+    if (!api_cacheable_request(r->ep, r->body, &why)) {
+        log_write(PC_LOG_DEBUG, r->id, "not cacheable: %s", why);
+        stats_incr(&r->w->stats, STAT_requests_uncacheable);
+        r->never_cache = true;
+    }
     compute_tenant(r);
     compute_keys(r);
     preq_route_cacheable(r);
@@ -972,6 +1012,33 @@ static void preq_recv_passthrough(struct preq *r)
     httpd_req_body(r->hr, &r->bytes_in);
     r->cache = PC_BYPASS;
     preq_fetch(r, false, false);
+}
+
+/*
+ * CORS (cors-origins): answer a preflight here, or mark an answer to an
+ * allowed origin. True if the request was answered.
+ */
+static bool preq_cors(struct preq *r)
+{
+    const struct conf_list *origins = &r->w->conf->cors_origins;
+    if (origins->n == 0)
+        return false; /* off: OPTIONS and the upstream's CORS headers pass through */
+    const char *origin = httpd_req_header(r->hr, "Origin");
+    const char *allow = cors_allow_origin(origins, origin);
+    if (!cors_is_preflight(r->method, origin,
+                           httpd_req_header(r->hr, "Access-Control-Request-Method"))) {
+        if (allow != NULL)
+            cors_add_headers(r->hr, allow);
+        return false;
+    }
+    stats_incr(&r->w->stats, STAT_cors_preflights);
+    if (allow == NULL) {
+        reply_error(r, 403, "origin not allowed by the proxy's cors-origins");
+        return true;
+    }
+    cors_add_preflight(r->hr, allow, httpd_req_header(r->hr, "Access-Control-Request-Headers"));
+    reply_whole(r, 204, NULL, NULL, 0);
+    return true;
 }
 
 void proxy_handle(struct httpd_req *hr, void *arg)
@@ -1000,6 +1067,10 @@ void proxy_handle(struct httpd_req *hr, void *arg)
      * GET /v1/chat/completions lists stored completions) pass through. */
     r->ep = strcmp(httpd_req_method(hr), "POST") == 0 ? api_endpoint_from_path(path) : API_NONE;
     r->dialect = api_dialect_of(api_endpoint_from_path(path));
+    /* Every answer from here on, hit, miss or error, names its access log line. */
+    httpd_add_header(hr, "X-Promptcache-Request-Id", r->id);
+    if (preq_cors(r))
+        return;
     const char *upgrade = httpd_req_header(hr, "Upgrade");
     if (upgrade != NULL && strcasestr(upgrade, "websocket") != NULL) {
         reply_error(r, 501, "WebSocket upgrades are not supported by the proxy");

@@ -11,7 +11,9 @@
  *        v                        v                           v
  *   sse_complete             sse_replay                  sse_assemble
  *   (terminated, no error)   (re-frame events,           (OpenAI: chunks -> choices;
- *                             drop usage chunk)           Anthropic: events -> blocks)
+ *                             drop usage chunk)           Anthropic: events -> blocks;
+ *                                                         Responses: the final event's
+ *                                                         response, as sent)
  *
  *   JSON answer --sse_synthesize--> the same events a live upstream would send
  *
@@ -186,7 +188,7 @@ static bool is_openai(enum api_endpoint e)
 
 static bool is_streamable(enum api_endpoint e)
 {
-    return is_openai(e) || e == API_MESSAGES;
+    return is_openai(e) || e == API_MESSAGES || e == API_RESPONSES;
 }
 
 /* ---- parser -------------------------------------------------------------- */
@@ -314,7 +316,8 @@ int sse_parser_feed(struct sse_parser *p, const char *buf, size_t len, sse_event
 enum ev_kind {
     EV_BAD,   /* not valid in this dialect */
     EV_ERROR, /* the API reported an error inside the stream */
-    EV_DONE,  /* terminator: data [DONE] (OpenAI) or message_stop (Anthropic) */
+    EV_DONE,  /* terminator: data [DONE] (OpenAI), message_stop (Anthropic), or
+                 response.completed / response.incomplete (Responses API) */
     EV_PING,  /* Anthropic keep-alive */
     EV_CHUNK, /* OpenAI chunk */
     /* Anthropic event types */
@@ -375,6 +378,37 @@ static enum ev_kind classify_anthropic(const struct sse_event *ev, cJSON **json)
     return EV_OTHER;
 }
 
+/*
+ * Responses API: every event is an object whose "type" names it (and agrees
+ * with the event name when there is one). A finished response ends the
+ * stream and must carry the response object; a failed one, or an "error"
+ * event, is an error. Every other type passes (the SDK's stream helper
+ * accumulates them; here only the final response matters).
+ */
+static enum ev_kind classify_responses(const struct sse_event *ev, cJSON **json)
+{
+    *json = parse_object(ev->data, ev->data_len);
+    if (*json == NULL)
+        return EV_BAD;
+    const char *type = str_of(item(*json, "type"));
+    if (type == NULL || (ev->event_len > 0 && !field_is(ev->event, ev->event_len, type)))
+        return EV_BAD;
+    if (strcmp(type, "error") == 0 || strcmp(type, "response.failed") == 0)
+        return EV_ERROR;
+    if (strcmp(type, "response.completed") == 0 || strcmp(type, "response.incomplete") == 0)
+        return cJSON_IsObject(item(*json, "response")) ? EV_DONE : EV_BAD;
+    return EV_OTHER;
+}
+
+static enum ev_kind classify(enum api_endpoint e, const struct sse_event *ev, cJSON **json)
+{
+    if (is_openai(e))
+        return classify_openai(ev, json);
+    if (e == API_RESPONSES)
+        return classify_responses(ev, json);
+    return classify_anthropic(ev, json);
+}
+
 typedef int walk_fn(void *arg, enum ev_kind k, const struct sse_event *ev, const cJSON *json);
 
 struct walk {
@@ -390,7 +424,7 @@ static int walk_event(void *arg, const struct sse_event *ev)
     if (w->done)
         return 0; /* the stream ended at the terminator; clients ignore the rest */
     cJSON *json = NULL;
-    enum ev_kind k = is_openai(w->e) ? classify_openai(ev, &json) : classify_anthropic(ev, &json);
+    enum ev_kind k = classify(w->e, ev, &json);
     int rc = -1;
     if (k != EV_BAD && k != EV_ERROR)
         rc = w->fn ? w->fn(w->arg, k, ev, json) : 0;
@@ -1053,6 +1087,49 @@ static cJSON *an_assemble(const char *rec, size_t len)
     return out;
 }
 
+/* ---- Responses API assembly: the final event carries the answer ------------ */
+
+/* A response a stream can be made of: a status, and an "output" array of items (objects). */
+static bool rs_usable(const cJSON *resp)
+{
+    const cJSON *output = item(resp, "output"), *it;
+    if (!cJSON_IsObject(resp) || !cJSON_IsString(item(resp, "status")) || !cJSON_IsArray(output))
+        return false;
+    cJSON_ArrayForEach(it, output)
+    {
+        if (!cJSON_IsObject(it))
+            return false;
+    }
+    return true;
+}
+
+/*
+ * response.completed (or .incomplete) holds the whole response object, as
+ * the non-stream call returns it: the SDK's stream helper takes it as its
+ * final response too, so nothing before it needs accumulating.
+ */
+static int rs_on_event(void *arg, enum ev_kind k, const struct sse_event *ev, const cJSON *j)
+{
+    cJSON **out = arg;
+    (void)ev;
+    if (k != EV_DONE)
+        return 0;
+    if (!rs_usable(item(j, "response")))
+        return -1;
+    *out = json_dup(item(j, "response"));
+    return 0;
+}
+
+static cJSON *rs_assemble(const char *rec, size_t len)
+{
+    cJSON *out = NULL;
+    if (walk(API_RESPONSES, rec, len, rs_on_event, &out) < 0) {
+        cJSON_Delete(out);
+        return NULL;
+    }
+    return out;
+}
+
 cJSON *sse_assemble(enum api_endpoint e, const char *rec, size_t len, struct api_usage *usage)
 {
     cJSON *out = NULL;
@@ -1060,6 +1137,8 @@ cJSON *sse_assemble(enum api_endpoint e, const char *rec, size_t len, struct api
         out = oa_assemble(e, rec, len);
     else if (e == API_MESSAGES)
         out = an_assemble(rec, len);
+    else if (e == API_RESPONSES)
+        out = rs_assemble(rec, len);
     if (usage != NULL)
         api_usage_from_response(e, out, usage); /* one reading of usage for both paths */
     return out;
@@ -1527,6 +1606,247 @@ static int an_synth(const cJSON *resp, struct pc_buf *out)
     return 0;
 }
 
+/* ---- Responses API synthesis: response -> its event stream ------------------- */
+
+/* Events of one response: each carries the next sequence_number. */
+struct rs_synth {
+    struct synth s;
+    unsigned seq;
+};
+
+/* A new event: "type" and "sequence_number" come first, filled in by rs_emit. */
+static cJSON *rs_event(void)
+{
+    cJSON *ev = chk(cJSON_CreateObject());
+    obj_set(ev, "type", chk(cJSON_CreateNull()));
+    obj_set(ev, "sequence_number", chk(cJSON_CreateNull()));
+    return ev;
+}
+
+/* `event: TYPE` + `data: EV` with its type and the next sequence number; consumes ev. */
+static void rs_emit(struct rs_synth *r, const char *type, cJSON *ev)
+{
+    obj_set(ev, "type", chk(cJSON_CreateString(type)));
+    obj_set(ev, "sequence_number", chk(cJSON_CreateNumber((double)r->seq++)));
+    pc_buf_printf(r->s.out, "event: %s\ndata: ", type);
+    buf_json(r->s.out, ev);
+    pc_buf_append_str(r->s.out, "\n\n");
+    cJSON_Delete(ev);
+}
+
+/* An event object with the item's id (when it has one) and its output index. */
+static cJSON *rs_item_event(const cJSON *it, size_t out_idx)
+{
+    cJSON *ev = rs_event();
+    if (cJSON_IsString(item(it, "id")))
+        obj_set(ev, "item_id", json_dup(item(it, "id")));
+    obj_set(ev, "output_index", chk(cJSON_CreateNumber((double)out_idx)));
+    return ev;
+}
+
+/* The same, for part part_idx of the item, under key ("content_index", "summary_index"). */
+static cJSON *rs_part_event(const cJSON *it, size_t out_idx, const char *key, size_t part_idx)
+{
+    cJSON *ev = rs_item_event(it, out_idx);
+    obj_set(ev, key, chk(cJSON_CreateNumber((double)part_idx)));
+    return ev;
+}
+
+/* One delta event per piece of str (none for an empty string): base + {member: piece}. */
+static void rs_pieces(struct rs_synth *r, const char *type, const cJSON *base, const char *member,
+                      const char *str)
+{
+    for (size_t n = strlen(str), pos = 0, k; pos < n; pos += k) {
+        k = piece_len(&r->s, str + pos, n - pos);
+        char *piece = pc_malloc(k + 1);
+        memcpy(piece, str + pos, k);
+        piece[k] = '\0';
+        cJSON *ev = json_dup(base);
+        obj_set(ev, member, chk(cJSON_CreateString(piece)));
+        free(piece);
+        rs_emit(r, type, ev);
+    }
+}
+
+/* Content parts whose text streams in pieces: the member, and the delta and done events. */
+static const struct {
+    const char *part_type, *member, *delta, *done;
+} rs_text_parts[] = {
+    {"output_text", "text", "response.output_text.delta", "response.output_text.done"},
+    {"refusal", "refusal", "response.refusal.delta", "response.refusal.done"},
+    {"reasoning_text", "text", "response.reasoning_text.delta", "response.reasoning_text.done"},
+    {"summary_text", "text", "response.reasoning_summary_text.delta",
+     "response.reasoning_summary_text.done"},
+};
+
+static int rs_text_kind(const cJSON *part)
+{
+    const char *type = str_of(item(part, "type"));
+    for (size_t i = 0; type != NULL && i < PC_ARRAY_LEN(rs_text_parts); i++)
+        if (strcmp(type, rs_text_parts[i].part_type) == 0 &&
+            cJSON_IsString(item(part, rs_text_parts[i].member)))
+            return (int)i;
+    return -1;
+}
+
+/* The annotations of an output_text part, one event each. */
+static void rs_annotations(struct rs_synth *r, const cJSON *it, size_t out_idx, const cJSON *part,
+                           size_t idx)
+{
+    const cJSON *a, *list = item(part, "annotations");
+    size_t i = 0;
+    if (!cJSON_IsArray(list))
+        return;
+    cJSON_ArrayForEach(a, list)
+    {
+        cJSON *ev = rs_part_event(it, out_idx, "content_index", idx);
+        obj_set(ev, "annotation_index", chk(cJSON_CreateNumber((double)i++)));
+        obj_set(ev, "annotation", json_dup(a));
+        rs_emit(r, "response.output_text.annotation.added", ev);
+    }
+}
+
+/*
+ * One content (or summary) part: PREFIX.added with the part emptied, its
+ * text in pieces, its annotations, the .done of the text, PREFIX.done with
+ * the whole part. PREFIX: "response.content_part", or
+ * "response.reasoning_summary_part" for a reasoning summary.
+ */
+static void rs_part(struct rs_synth *r, const cJSON *it, size_t out_idx, const cJSON *part,
+                    size_t idx, bool summary)
+{
+    const char *key = summary ? "summary_index" : "content_index";
+    const char *prefix = summary ? "response.reasoning_summary_part" : "response.content_part";
+    int kind = rs_text_kind(part);
+    char name[64];
+    cJSON *start = json_dup(part), *ev;
+    if (kind >= 0)
+        obj_set(start, rs_text_parts[kind].member, chk(cJSON_CreateString("")));
+    if (cJSON_IsArray(item(part, "annotations")))
+        obj_set(start, "annotations", chk(cJSON_CreateArray()));
+    ev = rs_part_event(it, out_idx, key, idx);
+    obj_set(ev, "part", start);
+    snprintf(name, sizeof(name), "%s.added", prefix);
+    rs_emit(r, name, ev);
+    cJSON *base = kind >= 0 ? rs_part_event(it, out_idx, key, idx) : NULL;
+    if (kind >= 0)
+        rs_pieces(r, rs_text_parts[kind].delta, base, "delta",
+                  item(part, rs_text_parts[kind].member)->valuestring);
+    rs_annotations(r, it, out_idx, part, idx);
+    if (kind >= 0) {
+        obj_set(base, rs_text_parts[kind].member, json_dup(item(part, rs_text_parts[kind].member)));
+        rs_emit(r, rs_text_parts[kind].done, base);
+    }
+    ev = rs_part_event(it, out_idx, key, idx);
+    obj_set(ev, "part", json_dup(part));
+    snprintf(name, sizeof(name), "%s.done", prefix);
+    rs_emit(r, name, ev);
+}
+
+static void rs_parts(struct rs_synth *r, const cJSON *it, size_t out_idx, const char *member,
+                     bool summary)
+{
+    const cJSON *parts = item(it, member), *part;
+    size_t i = 0;
+    if (!cJSON_IsArray(parts))
+        return;
+    cJSON_ArrayForEach(part, parts)
+    {
+        rs_part(r, it, out_idx, part, i++, summary);
+    }
+}
+
+/* A function call's arguments in pieces, then the whole. */
+static void rs_arguments(struct rs_synth *r, const cJSON *it, size_t out_idx)
+{
+    const cJSON *args = item(it, "arguments");
+    if (!cJSON_IsString(args))
+        return;
+    cJSON *base = rs_item_event(it, out_idx);
+    rs_pieces(r, "response.function_call_arguments.delta", base, "delta", args->valuestring);
+    obj_set(base, "arguments", json_dup(args));
+    rs_emit(r, "response.function_call_arguments.done", base);
+}
+
+/*
+ * Output item out_idx: output_item.added with the item as it starts (in
+ * progress, its streamed members empty), what streams inside it, and
+ * output_item.done with the item as the answer has it.
+ */
+static void rs_item(struct rs_synth *r, const cJSON *it, size_t out_idx)
+{
+    const char *type = str_of(item(it, "type"));
+    bool message = type != NULL && strcmp(type, "message") == 0;
+    bool reasoning = type != NULL && strcmp(type, "reasoning") == 0;
+    bool call = type != NULL && strcmp(type, "function_call") == 0;
+    cJSON *start = json_dup(it);
+    if (item(it, "status") != NULL)
+        obj_set(start, "status", chk(cJSON_CreateString("in_progress")));
+    if (message || (reasoning && cJSON_IsArray(item(it, "content"))))
+        obj_set(start, "content", chk(cJSON_CreateArray()));
+    if (reasoning && cJSON_IsArray(item(it, "summary")))
+        obj_set(start, "summary", chk(cJSON_CreateArray()));
+    if (call && cJSON_IsString(item(it, "arguments")))
+        obj_set(start, "arguments", chk(cJSON_CreateString("")));
+    cJSON *ev = rs_event();
+    obj_set(ev, "output_index", chk(cJSON_CreateNumber((double)out_idx)));
+    obj_set(ev, "item", start);
+    rs_emit(r, "response.output_item.added", ev);
+    if (reasoning)
+        rs_parts(r, it, out_idx, "summary", true);
+    if (message || reasoning)
+        rs_parts(r, it, out_idx, "content", false);
+    if (call)
+        rs_arguments(r, it, out_idx);
+    ev = rs_event();
+    obj_set(ev, "output_index", chk(cJSON_CreateNumber((double)out_idx)));
+    obj_set(ev, "item", json_dup(it));
+    rs_emit(r, "response.output_item.done", ev);
+}
+
+/* The response as it looks while it starts: in progress, no output, no usage yet. */
+static void rs_start(struct rs_synth *r, const cJSON *resp)
+{
+    static const char *const types[] = {"response.created", "response.in_progress"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(types); i++) {
+        cJSON *start = json_dup(resp);
+        obj_set(start, "status", chk(cJSON_CreateString("in_progress")));
+        obj_set(start, "output", chk(cJSON_CreateArray()));
+        if (item(resp, "usage") != NULL)
+            obj_set(start, "usage", chk(cJSON_CreateNull()));
+        if (item(resp, "incomplete_details") != NULL)
+            obj_set(start, "incomplete_details", chk(cJSON_CreateNull()));
+        cJSON *ev = rs_event();
+        obj_set(ev, "response", start);
+        rs_emit(r, types[i], ev);
+    }
+}
+
+/*
+ * The events a live stream of this response sends: created, in_progress,
+ * each output item, then response.completed (or .incomplete) with the whole
+ * response, which is what sse_assemble takes back.
+ */
+static int rs_synth(const cJSON *resp, struct pc_buf *out)
+{
+    const cJSON *output = item(resp, "output"), *it;
+    const char *status = str_of(item(resp, "status"));
+    if (!rs_usable(resp))
+        return -1;
+    struct rs_synth r = {{out, PC_BUF_INIT, 0x5eed, false}, 0};
+    rs_start(&r, resp);
+    size_t i = 0;
+    cJSON_ArrayForEach(it, output)
+    {
+        rs_item(&r, it, i++);
+    }
+    cJSON *ev = rs_event();
+    obj_set(ev, "response", json_dup(resp));
+    rs_emit(&r, strcmp(status, "incomplete") == 0 ? "response.incomplete" : "response.completed",
+            ev);
+    return 0;
+}
+
 int sse_synthesize(enum api_endpoint e, const cJSON *resp, bool include_usage, struct pc_buf *out)
 {
     size_t mark = out->len;
@@ -1537,6 +1857,8 @@ int sse_synthesize(enum api_endpoint e, const cJSON *resp, bool include_usage, s
         rc = oa_synth(e, resp, include_usage, out);
     else if (e == API_MESSAGES)
         rc = an_synth(resp, out);
+    else if (e == API_RESPONSES)
+        rc = rs_synth(resp, out);
     if (rc < 0)
         out->len = mark;
     return rc;

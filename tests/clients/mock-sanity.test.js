@@ -145,6 +145,64 @@ test('openai: error statuses surface as the SDK\'s error classes', async () => {
     await assert.rejects(oa.post('/nowhere', {body: {}}), sdk.OpenAI.NotFoundError);
 });
 
+test('openai responses: create, with usage and the request id', async () => {
+    const {data, response} = await oa.responses.create({model: 'gpt-4.1-mini', instructions: 'Be brief.',
+        input: 'Say hello to the mock'}).withResponse();
+    assert.equal(response.status, 200);
+    assert.equal(data.object, 'response');
+    assert.equal(data.status, 'completed');
+    assert.match(data.output_text, /^mock answer #\d+ to: Say hello to the mock$/);
+    assert.equal(data.instructions, 'Be brief.');
+    const u = data.usage;
+    assert.ok(u.input_tokens > 0 && u.output_tokens > 0);
+    assert.equal(u.total_tokens, u.input_tokens + u.output_tokens);
+    assert.match(data._request_id, /^req_mock\d+$/);
+});
+
+test('openai responses: the stream helper accumulates text, tool calls and reasoning', async () => {
+    const s = oa.responses.stream({model: 'o4-mini', input: [{role: 'user',
+        content: [{type: 'input_text', text: 'Weather in Paris?'}]}], tools: [{type: 'function',
+        name: 'get_weather', parameters: {type: 'object', properties: {city: {type: 'string'}}}}],
+    reasoning: {effort: 'low', summary: 'auto'}});
+    const types = [];
+    let args = '';
+    s.on('event', (e) => types.push(e.type));
+    s.on('response.function_call_arguments.delta', (e) => (args = e.snapshot));
+    const final = await s.finalResponse();
+    assert.equal(types[0], 'response.created');
+    assert.equal(types.at(-1), 'response.completed');
+    assert.ok(types.includes('response.reasoning_summary_text.delta'));
+    const [reasoning, call] = final.output;
+    assert.equal(reasoning.type, 'reasoning');
+    assert.match(reasoning.summary[0].text, /^mock reasoning/);
+    assert.equal(call.type, 'function_call');
+    assert.equal(args, call.arguments, 'the deltas add up to the arguments');
+    assert.match(JSON.parse(call.arguments).city, /^call #\d+/);
+    const text = oa.responses.stream({model: 'gpt-4.1-mini', input: 'plain text please'});
+    const deltas = [];
+    text.on('response.output_text.delta', (e) => deltas.push(e.delta));
+    const done = await text.finalResponse();
+    assert.ok(deltas.length > 1);
+    assert.equal(deltas.join(''), done.output[0].content[0].text);
+});
+
+test('openai responses: previous_response_id resolves for its owner only; background is queued', async () => {
+    const first = await oa.responses.create({model: 'gpt-4.1-mini', input: 'first'});
+    const next = await oa.responses.create({model: 'gpt-4.1-mini', input: 'next',
+        previous_response_id: first.id});
+    assert.equal(next.previous_response_id, first.id);
+    const stranger = sdk.openai(mock.url, 'sk-someone-else');
+    const err = await stranger.responses.create({model: 'gpt-4.1-mini', input: 'x',
+        previous_response_id: first.id}).then(() => null, (e) => e);
+    assert.ok(err instanceof sdk.OpenAI.NotFoundError);
+    assert.equal(err.code, 'previous_response_not_found');
+    const unstored = await oa.responses.create({model: 'gpt-4.1-mini', input: 'x', store: false});
+    assert.equal(mock.knowsResponse(unstored.id), false, 'store: false keeps nothing');
+    const bg = await oa.responses.create({model: 'gpt-4.1-mini', input: 'later', background: true});
+    assert.equal(bg.status, 'queued');
+    assert.deepEqual(bg.output, []);
+});
+
 /* ------------------------------------------------------------------------ */
 /* Anthropic                                                                 */
 

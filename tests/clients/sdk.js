@@ -7,13 +7,29 @@
 const OpenAI = require('openai');
 const Anthropic = require('@anthropic-ai/sdk');
 
-/* baseUrl: server root (the mock or the proxy), without /v1. */
-function openai(baseUrl, apiKey = 'sk-client-test-openai') {
-    return new OpenAI({baseURL: `${baseUrl}/v1`, apiKey, maxRetries: 0, timeout: 30000});
+/* baseUrl: server root (the mock or the proxy), without /v1. opts: more client options. */
+function openai(baseUrl, apiKey = 'sk-client-test-openai', opts = {}) {
+    return new OpenAI({baseURL: `${baseUrl}/v1`, apiKey, maxRetries: 0, timeout: 30000, ...opts});
 }
 
-function anthropic(baseUrl, apiKey = 'sk-ant-client-test') {
-    return new Anthropic({baseURL: baseUrl, apiKey, maxRetries: 0, timeout: 30000});
+function anthropic(baseUrl, apiKey = 'sk-ant-client-test', opts = {}) {
+    return new Anthropic({baseURL: baseUrl, apiKey, maxRetries: 0, timeout: 30000, ...opts});
+}
+
+/*
+ * A fetch for the clients' `fetch` option that keeps the response headers of
+ * every call, so that helpers which hide the HTTP response (the openai
+ * stream helpers) can still be compared header for header.
+ */
+function recordingFetch() {
+    const seen = [];
+    const f = async (url, init) => {
+        const res = await fetch(url, init);
+        seen.push(Object.fromEntries(res.headers.entries()));
+        return res;
+    };
+    f.last = () => seen[seen.length - 1];
+    return f;
 }
 
 const WEATHER_SCHEMA = {
@@ -41,4 +57,5 @@ async function collectChatStream(stream) {
     return out;
 }
 
-module.exports = {OpenAI, Anthropic, openai, anthropic, OPENAI_TOOL, ANTHROPIC_TOOL, collectChatStream};
+module.exports = {OpenAI, Anthropic, openai, anthropic, recordingFetch, OPENAI_TOOL, ANTHROPIC_TOOL,
+    collectChatStream};

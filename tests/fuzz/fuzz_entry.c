@@ -8,8 +8,11 @@
  *   - entry_decode accepts only whole, well-formed values: every pointer and
  *     length it hands out lies inside the input, the endpoint is cacheable,
  *     the status 2xx, the age finite;
+ *   - every stored response header lies inside the input and is a valid
+ *     header (a corrupt value must never inject a header into a reply);
  *   - encoding a decoded entry and decoding that again gives the same
- *     fields, and the same bytes on a second round (the format is exact);
+ *     fields, and the same bytes on a second round (the format is exact;
+ *     a section this version does not know is dropped);
  *   - the hit path's readers (JSON parse, sse_assemble, sse_replay,
  *     sse_synthesize, api_answer_check) take the body without crashing.
  * Seed corpus: tests/fuzz/corpus/entry/.
@@ -36,13 +39,32 @@ static bool inside(const char *buf, size_t len, const char *p, size_t n)
     return n == 0 || (p != NULL && p >= buf && p + n <= buf + len);
 }
 
+static bool same_bytes(const char *a, size_t an, const char *b, size_t bn)
+{
+    return an == bn && (an == 0 || memcmp(a, b, an) == 0);
+}
+
+static bool same_headers(const struct entry *a, const struct entry *b)
+{
+    if (a->nheaders != b->nheaders)
+        return false;
+    for (size_t i = 0; i < a->nheaders; i++) {
+        const struct entry_header *x = &a->headers[i], *y = &b->headers[i];
+        if (!same_bytes(x->name, x->name_len, y->name, y->name_len) ||
+            !same_bytes(x->value, x->value_len, y->value, y->value_len))
+            return false;
+    }
+    return true;
+}
+
 static bool same_entry(const struct entry *a, const struct entry *b)
 {
-    return a->kind == b->kind && a->endpoint == b->endpoint && a->status == b->status &&
-           a->created_ms == b->created_ms && a->latency_ms == b->latency_ms &&
-           a->usage.present == b->usage.present && a->usage.prompt == b->usage.prompt &&
-           a->usage.completion == b->usage.completion && a->usage.cached == b->usage.cached &&
-           a->content_type_len == b->content_type_len && a->body_len == b->body_len &&
+    return same_headers(a, b) && a->kind == b->kind && a->endpoint == b->endpoint &&
+           a->status == b->status && a->created_ms == b->created_ms &&
+           a->latency_ms == b->latency_ms && a->usage.present == b->usage.present &&
+           a->usage.prompt == b->usage.prompt && a->usage.completion == b->usage.completion &&
+           a->usage.cached == b->usage.cached && a->content_type_len == b->content_type_len &&
+           a->body_len == b->body_len &&
            (a->content_type_len == 0 ||
             memcmp(a->content_type, b->content_type, a->content_type_len) == 0) &&
            (a->body_len == 0 || memcmp(a->body, b->body, a->body_len) == 0);
@@ -77,8 +99,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (entry_decode(buf, size, &e) < 0)
         return 0;
     if (!inside(buf, size, e.content_type, e.content_type_len) ||
-        !inside(buf, size, e.body, e.body_len))
+        !inside(buf, size, e.body, e.body_len) || e.nheaders > ENTRY_MAX_HEADERS)
         fail("a decoded span lies outside the value");
+    for (size_t i = 0; i < e.nheaders; i++) {
+        const struct entry_header *hd = &e.headers[i];
+        if (!inside(buf, size, hd->name, hd->name_len) ||
+            !inside(buf, size, hd->value, hd->value_len) ||
+            !entry_header_valid(hd->name, hd->name_len, hd->value, hd->value_len))
+            fail("a decoded header is outside the value or not a valid header");
+    }
     if (e.endpoint == API_NONE || e.endpoint >= API__COUNT || e.status < 200 || e.status > 299 ||
         entry_age_ms(&e) < 0)
         fail("a decoded field is out of range");

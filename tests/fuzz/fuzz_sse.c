@@ -1,16 +1,16 @@
 /*
  * fuzz_sse.c - libFuzzer target for src/sse.c.
  *
- * Input: byte 0 picks the endpoint (low two bits: chat, completions,
- * messages, embeddings) and seeds the feeding pattern (the other bits); the
- * rest is a recorded stream. Checked, aborting on violation:
+ * Input: byte 0 picks the endpoint (low three bits: chat, completions,
+ * messages, embeddings, then responses for 4..7) and seeds the feeding
+ * pattern (the other bits); the rest is a recorded stream. Checked, aborting on violation:
  *   - feeding the parser in random-sized pieces gives the same events and
  *     the same result as feeding it all at once (also with a tiny max_event);
  *   - a recording that assembles is complete, and its replay assembles to
  *     the same answer;
  *   - synthesize(assemble(x)) succeeds, is complete and assembles to
  *     assemble(x) with the same usage.
- * Seed corpus: tests/fuzz/corpus/sse/ (files start with '0'..'3' and a newline).
+ * Seed corpus: tests/fuzz/corpus/sse/ (files start with '0'..'4' and a newline).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,8 +20,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const enum api_endpoint endpoints[] = {API_CHAT, API_COMPLETIONS, API_MESSAGES,
-                                              API_EMBEDDINGS};
+static const enum api_endpoint endpoints[] = {API_CHAT,       API_COMPLETIONS, API_MESSAGES,
+                                              API_EMBEDDINGS, API_RESPONSES,   API_RESPONSES,
+                                              API_RESPONSES,  API_RESPONSES};
 
 #define CHECK(cond)  \
     do {             \
@@ -158,8 +159,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    enum api_endpoint e = endpoints[data[0] & 3];
-    uint32_t seed = data[0] >> 2;
+    enum api_endpoint e = endpoints[data[0] & 7];
+    uint32_t seed = data[0] >> 3;
     const char *rec = (const char *)data + 1;
     size_t len = size - 1;
 

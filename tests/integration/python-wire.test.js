@@ -9,6 +9,7 @@
  * split or poison entries, answers come back uncompressed unless the upstream
  * itself compressed them, and a compressed upstream answer is relayed intact
  * (and not cached, since it could not be served to a client without gzip).
+ * The Responses API helper (stream=True) and create share one entry.
  */
 const assert = require('node:assert/strict');
 const net = require('node:net');
@@ -209,5 +210,28 @@ h.test('a gzip answer from the upstream is relayed intact and not cached', async
     assert.equal(again.headers['x-cache-status'], 'MISS', 'an encoded body is never stored');
     assert.equal(again.headers['content-encoding'], undefined);
     JSON.parse(again.body);
+    await c.close();
+});
+
+h.test('openai-python: the Responses API stream helper, then create and a retry, share one entry', async () => {
+    const c = new Conn(env.proxy.port);
+    const RESP = '/v1/responses';
+    const input = [{role: 'user', content: [{type: 'input_text', text: h.uniq('py responses')}]}];
+    const calls = env.mock.callCount(RESP);
+    /* client.responses.stream(...): stream=True and the helper's header. */
+    const streamed = await c.request(RESP, {...openaiHeaders(0, {'X-Stainless-Helper-Method': 'stream'}),
+        Accept: 'text/event-stream'}, pyDumps({input, model: 'gpt-4.1-mini', stream: true}));
+    assert.equal(streamed.status, 200);
+    assert.equal(streamed.headers['x-cache-status'], 'MISS');
+    const events = h.parseSSE(streamed.body.toString('utf8'));
+    const final = JSON.parse(events.find((e) => e.event === 'response.completed').data).response;
+    /* client.responses.create(...) with the same input, and its retry. */
+    const created = await c.request(RESP, openaiHeaders(0), pyDumps({input, model: 'gpt-4.1-mini'}));
+    assert.equal(created.headers['x-cache-status'], 'HIT');
+    assert.deepEqual(JSON.parse(created.body), final);
+    assert.equal(created.headers['x-request-id'], streamed.headers['x-request-id']);
+    const retry = await c.request(RESP, openaiHeaders(1), pyDumps({input, model: 'gpt-4.1-mini'}));
+    assert.equal(retry.headers['x-cache-status'], 'HIT');
+    assert.equal(env.mock.callCount(RESP), calls + 1);
     await c.close();
 });

@@ -80,6 +80,30 @@ h.test('Anthropic messages hit by meaning too', async () => {
     assertSemanticHit(await proxy.post(MSG, h.messagesBody(`explain tcp slow start ${t}!`)));
 });
 
+h.test('Responses API: the input\'s last user message is matched; instructions and earlier items partition', async () => {
+    const t = tag();
+    const RESP = '/v1/responses';
+    const q = `How do I sort a dict by value ${t}?`;
+    const resp = (input, extra = {}) => ({model: 'gpt-4.1-mini', instructions: 'Be brief.', input, ...extra});
+    const first = await proxy.post(RESP, resp(q));
+    assertMiss(first);
+    /* A string input is one user message: the item form of a rewording hits. */
+    const hit = await proxy.post(RESP, resp([{role: 'user',
+        content: [{type: 'input_text', text: `sort a dict by value ${t}, how do I`}]}]));
+    assertSemanticHit(hit);
+    assert.deepEqual(hit.json.output, first.json.output, 'the stored answer');
+    const s = await proxy.post(RESP, resp(`how do i sort a dict by value ${t}`, {stream: true}));
+    assertSemanticHit(s);
+    assert.match(s.text, /event: response\.completed/);
+    assertMiss(await proxy.post(RESP, resp(q, {instructions: 'Be verbose.'})));
+    assertMiss(await proxy.post(RESP, resp([{role: 'user', content: 'hi'}, {role: 'assistant', content: 'hello'},
+        {role: 'user', content: q}])));
+    assertMiss(await proxy.post(RESP, resp(q, {previous_response_id: first.json.id})));
+    /* A trailing item that is not a user message has no turn to match on. */
+    const out = [{type: 'function_call_output', call_id: `call_${t}`, output: '{"ok":true}'}];
+    assertMiss(await proxy.post(RESP, resp(out)));
+});
+
 h.test('number, negation and entity swaps miss with the guards on and hit with them off', async () => {
     const t = tag();
     const pairs = [

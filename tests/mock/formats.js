@@ -1,9 +1,9 @@
 'use strict';
 /*
  * formats.js - the wire formats the mock upstream speaks: OpenAI chat
- * completions, legacy completions, embeddings and models, the Anthropic
- * Messages API, as whole JSON answers and as SSE event streams, and both
- * APIs' error shapes. Pure functions: each builder takes a `call` (what the
+ * completions, legacy completions, embeddings, models and the Responses API,
+ * the Anthropic Messages API, as whole JSON answers and as SSE event streams,
+ * and both APIs' error shapes. Pure functions: each builder takes a `call` (what the
  * server knows about one request, see upstream.js) and returns
  * {status, headers, parts}, where parts are the strings written one after
  * the other (SSE events, or the one JSON body).
@@ -33,10 +33,17 @@ function contentText(content) {
         .join(' ');
 }
 
+/* A Responses API item list (as opposed to the strings of an embeddings input). */
+const isItemList = (input) => Array.isArray(input) && input.some((i) => i && typeof i === 'object');
+
 /* The text the answer quotes: the last user turn, the prompt, or the input. */
 function lastUserText(body) {
     if (Array.isArray(body.messages)) {
         const users = body.messages.filter((m) => m && m.role === 'user');
+        return users.length ? contentText(users[users.length - 1].content) : '';
+    }
+    if (isItemList(body.input)) {
+        const users = body.input.filter((m) => m && m.role === 'user');
         return users.length ? contentText(users[users.length - 1].content) : '';
     }
     if (body.prompt !== undefined)
@@ -51,10 +58,16 @@ function promptText(body) {
     const parts = [];
     if (body.system !== undefined)
         parts.push(contentText(body.system));
+    if (typeof body.instructions === 'string')
+        parts.push(body.instructions);
     if (Array.isArray(body.messages))
         for (const m of body.messages)
             parts.push(contentText(m && m.content));
-    parts.push(lastUserText({prompt: body.prompt, input: body.input}));
+    if (isItemList(body.input))
+        for (const m of body.input)
+            parts.push(contentText(m && m.content));
+    else
+        parts.push(lastUserText({prompt: body.prompt, input: body.input}));
     return parts.join(' ');
 }
 
@@ -117,13 +130,15 @@ function toolArguments(schema, question, seq) {
     return args;
 }
 
-/* The first tool of an OpenAI (function) or Anthropic tool list, normalised. */
+/* The first tool of an OpenAI (function), Responses API or Anthropic tool list, normalised. */
 function firstTool(tools) {
     if (!Array.isArray(tools) || tools.length === 0)
         return null;
     const t = tools[0] || {};
     if (t.function)
         return {name: t.function.name, schema: t.function.parameters};
+    if (t.type === 'function')
+        return {name: t.name, schema: t.parameters};
     return {name: t.name, schema: t.input_schema};
 }
 
@@ -374,12 +389,132 @@ function messageStream(call) {
     return sseAnswer(events, call.anthropicHeaders);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Responses API                                                             */
+
+function responsesUsage(call, outputTokens, reasoningTokens) {
+    return {
+        input_tokens: call.promptTokens, input_tokens_details: {cached_tokens: 0},
+        output_tokens: outputTokens, output_tokens_details: {reasoning_tokens: reasoningTokens},
+        total_tokens: call.promptTokens + outputTokens,
+    };
+}
+
+/*
+ * The output items of a response: a reasoning item when "reasoning" is
+ * asked for (with a summary when reasoning.summary is set), then a call to
+ * the first function tool, or an assistant message.
+ */
+function responsesOutput(call) {
+    const body = call.body;
+    const items = [];
+    let reasoningTokens = 0;
+    if (body.reasoning && typeof body.reasoning === 'object') {
+        const summary = body.reasoning.summary ? [{type: 'summary_text',
+            text: `mock reasoning #${call.seq}: the question is short`}] : [];
+        items.push({id: `rs_mock${call.seq}`, type: 'reasoning', summary});
+        reasoningTokens = 8;
+    }
+    const tool = firstTool(body.tools);
+    let outputTokens;
+    if (tool) {
+        const args = JSON.stringify(toolArguments(tool.schema, call.question, call.seq));
+        items.push({id: `fc_mock${call.seq}`, type: 'function_call', status: 'completed',
+            arguments: args, call_id: `call_mock${call.seq}`, name: tool.name});
+        outputTokens = countTokens(args);
+    } else {
+        items.push({id: `msg_mock${call.seq}`, type: 'message', status: 'completed', role: 'assistant',
+            content: [{type: 'output_text', annotations: [], logprobs: [], text: call.text}]});
+        outputTokens = countTokens(call.text);
+    }
+    return {items, usage: responsesUsage(call, outputTokens + reasoningTokens, reasoningTokens)};
+}
+
+/* The response object, echoing the request's settings as the API does. */
+function responseObject(call, status, output, usage) {
+    const b = call.body;
+    const or = (v, d) => (v === undefined ? d : v);
+    return {
+        id: call.respId, object: 'response', created_at: call.created, status,
+        background: or(b.background, false), error: null, incomplete_details: null,
+        instructions: or(b.instructions, null), max_output_tokens: or(b.max_output_tokens, null),
+        model: call.model, output, parallel_tool_calls: or(b.parallel_tool_calls, true),
+        previous_response_id: or(b.previous_response_id, null),
+        reasoning: {effort: (b.reasoning && b.reasoning.effort) || null,
+            summary: (b.reasoning && b.reasoning.summary) || null},
+        service_tier: 'default', store: or(b.store, true), temperature: or(b.temperature, 1),
+        text: or(b.text, {format: {type: 'text'}}), tool_choice: or(b.tool_choice, 'auto'),
+        tools: or(b.tools, []), top_p: or(b.top_p, 1), truncation: or(b.truncation, 'disabled'),
+        usage, user: or(b.user, null), metadata: or(b.metadata, {}),
+    };
+}
+
+/* background: true answers at once with a queued response (nothing generated yet). */
+function response(call) {
+    if (call.body.background === true)
+        return jsonAnswer(200, responseObject(call, 'queued', [], null), call.openaiHeaders);
+    const out = responsesOutput(call);
+    return jsonAnswer(200, responseObject(call, 'completed', out.items, out.usage), call.openaiHeaders);
+}
+
+/* The events of one output item: added (in progress), its streamed parts, done. */
+function responseItemEvents(item, index, ev, controls) {
+    const events = [];
+    const at = {item_id: item.id, output_index: index};
+    const pieces = (text) => splitPieces(text, pieceCount(text, controls));
+    if (item.type === 'message') {
+        events.push(ev('response.output_item.added', {output_index: index,
+            item: {...item, status: 'in_progress', content: []}}));
+        item.content.forEach((part, ci) => {
+            const p = {...at, content_index: ci};
+            events.push(ev('response.content_part.added', {...p, part: {...part, text: ''}}));
+            for (const piece of pieces(part.text))
+                events.push(ev('response.output_text.delta', {...p, delta: piece, logprobs: [],
+                    obfuscation: 'mock'}));
+            events.push(ev('response.output_text.done', {...p, text: part.text, logprobs: []}));
+            events.push(ev('response.content_part.done', {...p, part}));
+        });
+    } else if (item.type === 'function_call') {
+        events.push(ev('response.output_item.added', {output_index: index,
+            item: {...item, status: 'in_progress', arguments: ''}}));
+        for (const piece of pieces(item.arguments))
+            events.push(ev('response.function_call_arguments.delta', {...at, delta: piece,
+                obfuscation: 'mock'}));
+        events.push(ev('response.function_call_arguments.done', {...at, arguments: item.arguments}));
+    } else {
+        events.push(ev('response.output_item.added', {output_index: index, item: {...item, summary: []}}));
+        (item.summary || []).forEach((part, si) => {
+            const p = {...at, summary_index: si};
+            events.push(ev('response.reasoning_summary_part.added', {...p, part: {...part, text: ''}}));
+            for (const piece of pieces(part.text))
+                events.push(ev('response.reasoning_summary_text.delta', {...p, delta: piece}));
+            events.push(ev('response.reasoning_summary_text.done', {...p, text: part.text}));
+            events.push(ev('response.reasoning_summary_part.done', {...p, part}));
+        });
+    }
+    events.push(ev('response.output_item.done', {output_index: index, item}));
+    return events;
+}
+
+/* created, in_progress, the items, completed: each event named by its type and numbered. */
+function responseStream(call) {
+    let seq = 0;
+    const ev = (type, fields) => sseEvent(JSON.stringify({type, sequence_number: seq++, ...fields}), type);
+    const out = responsesOutput(call);
+    const start = responseObject(call, 'in_progress', [], null);
+    const events = [ev('response.created', {response: start}), ev('response.in_progress', {response: start})];
+    out.items.forEach((item, i) => events.push(...responseItemEvents(item, i, ev, call.controls)));
+    events.push(ev('response.completed', {response: responseObject(call, 'completed', out.items, out.usage)}));
+    return sseAnswer(events, call.openaiHeaders);
+}
+
 /* Endpoint table: path -> error dialect and answer builders. */
 const ENDPOINTS = {
     '/v1/chat/completions': {dialect: 'openai', json: chatCompletion, stream: chatStream},
     '/v1/completions': {dialect: 'openai', json: textCompletion, stream: textCompletionStream},
     '/v1/embeddings': {dialect: 'openai', json: embeddings, stream: null},
     '/v1/messages': {dialect: 'anthropic', json: message, stream: messageStream},
+    '/v1/responses': {dialect: 'openai', json: response, stream: responseStream},
 };
 
 function errorAnswer(path, status, message) {

@@ -1,8 +1,9 @@
 'use strict';
 /*
  * upstream.js - a mock LLM upstream that speaks the real wire formats of the
- * OpenAI API (chat completions, legacy completions, embeddings, models) and
- * the Anthropic Messages API, both as whole JSON answers and as SSE streams.
+ * OpenAI API (chat completions, legacy completions, embeddings, models, the
+ * Responses API) and the Anthropic Messages API, both as whole JSON answers
+ * and as SSE streams.
  * This file is the server (controls, bookkeeping, CLI); the answers
  * themselves are built in formats.js.
  *
@@ -28,6 +29,18 @@
  *                             whatever the request's Accept-Encoding said
  *   x-mock-body: TEXT         answer exactly TEXT as application/json, with
  *                             x-mock-status (default 200): a gateway's odd 2xx
+ *   x-mock-header: NAME: V    one more response header on the answer
+ *
+ * Responses API state, as the provider keeps it: a response created with
+ * "store" not false is remembered for the credential that created it, and a
+ * request naming a previous_response_id that is not remembered for its
+ * credential (never stored, another tenant's, or forgotten with
+ * mock.forgetResponse(id), as when the provider's retention ends) gets the
+ * API's 404.
+ *
+ * Answers carry the headers the real APIs send: request ids
+ * (x-request-id, request-id), openai-processing-ms / -model / -version,
+ * the organisation, rate-limit headers and a Set-Cookie.
  *
  * Observability (in-process, or GET /__mock/stats; POST /__mock/reset):
  * call counts in total and per path, the received requests, the number of
@@ -66,6 +79,7 @@ function readControls(headers) {
         body: headers['x-mock-body'],
         size: int('x-mock-size') || 0,
         hold: headers['x-mock-hold'],
+        header: headers['x-mock-header'],
     };
 }
 
@@ -96,6 +110,7 @@ class Mock extends EventEmitter {
         this.url = null;
         this._holding = new Map(); /* id -> resolve functions of held responses */
         this._released = new Set(); /* ids released (possibly before their request came) */
+        this._stored = new Map(); /* Responses API: stored response id -> credential */
         this.reset();
     }
 
@@ -129,6 +144,15 @@ class Mock extends EventEmitter {
         this.aborted = 0;
         this.backpressure = {waits: 0, bytesWritten: 0};
         this._released.clear();
+    }
+
+    /* Responses API: whether a stored response id resolves, and forgetting one (retention over). */
+    knowsResponse(id) {
+        return this._stored.has(id);
+    }
+
+    forgetResponse(id) {
+        return this._stored.delete(id);
     }
 
     /* Number of calls received, on one path or in total. */
@@ -266,6 +290,9 @@ class Mock extends EventEmitter {
         if (controls.delayMs > 0)
             await this._pause(out, controls.delayMs);
         const answer = this._answer(req, out.rec, controls);
+        const extra = /^([^:]+):\s*(.*)$/.exec(controls.header || '');
+        if (extra)
+            answer.headers = {...answer.headers, [extra[1].toLowerCase()]: extra[2]};
         out.rec.status = answer.status;
         await this._send(out, answer, controls);
     }
@@ -289,10 +316,30 @@ class Mock extends EventEmitter {
         if (!rec.body || typeof rec.body !== 'object')
             return errorAnswer(rec.path, 400, 'mock: request body is not a JSON object');
         const call = this._call(rec, controls);
+        if (rec.path === '/v1/responses') {
+            const refused = this._previousResponse(rec);
+            if (refused)
+                return refused;
+        }
         const wantsStream = rec.body.stream === true && ep.stream;
         const answer = wantsStream ? ep.stream(call) : ep.json(call);
         if (controls.status > 0)
             answer.status = controls.status;
+        if (rec.path === '/v1/responses' && answer.status === 200 && rec.body.store !== false)
+            this._stored.set(call.respId, rec.headers.authorization || '');
+        return answer;
+    }
+
+    /* The API's 404 when previous_response_id does not resolve for this credential. */
+    _previousResponse(rec) {
+        const prev = rec.body.previous_response_id;
+        if (typeof prev !== 'string' || this._stored.get(prev) === (rec.headers.authorization || ''))
+            return null;
+        const answer = openaiError(404, `Previous response with id '${prev}' not found.`);
+        const err = JSON.parse(answer.parts[0]);
+        err.error.param = 'previous_response_id';
+        err.error.code = 'previous_response_not_found';
+        answer.parts = [JSON.stringify(err)];
         return answer;
     }
 
@@ -304,11 +351,20 @@ class Mock extends EventEmitter {
         return {
             seq: rec.seq, body: rec.body, controls, question, text,
             model: typeof rec.body.model === 'string' ? rec.body.model : 'unknown',
-            id: `chatcmpl-mock${rec.seq}`, msgId: `msg_mock${rec.seq}`,
+            id: `chatcmpl-mock${rec.seq}`, msgId: `msg_mock${rec.seq}`, respId: `resp_mock${rec.seq}`,
             created: Math.floor(Date.now() / 1000),
             promptTokens: countTokens(promptText(rec.body)),
-            openaiHeaders: {'x-request-id': `req_mock${rec.seq}`, 'openai-processing-ms': '1'},
-            anthropicHeaders: {'request-id': `req_mock${rec.seq}`},
+            openaiHeaders: {
+                'x-request-id': `req_mock${rec.seq}`, 'openai-processing-ms': String(100 + rec.seq),
+                'openai-version': '2020-10-01', 'openai-model': typeof rec.body.model === 'string'
+                    ? `${rec.body.model}-2025-01-01` : 'unknown',
+                'openai-organization': 'mock-org', 'x-ratelimit-remaining-requests': String(10000 - rec.seq),
+                'set-cookie': `__cf_bm=mock${rec.seq}; path=/; HttpOnly`,
+            },
+            anthropicHeaders: {
+                'request-id': `req_mock${rec.seq}`, 'anthropic-organization-id': 'mock-org',
+                'anthropic-ratelimit-requests-remaining': String(10000 - rec.seq),
+            },
         };
     }
 

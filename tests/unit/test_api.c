@@ -495,6 +495,99 @@ static void test_answer_fault_names(void)
     T_CHECK_STR(api_answer_fault_name((enum api_answer_fault) - 1), "unknown");
 }
 
+/* --- Responses API -------------------------------------------------------- */
+
+static bool cacheable(const char *json, const char *why_want)
+{
+    cJSON *v = cJSON_Parse(json);
+    const char *why = "unset";
+    bool ok = api_cacheable_request(API_RESPONSES, v, &why);
+    cJSON_Delete(v);
+    if (why_want == NULL)
+        return ok && why == NULL;
+    return !ok && why != NULL && strstr(why, why_want) != NULL;
+}
+
+static void test_responses(void)
+{
+    T_CHECK_INT(api_endpoint_from_path("/v1/responses"), API_RESPONSES);
+    T_CHECK_INT(api_endpoint_from_path("/v1/responses/"), API_RESPONSES);
+    T_CHECK_INT(api_endpoint_from_path("/v1/responses/resp_1"), API_NONE); /* retrieve: pass */
+    T_CHECK_STR(api_endpoint_name(API_RESPONSES), "responses");
+    T_CHECK_INT(api_dialect_of(API_RESPONSES), API_DIALECT_OPENAI);
+    /* input and model may be absent; when present they have their types */
+    T_CHECK(accepts(API_RESPONSES, "{\"model\":\"m\",\"input\":\"hi\"}"));
+    T_CHECK(accepts(API_RESPONSES, "{\"model\":\"m\",\"input\":[{\"role\":\"user\"}]}"));
+    T_CHECK(accepts(API_RESPONSES, "{\"prompt\":{\"id\":\"pmpt_1\"}}"));
+    T_CHECK(rejects(API_RESPONSES, "{\"model\":\"m\",\"input\":7}",
+                    "'input' must be a string or an array"));
+    T_CHECK(rejects(API_RESPONSES, "{\"model\":\"\",\"input\":\"x\"}",
+                    "'model' is required and must be a non-empty string"));
+    T_CHECK(rejects(API_RESPONSES, "{\"input\":\"x\",\"stream\":\"yes\"}",
+                    "'stream' must be a boolean"));
+    T_CHECK(wants_stream(API_RESPONSES, "{\"stream\":true}"));
+    T_CHECK(include_usage(API_RESPONSES, "{\"stream\":true}"));
+    /* never cached: background, a conversation */
+    T_CHECK(cacheable("{\"input\":\"x\"}", NULL));
+    T_CHECK(cacheable("{\"input\":\"x\",\"background\":false,\"conversation\":null}", NULL));
+    T_CHECK(cacheable("{\"input\":\"x\",\"background\":true}", "background"));
+    T_CHECK(cacheable("{\"input\":\"x\",\"conversation\":\"conv_1\"}", "conversation"));
+    T_CHECK(cacheable("{\"input\":\"x\",\"conversation\":{\"id\":\"conv_1\"}}", "conversation"));
+    cJSON *bg = cJSON_Parse("{\"background\":true}");
+    T_CHECK(api_cacheable_request(API_CHAT, bg, NULL)); /* only the Responses API knows it */
+    cJSON_Delete(bg);
+    /* usage: input/output tokens, cached within the input */
+    struct api_usage u =
+        usage(API_RESPONSES, "{\"usage\":{\"input_tokens\":36,\"input_tokens_details\":"
+                             "{\"cached_tokens\":12},\"output_tokens\":87,\"total_tokens\":123}}");
+    T_CHECK(u.present);
+    T_CHECK_INT(u.prompt, 36);
+    T_CHECK_INT(u.completion, 87);
+    T_CHECK_INT(u.cached, 12);
+    T_CHECK_INT(u.cache_write, 0);
+    u = usage(API_RESPONSES, "{\"usage\":null}");
+    T_CHECK(!u.present);
+    /* answers: a finished response; its "error": null is no error */
+    check_answer(API_RESPONSES,
+                 "{\"object\":\"response\",\"status\":\"completed\",\"error\":null,\"output\":[]}",
+                 "ok");
+    check_answer(API_RESPONSES, "{\"object\":\"response\",\"status\":\"incomplete\",\"output\":[]}",
+                 "ok");
+    check_answer(API_RESPONSES,
+                 "{\"object\":\"response\",\"status\":\"failed\",\"error\":{\"code\":\"x\"},"
+                 "\"output\":[]}",
+                 "error_member");
+    check_answer(API_RESPONSES, "{\"object\":\"response\",\"status\":\"queued\",\"output\":[]}",
+                 "not_finished");
+    check_answer(API_RESPONSES, "{\"object\":\"response\",\"output\":[]}", "not_finished");
+    check_answer(API_RESPONSES, "{\"object\":\"response\",\"status\":\"completed\"}", "no_output");
+    check_answer(API_RESPONSES, "{\"status\":\"completed\",\"output\":[]}", "wrong_object");
+    check_answer(API_RESPONSES, "{\"error\":{\"message\":\"m\"}}", "error_member");
+    check_answer(API_CHAT, "{\"choices\":[{\"message\":{}}],\"error\":null}", "error_member");
+}
+
+static void test_replayable_headers(void)
+{
+    static const char *const yes[] = {"x-request-id", "X-Request-Id",   "request-id",
+                                      "openai-model", "openai-version", "openai-processing-ms"};
+    static const char *const no[] = {"set-cookie",
+                                     "date",
+                                     "x-ratelimit-remaining-requests",
+                                     "anthropic-ratelimit-requests-remaining",
+                                     "retry-after",
+                                     "openai-organization",
+                                     "openai-project",
+                                     "anthropic-organization-id",
+                                     "content-type",
+                                     "x-request-id-extra",
+                                     ""};
+    for (size_t i = 0; i < PC_ARRAY_LEN(yes); i++)
+        T_CHECK(api_header_replayable(yes[i]));
+    for (size_t i = 0; i < PC_ARRAY_LEN(no); i++)
+        T_CHECK(!api_header_replayable(no[i]));
+    T_CHECK(!api_header_replayable(NULL));
+}
+
 int main(void)
 {
     T_RUN(test_paths);
@@ -509,5 +602,7 @@ int main(void)
     T_RUN(test_answer_shapes_refused);
     T_RUN(test_answer_streams);
     T_RUN(test_answer_fault_names);
+    T_RUN(test_responses);
+    T_RUN(test_replayable_headers);
     T_DONE();
 }

@@ -714,6 +714,101 @@ static void test_odd_bodies(void)
     T_CHECK(canon_keys(NULL, &(struct canon_keys){{0}, {0}, NULL, false}) == -1);
 }
 
+/* --- Responses API ----------------------------------------------------------- */
+
+#define RESP_HEAD "{\"model\":\"gpt-4.1\",\"instructions\":\"Be brief.\","
+#define UITEM(t)  "{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"" t "\"}]}"
+
+static void test_responses_keys(void)
+{
+    struct req resp = {API_RESPONSES, NULL, NULL, NULL};
+    const char *a = RESP_HEAD "\"input\":\"what is 2+2?\"}";
+    /* Delivery only: stream and stream_options. */
+    T_CHECK(exact_eq(&resp, a, &resp,
+                     RESP_HEAD "\"input\":\"what is 2+2?\",\"stream\":true,"
+                               "\"stream_options\":{\"include_obfuscation\":false}}"));
+    /* Everything the response echoes, or that decides where its id resolves, counts. */
+    static const char *const extra[] = {
+        "\"store\":false",
+        "\"store\":true",
+        "\"user\":\"u1\"",
+        "\"metadata\":{\"k\":\"v\"}",
+        "\"service_tier\":\"flex\"",
+        "\"prompt_cache_key\":\"p\"",
+        "\"safety_identifier\":\"s\"",
+        "\"previous_response_id\":\"resp_1\"",
+        "\"reasoning\":{\"effort\":\"high\"}",
+        "\"tools\":[{\"type\":\"web_search\"}]",
+        "\"include\":[\"reasoning.encrypted_content\"]",
+        "\"truncation\":\"auto\"",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(extra); i++) {
+        char b[512];
+        snprintf(b, sizeof(b), RESP_HEAD "\"input\":\"what is 2+2?\",%s}", extra[i]);
+        T_CHECK(!exact_eq(&resp, a, &resp, b));
+        T_CHECK(!part_eq(&resp, a, b));
+    }
+    /* The same body on another endpoint is another key. */
+    struct req chat_ep = {API_CHAT, NULL, NULL, NULL};
+    T_CHECK(!exact_eq(&resp, a, &chat_ep, a));
+}
+
+static void test_responses_partition(void)
+{
+    struct req resp = {API_RESPONSES, NULL, NULL, NULL};
+    const char *a = RESP_HEAD "\"input\":\"what is 2+2?\"}";
+    /* A string input is a lone user message: its wording is left out of the partition. */
+    T_CHECK(part_eq(&resp, a, RESP_HEAD "\"input\":\"two plus two?\"}"));
+    T_CHECK(part_eq(&resp, a, RESP_HEAD "\"input\":[" UITEM("two plus two?") "]}"));
+    T_CHECK(!part_eq(&resp, a,
+                     "{\"model\":\"gpt-4.1\",\"instructions\":\"Be long.\","
+                     "\"input\":\"what is 2+2?\"}"));
+    /* Earlier items count; the trailing user message's other members too. */
+    const char *two = RESP_HEAD "\"input\":[" UITEM("hi") ",{\"role\":\"assistant\",\"content\":"
+                                                          "\"hello\"}," UITEM("what is 2+2?") "]}";
+    T_CHECK(!part_eq(&resp, a, two));
+    T_CHECK(part_eq(&resp, two,
+                    RESP_HEAD "\"input\":[" UITEM("hi") ",{\"role\":\"assistant\",\"content\":"
+                                                        "\"hello\"}," UITEM("2+2 is?") "]}"));
+    T_CHECK(!part_eq(&resp, two,
+                     RESP_HEAD "\"input\":[" UITEM("yo") ",{\"role\":\"assistant\",\"content\":"
+                                                         "\"hello\"}," UITEM("what is 2+2?") "]}"));
+    T_CHECK(!part_eq(&resp, a,
+                     RESP_HEAD "\"input\":[{\"type\":\"message\",\"role\":\"user\","
+                               "\"content\":\"what is 2+2?\"}]}"));
+    /* A trailing item that is not a user message is not left out. */
+    const char *out1 = RESP_HEAD "\"input\":[{\"type\":\"function_call_output\","
+                                 "\"call_id\":\"c\",\"output\":\"1\"}]}";
+    const char *out2 = RESP_HEAD "\"input\":[{\"type\":\"function_call_output\","
+                                 "\"call_id\":\"c\",\"output\":\"2\"}]}";
+    T_CHECK(!part_eq(&resp, out1, out2));
+}
+
+static void test_responses_last_user_text(void)
+{
+    T_CHECK(text_is(API_RESPONSES, RESP_HEAD "\"input\":\"hello there\"}", "hello there"));
+    T_CHECK(text_is(API_RESPONSES, RESP_HEAD "\"input\":[" UITEM("a") "," UITEM("b") "]}", "b"));
+    T_CHECK(text_is(API_RESPONSES,
+                    RESP_HEAD "\"input\":[{\"type\":\"message\",\"role\":\"user\",\"content\":"
+                              "[{\"type\":\"input_text\",\"text\":\"x\"},{\"type\":\"input_text\","
+                              "\"text\":\"y\"}]}]}",
+                    "x\ny"));
+    T_CHECK(text_is(API_RESPONSES,
+                    RESP_HEAD "\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                              "\"input_image\",\"image_url\":\"u\"}]}]}",
+                    NULL));
+    T_CHECK(text_is(API_RESPONSES,
+                    RESP_HEAD "\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\","
+                              "\"output\":\"1\"}]}",
+                    NULL));
+    T_CHECK(text_is(API_RESPONSES,
+                    RESP_HEAD "\"input\":[{\"type\":\"item_reference\",\"role\":\"user\","
+                              "\"id\":\"msg_1\"}]}",
+                    NULL));
+    T_CHECK(text_is(API_RESPONSES, RESP_HEAD "\"input\":[]}", NULL));
+    T_CHECK(text_is(API_RESPONSES, "{\"model\":\"m\"}", NULL));
+}
+
 int main(void)
 {
     T_RUN(test_numbers);
@@ -735,5 +830,8 @@ int main(void)
     T_RUN(test_partition_other_endpoints);
     T_RUN(test_last_user_text);
     T_RUN(test_odd_bodies);
+    T_RUN(test_responses_keys);
+    T_RUN(test_responses_partition);
+    T_RUN(test_responses_last_user_text);
     T_DONE();
 }

@@ -54,10 +54,15 @@ static void test_rejects_malformed(void)
     pc_buf_append(&b, "x", 1);
     T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
     b.len--;
-    /* Wrong magic / format. */
-    b.data[3] = 2;
-    T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    /* Wrong magic / format (2 needs its section count). */
+    for (int f = 0; f < 256; f++) {
+        b.data[3] = (char)f;
+        T_CHECK_INT(entry_decode(b.data, b.len, &d), f == 1 ? 0 : -1);
+    }
     b.data[3] = 1;
+    b.data[0] = 'X';
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    b.data[0] = 'P';
     /* Not a 2xx: never served. */
     struct entry bad = sample();
     bad.status = 500;
@@ -92,10 +97,178 @@ static void test_keys(void)
     T_CHECK_STR(out, PC_KEY_PREFIX "e:{0123456789abcdef:*");
 }
 
+#define HDR(n, v)                          \
+    {                                      \
+        n, sizeof(n) - 1, v, sizeof(v) - 1 \
+    }
+
+static struct entry with_headers(void)
+{
+    struct entry e = sample();
+    e.headers[0] = (struct entry_header)HDR("x-request-id", "req_123");
+    e.headers[1] = (struct entry_header)HDR("openai-processing-ms", "842");
+    e.headers[2] = (struct entry_header)HDR("bad name", "dropped");
+    e.headers[3] = (struct entry_header)HDR("x-split", "a\r\nInjected: yes");
+    e.headers[4] = (struct entry_header)HDR("openai-model", "");
+    e.nheaders = 5;
+    return e;
+}
+
+static void test_headers_round_trip(void)
+{
+    struct entry e = with_headers(), d;
+    struct pc_buf b = PC_BUF_INIT;
+    entry_encode(&e, &b);
+    T_CHECK_INT(b.data[3], 2);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK_INT(d.nheaders, 3); /* the invalid two are not stored */
+    T_CHECK(d.headers[0].name_len == 12 && memcmp(d.headers[0].name, "x-request-id", 12) == 0);
+    T_CHECK(d.headers[0].value_len == 7 && memcmp(d.headers[0].value, "req_123", 7) == 0);
+    T_CHECK(d.headers[1].value_len == 3 && memcmp(d.headers[1].value, "842", 3) == 0);
+    T_CHECK(d.headers[2].name_len == 12 && d.headers[2].value_len == 0);
+    T_CHECK(d.body_len == e.body_len && memcmp(d.body, e.body, e.body_len) == 0);
+    /* Every truncation is refused; so is a byte more. */
+    for (size_t n = 0; n < b.len; n++)
+        T_CHECK_INT(entry_decode(b.data, n, &d), -1);
+    pc_buf_append(&b, "x", 1);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    pc_buf_free(&b);
+}
+
+/* An entry without headers is format 1, as before sections: old binaries read it. */
+static void test_format_1_compatible(void)
+{
+    struct entry e = sample(), d;
+    struct pc_buf b = PC_BUF_INIT;
+    entry_encode(&e, &b);
+    T_CHECK_INT(b.data[3], 1);
+    T_CHECK_INT(b.len, 4 + 4 + 12 + 25 + 2 + e.content_type_len + 4 + e.body_len);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK_INT(d.nheaders, 0);
+    /* The same entry with headers, cut after the body and marked 1: an old entry. */
+    struct entry h = with_headers();
+    struct pc_buf b2 = PC_BUF_INIT;
+    entry_encode(&h, &b2);
+    b2.data[3] = 1;
+    T_CHECK_INT(entry_decode(b2.data, b.len, &d), 0);
+    T_CHECK_INT(d.nheaders, 0);
+    T_CHECK(memcmp(b.data, b2.data, b.len) == 0);
+    pc_buf_free(&b);
+    pc_buf_free(&b2);
+}
+
+/* Append a section (tag, bytes) to an encoded format 2 entry, counting it. */
+static void add_section(struct pc_buf *b, size_t count_at, int tag, const char *bytes, size_t n)
+{
+    char head[5] = {(char)tag, (char)(n & 0xff), (char)((n >> 8) & 0xff), 0, 0};
+    b->data[count_at]++;
+    pc_buf_append(b, head, 5);
+    pc_buf_append(b, bytes, n);
+}
+
+/* plain (no headers) as format 2 with no section yet; returns where the count is. */
+static size_t encode_plain_2(const struct entry *plain, struct pc_buf *b)
+{
+    pc_buf_reset(b);
+    entry_encode(plain, b);
+    b->data[3] = 2;
+    pc_buf_append(b, "\0", 1);
+    return b->len - 1;
+}
+
+static void test_sections(void)
+{
+    struct entry e = with_headers(), d, plain = sample();
+    struct pc_buf b = PC_BUF_INIT, h = PC_BUF_INIT;
+    entry_encode(&e, &h);
+    /* A section of a newer version is skipped, and the rest still read. */
+    size_t at = encode_plain_2(&plain, &b);
+    pc_buf_append(&b, h.data + at + 1, h.len - at - 1); /* the headers section of e */
+    b.data[at] = 1;
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK_INT(d.nheaders, 3);
+    add_section(&b, at, 200, "future", 6);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK_INT(d.nheaders, 3);
+    /* Tags in increasing order, each once. */
+    add_section(&b, at, 7, "", 0);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    at = encode_plain_2(&plain, &b);
+    add_section(&b, at, ENTRY_SEC_HEADERS, "\0", 1);
+    add_section(&b, at, ENTRY_SEC_HEADERS, "\0", 1);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    /* No section at all, or fewer than counted. */
+    at = encode_plain_2(&plain, &b);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    add_section(&b, at, 9, "", 0);
+    b.data[at] = 2;
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    /* A known section must parse to its exact length, with valid headers only. */
+    static const struct {
+        const char *bytes;
+        size_t n;
+    } bad[] = {
+        {"", 0},              /* no count */
+        {"\1", 1},            /* a header missing */
+        {"\1\1a\0\0x", 7},    /* a byte too many */
+        {"\1\0\0\0", 4},      /* an empty name */
+        {"\1\1a\2\0\r\n", 7}, /* CR LF in a value */
+        {"\1\1:\0\0", 5},     /* not a token */
+        {"\21", 1},           /* more than ENTRY_MAX_HEADERS */
+        {"\1\1a\1\2x", 6},    /* a value longer than the section */
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
+        at = encode_plain_2(&plain, &b);
+        add_section(&b, at, ENTRY_SEC_HEADERS, bad[i].bytes, bad[i].n);
+        if (entry_decode(b.data, b.len, &d) != -1)
+            fprintf(stderr, "  bad headers section %zu accepted\n", i);
+        T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    }
+    at = encode_plain_2(&plain, &b);
+    add_section(&b, at, ENTRY_SEC_HEADERS, "\1\1a\1\0x", 6);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK(d.nheaders == 1 && d.headers[0].value_len == 1 && d.headers[0].value[0] == 'x');
+    /* Anything after the counted sections. */
+    pc_buf_append(&b, "\x09\1\0", 3);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    pc_buf_free(&b);
+    pc_buf_free(&h);
+}
+
+static void test_header_limits(void)
+{
+    struct entry e = sample(), d;
+    char name[ENTRY_HEADER_NAME_MAX + 2], value[ENTRY_HEADER_VALUE_MAX + 2];
+    memset(name, 'n', sizeof(name));
+    memset(value, 'v', sizeof(value));
+    for (size_t i = 0; i < ENTRY_MAX_HEADERS; i++)
+        e.headers[i] = (struct entry_header){name, 1 + i % 3, value, i};
+    e.nheaders = ENTRY_MAX_HEADERS + 4; /* more than there is room for: the first ones count */
+    e.headers[0].name_len = ENTRY_HEADER_NAME_MAX + 1;
+    e.headers[1].value_len = ENTRY_HEADER_VALUE_MAX + 1;
+    e.headers[2].name_len = ENTRY_HEADER_NAME_MAX;
+    e.headers[3].value_len = ENTRY_HEADER_VALUE_MAX;
+    struct pc_buf b = PC_BUF_INIT;
+    entry_encode(&e, &b);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK_INT(d.nheaders, ENTRY_MAX_HEADERS - 2);
+    T_CHECK_INT(d.headers[0].name_len, ENTRY_HEADER_NAME_MAX);
+    T_CHECK_INT(d.headers[1].value_len, ENTRY_HEADER_VALUE_MAX);
+    T_CHECK(entry_header_valid("a", 1, "b\tc", 3));
+    T_CHECK(!entry_header_valid("a", 1, "b\x7f", 2));
+    T_CHECK(!entry_header_valid("a", 1, "b\0c", 3));
+    T_CHECK(!entry_header_valid(NULL, 0, "", 0));
+    pc_buf_free(&b);
+}
+
 int main(void)
 {
     T_RUN(test_round_trip);
     T_RUN(test_rejects_malformed);
     T_RUN(test_keys);
+    T_RUN(test_headers_round_trip);
+    T_RUN(test_format_1_compatible);
+    T_RUN(test_sections);
+    T_RUN(test_header_limits);
     T_DONE();
 }

@@ -488,6 +488,89 @@ static void test_parser_limits(void)
     pc_buf_free(&c.out);
 }
 
+/* --- Responses API ------------------------------------------------------- */
+
+#define RS_HEAD                                                               \
+    "'id':'resp_1','object':'response','created_at':1741290958,'error':null," \
+    "'incomplete_details':null,'instructions':'Be brief.','model':'gpt-4.1-2025-04-14',"
+
+/* A live stream: a message in two deltas (with obfuscation), then a function call. */
+static const char rs_stream[] =
+    "event: response.created\n"
+    "data: {'type':'response.created','sequence_number':0,'response':{" RS_HEAD
+    "'status':'in_progress','output':[],'usage':null}}\n\n"
+    "event: response.in_progress\n"
+    "data: {'type':'response.in_progress','sequence_number':1,'response':{" RS_HEAD
+    "'status':'in_progress','output':[],'usage':null}}\n\n"
+    "event: response.output_item.added\n"
+    "data: {'type':'response.output_item.added','sequence_number':2,'output_index':0,'item':{"
+    "'id':'msg_1','type':'message','status':'in_progress','content':[],'role':'assistant'}}\n\n"
+    "event: response.content_part.added\n"
+    "data: {'type':'response.content_part.added','sequence_number':3,'item_id':'msg_1',"
+    "'output_index':0,'content_index':0,'part':{'type':'output_text','annotations':[],"
+    "'logprobs':[],'text':''}}\n\n"
+    "event: response.output_text.delta\n"
+    "data: {'type':'response.output_text.delta','sequence_number':4,'item_id':'msg_1',"
+    "'output_index':0,'content_index':0,'delta':'Hi','logprobs':[],'obfuscation':'x9'}\n\n"
+    "event: response.output_text.delta\n"
+    "data: {'type':'response.output_text.delta','sequence_number':5,'item_id':'msg_1',"
+    "'output_index':0,'content_index':0,'delta':' there','logprobs':[],'obfuscation':'k'}\n\n"
+    "event: response.output_text.done\n"
+    "data: {'type':'response.output_text.done','sequence_number':6,'item_id':'msg_1',"
+    "'output_index':0,'content_index':0,'text':'Hi there','logprobs':[]}\n\n"
+    "event: response.content_part.done\n"
+    "data: {'type':'response.content_part.done','sequence_number':7,'item_id':'msg_1',"
+    "'output_index':0,'content_index':0,'part':{'type':'output_text','annotations':[],"
+    "'logprobs':[],'text':'Hi there'}}\n\n"
+    "event: response.output_item.done\n"
+    "data: {'type':'response.output_item.done','sequence_number':8,'output_index':0,'item':{"
+    "'id':'msg_1','type':'message','status':'completed','content':[{'type':'output_text',"
+    "'annotations':[],'logprobs':[],'text':'Hi there'}],'role':'assistant'}}\n\n"
+    "event: response.output_item.added\n"
+    "data: {'type':'response.output_item.added','sequence_number':9,'output_index':1,'item':{"
+    "'id':'fc_1','type':'function_call','status':'in_progress','arguments':'',"
+    "'call_id':'call_1','name':'get_weather'}}\n\n"
+    "event: response.function_call_arguments.delta\n"
+    "data: {'type':'response.function_call_arguments.delta','sequence_number':10,"
+    "'item_id':'fc_1','output_index':1,'delta':'{`city`:`Paris`}'}\n\n"
+    "event: response.function_call_arguments.done\n"
+    "data: {'type':'response.function_call_arguments.done','sequence_number':11,"
+    "'item_id':'fc_1','output_index':1,'arguments':'{`city`:`Paris`}'}\n\n"
+    "event: response.output_item.done\n"
+    "data: {'type':'response.output_item.done','sequence_number':12,'output_index':1,'item':{"
+    "'id':'fc_1','type':'function_call','status':'completed','arguments':'{`city`:`Paris`}',"
+    "'call_id':'call_1','name':'get_weather'}}\n\n"
+    "event: response.completed\n"
+    "data: {'type':'response.completed','sequence_number':13,'response':{" RS_HEAD
+    "'status':'completed','output':[{'id':'msg_1','type':'message','status':'completed',"
+    "'content':[{'type':'output_text','annotations':[],'logprobs':[],'text':'Hi there'}],"
+    "'role':'assistant'},{'id':'fc_1','type':'function_call','status':'completed',"
+    "'arguments':'{`city`:`Paris`}','call_id':'call_1','name':'get_weather'}],"
+    "'usage':{'input_tokens':36,'input_tokens_details':{'cached_tokens':12},"
+    "'output_tokens':9,'output_tokens_details':{'reasoning_tokens':0},'total_tokens':45}}}\n\n";
+
+static const char rs_answer[] =
+    "{" RS_HEAD "'status':'completed','output':[{'id':'msg_1','type':'message',"
+    "'status':'completed','content':[{'type':'output_text','annotations':[],'logprobs':[],"
+    "'text':'Hi there'}],'role':'assistant'},{'id':'fc_1','type':'function_call',"
+    "'status':'completed','arguments':'{`city`:`Paris`}','call_id':'call_1',"
+    "'name':'get_weather'}],'usage':{'input_tokens':36,'input_tokens_details':{"
+    "'cached_tokens':12},'output_tokens':9,'output_tokens_details':{'reasoning_tokens':0},"
+    "'total_tokens':45}}";
+
+/* Reasoning with a summary and text, a refusal, annotations, an unknown item, incomplete. */
+static const char rs_rich_answer[] =
+    "{" RS_HEAD "'status':'incomplete','output':[{'id':'rs_1','type':'reasoning','summary':["
+    "{'type':'summary_text','text':'The user wants the weather; a search helps, and the "
+    "answer must cite it.'}],'content':[{'type':'reasoning_text','text':'thinking...'}]},"
+    "{'id':'ws_1','type':'web_search_call','status':'completed','action':{'type':'search',"
+    "'query':'weather paris'}},{'id':'msg_2','type':'message','status':'incomplete',"
+    "'role':'assistant','content':[{'type':'output_text','text':'It is sunny in Paris today, "
+    "says the forecast \u00e9t\u00e9 \u2600 and more text to cut into several pieces.',"
+    "'annotations':[{'type':'url_citation','start_index':0,'end_index':5,"
+    "'url':'https://example.com','title':'Weather'}]},{'type':'refusal','refusal':'No more.'}]}],"
+    "'usage':{'input_tokens':3,'output_tokens':4,'total_tokens':7}}";
+
 /* --- assembly ------------------------------------------------------------ */
 
 static void test_assemble_chat(void)
@@ -895,6 +978,193 @@ static void test_replay(void)
     pc_buf_free(&out);
 }
 
+/* --- Responses API -------------------------------------------------------- */
+
+static void test_responses_assemble(void)
+{
+    struct api_usage u;
+    cJSON *a = assemble_q(API_RESPONSES, rs_stream, &u);
+    T_CHECK(same_json(a, rs_answer));
+    T_CHECK(u.present);
+    T_CHECK_INT(u.prompt, 36);
+    T_CHECK_INT(u.completion, 9);
+    T_CHECK_INT(u.cached, 12);
+    T_CHECK(complete_q(API_RESPONSES, rs_stream));
+    cJSON_Delete(a);
+    check_cut(API_RESPONSES, rs_stream);
+    /* response.incomplete ends a stream as well; extra bytes after the end are ignored */
+    a = assemble_q(API_RESPONSES,
+                   "event: response.incomplete\ndata: {'type':'response.incomplete',"
+                   "'response':{'object':'response','status':'incomplete','output':[]}}\n\n"
+                   "data: [DONE]\n\n",
+                   NULL);
+    T_CHECK(same_json(a, "{'object':'response','status':'incomplete','output':[]}"));
+    cJSON_Delete(a);
+}
+
+static void test_responses_refused(void)
+{
+    static const char *const bad[] = {
+        /* failed, or an error event */
+        "event: response.failed\ndata: {'type':'response.failed','response':{'status':'failed',"
+        "'error':{'code':'server_error'}}}\n\n",
+        "event: error\ndata: {'type':'error','code':'x','message':'m'}\n\n"
+        "event: response.completed\ndata: {'type':'response.completed','response':{}}\n\n",
+        /* the event name and the type disagree; no type; not an object; no response */
+        "event: response.created\ndata: {'type':'response.completed','response':{}}\n\n",
+        "data: {'response':{}}\n\n",
+        "data: [1]\n\n",
+        "event: response.completed\ndata: {'type':'response.completed'}\n\n",
+        /* never finished */
+        "event: response.created\ndata: {'type':'response.created','response':{}}\n\n",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
+        cJSON *a = assemble_q(API_RESPONSES, bad[i], NULL);
+        T_CHECK(a == NULL);
+        T_CHECK(!complete_q(API_RESPONSES, bad[i]));
+        cJSON_Delete(a);
+    }
+    /* the final response must be one a stream can be made of */
+    static const char *const unusable[] = {"{}", "{'status':'completed'}", "{'output':[]}",
+                                           "{'status':'completed','output':[1]}",
+                                           "{'status':1,'output':[]}"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(unusable); i++) {
+        char rec[256];
+        snprintf(rec, sizeof(rec), "data: {'type':'response.completed','response':%s}\n\n",
+                 unusable[i]);
+        cJSON *a = assemble_q(API_RESPONSES, rec, NULL);
+        T_CHECK(a == NULL);
+        cJSON_Delete(a);
+    }
+    /* without the event line the type alone names it */
+    cJSON *a = assemble_q(
+        API_RESPONSES,
+        "data: {'type':'response.completed','response':{'status':'x','output':[]}}\n\n", NULL);
+    T_CHECK(same_json(a, "{'status':'x','output':[]}"));
+    cJSON_Delete(a);
+}
+
+/* Events of a synthesized stream, checked as the openai SDK's stream helper reads them. */
+struct rs_check {
+    cJSON *snapshot; /* the helper's accumulated response */
+    int events, bad;
+    struct pc_buf text; /* output_text deltas */
+};
+
+static void rs_check_delta(struct rs_check *c, const cJSON *j, const char *type)
+{
+    cJSON *out = cJSON_GetArrayItem(cJSON_GetObjectItem(c->snapshot, "output"),
+                                    cJSON_GetObjectItem(j, "output_index")->valueint);
+    if (out == NULL) {
+        c->bad++;
+        return;
+    }
+    if (strcmp(type, "response.output_text.delta") == 0) {
+        cJSON *part = cJSON_GetArrayItem(cJSON_GetObjectItem(out, "content"),
+                                         cJSON_GetObjectItem(j, "content_index")->valueint);
+        const char *pt = cJSON_GetStringValue(cJSON_GetObjectItem(part, "type"));
+        c->bad += pt == NULL || strcmp(pt, "output_text") != 0;
+        pc_buf_append_str(&c->text, cJSON_GetStringValue(cJSON_GetObjectItem(j, "delta")));
+    }
+}
+
+static int rs_check_cb(void *arg, const struct sse_event *ev)
+{
+    struct rs_check *c = arg;
+    cJSON *j = cJSON_Parse(ev->data);
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(j, "type"));
+    const cJSON *seq = cJSON_GetObjectItem(j, "sequence_number");
+    if (type == NULL || strcmp(type, ev->event) != 0 || !cJSON_IsNumber(seq) ||
+        seq->valueint != c->events) {
+        c->bad++;
+    } else if (c->events == 0) {
+        const char *st =
+            cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "response"), "status"));
+        c->bad +=
+            strcmp(type, "response.created") != 0 || st == NULL || strcmp(st, "in_progress") != 0;
+        c->snapshot = cJSON_Duplicate(cJSON_GetObjectItem(j, "response"), true);
+    } else if (strcmp(type, "response.output_item.added") == 0) {
+        cJSON_AddItemToArray(cJSON_GetObjectItem(c->snapshot, "output"),
+                             cJSON_Duplicate(cJSON_GetObjectItem(j, "item"), true));
+    } else if (strcmp(type, "response.content_part.added") == 0) {
+        cJSON *out = cJSON_GetArrayItem(cJSON_GetObjectItem(c->snapshot, "output"),
+                                        cJSON_GetObjectItem(j, "output_index")->valueint);
+        cJSON *content = cJSON_GetObjectItem(out, "content");
+        if (!cJSON_IsArray(content))
+            c->bad++;
+        else
+            cJSON_AddItemToArray(content, cJSON_Duplicate(cJSON_GetObjectItem(j, "part"), true));
+    } else if (strstr(type, ".delta") != NULL) {
+        rs_check_delta(c, j, type);
+    }
+    c->events++;
+    cJSON_Delete(j);
+    return 0;
+}
+
+static void check_rs_synth(const char *answer, const char *text)
+{
+    cJSON *resp = json_q(answer);
+    struct pc_buf out = PC_BUF_INIT;
+    T_CHECK_INT(sse_synthesize(API_RESPONSES, resp, false, &out), 0);
+    struct rs_check c = {NULL, 0, 0, PC_BUF_INIT};
+    struct sse_parser p;
+    sse_parser_init(&p);
+    T_CHECK_INT(sse_parser_feed(&p, out.data, out.len, rs_check_cb, &c), 0);
+    sse_parser_free(&p);
+    T_CHECK_INT(c.bad, 0);
+    T_CHECK(c.events > 4);
+    T_CHECK_STR(pc_buf_cstr(&c.text), text);
+    if (c.bad != 0)
+        fprintf(stderr, "  stream was:\n%s\n", pc_buf_cstr(&out));
+    cJSON_Delete(c.snapshot);
+    pc_buf_free(&c.text);
+    pc_buf_free(&out);
+    cJSON_Delete(resp);
+}
+
+static void test_responses_synth(void)
+{
+    check_round_trip(API_RESPONSES, rs_answer);
+    check_round_trip(API_RESPONSES, rs_rich_answer);
+    check_rs_synth(rs_answer, "Hi there");
+    check_rs_synth(rs_rich_answer, "It is sunny in Paris today, says the forecast \u00e9t\u00e9 "
+                                   "\u2600 and more text to cut into several pieces.");
+    /* an incomplete response ends with response.incomplete */
+    cJSON *rich = json_q(rs_rich_answer);
+    struct pc_buf out = PC_BUF_INIT;
+    T_CHECK_INT(sse_synthesize(API_RESPONSES, rich, false, &out), 0);
+    T_CHECK(strstr(pc_buf_cstr(&out), "event: response.incomplete\n") != NULL);
+    T_CHECK(strstr(out.data, "response.reasoning_summary_text.delta") != NULL);
+    T_CHECK(strstr(out.data, "response.refusal.done") != NULL);
+    T_CHECK(strstr(out.data, "response.output_text.annotation.added") != NULL);
+    cJSON_Delete(rich);
+    /* not a response: no output array, no status, an item that is not an object */
+    static const char *const bad[] = {
+        "{'status':'completed'}",
+        "{'output':[]}",
+        "{'status':'completed','output':[1]}",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
+        cJSON *b = json_q(bad[i]);
+        out.len = 0;
+        T_CHECK_INT(sse_synthesize(API_RESPONSES, b, false, &out), -1);
+        T_CHECK_INT(out.len, 0);
+        cJSON_Delete(b);
+    }
+    pc_buf_free(&out);
+}
+
+static void test_responses_replay(void)
+{
+    char *rec = q(rs_stream);
+    struct pc_buf out = PC_BUF_INIT;
+    T_CHECK_INT(sse_replay(API_RESPONSES, rec, strlen(rec), false, &out), 0);
+    T_CHECK_STR(pc_buf_cstr(&out), rec);
+    pc_buf_free(&out);
+    free(rec);
+}
+
 /* ---- the usage filter --------------------------------------------------------------- */
 
 /* The filter's output for in, fed in pieces of step bytes. */
@@ -965,5 +1235,9 @@ int main(void)
     T_RUN(test_synth_rejects);
     T_RUN(test_replay);
     T_RUN(test_usage_filter);
+    T_RUN(test_responses_assemble);
+    T_RUN(test_responses_refused);
+    T_RUN(test_responses_synth);
+    T_RUN(test_responses_replay);
     T_DONE();
 }
