@@ -275,10 +275,10 @@ static int parse_master(const char *p, struct rurl *u, char *err, size_t errlen)
     size_t n = slash ? (size_t)(slash - name) : strlen(name);
     if (n == 0)
         return fail(err, errlen, "missing master name: sentinel://HOST[:PORT],.../MASTER[/DB]");
-    if (n > MASTER_MAX)
-        return fail(err, errlen, "master name is too long");
     if ((u->master = pct_decode(name, n)) == NULL || has_space_or_ctl(u->master))
         return fail(err, errlen, "invalid master name");
+    if (strlen(u->master) > MASTER_MAX)
+        return fail(err, errlen, "master name is too long");
     return slash ? parse_db(slash, strlen(slash), u, err, errlen) : 0;
 }
 
@@ -443,7 +443,8 @@ char *rurl_format(const struct rurl *u, bool with_secrets)
     bool auth = with_secrets && (u->user != NULL || u->password != NULL);
     switch (u->kind) {
     case RURL_UNIX:
-        pc_buf_append_str(&b, auth ? "unix://" : "unix:");
+        /* "unix://" also when the path starts with "//", which "unix:" would make a host */
+        pc_buf_append_str(&b, auth || u->unix_path[1] == '/' ? "unix://" : "unix:");
         if (auth)
             append_userinfo(&b, u);
         pc_buf_append_str(&b, u->unix_path);
