@@ -174,7 +174,6 @@ struct store {
     size_t answered_by;                      /* the sentinel that named the current target */
     char target_host[RESOLVE_ADDR_MAX + 64]; /* the primary (sentinel://) or the URL's host */
     int target_port;
-    char addr[RESOLVE_ADDR_MAX];     /* the address connected to (tcp) */
     char resolved[RESOLVE_ADDR_MAX]; /* what the name last resolved to, for the log */
     char *target_where;              /* how log lines name the server connected to */
 
@@ -495,14 +494,15 @@ static void conn_down(struct store *s, const char *why)
         s->ac = NULL;
     }
     evtimer_del(s->watch);
-    if (s->up) {
+    bool was_up = s->up;
+    if (was_up) {
         log_info("redis: lost connection to %s: %s", s->target_where, why);
         s->failures = 0;
         s->up = false;
     } else {
         conn_log_failure(s, why);
     }
-    target_forget(s, s->up);
+    target_forget(s, was_up);
     health_down(s, why);
     state_enter(s, ST_BACKOFF, backoff_next(s));
 }
@@ -655,8 +655,8 @@ static void on_sentinel(void *arg, const char *host, int port, size_t which, con
     struct store *s = arg;
     PC_CHECK_OBJ(s, STORE_MAGIC);
     s->ask = NULL;
-    if (host == NULL) {
-        s->next_sentinel = which + 1;
+    if (host == NULL) { /* none answered: begin with another one next time */
+        s->next_sentinel++;
         conn_down(s, err);
         return;
     }
