@@ -11,7 +11,8 @@
  *
  * Nothing outside the table names a key, except the derived fields
  * (listen_host/listen_port from listen, workers 0 -> CPU count, the redis URL
- * with redis-password folded in) and the cross-key checks. Adding a key means
+ * with redis-user, redis-password and the sentinels' credentials folded in)
+ * and the cross-key checks. Adding a key means
  * adding a field to struct conf and one row below; its flags decide whether
  * it is a secret (KEY-file forms, PROMPTCACHE_KEY variables, masked, hidden
  * in argv) and whether a reload may change it at runtime.

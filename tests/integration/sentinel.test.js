@@ -1,7 +1,8 @@
 'use strict';
 /*
  * Redis Sentinel: two proxy instances on `--redis sentinel://...` (a primary,
- * a replica, three sentinels on loopback) under a steady stream of cacheable
+ * a replica, three sentinels on loopback, which require a password of their
+ * own: redis-sentinel-password) under a steady stream of cacheable
  * requests from several clients; the primary is SIGKILLed. Shown: no client
  * request fails (every answer 200; BYPASS while there is no primary), the
  * sentinels promote the replica and every Redis client of both processes
@@ -12,6 +13,8 @@
  * tools (report, migrate) reach the new primary through the sentinels.
  */
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
 const h = require('./lib');
 const {startSentinelGroup} = require('./lib/sentinel');
 const {startVllmMock} = require('../mock/vllm');
@@ -20,6 +23,7 @@ const {createSemanticMock} = require('../mock/semantic');
 const env = h.environment({redis: false, proxy: false});
 const CHAT = '/v1/chat/completions';
 const NO_STORE = {'cache-control': 'no-store'};
+const SENTINEL_PASSWORD = 'sentinel-only-5e1f';
 const CLIENTS = 4;
 const PACE_MS = 5; /* each client's pause between two requests */
 
@@ -82,13 +86,13 @@ function assertMiss(r) {
 }
 
 h.test('set up: a primary, a replica, three sentinels, two proxies', {timeout: 90000}, async () => {
-    group = await startSentinelGroup();
+    group = await startSentinelGroup({password: SENTINEL_PASSWORD});
     await group.ready();
     sem = await createSemanticMock().listen();
     reps = [await startVllmMock({name: 'v0', usPerToken: 0, usPerOutputToken: 0}),
         await startVllmMock({name: 'v1', usPerToken: 0, usPerOutputToken: 0})];
     const start = () => env.startProxy({redis: group.url(), upstream: reps.map((r) => r.url),
-        args: proxyArgs(), waitReady: false});
+        args: proxyArgs(), waitReady: false, env: {PROMPTCACHE_REDIS_SENTINEL_PASSWORD: SENTINEL_PASSWORD}});
     a = await start();
     b = await start();
     await a.waitReady(200, 20000);
@@ -153,6 +157,8 @@ h.test('the primary dies under load: no request fails, every client follows the 
         const after = all.filter((x) => x.t >= readyAt);
         assert.ok(during.length > 0, 'requests were sent during the failover');
         assert.ok(after.some((x) => x.cache === 'HIT'), 'HITs after the failover');
+        for (const p of [a, b])
+            assert.ok(!p.proc.output.includes(SENTINEL_PASSWORD), 'the sentinels\' password is never logged');
         const count = (list, c) => list.filter((x) => x.cache === c).length;
         process.stdout.write(`# sentinel failover: ${all.length} requests, 0 failed; primary :${oldPort} ` +
             `killed, replica promoted after ${promotedAt - killedAt} ms, both proxies ready after ` +
@@ -164,17 +170,23 @@ h.test('the primary dies under load: no request fails, every client follows the 
 });
 
 h.test('the tools reach the new primary through the sentinels', async () => {
-    const m = await h.runCli(['migrate', '--redis', group.url(), '--dry-run']);
+    const file = path.join(h.tmpDir('pc-secret-'), 'sentinel');
+    fs.writeFileSync(file, `${SENTINEL_PASSWORD}\n`, {mode: 0o600});
+    const auth = ['--redis-sentinel-password-file', file];
+    const m = await h.runCli(['migrate', '--redis', group.url(), ...auth, '--dry-run']);
     assert.equal(m.code, 0, m.output);
     assert.match(m.stdout, /the schema is current/);
     /* the workers flush their counts about once a second, also those of the failover */
     await h.waitFor(async () => {
-        const r = await h.runCli(['report', '--redis', group.url(), '--format', 'json']);
+        const r = await h.runCli(['report', '--redis', group.url(), ...auth, '--format', 'json']);
         assert.equal(r.code, 0, r.output);
         const j = JSON.parse(r.stdout);
         return j.total.requests > 0 && j.total.hits > 0 && j.total.bypasses > 0;
     }, {timeout: 15000, what: 'the report to show requests, hits and the failover\'s bypasses'});
-    /* a URL whose sentinels are all gone says so */
+    /* without the sentinels' password, or with all of them gone, the tools say why */
+    const noauth = await h.runCli(['report', '--redis', group.url()]);
+    assert.equal(noauth.code, 1);
+    assert.match(noauth.stderr, /NOAUTH/);
     const dead = await h.freePort();
     const down = await h.runCli(['report', '--redis', `sentinel://127.0.0.1:${dead}/mymaster`]);
     assert.equal(down.code, 1);

@@ -9,7 +9,8 @@
  * does not answer for a second is down), failover-timeout 3000.
  * ready() waits until every sentinel knows the replica and the other
  * sentinels and the replica is in sync, so that a failover can start as soon
- * as the primary is killed.
+ * as the primary is killed. With a password, the sentinels require it
+ * (requirepass) from their clients and from each other.
  */
 const fs = require('node:fs');
 const path = require('node:path');
@@ -40,7 +41,8 @@ async function startOneSentinel(dir, i, primaryPort, opts) {
             `sentinel down-after-milliseconds ${MASTER} ${opts.downAfterMs}`,
             `sentinel failover-timeout ${MASTER} ${opts.failoverTimeoutMs}`,
             `sentinel parallel-syncs ${MASTER} 1`,
-            ...(opts.password ? [`requirepass ${opts.password}`] : []),
+            /* with a password, the sentinels need it for each other too */
+            ...(opts.password ? [`requirepass ${opts.password}`, `sentinel sentinel-pass ${opts.password}`] : []),
             '',
         ].join('\n'));
         const [cmd, args] = sentinelCommand(conf);
