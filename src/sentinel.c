@@ -265,7 +265,7 @@ static void on_resolved(void *arg, const char *addr, const char *err)
         ask_failed(a, why);
         return;
     }
-    ask_connect(a, addr); /* keeps the deadline the lookup started with */
+    ask_connect(a, addr); /* with a deadline of its own for the answer */
 }
 
 /* Start on the next sentinel, or report that none answered. */
