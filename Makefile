@@ -86,7 +86,7 @@ C_FILES := $(wildcard src/*.c src/*/*.c src/*/*.h src/*.cc include/*.h tests/uni
 
 DEB_BUILD := gcc libc6-dev make pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev \
 	libcjson-dev libssl-dev redis-server ca-certificates libfaiss-dev libopenblas-dev g++
-DEB_TEST := clang-format
+DEB_TEST := clang-format redis-sentinel
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Install any missing Debian package (non-interactive), then node/npm if absent.

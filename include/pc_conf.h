@@ -20,7 +20,8 @@
  * an empty variable counts as unset). Precedence, as for every other key,
  * is by source: command line, then environment, then config file, then the
  * default; giving both KEY and KEY-file in one source is an error.
- * redis-password is folded into the redis URL once loaded.
+ * redis-user, redis-password and the sentinels' credentials are folded into
+ * the redis URL once loaded, so that every Redis client reads one URL.
  *
  * Reload (SIGHUP): conf_reload reads the same sources again and
  * conf_merge_reload takes over only the keys the table marks safe to change
@@ -96,9 +97,12 @@ struct conf {
     bool stream_usage;           /* ask OpenAI-style streams for usage, strip it if not asked */
 
     /* redis */
-    char *redis;           /* redis://[:password@]host:port[/db] or unix:/path */
-    char *redis_password;  /* "" = none; conf_load folds it into redis */
-    int64_t redis_timeout; /* milliseconds per command */
+    char *redis;                   /* a Redis URL (pc_rurl.h), credentials folded in */
+    char *redis_user;              /* "" = the default user; conf_load folds it into redis */
+    char *redis_password;          /* "" = none; conf_load folds it into redis */
+    char *redis_sentinel_user;     /* sentinel://: the sentinels' ACL user, folded into redis */
+    char *redis_sentinel_password; /* sentinel://: the sentinels' password, folded into redis */
+    int64_t redis_timeout;         /* milliseconds per command */
     bool redis_auto_migrate;
 
     /* cache */

@@ -1,9 +1,12 @@
 /*
  * pc_rcli.h - the blocking Redis connection of the command-line tools
  * (`promptcache migrate`, `promptcache report`) and of the daemon's own
- * background threads (vsync's reader). Never used on an event loop. Error
- * messages go to stderr prefixed with the tool's name (or, with quiet, only
- * to k->errmsg for the caller to log), never with the Redis password.
+ * background threads (vsync's reader, psync's writer and reader). Never
+ * used on an event loop. Each (re)connection follows the URL anew: a
+ * sentinel:// URL asks the sentinels where the primary is now, and a host
+ * name is resolved again. Error messages go to stderr prefixed with the
+ * tool's name (or, with quiet, only to k->errmsg for the caller to log),
+ * never with a password.
  */
 #ifndef PC_RCLI_H
 #define PC_RCLI_H
@@ -12,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pc_rurl.h"
 #include "pc_util.h"
 
 struct conf;
@@ -20,13 +24,25 @@ struct redisReply;
 
 struct rcli {
     struct redisContext *rc;
-    char *host, *unix_path, *password;
-    int port, db;
-    char *where;      /* the URL without its password, for messages */
+    struct rurl url;
+    size_t next_sentinel; /* sentinel:// : the sentinel to ask first (the last that answered) */
+    char *where;      /* the URL without its secrets (and the primary's address), for messages */
     const char *tool; /* "migrate", "report": prefixes messages */
     bool quiet;       /* messages only into errmsg, not on stderr */
-    char errmsg[256]; /* the last message */
+    char errmsg[512]; /* the last message */
 };
+
+/*
+ * A blocking connection to the server of u that holds the data, AUTH and
+ * SELECT done: for sentinel:// the primary the sentinels name - asked in
+ * turn from *next_sentinel (updated to the one that answered), each bounded
+ * by min(timeout_ms, 1 s), and the address checked with ROLE - else the
+ * URL's server. timeout_ms bounds connecting and every reply. A host name is
+ * resolved on every call. addr (if not NULL) gets "HOST:PORT" or the socket
+ * path. NULL with a message in err (never a password).
+ */
+struct redisContext *rcli_dial(const struct rurl *u, int64_t timeout_ms, size_t *next_sentinel,
+                               char *addr, size_t addrlen, char *err, size_t errlen);
 
 /* Connect to conf->redis (AUTH, SELECT as needed); 0, or -1 after a message. */
 int rcli_connect(struct rcli *k, const struct conf *conf, const char *tool);

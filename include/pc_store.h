@@ -49,38 +49,26 @@ typedef void store_get_fn(void *arg, enum store_status st, const char *val, size
 typedef void store_int_fn(void *arg, enum store_status st, long long n);
 
 struct store_opts {
-    const char *url;    /* redis://[:password@]host[:port][/db] or unix:/path */
+    const char *url;    /* a Redis URL (pc_rurl.h): redis://, unix: or sentinel:// */
     int64_t timeout_ms; /* per command */
     bool auto_migrate;  /* apply pending migrations on connect */
 };
-
-/*
- * Parse a redis URL; -1 with a message in err if invalid. Used by conf
- * validation too. *host, *unix_path and *password are malloc'd strings (NULL
- * when absent; all NULL on error) that the caller frees; any out pointer may
- * be NULL if the caller does not need that part. A password may be
- * %-escaped. Port is 6379 unless given (0 for unix:), db 0 unless given.
- */
-int store_parse_url(const char *url, char **host, int *port, char **unix_path, char **password,
-                    int *db, char *err, size_t errlen);
-/*
- * How log lines and messages name a server: its URL without the password
- * ("unix:/path" when unix_path is not NULL, else "redis://host:port/db", with
- * an IPv6 host in brackets). A malloc'd string the caller frees.
- */
-char *store_where(const char *host, int port, const char *unix_path, int db);
 
 /*
  * NULL (logged) if opts->url is invalid. st (the worker's stats row, not
  * NULL) and base must outlive the store. The process must ignore SIGPIPE:
  * hiredis writes to a socket Redis may have closed.
  *
- * A host name is resolved here, once (hiredis 0.14 would call a blocking
- * getaddrinfo on the event loop on every reconnect), so call this before the
- * loop runs; every connection then goes to that address (the first IPv4 one,
- * else the first IPv6 one, as hiredis picks). If the name does not resolve at
- * start, a warning is logged and hiredis resolves it on each attempt. Redis
- * moving to another address (a recreated container) needs a restart.
+ * Every connection attempt follows the URL anew, on the loop and without
+ * blocking it: with sentinel:// the sentinels are asked (in turn, each
+ * within the connect timeout) where the primary is, and the address is
+ * checked with ROLE once connected; a host name (the URL's, a sentinel's,
+ * or the one a sentinel announces) is resolved again by pc_resolve.h, never
+ * by hiredis on the loop. So the store follows a failover, and Redis moving
+ * to another address (a recreated container), by itself. With sentinel://,
+ * a READONLY error (the server turned into a replica) drops the connection
+ * and the sentinels are asked again; reconnects back off from 100 ms to
+ * 1 s (5 s otherwise).
  */
 struct store *store_create(struct event_base *base, const struct store_opts *opts,
                            struct stats *st);

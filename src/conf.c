@@ -11,7 +11,8 @@
  *
  * Nothing outside the table names a key, except the derived fields
  * (listen_host/listen_port from listen, workers 0 -> CPU count, the redis URL
- * with redis-password folded in) and the cross-key checks. Adding a key means
+ * with redis-user, redis-password and the sentinels' credentials folded in)
+ * and the cross-key checks. Adding a key means
  * adding a field to struct conf and one row below; its flags decide whether
  * it is a secret (KEY-file forms, PROMPTCACHE_KEY variables, masked, hidden
  * in argv) and whether a reload may change it at runtime.
@@ -24,6 +25,7 @@
 #include "pc_guard.h"
 #include "pc_kvsize.h"
 #include "pc_log.h"
+#include "pc_rurl.h"
 #include "pc_secret.h"
 
 #include <arpa/inet.h>
@@ -194,14 +196,30 @@ static const struct conf_key conf_keys[] = {
 
     {.name = "redis", .type = CONF_STRING, FIELD(redis), .def = "redis://127.0.0.1:6379/0",
      .check = check_redis_url, .flags = CONF_URL_PASS, .arg = "URL", .section = "Redis",
-     .help = "Redis server that holds the cached answers. Write "
-             "redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:/PATH/TO/SOCKET. A host name is "
-             "resolved once at start; prefer an IP address or a unix socket."},
+     .help = "Redis server that holds the cached answers: redis://[USER:PASSWORD@]HOST[:PORT][/DB], "
+             "unix:/PATH/TO/SOCKET (unix://[USER:PASSWORD@]/PATH with AUTH), or "
+             "sentinel://HOST[:PORT][,HOST[:PORT]...]/MASTER[/DB] to ask Redis Sentinel where "
+             "the primary is and follow it through failovers (sentinel port 26379 by default). "
+             "Host names are resolved again on every reconnect. Credentials are better given in "
+             "the keys below, which can come from a file or the environment."},
+    {.name = "redis-user", .type = CONF_STRING, FIELD(redis_user), .def = "", .arg = "USER",
+     .example = "\"\"",
+     .help = "ACL user name for Redis AUTH (Redis 6 and later), with redis-password. Empty: "
+             "the default user. Added to the redis URL (of any kind) that names none."},
     {.name = "redis-password", .type = CONF_STRING, FIELD(redis_password), .def = "",
      .flags = CONF_SECRET, .arg = "PASSWORD", .example = "\"\"",
      .help = "Password for Redis AUTH, kept out of the redis URL so that it can come from a "
-             "file or the environment. It is added to a redis:// URL that has none (not "
-             "supported with unix: sockets yet)."},
+             "file or the environment. It is added to the redis URL (of any kind) that has none; "
+             "with sentinel:// it is the primary's (and its replicas') password."},
+    {.name = "redis-sentinel-user", .type = CONF_STRING, FIELD(redis_sentinel_user), .def = "",
+     .arg = "USER", .example = "\"\"",
+     .help = "ACL user name for AUTH to the sentinels (with redis-sentinel-password). Only with "
+             "a sentinel:// redis URL."},
+    {.name = "redis-sentinel-password", .type = CONF_STRING, FIELD(redis_sentinel_password),
+     .def = "", .flags = CONF_SECRET, .arg = "PASSWORD", .example = "\"\"",
+     .help = "Password for AUTH to the sentinels (their requirepass), when they have one; the "
+             "primary's password is redis-password. Empty: the sentinels are asked without "
+             "AUTH. Only with a sentinel:// redis URL."},
     {.name = "redis-timeout", .type = CONF_INT, FIELD(redis_timeout), .def = "50", .imin = 1,
      .imax = 60000, .arg = "MILLISECONDS",
      .help = "Milliseconds to wait for the reply to one Redis command. A cache lookup that "
@@ -767,58 +785,20 @@ static int check_embedder_url(const char *v, char *err, size_t errlen)
     return *v == '\0' ? 0 : check_http_url(v, true, err, errlen);
 }
 
-/* The "[:PASSWORD@]" of a redis URL, u[0..len). */
-static int check_redis_userinfo(const char *u, size_t len, char *err, size_t errlen)
-{
-    if (len > 0 && u[0] != ':') {
-        seterr(err, errlen, "user names are not supported; write redis://:PASSWORD@HOST");
-        return -1;
-    }
-    if (len < 2) {
-        seterr(err, errlen, "empty password in redis URL");
-        return -1;
-    }
-    return 0;
-}
-
 /*
- * redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:/PATH. Messages never repeat
- * the value: it may carry a password.
+ * A redis URL in the one grammar (pc_rurl.h). A user without a password is
+ * fine here: redis-password may complete it (fold_redis_auth decides). The
+ * messages never repeat the value: it may carry a password.
  */
 static int check_redis_url(const char *v, char *err, size_t errlen)
 {
-    if (pc_strncaseeq(v, "unix:", 5)) {
-        if (v[5] != '/' || v[6] == '\0') {
-            seterr(err, errlen, "unix: must be followed by an absolute socket path");
-            return -1;
-        }
-        return 0;
-    }
-    if (!pc_strncaseeq(v, "redis://", 8) || has_space_or_ctl(v)) {
-        seterr(err, errlen, "expected redis://[:PASSWORD@]HOST[:PORT][/DB] or unix:/PATH");
-        return -1;
-    }
-    const char *a = v + 8;
-    size_t alen = strcspn(a, "/");
-    const char *at = memrchr(a, '@', alen);
-    if (at != NULL) {
-        if (check_redis_userinfo(a, (size_t)(at - a), err, errlen) < 0)
-            return -1;
-        alen -= (size_t)(at + 1 - a);
-        a = at + 1;
-    }
-    int port;
-    char why[128];
-    if (parse_authority(a, alen, false, NULL, &port, why, sizeof why) < 0) {
+    struct rurl u;
+    char why[192];
+    if (rurl_parse(v, RURL_USER_ALONE, &u, why, sizeof why) < 0) {
         seterr(err, errlen, "invalid redis URL (%s)", why);
         return -1;
     }
-    const char *db = a + alen;
-    if (*db == '/' &&
-        (db[1] == '\0' || strlen(db + 1) > 9 || strspn(db + 1, "0123456789") != strlen(db + 1))) {
-        seterr(err, errlen, "redis database must be a number after the '/'");
-        return -1;
-    }
+    rurl_free(&u);
     return 0;
 }
 
@@ -1368,6 +1348,21 @@ static void warn_at(struct loader *ld, const char *key, const char *msg)
     pc_buf_printf(&ld->warns, "%s: %s\n", where(&ld->cur, key, w, sizeof w), msg);
 }
 
+/* The value of a URL's sentinel-password query parameter (pc_rurl.h), or NULL; its length. */
+static const char *url_query_secret(const char *v, size_t *len)
+{
+    static const char name[] = "sentinel-password=";
+    const char *q = strchr(v, '?');
+    for (const char *p = q; p != NULL; p = strchr(p + 1, '&')) {
+        if (strncmp(p + 1, name, sizeof name - 1) == 0) {
+            const char *val = p + sizeof name;
+            *len = strcspn(val, "&#");
+            return val;
+        }
+    }
+    return NULL;
+}
+
 /* Whether v, the value of k, shows a secret: a secret key's, or a URL's password. */
 static bool shows_secret(const struct conf_key *k, const char *v)
 {
@@ -1377,9 +1372,10 @@ static bool shows_secret(const struct conf_key *k, const char *v)
         return false;
     const char *s = strstr(v, "://");
     const char *a = s ? s + 3 : v;
-    size_t alen = strcspn(a, "/?#");
+    size_t alen = strcspn(a, "/?#"), qlen;
     const char *at = memrchr(a, '@', alen);
-    return s != NULL && at != NULL && memchr(a, ':', (size_t)(at - a)) != NULL;
+    return (s != NULL && at != NULL && memchr(a, ':', (size_t)(at - a)) != NULL) ||
+           url_query_secret(v, &qlen) != NULL;
 }
 
 /*
@@ -1708,47 +1704,89 @@ static void check_cross(struct loader *ld)
                   "all and none must stand alone");
 }
 
-/* Append s to a buffer with every byte outside [A-Za-z0-9-._~] %-escaped. */
-static void append_pct(struct pc_buf *b, const char *s)
+/*
+ * Put a credential key's value into the URL's slot, unless the URL has one
+ * already. False after reporting.
+ */
+static bool fold_one(struct loader *ld, const char *key, const char *v, char **slot,
+                     struct pc_buf *how)
 {
-    for (; *s; s++) {
-        if (isalnum((unsigned char)*s) || strchr("-._~", *s) != NULL)
-            pc_buf_append_char(b, *s);
-        else
-            pc_buf_printf(b, "%%%02X", (unsigned char)*s);
+    if (*v == '\0')
+        return true;
+    if (*slot != NULL) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the redis URL gives the %s already: give it in one place only",
+                 strstr(key, "user") ? "user" : "password");
+        report_at(ld, origin_of(ld, key), key, msg);
+        return false;
     }
+    *slot = pc_strdup(v);
+    pc_buf_printf(how, "%s%s from %s", how->len ? ", " : "",
+                  strstr(key, "user") ? "user" : "password", key);
+    return true;
 }
 
-/* redis-password goes into the redis URL, where the store reads it. */
-static void fold_redis_password(struct loader *ld)
+/* The sentinels' credentials need a sentinel:// URL. False after reporting. */
+static bool fold_sentinel_auth(struct loader *ld, struct rurl *u, struct pc_buf *how)
 {
     struct conf *c = ld->c;
-    if (c->redis_password[0] == '\0')
-        return;
-    const struct origin *o = origin_of(ld, "redis-password");
-    if (!pc_strncaseeq(c->redis, "redis://", 8)) {
-        report_at(ld, o, "redis-password",
-                  "a password needs a redis:// URL (not supported with unix: sockets yet)");
-        return;
+    static const char *const keys[] = {"redis-sentinel-user", "redis-sentinel-password"};
+    bool given = c->redis_sentinel_user[0] != '\0' || c->redis_sentinel_password[0] != '\0';
+    if (given && u->kind != RURL_SENTINEL) {
+        report_latest(ld, keys, PC_ARRAY_LEN(keys),
+                      "the sentinels' credentials need a "
+                      "sentinel:// redis URL");
+        return false;
     }
-    const char *a = c->redis + 8;
-    if (memchr(a, '@', strcspn(a, "/")) != NULL) {
-        report_at(ld, o, "redis-password",
-                  "the redis URL has a password already: give it in one place only");
-        return;
+    struct pc_buf who = PC_BUF_INIT;
+    bool ok = fold_one(ld, keys[0], c->redis_sentinel_user, &u->sentinel_user, &who) &&
+              fold_one(ld, keys[1], c->redis_sentinel_password, &u->sentinel_password, &who);
+    if (ok && who.len > 0)
+        pc_buf_printf(how, "%ssentinel %s", how->len ? ", " : "", pc_buf_cstr(&who));
+    pc_buf_free(&who);
+    if (ok && u->sentinel_user != NULL && u->sentinel_password == NULL) {
+        report_latest(ld, keys, PC_ARRAY_LEN(keys),
+                      "redis-sentinel-user needs redis-sentinel-password");
+        return false;
     }
-    struct pc_buf b = PC_BUF_INIT;
-    pc_buf_append_str(&b, "redis://:");
-    append_pct(&b, c->redis_password);
-    pc_buf_printf(&b, "@%s", a);
-    free_wiped(&c->redis);
-    c->redis = pc_buf_cstr(&b);
-    size_t idx = (size_t)(key_find("redis") - conf_keys);
-    struct pc_buf from = PC_BUF_INIT;
-    pc_buf_printf(&from, "%s, password from redis-password",
-                  ld->meta->from[idx] ? ld->meta->from[idx] : "default");
-    free(ld->meta->from[idx]);
-    ld->meta->from[idx] = pc_buf_cstr(&from);
+    return ok;
+}
+
+/*
+ * redis-user, redis-password and the sentinels' credentials go into the
+ * redis URL, where every Redis client reads them; the URL is then written in
+ * canonical form (with its secrets %-escaped).
+ */
+static void fold_redis_auth(struct loader *ld)
+{
+    struct conf *c = ld->c;
+    struct rurl u;
+    char why[192];
+    if (rurl_parse(c->redis, RURL_USER_ALONE, &u, why, sizeof why) < 0)
+        return; /* reported by the check already */
+    struct pc_buf how = PC_BUF_INIT;
+    bool ok = fold_one(ld, "redis-user", c->redis_user, &u.user, &how) &&
+              fold_one(ld, "redis-password", c->redis_password, &u.password, &how) &&
+              fold_sentinel_auth(ld, &u, &how);
+    if (ok && u.user != NULL && u.password == NULL) {
+        static const char *const keys[] = {"redis", "redis-user"};
+        report_latest(ld, keys, PC_ARRAY_LEN(keys),
+                      "a Redis user name needs a password (redis-password, or USER:PASSWORD@ in "
+                      "the URL)");
+        ok = false;
+    }
+    if (ok && how.len > 0) {
+        free_wiped(&c->redis);
+        c->redis = rurl_format(&u, true);
+        size_t idx = (size_t)(key_find("redis") - conf_keys);
+        struct pc_buf from = PC_BUF_INIT;
+        pc_buf_printf(&from, "%s, %s", ld->meta->from[idx] ? ld->meta->from[idx] : "default",
+                      pc_buf_cstr(&how));
+        free(ld->meta->from[idx]);
+        ld->meta->from[idx] = pc_buf_cstr(&from);
+    }
+    pc_buf_free(&how);
+    rurl_free(&u);
 }
 
 /* Keep what a reload needs to read the same sources again. */
@@ -1775,7 +1813,7 @@ int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc
     load_argv(ld, argc, argv);
     check_cross(ld);
     if (ld->nerr == 0)
-        fold_redis_password(ld);
+        fold_redis_auth(ld);
     int nerr = ld->nerr;
     if (ld->warns.len > 0)
         c->meta->warnings = pc_buf_cstr(&ld->warns);
@@ -1999,22 +2037,31 @@ void conf_write_help(struct pc_buf *out)
                            "safe to change at runtime.\n");
 }
 
-/* Append a URL with the password of its userinfo replaced by ***. */
+/*
+ * Append a URL with the password of its userinfo, and the value of a
+ * sentinel-password query parameter, replaced by ***.
+ */
 static void write_masked_url(struct pc_buf *out, const char *v)
 {
     const char *s = strstr(v, "://");
     const char *a = s ? s + 3 : v;
-    size_t alen = strcspn(a, "/?#");
-    const char *at = memrchr(a, '@', alen);
-    if (s == NULL || at == NULL) {
-        write_token(out, v);
-        return;
-    }
-    const char *colon = memchr(a, ':', (size_t)(at - a));
+    size_t alen = strcspn(a, "/?#"), qlen = 0;
+    const char *at = s != NULL ? memrchr(a, '@', alen) : NULL;
+    const char *colon = at != NULL ? memchr(a, ':', (size_t)(at - a)) : NULL;
+    const char *q = url_query_secret(v, &qlen);
     struct pc_buf b = PC_BUF_INIT;
-    pc_buf_append(&b, v, (size_t)((colon ? colon + 1 : a) - v));
-    pc_buf_append_str(&b, "***");
-    pc_buf_append_str(&b, at);
+    const char *rest = v;
+    if (at != NULL) {
+        pc_buf_append(&b, v, (size_t)((colon ? colon + 1 : a) - v));
+        pc_buf_append_str(&b, "***");
+        rest = at;
+    }
+    if (q != NULL) {
+        pc_buf_append(&b, rest, (size_t)(q - rest));
+        pc_buf_append_str(&b, "***");
+        rest = q + qlen;
+    }
+    pc_buf_append_str(&b, rest);
     write_token(out, pc_buf_cstr(&b));
     pc_buf_free(&b);
 }

@@ -20,9 +20,11 @@
 #include "pc_conf.h"
 #include "pc_log.h"
 #include "pc_pindex.h"
+#include "pc_rcli.h"
 #include "pc_route.h"
+#include "pc_rurl.h"
+#include "pc_sentinel.h"
 #include "pc_stats.h"
-#include "pc_store.h"
 #include "pc_util.h"
 
 #include <errno.h>
@@ -68,6 +70,7 @@ struct conn {
     redisContext *rc;
     const char *who; /* "writer", "reader" (log lines) */
     uint64_t failed_logged_ms;
+    size_t next_sentinel; /* sentinel:// : the one to ask first */
 };
 
 struct psync {
@@ -76,8 +79,8 @@ struct psync {
     struct pindex *index;
     struct stats stats;
     unsigned char instance[8]; /* random id of this process, to skip its own records */
-    char *host, *unix_path, *password, *where;
-    int port, db;
+    struct rurl url;
+    char *where; /* the URL without its secrets */
     size_t keep; /* members kept per replica set */
 
     pthread_mutex_t mu; /* the queue, stopping, the reader's context */
@@ -93,15 +96,6 @@ struct psync {
 };
 
 /* ---- connections ------------------------------------------------------------ */
-
-static bool simple(redisContext *rc, const char *cmd, const char *arg)
-{
-    redisReply *r = redisCommand(rc, "%s %s", cmd, arg);
-    bool ok = r != NULL && r->type != REDIS_REPLY_ERROR;
-    if (r != NULL)
-        freeReplyObject(r);
-    return ok;
-}
 
 static void conn_close(struct conn *c)
 {
@@ -122,25 +116,19 @@ static void conn_failed(struct psync *ps, struct conn *c, const char *why)
     conn_close(c);
 }
 
+/* Connect (following a sentinel:// URL to the primary of now); false after counting why. */
 static bool conn_open(struct psync *ps, struct conn *c)
 {
-    struct timeval tv = pc_timeval_ms(IO_TIMEOUT_MS);
-    c->rc = ps->unix_path ? redisConnectUnixWithTimeout(ps->unix_path, tv)
-                          : redisConnectWithTimeout(ps->host, ps->port, tv);
-    if (c->rc == NULL || c->rc->err) {
-        conn_failed(ps, c, c->rc ? c->rc->errstr : "out of memory");
-        return false;
-    }
-    redisSetTimeout(c->rc, tv);
-    char db[16];
-    snprintf(db, sizeof(db), "%d", ps->db);
-    if ((ps->password != NULL && !simple(c->rc, "AUTH", ps->password)) ||
-        (ps->db != 0 && !simple(c->rc, "SELECT", db))) {
-        conn_failed(ps, c, "AUTH or SELECT failed");
+    char err[320], addr[300];
+    c->rc =
+        rcli_dial(&ps->url, IO_TIMEOUT_MS, &c->next_sentinel, addr, sizeof(addr), err, sizeof(err));
+    if (c->rc == NULL) {
+        conn_failed(ps, c, err);
         return false;
     }
     if (c->failed_logged_ms != 0)
-        log_info("prefix index sharing (%s): redis %s reachable again", c->who, ps->where);
+        log_info("prefix index sharing (%s): redis %s reachable again (%s)", c->who, ps->where,
+                 addr);
     c->failed_logged_ms = 0;
     return true;
 }
@@ -364,7 +352,7 @@ static bool publish(struct psync *ps, struct conn *c, const struct rec *batch)
         conn_failed(ps, c, "out of memory");
         return false;
     }
-    bool ok = true;
+    bool ok = true, readonly = false;
     for (int i = 0; i < sent; i++) {
         void *reply = NULL;
         if (redisGetReply(c->rc, &reply) != REDIS_OK) {
@@ -373,7 +361,12 @@ static bool publish(struct psync *ps, struct conn *c, const struct rec *batch)
         }
         if (((redisReply *)reply)->type == REDIS_REPLY_ERROR)
             ok = false;
+        readonly = readonly || sentinel_readonly(reply);
         freeReplyObject(reply);
+    }
+    if (readonly) { /* a failover: the next batch goes to the primary of now */
+        conn_failed(ps, c, "the server turned into a replica (READONLY)");
+        return false;
     }
     if (!ok)
         stats_incr(&ps->stats, STAT_prefix_sync_errors);
@@ -385,7 +378,7 @@ static void *writer_main(void *arg)
 {
     struct psync *ps = arg;
     PC_CHECK_OBJ(ps, PSYNC_MAGIC);
-    struct conn c = {NULL, "writer", 0};
+    struct conn c = {NULL, "writer", 0, 0};
     struct rec *batch;
     while ((batch = take_batch(ps)) != NULL) {
         /* Redis away: the batch is dropped rather than kept growing. */
@@ -550,7 +543,7 @@ static void *reader_main(void *arg)
 {
     struct psync *ps = arg;
     PC_CHECK_OBJ(ps, PSYNC_MAGIC);
-    struct conn c = {NULL, "reader", 0};
+    struct conn c = {NULL, "reader", 0, 0};
     char id[64];
     while (!is_stopping(ps)) {
         if (!reader_connect(ps, &c, id, sizeof(id))) {
@@ -575,12 +568,11 @@ struct psync *psync_create(const struct conf *c, struct route *route, char *err,
     ps->magic = PSYNC_MAGIC;
     ps->route = route;
     ps->index = route_pindex(route);
-    if (store_parse_url(c->redis, &ps->host, &ps->port, &ps->unix_path, &ps->password, &ps->db, err,
-                        errlen) < 0) {
+    if (rurl_parse(c->redis, 0, &ps->url, err, errlen) < 0) {
         psync_destroy(&ps);
         return NULL;
     }
-    ps->where = store_where(ps->host, ps->port, ps->unix_path, ps->db);
+    ps->where = rurl_format(&ps->url, false);
     if (getrandom(ps->instance, sizeof(ps->instance), 0) != (ssize_t)sizeof(ps->instance)) {
         uint64_t x = pc_mono_us() ^ ((uint64_t)pc_wall_ms() << 20) ^ (uint64_t)getpid();
         memcpy(ps->instance, &x, sizeof(x));
@@ -653,9 +645,7 @@ void psync_destroy(struct psync **pp)
         pthread_mutex_destroy(&ps->mu);
         pthread_cond_destroy(&ps->cond);
     }
-    free(ps->host);
-    free(ps->unix_path);
-    free(ps->password);
+    rurl_free(&ps->url);
     free(ps->where);
     ps->magic = 0;
     free(ps);

@@ -16,6 +16,7 @@
 #include "pc_reload.h"
 #include "pc_psync.h"
 #include "pc_route.h"
+#include "pc_rurl.h"
 #include "pc_semantic.h"
 #include "pc_worker.h"
 
@@ -217,10 +218,15 @@ static void log_startup(const struct server *s)
         log_notice("routing: %s over %zu replicas", route_policy_name(route_policy(s->route)),
                    route_count(s->route));
     if (s->conf->cache) {
-        /* Never log a password: show only what follows userinfo. */
-        const char *at = strchr(s->conf->redis, '@');
-        log_notice("cache: redis %s%s, ttl %lld s", at ? "redis://***@" : "",
-                   at ? at + 1 : s->conf->redis, (long long)s->conf->cache_ttl);
+        /* Never log a password: the URL without its secrets (checked by conf: it parses). */
+        struct rurl u;
+        char err[160];
+        char *where = rurl_parse(s->conf->redis, 0, &u, err, sizeof(err)) == 0
+                          ? rurl_format(&u, false)
+                          : pc_strdup("(invalid URL)");
+        log_notice("cache: redis %s, ttl %lld s", where, (long long)s->conf->cache_ttl);
+        free(where);
+        rurl_free(&u);
     } else
         log_notice("cache: off (every request bypasses it)");
     if (s->sem != NULL)

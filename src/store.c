@@ -1,24 +1,38 @@
 /*
  * store.c - one worker's Redis connection (see pc_store.h). Owns the hiredis
  * async context, the commands in flight (struct store_cmd, one per command,
- * each with its own timer because hiredis 0.14 has no command timeouts) and
- * the connection state machine, driven by one state timer:
+ * each with its own timer because hiredis 0.14 has no command timeouts), the
+ * sentinel ask or name lookup of the attempt in progress, and the connection
+ * state machine, driven by one state timer:
  *
  *   store_start
  *       |
- *       v        refused / connect timeout (own timer)
- *   CONNECTING -------------------------------------> BACKOFF --+
+ *       v      sentinel://: ask the sentinels (pc_sentinel.h, on this loop)
+ *   DISCOVER ----------------------------------------------+ none answered
+ *       | the primary's host              a host name:     |
+ *       v                                 resolve it anew  |
+ *   RESOLVING (off the loop, pc_resolve.h; timer) ---------+ failed / timed out
+ *       | an address (redis:// with an address and unix:   |
+ *       v    start here)                                   v
+ *   CONNECTING ---- refused / connect timeout ------> BACKOFF --+
  *       | connected                                     ^       | 100 ms doubling
- *       v                                               |       | to 5 s, + jitter
- *   HANDSHAKE: AUTH, SELECT, GET pc:schema,             |       v
- *       |      EVAL each pending migration         lost | CONNECTING
- *       |                                               |
+ *       v                                               |       | to 5 s (1 s for
+ *   HANDSHAKE: AUTH, SELECT, ROLE (sentinel://:         |       v sentinel://), + jitter
+ *       |      a primary?), GET pc:schema,         lost |   back to the start:
+ *       |      EVAL each pending migration              |   DISCOVER, RESOLVING or
+ *       |                                               |   CONNECTING
  *       +-- schema current ---------------> READY ------+
- *       |                                     | stalled (see the watch below)
+ *       |                                     | stalled (see the watch below), or
+ *       |                                     | READONLY (sentinel://: a failover)
  *       |                                     v
  *       |                                 DROPPING: redisAsyncFree deferred to
  *       |                                           the state timer (0 s)
  *       +-- newer, or older and no auto-migrate --> BLOCKED (re-read every 5 s)
+ *
+ * So every attempt follows the URL anew: the sentinels are asked where the
+ * primary is now, and a host name is resolved again, without blocking the
+ * loop (hiredis 0.14 would call a blocking getaddrinfo on it: the store hands
+ * hiredis an address only).
  *
  * Timeouts run in real time from when a command is queued: libevent dates a
  * timer from the time it cached at the start of the loop pass, which after a
@@ -57,18 +71,16 @@
 #include "pc_store.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
+#include "pc_resolve.h"
+#include "pc_rurl.h"
+#include "pc_sentinel.h"
 #include "pc_stats.h"
 #include "pc_util.h"
 
-#include <arpa/inet.h>
-#include <ctype.h>
 #include <limits.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
@@ -78,19 +90,21 @@
 #define STORE_MAGIC 0x5a0e3c71u
 #define CMD_MAGIC   0x5c3d0b17u
 
-#define BACKOFF_MIN_MS     100
-#define BACKOFF_MAX_MS     5000
-#define RECHECK_MS         5000  /* re-read pc:schema this often while BLOCKED */
-#define LOG_EVERY_MS       60000 /* repeated failures are logged at most this often */
-#define CONNECT_MIN_MS     1000  /* connect timeout: max(this, 10 x command timeout) */
-#define STEP_TIMEOUT_MULT  20    /* SCAN / UNLINK / EVAL steps get 20 x the timeout */
-#define SET_BYTES_PER_MS   65536 /* a SET gets 1 ms more per 64 KiB of value */
-#define SCAN_COUNT         "1000"
-#define DEGRADED_MIN_MS    1000 /* every command timing out this long (or 20 x the timeout) */
-#define REDIS_DEFAULT_PORT 6379
+#define BACKOFF_MIN_MS      100
+#define BACKOFF_MAX_MS      5000
+#define BACKOFF_SENTINEL_MS 1000  /* sentinel://: a failover takes seconds; look again soon */
+#define RECHECK_MS          5000  /* re-read pc:schema this often while BLOCKED */
+#define LOG_EVERY_MS        60000 /* repeated failures are logged at most this often */
+#define CONNECT_MIN_MS      1000  /* connect timeout: max(this, 10 x command timeout) */
+#define STEP_TIMEOUT_MULT   20    /* SCAN / UNLINK / EVAL steps get 20 x the timeout */
+#define SET_BYTES_PER_MS    65536 /* a SET gets 1 ms more per 64 KiB of value */
+#define SCAN_COUNT          "1000"
+#define DEGRADED_MIN_MS     1000 /* every command timing out this long (or 20 x the timeout) */
 
 enum store_state {
     ST_IDLE,       /* created, store_start not called yet */
+    ST_DISCOVER,   /* asking the sentinels where the primary is (the ask has its own timers) */
+    ST_RESOLVING,  /* the host name is being resolved; state timer = connect timeout */
     ST_CONNECTING, /* connect(2) in progress; state timer = connect timeout */
     ST_HANDSHAKE,  /* AUTH / SELECT / schema check / migrations in flight */
     ST_READY,      /* usable; STAT_redis_connected counts this worker */
@@ -146,13 +160,22 @@ struct store {
     unsigned magic;
     struct event_base *base;
     struct stats *st;
-    char *host, *unix_path, *password;
-    int port, db;
-    char *where; /* the URL without its password, for log lines */
+    struct rurl url;
+    char *where; /* the URL without its secrets, for log lines */
     int64_t timeout_ms;
     bool auto_migrate;
     struct timeval cmd_tv_plain, step_tv_plain;
     const struct timeval *cmd_tv, *step_tv; /* libevent common timeouts when available */
+
+    /* where the current attempt goes */
+    struct sentinel_ask *ask;                /* ST_DISCOVER */
+    struct resolve *lookup;                  /* ST_RESOLVING */
+    size_t next_sentinel;                    /* the sentinel to ask first */
+    size_t answered_by;                      /* the sentinel that named the current target */
+    char target_host[RESOLVE_ADDR_MAX + 64]; /* the primary (sentinel://) or the URL's host */
+    int target_port;
+    char resolved[RESOLVE_ADDR_MAX]; /* what the name last resolved to, for the log */
+    char *target_where;              /* how log lines name the server connected to */
 
     redisAsyncContext *ac;
     enum store_state state;
@@ -246,237 +269,6 @@ static void health_note_timeout(struct store *s)
         snprintf(why, sizeof(why), "every command timed out for %lld ms", (long long)limit_ms);
         health_down(s, why);
     }
-}
-
-/* --- URL parsing ------------------------------------------------------------ */
-
-struct url_parts {
-    char *host, *unix_path, *password;
-    int port, db;
-};
-
-static void url_parts_free(struct url_parts *u)
-{
-    PC_FREE(&u->host);
-    PC_FREE(&u->unix_path);
-    PC_FREE(&u->password);
-}
-
-static int url_unix(const char *path, struct url_parts *u, char *err, size_t errlen)
-{
-    if (path[0] != '/') {
-        snprintf(err, errlen, "unix socket path must be absolute (unix:/path/to/redis.sock)");
-        return -1;
-    }
-    if (strlen(path) >= sizeof(((struct sockaddr_un *)NULL)->sun_path)) {
-        snprintf(err, errlen, "unix socket path is too long (at most %zu bytes)",
-                 sizeof(((struct sockaddr_un *)NULL)->sun_path) - 1);
-        return -1;
-    }
-    u->unix_path = pc_strdup(path);
-    u->port = 0;
-    return 0;
-}
-
-static int hex_val(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = (char)tolower((unsigned char)c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* Percent-decode s[0..n) into a new string; NULL if an escape is invalid or decodes to NUL. */
-static char *url_decode(const char *s, size_t n)
-{
-    char *out = pc_malloc(n + 1), *o = out;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '%') {
-            *o++ = s[i];
-            continue;
-        }
-        int hi = i + 2 < n ? hex_val(s[i + 1]) : -1;
-        int lo = i + 2 < n ? hex_val(s[i + 2]) : -1;
-        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
-            free(out);
-            return NULL;
-        }
-        *o++ = (char)(hi * 16 + lo);
-        i += 2;
-    }
-    *o = '\0';
-    return out;
-}
-
-static int url_userinfo(const char *p, size_t n, struct url_parts *u, char *err, size_t errlen)
-{
-    if (n == 0 || p[0] != ':') {
-        snprintf(err, errlen,
-                 memchr(p, ':', n) ? "user names are not supported (use redis://:password@host)"
-                                   : "the password must be written redis://:password@host");
-        return -1;
-    }
-    if (n == 1) {
-        snprintf(err, errlen, "empty password");
-        return -1;
-    }
-    u->password = url_decode(p + 1, n - 1);
-    if (u->password == NULL) {
-        snprintf(err, errlen, "invalid %%-escape in the password");
-        return -1;
-    }
-    return 0;
-}
-
-/* Strict decimal in [min, max]: digits only, at most 10 of them. */
-static int parse_int_range(const char *p, size_t n, long min, long max, int *out)
-{
-    if (n == 0 || n > 10)
-        return -1;
-    long v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isdigit((unsigned char)p[i]))
-            return -1;
-        v = v * 10 + (p[i] - '0');
-    }
-    if (v < min || v > max)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static bool host_chars_ok(const char *p, size_t n, bool ipv6)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)p[i];
-        bool ok = ipv6 ? (isxdigit(ch) || ch == ':' || ch == '.')
-                       : (isalnum(ch) || ch == '.' || ch == '-' || ch == '_');
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
-/* host, host:port, [v6], [v6]:port */
-static int url_hostport(const char *p, size_t n, struct url_parts *u, char *err, size_t errlen)
-{
-    const char *h = p, *colon;
-    size_t hlen;
-    bool ipv6 = n > 0 && p[0] == '[';
-    if (ipv6) {
-        const char *close = memchr(p, ']', n);
-        if (close == NULL) {
-            snprintf(err, errlen, "missing ']' after an IPv6 address");
-            return -1;
-        }
-        h = p + 1;
-        hlen = (size_t)(close - h);
-        colon = close + 1 < p + n ? close + 1 : NULL;
-        if (colon != NULL && *colon != ':') {
-            snprintf(err, errlen, "unexpected text after ']'");
-            return -1;
-        }
-    } else {
-        colon = memchr(p, ':', n);
-        hlen = colon ? (size_t)(colon - p) : n;
-    }
-    if (hlen == 0 || !host_chars_ok(h, hlen, ipv6)) {
-        snprintf(err, errlen, hlen == 0 ? "missing host" : "invalid host name");
-        return -1;
-    }
-    if (colon != NULL &&
-        parse_int_range(colon + 1, (size_t)(p + n - colon - 1), 1, 65535, &u->port) < 0) {
-        snprintf(err, errlen, "invalid port (want 1-65535)");
-        return -1;
-    }
-    u->host = pc_strndup(h, hlen);
-    return 0;
-}
-
-static int url_redis(const char *p, struct url_parts *u, char *err, size_t errlen)
-{
-    if (strpbrk(p, "?#") != NULL) {
-        snprintf(err, errlen, "query strings and fragments are not supported");
-        return -1;
-    }
-    const char *slash = strchr(p, '/');
-    size_t alen = slash ? (size_t)(slash - p) : strlen(p);
-    const char *at = memrchr(p, '@', alen);
-    if (at != NULL) {
-        if (url_userinfo(p, (size_t)(at - p), u, err, errlen) < 0)
-            return -1;
-        alen -= (size_t)(at + 1 - p);
-        p = at + 1;
-    }
-    if (url_hostport(p, alen, u, err, errlen) < 0)
-        return -1;
-    /* "/" alone (a trailing slash) means database 0 */
-    if (slash != NULL && slash[1] != '\0' &&
-        parse_int_range(slash + 1, strlen(slash + 1), 0, INT_MAX, &u->db) < 0) {
-        snprintf(err, errlen, "invalid database number '%s'", slash + 1);
-        return -1;
-    }
-    return 0;
-}
-
-static int url_parse(const char *url, struct url_parts *u, char *err, size_t errlen)
-{
-    if (url == NULL || *url == '\0') {
-        snprintf(err, errlen, "empty redis URL");
-        return -1;
-    }
-    if (strncmp(url, "unix:", 5) == 0)
-        return url_unix(url + 5, u, err, errlen);
-    if (strncmp(url, "rediss://", 9) == 0) {
-        snprintf(err, errlen, "TLS (rediss://) is not supported");
-        return -1;
-    }
-    if (strncmp(url, "redis://", 8) != 0) {
-        snprintf(err, errlen, "want redis://[:password@]host[:port][/db] or unix:/path");
-        return -1;
-    }
-    return url_redis(url + 8, u, err, errlen);
-}
-
-/* Give *out the string, or free it if the caller did not ask for it. */
-static void hand_out(char **out, char *v)
-{
-    if (out != NULL)
-        *out = v;
-    else
-        free(v);
-}
-
-int store_parse_url(const char *url, char **host, int *port, char **unix_path, char **password,
-                    int *db, char *err, size_t errlen)
-{
-    struct url_parts u = {NULL, NULL, NULL, REDIS_DEFAULT_PORT, 0};
-    int rc = url_parse(url, &u, err, errlen);
-    if (rc < 0) {
-        url_parts_free(&u);
-        u.port = 0;
-        u.db = 0;
-    }
-    if (port != NULL)
-        *port = u.port;
-    if (db != NULL)
-        *db = u.db;
-    hand_out(host, u.host);
-    hand_out(unix_path, u.unix_path);
-    hand_out(password, u.password);
-    return rc;
-}
-
-char *store_where(const char *host, int port, const char *unix_path, int db)
-{
-    struct pc_buf b = PC_BUF_INIT;
-    if (unix_path != NULL)
-        pc_buf_printf(&b, "unix:%s", unix_path);
-    else if (strchr(host, ':') != NULL)
-        pc_buf_printf(&b, "redis://[%s]:%d/%d", host, port, db);
-    else
-        pc_buf_printf(&b, "redis://%s:%d/%d", host, port, db);
-    return pc_buf_cstr(&b);
 }
 
 /* --- commands ---------------------------------------------------------------- */
@@ -678,8 +470,17 @@ static int64_t backoff_next(struct store *s)
     s->rng ^= s->rng >> 7;
     s->rng ^= s->rng << 17;
     int64_t delay = s->backoff_ms + (int64_t)(s->rng % (uint64_t)(s->backoff_ms / 4 + 1));
-    s->backoff_ms = PC_MIN(s->backoff_ms * 2, BACKOFF_MAX_MS);
+    int64_t max = s->url.kind == RURL_SENTINEL ? BACKOFF_SENTINEL_MS : BACKOFF_MAX_MS;
+    s->backoff_ms = PC_MIN(s->backoff_ms * 2, max);
     return delay;
+}
+
+/* The attempt ends: the target the sentinel named did not work, so ask the next one first. */
+static void target_forget(struct store *s, bool worked)
+{
+    if (s->url.kind == RURL_SENTINEL && !worked && s->target_host[0] != '\0')
+        s->next_sentinel = s->answered_by + 1;
+    s->target_host[0] = '\0';
 }
 
 /*
@@ -693,13 +494,15 @@ static void conn_down(struct store *s, const char *why)
         s->ac = NULL;
     }
     evtimer_del(s->watch);
-    if (s->up) {
-        log_info("redis: lost connection to %s: %s", s->where, why);
+    bool was_up = s->up;
+    if (was_up) {
+        log_info("redis: lost connection to %s: %s", s->target_where, why);
         s->failures = 0;
         s->up = false;
     } else {
         conn_log_failure(s, why);
     }
+    target_forget(s, was_up);
     health_down(s, why);
     state_enter(s, ST_BACKOFF, backoff_next(s));
 }
@@ -723,6 +526,15 @@ static void conn_drop_later(struct store *s, const char *why)
     state_enter(s, ST_DROPPING, 0);
 }
 
+/* Prefix why with the server of the attempt (the primary the sentinel named). */
+static void attempt_why(const struct store *s, const char *why, char *out, size_t n)
+{
+    if (s->url.kind == RURL_SENTINEL && s->target_where != NULL)
+        snprintf(out, n, "%s: %s", s->target_where, why);
+    else
+        snprintf(out, n, "%s", why);
+}
+
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     struct store *s = ac->data;
@@ -730,7 +542,9 @@ static void on_connect(const redisAsyncContext *ac, int status)
         return;
     PC_CHECK_OBJ(s, STORE_MAGIC);
     if (status != REDIS_OK) {
-        conn_down(s, ac->errstr[0] ? ac->errstr : "cannot connect"); /* hiredis frees ac */
+        char why[256];
+        attempt_why(s, ac->errstr[0] ? ac->errstr : "cannot connect", why, sizeof(why));
+        conn_down(s, why); /* hiredis frees ac */
         return;
     }
     stats_incr(s->st, STAT_redis_reconnects);
@@ -752,18 +566,23 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     conn_down(s, ac->errstr[0] ? ac->errstr : "connection closed");
 }
 
-/* A host name was resolved in store_create: hiredis 0.14 would block on it here. */
-static void conn_start(struct store *s)
+static int64_t connect_timeout_ms(const struct store *s)
 {
-    redisAsyncContext *ac =
-        s->unix_path ? redisAsyncConnectUnix(s->unix_path) : redisAsyncConnect(s->host, s->port);
+    return PC_MAX(CONNECT_MIN_MS, 10 * s->timeout_ms);
+}
+
+/* Connect to the address (or the socket): hiredis resolves nothing more on this loop. */
+static void conn_open(struct store *s, const char *addr, int port)
+{
+    redisAsyncContext *ac = s->url.kind == RURL_UNIX ? redisAsyncConnectUnix(s->url.unix_path)
+                                                     : redisAsyncConnect(addr, port);
     if (ac == NULL) {
         conn_down(s, "out of memory");
         return;
     }
     if (ac->err) {
-        char why[128];
-        snprintf(why, sizeof(why), "%s", ac->errstr);
+        char why[256];
+        attempt_why(s, ac->errstr, why, sizeof(why));
         redisAsyncFree(ac); /* never attached nor connected: no callbacks run */
         conn_down(s, why);
         return;
@@ -775,7 +594,97 @@ static void conn_start(struct store *s)
     s->ac = ac;
     s->wire_queued = 0;
     s->owed = 0;
-    state_enter(s, ST_CONNECTING, PC_MAX(CONNECT_MIN_MS, 10 * s->timeout_ms));
+    state_enter(s, ST_CONNECTING, connect_timeout_ms(s));
+}
+
+/* The name of the target resolved (or not): connect, or back off. */
+static void on_resolved(void *arg, const char *addr, const char *err)
+{
+    struct store *s = arg;
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    s->lookup = NULL;
+    char why[320];
+    if (addr == NULL) {
+        snprintf(why, sizeof(why), "cannot resolve %s: %s", s->target_host, err);
+        conn_down(s, why);
+        return;
+    }
+    if (s->resolved[0] == '\0')
+        log_notice("redis: %s resolved to %s", s->target_host, addr);
+    else if (strcmp(addr, s->resolved) != 0)
+        log_notice("redis: %s resolved to %s (was %s)", s->target_host, addr, s->resolved);
+    else
+        log_debug("redis: %s resolved to %s", s->target_host, addr);
+    snprintf(s->resolved, sizeof(s->resolved), "%s", addr);
+    conn_open(s, addr, s->target_port);
+}
+
+/* Name the server of this attempt in log lines. */
+static void target_set(struct store *s, const char *host, int port)
+{
+    snprintf(s->target_host, sizeof(s->target_host), "%s", host);
+    s->target_port = port;
+    free(s->target_where);
+    struct pc_buf b = PC_BUF_INIT;
+    if (s->url.kind == RURL_SENTINEL) {
+        char *at = rurl_addr_text(host, port);
+        pc_buf_printf(&b, "primary %s at %s", s->url.master, at);
+        free(at);
+    } else {
+        pc_buf_append_str(&b, s->where);
+    }
+    s->target_where = pc_buf_cstr(&b);
+}
+
+/* Go to host:port: at once if it is an address, else after resolving the name anew. */
+static void target_go(struct store *s)
+{
+    if (s->url.kind == RURL_UNIX || rurl_is_address(s->target_host)) {
+        conn_open(s, s->target_host, s->target_port);
+        return;
+    }
+    state_enter(s, ST_RESOLVING, connect_timeout_ms(s));
+    s->lookup = resolve_start(s->base, s->target_host, on_resolved, s);
+    if (s->lookup == NULL)
+        conn_down(s, "cannot start resolving the host name");
+}
+
+/* A sentinel named the primary (or none answered). */
+static void on_sentinel(void *arg, const char *host, int port, size_t which, const char *err)
+{
+    struct store *s = arg;
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    s->ask = NULL;
+    if (host == NULL) { /* none answered: begin with another one next time */
+        s->next_sentinel++;
+        conn_down(s, err);
+        return;
+    }
+    s->answered_by = which;
+    target_set(s, host, port);
+    log_debug("redis: sentinel %zu names %s", which, s->target_where);
+    target_go(s);
+}
+
+/* One attempt, from the start: ask the sentinels, or go to the URL's server. */
+static void conn_start(struct store *s)
+{
+    switch (s->url.kind) {
+    case RURL_SENTINEL:
+        state_enter(s, ST_DISCOVER, -1);
+        s->ask = sentinel_ask_start(s->base, &s->url, s->next_sentinel, connect_timeout_ms(s),
+                                    on_sentinel, s);
+        if (s->ask == NULL)
+            conn_down(s, "cannot ask the sentinels");
+        return;
+    case RURL_TCP:
+        target_set(s, s->url.tcp.host, s->url.tcp.port);
+        break;
+    case RURL_UNIX:
+        target_set(s, s->url.unix_path, 0);
+        break;
+    }
+    target_go(s);
 }
 
 static void state_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -784,9 +693,16 @@ static void state_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct store *s = arg;
     PC_CHECK_OBJ(s, STORE_MAGIC);
+    char why[320];
     switch (s->state) {
+    case ST_RESOLVING:
+        resolve_cancel(&s->lookup);
+        snprintf(why, sizeof(why), "resolving %s timed out", s->target_host);
+        conn_down(s, why);
+        break;
     case ST_CONNECTING:
-        conn_drop_now(s, "connect timed out");
+        attempt_why(s, "connect timed out", why, sizeof(why));
+        conn_drop_now(s, why);
         break;
     case ST_DROPPING:
         conn_drop_now(s, s->drop_reason);
@@ -848,9 +764,15 @@ static void become_ready(struct store *s, long version)
     s->backoff_ms = BACKOFF_MIN_MS;
     s->failures = 0;
     s->up = true;
+    s->next_sentinel = s->answered_by;
     state_enter(s, ST_READY, -1);
-    log_write(first ? PC_LOG_NOTICE : PC_LOG_INFO, NULL,
-              "redis: connected to %s (schema version %ld)", s->where, version);
+    if (s->url.kind == RURL_SENTINEL)
+        log_write(first ? PC_LOG_NOTICE : PC_LOG_INFO, NULL,
+                  "redis: connected to %s (%s; schema version %ld)", s->target_where, s->where,
+                  version);
+    else
+        log_write(first ? PC_LOG_NOTICE : PC_LOG_INFO, NULL,
+                  "redis: connected to %s (schema version %ld)", s->where, version);
     health_up(s);
 }
 
@@ -864,17 +786,33 @@ static void setup_reply(struct store *s, redisReply *r)
     }
 }
 
+/* sentinel://: the address the sentinel named must be a primary, or the sentinel lags. */
+static void role_reply(struct store *s, redisReply *r)
+{
+    char role[64], why[256];
+    if (sentinel_role_ok(r, role, sizeof(role)))
+        return;
+    snprintf(why, sizeof(why), "%s is not a primary (role %s); asking the sentinels again",
+             s->target_where, role);
+    conn_drop_later(s, why);
+}
+
 static void handshake_send(struct store *s)
 {
-    if (s->password != NULL) {
-        const char *argv[] = {"AUTH", s->password};
-        internal_send(s, setup_reply, "AUTH", 2, argv, NULL, s->timeout_ms);
+    const struct rurl *u = &s->url;
+    if (u->password != NULL) {
+        const char *argv[] = {"AUTH", u->user ? u->user : u->password, u->password};
+        internal_send(s, setup_reply, "AUTH", u->user ? 3 : 2, argv, NULL, s->timeout_ms);
     }
-    if (s->db != 0) {
+    if (u->db != 0) {
         char db[16];
-        snprintf(db, sizeof(db), "%d", s->db);
+        snprintf(db, sizeof(db), "%d", u->db);
         const char *argv[] = {"SELECT", db};
         internal_send(s, setup_reply, "SELECT", 2, argv, NULL, s->timeout_ms);
+    }
+    if (u->kind == RURL_SENTINEL) {
+        const char *argv[] = {"ROLE"};
+        internal_send(s, role_reply, "ROLE", 1, argv, NULL, s->timeout_ms);
     }
     schema_read(s);
 }
@@ -1026,6 +964,12 @@ static void conn_note_reply(redisAsyncContext *ac, const struct store_cmd *c, co
         return;
     }
     s->last_read_us = pc_mono_us();
+    if (s->url.kind == RURL_SENTINEL && sentinel_readonly(r)) {
+        char why[256];
+        snprintf(why, sizeof(why),
+                 "it turned into a replica (READONLY); asking the sentinels again");
+        conn_drop_later(s, why);
+    }
     if (c->overdue) {
         s->owed--;
         return;
@@ -1226,55 +1170,11 @@ static const struct timeval *common_timeout(struct event_base *base, int64_t ms,
     return tv != NULL ? tv : plain;
 }
 
-/* The host is an address already: nothing to resolve. */
-static bool host_is_address(const char *host)
-{
-    unsigned char buf[sizeof(struct in6_addr)];
-    return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
-}
-
-/* The first address of host in family af, as text: 0, or a getaddrinfo error code. */
-static int resolve_in(const char *host, int af, char *out, size_t n)
-{
-    struct addrinfo hints = {.ai_family = af, .ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int rc = getaddrinfo(host, NULL, &hints, &ai);
-    if (rc == 0) {
-        rc = getnameinfo(ai->ai_addr, ai->ai_addrlen, out, (socklen_t)n, NULL, 0, NI_NUMERICHOST);
-        freeaddrinfo(ai);
-    }
-    return rc;
-}
-
-/*
- * hiredis 0.14 resolves a host name with a blocking getaddrinfo on every
- * connect, on the event loop. Resolve it once, now (store_create runs before
- * the loop does), in hiredis's order: IPv4 first, then IPv6. s->where keeps
- * the name.
- */
-static void resolve_host(struct store *s)
-{
-    char addr[NI_MAXHOST];
-    if (s->host == NULL || host_is_address(s->host))
-        return;
-    int rc = resolve_in(s->host, AF_INET, addr, sizeof(addr));
-    if (rc != 0)
-        rc = resolve_in(s->host, AF_INET6, addr, sizeof(addr));
-    if (rc != 0) {
-        log_warn("redis: cannot resolve %s (%s); resolving it again on every connection attempt",
-                 s->host, gai_strerror(rc));
-        return;
-    }
-    log_notice("redis: %s resolved to %s", s->host, addr);
-    free(s->host);
-    s->host = pc_strdup(addr);
-}
-
 struct store *store_create(struct event_base *base, const struct store_opts *opts, struct stats *st)
 {
     char err[192];
     struct store *s = pc_calloc(1, sizeof(*s));
-    if (store_parse_url(opts->url, &s->host, &s->port, &s->unix_path, &s->password, &s->db, err,
-                        sizeof(err)) < 0) {
+    if (rurl_parse(opts->url, 0, &s->url, err, sizeof(err)) < 0) {
         log_error("redis: invalid URL: %s", err);
         free(s);
         return NULL;
@@ -1282,8 +1182,8 @@ struct store *store_create(struct event_base *base, const struct store_opts *opt
     s->magic = STORE_MAGIC;
     s->base = base;
     s->st = st;
-    s->where = store_where(s->host, s->port, s->unix_path, s->db);
-    resolve_host(s);
+    s->where = rurl_format(&s->url, false);
+    s->target_where = pc_strdup(s->where);
     s->timeout_ms = PC_MAX(opts->timeout_ms, 1);
     s->auto_migrate = opts->auto_migrate;
     s->cmd_tv = common_timeout(base, s->timeout_ms, &s->cmd_tv_plain);
@@ -1339,12 +1239,13 @@ void store_destroy(struct store **sp)
     }
     if (ac != NULL)
         redisAsyncFree(ac); /* its callbacks free the commands cut loose above */
+    sentinel_ask_cancel(&s->ask);
+    resolve_cancel(&s->lookup);
     event_free(s->timer);
     event_free(s->watch);
-    free(s->host);
-    free(s->unix_path);
-    free(s->password);
+    rurl_free(&s->url);
     free(s->where);
+    free(s->target_where);
     s->magic = 0;
     free(s);
 }

@@ -776,10 +776,12 @@ static void *vsync_main(void *arg)
 struct vsync *vsync_start(const struct vsync_opts *o)
 {
     char err[192];
-    if (store_parse_url(o->url, NULL, NULL, NULL, NULL, NULL, err, sizeof(err)) < 0) {
+    struct rurl u;
+    if (rurl_parse(o->url, 0, &u, err, sizeof(err)) < 0) {
         log_error("vsync: invalid redis URL: %s", err);
         return NULL;
     }
+    rurl_free(&u);
     if (o->index == NULL || o->space == NULL || o->space[0] == '\0' ||
         strlen(o->space) > VREC_SPACE_MAX) {
         log_error("vsync: an index and an embedding space name (1..%d bytes) are needed",

@@ -270,17 +270,26 @@ static void test_urls(void)
     T_CHECK_INT(conf_set(c, "upstream", "", err, sizeof err), 0); /* "" empties the list */
     T_CHECK_INT(c->upstream.n, 0);
 
-    const char *redis_ok[] = {"redis://127.0.0.1:6379/0", "redis://localhost",
-                              "redis://:s3cret@cache.internal:6380/2", "redis://[::1]:6379",
+    const char *redis_ok[] = {"redis://127.0.0.1:6379/0",
+                              "redis://localhost",
+                              "redis://:s3cret@cache.internal:6380/2",
+                              "redis://alice:s3cret@h/1",
+                              "redis://alice@h", /* redis-password may complete it */
+                              "redis://h/",
+                              "redis://[::1]:6379",
+                              "unix://:pw@/run/r.sock",
+                              "sentinel://10.0.0.1,10.0.0.2:26380/mymaster/1",
+                              "sentinel://s1/m?sentinel-password=x",
                               "unix:/run/redis.sock"};
     for (size_t i = 0; i < PC_ARRAY_LEN(redis_ok); i++)
         T_CHECK_INT(conf_set(c, "redis", redis_ok[i], err, sizeof err), 0);
-    const char *redis_bad[] = {"http://x",          "redis://",    "redis://h:99999", "redis://h/x",
-                               "redis://h/",        "unix:",       "unix:rel/path",   "rediss://h",
-                               "redis://user:pw@h", "redis://:@h", "redis://h:1:2"};
+    const char *redis_bad[] = {
+        "http://x",      "redis://",      "redis://h:99999",    "redis://h/x",
+        "unix:",         "unix:rel/path", "rediss://h",         "redis://:@h",
+        "redis://h:1:2", "sentinel://h1", "sentinel://h/m?db=2"};
     for (size_t i = 0; i < PC_ARRAY_LEN(redis_bad); i++)
         T_CHECK_INT(conf_set(c, "redis", redis_bad[i], err, sizeof err), -1);
-    conf_set(c, "redis", "redis://user:topsecret@h", err, sizeof err);
+    conf_set(c, "redis", "redis://user:topsecret@h:0", err, sizeof err);
     T_CHECK(strstr(err, "topsecret") == NULL); /* messages never echo a password */
     T_CHECK_STR(c->redis, "unix:/run/redis.sock");
 
@@ -725,9 +734,14 @@ static void secret_file(const char *text, mode_t mode, char path[32])
 static void clear_secret_env(void)
 {
     static const char *const vars[] = {
-        "PROMPTCACHE_UPSTREAM_KEY",   "PROMPTCACHE_UPSTREAM_KEY_FILE",
-        "PROMPTCACHE_ADMIN_TOKEN",    "PROMPTCACHE_ADMIN_TOKEN_FILE",
-        "PROMPTCACHE_REDIS_PASSWORD", "PROMPTCACHE_REDIS_PASSWORD_FILE",
+        "PROMPTCACHE_UPSTREAM_KEY",
+        "PROMPTCACHE_UPSTREAM_KEY_FILE",
+        "PROMPTCACHE_ADMIN_TOKEN",
+        "PROMPTCACHE_ADMIN_TOKEN_FILE",
+        "PROMPTCACHE_REDIS_PASSWORD",
+        "PROMPTCACHE_REDIS_PASSWORD_FILE",
+        "PROMPTCACHE_REDIS_SENTINEL_PASSWORD",
+        "PROMPTCACHE_REDIS_SENTINEL_PASSWORD_FILE",
     };
     for (size_t i = 0; i < PC_ARRAY_LEN(vars); i++)
         unsetenv(vars[i]);
@@ -886,19 +900,82 @@ static void test_redis_password(void)
     T_CHECK_STR(c->redis, "redis://:envpw@127.0.0.1:6379/0");
     conf_destroy(&c);
 
+    /* a unix socket takes a password too */
     char *unix_sock[] = {"--redis", "unix:/run/redis.sock"};
     c = conf_create();
-    T_CHECK_INT(conf_load(c, NULL, 2, unix_sock, &errs), 1);
-    T_CHECK(has_line(&errs, "environment: PROMPTCACHE_REDIS_PASSWORD: a password needs a "
-                            "redis:// URL (not supported with unix: sockets yet)\n"));
+    T_CHECK_INT(conf_load(c, NULL, 2, unix_sock, &errs), 0);
+    T_CHECK_STR(c->redis, "unix://:envpw@/run/redis.sock");
     conf_destroy(&c);
     char *twice[] = {"--redis", "redis://:inurl@h:1/0"};
     c = conf_create();
     T_CHECK_INT(conf_load(c, NULL, 2, twice, &errs), 1);
-    T_CHECK(strstr(pc_buf_cstr(&errs), "has a password already") != NULL);
+    T_CHECK(strstr(pc_buf_cstr(&errs), "the redis URL gives the password already") != NULL);
+    conf_destroy(&c);
+
+    /* an ACL user: from redis-user, or in the URL with the password from elsewhere */
+    char *user[] = {"--redis-user", "alice", "--redis", "redis://h:1/2"};
+    c = conf_create();
+    T_CHECK_INT(conf_load(c, NULL, 4, user, &errs), 0);
+    T_CHECK_STR(c->redis, "redis://alice:envpw@h:1/2");
+    e = effective(c);
+    T_CHECK(strstr(e, "\nredis redis://alice:***@h:1/2\n") != NULL);
+    free(e);
+    conf_destroy(&c);
+    char *url_user[] = {"--redis", "redis://bob@h"};
+    c = conf_create();
+    T_CHECK_INT(conf_load(c, NULL, 2, url_user, &errs), 0);
+    T_CHECK_STR(c->redis, "redis://bob:envpw@h:6379/0");
+    conf_destroy(&c);
+    unsetenv("PROMPTCACHE_REDIS_PASSWORD");
+    pc_buf_reset(&errs);
+    c = conf_create();
+    T_CHECK_INT(conf_load(c, NULL, 2, url_user, &errs), 1);
+    T_CHECK(strstr(pc_buf_cstr(&errs), "a Redis user name needs a password") != NULL);
+    conf_destroy(&c);
+    char *user_twice[] = {"--redis", "redis://bob:pw@h", "--redis-user", "alice"};
+    c = conf_create();
+    T_CHECK_INT(conf_load(c, NULL, 4, user_twice, &errs), 1);
+    T_CHECK(strstr(pc_buf_cstr(&errs), "the redis URL gives the user already") != NULL);
     conf_destroy(&c);
     clear_secret_env();
     unlink(pw);
+    pc_buf_free(&errs);
+}
+
+/* sentinel://: the primary's credentials in the userinfo, the sentinels' in the query. */
+static void test_redis_sentinel_auth(void)
+{
+    struct pc_buf errs = PC_BUF_INIT;
+    clear_secret_env();
+    setenv("PROMPTCACHE_REDIS_SENTINEL_PASSWORD", "s&pw", 1);
+    setenv("PROMPTCACHE_REDIS_PASSWORD", "primary", 1);
+    char *argv[] = {"--redis", "sentinel://10.0.0.1,10.0.0.2:26380/mymaster/1",
+                    "--redis-sentinel-user", "mon"};
+    struct conf *c = conf_create();
+    T_CHECK_INT(conf_load(c, NULL, 4, argv, &errs), 0);
+    T_CHECK_STR(c->redis, "sentinel://:primary@10.0.0.1:26379,10.0.0.2:26380/mymaster/1"
+                          "?sentinel-user=mon&sentinel-password=s%26pw");
+    char *e = effective(c);
+    T_CHECK(strstr(e, "\nredis sentinel://:***@10.0.0.1:26379,10.0.0.2:26380/mymaster/1"
+                      "?sentinel-user=mon&sentinel-password=***\n") != NULL);
+    T_CHECK(strstr(e, "primary") == NULL && strstr(e, "s%26pw") == NULL);
+    free(e);
+    conf_destroy(&c);
+
+    char *plain[] = {"--redis", "redis://h:1/0"};
+    c = conf_create();
+    T_CHECK_INT(conf_load(c, NULL, 2, plain, &errs), 1);
+    T_CHECK(has_line(&errs, "environment: PROMPTCACHE_REDIS_SENTINEL_PASSWORD: the sentinels' "
+                            "credentials need a sentinel:// redis URL\n"));
+    conf_destroy(&c);
+    clear_secret_env();
+
+    /* a password in the query is hidden from ps as a userinfo password is */
+    char a0[] = "--redis", a1[] = "sentinel://h/m?sentinel-password=topsecret";
+    char *av[] = {a0, a1};
+    conf_scrub_argv(2, av);
+    T_CHECK(strstr(av[1], "topsecret") == NULL);
+    T_CHECK(strncmp(av[1], "sentinel://h/m?sentinel-password=***", 36) == 0);
     pc_buf_free(&errs);
 }
 
@@ -1041,6 +1118,7 @@ int main(void)
     T_RUN(test_secret_file_errors);
     T_RUN(test_secret_precedence);
     T_RUN(test_redis_password);
+    T_RUN(test_redis_sentinel_auth);
     T_RUN(test_sources);
     T_RUN(test_merge_reload);
     T_RUN(test_reload_sources);

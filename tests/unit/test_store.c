@@ -370,77 +370,12 @@ static int run_cli(const char *url, bool dry_run, char *out, size_t n)
 
 /* --- tests ------------------------------------------------------------------------ */
 
-static void test_parse_url(void)
+/* An invalid URL (the grammar itself is test_rurl's): no store. */
+static void test_bad_url(void)
 {
-    char *host = NULL, *path = NULL, *pw = NULL, err[192];
-    int port = 0, db = -1;
-    T_CHECK_INT(
-        store_parse_url("redis://localhost", &host, &port, &path, &pw, &db, err, sizeof(err)), 0);
-    T_CHECK_STR(host, "localhost");
-    T_CHECK_INT(port, 6379);
-    T_CHECK_INT(db, 0);
-    T_CHECK(path == NULL && pw == NULL);
-    free(host);
-    T_CHECK_INT(store_parse_url("redis://:s3cr%40t@10.0.0.2:6380/2", &host, &port, &path, &pw, &db,
-                                err, sizeof(err)),
-                0);
-    T_CHECK_STR(host, "10.0.0.2");
-    T_CHECK_STR(pw, "s3cr@t");
-    T_CHECK_INT(port, 6380);
-    T_CHECK_INT(db, 2);
-    free(host);
-    free(pw);
-    T_CHECK_INT(
-        store_parse_url("redis://[::1]:7000/", &host, &port, &path, &pw, &db, err, sizeof(err)), 0);
-    T_CHECK_STR(host, "::1");
-    T_CHECK_INT(port, 7000);
-    T_CHECK_INT(db, 0);
-    free(host);
-    T_CHECK_INT(
-        store_parse_url("unix:/run/redis.sock", &host, &port, &path, &pw, &db, err, sizeof(err)),
-        0);
-    T_CHECK_STR(path, "/run/redis.sock");
-    T_CHECK(host == NULL && pw == NULL);
-    free(path);
-    /* the outputs are optional */
-    T_CHECK_INT(
-        store_parse_url("redis://:pw@h:1/9", NULL, NULL, NULL, NULL, NULL, err, sizeof(err)), 0);
-
-    static const char *const bad[] = {
-        "",
-        "http://h",
-        "redis://",
-        "redis://:6379",
-        "redis://h:",
-        "redis://h:0",
-        "redis://h:65536",
-        "redis://h:12x",
-        "redis://h/x",
-        "redis://h/-1",
-        "redis://h/1/2",
-        "unix:",
-        "unix:rel.sock",
-        "rediss://h",
-        "redis://user:pw@h",
-        "redis://pw@h",
-        "redis://:@h",
-        "redis://:p%zz@h",
-        "redis://h?db=1",
-        "redis://[::1",
-        "redis://h h",
-        "redis://[::1]x",
-    };
-    for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
-        err[0] = '\0';
-        host = path = pw = NULL;
-        int rc = store_parse_url(bad[i], &host, &port, &path, &pw, &db, err, sizeof(err));
-        if (rc != -1 || err[0] == '\0' || host || path || pw)
-            fprintf(stderr, "  accepted or no message: '%s'\n", bad[i]);
-        T_CHECK_INT(rc, -1);
-        T_CHECK(err[0] != '\0');
-        T_CHECK(host == NULL && path == NULL && pw == NULL);
-    }
     T_CHECK(store_create(base, &(struct store_opts){"redis://h:0", 100, true}, NULL) == NULL);
+    T_CHECK(store_create(base, &(struct store_opts){"redis://alice@h", 100, true}, NULL) == NULL);
+    T_CHECK(store_create(base, &(struct store_opts){"sentinel://h", 100, true}, NULL) == NULL);
 }
 
 /* Redis is not running when the store starts: not ready, then ready once Redis is up. */
@@ -750,6 +685,36 @@ static void test_tcp_auth_db(void)
     R.password = NULL;
 }
 
+/* An ACL user (Redis 6+): AUTH user password, over TCP and over the unix socket. */
+static void test_acl_user(void)
+{
+    char url[256];
+    struct stats st = {{0}};
+    freeReplyObject(rcmd_db(0, "ACL SETUSER pcuser on >p%%w@d ~* &* +@all"));
+    snprintf(url, sizeof(url), "redis://pcuser:p%%25w%%40d@127.0.0.1:%d/2", R.port);
+    struct store *tcp = mk_store(url, TEST_TIMEOUT_MS, true, &st);
+    snprintf(url, sizeof(url), "unix://pcuser:p%%25w%%40d@%s", R.sock);
+    struct store *sock = mk_store(url, TEST_TIMEOUT_MS, true, &st);
+    snprintf(url, sizeof(url), "redis://pcuser:wrong@127.0.0.1:%d/2", R.port);
+    struct store *bad = mk_store(url, TEST_TIMEOUT_MS, true, &st);
+    T_CHECK(run_until(is_ready, tcp, 5000));
+    T_CHECK(run_until(is_ready, sock, 5000));
+    T_CHECK_INT(store_set(tcp, "acl-tcp", 7, "1", 1, 60000), 0);
+    T_CHECK_INT(store_set(sock, "acl-unix", 8, "2", 1, 60000), 0);
+    struct got g;
+    T_CHECK(get_wait(sock, "acl-unix", 8, &g) && g.st == STORE_OK && g.len == 1);
+    T_CHECK(get_wait(tcp, "acl-tcp", 7, &g) && g.st == STORE_OK && g.len == 1);
+    T_CHECK_STR(rtext_db(2, "GET acl-tcp"), "1");
+    T_CHECK_STR(rtext_db(0, "GET acl-unix"), "2");
+    T_CHECK(!store_ready(bad));
+    store_destroy(&tcp);
+    store_destroy(&sock);
+    store_destroy(&bad);
+    freeReplyObject(rcmd_db(0, "ACL DELUSER pcuser"));
+    freeReplyObject(rcmd_db(0, "DEL acl-unix"));
+    freeReplyObject(rcmd_db(2, "FLUSHDB"));
+}
+
 /*
  * A host that never answers the SYN (a listener whose accept queue is full):
  * the store gives up after its connect timeout and keeps retrying.
@@ -1029,7 +994,7 @@ static void test_set_large(void)
     freeReplyObject(rcmd_db(0, "DEL big"));
 }
 
-/* A host name is resolved once, in store_create, and the store connects to the address. */
+/* A host name is resolved off the loop on every connection attempt; log lines keep the name. */
 static void test_host_name(void)
 {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
@@ -1041,17 +1006,25 @@ static void test_host_name(void)
         return;
     }
     freeaddrinfo(ai);
-    char url[64], out[4096], want[96];
+    char url[64], out[8192], want[96], err[128];
     snprintf(url, sizeof(url), "redis://localhost:%d", R.port);
     struct stats st = {{0}};
     struct capture cap;
+    log_init(PC_LOG_DEBUG, NULL, NULL, err, sizeof(err));
     capture_start(&cap);
     struct store *s = mk_store(url, TEST_TIMEOUT_MS, true, &st);
     bool ready = run_until(is_ready, s, 5000);
+    /* a reconnect resolves the name again (debug: the address did not change) */
+    freeReplyObject(rcmd_db(0, "CLIENT KILL TYPE normal"));
+    bool lost = run_until(not_ready, s, 5000);
+    bool back = run_until(is_ready, s, 5000);
     store_destroy(&s);
     capture_end(&cap, out, sizeof(out));
-    T_CHECK(ready);
-    T_CHECK(strstr(out, "redis: localhost resolved to 127.0.0.1") != NULL);
+    log_init(PC_LOG_NOTICE, NULL, NULL, err, sizeof(err));
+    T_CHECK(ready && lost && back);
+    const char *first = strstr(out, "N redis: localhost resolved to 127.0.0.1");
+    T_CHECK(first != NULL);
+    T_CHECK(first != NULL && strstr(first + 1, "D redis: localhost resolved to 127.0.0.1") != NULL);
     snprintf(want, sizeof(want), "connected to redis://localhost:%d/0", R.port);
     T_CHECK(strstr(out, want) != NULL); /* log lines keep the name */
 }
@@ -1364,7 +1337,7 @@ int main(void)
     struct timeval tv = {0, 10000};
     event_add(ticker, &tv);
 
-    T_RUN(test_parse_url);
+    T_RUN(test_bad_url);
     T_RUN(test_down_at_start); /* starts redis-server */
     T_RUN(test_second_store_current);
     T_RUN(test_migrate_cli);
@@ -1379,6 +1352,7 @@ int main(void)
     T_RUN(test_destroy_in_callback);
     T_RUN(test_delete_matching);
     T_RUN(test_tcp_auth_db);
+    T_RUN(test_acl_user);
     T_RUN(test_busy_loop);
     T_RUN(test_busy_loop_large_reply);
     T_RUN(test_set_large);

@@ -158,10 +158,10 @@ async function ping(port) {
 /* ------------------------------------------------------------------------ */
 /* redis-server                                                              */
 
-function spawnRedis(port, dir) {
+function spawnRedis(port, dir, extra = []) {
     return spawnTracked(`redis-server :${port}`, 'redis-server', [
         '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
-        '--dir', dir, '--daemonize', 'no',
+        '--dir', dir, '--daemonize', 'no', ...extra,
     ]);
 }
 
@@ -177,10 +177,10 @@ async function waitForPong(proc, port) {
 const addrInUse = (proc) => /address already in use/i.test(proc.output);
 
 /* Start redis-server on port (or a free one), retrying when the port is taken. */
-async function launch(port, dir, {retryPort}) {
+async function launch(port, dir, {retryPort, args = []}) {
     for (let attempt = 1; ; attempt++) {
         const p = port || (await freePort());
-        const proc = spawnRedis(p, dir);
+        const proc = spawnRedis(p, dir, args);
         try {
             await waitForPong(proc, p);
             return {proc, port: p};
@@ -195,16 +195,18 @@ async function launch(port, dir, {retryPort}) {
 }
 
 /*
- * A private redis-server on port (default: any free one): {port, url, stop(),
- * kill(), restart(), command(...), client(), keys()}. restart() brings it
- * back on the same port, empty (nothing is saved).
+ * A private redis-server on port (default: any free one): {port, url, dir,
+ * stop(), kill(), restart(), command(...), client(), keys()}. restart()
+ * brings it back on the same port, empty (nothing is saved). args: more
+ * redis-server options (e.g. --replicaof HOST PORT, --unixsocket PATH).
  */
-async function startRedis({port = 0} = {}) {
+async function startRedis({port = 0, args = []} = {}) {
     const dir = tmpDir('pc-redis-');
-    const first = await launch(port, dir, {retryPort: !port});
+    const first = await launch(port, dir, {retryPort: !port, args});
     const r = {
         port: first.port,
         url: `redis://127.0.0.1:${first.port}/0`,
+        dir,
         proc: first.proc,
         get alive() { return r.proc.alive; },
         stop: () => r.proc.terminate(),
@@ -212,7 +214,7 @@ async function startRedis({port = 0} = {}) {
         async restart() {
             if (r.proc.alive)
                 await r.proc.terminate();
-            r.proc = (await launch(r.port, dir, {retryPort: false})).proc;
+            r.proc = (await launch(r.port, dir, {retryPort: false, args})).proc;
         },
         command: (...args) => redisCommand(r.port, ...args),
         client: () => RespClient.connect(r.port),

@@ -1,0 +1,145 @@
+'use strict';
+/*
+ * Three proxy instances on one Redis share what they learn: an exact entry
+ * stored through A hits through B and C; a semantic entry stored through B
+ * is a semantic hit through A and C (its vector reaches them through the
+ * Redis Stream); a prefix recorded through C routes the conversation the
+ * same way through A and B (mock vLLM replicas); and `promptcache report`
+ * sums the three instances' request and token counters.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+const {startVllmMock} = require('../mock/vllm');
+const {createSemanticMock} = require('../mock/semantic');
+
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+const NO_STORE = {'cache-control': 'no-store'};
+
+let sem = null;
+let reps = [];
+let A = null;
+let B = null;
+let C = null;
+
+const body = (text) => ({model: 'mock-vllm', max_tokens: 4,
+    messages: [{role: 'system', content: 'You are terse.'}, {role: 'user', content: text}]});
+
+function conversation(topic, n) {
+    const messages = [{role: 'user', content: `${topic}: ${'context '.repeat(600)}`}];
+    for (let i = 1; i < n; i++)
+        messages.push({role: 'assistant', content: `answer ${i}`}, {role: 'user', content: `${topic} follow-up ${i}`});
+    return {model: 'mock-vllm', messages, max_tokens: 4};
+}
+
+function assertMiss(r) {
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers['x-cache-status'], 'MISS', 'X-Cache-Status');
+}
+
+function assertSemanticHit(r) {
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers['x-cache-status'], 'HIT', 'X-Cache-Status');
+    assert.equal(r.headers['x-cache-match'], 'semantic', 'X-Cache-Match');
+}
+
+h.test('set up: three instances, one Redis, three vLLM replicas, one embedder', async () => {
+    sem = await createSemanticMock().listen();
+    for (let i = 0; i < 3; i++)
+        reps.push(await startVllmMock({name: `v${i}`, usPerToken: 0, usPerOutputToken: 0}));
+    const start = () => env.startProxy({upstream: reps.map((r) => r.url), workers: 2,
+        args: ['--upstream-type', 'vllm', '--semantic', 'yes', '--embedder', 'openai',
+            '--embedder-url', sem.url, '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9']});
+    [A, B, C] = [await start(), await start(), await start()];
+    /* With a remote embedder, an instance's vector index (and its reader of the stream)
+     * starts with its first embedding: one question each, then wait until in step. */
+    for (const p of [A, B, C]) {
+        assert.equal((await p.post(CHAT, body(h.uniq('warm up')), NO_STORE)).status, 200);
+        await h.waitFor(async () => (await p.stats()).semantic_sync_ready === true,
+            {what: 'the vector reader in step'});
+    }
+});
+
+h.test('an exact entry stored through A hits through B and C', async () => {
+    const q = body(h.uniq('exact shared'));
+    const first = await A.post(CHAT, q);
+    assertMiss(first);
+    for (const p of [B, C]) {
+        const r = await p.post(CHAT, q);
+        h.assertHit(r);
+        assert.deepEqual(r.json.choices, first.json.choices, 'the answer A stored');
+    }
+});
+
+h.test('a semantic entry stored through B is a semantic hit through A and C', async () => {
+    const tag = h.uniq('t').split(' ')[1];
+    const events = {A: (await A.stats()).semantic_sync_events, C: (await C.stats()).semantic_sync_events};
+    const first = await B.post(CHAT, body(`how tall is mount everest ${tag}`));
+    assertMiss(first);
+    /* A and C learn of the vector through the stream (no request waits for it) */
+    await h.waitFor(async () => (await A.stats()).semantic_sync_events > events.A &&
+        (await C.stats()).semantic_sync_events > events.C, {what: 'A and C applying B\'s vector'});
+    for (const p of [A, C]) {
+        const r = await p.post(CHAT, body(`mount everest: how tall ${tag}`), NO_STORE);
+        assertSemanticHit(r);
+        assert.deepEqual(r.json.choices, first.json.choices, 'the answer B stored');
+    }
+});
+
+h.test('a prefix recorded through C routes the conversation the same way through A and B', async () => {
+    const topic = h.uniq('shared prefix');
+    const applied = {A: (await A.stats()).prefix_sync_applied, B: (await B.stats()).prefix_sync_applied};
+    const r1 = await C.post(CHAT, conversation(topic, 1), NO_STORE);
+    assert.equal(r1.status, 200, r1.text);
+    const home = r1.headers['x-upstream'];
+    await h.waitFor(async () => (await A.stats()).prefix_sync_applied > applied.A &&
+        (await B.stats()).prefix_sync_applied > applied.B, {what: 'A and B applying C\'s record'});
+    for (const [turn, p] of [[2, A], [3, B], [4, A]]) {
+        const r = await p.post(CHAT, conversation(topic, turn), NO_STORE);
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers['x-upstream'], home, `turn ${turn}`);
+        assert.ok(r.json.usage.prompt_tokens_details.cached_tokens > 1000,
+            `turn ${turn} reuses the replica's KV cache: ${JSON.stringify(r.json.usage)}`);
+    }
+    const st = await A.stats();
+    const rep = st.replicas.find((x) => x.name === home);
+    assert.ok(rep.routed_by_prefix >= 2, JSON.stringify(rep));
+});
+
+h.test('promptcache report sums the three instances\' counters', async () => {
+    const sum = async (keys) => {
+        const all = await Promise.all([A, B, C].map((p) => p.stats()));
+        return Object.fromEntries(keys.map((k) => [k, all.reduce((s, st) => s + st[k], 0)]));
+    };
+    const want = await sum(['cache_hits', 'cache_hits_semantic', 'cache_misses', 'cache_bypasses',
+        'cache_refreshes', 'tokens_saved_prompt', 'tokens_saved_completion', 'tokens_upstream_prompt',
+        'tokens_upstream_completion']);
+    const requests = want.cache_hits + want.cache_misses + want.cache_bypasses + want.cache_refreshes;
+    assert.ok(want.cache_hits >= 4 && want.cache_hits_semantic >= 2, JSON.stringify(want));
+    /* each worker flushes its counts about once a second */
+    const j = await h.waitFor(async () => {
+        const r = await h.runCli(['report', '--redis', env.redis.url, '--format', 'json']);
+        assert.equal(r.code, 0, r.output);
+        const t = JSON.parse(r.stdout);
+        return t.total.requests >= requests && t.total.upstream_prompt_tokens >= want.tokens_upstream_prompt
+            ? t : null;
+    }, {timeout: 15000, what: `the report to count ${requests} requests`});
+    const t = j.total;
+    assert.equal(t.requests, requests);
+    assert.equal(t.errors, 0);
+    assert.equal(t.hits, want.cache_hits);
+    assert.equal(t.semantic_hits, want.cache_hits_semantic);
+    assert.equal(t.misses, want.cache_misses);
+    assert.equal(t.bypasses, want.cache_bypasses + want.cache_refreshes);
+    assert.equal(t.saved_prompt_tokens, want.tokens_saved_prompt);
+    assert.equal(t.saved_completion_tokens, want.tokens_saved_completion);
+    assert.equal(t.upstream_prompt_tokens, want.tokens_upstream_prompt);
+    assert.equal(t.upstream_completion_tokens, want.tokens_upstream_completion);
+});
+
+h.test('tear down', async () => {
+    await Promise.all([A, B, C].filter(Boolean).map((p) => p.stop()));
+    await Promise.all(reps.map((r) => r.close()));
+    if (sem)
+        await sem.close();
+});

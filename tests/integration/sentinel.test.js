@@ -1,0 +1,203 @@
+'use strict';
+/*
+ * Redis Sentinel: two proxy instances on `--redis sentinel://...` (a primary,
+ * a replica, three sentinels on loopback, which require a password of their
+ * own: redis-sentinel-password) under a steady stream of cacheable
+ * requests from several clients; the primary is SIGKILLed. Shown: no client
+ * request fails (every answer 200; BYPASS while there is no primary), the
+ * sentinels promote the replica and every Redis client of both processes
+ * follows by itself - the worker stores (HITs again, entries written to the
+ * new primary), the semantic index's reader (a reworded question stored
+ * through one instance hits by meaning through the other) and the prefix
+ * index's writer and reader (their /stats counters move again) - and the
+ * tools (report, migrate) reach the new primary through the sentinels.
+ */
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
+const h = require('./lib');
+const {startSentinelGroup} = require('./lib/sentinel');
+const {startVllmMock} = require('../mock/vllm');
+const {createSemanticMock} = require('../mock/semantic');
+
+const env = h.environment({redis: false, proxy: false});
+const CHAT = '/v1/chat/completions';
+const NO_STORE = {'cache-control': 'no-store'};
+const SENTINEL_PASSWORD = 'sentinel-only-5e1f';
+const CLIENTS = 4;
+const PACE_MS = 5; /* each client's pause between two requests */
+
+let group = null;
+let sem = null;
+let reps = [];
+let a = null;
+let b = null;
+
+const body = (text) => ({model: 'mock-vllm', max_tokens: 4,
+    messages: [{role: 'system', content: 'You are terse.'}, {role: 'user', content: text}]});
+
+/* A conversation whose long first turn makes a prefix chain worth routing by. */
+function conversation(topic, n) {
+    const messages = [{role: 'user', content: `${topic}: ${'context '.repeat(600)}`}];
+    for (let i = 1; i < n; i++)
+        messages.push({role: 'assistant', content: `answer ${i}`}, {role: 'user', content: `${topic} follow-up ${i}`});
+    return {model: 'mock-vllm', messages, max_tokens: 4};
+}
+
+function proxyArgs() {
+    return ['--upstream-type', 'vllm', '--semantic', 'yes', '--embedder', 'openai',
+        '--embedder-url', sem.url, '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9'];
+}
+
+/*
+ * CLIENTS loops sending cacheable requests through a and b in turn, each
+ * pausing PACE_MS between two, until stop(): a few questions asked over and over (HITs) and a new one now and
+ * then (MISS, stored, a prefix record). Every answer is kept.
+ */
+function startLoad() {
+    const answers = [];
+    let running = true;
+    const pool = Array.from({length: 8}, (_, i) => h.uniq(`load question ${i}`));
+    const loops = Array.from({length: CLIENTS}, async (_, c) => {
+        for (let n = 0; running; n++) {
+            const proxy = (c + n) % 2 ? a : b;
+            const text = n % 5 === 4 ? h.uniq(`fresh ${c}`) : pool[(c * 3 + n) % pool.length];
+            const t = Date.now();
+            try {
+                const r = await proxy.post(CHAT, body(text));
+                answers.push({t, status: r.status, cache: r.headers['x-cache-status'], text: r.text});
+            } catch (e) {
+                answers.push({t, status: 0, cache: null, text: e.message});
+            }
+            await h.sleep(PACE_MS); /* a steady stream, not a flood: time is the behaviour here */
+        }
+    });
+    return {answers, stop: async () => {
+        running = false;
+        await Promise.all(loops);
+    }};
+}
+
+const stats = async (p) => p.stats();
+
+function assertMiss(r) {
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers['x-cache-status'], 'MISS', 'X-Cache-Status');
+}
+
+h.test('set up: a primary, a replica, three sentinels, two proxies', {timeout: 90000}, async () => {
+    group = await startSentinelGroup({password: SENTINEL_PASSWORD});
+    await group.ready();
+    sem = await createSemanticMock().listen();
+    reps = [await startVllmMock({name: 'v0', usPerToken: 0, usPerOutputToken: 0}),
+        await startVllmMock({name: 'v1', usPerToken: 0, usPerOutputToken: 0})];
+    const start = () => env.startProxy({redis: group.url(), upstream: reps.map((r) => r.url),
+        args: proxyArgs(), waitReady: false, env: {PROMPTCACHE_REDIS_SENTINEL_PASSWORD: SENTINEL_PASSWORD}});
+    a = await start();
+    b = await start();
+    await a.waitReady(200, 20000);
+    await b.waitReady(200, 20000);
+    assert.match(a.proc.output, new RegExp(`connected to primary mymaster at 127\\.0\\.0\\.1:${group.primary.port}`));
+});
+
+h.test('the primary dies under load: no request fails, every client follows the new primary', {timeout: 150000}, async () => {
+    const load = startLoad();
+    try {
+        /* caching works, and the background clients are following the stream and sets */
+        await h.waitFor(async () => (await stats(a)).cache_hits > 0 && (await stats(b)).cache_hits > 0,
+            {timeout: 20000, what: 'HITs through both instances'});
+        const topic = h.uniq('before');
+        await a.post(CHAT, conversation(topic, 1), NO_STORE);
+        await h.waitFor(async () => (await stats(b)).prefix_sync_applied > 0,
+            {timeout: 20000, what: 'b applying a prefix record of a'});
+
+        /* the kill */
+        const oldPort = group.primary.port;
+        const killedAt = Date.now();
+        await group.primary.kill();
+        await h.waitFor(async () => (await group.masterPort(0)) === group.replica.port,
+            {timeout: 60000, interval: 100, what: 'the sentinels to promote the replica'});
+        const promotedAt = Date.now();
+
+        /* the stores follow */
+        await a.waitReady(200, 30000);
+        await b.waitReady(200, 30000);
+        const readyAt = Date.now();
+        const before = {a: await stats(a), b: await stats(b)};
+        const keysBefore = Number(await group.replica.command('DBSIZE'));
+
+        /* exact entries are written to the new primary and hit through the other instance */
+        const q = body(h.uniq('after the failover'));
+        assertMiss(await a.post(CHAT, q));
+        await h.eventually(async () => h.assertHit(await b.post(CHAT, q)), {timeout: 10000});
+        assert.ok(Number(await group.replica.command('DBSIZE')) > keysBefore, 'entries written to the new primary');
+        await h.waitFor(async () => (await stats(a)).cache_hits > before.a.cache_hits &&
+            (await stats(b)).cache_hits > before.b.cache_hits, {timeout: 20000, what: 'HITs again on both'});
+
+        /* the semantic index's reader of b follows the new primary's stream */
+        const tag = h.uniq('t').split(' ')[1];
+        assertMiss(await a.post(CHAT, body(`how tall is mount everest ${tag}`)));
+        await h.waitFor(async () => (await stats(b)).semantic_sync_events > before.b.semantic_sync_events,
+            {timeout: 30000, what: 'b applying vector events again'});
+        const r = await b.post(CHAT, body(`mount everest: how tall ${tag}`), NO_STORE);
+        assert.equal(r.headers['x-cache-match'], 'semantic', `X-Cache-Match (${r.headers['x-cache-status']})`);
+
+        /* the prefix index's writer (a) and reader (b) too */
+        const topic2 = h.uniq('after');
+        await a.post(CHAT, conversation(topic2, 1), NO_STORE);
+        await h.waitFor(async () => (await stats(a)).prefix_sync_published > before.a.prefix_sync_published &&
+            (await stats(b)).prefix_sync_applied > before.b.prefix_sync_applied,
+        {timeout: 30000, what: 'a publishing and b applying prefix records again'});
+
+        await load.stop();
+        const all = load.answers;
+        const failed = all.filter((x) => x.status !== 200);
+        assert.deepEqual(failed.slice(0, 5), [], `${failed.length} of ${all.length} requests failed`);
+        const during = all.filter((x) => x.t >= killedAt && x.t < readyAt);
+        const after = all.filter((x) => x.t >= readyAt);
+        assert.ok(during.length > 0, 'requests were sent during the failover');
+        assert.ok(after.some((x) => x.cache === 'HIT'), 'HITs after the failover');
+        for (const p of [a, b])
+            assert.ok(!p.proc.output.includes(SENTINEL_PASSWORD), 'the sentinels\' password is never logged');
+        const count = (list, c) => list.filter((x) => x.cache === c).length;
+        process.stdout.write(`# sentinel failover: ${all.length} requests, 0 failed; primary :${oldPort} ` +
+            `killed, replica promoted after ${promotedAt - killedAt} ms, both proxies ready after ` +
+            `${readyAt - killedAt} ms; during the failover ${during.length} requests ` +
+            `(${count(during, 'BYPASS')} BYPASS, ${count(during, 'HIT')} HIT, ${count(during, 'MISS')} MISS)\n`);
+    } finally {
+        await load.stop();
+    }
+});
+
+h.test('the tools reach the new primary through the sentinels', async () => {
+    const file = path.join(h.tmpDir('pc-secret-'), 'sentinel');
+    fs.writeFileSync(file, `${SENTINEL_PASSWORD}\n`, {mode: 0o600});
+    const auth = ['--redis-sentinel-password-file', file];
+    const m = await h.runCli(['migrate', '--redis', group.url(), ...auth, '--dry-run']);
+    assert.equal(m.code, 0, m.output);
+    assert.match(m.stdout, /the schema is current/);
+    /* the workers flush their counts about once a second, also those of the failover */
+    await h.waitFor(async () => {
+        const r = await h.runCli(['report', '--redis', group.url(), ...auth, '--format', 'json']);
+        assert.equal(r.code, 0, r.output);
+        const j = JSON.parse(r.stdout);
+        return j.total.requests > 0 && j.total.hits > 0 && j.total.bypasses > 0;
+    }, {timeout: 15000, what: 'the report to show requests, hits and the failover\'s bypasses'});
+    /* without the sentinels' password, or with all of them gone, the tools say why */
+    const noauth = await h.runCli(['report', '--redis', group.url()]);
+    assert.equal(noauth.code, 1);
+    assert.match(noauth.stderr, /NOAUTH/);
+    const dead = await h.freePort();
+    const down = await h.runCli(['report', '--redis', `sentinel://127.0.0.1:${dead}/mymaster`]);
+    assert.equal(down.code, 1);
+    assert.match(down.stderr, new RegExp(`sentinel 127\\.0\\.0\\.1:${dead}: `));
+});
+
+h.test('tear down', async () => {
+    await Promise.all([a, b].filter(Boolean).map((p) => p.stop()));
+    await Promise.all(reps.map((r) => r.close()));
+    if (sem)
+        await sem.close();
+    if (group)
+        await group.stop();
+});
