@@ -2,12 +2,16 @@
  * entry.c - encode/decode cached answers and build their Redis keys (see
  * pc_entry.h). Owns nothing: decoded entries point into the caller's buffer.
  *
- *   0   "PCE" 0x01          magic + format
+ *   0   "PCE" 0x02          magic + format (0x01: written before cache writes were kept)
  *   4   u8 kind, u8 endpoint, u16 status
  *   8   i64 created_ms, u32 latency_ms
- *   20  u8 usage present, i64 prompt, i64 completion, i64 cached
- *   45  u16 content-type length, bytes
+ *   20  u8 usage present, i64 prompt, i64 completion, i64 cached (cache read)
+ *   45  i64 cache_write                 (format 2 only; 0 for format 1)
+ *   ..  u16 content-type length, bytes
  *   ..  u32 body length, bytes          (nothing may follow)
+ *
+ * Format 1 entries still decode (their cache writes, if any, count as plain
+ * input), so an upgrade keeps every cached answer.
  */
 #include "pc_entry.h"
 #include "pc_migrate.h"
@@ -15,7 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char entry_magic[4] = {'P', 'C', 'E', 1};
+static const char entry_magic[4] = {'P', 'C', 'E', 2};
+#define ENTRY_FORMAT_OLD 1
 
 static void put_u(struct pc_buf *out, uint64_t v, int bytes)
 {
@@ -39,6 +44,7 @@ void entry_encode(const struct entry *e, struct pc_buf *out)
     put_u(out, (uint64_t)e->usage.prompt, 8);
     put_u(out, (uint64_t)e->usage.completion, 8);
     put_u(out, (uint64_t)e->usage.cached, 8);
+    put_u(out, (uint64_t)e->usage.cache_write, 8);
     put_u(out, ctlen, 2);
     pc_buf_append(out, e->content_type, ctlen);
     put_u(out, e->body_len, 4);
@@ -80,9 +86,10 @@ static const char *get_bytes(struct reader *r, size_t n)
 
 int entry_decode(const char *buf, size_t len, struct entry *e)
 {
-    if (buf == NULL || len < sizeof(entry_magic) ||
-        memcmp(buf, entry_magic, sizeof(entry_magic)) != 0)
+    if (buf == NULL || len < sizeof(entry_magic) || memcmp(buf, entry_magic, 3) != 0 ||
+        (buf[3] != entry_magic[3] && buf[3] != ENTRY_FORMAT_OLD))
         return -1;
+    bool old = buf[3] == ENTRY_FORMAT_OLD;
     struct reader r = {(const unsigned char *)buf + 4, len - 4, false};
     memset(e, 0, sizeof(*e));
     uint64_t kind = get_u(&r, 1), ep = get_u(&r, 1);
@@ -93,6 +100,7 @@ int entry_decode(const char *buf, size_t len, struct entry *e)
     e->usage.prompt = (int64_t)get_u(&r, 8);
     e->usage.completion = (int64_t)get_u(&r, 8);
     e->usage.cached = (int64_t)get_u(&r, 8);
+    e->usage.cache_write = old ? 0 : (int64_t)get_u(&r, 8);
     e->content_type_len = (size_t)get_u(&r, 2);
     e->content_type = get_bytes(&r, e->content_type_len);
     e->body_len = (size_t)get_u(&r, 4);
@@ -100,7 +108,8 @@ int entry_decode(const char *buf, size_t len, struct entry *e)
     /* created_ms is bounded so that age arithmetic can never overflow. */
     if (r.bad || r.left != 0 || kind > ENTRY_SSE || ep == API_NONE || ep >= API__COUNT ||
         e->status < 200 || e->status > 299 || e->created_ms < 0 ||
-        e->created_ms > (INT64_C(1) << 53))
+        e->created_ms > (INT64_C(1) << 53) || e->usage.prompt < 0 || e->usage.completion < 0 ||
+        e->usage.cached < 0 || e->usage.cache_write < 0)
         return -1;
     e->kind = (enum entry_kind)kind;
     e->endpoint = (enum api_endpoint)ep;
