@@ -180,13 +180,28 @@ static void money_of(enum tally_metric m, int64_t count, const struct price *pr,
     }
 }
 
+/* The token metrics money_of prices (every other metric is a count). */
 static bool priced_metric(enum tally_metric m)
 {
-    struct price one = {NULL, 1, 1, 1, 2};
-    struct report_money d = {0};
-    money_of(m, 1000000, &one, &d);
-    return d.saved != 0 || d.saved_semantic != 0 || d.upstream != 0 || d.own != 0 ||
-           m == TALLY_saved_cached_tokens || m == TALLY_semantic_saved_cached_tokens;
+    switch (m) {
+    case TALLY_saved_prompt_tokens:
+    case TALLY_saved_cached_tokens:
+    case TALLY_saved_cache_write_tokens:
+    case TALLY_saved_completion_tokens:
+    case TALLY_semantic_saved_prompt_tokens:
+    case TALLY_semantic_saved_cached_tokens:
+    case TALLY_semantic_saved_cache_write_tokens:
+    case TALLY_semantic_saved_completion_tokens:
+    case TALLY_upstream_prompt_tokens:
+    case TALLY_upstream_cached_tokens:
+    case TALLY_upstream_cache_write_tokens:
+    case TALLY_upstream_completion_tokens:
+    case TALLY_own_prompt_tokens:
+    case TALLY_own_completion_tokens:
+        return true;
+    default:
+        return false;
+    }
 }
 
 static void money_add(struct report_money *sum, const struct report_money *d)

@@ -28,6 +28,13 @@
  *                             whatever the request's Accept-Encoding said
  *   x-mock-body: TEXT         answer exactly TEXT as application/json, with
  *                             x-mock-status (default 200): a gateway's odd 2xx
+ *   x-mock-prompt-tokens: N   usage: N prompt tokens read in full (else a word count)
+ *   x-mock-completion-tokens: N  usage: N completion tokens (else a word count)
+ *   x-mock-cache-read: N      usage: N more prompt tokens, read from the provider's
+ *                             prompt cache (OpenAI prompt_tokens_details.cached_tokens,
+ *                             Anthropic cache_read_input_tokens)
+ *   x-mock-cache-write: N     usage: N more prompt tokens written to it (Anthropic
+ *                             cache_creation_input_tokens; ignored for OpenAI)
  *
  * Observability (in-process, or GET /__mock/stats; POST /__mock/reset):
  * call counts in total and per path, the received requests, the number of
@@ -66,6 +73,10 @@ function readControls(headers) {
         body: headers['x-mock-body'],
         size: int('x-mock-size') || 0,
         hold: headers['x-mock-hold'],
+        promptTokens: int('x-mock-prompt-tokens'),
+        completionTokens: int('x-mock-completion-tokens'),
+        cacheRead: int('x-mock-cache-read') || 0,
+        cacheWrite: int('x-mock-cache-write') || 0,
     };
 }
 
@@ -306,7 +317,8 @@ class Mock extends EventEmitter {
             model: typeof rec.body.model === 'string' ? rec.body.model : 'unknown',
             id: `chatcmpl-mock${rec.seq}`, msgId: `msg_mock${rec.seq}`,
             created: Math.floor(Date.now() / 1000),
-            promptTokens: countTokens(promptText(rec.body)),
+            promptTokens: controls.promptTokens !== undefined ? controls.promptTokens
+                : countTokens(promptText(rec.body)),
             openaiHeaders: {'x-request-id': `req_mock${rec.seq}`, 'openai-processing-ms': '1'},
             anthropicHeaders: {'request-id': `req_mock${rec.seq}`},
         };

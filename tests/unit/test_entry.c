@@ -43,6 +43,32 @@ static void test_round_trip(void)
     pc_buf_free(&b);
 }
 
+/*
+ * Format 2 keeps the cache writes; a format-1 entry (written before them)
+ * still decodes, its cache writes 0.
+ */
+static void test_old_format(void)
+{
+    struct entry e = sample(), d;
+    e.usage.cache_write = 17;
+    struct pc_buf b = PC_BUF_INIT;
+    entry_encode(&e, &b);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK_INT(d.usage.cache_write, 17);
+    /* The same entry as format 1 wrote it: no cache_write field. */
+    struct pc_buf old = PC_BUF_INIT;
+    pc_buf_append(&old, b.data, 45);
+    old.data[3] = 1;
+    pc_buf_append(&old, b.data + 53, b.len - 53);
+    T_CHECK_INT(entry_decode(old.data, old.len, &d), 0);
+    T_CHECK_INT(d.usage.prompt, 120);
+    T_CHECK_INT(d.usage.cached, 64);
+    T_CHECK_INT(d.usage.cache_write, 0);
+    T_CHECK(d.body_len == e.body_len && memcmp(d.body, e.body, e.body_len) == 0);
+    pc_buf_free(&b);
+    pc_buf_free(&old);
+}
+
 static void test_rejects_malformed(void)
 {
     struct entry e = sample(), d;
@@ -55,9 +81,9 @@ static void test_rejects_malformed(void)
     T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
     b.len--;
     /* Wrong magic / format. */
-    b.data[3] = 2;
+    b.data[3] = 3;
     T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
-    b.data[3] = 1;
+    b.data[3] = 2;
     /* Not a 2xx: never served. */
     struct entry bad = sample();
     bad.status = 500;
@@ -96,6 +122,7 @@ int main(void)
 {
     T_RUN(test_round_trip);
     T_RUN(test_rejects_malformed);
+    T_RUN(test_old_format);
     T_RUN(test_keys);
     T_DONE();
 }
