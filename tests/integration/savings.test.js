@@ -333,6 +333,21 @@ h.test('metrics-token guards /metrics, /stats and /dashboard (bearer or basic), 
     assert.equal(env.mock.calls.total, calls, 'the favicon never goes upstream');
 });
 
+h.test('the Grafana dashboard in conf/ uses only metrics the proxy exports', async () => {
+    const dash = JSON.parse(fs.readFileSync(path.join(h.REPO, 'conf', 'grafana-dashboard.json'), 'utf8'));
+    const text = (await env.proxies[env.proxies.length - 1].get('/metrics',
+        {authorization: 'Bearer metrics-secret-1'})).text;
+    const families = new Set([...text.matchAll(/^# TYPE (\w+) /gm)].map((m) => m[1]));
+    const used = new Set();
+    for (const p of dash.panels)
+        for (const t of p.targets)
+            for (const m of t.expr.matchAll(/promptcache_\w+/g))
+                used.add(m[0].replace(/_(bucket|sum|count)$/, ''));
+    assert.ok(used.size >= 10, 'the dashboard queries the proxy');
+    for (const name of used)
+        assert.ok(families.has(name), `${name} is exported`);
+});
+
 h.test('-t checks the price list; implausible entries are refused with file and model', async () => {
     const bad = path.join(dir, 'bad.json');
     fs.writeFileSync(bad, JSON.stringify({models: {'cheap-model': {input: 1, cache_read: 2, output: 1}}}));
