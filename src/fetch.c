@@ -305,6 +305,7 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
     struct fetch *f = arg;
     PC_CHECK_OBJ(f, FETCH_MAGIC);
     f->x = NULL;
+    const char *called = f->rep != NULL ? f->rep->name : NULL; /* replicas live as long as we do */
     if (result == XFER_ERR_CONNECT && !f->got_head && retry_elsewhere(f, errmsg))
         return;
     uint64_t latency = pc_mono_us() - f->start_us;
@@ -316,8 +317,8 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
     if (result != XFER_OK) {
         log_write(PC_LOG_WARN, f->reqid, "upstream %s: %s",
                   f->rep != NULL ? f->rep->name : "(none left)", errmsg ? errmsg : "failed");
-        if (f->rep != NULL) /* the access log names the replica of an error too */
-            flight_note_upstream(f->fl, f->rep->name);
+        if (called != NULL) /* the access log names the replica of an error too */
+            flight_note_upstream(f->fl, called);
     }
     fetch_release(f, result == XFER_OK             ? ROUTE_OK
                      : result == XFER_ERR_CONNECT  ? ROUTE_CONNECT_ERR

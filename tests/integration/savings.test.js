@@ -14,6 +14,7 @@ const path = require('node:path');
 const {spawnSync} = require('node:child_process');
 const h = require('./lib');
 const {openBrowser} = require('./lib/browser');
+const {createSemanticMock} = require('../mock/semantic');
 
 const CHAT = '/v1/chat/completions';
 const MESSAGES = '/v1/messages';
@@ -144,6 +145,7 @@ const sum = (list, name, pred = () => true) =>
     list.filter((s) => s.name === name && pred(s.labels)).reduce((n, s) => n + s.value, 0);
 
 let want;
+let guarded; /* the proxy with a metrics-token */
 
 h.test('a hit saves what the original call cost: /stats, priced per token kind', async () => {
     want = await workload(env.proxy, 'one');
@@ -317,7 +319,7 @@ h.test('figures survive a restart and add up across two instances (one with Lite
 });
 
 h.test('metrics-token guards /metrics, /stats and /dashboard (bearer or basic), not health', async () => {
-    const p = await env.startProxy({args: ['--metrics-token', 'metrics-secret-1']});
+    const p = guarded = await env.startProxy({args: ['--metrics-token', 'metrics-secret-1']});
     for (const path of ['/metrics', '/stats', '/dashboard', '/dashboard/data']) {
         const r = await p.get(path);
         assert.equal(r.status, 401, path);
@@ -333,10 +335,56 @@ h.test('metrics-token guards /metrics, /stats and /dashboard (bearer or basic), 
     assert.equal(env.mock.calls.total, calls, 'the favicon never goes upstream');
 });
 
+h.test('semantic hits: money saved by meaning; the embedder calls are priced and subtracted', async () => {
+    const sem = await createSemanticMock().listen();
+    const list = path.join(dir, 'semantic-prices.json');
+    fs.writeFileSync(list, JSON.stringify({models: {
+        'gpt-4o-mini': {input: 0.15, cache_read: 0.075, output: 0.6}, 'mock-embed': {input: 20}}}));
+    try {
+        const p = await env.startProxy({args: ['--pricing', list, '--semantic', 'yes',
+            '--embedder', 'openai', '--embedder-url', sem.url, '--embedder-model', 'mock-embed',
+            '--semantic-threshold', '0.9']});
+        const t = h.uniq('sem').split(' ')[1];
+        const u = {prompt: 1000, read: 0, write: 0, output: 100};
+        const first = await p.post(CHAT, h.chatBody(`How do I reverse a list in Python ${t}?`),
+            usageHeaders(u));
+        assert.equal(first.headers['x-cache-status'], 'MISS');
+        await h.eventually(async () => assert.equal((await p.stats()).cache_stores, 1));
+        const second = await p.post(CHAT, h.chatBody(`in python ${t}, how do i REVERSE a list`));
+        assert.equal(second.headers['x-cache-match'], 'semantic');
+        const s = await p.stats();
+        const cost = nano('gpt-4o-mini', u);
+        assert.equal(toNano(s.saved_cost_semantic), cost, 'saved by meaning');
+        assert.equal(toNano(s.saved_cost_exact), 0);
+        assert.ok(s.semantic_embed_tokens > 0, 'the embedder reported tokens');
+        assert.equal(s.own_calls_tokens.input, s.semantic_embed_tokens);
+        assert.equal(toNano(s.own_calls_cost.embedder), Math.round(s.semantic_embed_tokens * 20 * 1000));
+        assert.equal(toNano(s.net_saved_cost), cost - toNano(s.own_calls_cost.embedder));
+        const r = await h.waitFor(async () => {
+            const j = JSON.parse((await report(['--pricing', list])).stdout);
+            return toNano(j.total.money_saved_semantic) === cost && j.total.own_calls_cost > 0 ? j : null;
+        }, {timeout: 15000, what: 'the report to show the semantic hit and the embedder'});
+        assert.equal(toNano(r.total.own_calls_cost), toNano(s.own_calls_cost.embedder));
+        assert.equal(r.total.semantic_hits, 1);
+        await p.stop();
+    } finally {
+        await sem.close();
+    }
+});
+
+h.test('the access log names the replica of a failed call', async () => {
+    const dead = await h.freePort();
+    const p = await env.startProxy({upstream: `http://127.0.0.1:${dead}`});
+    const r = await p.post(CHAT, h.chatBody(h.uniq('dead upstream')));
+    assert.equal(r.status, 502);
+    const line = await p.waitAccessLog((l) => l.status === 502);
+    assert.equal(line.upstream, `127.0.0.1:${dead}`);
+    await p.stop();
+});
+
 h.test('the Grafana dashboard in conf/ uses only metrics the proxy exports', async () => {
     const dash = JSON.parse(fs.readFileSync(path.join(h.REPO, 'conf', 'grafana-dashboard.json'), 'utf8'));
-    const text = (await env.proxies[env.proxies.length - 1].get('/metrics',
-        {authorization: 'Bearer metrics-secret-1'})).text;
+    const text = (await guarded.get('/metrics', {authorization: 'Bearer metrics-secret-1'})).text;
     const families = new Set([...text.matchAll(/^# TYPE (\w+) /gm)].map((m) => m[1]));
     const used = new Set();
     for (const p of dash.panels)
