@@ -28,6 +28,13 @@ struct pricing;
 
 /* Reads conf->redis (copied). Never NULL. */
 struct dash *dash_create(const struct conf *c);
+/*
+ * Start the first read now (so the dashboard has figures at once), and let
+ * it hand the busiest models of the last 24 hours, every instance's, to the
+ * metrics' model label (stats_seed_models): "top N by traffic" across
+ * restarts, with the slots left over taken first come.
+ */
+void dash_start(struct dash *d);
 /* Waits for a read in progress. *d is NULLed. */
 void dash_destroy(struct dash **d);
 /*

@@ -110,7 +110,8 @@ enum stat_label {
     SL_CACHE = 0, /* hit, miss, bypass, refresh */
     SL_MATCH,     /* exact, semantic */
     SL_ENDPOINT,  /* chat, completions, embeddings, messages, other */
-    SL_MODEL,     /* the first metrics-models models answered, then "other" */
+    SL_MODEL,     /* metrics-models models (the busiest in Redis' counters at start, then the
+                     first answered), then "other" */
     SL_UPSTREAM,  /* the replicas, by index */
     SL_TOKEN,     /* input (uncached), cache_read, cache_write, output */
     SL_CALLER,    /* embedder, verifier */
@@ -241,6 +242,8 @@ void stats_observe(struct stats *st, enum stat_family f, const struct stat_label
  */
 void stats_set_model_limit(int limit);
 int stats_model_slot(const char *model, bool admit);
+/* Give free slots to these models first (the busiest of the last hours, read from Redis). */
+void stats_seed_models(const char *const *models, size_t n);
 /* Names of the upstream label values, by replica index (set once at start). */
 void stats_set_upstreams(const char *const *names, size_t n);
 

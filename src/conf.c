@@ -400,10 +400,11 @@ static const struct conf_key conf_keys[] = {
              "stay open."},
     {.name = "metrics-models", .type = CONF_INT, FIELD(metrics_models), .def = "10", .imin = 0,
      .imax = 50, .arg = "N",
-     .help = "Models that get their own model label in /metrics: the first N models answered "
-             "since the start (each keeps its label for the life of the process, so its "
-             "counters stay monotonic); every other model is counted as model=\"other\". Bounds "
-             "the number of series whatever model names clients send."},
+     .help = "Models that get their own model label in /metrics: at start, the busiest N of "
+             "the last 24 hours in the hourly counters (every instance's), then, while labels "
+             "are left, the first models answered. A model keeps its label for the life of the "
+             "process, so its counters stay monotonic; every other model is counted as "
+             "model=\"other\". Bounds the number of series whatever model names clients send."},
 
     {.name = "log-level", .type = CONF_ENUM, FIELD(log_level), .def = "notice",
      .names = log_level_names, .section = "Logging", .flags = CONF_RELOAD,

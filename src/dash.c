@@ -12,6 +12,7 @@
 #include "pc_conf.h"
 #include "pc_rcli.h"
 #include "pc_report.h"
+#include "pc_stats.h"
 #include "pc_tally.h"
 
 #include <math.h>
@@ -44,6 +45,7 @@ struct dash {
     bool reading;                      /* a reader thread runs; under mu */
     bool joinable;                     /* a thread was started and not joined yet */
     pthread_t thread;
+    bool seed;       /* the next read hands the busiest models to the metrics */
     int64_t read_ms; /* when the last read finished (0: never) */
     char error[256]; /* of the last read, "" if it went well */
 };
@@ -109,6 +111,32 @@ static bool wanted(struct dash *d, int64_t hour, int64_t now_hour)
     return w;
 }
 
+static void fill(struct report *r, const struct hour *h);
+
+/* The busiest models of the hours read (by requests), for the metrics' model label. */
+static void seed_models(struct dash *d, int64_t now_hour)
+{
+    struct report r;
+    report_init(&r, 0, 0);
+    r.no_tenants = true;
+    pthread_mutex_lock(&d->mu);
+    for (int64_t h = now_hour; h > now_hour - 24; h--)
+        if (d->hours[h % DASH_HOURS_MAX].hour == h)
+            fill(&r, &d->hours[h % DASH_HOURS_MAX]);
+    pthread_mutex_unlock(&d->mu);
+    report_sort(&r);
+    const char *names[STATS_MODELS_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < r.models.n && n < STATS_MODELS_MAX; i++) {
+        const char *m = r.models.v[i].name;
+        if (r.models.v[i].v[TALLY_requests] > 0 && strcmp(m, TALLY_OTHER) != 0 &&
+            strcmp(m, "-") != 0)
+            names[n++] = m;
+    }
+    stats_seed_models(names, n);
+    report_free(&r);
+}
+
 static void *reader(void *arg)
 {
     struct dash *d = arg;
@@ -140,6 +168,12 @@ static void *reader(void *arg)
     }
     rcli_close(&k);
     pthread_mutex_lock(&d->mu);
+    bool seed = d->seed && error[0] == '\0';
+    d->seed = d->seed && !seed;
+    pthread_mutex_unlock(&d->mu);
+    if (seed)
+        seed_models(d, now_hour);
+    pthread_mutex_lock(&d->mu);
     snprintf(d->error, sizeof d->error, "%s", error);
     d->read_ms = pc_wall_ms();
     d->reading = false;
@@ -165,6 +199,15 @@ static void maybe_read(struct dash *d, int hours)
         return;
     }
     d->joinable = true;
+}
+
+void dash_start(struct dash *d)
+{
+    PC_CHECK_OBJ(d, DASH_MAGIC);
+    pthread_mutex_lock(&d->mu);
+    d->seed = true;
+    maybe_read(d, 24);
+    pthread_mutex_unlock(&d->mu);
 }
 
 /* ---- rendering ------------------------------------------------------------------- */

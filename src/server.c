@@ -338,6 +338,8 @@ int server_run(const struct conf *c)
     }
     if (start_workers(&s, err, sizeof(err)) < 0)
         goto out;
+    if (s.dash != NULL)
+        dash_start(s.dash);
     if (s.psync != NULL && psync_start(s.psync) < 0) {
         snprintf(err, sizeof(err), "cannot start the prefix index's sharing threads");
         goto out;

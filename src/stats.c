@@ -173,6 +173,20 @@ int stats_model_slot(const char *model, bool admit)
     return i >= 0 ? i : STATS_MODEL_N - 1;
 }
 
+void stats_seed_models(const char *const *models, size_t n)
+{
+    pthread_mutex_lock(&slot_mu);
+    for (size_t i = 0; i < n && slot_count < slot_limit; i++) {
+        char name[TALLY_MODEL_MAX + 1];
+        tally_model(models[i], name);
+        if (slot_find(name, slot_count) >= 0)
+            continue;
+        snprintf(slot_names[slot_count], sizeof slot_names[slot_count], "%s", name);
+        __atomic_store_n(&slot_count, slot_count + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&slot_mu);
+}
+
 void stats_set_upstreams(const char *const *names, size_t n)
 {
     upstream_names = names;

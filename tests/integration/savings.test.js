@@ -318,6 +318,19 @@ h.test('figures survive a restart and add up across two instances (one with Lite
     assert.equal(toNano(r.total.money_saved), total);
 });
 
+h.test('the model label goes to the busiest models in Redis first, then first come; the rest is other', async () => {
+    const p = await env.startProxy({args: ['--metrics-models', '1']});
+    await dashboardData(p, () => true); /* the first read (which hands over the busiest) is done */
+    await p.post(MESSAGES, h.messagesBody(h.uniq('label other')));
+    await p.post(CHAT, h.chatBody(h.uniq('label busiest')));
+    const m = samples((await p.get('/metrics')).text);
+    const models = new Set(m.filter((x) => x.name === 'promptcache_api_requests_total')
+        .map((x) => x.labels.model));
+    assert.deepEqual([...models].sort(), ['gpt-4o-mini', 'other'],
+        'gpt-4o-mini, the busiest of the last hours, kept its label; claude is other');
+    await p.stop();
+});
+
 h.test('metrics-token guards /metrics, /stats and /dashboard (bearer or basic), not health', async () => {
     const p = guarded = await env.startProxy({args: ['--metrics-token', 'metrics-secret-1']});
     for (const path of ['/metrics', '/stats', '/dashboard', '/dashboard/data']) {
@@ -362,7 +375,8 @@ h.test('semantic hits: money saved by meaning; the embedder calls are priced and
         assert.equal(toNano(s.net_saved_cost), cost - toNano(s.own_calls_cost.embedder));
         const r = await h.waitFor(async () => {
             const j = JSON.parse((await report(['--pricing', list])).stdout);
-            return toNano(j.total.money_saved_semantic) === cost && j.total.own_calls_cost > 0 ? j : null;
+            return toNano(j.total.money_saved_semantic) === cost &&
+                toNano(j.total.own_calls_cost) === toNano(s.own_calls_cost.embedder) ? j : null;
         }, {timeout: 15000, what: 'the report to show the semantic hit and the embedder'});
         assert.equal(toNano(r.total.own_calls_cost), toNano(s.own_calls_cost.embedder));
         assert.equal(r.total.semantic_hits, 1);
@@ -370,6 +384,31 @@ h.test('semantic hits: money saved by meaning; the embedder calls are priced and
     } finally {
         await sem.close();
     }
+});
+
+h.test('SIGHUP reads the price list again; a broken edit keeps the running prices', async () => {
+    const list = path.join(dir, 'reloaded-prices.json');
+    const write = (input) => fs.writeFileSync(list, JSON.stringify({models: {'gpt-4o-mini': {input, output: 0}}}));
+    write(1);
+    const p = await env.startProxy({args: ['--pricing', list]});
+    const u = {prompt: 1000, read: 0, write: 0, output: 0};
+    const hitOnce = async (text) => {
+        const before = (await p.stats()).saved_cost;
+        await missThenHits(p, CHAT, h.chatBody(h.uniq(text)), u, 1);
+        return toNano((await p.stats()).saved_cost - before);
+    };
+    assert.equal(await hitOnce('price one'), 1000 * 1000);
+    write(2);
+    p.proc.signalIt('SIGHUP');
+    await h.waitFor(() => /reload: applied prices/.test(p.proc.output) &&
+        /every worker runs the new configuration/.test(p.proc.output), {what: 'the reload'});
+    assert.equal(await hitOnce('price two'), 2000 * 1000, 'the new price');
+    fs.writeFileSync(list, JSON.stringify({models: {'gpt-4o-mini': {input: -2}}}));
+    p.proc.signalIt('SIGHUP');
+    await h.waitFor(() => /reload refused/.test(p.proc.output), {what: 'the refused reload'});
+    assert.match(p.proc.output, /reloaded-prices\.json: model "gpt-4o-mini"/);
+    assert.equal(await hitOnce('price three'), 2000 * 1000, 'the running prices are kept');
+    await p.stop();
 });
 
 h.test('the access log names the replica of a failed call', async () => {
