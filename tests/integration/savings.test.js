@@ -62,9 +62,20 @@ function usageHeaders(u) {
         'x-mock-completion-tokens': String(u.output)};
 }
 
-/* One MISS, then `hits` HITs of the same request (after its store). Returns the usage. */
+/* Requests the proxy has counted (it counts just after the reply has gone out). */
+async function counted(proxy) {
+    const s = await proxy.stats();
+    return Object.values(s.api_requests).reduce((a, b) => a + b, 0);
+}
+
+async function settle(proxy, n) {
+    await h.waitFor(async () => (await counted(proxy)) >= n, {what: `${n} requests counted`});
+}
+
+/* One MISS, then `hits` HITs of the same request (after its store), all counted. */
 async function missThenHits(proxy, reqPath, body, u, hits, extra = {}) {
     const headers = {...usageHeaders(u), ...extra};
+    const base = await counted(proxy);
     const before = (await proxy.stats()).cache_stores;
     const first = await proxy.post(reqPath, body, headers);
     assert.equal(first.status, 200, first.text);
@@ -72,6 +83,7 @@ async function missThenHits(proxy, reqPath, body, u, hits, extra = {}) {
     await h.eventually(async () => assert.ok((await proxy.stats()).cache_stores > before));
     for (let i = 0; i < hits; i++)
         h.assertHit(await proxy.post(reqPath, {...body, stream: false}, headers));
+    await settle(proxy, base + 1 + hits);
 }
 
 /*
@@ -323,11 +335,14 @@ h.test('the model label goes to the busiest models in Redis first, then first co
     await dashboardData(p, () => true); /* the first read (which hands over the busiest) is done */
     await p.post(MESSAGES, h.messagesBody(h.uniq('label other')));
     await p.post(CHAT, h.chatBody(h.uniq('label busiest')));
-    const m = samples((await p.get('/metrics')).text);
+    await settle(p, 2);
+    const text = (await p.get('/metrics')).text;
+    const m = samples(text);
     const models = new Set(m.filter((x) => x.name === 'promptcache_api_requests_total')
         .map((x) => x.labels.model));
     assert.deepEqual([...models].sort(), ['gpt-4o-mini', 'other'],
-        'gpt-4o-mini, the busiest of the last hours, kept its label; claude is other');
+        `gpt-4o-mini, the busiest of the last hours, kept its label; claude is other\n${
+            text.split('\n').filter((l) => /model=/.test(l)).join('\n')}`);
     await p.stop();
 });
 
@@ -365,6 +380,7 @@ h.test('semantic hits: money saved by meaning; the embedder calls are priced and
         await h.eventually(async () => assert.equal((await p.stats()).cache_stores, 1));
         const second = await p.post(CHAT, h.chatBody(`in python ${t}, how do i REVERSE a list`));
         assert.equal(second.headers['x-cache-match'], 'semantic');
+        await settle(p, 2);
         const s = await p.stats();
         const cost = nano('gpt-4o-mini', u);
         assert.equal(toNano(s.saved_cost_semantic), cost, 'saved by meaning');
@@ -407,7 +423,8 @@ h.test('SIGHUP reads the price list again; a broken edit keeps the running price
     p.proc.signalIt('SIGHUP');
     await h.waitFor(() => /reload refused/.test(p.proc.output), {what: 'the refused reload'});
     assert.match(p.proc.output, /reloaded-prices\.json: model "gpt-4o-mini"/);
-    assert.equal(await hitOnce('price three'), 2000 * 1000, 'the running prices are kept');
+    assert.equal(await hitOnce('price three'), 2000 * 1000,
+        `the running prices are kept:\n${p.accessLogText()}\n${JSON.stringify(await p.stats())}`);
     await p.stop();
 });
 
