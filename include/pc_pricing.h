@@ -109,8 +109,9 @@ int64_t pricing_nano(double amount);
 bool pricing_warn_once(const char *model);
 
 /*
- * The shipped price list (conf/pricing.json) for the default `pricing`: next
- * to the binary's ../conf/ (a build tree: build/promptcache, build/asan/...),
+ * The shipped price list (conf/pricing.json) for the default `pricing`: in
+ * ../conf/, ../../conf/ or ../../../conf/ from the binary (a build tree:
+ * build/promptcache, build/asan/promptcache, build/asan/tests/...),
  * ../share/promptcache/ (an installed binary), or /etc/promptcache/. Writes
  * the path found into out and returns 0; -1 if none exists (out then lists
  * where it looked).

@@ -44,6 +44,7 @@ struct dash {
     int want;                          /* hours the reader reads; under mu */
     bool reading;                      /* a reader thread runs; under mu */
     bool joinable;                     /* a thread was started and not joined yet */
+    bool stopping;                     /* dash_destroy waits: read no further hour; under mu */
     pthread_t thread;
     bool seed;       /* the next read hands the busiest models to the metrics */
     int64_t read_ms; /* when the last read finished (0: never) */
@@ -76,6 +77,9 @@ void dash_destroy(struct dash **dp)
         return;
     *dp = NULL;
     PC_CHECK_OBJ(d, DASH_MAGIC);
+    pthread_mutex_lock(&d->mu);
+    d->stopping = true; /* a read under way stops after its current hour */
+    pthread_mutex_unlock(&d->mu);
     if (d->joinable)
         pthread_join(d->thread, NULL);
     for (int i = 0; i < DASH_HOURS_MAX; i++)
@@ -106,7 +110,7 @@ static void keep_field(void *arg, const char *field, size_t flen, int64_t count)
 static bool wanted(struct dash *d, int64_t hour, int64_t now_hour)
 {
     pthread_mutex_lock(&d->mu);
-    bool w = d->hours[hour % DASH_HOURS_MAX].hour != hour || hour >= now_hour - 1;
+    bool w = !d->stopping && (d->hours[hour % DASH_HOURS_MAX].hour != hour || hour >= now_hour - 1);
     pthread_mutex_unlock(&d->mu);
     return w;
 }

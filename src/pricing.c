@@ -436,7 +436,9 @@ bool pricing_warn_once(const char *model)
 
 int pricing_default_path(char *out, size_t outlen)
 {
+    /* Build trees: build/, build/asan/, build/asan/tests/; then an installed binary. */
     static const char *const rel[] = {"/../conf/pricing.json", "/../../conf/pricing.json",
+                                      "/../../../conf/pricing.json",
                                       "/../share/promptcache/pricing.json"};
     char exe[PATH_MAX];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -457,7 +459,7 @@ int pricing_default_path(char *out, size_t outlen)
     snprintf(out, outlen, "/etc/promptcache/pricing.json");
     if (access(out, R_OK) == 0)
         return 0;
-    snprintf(out, outlen, "%s{%s,%s,%s}, /etc/promptcache/pricing.json", k > 0 ? exe : "(binary)",
-             rel[0], rel[1], rel[2]);
+    snprintf(out, outlen, "%s{%s,%s,%s,%s}, /etc/promptcache/pricing.json",
+             k > 0 ? exe : "(binary)", rel[0], rel[1], rel[2], rel[3]);
     return -1;
 }
