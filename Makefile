@@ -71,6 +71,7 @@ ALL_CFLAGS += -DPC_VERSION='"$(VERSION)"'
 
 LIB_SRCS := $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen_migrations.o \
+	$(BUILD)/obj/gen_dashboard.o \
 	$(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
 BIN := $(BUILD)/promptcache
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
@@ -86,7 +87,9 @@ C_FILES := $(wildcard src/*.c src/*/*.c src/*/*.h src/*.cc include/*.h tests/uni
 
 DEB_BUILD := gcc libc6-dev make pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev \
 	libcjson-dev libssl-dev redis-server ca-certificates libfaiss-dev libopenblas-dev g++
-DEB_TEST := clang-format redis-sentinel
+# promtool (Debian's prometheus) checks /metrics; chromium loads the dashboard;
+# redis-sentinel runs the failover test.
+DEB_TEST := clang-format redis-sentinel prometheus chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Install any missing Debian package (non-interactive), then node/npm if absent.
@@ -132,6 +135,16 @@ $(BUILD)/gen/migrations.c: $(sort $(wildcard migrations/*.lua)) $(BUILD)/tools/e
 	$(BUILD)/tools/embed $(sort $(wildcard migrations/*.lua)) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/tools/embed: tools/embed.c | $(BUILD)/tools
+	$(CC) -std=c11 -O1 $(WARN) -o $@ $<
+
+# The dashboard page, served from the binary (src/dashboard.html).
+$(BUILD)/obj/gen_dashboard.o: $(BUILD)/gen/dashboard.c | $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/gen/dashboard.c: src/dashboard.html $(BUILD)/tools/embed_asset | $(BUILD)/gen
+	$(BUILD)/tools/embed_asset pc_dashboard_html $< > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/tools/embed_asset: tools/embed_asset.c | $(BUILD)/tools
 	$(CC) -std=c11 -O1 $(WARN) -o $@ $<
 
 $(BUILD)/libpc.a: $(LIB_OBJS)
@@ -292,13 +305,14 @@ format:
 .PHONY: fuzz
 FUZZ_SECONDS ?= 60
 FAISS_SHIM_OBJ := $(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
-fuzz: $(BUILD)/gen/migrations.c $(FAISS_SHIM_OBJ) $(VECTORS) | build/fuzz
+fuzz: $(BUILD)/gen/migrations.c $(BUILD)/gen/dashboard.c $(FAISS_SHIM_OBJ) $(VECTORS) | build/fuzz
 	@set -e; export PC_WORDVEC=$(abspath $(VECTORS)); for f in $(FUZZ_SRCS); do \
 		n=$$(basename $$f .c); \
 		clang -std=c11 -D_GNU_SOURCE -DPC_VERSION='"$(VERSION)"' -g -O1 \
 			-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude \
 			$$(pkg-config --cflags $(PKGS_PC)) -o build/fuzz/$$n $$f \
-			$$(ls src/*.c src/*/*.c | grep -v src/main.c) $(BUILD)/gen/migrations.c $(FAISS_SHIM_OBJ) $(LDLIBS_ALL); \
+			$$(ls src/*.c src/*/*.c | grep -v src/main.c) $(BUILD)/gen/migrations.c \
+			$(BUILD)/gen/dashboard.c $(FAISS_SHIM_OBJ) $(LDLIBS_ALL); \
 		mkdir -p tests/fuzz/corpus-$${n#fuzz_}; \
 		echo "== $$n: $(FUZZ_SECONDS) s"; \
 		build/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \

@@ -55,6 +55,8 @@ enum embedder_kind {
     EMBEDDER_OPENAI,
 };
 
+struct pricing;
+
 struct conf_list {
     char **v;
     size_t n;
@@ -132,8 +134,11 @@ struct conf {
     double semantic_sure_threshold;
 
     /* admin and reporting */
-    char *admin_token; /* "" = admin endpoints disabled */
-    char *pricing;     /* path of pricing.json, "" = no money figures */
+    char *admin_token;      /* "" = admin endpoints disabled */
+    char *pricing;          /* price list: a path, "" = the shipped one, "off" = none */
+    struct pricing *prices; /* derived: the loaded list (shared, immutable), or NULL */
+    char *metrics_token;    /* "" = /metrics, /stats and /dashboard are open */
+    int metrics_models;     /* models with their own label in /metrics; the rest "other" */
 
     /* logging */
     int log_level; /* enum pc_log_level */

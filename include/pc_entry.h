@@ -36,6 +36,7 @@
 /* Section tags (format 2). Append only: a tag's meaning never changes once released. */
 enum entry_section {
     ENTRY_SEC_HEADERS = 1, /* response headers replayed on a hit */
+    ENTRY_SEC_USAGE = 2,   /* usage beyond the fixed fields: cache writes */
 };
 
 struct entry_header {

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "pc_api.h"
 #include "pc_util.h"
 
 struct event_base;
@@ -55,11 +56,13 @@ struct flight_view {
     int status;                       /* valid from FLIGHT_HEAD */
     const struct flight_header *hdrs; /* valid from FLIGHT_HEAD, immutable after */
     size_t nhdrs;
-    const char *upstream; /* replica name, valid from FLIGHT_HEAD */
-    int result;           /* valid at FLIGHT_DONE: 0 ok, else enum xfer_result */
-    const char *errmsg;   /* valid at FLIGHT_DONE when result != 0 */
-    bool more;            /* unread body bytes remain after this read */
-    size_t total;         /* body bytes received so far */
+    const char *upstream;   /* replica name, valid from FLIGHT_HEAD (or at a failure, if one was
+                               called) */
+    int result;             /* valid at FLIGHT_DONE: 0 ok, else enum xfer_result */
+    const char *errmsg;     /* valid at FLIGHT_DONE when result != 0 */
+    bool more;              /* unread body bytes remain after this read */
+    size_t total;           /* body bytes received so far */
+    struct api_usage usage; /* the answer's usage, at FLIGHT_DONE (present false: none) */
 };
 
 typedef void flight_notify_fn(struct flight_sub *sub, void *arg);
@@ -103,6 +106,10 @@ void flight_set_head(struct flight *fl, int status, struct flight_header *hdrs, 
 int flight_append(struct flight *fl, const char *data, size_t len);
 /* Stop sharing: no new subscribers, and data read by everyone may be dropped. */
 void flight_stop_recording(struct flight *fl);
+/* The answer's usage (before flight_finish), for the access log of every subscriber. */
+void flight_set_usage(struct flight *fl, const struct api_usage *u);
+/* The replica called, when the call failed before a head named one (errors are logged with it). */
+void flight_note_upstream(struct flight *fl, const char *upstream);
 /* The call ended (result 0 or an xfer_result); wakes every subscriber. */
 void flight_finish(struct flight *fl, int result, const char *errmsg);
 /*

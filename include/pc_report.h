@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pc_pricing.h"
 #include "pc_tally.h"
 #include "pc_util.h"
 
@@ -34,15 +35,26 @@ int report_format_parse(const char *s);
 
 /*
  * The command: read the last `hours` hours from conf->redis, price them with
- * conf->pricing (if set) and print to stdout. Returns the exit status.
+ * the configuration's price list (pricing; off: tokens only) and print to
+ * stdout. Returns the exit status.
  */
 int report_cli(const struct conf *c, enum report_format f, int hours);
+
+/* Money, in the price list's currency; every figure at list price. */
+struct report_money {
+    double saved;          /* what the answers served from the cache cost when they were made */
+    double saved_semantic; /* of saved, by meaning */
+    double upstream;       /* what the calls that went upstream cost */
+    double cache_saving;   /* of those, what the provider's prompt cache took off */
+    double write_premium;  /* ... and what writing to it added */
+    double own;            /* the proxy's own calls (embedder, verifier) */
+};
 
 struct report_row {
     char *name; /* model or tenant id; NULL for the total */
     int64_t v[TALLY__COUNT];
-    double money_saved;
-    bool unpriced; /* saved tokens of a model without a price went into it */
+    struct report_money money;
+    bool unpriced; /* tokens of a model without a price went into it (its money is partial) */
 };
 
 /* Rows by name: an array plus an open-addressing index into it. */
@@ -53,38 +65,41 @@ struct report_rows {
     size_t nslots;
 };
 
-struct report_price {
-    char *model;   /* a model name or a prefix of model names */
-    double input;  /* per million prompt tokens */
-    double output; /* per million completion tokens */
-};
-
 struct report {
     int64_t from_ms, to_ms; /* [from, to) */
     struct report_row total;
     struct report_rows models;
     struct report_rows tenants;
-    struct report_price *prices;
-    size_t nprices;
-    char *currency; /* NULL without pricing */
+    struct pricing *prices; /* a reference, or NULL: tokens only */
+    bool no_tenants;        /* do not keep rows per tenant (the dashboard) */
+    int64_t lat[TALLY_LAT__COUNT][TALLY_LAT_BUCKETS]; /* request durations (pc_tally.h) */
     size_t skipped; /* fields that were not the proxy's (foreign or corrupt data) */
 };
 
 void report_init(struct report *r, int64_t from_ms, int64_t to_ms);
 void report_free(struct report *r);
+/* Price what is added from now on with p (a new reference is taken; NULL: no prices). */
+void report_set_prices(struct report *r, struct pricing *p);
 /*
- * Pricing file: {"currency": "USD", "models": {NAME: {"input": N, "output":
- * N}, ...}}, prices per million tokens (output may be left out: 0). A model
- * is priced by the entry of its own name or, failing that, by an entry it
- * extends with a date or tag only: "gpt-4o-mini-2024-07-18" and
- * "claude-sonnet-4-5-20250929" by "gpt-4o-mini" and "claude-sonnet-4-5"
- * (suffixes -YYYY-MM-DD, -YYYYMMDD, -latest, @..., :...), but never
- * "claude-opus-4-5" by "claude-opus-4". A repeated name: the last one counts.
- * Returns 0, or -1 with err set.
+ * A price list from JSON text (pc_pricing.h: the project's format or
+ * LiteLLM's). Returns 0, or -1 with err set.
  */
 int report_load_prices(struct report *r, const char *json, size_t len, char *err, size_t errlen);
+/* The list's currency, or NULL without prices. */
+const char *report_currency(const struct report *r);
 /*
- * Add one hash field of an hourly bucket. -1 (and r->skipped counted) if it is
+ * Derived figures of a row: saved money net of the proxy's own calls, and
+ * what 1,000 requests cost with the cache (upstream + own calls) and would
+ * have cost without it (upstream + what the hits saved). NAN when the row
+ * has no requests.
+ */
+double report_net_saved(const struct report_row *row);
+double report_cost_per_1k(const struct report_row *row, bool with_cache);
+/* Quantile q (0..1) of a latency histogram in ms (linear within a bucket); NAN if empty. */
+double report_lat_quantile(const int64_t n[TALLY_LAT_BUCKETS], double q);
+/*
+ * Add one hash field of an hourly bucket: "METRIC|TENANT|MODEL" or the
+ * latency histogram's "lat|KIND|B". -1 (and r->skipped counted) if it is
  * not one the proxy writes: unknown metric, malformed tenant or model, or a
  * negative count. Sums saturate instead of overflowing.
  */
@@ -92,5 +107,13 @@ int report_add_field(struct report *r, const char *field, size_t flen, int64_t c
 /* Sort models and tenants by requests, most first. */
 void report_sort(struct report *r);
 void report_render(const struct report *r, enum report_format f, struct pc_buf *out);
+/* One row's figures as JSON members (no braces): counts, hit rate, money (null when unknown). */
+void report_row_json(const struct report *r, const struct report_row *row, bool model_row,
+                     struct pc_buf *out);
+
+struct rcli;
+/* Each field of one hourly hash (HSCAN pages); 0, or -1 after an error message. */
+typedef void report_field_fn(void *arg, const char *field, size_t flen, int64_t count);
+int report_scan_hour(struct rcli *k, int64_t hour_ms, report_field_fn *fn, void *arg);
 
 #endif

@@ -6,6 +6,13 @@
  * Each worker owns one struct stats and is its only writer (relaxed atomic
  * adds, so readers on other threads never see torn values); readers sum all
  * workers' rows. There is no lock on the request path.
+ *
+ * Beside the flat metrics, a second table, PC_FAMILIES, describes labelled
+ * counters and histograms (below). Each label has a fixed, small set of
+ * values (the model label: the first metrics-models models, then "other";
+ * the upstream label: the replicas), so a family is a fixed block of cells
+ * in the same per-worker row and the number of series is bounded whatever
+ * clients send.
  */
 #ifndef PC_STATS_H
 #define PC_STATS_H
@@ -46,6 +53,8 @@
     ACTION(semantic_verify_rejects, counter, "Candidates the verifier said no to")                 \
     ACTION(semantic_verify_errors, counter, "Verifier calls that failed or timed out (a miss)")    \
     ACTION(semantic_verify_tokens, counter, "Prompt and completion tokens the verifier used")      \
+    ACTION(semantic_verify_completion_tokens, counter,                                             \
+           "Of semantic_verify_tokens, completion tokens")                                         \
     ACTION(semantic_vectors_stored, counter, "Vector records written next to stored answers")      \
     ACTION(upstream_requests, counter, "Calls made to an upstream")                                \
     ACTION(upstream_errors, counter, "Upstream calls that failed (connect, reset, timeout)")       \
@@ -70,6 +79,12 @@
     ACTION(tokens_upstream_cached, counter, "Prompt tokens the upstream reported as cached")       \
     ACTION(tokens_upstream_cache_write, counter,                                                   \
            "Prompt tokens the upstream reported written to its prompt cache (Anthropic)")          \
+    ACTION(tokens_saved_cached, counter,                                                           \
+           "Of tokens_saved_prompt, tokens the upstream had read from its prompt cache")           \
+    ACTION(tokens_saved_cache_write, counter,                                                      \
+           "Of tokens_saved_prompt, tokens the upstream had written to its prompt cache")          \
+    ACTION(answers_unpriced, counter,                                                              \
+           "Hits and upstream answers of models the price list does not price")                    \
     ACTION(stream_usage_added, counter,                                                            \
            "Streams for which the proxy asked the upstream for usage the client did not ask for")  \
     ACTION(prefix_sync_published, counter,                                                         \
@@ -90,6 +105,111 @@
     ACTION(upstream_active, gauge, "Upstream transfers in progress")                               \
     ACTION(redis_connected, gauge, "Workers with a ready Redis connection")
 
+/*
+ * Labels of the families, each with its values (a label's cardinality is
+ * fixed; see stats_label_value).
+ */
+enum stat_label {
+    SL_CACHE = 0, /* hit, miss, bypass, refresh */
+    SL_MATCH,     /* exact, semantic */
+    SL_ENDPOINT,  /* chat, completions, embeddings, messages, other */
+    SL_MODEL,     /* metrics-models models (the busiest in Redis' counters at start, then the
+                     first answered), then "other" */
+    SL_UPSTREAM,  /* the replicas, by index */
+    SL_TOKEN,     /* input (uncached), cache_read, cache_write, output */
+    SL_CALLER,    /* embedder, verifier */
+    SL__COUNT
+};
+#define SL(x) (1u << SL_##x)
+
+#define STATS_MODELS_MAX 50 /* metrics-models at most */
+#define STATS_CACHE_N    4
+#define STATS_MATCH_N    2
+#define STATS_ENDPOINT_N 5
+#define STATS_MODEL_N    (STATS_MODELS_MAX + 1) /* the last one is "other" */
+#define STATS_UPSTREAM_N 64                     /* ROUTE_MAX_REPLICAS */
+#define STATS_TOKEN_N    4
+#define STATS_CALLER_N   2
+
+enum stat_cache { SC_HIT = 0, SC_MISS, SC_BYPASS, SC_REFRESH };
+enum stat_token { ST_INPUT = 0, ST_CACHE_READ, ST_CACHE_WRITE, ST_OUTPUT };
+enum stat_caller { SCALLER_EMBEDDER = 0, SCALLER_VERIFIER };
+
+/* Histogram bucket sets (upper bounds in seconds; +Inf is implied). */
+#define STATS_BUCKETS_SLOW                                                                  \
+    {                                                                                       \
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120 \
+    }
+#define STATS_BUCKETS_FAST                                                                         \
+    {                                                                                              \
+        0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, \
+            1, 2.5, 5                                                                              \
+    }
+#define STATS_NBUCKETS 16 /* both sets; + the +Inf bucket, the sum and the count */
+
+/*
+ * FAMILY(name, kind, labels, scale, help): kind counter or histogram; labels
+ * a mask of SL(...); scale turns the stored integer into the exported value
+ * (counters: 1e-9 for money kept in billionths, 1e-3 for milliseconds;
+ * histograms: their bucket set, SLOW or FAST, observed in microseconds).
+ * Exported as promptcache_<name>_total (counters) or promptcache_<name>
+ * (histograms), with only the series that were ever counted.
+ */
+#define PC_FAMILIES(FAMILY)                                                                        \
+    FAMILY(api_requests, counter, SL(CACHE) | SL(ENDPOINT) | SL(MODEL), 1,                         \
+           "Requests to the API endpoints (and passed through: endpoint other) by what the cache " \
+           "did")                                                                                  \
+    FAMILY(request_duration_seconds, histogram, SL(CACHE) | SL(ENDPOINT), SLOW,                    \
+           "Time from a request's arrival to the end of its answer")                               \
+    FAMILY(stream_ttfb_seconds, histogram, SL(CACHE), SLOW,                                        \
+           "Time from a streamed request's arrival to the first byte of its answer")               \
+    FAMILY(upstream_latency_seconds, histogram, SL(UPSTREAM), SLOW,                                \
+           "Upstream calls, from sending the request to the end of the answer")                    \
+    FAMILY(lookup_duration_seconds, histogram, SL(CACHE), FAST,                                    \
+           "Cache lookups (exact, then semantic) by outcome: hit, miss, bypass (Redis failed)")    \
+    FAMILY(redis_latency_seconds, histogram, 0, FAST, "Redis commands of the request path")        \
+    FAMILY(saved_tokens, counter, SL(MATCH) | SL(MODEL) | SL(TOKEN), 1,                            \
+           "Tokens of the answers served from the cache, as the upstream billed them")             \
+    FAMILY(saved_cost, counter, SL(MATCH) | SL(MODEL), 1e-9,                                       \
+           "What the answers served from the cache cost when they were made, at list price")       \
+    FAMILY(latency_saved_seconds, counter, SL(MATCH) | SL(MODEL), 1e-3,                            \
+           "Upstream time of the answers served from the cache, minus the hits' own time")         \
+    FAMILY(upstream_tokens, counter, SL(MODEL) | SL(TOKEN), 1,                                     \
+           "Tokens of upstream answers, as the upstream billed them")                              \
+    FAMILY(upstream_cost, counter, SL(MODEL), 1e-9, "What the upstream calls cost at list price")  \
+    FAMILY(provider_cache_saved_cost, counter, SL(MODEL), 1e-9,                                    \
+           "Of upstream calls, what reading the provider's prompt cache took off the input price") \
+    FAMILY(provider_cache_write_premium_cost, counter, SL(MODEL), 1e-9,                            \
+           "Of upstream calls, what writing to the provider's prompt cache added to it")           \
+    FAMILY(own_calls_tokens, counter, SL(CALLER) | SL(TOKEN), 1,                                   \
+           "Tokens of the proxy's own calls (embedder, verifier)")                                 \
+    FAMILY(own_calls_cost, counter, SL(CALLER), 1e-9,                                              \
+           "What the proxy's own calls cost at list price (subtract from saved_cost)")
+
+enum stat_family {
+#define PC_FAM_ENUM(name, kind, labels, scale, help) SF_##name,
+    PC_FAMILIES(PC_FAM_ENUM)
+#undef PC_FAM_ENUM
+        SF__COUNT
+};
+
+#define STATS_LCARD(labels, x, n) (((labels)&SL(x)) ? (n) : 1)
+#define STATS_FAM_SERIES(labels)                                                                   \
+    (STATS_LCARD(labels, CACHE, STATS_CACHE_N) * STATS_LCARD(labels, MATCH, STATS_MATCH_N) *       \
+     STATS_LCARD(labels, ENDPOINT, STATS_ENDPOINT_N) * STATS_LCARD(labels, MODEL, STATS_MODEL_N) * \
+     STATS_LCARD(labels, UPSTREAM, STATS_UPSTREAM_N) * STATS_LCARD(labels, TOKEN, STATS_TOKEN_N) * \
+     STATS_LCARD(labels, CALLER, STATS_CALLER_N))
+#define STATS_KIND_CELLS_counter   1
+#define STATS_KIND_CELLS_histogram (STATS_NBUCKETS + 3) /* buckets, +Inf, sum (us), count */
+#define PC_FAM_CELLS(name, kind, labels, scale, help) \
+    +STATS_FAM_SERIES(labels) * STATS_KIND_CELLS_##kind
+enum { STATS_CELLS = 0 PC_FAMILIES(PC_FAM_CELLS) };
+
+/* The label values of one series; labels a family does not have are ignored. */
+struct stat_labels {
+    int cache, match, endpoint, model, upstream, token, caller;
+};
+
 enum stat_id {
 #define PC_STAT_ENUM(name, kind, help) STAT_##name,
     PC_METRICS(PC_STAT_ENUM)
@@ -99,6 +219,7 @@ enum stat_id {
 
 struct stats {
     uint64_t v[STAT__COUNT];
+    uint64_t cells[STATS_CELLS]; /* the families */
 } __attribute__((aligned(64)));
 
 static inline void stats_add(struct stats *st, enum stat_id id, int64_t n)
@@ -111,15 +232,42 @@ static inline void stats_incr(struct stats *st, enum stat_id id)
     stats_add(st, id, 1);
 }
 
+/* Add n to a counter family's series. */
+void stats_fam_add(struct stats *st, enum stat_family f, const struct stat_labels *l, int64_t n);
+/* Count one observation (microseconds) in a histogram family's series. */
+void stats_observe(struct stats *st, enum stat_family f, const struct stat_labels *l, int64_t us);
+
+/*
+ * The model label: the slot of model (0..limit-1), or the "other" slot. A
+ * model gets a free slot only when admit is true (an answered request), so
+ * failed requests with invented model names never take one. Thread-safe;
+ * the limit (metrics-models) is set once before workers start.
+ */
+void stats_set_model_limit(int limit);
+int stats_model_slot(const char *model, bool admit);
+/* Give free slots to these models first (the busiest of the last hours, read from Redis). */
+void stats_seed_models(const char *const *models, size_t n);
+/* Names of the upstream label values, by replica index (set once at start). */
+void stats_set_upstreams(const char *const *names, size_t n);
+
 /* Register per-worker rows (up to 256) before workers start; kept by pointer. */
 int stats_register(struct stats *st);
 void stats_unregister_all(void);
 /* Sum of all registered rows (gauges are summed as signed values). */
 void stats_sum(uint64_t out[STAT__COUNT]);
+/* The same for the families' cells (STATS_CELLS values, malloc'd; free it). */
+uint64_t *stats_sum_cells(void);
 
-/* Render the summed metrics. extra_json (may be NULL) is appended inside the object. */
+/*
+ * Render the summed metrics. extra_json (may be NULL) is appended inside the
+ * object. The families appear in /stats as totals (split by token kind or
+ * by cache status where that is what they mean), money scaled to the unit.
+ */
 void stats_render_json(struct pc_buf *out, const char *extra_json);
 void stats_render_prometheus(struct pc_buf *out);
+/* Total of a counter family over every series (scaled), and its split by one label value. */
+double stats_family_total(const uint64_t *cells, enum stat_family f);
+double stats_family_by(const uint64_t *cells, enum stat_family f, enum stat_label label, int value);
 /* Markdown table of every metric (for the README). */
 void stats_render_doc(struct pc_buf *out);
 

@@ -28,19 +28,50 @@ struct event_base;
 struct store;
 struct tally;
 
-/* ACTION(name, "meaning"): the metrics, in report order. */
-#define PC_TALLY_METRICS(ACTION)                                                          \
-    ACTION(requests, "cacheable requests")                                                \
-    ACTION(hits, "answered from the cache")                                               \
-    ACTION(misses, "looked up, not found, answered from upstream")                        \
-    ACTION(coalesced, "answered by sharing another request's upstream call")              \
-    ACTION(bypasses, "answered without the cache (BYPASS, REFRESH)")                      \
-    ACTION(errors, "not answered with a 2xx (upstream or proxy error, client gone)")      \
-    ACTION(saved_prompt_tokens, "prompt tokens of answers served from the cache")         \
-    ACTION(saved_completion_tokens, "completion tokens of answers served from the cache") \
-    ACTION(upstream_prompt_tokens, "prompt tokens the upstream reported")                 \
-    ACTION(upstream_completion_tokens, "completion tokens the upstream reported")         \
-    ACTION(semantic_hits, "of the hits, those found by meaning (semantic stage)")
+/*
+ * ACTION(name, "meaning"): the metrics, in report order. Prompt tokens are
+ * counted whole (saved_prompt_tokens, upstream_prompt_tokens) and, apart,
+ * the parts of them the provider read from or wrote to its prompt cache,
+ * since each part has its own price (pc_pricing.h).
+ */
+#define PC_TALLY_METRICS(ACTION)                                                                \
+    ACTION(requests, "cacheable requests")                                                      \
+    ACTION(hits, "answered from the cache")                                                     \
+    ACTION(misses, "looked up, not found, answered from upstream")                              \
+    ACTION(coalesced, "answered by sharing another request's upstream call")                    \
+    ACTION(bypasses, "answered without the cache (BYPASS, REFRESH)")                            \
+    ACTION(errors, "not answered with a 2xx (upstream or proxy error, client gone)")            \
+    ACTION(saved_prompt_tokens, "prompt tokens of answers served from the cache")               \
+    ACTION(saved_completion_tokens, "completion tokens of answers served from the cache")       \
+    ACTION(upstream_prompt_tokens, "prompt tokens the upstream reported")                       \
+    ACTION(upstream_completion_tokens, "completion tokens the upstream reported")               \
+    ACTION(semantic_hits, "of the hits, those found by meaning (semantic stage)")               \
+    ACTION(saved_cached_tokens, "of saved_prompt_tokens, read from the provider's cache")       \
+    ACTION(saved_cache_write_tokens, "of saved_prompt_tokens, written to the provider's cache") \
+    ACTION(semantic_saved_prompt_tokens, "of saved_prompt_tokens, saved by meaning")            \
+    ACTION(semantic_saved_cached_tokens, "of saved_cached_tokens, saved by meaning")            \
+    ACTION(semantic_saved_cache_write_tokens, "of saved_cache_write_tokens, saved by meaning")  \
+    ACTION(semantic_saved_completion_tokens, "of saved_completion_tokens, saved by meaning")    \
+    ACTION(latency_saved_ms, "upstream time of the answers served minus the hits' own time")    \
+    ACTION(semantic_latency_saved_ms, "of latency_saved_ms, saved by meaning")                  \
+    ACTION(upstream_cached_tokens, "of upstream_prompt_tokens, read from the provider's cache") \
+    ACTION(upstream_cache_write_tokens, "of upstream_prompt_tokens, written to its cache")      \
+    ACTION(own_prompt_tokens, "input tokens of the proxy's own calls (embedder, verifier)")     \
+    ACTION(own_completion_tokens, "output tokens of the proxy's own calls (verifier)")
+
+/*
+ * Request durations per hour by cache status, for percentiles over every
+ * instance: hash fields "lat|KIND|B" (KIND hit, miss, bypass; B the bucket
+ * index, upper bounds TALLY_LAT_BOUNDS_MS, the last one +Inf), written to
+ * the same hourly hash under their own names.
+ */
+enum tally_lat_kind { TALLY_LAT_HIT = 0, TALLY_LAT_MISS, TALLY_LAT_BYPASS, TALLY_LAT__COUNT };
+#define TALLY_LAT_BUCKETS 16
+#define TALLY_LAT_BOUNDS_MS                                                           \
+    {                                                                                 \
+        1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, -1 \
+    }
+extern const char *const tally_lat_kind_names[TALLY_LAT__COUNT];
 
 enum tally_metric {
 #define PC_TALLY_ENUM(name, help) TALLY_##name,
@@ -52,7 +83,7 @@ enum tally_metric {
 #define TALLY_KEEP_DAYS 90
 #define TALLY_HOUR_MS   (3600 * 1000)
 #define TALLY_MODEL_MAX 64
-#define TALLY_FIELD_MAX (32 + 1 + 16 + 1 + TALLY_MODEL_MAX + 1)
+#define TALLY_FIELD_MAX (40 + 1 + 16 + 1 + TALLY_MODEL_MAX + 1)
 #define TALLY_KEY_MAX   64
 #define TALLY_MAX_ROWS  2000 /* distinct (model, tenant) pairs per hour and worker */
 #define TALLY_OTHER     "(other)"
@@ -82,6 +113,8 @@ void tally_destroy(struct tally **t);
  */
 void tally_add(struct tally *t, const char *model, const char *tenant, bool ok,
                const int64_t v[TALLY__COUNT]);
+/* Count one request's duration (the hourly latency histogram of its cache status). */
+void tally_observe(struct tally *t, enum tally_lat_kind kind, int64_t us);
 /* Send the changed counts to Redis now (everything, not one batch). */
 void tally_flush(struct tally *t);
 /* Rows held (tests). */

@@ -21,6 +21,7 @@
 struct backend_ops;
 struct cache;
 struct conf;
+struct dash;
 struct event;
 struct event_base;
 struct fetch;
@@ -52,7 +53,10 @@ struct worker {
     struct upstream *side;          /* the proxy's own calls (embedder, verifier) */
     struct stats side_stats;        /* their transport counters, kept out of /stats */
     struct tally *tally; /* per-hour usage by model and tenant, for `promptcache report` */
+    struct dash *dash;   /* the dashboard's figures from Redis (shared), or NULL */
     struct stats stats;
+    int64_t own_priced[3]; /* embedder, verifier total and verifier output tokens already priced
+                              (pc_savings.h) */
 
     pthread_t thread;
     struct event *stop_ev;           /* activated from the main thread: begin shutdown */

@@ -6,16 +6,21 @@
  *   GET /readyz      200 when this worker can use the cache (or caching is off), else 503
  *   GET /stats       metrics as one flat JSON object
  *   GET /metrics     metrics in Prometheus text format
- *   GET /dashboard   a small HTML page over /stats
+ *   GET /dashboard   one self-contained HTML page (its script reads the two below)
+ *   GET /dashboard/data   hit rate, money and latency of the last hours (pc_dash.h)
+ *   GET /favicon.ico the browser's icon, so it never goes upstream
+ *   (/stats, /metrics and /dashboard* require metrics-token while it is set)
  *   DELETE /admin/cache[?tenant=ID]   flush all entries or one tenant's
  *                                     (Authorization: Bearer <admin-token>)
  */
 #include "pc_admin.h"
 #include "pc_api.h"
 #include "pc_conf.h"
+#include "pc_dash.h"
 #include "pc_entry.h"
 #include "pc_httpd.h"
 #include "pc_log.h"
+#include "pc_pricing.h"
 #include "pc_route.h"
 #include "pc_semantic.h"
 #include "pc_cache.h"
@@ -34,31 +39,14 @@ struct admin_op {
     struct cache_op *cmd;
 };
 
-static const char dashboard_html[] =
-    "<!doctype html><html><head><meta charset=\"utf-8\"><title>promptcache</title>\n"
-    "<style>body{font:14px system-ui,sans-serif;margin:2em;color:#222}"
-    "table{border-collapse:collapse}td{padding:2px 12px;border-bottom:1px solid #eee}"
-    "td.v{text-align:right;font-variant-numeric:tabular-nums}h1{font-size:20px}"
-    "#hr{font-size:32px;font-weight:600}</style></head><body>\n"
-    "<h1>promptcache</h1><div>hit rate <span id=\"hr\">-</span></div>\n"
-    "<table id=\"t\"></table>\n"
-    "<script>\n"
-    "async function tick(){\n"
-    "  try{const s=await (await fetch('/stats')).json();\n"
-    "    document.getElementById('hr').textContent=(100*s.hit_rate).toFixed(1)+'%';\n"
-    "    const t=document.getElementById('t');t.innerHTML='';\n"
-    "    for(const [k,v] of Object.entries(s)){if(typeof v!=='number')continue;\n"
-    "      const r=t.insertRow();r.insertCell().textContent=k;\n"
-    "      const c=r.insertCell();c.className='v';c.textContent=v.toLocaleString();}\n"
-    "  }catch(e){}\n"
-    "}\n"
-    "tick();setInterval(tick,2000);\n"
-    "</script></body></html>\n";
+/* The page (src/dashboard.html, embedded at build time). */
+extern const char pc_dashboard_html[];
+extern const size_t pc_dashboard_html_len;
 
 bool admin_owns_path(const char *path)
 {
-    static const char *const own[] = {"/healthz", "/readyz",    "/stats",
-                                      "/metrics", "/dashboard", "/admin"};
+    static const char *const own[] = {"/healthz",   "/readyz",         "/stats", "/metrics",
+                                      "/dashboard", "/dashboard/data", "/admin", "/favicon.ico"};
     for (size_t i = 0; i < PC_ARRAY_LEN(own); i++)
         if (strcmp(path, own[i]) == 0)
             return true;
@@ -91,6 +79,21 @@ static bool ready(const struct worker *w)
     return (int64_t)v[STAT_redis_connected] >= w->conf->workers;
 }
 
+/* The price list in force: "currency" and "pricing" members of /stats. */
+static void pricing_json(const struct pricing *p, struct pc_buf *out)
+{
+    if (p == NULL) {
+        pc_buf_append_str(out, ",\"currency\":null,\"pricing\":null");
+        return;
+    }
+    pc_buf_append_str(out, ",\"currency\":");
+    pc_buf_json_str(out, pricing_currency(p), strlen(pricing_currency(p)));
+    pc_buf_append_str(out, ",\"pricing\":{\"file\":");
+    pc_buf_json_str(out, pricing_path(p), strlen(pricing_path(p)));
+    pc_buf_printf(out, ",\"format\":\"%s\",\"models\":%zu}", pricing_format_name(pricing_format(p)),
+                  pricing_count(p));
+}
+
 static void serve_stats(struct worker *w, struct httpd_req *hr)
 {
     struct pc_buf extra = PC_BUF_INIT, out = PC_BUF_INIT;
@@ -101,6 +104,7 @@ static void serve_stats(struct worker *w, struct httpd_req *hr)
         pc_buf_append_char(&extra, ',');
         semantic_render_json(w->semantic, &extra);
     }
+    pricing_json(w->conf->prices, &extra);
     pc_buf_printf(&extra,
                   ",\"routing\":\"%s\",\"replicas\":", route_policy_name(route_policy(w->route)));
     route_render_json(w->route, &extra);
@@ -115,24 +119,138 @@ static void serve_metrics(struct worker *w, struct httpd_req *hr)
     struct pc_buf out = PC_BUF_INIT;
     stats_render_prometheus(&out);
     route_render_prometheus(w->route, &out);
+    const struct pricing *p = w->conf->prices;
+    if (p != NULL) /* the file path is the operator's own: shown like the version */
+        pc_buf_printf(&out,
+                      "# HELP promptcache_pricing_info The price list in force (value 1); the "
+                      "*_cost metrics are in its currency\n"
+                      "# TYPE promptcache_pricing_info gauge\n"
+                      "promptcache_pricing_info{currency=\"%s\",format=\"%s\",models=\"%zu\"} 1\n",
+                      pricing_currency(p), pricing_format_name(pricing_format(p)),
+                      pricing_count(p));
     httpd_add_header(hr, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     httpd_reply(hr, 200, out.data, out.len);
     pc_buf_free(&out);
 }
 
-/* Constant-time comparison of the presented bearer token with the configured one. */
-static bool authorized(const struct worker *w, struct httpd_req *hr)
+/* Constant-time comparison of a presented secret with the configured one. */
+static bool same_secret(const char *token, const char *given, size_t gl)
 {
-    const char *token = w->conf->admin_token;
-    const char *auth = httpd_req_header(hr, "Authorization");
-    if (token == NULL || token[0] == '\0' || auth == NULL || !pc_strncaseeq(auth, "Bearer ", 7))
-        return false;
-    const char *given = auth + 7;
-    size_t tl = strlen(token), gl = strlen(given);
+    size_t tl = strlen(token);
     unsigned char diff = (unsigned char)(tl != gl);
     for (size_t i = 0; i < tl; i++)
         diff |= (unsigned char)(token[i] ^ (i < gl ? given[i] : 0));
     return diff == 0;
+}
+
+/* Whether the request presents token as Authorization: Bearer. */
+static bool bearer_ok(const char *token, struct httpd_req *hr)
+{
+    const char *auth = httpd_req_header(hr, "Authorization");
+    if (token == NULL || token[0] == '\0' || auth == NULL || !pc_strncaseeq(auth, "Bearer ", 7))
+        return false;
+    return same_secret(token, auth + 7, strlen(auth + 7));
+}
+
+static bool authorized(const struct worker *w, struct httpd_req *hr)
+{
+    return bearer_ok(w->conf->admin_token, hr);
+}
+
+static int b64val(char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* HTTP basic authentication whose password is token (any user name). */
+static bool basic_ok(const char *token, struct httpd_req *hr)
+{
+    const char *auth = httpd_req_header(hr, "Authorization");
+    if (auth == NULL || !pc_strncaseeq(auth, "Basic ", 6))
+        return false;
+    char plain[512];
+    size_t n = 0;
+    unsigned acc = 0;
+    int bits = 0;
+    for (const char *p = auth + 6; *p && *p != '=' && n < sizeof plain; p++) {
+        int v = b64val(*p);
+        if (v < 0)
+            return false;
+        acc = (acc << 6) | (unsigned)v;
+        if ((bits += 6) >= 8) {
+            bits -= 8;
+            plain[n++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    const char *colon = memchr(plain, ':', n);
+    bool ok = colon != NULL && same_secret(token, colon + 1, n - (size_t)(colon + 1 - plain));
+    memset(plain, 0, sizeof plain);
+    return ok;
+}
+
+/* /metrics, /stats, /dashboard: open, or metrics-token as a bearer token or basic password. */
+static bool metrics_allowed(const struct worker *w, struct httpd_req *hr)
+{
+    const char *token = w->conf->metrics_token;
+    if (token == NULL || token[0] == '\0')
+        return true;
+    if (bearer_ok(token, hr) || basic_ok(token, hr))
+        return true;
+    httpd_add_header(hr, "WWW-Authenticate", "Basic realm=\"promptcache\", charset=\"UTF-8\"");
+    httpd_add_header(hr, "WWW-Authenticate", "Bearer");
+    reply_error(hr, 401, "this endpoint requires the metrics-token (Authorization: Bearer TOKEN)");
+    return false;
+}
+
+/* A 16x16 icon (ICO holding a 32-bit BMP): a teal disc, drawn once. */
+static void favicon(struct pc_buf *out)
+{
+    static const unsigned char head[] = {0, 0, 1,  0, 1,  0, 16, 16, 0, 0, 1,    0, 32, 0, 0x68, 4,
+                                         0, 0, 22, 0, 0,  0, 40, 0,  0, 0, 16,   0, 0,  0, 32,   0,
+                                         0, 0, 1,  0, 32, 0, 0,  0,  0, 0, 0x40, 4, 0,  0};
+    pc_buf_append(out, (const char *)head, sizeof head);
+    static const char zeros[16] = {0};
+    pc_buf_append(out, zeros, 16); /* resolution, palette: unused */
+    for (int y = 0; y < 16; y++)
+        for (int x = 0; x < 16; x++) {
+            double dx = x - 7.5, dy = y - 7.5;
+            bool in = dx * dx + dy * dy <= 7.5 * 7.5;
+            bool ring = in && dx * dx + dy * dy >= 3.0 * 3.0;
+            unsigned char px[4] = {ring ? 0x88 : 0xff, ring ? 0x96 : 0xff, ring ? 0x0d : 0xff,
+                                   in ? 0xff : 0};
+            pc_buf_append(out, (const char *)px, 4);
+        }
+    for (int i = 0; i < 16 * 4; i++)
+        pc_buf_append_char(out, 0); /* the AND mask: transparency comes from alpha */
+}
+
+/* The value of `name` in a query string (copied into out); false if absent. */
+static bool query_param(const char *query, const char *name, char *out, size_t outlen);
+
+static void serve_dash_data(struct worker *w, struct httpd_req *hr)
+{
+    if (w->dash == NULL) {
+        reply_error(hr, 503, "the dashboard needs the cache's Redis (cache is off)");
+        return;
+    }
+    char hv[16];
+    int64_t hours = 24;
+    const char *q = httpd_req_query(hr);
+    if (q != NULL && query_param(q, "hours", hv, sizeof hv) &&
+        (pc_parse_i64(hv, &hours) < 0 || hours < 1 || hours > DASH_HOURS_MAX)) {
+        reply_error(hr, 400, "hours must be from 1 to 168");
+        return;
+    }
+    struct pc_buf out = PC_BUF_INIT;
+    dash_render(w->dash, w->conf->prices, (int)hours, &out);
+    reply_json(hr, 200, pc_buf_cstr(&out));
+    pc_buf_free(&out);
 }
 
 /* The value of `name` in a query string (copied into out); false if absent. */
@@ -266,12 +384,27 @@ void admin_handle(struct worker *w, struct httpd_req *hr)
             reply_json(hr, 503,
                        w->stopping ? "{\"status\":\"stopping\"}"
                                    : "{\"status\":\"not ready\",\"reason\":\"redis unavailable\"}");
+    } else if (strcmp(path, "/favicon.ico") == 0) {
+        struct pc_buf ico = PC_BUF_INIT;
+        favicon(&ico);
+        httpd_add_header(hr, "Content-Type", "image/x-icon");
+        httpd_add_header(hr, "Cache-Control", "max-age=86400");
+        httpd_reply(hr, 200, ico.data, ico.len);
+        pc_buf_free(&ico);
+    } else if (!metrics_allowed(w, hr)) {
+        return;
     } else if (strcmp(path, "/stats") == 0) {
         serve_stats(w, hr);
     } else if (strcmp(path, "/metrics") == 0) {
         serve_metrics(w, hr);
+    } else if (strcmp(path, "/dashboard/data") == 0) {
+        serve_dash_data(w, hr);
     } else {
         httpd_add_header(hr, "Content-Type", "text/html; charset=utf-8");
-        httpd_reply(hr, 200, dashboard_html, sizeof(dashboard_html) - 1);
+        httpd_add_header(hr, "Cache-Control", "no-store");
+        httpd_add_header(hr, "Content-Security-Policy",
+                         "default-src 'none'; script-src 'unsafe-inline'; style-src "
+                         "'unsafe-inline'; connect-src 'self'; img-src 'self' data:");
+        httpd_reply(hr, 200, pc_dashboard_html, pc_dashboard_html_len);
     }
 }

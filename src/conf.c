@@ -26,11 +26,13 @@
 #include "pc_kvsize.h"
 #include "pc_log.h"
 #include "pc_rurl.h"
+#include "pc_pricing.h"
 #include "pc_secret.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
@@ -409,10 +411,29 @@ static const struct conf_key conf_keys[] = {
              "While empty, every admin request is refused. Use a long random string, for "
              "example from `openssl rand -hex 32`."},
     {.name = "pricing", .type = CONF_STRING, FIELD(pricing), .def = "", .arg = "PATH",
-     .example = "conf/pricing.json", .flags = CONF_RELOAD,
-     .help = "Path of a JSON file with per-model token prices (see conf/pricing.json), used by "
-             "`promptcache report` to put a price on the tokens the cache saved. While empty, "
-             "savings are reported in tokens only."},
+     .example = "/etc/promptcache/pricing.json", .flags = CONF_RELOAD,
+     .help = "Price list the proxy puts a price on tokens with: dollars saved, upstream cost and "
+             "the proxy's own calls in /stats, /metrics, the dashboard and `promptcache "
+             "report`. A JSON file in the project's format (conf/pricing.json, per million "
+             "tokens) or LiteLLM's (model_prices_and_context_window.json, per token), told apart "
+             "by their shape. Empty: the list shipped with the binary (../conf/pricing.json from "
+             "a build tree, ../share/promptcache/pricing.json from an installed binary, or "
+             "/etc/promptcache/pricing.json). off: no prices, savings in tokens only. A relative "
+             "path is relative to the working directory. Models the list does not price are "
+             "counted in tokens and warned about once each."},
+    {.name = "metrics-token", .type = CONF_STRING, FIELD(metrics_token), .def = "",
+     .flags = CONF_SECRET | CONF_RELOAD, .arg = "TOKEN", .example = "\"\"",
+     .help = "Token that /metrics, /stats and /dashboard require while set, as Authorization: "
+             "Bearer TOKEN (Prometheus' authorization or bearer_token) or as the password of "
+             "HTTP basic authentication (a browser asks for it; any user name). Health checks "
+             "stay open."},
+    {.name = "metrics-models", .type = CONF_INT, FIELD(metrics_models), .def = "10", .imin = 0,
+     .imax = 50, .arg = "N",
+     .help = "Models that get their own model label in /metrics: at start, the busiest N of "
+             "the last 24 hours in the hourly counters (every instance's), then, while labels "
+             "are left, the first models answered. A model keeps its label for the life of the "
+             "process, so its counters stay monotonic; every other model is counted as "
+             "model=\"other\". Bounds the number of series whatever model names clients send."},
 
     {.name = "log-level", .type = CONF_ENUM, FIELD(log_level), .def = "notice",
      .names = log_level_names, .section = "Logging", .flags = CONF_RELOAD,
@@ -1233,6 +1254,7 @@ struct conf *conf_dup(const struct conf *src)
     for (size_t i = 0; i < CONF_NKEYS; i++)
         key_copy(c, src, &conf_keys[i]);
     c->meta = meta_dup(src->meta);
+    c->prices = pricing_ref(src->prices);
     return c;
 }
 
@@ -1249,6 +1271,7 @@ void conf_destroy(struct conf **cp)
             free_wiped(field_ptr(c, k));
     }
     free(c->listen_host);
+    pricing_release(&c->prices);
     meta_free(&c->meta);
     free(c);
     *cp = NULL;
@@ -1789,6 +1812,31 @@ static void fold_redis_auth(struct loader *ld)
     rurl_free(&u);
 }
 
+/*
+ * Load the price list `pricing` names (pc_pricing.h): a broken file is an
+ * error (so -t and a reload refuse it), a shipped list that cannot be found
+ * only a warning (dollars are then unknown).
+ */
+static void resolve_pricing(struct loader *ld)
+{
+    struct conf *c = ld->c;
+    pricing_release(&c->prices);
+    if (strcmp(c->pricing, "off") == 0)
+        return;
+    char path[PATH_MAX + 128], err[512];
+    if (c->pricing[0] == '\0' && pricing_default_path(path, sizeof path) < 0) {
+        pc_buf_printf(&ld->warns,
+                      "pricing: the shipped price list was not found (looked in %s); dollars "
+                      "are unknown until pricing names a file\n",
+                      path);
+        return;
+    }
+    const char *file = c->pricing[0] != '\0' ? c->pricing : path;
+    c->prices = pricing_load(file, err, sizeof err, &ld->warns);
+    if (c->prices == NULL)
+        report_at(ld, origin_of(ld, "pricing"), "pricing", err);
+}
+
 /* Keep what a reload needs to read the same sources again. */
 static void meta_sources(struct conf_meta *m, const char *path, int argc, char **argv)
 {
@@ -1814,6 +1862,8 @@ int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc
     check_cross(ld);
     if (ld->nerr == 0)
         fold_redis_auth(ld);
+    if (ld->nerr == 0)
+        resolve_pricing(ld);
     int nerr = ld->nerr;
     if (ld->warns.len > 0)
         c->meta->warnings = pc_buf_cstr(&ld->warns);
@@ -2227,6 +2277,17 @@ struct conf *conf_merge_reload(const struct conf *cur, const struct conf *next,
             free(m->meta->from[i]);
             m->meta->from[i] = next->meta->from[i] ? pc_strdup(next->meta->from[i]) : NULL;
         }
+    }
+    /* The price list follows its file's content, not only its path (a reload re-reads it). */
+    if (!pricing_same(cur->prices, next->prices)) {
+        if (m == NULL)
+            m = conf_dup(cur);
+        pc_buf_printf(applied, "%sprices (%s)", applied->len ? ", " : "",
+                      next->prices ? pricing_path(next->prices) : "none");
+    }
+    if (m != NULL && m->prices != next->prices) {
+        pricing_release(&m->prices);
+        m->prices = pricing_ref(next->prices);
     }
     return m;
 }

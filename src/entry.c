@@ -23,6 +23,10 @@
  *
  *   tag 1 ENTRY_SEC_HEADERS   u8 count, then per header:
  *                             u8 name length, name, u16 value length, value
+ *   tag 2 ENTRY_SEC_USAGE     i64 cache_write (prompt tokens the upstream wrote to
+ *                             its prompt cache, priced at a premium); written when
+ *                             not 0. Without it (older entries) cache writes count
+ *                             as plain input.
  */
 #include "pc_entry.h"
 #include "pc_migrate.h"
@@ -96,13 +100,23 @@ static void put_headers(struct pc_buf *out, const struct entry *e, size_t n)
         out->data[len_at + (size_t)i] = (char)(len >> (8 * i));
 }
 
+/* Section ENTRY_SEC_USAGE: the usage fields the fixed part has no room for. */
+static void put_usage(struct pc_buf *out, const struct entry *e)
+{
+    put_u(out, ENTRY_SEC_USAGE, 1);
+    put_u(out, 8, 4);
+    put_u(out, (uint64_t)e->usage.cache_write, 8);
+}
+
 void entry_encode(const struct entry *e, struct pc_buf *out)
 {
     size_t ctlen = PC_MIN(e->content_type_len, 0xffffu);
     size_t nh = headers_storable(e);
+    bool usage = e->usage.present && e->usage.cache_write > 0;
+    int nsec = (nh > 0) + usage;
     pc_buf_reserve(out, 64 + ctlen + e->body_len);
     pc_buf_append(out, entry_magic, sizeof(entry_magic));
-    put_u(out, nh > 0 ? ENTRY_FORMAT_SECTIONS : ENTRY_FORMAT_PLAIN, 1);
+    put_u(out, nsec > 0 ? ENTRY_FORMAT_SECTIONS : ENTRY_FORMAT_PLAIN, 1);
     put_u(out, (uint64_t)e->kind, 1);
     put_u(out, (uint64_t)e->endpoint, 1);
     put_u(out, (uint64_t)e->status, 2);
@@ -116,10 +130,13 @@ void entry_encode(const struct entry *e, struct pc_buf *out)
     pc_buf_append(out, e->content_type, ctlen);
     put_u(out, e->body_len, 4);
     pc_buf_append(out, e->body, e->body_len);
-    if (nh > 0) {
-        put_u(out, 1, 1); /* one section */
+    if (nsec == 0)
+        return;
+    put_u(out, (uint64_t)nsec, 1);
+    if (nh > 0)
         put_headers(out, e, nh);
-    }
+    if (usage)
+        put_usage(out, e);
 }
 
 /* A bounds-checked reader over the value. */
@@ -191,6 +208,11 @@ static int get_sections(struct reader *r, struct entry *e)
         struct reader sec = {(const unsigned char *)p, len, false};
         if (tag == ENTRY_SEC_HEADERS && get_headers(&sec, e) < 0)
             return -1;
+        if (tag == ENTRY_SEC_USAGE) {
+            e->usage.cache_write = (int64_t)get_u(&sec, 8);
+            if (sec.bad || sec.left != 0 || e->usage.cache_write < 0)
+                return -1;
+        }
     }
     return r->bad ? -1 : 0;
 }

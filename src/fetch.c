@@ -20,6 +20,7 @@
 #include "pc_flight.h"
 #include "pc_log.h"
 #include "pc_route.h"
+#include "pc_savings.h"
 #include "pc_sse.h"
 #include "pc_tally.h"
 #include "pc_worker.h"
@@ -233,7 +234,10 @@ static void account_usage(struct fetch *f, const struct api_usage *u)
     int64_t v[TALLY__COUNT] = {0};
     v[TALLY_upstream_prompt_tokens] = u->prompt;
     v[TALLY_upstream_completion_tokens] = u->completion;
+    struct savings cost;
+    savings_upstream(w, f->model, u, v, &cost); /* money and tokens by model */
     tally_add(w->tally, f->model, f->tenant, true, v);
+    flight_set_usage(f->fl, u); /* for every waiter's access log line */
 }
 
 /* The one way a fetch ends: stop the call, tell every waiter, free. */
@@ -327,13 +331,21 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
     struct fetch *f = arg;
     PC_CHECK_OBJ(f, FETCH_MAGIC);
     f->x = NULL;
+    const char *called = f->rep != NULL ? f->rep->name : NULL; /* replicas live as long as we do */
     if (result == XFER_ERR_CONNECT && !f->got_head && retry_elsewhere(f, errmsg))
         return;
     uint64_t latency = pc_mono_us() - f->start_us;
     bool wanted = f->ticket != NULL; /* cache_put consumes it */
-    if (result != XFER_OK)
+    if (f->rep != NULL) {
+        struct stat_labels l = {.upstream = (int)f->rep->index};
+        stats_observe(&f->w->stats, SF_upstream_latency_seconds, &l, (int64_t)latency);
+    }
+    if (result != XFER_OK) {
         log_write(PC_LOG_WARN, f->reqid, "upstream %s: %s",
                   f->rep != NULL ? f->rep->name : "(none left)", errmsg ? errmsg : "failed");
+        if (called != NULL) /* the access log names the replica of an error too */
+            flight_note_upstream(f->fl, called);
+    }
     fetch_release(f, result == XFER_OK             ? ROUTE_OK
                      : result == XFER_ERR_CONNECT  ? ROUTE_CONNECT_ERR
                      : result == XFER_ERR_INTERNAL ? ROUTE_ABORTED

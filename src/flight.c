@@ -43,6 +43,7 @@ struct flight {
     struct flight_header *hdrs;
     size_t nhdrs;
     char *upstream;
+    struct api_usage usage;
     struct pc_buf body;
     size_t base; /* absolute offset of body.data[0] */
     bool trim;
@@ -355,6 +356,7 @@ size_t flight_sub_read(struct flight_sub *sub, struct flight_view *v, struct pc_
     v->errmsg = fl->errmsg;
     v->more = sub->off < end;
     v->total = end;
+    v->usage = fl->usage;
     maybe_resume_locked(fl);
     maybe_trim_locked(fl);
     pthread_mutex_unlock(&fl->mu);
@@ -382,6 +384,7 @@ void flight_set_head(struct flight *fl, int status, struct flight_header *hdrs, 
         fl->status = status;
         fl->hdrs = hdrs;
         fl->nhdrs = nhdrs;
+        free(fl->upstream);
         fl->upstream = pc_strdup(upstream ? upstream : "");
         fl->state = FLIGHT_HEAD;
         hdrs = NULL;
@@ -414,6 +417,23 @@ void flight_stop_recording(struct flight *fl)
     pthread_mutex_lock(&fl->mu);
     fl->trim = true;
     maybe_trim_locked(fl);
+    pthread_mutex_unlock(&fl->mu);
+}
+
+void flight_set_usage(struct flight *fl, const struct api_usage *u)
+{
+    PC_CHECK_OBJ(fl, FLIGHT_MAGIC);
+    pthread_mutex_lock(&fl->mu);
+    fl->usage = *u;
+    pthread_mutex_unlock(&fl->mu);
+}
+
+void flight_note_upstream(struct flight *fl, const char *upstream)
+{
+    PC_CHECK_OBJ(fl, FLIGHT_MAGIC);
+    pthread_mutex_lock(&fl->mu);
+    if (fl->upstream == NULL && upstream != NULL)
+        fl->upstream = pc_strdup(upstream);
     pthread_mutex_unlock(&fl->mu);
 }
 

@@ -36,6 +36,7 @@
 #include "pc_flight.h"
 #include "pc_httpd.h"
 #include "pc_log.h"
+#include "pc_savings.h"
 #include "pc_sse.h"
 #include "pc_tally.h"
 #include "pc_worker.h"
@@ -140,6 +141,15 @@ struct preq {
     bool strip_usage;       /* relay the stream without the usage the client did not ask for */
     struct sse_usage_filter ufilter;
     struct pc_buf relay; /* a relayed piece after the usage filter */
+
+    /* Figures (metrics, access log, report counters; see preq_account). */
+    uint64_t lookup_start_us;
+    int64_t ttfb_us;          /* streams: arrival to the first byte of the answer; -1 none */
+    int64_t age_s;            /* HIT: the entry's age */
+    uint32_t orig_latency_ms; /* HIT: the upstream time of the original answer */
+    struct api_usage usage;   /* MISS/BYPASS: the upstream answer's usage (from the flight) */
+    struct savings money;     /* HIT: saved; otherwise: the upstream call's cost */
+    int64_t tv[TALLY__COUNT]; /* report counters the accounting adds */
 };
 
 static void preq_on_flight(struct flight_sub *sub, void *arg);
@@ -165,6 +175,31 @@ static void preq_free_cb(evutil_socket_t fd, short what, void *arg)
     free(r);
     stats_add(&w->stats, STAT_requests_active, -1);
     worker_check_idle(w);
+}
+
+/* Tokens, money, time to first byte and age: what the access log adds for API requests. */
+static void access_log_money(const struct preq *r, struct pc_buf *b)
+{
+    if (r->stream && r->ttfb_us >= 0)
+        pc_buf_printf(b, ",\"ttfb_ms\":%.3f", (double)r->ttfb_us / 1000.0);
+    if (r->cache == PC_HIT)
+        pc_buf_printf(b, ",\"age\":%lld", (long long)r->age_s);
+    if (r->ep == API_NONE)
+        return;
+    const struct api_usage *u = r->cache == PC_HIT ? &r->saved : &r->usage;
+    if (u->present)
+        pc_buf_printf(b,
+                      ",\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"cached_tokens\":%lld,"
+                      "\"cache_write_tokens\":%lld",
+                      (long long)u->prompt, (long long)u->completion, (long long)u->cached,
+                      (long long)u->cache_write);
+    const char *name = r->cache == PC_HIT ? "saved" : "cost";
+    if (r->money.priced)
+        pc_buf_printf(b, ",\"%s\":%.9f", name, r->money.amount);
+    else if (r->cache == PC_HIT || u->present)
+        pc_buf_printf(b, ",\"%s\":null", name);
+    if (r->cache == PC_HIT)
+        pc_buf_printf(b, ",\"latency_saved_ms\":%lld", (long long)r->money.latency_saved_ms);
 }
 
 static void access_log(const struct preq *r)
@@ -198,9 +233,11 @@ static void access_log(const struct preq *r)
         pc_buf_append_str(&b, "null");
     pc_buf_printf(&b,
                   ",\"ms\":%.3f,\"upstream_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%zu,"
-                  "\"aborted\":%s}",
+                  "\"aborted\":%s",
                   (double)(pc_mono_us() - r->start_us) / 1000.0, (double)r->upstream_us / 1000.0,
                   r->bytes_in, r->bytes_out, r->aborted ? "true" : "false");
+    access_log_money(r, &b);
+    pc_buf_append_char(&b, '}');
     log_access(b.data, b.len);
     pc_buf_free(&b);
 }
@@ -229,7 +266,47 @@ static void preq_tally(const struct preq *r)
     } else {
         v[TALLY_bypasses] = 1;
     }
+    for (int m = 0; ok && m < TALLY__COUNT; m++)
+        v[m] += r->tv[m];
     tally_add(r->w->tally, r->body ? api_model(r->body) : NULL, r->tenant_id, ok, v);
+}
+
+static enum stat_cache stat_cache_of(enum preq_cache c)
+{
+    return c == PC_HIT ? SC_HIT : c == PC_MISS ? SC_MISS : c == PC_REFRESH ? SC_REFRESH : SC_BYPASS;
+}
+
+/*
+ * The request's figures, once it ended: money and latency saved by a hit,
+ * what its upstream call cost, its durations in the metrics and in the
+ * hourly latency counts, and the proxy's own calls made meanwhile.
+ */
+static void preq_account(struct preq *r)
+{
+    struct worker *w = r->w;
+    savings_own_calls(w);
+    if (r->cache == PC_NONE)
+        return;
+    int64_t took = (int64_t)(pc_mono_us() - r->start_us);
+    bool ok = r->status >= 200 && r->status <= 299 && !r->aborted;
+    const char *model = r->body ? api_model(r->body) : NULL;
+    if (r->cache == PC_HIT && ok)
+        savings_hit(w, model, r->match, &r->saved, r->orig_latency_ms, took, r->tv, &r->money);
+    else if (r->cache != PC_HIT && !r->coalesced)
+        savings_price(w, model, &r->usage, &r->money);
+    struct stat_labels l = {.cache = stat_cache_of(r->cache),
+                            .endpoint = r->ep,
+                            .model = stats_model_slot(model, ok && r->ep != API_NONE)};
+    stats_fam_add(&w->stats, SF_api_requests, &l, 1);
+    stats_observe(&w->stats, SF_request_duration_seconds, &l, took);
+    if (r->stream && r->ttfb_us >= 0)
+        stats_observe(&w->stats, SF_stream_ttfb_seconds, &l, r->ttfb_us);
+    if (r->ep != API_NONE)
+        tally_observe(w->tally,
+                      r->cache == PC_HIT    ? TALLY_LAT_HIT
+                      : r->cache == PC_MISS ? TALLY_LAT_MISS
+                                            : TALLY_LAT_BYPASS,
+                      took);
 }
 
 /*
@@ -244,6 +321,7 @@ static void preq_end(struct preq *r)
     r->state = PREQ_DONE;
     cache_cancel(&r->lookup);
     flight_unsubscribe(&r->sub);
+    preq_account(r);
     access_log(r);
     preq_tally(r);
     static const struct timeval zero = {0, 0};
@@ -646,6 +724,8 @@ static void add_upstream_headers(struct preq *r, const struct flight_view *v)
 
 static void deliver_failure(struct preq *r, const struct flight_view *v)
 {
+    if (v->upstream != NULL) /* the replica that failed, for the access log */
+        snprintf(r->upstream, sizeof(r->upstream), "%s", v->upstream);
     int status = xfer_result_status((enum xfer_result)v->result);
     if (v->result == XFER_ERR_TIMEOUT)
         reply_error(r, status, "upstream did not answer in time (%s)",
@@ -666,6 +746,7 @@ static void deliver_whole(struct preq *r)
         deliver_failure(r, &v);
         return;
     }
+    r->usage = v.usage;
     add_upstream_headers(r, &v);
     r->status = v.status;
     r->bytes_out += r->resp.len;
@@ -728,10 +809,13 @@ static void deliver_streamed(struct preq *r)
         size_t n = flight_sub_read(r->sub, &v, &r->resp, RELAY_CHUNK);
         if (n > 0)
             relay(r, r->resp.data, n, false);
+        if (r->ttfb_us < 0 && r->bytes_out > 0)
+            r->ttfb_us = (int64_t)(pc_mono_us() - r->start_us);
         if (v.more)
             continue;
         if (v.state != FLIGHT_DONE)
             return;
+        r->usage = v.usage;
         relay(r, NULL, 0, true);
         r->upstream_us = pc_mono_us() - r->upstream_start_us;
         flight_unsubscribe(&r->sub);
@@ -859,7 +943,9 @@ static bool serve_hit(struct preq *r, const struct cache_result *res)
         r->saved = e->usage;
     }
     char age[24];
-    snprintf(age, sizeof(age), "%lld", (long long)(res->age_ms > 0 ? res->age_ms / 1000 : 0));
+    r->age_s = res->age_ms > 0 ? res->age_ms / 1000 : 0;
+    r->orig_latency_ms = e->latency_ms;
+    snprintf(age, sizeof(age), "%lld", (long long)r->age_s);
     r->cache = PC_HIT;
     r->match = res->match;
     httpd_add_header(r->hr, "X-Cache-Status", "HIT");
@@ -878,6 +964,8 @@ static bool serve_hit(struct preq *r, const struct cache_result *res)
         stored_ctype[e->content_type_len] = '\0';
         ctype = stored_ctype;
     }
+    if (r->stream) /* the whole stream goes out at once */
+        r->ttfb_us = (int64_t)(pc_mono_us() - r->start_us);
     reply_whole(r, e->status, ctype, body.data, body.len);
     pc_buf_free(&body);
     return true;
@@ -902,6 +990,11 @@ static void preq_on_lookup(void *arg, struct cache_result *res)
     struct preq *r = arg;
     PC_CHECK_OBJ(r, PREQ_MAGIC);
     r->lookup = NULL;
+    struct stat_labels l = {.cache = res->outcome == CACHE_HIT    ? SC_HIT
+                                     : res->outcome == CACHE_MISS ? SC_MISS
+                                                                  : SC_BYPASS};
+    stats_observe(&r->w->stats, SF_lookup_duration_seconds, &l,
+                  (int64_t)(pc_mono_us() - r->lookup_start_us));
     r->ticket = res->ticket;
     if (res->outcome == CACHE_UNAVAILABLE) {
         preq_bypass(r, false);
@@ -938,6 +1031,7 @@ static void preq_route_cacheable(struct preq *r)
         return;
     }
     r->state = PREQ_LOOKUP;
+    r->lookup_start_us = pc_mono_us();
     r->lookup = cache_lookup(w->cache, &q, preq_on_lookup, r);
     if (r->lookup == NULL) /* Redis not ready */
         preq_bypass(r, false);
@@ -1057,6 +1151,7 @@ void proxy_handle(struct httpd_req *hr, void *arg)
     r->w = w;
     r->hr = hr;
     r->start_us = httpd_req_start_us(hr);
+    r->ttfb_us = -1;
     snprintf(r->method, sizeof(r->method), "%s", httpd_req_method(hr));
     r->path = pc_strdup(path);
     snprintf(r->id, sizeof(r->id), "%08x%02x%08llx", w->id_prefix, (unsigned)w->id,

@@ -2,8 +2,14 @@
  * report.c - `promptcache report` (see pc_report.h). Owns the report being
  * built: the total, one row per model and per tenant, and the prices.
  *
- *   Redis pc:2:r:YYYYMMDDHH (HGETALL, one per hour) ─▶ report_add_field
+ *   Redis pc:2:r:YYYYMMDDHH (HSCAN, one per hour) ─▶ report_add_field
  *        ─▶ rows (total, model, tenant; money priced per field) ─▶ render
+ *
+ * Money is priced per field, at read time, with the configuration's price
+ * list (pc_pricing.h). Each token field adds its share of a linear formula,
+ * so the sum over fields is what pricing each call would give:
+ *   cost = prompt x input + cached x (read - input) + written x (write - input)
+ *          + completion x output
  */
 #include "pc_report.h"
 #include "pc_conf.h"
@@ -49,10 +55,7 @@ void report_free(struct report *r)
 {
     rows_free(&r->models);
     rows_free(&r->tenants);
-    for (size_t i = 0; i < r->nprices; i++)
-        free(r->prices[i].model);
-    free(r->prices);
-    free(r->currency);
+    pricing_release(&r->prices);
     memset(r, 0, sizeof(*r));
 }
 
@@ -101,112 +104,182 @@ static struct report_row *rows_get(struct report_rows *rows, const char *name, s
 
 /* ---- pricing ---------------------------------------------------------------- */
 
-#define PRICE_MAX 1e6 /* per million tokens: anything above is a mistake */
-
-static bool price_ok(const cJSON *v, bool optional)
+void report_set_prices(struct report *r, struct pricing *p)
 {
-    if (v == NULL)
-        return optional;
-    return cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble >= 0 &&
-           v->valuedouble <= PRICE_MAX;
-}
-
-static int price_entry(struct report *r, const cJSON *m, char *err, size_t errlen)
-{
-    const cJSON *in = cJSON_GetObjectItemCaseSensitive(m, "input");
-    const cJSON *out = cJSON_GetObjectItemCaseSensitive(m, "output");
-    if (!price_ok(in, false) || !price_ok(out, true)) {
-        snprintf(err, errlen,
-                 "model \"%s\": \"input\" (and \"output\", if given) must be numbers from 0 "
-                 "to %g",
-                 m->string, PRICE_MAX);
-        return -1;
-    }
-    /* Names are matched as the proxy stores them. */
-    char name[TALLY_MODEL_MAX + 1];
-    tally_model(m->string, name);
-    struct report_price *p = NULL;
-    for (size_t i = 0; i < r->nprices && p == NULL; i++)
-        if (strcmp(r->prices[i].model, name) == 0)
-            p = &r->prices[i]; /* a repeated name: the last one counts */
-    if (p == NULL) {
-        r->prices = pc_realloc(r->prices, (r->nprices + 1) * sizeof(*r->prices));
-        p = &r->prices[r->nprices++];
-        p->model = pc_strdup(name);
-    }
-    p->input = in->valuedouble;
-    p->output = out ? out->valuedouble : 0;
-    return 0;
+    pricing_release(&r->prices);
+    r->prices = pricing_ref(p);
 }
 
 int report_load_prices(struct report *r, const char *json, size_t len, char *err, size_t errlen)
 {
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    const cJSON *models = cJSON_GetObjectItemCaseSensitive(root, "models");
-    int rc = 0;
-    if (root == NULL || !cJSON_IsObject(models)) {
-        snprintf(err, errlen, "expected a JSON object with a \"models\" object");
-        rc = -1;
-    }
-    for (const cJSON *m = models ? models->child : NULL; rc == 0 && m != NULL; m = m->next)
-        rc = price_entry(r, m, err, errlen);
-    if (rc == 0) {
-        const char *cur = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "currency"));
-        char clean[TALLY_MODEL_MAX + 1];
-        tally_model(cur ? cur : "USD", clean);
-        free(r->currency);
-        r->currency = pc_strdup(clean);
-    }
-    cJSON_Delete(root);
-    return rc;
+    struct pricing *p = pricing_parse(json, len, "pricing", err, errlen, NULL);
+    if (p == NULL)
+        return -1;
+    report_set_prices(r, p);
+    pricing_release(&p);
+    return 0;
 }
 
-static bool all_digits(const char *s, size_t n)
+const char *report_currency(const struct report *r)
 {
-    for (size_t i = 0; i < n; i++)
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-    return n > 0;
+    return r->prices ? pricing_currency(r->prices) : NULL;
 }
 
-/* Whether what follows a priced name only dates or tags it (see pc_report.h). */
-static bool version_suffix(const char *s)
+/* What count tokens of metric m add to each money figure at price pr. */
+static void money_of(enum tally_metric m, int64_t count, const struct price *pr,
+                     struct report_money *d)
 {
-    size_t n = strlen(s);
-    if (s[0] == '@' || s[0] == ':')
-        return true;
-    if (strcmp(s, "-latest") == 0)
-        return true;
-    if (n == 9 && s[0] == '-' && all_digits(s + 1, 8)) /* -YYYYMMDD */
-        return true;
-    return n == 11 && s[0] == '-' && all_digits(s + 1, 4) && s[5] == '-' && all_digits(s + 6, 2) &&
-           s[8] == '-' && all_digits(s + 9, 2); /* -YYYY-MM-DD */
-}
-
-static const struct report_price *price_for(const struct report *r, const char *model)
-{
-    for (size_t i = 0; i < r->nprices; i++)
-        if (strcmp(model, r->prices[i].model) == 0)
-            return &r->prices[i];
-    for (size_t i = 0; i < r->nprices; i++) {
-        size_t n = strlen(r->prices[i].model);
-        if (strncmp(model, r->prices[i].model, n) == 0 &&
-            (model[n] == '\0' || version_suffix(model + n)))
-            return &r->prices[i];
+    double n = (double)count / 1e6;
+    switch (m) {
+    case TALLY_saved_prompt_tokens:
+        d->saved = n * pr->input;
+        break;
+    case TALLY_saved_cached_tokens:
+        d->saved = n * (pr->cache_read - pr->input);
+        break;
+    case TALLY_saved_cache_write_tokens:
+        d->saved = n * (pr->cache_write - pr->input);
+        break;
+    case TALLY_saved_completion_tokens:
+        d->saved = n * pr->output;
+        break;
+    case TALLY_semantic_saved_prompt_tokens:
+        d->saved_semantic = n * pr->input;
+        break;
+    case TALLY_semantic_saved_cached_tokens:
+        d->saved_semantic = n * (pr->cache_read - pr->input);
+        break;
+    case TALLY_semantic_saved_cache_write_tokens:
+        d->saved_semantic = n * (pr->cache_write - pr->input);
+        break;
+    case TALLY_semantic_saved_completion_tokens:
+        d->saved_semantic = n * pr->output;
+        break;
+    case TALLY_upstream_prompt_tokens:
+        d->upstream = n * pr->input;
+        break;
+    case TALLY_upstream_cached_tokens:
+        d->upstream = n * (pr->cache_read - pr->input);
+        d->cache_saving = n * (pr->input - pr->cache_read);
+        break;
+    case TALLY_upstream_cache_write_tokens:
+        d->upstream = n * (pr->cache_write - pr->input);
+        d->write_premium = n * PC_MAX(pr->cache_write - pr->input, 0.0);
+        break;
+    case TALLY_upstream_completion_tokens:
+        d->upstream = n * pr->output;
+        break;
+    case TALLY_own_prompt_tokens:
+        d->own = n * pr->input;
+        break;
+    case TALLY_own_completion_tokens:
+        d->own = n * pr->output;
+        break;
+    default:
+        break;
     }
-    return NULL;
+}
+
+/* The token metrics money_of prices (every other metric is a count). */
+static bool priced_metric(enum tally_metric m)
+{
+    switch (m) {
+    case TALLY_saved_prompt_tokens:
+    case TALLY_saved_cached_tokens:
+    case TALLY_saved_cache_write_tokens:
+    case TALLY_saved_completion_tokens:
+    case TALLY_semantic_saved_prompt_tokens:
+    case TALLY_semantic_saved_cached_tokens:
+    case TALLY_semantic_saved_cache_write_tokens:
+    case TALLY_semantic_saved_completion_tokens:
+    case TALLY_upstream_prompt_tokens:
+    case TALLY_upstream_cached_tokens:
+    case TALLY_upstream_cache_write_tokens:
+    case TALLY_upstream_completion_tokens:
+    case TALLY_own_prompt_tokens:
+    case TALLY_own_completion_tokens:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void money_add(struct report_money *sum, const struct report_money *d)
+{
+    sum->saved += d->saved;
+    sum->saved_semantic += d->saved_semantic;
+    sum->upstream += d->upstream;
+    sum->cache_saving += d->cache_saving;
+    sum->write_premium += d->write_premium;
+    sum->own += d->own;
+}
+
+double report_net_saved(const struct report_row *row)
+{
+    return row->money.saved - row->money.own;
+}
+
+double report_cost_per_1k(const struct report_row *row, bool with_cache)
+{
+    int64_t n = row->v[TALLY_requests];
+    if (n <= 0)
+        return NAN;
+    double paid = row->money.upstream + (with_cache ? row->money.own : row->money.saved);
+    return paid * 1000.0 / (double)n;
+}
+
+double report_lat_quantile(const int64_t n[TALLY_LAT_BUCKETS], double q)
+{
+    static const int64_t bounds[TALLY_LAT_BUCKETS] = TALLY_LAT_BOUNDS_MS;
+    int64_t total = 0;
+    for (int b = 0; b < TALLY_LAT_BUCKETS; b++)
+        total += n[b];
+    if (total == 0)
+        return NAN;
+    double rank = q * (double)total, seen = 0;
+    for (int b = 0; b < TALLY_LAT_BUCKETS; b++) {
+        if (n[b] == 0 || seen + (double)n[b] < rank) {
+            seen += (double)n[b];
+            continue;
+        }
+        double lo = b > 0 ? (double)bounds[b - 1] : 0;
+        if (bounds[b] < 0)
+            return lo; /* beyond the last bound: the bound is all that is known */
+        return lo + ((double)bounds[b] - lo) * (rank - seen) / (double)n[b];
+    }
+    return (double)bounds[TALLY_LAT_BUCKETS - 2];
 }
 
 /* ---- aggregation -------------------------------------------------------------- */
 
-static void add_sat(int64_t *sum, int64_t n)
+static void add_sat(int64_t *sum, int64_t n);
+
+/* "lat|KIND|B": a bucket of the hourly latency histogram. */
+static int add_lat(struct report *r, const char *field, size_t flen, int64_t count)
 {
-    if (__builtin_add_overflow(*sum, n, sum))
-        *sum = INT64_MAX;
+    for (int k = 0; k < TALLY_LAT__COUNT; k++) {
+        size_t kl = strlen(tally_lat_kind_names[k]);
+        if (flen < 4 + kl + 2 || memcmp(field + 4, tally_lat_kind_names[k], kl) != 0 ||
+            field[4 + kl] != '|')
+            continue;
+        const char *b = field + 4 + kl + 1;
+        size_t bl = flen - 4 - kl - 1;
+        int idx = 0;
+        for (size_t i = 0; i < bl && idx < TALLY_LAT_BUCKETS; i++)
+            idx = (b[i] >= '0' && b[i] <= '9') ? idx * 10 + (b[i] - '0') : TALLY_LAT_BUCKETS;
+        if (bl == 0 || bl > 2 || idx >= TALLY_LAT_BUCKETS || count < 0)
+            break;
+        add_sat(&r->lat[k][idx], count);
+        return 0;
+    }
+    r->skipped++;
+    return -1;
 }
 
 int report_add_field(struct report *r, const char *field, size_t flen, int64_t count)
 {
+    if (flen > 4 && memcmp(field, "lat|", 4) == 0)
+        return add_lat(r, field, flen, count);
     const char *bar1 = memchr(field, '|', flen);
     const char *bar2 = bar1 ? memchr(bar1 + 1, '|', (size_t)(field + flen - bar1 - 1)) : NULL;
     int m = bar1 ? tally_metric_parse(field, (size_t)(bar1 - field)) : -1;
@@ -219,25 +292,32 @@ int report_add_field(struct report *r, const char *field, size_t flen, int64_t c
         return -1;
     }
     struct report_row *rows[3] = {&r->total, rows_get(&r->models, model, mlen),
-                                  rows_get(&r->tenants, tenant, tlen)};
-    double money = 0;
+                                  r->no_tenants ? NULL : rows_get(&r->tenants, tenant, tlen)};
+    struct report_money d = {0};
     bool unpriced = false;
-    if (r->currency != NULL &&
-        (m == TALLY_saved_prompt_tokens || m == TALLY_saved_completion_tokens)) {
+    if (r->prices != NULL && count > 0 && priced_metric((enum tally_metric)m)) {
         char name[TALLY_MODEL_MAX + 1];
         snprintf(name, sizeof(name), "%.*s", (int)mlen, model);
-        const struct report_price *p = price_for(r, name);
+        const struct price *p = pricing_find(r->prices, name);
         if (p != NULL)
-            money = (double)count * (m == TALLY_saved_prompt_tokens ? p->input : p->output) / 1e6;
+            money_of((enum tally_metric)m, count, p, &d);
         else
-            unpriced = count > 0;
+            unpriced = true;
     }
     for (int i = 0; i < 3; i++) {
+        if (rows[i] == NULL)
+            continue;
         add_sat(&rows[i]->v[m], count);
-        rows[i]->money_saved += money;
+        money_add(&rows[i]->money, &d);
         rows[i]->unpriced |= unpriced;
     }
     return 0;
+}
+
+static void add_sat(int64_t *sum, int64_t n)
+{
+    if (__builtin_add_overflow(*sum, n, sum))
+        *sum = INT64_MAX;
 }
 
 static int by_requests(const void *a, const void *b)
@@ -268,10 +348,14 @@ static double hit_rate(const struct report_row *row)
     return looked > 0 ? (double)row->v[TALLY_hits] / (double)looked : 0.0;
 }
 
-/* Money is known when pricing is on and every saved token of the row had a price. */
-static bool money_known(const struct report *r, const struct report_row *row)
+/*
+ * Money is known with prices, for a model row only when the model has a
+ * price; the total and a tenant's row then sum what is priced and say they
+ * are partial.
+ */
+static bool money_known(const struct report *r, const struct report_row *row, bool model_row)
 {
-    return r->currency != NULL && !row->unpriced && isfinite(row->money_saved);
+    return r->prices != NULL && !(model_row && row->unpriced) && isfinite(row->money.saved);
 }
 
 static void utc(int64_t ms, const char *fmt, char *out, size_t outlen)
@@ -280,6 +364,51 @@ static void utc(int64_t ms, const char *fmt, char *out, size_t outlen)
     struct tm tm;
     gmtime_r(&secs, &tm);
     strftime(out, outlen, fmt, &tm);
+}
+
+/* The money figures of a row in order, with their JSON / CSV names. */
+#define REPORT_MONEY(X)                                                \
+    X(money_saved, row->money.saved)                                   \
+    X(money_saved_exact, row->money.saved - row->money.saved_semantic) \
+    X(money_saved_semantic, row->money.saved_semantic)                 \
+    X(upstream_cost, row->money.upstream)                              \
+    X(provider_cache_saved, row->money.cache_saving)                   \
+    X(provider_cache_write_premium, row->money.write_premium)          \
+    X(own_calls_cost, row->money.own)                                  \
+    X(net_saved, report_net_saved(row))                                \
+    X(cost_per_1k_requests, report_cost_per_1k(row, true))             \
+    X(cost_per_1k_requests_without_cache, report_cost_per_1k(row, false))
+
+static void json_num(struct pc_buf *out, bool known, double v)
+{
+    if (known && isfinite(v))
+        pc_buf_printf(out, "%.9f", v);
+    else
+        pc_buf_append_str(out, "null");
+}
+
+static void row_json(const struct report *r, const struct report_row *row, bool model_row,
+                     struct pc_buf *out)
+{
+    for (int m = 0; m < TALLY__COUNT; m++)
+        pc_buf_printf(out, "\"%s\":%lld,", tally_metric_name((enum tally_metric)m),
+                      (long long)row->v[m]);
+    pc_buf_printf(out, "\"hit_rate\":%.4f,\"latency_saved_seconds\":%.3f", hit_rate(row),
+                  (double)row->v[TALLY_latency_saved_ms] / 1000.0);
+    bool known = money_known(r, row, model_row);
+#define PC_REPORT_JSON_MONEY(name, expr)       \
+    pc_buf_append_str(out, ",\"" #name "\":"); \
+    json_num(out, known, expr);
+    REPORT_MONEY(PC_REPORT_JSON_MONEY)
+#undef PC_REPORT_JSON_MONEY
+    pc_buf_printf(out, ",\"money_partial\":%s",
+                  r->prices != NULL && !model_row && row->unpriced ? "true" : "false");
+}
+
+void report_row_json(const struct report *r, const struct report_row *row, bool model_row,
+                     struct pc_buf *out)
+{
+    row_json(r, row, model_row, out);
 }
 
 /* Names are validated on the way in (model and tenant character sets): safe as they are. */
@@ -292,14 +421,8 @@ static void json_row(const struct report *r, const struct report_row *row, const
         pc_buf_json_str(out, row->name, strlen(row->name));
         pc_buf_append_char(out, ',');
     }
-    for (int m = 0; m < TALLY__COUNT; m++)
-        pc_buf_printf(out, "\"%s\":%lld,", tally_metric_name((enum tally_metric)m),
-                      (long long)row->v[m]);
-    pc_buf_printf(out, "\"hit_rate\":%.4f,\"money_saved\":", hit_rate(row));
-    if (money_known(r, row))
-        pc_buf_printf(out, "%.6f}", row->money_saved);
-    else
-        pc_buf_append_str(out, "null}");
+    row_json(r, row, label != NULL && strcmp(label, "model") == 0, out);
+    pc_buf_append_char(out, '}');
 }
 
 static void json_rows(const struct report *r, const struct report_rows *rows, const char *label,
@@ -313,21 +436,50 @@ static void json_rows(const struct report *r, const struct report_rows *rows, co
     pc_buf_append_char(out, ']');
 }
 
+static void json_latency(const struct report *r, struct pc_buf *out)
+{
+    pc_buf_append_str(out, ",\"latency_ms\":{");
+    for (int k = 0; k < TALLY_LAT__COUNT; k++) {
+        int64_t n = 0;
+        for (int b = 0; b < TALLY_LAT_BUCKETS; b++)
+            n += r->lat[k][b];
+        pc_buf_printf(out, "%s\"%s\":{\"count\":%lld", k ? "," : "", tally_lat_kind_names[k],
+                      (long long)n);
+        static const double qs[] = {0.5, 0.9, 0.99};
+        static const char *const qn[] = {"p50", "p90", "p99"};
+        for (size_t i = 0; i < PC_ARRAY_LEN(qs); i++) {
+            pc_buf_printf(out, ",\"%s\":", qn[i]);
+            json_num(out, n > 0, report_lat_quantile(r->lat[k], qs[i]));
+        }
+        pc_buf_append_char(out, '}');
+    }
+    pc_buf_append_char(out, '}');
+}
+
 static void render_json(const struct report *r, struct pc_buf *out)
 {
     char from[32], to[32];
     utc(r->from_ms, "%Y-%m-%dT%H:%M:%SZ", from, sizeof(from));
     utc(r->to_ms, "%Y-%m-%dT%H:%M:%SZ", to, sizeof(to));
     pc_buf_printf(out, "{\"from\":\"%s\",\"to\":\"%s\",\"currency\":", from, to);
-    if (r->currency != NULL)
-        pc_buf_json_str(out, r->currency, strlen(r->currency));
+    const char *cur = report_currency(r);
+    if (cur != NULL)
+        pc_buf_json_str(out, cur, strlen(cur));
     else
         pc_buf_append_str(out, "null");
     pc_buf_append_str(out, ",\"total\":");
     json_row(r, &r->total, NULL, out);
     json_rows(r, &r->models, "model", out);
     json_rows(r, &r->tenants, "tenant", out);
+    json_latency(r, out);
     pc_buf_append_str(out, "}\n");
+}
+
+static void csv_num(struct pc_buf *out, bool known, double v)
+{
+    pc_buf_append_char(out, ',');
+    if (known && isfinite(v))
+        pc_buf_printf(out, "%.9f", v);
 }
 
 static void csv_row(const struct report *r, const struct report_row *row, const char *scope,
@@ -337,9 +489,11 @@ static void csv_row(const struct report *r, const struct report_row *row, const 
     pc_buf_printf(out, "%s,%s", scope, row->name ? row->name : "");
     for (int m = 0; m < TALLY__COUNT; m++)
         pc_buf_printf(out, ",%lld", (long long)row->v[m]);
-    pc_buf_printf(out, ",%.4f,", hit_rate(row));
-    if (money_known(r, row))
-        pc_buf_printf(out, "%.6f", row->money_saved);
+    pc_buf_printf(out, ",%.4f", hit_rate(row));
+    bool known = money_known(r, row, strcmp(scope, "model") == 0);
+#define PC_REPORT_CSV_MONEY(name, expr) csv_num(out, known, expr);
+    REPORT_MONEY(PC_REPORT_CSV_MONEY)
+#undef PC_REPORT_CSV_MONEY
     pc_buf_append_char(out, '\n');
 }
 
@@ -348,7 +502,15 @@ static void render_csv(const struct report *r, struct pc_buf *out)
     pc_buf_append_str(out, "scope,name");
     for (int m = 0; m < TALLY__COUNT; m++)
         pc_buf_printf(out, ",%s", tally_metric_name((enum tally_metric)m));
-    pc_buf_append_str(out, ",hit_rate,money_saved\n");
+    pc_buf_append_str(out, ",hit_rate");
+#define PC_REPORT_CSV_HEAD(name, expr) pc_buf_append_str(out, "," #name);
+    {
+        const struct report_row *row = NULL;
+        (void)row;
+        REPORT_MONEY(PC_REPORT_CSV_HEAD)
+    }
+#undef PC_REPORT_CSV_HEAD
+    pc_buf_append_char(out, '\n');
     csv_row(r, &r->total, "total", out);
     for (size_t i = 0; i < r->models.n; i++)
         csv_row(r, &r->models.v[i], "model", out);
@@ -357,7 +519,7 @@ static void render_csv(const struct report *r, struct pc_buf *out)
 }
 
 static void table_row(const struct report *r, const struct report_row *row, const char *indent,
-                      const char *name, int width, struct pc_buf *out)
+                      const char *name, int width, bool model_row, struct pc_buf *out)
 {
     pc_buf_printf(out, "%s%-*s %9lld %8lld %8lld %8lld %7lld %7.1f%% %12lld %12lld", indent,
                   width - (int)strlen(indent), name, (long long)row->v[TALLY_requests],
@@ -365,20 +527,61 @@ static void table_row(const struct report *r, const struct report_row *row, cons
                   (long long)row->v[TALLY_bypasses], (long long)row->v[TALLY_errors],
                   100.0 * hit_rate(row), (long long)row->v[TALLY_saved_prompt_tokens],
                   (long long)row->v[TALLY_saved_completion_tokens]);
-    if (money_known(r, row))
-        pc_buf_printf(out, " %12.4f", row->money_saved);
-    else if (r->currency != NULL)
+    if (money_known(r, row, model_row))
+        pc_buf_printf(out, " %12.6f%s", row->money.saved, row->unpriced ? "*" : "");
+    else if (r->prices != NULL)
         pc_buf_printf(out, " %12s", "-");
     pc_buf_append_char(out, '\n');
 }
 
 static void table_rows(const struct report *r, const struct report_rows *rows, const char *title,
-                       int width, struct pc_buf *out)
+                       int width, bool model_rows, struct pc_buf *out)
 {
     if (rows->n > 0)
         pc_buf_printf(out, "%s\n", title);
     for (size_t i = 0; i < rows->n; i++)
-        table_row(r, &rows->v[i], "  ", rows->v[i].name, width, out);
+        table_row(r, &rows->v[i], "  ", rows->v[i].name, width, model_rows, out);
+}
+
+/* The total's money, latency saved and request times, under the table. */
+static void table_summary(const struct report *r, struct pc_buf *out)
+{
+    const struct report_row *row = &r->total;
+    int64_t hits = row->v[TALLY_hits];
+    pc_buf_printf(out, "\nlatency saved  %.3f s", (double)row->v[TALLY_latency_saved_ms] / 1000.0);
+    if (hits > 0)
+        pc_buf_printf(out, " (%.1f ms per hit)", (double)row->v[TALLY_latency_saved_ms] / hits);
+    pc_buf_append_char(out, '\n');
+    if (r->prices != NULL) {
+        const char *c = report_currency(r);
+        pc_buf_printf(out, "\nmoney (%s, at list price)%s\n", c, row->unpriced ? ", partial" : "");
+        pc_buf_printf(out, "  saved by the cache      %14.6f (exact %.6f, semantic %.6f)\n",
+                      row->money.saved, row->money.saved - row->money.saved_semantic,
+                      row->money.saved_semantic);
+        pc_buf_printf(out, "  proxy's own calls       %14.6f\n", row->money.own);
+        pc_buf_printf(out, "  net saved               %14.6f\n", report_net_saved(row));
+        pc_buf_printf(out,
+                      "  paid upstream           %14.6f (provider prompt caching saved %.6f, "
+                      "cache writes added %.6f)\n",
+                      row->money.upstream, row->money.cache_saving, row->money.write_premium);
+        if (row->v[TALLY_requests] > 0)
+            pc_buf_printf(out, "  per 1,000 requests      %14.6f with the cache, %.6f without\n",
+                          report_cost_per_1k(row, true), report_cost_per_1k(row, false));
+    }
+    pc_buf_append_str(out, "\nrequest time (ms)       p50        p90        p99      count\n");
+    for (int k = 0; k < TALLY_LAT__COUNT; k++) {
+        int64_t n = 0;
+        for (int b = 0; b < TALLY_LAT_BUCKETS; b++)
+            n += r->lat[k][b];
+        pc_buf_printf(out, "  %-12s", tally_lat_kind_names[k]);
+        if (n == 0)
+            pc_buf_printf(out, " %10s %10s %10s", "-", "-", "-");
+        else
+            pc_buf_printf(out, " %10.1f %10.1f %10.1f", report_lat_quantile(r->lat[k], 0.5),
+                          report_lat_quantile(r->lat[k], 0.9),
+                          report_lat_quantile(r->lat[k], 0.99));
+        pc_buf_printf(out, " %10lld\n", (long long)n);
+    }
 }
 
 static void render_table(const struct report *r, struct pc_buf *out)
@@ -392,17 +595,18 @@ static void render_table(const struct report *r, struct pc_buf *out)
     pc_buf_printf(out, "promptcache report, %s to %s UTC\n\n", from, to);
     pc_buf_printf(out, "%-*s %9s %8s %8s %8s %7s %8s %12s %12s", width, "", "requests", "hits",
                   "misses", "bypass", "errors", "hit rate", "saved in", "saved out");
-    if (r->currency != NULL)
-        pc_buf_printf(out, " %12s", r->currency);
+    if (r->prices != NULL)
+        pc_buf_printf(out, " %12s", report_currency(r));
     pc_buf_append_char(out, '\n');
-    table_row(r, &r->total, "", "total", width, out);
-    table_rows(r, &r->models, "by model", width, out);
-    table_rows(r, &r->tenants, "by tenant", width, out);
-    if (r->currency == NULL)
-        pc_buf_append_str(out, "\n(no pricing file: set `pricing` to report money saved)\n");
+    table_row(r, &r->total, "", "total", width, false, out);
+    table_rows(r, &r->models, "by model", width, true, out);
+    table_rows(r, &r->tenants, "by tenant", width, false, out);
+    table_summary(r, out);
+    if (r->prices == NULL)
+        pc_buf_append_str(out, "\n(no prices: set `pricing` to report money saved)\n");
     else if (r->total.unpriced)
-        pc_buf_append_str(out, "\n(-: some saved tokens are of models the pricing file does "
-                               "not price)\n");
+        pc_buf_append_str(out, "\n(-: models the price list does not price; *: sums without "
+                               "them)\n");
 }
 
 void report_render(const struct report *r, enum report_format f, struct pc_buf *out)
@@ -417,47 +621,17 @@ void report_render(const struct report *r, enum report_format f, struct pc_buf *
 
 /* ---- the command ------------------------------------------------------------------ */
 
-#define PRICING_FILE_MAX (1024 * 1024)
-
-static int load_pricing_file(struct report *r, const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        fprintf(stderr, "promptcache report: pricing %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    struct pc_buf b = PC_BUF_INIT;
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0 && b.len <= PRICING_FILE_MAX)
-        pc_buf_append(&b, chunk, n);
-    bool failed = ferror(f) != 0;
-    fclose(f);
-    char err[256] = "";
-    int rc = -1;
-    if (failed)
-        snprintf(err, sizeof(err), "cannot read it");
-    else if (b.len > PRICING_FILE_MAX)
-        snprintf(err, sizeof(err), "larger than %d bytes", PRICING_FILE_MAX);
-    else
-        rc = report_load_prices(r, b.data ? b.data : "", b.len, err, sizeof(err));
-    if (rc < 0)
-        fprintf(stderr, "promptcache report: pricing %s: %s\n", path, err);
-    pc_buf_free(&b);
-    return rc;
-}
-
-/* Add the fields of one HSCAN (or HGETALL) reply page. */
-static void add_fields(struct report *r, const redisReply *page)
+/* Hand each field of one HSCAN (or HGETALL) reply page to fn; malformed ones as count -1. */
+static void page_fields(const redisReply *page, report_field_fn *fn, void *arg)
 {
     for (size_t i = 0; page->type == REDIS_REPLY_ARRAY && i + 1 < page->elements; i += 2) {
         const redisReply *f = page->element[i], *v = page->element[i + 1];
         int64_t count;
         if (f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
             pc_parse_i64(v->str, &count) == 0)
-            report_add_field(r, f->str, f->len, count);
+            fn(arg, f->str, f->len, count);
         else
-            r->skipped++;
+            fn(arg, "", 0, -1);
     }
 }
 
@@ -465,7 +639,7 @@ static void add_fields(struct report *r, const redisReply *page)
  * Read one hourly hash with HSCAN, a page at a time, so a big hash never
  * blocks Redis (and the proxies' lookups) the way one HGETALL would.
  */
-static int read_hour(struct rcli *k, struct report *r, int64_t hour_ms)
+int report_scan_hour(struct rcli *k, int64_t hour_ms, report_field_fn *fn, void *arg)
 {
     char key[TALLY_KEY_MAX], cursor[32] = "0";
     tally_key(hour_ms, key);
@@ -478,7 +652,7 @@ static int read_hour(struct rcli *k, struct report *r, int64_t hour_ms)
                   rep->element[0]->type == REDIS_REPLY_STRING && rep->element[0]->len < 32;
         if (ok) {
             snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
-            add_fields(r, rep->element[1]);
+            page_fields(rep->element[1], fn, arg);
         }
         freeReplyObject(rep);
         if (!ok) {
@@ -489,19 +663,23 @@ static int read_hour(struct rcli *k, struct report *r, int64_t hour_ms)
     return 0;
 }
 
+static void add_one(void *arg, const char *field, size_t flen, int64_t count)
+{
+    report_add_field(arg, field, flen, count);
+}
+
 int report_cli(const struct conf *c, enum report_format f, int hours)
 {
     int64_t now_hour = pc_wall_ms() / TALLY_HOUR_MS * TALLY_HOUR_MS;
     struct report r;
     report_init(&r, now_hour - (int64_t)(hours - 1) * TALLY_HOUR_MS, now_hour + TALLY_HOUR_MS);
+    report_set_prices(&r, c->prices);
     struct rcli k = {0};
     int rc = 1;
-    if (c->pricing[0] != '\0' && load_pricing_file(&r, c->pricing) < 0)
-        goto out;
     if (rcli_connect(&k, c, "report") < 0)
         goto out;
     for (int64_t h = r.from_ms; h < r.to_ms; h += TALLY_HOUR_MS)
-        if (read_hour(&k, &r, h) < 0)
+        if (report_scan_hour(&k, h, add_one, &r) < 0)
             goto out;
     if (r.skipped > 0)
         rcli_error(&k, "%zu fields of %s were not written by promptcache and were skipped",

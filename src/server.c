@@ -11,13 +11,16 @@
  */
 #include "pc_server.h"
 #include "pc_conf.h"
+#include "pc_dash.h"
 #include "pc_flight.h"
 #include "pc_log.h"
 #include "pc_reload.h"
 #include "pc_psync.h"
 #include "pc_route.h"
 #include "pc_rurl.h"
+#include "pc_pricing.h"
 #include "pc_semantic.h"
+#include "pc_stats.h"
 #include "pc_worker.h"
 
 #include <errno.h>
@@ -39,8 +42,10 @@ struct server {
     struct reload *reload;
     int listen_fd;
     struct route *route;
-    struct semantic *sem; /* NULL when semantic is off */
-    struct psync *psync;  /* the prefix index shared through Redis, or NULL */
+    struct semantic *sem;        /* NULL when semantic is off */
+    struct psync *psync;         /* the prefix index shared through Redis, or NULL */
+    struct dash *dash;           /* the dashboard's reader of the hourly counters, or NULL */
+    const char **upstream_names; /* the upstream label of the metrics */
     struct worker **workers;
     int nworkers;
     struct event_base *base;
@@ -162,6 +167,7 @@ static int start_workers(struct server *s, char *err, size_t errlen)
             return -1;
         w->id_prefix = prefix;
         w->accept_stopped_ev = s->accept_stopped;
+        w->dash = s->dash;
         s->workers[s->nworkers++] = w;
     }
     if (reload_attach(s->reload, s->workers, s->nworkers) < 0) {
@@ -253,7 +259,10 @@ static void server_teardown(struct server *s)
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     semantic_destroy(&s->sem);
+    dash_destroy(&s->dash);
+    stats_set_upstreams(NULL, 0);
     route_destroy(&s->route);
+    free(s->upstream_names);
     flight_table_destroy();
     stats_unregister_all();
 }
@@ -284,6 +293,23 @@ static void raise_fd_limit(const struct conf *c)
                  (unsigned long long)soft);
 }
 
+/* The metrics' bounded labels: how many models get their own, the replicas' names. */
+static void setup_labels(struct server *s)
+{
+    size_t n = route_count(s->route);
+    s->upstream_names = pc_calloc(n + 1, sizeof(*s->upstream_names));
+    for (size_t i = 0; i < n; i++)
+        s->upstream_names[i] = route_replica(s->route, i)->name;
+    stats_set_upstreams(s->upstream_names, n);
+    stats_set_model_limit(s->conf->metrics_models);
+    const struct pricing *p = s->conf->prices;
+    if (p != NULL)
+        log_notice("prices: %zu models from %s (%s format, %s)", pricing_count(p), pricing_path(p),
+                   pricing_format_name(pricing_format(p)), pricing_currency(p));
+    else
+        log_notice("prices: none (pricing off or not found): savings in tokens only");
+}
+
 int server_run(const struct conf *c)
 {
     struct server s = {.conf = c, .listen_fd = -1};
@@ -293,6 +319,9 @@ int server_run(const struct conf *c)
     raise_fd_limit(c);
     if ((s.route = route_create(c, err, sizeof(err))) == NULL)
         goto out;
+    setup_labels(&s);
+    if (c->cache)
+        s.dash = dash_create(c);
     if (c->semantic && c->cache && (s.sem = semantic_create(c, NULL, err, sizeof(err))) == NULL)
         goto out;
     /* Shared through the cache's Redis; its metrics row is registered before the workers'. */
@@ -315,6 +344,8 @@ int server_run(const struct conf *c)
     }
     if (start_workers(&s, err, sizeof(err)) < 0)
         goto out;
+    if (s.dash != NULL)
+        dash_start(s.dash);
     if (s.psync != NULL && psync_start(s.psync) < 0) {
         snprintf(err, sizeof(err), "cannot start the prefix index's sharing threads");
         goto out;

@@ -1,10 +1,18 @@
 /*
  * stats.c - sums per-worker metric rows and renders them (see pc_stats.h).
  * Owns the registry of rows, which is written once before workers start and
- * only read afterwards.
+ * only read afterwards, the model label's slots and the upstream label's
+ * names.
+ *
+ *   family f, labels l ─▶ series = mixed-radix number of l's values (in
+ *   enum stat_label order, over the labels f has) ─▶ cell fam_off[f] +
+ *   series x cells per series (1, or buckets + Inf + sum + count)
  */
 #include "pc_stats.h"
+#include "pc_tally.h"
 
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,6 +30,225 @@ static const struct {
     PC_METRICS(PC_STAT_META)
 #undef PC_STAT_META
 };
+
+/* ---- families ---------------------------------------------------------------- */
+
+#define PC_SCALE_counter(s)   (s)
+#define PC_SCALE_histogram(s) 1e-6
+#define PC_BSET_counter(s)    -1
+#define PC_BSET_histogram(s)  STATS_BSET_##s
+#define STATS_BSET_SLOW       0
+#define STATS_BSET_FAST       1
+
+static const struct {
+    const char *name;
+    const char *help;
+    bool hist;
+    unsigned labels;
+    double scale;
+    int bset;
+    size_t series;
+} fam[SF__COUNT] = {
+#define PC_FAM_META(n, kind, labels, scale, h)  \
+    {#n,                                        \
+     h,                                         \
+     __builtin_strcmp(#kind, "histogram") == 0, \
+     labels,                                    \
+     PC_SCALE_##kind(scale),                    \
+     PC_BSET_##kind(scale),                     \
+     STATS_FAM_SERIES(labels)},
+    PC_FAMILIES(PC_FAM_META)
+#undef PC_FAM_META
+};
+
+static const double bucket_sets[2][STATS_NBUCKETS] = {STATS_BUCKETS_SLOW, STATS_BUCKETS_FAST};
+static const int label_card[SL__COUNT] = {STATS_CACHE_N, STATS_MATCH_N,    STATS_ENDPOINT_N,
+                                          STATS_MODEL_N, STATS_UPSTREAM_N, STATS_TOKEN_N,
+                                          STATS_CALLER_N};
+static const char *const label_names[SL__COUNT] = {"cache",    "match", "endpoint", "model",
+                                                   "upstream", "token", "caller"};
+static const char *const cache_values[] = {"hit", "miss", "bypass", "refresh"};
+static const char *const match_values[] = {"exact", "semantic"};
+static const char *const endpoint_values[] = {"other", "chat", "completions", "embeddings",
+                                              "messages"}; /* by enum api_endpoint */
+static const char *const token_values[] = {"input", "cache_read", "cache_write", "output"};
+static const char *const caller_values[] = {"embedder", "verifier"};
+
+static size_t fam_off[SF__COUNT];
+
+__attribute__((constructor)) static void fam_offsets(void)
+{
+    size_t off = 0;
+    for (int f = 0; f < SF__COUNT; f++) {
+        fam_off[f] = off;
+        off += fam[f].series * (fam[f].hist ? STATS_NBUCKETS + 3 : 1);
+    }
+}
+
+static int label_of(const struct stat_labels *l, int k)
+{
+    const int v[SL__COUNT] = {l->cache,    l->match, l->endpoint, l->model,
+                              l->upstream, l->token, l->caller};
+    return v[k];
+}
+
+/* The series of l in family f; -1 when a value is out of range. */
+static long series_of(enum stat_family f, const struct stat_labels *l)
+{
+    long idx = 0;
+    for (int k = 0; k < SL__COUNT; k++) {
+        if (!(fam[f].labels & (1u << k)))
+            continue;
+        int v = label_of(l, k);
+        if (v < 0 || v >= label_card[k])
+            return -1;
+        idx = idx * label_card[k] + v;
+    }
+    return idx;
+}
+
+void stats_fam_add(struct stats *st, enum stat_family f, const struct stat_labels *l, int64_t n)
+{
+    long s = series_of(f, l);
+    if (s < 0 || fam[f].hist || n == 0)
+        return;
+    __atomic_fetch_add(&st->cells[fam_off[f] + (size_t)s], (uint64_t)n, __ATOMIC_RELAXED);
+}
+
+void stats_observe(struct stats *st, enum stat_family f, const struct stat_labels *l, int64_t us)
+{
+    long s = series_of(f, l);
+    if (s < 0 || !fam[f].hist)
+        return;
+    uint64_t *c = &st->cells[fam_off[f] + (size_t)s * (STATS_NBUCKETS + 3)];
+    const double *b = bucket_sets[fam[f].bset];
+    double secs = (double)PC_MAX(us, 0) / 1e6;
+    int i = 0;
+    while (i < STATS_NBUCKETS && secs > b[i])
+        i++;
+    __atomic_fetch_add(&c[i], 1, __ATOMIC_RELAXED); /* i == STATS_NBUCKETS: +Inf only */
+    __atomic_fetch_add(&c[STATS_NBUCKETS + 1], (uint64_t)PC_MAX(us, 0), __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c[STATS_NBUCKETS + 2], 1, __ATOMIC_RELAXED);
+}
+
+/* ---- the model and upstream labels -------------------------------------------- */
+
+static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
+static char slot_names[STATS_MODELS_MAX][TALLY_MODEL_MAX + 1];
+static int slot_count; /* atomic: names below it are complete */
+static int slot_limit = 10;
+static const char *const *upstream_names;
+static size_t n_upstreams;
+
+void stats_set_model_limit(int limit)
+{
+    slot_limit = PC_MAX(0, PC_MIN(limit, STATS_MODELS_MAX));
+}
+
+static int slot_find(const char *name, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(slot_names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+int stats_model_slot(const char *model, bool admit)
+{
+    char name[TALLY_MODEL_MAX + 1];
+    tally_model(model, name);
+    int n = __atomic_load_n(&slot_count, __ATOMIC_ACQUIRE);
+    int i = slot_find(name, n);
+    if (i >= 0 || !admit || n >= slot_limit)
+        return i >= 0 ? i : STATS_MODEL_N - 1;
+    pthread_mutex_lock(&slot_mu);
+    n = slot_count;
+    i = slot_find(name, n);
+    if (i < 0 && n < slot_limit) {
+        snprintf(slot_names[n], sizeof slot_names[n], "%s", name);
+        i = n;
+        __atomic_store_n(&slot_count, n + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&slot_mu);
+    return i >= 0 ? i : STATS_MODEL_N - 1;
+}
+
+void stats_seed_models(const char *const *models, size_t n)
+{
+    pthread_mutex_lock(&slot_mu);
+    for (size_t i = 0; i < n && slot_count < slot_limit; i++) {
+        char name[TALLY_MODEL_MAX + 1];
+        tally_model(models[i], name);
+        if (slot_find(name, slot_count) >= 0)
+            continue;
+        snprintf(slot_names[slot_count], sizeof slot_names[slot_count], "%s", name);
+        __atomic_store_n(&slot_count, slot_count + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&slot_mu);
+}
+
+void stats_set_upstreams(const char *const *names, size_t n)
+{
+    upstream_names = names;
+    n_upstreams = PC_MIN(n, (size_t)STATS_UPSTREAM_N);
+}
+
+/* The text of value v of label k; NULL when it names nothing (an unused slot). */
+static const char *label_text(int k, int v)
+{
+    switch (k) {
+    case SL_CACHE:
+        return cache_values[v];
+    case SL_MATCH:
+        return match_values[v];
+    case SL_ENDPOINT:
+        return endpoint_values[v];
+    case SL_MODEL:
+        if (v == STATS_MODEL_N - 1)
+            return "other";
+        return v < __atomic_load_n(&slot_count, __ATOMIC_ACQUIRE) ? slot_names[v] : NULL;
+    case SL_UPSTREAM:
+        return (size_t)v < n_upstreams ? upstream_names[v] : NULL;
+    case SL_TOKEN:
+        return token_values[v];
+    default:
+        return caller_values[v];
+    }
+}
+
+/* Label values of series s of family f (in enum stat_label order); false if one names nothing. */
+static bool series_labels(enum stat_family f, size_t s, int v[SL__COUNT])
+{
+    for (int k = SL__COUNT - 1; k >= 0; k--) {
+        v[k] = 0;
+        if (!(fam[f].labels & (1u << k)))
+            continue;
+        v[k] = (int)(s % (size_t)label_card[k]);
+        s /= (size_t)label_card[k];
+        if (label_text(k, v[k]) == NULL)
+            return false;
+    }
+    return true;
+}
+
+/* {a="x",b="y"} (with extra, e.g. le="0.1", last); nothing for no labels and no extra. */
+static void append_labels(struct pc_buf *out, enum stat_family f, const int v[SL__COUNT],
+                          const char *extra)
+{
+    bool any = false;
+    for (int k = 0; k < SL__COUNT; k++) {
+        if (!(fam[f].labels & (1u << k)))
+            continue;
+        pc_buf_printf(out, "%s%s=\"%s\"", any ? "," : "{", label_names[k], label_text(k, v[k]));
+        any = true;
+    }
+    if (extra != NULL) {
+        pc_buf_printf(out, "%s%s", any ? "," : "{", extra);
+        any = true;
+    }
+    if (any)
+        pc_buf_append_char(out, '}');
+}
 
 int stats_register(struct stats *st)
 {
@@ -44,12 +271,125 @@ void stats_sum(uint64_t out[STAT__COUNT])
             out[i] += __atomic_load_n(&rows[r]->v[i], __ATOMIC_RELAXED);
 }
 
+uint64_t *stats_sum_cells(void)
+{
+    uint64_t *c = pc_calloc(STATS_CELLS, sizeof(*c));
+    for (int r = 0; r < nrows; r++)
+        for (size_t i = 0; i < STATS_CELLS; i++)
+            c[i] += __atomic_load_n(&rows[r]->cells[i], __ATOMIC_RELAXED);
+    return c;
+}
+
+double stats_family_by(const uint64_t *cells, enum stat_family f, enum stat_label label, int value)
+{
+    uint64_t sum = 0;
+    int v[SL__COUNT];
+    for (size_t s = 0; s < fam[f].series; s++) {
+        if (fam[f].hist)
+            break;
+        series_labels(f, s, v);
+        if ((int)label >= 0 && (fam[f].labels & (1u << label)) && v[label] != value)
+            continue;
+        sum += cells[fam_off[f] + s];
+    }
+    return (double)sum * fam[f].scale;
+}
+
+double stats_family_total(const uint64_t *cells, enum stat_family f)
+{
+    return stats_family_by(cells, f, (enum stat_label) - 1, 0);
+}
+
 static void append_value(struct pc_buf *out, enum stat_id id, uint64_t v)
 {
     if (meta[id].gauge)
         pc_buf_printf(out, "%lld", (long long)(int64_t)v);
     else
         pc_buf_printf(out, "%llu", (unsigned long long)v);
+}
+
+/* Quantile q of a histogram series' buckets (linear within a bucket, as Prometheus does). */
+static double hist_quantile(const uint64_t *c, int bset, double q)
+{
+    uint64_t count = c[STATS_NBUCKETS + 2];
+    if (count == 0)
+        return NAN;
+    const double *b = bucket_sets[bset];
+    double rank = q * (double)count, seen = 0;
+    for (int i = 0; i <= STATS_NBUCKETS; i++) {
+        if (seen + (double)c[i] < rank || c[i] == 0) {
+            seen += (double)c[i];
+            continue;
+        }
+        if (i == STATS_NBUCKETS)
+            return b[STATS_NBUCKETS - 1];
+        double lo = i > 0 ? b[i - 1] : 0;
+        return lo + (b[i] - lo) * (rank - seen) / (double)c[i];
+    }
+    return b[STATS_NBUCKETS - 1];
+}
+
+static void json_double(struct pc_buf *out, double v)
+{
+    if (isfinite(v))
+        pc_buf_printf(out, "%.9g", v);
+    else
+        pc_buf_append_str(out, "null");
+}
+
+/* {"count":N,"p50":S,"p90":S,"p99":S} over the series of f whose cache label is value (-1: all). */
+static void json_hist(struct pc_buf *out, const uint64_t *cells, enum stat_family f, int cache)
+{
+    uint64_t c[STATS_NBUCKETS + 3] = {0};
+    int v[SL__COUNT];
+    for (size_t s = 0; s < fam[f].series; s++) {
+        series_labels(f, s, v);
+        if (cache >= 0 && v[SL_CACHE] != cache)
+            continue;
+        const uint64_t *src = &cells[fam_off[f] + s * (STATS_NBUCKETS + 3)];
+        for (int i = 0; i < STATS_NBUCKETS + 3; i++)
+            c[i] += src[i];
+    }
+    pc_buf_printf(out, "{\"count\":%llu,\"sum\":", (unsigned long long)c[STATS_NBUCKETS + 2]);
+    json_double(out, (double)c[STATS_NBUCKETS + 1] / 1e6);
+    static const double qs[] = {0.5, 0.9, 0.99};
+    static const char *const qn[] = {"p50", "p90", "p99"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(qs); i++) {
+        pc_buf_printf(out, ",\"%s\":", qn[i]);
+        json_double(out, hist_quantile(c, fam[f].bset, qs[i]));
+    }
+    pc_buf_append_char(out, '}');
+}
+
+/* One family in /stats: a total, split by token / caller / cache where that is its meaning. */
+static void json_family(struct pc_buf *out, const uint64_t *cells, enum stat_family f)
+{
+    pc_buf_printf(out, ",\"%s\":", fam[f].name);
+    int split = fam[f].labels & SL(TOKEN)    ? SL_TOKEN
+                : fam[f].labels & SL(CACHE)  ? SL_CACHE
+                : fam[f].labels & SL(CALLER) ? SL_CALLER
+                                             : -1;
+    if (split < 0) {
+        if (fam[f].hist)
+            json_hist(out, cells, f, -1);
+        else
+            json_double(out, stats_family_total(cells, f));
+    } else {
+        pc_buf_append_char(out, '{');
+        for (int v = 0; v < label_card[split]; v++) {
+            pc_buf_printf(out, "%s\"%s\":", v ? "," : "", label_text(split, v));
+            if (fam[f].hist)
+                json_hist(out, cells, f, v);
+            else
+                json_double(out, stats_family_by(cells, f, (enum stat_label)split, v));
+        }
+        pc_buf_append_char(out, '}');
+    }
+    if (!fam[f].hist && (fam[f].labels & SL(MATCH)) && !(fam[f].labels & SL(TOKEN)))
+        for (int v = 0; v < STATS_MATCH_N; v++) {
+            pc_buf_printf(out, ",\"%s_%s\":", fam[f].name, match_values[v]);
+            json_double(out, stats_family_by(cells, f, SL_MATCH, v));
+        }
 }
 
 void stats_render_json(struct pc_buf *out, const char *extra_json)
@@ -64,11 +404,72 @@ void stats_render_json(struct pc_buf *out, const char *extra_json)
     uint64_t looked = v[STAT_cache_hits] + v[STAT_cache_misses];
     pc_buf_printf(out, ",\"hit_rate\":%.4f",
                   looked ? (double)v[STAT_cache_hits] / (double)looked : 0.0);
+    uint64_t *cells = stats_sum_cells();
+    for (int f = 0; f < SF__COUNT; f++)
+        json_family(out, cells, (enum stat_family)f);
+    pc_buf_append_str(out, ",\"net_saved_cost\":");
+    json_double(out, stats_family_total(cells, SF_saved_cost) -
+                         stats_family_total(cells, SF_own_calls_cost));
+    free(cells);
     if (extra_json != NULL && *extra_json != '\0') {
         pc_buf_append_char(out, ',');
         pc_buf_append_str(out, extra_json);
     }
     pc_buf_append_char(out, '}');
+}
+
+/* A scaled value as Prometheus reads it (integers stay integers). */
+static void prom_value(struct pc_buf *out, uint64_t raw, double scale)
+{
+    if (scale == 1)
+        pc_buf_printf(out, "%llu", (unsigned long long)raw);
+    else
+        pc_buf_printf(out, "%.9g", (double)raw * scale);
+}
+
+static void prom_family(struct pc_buf *out, const uint64_t *cells, enum stat_family f)
+{
+    const char *type = fam[f].hist ? "histogram" : "counter";
+    const char *suffix = fam[f].hist ? "" : "_total";
+    pc_buf_printf(out, "# HELP promptcache_%s%s %s\n# TYPE promptcache_%s%s %s\n", fam[f].name,
+                  suffix, fam[f].help, fam[f].name, suffix, type);
+    int v[SL__COUNT];
+    for (size_t s = 0; s < fam[f].series; s++) {
+        if (!series_labels(f, s, v))
+            continue;
+        if (!fam[f].hist) {
+            uint64_t raw = cells[fam_off[f] + s];
+            if (raw == 0 && fam[f].labels != 0)
+                continue;
+            pc_buf_printf(out, "promptcache_%s_total", fam[f].name);
+            append_labels(out, f, v, NULL);
+            pc_buf_append_char(out, ' ');
+            prom_value(out, raw, fam[f].scale);
+            pc_buf_append_char(out, '\n');
+            continue;
+        }
+        const uint64_t *c = &cells[fam_off[f] + s * (STATS_NBUCKETS + 3)];
+        if (c[STATS_NBUCKETS + 2] == 0 && fam[f].labels != 0)
+            continue;
+        uint64_t cum = 0;
+        char le[48];
+        for (int i = 0; i <= STATS_NBUCKETS; i++) {
+            cum += c[i];
+            if (i < STATS_NBUCKETS)
+                snprintf(le, sizeof le, "le=\"%g\"", bucket_sets[fam[f].bset][i]);
+            else
+                snprintf(le, sizeof le, "le=\"+Inf\"");
+            pc_buf_printf(out, "promptcache_%s_bucket", fam[f].name);
+            append_labels(out, f, v, le);
+            pc_buf_printf(out, " %llu\n", (unsigned long long)cum);
+        }
+        pc_buf_printf(out, "promptcache_%s_sum", fam[f].name);
+        append_labels(out, f, v, NULL);
+        pc_buf_printf(out, " %.6f\npromptcache_%s_count", (double)c[STATS_NBUCKETS + 1] / 1e6,
+                      fam[f].name);
+        append_labels(out, f, v, NULL);
+        pc_buf_printf(out, " %llu\n", (unsigned long long)c[STATS_NBUCKETS + 2]);
+    }
 }
 
 void stats_render_prometheus(struct pc_buf *out)
@@ -85,6 +486,15 @@ void stats_render_prometheus(struct pc_buf *out)
         append_value(out, (enum stat_id)i, v[i]);
         pc_buf_append_char(out, '\n');
     }
+    uint64_t *cells = stats_sum_cells();
+    for (int f = 0; f < SF__COUNT; f++)
+        prom_family(out, cells, (enum stat_family)f);
+    free(cells);
+    pc_buf_printf(out,
+                  "# HELP promptcache_build_info The running binary (value 1)\n"
+                  "# TYPE promptcache_build_info gauge\n"
+                  "promptcache_build_info{version=\"%s\"} 1\n",
+                  PC_VERSION);
 }
 
 void stats_render_doc(struct pc_buf *out)
@@ -93,4 +503,19 @@ void stats_render_doc(struct pc_buf *out)
     for (int i = 0; i < STAT__COUNT; i++)
         pc_buf_printf(out, "| `%s` | %s | %s |\n", meta[i].name,
                       meta[i].gauge ? "gauge" : "counter", meta[i].help);
+    pc_buf_append_str(out, "\nLabelled, in `/metrics` only as `promptcache_NAME_total` (counters) "
+                           "or `promptcache_NAME` (histograms, in seconds), and in `/stats` as "
+                           "totals:\n\n| metric | kind | labels | meaning |\n|---|---|---|---|\n");
+    for (int f = 0; f < SF__COUNT; f++) {
+        pc_buf_printf(out, "| `%s` | %s | ", fam[f].name, fam[f].hist ? "histogram" : "counter");
+        bool any = false;
+        for (int k = 0; k < SL__COUNT; k++)
+            if (fam[f].labels & (1u << k)) {
+                pc_buf_printf(out, "%s`%s`", any ? ", " : "", label_names[k]);
+                any = true;
+            }
+        pc_buf_printf(out, "%s | %s |\n", any ? "" : "-", fam[f].help);
+    }
+    pc_buf_append_str(out, "| `build_info` | gauge | `version` | The running binary (value 1) "
+                           "|\n");
 }

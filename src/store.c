@@ -1105,6 +1105,11 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
         return;
     }
     evtimer_del(c->timer);
+    if (r != NULL && (c->kind == CMD_GET || c->kind == CMD_SET) && c->s != NULL) {
+        static const struct stat_labels none = {0};
+        stats_observe(c->s->st, SF_redis_latency_seconds, &none,
+                      (int64_t)(pc_mono_us() - c->sent_us));
+    }
     bool goes_on = false;
     switch (c->kind) {
     case CMD_GET:

@@ -49,8 +49,16 @@ struct row {
     struct row *next;
 };
 
+/* The latency histogram of one hour (the current one and, until sent, the one before). */
+struct hist {
+    int64_t hour; /* -1: unused */
+    int64_t n[TALLY_LAT__COUNT][TALLY_LAT_BUCKETS];
+    bool dirty;
+};
+
 struct tally {
     unsigned magic;
+    struct hist hist[2];
     struct store *store;
     struct event *timer; /* every FLUSH_MS */
     struct event *again; /* a follow-up pass while dirty rows remain */
@@ -65,6 +73,9 @@ struct tally {
     const char **argv;
     size_t *lens;
 };
+
+const char *const tally_lat_kind_names[TALLY_LAT__COUNT] = {"hit", "miss", "bypass"};
+static const int64_t lat_bounds_ms[TALLY_LAT_BUCKETS] = TALLY_LAT_BOUNDS_MS;
 
 static const char *const metric_names[] = {
 #define PC_TALLY_NAME(name, help) #name,
@@ -202,6 +213,78 @@ void tally_add(struct tally *t, const char *model, const char *tenant, bool ok,
         }
 }
 
+/* The histogram of the hour, reusing the slot of an hour that is sent (or older). */
+static struct hist *hist_for(struct tally *t, int64_t hour)
+{
+    for (int i = 0; i < 2; i++)
+        if (t->hist[i].hour == hour)
+            return &t->hist[i];
+    /* A sent slot, or one of an hour too old to be kept waiting for Redis any more. */
+    for (int i = 0; i < 2; i++) {
+        struct hist *h = &t->hist[i];
+        if (!h->dirty || h->hour < hour - 1) {
+            memset(h, 0, sizeof(*h));
+            h->hour = hour;
+            return h;
+        }
+    }
+    return NULL; /* both unsent and recent (Redis away at an hour's turn): drop this one */
+}
+
+void tally_observe(struct tally *t, enum tally_lat_kind kind, int64_t us)
+{
+    if (t == NULL || kind < 0 || kind >= TALLY_LAT__COUNT)
+        return;
+    PC_CHECK_OBJ(t, TALLY_MAGIC);
+    struct hist *h = hist_for(t, pc_wall_ms() / TALLY_HOUR_MS);
+    if (h == NULL)
+        return;
+    int b = 0;
+    while (b < TALLY_LAT_BUCKETS - 1 && us > lat_bounds_ms[b] * 1000)
+        b++;
+    h->n[kind][b]++;
+    h->dirty = true;
+}
+
+/* One EVAL with the histogram's non-zero buckets; clean afterwards. -1 if refused. */
+static int send_hist(struct tally *t, struct hist *h)
+{
+    char key[TALLY_KEY_MAX], ttl[16];
+    tally_key(h->hour * TALLY_HOUR_MS, key);
+    snprintf(ttl, sizeof(ttl), "%d", TALLY_KEEP_DAYS * 86400);
+    const char *head[] = {"EVAL", flush_script, "1", key, ttl};
+    size_t argc = 0, nf = 0;
+    for (; argc < PC_ARRAY_LEN(head); argc++) {
+        t->argv[argc] = head[argc];
+        t->lens[argc] = strlen(head[argc]);
+    }
+    for (int k = 0; k < TALLY_LAT__COUNT; k++) {
+        for (int b = 0; b < TALLY_LAT_BUCKETS; b++, nf++) {
+            if (h->n[k][b] == 0)
+                continue;
+            int fl =
+                snprintf(t->fields[nf], TALLY_FIELD_MAX, "lat|%s|%d", tally_lat_kind_names[k], b);
+            int nl = snprintf(t->nums[nf], sizeof(t->nums[nf]), "%lld", (long long)h->n[k][b]);
+            t->argv[argc] = t->fields[nf];
+            t->lens[argc++] = (size_t)fl;
+            t->argv[argc] = t->nums[nf];
+            t->lens[argc++] = (size_t)nl;
+        }
+    }
+    if (store_write(t->store, (int)argc, t->argv, t->lens) < 0)
+        return -1;
+    memset(h->n, 0, sizeof(h->n));
+    h->dirty = false;
+    return 0;
+}
+
+static void flush_hists(struct tally *t)
+{
+    for (int i = 0; i < 2; i++)
+        if (t->hist[i].dirty && send_hist(t, &t->hist[i]) < 0)
+            return;
+}
+
 size_t tally_rows(const struct tally *t)
 {
     PC_CHECK_OBJ(t, TALLY_MAGIC);
@@ -304,6 +387,8 @@ static bool flush_pass(struct tally *t, size_t max_evals)
     if (t->store == NULL)
         return false;
     bool ready = store_ready(t->store);
+    if (ready)
+        flush_hists(t);
     struct row *rows[EVAL_ROWS];
     size_t n = 0;
     for (size_t e = 0; ready && e < max_evals; e++) {
@@ -347,6 +432,7 @@ struct tally *tally_create(struct event_base *base, struct store *store)
     struct tally *t = pc_calloc(1, sizeof(*t));
     t->magic = TALLY_MAGIC;
     t->store = store;
+    t->hist[0].hour = t->hist[1].hour = -1;
     t->fields = pc_calloc(EVAL_FIELDS, sizeof(*t->fields));
     t->nums = pc_calloc(EVAL_FIELDS, sizeof(*t->nums));
     t->argv = pc_calloc(2 * EVAL_FIELDS + 5, sizeof(*t->argv));

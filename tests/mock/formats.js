@@ -199,12 +199,21 @@ function anthropicError(status, message) {
     return jsonAnswer(status, {type: 'error', error: {type, message}});
 }
 
-function openaiUsage(prompt, completion) {
+/* Completion tokens: the x-mock-completion-tokens override, else the count of the text. */
+function completionCount(call, n) {
+    return call.controls.completionTokens !== undefined ? call.controls.completionTokens : n;
+}
+
+/* OpenAI counts cached prompt tokens inside prompt_tokens. */
+function openaiUsage(prompt, completion, call) {
+    const cached = call ? call.controls.cacheRead : 0;
+    if (call)
+        completion = completionCount(call, completion);
     return {
-        prompt_tokens: prompt,
+        prompt_tokens: prompt + cached,
         completion_tokens: completion,
-        total_tokens: prompt + completion,
-        prompt_tokens_details: {cached_tokens: 0, audio_tokens: 0},
+        total_tokens: prompt + cached + completion,
+        prompt_tokens_details: {cached_tokens: cached, audio_tokens: 0},
         completion_tokens_details: {
             reasoning_tokens: 0, audio_tokens: 0,
             accepted_prediction_tokens: 0, rejected_prediction_tokens: 0,
@@ -237,7 +246,7 @@ function chatCompletion(call) {
     return jsonAnswer(200, {
         id: call.id, object: 'chat.completion', created: call.created, model: call.model,
         choices: [{index: 0, message, logprobs: null, finish_reason: out.finish}],
-        usage: openaiUsage(call.promptTokens, out.completionTokens),
+        usage: openaiUsage(call.promptTokens, out.completionTokens, call),
         service_tier: 'default', system_fingerprint: 'fp_mock',
     }, call.openaiHeaders);
 }
@@ -279,7 +288,7 @@ function chatStream(call) {
     }
     deltas.push(choice({}, out.finish));
     return openaiStream(call, 'chat.completion.chunk', deltas,
-        openaiUsage(call.promptTokens, out.completionTokens));
+        openaiUsage(call.promptTokens, out.completionTokens, call));
 }
 
 function textCompletion(call) {
@@ -287,7 +296,7 @@ function textCompletion(call) {
         id: call.id.replace('chatcmpl', 'cmpl'), object: 'text_completion', created: call.created,
         model: call.model,
         choices: [{text: call.text, index: 0, logprobs: null, finish_reason: 'stop'}],
-        usage: openaiUsage(call.promptTokens, countTokens(call.text)),
+        usage: openaiUsage(call.promptTokens, countTokens(call.text), call),
     }, call.openaiHeaders);
 }
 
@@ -297,7 +306,7 @@ function textCompletionStream(call) {
     deltas.push(choice('', 'stop'));
     const streamCall = {...call, id: call.id.replace('chatcmpl', 'cmpl')};
     return openaiStream(streamCall, 'text_completion', deltas,
-        openaiUsage(call.promptTokens, countTokens(call.text)));
+        openaiUsage(call.promptTokens, countTokens(call.text), call));
 }
 
 function embeddings(call) {
@@ -333,10 +342,12 @@ function messageOutcome(call) {
     return {blocks, stop: tool ? 'tool_use' : 'end_turn', outputTokens};
 }
 
+/* Anthropic counts cache reads and writes apart from input_tokens. */
 function anthropicUsage(call, outputTokens) {
     return {
-        input_tokens: call.promptTokens, cache_creation_input_tokens: 0,
-        cache_read_input_tokens: 0, output_tokens: outputTokens, service_tier: 'standard',
+        input_tokens: call.promptTokens, cache_creation_input_tokens: call.controls.cacheWrite,
+        cache_read_input_tokens: call.controls.cacheRead, output_tokens: outputTokens,
+        service_tier: 'standard',
     };
 }
 
@@ -345,7 +356,7 @@ function message(call) {
     return jsonAnswer(200, {
         id: call.msgId, type: 'message', role: 'assistant', model: call.model,
         content: out.blocks, stop_reason: out.stop, stop_sequence: null,
-        usage: anthropicUsage(call, out.outputTokens),
+        usage: anthropicUsage(call, completionCount(call, out.outputTokens)),
     }, call.anthropicHeaders);
 }
 
@@ -383,7 +394,7 @@ function messageStream(call) {
     });
     events.push(ev('message_delta', {
         delta: {stop_reason: out.stop, stop_sequence: null},
-        usage: {output_tokens: out.outputTokens},
+        usage: {output_tokens: completionCount(call, out.outputTokens)},
     }));
     events.push(ev('message_stop', {}));
     return sseAnswer(events, call.anthropicHeaders);

@@ -30,6 +30,13 @@
  *   x-mock-body: TEXT         answer exactly TEXT as application/json, with
  *                             x-mock-status (default 200): a gateway's odd 2xx
  *   x-mock-header: NAME: V    one more response header on the answer
+ *   x-mock-prompt-tokens: N   usage: N prompt tokens read in full (else a word count)
+ *   x-mock-completion-tokens: N  usage: N completion tokens (else a word count)
+ *   x-mock-cache-read: N      usage: N more prompt tokens, read from the provider's
+ *                             prompt cache (OpenAI prompt_tokens_details.cached_tokens,
+ *                             Anthropic cache_read_input_tokens)
+ *   x-mock-cache-write: N     usage: N more prompt tokens written to it (Anthropic
+ *                             cache_creation_input_tokens; ignored for OpenAI)
  *
  * Responses API state, as the provider keeps it: a response created with
  * "store" not false is remembered for the credential that created it, and a
@@ -80,6 +87,10 @@ function readControls(headers) {
         size: int('x-mock-size') || 0,
         hold: headers['x-mock-hold'],
         header: headers['x-mock-header'],
+        promptTokens: int('x-mock-prompt-tokens'),
+        completionTokens: int('x-mock-completion-tokens'),
+        cacheRead: int('x-mock-cache-read') || 0,
+        cacheWrite: int('x-mock-cache-write') || 0,
     };
 }
 
@@ -353,7 +364,8 @@ class Mock extends EventEmitter {
             model: typeof rec.body.model === 'string' ? rec.body.model : 'unknown',
             id: `chatcmpl-mock${rec.seq}`, msgId: `msg_mock${rec.seq}`, respId: `resp_mock${rec.seq}`,
             created: Math.floor(Date.now() / 1000),
-            promptTokens: countTokens(promptText(rec.body)),
+            promptTokens: controls.promptTokens !== undefined ? controls.promptTokens
+                : countTokens(promptText(rec.body)),
             openaiHeaders: {
                 'x-request-id': `req_mock${rec.seq}`, 'openai-processing-ms': String(100 + rec.seq),
                 'openai-version': '2020-10-01', 'openai-model': typeof rec.body.model === 'string'

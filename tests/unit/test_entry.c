@@ -43,6 +43,37 @@ static void test_round_trip(void)
     pc_buf_free(&b);
 }
 
+/*
+ * Format 2 keeps the cache writes; a format-1 entry (written before them)
+ * still decodes, its cache writes 0.
+ */
+/* Cache writes travel in their own section; an entry without it decodes with none. */
+static void test_cache_write_section(void)
+{
+    struct entry e = sample(), d;
+    e.usage.cache_write = 17;
+    struct pc_buf b = PC_BUF_INIT;
+    entry_encode(&e, &b);
+    T_CHECK_INT(b.data[3], 2); /* sections */
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK_INT(d.usage.cache_write, 17);
+    T_CHECK_INT(d.usage.prompt, 120);
+    /* Without cache writes: format 1, byte for byte what older versions wrote. */
+    struct pc_buf plain = PC_BUF_INIT;
+    e.usage.cache_write = 0;
+    entry_encode(&e, &plain);
+    T_CHECK_INT(plain.data[3], 1);
+    T_CHECK_INT(plain.len + 1 + 1 + 4 + 8, b.len); /* count, tag, length, i64 */
+    T_CHECK_INT(entry_decode(plain.data, plain.len, &d), 0);
+    T_CHECK_INT(d.usage.cache_write, 0);
+    T_CHECK(d.body_len == e.body_len && memcmp(d.body, e.body, e.body_len) == 0);
+    /* A usage section of the wrong length is refused. */
+    b.data[b.len - 8 - 4] = 7;
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    pc_buf_free(&b);
+    pc_buf_free(&plain);
+}
+
 static void test_rejects_malformed(void)
 {
     struct entry e = sample(), d;
@@ -265,6 +296,7 @@ int main(void)
 {
     T_RUN(test_round_trip);
     T_RUN(test_rejects_malformed);
+    T_RUN(test_cache_write_section);
     T_RUN(test_keys);
     T_RUN(test_headers_round_trip);
     T_RUN(test_format_1_compatible);

@@ -99,20 +99,20 @@ static void test_pricing(void)
     char err[160];
     report_init(&r, 0, TALLY_HOUR_MS);
     T_CHECK_INT(report_load_prices(&r, prices, strlen(prices), err, sizeof(err)), 0);
-    T_CHECK_STR(r.currency, "EUR");
+    T_CHECK_STR(report_currency(&r), "EUR");
     add(&r, "saved_prompt_tokens|" TA "|gpt-4o-mini-2024-07-18", 1000000);     /* dated: 0.15 */
     add(&r, "saved_completion_tokens|" TA "|gpt-4o-mini-2024-07-18", 1000000); /* 0.6 */
     add(&r, "saved_prompt_tokens|" TA "|gpt-4o", 2000000);                     /* 5.0 */
     add(&r, "saved_prompt_tokens|" TA "|text-embedding-3-small", 1000000);     /* 0.02 */
-    T_CHECK(fabs(r.total.money_saved - (0.15 + 0.6 + 5.0 + 0.02)) < 1e-9);
+    T_CHECK(fabs(r.total.money.saved - (0.15 + 0.6 + 5.0 + 0.02)) < 1e-9);
     T_CHECK(!r.total.unpriced);
     /* A different model that merely starts like a priced one is not priced by it. */
     add(&r, "saved_prompt_tokens|" TB "|claude-opus-4-5", 1000000);
     add(&r, "saved_prompt_tokens|" TB "|gpt-4o-mini-turbo", 1000000);
     const struct report_row *opus = find(&r.models, "claude-opus-4-5");
-    T_CHECK(opus != NULL && opus->unpriced && opus->money_saved == 0);
+    T_CHECK(opus != NULL && opus->unpriced && opus->money.saved == 0);
     T_CHECK(r.total.unpriced);
-    T_CHECK(fabs(r.total.money_saved - 5.77) < 1e-9);
+    T_CHECK(fabs(r.total.money.saved - 5.77) < 1e-9);
     report_free(&r);
 
     /* A repeated name: the last one counts. */
@@ -120,8 +120,8 @@ static void test_pricing(void)
     const char *twice =
         "{\"models\":{\"m\":{\"input\":1,\"output\":1},\"m\":{\"input\":2,\"output\":2}}}";
     T_CHECK_INT(report_load_prices(&r, twice, strlen(twice), err, sizeof(err)), 0);
-    T_CHECK_INT(r.nprices, 1);
-    T_CHECK(r.prices[0].input == 2);
+    T_CHECK_INT(pricing_count(r.prices), 1);
+    T_CHECK(pricing_find(r.prices, "m")->input == 2);
     report_free(&r);
 
     const char *broken[] = {"",
@@ -137,6 +137,45 @@ static void test_pricing(void)
         T_CHECK_INT(report_load_prices(&r, broken[i], strlen(broken[i]), err, sizeof(err)), -1);
         report_free(&r);
     }
+}
+
+/* Cache reads and writes at their own prices; provider caching apart; the proxy's own calls. */
+static void test_money_by_token_kind(void)
+{
+    static const char list[] = "{\"models\":{\"claude-sonnet-4-5\":{\"input\":3,"
+                               "\"cache_read\":0.3,\"cache_write\":3.75,\"output\":15}}}";
+    struct report r;
+    char err[160];
+    report_init(&r, 0, TALLY_HOUR_MS);
+    T_CHECK_INT(report_load_prices(&r, list, strlen(list), err, sizeof(err)), 0);
+    /* The hit: 12 input + 288 cache-read tokens, nothing else. */
+    add(&r, "saved_prompt_tokens|" TA "|claude-sonnet-4-5", 300);
+    add(&r, "saved_cached_tokens|" TA "|claude-sonnet-4-5", 288);
+    T_CHECK(fabs(r.total.money.saved - (12 * 3 + 288 * 0.3) / 1e6) < 1e-15);
+    /* A miss with a cache read and a write. */
+    add(&r, "requests|" TA "|claude-sonnet-4-5", 4);
+    add(&r, "upstream_prompt_tokens|" TA "|claude-sonnet-4-5", 1000);
+    add(&r, "upstream_cached_tokens|" TA "|claude-sonnet-4-5", 600);
+    add(&r, "upstream_cache_write_tokens|" TA "|claude-sonnet-4-5", 300);
+    add(&r, "upstream_completion_tokens|" TA "|claude-sonnet-4-5", 10);
+    double paid = (100 * 3 + 600 * 0.3 + 300 * 3.75 + 10 * 15) / 1e6;
+    T_CHECK(fabs(r.total.money.upstream - paid) < 1e-15);
+    T_CHECK(fabs(r.total.money.cache_saving - 600 * 2.7 / 1e6) < 1e-15);
+    T_CHECK(fabs(r.total.money.write_premium - 300 * 0.75 / 1e6) < 1e-15);
+    add(&r, "own_prompt_tokens|-|claude-sonnet-4-5", 1000);
+    T_CHECK(fabs(report_net_saved(&r.total) - (r.total.money.saved - 3000 / 1e6)) < 1e-15);
+    T_CHECK(fabs(report_cost_per_1k(&r.total, false) - (paid + r.total.money.saved) * 1000 / 4) <
+            1e-12);
+    /* The latency histogram. */
+    add(&r, "lat|hit|0", 9);
+    add(&r, "lat|hit|3", 1);
+    T_CHECK_INT(r.lat[TALLY_LAT_HIT][0], 9);
+    T_CHECK(report_lat_quantile(r.lat[TALLY_LAT_HIT], 0.5) <= 1.0);
+    T_CHECK(report_lat_quantile(r.lat[TALLY_LAT_HIT], 0.99) > 5.0);
+    T_CHECK(isnan(report_lat_quantile(r.lat[TALLY_LAT_MISS], 0.5)));
+    T_CHECK_INT(report_add_field(&r, "lat|hit|16", 10, 1), -1);
+    T_CHECK_INT(report_add_field(&r, "lat|nope|1", 10, 1), -1);
+    report_free(&r);
 }
 
 static void test_render(void)
@@ -161,11 +200,17 @@ static void test_render(void)
     const cJSON *total = cJSON_GetObjectItem(j, "total");
     T_CHECK_INT(cJSON_GetObjectItem(total, "requests")->valuedouble, 6);
     T_CHECK(fabs(cJSON_GetObjectItem(total, "hit_rate")->valuedouble - 0.75) < 1e-9);
-    /* Part of the saved tokens have no price: the total's money is unknown, not 1.0. */
-    T_CHECK(cJSON_IsNull(cJSON_GetObjectItem(total, "money_saved")));
+    /* Part of the saved tokens have no price: the total sums the priced part and says so. */
+    T_CHECK(fabs(cJSON_GetObjectItem(total, "money_saved")->valuedouble - 1.0) < 1e-9);
+    T_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(total, "money_partial")));
     const cJSON *models = cJSON_GetObjectItem(j, "models");
     T_CHECK_INT(cJSON_GetArraySize(models), 4);
     T_CHECK_STR(cJSON_GetObjectItem(cJSON_GetArrayItem(models, 0), "model")->valuestring, "gpt-4o");
+    for (int i = 0; i < cJSON_GetArraySize(models); i++) {
+        const cJSON *m = cJSON_GetArrayItem(models, i);
+        if (strcmp(cJSON_GetObjectItem(m, "model")->valuestring, "unpriced-model") == 0)
+            T_CHECK(cJSON_IsNull(cJSON_GetObjectItem(m, "money_saved"))); /* unknown, not 0 */
+    }
     T_CHECK(fabs(cJSON_GetObjectItem(cJSON_GetArrayItem(models, 0), "money_saved")->valuedouble -
                  1.0) < 1e-9);
     T_CHECK_STR(cJSON_GetObjectItem(j, "from")->valuestring, "2025-12-02T15:00:00Z");
@@ -253,6 +298,7 @@ int main(void)
     T_RUN(test_fields_and_totals);
     T_RUN(test_many_rows_and_saturation);
     T_RUN(test_pricing);
+    T_RUN(test_money_by_token_kind);
     T_RUN(test_render);
     T_RUN(test_tally_forms);
     T_RUN(test_tally_rows);

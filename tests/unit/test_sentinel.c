@@ -555,7 +555,7 @@ static bool asked_enough(void *arg)
 static void test_store_role(void)
 {
     char url[256], buf[64];
-    struct stats st = {{0}};
+    struct stats st = {0};
     fake_name(Q.port);
     snprintf(url, sizeof(url), "sentinel://127.0.0.1:%d/" MASTER, F.port);
     struct asked_watch w = {NULL, atomic_load(&F.asked) + 3};
@@ -579,7 +579,7 @@ static void test_store_role(void)
 static void test_store_failover(void)
 {
     char url[256], buf[64], cmd[64];
-    struct stats st = {{0}};
+    struct stats st = {0};
     snprintf(url, sizeof(url), "sentinel://127.0.0.1:%d/" MASTER, F.port);
     struct store *s = mk_store(url, &st);
     T_CHECK(run_until(is_ready, s, DEADLINE));
@@ -609,7 +609,7 @@ static void test_store_failover(void)
 static void test_sentinel_auth(void)
 {
     char url[256];
-    struct stats st = {{0}};
+    struct stats st = {0};
     F.password = "s3nt";
     snprintf(url, sizeof(url), "sentinel://127.0.0.1:%d/" MASTER "?sentinel-password=s3nt", F.port);
     struct store *s = mk_store(url, &st);
@@ -633,7 +633,7 @@ static void test_sentinel_auth(void)
 static void test_store_primary_dies(void)
 {
     char url[256], buf[64];
-    struct stats st = {{0}};
+    struct stats st = {0};
     snprintf(url, sizeof(url), "sentinel://127.0.0.1:%d/" MASTER, F.port);
     struct store *s = mk_store(url, &st);
     T_CHECK(run_until(is_ready, s, DEADLINE));

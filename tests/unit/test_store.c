@@ -381,7 +381,7 @@ static void test_bad_url(void)
 /* Redis is not running when the store starts: not ready, then ready once Redis is up. */
 static void test_down_at_start(void)
 {
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
     T_CHECK(s != NULL);
     run_for(400);
@@ -408,7 +408,7 @@ static void test_down_at_start(void)
 /* A second proxy finds the schema current (no auto-migrate needed). */
 static void test_second_store_current(void)
 {
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, false, &st);
     T_CHECK(run_until(is_ready, s, 5000));
     store_destroy(&s);
@@ -419,7 +419,7 @@ static void test_migrate_cli(void)
 {
     char out[2048];
     freeReplyObject(rcmd_db(0, "FLUSHALL"));
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, false, &st);
     run_for(500);
     T_CHECK(!store_ready(s));
@@ -456,7 +456,7 @@ static bool all_ready(void *arg)
 static void test_concurrent_migration(void)
 {
     char out[8192];
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s[3];
     struct capture cap;
     freeReplyObject(rcmd_db(0, "FLUSHALL"));
@@ -498,7 +498,7 @@ static void test_newer_schema(void)
 {
     char out[2048];
     freeReplyObject(rcmd_db(0, "SET %s 99", PC_SCHEMA_KEY));
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
     run_for(600);
     T_CHECK(!store_ready(s));
@@ -512,7 +512,7 @@ static void test_newer_schema(void)
 
 static void test_get_set(void)
 {
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
     T_CHECK(run_until(is_ready, s, 5000));
     struct got g;
@@ -543,7 +543,7 @@ static void test_get_set(void)
 
 static void test_cancel(void)
 {
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
     T_CHECK(run_until(is_ready, s, 5000));
     struct got g1 = {0}, g2 = {0}, g3 = {0};
@@ -569,7 +569,7 @@ static void test_cancel(void)
 /* store_destroy completes what is pending with STORE_ERR. */
 static void test_destroy_pending(void)
 {
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
     T_CHECK(run_until(is_ready, s, 5000));
     struct got g[3];
@@ -602,7 +602,7 @@ static void destroy_cb(void *arg, enum store_status st, const char *val, size_t 
 /* A callback may destroy its store (from inside a hiredis reply callback). */
 static void test_destroy_in_callback(void)
 {
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct destroyer d = {mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st), {0}};
     T_CHECK(run_until(is_ready, d.s, 5000));
     struct got g2 = {0};
@@ -617,7 +617,7 @@ static void test_destroy_in_callback(void)
 
 static void test_delete_matching(void)
 {
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
     T_CHECK(run_until(is_ready, s, 5000));
     freeReplyObject(rcmd_db(0, "FLUSHDB"));
@@ -656,7 +656,7 @@ static void test_delete_matching(void)
 static void test_tcp_auth_db(void)
 {
     char url[128];
-    struct stats st = {{0}};
+    struct stats st = {0};
     freeReplyObject(rcmd_db(0, "CONFIG SET requirepass s3cret"));
     R.password = "s3cret";
 
@@ -689,7 +689,7 @@ static void test_tcp_auth_db(void)
 static void test_acl_user(void)
 {
     char url[256];
-    struct stats st = {{0}};
+    struct stats st = {0};
     freeReplyObject(rcmd_db(0, "ACL SETUSER pcuser on >p%%w@d ~* &* +@all"));
     snprintf(url, sizeof(url), "redis://pcuser:p%%25w%%40d@127.0.0.1:%d/2", R.port);
     struct store *tcp = mk_store(url, TEST_TIMEOUT_MS, true, &st);
@@ -734,7 +734,7 @@ static void test_connect_timeout(void)
     sleep_ms(50);
     char url[64], out[4096];
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", ntohs(sa.sin_port));
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct capture cap;
     capture_start(&cap);
     struct store *s = mk_store(url, 50, true, &st); /* connect timeout: max(1 s, 10 x 50 ms) */
@@ -754,7 +754,7 @@ static void test_connect_timeout(void)
 /* SIGSTOP: a GET times out in time, the stalled connection is dropped, SIGCONT recovers. */
 static void test_timeout(void)
 {
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s = mk_store(R.unix_url, 200, true, &st);
     T_CHECK(run_until(is_ready, s, 5000));
     struct got g = {0};
@@ -806,7 +806,7 @@ static int count_of(const char *text, const char *needle)
 static void test_health_log(void)
 {
     char out[16384], err[64];
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s[2];
     struct capture cap;
     struct got g[2];
@@ -842,7 +842,7 @@ static void test_health_log(void)
 /* Redis killed and started again on the same socket: the store comes back by itself. */
 static void test_restart(void)
 {
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
     T_CHECK(run_until(is_ready, s, 5000));
     struct got g = {0};
@@ -911,7 +911,7 @@ static void spin_run(struct spin *sp)
  */
 static void test_busy_loop(void)
 {
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct spin sp = {mk_store(R.unix_url, 50, true, &st), 150, false, false, {0}};
     T_CHECK(run_until(is_ready, sp.s, 5000));
     spin_run(&sp);
@@ -943,7 +943,7 @@ static void spin_tick(evutil_socket_t fd, short what, void *arg)
  */
 static void test_busy_loop_large_reply(void)
 {
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s = mk_store(R.unix_url, 10, true, &st);
     T_CHECK(run_until(is_ready, s, 5000));
     size_t n = 512u << 10;
@@ -975,7 +975,7 @@ static void test_set_large(void)
 {
     char url[64];
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", R.port);
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct store *s = mk_store(url, 10, true, &st);
     T_CHECK(run_until(is_ready, s, 5000));
     size_t n = 32u << 20;
@@ -1008,7 +1008,7 @@ static void test_host_name(void)
     freeaddrinfo(ai);
     char url[64], out[8192], want[96], err[128];
     snprintf(url, sizeof(url), "redis://localhost:%d", R.port);
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct capture cap;
     log_init(PC_LOG_DEBUG, NULL, NULL, err, sizeof(err));
     capture_start(&cap);
@@ -1033,7 +1033,7 @@ static void test_host_name(void)
 static void test_setup_timeout_message(void)
 {
     char out[4096];
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct capture cap;
     kill(R.pid, SIGSTOP);
     capture_start(&cap);
@@ -1278,7 +1278,7 @@ static bool degraded_step(void *arg)
 static void test_health_degraded(void)
 {
     char out[8192], err[64];
-    struct stats st = {{0}};
+    struct stats st = {0};
     struct slow_redis sr = {.slow = 0};
     struct capture cap;
     pthread_t th;

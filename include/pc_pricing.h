@@ -1,0 +1,121 @@
+/*
+ * pc_pricing.h - list prices per model, and what a call costs at them.
+ *
+ * A price list is read from a JSON file in one of two formats, told apart by
+ * their shape:
+ *   - the project's own: {"currency": "USD", "models": {NAME: {"input": N,
+ *     "output": N, "cache_read": N, "cache_write": N}}}, prices per million
+ *     tokens ("output", "cache_read", "cache_write" optional);
+ *   - LiteLLM's model_prices_and_context_window.json: {NAME: {
+ *     "input_cost_per_token", "output_cost_per_token",
+ *     "cache_read_input_token_cost", "cache_creation_input_token_cost", ...}},
+ *     prices per token in USD; "sample_spec" and entries without a token
+ *     price (images, audio) are skipped.
+ * A cache price that is not given is the input price (the provider charges
+ * cached tokens in full). Implausible entries - a negative or non-finite
+ * price, more than PRICING_MAX per million, a cache read dearer than input -
+ * are refused: in the project's format the file is refused (an error naming
+ * the file and the model), in LiteLLM's (thousands of entries kept by
+ * others) the entry is left out with a warning naming both.
+ *
+ * Names: a model is priced by the entry of its own name; else, when it
+ * carries a provider prefix ("openai/gpt-4o"), by the name without it; else
+ * by an entry it only extends with a date or tag ("gpt-4o-mini-2024-07-18"
+ * by "gpt-4o-mini": -YYYY-MM-DD, -YYYYMMDD, -latest, @..., :...), never by a
+ * different model that starts the same ("claude-opus-4-5" is not
+ * "claude-opus-4"). LiteLLM entries named "openai/X" or "anthropic/X" also
+ * price "X" when the file has no entry "X" itself.
+ *
+ * A struct pricing is immutable once loaded and reference counted, so a
+ * configuration snapshot (pc_conf.h) can share it across threads and a
+ * reload can replace it without a lock.
+ */
+#ifndef PC_PRICING_H
+#define PC_PRICING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pc_util.h"
+
+struct api_usage;
+struct pricing;
+
+#define PRICING_MAX      10000.0 /* per million tokens: anything dearer is a mistake */
+#define PRICING_FILE_MAX (64 * 1024 * 1024)
+#define PRICING_NAME_MAX 64 /* model names are matched as the tally stores them */
+
+enum pricing_format {
+    PRICING_OWN = 0, /* the project's per-million format */
+    PRICING_LITELLM,
+};
+
+/* One model's prices, per million tokens, in the list's currency. */
+struct price {
+    char *model;
+    double input, output, cache_read, cache_write;
+};
+
+/* A call's tokens as they are billed: prompt tokens split by how they were read. */
+struct pricing_tokens {
+    int64_t input;       /* prompt tokens read in full (neither read from nor written to a cache) */
+    int64_t cache_read;  /* prompt tokens read from the provider's prompt cache */
+    int64_t cache_write; /* prompt tokens written to it (Anthropic, at a premium) */
+    int64_t output;      /* completion tokens */
+};
+
+/*
+ * Parse a price list; name is how messages call it (the file's path). NULL on
+ * error, with the reason in err ("NAME: ..."); warnings about entries left
+ * out are appended to warns (one line each; warns may be NULL).
+ */
+struct pricing *pricing_parse(const char *json, size_t len, const char *name, char *err,
+                              size_t errlen, struct pc_buf *warns);
+/* The same for a file (at most PRICING_FILE_MAX bytes). */
+struct pricing *pricing_load(const char *path, char *err, size_t errlen, struct pc_buf *warns);
+/* Another reference to p (NULL stays NULL). */
+struct pricing *pricing_ref(struct pricing *p);
+/* Drop a reference; *p is NULLed. */
+void pricing_release(struct pricing **p);
+
+const char *pricing_path(const struct pricing *p);
+const char *pricing_currency(const struct pricing *p);
+enum pricing_format pricing_format(const struct pricing *p);
+const char *pricing_format_name(enum pricing_format f); /* "promptcache", "litellm" */
+size_t pricing_count(const struct pricing *p);
+/* Whether a and b hold the same prices (either may be NULL). */
+bool pricing_same(const struct pricing *a, const struct pricing *b);
+
+/* The price of model, or NULL (p may be NULL: nothing is priced). */
+const struct price *pricing_find(const struct pricing *p, const char *model);
+
+/* Split a usage block into billed tokens (uncached input = prompt - read - written). */
+void pricing_tokens_of(const struct api_usage *u, struct pricing_tokens *t);
+/* What the tokens cost at pr, in the list's currency. */
+double pricing_cost(const struct price *pr, const struct pricing_tokens *t);
+/* Provider prefix caching: what reading cache_read tokens from the cache saved. */
+double pricing_cache_saving(const struct price *pr, const struct pricing_tokens *t);
+/* ... and what writing cache_write tokens cost beyond the input price. */
+double pricing_write_premium(const struct price *pr, const struct pricing_tokens *t);
+/* An amount in billionths of the currency unit (rounded), the unit the counters add up. */
+int64_t pricing_nano(double amount);
+
+/*
+ * Whether this process should warn now that model has no price: true the
+ * first time a model is seen (up to a bound on distinct names), false after.
+ * Thread-safe.
+ */
+bool pricing_warn_once(const char *model);
+
+/*
+ * The shipped price list (conf/pricing.json) for the default `pricing`: in
+ * ../conf/, ../../conf/ or ../../../conf/ from the binary (a build tree:
+ * build/promptcache, build/asan/promptcache, build/asan/tests/...),
+ * ../share/promptcache/ (an installed binary), or /etc/promptcache/. Writes
+ * the path found into out and returns 0; -1 if none exists (out then lists
+ * where it looked).
+ */
+int pricing_default_path(char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,364 @@
+/*
+ * dash.c - the dashboard's figures from the hourly counters (see pc_dash.h).
+ * Owns the raw fields read per hour, the reader thread and the mutex that
+ * guards both.
+ *
+ *   GET /dashboard/data ─▶ dash_render: lock ─▶ stale? start the reader
+ *        ─▶ reports per hour from the kept fields, priced now ─▶ JSON
+ *   reader thread: rcli ─▶ HSCAN pc:2:r:<hour> for the hours wanted
+ *        ─▶ lock, swap in the new fields, stamp the time ─▶ exit
+ */
+#include "pc_dash.h"
+#include "pc_conf.h"
+#include "pc_rcli.h"
+#include "pc_report.h"
+#include "pc_stats.h"
+#include "pc_tally.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define DASH_MAGIC  0x44415348u /* "DASH" */
+#define DASH_MODELS 20          /* model rows shown; the rest summed under "(more)" */
+
+struct field {
+    char *name;
+    int64_t count;
+};
+
+struct hour {
+    int64_t hour; /* wall_ms / TALLY_HOUR_MS; 0: never read */
+    struct field *f;
+    size_t n, cap;
+};
+
+struct dash {
+    unsigned magic;
+    char *redis;
+    int64_t timeout_ms;
+    pthread_mutex_t mu;
+    struct hour hours[DASH_HOURS_MAX]; /* by hour % DASH_HOURS_MAX; under mu */
+    int want;                          /* hours the reader reads; under mu */
+    bool reading;                      /* a reader thread runs; under mu */
+    bool joinable;                     /* a thread was started and not joined yet */
+    bool stopping;                     /* dash_destroy waits: read no further hour; under mu */
+    pthread_t thread;
+    bool seed;       /* the next read hands the busiest models to the metrics */
+    int64_t read_ms; /* when the last read finished (0: never) */
+    char error[512]; /* of the last read, "" if it went well */
+};
+
+struct dash *dash_create(const struct conf *c)
+{
+    struct dash *d = pc_calloc(1, sizeof(*d));
+    d->magic = DASH_MAGIC;
+    d->redis = pc_strdup(c->redis);
+    d->timeout_ms = PC_MAX(c->redis_timeout * 20, 1000);
+    d->want = 24;
+    pthread_mutex_init(&d->mu, NULL);
+    return d;
+}
+
+static void hour_clear(struct hour *h)
+{
+    for (size_t i = 0; i < h->n; i++)
+        free(h->f[i].name);
+    free(h->f);
+    memset(h, 0, sizeof(*h));
+}
+
+void dash_destroy(struct dash **dp)
+{
+    struct dash *d = *dp;
+    if (d == NULL)
+        return;
+    *dp = NULL;
+    PC_CHECK_OBJ(d, DASH_MAGIC);
+    pthread_mutex_lock(&d->mu);
+    d->stopping = true; /* a read under way stops after its current hour */
+    pthread_mutex_unlock(&d->mu);
+    if (d->joinable)
+        pthread_join(d->thread, NULL);
+    for (int i = 0; i < DASH_HOURS_MAX; i++)
+        hour_clear(&d->hours[i]);
+    pthread_mutex_destroy(&d->mu);
+    memset(d->redis, 0, strlen(d->redis)); /* it may hold a password */
+    free(d->redis);
+    d->magic = 0;
+    free(d);
+}
+
+/* ---- the reader thread -------------------------------------------------------- */
+
+static void keep_field(void *arg, const char *field, size_t flen, int64_t count)
+{
+    struct hour *h = arg;
+    if (count < 0 || flen == 0)
+        return;
+    if (h->n == h->cap) {
+        h->cap = h->cap ? h->cap * 2 : 64;
+        h->f = pc_realloc(h->f, h->cap * sizeof(*h->f));
+    }
+    h->f[h->n].name = pc_strndup(field, flen);
+    h->f[h->n++].count = count;
+}
+
+/* Whether hour must be read now: never read, or recent enough to still change. */
+static bool wanted(struct dash *d, int64_t hour, int64_t now_hour)
+{
+    pthread_mutex_lock(&d->mu);
+    bool w = !d->stopping && (d->hours[hour % DASH_HOURS_MAX].hour != hour || hour >= now_hour - 1);
+    pthread_mutex_unlock(&d->mu);
+    return w;
+}
+
+static void fill(struct report *r, const struct hour *h);
+
+/* The busiest models of the hours read (by requests), for the metrics' model label. */
+static void seed_models(struct dash *d, int64_t now_hour)
+{
+    struct report r;
+    report_init(&r, 0, 0);
+    r.no_tenants = true;
+    pthread_mutex_lock(&d->mu);
+    for (int64_t h = now_hour; h > now_hour - 24; h--)
+        if (d->hours[h % DASH_HOURS_MAX].hour == h)
+            fill(&r, &d->hours[h % DASH_HOURS_MAX]);
+    pthread_mutex_unlock(&d->mu);
+    report_sort(&r);
+    const char *names[STATS_MODELS_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < r.models.n && n < STATS_MODELS_MAX; i++) {
+        const char *m = r.models.v[i].name;
+        if (r.models.v[i].v[TALLY_requests] > 0 && strcmp(m, TALLY_OTHER) != 0 &&
+            strcmp(m, "-") != 0)
+            names[n++] = m;
+    }
+    stats_seed_models(names, n);
+    report_free(&r);
+}
+
+static void *reader(void *arg)
+{
+    struct dash *d = arg;
+    PC_CHECK_OBJ(d, DASH_MAGIC);
+    struct rcli k = {.quiet = true};
+    char error[sizeof(k.errmsg)] = "";
+    pthread_mutex_lock(&d->mu);
+    int want = d->want;
+    pthread_mutex_unlock(&d->mu);
+    int64_t now_hour = pc_wall_ms() / TALLY_HOUR_MS;
+    if (rcli_open(&k, d->redis, d->timeout_ms, "dashboard") < 0) {
+        snprintf(error, sizeof error, "%s", k.errmsg);
+    } else {
+        for (int64_t h = now_hour; h > now_hour - want; h--) {
+            if (!wanted(d, h, now_hour))
+                continue;
+            struct hour fresh = {.hour = h};
+            if (report_scan_hour(&k, h * TALLY_HOUR_MS, keep_field, &fresh) < 0) {
+                snprintf(error, sizeof error, "%s", k.errmsg);
+                hour_clear(&fresh);
+                break;
+            }
+            pthread_mutex_lock(&d->mu);
+            struct hour *slot = &d->hours[h % DASH_HOURS_MAX];
+            hour_clear(slot);
+            *slot = fresh;
+            pthread_mutex_unlock(&d->mu);
+        }
+    }
+    rcli_close(&k);
+    pthread_mutex_lock(&d->mu);
+    bool seed = d->seed && error[0] == '\0';
+    d->seed = d->seed && !seed;
+    pthread_mutex_unlock(&d->mu);
+    if (seed)
+        seed_models(d, now_hour);
+    pthread_mutex_lock(&d->mu);
+    snprintf(d->error, sizeof d->error, "%s", error);
+    d->read_ms = pc_wall_ms();
+    d->reading = false;
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* Under mu: start a read if the last one is stale and none runs. */
+static void maybe_read(struct dash *d, int hours)
+{
+    if (hours > d->want)
+        d->want = hours;
+    if (d->reading || pc_wall_ms() - d->read_ms < DASH_FRESH_MS)
+        return;
+    if (d->joinable) {
+        pthread_join(d->thread, NULL); /* finished: it cleared reading */
+        d->joinable = false;
+    }
+    d->reading = true;
+    if (pthread_create(&d->thread, NULL, reader, d) != 0) {
+        d->reading = false;
+        snprintf(d->error, sizeof d->error, "cannot start the dashboard's reader thread");
+        return;
+    }
+    d->joinable = true;
+}
+
+void dash_start(struct dash *d)
+{
+    PC_CHECK_OBJ(d, DASH_MAGIC);
+    pthread_mutex_lock(&d->mu);
+    d->seed = true;
+    maybe_read(d, 24);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* ---- rendering ------------------------------------------------------------------- */
+
+static void fill(struct report *r, const struct hour *h)
+{
+    for (size_t i = 0; i < h->n; i++)
+        report_add_field(r, h->f[i].name, strlen(h->f[i].name), h->f[i].count);
+}
+
+static void json_money(struct pc_buf *out, const struct report *r, bool known, double v)
+{
+    if (r->prices != NULL && known && isfinite(v))
+        pc_buf_printf(out, "%.9f", v);
+    else
+        pc_buf_append_str(out, "null");
+}
+
+static void render_hours(struct dash *d, const struct pricing *p, int hours, int64_t now_hour,
+                         struct pc_buf *out)
+{
+    pc_buf_append_str(out, ",\"hours\":[");
+    for (int64_t h = now_hour - hours + 1; h <= now_hour; h++) {
+        struct report r;
+        report_init(&r, h * TALLY_HOUR_MS, (h + 1) * TALLY_HOUR_MS);
+        r.no_tenants = true;
+        report_set_prices(&r, (struct pricing *)p);
+        const struct hour *slot = &d->hours[h % DASH_HOURS_MAX];
+        if (slot->hour == h)
+            fill(&r, slot);
+        const int64_t *v = r.total.v;
+        int64_t looked = v[TALLY_hits] + v[TALLY_misses];
+        char when[32];
+        time_t secs = (time_t)(h * 3600);
+        struct tm tm;
+        gmtime_r(&secs, &tm);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:00:00Z", &tm);
+        pc_buf_printf(out,
+                      "%s{\"hour\":\"%s\",\"requests\":%lld,\"hits\":%lld,\"misses\":%lld,"
+                      "\"hit_rate\":%.4f,\"money_saved\":",
+                      h > now_hour - hours + 1 ? "," : "", when, (long long)v[TALLY_requests],
+                      (long long)v[TALLY_hits], (long long)v[TALLY_misses],
+                      looked ? (double)v[TALLY_hits] / (double)looked : 0.0);
+        json_money(out, &r, true, r.total.money.saved);
+        pc_buf_append_str(out, ",\"upstream_cost\":");
+        json_money(out, &r, true, r.total.money.upstream);
+        pc_buf_append_char(out, '}');
+        report_free(&r);
+    }
+    pc_buf_append_char(out, ']');
+}
+
+static void render_match(const struct report *r, struct pc_buf *out)
+{
+    const int64_t *v = r->total.v;
+    const struct report_money *m = &r->total.money;
+    pc_buf_printf(out,
+                  ",\"by_match\":{\"exact\":{\"hits\":%lld,\"latency_saved_seconds\":%.3f,"
+                  "\"money_saved\":",
+                  (long long)(v[TALLY_hits] - v[TALLY_semantic_hits]),
+                  (double)(v[TALLY_latency_saved_ms] - v[TALLY_semantic_latency_saved_ms]) / 1e3);
+    json_money(out, r, true, m->saved - m->saved_semantic);
+    pc_buf_printf(out,
+                  "},\"semantic\":{\"hits\":%lld,\"latency_saved_seconds\":%.3f,"
+                  "\"money_saved\":",
+                  (long long)v[TALLY_semantic_hits],
+                  (double)v[TALLY_semantic_latency_saved_ms] / 1e3);
+    json_money(out, r, true, m->saved_semantic);
+    pc_buf_append_str(out, "}}");
+}
+
+static void render_models(const struct report *r, struct pc_buf *out)
+{
+    pc_buf_append_str(out, ",\"models\":[");
+    size_t shown = 0;
+    for (size_t i = 0; i < r->models.n && shown < DASH_MODELS; i++) {
+        const struct report_row *row = &r->models.v[i];
+        if (row->v[TALLY_requests] == 0)
+            continue; /* rows of the proxy's own calls only */
+        pc_buf_append_str(out, shown++ ? ",{\"model\":" : "{\"model\":");
+        pc_buf_json_str(out, row->name, strlen(row->name));
+        pc_buf_append_char(out, ',');
+        report_row_json(r, row, true, out);
+        pc_buf_append_char(out, '}');
+    }
+    pc_buf_append_char(out, ']');
+}
+
+static void render_latency(const struct report *r, struct pc_buf *out)
+{
+    pc_buf_append_str(out, ",\"latency_ms\":{");
+    for (int k = 0; k < TALLY_LAT__COUNT; k++) {
+        int64_t n = 0;
+        for (int b = 0; b < TALLY_LAT_BUCKETS; b++)
+            n += r->lat[k][b];
+        pc_buf_printf(out, "%s\"%s\":{\"count\":%lld", k ? "," : "", tally_lat_kind_names[k],
+                      (long long)n);
+        static const double qs[] = {0.5, 0.9, 0.99};
+        static const char *const qn[] = {"p50", "p90", "p99"};
+        for (size_t i = 0; i < PC_ARRAY_LEN(qs); i++) {
+            double q = report_lat_quantile(r->lat[k], qs[i]);
+            if (isfinite(q))
+                pc_buf_printf(out, ",\"%s\":%.1f", qn[i], q);
+            else
+                pc_buf_printf(out, ",\"%s\":null", qn[i]);
+        }
+        pc_buf_append_char(out, '}');
+    }
+    pc_buf_append_char(out, '}');
+}
+
+void dash_render(struct dash *d, const struct pricing *p, int hours, struct pc_buf *out)
+{
+    PC_CHECK_OBJ(d, DASH_MAGIC);
+    hours = PC_MAX(1, PC_MIN(hours, DASH_HOURS_MAX));
+    int64_t now_hour = pc_wall_ms() / TALLY_HOUR_MS;
+    pthread_mutex_lock(&d->mu);
+    maybe_read(d, hours);
+    struct report r;
+    report_init(&r, (now_hour - hours + 1) * TALLY_HOUR_MS, (now_hour + 1) * TALLY_HOUR_MS);
+    r.no_tenants = true;
+    report_set_prices(&r, (struct pricing *)p);
+    for (int64_t h = now_hour - hours + 1; h <= now_hour; h++)
+        if (d->hours[h % DASH_HOURS_MAX].hour == h)
+            fill(&r, &d->hours[h % DASH_HOURS_MAX]);
+    report_sort(&r);
+    pc_buf_printf(out, "{\"hours_shown\":%d,\"read_ms\":%lld,\"now_ms\":%lld,\"reading\":%s", hours,
+                  (long long)d->read_ms, (long long)pc_wall_ms(), d->reading ? "true" : "false");
+    pc_buf_append_str(out, ",\"error\":");
+    if (d->error[0])
+        pc_buf_json_str(out, d->error, strlen(d->error));
+    else
+        pc_buf_append_str(out, "null");
+    const char *cur = report_currency(&r);
+    pc_buf_append_str(out, ",\"currency\":");
+    if (cur != NULL)
+        pc_buf_json_str(out, cur, strlen(cur));
+    else
+        pc_buf_append_str(out, "null");
+    pc_buf_append_str(out, ",\"total\":{");
+    report_row_json(&r, &r.total, false, out);
+    pc_buf_append_char(out, '}');
+    render_match(&r, out);
+    render_models(&r, out);
+    render_latency(&r, out);
+    render_hours(d, p, hours, now_hour, out);
+    pthread_mutex_unlock(&d->mu);
+    pc_buf_append_char(out, '}');
+    report_free(&r);
+}
