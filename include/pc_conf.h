@@ -114,6 +114,7 @@ struct conf {
     int64_t cache_max_entry_size; /* bytes; larger answers are relayed, not stored */
     bool coalesce;
     struct conf_list shared_namespaces;
+    struct conf_list cache_key_headers; /* request headers in the key, compared by value */
 
     /* semantic cache */
     bool semantic;

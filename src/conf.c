@@ -250,6 +250,16 @@ static const struct conf_key conf_keys[] = {
      .help = "Let concurrent identical cache misses share one upstream call. The first "
              "request goes upstream and the others wait for its answer; a streamed answer is "
              "copied to every waiter as it arrives."},
+    {.name = "cache-key-headers", .type = CONF_LIST, FIELD(cache_key_headers),
+     .def = "anthropic-version anthropic-beta openai-beta openai-organization openai-project",
+     .check = check_header_name, .arg = "HEADER", .flags = CONF_RELOAD,
+     .help = "Request headers that change the answer and so are part of the cache key (and "
+             "of the semantic partition), compared by value: two requests that differ in one "
+             "of them never share an entry. The defaults are the API version and beta "
+             "headers, and OpenAI's organization and project (billing and model access "
+             "differ). Add any header your gateway or upstream answers differently for (a "
+             "team or region header, say); every other header goes upstream but is not in "
+             "the key. The query string is always in the key. \"\" empties the list."},
     {.name = "shared-namespaces", .type = CONF_LIST, FIELD(shared_namespaces), .def = "",
      .check = check_namespace, .arg = "NAME", .example = "public-docs", .flags = CONF_RELOAD,
      .help = "X-Cache-Namespace values whose entries are shared by all tenants. Entries of "

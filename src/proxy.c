@@ -543,14 +543,22 @@ static void compute_tenant(struct preq *r)
     r->tenant_id[TENANT_ID_LEN] = '\0';
 }
 
-/* Request inputs outside the body that change the answer: some headers, the query. */
+/*
+ * Request inputs outside the body that change the answer: the headers of
+ * cache-key-headers (every copy, in order, name lower-cased) and the query.
+ */
 static void compute_variant(struct preq *r, struct pc_buf *out)
 {
-    static const char *const names[] = {"anthropic-version", "anthropic-beta", "openai-beta"};
-    for (size_t i = 0; i < PC_ARRAY_LEN(names); i++) {
-        const char *v = httpd_req_header(r->hr, names[i]);
-        if (v != NULL)
-            pc_buf_printf(out, "%s=%s\n", names[i], v);
+    const struct conf_list *names = &r->w->conf->cache_key_headers;
+    for (size_t i = 0; i < names->n; i++) {
+        for (size_t j = 0; j < httpd_req_header_count(r->hr); j++) {
+            const struct httpd_header *h = httpd_req_header_at(r->hr, j);
+            if (!pc_strcaseeq(h->name, names->v[i]))
+                continue;
+            for (const char *c = names->v[i]; *c; c++)
+                pc_buf_append_char(out, (char)tolower((unsigned char)*c));
+            pc_buf_printf(out, "=%s\n", h->value);
+        }
     }
     /* The query goes upstream too (Azure's api-version, gateways' keys). */
     const char *q = httpd_req_query(r->hr);

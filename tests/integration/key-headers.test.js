@@ -1,0 +1,37 @@
+'use strict';
+/*
+ * cache-key-headers: request headers that change the answer are part of the
+ * key. By default OpenAI's organization and project are among them, so an
+ * answer fetched for one organization never serves a request of another (or
+ * one without the header); the list is configurable.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const env = h.environment();
+const CHAT = '/v1/chat/completions';
+
+h.test('OpenAI-Organization and OpenAI-Project are in the key by default', async () => {
+    const body = h.chatBody(h.uniq('org scoped'));
+    const orgA = {'OpenAI-Organization': 'org-a'};
+    assert.equal((await env.proxy.post(CHAT, body, orgA)).headers['x-cache-status'], 'MISS');
+    h.assertHit(await env.proxy.post(CHAT, body, {'openai-organization': 'org-a'}));
+    assert.equal((await env.proxy.post(CHAT, body, {'OpenAI-Organization': 'org-b'})).headers['x-cache-status'], 'MISS');
+    assert.equal((await env.proxy.post(CHAT, body)).headers['x-cache-status'], 'MISS', 'no header: not org-a\'s entry');
+    assert.equal((await env.proxy.post(CHAT, body, {...orgA, 'OpenAI-Project': 'proj-1'})).headers['x-cache-status'], 'MISS');
+    /* Headers outside the list still go upstream but do not split entries. */
+    h.assertHit(await env.proxy.post(CHAT, body, {...orgA, 'X-Stainless-Lang': 'python'}));
+    assert.equal(env.mock.requests[env.mock.requests.length - 1].headers['openai-organization'], 'org-a');
+});
+
+h.test('the list is configurable', async () => {
+    const p = await env.startProxy({args: ['--cache-key-headers', 'x-team']});
+    const body = h.chatBody(h.uniq('team scoped'));
+    assert.equal((await p.post(CHAT, body, {'X-Team': 'red'})).headers['x-cache-status'], 'MISS');
+    assert.equal((await p.post(CHAT, body, {'X-Team': 'blue'})).headers['x-cache-status'], 'MISS');
+    h.assertHit(await p.post(CHAT, body, {'X-Team': 'red', 'OpenAI-Organization': 'org-z'}));
+    await p.stop();
+    const bad = await h.runCli(['-t', '--cache-key-headers', 'not a header']);
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.output, /cache-key-headers/);
+});
