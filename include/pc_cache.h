@@ -34,6 +34,7 @@
 
 struct conf;
 struct event_base;
+struct l1;
 struct semantic_port;
 struct stats;
 struct store;
@@ -65,6 +66,7 @@ struct cache_opts {
     struct store *store;       /* the worker's Redis connection */
     struct stats *stats;       /* the worker's metrics row */
     struct semantic_port *sem; /* the worker's door to the semantic cache; NULL when off */
+    struct l1 *l1;             /* the process's L1 (pc_l1.h, shared); NULL when off */
 };
 
 /* What a request looks up; pointers are read during cache_lookup only (copied as needed). */
@@ -108,6 +110,14 @@ struct cache_op *cache_lookup(struct cache *c, const struct cache_query *q, cach
                               void *arg);
 /* The callback of *op will not run; *op is NULLed (NULL *op is ignored). */
 void cache_cancel(struct cache_op **op);
+/*
+ * The L1 stage alone, synchronous: true if q's exact answer is in the
+ * process's L1, after cb has run with the HIT (before this returns); false
+ * and no callback otherwise (then cache_lookup). The entry is valid during
+ * the callback only, as for every hit.
+ */
+bool cache_lookup_fast(struct cache *c, const struct cache_query *q, cache_lookup_fn *cb,
+                       void *arg);
 
 /* A ticket without a lookup (Cache-Control: no-cache still stores). Never NULL. */
 struct cache_ticket *cache_ticket_create(struct cache *c, const struct cache_query *q);

@@ -110,6 +110,7 @@ struct conf {
     /* cache */
     bool cache;                   /* master switch: no = every request BYPASS */
     int64_t cache_ttl;            /* seconds */
+    int64_t l1_size;              /* bytes; -1 = auto (l1_size_bytes) */
     int64_t cache_max_ttl;        /* upper bound for X-Cache-TTL */
     int64_t cache_max_entry_size; /* bytes; larger answers are relayed, not stored */
     bool coalesce;

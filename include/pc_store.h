@@ -89,6 +89,9 @@ void store_destroy(struct store **s);
  */
 struct store_cmd *store_get(struct store *s, const void *key, size_t klen, store_get_fn *cb,
                             void *arg);
+/* PTTL key: the callback gets the milliseconds left (-2: no such key, -1: no TTL); as store_get. */
+struct store_cmd *store_pttl(struct store *s, const void *key, size_t klen, store_int_fn *cb,
+                             void *arg);
 /* SET key val PX ttl_ms, fire and forget (failures only counted). -1 if not ready or ttl <= 0. */
 int store_set(struct store *s, const void *key, size_t klen, const void *val, size_t vlen,
               int64_t ttl_ms);

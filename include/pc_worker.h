@@ -27,6 +27,7 @@ struct event_base;
 struct fetch;
 struct httpd;
 struct route;
+struct l1;
 struct semantic;
 struct semantic_port;
 struct server;
@@ -50,6 +51,7 @@ struct worker {
     struct cache *cache;            /* the cache pipeline over store */
     struct semantic *semantic;      /* the process's semantic cache (shared), or NULL */
     struct semantic_port *sem_port; /* this worker's door to it */
+    struct l1 *l1;                  /* the process's L1 of hot exact answers (shared), or NULL */
     struct upstream *side;          /* the proxy's own calls (embedder, verifier) */
     struct stats side_stats;        /* their transport counters, kept out of /stats */
     struct tally *tally; /* per-hour usage by model and tenant, for `promptcache report` */
@@ -75,7 +77,8 @@ struct worker {
 
 /* Create the worker's modules on a new event_base; NULL with errbuf set on failure. */
 struct worker *worker_create(int id, const struct conf *conf, struct route *route,
-                             struct semantic *sem, int listen_fd, char *errbuf, size_t errlen);
+                             struct semantic *sem, struct l1 *l1, int listen_fd, char *errbuf,
+                             size_t errlen);
 /* Run the loop on a new thread. */
 int worker_start(struct worker *w);
 /* Ask the worker (from any thread) to stop accepting and finish in-flight work. */

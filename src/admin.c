@@ -18,6 +18,7 @@
 #include "pc_conf.h"
 #include "pc_dash.h"
 #include "pc_entry.h"
+#include "pc_l1.h"
 #include "pc_httpd.h"
 #include "pc_log.h"
 #include "pc_pricing.h"
@@ -103,6 +104,10 @@ static void serve_stats(struct worker *w, struct httpd_req *hr)
     if (w->semantic != NULL) {
         pc_buf_append_char(&extra, ',');
         semantic_render_json(w->semantic, &extra);
+    }
+    if (w->l1 != NULL) {
+        pc_buf_append_char(&extra, ',');
+        l1_render_json(w->l1, &extra);
     }
     pricing_json(w->conf->prices, &extra);
     pc_buf_printf(&extra,

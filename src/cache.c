@@ -4,19 +4,23 @@
  * (struct cache_op / cache_put_op, each holding the store command it waits
  * on) and the tickets handed to callers.
  *
+ *   fast:    L1 (pc_l1.h, in this process) ─▶ hit: callback before returning
  *   lookup:  OP_EXACT ──GET──▶ hit: decode, max-age ─▶ callback(HIT, exact)
+ *              │                  └─▶ PTTL ─▶ into the L1 (struct l1_fill, owned here)
  *              │ miss, semantic allowed
  *              ▼
  *            OP_SEMANTIC (semantic_lookup) ─▶ callback(HIT, semantic | MISS)
- *   put:     SET entry PX ttl (callback on ack) ─▶ semantic_put (vector
- *            record + stream event, fire and forget)
- *   flush:   delete entries ─▶ delete vectors ─▶ stream event ─▶ callback
+ *   put:     SET entry PX ttl (callback on ack) ─▶ into the L1; semantic_put
+ *            (vector record + stream event, fire and forget)
+ *   flush:   delete entries ─▶ delete vectors ─▶ stream event, clear the
+ *            L1 ─▶ callback
  *
  * Redis keys are built here and in pc_entry.h; nothing above this module
  * names a key.
  */
 #include "pc_cache.h"
 #include "pc_conf.h"
+#include "pc_l1.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
 #include "pc_semantic.h"
@@ -30,6 +34,21 @@
 #define OP_MAGIC     0x4341504fu /* "CAPO" */
 #define PUT_MAGIC    0x43415055u /* "CAPU" */
 #define TICKET_MAGIC 0x4354494bu /* "CTIK" */
+#define FILL_MAGIC   0x4346494cu /* "CFIL" */
+
+/* An entry read from Redis on its way into the L1: waits for the PTTL of its key. */
+struct l1_fill {
+    unsigned magic;
+    struct cache *c;
+    struct store_cmd *cmd;
+    struct l1_fill *prev, *next; /* the cache's fills, cancelled by cache_destroy */
+    uint64_t gen;
+    int64_t sent_ms;
+    char tenant[TENANT_ID_LEN];
+    unsigned char exact[PC_SHA256_LEN];
+    size_t len;
+    char val[];
+};
 
 struct cache {
     unsigned magic;
@@ -38,6 +57,8 @@ struct cache {
     struct store *store;
     struct stats *stats;
     struct semantic_port *sem;
+    struct l1 *l1;
+    struct l1_fill *fills;
 };
 
 struct cache_ticket {
@@ -74,6 +95,7 @@ struct cache_op {
     double threshold;
     char tenant[TENANT_ID_LEN + 1]; /* flush: "" = everyone */
     long long deleted;
+    uint64_t l1_gen; /* read when the GET was sent */
 };
 
 struct cache_put_op {
@@ -83,6 +105,9 @@ struct cache_put_op {
     struct cache_ticket *ticket;
     int64_t ttl_ms;
     int64_t created_ms;
+    int64_t sent_ms;
+    uint64_t l1_gen;
+    struct pc_buf l1_val; /* the encoded entry, kept for the L1 until Redis acknowledges it */
     cache_put_fn *cb;
     void *arg;
 };
@@ -108,6 +133,7 @@ struct cache *cache_create(const struct cache_opts *o)
     c->store = o->store;
     c->stats = o->stats;
     c->sem = o->sem;
+    c->l1 = o->l1;
     return c;
 }
 
@@ -117,6 +143,13 @@ void cache_destroy(struct cache **cp)
     if (c == NULL)
         return;
     *cp = NULL;
+    while (c->fills != NULL) {
+        struct l1_fill *f = c->fills;
+        c->fills = f->next;
+        store_cancel(&f->cmd);
+        f->magic = 0;
+        free(f);
+    }
     c->magic = 0;
     free(c);
 }
@@ -227,6 +260,54 @@ static void op_after_exact(struct cache_op *op)
         op_miss(op);
 }
 
+static void fill_free(struct l1_fill *f)
+{
+    struct cache *c = f->c;
+    if (f->prev != NULL)
+        f->prev->next = f->next;
+    else
+        c->fills = f->next;
+    if (f->next != NULL)
+        f->next->prev = f->prev;
+    f->magic = 0;
+    free(f);
+}
+
+static void on_fill_pttl(void *arg, enum store_status st, long long ms)
+{
+    struct l1_fill *f = arg;
+    PC_CHECK_OBJ(f, FILL_MAGIC);
+    f->cmd = NULL;
+    if (st == STORE_OK && ms > 0)
+        l1_put(f->c->l1, f->tenant, f->exact, f->val, f->len, f->sent_ms + ms, f->gen);
+    fill_free(f);
+}
+
+/* A hit read from Redis goes into the L1 once its key's TTL is known. */
+static void l1_fill(struct cache *c, const struct cache_ticket *t, uint64_t gen, const char *val,
+                    size_t len)
+{
+    if (!l1_live(c->l1))
+        return;
+    struct l1_fill *f = pc_malloc(sizeof(*f) + len);
+    memset(f, 0, sizeof(*f));
+    f->magic = FILL_MAGIC;
+    f->c = c;
+    f->gen = gen;
+    f->sent_ms = pc_wall_ms();
+    memcpy(f->tenant, t->tenant_id, TENANT_ID_LEN);
+    memcpy(f->exact, t->exact, PC_SHA256_LEN);
+    f->len = len;
+    memcpy(f->val, val, len);
+    f->next = c->fills;
+    if (c->fills != NULL)
+        c->fills->prev = f;
+    c->fills = f;
+    f->cmd = store_pttl(c->store, t->key, strlen(t->key), on_fill_pttl, f);
+    if (f->cmd == NULL)
+        fill_free(f);
+}
+
 static void on_exact(void *arg, enum store_status st, const char *val, size_t len)
 {
     struct cache_op *op = arg;
@@ -250,6 +331,7 @@ static void on_exact(void *arg, enum store_status st, const char *val, size_t le
                 .age_ms = age_ms,
                 .entry = &e,
             };
+            l1_fill(c, op->ticket, op->l1_gen, val, len);
             op_finish(op, &res);
             return;
         }
@@ -277,12 +359,45 @@ struct cache_op *cache_lookup(struct cache *c, const struct cache_query *q, cach
     if (!q->semantic)
         op->ticket->semantic = false;
     const char *key = op->ticket->key;
+    op->l1_gen = l1_generation(c->l1);
     op->cmd = store_get(c->store, key, strlen(key), on_exact, op);
     if (op->cmd == NULL) {
         op_free(op);
         return NULL;
     }
     return op;
+}
+
+bool cache_lookup_fast(struct cache *c, const struct cache_query *q, cache_lookup_fn *cb, void *arg)
+{
+    PC_CHECK_OBJ(c, CACHE_MAGIC);
+    int64_t now = pc_wall_ms();
+    struct l1_item *it = l1_get(c->l1, q->tenant_id, q->exact, now);
+    if (it == NULL)
+        return false;
+    size_t len;
+    const char *val = l1_item_data(it, &len);
+    struct entry e;
+    /* Too old for this request, or of another endpoint: the Redis path decides and counts. */
+    if (entry_decode(val, len, &e) < 0 || e.endpoint != q->endpoint ||
+        (q->max_age_ms >= 0 && entry_age_ms(&e) > q->max_age_ms)) {
+        l1_release(&it);
+        return false;
+    }
+    struct cache_ticket *t = cache_ticket_create(c, q);
+    if (!q->semantic)
+        t->semantic = false;
+    struct cache_result res = {
+        .outcome = CACHE_HIT,
+        .match = CACHE_MATCH_EXACT,
+        .age_ms = entry_age_ms(&e),
+        .entry = &e,
+        .ticket = t,
+    };
+    stats_incr(c->stats, STAT_l1_hits);
+    cb(arg, &res);
+    l1_release(&it);
+    return true;
 }
 
 void cache_cancel(struct cache_op **opp)
@@ -302,6 +417,7 @@ void cache_cancel(struct cache_op **opp)
 static void put_free(struct cache_put_op *p)
 {
     cache_ticket_free(&p->ticket);
+    pc_buf_free(&p->l1_val);
     p->magic = 0;
     free(p);
 }
@@ -316,6 +432,9 @@ static void on_put(void *arg, enum store_status st, long long n)
     bool ok = st == STORE_OK;
     stats_incr(c->stats, ok ? STAT_cache_stores : STAT_cache_store_skipped);
     struct cache_ticket *t = p->ticket;
+    if (ok && p->l1_val.len > 0)
+        l1_put(c->l1, t->tenant_id, t->exact, p->l1_val.data, p->l1_val.len, p->sent_ms + p->ttl_ms,
+               p->l1_gen);
     if (ok && t->semantic && c->sem != NULL) {
         struct semantic_item it = {
             .endpoint = t->endpoint,
@@ -351,8 +470,13 @@ struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const 
     p->arg = arg;
     struct pc_buf val = PC_BUF_INIT;
     entry_encode(e, &val);
+    p->sent_ms = pc_wall_ms();
+    p->l1_gen = l1_generation(c->l1);
     p->cmd = store_set_cb(c->store, t->key, strlen(t->key), val.data, val.len, ttl_ms, on_put, p);
-    pc_buf_free(&val);
+    if (p->cmd != NULL && l1_live(c->l1))
+        p->l1_val = val; /* kept for the L1 (it judges the size) */
+    else
+        pc_buf_free(&val);
     if (p->cmd == NULL) {
         put_free(p);
         return NULL;
@@ -404,6 +528,7 @@ static void on_flush_step(void *arg, enum store_status st, long long n)
     }
     /* Every instance drops the flushed vectors from its index (and this one at once). */
     semantic_publish_flush(op->c->sem, op->c->store, tenant);
+    l1_clear(op->c->l1, tenant);
     flush_finish(op, true);
 }
 

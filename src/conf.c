@@ -56,7 +56,7 @@ enum conf_type {
  * CONF_RELOAD keys are safe to change at runtime: every reader takes the
  * value from its worker's current conf at the time of use (w->conf), never
  * from a copy made at start. Every other key needs a restart. CONF_AUTO
- * (CONF_DOUBLE only): "auto" is accepted and stored as -1.
+ * (CONF_DOUBLE and CONF_SIZE): "auto" is accepted and stored as -1.
  */
 #define CONF_SECRET   0x1u
 #define CONF_URL_PASS 0x2u
@@ -246,6 +246,14 @@ static const struct conf_key conf_keys[] = {
      .def = "8m", .imin = KIB, .imax = GIB, .flags = CONF_RELOAD,
      .help = "Largest answer that is stored in the cache, in bytes (k, m or g suffix "
              "allowed). Larger answers are relayed to the client but not stored."},
+    {.name = "l1-size", .type = CONF_SIZE, FIELD(l1_size), .def = "auto", .imin = 0,
+     .imax = 64 * GIB, .flags = CONF_AUTO,
+     .help = "Bytes of hot exact answers kept in the proxy's own memory in front of Redis "
+             "(the L1), shared by all workers; 0 turns it off. auto: 1/32 of the machine's "
+             "memory, at most 512m. An L1 hit skips the Redis round trip and counts in "
+             "l1_hits. Entries keep their Redis TTL, and flushes made through any instance "
+             "reach every L1 through the pc:2:vs stream; while this process cannot follow "
+             "that stream (Redis down), its L1 is emptied and not used."},
     {.name = "coalesce", .type = CONF_BOOL, FIELD(coalesce), .def = "yes", .flags = CONF_RELOAD,
      .help = "Let concurrent identical cache misses share one upstream call. The first "
              "request goes upstream and the others wait for its answer; a streamed answer is "
@@ -954,6 +962,10 @@ static int set_size(struct conf *c, const struct conf_key *k, const char *v, cha
 {
     int64_t n;
     char s[80], lo[32], hi[32];
+    if ((k->flags & CONF_AUTO) && pc_strcaseeq(v, "auto")) {
+        *(int64_t *)field_ptr(c, k) = -1;
+        return 0;
+    }
     if (parse_size(v, &n) < 0) {
         seterr(err, errlen, "%s is not a size (bytes, with an optional k, m or g suffix)",
                show(v, s, sizeof s));
@@ -2150,6 +2162,10 @@ static void write_scalar(struct pc_buf *out, const struct conf *c, const struct 
         pc_buf_printf(out, "%lld", (long long)load_int(c, k));
         return;
     case CONF_SIZE:
+        if ((k->flags & CONF_AUTO) && *(const int64_t *)field_cptr(c, k) < 0) {
+            pc_buf_append_str(out, "auto");
+            return;
+        }
         format_size(*(const int64_t *)field_cptr(c, k), buf, sizeof buf);
         pc_buf_append_str(out, buf);
         return;

@@ -13,6 +13,7 @@
 #include "pc_conf.h"
 #include "pc_dash.h"
 #include "pc_flight.h"
+#include "pc_l1.h"
 #include "pc_log.h"
 #include "pc_reload.h"
 #include "pc_psync.h"
@@ -43,6 +44,7 @@ struct server {
     int listen_fd;
     struct route *route;
     struct semantic *sem;        /* NULL when semantic is off */
+    struct l1 *l1;               /* hot exact answers in memory, or NULL (l1-size 0, cache off) */
     struct psync *psync;         /* the prefix index shared through Redis, or NULL */
     struct dash *dash;           /* the dashboard's reader of the hourly counters, or NULL */
     const char **upstream_names; /* the upstream label of the metrics */
@@ -162,7 +164,8 @@ static int start_workers(struct server *s, char *err, size_t errlen)
     uint32_t prefix = (uint32_t)((uint64_t)pc_wall_ms() * 2654435761u) ^ (uint32_t)getpid();
     s->workers = pc_calloc((size_t)s->conf->workers, sizeof(*s->workers));
     for (int i = 0; i < s->conf->workers; i++) {
-        struct worker *w = worker_create(i, s->conf, s->route, s->sem, s->listen_fd, err, errlen);
+        struct worker *w =
+            worker_create(i, s->conf, s->route, s->sem, s->l1, s->listen_fd, err, errlen);
         if (w == NULL)
             return -1;
         w->id_prefix = prefix;
@@ -230,7 +233,8 @@ static void log_startup(const struct server *s)
         char *where = rurl_parse(s->conf->redis, 0, &u, err, sizeof(err)) == 0
                           ? rurl_format(&u, false)
                           : pc_strdup("(invalid URL)");
-        log_notice("cache: redis %s, ttl %lld s", where, (long long)s->conf->cache_ttl);
+        log_notice("cache: redis %s, ttl %lld s, l1 %lld MiB", where, (long long)s->conf->cache_ttl,
+                   (long long)(l1_size_bytes(s->conf) >> 20));
         free(where);
         rurl_free(&u);
     } else
@@ -259,6 +263,7 @@ static void server_teardown(struct server *s)
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     semantic_destroy(&s->sem);
+    l1_destroy(&s->l1);
     dash_destroy(&s->dash);
     stats_set_upstreams(NULL, 0);
     route_destroy(&s->route);
@@ -324,6 +329,9 @@ int server_run(const struct conf *c)
         s.dash = dash_create(c);
     if (c->semantic && c->cache && (s.sem = semantic_create(c, NULL, err, sizeof(err))) == NULL)
         goto out;
+    /* The L1 follows the stream on its own thread; until it does, it is not used. */
+    if (c->cache && (s.l1 = l1_create(l1_size_bytes(c))) != NULL)
+        l1_follow(s.l1, c->redis, c->redis_timeout);
     /* Shared through the cache's Redis; its metrics row is registered before the workers'. */
     if (c->cache && c->prefix_sync &&
         (s.psync = psync_create(c, s.route, err, sizeof(err))) == NULL)

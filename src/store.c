@@ -124,6 +124,7 @@ enum store_health {
 enum cmd_kind {
     CMD_GET,
     CMD_SET,
+    CMD_PTTL,   /* store_pttl: integer reply */
     CMD_SCAN,   /* store_delete_matching, SCAN step */
     CMD_UNLINK, /* store_delete_matching, UNLINK step */
     CMD_WRITE,  /* store_write: any reply but an error is fine */
@@ -368,6 +369,8 @@ static const char *cmd_what(const struct store_cmd *c)
         return "GET";
     case CMD_SET:
         return "SET";
+    case CMD_PTTL:
+        return "PTTL";
     case CMD_SCAN:
         return "SCAN";
     case CMD_UNLINK:
@@ -399,6 +402,7 @@ static void cmd_complete(struct store_cmd *c, enum store_status st, const char *
         break;
     case CMD_SCAN:
     case CMD_UNLINK:
+    case CMD_PTTL:
         c->cb.num(c->arg, st, n);
         break;
     case CMD_SET:
@@ -997,6 +1001,14 @@ static void write_reply(struct store_cmd *c, const redisReply *r)
         cmd_fail(c, r, c->what);
 }
 
+static void pttl_reply(struct store_cmd *c, const redisReply *r)
+{
+    if (r != NULL && r->type == REDIS_REPLY_INTEGER)
+        cmd_complete(c, STORE_OK, NULL, 0, r->integer);
+    else
+        cmd_fail(c, r, "PTTL");
+}
+
 static void set_reply(struct store_cmd *c, const redisReply *r)
 {
     if (r != NULL && r->type == REDIS_REPLY_STATUS)
@@ -1117,6 +1129,9 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
         break;
     case CMD_SET:
         set_reply(c, r);
+        break;
+    case CMD_PTTL:
+        pttl_reply(c, r);
         break;
     case CMD_WRITE:
         write_reply(c, r);
@@ -1290,6 +1305,25 @@ struct store_cmd *store_set_cb(struct store *s, const void *key, size_t klen, co
     /* a multi-MB answer takes a while to write and to store */
     int64_t timeout_ms = s->timeout_ms + (int64_t)(vlen / SET_BYTES_PER_MS);
     if (cmd_send(c, 5, argv, lens, timeout_ms) < 0) {
+        stats_incr(s->st, STAT_redis_errors);
+        cmd_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+struct store_cmd *store_pttl(struct store *s, const void *key, size_t klen, store_int_fn *cb,
+                             void *arg)
+{
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    if (s->state != ST_READY || cb == NULL)
+        return NULL;
+    struct store_cmd *c = cmd_new(s, CMD_PTTL);
+    c->cb.num = cb;
+    c->arg = arg;
+    const char *argv[] = {"PTTL", key};
+    size_t lens[] = {4, klen};
+    if (cmd_send(c, 2, argv, lens, s->timeout_ms) < 0) {
         stats_incr(s->st, STAT_redis_errors);
         cmd_free(c);
         return NULL;

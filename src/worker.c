@@ -95,7 +95,8 @@ static void httpd_conf_from(const struct conf *c, struct httpd_conf *hc)
 }
 
 struct worker *worker_create(int id, const struct conf *conf, struct route *route,
-                             struct semantic *sem, int listen_fd, char *errbuf, size_t errlen)
+                             struct semantic *sem, struct l1 *l1, int listen_fd, char *errbuf,
+                             size_t errlen)
 {
     struct worker *w = pc_calloc(1, sizeof(*w));
     w->magic = WORKER_MAGIC;
@@ -103,6 +104,7 @@ struct worker *worker_create(int id, const struct conf *conf, struct route *rout
     w->conf = conf;
     w->route = route;
     w->semantic = sem;
+    w->l1 = l1;
     w->backend = backend_for(conf->upstream_type);
     w->started_ms = pc_wall_ms();
     stats_register(&w->stats);
@@ -127,7 +129,8 @@ struct worker *worker_create(int id, const struct conf *conf, struct route *rout
                                 .base = w->base,
                                 .store = w->store,
                                 .stats = &w->stats,
-                                .sem = w->sem_port};
+                                .sem = w->sem_port,
+                                .l1 = l1};
         w->cache = cache_create(&co);
     }
     if (conf->cache) /* the report's counters live in the same Redis */

@@ -287,7 +287,14 @@ h.test('the built-in embedders catch rewordings with their default thresholds', 
     for (const embedder of ['hash', 'builtin']) {
         const p = await env.startProxy({args: ['--semantic', 'yes', '--embedder', embedder]});
         const t = tag();
+        /* The index is rebuilt from Redis first; then the miss's vector must be in it (a
+         * slow embed, as under ASan, is finished by the pool after the answer is sent). */
+        await h.waitFor(async () => (await p.stats()).semantic_sync_ready === true,
+            {what: 'the vector index in step with Redis'});
+        const before = (await p.stats()).semantic_vectors;
         assertMiss(await p.post(CHAT, chat(`How can I reset my password on the portal ${t}?`)));
+        await h.waitFor(async () => (await p.stats()).semantic_vectors > before,
+            {what: 'the stored question in the index'});
         assertSemanticHit(await p.post(CHAT, chat(`how can i reset my password on the portal ${t}`)));
         assertMiss(await p.post(CHAT, chat(`Which trains leave Lisbon for Porto after noon ${t}?`)));
         await p.stop();

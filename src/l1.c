@@ -1,0 +1,635 @@
+/*
+ * l1.c - the process's L1 of hot exact answers (see pc_l1.h): the sharded
+ * table and the reader thread that applies other instances' deletes and
+ * flushes from the Redis stream.
+ *
+ * Owns every item (refcounted: the table holds one reference, each lookup in
+ * progress one more), the shards' locks, and the reader: its thread, its
+ * blocking connection and its stream position.
+ */
+#include "pc_l1.h"
+#include "pc_conf.h"
+#include "pc_log.h"
+#include "pc_rcli.h"
+#include "pc_vindex.h"
+#include "pc_vsync.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#define L1_MAGIC       0x4c314341u /* "L1CA" */
+#define ITEM_MAGIC     0x4c314954u /* "L1IT" */
+#define L1_SHARDS      16u
+#define BUCKETS_MIN    64u
+#define ITEM_OVERHEAD  16u /* what malloc adds to each item, roughly */
+#define AUTO_FRACTION  32
+#define AUTO_MAX       (512ll << 20)
+#define AUTO_FALLBACK  (64ll << 20)
+#define READ_BATCH     500
+#define BLOCK_MS       1000
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define STREAM_ID_MAX  48
+
+struct l1_item {
+    unsigned magic;
+    atomic_int refs;
+    struct l1_item *hnext;       /* bucket chain */
+    struct l1_item *prev, *next; /* LRU list: head = most recent */
+    int64_t deadline_ms;
+    size_t len;
+    char tenant[L1_TENANT_LEN];
+    unsigned char exact[PC_SHA256_LEN];
+    char data[];
+};
+
+struct shard {
+    pthread_mutex_t mu;
+    struct l1_item **buckets;
+    size_t nbuckets; /* a power of two */
+    size_t items;
+    size_t bytes;
+    struct l1_item *head, *tail;
+};
+
+struct l1 {
+    unsigned magic;
+    size_t max_bytes;
+    size_t shard_bytes; /* each shard's budget */
+    struct shard shards[L1_SHARDS];
+    atomic_uint_fast64_t generation;
+    atomic_bool live;
+    atomic_uint_fast64_t inserts, evictions, expired, clears, events;
+
+    /* The reader. */
+    bool reading;
+    pthread_t thread;
+    pthread_mutex_t mu; /* with cond: wakes the reader's naps on stop */
+    pthread_cond_t cond;
+    bool stop;
+    atomic_bool stopping;
+    char *url;
+    int64_t timeout_ms;
+    struct rcli k;
+    bool down_logged;
+    char last_id[STREAM_ID_MAX];
+};
+
+int64_t l1_size_bytes(const struct conf *c)
+{
+    if (c->l1_size >= 0)
+        return c->l1_size;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return AUTO_FALLBACK;
+    int64_t mem = (int64_t)pages * (int64_t)page;
+    return PC_MIN(mem / AUTO_FRACTION, (int64_t)AUTO_MAX);
+}
+
+static size_t item_bytes(const struct l1_item *it)
+{
+    return sizeof(*it) + it->len + ITEM_OVERHEAD;
+}
+
+static uint64_t hash_of(const unsigned char exact[PC_SHA256_LEN])
+{
+    uint64_t h;
+    memcpy(&h, exact, sizeof(h)); /* a SHA-256: already uniform */
+    return h;
+}
+
+static struct shard *shard_of(struct l1 *l, uint64_t h)
+{
+    return &l->shards[h % L1_SHARDS];
+}
+
+static size_t bucket_of(const struct shard *s, uint64_t h)
+{
+    return (size_t)(h / L1_SHARDS) & (s->nbuckets - 1);
+}
+
+struct l1 *l1_create(int64_t max_bytes)
+{
+    if (max_bytes <= 0)
+        return NULL;
+    struct l1 *l = pc_calloc(1, sizeof(*l));
+    l->magic = L1_MAGIC;
+    l->max_bytes = (size_t)max_bytes;
+    l->shard_bytes = l->max_bytes / L1_SHARDS;
+    for (size_t i = 0; i < L1_SHARDS; i++) {
+        struct shard *s = &l->shards[i];
+        pthread_mutex_init(&s->mu, NULL);
+        s->nbuckets = BUCKETS_MIN;
+        s->buckets = pc_calloc(s->nbuckets, sizeof(*s->buckets));
+    }
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    return l;
+}
+
+static void item_unref(struct l1_item *it)
+{
+    if (atomic_fetch_sub_explicit(&it->refs, 1, memory_order_acq_rel) == 1) {
+        it->magic = 0;
+        free(it);
+    }
+}
+
+/* ---- the table (each function takes or holds one shard's lock) ----------------------- */
+
+static void lru_unlink(struct shard *s, struct l1_item *it)
+{
+    if (it->prev != NULL)
+        it->prev->next = it->next;
+    else
+        s->head = it->next;
+    if (it->next != NULL)
+        it->next->prev = it->prev;
+    else
+        s->tail = it->prev;
+    it->prev = it->next = NULL;
+}
+
+static void lru_push(struct shard *s, struct l1_item *it)
+{
+    it->prev = NULL;
+    it->next = s->head;
+    if (s->head != NULL)
+        s->head->prev = it;
+    s->head = it;
+    if (s->tail == NULL)
+        s->tail = it;
+}
+
+/* Take it out of the shard (lock held) and drop the table's reference. */
+static void shard_remove(struct shard *s, struct l1_item *it)
+{
+    struct l1_item **pp = &s->buckets[bucket_of(s, hash_of(it->exact))];
+    while (*pp != it)
+        pp = &(*pp)->hnext;
+    *pp = it->hnext;
+    lru_unlink(s, it);
+    s->items--;
+    s->bytes -= item_bytes(it);
+    item_unref(it);
+}
+
+static struct l1_item *shard_find(struct shard *s, uint64_t h, const char *tenant,
+                                  const unsigned char *exact)
+{
+    for (struct l1_item *it = s->buckets[bucket_of(s, h)]; it != NULL; it = it->hnext)
+        if (memcmp(it->exact, exact, PC_SHA256_LEN) == 0 &&
+            memcmp(it->tenant, tenant, L1_TENANT_LEN) == 0)
+            return it;
+    return NULL;
+}
+
+static void shard_grow(struct shard *s)
+{
+    size_t n = s->nbuckets * 2;
+    struct l1_item **b = pc_calloc(n, sizeof(*b));
+    for (size_t i = 0; i < s->nbuckets; i++) {
+        struct l1_item *it = s->buckets[i];
+        while (it != NULL) {
+            struct l1_item *next = it->hnext;
+            size_t j = (size_t)(hash_of(it->exact) / L1_SHARDS) & (n - 1);
+            it->hnext = b[j];
+            b[j] = it;
+            it = next;
+        }
+    }
+    free(s->buckets);
+    s->buckets = b;
+    s->nbuckets = n;
+}
+
+struct l1_item *l1_get(struct l1 *l, const char tenant[L1_TENANT_LEN],
+                       const unsigned char exact[PC_SHA256_LEN], int64_t now_ms)
+{
+    if (l == NULL || !atomic_load_explicit(&l->live, memory_order_acquire))
+        return NULL;
+    uint64_t h = hash_of(exact);
+    struct shard *s = shard_of(l, h);
+    pthread_mutex_lock(&s->mu);
+    struct l1_item *it = shard_find(s, h, tenant, exact);
+    if (it != NULL && it->deadline_ms <= now_ms) {
+        shard_remove(s, it);
+        atomic_fetch_add_explicit(&l->expired, 1, memory_order_relaxed);
+        it = NULL;
+    }
+    if (it != NULL) {
+        if (s->head != it) {
+            lru_unlink(s, it);
+            lru_push(s, it);
+        }
+        atomic_fetch_add_explicit(&it->refs, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return it;
+}
+
+const char *l1_item_data(const struct l1_item *it, size_t *len)
+{
+    *len = it->len;
+    return it->data;
+}
+
+void l1_release(struct l1_item **itp)
+{
+    struct l1_item *it = *itp;
+    if (it == NULL)
+        return;
+    *itp = NULL;
+    PC_CHECK_OBJ(it, ITEM_MAGIC);
+    item_unref(it);
+}
+
+void l1_put(struct l1 *l, const char tenant[L1_TENANT_LEN],
+            const unsigned char exact[PC_SHA256_LEN], const void *val, size_t len,
+            int64_t deadline_ms, uint64_t gen)
+{
+    if (l == NULL || !atomic_load(&l->live) || deadline_ms <= pc_wall_ms())
+        return;
+    size_t need = sizeof(struct l1_item) + len + ITEM_OVERHEAD;
+    if (need > l->shard_bytes / 8)
+        return;
+    struct l1_item *it = pc_malloc(sizeof(*it) + len);
+    memset(it, 0, sizeof(*it));
+    it->magic = ITEM_MAGIC;
+    atomic_init(&it->refs, 1);
+    it->deadline_ms = deadline_ms;
+    it->len = len;
+    memcpy(it->tenant, tenant, L1_TENANT_LEN);
+    memcpy(it->exact, exact, PC_SHA256_LEN);
+    memcpy(it->data, val, len);
+    uint64_t h = hash_of(exact);
+    struct shard *s = shard_of(l, h);
+    pthread_mutex_lock(&s->mu);
+    /* Checked under the lock: a clear takes every shard's lock after bumping it. */
+    if (atomic_load(&l->generation) != gen) {
+        pthread_mutex_unlock(&s->mu);
+        free(it);
+        return;
+    }
+    struct l1_item *old = shard_find(s, h, tenant, exact);
+    if (old != NULL)
+        shard_remove(s, old);
+    while (s->bytes + need > l->shard_bytes && s->tail != NULL) {
+        shard_remove(s, s->tail);
+        atomic_fetch_add_explicit(&l->evictions, 1, memory_order_relaxed);
+    }
+    if (s->items >= s->nbuckets)
+        shard_grow(s);
+    size_t b = bucket_of(s, h);
+    it->hnext = s->buckets[b];
+    s->buckets[b] = it;
+    lru_push(s, it);
+    s->items++;
+    s->bytes += need;
+    pthread_mutex_unlock(&s->mu);
+    atomic_fetch_add_explicit(&l->inserts, 1, memory_order_relaxed);
+}
+
+void l1_delete(struct l1 *l, const char tenant[L1_TENANT_LEN],
+               const unsigned char exact[PC_SHA256_LEN])
+{
+    if (l == NULL)
+        return;
+    uint64_t h = hash_of(exact);
+    struct shard *s = shard_of(l, h);
+    atomic_fetch_add(&l->generation, 1);
+    pthread_mutex_lock(&s->mu);
+    struct l1_item *it = shard_find(s, h, tenant, exact);
+    if (it != NULL)
+        shard_remove(s, it);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void l1_clear(struct l1 *l, const char *tenant)
+{
+    if (l == NULL)
+        return;
+    atomic_fetch_add(&l->generation, 1);
+    atomic_fetch_add_explicit(&l->clears, 1, memory_order_relaxed);
+    for (size_t i = 0; i < L1_SHARDS; i++) {
+        struct shard *s = &l->shards[i];
+        pthread_mutex_lock(&s->mu);
+        struct l1_item *it = s->head;
+        while (it != NULL) {
+            struct l1_item *next = it->next;
+            if (tenant == NULL || memcmp(it->tenant, tenant, L1_TENANT_LEN) == 0)
+                shard_remove(s, it);
+            it = next;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+bool l1_live(const struct l1 *l)
+{
+    return l != NULL && atomic_load(&l->live);
+}
+
+uint64_t l1_generation(const struct l1 *l)
+{
+    return l != NULL ? atomic_load(&l->generation) : 0;
+}
+
+void l1_get_counters(const struct l1 *l, struct l1_counters *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (l == NULL)
+        return;
+    struct l1 *m = (struct l1 *)l; /* the locks */
+    for (size_t i = 0; i < L1_SHARDS; i++) {
+        struct shard *s = &m->shards[i];
+        pthread_mutex_lock(&s->mu);
+        out->items += s->items;
+        out->bytes += s->bytes;
+        pthread_mutex_unlock(&s->mu);
+    }
+    out->live = atomic_load(&m->live);
+    out->max_bytes = l->max_bytes;
+    out->inserts = atomic_load(&m->inserts);
+    out->evictions = atomic_load(&m->evictions);
+    out->expired = atomic_load(&m->expired);
+    out->clears = atomic_load(&m->clears);
+    out->events = atomic_load(&m->events);
+}
+
+void l1_render_json(const struct l1 *l, struct pc_buf *out)
+{
+    struct l1_counters c;
+    l1_get_counters(l, &c);
+    pc_buf_printf(out,
+                  "\"l1_live\":%s,\"l1_items\":%llu,\"l1_bytes\":%llu,\"l1_max_bytes\":%llu,"
+                  "\"l1_inserts\":%llu,\"l1_evictions\":%llu,\"l1_expired\":%llu,"
+                  "\"l1_clears\":%llu,\"l1_events\":%llu",
+                  c.live ? "true" : "false", (unsigned long long)c.items,
+                  (unsigned long long)c.bytes, (unsigned long long)c.max_bytes,
+                  (unsigned long long)c.inserts, (unsigned long long)c.evictions,
+                  (unsigned long long)c.expired, (unsigned long long)c.clears,
+                  (unsigned long long)c.events);
+}
+
+/* ---- the reader -------------------------------------------------------------------- */
+
+static bool stopping(struct l1 *l)
+{
+    return atomic_load(&l->stopping);
+}
+
+/* Sleep ms, or less if l1_destroy is called meanwhile. */
+static void nap(struct l1 *l, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop && pthread_cond_timedwait(&l->cond, &l->mu, &ts) == 0) {
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Off and empty: what this process missed while it could not read is unknown. */
+static void go_dark(struct l1 *l, const char *what)
+{
+    atomic_store(&l->live, false);
+    l1_clear(l, NULL);
+    if (!l->down_logged)
+        log_info("l1: %s: %s; the L1 is off until the stream can be followed again", what,
+                 l->k.errmsg[0] ? l->k.errmsg : "error");
+    l->down_logged = true;
+    rcli_close(&l->k);
+}
+
+static redisReply *command(struct l1 *l, int argc, const char **argv)
+{
+    redisReply *r = redisCommandArgv(l->k.rc, argc, argv, NULL);
+    if (r == NULL) {
+        snprintf(l->k.errmsg, sizeof(l->k.errmsg), "%s: %s: %s", l->k.where, argv[0],
+                 l->k.rc->errstr[0] ? l->k.rc->errstr : "no reply");
+        return NULL;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(l->k.errmsg, sizeof(l->k.errmsg), "%s: %s: %s", l->k.where, argv[0], r->str);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* An entry's id ("ms-seq") of an XRANGE / XREVRANGE reply's first entry, or "" if none. */
+static int first_id(const redisReply *r, char out[STREAM_ID_MAX])
+{
+    out[0] = '\0';
+    if (r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    if (r->elements == 0)
+        return 0;
+    const redisReply *e = r->element[0];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 1 ||
+        e->element[0]->type != REDIS_REPLY_STRING || e->element[0]->len >= STREAM_ID_MAX)
+        return -1;
+    memcpy(out, e->element[0]->str, e->element[0]->len);
+    out[e->element[0]->len] = '\0';
+    return 0;
+}
+
+static int id_cmp(const char *a, const char *b)
+{
+    unsigned long long ams = 0, aseq = 0, bms = 0, bseq = 0;
+    sscanf(a, "%llu-%llu", &ams, &aseq);
+    sscanf(b, "%llu-%llu", &bms, &bseq);
+    if (ams != bms)
+        return ams < bms ? -1 : 1;
+    return aseq < bseq ? -1 : aseq > bseq;
+}
+
+/* Note where the stream ends; what the table holds from before is dropped. */
+static int start_position(struct l1 *l)
+{
+    const char *argv[] = {"XREVRANGE", vsync_stream_key(), "+", "-", "COUNT", "1"};
+    redisReply *r = command(l, 6, argv);
+    if (r == NULL)
+        return -1;
+    int rc = first_id(r, l->last_id);
+    freeReplyObject(r);
+    if (rc < 0)
+        return -1;
+    if (l->last_id[0] == '\0')
+        snprintf(l->last_id, sizeof(l->last_id), "0-0");
+    return 0;
+}
+
+static bool field_is(const redisReply *f, const char *name)
+{
+    return f->type == REDIS_REPLY_STRING && f->len == strlen(name) &&
+           memcmp(f->str, name, f->len) == 0;
+}
+
+static void apply_event(struct l1 *l, const redisReply *kv)
+{
+    if (kv->type != REDIS_REPLY_ARRAY || kv->elements % 2 != 0)
+        return;
+    const redisReply *op = NULL, *k = NULL, *t = NULL;
+    for (size_t i = 0; i + 1 < kv->elements; i += 2) {
+        const redisReply *name = kv->element[i], *val = kv->element[i + 1];
+        if (val->type != REDIS_REPLY_STRING)
+            return;
+        if (field_is(name, "op"))
+            op = val;
+        else if (field_is(name, "k"))
+            k = val;
+        else if (field_is(name, "t"))
+            t = val;
+    }
+    if (op == NULL)
+        return;
+    if (field_is(op, "flush") && t == NULL) {
+        l1_clear(l, NULL);
+    } else if (field_is(op, "flush") && t->len == L1_TENANT_LEN) {
+        l1_clear(l, t->str);
+    } else if (field_is(op, "del") && k != NULL) {
+        unsigned char tenant[VINDEX_TENANT_LEN], key[VINDEX_KEY_LEN];
+        if (vsync_parse_id(k->str, k->len, tenant, key) == 0)
+            l1_delete(l, k->str, key);
+    } else {
+        return; /* op=add and the like: nothing for the L1 */
+    }
+    atomic_fetch_add_explicit(&l->events, 1, memory_order_relaxed);
+}
+
+/* One XREAD round; -1 if the connection failed. */
+static int follow(struct l1 *l)
+{
+    char count_s[16], block_s[16];
+    snprintf(count_s, sizeof(count_s), "%d", READ_BATCH);
+    snprintf(block_s, sizeof(block_s), "%d", BLOCK_MS);
+    const char *argv[] = {
+        "XREAD", "COUNT", count_s, "BLOCK", block_s, "STREAMS", vsync_stream_key(), l->last_id};
+    redisReply *r = command(l, 8, argv);
+    if (r == NULL)
+        return -1;
+    if (r->type == REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        return 0;
+    }
+    size_t n = 0;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+        r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements == 2 &&
+        r->element[0]->element[1]->type == REDIS_REPLY_ARRAY) {
+        const redisReply *entries = r->element[0]->element[1];
+        n = entries->elements;
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *e = entries->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+                e->element[0]->type != REDIS_REPLY_STRING || e->element[0]->len >= STREAM_ID_MAX)
+                continue;
+            memcpy(l->last_id, e->element[0]->str, e->element[0]->len);
+            l->last_id[e->element[0]->len] = '\0';
+            apply_event(l, e->element[1]);
+        }
+    }
+    freeReplyObject(r);
+    if (n < READ_BATCH)
+        return 0;
+    /* A full batch: behind. If the stream was trimmed past our position, events are lost. */
+    const char *first[] = {"XRANGE", vsync_stream_key(), "-", "+", "COUNT", "1"};
+    char id[STREAM_ID_MAX];
+    if ((r = command(l, 6, first)) == NULL)
+        return -1;
+    int rc = first_id(r, id);
+    freeReplyObject(r);
+    if (rc == 0 && id[0] != '\0' && id_cmp(id, l->last_id) > 0)
+        l1_clear(l, NULL);
+    return 0;
+}
+
+static void *reader_main(void *arg)
+{
+    struct l1 *l = arg;
+    int64_t backoff = BACKOFF_MIN_MS;
+    while (!stopping(l)) {
+        l->k.quiet = true;
+        l->k.errmsg[0] = '\0';
+        if (rcli_open(&l->k, l->url, l->timeout_ms + BLOCK_MS, "l1") < 0 || start_position(l) < 0) {
+            go_dark(l, "cannot follow the stream");
+            nap(l, backoff);
+            backoff = PC_MIN(backoff * 2, (int64_t)BACKOFF_MAX_MS);
+            continue;
+        }
+        l1_clear(l, NULL);
+        atomic_store(&l->live, true);
+        if (l->down_logged)
+            log_info("l1: following the stream again at %s", l->k.where);
+        l->down_logged = false;
+        backoff = BACKOFF_MIN_MS;
+        while (!stopping(l) && follow(l) == 0) {
+        }
+        if (!stopping(l)) {
+            go_dark(l, "lost the stream");
+            nap(l, backoff);
+        }
+    }
+    atomic_store(&l->live, false);
+    rcli_close(&l->k);
+    return NULL;
+}
+
+int l1_follow(struct l1 *l, const char *redis_url, int64_t timeout_ms)
+{
+    PC_CHECK_OBJ(l, L1_MAGIC);
+    l->url = pc_strdup(redis_url);
+    l->timeout_ms = timeout_ms > 0 ? timeout_ms : 2000;
+    if (pthread_create(&l->thread, NULL, reader_main, l) != 0) {
+        log_error("l1: cannot start the stream reader; the L1 stays off");
+        return -1;
+    }
+    l->reading = true;
+    return 0;
+}
+
+void l1_destroy(struct l1 **lp)
+{
+    struct l1 *l = *lp;
+    if (l == NULL)
+        return;
+    *lp = NULL;
+    PC_CHECK_OBJ(l, L1_MAGIC);
+    if (l->reading) {
+        atomic_store(&l->stopping, true);
+        pthread_mutex_lock(&l->mu);
+        l->stop = true;
+        pthread_cond_broadcast(&l->cond);
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->thread, NULL);
+    }
+    atomic_store(&l->live, false);
+    l1_clear(l, NULL);
+    for (size_t i = 0; i < L1_SHARDS; i++) {
+        pthread_mutex_destroy(&l->shards[i].mu);
+        free(l->shards[i].buckets);
+    }
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cond);
+    free(l->url);
+    l->magic = 0;
+    free(l);
+}

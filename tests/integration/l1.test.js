@@ -1,0 +1,174 @@
+'use strict';
+/*
+ * The L1: hot exact answers kept in the proxy's memory in front of Redis.
+ * A repeat of a stored answer is a HIT without a Redis GET (Redis's own
+ * command counters prove it), counted in l1_hits; it keeps the Redis key's
+ * TTL, honours max-age, and is dropped by a flush made through any instance
+ * (the pc:2:vs stream), and while Redis is down the L1 is off.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const ADMIN_TOKEN = 'admin-token-for-l1';
+const env = h.environment({proxyArgs: ['--admin-token', ADMIN_TOKEN]});
+
+const CHAT = '/v1/chat/completions';
+
+/* GET calls Redis has served so far (INFO commandstats). */
+async function redisGets() {
+    const info = String(await env.redis.command('INFO', 'commandstats'));
+    const m = /cmdstat_get:calls=(\d+)/.exec(info);
+    return m ? Number(m[1]) : 0;
+}
+
+async function stats(proxy) {
+    return proxy.stats();
+}
+
+async function waitLive(proxy, live = true) {
+    await h.waitFor(async () => (await stats(proxy)).l1_live === live,
+        {what: `l1_live ${live}`, timeout: 15000});
+}
+
+function flush(proxy, tenant) {
+    const path = tenant === undefined ? '/admin/cache' : `/admin/cache?tenant=${tenant}`;
+    return h.request(proxy.url, {method: 'DELETE', path, headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
+}
+
+/* Store an answer through proxy and wait until it is in that proxy's L1. */
+async function stored(proxy, body, headers) {
+    const before = (await stats(proxy)).l1_inserts;
+    const r = await proxy.post(CHAT, body, headers);
+    assert.equal(r.status, 200, r.text);
+    await h.waitFor(async () => (await stats(proxy)).l1_inserts > before, {what: 'the answer in the L1'});
+    return r;
+}
+
+h.test('a repeated request is answered from the L1 without a Redis GET', async () => {
+    await waitLive(env.proxy);
+    const body = h.chatBody(h.uniq('l1 basic'));
+    const first = await stored(env.proxy, body);
+    h.assertFromUpstream(first, env.mock);
+    const calls = env.mock.callCount(CHAT);
+    const s0 = await stats(env.proxy);
+    const gets = await redisGets();
+    for (let i = 0; i < 3; i++) {
+        const r = await env.proxy.post(CHAT, body);
+        h.assertHit(r);
+        assert.deepEqual(r.json, first.json);
+    }
+    assert.equal(await redisGets(), gets, 'no GET reached Redis');
+    assert.equal(env.mock.callCount(CHAT), calls);
+    const s1 = await stats(env.proxy);
+    assert.equal(s1.l1_hits - s0.l1_hits, 3);
+    assert.equal(s1.cache_hits_exact - s0.cache_hits_exact, 3, 'L1 hits are exact hits');
+    const metrics = (await env.proxy.get('/metrics')).text;
+    assert.match(metrics, /^promptcache_l1_hits_total \d+/m);
+});
+
+h.test('an answer stored by another instance is read from Redis once, then from the L1', async () => {
+    const other = await env.startProxy({args: ['--admin-token', ADMIN_TOKEN]});
+    await waitLive(other);
+    await waitLive(env.proxy);
+    const body = h.chatBody(h.uniq('l1 other instance'));
+    await stored(other, body);
+    const s0 = await stats(env.proxy);
+    const gets = await redisGets();
+    h.assertHit(await env.proxy.post(CHAT, body));
+    assert.equal(await redisGets(), gets + 1, 'the first hit read Redis');
+    await h.waitFor(async () => (await stats(env.proxy)).l1_inserts > s0.l1_inserts,
+        {what: 'the entry read from Redis in the L1'});
+    h.assertHit(await env.proxy.post(CHAT, body));
+    assert.equal(await redisGets(), gets + 1, 'the second hit did not');
+    assert.equal((await stats(env.proxy)).l1_hits - s0.l1_hits, 1);
+
+    /* A flush through the other instance reaches this one's L1. */
+    const events = (await stats(env.proxy)).l1_events;
+    const r = await flush(other);
+    assert.ok(r.status >= 200 && r.status < 300, `flush: ${r.status} ${r.text}`);
+    await h.waitFor(async () => (await stats(env.proxy)).l1_events > events,
+        {what: 'the flush event read by the first instance'});
+    const calls = env.mock.callCount(CHAT);
+    h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
+    assert.equal(env.mock.callCount(CHAT), calls + 1, 'flushed: the upstream answered');
+    await other.stop(5000);
+});
+
+h.test('a tenant flush drops only that tenant from the L1', async () => {
+    await waitLive(env.proxy);
+    const a = h.chatBody(h.uniq('l1 tenant a'));
+    const b = h.chatBody(h.uniq('l1 tenant b'));
+    await stored(env.proxy, a, h.bearer('sk-l1-a'));
+    await stored(env.proxy, b, h.bearer('sk-l1-b'));
+    const before = env.proxy.accessLog().length;
+    h.assertHit(await env.proxy.post(CHAT, a, h.bearer('sk-l1-a')));
+    const line = await h.waitFor(() => env.proxy.accessLog().slice(before).find((l) => l.path === CHAT),
+        {what: 'the access log line'});
+    const r = await flush(env.proxy, line.tenant);
+    assert.ok(r.status >= 200 && r.status < 300, `flush: ${r.status} ${r.text}`);
+    h.assertFromUpstream(await env.proxy.post(CHAT, a, h.bearer('sk-l1-a')), env.mock);
+    const s0 = await stats(env.proxy);
+    h.assertHit(await env.proxy.post(CHAT, b, h.bearer('sk-l1-b')));
+    assert.equal((await stats(env.proxy)).l1_hits - s0.l1_hits, 1, 'tenant b still in the L1');
+});
+
+h.test('an L1 entry lives no longer than its Redis key', async () => {
+    await waitLive(env.proxy);
+    const body = h.chatBody(h.uniq('l1 ttl'));
+    const old = new Set(await env.redis.keys('pc:2:e:*'));
+    await stored(env.proxy, body, {'x-cache-ttl': '1'});
+    const keys = (await env.redis.keys('pc:2:e:*')).filter((k) => !old.has(k));
+    assert.equal(keys.length, 1, 'one new entry');
+    const s0 = await stats(env.proxy);
+    h.assertHit(await env.proxy.post(CHAT, body));
+    assert.equal((await stats(env.proxy)).l1_hits - s0.l1_hits, 1, 'from the L1');
+    await h.waitFor(async () => Number(await env.redis.command('EXISTS', keys[0])) === 0,
+        {what: 'the Redis key to expire'});
+    /* Redis no longer has it, so neither may the L1. */
+    h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
+});
+
+h.test('max-age is honoured on an L1 hit', async () => {
+    await waitLive(env.proxy);
+    const body = h.chatBody(h.uniq('l1 max-age'));
+    await stored(env.proxy, body);
+    await h.waitFor(async () => {
+        const r = await env.proxy.post(CHAT, body, {'cache-control': 'max-age=0'});
+        return r.headers['x-cache-status'] !== 'HIT' ? r : null;
+    }, {what: 'an entry older than 0 s refused'});
+    const s0 = await stats(env.proxy);
+    h.assertHit(await env.proxy.post(CHAT, body));
+    assert.equal((await stats(env.proxy)).l1_hits - s0.l1_hits, 1, 'without max-age the L1 answers');
+});
+
+h.test('while Redis is down the L1 is off and requests still get answers', async () => {
+    await waitLive(env.proxy);
+    const body = h.chatBody(h.uniq('l1 redis down'));
+    await stored(env.proxy, body);
+    await env.redis.stop();
+    try {
+        await waitLive(env.proxy, false);
+        const s = await stats(env.proxy);
+        assert.equal(s.l1_items, 0, 'emptied');
+        const calls = env.mock.callCount(CHAT);
+        const r = await env.proxy.post(CHAT, body);
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers['x-cache-status'], 'BYPASS');
+        assert.equal(env.mock.callCount(CHAT), calls + 1, 'the upstream answered');
+    } finally {
+        await env.redis.restart();
+    }
+    await waitLive(env.proxy, true);
+    await env.proxy.waitReady();
+});
+
+h.test('l1-size 0 turns the L1 off', async () => {
+    const off = await env.startProxy({args: ['--l1-size', '0']});
+    const body = h.chatBody(h.uniq('l1 off'));
+    await off.post(CHAT, body);
+    await h.eventually(async () => h.assertHit(await off.post(CHAT, body)));
+    const s = await stats(off);
+    assert.equal(s.l1_hits, 0);
+    assert.equal(s.l1_live, undefined, 'no L1 figures without an L1');
+    await off.stop(5000);
+});
