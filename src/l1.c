@@ -597,7 +597,8 @@ int l1_follow(struct l1 *l, const char *redis_url, int64_t timeout_ms)
 {
     PC_CHECK_OBJ(l, L1_MAGIC);
     l->url = pc_strdup(redis_url);
-    l->timeout_ms = timeout_ms > 0 ? timeout_ms : 2000;
+    /* XREAD BLOCK waits BLOCK_MS for nothing: the reply timeout must leave room for it. */
+    l->timeout_ms = PC_MAX(timeout_ms, (int64_t)2000);
     if (pthread_create(&l->thread, NULL, reader_main, l) != 0) {
         log_error("l1: cannot start the stream reader; the L1 stays off");
         return -1;
