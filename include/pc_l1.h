@@ -88,6 +88,7 @@ struct l1_counters {
     uint64_t items, bytes, max_bytes;
     uint64_t inserts, evictions, expired, clears;
     uint64_t events; /* stream events applied */
+    uint64_t reads;  /* XREAD rounds answered (an idle one takes about a second) */
 };
 void l1_get_counters(const struct l1 *l, struct l1_counters *out);
 /* The counters as JSON members ("l1_items":...), without braces, for /stats. */

@@ -66,7 +66,7 @@ struct l1 {
     struct shard shards[L1_SHARDS];
     atomic_uint_fast64_t generation;
     atomic_bool live;
-    atomic_uint_fast64_t inserts, evictions, expired, clears, events;
+    atomic_uint_fast64_t inserts, evictions, expired, clears, events, reads;
 
     /* The reader. */
     bool reading;
@@ -366,6 +366,7 @@ void l1_get_counters(const struct l1 *l, struct l1_counters *out)
     out->expired = atomic_load(&m->expired);
     out->clears = atomic_load(&m->clears);
     out->events = atomic_load(&m->events);
+    out->reads = atomic_load(&m->reads);
 }
 
 void l1_render_json(const struct l1 *l, struct pc_buf *out)
@@ -375,12 +376,12 @@ void l1_render_json(const struct l1 *l, struct pc_buf *out)
     pc_buf_printf(out,
                   "\"l1_live\":%s,\"l1_items\":%llu,\"l1_bytes\":%llu,\"l1_max_bytes\":%llu,"
                   "\"l1_inserts\":%llu,\"l1_evictions\":%llu,\"l1_expired\":%llu,"
-                  "\"l1_clears\":%llu,\"l1_events\":%llu",
+                  "\"l1_clears\":%llu,\"l1_events\":%llu,\"l1_stream_reads\":%llu",
                   c.live ? "true" : "false", (unsigned long long)c.items,
                   (unsigned long long)c.bytes, (unsigned long long)c.max_bytes,
                   (unsigned long long)c.inserts, (unsigned long long)c.evictions,
                   (unsigned long long)c.expired, (unsigned long long)c.clears,
-                  (unsigned long long)c.events);
+                  (unsigned long long)c.events, (unsigned long long)c.reads);
 }
 
 /* ---- the reader -------------------------------------------------------------------- */
@@ -527,6 +528,7 @@ static int follow(struct l1 *l)
     redisReply *r = command(l, 8, argv);
     if (r == NULL)
         return -1;
+    atomic_fetch_add_explicit(&l->reads, 1, memory_order_relaxed);
     if (r->type == REDIS_REPLY_NIL) {
         freeReplyObject(r);
         return 0;

@@ -162,6 +162,23 @@ h.test('while Redis is down the L1 is off and requests still get answers', async
     await env.proxy.waitReady();
 });
 
+h.test('with the default redis-timeout the L1 stays on while the stream is idle', async () => {
+    /* The reader's XREAD blocks for a second: its reply timeout is not redis-timeout (50 ms). */
+    const p = await env.startProxy({args: ['--redis-timeout', '50']});
+    await waitLive(p);
+    const body = h.chatBody(h.uniq('l1 idle stream'));
+    await stored(p, body);
+    const s0 = await stats(p);
+    await h.waitFor(async () => (await stats(p)).l1_stream_reads >= s0.l1_stream_reads + 2,
+        {what: 'two idle XREAD rounds', timeout: 15000});
+    const s1 = await stats(p);
+    assert.equal(s1.l1_clears, s0.l1_clears, 'not emptied');
+    assert.equal(s1.l1_live, true);
+    h.assertHit(await p.post(CHAT, body));
+    assert.equal((await stats(p)).l1_hits - s1.l1_hits, 1);
+    await p.stop(5000);
+});
+
 h.test('l1-size 0 turns the L1 off', async () => {
     const off = await env.startProxy({args: ['--l1-size', '0']});
     const body = h.chatBody(h.uniq('l1 off'));
