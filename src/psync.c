@@ -83,8 +83,9 @@ struct psync {
     char *where; /* the URL without its secrets */
     size_t keep; /* members kept per replica set */
 
-    pthread_mutex_t mu; /* the queue, stopping, the reader's context */
-    pthread_cond_t cond;
+    pthread_mutex_t mu;        /* the queue, stopping, the reader's context */
+    pthread_cond_t cond;       /* broadcast only on stop: wakes every pause */
+    pthread_cond_t queue_cond; /* signalled when the queue stops being empty: wakes the writer */
     struct rec *head, *tail;
     size_t queued;
     bool stopping;
@@ -213,25 +214,28 @@ static void sink(void *arg, size_t rep, const uint64_t *h, const uint32_t *token
 {
     struct psync *ps = arg;
     PC_CHECK_OBJ(ps, PSYNC_MAGIC);
-    pthread_mutex_lock(&ps->mu);
-    bool full = ps->queued >= QUEUE_MAX || ps->stopping;
-    pthread_mutex_unlock(&ps->mu);
-    if (full) {
-        stats_incr(&ps->stats, STAT_prefix_sync_errors);
-        return;
-    }
     struct rec *r = pc_calloc(1, sizeof(*r));
     *r = (struct rec){rep, ms, n, pc_malloc(n * sizeof(*h)), pc_malloc(n * sizeof(*tokens)), NULL};
     memcpy(r->h, h, n * sizeof(*h));
     memcpy(r->tok, tokens, n * sizeof(*tokens));
     pthread_mutex_lock(&ps->mu);
+    if (ps->queued >= QUEUE_MAX || ps->stopping) {
+        pthread_mutex_unlock(&ps->mu);
+        rec_free(r);
+        stats_incr(&ps->stats, STAT_prefix_sync_errors);
+        return;
+    }
+    bool was_empty = ps->head == NULL;
     if (ps->tail != NULL)
         ps->tail->next = r;
     else
         ps->head = r;
     ps->tail = r;
     ps->queued++;
-    pthread_cond_broadcast(&ps->cond); /* the reader may be waiting on it too */
+    /* Only the writer waits for records, and only on an empty queue: a wake-up per request
+     * (and waking the pauses) cost more than the pass-through itself. */
+    if (was_empty)
+        pthread_cond_signal(&ps->queue_cond);
     pthread_mutex_unlock(&ps->mu);
 }
 
@@ -243,7 +247,7 @@ static struct rec *take_batch(struct psync *ps)
 {
     pthread_mutex_lock(&ps->mu);
     while (ps->head == NULL && !ps->stopping)
-        pthread_cond_wait(&ps->cond, &ps->mu);
+        pthread_cond_wait(&ps->queue_cond, &ps->mu);
     pthread_mutex_unlock(&ps->mu);
     pause_ms(ps, WRITE_LINGER_MS);
     pthread_mutex_lock(&ps->mu);
@@ -581,6 +585,7 @@ struct psync *psync_create(const struct conf *c, struct route *route, char *err,
     ps->keep = (size_t)PC_MIN(PC_MAX(2 * cap / MIN_LINK_TOKENS, 1024), 1000000);
     pthread_mutex_init(&ps->mu, NULL);
     pthread_cond_init(&ps->cond, NULL);
+    pthread_cond_init(&ps->queue_cond, NULL);
     stats_register(&ps->stats);
     pindex_set_sink(ps->index, sink, ps);
     return ps;
@@ -603,6 +608,7 @@ int psync_start(struct psync *ps)
         pthread_mutex_lock(&ps->mu);
         ps->stopping = true;
         pthread_cond_broadcast(&ps->cond);
+        pthread_cond_broadcast(&ps->queue_cond);
         pthread_mutex_unlock(&ps->mu);
         pthread_join(ps->writer, NULL);
         rc = -1;
@@ -617,6 +623,7 @@ static void stop_threads(struct psync *ps)
     pthread_mutex_lock(&ps->mu);
     ps->stopping = true;
     pthread_cond_broadcast(&ps->cond);
+    pthread_cond_broadcast(&ps->queue_cond);
     if (ps->reading != NULL)
         shutdown(ps->reading->fd, SHUT_RDWR); /* out of a blocked XREAD at once */
     pthread_mutex_unlock(&ps->mu);
@@ -644,6 +651,7 @@ void psync_destroy(struct psync **pp)
     if (ps->where != NULL) { /* created past the URL check: the sync objects exist */
         pthread_mutex_destroy(&ps->mu);
         pthread_cond_destroy(&ps->cond);
+        pthread_cond_destroy(&ps->queue_cond);
     }
     rurl_free(&ps->url);
     free(ps->where);

@@ -282,17 +282,18 @@ static void raise_fd_limit(const struct conf *c)
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
         return;
-    rlim_t want = (rlim_t)c->workers * (rlim_t)c->max_connections + 1024;
+    /* max-connections counts every worker's clients together; each may hold an upstream
+     * connection too, and Redis, logs and the listener need a few more. */
+    rlim_t want = 2 * (rlim_t)c->max_connections + 1024;
     if (rl.rlim_cur >= want)
         return;
     rlim_t soft = rl.rlim_max == RLIM_INFINITY ? want : PC_MIN(want, rl.rlim_max);
     rlim_t old = rl.rlim_cur;
     rl.rlim_cur = soft;
     if (setrlimit(RLIMIT_NOFILE, &rl) == 0 && soft < want)
-        log_info("open files limited to %llu (hard limit); max-connections %lld x %d workers "
-                 "needs about %llu",
-                 (unsigned long long)soft, (long long)c->max_connections, c->workers,
-                 (unsigned long long)want);
+        log_info("open files limited to %llu (hard limit); max-connections %lld needs about "
+                 "%llu (a client and an upstream connection each)",
+                 (unsigned long long)soft, (long long)c->max_connections, (unsigned long long)want);
     else if (soft != old)
         log_info("open files limit raised from %llu to %llu", (unsigned long long)old,
                  (unsigned long long)soft);

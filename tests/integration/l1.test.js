@@ -179,6 +179,30 @@ h.test('with the default redis-timeout the L1 stays on while the stream is idle'
     await p.stop(5000);
 });
 
+h.test('Redis frozen: the L1 answers until its reader gives up, then requests bypass', async () => {
+    const p = await env.startProxy({args: ['--redis-timeout', '50']});
+    await waitLive(p);
+    const body = h.chatBody(h.uniq('l1 frozen'));
+    await stored(p, body);
+    const pid = env.redis.proc.pid;
+    process.kill(pid, 'SIGSTOP');
+    try {
+        const s0 = await stats(p);
+        h.assertHit(await p.post(CHAT, body));
+        assert.equal((await stats(p)).l1_hits - s0.l1_hits, 1, 'a hit without Redis');
+        await waitLive(p, false);
+        const calls = env.mock.callCount(CHAT);
+        const r = await p.post(CHAT, body);
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers['x-cache-status'], 'BYPASS');
+        assert.equal(env.mock.callCount(CHAT), calls + 1);
+    } finally {
+        process.kill(pid, 'SIGCONT');
+    }
+    await waitLive(p, true);
+    await p.stop(5000);
+});
+
 h.test('l1-size 0 turns the L1 off', async () => {
     const off = await env.startProxy({args: ['--l1-size', '0']});
     const body = h.chatBody(h.uniq('l1 off'));

@@ -8,7 +8,9 @@
 const assert = require('node:assert/strict');
 const h = require('./lib');
 
-const env = h.environment({proxyArgs: ['--redis-timeout', '50']});
+/* The Redis path itself is under test: no L1 in front of it (l1.test.js covers the L1, which
+ * answers hot entries through a freeze until its stream reader gives up). */
+const env = h.environment({proxyArgs: ['--redis-timeout', '50', '--l1-size', '0']});
 
 const CHAT = '/v1/chat/completions';
 const MAX_REQUESTS = 5000; /* the load loop is bounded in count as well as in time */
