@@ -70,9 +70,12 @@ const char *l1_item_data(const struct l1_item *it, size_t *len);
 void l1_release(struct l1_item **it);
 
 /*
- * Insert (or replace) the encoded entry val until deadline_ms (wall clock).
- * Dropped if gen is not the current generation, if the item is larger than
- * a shard's budget / 8, or if the deadline has passed.
+ * Insert (or replace) the encoded entry val until deadline_ms (wall clock),
+ * soon: val is copied and the item is made on the L1's filler thread, in its
+ * own malloc arena (long-lived items among a worker's short-lived
+ * allocations fragment its arena). Dropped if gen is not the current
+ * generation when it is made, if the item is larger than a shard's budget /
+ * 8, or if the deadline has passed.
  */
 void l1_put(struct l1 *l, const char tenant[L1_TENANT_LEN],
             const unsigned char exact[PC_SHA256_LEN], const void *val, size_t len,
@@ -87,8 +90,9 @@ struct l1_counters {
     bool live;
     uint64_t items, bytes, max_bytes;
     uint64_t inserts, evictions, expired, clears;
-    uint64_t events; /* stream events applied */
-    uint64_t reads;  /* XREAD rounds answered (an idle one takes about a second) */
+    uint64_t events;  /* stream events applied */
+    uint64_t reads;   /* XREAD rounds answered (an idle one takes about a second) */
+    uint64_t dropped; /* inserts dropped: the filler's queue was full (l1-size / 8 bytes) */
 };
 void l1_get_counters(const struct l1 *l, struct l1_counters *out);
 /* The counters as JSON members ("l1_items":...), without braces, for /stats. */
