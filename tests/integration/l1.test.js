@@ -203,6 +203,28 @@ h.test('Redis frozen: the L1 answers until its reader gives up, then requests by
     await p.stop(5000);
 });
 
+h.test('the L1 stays within l1-size, evicting the least recently used', async () => {
+    const p = await env.startProxy({args: ['--l1-size', '1m']});
+    await waitLive(p);
+    const hot = h.chatBody(h.uniq('l1 hot'));
+    await stored(p, hot);
+    const tag = h.uniq('l1 fill');
+    for (let i = 0; i < 2400; i += 60) {
+        await Promise.all(Array.from({length: 60}, (_, k) => p.post(CHAT, h.chatBody(`${tag} ${i + k}`))));
+        h.assertHit(await p.post(CHAT, hot)); /* kept recent */
+    }
+    await h.waitFor(async () => (await stats(p)).l1_inserts >= 2400, {what: 'every answer offered to the L1'});
+    const s = await stats(p);
+    assert.equal(s.l1_max_bytes, 1024 * 1024);
+    assert.ok(s.l1_bytes <= s.l1_max_bytes, `l1_bytes ${s.l1_bytes}`);
+    assert.ok(s.l1_evictions > 0, 'evictions happened');
+    assert.ok(s.l1_items < 2400, `${s.l1_items} items held`);
+    const before = s.l1_hits;
+    h.assertHit(await p.post(CHAT, hot));
+    assert.equal((await stats(p)).l1_hits - before, 1, 'the hot entry is still in the L1');
+    await p.stop(5000);
+});
+
 h.test('l1-size 0 turns the L1 off', async () => {
     const off = await env.startProxy({args: ['--l1-size', '0']});
     const body = h.chatBody(h.uniq('l1 off'));
