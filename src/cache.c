@@ -166,7 +166,7 @@ struct cache_ticket *cache_ticket_create(struct cache *c, const struct cache_que
     struct cache_ticket *t = pc_calloc(1, sizeof(*t));
     t->magic = TICKET_MAGIC;
     t->endpoint = q->endpoint;
-    snprintf(t->tenant_id, sizeof(t->tenant_id), "%.*s", TENANT_ID_LEN, q->tenant_id);
+    memcpy(t->tenant_id, q->tenant_id, TENANT_ID_LEN); /* calloc'd: NUL-terminated */
     memcpy(t->exact, q->exact, PC_SHA256_LEN);
     entry_key(t->tenant_id, t->exact, t->key);
     if (c->sem != NULL && q->partition != NULL && q->text != NULL) {

@@ -1145,6 +1145,28 @@ static bool preq_cors(struct preq *r)
     return true;
 }
 
+/* "%08x%02x%08llx" of the process prefix, worker and sequence, by hand in the usual case. */
+static void request_id(struct worker *w, char out[32])
+{
+    uint64_t seq = ++w->seq;
+    if (w->id < 0 || w->id > 0xff || seq > 0xffffffffu) {
+        snprintf(out, 32, "%08x%02x%08llx", w->id_prefix, (unsigned)w->id, (unsigned long long)seq);
+        return;
+    }
+    unsigned char b[9] = {
+        (unsigned char)(w->id_prefix >> 24),
+        (unsigned char)(w->id_prefix >> 16),
+        (unsigned char)(w->id_prefix >> 8),
+        (unsigned char)w->id_prefix,
+        (unsigned char)w->id,
+        (unsigned char)(seq >> 24),
+        (unsigned char)(seq >> 16),
+        (unsigned char)(seq >> 8),
+        (unsigned char)seq,
+    };
+    pc_hex(b, sizeof(b), out);
+}
+
 void proxy_handle(struct httpd_req *hr, void *arg)
 {
     struct worker *w = arg;
@@ -1162,10 +1184,11 @@ void proxy_handle(struct httpd_req *hr, void *arg)
     r->hr = hr;
     r->start_us = httpd_req_start_us(hr);
     r->ttfb_us = -1;
-    snprintf(r->method, sizeof(r->method), "%s", httpd_req_method(hr));
+    const char *method = httpd_req_method(hr);
+    size_t mlen = strnlen(method, sizeof(r->method) - 1);
+    memcpy(r->method, method, mlen); /* calloc'd: NUL-terminated */
     r->path = pc_strdup(path);
-    snprintf(r->id, sizeof(r->id), "%08x%02x%08llx", w->id_prefix, (unsigned)w->id,
-             (unsigned long long)++w->seq);
+    request_id(w, r->id);
     stats_add(&w->stats, STAT_requests_active, 1);
     httpd_set_close_cb(hr, preq_on_close, r);
     /* Only POSTs are answers to cache; other methods on these paths (OpenAI's
