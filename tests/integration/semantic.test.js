@@ -221,10 +221,16 @@ h.test('a restarted proxy rebuilds its index from Redis', async () => {
 
 h.test('two instances on one Redis share semantic hits', async () => {
     const b = await env.startProxy({args: semArgs()});
+    await h.waitFor(async () => (await b.stats()).semantic_sync_ready === true,
+        {what: 'the second instance in step with Redis'});
+    const before = (await b.stats()).semantic_vectors;
     const t = tag();
     assertMiss(await proxy.post(CHAT, chat(`how tall is mount everest ${t}`)));
-    await h.eventually(async () => assertSemanticHit(
-        await b.post(CHAT, chat(`mount everest: how tall ${t}`))), {timeout: 2000});
+    /* The vector reaches the other instance through the stream within a couple of seconds
+     * (a retried request would miss, store itself and then hit exactly: wait, then ask once). */
+    await h.waitFor(async () => (await b.stats()).semantic_vectors > before,
+        {timeout: 2000, what: 'the vector in the second instance\'s index'});
+    assertSemanticHit(await b.post(CHAT, chat(`mount everest: how tall ${t}`)));
     await b.stop();
 });
 
