@@ -59,5 +59,7 @@ struct redisReply *rcli_command(struct rcli *k, const char *what, int argc, cons
 /* A message on stderr ("promptcache TOOL: ..."), after whatever stdout holds so far. */
 void rcli_error(struct rcli *k, const char *fmt, ...) PC_PRINTF(2, 3);
 void rcli_close(struct rcli *k);
+/* Whether r is a string (or status) reply equal to s. */
+bool rcli_str_is(const struct redisReply *r, const char *s);
 
 #endif

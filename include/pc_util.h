@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/time.h>
+#include <time.h>
 
 #define PC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define PC_MIN(a, b)    ((a) < (b) ? (a) : (b))
@@ -80,6 +81,9 @@ void pc_buf_free(struct pc_buf *b);
 /* Clocks. Monotonic for durations and timers, wall clock for stored ages. */
 uint64_t pc_mono_us(void);
 uint64_t pc_mono_ms(void);
+/* CLOCK_MONOTONIC now + ms: the deadline of a pthread_cond_timedwait on a condition made with
+ * that clock (the background threads' naps). */
+struct timespec pc_mono_after(int64_t ms);
 int64_t pc_wall_ms(void);
 
 /* UTC timestamp "YYYY-MM-DDTHH:MM:SS.mmmZ" of a wall-clock time in ms. */

@@ -493,14 +493,7 @@ static bool stopping(struct l1 *l)
 /* Sleep ms, or less if l1_destroy is called meanwhile. */
 static void nap(struct l1 *l, int64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = pc_mono_after(ms);
     pthread_mutex_lock(&l->mu);
     while (!l->stop && pthread_cond_timedwait(&l->cond, &l->mu, &ts) == 0) {
     }
@@ -578,12 +571,6 @@ static int start_position(struct l1 *l)
     return 0;
 }
 
-static bool field_is(const redisReply *f, const char *name)
-{
-    return f->type == REDIS_REPLY_STRING && f->len == strlen(name) &&
-           memcmp(f->str, name, f->len) == 0;
-}
-
 static void apply_event(struct l1 *l, const redisReply *kv)
 {
     if (kv->type != REDIS_REPLY_ARRAY || kv->elements % 2 != 0)
@@ -593,20 +580,20 @@ static void apply_event(struct l1 *l, const redisReply *kv)
         const redisReply *name = kv->element[i], *val = kv->element[i + 1];
         if (val->type != REDIS_REPLY_STRING)
             return;
-        if (field_is(name, "op"))
+        if (rcli_str_is(name, "op"))
             op = val;
-        else if (field_is(name, "k"))
+        else if (rcli_str_is(name, "k"))
             k = val;
-        else if (field_is(name, "t"))
+        else if (rcli_str_is(name, "t"))
             t = val;
     }
     if (op == NULL)
         return;
-    if (field_is(op, "flush") && t == NULL) {
+    if (rcli_str_is(op, "flush") && t == NULL) {
         l1_clear(l, NULL);
-    } else if (field_is(op, "flush") && t->len == L1_TENANT_LEN) {
+    } else if (rcli_str_is(op, "flush") && t->len == L1_TENANT_LEN) {
         l1_clear(l, t->str);
-    } else if (field_is(op, "del") && k != NULL) {
+    } else if (rcli_str_is(op, "del") && k != NULL) {
         unsigned char tenant[VINDEX_TENANT_LEN], key[VINDEX_KEY_LEN];
         if (vsync_parse_id(k->str, k->len, tenant, key) == 0)
             l1_delete(l, k->str, key);

@@ -218,3 +218,10 @@ int rcli_open(struct rcli *k, const char *url, int64_t timeout_ms, const char *t
     }
     return 0;
 }
+
+bool rcli_str_is(const struct redisReply *r, const char *s)
+{
+    size_t n = strlen(s);
+    return (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) && r->len == n &&
+           memcmp(r->str, s, n) == 0;
+}

@@ -210,6 +210,19 @@ uint64_t pc_mono_ms(void)
     return pc_mono_us() / 1000u;
 }
 
+struct timespec pc_mono_after(int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 int64_t pc_wall_ms(void)
 {
     struct timespec ts;

@@ -253,14 +253,7 @@ static bool stopping(struct vsync *s)
 /* Sleep ms, or less if vsync_stop is called meanwhile. */
 static void nap(struct vsync *s, int64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = pc_mono_after(ms);
     pthread_mutex_lock(&s->mu);
     while (!s->stop && pthread_cond_timedwait(&s->cond, &s->mu, &ts) == 0) {
     }
@@ -485,12 +478,6 @@ struct event_fields {
     const redisReply *op, *k, *r, *t;
 };
 
-static bool field_is(const redisReply *f, const char *name)
-{
-    return f->type == REDIS_REPLY_STRING && f->len == strlen(name) &&
-           memcmp(f->str, name, f->len) == 0;
-}
-
 static bool event_fields(const redisReply *kv, struct event_fields *f)
 {
     memset(f, 0, sizeof(*f));
@@ -500,13 +487,13 @@ static bool event_fields(const redisReply *kv, struct event_fields *f)
         const redisReply *name = kv->element[i], *val = kv->element[i + 1];
         if (val->type != REDIS_REPLY_STRING)
             return false;
-        if (field_is(name, "op"))
+        if (rcli_str_is(name, "op"))
             f->op = val;
-        else if (field_is(name, "k"))
+        else if (rcli_str_is(name, "k"))
             f->k = val;
-        else if (field_is(name, "r"))
+        else if (rcli_str_is(name, "r"))
             f->r = val;
-        else if (field_is(name, "t"))
+        else if (rcli_str_is(name, "t"))
             f->t = val;
     }
     return f->op != NULL;
@@ -520,21 +507,21 @@ static bool apply_event(struct vsync *s, const redisReply *kv)
     if (!event_fields(kv, &f))
         return false;
     bool has_k = f.k != NULL && vsync_parse_id(f.k->str, f.k->len, tenant, key) == 0;
-    if (field_is(f.op, "add") && has_k && f.r != NULL) {
+    if (rcli_str_is(f.op, "add") && has_k && f.r != NULL) {
         enum applied a = apply_record(s, tenant, key, f.r->str, f.r->len);
         if (a != APPLIED)
             tally(s, a);
         return a != CORRUPT;
     }
-    if (field_is(f.op, "del") && has_k) {
+    if (rcli_str_is(f.op, "del") && has_k) {
         vindex_remove(s->index, key);
         return true;
     }
-    if (field_is(f.op, "flush") && f.t == NULL) {
+    if (rcli_str_is(f.op, "flush") && f.t == NULL) {
         vindex_clear(s->index);
         return true;
     }
-    if (field_is(f.op, "flush") && f.t->len == 2 * VINDEX_TENANT_LEN &&
+    if (rcli_str_is(f.op, "flush") && f.t->len == 2 * VINDEX_TENANT_LEN &&
         unhex(f.t->str, VINDEX_TENANT_LEN, tenant) == 0) {
         vindex_remove_tenant(s->index, tenant);
         return true;
