@@ -308,6 +308,32 @@ static void l1_fill(struct cache *c, const struct cache_ticket *t, uint64_t gen,
         fill_free(f);
 }
 
+/*
+ * Whether a stored value under the exact key answers this lookup: it decodes (into e), is of
+ * the same endpoint and young enough for max-age. *age_ms is set when it decodes.
+ */
+enum fit { FIT_OK, FIT_CORRUPT, FIT_OTHER_ENDPOINT, FIT_TOO_OLD };
+
+static enum fit entry_fits(const char *val, size_t len, enum api_endpoint ep, int64_t max_age_ms,
+                           struct entry *e, int64_t *age_ms)
+{
+    if (entry_decode(val, len, e) < 0)
+        return FIT_CORRUPT;
+    if (e->endpoint != ep)
+        return FIT_OTHER_ENDPOINT;
+    *age_ms = entry_age_ms(e);
+    return max_age_ms >= 0 && *age_ms > max_age_ms ? FIT_TOO_OLD : FIT_OK;
+}
+
+/* The ticket of a lookup: no vector is stored for a request that does not allow the stage. */
+static struct cache_ticket *lookup_ticket(struct cache *c, const struct cache_query *q)
+{
+    struct cache_ticket *t = cache_ticket_create(c, q);
+    if (!q->semantic)
+        t->semantic = false;
+    return t;
+}
+
 static void on_exact(void *arg, enum store_status st, const char *val, size_t len)
 {
     struct cache_op *op = arg;
@@ -320,24 +346,25 @@ static void on_exact(void *arg, enum store_status st, const char *val, size_t le
         return;
     }
     struct entry e;
-    if (val != NULL && entry_decode(val, len, &e) == 0 && e.endpoint == op->ticket->endpoint) {
-        int64_t age_ms = entry_age_ms(&e);
-        if (op->max_age_ms >= 0 && age_ms > op->max_age_ms) {
-            stats_incr(c->stats, STAT_cache_expired);
-        } else {
-            struct cache_result res = {
-                .outcome = CACHE_HIT,
-                .match = CACHE_MATCH_EXACT,
-                .age_ms = age_ms,
-                .entry = &e,
-            };
-            l1_fill(c, op->ticket, op->l1_gen, val, len);
-            op_finish(op, &res);
-            return;
-        }
-    } else if (val != NULL) {
-        stats_incr(c->stats, STAT_cache_corrupt);
+    int64_t age_ms = 0;
+    enum fit fit = val != NULL
+                       ? entry_fits(val, len, op->ticket->endpoint, op->max_age_ms, &e, &age_ms)
+                       : FIT_OTHER_ENDPOINT;
+    if (fit == FIT_OK) {
+        struct cache_result res = {
+            .outcome = CACHE_HIT,
+            .match = CACHE_MATCH_EXACT,
+            .age_ms = age_ms,
+            .entry = &e,
+        };
+        l1_fill(c, op->ticket, op->l1_gen, val, len);
+        op_finish(op, &res);
+        return;
     }
+    if (fit == FIT_TOO_OLD)
+        stats_incr(c->stats, STAT_cache_expired);
+    else if (fit == FIT_CORRUPT)
+        stats_incr(c->stats, STAT_cache_corrupt);
     op_after_exact(op);
 }
 
@@ -355,9 +382,7 @@ struct cache_op *cache_lookup(struct cache *c, const struct cache_query *q, cach
     op->arg = arg;
     op->max_age_ms = q->max_age_ms;
     op->threshold = q->threshold;
-    op->ticket = cache_ticket_create(c, q);
-    if (!q->semantic)
-        op->ticket->semantic = false;
+    op->ticket = lookup_ticket(c, q);
     const char *key = op->ticket->key;
     op->l1_gen = l1_generation(c->l1);
     op->cmd = store_get(c->store, key, strlen(key), on_exact, op);
@@ -378,21 +403,18 @@ bool cache_lookup_fast(struct cache *c, const struct cache_query *q, cache_looku
     size_t len;
     const char *val = l1_item_data(it, &len);
     struct entry e;
+    int64_t age_ms = 0;
     /* Too old for this request, or of another endpoint: the Redis path decides and counts. */
-    if (entry_decode(val, len, &e) < 0 || e.endpoint != q->endpoint ||
-        (q->max_age_ms >= 0 && entry_age_ms(&e) > q->max_age_ms)) {
+    if (entry_fits(val, len, q->endpoint, q->max_age_ms, &e, &age_ms) != FIT_OK) {
         l1_release(&it);
         return false;
     }
-    struct cache_ticket *t = cache_ticket_create(c, q);
-    if (!q->semantic)
-        t->semantic = false;
     struct cache_result res = {
         .outcome = CACHE_HIT,
         .match = CACHE_MATCH_EXACT,
-        .age_ms = entry_age_ms(&e),
+        .age_ms = age_ms,
         .entry = &e,
-        .ticket = t,
+        .ticket = lookup_ticket(c, q),
     };
     stats_incr(c->stats, STAT_l1_hits);
     cb(arg, &res);

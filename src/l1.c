@@ -117,9 +117,15 @@ int64_t l1_size_bytes(const struct conf *c)
     return PC_MIN(mem / AUTO_FRACTION, (int64_t)AUTO_MAX);
 }
 
+/* What an item of len bytes counts against the budget: itself, its header and malloc's share. */
+static size_t item_size(size_t len)
+{
+    return sizeof(struct l1_item) + len + ITEM_OVERHEAD;
+}
+
 static size_t item_bytes(const struct l1_item *it)
 {
-    return sizeof(*it) + it->len + ITEM_OVERHEAD;
+    return item_size(it->len);
 }
 
 static uint64_t hash_of(const unsigned char exact[PC_SHA256_LEN])
@@ -296,7 +302,7 @@ static void insert_now(struct l1 *l, const struct l1_job *j)
     const unsigned char *exact = j->exact;
     size_t len = j->len;
     uint64_t gen = j->gen;
-    size_t need = sizeof(struct l1_item) + len + ITEM_OVERHEAD;
+    size_t need = item_size(len);
     struct l1_item *it = pc_malloc(sizeof(*it) + len);
     memset(it, 0, sizeof(*it));
     it->magic = ITEM_MAGIC;
@@ -367,7 +373,7 @@ void l1_put(struct l1 *l, const char tenant[L1_TENANT_LEN],
 {
     if (l == NULL || !l->filling || !atomic_load(&l->live) || deadline_ms <= pc_wall_ms())
         return;
-    if (sizeof(struct l1_item) + len + ITEM_OVERHEAD > l->shard_bytes / 8)
+    if (item_size(len) > l->shard_bytes / 8)
         return;
     /* A short-lived copy in the caller's arena; the long-lived item is made by the filler. */
     struct l1_job *j = pc_malloc(sizeof(*j) + len);

@@ -509,16 +509,21 @@ static int parse_controls(struct preq *r, char *msg, size_t msglen)
  * upstream sees them all too) into r->credential; the tenant is that, or the
  * shared namespace the request names.
  */
+/* "name=value\n" with the name lower-cased: one header as part of a key's input. */
+static void append_header_input(struct pc_buf *out, const char *name, const char *value)
+{
+    for (const char *c = name; *c; c++)
+        pc_buf_append_char(out, (char)tolower((unsigned char)*c));
+    pc_buf_printf(out, "=%s\n", value);
+}
+
 static void compute_tenant(struct preq *r)
 {
     struct pc_buf cred = PC_BUF_INIT;
     for (size_t i = 0; i < httpd_req_header_count(r->hr); i++) {
         const struct httpd_header *h = httpd_req_header_at(r->hr, i);
-        if (backend_is_credential_header(h->name)) {
-            for (const char *c = h->name; *c; c++)
-                pc_buf_append_char(&cred, (char)tolower((unsigned char)*c));
-            pc_buf_printf(&cred, "=%s\n", h->value);
-        }
+        if (backend_is_credential_header(h->name))
+            append_header_input(&cred, h->name, h->value);
     }
     canon_tenant(cred.len ? pc_buf_cstr(&cred) : "", r->credential);
     /* Credentials never outlive this function. */
@@ -553,11 +558,8 @@ static void compute_variant(struct preq *r, struct pc_buf *out)
     for (size_t i = 0; i < names->n; i++) {
         for (size_t j = 0; j < httpd_req_header_count(r->hr); j++) {
             const struct httpd_header *h = httpd_req_header_at(r->hr, j);
-            if (!pc_strcaseeq(h->name, names->v[i]))
-                continue;
-            for (const char *c = names->v[i]; *c; c++)
-                pc_buf_append_char(out, (char)tolower((unsigned char)*c));
-            pc_buf_printf(out, "=%s\n", h->value);
+            if (pc_strcaseeq(h->name, names->v[i]))
+                append_header_input(out, names->v[i], h->value);
         }
     }
     /* The query goes upstream too (Azure's api-version, gateways' keys). */

@@ -1270,6 +1270,20 @@ void store_destroy(struct store **sp)
     free(s);
 }
 
+/* A command of one key (GET, PTTL) with the store's timeout; c is freed if it cannot be sent. */
+static struct store_cmd *key_cmd_send(struct store_cmd *c, const char *name, const void *key,
+                                      size_t klen)
+{
+    const char *argv[] = {name, key};
+    size_t lens[] = {strlen(name), klen};
+    if (cmd_send(c, 2, argv, lens, c->s->timeout_ms) < 0) {
+        stats_incr(c->s->st, STAT_redis_errors);
+        cmd_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 struct store_cmd *store_get(struct store *s, const void *key, size_t klen, store_get_fn *cb,
                             void *arg)
 {
@@ -1279,14 +1293,7 @@ struct store_cmd *store_get(struct store *s, const void *key, size_t klen, store
     struct store_cmd *c = cmd_new(s, CMD_GET);
     c->cb.get = cb;
     c->arg = arg;
-    const char *argv[] = {"GET", key};
-    size_t lens[] = {3, klen};
-    if (cmd_send(c, 2, argv, lens, s->timeout_ms) < 0) {
-        stats_incr(s->st, STAT_redis_errors);
-        cmd_free(c);
-        return NULL;
-    }
-    return c;
+    return key_cmd_send(c, "GET", key, klen);
 }
 
 struct store_cmd *store_set_cb(struct store *s, const void *key, size_t klen, const void *val,
@@ -1321,14 +1328,7 @@ struct store_cmd *store_pttl(struct store *s, const void *key, size_t klen, stor
     struct store_cmd *c = cmd_new(s, CMD_PTTL);
     c->cb.num = cb;
     c->arg = arg;
-    const char *argv[] = {"PTTL", key};
-    size_t lens[] = {4, klen};
-    if (cmd_send(c, 2, argv, lens, s->timeout_ms) < 0) {
-        stats_incr(s->st, STAT_redis_errors);
-        cmd_free(c);
-        return NULL;
-    }
-    return c;
+    return key_cmd_send(c, "PTTL", key, klen);
 }
 
 int store_set(struct store *s, const void *key, size_t klen, const void *val, size_t vlen,
