@@ -34,6 +34,8 @@
     ACTION(cache_hits_exact, counter, "Cache hits on the exact key")                               \
     ACTION(cache_hits_semantic, counter, "Cache hits by meaning (semantic stage)")                 \
     ACTION(l1_hits, counter, "Of cache_hits_exact, answered from the in-process L1 (no Redis)")    \
+    ACTION(request_memo_hits, counter,                                                             \
+           "Cacheable requests whose keys came from the worker's memo of bodies (no JSON parse)")  \
     ACTION(cache_misses, counter, "Cacheable requests looked up and not found")                    \
     ACTION(cache_bypasses, counter, "Cacheable requests that skipped the cache")                   \
     ACTION(cache_refreshes, counter, "Requests that skipped lookup but stored (no-cache)")         \

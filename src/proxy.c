@@ -36,6 +36,7 @@
 #include "pc_flight.h"
 #include "pc_httpd.h"
 #include "pc_log.h"
+#include "pc_memo.h"
 #include "pc_savings.h"
 #include "pc_sse.h"
 #include "pc_tally.h"
@@ -94,7 +95,8 @@ struct preq {
     /* What was asked. */
     enum api_endpoint ep;
     enum api_dialect dialect;
-    cJSON *body;
+    cJSON *body; /* parsed; NULL while the memo answered for it (preq_body parses on demand) */
+    char *model; /* the body's "model", or NULL */
     bool stream;
     bool include_usage;
     size_t bytes_in;
@@ -164,6 +166,7 @@ static void preq_free_cb(evutil_socket_t fd, short what, void *arg)
     PC_CHECK_OBJ(r, PREQ_MAGIC);
     struct worker *w = r->w;
     cJSON_Delete(r->body);
+    free(r->model);
     free(r->path);
     canon_keys_free(&r->keys);
     chain_free(&r->chain);
@@ -210,7 +213,7 @@ static void access_log(const struct preq *r)
     struct pc_buf b = PC_BUF_INIT;
     char ts[PC_ISO8601_LEN];
     pc_iso8601(pc_wall_ms(), ts);
-    const char *model = r->body ? api_model(r->body) : NULL;
+    const char *model = r->model;
     pc_buf_printf(&b, "{\"ts\":\"%s\",\"id\":\"%s\",\"tenant\":", ts, r->id);
     pc_buf_json_str(&b, r->tenant_id[0] ? r->tenant_id : "-", r->tenant_id[0] ? TENANT_ID_LEN : 1);
     pc_buf_append_str(&b, ",\"method\":");
@@ -268,7 +271,7 @@ static void preq_tally(const struct preq *r)
     }
     for (int m = 0; ok && m < TALLY__COUNT; m++)
         v[m] += r->tv[m];
-    tally_add(r->w->tally, r->body ? api_model(r->body) : NULL, r->tenant_id, ok, v);
+    tally_add(r->w->tally, r->model, r->tenant_id, ok, v);
 }
 
 static enum stat_cache stat_cache_of(enum preq_cache c)
@@ -289,7 +292,7 @@ static void preq_account(struct preq *r)
         return;
     int64_t took = (int64_t)(pc_mono_us() - r->start_us);
     bool ok = r->status >= 200 && r->status <= 299 && !r->aborted;
-    const char *model = r->body ? api_model(r->body) : NULL;
+    const char *model = r->model;
     if (r->cache == PC_HIT && ok)
         savings_hit(w, model, r->match, &r->saved, r->orig_latency_ms, took, r->tv, &r->money);
     else if (r->cache != PC_HIT && !r->coalesced)
@@ -568,25 +571,87 @@ static void compute_variant(struct preq *r, struct pc_buf *out)
         pc_buf_printf(out, "?%s\n", q);
 }
 
-static void compute_keys(struct preq *r)
+/* The memo's view of this request (pc_memo.h): every input of the keys but the body tree. */
+static struct memo_input memo_input_of(const struct preq *r, const struct pc_buf *variant)
 {
-    struct pc_buf variant = PC_BUF_INIT;
-    compute_variant(r, &variant);
+    size_t len = 0;
+    const char *raw = httpd_req_body(r->hr, &len);
+    return (struct memo_input){
+        .endpoint = r->ep,
+        .exact_only = !r->w->conf->semantic,
+        .tenant = r->tenant,
+        .ns = httpd_req_header(r->hr, "X-Cache-Namespace"),
+        .variant = variant->len ? pc_buf_cstr((struct pc_buf *)variant) : NULL,
+        .raw = raw,
+        .raw_len = len,
+    };
+}
+
+static void compute_keys(struct preq *r, const struct pc_buf *variant)
+{
+    struct memo_input mi = memo_input_of(r, variant);
     struct canon_input in = {
         .endpoint = r->ep,
         .body = r->body,
         .tenant = r->tenant,
-        .ns = httpd_req_header(r->hr, "X-Cache-Namespace"),
-        .variant = variant.len ? pc_buf_cstr(&variant) : NULL,
-        .exact_only = !r->w->conf->semantic,
+        .ns = mi.ns,
+        .variant = mi.variant,
+        .exact_only = mi.exact_only,
+        /* The raw text keeps every digit of big integers, which the tree cannot. */
+        .raw = mi.raw,
+        .raw_len = mi.raw_len,
     };
-    /* The raw text keeps every digit of big integers, which the tree cannot. */
-    in.raw = httpd_req_body(r->hr, &in.raw_len);
     canon_keys(&in, &r->keys);
     if (r->keys.lossy) /* a key that might not tell two requests apart: never cached */
         r->key_unsafe = true;
     r->have_keys = true;
-    pc_buf_free(&variant);
+    /* The Responses API's tenant depends on the body ("store"): not an input the memo knows. */
+    if (r->key_unsafe || r->ep == API_RESPONSES)
+        return;
+    struct memo_facts f = {
+        .stream = r->stream,
+        .include_usage = r->include_usage,
+        .last_user_text = r->keys.last_user_text,
+        .model = r->model,
+    };
+    memcpy(f.exact, r->keys.exact, PC_SHA256_LEN);
+    memcpy(f.partition, r->keys.partition, PC_SHA256_LEN);
+    memo_put(r->w->memo, &mi, &f);
+}
+
+/*
+ * A body read before, with the same tenant, namespace and variant: take its
+ * keys from the memo instead of parsing it. True if it did (the body stays
+ * unparsed until something else needs it: preq_body).
+ */
+static bool keys_from_memo(struct preq *r, const struct pc_buf *variant)
+{
+    if (r->ep == API_RESPONSES)
+        return false;
+    struct memo_input mi = memo_input_of(r, variant);
+    const struct memo_facts *f = memo_get(r->w->memo, &mi);
+    if (f == NULL)
+        return false;
+    r->stream = f->stream;
+    r->include_usage = f->include_usage;
+    r->model = f->model ? pc_strdup(f->model) : NULL;
+    memcpy(r->keys.exact, f->exact, PC_SHA256_LEN);
+    memcpy(r->keys.partition, f->partition, PC_SHA256_LEN);
+    r->keys.last_user_text = f->last_user_text ? pc_strdup(f->last_user_text) : NULL;
+    r->have_keys = true;
+    stats_incr(&r->w->stats, STAT_request_memo_hits);
+    return true;
+}
+
+/* The parsed body: parsed now if the memo answered for it (it parsed once before, so it parses). */
+static const cJSON *preq_body(struct preq *r)
+{
+    if (r->body == NULL) {
+        size_t len = 0;
+        const char *raw = httpd_req_body(r->hr, &len);
+        r->body = cJSON_ParseWithLength(raw, len);
+    }
+    return r->body;
 }
 
 /*
@@ -600,7 +665,7 @@ static void compute_prefix(struct preq *r)
     const struct conf *c = r->w->conf;
     struct chain_input in = {
         .endpoint = r->ep,
-        .body = r->body,
+        .body = preq_body(r),
         .tenant = c->prefix_share_tenants ? NULL : r->credential,
     };
     chain_build(&in, &r->chain);
@@ -708,7 +773,7 @@ static void preq_fetch(struct preq *r, bool shared, bool store)
         .ttl_ms = r->ttl * 1000,
         .endpoint = r->ep,
         .stream = r->stream,
-        .model = r->body ? api_model(r->body) : NULL,
+        .model = r->model,
         .tenant_id = r->tenant_id,
         .chain = &r->chain,
         .kv_tenant = w->conf->prefix_share_tenants || r->ep == API_NONE ? NULL : r->credential,
@@ -1081,22 +1146,39 @@ static void preq_recv_api(struct preq *r)
         reply_error(r, 400, "request body is not valid JSON (it contains a NUL byte)");
         return;
     }
+    char msg[256];
+    struct pc_buf variant = PC_BUF_INIT;
+    if (r->ep != API_RESPONSES) { /* their tenant needs the body */
+        compute_tenant(r);
+        compute_variant(r, &variant);
+        if (keys_from_memo(r, &variant)) {
+            if (parse_controls(r, msg, sizeof(msg)) < 0)
+                reply_error(r, 400, "%s", msg);
+            else
+                preq_route_cacheable(r);
+            pc_buf_free(&variant);
+            return;
+        }
+    }
     /* Strict: nothing but white space may follow the value (httpd NUL-terminates bodies). */
     const char *end = NULL;
     r->body = cJSON_ParseWithLengthOpts(body, len + 1, &end, 1);
     if (r->body == NULL) {
         reply_error(r, 400, "request body is not valid JSON (error near byte %zu)",
                     end ? (size_t)(end - body) : (size_t)0);
+        pc_buf_free(&variant);
         return;
     }
     /* cJSON cuts strings at \u0000, so such bodies could share a key: never cache them. */
     r->key_unsafe = memmem(body, len, "\\u0000", 6) != NULL;
-    char msg[256];
     if (api_validate(r->ep, r->body, msg, sizeof(msg)) < 0 ||
         parse_controls(r, msg, sizeof(msg)) < 0) {
         reply_error(r, 400, "%s", msg);
+        pc_buf_free(&variant);
         return;
     }
+    const char *model = api_model(r->body);
+    r->model = model ? pc_strdup(model) : NULL;
     r->stream = api_wants_stream(r->ep, r->body);
     r->include_usage = api_stream_include_usage(r->ep, r->body);
     const char *why = NULL;
@@ -1105,8 +1187,12 @@ static void preq_recv_api(struct preq *r)
         stats_incr(&r->w->stats, STAT_requests_uncacheable);
         r->never_cache = true;
     }
-    compute_tenant(r);
-    compute_keys(r);
+    if (r->ep == API_RESPONSES) {
+        compute_tenant(r);
+        compute_variant(r, &variant);
+    }
+    compute_keys(r, &variant);
+    pc_buf_free(&variant);
     preq_route_cacheable(r);
 }
 

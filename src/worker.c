@@ -14,6 +14,7 @@
 #include "pc_fetch.h"
 #include "pc_httpd.h"
 #include "pc_log.h"
+#include "pc_memo.h"
 #include "pc_proxy.h"
 #include "pc_semantic.h"
 #include "pc_store.h"
@@ -105,6 +106,7 @@ struct worker *worker_create(int id, const struct conf *conf, struct route *rout
     w->route = route;
     w->semantic = sem;
     w->l1 = l1;
+    w->memo = memo_create();
     w->backend = backend_for(conf->upstream_type);
     w->started_ms = pc_wall_ms();
     stats_register(&w->stats);
@@ -209,6 +211,7 @@ void worker_destroy(struct worker **wp)
     upstream_destroy(&w->side);
     store_destroy(&w->store);
     upstream_destroy(&w->up);
+    memo_destroy(&w->memo);
     if (w->stop_ev != NULL)
         event_free(w->stop_ev);
     if (w->exit_ev != NULL)
