@@ -105,6 +105,11 @@ uint64_t pc_fnv1a(uint64_t h, const void *p, size_t n);
 /* Lower-case hex of in[0..n) into out, which must hold 2n+1 bytes. */
 void pc_hex(const unsigned char *in, size_t n, char *out);
 
+/* Decimal text of v into out (NUL-terminated, at most 20 digits); returns its length. */
+size_t pc_u64_dec(uint64_t v, char out[21]);
+/* The same, signed, appended to b. */
+void pc_buf_append_i64(struct pc_buf *b, int64_t v);
+
 #define PC_SHA256_LEN 32
 /* One-shot SHA-256 (OpenSSL libcrypto). */
 void pc_sha256(const void *data, size_t len, unsigned char out[PC_SHA256_LEN]);

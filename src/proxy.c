@@ -517,7 +517,9 @@ static void append_header_input(struct pc_buf *out, const char *name, const char
 {
     for (const char *c = name; *c; c++)
         pc_buf_append_char(out, (char)tolower((unsigned char)*c));
-    pc_buf_printf(out, "=%s\n", value);
+    pc_buf_append_char(out, '=');
+    pc_buf_append_str(out, value);
+    pc_buf_append_char(out, '\n');
 }
 
 static void compute_tenant(struct preq *r)
@@ -572,7 +574,7 @@ static void compute_variant(struct preq *r, struct pc_buf *out)
 }
 
 /* The memo's view of this request (pc_memo.h): every input of the keys but the body tree. */
-static struct memo_input memo_input_of(const struct preq *r, const struct pc_buf *variant)
+static struct memo_input memo_input_of(const struct preq *r, struct pc_buf *variant)
 {
     size_t len = 0;
     const char *raw = httpd_req_body(r->hr, &len);
@@ -581,13 +583,13 @@ static struct memo_input memo_input_of(const struct preq *r, const struct pc_buf
         .exact_only = !r->w->conf->semantic,
         .tenant = r->tenant,
         .ns = httpd_req_header(r->hr, "X-Cache-Namespace"),
-        .variant = variant->len ? pc_buf_cstr((struct pc_buf *)variant) : NULL,
+        .variant = variant->len ? pc_buf_cstr(variant) : NULL,
         .raw = raw,
         .raw_len = len,
     };
 }
 
-static void compute_keys(struct preq *r, const struct pc_buf *variant)
+static void compute_keys(struct preq *r, struct pc_buf *variant)
 {
     struct memo_input mi = memo_input_of(r, variant);
     struct canon_input in = {
@@ -624,7 +626,7 @@ static void compute_keys(struct preq *r, const struct pc_buf *variant)
  * keys from the memo instead of parsing it. True if it did (the body stays
  * unparsed until something else needs it: preq_body).
  */
-static bool keys_from_memo(struct preq *r, const struct pc_buf *variant)
+static bool keys_from_memo(struct preq *r, struct pc_buf *variant)
 {
     if (r->ep == API_RESPONSES)
         return false;
@@ -1017,10 +1019,10 @@ static bool serve_hit(struct preq *r, const struct cache_result *res)
         }
         r->saved = e->usage;
     }
-    char age[24];
+    char age[21];
     r->age_s = res->age_ms > 0 ? res->age_ms / 1000 : 0;
     r->orig_latency_ms = e->latency_ms;
-    snprintf(age, sizeof(age), "%lld", (long long)r->age_s);
+    pc_u64_dec((uint64_t)r->age_s, age);
     r->cache = PC_HIT;
     r->match = res->match;
     httpd_add_header(r->hr, "X-Cache-Status", "HIT");

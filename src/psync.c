@@ -269,7 +269,9 @@ static struct rec *take_batch(struct psync *ps)
 /* RESP framing of one argument. */
 static void resp_arg(struct pc_buf *out, const void *p, size_t n)
 {
-    pc_buf_printf(out, "$%zu\r\n", n);
+    pc_buf_append_char(out, '$');
+    pc_buf_append_i64(out, (int64_t)n);
+    pc_buf_append(out, "\r\n", 2);
     pc_buf_append(out, p, n);
     pc_buf_append(out, "\r\n", 2);
 }
@@ -293,7 +295,9 @@ static void format_xadd(struct psync *ps, const struct rec *r, struct pc_buf *cm
     resp_str(cmd, STREAM_MAXLEN);
     resp_str(cmd, "*");
     resp_str(cmd, "d");
-    pc_buf_printf(cmd, "$%zu\r\n", dlen);
+    pc_buf_append_char(cmd, '$');
+    pc_buf_append_i64(cmd, (int64_t)dlen);
+    pc_buf_append(cmd, "\r\n", 2);
     unsigned char head[17];
     memcpy(head, ps->instance, 8);
     put_be(head + 8, (uint64_t)r->ms, 8);
@@ -314,15 +318,16 @@ static bool format_zadd(struct psync *ps, const struct rec *r, struct pc_buf *ke
                         struct pc_buf *cmd)
 {
     set_key(ps, r->rep, key);
-    pc_buf_printf(cmd, "*%zu\r\n", 2 + 2 * r->n);
+    pc_buf_append_char(cmd, '*');
+    pc_buf_append_i64(cmd, (int64_t)(2 + 2 * r->n));
+    pc_buf_append(cmd, "\r\n", 2);
     resp_str(cmd, "ZADD");
     resp_arg(cmd, key->data, key->len);
     for (size_t i = 0; i < r->n; i++) {
-        char score[24];
+        char score[21];
         int64_t stamp = r->ms * PINDEX_DEPTH_STEPS + (PINDEX_DEPTH_STEPS - 1) -
                         (int64_t)PC_MIN(i, PINDEX_DEPTH_STEPS - 1);
-        int len = snprintf(score, sizeof(score), "%lld", (long long)stamp);
-        resp_arg(cmd, score, (size_t)len);
+        resp_arg(cmd, score, pc_u64_dec((uint64_t)PC_MAX(stamp, 0), score));
         unsigned char link[LINK_BYTES];
         put_be(link, r->h[i], 8);
         put_be(link + 8, r->tok[i], 4);

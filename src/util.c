@@ -277,6 +277,30 @@ void pc_hex(const unsigned char *in, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
+size_t pc_u64_dec(uint64_t v, char out[21])
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    out[n] = '\0';
+    return n;
+}
+
+void pc_buf_append_i64(struct pc_buf *b, int64_t v)
+{
+    char d[21];
+    if (v < 0)
+        pc_buf_append_char(b, '-');
+    /* The magnitude of INT64_MIN is not an int64_t: negate in unsigned arithmetic. */
+    uint64_t m = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    pc_buf_append(b, d, pc_u64_dec(m, d));
+}
+
 /*
  * OpenSSL 3 looks EVP_sha256() up in its provider tables (under a lock) on
  * every digest; fetching it once keeps that off the request path.
