@@ -97,7 +97,7 @@ void flight_get(struct flight *fl);
 void flight_put(struct flight **fl);
 /* Events (on the fetch's base) the flight activates to resume or abort the fetch; NULL clears. */
 void flight_fetch_bind(struct flight *fl, struct event *resume_ev, struct event *abort_ev);
-/* The response head; takes ownership of hdrs (array and strings, pc_malloc'd). */
+/* The response head; takes ownership of hdrs: one pc_malloc'd block, the array then its strings. */
 void flight_set_head(struct flight *fl, int status, struct flight_header *hdrs, size_t nhdrs,
                      const char *upstream);
 #define FLIGHT_CONTINUE 0

@@ -147,7 +147,12 @@ static void on_head(void *arg, int status, const struct xfer_header *h, size_t n
     for (size_t i = 0; i < nh; i++)
         if (pc_strcaseeq(h[i].name, "connection"))
             conn = h[i].value;
-    struct flight_header *hdrs = pc_calloc(nh ? nh : 1, sizeof(*hdrs));
+    /* One block: the array, then the strings (flight_set_head). */
+    size_t text = 0;
+    for (size_t i = 0; i < nh; i++)
+        text += strlen(h[i].name) + strlen(h[i].value) + 2;
+    struct flight_header *hdrs = pc_malloc((nh ? nh : 1) * sizeof(*hdrs) + text);
+    char *at = (char *)(hdrs + (nh ? nh : 1));
     size_t n = 0;
     for (size_t i = 0; i < nh; i++) {
         if (response_header_dropped(h[i].name, conn, own_cors))
@@ -158,8 +163,10 @@ static void on_head(void *arg, int status, const struct xfer_header *h, size_t n
         /* An encoded body would be stored without its encoding header. */
         if (pc_strcaseeq(h[i].name, "content-encoding") && !pc_strcaseeq(h[i].value, "identity"))
             f->store = false;
-        hdrs[n].name = pc_strdup(h[i].name);
-        hdrs[n].value = pc_strdup(h[i].value);
+        hdrs[n].name = at;
+        at = stpcpy(at, h[i].name) + 1;
+        hdrs[n].value = at;
+        at = stpcpy(at, h[i].value) + 1;
         n++;
     }
     f->status = status;

@@ -107,15 +107,6 @@ static void table_unregister(struct flight *fl)
     pthread_mutex_unlock(&sh->mu);
 }
 
-static void flight_headers_free(struct flight_header *hdrs, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        free(hdrs[i].name);
-        free(hdrs[i].value);
-    }
-    free(hdrs);
-}
-
 static struct flight *flight_new(const unsigned char *key)
 {
     struct flight *fl = pc_calloc(1, sizeof(*fl));
@@ -132,7 +123,7 @@ static struct flight *flight_new(const unsigned char *key)
 static void flight_free(struct flight *fl)
 {
     table_unregister(fl);
-    flight_headers_free(fl->hdrs, fl->nhdrs);
+    free(fl->hdrs); /* one block (flight_set_head) */
     free(fl->upstream);
     free(fl->errmsg);
     pc_buf_free(&fl->body);
@@ -391,8 +382,7 @@ void flight_set_head(struct flight *fl, int status, struct flight_header *hdrs, 
         notify_all_locked(fl);
     }
     pthread_mutex_unlock(&fl->mu);
-    if (hdrs != NULL)
-        flight_headers_free(hdrs, nhdrs);
+    free(hdrs);
 }
 
 int flight_append(struct flight *fl, const char *data, size_t len)

@@ -71,9 +71,12 @@ static void test_join_and_late_joiner(void)
     T_CHECK(fl == flight_sub_flight(b.sub));
     flight_get(fl); /* the fetch's reference */
 
-    struct flight_header *h = pc_calloc(1, sizeof(*h));
-    h[0].name = pc_strdup("Content-Type");
-    h[0].value = pc_strdup("application/json");
+    /* One block: the array, then its strings. */
+    static const char text[] = "Content-Type\0application/json";
+    struct flight_header *h = pc_malloc(sizeof(*h) + sizeof(text));
+    char *copy = memcpy(h + 1, text, sizeof(text));
+    h[0].name = copy;
+    h[0].value = copy + strlen("Content-Type") + 1;
     flight_set_head(fl, 200, h, 1, "up:1");
     T_CHECK_INT(flight_append(fl, "hello ", 6), FLIGHT_CONTINUE);
     run(base);
