@@ -303,14 +303,25 @@ void pc_buf_append_i64(struct pc_buf *b, int64_t v)
 
 /*
  * OpenSSL 3 looks EVP_sha256() up in its provider tables (under a lock) on
- * every digest; fetching it once keeps that off the request path.
+ * every digest; fetching it once keeps that off the request path. EVP_Digest
+ * also makes and frees a context per call (more than the hashing costs for
+ * a key's few hundred bytes): each thread keeps one instead, freed when the
+ * thread ends.
  */
 static EVP_MD *sha256_md;
+static pthread_key_t sha256_ctx_key;
+static bool sha256_have_key;
 static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_ctx_free(void *ctx)
+{
+    EVP_MD_CTX_free(ctx);
+}
 
 static void sha256_fetch(void)
 {
     sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+    sha256_have_key = pthread_key_create(&sha256_ctx_key, sha256_ctx_free) == 0;
 }
 
 void pc_sha256(const void *data, size_t len, unsigned char out[PC_SHA256_LEN])
@@ -318,7 +329,17 @@ void pc_sha256(const void *data, size_t len, unsigned char out[PC_SHA256_LEN])
     unsigned int outlen = 0;
     pthread_once(&sha256_once, sha256_fetch);
     const EVP_MD *md = sha256_md != NULL ? sha256_md : EVP_sha256();
-    if (EVP_Digest(data, len, out, &outlen, md, NULL) != 1 || outlen != PC_SHA256_LEN) {
+    EVP_MD_CTX *ctx = sha256_have_key ? pthread_getspecific(sha256_ctx_key) : NULL;
+    if (ctx == NULL && sha256_have_key && (ctx = EVP_MD_CTX_new()) != NULL &&
+        pthread_setspecific(sha256_ctx_key, ctx) != 0) {
+        EVP_MD_CTX_free(ctx);
+        ctx = NULL;
+    }
+    int ok = ctx != NULL ? EVP_DigestInit_ex2(ctx, md, NULL) == 1 &&
+                               EVP_DigestUpdate(ctx, data, len) == 1 &&
+                               EVP_DigestFinal_ex(ctx, out, &outlen) == 1
+                         : EVP_Digest(data, len, out, &outlen, md, NULL) == 1;
+    if (!ok || outlen != PC_SHA256_LEN) {
         log_error("SHA-256 failed in libcrypto");
         abort();
     }
