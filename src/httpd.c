@@ -609,15 +609,8 @@ static size_t put_bytes(char *buf, size_t n, const char *s, size_t len)
 
 static size_t put_u64(char *buf, size_t n, uint64_t v)
 {
-    char tmp[24];
-    size_t k = 0;
-    do {
-        tmp[k++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (k > 0)
-        buf[n++] = tmp[--k];
-    return n;
+    char d[21];
+    return put_bytes(buf, n, d, pc_u64_dec(v, d));
 }
 
 static size_t put_2d(char *buf, size_t n, int v)
