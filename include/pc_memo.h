@@ -59,10 +59,14 @@ struct memo_facts {
 struct memo *memo_create(void);
 void memo_destroy(struct memo **m);
 
-/* The facts stored for exactly this input, or NULL. Valid until the next memo_put. */
-const struct memo_facts *memo_get(struct memo *m, const struct memo_input *in);
+/* The input's hash (it picks the slot): worked out once per request, passed to get and put. */
+uint64_t memo_hash(const struct memo_input *in);
+/* The facts stored for exactly this input (of that hash), or NULL. Valid until the next memo_put.
+ */
+const struct memo_facts *memo_get(struct memo *m, const struct memo_input *in, uint64_t hash);
 /* Keep f for in (copied), replacing what its slot held; bodies over MEMO_MAX_BODY are skipped. */
-void memo_put(struct memo *m, const struct memo_input *in, const struct memo_facts *f);
+void memo_put(struct memo *m, const struct memo_input *in, uint64_t hash,
+              const struct memo_facts *f);
 
 /* Entries and bytes held, for tests and /stats. */
 size_t memo_count(const struct memo *m);

@@ -75,8 +75,10 @@ static uint64_t mix(uint64_t h, const void *p, size_t n)
     return h ^ (h >> 32);
 }
 
-static uint64_t input_hash(const struct memo_input *in)
+uint64_t memo_hash(const struct memo_input *in)
 {
+    if (in->raw_len > MEMO_MAX_BODY)
+        return 0; /* never kept: not worth hashing */
     uint64_t h = mix(PC_FNV_SEED ^ ((uint64_t)in->endpoint << 1 | in->exact_only), in->tenant,
                      PC_SHA256_LEN);
     if (in->ns != NULL)
@@ -102,11 +104,10 @@ static bool matches(const struct memo_entry *e, uint64_t hash, const struct memo
            memcmp(e->raw, in->raw, in->raw_len) == 0;
 }
 
-const struct memo_facts *memo_get(struct memo *m, const struct memo_input *in)
+const struct memo_facts *memo_get(struct memo *m, const struct memo_input *in, uint64_t hash)
 {
     if (m == NULL || in->raw_len > MEMO_MAX_BODY)
         return NULL;
-    uint64_t hash = input_hash(in);
     const struct memo_entry *e = m->slot[hash % MEMO_SLOTS];
     return e != NULL && matches(e, hash, in) ? &e->facts : NULL;
 }
@@ -121,7 +122,8 @@ static const char *put_str(char **at, const char *s, size_t n)
     return p;
 }
 
-void memo_put(struct memo *m, const struct memo_input *in, const struct memo_facts *f)
+void memo_put(struct memo *m, const struct memo_input *in, uint64_t hash,
+              const struct memo_facts *f)
 {
     if (m == NULL || in->raw_len > MEMO_MAX_BODY)
         return;
@@ -130,7 +132,6 @@ void memo_put(struct memo *m, const struct memo_input *in, const struct memo_fac
     size_t model_len = f->model ? strlen(f->model) : 0;
     size_t size =
         sizeof(struct memo_entry) + ns_len + var_len + in->raw_len + lut_len + model_len + 5;
-    uint64_t hash = input_hash(in);
     size_t i = hash % MEMO_SLOTS;
     drop(m, i);
     /* Short of budget: give up other slots, in turn, until it fits. */

@@ -589,19 +589,19 @@ static struct memo_input memo_input_of(const struct preq *r, struct pc_buf *vari
     };
 }
 
-static void compute_keys(struct preq *r, struct pc_buf *variant)
+/* The keys from the parsed body; kept in the memo under mi (memo_input_of, hashed as hash). */
+static void compute_keys(struct preq *r, const struct memo_input *mi, uint64_t hash)
 {
-    struct memo_input mi = memo_input_of(r, variant);
     struct canon_input in = {
         .endpoint = r->ep,
         .body = r->body,
         .tenant = r->tenant,
-        .ns = mi.ns,
-        .variant = mi.variant,
-        .exact_only = mi.exact_only,
+        .ns = mi->ns,
+        .variant = mi->variant,
+        .exact_only = mi->exact_only,
         /* The raw text keeps every digit of big integers, which the tree cannot. */
-        .raw = mi.raw,
-        .raw_len = mi.raw_len,
+        .raw = mi->raw,
+        .raw_len = mi->raw_len,
     };
     canon_keys(&in, &r->keys);
     if (r->keys.lossy) /* a key that might not tell two requests apart: never cached */
@@ -618,7 +618,7 @@ static void compute_keys(struct preq *r, struct pc_buf *variant)
     };
     memcpy(f.exact, r->keys.exact, PC_SHA256_LEN);
     memcpy(f.partition, r->keys.partition, PC_SHA256_LEN);
-    memo_put(r->w->memo, &mi, &f);
+    memo_put(r->w->memo, mi, hash, &f);
 }
 
 /*
@@ -626,12 +626,9 @@ static void compute_keys(struct preq *r, struct pc_buf *variant)
  * keys from the memo instead of parsing it. True if it did (the body stays
  * unparsed until something else needs it: preq_body).
  */
-static bool keys_from_memo(struct preq *r, struct pc_buf *variant)
+static bool keys_from_memo(struct preq *r, const struct memo_input *mi, uint64_t hash)
 {
-    if (r->ep == API_RESPONSES)
-        return false;
-    struct memo_input mi = memo_input_of(r, variant);
-    const struct memo_facts *f = memo_get(r->w->memo, &mi);
+    const struct memo_facts *f = memo_get(r->w->memo, mi, hash);
     if (f == NULL)
         return false;
     r->stream = f->stream;
@@ -1150,10 +1147,14 @@ static void preq_recv_api(struct preq *r)
     }
     char msg[256];
     struct pc_buf variant = PC_BUF_INIT;
+    struct memo_input mi;
+    uint64_t hash = 0;
     if (r->ep != API_RESPONSES) { /* their tenant needs the body */
         compute_tenant(r);
         compute_variant(r, &variant);
-        if (keys_from_memo(r, &variant)) {
+        mi = memo_input_of(r, &variant);
+        hash = memo_hash(&mi);
+        if (keys_from_memo(r, &mi, hash)) {
             if (parse_controls(r, msg, sizeof(msg)) < 0)
                 reply_error(r, 400, "%s", msg);
             else
@@ -1192,8 +1193,9 @@ static void preq_recv_api(struct preq *r)
     if (r->ep == API_RESPONSES) {
         compute_tenant(r);
         compute_variant(r, &variant);
+        mi = memo_input_of(r, &variant); /* for the keys only: never memoised */
     }
-    compute_keys(r, &variant);
+    compute_keys(r, &mi, hash);
     pc_buf_free(&variant);
     preq_route_cacheable(r);
 }

@@ -266,12 +266,18 @@ static struct rec *take_batch(struct psync *ps)
     return batch;
 }
 
+/* A RESP count line: '*' and the arguments of a command, or '$' and the length of one. */
+static void resp_count(struct pc_buf *out, char kind, size_t n)
+{
+    pc_buf_append_char(out, kind);
+    pc_buf_append_i64(out, (int64_t)n);
+    pc_buf_append(out, "\r\n", 2);
+}
+
 /* RESP framing of one argument. */
 static void resp_arg(struct pc_buf *out, const void *p, size_t n)
 {
-    pc_buf_append_char(out, '$');
-    pc_buf_append_i64(out, (int64_t)n);
-    pc_buf_append(out, "\r\n", 2);
+    resp_count(out, '$', n);
     pc_buf_append(out, p, n);
     pc_buf_append(out, "\r\n", 2);
 }
@@ -295,9 +301,7 @@ static void format_xadd(struct psync *ps, const struct rec *r, struct pc_buf *cm
     resp_str(cmd, STREAM_MAXLEN);
     resp_str(cmd, "*");
     resp_str(cmd, "d");
-    pc_buf_append_char(cmd, '$');
-    pc_buf_append_i64(cmd, (int64_t)dlen);
-    pc_buf_append(cmd, "\r\n", 2);
+    resp_count(cmd, '$', dlen);
     unsigned char head[17];
     memcpy(head, ps->instance, 8);
     put_be(head + 8, (uint64_t)r->ms, 8);
@@ -318,9 +322,7 @@ static bool format_zadd(struct psync *ps, const struct rec *r, struct pc_buf *ke
                         struct pc_buf *cmd)
 {
     set_key(ps, r->rep, key);
-    pc_buf_append_char(cmd, '*');
-    pc_buf_append_i64(cmd, (int64_t)(2 + 2 * r->n));
-    pc_buf_append(cmd, "\r\n", 2);
+    resp_count(cmd, '*', 2 + 2 * r->n);
     resp_str(cmd, "ZADD");
     resp_arg(cmd, key->data, key->len);
     for (size_t i = 0; i < r->n; i++) {

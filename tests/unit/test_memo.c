@@ -39,14 +39,14 @@ static void test_round_trip(void)
     struct memo *m = memo_create();
     char body[] = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
     struct memo_input in = input(body);
-    T_CHECK(memo_get(m, &in) == NULL);
+    T_CHECK(memo_get(m, &in, memo_hash(&in)) == NULL);
     struct memo_facts f = facts(3, "m", "hi");
-    memo_put(m, &in, &f);
+    memo_put(m, &in, memo_hash(&in), &f);
     /* A copy was kept: the caller's buffers may change. */
     char model[] = "m";
     f.model = model;
     model[0] = 'x';
-    const struct memo_facts *got = memo_get(m, &in);
+    const struct memo_facts *got = memo_get(m, &in, memo_hash(&in));
     T_CHECK(got != NULL);
     if (got != NULL) {
         T_CHECK(got->stream && got->include_usage);
@@ -59,8 +59,8 @@ static void test_round_trip(void)
     T_CHECK(memo_bytes(m) > sizeof(body));
     /* Stored again: replaced, not doubled. */
     struct memo_facts g = facts(4, NULL, NULL);
-    memo_put(m, &in, &g);
-    got = memo_get(m, &in);
+    memo_put(m, &in, memo_hash(&in), &g);
+    got = memo_get(m, &in, memo_hash(&in));
     T_CHECK(got != NULL && got->model == NULL && got->last_user_text == NULL && !got->stream);
     T_CHECK_INT(memo_count(m), 1);
     memo_destroy(&m);
@@ -73,43 +73,43 @@ static void test_every_input_counts(void)
     const char *body = "{\"model\":\"m\",\"messages\":[]}";
     struct memo_input in = input(body);
     struct memo_facts f = facts(1, "m", NULL);
-    memo_put(m, &in, &f);
+    memo_put(m, &in, memo_hash(&in), &f);
 
     struct memo_input o = in;
     o.endpoint = API_COMPLETIONS;
-    T_CHECK(memo_get(m, &o) == NULL);
+    T_CHECK(memo_get(m, &o, memo_hash(&o)) == NULL);
     o = in;
     o.exact_only = false;
-    T_CHECK(memo_get(m, &o) == NULL);
+    T_CHECK(memo_get(m, &o, memo_hash(&o)) == NULL);
     o = in;
     o.tenant = tenant_b;
-    T_CHECK(memo_get(m, &o) == NULL);
+    T_CHECK(memo_get(m, &o, memo_hash(&o)) == NULL);
     o = in;
     o.ns = "team";
-    T_CHECK(memo_get(m, &o) == NULL);
+    T_CHECK(memo_get(m, &o, memo_hash(&o)) == NULL);
     o = in;
     o.ns = ""; /* an empty namespace header is not no header */
-    T_CHECK(memo_get(m, &o) == NULL);
+    T_CHECK(memo_get(m, &o, memo_hash(&o)) == NULL);
     o = in;
     o.variant = NULL;
-    T_CHECK(memo_get(m, &o) == NULL);
+    T_CHECK(memo_get(m, &o, memo_hash(&o)) == NULL);
     o = in;
     o.variant = "openai-organization=org-2\n";
-    T_CHECK(memo_get(m, &o) == NULL);
+    T_CHECK(memo_get(m, &o, memo_hash(&o)) == NULL);
     /* The same body bytes at another address match; one byte more or changed does not. */
     char copy[64];
     snprintf(copy, sizeof(copy), "%s", body);
     o = in;
     o.raw = copy;
-    T_CHECK(memo_get(m, &o) != NULL);
+    T_CHECK(memo_get(m, &o, memo_hash(&o)) != NULL);
     copy[strlen(copy) - 2] = '1';
-    T_CHECK(memo_get(m, &o) == NULL);
+    T_CHECK(memo_get(m, &o, memo_hash(&o)) == NULL);
     snprintf(copy, sizeof(copy), "%s ", body);
     o.raw_len = strlen(copy);
-    T_CHECK(memo_get(m, &o) == NULL);
+    T_CHECK(memo_get(m, &o, memo_hash(&o)) == NULL);
     o = in;
     o.raw_len--; /* a prefix of the stored body */
-    T_CHECK(memo_get(m, &o) == NULL);
+    T_CHECK(memo_get(m, &o, memo_hash(&o)) == NULL);
     memo_destroy(&m);
 }
 
@@ -122,13 +122,13 @@ static void test_big_bodies_skipped(void)
     big[n] = '\0';
     struct memo_input in = input(big);
     struct memo_facts f = facts(1, NULL, NULL);
-    memo_put(m, &in, &f);
-    T_CHECK(memo_get(m, &in) == NULL);
+    memo_put(m, &in, memo_hash(&in), &f);
+    T_CHECK(memo_get(m, &in, memo_hash(&in)) == NULL);
     T_CHECK_INT(memo_count(m), 0);
     /* Exactly the limit is kept. */
     in.raw_len = MEMO_MAX_BODY;
-    memo_put(m, &in, &f);
-    T_CHECK(memo_get(m, &in) != NULL);
+    memo_put(m, &in, memo_hash(&in), &f);
+    T_CHECK(memo_get(m, &in, memo_hash(&in)) != NULL);
     free(big);
     memo_destroy(&m);
 }
@@ -146,9 +146,9 @@ static void test_budget(void)
         body[strlen(body)] = '-';
         body[n] = '\0';
         struct memo_input in = input(body);
-        memo_put(m, &in, &f);
+        memo_put(m, &in, memo_hash(&in), &f);
         T_CHECK(memo_bytes(m) <= MEMO_MAX_BYTES);
-        T_CHECK(memo_get(m, &in) != NULL); /* the newest is always kept */
+        T_CHECK(memo_get(m, &in, memo_hash(&in)) != NULL); /* the newest is always kept */
     }
     T_CHECK(memo_count(m) > 100);
     T_CHECK(memo_bytes(m) > MEMO_MAX_BYTES / 2);
