@@ -350,6 +350,15 @@ static bool rebuilds_reach(void *s, uintptr_t n)
     return c.rebuilds >= n && c.ready;
 }
 
+/* The reader counts an event after applying it: a test that saw the index change awaits the count.
+ */
+static bool events_reach(void *s, uintptr_t n)
+{
+    struct vsync_counters c;
+    vsync_get_counters(s, &c);
+    return c.events >= n;
+}
+
 /* Whether this (fresh) Redis has answered a GET: only the reader sends one. */
 static bool schema_read(void *c, uintptr_t unused)
 {
@@ -477,6 +486,7 @@ static void test_rebuild_and_stream(void)
     T_CHECK(await(has_n, v, 0, NULL));
     fprintf(stderr, "    applied after: add %llu ms, del %llu ms, tenant flush %llu ms\n",
             (unsigned long long)ms_add, (unsigned long long)ms_del, (unsigned long long)ms_flush);
+    T_CHECK(await(events_reach, s, 1 + 1 + 1 + 10 + 1 + 1, NULL));
     vsync_get_counters(s, &k);
     T_CHECK_INT(k.events, 1 + 1 + 1 + 10 + 1 + 1);
     T_CHECK_INT(k.skipped, 36);
