@@ -66,6 +66,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -155,6 +156,7 @@ struct httpd {
     struct event *trim_ev;   /* hands memory back after large bodies were freed */
     bool stopping;
     struct httpd_header_span *spans; /* parser scratch, conf.max_headers entries */
+    char *rbuf;                      /* READ_AHEAD bytes: conn_readable_cb reads into it */
     time_t date_sec;
     size_t date_len;
     char date[40];
@@ -164,9 +166,11 @@ struct httpd_conn {
     unsigned magic;
     struct httpd *h;
     struct httpd_conn *prev, *next;
-    struct bufferevent *bev;
-    struct event *timer; /* read, idle or linger deadline */
-    struct event *defer; /* conn_deferred_cb on the next loop pass */
+    struct bufferevent *bev;         /* output, write timeout; its input buffer is filled by rev */
+    struct event *rev;               /* readable: conn_readable_cb */
+    struct evbuffer_cb_entry *in_cb; /* input drained: reading resumes (conn_input_cb) */
+    struct event *timer;             /* read, idle or linger deadline */
+    struct event *defer;             /* conn_deferred_cb on the next loop pass */
     enum conn_state state;
     struct httpd_req *req; /* being read or handled; owned */
     size_t scan_off;       /* head bytes already searched for the blank line */
@@ -178,6 +182,8 @@ struct httpd_conn {
     size_t trailer_bytes;
     size_t linger_bytes;
     bool eof;
+    bool read_on;         /* the state machine reads: conn_read_set */
+    bool read_armed;      /* rev is added: read_on and the input is under read_high */
     bool write_armed;     /* EV_WRITE enabled: the bufferevent is writing queued output */
     bool regular;         /* counted in g.conns (else in g.reserve) */
     bool ip_held;         /* counted in g's per-address table under ip */
@@ -979,6 +985,47 @@ static const char *conn_peer(struct httpd_conn *c)
 }
 
 /*
+ * Reading. httpd reads the socket itself into the bufferevent's input buffer,
+ * whose end the bufferevent keeps frozen: one read per readable event and no
+ * FIONREAD ioctl, which libevent's evbuffer_read issues before every read
+ * (to size its buffer: here the read goes to the worker's rbuf first).
+ * Reading stops while READ_HIGH bytes wait in the input (a request being
+ * handled, a pipelining client) and resumes when they are consumed.
+ */
+static size_t read_high(const struct httpd *h)
+{
+    return PC_MAX(READ_AHEAD, h->conf.max_header_size);
+}
+
+/* Add or delete rev as read_on and the input's length say. */
+static void conn_read_update(struct httpd_conn *c)
+{
+    bool want = c->read_on && evbuffer_get_length(bufferevent_get_input(c->bev)) < read_high(c->h);
+    if (want == c->read_armed)
+        return;
+    c->read_armed = want;
+    if (want)
+        event_add(c->rev, NULL);
+    else
+        event_del(c->rev);
+}
+
+static void conn_read_set(struct httpd_conn *c, bool on)
+{
+    c->read_on = on;
+    conn_read_update(c);
+}
+
+/* The input buffer changed: bytes consumed may let reading resume. */
+static void conn_input_cb(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct httpd_conn *c = arg;
+    (void)in;
+    if (info->n_deleted > 0 && c->read_on && !c->read_armed)
+        conn_read_update(c);
+}
+
+/*
  * The client is gone or the connection must end now: no more I/O, the
  * deferred event runs the close callback of an unfinished request and frees
  * everything. Never frees anything itself, so it is safe anywhere.
@@ -990,7 +1037,8 @@ static void conn_kill(struct httpd_conn *c)
     c->state = C_DEAD;
     if (c->req != NULL && c->req->dispatched && !c->req->finished)
         c->req->gone = true;
-    bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+    conn_read_set(c, false);
+    bufferevent_disable(c->bev, EV_WRITE);
     event_del(c->timer);
     conn_schedule(c);
 }
@@ -1034,6 +1082,8 @@ static void conn_free(struct httpd_conn *c)
     __atomic_fetch_sub(c->regular ? &g.conns : &g.reserve, 1, __ATOMIC_RELAXED);
     if (c->ip_held)
         ip_release(c->ip);
+    event_free(c->rev);
+    evbuffer_remove_cb_entry(bufferevent_get_input(c->bev), c->in_cb);
     bufferevent_free(c->bev); /* closes the socket */
     event_free(c->timer);
     event_free(c->defer);
@@ -1112,7 +1162,7 @@ static void conn_start_close(struct httpd_conn *c)
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
     evbuffer_drain(in, evbuffer_get_length(in));
     if (!c->eof)
-        bufferevent_enable(c->bev, EV_READ);
+        conn_read_set(c, true);
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
         conn_linger(c);
 }
@@ -1780,6 +1830,51 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
     }
 }
 
+/*
+ * The socket is readable: read what fits under read_high into the input and
+ * hand it to conn_read_cb; end of file and errors go to conn_event_cb, as
+ * the bufferevent would report them.
+ */
+static void conn_readable_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct httpd_conn *c = arg;
+    (void)what;
+    PC_CHECK_OBJ(c, CONN_MAGIC);
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t have = evbuffer_get_length(in), high = read_high(c->h);
+    if (have >= high) {
+        conn_read_update(c);
+        return;
+    }
+    /*
+     * Into the worker's buffer, then appended: the input's chains are sized
+     * to what arrived (a reservation made before the read would pin its
+     * whole size on a connection that sent a few bytes, or none).
+     */
+    struct httpd *h = c->h;
+    ssize_t n = read(fd, h->rbuf, PC_MIN(high - have, (size_t)READ_AHEAD));
+    int err = errno;
+    if (n > 0) {
+        evbuffer_unfreeze(in, 0);
+        int rc = evbuffer_add(in, h->rbuf, (size_t)n);
+        evbuffer_freeze(in, 0);
+        if (rc != 0) {
+            log_warn("httpd: %s: no memory for input; closing", conn_peer(c));
+            conn_kill(c);
+            return;
+        }
+    }
+    if (n == 0 || (n < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR)) {
+        conn_read_set(c, false);
+        conn_event_cb(c->bev, BEV_EVENT_READING | (n == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR), c);
+        return;
+    }
+    if (n < 0)
+        return;
+    conn_read_update(c);
+    conn_read_cb(c->bev, c);
+}
+
 static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct httpd_conn *c = arg;
@@ -1829,9 +1924,11 @@ static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockad
     c->magic = CONN_MAGIC;
     c->h = h;
     c->bev = bev;
+    c->rev = event_new(h->base, fd, EV_READ | EV_PERSIST, conn_readable_cb, c);
+    c->in_cb = evbuffer_add_cb(bufferevent_get_input(bev), conn_input_cb, c);
     c->timer = event_new(h->base, -1, 0, conn_timer_cb, c);
     c->defer = event_new(h->base, -1, 0, conn_deferred_cb, c);
-    if (c->timer == NULL || c->defer == NULL) {
+    if (c->rev == NULL || c->in_cb == NULL || c->timer == NULL || c->defer == NULL) {
         log_error("httpd: out of memory creating connection events");
         abort();
     }
@@ -1849,15 +1946,13 @@ static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockad
     if (h->st != NULL)
         stats_add(h->st, STAT_connections_active, 1);
 
-    bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-    bufferevent_setwatermark(bev, EV_READ, 0, PC_MAX(READ_AHEAD, h->conf.max_header_size));
-    bufferevent_set_max_single_read(bev, READ_AHEAD);
+    bufferevent_setcb(bev, NULL, conn_write_cb, conn_event_cb, c);
     if (h->conf.write_timeout > 0) {
         struct timeval wtv = pc_timeval(h->conf.write_timeout);
         bufferevent_set_timeouts(bev, NULL, &wtv);
     }
     bufferevent_disable(bev, EV_WRITE); /* enabled by default; see conn_flush */
-    bufferevent_enable(bev, EV_READ);
+    conn_read_set(c, true);
     c->state = C_IDLE;
     c->first_req = true;
     /* The whole first request, from now; a reserve connection gets little time. */
@@ -1996,6 +2091,7 @@ struct httpd *httpd_create(struct event_base *base, int listen_fd, const struct 
     h->handler_arg = handler_arg;
     h->st = st;
     h->spans = pc_calloc(h->conf.max_headers, sizeof(*h->spans));
+    h->rbuf = pc_malloc(READ_AHEAD);
     h->accept_timer = event_new(base, -1, 0, accept_resume_cb, h);
     h->trim_ev = evtimer_new(base, trim_cb, h);
     if (h->accept_timer == NULL || h->trim_ev == NULL)
@@ -2016,6 +2112,7 @@ fail:
     if (h->trim_ev != NULL)
         event_free(h->trim_ev);
     free(h->spans);
+    free(h->rbuf);
     free(h->server_name);
     h->magic = 0;
     free(h);
@@ -2078,6 +2175,7 @@ void httpd_destroy(struct httpd **hp)
         conn_free(c);
     }
     free(h->spans);
+    free(h->rbuf);
     free(h->server_name);
     h->magic = 0;
     free(h);

@@ -16,6 +16,7 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -821,6 +822,108 @@ static void test_pipelined(void)
     T_CHECK_INT(cli_response(&c, &r, false), 0);
     T_CHECK_STR(r.body, "w1 GET /c q=- v=1 body=");
     resp_free(&r);
+    cli_close(&c);
+    srv_stop(s);
+}
+
+/* One complete response off the front of c's input: 1 (body in *body), 0 if not all there yet. */
+static int take_response(struct cli *c, struct pc_buf *body)
+{
+    const char *end = memmem(c->in.data, c->in.len, "\r\n\r\n", 4);
+    if (end == NULL)
+        return 0;
+    size_t head = (size_t)(end - c->in.data) + 4;
+    const char *cl = memmem(c->in.data, head, "Content-Length: ", 16);
+    T_CHECK(cl != NULL);
+    if (cl == NULL)
+        return 0;
+    size_t n = strtoul(cl + 16, NULL, 10);
+    if (c->in.len < head + n)
+        return 0;
+    pc_buf_reset(body);
+    pc_buf_append(body, c->in.data + head, n);
+    pc_buf_consume(&c->in, head + n);
+    return 1;
+}
+
+/*
+ * While a request is handled, httpd reads only its read-ahead of what the
+ * client pipelines behind it: the client's sends stall (else it could send
+ * without end). Once the request is answered, everything sent is answered,
+ * in order.
+ */
+static void test_read_pauses_while_handled(void)
+{
+    enum { REQ = 1024 };
+    static const size_t cap = 64u << 20;
+    char req[REQ + 1];
+    int pre = snprintf(req, sizeof(req), "GET /p HTTP/1.1\r\nHost: t\r\nX-Pad: ");
+    memset(req + pre, 'p', REQ - (size_t)pre - 4);
+    memcpy(req + REQ - 4, "\r\n\r\n", 5);
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    cli_open(s, &c);
+    cli_sends(&c, "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n");
+    WAIT_FOR(s, s->nreq == 1);
+
+    size_t sent = 0;
+    bool stalled = false;
+    while (sent < cap) {
+        size_t off = sent % REQ;
+        ssize_t k = send(c.fd, req + off, REQ - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            sent += (size_t)k;
+            continue;
+        }
+        T_CHECK(k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+        if (k >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            break;
+        /* Absence of progress can only be awaited with a bound. */
+        struct pollfd p = {.fd = c.fd, .events = POLLOUT};
+        if (poll(&p, 1, 300) == 0) {
+            stalled = true;
+            break;
+        }
+    }
+    fprintf(stderr, "    the client pipelined %zu bytes, then its sends %s\n", sent,
+            stalled ? "stalled" : "never stalled");
+    T_CHECK(stalled);
+    pthread_mutex_lock(&s->mu);
+    T_CHECK_INT(s->nreq, 1); /* nothing behind the held request was dispatched */
+    pthread_mutex_unlock(&s->mu);
+
+    /* Answer it; finish the last request while reading the replies. */
+    run_on_loop(s, cmd_reply_held);
+    size_t off = sent % REQ, rest = off != 0 ? REQ - off : 0;
+    size_t want = 1 + (sent + rest) / REQ, got = 0;
+    bool in_order = true;
+    struct pc_buf body = PC_BUF_INIT;
+    while (got < want) {
+        struct pollfd p = {.fd = c.fd, .events = (short)(POLLIN | (rest > 0 ? POLLOUT : 0))};
+        if (poll(&p, 1, WAIT_SECONDS * 1000) <= 0)
+            break;
+        if (rest > 0 && (p.revents & POLLOUT)) {
+            ssize_t k = send(c.fd, req + off, rest, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0) {
+                off += (size_t)k;
+                rest -= (size_t)k;
+            }
+        }
+        if ((p.revents & POLLIN) && cli_fill(&c) <= 0)
+            break;
+        while (take_response(&c, &body) == 1) {
+            const char *expect = got == 0 ? "bye" : "w1 GET /p q=- v=1 body=";
+            in_order =
+                in_order && body.len == strlen(expect) && memcmp(body.data, expect, body.len) == 0;
+            got++;
+        }
+    }
+    pc_buf_free(&body);
+    T_CHECK_INT(got, want);
+    T_CHECK(in_order);
+    pthread_mutex_lock(&s->mu);
+    T_CHECK_INT(s->nreq, (int64_t)want);
+    pthread_mutex_unlock(&s->mu);
     cli_close(&c);
     srv_stop(s);
 }
@@ -1884,6 +1987,7 @@ int main(void)
     T_RUN(test_simple_get);
     T_RUN(test_keep_alive);
     T_RUN(test_pipelined);
+    T_RUN(test_read_pauses_while_handled);
     T_RUN(test_post_length);
     T_RUN(test_chunked_body);
     T_RUN(test_too_large);
