@@ -5,7 +5,12 @@
  * time on a keep-alive connection, alternating between the upstream called
  * directly and the same upstream through promptcache, every body unique (so
  * each proxied one is a MISS relayed as it arrives). Per request: time to the
- * response head, to the first body byte (the first SSE event) and to the end.
+ * response head, to the first body byte (the first SSE event) and to the end;
+ * per event, its delivery time: the mock stamps each event with the
+ * machine's monotonic clock as it writes it (x-mock-stamp), the client reads
+ * the same clock when the bytes arrive, so an event's added time through the
+ * proxy is measured without the mock's timer jitter; and the tail, from the
+ * last event to the end of the response.
  *
  *   node bench/lib/ttfb.js --direct http://127.0.0.1:M --proxy http://127.0.0.1:P --n 2000
  *       [--chunks 8] [--chunk-delay-ms 1]
@@ -32,17 +37,29 @@ function stream(base, agent, i, o) {
         messages: [{role: 'user', content: `Stream ${salt}-${i}: tell me about the weather.`}]}));
     return new Promise((resolve, reject) => {
         const t0 = performance.now();
-        let head = 0, first = 0;
+        let head = 0, first = 0, last = 0, carry = '';
+        const chunks = [];
         const req = http.request(base + '/v1/chat/completions', {method: 'POST', agent, headers: {
             'content-type': 'application/json', 'content-length': data.length,
             authorization: 'Bearer sk-bench-stream', 'x-mock-chunks': String(o.chunks),
-            'x-mock-chunk-delay-ms': String(o['chunk-delay-ms'])}}, (res) => {
+            'x-mock-chunk-delay-ms': String(o['chunk-delay-ms']), 'x-mock-stamp': '1'}}, (res) => {
             head = performance.now() - t0;
-            res.on('data', () => {
+            res.on('data', (d) => {
+                const now = process.hrtime.bigint();
                 if (!first) first = performance.now() - t0;
+                carry += d.toString('latin1');
+                const re = /: t=(\d+)\n/g;
+                let m, end = 0;
+                while ((m = re.exec(carry)) !== null) {
+                    chunks.push(Number(now - BigInt(m[1])) / 1e6);
+                    end = re.lastIndex;
+                    last = performance.now();
+                }
+                carry = carry.slice(Math.max(end, carry.length - 64)); /* a stamp cut in two */
             });
             res.on('end', () => resolve({status: res.statusCode, cache: res.headers['x-cache-status'],
-                head, first, total: performance.now() - t0}));
+                head, first, total: performance.now() - t0, chunks,
+                tail: last ? performance.now() - last : 0}));
         });
         req.on('error', reject);
         req.end(data);
@@ -58,7 +75,8 @@ async function main() {
     const o = parseArgs(process.argv.slice(2));
     const agents = {direct: new http.Agent({keepAlive: true, maxSockets: 1}),
         proxy: new http.Agent({keepAlive: true, maxSockets: 1})};
-    const samples = {direct: {head: [], first: [], total: []}, proxy: {head: [], first: [], total: []}};
+    const samples = {direct: {head: [], first: [], total: [], chunk: [], tail: []},
+        proxy: {head: [], first: [], total: [], chunk: [], tail: []}};
     let misses = 0, bad = 0;
     for (let i = -o.warmup; i < o.n; i++) {
         /* alternate which goes first, so neither always follows the other */
@@ -68,7 +86,9 @@ async function main() {
             if (r.status !== 200) bad++;
             if (i < 0) continue;
             if (who === 'proxy' && r.cache === 'MISS') misses++;
-            for (const k of ['head', 'first', 'total']) samples[who][k].push(r[k]);
+            for (const k of ['head', 'first', 'total', 'tail']) samples[who][k].push(r[k]);
+            if (r.chunks.length < o.chunks) bad++; /* the content pieces at least, all stamped */
+            samples[who].chunk.push(...r.chunks);
         }
     }
     agents.direct.destroy();
@@ -77,7 +97,7 @@ async function main() {
         p99: Number(pct(samples[who][k], 0.99).toFixed(3))});
     const out = {n: o.n, chunks: o.chunks, chunk_delay_ms: o['chunk-delay-ms'], proxy_misses: misses, errors: bad};
     for (const who of ['direct', 'proxy'])
-        for (const k of ['head', 'first', 'total'])
+        for (const k of ['head', 'first', 'total', 'chunk', 'tail'])
             out[`${who}_${k}`] = fig(who, k);
     console.log(JSON.stringify(out));
 }

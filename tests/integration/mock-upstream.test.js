@@ -65,6 +65,28 @@ h.test('x-mock-chunks and x-mock-chunk-delay-ms shape the stream', async () => {
     assert.ok(Date.now() - started >= 40 * (a.chunks.length), 'a delay between every two events');
 });
 
+h.test('x-mock-stamp opens every stream event with its write time on the monotonic clock', async () => {
+    const before = process.hrtime.bigint();
+    const r = await post(CHAT, h.chatBody('stamped', h.STREAM_WITH_USAGE),
+        {'x-mock-chunks': '5', 'x-mock-chunk-delay-ms': '5', 'x-mock-stamp': '1'});
+    const after = process.hrtime.bigint();
+    const events = r.text.split('\n\n').filter((e) => e !== '');
+    assert.ok(events.length >= 5);
+    let last = before;
+    for (const e of events) {
+        const m = /^: t=(\d+)\ndata: /.exec(e);
+        assert.ok(m, `an event that does not open with a stamp: ${JSON.stringify(e)}`);
+        const t = BigInt(m[1]);
+        assert.ok(t >= last && t <= after, 'stamps between the request and the answer, in order');
+        last = t;
+    }
+    assert.ok(last - before >= 5n * 4n * 1000000n, 'the pauses lie between the stamps');
+    /* Comment lines are not data: the answer reads the same. */
+    assert.ok(h.assembleChat(h.parseSSE(r.text)).done);
+    const plain = await post(CHAT, h.chatBody('unstamped', {stream: true}));
+    assert.ok(!plain.text.includes(': t='), 'no stamps unless asked');
+});
+
 h.test('x-mock-size gives an answer of that many bytes, recorded by hash', async () => {
     const r = await post('/v1/messages', h.messagesBody('big', {stream: true}), {'x-mock-size': '200000'});
     const text = h.messageText(h.assembleMessage(h.parseSSE(r.text)).message);

@@ -37,6 +37,10 @@
  *                             Anthropic cache_read_input_tokens)
  *   x-mock-cache-write: N     usage: N more prompt tokens written to it (Anthropic
  *                             cache_creation_input_tokens; ignored for OpenAI)
+ *   x-mock-stamp: 1           a stream's events each open with an SSE comment
+ *                             ": t=NS", the machine's monotonic clock in ns when
+ *                             the event was written (bench/lib/ttfb.js: the
+ *                             delivery time of every chunk)
  *
  * Responses API state, as the provider keeps it: a response created with
  * "store" not false is remembered for the credential that created it, and a
@@ -91,6 +95,7 @@ function readControls(headers) {
         completionTokens: int('x-mock-completion-tokens'),
         cacheRead: int('x-mock-cache-read') || 0,
         cacheWrite: int('x-mock-cache-write') || 0,
+        stamp: headers['x-mock-stamp'] === '1',
     };
 }
 
@@ -401,7 +406,9 @@ class Mock extends EventEmitter {
                 await this._hold(out, controls.hold);
             else if (i > 0 && streaming && controls.chunkDelayMs > 0)
                 await this._pause(out, controls.chunkDelayMs);
-            await this._write(out, parts[i]);
+            /* process.hrtime is CLOCK_MONOTONIC: comparable with any process's here */
+            const stamp = streaming && controls.stamp ? `: t=${process.hrtime.bigint()}\n` : '';
+            await this._write(out, stamp ? stamp + parts[i] : parts[i]);
         }
         out.res.end();
     }
