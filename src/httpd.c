@@ -989,7 +989,7 @@ static const char *conn_peer(struct httpd_conn *c)
  * whose end the bufferevent keeps frozen: one read per readable event and no
  * FIONREAD ioctl, which libevent's evbuffer_read issues before every read
  * (to size its buffer: here the read goes to the worker's rbuf first).
- * Reading stops while READ_HIGH bytes wait in the input (a request being
+ * Reading stops while read_high() bytes wait in the input (a request being
  * handled, a pipelining client) and resumes when they are consumed.
  */
 static size_t read_high(const struct httpd *h)
@@ -1746,11 +1746,9 @@ static void conn_discard_input(struct httpd_conn *c)
     }
 }
 
-static void conn_read_cb(struct bufferevent *bev, void *arg)
+/* New input arrived (conn_readable_cb). */
+static void conn_on_input(struct httpd_conn *c)
 {
-    struct httpd_conn *c = arg;
-    (void)bev;
-    PC_CHECK_OBJ(c, CONN_MAGIC);
     switch (c->state) {
     case C_IDLE:
     case C_HEAD:
@@ -1762,7 +1760,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
         conn_discard_input(c);
         break;
     default:
-        break; /* handled later; reading stops at the read high-watermark */
+        break; /* handled later; reading stops at read_high */
     }
 }
 
@@ -1832,7 +1830,7 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
 
 /*
  * The socket is readable: read what fits under read_high into the input and
- * hand it to conn_read_cb; end of file and errors go to conn_event_cb, as
+ * hand it to conn_on_input; end of file and errors go to conn_event_cb, as
  * the bufferevent would report them.
  */
 static void conn_readable_cb(evutil_socket_t fd, short what, void *arg)
@@ -1872,7 +1870,7 @@ static void conn_readable_cb(evutil_socket_t fd, short what, void *arg)
     if (n < 0)
         return;
     conn_read_update(c);
-    conn_read_cb(c->bev, c);
+    conn_on_input(c);
 }
 
 static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
