@@ -42,12 +42,13 @@ for _ in $(seq 1 400); do
     sleep 0.1
 done
 
-# $1 name, $2 path, $3 extra header JSON; prints Ir per request.
+# $1 name, $2 path, $3 extra header JSON, $4 "unique" for a new body each time;
+# prints Ir per request.
 measure() {
-    node tools/bench-client.js "http://$addr" "$2" 1 "$3" >/dev/null   # warm: fills the cache
+    node tools/bench-client.js "http://$addr" "$2" 1 "$3" "${4:-}" >/dev/null   # warm
     callgrind_control -z "$vg" >/dev/null 2>&1
     callgrind_control -i on "$vg" >/dev/null 2>&1
-    node tools/bench-client.js "http://$addr" "$2" "$N" "$3" >/dev/null
+    node tools/bench-client.js "http://$addr" "$2" "$N" "$3" "${4:-}" >/dev/null
     callgrind_control -i off "$vg" >/dev/null 2>&1
     callgrind_control -d "$vg" >/dev/null 2>&1
     local f; f=$(ls -t "$tmp"/cg.* | head -1)
@@ -58,5 +59,6 @@ measure() {
 }
 echo "promptcache under callgrind, N=$N requests each, one connection"
 measure "exact hit (chat)" /v1/chat/completions '{}'
+measure "miss (chat, new question each)" /v1/chat/completions '{}' unique
 measure "bypass (X-Cache-Mode: off)" /v1/chat/completions '{"x-cache-mode":"off"}'
 measure "pass-through (other path)" /v1/other '{}'

@@ -1,6 +1,6 @@
 /*
  * pc_store.h - the worker's Redis connection: hiredis async on the worker's
- * event_base (adapters/libevent.h), with the proxy's own per-command timeout
+ * event_base (pc_redisev.h), with the proxy's own per-command timeout
  * (hiredis 0.14 has none), reconnect with exponential backoff, and the schema
  * check/migration on every (re)connect.
  *

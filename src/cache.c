@@ -453,6 +453,13 @@ static void on_put(void *arg, enum store_status st, long long n)
     struct cache *c = p->c;
     bool ok = st == STORE_OK;
     stats_incr(c->stats, ok ? STAT_cache_stores : STAT_cache_store_skipped);
+    /*
+     * The waiting clients get their answers first: the L1 and the semantic
+     * index are filled by other threads, and waking them is not the
+     * clients' business. Redis holds the entry already, so the next
+     * identical request hits either way.
+     */
+    p->cb(p->arg, ok);
     struct cache_ticket *t = p->ticket;
     if (ok && p->l1_val.len > 0)
         l1_put(c->l1, t->tenant_id, t->exact, p->l1_val.data, p->l1_val.len, p->sent_ms + p->ttl_ms,
@@ -469,10 +476,7 @@ static void on_put(void *arg, enum store_status st, long long n)
         };
         semantic_put(c->sem, &it, &t->vec);
     }
-    cache_put_fn *cb = p->cb;
-    void *cbarg = p->arg;
     put_free(p);
-    cb(cbarg, ok);
 }
 
 struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const struct entry *e,

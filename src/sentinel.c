@@ -22,6 +22,7 @@
  * Also the blocking query of the threads and tools, and the ROLE check.
  */
 #include "pc_sentinel.h"
+#include "pc_redisev.h"
 #include "pc_resolve.h"
 #include "pc_rurl.h"
 #include "pc_util.h"
@@ -32,7 +33,6 @@
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
-#include <hiredis/adapters/libevent.h>
 
 #define ASK_MAGIC 0x5e471e1au
 
@@ -240,7 +240,11 @@ static void ask_connect(struct sentinel_ask *a, const char *addr)
         ask_failed(a, why);
         return;
     }
-    redisLibeventAttach(ac, a->base);
+    if (redisev_attach(ac, a->base) != 0) {
+        redisAsyncFree(ac);
+        ask_failed(a, "out of memory");
+        return;
+    }
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     ac->data = a;

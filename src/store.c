@@ -71,6 +71,7 @@
 #include "pc_store.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
+#include "pc_redisev.h"
 #include "pc_resolve.h"
 #include "pc_rurl.h"
 #include "pc_sentinel.h"
@@ -85,7 +86,6 @@
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
-#include <hiredis/adapters/libevent.h>
 
 #define STORE_MAGIC 0x5a0e3c71u
 #define CMD_MAGIC   0x5c3d0b17u
@@ -591,7 +591,11 @@ static void conn_open(struct store *s, const char *addr, int port)
         conn_down(s, why);
         return;
     }
-    redisLibeventAttach(ac, s->base);
+    if (redisev_attach(ac, s->base) != 0) {
+        redisAsyncFree(ac);
+        conn_down(s, "out of memory");
+        return;
+    }
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     ac->data = s;

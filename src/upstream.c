@@ -94,6 +94,7 @@ struct upstream {
     struct usock *socks;
     size_t active;          /* started and neither finished nor aborted */
     unsigned cb_depth;      /* > 0 while on_head/on_data run (inside libcurl) */
+    bool adding;            /* inside curl_multi_add_handle */
     CURL *spare[EASY_POOL]; /* reset easy handles kept for reuse: cheaper than new ones */
     size_t nspare;
     upstream_attempt_fn *attempt_hook; /* tests only */
@@ -180,6 +181,15 @@ static void upstream_kick(struct upstream *u)
 {
     struct timeval zero = {0, 0};
     evtimer_add(u->kick, &zero);
+}
+
+/* curl_multi_add_handle, its first pass due in this loop turn (upstream_curl_timer). */
+static CURLMcode add_handle(struct upstream *u, CURL *easy)
+{
+    u->adding = true;
+    CURLMcode mc = curl_multi_add_handle(u->multi, easy);
+    u->adding = false;
+    return mc;
 }
 
 /* Record a failure of our own, to be reported instead of curl's CURLcode. */
@@ -595,7 +605,7 @@ static void xfer_on_timeout(evutil_socket_t fd, short what, void *arg)
 
 static void xfer_add(struct xfer *x)
 {
-    CURLMcode mc = curl_multi_add_handle(x->u->multi, x->easy);
+    CURLMcode mc = add_handle(x->u, x->easy);
     if (mc != CURLM_OK) {
         xfer_finish(x, XFER_ERR_INTERNAL, curl_multi_strerror(mc));
         return;
@@ -801,7 +811,7 @@ struct xfer *xfer_start(struct upstream *u, const struct xfer_req *req, const st
     x->arg = arg;
     if (u->cb_depth > 0) {
         xfer_defer(x); /* curl refuses add_handle from inside its callbacks */
-    } else if (curl_multi_add_handle(u->multi, x->easy) != CURLM_OK) {
+    } else if (add_handle(u, x->easy) != CURLM_OK) {
         xfer_free(x);
         return NULL;
     } else {
@@ -980,13 +990,21 @@ static int upstream_curl_socket(CURL *e, curl_socket_t fd, int what, void *userp
     return 0;
 }
 
-/* CURLMOPT_TIMERFUNCTION: one timer, replaced on each call, -1 deletes it. */
+/*
+ * CURLMOPT_TIMERFUNCTION: one timer, replaced on each call, -1 deletes it.
+ * The 0 ms that a new transfer asks for runs once the current callback
+ * returns, in this loop turn: a zero timer would cost a turn (an epoll_wait)
+ * before the request is even written.
+ */
 static int upstream_curl_timer(CURLM *m, long ms, void *userp)
 {
     struct upstream *u = userp;
     (void)m;
     PC_CHECK_OBJ(u, UPSTREAM_MAGIC);
-    if (ms < 0) {
+    if (ms == 0 && u->adding) {
+        evtimer_del(u->timer);
+        event_active(u->timer, EV_TIMEOUT, 1);
+    } else if (ms < 0) {
         evtimer_del(u->timer);
     } else {
         struct timeval tv = {ms / 1000, (ms % 1000) * 1000};

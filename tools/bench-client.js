@@ -2,32 +2,35 @@
 /*
  * bench-client.js - N sequential POSTs of one chat request on one keep-alive
  * connection (for bench/instructions.sh, which counts the proxy's
- * instructions around it). usage: bench-client.js BASE PATH N [HEADERS-JSON]
+ * instructions around it). usage: bench-client.js BASE PATH N [HEADERS-JSON] [unique]
+ * With "unique" each request asks a new question (a cache miss every time).
  */
 const http = require('node:http');
 
-const [base, path, n, extra] = process.argv.slice(2);
-const body = JSON.stringify({model: 'gpt-4o-mini', temperature: 0, messages: [
+const [base, path, n, extra, mode] = process.argv.slice(2);
+const salt = `${process.pid}-${Date.now()}`;
+const bodyOf = (i) => JSON.stringify({model: 'gpt-4o-mini', temperature: 0, messages: [
     {role: 'system', content: 'You are a helpful assistant.'},
-    {role: 'user', content: 'What is the capital of France? Answer in one word.'}]});
+    {role: 'user', content: 'What is the capital of France? Answer in one word.' +
+        (mode === 'unique' ? ` (${salt}-${i})` : '')}]});
 const agent = new http.Agent({keepAlive: true, maxSockets: 1});
 const headers = {'content-type': 'application/json', authorization: 'Bearer sk-bench',
     ...JSON.parse(extra || '{}')};
 
-function once() {
+function once(i) {
     return new Promise((resolve, reject) => {
         const req = http.request(base + path, {method: 'POST', agent, headers}, (res) => {
             res.resume();
             res.on('end', () => (res.statusCode < 500 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
         });
         req.on('error', reject);
-        req.end(body);
+        req.end(bodyOf(i));
     });
 }
 
 (async () => {
     for (let i = 0; i < Number(n); i++)
-        await once();
+        await once(i);
     agent.destroy();
 })().catch((e) => {
     console.error(`bench-client: ${e.message}`);

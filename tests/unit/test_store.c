@@ -7,6 +7,7 @@
 #include "pc_conf.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
+#include "pc_redisev.h"
 #include "pc_stats.h"
 #include "pc_store.h"
 #include "pc_util.h"
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include <event2/event.h>
+#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #define TEST_TIMEOUT_MS 1000
@@ -1328,6 +1330,114 @@ static void test_migrate_script(void)
     pc_buf_free(&b);
 }
 
+/* --- pc_redisev.h: hiredis on the loop, written without waiting for EV_WRITE --------- */
+
+struct rev_state {
+    int connected; /* 1 ok, -1 failed */
+    int replies;
+    int want; /* rev_done: this many replies */
+    char last[64];
+};
+
+static void rev_on_connect(const redisAsyncContext *ac, int status)
+{
+    struct rev_state *st = ac->data;
+    st->connected = status == REDIS_OK ? 1 : -1;
+}
+
+static void rev_on_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+    (void)ac;
+    struct rev_state *st = priv;
+    redisReply *r = reply;
+    st->replies++;
+    snprintf(st->last, sizeof(st->last), "%s",
+             r == NULL                        ? "(null)"
+             : r->type == REDIS_REPLY_INTEGER ? "int"
+             : r->str != NULL                 ? r->str
+                                              : "?");
+}
+
+static bool rev_connected(void *arg)
+{
+    return ((struct rev_state *)arg)->connected != 0;
+}
+
+static bool rev_done(void *arg)
+{
+    const struct rev_state *st = arg;
+    return st->replies >= st->want;
+}
+
+/* Events added or active (libevent counts an active one as added). */
+static int added_events(void)
+{
+    return event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED);
+}
+
+static int active_events(void)
+{
+    return event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE);
+}
+
+static void test_redisev(void)
+{
+    struct rev_state st = {0};
+    redisAsyncContext *ac = redisAsyncConnectUnix(R.sock);
+    T_CHECK(ac != NULL && ac->err == 0);
+    T_CHECK_INT(redisev_attach(ac, base), 0);
+    T_CHECK_INT(redisev_attach(ac, base), -1); /* one adapter per context */
+    ac->data = &st;
+    redisAsyncSetConnectCallback(ac, rev_on_connect);
+    /* queued before the connection is made: sent once it is */
+    T_CHECK_INT(redisAsyncCommand(ac, rev_on_reply, &st, "PING"), REDIS_OK);
+    T_CHECK(run_until(rev_connected, &st, 5000));
+    T_CHECK_INT(st.connected, 1);
+    st.want = 1;
+    T_CHECK(run_until(rev_done, &st, 5000));
+    T_CHECK_STR(st.last, "PONG");
+
+    /*
+     * Connected: a command registers no EV_WRITE (the read event stays as it
+     * is): a flush is made active, and the command is written within the
+     * next loop turn, even a non-blocking one.
+     */
+    int before = added_events();
+    T_CHECK_INT(active_events(), 0);
+    T_CHECK_INT(redisAsyncCommand(ac, rev_on_reply, &st, "SET pc:rev %s", "v"), REDIS_OK);
+    T_CHECK(sdslen(ac->c.obuf) > 0);
+    T_CHECK_INT(active_events(), 1);
+    T_CHECK_INT(added_events(), before + 1); /* the active flush, no fd watched */
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    T_CHECK_INT(sdslen(ac->c.obuf), 0);
+    T_CHECK_INT(added_events(), before);
+    st.want = 2;
+    T_CHECK(run_until(rev_done, &st, 5000));
+    T_CHECK_STR(st.last, "OK");
+    T_CHECK_INT(added_events(), before); /* the persistent read event was never removed */
+
+    /* More than the socket takes: the rest waits for EV_WRITE, then it is gone again. */
+    size_t n = 16u << 20;
+    char *val = pc_malloc(n);
+    memset(val, 'w', n);
+    T_CHECK_INT(redisAsyncCommand(ac, rev_on_reply, &st, "SET pc:rev-big %b", val, n), REDIS_OK);
+    free(val);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    T_CHECK(sdslen(ac->c.obuf) > 0);
+    T_CHECK_INT(active_events(), 0);
+    T_CHECK_INT(added_events(), before + 1); /* EV_WRITE now */
+    st.want = 3;
+    T_CHECK(run_until(rev_done, &st, 10000));
+    T_CHECK_STR(st.last, "OK");
+    T_CHECK_INT(sdslen(ac->c.obuf), 0);
+    T_CHECK_INT(added_events(), before);
+    T_CHECK_STR(rtext_db(0, "STRLEN pc:rev-big"), ":16777216");
+
+    redisAsyncFree(ac); /* the cleanup hook frees the events */
+    T_CHECK_INT(added_events(), before - 1);
+    freeReplyObject(rcmd_db(0, "DEL pc:rev pc:rev-big"));
+}
+
 int main(void)
 {
     snprintf(latest, sizeof(latest), "%ld", migrate_latest());
@@ -1356,6 +1466,7 @@ int main(void)
     T_RUN(test_busy_loop);
     T_RUN(test_busy_loop_large_reply);
     T_RUN(test_set_large);
+    T_RUN(test_redisev);
     T_RUN(test_host_name);
     T_RUN(test_migrate_script);
     T_RUN(test_connect_timeout);
