@@ -185,6 +185,7 @@ struct httpd_conn {
     bool read_on;         /* the state machine reads: conn_read_set */
     bool read_armed;      /* rev is added: read_on and the input is under read_high */
     bool write_armed;     /* EV_WRITE enabled: the bufferevent is writing queued output */
+    bool flush_soon;      /* output queued for a write at the end of this loop turn */
     bool regular;         /* counted in g.conns (else in g.reserve) */
     bool ip_held;         /* counted in g's per-address table under ip */
     bool over_ip;         /* in the reserve because of max_connections_per_ip */
@@ -252,6 +253,7 @@ static void conn_kill(struct httpd_conn *c);
 static const char *conn_peer(struct httpd_conn *c);
 static void conn_start_close(struct httpd_conn *c);
 static void conn_dispatch(struct httpd_conn *c);
+static void conn_schedule(struct httpd_conn *c);
 
 static void stats_add_opt(struct stats *st, enum stat_id id, int64_t n)
 {
@@ -706,17 +708,25 @@ static int conn_write_now(struct httpd_conn *c, struct evbuffer *out)
 
 /*
  * Output was queued. EV_WRITE stays disabled while nothing is pending, so
- * that a reply the socket takes at once (now: written right here) costs one
- * write and no epoll_ctl calls; what the socket does not take is left to the
- * bufferevent (write callback, write timeout), which conn_write_cb disarms
- * again once the output is empty. Writes use writev: SIGPIPE must be ignored.
+ * that output the socket takes at once costs one write and no epoll_ctl
+ * calls: a finished reply (now) is written right here; a stream's head and
+ * chunks (not now) once the callbacks of this loop turn have run
+ * (conn_deferred_cb), so the chunks one turn brings leave in one write.
+ * What the socket does not take is left to the bufferevent (write callback,
+ * write timeout), which conn_write_cb disarms again once the output is
+ * empty. Writes use writev: SIGPIPE must be ignored.
  */
 static void conn_flush(struct httpd_conn *c, bool now)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     if (c->write_armed || evbuffer_get_length(out) == 0)
         return;
-    if (now && conn_write_now(c, out) < 0) {
+    if (!now) {
+        c->flush_soon = true;
+        conn_schedule(c);
+        return;
+    }
+    if (conn_write_now(c, out) < 0) {
         log_debug("httpd: %s: write failed", conn_peer(c));
         conn_kill(c); /* the client is gone */
         return;
@@ -1117,12 +1127,33 @@ static void conn_next(struct httpd_conn *c)
     conn_process(c);
 }
 
+/*
+ * The end-of-turn write of conn_flush. A stream's producer that stopped at
+ * its high mark waits for the drain callback, which the bufferevent would
+ * have called after writing: call it here too once the output is low.
+ */
+static void conn_flush_soon(struct httpd_conn *c)
+{
+    c->flush_soon = false;
+    if (c->state == C_DEAD)
+        return;
+    conn_flush(c, true);
+    struct httpd_req *r = c->req;
+    if (c->state != C_HANDLER || c->write_armed || r == NULL || !r->started || r->finished ||
+        r->drain_fn == NULL)
+        return;
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) <= r->drain_low)
+        r->drain_fn(r, r->drain_arg);
+}
+
 static void conn_deferred_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct httpd_conn *c = arg;
     (void)fd;
     (void)what;
     PC_CHECK_OBJ(c, CONN_MAGIC);
+    if (c->flush_soon)
+        conn_flush_soon(c);
     struct httpd_req *r = c->req;
     if (r != NULL && r->gone && !r->finished && !r->close_called) {
         r->close_called = true;
