@@ -1127,10 +1127,17 @@ static void conn_next(struct httpd_conn *c)
     conn_process(c);
 }
 
+/* A handler's stream that waits above its mark is called back once queued output is low. */
+static void req_maybe_drained(struct httpd_req *r, size_t queued)
+{
+    if (r->started && r->drain_fn != NULL && !r->finished && queued <= r->drain_low)
+        r->drain_fn(r, r->drain_arg);
+}
+
 /*
- * The end-of-turn write of conn_flush. A stream's producer that stopped at
- * its high mark waits for the drain callback, which the bufferevent would
- * have called after writing: call it here too once the output is low.
+ * The end-of-turn write of conn_flush. What the socket took at once never
+ * reaches the bufferevent's write callback (conn_write_cb), so the drain
+ * check it makes is made here; what it did not take is the callback's.
  */
 static void conn_flush_soon(struct httpd_conn *c)
 {
@@ -1138,12 +1145,8 @@ static void conn_flush_soon(struct httpd_conn *c)
     if (c->state == C_DEAD)
         return;
     conn_flush(c, true);
-    struct httpd_req *r = c->req;
-    if (c->state != C_HANDLER || c->write_armed || r == NULL || !r->started || r->finished ||
-        r->drain_fn == NULL)
-        return;
-    if (evbuffer_get_length(bufferevent_get_output(c->bev)) <= r->drain_low)
-        r->drain_fn(r, r->drain_arg);
+    if (c->state == C_HANDLER && !c->write_armed)
+        req_maybe_drained(c->req, evbuffer_get_length(bufferevent_get_output(c->bev)));
 }
 
 static void conn_deferred_cb(evutil_socket_t fd, short what, void *arg)
@@ -1807,8 +1810,7 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
     }
     switch (c->state) {
     case C_HANDLER:
-        if (r->started && r->drain_fn != NULL && !r->finished && queued <= r->drain_low)
-            r->drain_fn(r, r->drain_arg);
+        req_maybe_drained(r, queued);
         break;
     case C_WAIT_OUT:
         if (queued == 0) {
