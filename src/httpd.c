@@ -170,7 +170,7 @@ struct httpd_conn {
     struct event *rev;               /* readable: conn_readable_cb */
     struct evbuffer_cb_entry *in_cb; /* input drained: reading resumes (conn_input_cb) */
     struct event *timer;             /* read, idle or linger deadline */
-    struct event *defer;             /* conn_deferred_cb on the next loop pass */
+    struct event *defer;             /* conn_deferred_cb, made active: runs later this turn */
     enum conn_state state;
     struct httpd_req *req; /* being read or handled; owned */
     size_t scan_off;       /* head bytes already searched for the blank line */
