@@ -146,6 +146,15 @@ const char *api_answer_fault_name(enum api_answer_fault f);
 int api_answer_check(enum api_endpoint e, const cJSON *resp, const char **reason);
 
 /*
+ * The deepest level below an answer's root that api_answer_check and
+ * api_usage_from_response look at (a choice's "message", a usage block's
+ * cached_tokens: level 3), and only at the type of a string, array or object
+ * there. An answer parsed with jskim_parse(..., API_ANSWER_DEPTH) gets the
+ * same verdict and usage as one parsed in full (tests/unit/test_jskim.c).
+ */
+#define API_ANSWER_DEPTH 3
+
+/*
  * The same for a recorded SSE answer, given what sse_assemble() made of the
  * recording (NULL when it is malformed, cut off or carries an error event:
  * API_ANSWER_STREAM_INCOMPLETE). The assembled answer must pass

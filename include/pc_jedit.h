@@ -34,6 +34,12 @@ struct jspan {
     size_t end;
 };
 
+/*
+ * text[p] is '"': the offset just past the quote that closes the string, or 0
+ * if none does (escapes are not checked, only skipped).
+ */
+size_t jedit_string_end(const char *text, size_t len, size_t p);
+
 /* The value starting at or after pos (white space skipped); false if none can be read. */
 bool jedit_value(const char *text, size_t len, size_t pos, struct jspan *v);
 /* Whether v is an object / an array / a string / the literal null. */

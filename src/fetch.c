@@ -18,6 +18,7 @@
 #include "pc_chain.h"
 #include "pc_conf.h"
 #include "pc_flight.h"
+#include "pc_jskim.h"
 #include "pc_log.h"
 #include "pc_route.h"
 #include "pc_savings.h"
@@ -215,7 +216,8 @@ static bool answer_usage(const struct fetch *f, const struct pc_buf *body, struc
         cJSON_Delete(resp);
         return true;
     }
-    cJSON *resp = cJSON_ParseWithLength(body->data, body->len);
+    /* The content (and every float of an embedding) is checked, not built. */
+    cJSON *resp = jskim_parse(body->data, body->len, API_ANSWER_DEPTH);
     if (resp == NULL || !cJSON_IsObject(resp)) {
         cJSON_Delete(resp);
         return false;

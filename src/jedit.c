@@ -26,11 +26,10 @@ static size_t skip_ws(const char *t, size_t len, size_t p)
 }
 
 /*
- * t[p] is '"': the offset just past the closing quote, or 0. A quote closes
- * the string unless an odd number of backslashes precedes it; memchr finds
- * the candidates, so long strings (prompts) cost little.
+ * A quote closes the string unless an odd number of backslashes precedes it;
+ * memchr finds the candidates, so long strings (prompts) cost little.
  */
-static size_t string_end(const char *t, size_t len, size_t p)
+size_t jedit_string_end(const char *t, size_t len, size_t p)
 {
     for (size_t q = p + 1; q < len;) {
         const char *quote = memchr(t + q, '"', len - q);
@@ -53,7 +52,7 @@ static size_t container_end(const char *t, size_t len, size_t p)
     while (p < len) {
         char c = t[p];
         if (c == '"') {
-            p = string_end(t, len, p);
+            p = jedit_string_end(t, len, p);
             if (p == 0)
                 return 0;
             continue;
@@ -87,7 +86,7 @@ bool jedit_value(const char *text, size_t len, size_t pos, struct jspan *v)
     if (p >= len)
         return false;
     if (text[p] == '"')
-        end = string_end(text, len, p);
+        end = jedit_string_end(text, len, p);
     else if (text[p] == '{' || text[p] == '[')
         end = container_end(text, len, p);
     else

@@ -60,6 +60,13 @@ h.test('second identical embeddings request is a HIT with the same vectors', asy
     assert.deepEqual(second.json, first.json);
 });
 
+h.test('a full-size embedding (1536 floats) is stored and hit whole', async () => {
+    const body = h.embeddingBody(h.uniq('a long vector'), {dimensions: 1536});
+    const [first, second] = await missThenHit('/v1/embeddings', body);
+    assert.equal(first.json.data[0].embedding.length, 1536);
+    assert.deepEqual(second.json, first.json);
+});
+
 h.test('a HIT returns the earlier call\'s answer, not a new one', async () => {
     const body = h.chatBody(h.uniq('which call answers'));
     const first = await env.proxy.post(CHAT, body);

@@ -163,6 +163,15 @@ h.test('embeddings are deterministic unit vectors', async () => {
     assert.ok(Math.abs(Math.hypot(...va) - 1) < 1e-6);
 });
 
+h.test('embeddings take "dimensions"; 8 without it', async () => {
+    const long = await post('/v1/embeddings', h.embeddingBody('same', {dimensions: 1536}));
+    const short = await post('/v1/embeddings', h.embeddingBody('same'));
+    const v = long.json.data[0].embedding;
+    assert.equal(v.length, 1536);
+    assert.equal(short.json.data[0].embedding.length, 8);
+    assert.ok(Math.abs(Math.hypot(...v) - 1) < 1e-6);
+});
+
 h.test('GET /__mock/stats and POST /__mock/reset', async () => {
     await post(CHAT, h.chatBody('before reset'));
     const stats = (await h.request(mock.url, {method: 'GET', path: '/__mock/stats'})).json;

@@ -143,11 +143,18 @@ function firstTool(tools) {
 }
 
 /* Unit-length float32-exact vector derived from the text's SHA-256. */
-function embeddingVector(text) {
-    const digest = crypto.createHash('sha256').update(String(text)).digest();
+/*
+ * A unit vector derived from the text: DIMS floats, 8 from each SHA-256 of
+ * the text (the first of the plain text, the next of "N:" and the text).
+ */
+function embeddingVector(text, dims = EMBEDDING_DIMS) {
     const raw = [];
-    for (let i = 0; i < EMBEDDING_DIMS; i++)
-        raw.push(digest.readInt32LE(i * 4) / 2 ** 31);
+    for (let block = 0; raw.length < dims; block++) {
+        const digest = crypto.createHash('sha256')
+            .update(block === 0 ? String(text) : `${block}:${text}`).digest();
+        for (let i = 0; i < 8 && raw.length < dims; i++)
+            raw.push(digest.readInt32LE(i * 4) / 2 ** 31);
+    }
     const norm = Math.sqrt(raw.reduce((s, x) => s + x * x, 0)) || 1;
     return raw.map((x) => Math.fround(x / norm));
 }
@@ -312,8 +319,11 @@ function textCompletionStream(call) {
 function embeddings(call) {
     const inputs = [].concat(call.body.input === undefined ? [] : call.body.input);
     const asBase64 = call.body.encoding_format === 'base64';
+    /* "dimensions" as OpenAI's text-embedding-3 models take it; 8 when absent */
+    const d = call.body.dimensions;
+    const dims = Number.isInteger(d) && d > 0 && d <= 4096 ? d : EMBEDDING_DIMS;
     const data = inputs.map((input, index) => {
-        const vec = embeddingVector(typeof input === 'string' ? input : JSON.stringify(input));
+        const vec = embeddingVector(typeof input === 'string' ? input : JSON.stringify(input), dims);
         return {object: 'embedding', index, embedding: asBase64 ? base64Floats(vec) : vec};
     });
     const tokens = inputs.reduce((n, i) => n + countTokens(typeof i === 'string' ? i : ''), 0);
