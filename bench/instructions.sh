@@ -2,7 +2,7 @@
 # bench/instructions.sh - CPU instructions the proxy spends per request,
 # counted by valgrind's callgrind: repeatable on a noisy shared machine where
 # wall-clock numbers drift. Measures an exact hit, misses (a short and a 4 KiB
-# chat answer, a 1536-float embedding), an X-Cache-Mode: off bypass and a
+# chat answer, a 1536-float embedding, a streamed answer), an X-Cache-Mode: off bypass and a
 # pass-through, N requests each on one keep-alive connection, against the mock
 # upstream.
 #
@@ -63,5 +63,6 @@ measure "exact hit (chat)" /v1/chat/completions '{}'
 measure "miss (chat, new question each)" /v1/chat/completions '{}' unique
 measure "miss (chat, 4 KiB answer)" /v1/chat/completions '{"x-mock-size":"4096"}' unique
 measure "miss (embeddings, 1536 floats)" /v1/embeddings '{}' unique
+measure "miss (chat, streamed)" /v1/chat/completions '{}' stream
 measure "bypass (X-Cache-Mode: off)" /v1/chat/completions '{"x-cache-mode":"off"}'
 measure "pass-through (other path)" /v1/other '{}'

@@ -232,11 +232,12 @@ static void sink(void *arg, size_t rep, const uint64_t *h, const uint32_t *token
         ps->head = r;
     ps->tail = r;
     ps->queued++;
+    pthread_mutex_unlock(&ps->mu);
     /* Only the writer waits for records, and only on an empty queue: a wake-up per request
-     * (and waking the pauses) cost more than the pass-through itself. */
+     * (and waking the pauses) cost more than the pass-through itself. Signalled after the
+     * unlock, so the writer does not wake up only to wait for the mutex this worker holds. */
     if (was_empty)
         pthread_cond_signal(&ps->queue_cond);
-    pthread_mutex_unlock(&ps->mu);
 }
 
 /*
@@ -498,9 +499,10 @@ static void apply_entry(struct psync *ps, const redisReply *fields)
  */
 static bool read_stream(struct psync *ps, struct conn *c, char *id, size_t idlen)
 {
-    redisReply *r = redisCommand(
-        c->rc, "XREAD COUNT " READ_COUNT " BLOCK " READ_BLOCK_MS " STREAMS " PSYNC_STREAM " %s",
-        id);
+    /* argv, not a format string: hiredis formats one with a printf per argument */
+    const char *argv[] = {"XREAD",       "COUNT",   READ_COUNT,   "BLOCK",
+                          READ_BLOCK_MS, "STREAMS", PSYNC_STREAM, id};
+    redisReply *r = redisCommandArgv(c->rc, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
     if (r == NULL) {
         if (!is_stopping(ps))
             conn_failed(ps, c, c->rc->errstr[0] ? c->rc->errstr : "connection lost");
