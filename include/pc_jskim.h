@@ -4,17 +4,19 @@
  * A miss's answer is parsed to read its usage block and check its shape
  * (api_usage_from_response, api_answer_check), which look no deeper than a
  * few levels below the root. The rest (a chat answer's content, every float
- * of an embedding) only has to be valid. jskim_parse checks all of the text
+ * of an embedding) only has to be valid. jskim_parse checks all of the value
  * but builds cJSON nodes only down to a given depth, so the deep parts cost
  * a scan instead of allocations, copies and strtod calls.
  *
  *   text ─▶ jskim_parse(text, len, depth) ─▶ cJSON tree cut at depth
- *                                          └▶ NULL: cJSON would refuse it too
+ *                                          └▶ NULL: cJSON refuses it too
+ *                                             (or memory ran out)
  *
  * Accepted text is exactly what cJSON_ParseWithLength accepts (its quirks
  * included: bytes up to 0x20 are white space, text after the first value is
  * ignored, an invalid \u escape reads as U+0000, numbers are what strtod
- * takes from the run of [0-9+-.eE], 1000 levels of nesting at most), so
+ * takes from the run of [0-9+-.eE] with '.' as the locale's decimal point,
+ * 1000 levels of nesting at most), so
  * whether an answer is usable does not depend on which parser read it.
  *
  * The root is at depth 0, its members and elements at depth 1, and so on.

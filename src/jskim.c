@@ -7,6 +7,7 @@
  */
 #include "pc_jskim.h"
 
+#include <locale.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@ struct skim {
     size_t len;
     size_t pos;
     unsigned open; /* arrays and objects open around pos */
-    unsigned cut;  /* the depth where building stops */
+    unsigned cut;  /* jskim_parse's depth: where building stops */
 };
 
 /* cJSON's white space is every byte up to 0x20. True if a byte is left after it. */
@@ -99,8 +100,10 @@ static size_t unicode_escape(const unsigned char *p, const unsigned char *end, u
 /*
  * The body of a string, p..end (end is the closing quote): true if cJSON
  * decodes its escapes. With out, the decoded bytes (never more than end - p)
- * are written there and *n says how many. Like cJSON's, the walk may step
- * over the closing quote when an escape sequence ends on it.
+ * are written there and *n says how many. Like cJSON's, the walk may read
+ * the closing quote as the second byte of an escape: a \u escape with bad
+ * hex takes 6 bytes whatever they are, so "\u123\\" leaves the walk on the
+ * last backslash, which then pairs with the quote (decoded: 00 22).
  */
 static bool unescape(const unsigned char *p, const unsigned char *end, unsigned char *out,
                      size_t *n)
@@ -224,9 +227,11 @@ static size_t strtod_span(const unsigned char *r, size_t n)
 
 /*
  * The number at k->pos, as cJSON reads it: strtod over the run of bytes
- * that may belong to a number, the text going on after what strtod took.
- * With node, a cJSON number is made (strtod itself decides); without, the
- * length is worked out and nothing converted.
+ * that may belong to a number ('.' swapped for the locale's decimal point),
+ * the text going on after what strtod took. With node, a cJSON number is
+ * made (strtod itself decides, but for short integers, exact without it);
+ * without, strtod_span works out the length and nothing is converted. The
+ * two grammars agree; tests/unit/test_jskim.c holds them to it.
  */
 static bool number(struct skim *k, cJSON **node)
 {
@@ -256,7 +261,9 @@ static bool number(struct skim *k, cJSON **node)
     char small[64], *copy = n < sizeof(small) ? small : malloc(n + 1);
     if (copy == NULL)
         return false;
-    memcpy(copy, r, n);
+    char point = localeconv()->decimal_point[0]; /* cJSON's swap, for strtod */
+    for (size_t i = 0; i < n; i++)
+        copy[i] = r[i] == '.' ? point : (char)r[i];
     copy[n] = '\0';
     char *after = copy;
     double d = strtod(copy, &after);
@@ -270,7 +277,10 @@ static bool number(struct skim *k, cJSON **node)
     return *node != NULL;
 }
 
-/* A string node taking ownership of s (from cJSON_malloc). */
+/*
+ * A string node taking ownership of s (from cJSON_malloc): a null node
+ * retyped, since cJSON_CreateString would copy s.
+ */
 static cJSON *string_node(char *s)
 {
     cJSON *n = cJSON_CreateNull();
@@ -318,7 +328,7 @@ static bool container(struct skim *k, unsigned depth, cJSON *node)
         }
         cJSON *child = NULL;
         bool ok = value(k, depth + 1, build ? &child : NULL);
-        if (child != NULL) {
+        if (child != NULL) { /* an object's member is an element with its name set, as in cJSON */
             child->string = name;
             name = NULL;
             cJSON_AddItemToArray(node, child);
@@ -339,7 +349,9 @@ static bool container(struct skim *k, unsigned depth, cJSON *node)
 
 /*
  * The value at k->pos (a byte is there). node is NULL below the cut depth;
- * otherwise the value's node is put there, even when the value then fails.
+ * otherwise the value's node is put there. An array or object's node is put
+ * there before its members are read, so what a failure leaves is attached
+ * to the tree and freed with it; a scalar's node only once it is read.
  */
 static bool value(struct skim *k, unsigned depth, cJSON **node)
 {

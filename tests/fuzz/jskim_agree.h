@@ -11,7 +11,11 @@
 #include "pc_api.h"
 #include "pc_jskim.h"
 
-/* Whether skim is full cut at depth cut (both nodes at depth d). */
+/*
+ * Whether skim is full cut at depth cut (both nodes at depth d). Strings are
+ * compared as C strings, as cJSON keeps them: bytes after a U+0000 from a
+ * \u0000 escape are not seen by anyone reading the tree.
+ */
 static bool jskim_same_cut(const cJSON *full, const cJSON *skim, unsigned d, unsigned cut)
 {
     if ((full->type & 0xFF) != (skim->type & 0xFF))
