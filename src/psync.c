@@ -39,14 +39,23 @@
 
 #include <hiredis/hiredis.h>
 
-#define PSYNC_MAGIC     0x5053594eu /* "PSYN" */
-#define QUEUE_MAX       4096        /* records waiting; more are dropped (and counted) */
-#define BATCH_MAX       256         /* records per pipeline */
-#define STREAM_MAXLEN   "20000" /* records kept in the stream (a reader further behind restores) */
-#define READ_COUNT      "256"
-#define READ_BLOCK_MS   "1000"
-#define READ_PAUSE_MS   10 /* after entries came: let more gather (one XREAD for many) */
-#define WRITE_LINGER_MS 5  /* after a record came: let more join its pipeline */
+#define PSYNC_MAGIC   0x5053594eu /* "PSYN" */
+#define QUEUE_MAX     4096        /* records waiting; more are dropped (and counted) */
+#define BATCH_MAX     256         /* records per pipeline */
+#define STREAM_MAXLEN "20000" /* records kept in the stream (a reader further behind restores) */
+#define READ_COUNT    "256"
+#define READ_COUNT_N  256
+#define READ_BLOCK_MS "1000"
+/*
+ * The reader's pause after entries came, and the writer's wait after a record
+ * came, so that one XREAD or one pipeline carries many: each wake-up of these
+ * threads costs about as much CPU as the record it carries, and on a busy
+ * machine that CPU is taken from the workers. A record reaches the other
+ * instances within about their sum, next to seconds between the turns of a
+ * conversation. Neither waits when a full XREAD or batch is there already.
+ */
+#define READ_PAUSE_MS   50
+#define WRITE_LINGER_MS 50
 #define IO_TIMEOUT_MS   5000
 #define BACKOFF_MIN_MS  100
 #define BACKOFF_MAX_MS  5000
@@ -242,15 +251,17 @@ static void sink(void *arg, size_t rep, const uint64_t *h, const uint32_t *token
 
 /*
  * Up to BATCH_MAX queued records (NULL once stopping): waits for one, then
- * WRITE_LINGER_MS for others, so that under load one pipeline carries many.
+ * WRITE_LINGER_MS for others unless a full batch is queued already.
  */
 static struct rec *take_batch(struct psync *ps)
 {
     pthread_mutex_lock(&ps->mu);
     while (ps->head == NULL && !ps->stopping)
         pthread_cond_wait(&ps->queue_cond, &ps->mu);
+    bool full = ps->queued >= BATCH_MAX;
     pthread_mutex_unlock(&ps->mu);
-    pause_ms(ps, WRITE_LINGER_MS);
+    if (!full)
+        pause_ms(ps, WRITE_LINGER_MS);
     pthread_mutex_lock(&ps->mu);
     struct rec *batch = ps->stopping ? NULL : ps->head, *last = batch;
     for (size_t k = 1; last != NULL && k < BATCH_MAX && last->next != NULL; k++)
@@ -493,9 +504,8 @@ static void apply_entry(struct psync *ps, const redisReply *fields)
 
 /*
  * One XREAD; false if the connection failed. After entries came it pauses
- * READ_PAUSE_MS, so that under load one XREAD brings many: sharing is that
- * much later, which matters little next to the seconds between the turns of
- * a conversation.
+ * READ_PAUSE_MS (unless the XREAD was full: more are waiting), so that one
+ * XREAD brings many.
  */
 static bool read_stream(struct psync *ps, struct conn *c, char *id, size_t idlen)
 {
@@ -509,8 +519,10 @@ static bool read_stream(struct psync *ps, struct conn *c, char *id, size_t idlen
         return false;
     }
     /* [[stream, [[id, [field, value, ...]], ...]]], or nil after BLOCK ms of nothing. */
+    size_t got = 0;
     if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->elements == 2) {
         const redisReply *entries = r->element[0]->element[1];
+        got = entries->type == REDIS_REPLY_ARRAY ? entries->elements : 0;
         for (size_t k = 0; entries->type == REDIS_REPLY_ARRAY && k < entries->elements; k++) {
             const redisReply *e = entries->element[k];
             if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
@@ -524,7 +536,7 @@ static bool read_stream(struct psync *ps, struct conn *c, char *id, size_t idlen
     }
     bool came = r->type == REDIS_REPLY_ARRAY;
     freeReplyObject(r);
-    return !came || pause_ms(ps, READ_PAUSE_MS);
+    return !came || got >= READ_COUNT_N || pause_ms(ps, READ_PAUSE_MS);
 }
 
 /* A new connection: note where the stream ends, catch up from the sets, then follow. */
