@@ -228,33 +228,25 @@ static size_t strtod_span(const unsigned char *r, size_t n)
 /*
  * The number at k->pos, as cJSON reads it: strtod over the run of bytes
  * that may belong to a number ('.' swapped for the locale's decimal point),
- * the text going on after what strtod took. With node, a cJSON number is
- * made (strtod itself decides, but for short integers, exact without it);
- * without, strtod_span works out the length and nothing is converted. The
- * two grammars agree; tests/unit/test_jskim.c holds them to it.
+ * the text going on after what strtod took. strtod_span says how much that
+ * is; with node, those bytes are converted (short integers exactly without
+ * strtod), without, nothing is.
  */
 static bool number(struct skim *k, cJSON **node)
 {
     const unsigned char *r = k->s + k->pos;
-    if (node == NULL) {
-        /* what strtod takes lies within the run, so the run's end is not needed */
-        size_t took = strtod_span(r, k->len - k->pos);
-        k->pos += took;
-        return took > 0;
-    }
-    size_t n = 0;
-    while (n < k->len - k->pos && (is_digit(r[n]) || r[n] == '+' || r[n] == '-' || r[n] == '.' ||
-                                   r[n] == 'e' || r[n] == 'E'))
-        n++;
-    size_t sign = r[0] == '-', end = sign;
-    while (end < n && is_digit(r[end]))
-        end++;
-    if (end == n && n > sign && n - sign <= 15) {
+    size_t n = strtod_span(r, k->len - k->pos); /* what strtod takes lies within the run */
+    if (n == 0)
+        return false;
+    k->pos += n;
+    if (node == NULL)
+        return true;
+    size_t sign = r[0] == '-';
+    if (digits_end(r, sign, n) == n && n - sign <= 15) {
         /* digits only, 15 at most: exact in a double, the value strtod gives */
         uint64_t v = 0;
         for (size_t i = sign; i < n; i++)
             v = v * 10 + (uint64_t)(r[i] - '0');
-        k->pos += n;
         *node = cJSON_CreateNumber(sign ? -(double)v : (double)v);
         return *node != NULL;
     }
@@ -265,14 +257,9 @@ static bool number(struct skim *k, cJSON **node)
     for (size_t i = 0; i < n; i++)
         copy[i] = r[i] == '.' ? point : (char)r[i];
     copy[n] = '\0';
-    char *after = copy;
-    double d = strtod(copy, &after);
-    size_t took = (size_t)(after - copy);
+    double d = strtod(copy, NULL);
     if (copy != small)
         free(copy);
-    if (took == 0)
-        return false;
-    k->pos += took;
     *node = cJSON_CreateNumber(d);
     return *node != NULL;
 }

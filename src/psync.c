@@ -43,9 +43,10 @@
 #define QUEUE_MAX     4096        /* records waiting; more are dropped (and counted) */
 #define BATCH_MAX     256         /* records per pipeline */
 #define STREAM_MAXLEN "20000" /* records kept in the stream (a reader further behind restores) */
-#define READ_COUNT    "256"
-#define READ_COUNT_N  256
+#define READ_COUNT    256     /* entries per XREAD */
 #define READ_BLOCK_MS "1000"
+#define STR_(x)       #x
+#define STR(x)        STR_(x) /* a number macro as the string hiredis sends */
 /*
  * The reader's pause after entries came, and the writer's wait after a record
  * came, so that one XREAD or one pipeline carries many: each wake-up of these
@@ -510,8 +511,8 @@ static void apply_entry(struct psync *ps, const redisReply *fields)
 static bool read_stream(struct psync *ps, struct conn *c, char *id, size_t idlen)
 {
     /* argv, not a format string: hiredis formats one with a printf per argument */
-    const char *argv[] = {"XREAD",       "COUNT",   READ_COUNT,   "BLOCK",
-                          READ_BLOCK_MS, "STREAMS", PSYNC_STREAM, id};
+    const char *argv[] = {"XREAD",       "COUNT",   STR(READ_COUNT), "BLOCK",
+                          READ_BLOCK_MS, "STREAMS", PSYNC_STREAM,    id};
     redisReply *r = redisCommandArgv(c->rc, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
     if (r == NULL) {
         if (!is_stopping(ps))
@@ -536,7 +537,7 @@ static bool read_stream(struct psync *ps, struct conn *c, char *id, size_t idlen
     }
     bool came = r->type == REDIS_REPLY_ARRAY;
     freeReplyObject(r);
-    return !came || got >= READ_COUNT_N || pause_ms(ps, READ_PAUSE_MS);
+    return !came || got >= READ_COUNT || pause_ms(ps, READ_PAUSE_MS);
 }
 
 /* A new connection: note where the stream ends, catch up from the sets, then follow. */
