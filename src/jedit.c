@@ -74,9 +74,12 @@ static size_t container_end(const char *t, size_t len, size_t p)
 static size_t scalar_end(const char *t, size_t len, size_t p)
 {
     size_t s = p;
-    while (p < len && (strchr("+-.eE", t[p]) != NULL || (t[p] >= '0' && t[p] <= '9') ||
-                       (t[p] >= 'a' && t[p] <= 'z')))
-        p++;
+    for (; p < len; p++) {
+        char c = t[p]; /* [0-9a-z+.E-]: every byte of a number or literal */
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '+' || c == '-' ||
+              c == '.' || c == 'E'))
+            break;
+    }
     return p > s ? p : 0;
 }
 

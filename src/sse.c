@@ -121,7 +121,9 @@ static int key_cmp(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Whether no two members of object o share a name (sorted check: o may be huge). */
+/* Whether no two members of object o share a name (sorted check past a few: o may be huge). */
+#define KEYS_SMALL 12
+
 static bool keys_unique(const cJSON *o)
 {
     size_t n = 0, i = 0;
@@ -129,6 +131,13 @@ static bool keys_unique(const cJSON *o)
         n++;
     if (n < 2)
         return true;
+    if (n <= KEYS_SMALL) { /* the usual chunk: pairwise, no allocation */
+        for (const cJSON *a = o->child; a != NULL; a = a->next)
+            for (const cJSON *b = a->next; b != NULL; b = b->next)
+                if (strcmp(a->string, b->string) == 0)
+                    return false;
+        return true;
+    }
     const char **keys = pc_malloc(n * sizeof(*keys));
     for (const cJSON *c = o->child; c != NULL; c = c->next)
         keys[i++] = c->string;
@@ -279,13 +288,13 @@ static int parser_fail(struct sse_parser *p)
     return -1;
 }
 
-/* Bytes before the next CR or LF. */
-static size_t span_to_eol(const char *s, size_t n)
+/* The end of the line starting at p: the first CR or LF at or after p, or len. */
+static size_t line_end(const char *ev, size_t len, size_t p)
 {
-    size_t i = 0;
-    while (i < n && s[i] != '\r' && s[i] != '\n')
-        i++;
-    return i;
+    const char *lf = memchr(ev + p, '\n', len - p);
+    size_t eol = lf != NULL ? (size_t)(lf - ev) : len;
+    const char *cr = memchr(ev + p, '\r', eol - p);
+    return cr != NULL ? (size_t)(cr - ev) : eol;
 }
 
 int sse_parser_feed(struct sse_parser *p, const char *buf, size_t len, sse_event_fn *cb, void *arg)
@@ -302,7 +311,7 @@ int sse_parser_feed(struct sse_parser *p, const char *buf, size_t len, sse_event
             continue;
         }
         p->last_was_cr = false;
-        size_t run = span_to_eol(buf + i, len - i);
+        size_t run = line_end(buf, len, i) - i;
         if (parser_over(p, run))
             return parser_fail(p);
         pc_buf_append(&p->line, buf + i, run);
@@ -538,10 +547,28 @@ static bool json_blank(const cJSON *v)
            (cJSON_IsNumber(v) && v->valuedouble == 0);
 }
 
-/* obj[key] = copy of v, unless v is absent, or blank while obj already has key. */
+/* Whether a and b are the same string, number (bit for bit), boolean or null. */
+static bool same_scalar(const cJSON *a, const cJSON *b)
+{
+    if ((a->type & 0xff) != (b->type & 0xff))
+        return false;
+    if (cJSON_IsString(a))
+        return strcmp(a->valuestring, b->valuestring) == 0;
+    if (cJSON_IsNumber(a))
+        return memcmp(&a->valuedouble, &b->valuedouble, sizeof(double)) == 0;
+    return cJSON_IsNull(a) || cJSON_IsBool(a);
+}
+
+/*
+ * obj[key] = copy of v, unless v is absent, or blank while obj already has
+ * key, or the same scalar obj already has (most chunks repeat id and model).
+ */
 static void keep_last(cJSON *obj, const char *key, const cJSON *v)
 {
-    if (v == NULL || (json_blank(v) && item(obj, key) != NULL))
+    if (v == NULL)
+        return;
+    const cJSON *have = item(obj, key);
+    if (have != NULL && (json_blank(v) || same_scalar(have, v)))
         return;
     obj_set(obj, key, json_dup(v));
 }
@@ -1934,47 +1961,71 @@ void sse_usage_filter_free(struct sse_usage_filter *f)
     pc_buf_free(&f->pending);
 }
 
-/* The start of the value of the only data line of ev[0..len), or SIZE_MAX. */
-static size_t single_data_value(const char *ev, size_t len)
+/*
+ * The value of the only data line of ev[0..len) as [*start, *end), trailing
+ * white space left off; false if there is no data line or more than one.
+ */
+static bool single_data_value(const char *ev, size_t len, size_t *start, size_t *end)
 {
-    size_t found = SIZE_MAX;
+    bool found = false;
     for (size_t p = 0; p < len;) {
-        size_t eol = p;
-        while (eol < len && ev[eol] != '\n' && ev[eol] != '\r')
-            eol++;
+        size_t eol = line_end(ev, len, p);
         if (eol - p >= 5 && memcmp(ev + p, "data:", 5) == 0) {
-            if (found != SIZE_MAX)
-                return SIZE_MAX; /* several data lines: not a chunk we rewrite */
-            found = p + 5 + (p + 5 < eol && ev[p + 5] == ' ');
+            if (found)
+                return false; /* several data lines: not a chunk we rewrite */
+            found = true;
+            *start = p + 5 + (p + 5 < eol && ev[p + 5] == ' ');
+            *end = eol;
+            while (*end > *start && (unsigned char)ev[*end - 1] <= 0x20 && ev[*end - 1] != '\0')
+                (*end)--;
         }
         p = eol + 1;
     }
     return found;
 }
 
-/* One complete event (blank line included): passed on, rewritten or dropped. */
+#define FILTER_MEMBERS 64 /* a chunk with more top-level members passes as it is */
+
+/*
+ * One complete event (blank line included): passed on, rewritten or dropped.
+ * Only an event whose one data line is an object with every member in order
+ * is looked at; one walk over its members finds "usage" and "choices"
+ * (names compared decoded, as a JSON reader sees them).
+ */
 static void filter_event(const char *ev, size_t len, struct pc_buf *out)
 {
-    size_t at = single_data_value(ev, len);
-    struct jspan root, choices, usage, name;
-    if (at == SIZE_MAX || at >= len || ev[at] != '{' || !jedit_value(ev, len, at, &root) ||
-        !jedit_member(ev, &root, "usage", &name, &usage)) {
+    size_t at = 0, stop = 0, n;
+    struct jspan names[FILTER_MEMBERS], vals[FILTER_MEMBERS];
+    if (!single_data_value(ev, len, &at, &stop) || stop - at < 2 || ev[at] != '{' ||
+        ev[stop - 1] != '}' ||
+        !jedit_members(ev, &(struct jspan){at, stop}, names, vals, FILTER_MEMBERS, &n)) {
         pc_buf_append(out, ev, len);
         return;
     }
-    if (jedit_is_object(ev, &usage) && jedit_member(ev, &root, "choices", NULL, &choices) &&
-        jedit_is_array(ev, &choices) && jedit_count(ev, &choices) == 0)
+    const struct jspan *usage = NULL, *uname = NULL, *choices = NULL;
+    size_t named = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (jedit_name_is(ev, &names[i], "usage")) {
+            named++;
+            uname = &names[i];
+            usage = &vals[i];
+        } else if (jedit_name_is(ev, &names[i], "choices")) {
+            choices = &vals[i];
+        }
+    }
+    if (usage == NULL) {
+        pc_buf_append(out, ev, len);
+        return;
+    }
+    if (jedit_is_object(ev, usage) && choices != NULL && jedit_is_array(ev, choices) &&
+        jedit_count(ev, choices) == 0)
         return; /* the usage-only chunk */
-    size_t cur = 0, named = 0;
-    struct jspan nm, val;
-    while (jedit_next(ev, &root, &cur, &nm, &val))
-        named += nm.end - nm.start == 7 && memcmp(ev + nm.start, "\"usage\"", 7) == 0;
-    if (!jedit_is_null(ev, &usage) || named != 1) {
+    if (!jedit_is_null(ev, usage) || named != 1) {
         pc_buf_append(out, ev, len); /* not ours, or duplicates: left as they came */
         return;
     }
     struct jedit e = JEDIT_INIT;
-    jedit_remove_member(&e, ev, &root, &name, &usage);
+    jedit_remove_member(&e, ev, &(struct jspan){at, stop}, uname, usage);
     jedit_apply(&e, ev, len, out);
     jedit_free(&e);
 }
@@ -1985,36 +2036,43 @@ static void filter_event(const char *ev, size_t len, struct pc_buf *out)
  */
 static size_t event_end(const char *b, size_t len)
 {
-    bool line_empty = true;
-    for (size_t p = 0; p < len; p++) {
-        char c = b[p];
-        if (c != '\r' && c != '\n') {
-            line_empty = false;
-            continue;
-        }
-        if (c == '\r') {
-            if (p + 1 == len)
+    for (size_t p = 0; p < len;) {
+        size_t eol = line_end(b, len, p);
+        if (eol == len)
+            return 0;
+        size_t next = eol + 1;
+        if (b[eol] == '\r') {
+            if (next == len)
                 return 0;
-            if (b[p + 1] == '\n')
-                p++;
+            if (b[next] == '\n')
+                next++;
         }
-        if (line_empty)
-            return p + 1;
-        line_empty = true;
+        if (eol == p)
+            return next; /* the blank line */
+        p = next;
     }
     return 0;
 }
 
+/* Complete events are filtered straight from in; only an unfinished one waits in pending. */
 void sse_usage_filter_feed(struct sse_usage_filter *f, const char *in, size_t len,
                            struct pc_buf *out)
 {
-    pc_buf_append(&f->pending, in, len);
-    size_t done = 0, n;
-    while ((n = event_end(f->pending.data + done, f->pending.len - done)) > 0) {
-        filter_event(f->pending.data + done, n, out);
+    const char *text = in;
+    size_t n, done = 0, total = len;
+    if (f->pending.len > 0) {
+        pc_buf_append(&f->pending, in, len);
+        text = f->pending.data;
+        total = f->pending.len;
+    }
+    while ((n = event_end(text + done, total - done)) > 0) {
+        filter_event(text + done, n, out);
         done += n;
     }
-    pc_buf_consume(&f->pending, done);
+    if (text == in)
+        pc_buf_append(&f->pending, in + done, len - done);
+    else
+        pc_buf_consume(&f->pending, done);
 }
 
 void sse_usage_filter_end(struct sse_usage_filter *f, struct pc_buf *out)

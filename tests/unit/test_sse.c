@@ -644,6 +644,30 @@ static void test_assemble_chat_azure(void)
     cJSON_Delete(a);
 }
 
+/*
+ * Top-level members keep their last non-blank value, compared exactly: a
+ * number one bit apart, a type change and a boolean flip all count.
+ */
+static void test_assemble_chat_top_changes(void)
+{
+    const char *s =
+        "data: {'id':'a','object':'chat.completion.chunk','created':1,'model':'m1',"
+        "'service_tier':'x','system_fingerprint':true,'choices':[{'index':0,'delta':"
+        "{'role':'assistant','content':'H'}}]}\n\n"
+        "data: {'id':'b','created':1,'model':null,'service_tier':5,'system_fingerprint':false,"
+        "'choices':[{'index':0,'delta':{'content':'i'}}]}\n\n"
+        "data: {'id':'','created':1.0000000000000002,'model':'m2','service_tier':5,"
+        "'choices':[{'index':0,'delta':{},'finish_reason':'stop'}]}\n\n" DONE;
+    cJSON *a = assemble_q(API_CHAT, s, NULL);
+    T_CHECK(same_json(a, "{'id':'b','object':'chat.completion','created':1.0000000000000002,"
+                         "'model':'m2','service_tier':5,'system_fingerprint':false,"
+                         "'choices':[{'index':0,'message':{'role':'assistant','content':'Hi'},"
+                         "'finish_reason':'stop'}]}"));
+    const cJSON *created = cJSON_GetObjectItem(a, "created"); /* same_json is approximate */
+    T_CHECK(cJSON_IsNumber(created) && created->valuedouble == 1.0000000000000002);
+    cJSON_Delete(a);
+}
+
 static void test_assemble_completions(void)
 {
     struct api_usage u;
@@ -1199,15 +1223,55 @@ static void test_usage_filter(void)
         "\"finish_reason\":\"stop\"}]}\r\n\r\n"
         "data: [DONE]\n\n";
     size_t steps[] = {1, 2, 3, 7, 64, 100000};
+    char *got;
     for (size_t i = 0; i < PC_ARRAY_LEN(steps); i++) {
-        char *got = filtered(in, steps[i]);
+        got = filtered(in, steps[i]);
         T_CHECK_STR(got, want);
         free(got);
     }
+    /*
+     * Names are read decoded: an escaped "usage" is the member usage; two of
+     * them (escaped or not) are duplicates, left as they came.
+     */
+    got = filtered("data: {\"choices\":[{\"index\":0}],\"us\\u0061ge\":null}\n\n", 4);
+    T_CHECK_STR(got, "data: {\"choices\":[{\"index\":0}]}\n\n");
+    free(got);
+    const char *dups[] = {
+        "data: {\"usage\":null,\"choices\":[{\"index\":0}],\"usage\":null}\n\n",
+        "data: {\"usage\":null,\"us\\u0061ge\":null,\"choices\":[{\"index\":0}]}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1},\"choices\":[{\"index\":0}]}\n\n",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(dups); i++) {
+        got = filtered(dups[i], 3);
+        T_CHECK_STR(got, dups[i]);
+        free(got);
+    }
+    /* Only a data line holding one whole object is edited; white space after it stays. */
+    const char *odd[] = {
+        "data: {\"usage\":null} {\"x\":1}\n\n",
+        "data: {\"usage\":null,\"choices\":[{\"index\":0}]\n\n",
+        "data: {\"usage\":null,\"choices\":[{\"index\":0}]}}\n\n",
+        "data: {\"usage\":null,\"choices\":[{\"index\":0}] \"x\":1}\n\n",
+        "data: {\"usage\":null}\ndata: {\"usage\":null}\n\n",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(odd); i++) {
+        got = filtered(odd[i], 2);
+        T_CHECK_STR(got, odd[i]);
+        free(got);
+    }
+    got = filtered("data:{\"usage\":null,\"choices\":[{\"index\":0}]} \t\r\n\r\n", 1);
+    T_CHECK_STR(got, "data:{\"choices\":[{\"index\":0}]} \t\r\n\r\n");
+    free(got);
+    /* The usage-only chunk is known by its last "choices", whatever comes before. */
+    got = filtered("data: {\"choices\":[{\"index\":0}],\"usage\":{\"prompt_tokens\":1},"
+                   "\"choices\":[]}\n\ndata: [DONE]\n\n",
+                   6);
+    T_CHECK_STR(got, "data: [DONE]\n\n");
+    free(got);
     /* A usage the chunk carries as data stays; so does a cut-off last event. */
     const char *keep = "data: {\"choices\":[{\"index\":0}],\"usage\":{\"prompt_tokens\":1}}\n\n"
                        "data: {\"choices\":[],\"us";
-    char *got = filtered(keep, 5);
+    got = filtered(keep, 5);
     T_CHECK_STR(got, keep);
     free(got);
 }
@@ -1224,6 +1288,7 @@ int main(void)
     T_RUN(test_assemble_chat_refusal_and_extras);
     T_RUN(test_assemble_chat_tools_no_index);
     T_RUN(test_assemble_chat_azure);
+    T_RUN(test_assemble_chat_top_changes);
     T_RUN(test_assemble_completions);
     T_RUN(test_assemble_anthropic);
     T_RUN(test_cut_off);
