@@ -37,6 +37,7 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 #define STREAM_ID_MAX  48
+#define FILL_LINGER_MS 20 /* the filler gathers inserts this long after a batch */
 
 struct l1_item {
     unsigned magic;
@@ -87,10 +88,11 @@ struct l1 {
     bool filling;
     pthread_t filler;
     pthread_mutex_t qmu;
-    pthread_cond_t qcond; /* signalled when the queue stops being empty, and on stop */
+    pthread_cond_t qcond; /* signalled when work comes to an idle filler, half a queue, stop */
     struct l1_job *qhead, *qtail;
     size_t qbytes;
     bool qstop;
+    bool qidle; /* the filler waits for work (not lingering) */
 
     /* The reader. */
     bool reading;
@@ -166,9 +168,9 @@ struct l1 *l1_create(int64_t max_bytes)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&l->cond, &ca);
+    pthread_cond_init(&l->qcond, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&l->qmu, NULL);
-    pthread_cond_init(&l->qcond, NULL);
     if (pthread_create(&l->filler, NULL, filler_main, l) == 0)
         l->filling = true;
     else
@@ -340,13 +342,38 @@ static void insert_now(struct l1 *l, const struct l1_job *j)
     atomic_fetch_add_explicit(&l->inserts, 1, memory_order_relaxed);
 }
 
+/* The queue's cap (l1_put drops beyond it); the filler is woken at half of it. */
+static size_t queue_cap(const struct l1 *l)
+{
+    return l->max_bytes / 8;
+}
+
+/*
+ * Waits for work, takes the whole queue and inserts it. After a batch it
+ * lingers FILL_LINGER_MS, not woken by each insert, so that a run of misses
+ * costs the filler one wake-up per linger rather than one per miss (each one
+ * a context switch taken from the workers' cores). Half a queue, or stop,
+ * ends the linger early. An answer reaches the L1 up to FILL_LINGER_MS after
+ * it was stored in Redis; a repeat meanwhile is a Redis hit.
+ */
 static void *filler_main(void *arg)
 {
     struct l1 *l = arg;
+    bool linger = false;
     pthread_mutex_lock(&l->qmu);
     for (;;) {
-        while (l->qhead == NULL && !l->qstop)
+        if (linger) {
+            struct timespec ts = pc_mono_after(FILL_LINGER_MS);
+            while (!l->qstop && l->qbytes < queue_cap(l) / 2 &&
+                   pthread_cond_timedwait(&l->qcond, &l->qmu, &ts) == 0) {
+            }
+        }
+        while (l->qhead == NULL && !l->qstop) {
+            l->qidle = true;
             pthread_cond_wait(&l->qcond, &l->qmu);
+        }
+        l->qidle = false;
+        linger = true;
         struct l1_job *batch = l->qhead;
         l->qhead = l->qtail = NULL;
         l->qbytes = 0;
@@ -385,22 +412,24 @@ void l1_put(struct l1 *l, const char tenant[L1_TENANT_LEN],
     memcpy(j->exact, exact, PC_SHA256_LEN);
     memcpy(j->data, val, len);
     pthread_mutex_lock(&l->qmu);
-    if (l->qstop || l->qbytes + len > l->max_bytes / 8) {
+    size_t cap = queue_cap(l);
+    if (l->qstop || l->qbytes + len > cap) {
         pthread_mutex_unlock(&l->qmu);
         free(j);
         atomic_fetch_add_explicit(&l->dropped, 1, memory_order_relaxed);
         return;
     }
-    bool was_empty = l->qhead == NULL;
+    bool wake =
+        (l->qidle && l->qhead == NULL) || (l->qbytes < cap / 2 && l->qbytes + len >= cap / 2);
     if (l->qtail != NULL)
         l->qtail->next = j;
     else
         l->qhead = j;
     l->qtail = j;
     l->qbytes += len;
-    if (was_empty)
-        pthread_cond_signal(&l->qcond);
     pthread_mutex_unlock(&l->qmu);
+    if (wake) /* after the unlock: the filler does not wake only to wait for the lock */
+        pthread_cond_signal(&l->qcond);
 }
 
 void l1_delete(struct l1 *l, const char tenant[L1_TENANT_LEN],
