@@ -105,6 +105,13 @@ uint64_t pc_fnv1a(uint64_t h, const void *p, size_t n);
 /* Lower-case hex of in[0..n) into out, which must hold 2n+1 bytes. */
 void pc_hex(const unsigned char *in, size_t n, char *out);
 
+/* Lower-case hex text of v into out (NUL-terminated, at most 16 digits); returns its length. */
+size_t pc_u64_hex(uint64_t v, char out[17]);
+/*
+ * src copied into dst[0..size), cut to fit and always NUL-terminated (size >
+ * 0), as snprintf(dst, size, "%s", src) does without parsing a format.
+ */
+void pc_strlcpy(char *dst, const char *src, size_t size);
 /* Decimal text of v into out (NUL-terminated, at most 20 digits); returns its length. */
 size_t pc_u64_dec(uint64_t v, char out[21]);
 /* The same, signed, appended to b. */

@@ -474,12 +474,12 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
     w->fetch_list = f;
     flight_get(fl);
     f->fl = fl;
-    snprintf(f->reqid, sizeof(f->reqid), "%s", req->reqid ? req->reqid : "-");
+    pc_strlcpy(f->reqid, req->reqid ? req->reqid : "-", sizeof(f->reqid));
     f->start_us = pc_mono_us();
     f->endpoint = req->endpoint;
     f->stream = req->stream;
     tally_model(req->model, f->model);
-    snprintf(f->tenant, sizeof(f->tenant), "%s", req->tenant_id ? req->tenant_id : "");
+    pc_strlcpy(f->tenant, req->tenant_id ? req->tenant_id : "", sizeof(f->tenant));
     f->ttl_ms = req->ttl_ms;
     if (req->ticket != NULL) {
         f->store = true;

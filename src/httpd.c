@@ -2411,10 +2411,12 @@ void httpd_reply_chunk(struct httpd_req *r, const void *data, size_t len)
         return;
     }
     char hex[24];
-    int n = snprintf(hex, sizeof(hex), "%zx\r\n", len);
+    size_t n = pc_u64_hex(len, hex);
+    memcpy(hex + n, "\r\n", 2);
+    n += 2;
     if (len <= EXPAND_MAX)
-        evbuffer_expand(out, (size_t)n + len + 2);
-    evbuffer_add(out, hex, (size_t)n);
+        evbuffer_expand(out, n + len + 2);
+    evbuffer_add(out, hex, n);
     evbuffer_add(out, data, len);
     evbuffer_add(out, "\r\n", 2);
     conn_flush(r->conn, false);

@@ -792,14 +792,14 @@ static void add_upstream_headers(struct preq *r, const struct flight_view *v)
 {
     for (size_t i = 0; i < v->nhdrs; i++)
         httpd_add_header(r->hr, v->hdrs[i].name, v->hdrs[i].value);
-    snprintf(r->upstream, sizeof(r->upstream), "%s", v->upstream ? v->upstream : "");
+    pc_strlcpy(r->upstream, v->upstream ? v->upstream : "", sizeof(r->upstream));
     add_cache_headers(r);
 }
 
 static void deliver_failure(struct preq *r, const struct flight_view *v)
 {
     if (v->upstream != NULL) /* the replica that failed, for the access log */
-        snprintf(r->upstream, sizeof(r->upstream), "%s", v->upstream);
+        pc_strlcpy(r->upstream, v->upstream, sizeof(r->upstream));
     int status = xfer_result_status((enum xfer_result)v->result);
     if (v->result == XFER_ERR_TIMEOUT)
         reply_error(r, status, "upstream did not answer in time (%s)",

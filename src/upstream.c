@@ -697,10 +697,13 @@ static int xfer_build_headers(struct xfer *x, const struct xfer_req *req, bool h
         have_accept = have_accept || pc_strcaseeq(h->name, "accept");
         have_ctype = have_ctype || pc_strcaseeq(h->name, "content-type");
         pc_buf_reset(&line);
-        if (h->value[0] == '\0')
-            pc_buf_printf(&line, "%s;", h->name);
-        else
-            pc_buf_printf(&line, "%s: %s", h->name, h->value);
+        pc_buf_append_str(&line, h->name);
+        if (h->value[0] == '\0') {
+            pc_buf_append_char(&line, ';');
+        } else {
+            pc_buf_append(&line, ": ", 2);
+            pc_buf_append_str(&line, h->value);
+        }
         rc = slist_add(&x->hdrs, pc_buf_cstr(&line));
     }
     if (rc == 0)

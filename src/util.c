@@ -277,18 +277,36 @@ void pc_hex(const unsigned char *in, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
-size_t pc_u64_dec(uint64_t v, char out[21])
+void pc_strlcpy(char *dst, const char *src, size_t size)
+{
+    size_t n = strnlen(src, size - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* The digits of v in base (10 or 16) into out, NUL-terminated; returns their number. */
+static size_t u64_digits(uint64_t v, unsigned base, char *out)
 {
     char tmp[20];
     size_t n = 0;
     do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
+        tmp[n++] = "0123456789abcdef"[v % base];
+        v /= base;
     } while (v != 0);
     for (size_t i = 0; i < n; i++)
         out[i] = tmp[n - 1 - i];
     out[n] = '\0';
     return n;
+}
+
+size_t pc_u64_dec(uint64_t v, char out[21])
+{
+    return u64_digits(v, 10, out);
+}
+
+size_t pc_u64_hex(uint64_t v, char out[17])
+{
+    return u64_digits(v, 16, out);
 }
 
 void pc_buf_append_i64(struct pc_buf *b, int64_t v)

@@ -1229,36 +1229,30 @@ static void test_usage_filter(void)
         T_CHECK_STR(got, want);
         free(got);
     }
-    /*
-     * Names are read decoded: an escaped "usage" is the member usage; two of
-     * them (escaped or not) are duplicates, left as they came.
-     */
+    /* Names are read decoded: an escaped "usage" is the member usage. */
     got = filtered("data: {\"choices\":[{\"index\":0}],\"us\\u0061ge\":null}\n\n", 4);
     T_CHECK_STR(got, "data: {\"choices\":[{\"index\":0}]}\n\n");
     free(got);
-    const char *dups[] = {
+    /*
+     * Left as they came: duplicate names (escaped or not), and anything but a
+     * data line holding one whole object.
+     */
+    const char *kept[] = {
         "data: {\"usage\":null,\"choices\":[{\"index\":0}],\"usage\":null}\n\n",
         "data: {\"usage\":null,\"us\\u0061ge\":null,\"choices\":[{\"index\":0}]}\n\n",
         "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1},\"choices\":[{\"index\":0}]}\n\n",
-    };
-    for (size_t i = 0; i < PC_ARRAY_LEN(dups); i++) {
-        got = filtered(dups[i], 3);
-        T_CHECK_STR(got, dups[i]);
-        free(got);
-    }
-    /* Only a data line holding one whole object is edited; white space after it stays. */
-    const char *odd[] = {
         "data: {\"usage\":null} {\"x\":1}\n\n",
         "data: {\"usage\":null,\"choices\":[{\"index\":0}]\n\n",
         "data: {\"usage\":null,\"choices\":[{\"index\":0}]}}\n\n",
         "data: {\"usage\":null,\"choices\":[{\"index\":0}] \"x\":1}\n\n",
         "data: {\"usage\":null}\ndata: {\"usage\":null}\n\n",
     };
-    for (size_t i = 0; i < PC_ARRAY_LEN(odd); i++) {
-        got = filtered(odd[i], 2);
-        T_CHECK_STR(got, odd[i]);
+    for (size_t i = 0; i < PC_ARRAY_LEN(kept); i++) {
+        got = filtered(kept[i], 1 + i % 3);
+        T_CHECK_STR(got, kept[i]);
         free(got);
     }
+    /* White space after the object stays. */
     got = filtered("data:{\"usage\":null,\"choices\":[{\"index\":0}]} \t\r\n\r\n", 1);
     T_CHECK_STR(got, "data:{\"choices\":[{\"index\":0}]} \t\r\n\r\n");
     free(got);

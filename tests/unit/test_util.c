@@ -1,6 +1,7 @@
 /*
- * test_util.c - the decimal formatting used on hot paths in place of
- * printf: every digit, both ends of the ranges, signs.
+ * test_util.c - the decimal and hex formatting and the bounded copy used
+ * on hot paths in place of printf: every digit, both ends of the ranges,
+ * signs, every cut.
  */
 #include "t.h"
 
@@ -9,15 +10,37 @@
 
 #include "pc_util.h"
 
-static void test_u64_dec(void)
+/* pc_u64_dec and pc_u64_hex against printf. */
+static void test_u64_text(void)
 {
-    const uint64_t v[] = {0, 1, 9, 10, 99, 100, 4096, 1234567890123ULL, UINT64_MAX};
+    const uint64_t v[] = {
+        0, 1, 9, 10, 15, 16, 99, 100, 255, 4096, 0xdeadbeefULL, 1234567890123ULL, UINT64_MAX};
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
-        char got[21], want[32];
-        size_t n = pc_u64_dec(v[i], got);
+        char dec[21], hex[17], want[32];
+        size_t n = pc_u64_dec(v[i], dec);
         snprintf(want, sizeof(want), "%" PRIu64, v[i]);
-        T_CHECK_STR(got, want);
+        T_CHECK_STR(dec, want);
         T_CHECK_INT(n, strlen(want));
+        n = pc_u64_hex(v[i], hex);
+        snprintf(want, sizeof(want), "%" PRIx64, v[i]);
+        T_CHECK_STR(hex, want);
+        T_CHECK_INT(n, strlen(want));
+    }
+}
+
+/* pc_strlcpy against snprintf "%s" for every size around the text's length. */
+static void test_strlcpy(void)
+{
+    const char *texts[] = {"", "a", "tenant-42", "a longer text of some thirty bytes"};
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        for (size_t size = 1; size <= strlen(texts[i]) + 2; size++) {
+            char got[64], want[64];
+            memset(got, 'x', sizeof(got));
+            memset(want, 'x', sizeof(want));
+            pc_strlcpy(got, texts[i], size);
+            snprintf(want, size, "%s", texts[i]);
+            T_CHECK(memcmp(got, want, sizeof(got)) == 0); /* nothing written past size */
+        }
     }
 }
 
@@ -37,7 +60,8 @@ static void test_append_i64(void)
 
 int main(void)
 {
-    T_RUN(test_u64_dec);
+    T_RUN(test_u64_text);
+    T_RUN(test_strlcpy);
     T_RUN(test_append_i64);
     T_DONE();
 }
