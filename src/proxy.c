@@ -1276,9 +1276,7 @@ void proxy_handle(struct httpd_req *hr, void *arg)
     r->hr = hr;
     r->start_us = httpd_req_start_us(hr);
     r->ttfb_us = -1;
-    const char *method = httpd_req_method(hr);
-    size_t mlen = strnlen(method, sizeof(r->method) - 1);
-    memcpy(r->method, method, mlen); /* calloc'd: NUL-terminated */
+    pc_strlcpy(r->method, httpd_req_method(hr), sizeof(r->method));
     r->path = pc_strdup(path);
     request_id(w, r->id);
     stats_add(&w->stats, STAT_requests_active, 1);

@@ -121,9 +121,9 @@ static int key_cmp(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Whether no two members of object o share a name (sorted check past a few: o may be huge). */
-#define KEYS_SMALL 12
+#define KEYS_SMALL 12 /* objects up to this size are checked pairwise */
 
+/* Whether no two members of object o share a name (sorted check past a few: o may be huge). */
 static bool keys_unique(const cJSON *o)
 {
     size_t n = 0, i = 0;
@@ -1994,11 +1994,11 @@ static bool single_data_value(const char *ev, size_t len, size_t *start, size_t 
  */
 static void filter_event(const char *ev, size_t len, struct pc_buf *out)
 {
-    size_t at = 0, stop = 0, n;
-    struct jspan names[FILTER_MEMBERS], vals[FILTER_MEMBERS];
-    if (!single_data_value(ev, len, &at, &stop) || stop - at < 2 || ev[at] != '{' ||
-        ev[stop - 1] != '}' ||
-        !jedit_members(ev, &(struct jspan){at, stop}, names, vals, FILTER_MEMBERS, &n)) {
+    struct jspan root = {0, 0}, names[FILTER_MEMBERS], vals[FILTER_MEMBERS];
+    size_t n;
+    if (!single_data_value(ev, len, &root.start, &root.end) || root.end - root.start < 2 ||
+        ev[root.start] != '{' || ev[root.end - 1] != '}' ||
+        !jedit_members(ev, &root, names, vals, FILTER_MEMBERS, &n)) {
         pc_buf_append(out, ev, len);
         return;
     }
@@ -2025,7 +2025,7 @@ static void filter_event(const char *ev, size_t len, struct pc_buf *out)
         return;
     }
     struct jedit e = JEDIT_INIT;
-    jedit_remove_member(&e, ev, &(struct jspan){at, stop}, uname, usage);
+    jedit_remove_member(&e, ev, &root, uname, usage);
     jedit_apply(&e, ev, len, out);
     jedit_free(&e);
 }

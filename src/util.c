@@ -121,9 +121,10 @@ void pc_buf_printf(struct pc_buf *b, const char *fmt, ...)
     va_end(ap);
 }
 
+static const char hexd[] = "0123456789abcdef";
+
 void pc_buf_json_str(struct pc_buf *b, const char *s, size_t n)
 {
-    static const char hexd[] = "0123456789abcdef";
     pc_buf_reserve(b, n + 2);
     pc_buf_append_char(b, '"');
     size_t run = 0; /* start of the current run of bytes that need no escape */
@@ -269,7 +270,6 @@ uint64_t pc_fnv1a(uint64_t h, const void *p, size_t n)
 
 void pc_hex(const unsigned char *in, size_t n, char *out)
 {
-    static const char hexd[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {
         out[2 * i] = hexd[in[i] >> 4];
         out[2 * i + 1] = hexd[in[i] & 15];
@@ -290,7 +290,7 @@ static size_t u64_digits(uint64_t v, unsigned base, char *out)
     char tmp[20];
     size_t n = 0;
     do {
-        tmp[n++] = "0123456789abcdef"[v % base];
+        tmp[n++] = hexd[v % base];
         v /= base;
     } while (v != 0);
     for (size_t i = 0; i < n; i++)
