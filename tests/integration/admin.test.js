@@ -26,12 +26,16 @@ async function cached(key, label) {
     return body;
 }
 
-/* The tenant id the access log shows for requests made with key. */
+/*
+ * The tenant id the access log shows for requests made with key: the line of
+ * this very request, found by its id (an earlier request's line may still
+ * be on its way).
+ */
 async function tenantIdOf(key, body) {
-    const before = env.proxy.accessLog().length;
-    await env.proxy.post(CHAT, body, h.bearer(key));
-    const line = await h.waitFor(() => env.proxy.accessLog().slice(before).find((l) => l.path === CHAT),
-        {what: 'the access log line of the request'});
+    const r = await env.proxy.post(CHAT, body, h.bearer(key));
+    const id = r.headers['x-promptcache-request-id'];
+    assert.ok(id, 'X-Promptcache-Request-Id');
+    const line = await env.proxy.waitAccessLog((l) => l.id === id);
     assert.match(line.tenant, /^[0-9a-f]{16}$/);
     return line.tenant;
 }

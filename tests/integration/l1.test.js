@@ -100,10 +100,10 @@ h.test('a tenant flush drops only that tenant from the L1', async () => {
     const b = h.chatBody(h.uniq('l1 tenant b'));
     await stored(env.proxy, a, h.bearer('sk-l1-a'));
     await stored(env.proxy, b, h.bearer('sk-l1-b'));
-    const before = env.proxy.accessLog().length;
-    h.assertHit(await env.proxy.post(CHAT, a, h.bearer('sk-l1-a')));
-    const line = await h.waitFor(() => env.proxy.accessLog().slice(before).find((l) => l.path === CHAT),
-        {what: 'the access log line'});
+    const hit = await env.proxy.post(CHAT, a, h.bearer('sk-l1-a'));
+    h.assertHit(hit);
+    /* This request's line, by its id: an earlier request's may still be on its way. */
+    const line = await env.proxy.waitAccessLog((l) => l.id === hit.headers['x-promptcache-request-id']);
     const r = await flush(env.proxy, line.tenant);
     assert.ok(r.status >= 200 && r.status < 300, `flush: ${r.status} ${r.text}`);
     h.assertFromUpstream(await env.proxy.post(CHAT, a, h.bearer('sk-l1-a')), env.mock);
