@@ -114,8 +114,14 @@ struct vslot {
     uint8_t dirty; /* changed since the running build's snapshot */
 };
 
-/* Block 0 grows by doubling up to BLOCK slots (small partitions stay small); later blocks
- * are allocated at BLOCK slots and never move. */
+/*
+ * The layout, which slot_at and vec_at rely on: slot i lives in
+ * blocks[i >> BLOCK_SHIFT] at i & (BLOCK - 1). So block 0 holds cap0 slots,
+ * a power of two no larger than BLOCK while it is the only block (small
+ * partitions stay small: it grows by doubling and a compaction may shrink
+ * it), and exactly BLOCK once there are more; later blocks hold BLOCK slots
+ * and never move. layout_check() asserts this wherever the layout changes.
+ */
 struct vblock {
     struct vslot *slots;
     float *vecs;
@@ -271,6 +277,33 @@ static float *vec_at(const struct vindex *v, const struct part *p, uint32_t i)
 static uint32_t part_capacity(const struct part *p)
 {
     return p->nblocks <= 1 ? p->cap0 : p->nblocks * BLOCK;
+}
+
+/* The smallest power of two >= x (x <= BLOCK). */
+static uint32_t pow2_ceil(uint32_t x)
+{
+    uint32_t c = 1;
+    while (c < x)
+        c *= 2;
+    return c;
+}
+
+/*
+ * Abort if the block layout (see struct vblock) is broken: a slot lookup
+ * would then reach past blocks[] or into the wrong block, corrupting the heap
+ * silently. O(1); called after every change of the layout.
+ */
+static void layout_check(const struct part *p)
+{
+    bool ok = p->nblocks <= p->blocks_cap && p->nslots <= part_capacity(p) &&
+              (p->nblocks == 0 ? p->cap0 == 0
+                               : (p->cap0 & (p->cap0 - 1)) == 0 && p->cap0 <= BLOCK &&
+                                     (p->nblocks == 1 || p->cap0 == BLOCK));
+    if (!ok) {
+        log_error("vindex: broken block layout: %u blocks (room %u), block 0 of %u, %u slots",
+                  p->nblocks, p->blocks_cap, p->cap0, p->nslots);
+        abort();
+    }
 }
 
 static bool expired(const struct vslot *s, int64_t now_ms)
@@ -527,7 +560,7 @@ static void part_grow(struct vindex *v, struct part *p)
 {
     size_t d = (size_t)v->o.dim;
     if (p->nblocks == 0 || (p->nblocks == 1 && p->cap0 < BLOCK)) {
-        uint32_t cap = p->cap0 ? p->cap0 * 2 : 1;
+        uint32_t cap = p->cap0 ? PC_MIN(p->cap0 * 2, BLOCK) : 1;
         if (p->nblocks == 0) {
             p->blocks_cap = 1;
             p->blocks = pc_calloc(1, sizeof(*p->blocks));
@@ -536,6 +569,7 @@ static void part_grow(struct vindex *v, struct part *p)
         p->blocks[0].slots = pc_realloc(p->blocks[0].slots, cap * sizeof(struct vslot));
         p->blocks[0].vecs = pc_realloc(p->blocks[0].vecs, cap * d * sizeof(float));
         p->cap0 = cap;
+        layout_check(p);
         return;
     }
     if (p->nblocks == p->blocks_cap) {
@@ -545,6 +579,7 @@ static void part_grow(struct vindex *v, struct part *p)
     p->blocks[p->nblocks].slots = pc_malloc(BLOCK * sizeof(struct vslot));
     p->blocks[p->nblocks].vecs = pc_malloc(BLOCK * d * sizeof(float));
     p->nblocks++;
+    layout_check(p);
 }
 
 static void free_push(struct part *p, uint32_t slot)
@@ -678,7 +713,8 @@ static void part_compact(struct vindex *v, struct part *p)
     }
     p->nslots = (uint32_t)atomic_load(&p->live);
     p->nfree = 0;
-    /* Give back whole blocks past the end, and most of block 0 if it is alone and sparse. */
+    /* Give back whole blocks past the end, and most of block 0 if it is alone and sparse
+     * (keeping its capacity a power of two: see struct vblock). */
     uint32_t need = p->nslots == 0 ? 0 : ((p->nslots - 1) >> BLOCK_SHIFT) + 1;
     while (p->nblocks > PC_MAX(need, 1u)) {
         p->nblocks--;
@@ -686,10 +722,11 @@ static void part_compact(struct vindex *v, struct part *p)
         free(p->blocks[p->nblocks].vecs);
     }
     if (p->nblocks == 1 && p->nslots * 4 <= p->cap0 && p->cap0 > 1) {
-        p->cap0 = PC_MAX(p->nslots * 2, 1u);
+        p->cap0 = pow2_ceil(PC_MAX(p->nslots * 2, 1u));
         p->blocks[0].slots = pc_realloc(p->blocks[0].slots, p->cap0 * sizeof(struct vslot));
         p->blocks[0].vecs = pc_realloc(p->blocks[0].vecs, p->cap0 * d * sizeof(float));
     }
+    layout_check(p);
 }
 
 /*

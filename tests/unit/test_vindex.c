@@ -430,6 +430,52 @@ static void test_flat_churn(void)
     vindex_destroy(&v);
 }
 
+/*
+ * Issue 20.1: a compaction shrank block 0 to twice the live count (510 here,
+ * not a power of two); growing doubled it past BLOCK (1020, 2040) while slots
+ * >= 1024 were looked up in block 1: a heap overflow under ASan, a crash or a
+ * wrong answer without it. Every answer must equal brute force all along.
+ */
+static void test_compact_then_grow(void)
+{
+    int d = 16;
+    struct vindex *v = mkv(d, 0, 0, false);
+    unsigned char p[32];
+    part(p, 12);
+    struct model m;
+    model_init(&m, d, 1024 + 2000);
+    fill(v, p, &m, 1024);
+    for (unsigned i = 0; i < 800; i++) {
+        T_CHECK(vindex_remove(v, item(i, 1, 0).key));
+        m.alive[i] = false;
+    }
+    for (unsigned i = 1024; i < 1024 + 2000; i++) {
+        float *x = &m.vecs[i * (size_t)d];
+        rand_vec(x, d);
+        struct vindex_item it = item(i, 1, 0);
+        T_CHECK_INT(vindex_add(v, p, &it, x), 0);
+        m.alive[i] = true;
+    }
+    T_CHECK_INT(nvectors(v), 224 + 2000);
+    float q[64];
+    size_t same = 0;
+    for (int t = 0; t < 50; t++) {
+        rand_vec(q, d);
+        same += same_as_brute(v, p, &m, q, 10, -1.0f);
+    }
+    T_CHECK_INT(same, 50);
+    /* And every key is still found where it is: its own vector is its best match. */
+    size_t found = 0;
+    for (unsigned i = 800; i < 1024 + 2000; i++) {
+        struct vindex_hit h[1];
+        found += vindex_search(v, p, &m.vecs[i * (size_t)d], 1, 0.999f, NOW, h) == 1 &&
+                 key_is(h[0].key, i);
+    }
+    T_CHECK_INT(found, 224 + 2000);
+    model_free(&m);
+    vindex_destroy(&v);
+}
+
 /* --- the switch to IVF ------------------------------------------------------------------ */
 
 static void check_against_brute(struct vindex *v, const unsigned char *p, struct model *m,
@@ -786,6 +832,7 @@ int main(void)
     T_RUN(test_expiry_generations);
     T_RUN(test_partition_isolation);
     T_RUN(test_flat_churn);
+    T_RUN(test_compact_then_grow);
     T_RUN(test_switch_exact);
     T_RUN(test_switch_recall);
     T_RUN(test_build_concurrent_changes);
