@@ -686,6 +686,69 @@ static void test_clear_during_build(void)
     vindex_destroy(&v);
 }
 
+/* --- a property test against a brute-force model ------------------------------------------ */
+
+#include "../fuzz/vindex_model.h"
+
+static unsigned vm_failures;
+
+static void vm_fail(const char *what, unsigned long long got, unsigned long long want)
+{
+    if (vm_failures++ < 5)
+        fprintf(stderr, "  model: %s: got %llu, want %llu\n", what, got, want);
+}
+
+/* Weights of the operations in tests/fuzz/vindex_model.h's order. */
+static const unsigned op_weights[13] = {10, 8, 6, 8, 8, 5, 5, 2, 6, 3, 1, 25, 2};
+
+/* An operation sequence for one seed, in the interpreter's byte format. */
+static size_t gen_ops(uint64_t seed, uint8_t *buf, size_t cap, size_t nops)
+{
+    rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
+    size_t n = 0, total = 0;
+    for (size_t i = 0; i < PC_ARRAY_LEN(op_weights); i++)
+        total += op_weights[i];
+    buf[n++] = seed % 4 == 3; /* one seed in four: SQ8 codes */
+    for (size_t i = 0; i < nops && n + 9 <= cap; i++) {
+        size_t x = rnd() % total, op = 0;
+        while (x >= op_weights[op])
+            x -= op_weights[op++];
+        buf[n++] = (uint8_t)op;
+        for (int j = 0; j < 8; j++)
+            buf[n++] = (uint8_t)rnd();
+        if (op == 10) /* CLEAR: its argument must be small to act */
+            buf[n - 8] = (uint8_t)(rnd() % 16);
+        if (op == 1 || op == 4) /* runs: a third of them long (up to 2048 keys) */
+            buf[n - 6] = rnd() % 3 ? (uint8_t)(rnd() % 64) : (uint8_t)rnd();
+    }
+    return n;
+}
+
+/*
+ * Random add / remove / replace / expire / tenant removal / generation sweep
+ * / clear / maintain sequences (IVF builds at flat_max 128, compactions,
+ * partitions past 1024 slots), each checked step by step against the model:
+ * deterministic seeds, the same interpreter as tests/fuzz/fuzz_vindex.c.
+ */
+static void test_model(void)
+{
+    static struct vm m;
+    static uint8_t buf[9 * 400 + 1];
+    unsigned seeds = getenv("VINDEX_SEEDS") ? (unsigned)atoi(getenv("VINDEX_SEEDS")) : 120;
+    for (unsigned s = 1; s <= seeds && vm_failures == 0; s++) {
+        size_t len = gen_ops(s, buf, sizeof(buf), 60 + s % 300);
+        vm_run(&m, buf, len, 1);
+        if (vm_failures > 0)
+            fprintf(stderr, "  model: seed %u (VINDEX_SEEDS=%u reproduces it)\n", s, s);
+    }
+    T_CHECK_INT(vm_failures, 0);
+    /* The sequences reach what they are for: partitions past one block, IVF builds. */
+    fprintf(stderr, "    %u seeds, %llu operations, largest partition %zu, %llu IVF builds\n",
+            seeds, (unsigned long long)m.ops, m.most_in_part, (unsigned long long)m.builds);
+    T_CHECK(m.most_in_part > 2048);
+    T_CHECK(m.builds > (uint64_t)seeds);
+}
+
 /* --- threads ------------------------------------------------------------------------------ */
 
 #define NPARTS 8
@@ -837,6 +900,7 @@ int main(void)
     T_RUN(test_switch_recall);
     T_RUN(test_build_concurrent_changes);
     T_RUN(test_clear_during_build);
+    T_RUN(test_model);
     T_RUN(test_concurrency);
     T_RUN(test_background);
     T_DONE();
