@@ -32,6 +32,14 @@ struct pindex;
 
 #define PINDEX_MAX_REPLICAS 64
 #define PINDEX_DEPTH_STEPS  4096 /* stamp = ms * 4096 + (4095 - min(depth, 4095)) */
+/* The largest time a record may carry: its stamps stay within int64_t. */
+#define PINDEX_MS_MAX (INT64_MAX / PINDEX_DEPTH_STEPS - 1)
+/*
+ * The most tokens one link of a record from elsewhere may weigh: a link is at
+ * most CHAIN_CHUNK_BYTES (1024) of text plus its message's header (role,
+ * name), and no tokenizer makes more than one token of a byte.
+ */
+#define PINDEX_LINK_TOKENS_MAX 65536
 
 /* How a chain matches every replica (pindex_match). */
 struct pindex_match {
@@ -59,11 +67,17 @@ void pindex_match(struct pindex *px, const uint64_t *h, size_t n, int64_t fresh_
  * tokens each; the sink hears of it. pindex_apply is the same for a record
  * made elsewhere (another instance, or a restore from Redis): no sink.
  * depth0 is the depth of h[0] in its chain (stamps depend on it).
+ *
+ * A record from elsewhere is input: pindex_apply applies nothing and returns
+ * -1 unless rep is a replica, 0 <= ms <= PINDEX_MS_MAX, every link weighs at
+ * most PINDEX_LINK_TOKENS_MAX tokens and all of them together no more than
+ * the replica's capacity (a record that would evict everything the replica
+ * holds describes no prompt it could have kept); 0 once applied.
  */
 void pindex_record(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens,
                    size_t n, int64_t ms);
-void pindex_apply(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens,
-                  size_t n, size_t depth0, int64_t ms);
+int pindex_apply(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens, size_t n,
+                 size_t depth0, int64_t ms);
 
 size_t pindex_replicas(const struct pindex *px);
 int64_t pindex_capacity(const struct pindex *px, size_t rep);

@@ -42,7 +42,9 @@
     ACTION(cache_expired, counter, "Entries found but older than the request's max-age")           \
     ACTION(cache_stores, counter, "Answers written to the cache")                                  \
     ACTION(cache_store_skipped, counter, "Answers not stored (error, cut off, too large)")         \
-    ACTION(cache_corrupt, counter, "Entries that failed to decode and were ignored")               \
+    ACTION(cache_corrupt, counter,                                                                 \
+           "Entries read from Redis that failed to decode (a length or a field out of range) and " \
+           "were ignored")                                                                         \
     ACTION(coalesced, counter, "Requests that joined an identical in-flight upstream call")        \
     ACTION(semantic_lookups, counter, "Lookups that ran the semantic stage (after an exact miss)") \
     ACTION(semantic_candidates, counter, "Semantic candidates above the threshold examined")       \
@@ -94,6 +96,8 @@
            "Prefix records this instance sent to the others through Redis")                        \
     ACTION(prefix_sync_applied, counter, "Prefix records of other instances applied to the index") \
     ACTION(prefix_sync_errors, counter, "Redis errors of the prefix index's sharing")              \
+    ACTION(prefix_records_rejected, counter,                                                       \
+           "Prefix records and set members read from Redis and rejected (a field out of range)")   \
     ACTION(bytes_from_upstream, counter, "Response bytes received from upstreams")                 \
     ACTION(bytes_from_cache, counter, "Response bytes served from the cache")                      \
     ACTION(connections_refused, counter,                                                           \

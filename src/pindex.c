@@ -323,12 +323,10 @@ static int64_t stamp_of(int64_t ms, size_t depth)
            (int64_t)PC_MIN(depth, PINDEX_DEPTH_STEPS - 1);
 }
 
-void pindex_apply(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens,
-                  size_t n, size_t depth0, int64_t ms)
+/* Hold links h[0..n) on replica rep (checked by the caller), then evict down to capacity. */
+static void hold_links(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens,
+                       size_t n, size_t depth0, int64_t ms)
 {
-    PC_CHECK_OBJ(px, PINDEX_MAGIC);
-    if (rep >= px->nrep)
-        return;
     struct lru *l = &px->reps[rep];
     pthread_mutex_lock(&l->mu);
     /* Deepest first, so that the first link ends up the newest. */
@@ -340,10 +338,38 @@ void pindex_apply(struct pindex *px, size_t rep, const uint64_t *h, const uint32
     pthread_mutex_unlock(&l->mu);
 }
 
+/* Whether a record from elsewhere is within the ranges pc_pindex.h gives for pindex_apply. */
+static bool record_ok(const struct pindex *px, size_t rep, const uint32_t *tokens, size_t n,
+                      int64_t ms)
+{
+    if (rep >= px->nrep || ms < 0 || ms > PINDEX_MS_MAX)
+        return false;
+    int64_t total = 0; /* at most n * 65536: no overflow for any n an input can hold */
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] > PINDEX_LINK_TOKENS_MAX)
+            return false;
+        total += tokens[i];
+    }
+    return total <= px->reps[rep].capacity;
+}
+
+int pindex_apply(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens, size_t n,
+                 size_t depth0, int64_t ms)
+{
+    PC_CHECK_OBJ(px, PINDEX_MAGIC);
+    if (!record_ok(px, rep, tokens, n, ms))
+        return -1;
+    hold_links(px, rep, h, tokens, n, depth0, ms);
+    return 0;
+}
+
 void pindex_record(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens,
                    size_t n, int64_t ms)
 {
-    pindex_apply(px, rep, h, tokens, n, 0, ms);
+    PC_CHECK_OBJ(px, PINDEX_MAGIC);
+    if (rep >= px->nrep || ms < 0 || ms > PINDEX_MS_MAX)
+        return; /* not a wall clock time: a bug of the caller, not worth a wrong stamp */
+    hold_links(px, rep, h, tokens, n, 0, ms);
     if (px->sink != NULL && n > 0)
         px->sink(px->sink_arg, rep, h, tokens, n, ms);
 }

@@ -12,11 +12,17 @@
  * The writer formats its commands itself (RESP), which costs a fraction of
  * hiredis's formatting of many small arguments.
  *
+ * What the reader gets from Redis is input (another writer can be wrong or
+ * hostile): an entry or a set member is applied only if every field is in
+ * range (record_check, time_ok, parse_stamp and pindex_apply's checks), and
+ * each one turned away counts in prefix_records_rejected.
+ *
  * Stopping: the flag is set, the writer's condition is signalled and the
  * reader's socket is shut down under its mutex, so a thread blocked in
  * XREAD returns at once; both threads then leave their loops and are joined.
  */
 #include "pc_psync.h"
+#include "pc_chain.h"
 #include "pc_conf.h"
 #include "pc_log.h"
 #include "pc_pindex.h"
@@ -64,6 +70,9 @@
 #define TRIM_EVERY      64  /* ZADDs to a replica's set between trims */
 #define LINK_BYTES      12  /* 8-byte hash, 4-byte tokens */
 #define MIN_LINK_TOKENS 128 /* sets keep capacity / this many members */
+/* How far ahead of this clock a record's time may be: clocks of hosts differ by far less,
+ * and a record from further ahead would stay the newest, unmoved, for that long. */
+#define FUTURE_MS 300000
 
 /* One local record waiting to be published. */
 struct rec {
@@ -104,6 +113,7 @@ struct psync {
     pthread_t writer, reader;
     bool started;
     unsigned trims[PINDEX_MAX_REPLICAS]; /* writer only */
+    uint64_t reject_logged_ms;           /* reader only */
 };
 
 /* ---- connections ------------------------------------------------------------ */
@@ -430,6 +440,62 @@ static size_t replica_named(const struct psync *ps, const char *name, size_t len
     return SIZE_MAX;
 }
 
+/* ---- the reader's checks ------------------------------------------------------------ */
+
+/* Count a record or member turned away; say why in the log at most once a minute. */
+static void reject(struct psync *ps, const char *why)
+{
+    stats_incr(&ps->stats, STAT_prefix_records_rejected);
+    uint64_t now = pc_mono_ms();
+    if (ps->reject_logged_ms == 0 || now - ps->reject_logged_ms >= LOG_EVERY_MS) {
+        log_warn("prefix index sharing: a record from redis %s rejected: %s (counted in "
+                 "prefix_records_rejected)",
+                 ps->where, why);
+        ps->reject_logged_ms = now;
+    }
+}
+
+/* A record's time: a wall clock in milliseconds, not ahead of ours by more than FUTURE_MS. */
+static bool time_ok(uint64_t ms)
+{
+    return ms <= (uint64_t)PINDEX_MS_MAX && (int64_t)ms <= pc_wall_ms() + FUTURE_MS;
+}
+
+/* A set member's score: a stamp, written by format_zadd as a non-negative integer. */
+static bool parse_stamp(const redisReply *s, int64_t *stamp)
+{
+    if (s->type != REDIS_REPLY_STRING || s->len == 0 || s->len > 19)
+        return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < s->len; i++) {
+        if (s->str[i] < '0' || s->str[i] > '9' || v > (INT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (s->str[i] - '0');
+    }
+    *stamp = v;
+    return true;
+}
+
+/* Apply one member of replica rep's set (member m, score s), unless it is out of range. */
+static void apply_member(struct psync *ps, size_t rep, const redisReply *m, const redisReply *s)
+{
+    int64_t stamp = 0;
+    const char *bad = NULL;
+    if (m->type != REDIS_REPLY_STRING || m->len != LINK_BYTES)
+        bad = "a set member is not a link";
+    else if (!parse_stamp(s, &stamp) || !time_ok((uint64_t)(stamp / PINDEX_DEPTH_STEPS)))
+        bad = "a set member's score is not a stamp of now or before";
+    if (bad == NULL) {
+        uint64_t h = get_be((const unsigned char *)m->str, 8);
+        uint32_t tok = (uint32_t)get_be((const unsigned char *)m->str + 8, 4);
+        size_t depth = (size_t)(PINDEX_DEPTH_STEPS - 1 - stamp % PINDEX_DEPTH_STEPS);
+        if (pindex_apply(ps->index, rep, &h, &tok, 1, depth, stamp / PINDEX_DEPTH_STEPS) < 0)
+            bad = "a set member's link weighs more tokens than a link can";
+    }
+    if (bad != NULL)
+        reject(ps, bad);
+}
+
 /* Catch up from a replica's set: its newest members. */
 static bool restore_replica(struct psync *ps, struct conn *c, size_t rep)
 {
@@ -443,16 +509,8 @@ static bool restore_replica(struct psync *ps, struct conn *c, size_t rep)
         conn_failed(ps, c, c->rc->errstr[0] ? c->rc->errstr : "connection lost");
         return false;
     }
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-        const redisReply *m = r->element[i], *s = r->element[i + 1];
-        if (m->type != REDIS_REPLY_STRING || m->len != LINK_BYTES || s->type != REDIS_REPLY_STRING)
-            continue;
-        int64_t stamp = strtoll(s->str, NULL, 10);
-        uint64_t h = get_be((const unsigned char *)m->str, 8);
-        uint32_t tok = (uint32_t)get_be((const unsigned char *)m->str + 8, 4);
-        size_t depth = (size_t)(PINDEX_DEPTH_STEPS - 1 - stamp % PINDEX_DEPTH_STEPS);
-        pindex_apply(ps->index, rep, &h, &tok, 1, depth, stamp / PINDEX_DEPTH_STEPS);
-    }
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
+        apply_member(ps, rep, r->element[i], r->element[i + 1]);
     freeReplyObject(r);
     return true;
 }
@@ -474,33 +532,62 @@ static bool stream_end(struct psync *ps, struct conn *c, char *id, size_t idlen)
     return true;
 }
 
+/*
+ * The shape of a stream entry's field list (format_xadd's): one field d of
+ * instance, time, replica name and 1..CHAIN_MAX_LINKS whole links. NULL if
+ * it is sound, else what is wrong; *d, *len set.
+ */
+static const char *record_check(const redisReply *fields, const unsigned char **d, size_t *len)
+{
+    if (fields->type != REDIS_REPLY_ARRAY || fields->elements != 2 ||
+        fields->element[0]->type != REDIS_REPLY_STRING ||
+        fields->element[1]->type != REDIS_REPLY_STRING)
+        return "an entry is not one field";
+    *d = (const unsigned char *)fields->element[1]->str;
+    *len = fields->element[1]->len;
+    if (*len < 17 || *len < 17 + (size_t)(*d)[16] || (*len - 17 - (*d)[16]) % LINK_BYTES != 0)
+        return "an entry's length is not that of a record";
+    size_t n = (*len - 17 - (*d)[16]) / LINK_BYTES;
+    if (n == 0 || n > CHAIN_MAX_LINKS)
+        return "a record has no link, or more than a chain has";
+    return NULL;
+}
+
 /* Apply one stream entry (its field list) made by another instance. */
 static void apply_entry(struct psync *ps, const redisReply *fields)
 {
-    if (fields->type != REDIS_REPLY_ARRAY || fields->elements != 2 ||
-        fields->element[1]->type != REDIS_REPLY_STRING)
+    const unsigned char *d;
+    size_t len;
+    const char *bad = record_check(fields, &d, &len);
+    if (bad != NULL) {
+        reject(ps, bad);
         return;
-    const unsigned char *d = (const unsigned char *)fields->element[1]->str;
-    size_t len = fields->element[1]->len;
-    if (len < 17 || len < 17 + (size_t)d[16] || (len - 17 - d[16]) % LINK_BYTES != 0)
-        return;
+    }
     if (memcmp(d, ps->instance, 8) == 0)
         return; /* our own: already in the index */
     size_t i = replica_named(ps, (const char *)d + 17, d[16]);
     if (i == SIZE_MAX)
         return; /* a replica this instance does not route to */
+    uint64_t ms = get_be(d + 8, 8);
+    if (!time_ok(ms)) {
+        reject(ps, "a record's time is not now or before");
+        return;
+    }
     const unsigned char *links = d + 17 + d[16];
     size_t n = (len - 17 - d[16]) / LINK_BYTES;
-    uint64_t *h = pc_malloc((n ? n : 1) * sizeof(*h));
-    uint32_t *tok = pc_malloc((n ? n : 1) * sizeof(*tok));
+    uint64_t *h = pc_malloc(n * sizeof(*h));
+    uint32_t *tok = pc_malloc(n * sizeof(*tok));
     for (size_t k = 0; k < n; k++) {
         h[k] = get_be(links + LINK_BYTES * k, 8);
         tok[k] = (uint32_t)get_be(links + LINK_BYTES * k + 8, 4);
     }
-    pindex_apply(ps->index, i, h, tok, n, 0, (int64_t)get_be(d + 8, 8));
+    int rc = pindex_apply(ps->index, i, h, tok, n, 0, (int64_t)ms);
     free(h);
     free(tok);
-    stats_incr(&ps->stats, STAT_prefix_sync_applied);
+    if (rc < 0)
+        reject(ps, "a record's links weigh more tokens than links or the replica can");
+    else
+        stats_incr(&ps->stats, STAT_prefix_sync_applied);
 }
 
 /*
@@ -527,8 +614,10 @@ static bool read_stream(struct psync *ps, struct conn *c, char *id, size_t idlen
         for (size_t k = 0; entries->type == REDIS_REPLY_ARRAY && k < entries->elements; k++) {
             const redisReply *e = entries->element[k];
             if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-                e->element[0]->type != REDIS_REPLY_STRING)
+                e->element[0]->type != REDIS_REPLY_STRING) {
+                reject(ps, "a stream entry is not an id and fields");
                 continue;
+            }
             snprintf(id, idlen, "%s", e->element[0]->str);
             apply_entry(ps, e->element[1]);
         }

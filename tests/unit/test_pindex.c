@@ -108,6 +108,50 @@ static void test_apply_stamps(void)
     pindex_destroy(&px);
 }
 
+/*
+ * Issue 20.5: records from elsewhere are input. A time so large that its
+ * stamp overflowed (UBSan aborted), a link of 2^32 - 1 tokens (it evicted the
+ * replica's whole index) or links together beyond the replica's capacity are
+ * refused whole; the index is as it was.
+ */
+static void test_apply_forged(void)
+{
+    int64_t cap[2] = {10000, 10000};
+    struct pindex *px = pindex_create(2, cap);
+    uint64_t a[4], f[2];
+    chain_of(11, 4, a);
+    chain_of(12, 2, f);
+    pindex_record(px, 0, a, tok100, 4, 1000);
+    static const int64_t bad_ms[] = {INT64_MAX, PINDEX_MS_MAX + 1, -1, INT64_MIN};
+    for (size_t i = 0; i < sizeof(bad_ms) / sizeof(bad_ms[0]); i++)
+        T_CHECK_INT(pindex_apply(px, 0, f, tok100, 2, 0, bad_ms[i]), -1);
+    uint32_t huge[2] = {100, UINT32_MAX}, over_link[2] = {100, PINDEX_LINK_TOKENS_MAX + 1};
+    uint32_t over_cap[2] = {6000, 6000};
+    T_CHECK_INT(pindex_apply(px, 0, f, huge, 2, 0, 2000), -1);
+    T_CHECK_INT(pindex_apply(px, 0, f, over_link, 2, 0, 2000), -1);
+    T_CHECK_INT(pindex_apply(px, 0, f, over_cap, 2, 0, 2000), -1);
+    T_CHECK_INT(pindex_apply(px, 2, f, tok100, 2, 0, 2000), -1); /* no replica 2 */
+    T_CHECK_INT(pindex_held(px, 0), 400);
+    T_CHECK_INT(pindex_entries(px), 4);
+    struct pindex_match m;
+    pindex_match(px, a, 4, 0, &m);
+    T_CHECK_INT(m.links[0], 4);
+    pindex_match(px, f, 2, 0, &m);
+    T_CHECK_INT(m.links[0], 0);
+    /* At the limits: applied, and the stamps still order (the newest first). */
+    uint32_t at_link[2] = {PINDEX_LINK_TOKENS_MAX, 100};
+    cap[1] = PINDEX_LINK_TOKENS_MAX + 100;
+    struct pindex *big = pindex_create(2, cap);
+    T_CHECK_INT(pindex_apply(big, 1, f, at_link, 2, 0, PINDEX_MS_MAX), 0);
+    T_CHECK_INT(pindex_held(big, 1), PINDEX_LINK_TOKENS_MAX + 100);
+    T_CHECK_INT(pindex_apply(big, 1, a, tok100, 1, 0, 0), 0); /* evicts the oldest: a */
+    pindex_match(big, f, 2, 0, &m);
+    T_CHECK_INT(m.links[1], 2);
+    T_CHECK_INT(pindex_apply(px, 0, f, tok100, 2, 0, 2000), 0);
+    pindex_destroy(&big);
+    pindex_destroy(&px);
+}
+
 struct heard {
     size_t calls, rep, n;
     int64_t ms;
@@ -204,6 +248,7 @@ int main(void)
     T_RUN(test_match);
     T_RUN(test_eviction);
     T_RUN(test_apply_stamps);
+    T_RUN(test_apply_forged);
     T_RUN(test_sink);
     T_RUN(test_cpt);
     T_RUN(test_threads);

@@ -1,0 +1,158 @@
+'use strict';
+/*
+ * Forged prefix records in a real redis-server (issue 20.5): what another
+ * writer puts in the prefix stream (pc:2:px) or a replica's set
+ * (pc:2:pz:{replica}) is input. A record whose time would overflow its
+ * stamps (UBSan aborted the proxy), one whose link weighs 2^32 - 1 tokens
+ * (it evicted the replica's whole prefix index), one from the far future,
+ * and malformed ones are rejected and counted in prefix_records_rejected,
+ * while the proxy goes on serving and routing a conversation to the replica
+ * that holds its prefix; an instance that starts later and restores from
+ * the sets rejects the forged members the same way.
+ */
+const assert = require('node:assert/strict');
+const crypto = require('node:crypto');
+const net = require('node:net');
+const h = require('./lib');
+const {parseResp} = require('./lib/redis');
+const {startVllmMock} = require('../mock/vllm');
+
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+const NO_STORE = {'cache-control': 'no-store'};
+const STREAM = 'pc:2:px';
+
+/* A conversation of n user turns: a long first question, short turns after (as prefix.test.js). */
+function conversation(topic, n) {
+    const messages = [{role: 'user', content: `${topic}: ${'context '.repeat(600)}`}];
+    for (let i = 1; i < n; i++)
+        messages.push({role: 'assistant', content: `answer ${i}`}, {role: 'user', content: `${topic} follow-up ${i}`});
+    return {model: 'mock-vllm', messages, max_tokens: 4};
+}
+
+/* One command with binary arguments (the harness's client sends strings); resolves with the reply. */
+function rawCommand(port, ...args) {
+    const parts = [Buffer.from(`*${args.length}\r\n`)];
+    for (const a of args) {
+        const b = Buffer.isBuffer(a) ? a : Buffer.from(String(a));
+        parts.push(Buffer.from(`$${b.length}\r\n`), b, Buffer.from('\r\n'));
+    }
+    return new Promise((resolve, reject) => {
+        const sock = net.connect({port, host: '127.0.0.1'});
+        let buf = Buffer.alloc(0);
+        sock.on('data', (d) => {
+            buf = Buffer.concat([buf, d]);
+            const r = parseResp(buf, 0);
+            if (!r)
+                return;
+            sock.end();
+            if (r.value instanceof Error) reject(r.value);
+            else resolve(r.value);
+        });
+        sock.on('error', reject);
+        sock.write(Buffer.concat(parts));
+    });
+}
+
+/* A link: 8-byte hash and 4-byte tokens, big-endian (src/psync.c). */
+function link(hash, tokens) {
+    const b = Buffer.alloc(12);
+    b.writeBigUInt64BE(hash, 0);
+    b.writeUInt32BE(tokens, 8);
+    return b;
+}
+
+/* A stream record's d field: instance, ms (big-endian), replica name, links. */
+function record(ms, replica, links) {
+    const head = Buffer.alloc(17);
+    crypto.randomBytes(8).copy(head, 0);
+    head.writeBigUInt64BE(BigInt.asUintN(64, BigInt(ms)), 8);
+    head[16] = Buffer.byteLength(replica);
+    return Buffer.concat([head, Buffer.from(replica), ...links]);
+}
+
+const randomHash = () => crypto.randomBytes(8).readBigUInt64BE(0) | 1n;
+
+function replicaOf(st, name) {
+    const rep = st.replicas.find((x) => x.name === name);
+    assert.ok(rep, `replica ${name} in ${JSON.stringify(st.replicas)}`);
+    return rep;
+}
+
+h.test('forged prefix records are rejected and counted; routing by prefix goes on', async () => {
+    const reps = [];
+    try {
+        for (let i = 0; i < 2; i++)
+            reps.push(await startVllmMock({name: `v${i}`, usPerToken: 0, usPerOutputToken: 0}));
+        const start = () => env.startProxy({upstream: reps.map((r) => r.url), workers: 2,
+            args: ['--upstream-type', 'vllm']});
+        const a = await start();
+        const topic = h.uniq('forged');
+        const r1 = await a.post(CHAT, conversation(topic, 1), NO_STORE);
+        assert.equal(r1.status, 200, r1.text);
+        const home = r1.headers['x-upstream'];
+        const held = replicaOf(await a.stats(), home).index_tokens;
+        assert.ok(held > 1000, `index_tokens ${held}`);
+
+        /* A sound record of another instance first, until a's reader (which follows the stream
+         * from where it ended when it connected) applies one: all of them name the same link. */
+        const port = env.redis.port;
+        const soundLink = link(randomHash(), 50);
+        await h.waitFor(async () => {
+            if ((await a.stats()).prefix_sync_applied > 0)
+                return true;
+            await rawCommand(port, 'XADD', STREAM, '*', 'd', record(Date.now(), home, [soundLink]));
+            return false;
+        }, {what: 'a sound record applied'});
+        assert.equal(replicaOf(await a.stats(), home).index_tokens, held + 50);
+
+        const forged = [
+            record(2n ** 63n - 1n, home, [link(randomHash(), 100)]), /* ms * 4096 overflows */
+            record(-5, home, [link(randomHash(), 100)]), /* a negative time */
+            record(Date.now() + 86400000, home, [link(randomHash(), 100)]), /* a day ahead */
+            record(Date.now(), home, [link(randomHash(), 0xffffffff)]), /* would evict everything */
+            record(Date.now(), home, []), /* no link */
+            Buffer.concat([record(Date.now(), home, [link(randomHash(), 100)]), Buffer.from('xyz')]),
+        ];
+        for (const d of forged)
+            await rawCommand(port, 'XADD', STREAM, '*', 'd', d);
+        await rawCommand(port, 'XADD', STREAM, '*', 'd', record(Date.now(), home, []), 'e', 'x');
+        await h.waitFor(async () => (await a.stats()).prefix_records_rejected === forged.length + 1,
+            {what: 'every forged record rejected', timeout: 10000});
+
+        /* No forged link held (each weighs 100 tokens), nothing evicted. */
+        let st = await a.stats();
+        assert.equal(replicaOf(st, home).index_tokens, held + 50, 'the index kept what it held');
+        /* Serving and routing by prefix go on: the next turns land where the prefix is. */
+        for (let turn = 2; turn <= 3; turn++) {
+            const r = await a.post(CHAT, conversation(topic, turn), NO_STORE);
+            assert.equal(r.status, 200, r.text);
+            assert.equal(r.headers['x-upstream'], home, `turn ${turn}`);
+            assert.ok(r.json.usage.prompt_tokens_details.cached_tokens > 1000, JSON.stringify(r.json.usage));
+        }
+        st = await a.stats();
+        assert.ok(replicaOf(st, home).routed_by_prefix >= 2, JSON.stringify(replicaOf(st, home)));
+
+        /* Forged members of the replica's set: an instance that starts now restores past them. */
+        const set = `pc:2:pz:{${home}}`;
+        const sound = await rawCommand(port, 'ZCARD', set);
+        assert.ok(sound > 0, 'a wrote its links to the set');
+        await rawCommand(port, 'ZADD', set, '+inf', link(randomHash(), 100),
+            String(2 ** 52), link(randomHash(), 0xffffffff), '-4096', link(randomHash(), 100),
+            '1', Buffer.from('short'));
+        const b = await start();
+        await h.waitFor(async () => (await b.stats()).prefix_records_rejected === 4,
+            {what: 'b rejecting the forged members'});
+        await h.waitFor(async () => replicaOf(await b.stats(), home).index_tokens >= held,
+            {what: 'b restoring the sound members'});
+        const r4 = await b.post(CHAT, conversation(topic, 4), NO_STORE);
+        assert.equal(r4.status, 200, r4.text);
+        assert.equal(r4.headers['x-upstream'], home);
+        const m = await b.get('/metrics');
+        assert.match(m.text, /^promptcache_prefix_records_rejected_total 4$/m);
+        assert.ok(a.alive && b.alive);
+        await Promise.all([a.stop(), b.stop()]);
+    } finally {
+        await Promise.all(reps.map((r) => r.close()));
+    }
+});
