@@ -28,6 +28,14 @@
 #define ENTRY_KEY_MAX 128
 #define TENANT_ID_LEN 16 /* hex chars of the tenant hash used in keys and logs */
 
+/*
+ * The most tokens a decoded usage field may hold: more than any answer has
+ * (api.c caps each count an upstream reports at 10^15; Anthropic's prompt
+ * sums three of them), and few enough that sums and prices of them cannot
+ * overflow.
+ */
+#define ENTRY_TOKENS_MAX (INT64_C(1) << 52)
+
 /* Response headers kept with an entry (pc_api.h api_header_replayable decides which). */
 #define ENTRY_MAX_HEADERS      16
 #define ENTRY_HEADER_NAME_MAX  64
@@ -74,7 +82,12 @@ void entry_encode(const struct entry *e, struct pc_buf *out);
 /* Whether a header can be stored (and so replayed): a token name and a value without
  * control characters other than tab, both within the limits above. */
 bool entry_header_valid(const char *name, size_t name_len, const char *value, size_t value_len);
-/* Fill e with pointers into buf; 0, or -1 if buf is not a valid entry. */
+/*
+ * Fill e with pointers into buf; 0, or -1 if buf is not a valid entry: every
+ * length must match, and every field be in range (a 2xx status, a known kind
+ * and endpoint, created_ms in 0..2^53, usage counts in 0..ENTRY_TOKENS_MAX,
+ * a content type and headers without control characters).
+ */
 int entry_decode(const char *buf, size_t len, struct entry *e);
 /* Milliseconds since e was stored (0 if its clock is ahead of ours). */
 int64_t entry_age_ms(const struct entry *e);

@@ -11,9 +11,9 @@
  *   space        bytes    the embedding space: embedder and version, printable ASCII
  *   dim          u16      1..VINDEX_DIM_MAX
  *   partition    32 bytes
- *   created_ms   i64      wall clock, >= 0
- *   expires_ms   i64      wall clock, >= 0 (0: no expiry)
- *   vector       dim x (2 or 4 bytes), every component finite
+ *   created_ms   i64      wall clock, 0..VREC_TIME_MAX
+ *   expires_ms   i64      wall clock, 0..VREC_TIME_MAX (0: no expiry)
+ *   vector       dim x (2 or 4 bytes), every component finite, not all zero
  *   text_len     u16      0..VREC_TEXT_MAX
  *   text         bytes    the last user turn, well-formed UTF-8
  *
@@ -40,6 +40,7 @@
 
 #define VREC_SPACE_MAX 64
 #define VREC_TEXT_MAX  4096
+#define VREC_TIME_MAX  (INT64_C(1) << 53) /* ms: year 285,000; differences cannot overflow */
 /* The largest record: float32 vector of VINDEX_DIM_MAX and the longest text. */
 #define VREC_MAX_LEN \
     (4 + 2 + VREC_SPACE_MAX + 2 + VINDEX_PART_LEN + 16 + 4 * VINDEX_DIM_MAX + 2 + VREC_TEXT_MAX)
@@ -65,8 +66,8 @@ struct vrec {
  * Append r's record to out. Text longer than VREC_TEXT_MAX is cut at a UTF-8
  * character boundary. 0, or -1 (nothing appended) if the space is empty, too
  * long or not printable, dim is out of range, a component is not finite (or
- * out of float16's range with VREC_F16), a time is negative, or the text is
- * not UTF-8.
+ * out of float16's range with VREC_F16), the vector is zero, a time is out of
+ * the ranges above, or the text is not UTF-8.
  */
 int vrec_encode(const struct vrec *r, enum vrec_fmt fmt, struct pc_buf *out);
 

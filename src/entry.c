@@ -45,6 +45,17 @@ static bool token_char(unsigned char c)
            (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
 }
 
+/* A header value: no control character but tab (so no line break a reply could be split at). */
+static bool value_chars_ok(const char *value, size_t value_len)
+{
+    for (size_t i = 0; i < value_len; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return false;
+    }
+    return true;
+}
+
 bool entry_header_valid(const char *name, size_t name_len, const char *value, size_t value_len)
 {
     if (name == NULL || value == NULL || name_len == 0 || name_len > ENTRY_HEADER_NAME_MAX ||
@@ -53,12 +64,7 @@ bool entry_header_valid(const char *name, size_t name_len, const char *value, si
     for (size_t i = 0; i < name_len; i++)
         if (!token_char((unsigned char)name[i]))
             return false;
-    for (size_t i = 0; i < value_len; i++) {
-        unsigned char c = (unsigned char)value[i];
-        if ((c < 0x20 && c != '\t') || c == 0x7f)
-            return false;
-    }
-    return true;
+    return value_chars_ok(value, value_len);
 }
 
 static void put_u(struct pc_buf *out, uint64_t v, int bytes)
@@ -210,11 +216,27 @@ static int get_sections(struct reader *r, struct entry *e)
             return -1;
         if (tag == ENTRY_SEC_USAGE) {
             e->usage.cache_write = (int64_t)get_u(&sec, 8);
-            if (sec.bad || sec.left != 0 || e->usage.cache_write < 0)
+            if (sec.bad || sec.left != 0 || e->usage.cache_write < 0 ||
+                e->usage.cache_write > ENTRY_TOKENS_MAX)
                 return -1;
         }
     }
     return r->bad ? -1 : 0;
+}
+
+static bool tokens_ok(int64_t n)
+{
+    return n >= 0 && n <= ENTRY_TOKENS_MAX;
+}
+
+/* The fixed fields' ranges (the lengths are checked as they are read). */
+static bool fields_ok(const struct entry *e, uint64_t kind, uint64_t ep, uint64_t present)
+{
+    /* created_ms is bounded so that age arithmetic can never overflow. */
+    return kind <= ENTRY_SSE && ep != API_NONE && ep < API__COUNT && e->status >= 200 &&
+           e->status <= 299 && e->created_ms >= 0 && e->created_ms <= (INT64_C(1) << 53) &&
+           present <= 1 && tokens_ok(e->usage.prompt) && tokens_ok(e->usage.completion) &&
+           tokens_ok(e->usage.cached) && value_chars_ok(e->content_type, e->content_type_len);
 }
 
 int entry_decode(const char *buf, size_t len, struct entry *e)
@@ -231,7 +253,8 @@ int entry_decode(const char *buf, size_t len, struct entry *e)
     e->status = (int)get_u(&r, 2);
     e->created_ms = (int64_t)get_u(&r, 8);
     e->latency_ms = (uint32_t)get_u(&r, 4);
-    e->usage.present = get_u(&r, 1) != 0;
+    uint64_t present = get_u(&r, 1);
+    e->usage.present = present != 0;
     e->usage.prompt = (int64_t)get_u(&r, 8);
     e->usage.completion = (int64_t)get_u(&r, 8);
     e->usage.cached = (int64_t)get_u(&r, 8);
@@ -241,10 +264,7 @@ int entry_decode(const char *buf, size_t len, struct entry *e)
     e->body = get_bytes(&r, e->body_len);
     if (!r.bad && format == ENTRY_FORMAT_SECTIONS && get_sections(&r, e) < 0)
         return -1;
-    /* created_ms is bounded so that age arithmetic can never overflow. */
-    if (r.bad || r.left != 0 || kind > ENTRY_SSE || ep == API_NONE || ep >= API__COUNT ||
-        e->status < 200 || e->status > 299 || e->created_ms < 0 ||
-        e->created_ms > (INT64_C(1) << 53))
+    if (r.bad || r.left != 0 || !fields_ok(e, kind, ep, present))
         return -1;
     e->kind = (enum entry_kind)kind;
     e->endpoint = (enum api_endpoint)ep;

@@ -131,15 +131,25 @@ static int64_t get_i64(const unsigned char *p)
     return (int64_t)v;
 }
 
+/* Every component finite (and within float16's range for VREC_F16), one of them not zero. */
 static bool vector_ok(const float *v, unsigned dim, enum vrec_fmt fmt)
 {
+    bool nonzero = false;
     for (unsigned i = 0; i < dim; i++) {
         if (!isfinite(v[i]))
             return false;
         if (fmt == VREC_F16 && (vrec_f32_to_f16(v[i]) & 0x7c00) == 0x7c00)
             return false;
+        nonzero |= fmt == VREC_F16 ? (vrec_f32_to_f16(v[i]) & 0x7fff) != 0 : v[i] != 0;
     }
-    return true;
+    return nonzero;
+}
+
+/* The times of pc_vrec.h's layout: wall clock in 0..VREC_TIME_MAX (expires_ms 0: never). */
+static bool times_ok(int64_t created_ms, int64_t expires_ms)
+{
+    return created_ms >= 0 && created_ms <= VREC_TIME_MAX && expires_ms >= 0 &&
+           expires_ms <= VREC_TIME_MAX;
 }
 
 /* --- encode ---------------------------------------------------------------------------- */
@@ -150,8 +160,9 @@ int vrec_encode(const struct vrec *r, enum vrec_fmt fmt, struct pc_buf *out)
     if (r->text_len > 0 && r->text == NULL)
         return -1;
     size_t tlen = r->text_len > 0 ? utf8_cut(r->text, r->text_len, VREC_TEXT_MAX) : 0;
-    if (!space_ok(r->space, slen) || r->dim < 1 || r->dim > VINDEX_DIM_MAX || r->created_ms < 0 ||
-        r->expires_ms < 0 || !utf8_ok(r->text, tlen) || !vector_ok(r->vec, r->dim, fmt))
+    if (!space_ok(r->space, slen) || r->dim < 1 || r->dim > VINDEX_DIM_MAX ||
+        !times_ok(r->created_ms, r->expires_ms) || !utf8_ok(r->text, tlen) ||
+        !vector_ok(r->vec, r->dim, fmt))
         return -1;
     pc_buf_append(out, vrec_magic, sizeof(vrec_magic));
     unsigned char hdr[2] = {fmt == VREC_F16 ? FLAG_F16 : 0, (unsigned char)slen};
@@ -193,9 +204,10 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 }
 
 /* The vector at p (dim components of the record's format) into out; false if one is not
- * finite. */
+ * finite or all are zero (a zero vector has no direction to compare). */
 static bool read_vector(const unsigned char *p, unsigned dim, enum vrec_fmt fmt, float *out)
 {
+    bool nonzero = false;
     for (unsigned i = 0; i < dim; i++) {
         if (fmt == VREC_F16) {
             out[i] = vrec_f16_to_f32((uint16_t)get_u16(p + 2 * i));
@@ -205,8 +217,9 @@ static bool read_vector(const unsigned char *p, unsigned dim, enum vrec_fmt fmt,
         }
         if (!isfinite(out[i]))
             return false;
+        nonzero |= out[i] != 0;
     }
-    return true;
+    return nonzero;
 }
 
 int vrec_decode(const void *data, size_t len, struct vrec *r, float *vec_buf, size_t vec_cap,
@@ -231,8 +244,9 @@ int vrec_decode(const void *data, size_t len, struct vrec *r, float *vec_buf, si
     r->created_ms = get_i64(p + 2 + VINDEX_PART_LEN);
     r->expires_ms = get_i64(p + 10 + VINDEX_PART_LEN);
     p += FIXED_TAIL;
-    if (r->created_ms < 0 || r->expires_ms < 0)
-        return fail(err, errlen, "negative time");
+    if (!times_ok(r->created_ms, r->expires_ms))
+        return fail(err, errlen, "time out of range (created %lld, expires %lld)",
+                    (long long)r->created_ms, (long long)r->expires_ms);
     r->fmt = flags & FLAG_F16 ? VREC_F16 : VREC_F32;
     size_t vbytes = (size_t)r->dim * (r->fmt == VREC_F16 ? 2 : 4);
     if (r->dim < 1 || r->dim > VINDEX_DIM_MAX || r->dim > vec_cap)
@@ -240,7 +254,7 @@ int vrec_decode(const void *data, size_t len, struct vrec *r, float *vec_buf, si
     if ((size_t)(end - p) < vbytes + 2)
         return fail(err, errlen, "truncated vector");
     if (!read_vector(p, r->dim, r->fmt, vec_buf))
-        return fail(err, errlen, "vector component not finite");
+        return fail(err, errlen, "vector component not finite, or every one zero");
     r->vec = vec_buf;
     p += vbytes;
     r->text_len = get_u16(p);

@@ -4,6 +4,7 @@
  */
 #include "pc_entry.h"
 #include "pc_migrate.h"
+#include "pc_pricing.h"
 #include "t.h"
 
 static struct entry sample(void)
@@ -109,6 +110,74 @@ static void test_rejects_malformed(void)
     T_CHECK_INT(entry_decode(NULL, 0, &d), -1);
     pc_buf_free(&b);
     pc_buf_free(&b2);
+}
+
+/*
+ * Decodes (0) or not (-1) after e is encoded; a decoded entry's usage goes
+ * through what a hit does with it (pricing_tokens_of: prompt minus cached
+ * minus written), where a forged count overflowed (UBSan) before the ranges.
+ */
+static int decode_use(const struct entry *e)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    struct entry d;
+    entry_encode(e, &b);
+    int rc = entry_decode(b.data, b.len, &d);
+    if (rc == 0) {
+        struct pricing_tokens t;
+        pricing_tokens_of(&d.usage, &t);
+        T_CHECK(t.input >= 0 && t.cache_read >= 0 && t.output >= 0);
+    }
+    pc_buf_free(&b);
+    return rc;
+}
+
+/* Issue 20.5: every field read back from Redis is range-checked, not only its length. */
+static void test_forged_fields(void)
+{
+    static const int64_t bad_counts[] = {-1, INT64_MIN, INT64_MAX, ENTRY_TOKENS_MAX + 1};
+    for (size_t i = 0; i < PC_ARRAY_LEN(bad_counts); i++) {
+        for (int field = 0; field < 4; field++) {
+            if (field == 3 && bad_counts[i] < 0)
+                continue; /* the encoder writes cache writes only when positive */
+            struct entry e = sample();
+            int64_t *f[] = {&e.usage.prompt, &e.usage.completion, &e.usage.cached,
+                            &e.usage.cache_write};
+            *f[field] = bad_counts[i];
+            if (field == 1) /* the other counts in range: only this one is forged */
+                e.usage.prompt = 5;
+            T_CHECK_INT(decode_use(&e), -1);
+        }
+    }
+    /* The largest counts are accepted, and their arithmetic stays in range. */
+    struct entry big = sample();
+    big.usage = (struct api_usage){true, ENTRY_TOKENS_MAX, ENTRY_TOKENS_MAX, ENTRY_TOKENS_MAX,
+                                   ENTRY_TOKENS_MAX};
+    T_CHECK_INT(decode_use(&big), 0);
+    /* The usage flag is 0 or 1. */
+    struct entry e = sample();
+    struct pc_buf b = PC_BUF_INIT;
+    struct entry d;
+    entry_encode(&e, &b);
+    T_CHECK_INT(b.data[20], 1);
+    b.data[20] = 2;
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    b.data[20] = 0;
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    pc_buf_free(&b);
+    /* A content type that would split the reply's header (it is replayed as one). */
+    static const char *const bad_types[] = {"text/html\r\nSet-Cookie: a=b", "a\nb", "a\0b",
+                                            "a\x7f"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(bad_types); i++) {
+        e = sample();
+        e.content_type = bad_types[i];
+        e.content_type_len = strlen(bad_types[i]) + (i == 2 ? 2 : 0);
+        T_CHECK_INT(decode_use(&e), -1);
+    }
+    e = sample();
+    e.content_type = "application/json;\tcharset=utf-8";
+    e.content_type_len = strlen(e.content_type);
+    T_CHECK_INT(decode_use(&e), 0);
 }
 
 static void test_keys(void)
@@ -296,6 +365,7 @@ int main(void)
 {
     T_RUN(test_round_trip);
     T_RUN(test_rejects_malformed);
+    T_RUN(test_forged_fields);
     T_RUN(test_cache_write_section);
     T_RUN(test_keys);
     T_RUN(test_headers_round_trip);

@@ -305,6 +305,50 @@ static void test_decode_rejects(void)
     pc_buf_free(&good);
 }
 
+/* Issue 20.5: times beyond VREC_TIME_MAX and vectors without a direction, both ways. */
+static void test_forged_ranges(void)
+{
+    float v[8], zero[8] = {0}, tiny[8] = {1e-9f};
+    rand_unit(v, 8);
+    struct vrec in = sample(v, 8, "hello"), out;
+    snprintf(in.space, sizeof(in.space), "sp");
+    struct pc_buf good = PC_BUF_INIT, h = PC_BUF_INIT, b = PC_BUF_INIT;
+    T_CHECK_INT(vrec_encode(&in, VREC_F32, &good), 0);
+    T_CHECK_INT(vrec_encode(&in, VREC_F16, &h), 0);
+    size_t created_at = 8 + 2 + 32, vec_at = created_at + 16;
+    int64_t past_max = VREC_TIME_MAX + 1, max = INT64_MAX;
+    expect_rejected(&good, created_at, &past_max, 8, "a creation time past VREC_TIME_MAX");
+    expect_rejected(&good, created_at, &max, 8, "the largest creation time");
+    expect_rejected(&good, created_at + 8, &past_max, 8, "an expiry past VREC_TIME_MAX");
+    unsigned char zeros[4 * 8] = {0}, negzero16[2 * 8];
+    for (size_t i = 0; i < sizeof(negzero16); i += 2) {
+        negzero16[i] = 0x00;
+        negzero16[i + 1] = 0x80;
+    }
+    expect_rejected(&good, vec_at, zeros, sizeof(zeros), "a zero vector (float32)");
+    expect_rejected(&h, vec_at, negzero16, sizeof(negzero16), "a zero vector (float16 -0)");
+    /* The largest times still decode. */
+    struct vrec edge = in;
+    edge.created_ms = edge.expires_ms = VREC_TIME_MAX;
+    T_CHECK_INT(vrec_encode(&edge, VREC_F32, &b), 0);
+    T_CHECK_INT(decode(&b, &out), 0);
+    T_CHECK_INT(out.created_ms, VREC_TIME_MAX);
+    /* The encoder refuses what the decoder would. */
+    pc_buf_reset(&b);
+    edge.created_ms = VREC_TIME_MAX + 1;
+    T_CHECK_INT(vrec_encode(&edge, VREC_F32, &b), -1);
+    struct vrec z = sample(zero, 8, "zero");
+    T_CHECK_INT(vrec_encode(&z, VREC_F32, &b), -1);
+    z = sample(tiny, 8, "tiny");
+    T_CHECK_INT(vrec_encode(&z, VREC_F32, &b), 0); /* fine as float32 ... */
+    pc_buf_reset(&b);
+    T_CHECK_INT(vrec_encode(&z, VREC_F16, &b), -1); /* ... zero as float16 */
+    T_CHECK_INT(b.len, 0);
+    pc_buf_free(&b);
+    pc_buf_free(&h);
+    pc_buf_free(&good);
+}
+
 int main(void)
 {
     T_RUN(test_f16);
@@ -313,5 +357,6 @@ int main(void)
     T_RUN(test_text_cap);
     T_RUN(test_encode_rejects);
     T_RUN(test_decode_rejects);
+    T_RUN(test_forged_ranges);
     T_DONE();
 }
