@@ -1142,6 +1142,7 @@ static size_t flat_search(const struct vindex *v, const struct part *p, const fl
         uint32_t base = b << BLOCK_SHIFT;
         if (base >= p->nslots)
             break;
+        /* Block 0 holds cap0 slots (BLOCK once there are more blocks), the others BLOCK. */
         uint32_t m = PC_MIN(p->nslots - base, b == 0 ? p->cap0 : BLOCK);
         const float *vecs = p->blocks[b].vecs;
         for (uint32_t j = 0; j < m; j++) {
