@@ -124,6 +124,8 @@ static void serve_metrics(struct worker *w, struct httpd_req *hr)
     struct pc_buf out = PC_BUF_INIT;
     stats_render_prometheus(&out);
     route_render_prometheus(w->route, &out);
+    if (w->semantic != NULL)
+        semantic_render_prometheus(w->semantic, &out);
     const struct pricing *p = w->conf->prices;
     if (p != NULL) /* the file path is the operator's own: shown like the version */
         pc_buf_printf(&out,

@@ -552,12 +552,15 @@ int bound_answer_text(const struct entry *e, struct pc_buf *out)
     else if (e->endpoint == API_RESPONSES)
         text_responses(resp, out);
     cJSON_Delete(resp);
+    while (out->len > start && out->data[out->len - 1] == '\n')
+        out->len--; /* the separator after the last piece */
     if (out->len - start > BOUND_ANSWER_MAX) {
         size_t n = BOUND_ANSWER_MAX; /* cut on a UTF-8 boundary */
         while (n > 0 && ((unsigned char)out->data[start + n] & 0xc0) == 0x80)
             n--;
         out->len = start + n;
     }
+    pc_buf_cstr(out);
     return out->len > start ? 0 : -1;
 }
 
