@@ -238,3 +238,25 @@ h.test('messages: a stream from a stored JSON answer counts its output tokens on
     assert.equal(sum('output_tokens'), stored.output_tokens + 1,
         'output tokens: the stored count once, plus the provisional 1');
 });
+
+/*
+ * @ai-sdk/anthropic adds "eager_input_streaming": true to every tool of a
+ * streamed call. It changes only how the tool input is streamed, so it is
+ * left out of the key: the streamed call hits the entry of the plain one.
+ */
+h.test('messages with tools: eager_input_streaming does not split a stream from JSON', async () => {
+    const body = h.messagesBody(h.uniq('weather in Quito'), {tools: [h.ANTHROPIC_TOOL]});
+    const j = await env.proxy.post(MESSAGES, body);
+    h.assertFromUpstream(j, env.mock);
+    const calls = env.mock.callCount(MESSAGES);
+    const eager = {...body, tools: [{...h.ANTHROPIC_TOOL, eager_input_streaming: true}]};
+    const s = await messageStream(eager);
+    h.assertHit(s.res);
+    assert.equal(s.res.headers['x-cache-match'], 'exact');
+    assert.deepEqual(h.messageSummary(s.a.message), h.messageSummary(j.json));
+    assert.equal(env.mock.callCount(MESSAGES), calls, 'no second upstream call');
+
+    /* the rest of a tool definition still counts */
+    const other = {...body, tools: [{...h.ANTHROPIC_TOOL, description: 'Weather, briefly'}]};
+    h.assertFromUpstream(await env.proxy.post(MESSAGES, other), env.mock);
+});
