@@ -214,6 +214,18 @@ static void print_sources(const struct conf *c)
     pc_buf_free(&b);
 }
 
+/* -t: the configuration loaded; a PROMPTCACHE_* variable that is no key is an error too. */
+static int check_result(const struct cli *cli, const struct pc_buf *env, int nenv)
+{
+    if (nenv > 0) {
+        fwrite(env->data, 1, env->len, stderr);
+        fprintf(stderr, "promptcache: %d configuration error%s\n", nenv, nenv == 1 ? "" : "s");
+        return 1;
+    }
+    printf("configuration OK%s%s\n", cli->config ? ": " : "", cli->config ? cli->config : "");
+    return 0;
+}
+
 static void *json_malloc(size_t n)
 {
     return pc_malloc(n);
@@ -253,9 +265,12 @@ int main(int argc, char **argv)
         free(cli.opts);
         return 1;
     }
+    struct pc_buf env = PC_BUF_INIT;
+    int nenv = conf_env_unknown(&env);
+    if (cli.cmd != CMD_RUN && cli.cmd != CMD_CHECK)
+        print_warnings(pc_buf_cstr(&env));
     if (cli.cmd == CMD_CHECK) {
-        printf("configuration OK%s%s\n", cli.config ? ": " : "", cli.config ? cli.config : "");
-        status = 0;
+        status = check_result(&cli, &env, nenv);
     } else if (cli.cmd == CMD_DUMP) {
         print_sources(c);
         status = 0;
@@ -270,6 +285,7 @@ int main(int argc, char **argv)
             status = 1;
         } else {
             log_lines_warn(conf_warnings(c));
+            log_lines_warn(pc_buf_cstr(&env));
             cJSON_Hooks hooks = {json_malloc, free};
             cJSON_InitHooks(&hooks);
             signal(SIGPIPE, SIG_IGN);
@@ -281,6 +297,7 @@ int main(int argc, char **argv)
             log_teardown();
         }
     }
+    pc_buf_free(&env);
     conf_destroy(&c);
     free(cli.opts);
     return status;
