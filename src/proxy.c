@@ -348,10 +348,24 @@ static void preq_on_close(struct httpd_req *hr, void *arg)
 
 /* ---- replies ------------------------------------------------------------ */
 
+/*
+ * X-Cache-Key: the id of the entry (pc_entry.h) that answered a HIT, or that
+ * a MISS or REFRESH answer is stored under (also when it turns out not to be
+ * storable: the id names where it would be). None on BYPASS: no entry.
+ */
+static void add_cache_key(struct preq *r, const unsigned char *exact)
+{
+    char id[ENTRY_ID_LEN + 1];
+    entry_id(r->tenant_id, exact, id);
+    httpd_add_header(r->hr, "X-Cache-Key", id);
+}
+
 static void add_cache_headers(struct preq *r)
 {
     if (r->cache != PC_NONE)
         httpd_add_header(r->hr, "X-Cache-Status", preq_cache_names[r->cache]);
+    if ((r->cache == PC_MISS || r->cache == PC_REFRESH) && r->have_keys)
+        add_cache_key(r, r->keys.exact);
     if (r->upstream[0] && r->cache != PC_HIT)
         httpd_add_header(r->hr, "X-Upstream", r->upstream);
 }
@@ -705,6 +719,8 @@ static void cache_query_of(const struct preq *r, struct cache_query *q)
         .semantic = semantic,
         /* semantic-threshold is read here, from the worker's current (reloadable) conf. */
         .threshold = r->threshold >= 0 ? r->threshold : r->w->conf->semantic_threshold,
+        .ns = httpd_req_header(r->hr, "X-Cache-Namespace"),
+        .model = r->model,
     };
 }
 
@@ -1024,6 +1040,7 @@ static bool serve_hit(struct preq *r, const struct cache_result *res)
     r->match = res->match;
     httpd_add_header(r->hr, "X-Cache-Status", "HIT");
     httpd_add_header(r->hr, "X-Cache-Match", cache_match_name(res->match));
+    add_cache_key(r, res->exact);
     if (res->match == CACHE_MATCH_SEMANTIC) {
         char sim[16];
         snprintf(sim, sizeof(sim), "%.4f", res->similarity);
