@@ -62,6 +62,7 @@ enum embedder_kind {
 };
 
 struct pricing;
+struct tenants;
 
 struct conf_list {
     char **v;
@@ -142,11 +143,13 @@ struct conf {
     double semantic_sure_threshold;
 
     /* admin and reporting */
-    char *admin_token;      /* "" = admin endpoints disabled */
-    char *pricing;          /* price list: a path, "" = the shipped one, "off" = none */
-    struct pricing *prices; /* derived: the loaded list (shared, immutable), or NULL */
-    char *metrics_token;    /* "" = /metrics, /stats and /dashboard are open */
-    int metrics_models;     /* models with their own label in /metrics; the rest "other" */
+    char *admin_token;       /* "" = admin endpoints disabled */
+    char *pricing;           /* price list: a path, "" = the shipped one, "off" = none */
+    struct pricing *prices;  /* derived: the loaded list (shared, immutable), or NULL */
+    char *metrics_token;     /* "" = /metrics, /stats and /dashboard are open */
+    char *tenant_names;      /* names for tenants: a path, or "" */
+    struct tenants *tenants; /* derived: the loaded names (shared), or NULL */
+    int metrics_models;      /* models with their own label in /metrics; the rest "other" */
 
     /* logging */
     int log_level; /* enum pc_log_level */

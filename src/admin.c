@@ -30,6 +30,7 @@
 #include "pc_purge.h"
 #include "pc_route.h"
 #include "pc_semantic.h"
+#include "pc_tenants.h"
 #include "pc_cache.h"
 #include "pc_worker.h"
 
@@ -120,6 +121,8 @@ static void serve_stats(struct worker *w, struct httpd_req *hr)
         l1_render_json(w->l1, &extra);
     }
     pricing_json(w->conf->prices, &extra);
+    pc_buf_append_char(&extra, ',');
+    tenants_render_json(w->conf->tenants, &extra);
     pc_buf_printf(&extra,
                   ",\"routing\":\"%s\",\"replicas\":", route_policy_name(route_policy(w->route)));
     route_render_json(w->route, &extra);
@@ -263,7 +266,7 @@ static void serve_dash_data(struct worker *w, struct httpd_req *hr)
         return;
     }
     struct pc_buf out = PC_BUF_INIT;
-    dash_render(w->dash, w->conf->prices, (int)hours, &out);
+    dash_render(w->dash, w->conf->prices, w->conf->tenants, (int)hours, &out);
     reply_json(hr, 200, pc_buf_cstr(&out));
     pc_buf_free(&out);
 }

@@ -28,6 +28,7 @@
 #include "pc_rurl.h"
 #include "pc_pricing.h"
 #include "pc_secret.h"
+#include "pc_tenants.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -445,6 +446,16 @@ static const struct conf_key conf_keys[] = {
              "Bearer TOKEN (Prometheus' authorization or bearer_token) or as the password of "
              "HTTP basic authentication (a browser asks for it; any user name). Health checks "
              "stay open."},
+    {.name = "tenant-names", .type = CONF_STRING, FIELD(tenant_names), .def = "", .arg = "PATH",
+     .example = "/etc/promptcache/tenants", .flags = CONF_RELOAD,
+     .help = "Names for tenants, shown by `promptcache report`, the dashboard's table of "
+             "tenants and the tenant label of /metrics. One \"IDENTIFIER NAME\" per line "
+             "(# comments): the identifier is a tenant id (16 hex, as the access log and the "
+             "report show it), sha256:HEX (the SHA-256 of the key itself, printf %s \"$KEY\" | "
+             "sha256sum: named once a request presents the key), or ...wxyz:ID (a key's last 4 "
+             "characters and its id, as /stats lists the tenants it saw). Names are 1 to 64 of "
+             "A-Z a-z 0-9 space . _ - : / @ ( ) +. No key is ever stored. Empty: tenants are "
+             "shown by id only."},
     {.name = "metrics-models", .type = CONF_INT, FIELD(metrics_models), .def = "10", .imin = 0,
      .imax = 50, .arg = "N",
      .help = "Models that get their own model label in /metrics: at start, the busiest N of "
@@ -1335,6 +1346,7 @@ struct conf *conf_dup(const struct conf *src)
         key_copy(c, src, &conf_keys[i]);
     c->meta = meta_dup(src->meta);
     c->prices = pricing_ref(src->prices);
+    c->tenants = tenants_ref(src->tenants);
     return c;
 }
 
@@ -1352,6 +1364,7 @@ void conf_destroy(struct conf **cp)
     }
     free(c->listen_host);
     pricing_release(&c->prices);
+    tenants_release(&c->tenants);
     meta_free(&c->meta);
     free(c);
     *cp = NULL;
@@ -2001,6 +2014,19 @@ static void resolve_pricing(struct loader *ld)
         report_at(ld, origin_of(ld, "pricing"), "pricing", err);
 }
 
+/* Load the tenant-names file: a broken one is an error (-t and a reload refuse it). */
+static void resolve_tenants(struct loader *ld)
+{
+    struct conf *c = ld->c;
+    tenants_release(&c->tenants);
+    if (c->tenant_names[0] == '\0')
+        return;
+    char err[512];
+    c->tenants = tenants_load(c->tenant_names, err, sizeof err);
+    if (c->tenants == NULL)
+        report_at(ld, origin_of(ld, "tenant-names"), "tenant-names", err);
+}
+
 /* Keep what a reload needs to read the same sources again. */
 static void meta_sources(struct conf_meta *m, const char *path, int argc, char **argv)
 {
@@ -2028,6 +2054,8 @@ int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc
         fold_redis_auth(ld);
     if (ld->nerr == 0)
         resolve_pricing(ld);
+    if (ld->nerr == 0)
+        resolve_tenants(ld);
     int nerr = ld->nerr;
     if (ld->warns.len > 0)
         c->meta->warnings = pc_buf_cstr(&ld->warns);
@@ -2474,6 +2502,16 @@ struct conf *conf_merge_reload(const struct conf *cur, const struct conf *next,
     if (m != NULL && m->prices != next->prices) {
         pricing_release(&m->prices);
         m->prices = pricing_ref(next->prices);
+    }
+    /* So do the tenant names (what the table learned stays while its file is unchanged). */
+    if (!tenants_same(cur->tenants, next->tenants)) {
+        if (m == NULL)
+            m = conf_dup(cur);
+        pc_buf_printf(applied, "%stenant names (%s, %zu)", applied->len ? ", " : "",
+                      next->tenants ? tenants_path(next->tenants) : "none",
+                      tenants_count(next->tenants));
+        tenants_release(&m->tenants);
+        m->tenants = tenants_ref(next->tenants);
     }
     return m;
 }
