@@ -1837,7 +1837,7 @@ int conf_env_unknown(struct pc_buf *out)
         if (strlen(var) > 60 || has_space_or_ctl(var))
             show(var, shown, sizeof shown);
         else
-            snprintf(shown, sizeof shown, "%s", var);
+            snprintf(shown, sizeof shown, "%.60s", var);
         pc_buf_printf(out, "environment: %s: not a configuration variable%s\n", shown, hint);
         n++;
     }

@@ -190,6 +190,9 @@ h.test('?older-than= removes the entries stored before a date (or a duration ago
     const old2 = question('age old 2');
     await store(A, old1, t);
     const oldKey = await store(A, old2, t);
+    /* stored at or before `stored` (ms); the cutoff a clock tick later, the young one after it */
+    const stored = Date.now();
+    await h.waitFor(async () => Date.now() > stored + 1, {what: 'the clock past the old entries'});
     const cutoff = Date.now();
     await h.waitFor(async () => Date.now() > cutoff + 1, {what: 'the clock past the cutoff'});
     const young = question('age young');
