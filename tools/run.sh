@@ -8,6 +8,7 @@
 #              speaks the OpenAI and Anthropic APIs and needs no API key
 #   LISTEN     host:port to listen on (default 127.0.0.1:8080)
 #   PROMPTCACHE_ARGS  extra `--key value` options for the proxy
+#   RUN_VAR    where the private Redis keeps its socket and data (default var/redis)
 #
 # The private Redis keeps its data across runs (var/redis/dump.rdb: a
 # snapshot a minute after a change, and one when the proxy exits), so the
@@ -20,7 +21,7 @@ top=$(pwd)
 UPSTREAM=${UPSTREAM:-https://api.openai.com}
 LISTEN=${LISTEN:-127.0.0.1:8080}
 bin=${PROMPTCACHE_BIN:-$top/build/promptcache}
-var=$top/var/redis
+var=${RUN_VAR:-$top/var/redis}
 sock=$var/redis.sock
 mkdir -p "$var"
 
