@@ -127,6 +127,12 @@ struct store_cmd *store_delete_matching(struct store *s, const char *pattern, st
  * Every reply is checked: a picked key that is not one of the batch's is an
  * error. cb gets the number picked. Each step runs under the command timeout
  * x 20. Copies what pick holds.
+ *
+ * Redis Cluster: like store_delete_matching's UNLINK, a batch's EVAL names
+ * keys of many hash tags, so it runs where SCAN found them (every primary in
+ * turn) split by slot, exactly as that UNLINK must be; the script touches
+ * only the keys it is given (a key and its twin share a tag), never one
+ * found by itself.
  */
 typedef void store_key_fn(void *arg, const char *key, size_t len);
 struct store_pick {
