@@ -220,6 +220,34 @@ h.test('a value that does not read as an entry is left alone and counted', async
     await env.redis.command('DEL', key);
 });
 
+/*
+ * Entries written before namespace and model were kept: the fuzz seeds are
+ * real encoded entries, one without the section (format 1) and the same with
+ * it, stored as they are under two keys of one tenant.
+ */
+h.test('an entry stored before namespace and model were kept goes by age, not by model', async () => {
+    const fs = require('node:fs');
+    const {spawnSync} = require('node:child_process');
+    const seed = (name) => fs.readFileSync(require('node:path').join(h.REPO, 'tests', 'fuzz',
+        'corpus', 'entry', name));
+    const tenant = 'feedfacefeedface';
+    const keys = ['1'.repeat(64), '2'.repeat(64)].map((k) => `pc:2:e:{${tenant}:${k}}`);
+    [seed('chat_json'), seed('chat_json_meta')].forEach((value, i) => {
+        const r = spawnSync('redis-cli', ['-p', String(env.redis.port), '-x', 'SET', keys[i]],
+            {input: value});
+        assert.equal(r.status, 0, String(r.stderr));
+    });
+    const byModel = await del(A, `/admin/cache?model=gpt-4o-mini&tenant=${tenant}`);
+    assert.deepEqual(byModel.json, {deleted: 1}, 'only the entry that knows its model');
+    assert.equal((await env.redis.keys(`pc:2:e:{${tenant}:*`)).length, 1);
+    const byNs = await del(A, `/admin/cache?namespace=docs&tenant=${tenant}`);
+    assert.deepEqual(byNs.json, {deleted: 0});
+    /* stored on 2025-12-02 (the seed's created_ms) */
+    const byAge = await del(A, `/admin/cache?older-than=2025-12-03&tenant=${tenant}`);
+    assert.deepEqual(byAge.json, {deleted: 1});
+    assert.deepEqual(await env.redis.keys(`pc:2:e:{${tenant}:*`), []);
+});
+
 function purge(args) {
     return h.runCli(['purge', '--redis', env.redis.url, ...args]);
 }
