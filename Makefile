@@ -1,9 +1,11 @@
 # promptcache - build, test, run.
 #
 #   make run     install what is missing, build, start a private redis-server
-#                and the proxy on 127.0.0.1:8080 (UPSTREAM=... to choose the upstream)
+#                and the proxy on 127.0.0.1:8080 (UPSTREAM=... to choose the
+#                upstream, UPSTREAM=mock for the project's mock: no API key)
 #   make test    install what is missing, build, run the whole suite
 #   make demo    proxy + mock upstream + a small workload; prints the hit rate
+#                and the money saved (DEMO_KEEP=1: stays up for /dashboard)
 #   make SANITIZE=1 test   the same suite under ASan + UBSan
 #   make bench-vindex      the vector index's microbenchmark (not part of make test)
 #   make bench-run / bench-soak / bench-conns   issue 10's benchmarks (on demand)
@@ -246,16 +248,27 @@ build/tools/wnanto: tools/wnanto.c
 UPSTREAM ?= https://api.openai.com
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: run demo
-# The main job: private redis-server under var/ and the proxy in the foreground.
-run: deps
-	@$(MAKE) --no-print-directory all vectors
+.PHONY: run demo deps-node
+# The main job: private redis-server under var/ (kept across runs) and the
+# proxy in the foreground; UPSTREAM=mock puts the project's mock upstream
+# behind it (node). tools/run.sh fetches the word vectors only when the
+# configuration needs them (semantic yes, embedder builtin).
+run: deps $(if $(filter mock,$(UPSTREAM)),deps-node)
+	@$(MAKE) --no-print-directory all
 	UPSTREAM='$(UPSTREAM)' LISTEN='$(LISTEN)' PROMPTCACHE_BIN=$(abspath $(BIN)) tools/run.sh
 
-# The proxy in front of the mock upstream, a small mixed workload, the hit rate.
-demo: deps-test
+# The proxy in front of the mock upstream, a small mixed workload, the hit
+# rate and the money; DEMO_KEEP=1 keeps everything up for /dashboard.
+# Needs what make run needs, plus node and the word vectors (semantic demo).
+demo: deps deps-node
 	@$(MAKE) --no-print-directory all vectors
-	PROMPTCACHE_BIN=$(abspath $(BIN)) node tools/demo.js
+	PROMPTCACHE_BIN=$(abspath $(BIN)) DEMO_KEEP='$(DEMO_KEEP)' node tools/demo.js
+
+# node (Debian's nodejs) for the mock upstream and the demo: nothing from npm.
+deps-node:
+	@command -v node >/dev/null || { echo "deps: installing nodejs"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs; }
 
 # --- tests ------------------------------------------------------------------
 

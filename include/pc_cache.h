@@ -79,6 +79,8 @@ struct cache_query {
     int64_t max_age_ms;             /* accept only younger entries; -1 = any */
     bool semantic;                  /* the request allows the semantic stage */
     double threshold;               /* semantic similarity needed (0..1); < 0: the default */
+    const char *ns;                 /* X-Cache-Namespace, or NULL: kept in a stored entry */
+    const char *model;              /* the body's "model", or NULL: kept in a stored entry */
 };
 
 struct cache_result {
@@ -87,6 +89,8 @@ struct cache_result {
     double similarity;      /* on a semantic HIT */
     int64_t age_ms;         /* on HIT: since the answer was stored */
     const struct entry *entry;
+    const unsigned char *exact; /* on HIT: the exact key of the entry that answered (for a
+                                   semantic hit another request's); valid during the callback */
     /* Always set: the caller now owns it (pass it to cache_put, or cache_ticket_free). */
     struct cache_ticket *ticket;
 };

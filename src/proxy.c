@@ -37,9 +37,12 @@
 #include "pc_httpd.h"
 #include "pc_log.h"
 #include "pc_memo.h"
+#include "pc_pricing.h"
 #include "pc_savings.h"
 #include "pc_sse.h"
+#include "pc_store.h"
 #include "pc_tally.h"
+#include "pc_tenants.h"
 #include "pc_worker.h"
 
 #include <ctype.h>
@@ -279,6 +282,20 @@ static enum stat_cache stat_cache_of(enum preq_cache c)
     return c == PC_HIT ? SC_HIT : c == PC_MISS ? SC_MISS : c == PC_REFRESH ? SC_REFRESH : SC_BYPASS;
 }
 
+/* The tenant families: requests, and the money of a hit or of an upstream call, by name. */
+static void account_tenant(const struct preq *r, enum stat_cache c)
+{
+    if (r->ep == API_NONE)
+        return;
+    struct worker *w = r->w;
+    struct stat_labels l = {
+        .cache = c, .tenant = stats_tenant_slot(tenants_name(w->conf->tenants, r->tenant_id))};
+    stats_fam_add(&w->stats, SF_tenant_requests, &l, 1);
+    if (r->money.priced && r->money.amount > 0)
+        stats_fam_add(&w->stats, c == SC_HIT ? SF_tenant_saved_cost : SF_tenant_upstream_cost, &l,
+                      pricing_nano(r->money.amount));
+}
+
 /*
  * The request's figures, once it ended: money and latency saved by a hit,
  * what its upstream call cost, its durations in the metrics and in the
@@ -301,6 +318,7 @@ static void preq_account(struct preq *r)
                             .endpoint = r->ep,
                             .model = stats_model_slot(model, ok && r->ep != API_NONE)};
     stats_fam_add(&w->stats, SF_api_requests, &l, 1);
+    account_tenant(r, l.cache);
     stats_observe(&w->stats, SF_request_duration_seconds, &l, took);
     if (r->stream && r->ttfb_us >= 0)
         stats_observe(&w->stats, SF_stream_ttfb_seconds, &l, r->ttfb_us);
@@ -348,10 +366,24 @@ static void preq_on_close(struct httpd_req *hr, void *arg)
 
 /* ---- replies ------------------------------------------------------------ */
 
+/*
+ * X-Cache-Key: the id of the entry (pc_entry.h) that answered a HIT, or that
+ * a MISS or REFRESH answer is stored under (also when it turns out not to be
+ * storable: the id names where it would be). None on BYPASS: no entry.
+ */
+static void add_cache_key(struct preq *r, const unsigned char *exact)
+{
+    char id[ENTRY_ID_LEN + 1];
+    entry_id(r->tenant_id, exact, id);
+    httpd_add_header(r->hr, "X-Cache-Key", id);
+}
+
 static void add_cache_headers(struct preq *r)
 {
     if (r->cache != PC_NONE)
         httpd_add_header(r->hr, "X-Cache-Status", preq_cache_names[r->cache]);
+    if ((r->cache == PC_MISS || r->cache == PC_REFRESH) && r->have_keys)
+        add_cache_key(r, r->keys.exact);
     if (r->upstream[0] && r->cache != PC_HIT)
         httpd_add_header(r->hr, "X-Upstream", r->upstream);
 }
@@ -522,6 +554,31 @@ static void append_header_input(struct pc_buf *out, const char *name, const char
     pc_buf_append_char(out, '\n');
 }
 
+/*
+ * tenant-names: show the credential's tenant in /stats, and learn its name
+ * when the file names the key's hash (then every instance and the report
+ * learn it from Redis: an id and a fingerprint, never the key).
+ */
+static void note_tenant_key(struct preq *r)
+{
+    struct tenants *t = r->w->conf->tenants;
+    for (size_t i = 0; t != NULL && i < httpd_req_header_count(r->hr); i++) {
+        const struct httpd_header *h = httpd_req_header_at(r->hr, i);
+        if (!backend_is_credential_header(h->name))
+            continue;
+        const char *key = h->value + (pc_strncaseeq(h->value, "Bearer ", 7) ? 7 : 0);
+        char id[2 * PC_SHA256_LEN + 1], fp[17];
+        pc_hex(r->credential, TENANT_ID_LEN / 2, id);
+        id[TENANT_ID_LEN] = '\0';
+        if (tenants_note(t, id, key, strlen(key), fp)) {
+            const char *argv[] = {"HSET", TENANTS_KEY_FP, id, fp};
+            size_t lens[] = {4, strlen(TENANTS_KEY_FP), TENANT_ID_LEN, 16};
+            store_write(r->w->store, 4, argv, lens);
+        }
+        return;
+    }
+}
+
 static void compute_tenant(struct preq *r)
 {
     struct pc_buf cred = PC_BUF_INIT;
@@ -551,6 +608,7 @@ static void compute_tenant(struct preq *r)
     pc_hex(r->tenant, PC_SHA256_LEN, hex);
     memcpy(r->tenant_id, hex, TENANT_ID_LEN);
     r->tenant_id[TENANT_ID_LEN] = '\0';
+    note_tenant_key(r);
 }
 
 /*
@@ -705,6 +763,8 @@ static void cache_query_of(const struct preq *r, struct cache_query *q)
         .semantic = semantic,
         /* semantic-threshold is read here, from the worker's current (reloadable) conf. */
         .threshold = r->threshold >= 0 ? r->threshold : r->w->conf->semantic_threshold,
+        .ns = httpd_req_header(r->hr, "X-Cache-Namespace"),
+        .model = r->model,
     };
 }
 
@@ -1024,6 +1084,7 @@ static bool serve_hit(struct preq *r, const struct cache_result *res)
     r->match = res->match;
     httpd_add_header(r->hr, "X-Cache-Status", "HIT");
     httpd_add_header(r->hr, "X-Cache-Match", cache_match_name(res->match));
+    add_cache_key(r, res->exact);
     if (res->match == CACHE_MATCH_SEMANTIC) {
         char sim[16];
         snprintf(sim, sizeof(sim), "%.4f", res->similarity);

@@ -451,10 +451,11 @@ static void op_free(struct semantic_op *op)
     free(op);
 }
 
-/* Tell the caller (hit: entry set) and free the op. */
-static void op_finish(struct semantic_op *op, const struct entry *hit, double sim)
+/* Tell the caller (hit: entry set, stored under key) and free the op. */
+static void op_finish(struct semantic_op *op, const struct entry *hit, const unsigned char *key,
+                      double sim)
 {
-    struct semantic_result res = {.entry = hit, .similarity = sim, .vec = op->vec};
+    struct semantic_result res = {.entry = hit, .exact = key, .similarity = sim, .vec = op->vec};
     op->vec = NULL;
     semantic_fn *cb = op->cb;
     void *arg = op->arg;
@@ -465,7 +466,7 @@ static void op_finish(struct semantic_op *op, const struct entry *hit, double si
 
 static void op_miss(struct semantic_op *op)
 {
-    op_finish(op, NULL, 0);
+    op_finish(op, NULL, NULL, 0);
 }
 
 /* ---- lookups: candidates ---------------------------------------------------- */
@@ -487,7 +488,7 @@ static void on_verified(void *arg, enum verify_answer a)
     PC_CHECK_OBJ(op, SOP_MAGIC);
     op->vop = NULL;
     if (a == VERIFY_YES)
-        op_finish(op, &op->entry, op->hits[op->next - 1].similarity);
+        op_finish(op, &op->entry, op->hits[op->next - 1].key, op->hits[op->next - 1].similarity);
     else
         next_candidate(op);
 }
@@ -518,7 +519,7 @@ static void examine_candidate(struct semantic_op *op)
             next_candidate(op);
         return;
     }
-    op_finish(op, &op->entry, hit->similarity);
+    op_finish(op, &op->entry, hit->key, hit->similarity);
 }
 
 static void on_entry(void *arg, enum store_status st, const char *val, size_t len)
