@@ -40,13 +40,18 @@
  * counts into the same totals.
  *   - Connections: at most conf.max_connections regular connections in all,
  *     and at most httpd_limits.max_connections_per_ip from one client
- *     address. A connection beyond either goes into a small reserve (at most
- *     httpd_limits.reserve connections): its request head is read within
- *     HTTPD_RESERVE_SECONDS; a GET or HEAD of one of the reserve paths (the
- *     health endpoints) is handed to the handler as usual, anything else is
- *     answered 503 with Retry-After; either way the connection then closes.
- *     With the reserve full too, a connection is closed at once. Refusals
- *     are counted (connections_refused, connections_refused_per_ip).
+ *     address (except the exempt ones). A connection beyond either goes into
+ *     a small reserve (httpd_limits.reserve connections, split equally
+ *     between the httpds): it is read at once, its request head must arrive
+ *     within HTTPD_RESERVE_SECONDS; a GET or HEAD of one of the reserve paths
+ *     (the health endpoints) is handed to the handler as usual, anything
+ *     else is answered 503 with Retry-After; either way the connection then
+ *     closes. With the httpd's share of the reserve full, a new connection
+ *     takes the place of the oldest reserve connection still waiting for its
+ *     request head (closed), so idle or churning connections cannot lock
+ *     health probes out; only when every place is being answered is the new
+ *     one closed at once. Refusals are counted (connections_refused,
+ *     connections_refused_per_ip).
  *   - Request bodies: memory for them grows as the bytes arrive (a head
  *     announcing a large Content-Length costs nothing until the body comes).
  *     The bodies buffered by all httpds, from the first byte until their
@@ -83,7 +88,7 @@ enum httpd_req_error {
 #define HTTPD_BODY_BUDGET_BODIES 32
 /* ... and never less than this. */
 #define HTTPD_BODY_BUDGET_MIN ((size_t)256 * 1024 * 1024)
-/* Connections kept for health probes beyond the limits, by default. */
+/* Connections kept for health probes beyond the limits, by default (all httpds together). */
 #define HTTPD_RESERVE_DEFAULT 32
 /* Seconds a reserve connection has to send its request head. */
 #define HTTPD_RESERVE_SECONDS 2.0
@@ -113,8 +118,18 @@ struct httpd_conf {
  * loop runs (once, before the workers start; not thread-safe). Zero fields
  * take defaults; what the pointers point to must outlive every httpd.
  */
+/* A client address range: the first bits of ip (IPv4 mapped into IPv6: 96 + its bits). */
+struct httpd_net {
+    unsigned char ip[16];
+    unsigned bits;
+};
+/* "ADDRESS" or "ADDRESS/BITS", IPv4 or IPv6, into out: 0, or -1 if it is not one. */
+int httpd_net_parse(const char *s, struct httpd_net *out);
+
 struct httpd_limits {
-    size_t max_connections_per_ip;    /* regular connections from one client address; 0: none */
+    size_t max_connections_per_ip;  /* regular connections from one client address; 0: none */
+    const struct httpd_net *exempt; /* addresses max_connections_per_ip leaves alone */
+    size_t nexempt;
     size_t reserve;                   /* the reserve's size; 0: HTTPD_RESERVE_DEFAULT */
     const char *const *reserve_paths; /* NULL-terminated paths a reserve connection may GET
                                          (the health endpoints); NULL: none */

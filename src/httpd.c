@@ -39,18 +39,25 @@
  * would take the total past conf.max_body_buffered is answered 503.
  *
  * Process-wide state (struct httpd_global g, below) is what all workers'
- * httpds share: the connection, reserve and body-byte totals (atomics), the
+ * httpds share: the connection and body-byte totals (atomics), the
  * per-address connection counts (a hash table under a mutex, touched only on
  * accept and close, and only with max_connections_per_ip set), and the
- * memory-trim bookkeeping. Admission of a new connection:
+ * memory-trim bookkeeping. The reserve is split between the httpds (each
+ * holds its share in a list, oldest first), so that making room in it never
+ * touches another thread's connection. Admission of a new connection:
  *
- *   accept ─▶ under max_connections and the address's limit? ─yes─▶ regular
+ *   accept ─▶ under max_connections and the address's limit ─yes─▶ regular
+ *             (exempt addresses: max_connections only)?
  *                 │ no
  *                 ▼
- *             room in the reserve? ─yes─▶ RESERVE: head within 2 s, health
- *                 │ no                    paths answered, else 503; close
- *                 ▼
- *             close at once (counted)
+ *             room in this httpd's share of the reserve, or a reserve
+ *             connection still waiting for its head (the oldest is closed
+ *             and counted: churn cannot hold a place)?
+ *                 │ yes                                  │ no: every place
+ *                 ▼                                      ▼ is answering
+ *             RESERVE: read at once (a probe's request    close at once
+ *             is usually there already); head within 2 s; (counted)
+ *             reserve paths answered, else 503; close
  */
 #include "pc_httpd.h"
 #include "pc_log.h"
@@ -150,10 +157,12 @@ struct httpd {
     struct event *accept_timer;      /* re-enables the listener after an accept error */
     struct httpd_conn *conns;        /* every connection, DEAD ones included */
     size_t nconns;
-    size_t nactive;          /* requests handed to the handler and not finished */
-    size_t body_bytes;       /* allocated for this httpd's request bodies (g.body_bytes: all) */
-    uint64_t budget_warn_us; /* pc_mono_us() of the last "budget used up" warning */
-    struct event *trim_ev;   /* hands memory back after large bodies were freed */
+    size_t nactive;    /* requests handed to the handler and not finished */
+    size_t body_bytes; /* allocated for this httpd's request bodies (g.body_bytes: all) */
+    struct httpd_conn *res_old, *res_new; /* reserve connections, oldest first */
+    size_t nreserve;                      /* ... and their count */
+    uint64_t budget_warn_us;              /* pc_mono_us() of the last "budget used up" warning */
+    struct event *trim_ev;                /* hands memory back after large bodies were freed */
     bool stopping;
     struct httpd_header_span *spans; /* parser scratch, conf.max_headers entries */
     char *rbuf;                      /* READ_AHEAD bytes: conn_readable_cb reads into it */
@@ -182,16 +191,18 @@ struct httpd_conn {
     size_t trailer_bytes;
     size_t linger_bytes;
     bool eof;
-    bool read_on;         /* the state machine reads: conn_read_set */
-    bool read_armed;      /* rev is added: read_on and the input is under read_high */
-    bool write_armed;     /* EV_WRITE enabled: the bufferevent is writing queued output */
-    bool flush_soon;      /* output queued for a write at the end of this loop turn */
-    bool regular;         /* counted in g.conns (else in g.reserve) */
-    bool ip_held;         /* counted in g's per-address table under ip */
-    bool over_ip;         /* in the reserve because of max_connections_per_ip */
-    bool refused;         /* counted as refused already */
-    unsigned char ip[16]; /* client address, IPv4 mapped into IPv6 */
-    struct pc_buf hdrs;   /* reply headers added by the handler, reused */
+    bool read_on;     /* the state machine reads: conn_read_set */
+    bool read_armed;  /* rev is added: read_on and the input is under read_high */
+    bool write_armed; /* EV_WRITE enabled: the bufferevent is writing queued output */
+    bool flush_soon;  /* output queued for a write at the end of this loop turn */
+    bool regular;     /* counted in g.conns */
+    bool in_reserve;  /* in h's reserve list (a reserve connection not yet evicted) */
+    struct httpd_conn *res_prev, *res_next; /* h's reserve list, while in_reserve */
+    bool ip_held;                           /* counted in g's per-address table under ip */
+    bool over_ip;                           /* in the reserve because of max_connections_per_ip */
+    bool refused;                           /* counted as refused already */
+    unsigned char ip[16];                   /* client address, IPv4 mapped into IPv6 */
+    struct pc_buf hdrs;                     /* reply headers added by the handler, reused */
     struct sockaddr_storage sa;
     socklen_t salen;
     char peer[INET6_ADDRSTRLEN + 16]; /* formatted on first use */
@@ -239,7 +250,7 @@ struct ip_slot {
 /* What every httpd of the process shares (see the top of the file). */
 static struct httpd_global {
     size_t conns;       /* regular connections (atomic) */
-    size_t reserve;     /* connections in the reserve (atomic) */
+    size_t httpds;      /* httpds created and not destroyed, which share the reserve (atomic) */
     size_t body_bytes;  /* request-body buffers, all httpds (atomic) */
     size_t freed_large; /* large body buffers freed since the last trim (atomic) */
     uint64_t trims;     /* malloc_trim calls (atomic) */
@@ -254,6 +265,7 @@ static const char *conn_peer(struct httpd_conn *c);
 static void conn_start_close(struct httpd_conn *c);
 static void conn_dispatch(struct httpd_conn *c);
 static void conn_schedule(struct httpd_conn *c);
+static void reserve_unlink(struct httpd_conn *c);
 
 static void stats_add_opt(struct stats *st, enum stat_id id, int64_t n)
 {
@@ -946,6 +958,61 @@ void httpd_set_limits(const struct httpd_limits *l)
         g.limits.reserve = HTTPD_RESERVE_DEFAULT;
 }
 
+/* An address given as a or a/bits: 0, or -1 if it is neither IPv4 nor IPv6. */
+int httpd_net_parse(const char *s, struct httpd_net *out)
+{
+    char addr[INET6_ADDRSTRLEN + 1];
+    const char *slash = strchr(s, '/');
+    size_t n = slash != NULL ? (size_t)(slash - s) : strlen(s);
+    if (n == 0 || n >= sizeof(addr))
+        return -1;
+    memcpy(addr, s, n);
+    addr[n] = '\0';
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    unsigned max;
+    if (inet_pton(AF_INET, addr, &((struct sockaddr_in *)&ss)->sin_addr) == 1) {
+        ss.ss_family = AF_INET;
+        max = 32;
+    } else if (inet_pton(AF_INET6, addr, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1) {
+        ss.ss_family = AF_INET6;
+        max = 128;
+    } else {
+        return -1;
+    }
+    unsigned bits = max;
+    if (slash != NULL) {
+        const char *d = slash + 1;
+        if (*d == '\0' || strspn(d, "0123456789") != strlen(d) || strlen(d) > 3)
+            return -1;
+        bits = (unsigned)atoi(d);
+        if (bits > max)
+            return -1;
+    }
+    ip_of(&ss, out->ip);
+    /* IPv4 is kept mapped into IPv6, as ip_of gives the clients' addresses. */
+    out->bits = ss.ss_family == AF_INET ? bits + 96 : bits;
+    return 0;
+}
+
+static bool net_contains(const struct httpd_net *net, const unsigned char ip[16])
+{
+    unsigned full = net->bits / 8, rest = net->bits % 8;
+    if (memcmp(net->ip, ip, full) != 0)
+        return false;
+    unsigned char mask = (unsigned char)(0xff << (8 - rest));
+    return rest == 0 || ((net->ip[full] ^ ip[full]) & mask) == 0;
+}
+
+/* Whether max_connections_per_ip leaves ip alone (httpd_limits.exempt). */
+static bool ip_exempt(const unsigned char ip[16])
+{
+    for (size_t i = 0; i < g.limits.nexempt; i++)
+        if (net_contains(&g.limits.exempt[i], ip))
+            return true;
+    return false;
+}
+
 size_t httpd_process_body_bytes(void)
 {
     return __atomic_load_n(&g.body_bytes, __ATOMIC_RELAXED);
@@ -1089,7 +1156,9 @@ static void conn_free(struct httpd_conn *c)
     h->nconns--;
     if (h->st != NULL)
         stats_add(h->st, STAT_connections_active, -1);
-    __atomic_fetch_sub(c->regular ? &g.conns : &g.reserve, 1, __ATOMIC_RELAXED);
+    if (c->regular)
+        __atomic_fetch_sub(&g.conns, 1, __ATOMIC_RELAXED);
+    reserve_unlink(c);
     if (c->ip_held)
         ip_release(c->ip);
     event_free(c->rev);
@@ -1930,6 +1999,83 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 /* ------------------------------------------------------------------------ */
 /* Accepting                                                                 */
 
+/* ------------------------------------------------------------------------ */
+/* The reserve                                                               */
+
+/* This httpd's share of the reserve: an equal part for every httpd, at least one place. */
+static size_t reserve_share(void)
+{
+    size_t n = PC_MAX(__atomic_load_n(&g.httpds, __ATOMIC_RELAXED), (size_t)1);
+    return PC_MAX((g.limits.reserve + n - 1) / n, (size_t)1);
+}
+
+static void reserve_link(struct httpd_conn *c)
+{
+    struct httpd *h = c->h;
+    c->in_reserve = true;
+    c->res_prev = h->res_new;
+    c->res_next = NULL;
+    if (h->res_new != NULL)
+        h->res_new->res_next = c;
+    else
+        h->res_old = c;
+    h->res_new = c;
+    h->nreserve++;
+}
+
+/* Out of the reserve list (its place is free for another); a no-op if not in it. */
+static void reserve_unlink(struct httpd_conn *c)
+{
+    struct httpd *h = c->h;
+    if (!c->in_reserve)
+        return;
+    c->in_reserve = false;
+    if (c->res_prev != NULL)
+        c->res_prev->res_next = c->res_next;
+    else
+        h->res_old = c->res_next;
+    if (c->res_next != NULL)
+        c->res_next->res_prev = c->res_prev;
+    else
+        h->res_new = c->res_prev;
+    c->res_prev = c->res_next = NULL;
+    h->nreserve--;
+}
+
+/*
+ * A reserve connection that may give its place to a newer one: it has not
+ * sent a complete request head (or was answered and lingers). One that a
+ * handler is answering, or whose answer is being flushed, keeps it.
+ */
+static bool reserve_evictable(const struct httpd_conn *c)
+{
+    return c->state == C_IDLE || c->state == C_HEAD || c->state == C_LINGER;
+}
+
+/*
+ * Room for one more reserve connection on h: a free place in its share, or
+ * the place of the oldest reserve connection that may give it up, which is
+ * closed (and counted as refused). Connections that never send a request
+ * cannot hold the reserve against health probes this way, however fast they
+ * come: a probe's request arrives right after its connection.
+ */
+static bool reserve_make_room(struct httpd *h)
+{
+    if (h->nreserve < reserve_share())
+        return true;
+    struct httpd_conn *c = h->res_old;
+    while (c != NULL && !reserve_evictable(c))
+        c = c->res_next;
+    if (c == NULL)
+        return false;
+    log_debug("httpd: %s: reserve connection closed for a newer one", conn_peer(c));
+    reserve_unlink(c);
+    if (c->state != C_LINGER)
+        conn_refused(c);
+    conn_kill(c);
+    return true;
+}
+
 /* How a new connection was admitted (accept_cb). */
 struct admission {
     bool regular;  /* within the limits; else in the reserve */
@@ -1946,7 +2092,8 @@ static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockad
     if (bev == NULL) {
         log_warn("httpd: cannot create a bufferevent; dropping connection");
         evutil_closesocket(fd);
-        __atomic_fetch_sub(ad->regular ? &g.conns : &g.reserve, 1, __ATOMIC_RELAXED);
+        if (ad->regular)
+            __atomic_fetch_sub(&g.conns, 1, __ATOMIC_RELAXED);
         if (ad->ip_held)
             ip_release(ad->ip);
         return;
@@ -1974,6 +2121,8 @@ static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockad
         h->conns->prev = c;
     h->conns = c;
     h->nconns++;
+    if (!c->regular)
+        reserve_link(c);
     if (h->st != NULL)
         stats_add(h->st, STAT_connections_active, 1);
 
@@ -1988,6 +2137,13 @@ static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockad
     c->first_req = true;
     /* The whole first request, from now; a reserve connection gets little time. */
     conn_arm_timer(c, c->regular ? h->conf.read_timeout : HTTPD_RESERVE_SECONDS);
+    /*
+     * A reserve connection is read at once: a health probe sends its request
+     * with the connection, so it is usually answered here, before another
+     * accept could take its place (reserve_make_room).
+     */
+    if (!c->regular)
+        conn_readable_cb(fd, EV_READ, c);
 }
 
 /* Within max_connections and the address's limit: counted in both. */
@@ -2014,12 +2170,11 @@ static bool admit(struct httpd *h, const struct sockaddr *sa, int salen, struct 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
     memcpy(&ss, sa, PC_MIN((size_t)salen, sizeof(ss)));
-    ad->ip_known = g.limits.max_connections_per_ip > 0 && ip_of(&ss, ad->ip);
+    ad->ip_known = g.limits.max_connections_per_ip > 0 && ip_of(&ss, ad->ip) && !ip_exempt(ad->ip);
     if (admit_regular(h, ad))
         return true;
-    if (__atomic_fetch_add(&g.reserve, 1, __ATOMIC_RELAXED) < g.limits.reserve)
+    if (reserve_make_room(h))
         return true;
-    __atomic_fetch_sub(&g.reserve, 1, __ATOMIC_RELAXED);
     stats_add_opt(h->st, STAT_connections_refused, 1);
     if (ad->over_ip)
         stats_add_opt(h->st, STAT_connections_refused_per_ip, 1);
@@ -2035,7 +2190,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     (void)l;
     PC_CHECK_OBJ(h, HTTPD_MAGIC);
     if (!admit(h, sa, salen, &ad)) {
-        evutil_closesocket(fd); /* even the reserve is full */
+        evutil_closesocket(fd); /* every place in the reserve is answering */
         return;
     }
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -2134,6 +2289,7 @@ struct httpd *httpd_create(struct event_base *base, int listen_fd, const struct 
     if (h->listener == NULL)
         goto fail;
     evconnlistener_set_error_cb(h->listener, accept_error_cb);
+    __atomic_fetch_add(&g.httpds, 1, __ATOMIC_RELAXED);
     return h;
 
 fail:
@@ -2205,6 +2361,7 @@ void httpd_destroy(struct httpd **hp)
         }
         conn_free(c);
     }
+    __atomic_fetch_sub(&g.httpds, 1, __ATOMIC_RELAXED);
     free(h->spans);
     free(h->rbuf);
     free(h->server_name);

@@ -1527,10 +1527,16 @@ static void test_max_connections(void)
     srv_stop(s);
 }
 
-/* The reserve is bounded: beyond it, connections are closed at once (and counted). */
+/*
+ * The reserve is bounded, and idle connections cannot hold it: a new one
+ * takes the place of the oldest still waiting for its request head (closed,
+ * counted). Only when every place is being answered is a new one closed at once.
+ */
 static void test_reserve_full(void)
 {
-    set_limits(0, 1);
+    static const char *const paths[] = {"/healthz", "/hold", NULL};
+    struct httpd_limits l = {.reserve = 1, .reserve_paths = paths};
+    httpd_set_limits(&l);
     struct httpd_conf conf = {.max_connections = 1};
     struct srv *s = srv_start(&conf);
     struct cli a, b, c;
@@ -1538,18 +1544,35 @@ static void test_reserve_full(void)
     roundtrip(&a, "GET /a HTTP/1.1\r\nHost: t\r\n\r\n", 200, NULL);
     cli_open(s, &b); /* the reserve's one place */
     wait_until(s, two_connections, "the reserve connection");
+    cli_open(s, &c); /* takes the place of b, which said nothing */
+    T_CHECK(cli_eof(&b));
+    T_CHECK_INT(stat_of(s, STAT_connections_refused), 1);
+    check_reserve_health(s, &c);
+    cli_close(&c);
+    cli_close(&b);
+
+    /* A reserve connection being answered keeps its place: the next one is closed at once. */
+    wait_until(s, one_connection, "the reserve to empty");
+    cli_open(s, &b);
+    cli_sends(&b, "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n");
+    WAIT_FOR(s, s->nreq == 3);
     cli_open(s, &c);
     T_CHECK(cli_eof(&c));
-    T_CHECK_INT(stat_of(s, STAT_connections_refused), 1);
-    check_reserve_health(s, &b);
+    T_CHECK_INT(stat_of(s, STAT_connections_refused), 2);
     cli_close(&c);
+    run_on_loop(s, cmd_reply_held);
+    struct resp r;
+    T_CHECK_INT(cli_response(&b, &r, false), 0);
+    T_CHECK_STR(r.body, "bye");
+    resp_free(&r);
+    T_CHECK(cli_eof(&b));
     cli_close(&b);
 
     /* A reserve connection that says nothing is closed after HTTPD_RESERVE_SECONDS. */
     wait_until(s, one_connection, "the reserve to empty");
     cli_open(s, &b);
     T_CHECK(cli_eof(&b));
-    T_CHECK_INT(stat_of(s, STAT_connections_refused), 2);
+    T_CHECK_INT(stat_of(s, STAT_connections_refused), 3);
     cli_close(&b);
     cli_close(&a);
     srv_stop(s);
@@ -1592,6 +1615,62 @@ static void test_per_ip_limit(void)
     T_CHECK_INT(stat_of(s, STAT_connections_refused), 1);
     srv_stop(s);
     set_limits(0, 0);
+}
+
+/* httpd_limits.exempt: addresses the per-address limit leaves alone. */
+static void test_per_ip_exempt(void)
+{
+    struct httpd_net ex[2];
+    T_CHECK_INT(httpd_net_parse("127.0.0.2/32", &ex[0]), 0);
+    T_CHECK_INT(httpd_net_parse("::1", &ex[1]), 0);
+    struct httpd_limits l = {
+        .max_connections_per_ip = 1, .exempt = ex, .nexempt = 2, .reserve_paths = health_paths};
+    httpd_set_limits(&l);
+    struct srv *s = srv_start(NULL);
+    struct cli a1, a2, b[3];
+    cli_open_from(s, &a1, "127.0.0.1");
+    roundtrip(&a1, "GET /1 HTTP/1.1\r\nHost: t\r\n\r\n", 200, NULL);
+    cli_open_from(s, &a2, "127.0.0.1");
+    check_conn_busy(s, &a2, "GET /2 HTTP/1.1\r\nHost: t\r\n\r\n");
+    cli_close(&a2);
+    for (int i = 0; i < 3; i++) { /* over the limit, and regular (keep-alive) all the same */
+        cli_open_from(s, &b[i], "127.0.0.2");
+        roundtrip(&b[i], "GET /b HTTP/1.1\r\nHost: t\r\n\r\n", 200, NULL);
+        roundtrip(&b[i], "GET /b HTTP/1.1\r\nHost: t\r\n\r\n", 200, NULL);
+    }
+    T_CHECK_INT(stat_of(s, STAT_connections_refused_per_ip), 1);
+    for (int i = 0; i < 3; i++)
+        cli_close(&b[i]);
+    cli_close(&a1);
+    srv_stop(s);
+    set_limits(0, 0);
+}
+
+/* Addresses and prefixes; IPv4 is kept mapped into IPv6. */
+static void test_net_parse(void)
+{
+    static const struct {
+        const char *s;
+        int rc;
+        unsigned bits;
+    } cases[] = {
+        {"127.0.0.0/8", 0, 104}, {"10.1.2.3", 0, 128}, {"::1", 0, 128},
+        {"fd00::/8", 0, 8},      {"0.0.0.0/0", 0, 96}, {"::/0", 0, 0},
+        {"10.0.0.0/33", -1, 0},  {"::/129", -1, 0},    {"10.0.0.0/", -1, 0},
+        {"10.0.0.0/-1", -1, 0},  {"/8", -1, 0},        {"host", -1, 0},
+        {"10.0.0.0/8x", -1, 0},  {"", -1, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct httpd_net n;
+        T_CHECK_INT(httpd_net_parse(cases[i].s, &n), cases[i].rc);
+        if (cases[i].rc == 0)
+            T_CHECK_INT(n.bits, cases[i].bits);
+    }
+    struct httpd_net n;
+    T_CHECK_INT(httpd_net_parse("192.168.1.7", &n), 0);
+    static const unsigned char mapped[16] = {0, 0, 0,    0,    0,   0,   0, 0,
+                                             0, 0, 0xff, 0xff, 192, 168, 1, 7};
+    T_CHECK(memcmp(n.ip, mapped, 16) == 0);
 }
 
 /* accept() failing with EMFILE: httpd pauses accepting, and recovers. */
@@ -2030,6 +2109,8 @@ int main(void)
     T_RUN(test_max_connections);
     T_RUN(test_reserve_full);
     T_RUN(test_per_ip_limit);
+    T_RUN(test_per_ip_exempt);
+    T_RUN(test_net_parse);
     T_RUN(test_accept_emfile);
     T_RUN(test_destroy_open_request);
     T_RUN(test_body_grows_as_it_arrives);
