@@ -52,11 +52,15 @@
  *     health probes out; only when every place is being answered is the new
  *     one closed at once. Refusals are counted (connections_refused,
  *     connections_refused_per_ip).
- *   - Request bodies: memory for them grows as the bytes arrive (a head
+ *   - Request memory: memory for a body grows as its bytes arrive (a head
  *     announcing a large Content-Length costs nothing until the body comes).
- *     The bodies buffered by all httpds, from the first byte until their
- *     request is freed, share one budget (conf.max_body_buffered); a body
- *     that would take the total over it gets a 503.
+ *     Every body byte buffered is charged conf.body_charge bytes (the body and
+ *     the copies its handler will make of it: a parse tree, a canonical text,
+ *     the body sent on), and a handler may charge a request more
+ *     (httpd_req_charge) once it knows better. All httpds' charges, from the
+ *     first byte until their request is freed, share one budget
+ *     (conf.max_body_buffered, in use in the request_memory_bytes gauge); a
+ *     body that would take the total over it gets a 503.
  * After large bodies were freed (a burst of uploads), the process's free heap
  * memory is handed back to the system (malloc_trim) once the burst is over:
  * glibc would otherwise keep it, and an idle proxy would stay at its peak.
@@ -98,10 +102,12 @@ struct httpd_conf {
     size_t max_header_size;   /* request line + headers; over it: 431 from httpd itself */
     size_t max_headers;       /* header count; over it: 431 */
     size_t max_body_size;     /* over it: handler called with HTTPD_REQ_BODY_TOO_LARGE */
-    size_t max_body_buffered; /* request-body bytes buffered by the process, all httpds and
+    size_t max_body_buffered; /* bytes charged for the requests of the process, all httpds and
                                  connections together; over it: 503 from httpd. 0:
                                  HTTPD_BODY_BUDGET_BODIES x max_body_size, at least
                                  HTTPD_BODY_BUDGET_MIN */
+    size_t body_charge;       /* bytes charged per body byte buffered (give every httpd the
+                                 same); 0: 1, the body alone */
     /* Seconds to receive a whole request: a new connection's first one counted from the
      * accept (waiting for its first byte included), later ones from their first byte
      * (idle_timeout bounds the wait for it). */
@@ -139,7 +145,7 @@ struct httpd_limits {
     void (*error_body)(const char *path, int status, const char *message, struct pc_buf *out);
 };
 void httpd_set_limits(const struct httpd_limits *l);
-/* Request-body bytes buffered by the whole process now. */
+/* Bytes charged for the requests of the whole process now (bodies and what else was charged). */
 size_t httpd_process_body_bytes(void);
 /* Times the process handed freed heap memory back to the system (malloc_trim). */
 uint64_t httpd_memory_trims(void);
@@ -159,7 +165,7 @@ struct httpd *httpd_create(struct event_base *base, int listen_fd, const struct 
 void httpd_stop_accepting(struct httpd *h);
 size_t httpd_active_requests(const struct httpd *h);
 size_t httpd_connection_count(const struct httpd *h);
-/* Bytes allocated for this httpd's request bodies now (its share of max_body_buffered). */
+/* Bytes charged for this httpd's requests now (its share of max_body_buffered). */
 size_t httpd_buffered_body_bytes(const struct httpd *h);
 /* Close every connection (close callbacks of open requests run) and free. */
 void httpd_destroy(struct httpd **h);
@@ -176,6 +182,15 @@ const struct httpd_header *httpd_req_header_at(const struct httpd_req *r, size_t
 /* The body (decoded if it was sent chunked), NUL-terminated; len may be NULL. */
 const char *httpd_req_body(const struct httpd_req *r, size_t *len);
 enum httpd_req_error httpd_req_error(const struct httpd_req *r);
+/*
+ * Charge n more bytes of the process's request memory to r (what its handler
+ * holds because of it beyond conf.body_charge x its body), given back when r
+ * is freed. 0; or -1 if that would take the total over max_body_buffered:
+ * nothing is charged, the refusal is counted (requests_over_body_budget) and
+ * logged (at most once a minute), and the handler should answer 503 with
+ * Retry-After in its API's shape.
+ */
+int httpd_req_charge(struct httpd_req *r, size_t n);
 const char *httpd_req_peer(const struct httpd_req *r);  /* "ip:port" */
 uint64_t httpd_req_start_us(const struct httpd_req *r); /* pc_mono_us() when the head arrived */
 

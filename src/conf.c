@@ -139,9 +139,16 @@ static const struct conf_key conf_keys[] = {
     {.name = "max-body-size", .type = CONF_SIZE, FIELD(max_body_size), .def = "16m",
      .imin = KIB, .imax = GIB,
      .help = "Largest request body accepted from a client; a larger request is answered with "
-             "413. Sizes are in bytes, with an optional k, m or g suffix (powers of 1024). The "
-             "request bodies held in memory at once, all workers together, may take 32 times "
-             "this (at least 256m); beyond that a request is answered 503 with Retry-After."},
+             "413. Sizes are in bytes, with an optional k, m or g suffix (powers of 1024)."},
+    {.name = "max-request-memory", .type = CONF_SIZE, FIELD(max_request_memory), .def = "auto",
+     .imin = MIB, .imax = 1024 * GIB, .flags = CONF_AUTO, .arg = "SIZE|auto",
+     .help = "Memory the requests in flight may take, all workers together: their bodies as "
+             "they arrive and what the proxy makes of them (parse tree, canonical text, the "
+             "body sent upstream), each body byte counted 5 times (6 with semantic on) and a "
+             "body of many small JSON values more, as estimated before it is parsed. A request "
+             "that would go over it is answered 503 with Retry-After: 1. The process's peak "
+             "memory stays within about this plus its base (bench/rss-bursts.js). auto: 32 "
+             "times max-body-size, at least 256m."},
     {.name = "client-timeout", .type = CONF_DOUBLE, FIELD(client_timeout), .def = "60",
      .dmin = 0.1, .dmax = 3600, .arg = "SECONDS",
      .help = "Seconds a client connection may stay idle or stalled before it is closed. This "

@@ -34,9 +34,11 @@
  *
  * Request bodies live in a buffer of their own that doubles as bytes arrive
  * (never past the declared length), not allocated whole when the head comes.
- * The capacity of every body buffer counts until its request is freed, in
- * h->body_bytes and in the process-wide total (g.body_bytes); a growth that
- * would take the total past conf.max_body_buffered is answered 503.
+ * The capacity of every body buffer, times conf.body_charge (the copies the
+ * handler will make of it), and what the handler charged a request on top
+ * (httpd_req_charge) count until the request is freed, in h->body_bytes and
+ * in the process-wide total (g.body_bytes); a growth or a charge that would
+ * take the total past conf.max_body_buffered is refused (a 503).
  *
  * Process-wide state (struct httpd_global g, below) is what all workers'
  * httpds share: the connection and body-byte totals (atomics), the
@@ -216,7 +218,8 @@ struct httpd_req {
     size_t nheaders;
     char *body; /* the complete body (bodybuf.data), or NULL */
     size_t body_len;
-    struct pc_buf bodybuf; /* body being read; its cap counts in h->body_bytes */
+    struct pc_buf bodybuf; /* body being read; conf.body_charge x its cap counts in h->body_bytes */
+    size_t charged;        /* what the handler charged on top (httpd_req_charge) */
     enum httpd_req_error error;
     int minor;
     bool is_head;
@@ -798,7 +801,9 @@ static const struct {
                     false},
     [OWN_HEADERS] = {431, "Request header fields too large.", "invalid_request_error", false},
     [OWN_CODING] = {501, "Transfer coding not implemented.", "invalid_request_error", false},
-    [OWN_BODY_BUDGET] = {503, "server busy: too many large request bodies in flight",
+    [OWN_BODY_BUDGET] = {503,
+                         "server busy: the requests in flight use all of the request memory; "
+                         "retry later",
                          "server_error", true},
     [OWN_BUSY] = {503, "server busy: too many connections; retry later", "server_error", true},
     [OWN_VERSION] = {505, "HTTP version not supported.", "invalid_request_error", false},
@@ -829,6 +834,12 @@ static size_t body_room(size_t limit)
     return used >= limit ? 0 : limit - used;
 }
 
+/* What a body buffer of cap bytes is charged: conf.body_charge per byte. */
+static size_t body_charge_of(const struct httpd *h, size_t cap)
+{
+    return cap > SIZE_MAX / h->conf.body_charge ? SIZE_MAX : cap * h->conf.body_charge;
+}
+
 /* Take n bytes of the process's body budget; false (nothing taken) if over limit. */
 static bool body_take(struct httpd *h, size_t n)
 {
@@ -838,6 +849,7 @@ static bool body_take(struct httpd *h, size_t n)
         return false;
     }
     h->body_bytes += n;
+    stats_add_opt(h->st, STAT_request_memory_bytes, (int64_t)n);
     return true;
 }
 
@@ -851,12 +863,14 @@ static void trim_note(struct httpd *h, size_t n)
     evtimer_add(h->trim_ev, &tv);
 }
 
-static void body_give(struct httpd *h, size_t n)
+/* Give back n charged bytes, of which freed were a body buffer just freed. */
+static void body_give(struct httpd *h, size_t n, size_t freed)
 {
     __atomic_fetch_sub(&g.body_bytes, n, __ATOMIC_RELAXED);
     h->body_bytes -= n;
-    if (n >= TRIM_BUFFER_MIN)
-        trim_note(h, n);
+    stats_add_opt(h->st, STAT_request_memory_bytes, -(int64_t)n);
+    if (freed >= TRIM_BUFFER_MIN)
+        trim_note(h, freed);
 }
 
 /*
@@ -1120,12 +1134,13 @@ static void conn_kill(struct httpd_conn *c)
     conn_schedule(c);
 }
 
-/* Free r's body buffer and give its bytes back to the budget. */
+/* Free r's body buffer and give what r was charged back to the budget. */
 static void req_body_release(struct httpd *h, struct httpd_req *r)
 {
     size_t cap = r->bodybuf.cap;
     pc_buf_free(&r->bodybuf);
-    body_give(h, cap);
+    body_give(h, body_charge_of(h, cap) + r->charged, cap);
+    r->charged = 0;
     r->body = NULL;
     r->body_len = 0;
 }
@@ -1506,22 +1521,25 @@ static void conn_too_large(struct httpd_conn *c)
     conn_dispatch(c);
 }
 
-/*
- * A body would take the httpd's buffered request bodies over their budget:
- * 503, then close. The warning is rate-limited: under attack it would flood.
+/* A request refused for the budget: counted; the warning is rate-limited (an attack would flood).
  */
-static void conn_over_budget(struct httpd_conn *c)
+static void budget_refused(struct httpd *h)
 {
-    struct httpd *h = c->h;
     uint64_t now = pc_mono_us();
     if (h->budget_warn_us == 0 || now - h->budget_warn_us >= BUDGET_WARN_US) {
         h->budget_warn_us = now;
-        log_warn("httpd: request bodies use %zu of %zu bytes; answering 503 (logged at most "
-                 "once a minute)",
+        log_warn("httpd: requests use %zu of %zu bytes of request memory; answering 503 (logged "
+                 "at most once a minute)",
                  httpd_process_body_bytes(), h->conf.max_body_buffered);
     }
-    req_body_release(h, c->req);
     stats_add_opt(h->st, STAT_requests_over_body_budget, 1);
+}
+
+/* A body would take the process's request memory over its budget: 503, then close. */
+static void conn_over_budget(struct httpd_conn *c)
+{
+    budget_refused(c->h);
+    req_body_release(c->h, c->req);
     conn_error(c, OWN_BODY_BUDGET);
 }
 
@@ -1546,7 +1564,8 @@ static int conn_begin_body(struct httpd_conn *c, const struct framing *fr)
         return 0;
     }
     /* Refuse now, before a 100 Continue, if not even the first allocation fits. */
-    if (PC_MIN(c->body_limit, (size_t)BODY_MIN_ALLOC) > body_room(h->conf.max_body_buffered)) {
+    if (body_charge_of(h, PC_MIN(c->body_limit, (size_t)BODY_MIN_ALLOC)) >
+        body_room(h->conf.max_body_buffered)) {
         conn_over_budget(c);
         return 0;
     }
@@ -1706,7 +1725,7 @@ static int req_body_reserve(struct httpd_conn *c, size_t n)
         return 0;
     size_t cap = PC_MAX(PC_MAX(need, b->cap * 2), (size_t)BODY_MIN_ALLOC);
     cap = PC_MAX(PC_MIN(cap, c->body_limit), need);
-    if (!body_take(h, cap - b->cap))
+    if (!body_take(h, body_charge_of(h, cap) - body_charge_of(h, b->cap)))
         return -1;
     b->data = pc_realloc(b->data, cap);
     b->cap = cap;
@@ -2231,6 +2250,8 @@ static void conf_defaults(struct httpd_conf *c)
         c->max_headers = DEF_MAX_HEADERS;
     if (c->max_body_size == 0)
         c->max_body_size = DEF_MAX_BODY_SIZE;
+    if (c->body_charge == 0)
+        c->body_charge = 1;
     if (c->max_body_buffered == 0)
         c->max_body_buffered =
             c->max_body_size > SIZE_MAX / HTTPD_BODY_BUDGET_BODIES
@@ -2436,6 +2457,20 @@ enum httpd_req_error httpd_req_error(const struct httpd_req *r)
 {
     PC_CHECK_OBJ(r, REQ_MAGIC);
     return r->error;
+}
+
+int httpd_req_charge(struct httpd_req *r, size_t n)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    struct httpd *h = r->conn->h;
+    if (n == 0)
+        return 0;
+    if (!body_take(h, n)) {
+        budget_refused(h);
+        return -1;
+    }
+    r->charged += n;
+    return 0;
 }
 
 const char *httpd_req_peer(const struct httpd_req *r)

@@ -377,6 +377,14 @@ static void handler(struct httpd_req *r, void *arg)
     } else if (strcmp(path, "/hold") == 0) {
         httpd_set_close_cb(r, on_close, s);
         s->held = r;
+    } else if (strcmp(path, "/charge") == 0) { /* charge ?N more bytes, then hold: 503 if refused */
+        const char *q = httpd_req_query(r);
+        if (httpd_req_charge(r, q != NULL ? (size_t)atol(q) : 0) < 0) {
+            httpd_reply(r, 503, "refused", 7);
+        } else {
+            httpd_set_close_cb(r, on_close, s);
+            s->held = r;
+        }
     } else if (strcmp(path, "/stream") == 0) {
         reply_stream(s, r, 5);
         s->held = r;
@@ -1769,8 +1777,9 @@ static void test_body_grows_as_it_arrives(void)
 /* A 503 from httpd itself, in the API's JSON error shape, then close. */
 static void check_busy(struct cli *c)
 {
-    static const char want[] = "{\"error\":{\"message\":\"server busy: too many large request "
-                               "bodies in flight\",\"type\":\"server_error\",\"code\":null}}";
+    static const char want[] =
+        "{\"error\":{\"message\":\"server busy: the requests in flight use all of the request "
+        "memory; retry later\",\"type\":\"server_error\",\"code\":null}}";
     struct resp r;
     char v[64];
     T_CHECK_INT(cli_response(c, &r, false), 0);
@@ -1834,6 +1843,64 @@ static void test_body_budget(void)
     cli_close(&c);
     wait_no_connections(s);
     T_CHECK_INT(s->body_bytes, 0);
+    free(junk);
+    srv_stop(s);
+}
+
+/*
+ * body_charge: each body byte counts that many times against the budget, and
+ * httpd_req_charge adds to a request's charge; all of it is given back when
+ * the request is freed.
+ */
+static void test_body_charge(void)
+{
+    struct httpd_conf conf = {
+        .max_body_size = 200000, .max_body_buffered = 250000, .body_charge = 3};
+    struct srv *s = srv_start(&conf);
+    struct cli a, c;
+    char *junk = pc_malloc(100000);
+    memset(junk, 'j', 100000);
+    uint64_t refused = stat_of(s, STAT_requests_over_body_budget);
+
+    /* 60000 bytes are charged 3 x 60001 (the buffer holds the NUL too). */
+    cli_open(s, &a);
+    cli_sends(&a, "POST /hold HTTP/1.1\r\nHost: t\r\nContent-Length: 60000\r\n\r\n");
+    cli_send(&a, junk, 60000);
+    WAIT_FOR(s, s->nreq == 1);
+    run_on_loop(s, cmd_counts);
+    T_CHECK_INT(s->body_bytes, 3 * 60001);
+    T_CHECK_INT(stat_of(s, STAT_request_memory_bytes), 3 * 60001);
+
+    /* 30000 more would fit alone, but not 3 times: 503. */
+    cli_open(s, &c);
+    cli_sends(&c, "POST /c HTTP/1.1\r\nHost: t\r\nContent-Length: 30000\r\n\r\n");
+    cli_send(&c, junk, 30000);
+    check_busy(&c);
+    cli_close(&c);
+    T_CHECK_INT(stat_of(s, STAT_requests_over_body_budget), refused + 1);
+
+    /* A handler's charge on top: refused over the budget (counted), else held with r. */
+    cli_open(s, &c);
+    roundtrip(&c, "POST /charge?70000 HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}", 503,
+              "refused");
+    T_CHECK_INT(stat_of(s, STAT_requests_over_body_budget), refused + 2);
+    run_on_loop(s, cmd_reply_held); /* A's request ends: its charge is given back */
+    struct resp r;
+    T_CHECK_INT(cli_response(&a, &r, false), 0);
+    resp_free(&r);
+    cli_close(&a);
+    cli_sends(&c, "POST /charge?70000 HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}");
+    WAIT_FOR(s, s->nreq == 3);
+    run_on_loop(s, cmd_counts);
+    T_CHECK_INT(s->body_bytes, 3 * 3 + 70000);
+    run_on_loop(s, cmd_reply_held);
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_STR(r.body, "bye");
+    resp_free(&r);
+    cli_close(&c);
+    wait_no_connections(s);
+    T_CHECK_INT(s->body_bytes, 0);
+    T_CHECK_INT(stat_of(s, STAT_request_memory_bytes), 0);
     free(junk);
     srv_stop(s);
 }
@@ -2116,6 +2183,7 @@ int main(void)
     T_RUN(test_body_grows_as_it_arrives);
     T_RUN(test_body_budget);
     T_RUN(test_body_budget_shared);
+    T_RUN(test_body_charge);
     T_RUN(test_memory_trim);
     T_RUN(test_host_header);
     T_RUN(test_error_body_hook);
