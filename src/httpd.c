@@ -160,7 +160,7 @@ struct httpd {
     struct httpd_conn *conns;        /* every connection, DEAD ones included */
     size_t nconns;
     size_t nactive;    /* requests handed to the handler and not finished */
-    size_t body_bytes; /* allocated for this httpd's request bodies (g.body_bytes: all) */
+    size_t body_bytes; /* charged for this httpd's requests (g.body_bytes: all httpds) */
     struct httpd_conn *res_old, *res_new; /* reserve connections, oldest first */
     size_t nreserve;                      /* ... and their count */
     uint64_t budget_warn_us;              /* pc_mono_us() of the last "budget used up" warning */
@@ -254,7 +254,7 @@ struct ip_slot {
 static struct httpd_global {
     size_t conns;       /* regular connections (atomic) */
     size_t httpds;      /* httpds created and not destroyed, which share the reserve (atomic) */
-    size_t body_bytes;  /* request-body buffers, all httpds (atomic) */
+    size_t body_bytes;  /* charged for requests, all httpds: max_body_buffered's use (atomic) */
     size_t freed_large; /* large body buffers freed since the last trim (atomic) */
     uint64_t trims;     /* malloc_trim calls (atomic) */
     struct httpd_limits limits;
@@ -1521,7 +1521,9 @@ static void conn_too_large(struct httpd_conn *c)
     conn_dispatch(c);
 }
 
-/* A request refused for the budget: counted; the warning is rate-limited (an attack would flood).
+/*
+ * A request refused for the budget: counted, and a warning logged at most
+ * once a minute (under attack it would flood).
  */
 static void budget_refused(struct httpd *h)
 {
@@ -2016,9 +2018,6 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Accepting                                                                 */
-
-/* ------------------------------------------------------------------------ */
 /* The reserve                                                               */
 
 /* This httpd's share of the reserve: an equal part for every httpd, at least one place. */
@@ -2094,6 +2093,9 @@ static bool reserve_make_room(struct httpd *h)
     conn_kill(c);
     return true;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Accepting                                                                 */
 
 /* How a new connection was admitted (accept_cb). */
 struct admission {
