@@ -76,11 +76,13 @@ struct conf {
     int listen_port;         /* derived from listen */
     int workers;             /* 0 in the file means "one per core"; conf_load resolves it to >= 1 */
     int64_t max_connections; /* all workers together */
-    int64_t max_connections_per_ip; /* 0 = no limit */
-    int64_t max_body_size;          /* bytes */
-    double client_timeout;          /* seconds: read a request, keep-alive idle, stalled writes */
-    double shutdown_timeout;        /* seconds to finish in-flight requests on SIGTERM */
-    struct conf_list cors_origins;  /* origins browsers may call from ("*": any); none: off */
+    int64_t max_connections_per_ip;                 /* 0 = no limit */
+    struct conf_list max_connections_per_ip_exempt; /* addresses or ADDRESS/BITS it ignores */
+    int64_t max_body_size;                          /* bytes */
+    int64_t max_request_memory;    /* bytes of request bodies and their copies; -1 = auto */
+    double client_timeout;         /* seconds: read a request, keep-alive idle, stalled writes */
+    double shutdown_timeout;       /* seconds to finish in-flight requests on SIGTERM */
+    struct conf_list cors_origins; /* origins browsers may call from ("*": any); none: off */
 
     /* upstream */
     struct conf_list upstream; /* base URLs, at least one */

@@ -104,13 +104,16 @@
            "Connections turned away at max-connections or max-connections-per-ip")                 \
     ACTION(connections_refused_per_ip, counter,                                                    \
            "Connections turned away at max-connections-per-ip (also in connections_refused)")      \
-    ACTION(requests_over_body_budget, counter,                                                     \
-           "Requests answered 503: the process's request-body budget was used up")                 \
+    ACTION(                                                                                        \
+        requests_over_body_budget, counter,                                                        \
+        "Requests answered 503: max-request-memory (bodies and their parsed copies) was used up")  \
     ACTION(memory_trims, counter, "Times freed request-body memory was returned to the system")    \
     ACTION(connections_active, gauge, "Open client connections")                                   \
     ACTION(requests_active, gauge, "Requests in progress")                                         \
     ACTION(upstream_active, gauge, "Upstream transfers in progress")                               \
-    ACTION(redis_connected, gauge, "Workers with a ready Redis connection")
+    ACTION(redis_connected, gauge, "Workers with a ready Redis connection")                        \
+    ACTION(request_memory_bytes, gauge,                                                            \
+           "Bytes of max-request-memory in use: request bodies and their estimated parsed copies")
 
 /*
  * Labels of the families, each with its values (a label's cardinality is

@@ -23,6 +23,7 @@
  */
 #include "pc_conf.h"
 #include "pc_guard.h"
+#include "pc_httpd.h"
 #include "pc_kvsize.h"
 #include "pc_log.h"
 #include "pc_rurl.h"
@@ -89,7 +90,7 @@ struct conf_key {
 #define GIB      (MIB * 1024)
 
 static conf_check_fn check_upstream_url, check_embedder_url, check_redis_url, check_namespace,
-    check_guard, check_header_name, check_kv_model, check_cors_origin;
+    check_guard, check_header_name, check_kv_model, check_cors_origin, check_net;
 
 static const char *const upstream_type_names[] = {"openai", "anthropic", "vllm", "sglang", NULL};
 static const char *const embedder_names[] = {"builtin", "hash", "openai", NULL};
@@ -116,22 +117,39 @@ static const struct conf_key conf_keys[] = {
     {.name = "max-connections", .type = CONF_INT, FIELD(max_connections), .def = "10000",
      .imin = 1, .imax = 1000000,
      .help = "Maximum number of open client connections, all workers together. Beyond it a "
-             "small reserve of connections (32) still answers GET /healthz and /readyz, and "
-             "anything else gets a 503 with Retry-After; with the reserve full too, new "
-             "connections are closed at once. Refusals are counted in connections_refused."},
+             "small reserve of connections (32) still answers GET /healthz, /readyz and "
+             "/metrics, and anything else gets a 503 with Retry-After. A new connection takes "
+             "the place of the reserve connection that has waited longest for its request, so "
+             "idle or churning connections cannot lock health checks out. Refusals are counted "
+             "in connections_refused."},
     {.name = "max-connections-per-ip", .type = CONF_INT, FIELD(max_connections_per_ip),
-     .def = "0", .imin = 0, .imax = 1000000,
+     .def = "1000", .imin = 0, .imax = 1000000,
      .help = "Maximum number of open connections from one client IP address, all workers "
-             "together; 0 turns the limit off. Beyond it a connection is treated as over "
-             "max-connections (health checks answered, everything else 503) and counted in "
-             "connections_refused_per_ip. Off by default because clients behind one NAT, load "
-             "balancer or gateway share an address; set it when clients connect directly."},
+             "together, so that one client cannot take every connection; 0 turns the limit "
+             "off. Addresses in max-connections-per-ip-exempt are not limited. Beyond it a "
+             "connection is treated as over max-connections (health checks still answered, "
+             "everything else 503) and counted in connections_refused_per_ip. Clients behind "
+             "one NAT, load balancer or gateway share an address: list the gateway's address "
+             "as exempt, or raise the limit."},
+    {.name = "max-connections-per-ip-exempt", .type = CONF_LIST,
+     FIELD(max_connections_per_ip_exempt), .def = "127.0.0.0/8 ::1", .check = check_net,
+     .arg = "ADDRESS[/BITS]",
+     .help = "Client addresses that max-connections-per-ip leaves alone (max-connections still "
+             "counts them), as IPv4 or IPv6 addresses or prefixes. The default, loopback, keeps a "
+             "local gateway, sidecar or benchmark unlimited. An empty value empties the list."},
     {.name = "max-body-size", .type = CONF_SIZE, FIELD(max_body_size), .def = "16m",
      .imin = KIB, .imax = GIB,
      .help = "Largest request body accepted from a client; a larger request is answered with "
-             "413. Sizes are in bytes, with an optional k, m or g suffix (powers of 1024). The "
-             "request bodies held in memory at once, all workers together, may take 32 times "
-             "this (at least 256m); beyond that a request is answered 503 with Retry-After."},
+             "413. Sizes are in bytes, with an optional k, m or g suffix (powers of 1024)."},
+    {.name = "max-request-memory", .type = CONF_SIZE, FIELD(max_request_memory), .def = "auto",
+     .imin = MIB, .imax = 1024 * GIB, .flags = CONF_AUTO, .arg = "SIZE|auto",
+     .help = "Memory the requests in flight may take, all workers together: their bodies as "
+             "they arrive and what the proxy makes of them (parse tree, canonical text, the "
+             "body sent upstream), each body byte counted 5 times (6 with semantic on) and a "
+             "body of many small JSON values more, as estimated before it is parsed. A request "
+             "that would go over it is answered 503 with Retry-After: 1. The process's peak "
+             "memory stays within about this plus its base (bench/rss-bursts.js). auto: 32 "
+             "times max-body-size, at least 256m."},
     {.name = "client-timeout", .type = CONF_DOUBLE, FIELD(client_timeout), .def = "60",
      .dmin = 0.1, .dmax = 3600, .arg = "SECONDS",
      .help = "Seconds a client connection may stay idle or stalled before it is closed. This "
@@ -939,6 +957,19 @@ static int check_cors_origin(const char *v, char *err, size_t errlen)
     if (!ok) {
         char b[80];
         seterr(err, errlen, "%s is not an origin (scheme://host[:port], no path) or *",
+               show(v, b, sizeof b));
+        return -1;
+    }
+    return 0;
+}
+
+/* One value of max-connections-per-ip-exempt: an address, or a prefix of them. */
+static int check_net(const char *v, char *err, size_t errlen)
+{
+    struct httpd_net net;
+    if (httpd_net_parse(v, &net) < 0) {
+        char b[80];
+        seterr(err, errlen, "%s is not an IPv4 or IPv6 address or ADDRESS/BITS prefix",
                show(v, b, sizeof b));
         return -1;
     }

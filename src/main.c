@@ -308,9 +308,19 @@ static void http_error_body(const char *path, int status, const char *message, s
  */
 static void set_http_limits(const struct conf *c)
 {
-    static const char *const health[] = {"/healthz", "/readyz", NULL};
+    static const char *const health[] = {"/healthz", "/readyz", "/metrics", NULL};
+    static struct httpd_net *exempt; /* for the life of the process */
+    const struct conf_list *ex = &c->max_connections_per_ip_exempt;
+    size_t n = 0;
+    free(exempt);
+    exempt = pc_calloc(PC_MAX(ex->n, (size_t)1), sizeof(*exempt));
+    for (size_t i = 0; i < ex->n; i++)
+        if (httpd_net_parse(ex->v[i], &exempt[n]) == 0) /* checked by conf already */
+            n++;
     struct httpd_limits l = {
         .max_connections_per_ip = (size_t)c->max_connections_per_ip,
+        .exempt = exempt,
+        .nexempt = n,
         .reserve_paths = health,
         .error_body = http_error_body,
     };

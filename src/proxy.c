@@ -1142,6 +1142,80 @@ static void preq_on_lookup(void *arg, struct cache_result *res)
     preq_fetch(r, may_share(r), !r->no_store);
 }
 
+/* ---- request memory -------------------------------------------------------- */
+
+/*
+ * The request-memory budget (max-request-memory, kept by httpd) counts what
+ * a request holds at its worst, not only its body. Every body byte is
+ * charged proxy_body_charge() bytes as it arrives: the body itself, its parse
+ * tree (for text, about the body's size), and PROXY_BODY_COPIES copies of
+ * about its size alive at once: the body sent upstream twice (the hinted body
+ * and libcurl's copy), or before that a canonical or segment text in a
+ * doubling buffer; with semantic on, the last user turn's text too. A body of
+ * many small values parses into far more than its size (a cJSON node per
+ * value), so before parsing the tree is estimated from the text and the part
+ * beyond the body's size is charged on top: a request over the budget gets a
+ * 503 before it is parsed.
+ */
+#define PROXY_BODY_COPIES 3
+#define JSON_NODE_COST    (sizeof(cJSON) + 16) /* a value, with malloc's header */
+#define JSON_STRING_COST  32                   /* a string's NUL, malloc's header and rounding */
+
+size_t proxy_body_charge(const struct conf *c)
+{
+    return 2 + PROXY_BODY_COPIES + (c->semantic ? 1 : 0);
+}
+
+/*
+ * What cJSON allocates to parse p[0..n) (NUL-terminated), over-estimated in
+ * one pass: a node per value (at most one per comma, '[' and '{', plus the
+ * root) and a copy of every string, names included.
+ */
+static size_t parse_cost(const char *p, size_t n)
+{
+    size_t nodes = 1, strings = 0, string_bytes = 0, i = 0;
+    while (i < n) {
+        i += strcspn(p + i, "\",[{");
+        if (i >= n)
+            break;
+        if (p[i++] != '"') {
+            nodes++;
+            continue;
+        }
+        size_t start = i;
+        for (;;) { /* to the closing quote, past escapes */
+            i += strcspn(p + i, "\"\\");
+            if (i >= n || p[i] == '"')
+                break;
+            i += 2; /* a backslash and the byte it escapes */
+            if (i >= n) {
+                i = n;
+                break;
+            }
+        }
+        strings++;
+        string_bytes += PC_MIN(i, n) - start;
+        i++;
+    }
+    return nodes * JSON_NODE_COST + strings * JSON_STRING_COST + string_bytes;
+}
+
+/*
+ * Charge the parse tree's estimate beyond what the body's charge covers. True
+ * if the request may go on; false after answering 503 (with Retry-After).
+ */
+static bool charge_parse(struct preq *r, const char *body, size_t len)
+{
+    size_t tree = parse_cost(body, len);
+    if (tree <= len || httpd_req_charge(r->hr, tree - len) == 0)
+        return true;
+    httpd_add_header(r->hr, "Retry-After", "1");
+    reply_error(r, 503,
+                "server busy: the requests in flight use all of the request memory; "
+                "retry later");
+    return false;
+}
+
 /* ---- entry points ----------------------------------------------------------- */
 
 /* Decide between lookup and a direct fetch, after parsing succeeded. */
@@ -1206,6 +1280,8 @@ static void preq_recv_api(struct preq *r)
         reply_error(r, 400, "request body is not valid JSON (it contains a NUL byte)");
         return;
     }
+    if (!charge_parse(r, body, len))
+        return;
     char msg[256];
     struct pc_buf variant = PC_BUF_INIT;
     struct memo_input mi;
