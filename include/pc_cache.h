@@ -80,6 +80,8 @@ struct cache_query {
     int64_t max_age_ms;             /* accept only younger entries; -1 = any */
     bool semantic;                  /* the request allows the semantic stage */
     double threshold;               /* semantic similarity needed (0..1); < 0: the default */
+    const char *ns;                 /* X-Cache-Namespace, or NULL: kept in a stored entry */
+    const char *model;              /* the body's "model", or NULL: kept in a stored entry */
 };
 
 struct cache_result {
@@ -91,6 +93,8 @@ struct cache_result {
     /* On a MISS the error bound held back (pc_bound.h): the candidate whose answer the fresh
      * one is compared with when stored (owned by the ticket; take a reference to keep it). */
     struct bound_probe *probe;
+    const unsigned char *exact; /* on HIT: the exact key of the entry that answered (for a
+                                   semantic hit another request's); valid during the callback */
     /* Always set: the caller now owns it (pass it to cache_put, or cache_ticket_free). */
     struct cache_ticket *ticket;
 };

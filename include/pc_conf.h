@@ -13,13 +13,19 @@
  * list key appears on the command line, its command-line values replace the
  * file's values rather than adding to them.
  *
+ * Environment: every key can come from PROMPTCACHE_<KEY> (the key
+ * upper-cased, '-' as '_'; an empty variable counts as unset); a list key's
+ * values are separated by commas and/or white space in its one variable
+ * (PROMPTCACHE_UPSTREAM="http://a:8000 http://b:8000"). Precedence is by
+ * source: command line, then environment, then config file, then the
+ * default. A misspelt key anywhere is reported with the closest real one
+ * ("did you mean ..."); conf_env_unknown lists PROMPTCACHE_* names that are
+ * no key (`-t` rejects them, a running proxy logs them).
+ *
  * Secrets: every key flagged secret in the table (upstream-key, admin-token,
  * redis-password, ...) can also be read from a file, `KEY-file PATH` in the
- * file or `--KEY-file PATH` on the command line, and from the environment,
- * PROMPTCACHE_KEY or PROMPTCACHE_KEY_FILE (the key upper-cased, '-' as '_';
- * an empty variable counts as unset). Precedence, as for every other key,
- * is by source: command line, then environment, then config file, then the
- * default; giving both KEY and KEY-file in one source is an error.
+ * file or `--KEY-file PATH` on the command line, or PROMPTCACHE_KEY_FILE in
+ * the environment; giving both KEY and KEY-file in one source is an error.
  * redis-user, redis-password and the sentinels' credentials are folded into
  * the redis URL once loaded, so that every Redis client reads one URL.
  *
@@ -56,6 +62,7 @@ enum embedder_kind {
 };
 
 struct pricing;
+struct tenants;
 
 struct conf_list {
     char **v;
@@ -69,11 +76,13 @@ struct conf {
     int listen_port;         /* derived from listen */
     int workers;             /* 0 in the file means "one per core"; conf_load resolves it to >= 1 */
     int64_t max_connections; /* all workers together */
-    int64_t max_connections_per_ip; /* 0 = no limit */
-    int64_t max_body_size;          /* bytes */
-    double client_timeout;          /* seconds: read a request, keep-alive idle, stalled writes */
-    double shutdown_timeout;        /* seconds to finish in-flight requests on SIGTERM */
-    struct conf_list cors_origins;  /* origins browsers may call from ("*": any); none: off */
+    int64_t max_connections_per_ip;                 /* 0 = no limit */
+    struct conf_list max_connections_per_ip_exempt; /* addresses or ADDRESS/BITS it ignores */
+    int64_t max_body_size;                          /* bytes */
+    int64_t max_request_memory;    /* bytes of request bodies and their copies; -1 = auto */
+    double client_timeout;         /* seconds: read a request, keep-alive idle, stalled writes */
+    double shutdown_timeout;       /* seconds to finish in-flight requests on SIGTERM */
+    struct conf_list cors_origins; /* origins browsers may call from ("*": any); none: off */
 
     /* upstream */
     struct conf_list upstream; /* base URLs, at least one */
@@ -140,11 +149,13 @@ struct conf {
     double semantic_verify_answers_threshold; /* embedding comparator: same answer at or above */
 
     /* admin and reporting */
-    char *admin_token;      /* "" = admin endpoints disabled */
-    char *pricing;          /* price list: a path, "" = the shipped one, "off" = none */
-    struct pricing *prices; /* derived: the loaded list (shared, immutable), or NULL */
-    char *metrics_token;    /* "" = /metrics, /stats and /dashboard are open */
-    int metrics_models;     /* models with their own label in /metrics; the rest "other" */
+    char *admin_token;       /* "" = admin endpoints disabled */
+    char *pricing;           /* price list: a path, "" = the shipped one, "off" = none */
+    struct pricing *prices;  /* derived: the loaded list (shared, immutable), or NULL */
+    char *metrics_token;     /* "" = /metrics, /stats and /dashboard are open */
+    char *tenant_names;      /* names for tenants: a path, or "" */
+    struct tenants *tenants; /* derived: the loaded names (shared), or NULL */
+    int metrics_models;      /* models with their own label in /metrics; the rest "other" */
 
     /* logging */
     int log_level; /* enum pc_log_level */
@@ -210,6 +221,14 @@ int conf_set(struct conf *c, const char *key, const char *value, char *err, size
 
 /* Whether key names a config key, or the KEY-file form of a secret one. */
 bool conf_has_key(const char *key);
+
+/*
+ * The PROMPTCACHE_* variables of the environment that are no config key
+ * (nor a name the project's scripts use, like PROMPTCACHE_BIN): one line
+ * each appended to out, "environment: NAME: not a configuration variable",
+ * with "; did you mean NAME?" when one is close. Returns their number.
+ */
+int conf_env_unknown(struct pc_buf *out);
 
 /* The commented sample config (content of conf/promptcache.conf). */
 void conf_write_sample(struct pc_buf *out);

@@ -22,6 +22,7 @@
 struct conf;
 struct dash;
 struct pricing;
+struct tenants;
 
 #define DASH_HOURS_MAX 168 /* a week */
 #define DASH_FRESH_MS  2000
@@ -39,8 +40,10 @@ void dash_start(struct dash *d);
 void dash_destroy(struct dash **d);
 /*
  * The JSON of /dashboard/data for the last `hours` hours (1..DASH_HOURS_MAX),
- * priced with p (may be NULL). Thread-safe; never blocks on Redis.
+ * priced with p (may be NULL), the tenants named with t (tenant-names; may be
+ * NULL). Thread-safe; never blocks on Redis.
  */
-void dash_render(struct dash *d, const struct pricing *p, int hours, struct pc_buf *out);
+void dash_render(struct dash *d, const struct pricing *p, struct tenants *t, int hours,
+                 struct pc_buf *out);
 
 #endif

@@ -45,7 +45,18 @@
 enum entry_section {
     ENTRY_SEC_HEADERS = 1, /* response headers replayed on a hit */
     ENTRY_SEC_USAGE = 2,   /* usage beyond the fixed fields: cache writes */
+    ENTRY_SEC_META = 3,    /* what targeted deletes filter on: namespace, model */
 };
+
+#define ENTRY_META_MAX 255 /* bytes of a namespace or model name kept in ENTRY_SEC_META */
+
+/*
+ * An entry's id as clients see it (X-Cache-Key, DELETE /admin/cache/entries/ID):
+ * the tenant id then the exact key, ENTRY_ID_LEN lower-case hex characters.
+ * Both are hashes, so the id says nothing about the prompt; it names the
+ * Redis key (and so the vector record) exactly.
+ */
+#define ENTRY_ID_LEN (TENANT_ID_LEN + 2 * PC_SHA256_LEN)
 
 struct entry_header {
     const char *name; /* not NUL-terminated after decode */
@@ -75,6 +86,13 @@ struct entry {
      * rejects a value that holds such a header. */
     struct entry_header headers[ENTRY_MAX_HEADERS];
     size_t nheaders;
+    /* The request's X-Cache-Namespace and "model" (not NUL-terminated after decode; length 0:
+     * none, or an entry stored before they were kept). Encoding skips a name longer than
+     * ENTRY_META_MAX; decoding rejects a section that holds one. */
+    const char *ns;
+    size_t ns_len;
+    const char *model;
+    size_t model_len;
 };
 
 /* Format 1 when e has no section to write (older binaries read it), else format 2. */
@@ -97,5 +115,12 @@ size_t entry_key(const char *tenant_id, const unsigned char key[PC_SHA256_LEN],
                  char out[ENTRY_KEY_MAX]);
 /* SCAN pattern for all entries (tenant_id NULL) or one tenant's. */
 void entry_pattern(const char *tenant_id, char out[ENTRY_KEY_MAX]);
+
+/* The id of (tenant_id, key) into out (ENTRY_ID_LEN characters and a NUL). */
+void entry_id(const char *tenant_id, const unsigned char key[PC_SHA256_LEN],
+              char out[ENTRY_ID_LEN + 1]);
+/* Parse an id (hex in either case) into tenant_id (NUL-terminated, lower case) and key; 0 or -1. */
+int entry_id_parse(const char *id, size_t len, char tenant_id[TENANT_ID_LEN + 1],
+                   unsigned char key[PC_SHA256_LEN]);
 
 #endif

@@ -40,18 +40,27 @@
  * counts into the same totals.
  *   - Connections: at most conf.max_connections regular connections in all,
  *     and at most httpd_limits.max_connections_per_ip from one client
- *     address. A connection beyond either goes into a small reserve (at most
- *     httpd_limits.reserve connections): its request head is read within
- *     HTTPD_RESERVE_SECONDS; a GET or HEAD of one of the reserve paths (the
- *     health endpoints) is handed to the handler as usual, anything else is
- *     answered 503 with Retry-After; either way the connection then closes.
- *     With the reserve full too, a connection is closed at once. Refusals
- *     are counted (connections_refused, connections_refused_per_ip).
- *   - Request bodies: memory for them grows as the bytes arrive (a head
+ *     address (except the exempt ones). A connection beyond either goes into
+ *     a small reserve (httpd_limits.reserve connections, split equally
+ *     between the httpds): it is read at once, its request head must arrive
+ *     within HTTPD_RESERVE_SECONDS; a GET or HEAD of one of the reserve paths
+ *     (the health endpoints) is handed to the handler as usual, anything
+ *     else is answered 503 with Retry-After; either way the connection then
+ *     closes. With the httpd's share of the reserve full, a new connection
+ *     takes the place of the oldest reserve connection still waiting for its
+ *     request head (closed), so idle or churning connections cannot lock
+ *     health probes out; only when every place is being answered is the new
+ *     one closed at once. Refusals are counted (connections_refused,
+ *     connections_refused_per_ip).
+ *   - Request memory: memory for a body grows as its bytes arrive (a head
  *     announcing a large Content-Length costs nothing until the body comes).
- *     The bodies buffered by all httpds, from the first byte until their
- *     request is freed, share one budget (conf.max_body_buffered); a body
- *     that would take the total over it gets a 503.
+ *     Every body byte buffered is charged conf.body_charge bytes (the body and
+ *     the copies its handler will make of it: a parse tree, a canonical text,
+ *     the body sent on), and a handler may charge a request more
+ *     (httpd_req_charge) once it knows better. All httpds' charges, from the
+ *     first byte until their request is freed, share one budget
+ *     (conf.max_body_buffered, in use in the request_memory_bytes gauge); a
+ *     body that would take the total over it gets a 503.
  * After large bodies were freed (a burst of uploads), the process's free heap
  * memory is handed back to the system (malloc_trim) once the burst is over:
  * glibc would otherwise keep it, and an idle proxy would stay at its peak.
@@ -83,7 +92,7 @@ enum httpd_req_error {
 #define HTTPD_BODY_BUDGET_BODIES 32
 /* ... and never less than this. */
 #define HTTPD_BODY_BUDGET_MIN ((size_t)256 * 1024 * 1024)
-/* Connections kept for health probes beyond the limits, by default. */
+/* Connections kept for health probes beyond the limits, by default (all httpds together). */
 #define HTTPD_RESERVE_DEFAULT 32
 /* Seconds a reserve connection has to send its request head. */
 #define HTTPD_RESERVE_SECONDS 2.0
@@ -93,10 +102,12 @@ struct httpd_conf {
     size_t max_header_size;   /* request line + headers; over it: 431 from httpd itself */
     size_t max_headers;       /* header count; over it: 431 */
     size_t max_body_size;     /* over it: handler called with HTTPD_REQ_BODY_TOO_LARGE */
-    size_t max_body_buffered; /* request-body bytes buffered by the process, all httpds and
+    size_t max_body_buffered; /* bytes charged for the requests of the process, all httpds and
                                  connections together; over it: 503 from httpd. 0:
                                  HTTPD_BODY_BUDGET_BODIES x max_body_size, at least
                                  HTTPD_BODY_BUDGET_MIN */
+    size_t body_charge;       /* bytes charged per body byte buffered (give every httpd the
+                                 same); 0: 1, the body alone */
     /* Seconds to receive a whole request: a new connection's first one counted from the
      * accept (waiting for its first byte included), later ones from their first byte
      * (idle_timeout bounds the wait for it). */
@@ -113,8 +124,18 @@ struct httpd_conf {
  * loop runs (once, before the workers start; not thread-safe). Zero fields
  * take defaults; what the pointers point to must outlive every httpd.
  */
+/* A client address range: the first bits of ip (IPv4 mapped into IPv6: 96 + its bits). */
+struct httpd_net {
+    unsigned char ip[16];
+    unsigned bits;
+};
+/* "ADDRESS" or "ADDRESS/BITS", IPv4 or IPv6, into out: 0, or -1 if it is not one. */
+int httpd_net_parse(const char *s, struct httpd_net *out);
+
 struct httpd_limits {
-    size_t max_connections_per_ip;    /* regular connections from one client address; 0: none */
+    size_t max_connections_per_ip;  /* regular connections from one client address; 0: none */
+    const struct httpd_net *exempt; /* addresses max_connections_per_ip leaves alone */
+    size_t nexempt;
     size_t reserve;                   /* the reserve's size; 0: HTTPD_RESERVE_DEFAULT */
     const char *const *reserve_paths; /* NULL-terminated paths a reserve connection may GET
                                          (the health endpoints); NULL: none */
@@ -124,7 +145,7 @@ struct httpd_limits {
     void (*error_body)(const char *path, int status, const char *message, struct pc_buf *out);
 };
 void httpd_set_limits(const struct httpd_limits *l);
-/* Request-body bytes buffered by the whole process now. */
+/* Bytes charged for the requests of the whole process now (bodies and what else was charged). */
 size_t httpd_process_body_bytes(void);
 /* Times the process handed freed heap memory back to the system (malloc_trim). */
 uint64_t httpd_memory_trims(void);
@@ -144,7 +165,7 @@ struct httpd *httpd_create(struct event_base *base, int listen_fd, const struct 
 void httpd_stop_accepting(struct httpd *h);
 size_t httpd_active_requests(const struct httpd *h);
 size_t httpd_connection_count(const struct httpd *h);
-/* Bytes allocated for this httpd's request bodies now (its share of max_body_buffered). */
+/* Bytes charged for this httpd's requests now (its share of max_body_buffered). */
 size_t httpd_buffered_body_bytes(const struct httpd *h);
 /* Close every connection (close callbacks of open requests run) and free. */
 void httpd_destroy(struct httpd **h);
@@ -161,6 +182,15 @@ const struct httpd_header *httpd_req_header_at(const struct httpd_req *r, size_t
 /* The body (decoded if it was sent chunked), NUL-terminated; len may be NULL. */
 const char *httpd_req_body(const struct httpd_req *r, size_t *len);
 enum httpd_req_error httpd_req_error(const struct httpd_req *r);
+/*
+ * Charge n more bytes of the process's request memory to r (what its handler
+ * holds because of it beyond conf.body_charge x its body), given back when r
+ * is freed. 0; or -1 if that would take the total over max_body_buffered:
+ * nothing is charged, the refusal is counted (requests_over_body_budget) and
+ * logged (at most once a minute), and the handler should answer 503 with
+ * Retry-After in its API's shape.
+ */
+int httpd_req_charge(struct httpd_req *r, size_t n);
 const char *httpd_req_peer(const struct httpd_req *r);  /* "ip:port" */
 uint64_t httpd_req_start_us(const struct httpd_req *r); /* pc_mono_us() when the head arrived */
 

@@ -6,9 +6,18 @@
 #ifndef PC_PROXY_H
 #define PC_PROXY_H
 
+#include <stddef.h>
+
+struct conf;
 struct httpd_req;
 
 /* httpd handler; arg is the struct worker. */
 void proxy_handle(struct httpd_req *hr, void *arg);
+
+/*
+ * Bytes of request memory each request-body byte is charged (httpd_conf's
+ * body_charge): the body and what the proxy makes of it (see proxy.c).
+ */
+size_t proxy_body_charge(const struct conf *c);
 
 #endif

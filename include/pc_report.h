@@ -20,6 +20,7 @@
 #include "pc_util.h"
 
 struct conf;
+struct tenants;
 
 enum report_format {
     REPORT_TABLE = 0,
@@ -71,6 +72,7 @@ struct report {
     struct report_rows models;
     struct report_rows tenants;
     struct pricing *prices; /* a reference, or NULL: tokens only */
+    struct tenants *names;  /* tenant-names (a reference), or NULL: tenants by id only */
     bool no_tenants;        /* do not keep rows per tenant (the dashboard) */
     int64_t lat[TALLY_LAT__COUNT][TALLY_LAT_BUCKETS]; /* request durations (pc_tally.h) */
     size_t skipped; /* fields that were not the proxy's (foreign or corrupt data) */
@@ -85,6 +87,18 @@ void report_set_prices(struct report *r, struct pricing *p);
  * LiteLLM's). Returns 0, or -1 with err set.
  */
 int report_load_prices(struct report *r, const char *json, size_t len, char *err, size_t errlen);
+/* Name tenant rows with t (a new reference is taken; NULL: by id only). */
+void report_set_tenants(struct report *r, struct tenants *t);
+/* The name of a tenant row (tenant-names), or NULL. */
+const char *report_tenant_name(const struct report *r, const struct report_row *row);
+/*
+ * Read the key fingerprints the proxies recorded (TENANTS_KEY_FP, pc_tenants.h)
+ * into r's names, so tenants named by key hash are named here too. Pairs that
+ * are not what a proxy writes are skipped and counted. 0, or -1 after a message.
+ */
+struct rcli;
+int report_read_key_names(struct rcli *k, struct report *r);
+
 /* The list's currency, or NULL without prices. */
 const char *report_currency(const struct report *r);
 /*

@@ -44,7 +44,8 @@ struct semantic_query {
 };
 
 struct semantic_result {
-    const struct entry *entry; /* NULL = no match; else valid during the callback */
+    const struct entry *entry;  /* NULL = no match; else valid during the callback */
+    const unsigned char *exact; /* the matched entry's exact key (PC_SHA256_LEN), with entry */
     double similarity;
     struct semantic_vec *vec; /* the query's embedding, if computed (semantic_vec_take) */
     /* A miss the error bound held back (pc_bound.h): the candidate to compare the fresh

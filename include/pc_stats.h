@@ -128,13 +128,16 @@
            "Connections turned away at max-connections or max-connections-per-ip")                 \
     ACTION(connections_refused_per_ip, counter,                                                    \
            "Connections turned away at max-connections-per-ip (also in connections_refused)")      \
-    ACTION(requests_over_body_budget, counter,                                                     \
-           "Requests answered 503: the process's request-body budget was used up")                 \
+    ACTION(                                                                                        \
+        requests_over_body_budget, counter,                                                        \
+        "Requests answered 503: max-request-memory (bodies and their parsed copies) was used up")  \
     ACTION(memory_trims, counter, "Times freed request-body memory was returned to the system")    \
     ACTION(connections_active, gauge, "Open client connections")                                   \
     ACTION(requests_active, gauge, "Requests in progress")                                         \
     ACTION(upstream_active, gauge, "Upstream transfers in progress")                               \
-    ACTION(redis_connected, gauge, "Workers with a ready Redis connection")
+    ACTION(redis_connected, gauge, "Workers with a ready Redis connection")                        \
+    ACTION(request_memory_bytes, gauge,                                                            \
+           "Bytes of max-request-memory in use: request bodies and their estimated parsed copies")
 
 /*
  * Labels of the families, each with its values (a label's cardinality is
@@ -149,18 +152,22 @@ enum stat_label {
     SL_UPSTREAM,  /* the replicas, by index */
     SL_TOKEN,     /* input (uncached), cache_read, cache_write, output */
     SL_CALLER,    /* embedder, verifier */
+    SL_TENANT, /* the names of tenant-names (the first STATS_TENANTS_MAX counted), then "other" */
     SL__COUNT
 };
 #define SL(x) (1u << SL_##x)
 
-#define STATS_MODELS_MAX 50 /* metrics-models at most */
-#define STATS_CACHE_N    4
-#define STATS_MATCH_N    2
-#define STATS_ENDPOINT_N 5
-#define STATS_MODEL_N    (STATS_MODELS_MAX + 1) /* the last one is "other" */
-#define STATS_UPSTREAM_N 64                     /* ROUTE_MAX_REPLICAS */
-#define STATS_TOKEN_N    4
-#define STATS_CALLER_N   2
+#define STATS_MODELS_MAX  50 /* metrics-models at most */
+#define STATS_CACHE_N     4
+#define STATS_MATCH_N     2
+#define STATS_ENDPOINT_N  5
+#define STATS_MODEL_N     (STATS_MODELS_MAX + 1) /* the last one is "other" */
+#define STATS_UPSTREAM_N  64                     /* ROUTE_MAX_REPLICAS */
+#define STATS_TOKEN_N     4
+#define STATS_CALLER_N    2
+#define STATS_TENANTS_MAX 32
+#define STATS_TENANT_N    (STATS_TENANTS_MAX + 1) /* the last one is "other" */
+#define TENANT_LABEL_MAX  64                      /* a tenant name (pc_tenants.h) */
 
 enum stat_cache { SC_HIT = 0, SC_MISS, SC_BYPASS, SC_REFRESH };
 enum stat_token { ST_INPUT = 0, ST_CACHE_READ, ST_CACHE_WRITE, ST_OUTPUT };
@@ -217,7 +224,14 @@ enum stat_caller { SCALLER_EMBEDDER = 0, SCALLER_VERIFIER };
     FAMILY(own_calls_cost, counter, SL(CALLER), 1e-9,                                              \
            "What the proxy's own calls cost at list price (subtract from saved_cost)")             \
     FAMILY(semantic_explore_cost, counter, SL(MODEL), 1e-9,                                        \
-           "What the upstream calls made for explored semantic candidates cost at list price")
+           "What the upstream calls made for explored semantic candidates cost at list price")     \
+    FAMILY(tenant_requests, counter, SL(CACHE) | SL(TENANT), 1,                                    \
+           "Requests to the API endpoints by tenant (tenant-names' names; every other tenant "     \
+           "is other) and what the cache did")                                                     \
+    FAMILY(tenant_saved_cost, counter, SL(TENANT), 1e-9,                                           \
+           "What the answers served from the cache cost when they were made, by tenant")           \
+    FAMILY(tenant_upstream_cost, counter, SL(TENANT), 1e-9,                                        \
+           "What the upstream calls cost at list price, by tenant")
 
 enum stat_family {
 #define PC_FAM_ENUM(name, kind, labels, scale, help) SF_##name,
@@ -231,7 +245,7 @@ enum stat_family {
     (STATS_LCARD(labels, CACHE, STATS_CACHE_N) * STATS_LCARD(labels, MATCH, STATS_MATCH_N) *       \
      STATS_LCARD(labels, ENDPOINT, STATS_ENDPOINT_N) * STATS_LCARD(labels, MODEL, STATS_MODEL_N) * \
      STATS_LCARD(labels, UPSTREAM, STATS_UPSTREAM_N) * STATS_LCARD(labels, TOKEN, STATS_TOKEN_N) * \
-     STATS_LCARD(labels, CALLER, STATS_CALLER_N))
+     STATS_LCARD(labels, CALLER, STATS_CALLER_N) * STATS_LCARD(labels, TENANT, STATS_TENANT_N))
 #define STATS_KIND_CELLS_counter   1
 #define STATS_KIND_CELLS_histogram (STATS_NBUCKETS + 3) /* buckets, +Inf, sum (us), count */
 #define PC_FAM_CELLS(name, kind, labels, scale, help) \
@@ -240,7 +254,7 @@ enum { STATS_CELLS = 0 PC_FAMILIES(PC_FAM_CELLS) };
 
 /* The label values of one series; labels a family does not have are ignored. */
 struct stat_labels {
-    int cache, match, endpoint, model, upstream, token, caller;
+    int cache, match, endpoint, model, upstream, token, caller, tenant;
 };
 
 enum stat_id {
@@ -280,6 +294,13 @@ void stats_set_model_limit(int limit);
 int stats_model_slot(const char *model, bool admit);
 /* Give free slots to these models first (the busiest of the last hours, read from Redis). */
 void stats_seed_models(const char *const *models, size_t n);
+/*
+ * The tenant label: the slot of a tenant's name (tenant-names), given on its
+ * first count while slots are left and kept for the life of the process (so
+ * a reload that renames keeps the old series monotonic); NULL, or no slot
+ * left: the "other" slot. Thread-safe.
+ */
+int stats_tenant_slot(const char *name);
 /* Names of the upstream label values, by replica index (set once at start). */
 void stats_set_upstreams(const char *const *names, size_t n);
 

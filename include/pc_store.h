@@ -114,6 +114,45 @@ int store_write(struct store *s, int argc, const char **argv, const size_t *lens
 struct store_cmd *store_delete_matching(struct store *s, const char *pattern, store_int_fn *cb,
                                         void *arg);
 /*
+ * Delete the keys matching a glob pattern that a Lua script picks, in the
+ * shape of store_delete_matching: SCAN in batches, and for each batch one
+ * EVAL of pick->script whose KEYS are the batch's keys, each followed by its
+ * twin when pick->twin_from is set (the key with that prefix replaced by
+ * pick->twin_to, e.g. an entry's vector record: same hash tag), and whose
+ * ARGV are pick->args. The script deletes what it picks and returns
+ * {skipped, key, key, ...}: an integer (keys it could not judge, e.g.
+ * unreadable values), then the picked keys, each named in KEYS. For every
+ * batch pick->each runs once per picked key (key, len) and once with key
+ * NULL and len = skipped when that is not 0; it must not cancel the command.
+ * Every reply is checked: a picked key that is not one of the batch's is an
+ * error. cb gets the number picked. Each step runs under the command timeout
+ * x 20. Copies what pick holds.
+ *
+ * Redis Cluster: like store_delete_matching's UNLINK, a batch's EVAL names
+ * keys of many hash tags, so it runs where SCAN found them (every primary in
+ * turn) split by slot, exactly as that UNLINK must be; the script touches
+ * only the keys it is given (a key and its twin share a tag), never one
+ * found by itself.
+ */
+typedef void store_key_fn(void *arg, const char *key, size_t len);
+struct store_pick {
+    const char *script;
+    int nargs;
+    const char *const *args;
+    const char *twin_from, *twin_to; /* NULL: no twins */
+    store_key_fn *each;
+};
+struct store_cmd *store_delete_picked(struct store *s, const char *pattern,
+                                      const struct store_pick *pick, store_int_fn *cb, void *arg);
+/*
+ * Any command with an integer reply (EVAL of a script returning a number,
+ * UNLINK...): the callback gets the integer, as store_pttl. Arguments are
+ * binary-safe and copied.
+ */
+struct store_cmd *store_call_int(struct store *s, int argc, const char **argv, const size_t *lens,
+                                 store_int_fn *cb, void *arg);
+
+/*
  * The callback of *c will not run; *c is set to NULL (a NULL *c is ignored).
  * Only for an outstanding command: not after its callback has run.
  */

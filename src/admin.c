@@ -1,6 +1,7 @@
 /*
  * admin.c - the proxy's own endpoints (see pc_admin.h). Owns the small
- * state of an asynchronous admin operation (a cache flush) while Redis works.
+ * state of an asynchronous admin operation (a flush or a purge) while Redis
+ * works.
  *
  *   GET /healthz     200 while the process serves
  *   GET /readyz      200 when this worker can use the cache (or caching is off), else 503
@@ -11,7 +12,11 @@
  *   GET /favicon.ico the browser's icon, so it never goes upstream
  *   (/stats, /metrics and /dashboard* require metrics-token while it is set)
  *   DELETE /admin/cache[?tenant=ID]   flush all entries or one tenant's
- *                                     (Authorization: Bearer <admin-token>)
+ *   DELETE /admin/cache?namespace=NS&model=M&older-than=T[&tenant=ID]
+ *                                     the entries that match every filter given
+ *   DELETE /admin/cache/entries/ID    one entry, by its X-Cache-Key
+ *   (the /admin/ ones require Authorization: Bearer <admin-token>; each answers
+ *    {"deleted":N}; pc_purge.h does the targeted ones)
  */
 #include "pc_admin.h"
 #include "pc_api.h"
@@ -22,8 +27,10 @@
 #include "pc_httpd.h"
 #include "pc_log.h"
 #include "pc_pricing.h"
+#include "pc_purge.h"
 #include "pc_route.h"
 #include "pc_semantic.h"
+#include "pc_tenants.h"
 #include "pc_cache.h"
 #include "pc_worker.h"
 
@@ -37,8 +44,12 @@ struct admin_op {
     unsigned magic;
     struct worker *w;
     struct httpd_req *hr;
-    struct cache_op *cmd;
+    struct cache_op *cmd;          /* a flush */
+    struct purge_op *purge;        /* or a targeted delete */
+    char what[ENTRY_ID_LEN + 512]; /* for the log line */
 };
+
+#define ENTRIES_PATH "/admin/cache/entries/"
 
 /* The page (src/dashboard.html, embedded at build time). */
 extern const char pc_dashboard_html[];
@@ -110,6 +121,8 @@ static void serve_stats(struct worker *w, struct httpd_req *hr)
         l1_render_json(w->l1, &extra);
     }
     pricing_json(w->conf->prices, &extra);
+    pc_buf_append_char(&extra, ',');
+    tenants_render_json(w->conf->tenants, &extra);
     pc_buf_printf(&extra,
                   ",\"routing\":\"%s\",\"replicas\":", route_policy_name(route_policy(w->route)));
     route_render_json(w->route, &extra);
@@ -255,7 +268,7 @@ static void serve_dash_data(struct worker *w, struct httpd_req *hr)
         return;
     }
     struct pc_buf out = PC_BUF_INIT;
-    dash_render(w->dash, w->conf->prices, (int)hours, &out);
+    dash_render(w->dash, w->conf->prices, w->conf->tenants, (int)hours, &out);
     reply_json(hr, 200, pc_buf_cstr(&out));
     pc_buf_free(&out);
 }
@@ -277,24 +290,15 @@ static bool query_param(const char *query, const char *name, char *out, size_t o
     return false;
 }
 
-static bool valid_tenant_id(const char *id)
-{
-    if (strlen(id) != TENANT_ID_LEN)
-        return false;
-    for (size_t i = 0; i < TENANT_ID_LEN; i++)
-        if (!isxdigit((unsigned char)id[i]) || isupper((unsigned char)id[i]))
-            return false;
-    return true;
-}
-
 static void op_free(struct admin_op *op)
 {
     cache_cancel(&op->cmd);
+    purge_cancel(&op->purge);
     op->magic = 0;
     free(op);
 }
 
-static void flush_closed(struct httpd_req *hr, void *arg)
+static void op_closed(struct httpd_req *hr, void *arg)
 {
     (void)hr;
     struct admin_op *op = arg;
@@ -302,52 +306,166 @@ static void flush_closed(struct httpd_req *hr, void *arg)
     op_free(op);
 }
 
-static void flush_done(void *arg, bool ok, long long n)
+/* A flush or purge is over: {"deleted":N}, or 503 if Redis failed. */
+static void op_done(void *arg, bool ok, long long n)
 {
     struct admin_op *op = arg;
     PC_CHECK_OBJ(op, ADMIN_OP_MAGIC);
     op->cmd = NULL;
+    op->purge = NULL;
     httpd_set_close_cb(op->hr, NULL, NULL);
     if (!ok) {
-        reply_error(op->hr, 503, "cache flush failed: Redis error or timeout");
+        log_warn("admin: %s failed after deleting %lld entries: Redis error or timeout", op->what,
+                 n);
+        reply_error(op->hr, 503, "cache delete failed: Redis error or timeout");
     } else {
         char body[64];
         snprintf(body, sizeof(body), "{\"deleted\":%lld}", n);
-        log_notice("admin: cache flush deleted %lld entries", n);
+        log_notice("admin: %s deleted %lld entries", op->what, n);
         reply_json(op->hr, 200, body);
     }
     op_free(op);
 }
 
+static struct admin_op *op_new(struct worker *w, struct httpd_req *hr)
+{
+    struct admin_op *op = pc_calloc(1, sizeof(*op));
+    op->magic = ADMIN_OP_MAGIC;
+    op->w = w;
+    op->hr = hr;
+    return op;
+}
+
+/* The operation is under way (the client may leave: it is cancelled then), or 503. */
+static void op_started(struct admin_op *op)
+{
+    if (op->cmd == NULL && op->purge == NULL) {
+        struct httpd_req *hr = op->hr;
+        op_free(op);
+        reply_error(hr, 503, "Redis is not available");
+        return;
+    }
+    httpd_set_close_cb(op->hr, op_closed, op);
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/*
+ * Percent-decode s[0..n) into out (NUL-terminated). '+' stays '+' (RFC 3986:
+ * an offset in an RFC 3339 date is one). -1 if malformed, NUL or too long.
+ */
+static int url_decode(const char *s, size_t n, char *out, size_t outlen)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '%') {
+            int hi = i + 2 < n ? hex_value(s[i + 1]) : -1;
+            int lo = i + 2 < n ? hex_value(s[i + 2]) : -1;
+            if (hi < 0 || lo < 0)
+                return -1;
+            c = (char)(hi << 4 | lo);
+            i += 2;
+        }
+        if (o + 1 >= outlen || c == '\0')
+            return -1;
+        out[o++] = c;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+/*
+ * The filters of DELETE /admin/cache from the query (percent-decoded):
+ * tenant, namespace, model, older-than. -1 with a message in err.
+ */
+static int query_filter(const char *q, struct purge_filter *f, char *err, size_t errlen)
+{
+    memset(f, 0, sizeof(*f));
+    int64_t now = pc_wall_ms();
+    for (const char *p = q; p != NULL && *p;) {
+        size_t n = strcspn(p, "&"), nl = strcspn(p, "=&");
+        char name[32], value[ENTRY_META_MAX + 1];
+        if (nl == n || nl >= sizeof name) {
+            snprintf(err, errlen,
+                     "query parameters are NAME=VALUE (filters: " PURGE_FILTER_NAMES ")");
+            return -1;
+        }
+        snprintf(name, sizeof name, "%.*s", (int)nl, p);
+        if (url_decode(p + nl + 1, n - nl - 1, value, sizeof value) < 0) {
+            snprintf(err, errlen, "%s: the value is not valid percent-encoding (or too long)",
+                     name);
+            return -1;
+        }
+        if (purge_filter_set(f, name, value, now, err, errlen) < 0)
+            return -1;
+        p += n;
+        if (*p == '&')
+            p++;
+    }
+    return 0;
+}
+
+/* "namespace=x model=y older-than=... tenant=..." for the log line. */
+static void describe_filter(const struct purge_filter *f, char *out, size_t n)
+{
+    int64_t age_s = f->before_ms ? (pc_wall_ms() - f->before_ms) / 1000 : 0;
+    snprintf(out, n, "purge%s%s%s%s%s%s", f->ns[0] ? " namespace=" : "", f->ns,
+             f->model[0] ? " model=" : "", f->model, f->tenant[0] ? " tenant=" : "", f->tenant);
+    if (f->before_ms)
+        snprintf(out + strlen(out), n - strlen(out), " older-than=%llds", (long long)age_s);
+}
+
 static void admin_flush(struct worker *w, struct httpd_req *hr)
 {
-    char tenant[64];
-    bool one = false;
+    struct purge_filter f;
+    char err[256];
     const char *q = httpd_req_query(hr);
-    if (q != NULL && query_param(q, "tenant", tenant, sizeof(tenant))) {
-        if (!valid_tenant_id(tenant)) {
-            reply_error(hr, 400,
-                        "tenant must be the 16 lower-case hex characters shown in the "
-                        "access log");
-            return;
-        }
-        one = true;
+    if (query_filter(q, &f, err, sizeof err) < 0) {
+        reply_error(hr, 400, err);
+        return;
     }
     if (!cache_ready(w->cache)) {
         reply_error(hr, 503, "Redis is not available");
         return;
     }
-    struct admin_op *op = pc_calloc(1, sizeof(*op));
-    op->magic = ADMIN_OP_MAGIC;
-    op->w = w;
-    op->hr = hr;
-    op->cmd = cache_flush(w->cache, one ? tenant : NULL, flush_done, op);
-    if (op->cmd == NULL) {
-        op_free(op);
+    struct admin_op *op = op_new(w, hr);
+    if (purge_filter_narrow(&f)) {
+        describe_filter(&f, op->what, sizeof op->what);
+        op->purge = purge_matching(w->store, w->l1, &w->stats, &f, op_done, op);
+    } else {
+        snprintf(op->what, sizeof op->what, "cache flush%s%s", f.tenant[0] ? " tenant=" : "",
+                 f.tenant);
+        op->cmd = cache_flush(w->cache, f.tenant[0] ? f.tenant : NULL, op_done, op);
+    }
+    op_started(op);
+}
+
+/* DELETE /admin/cache/entries/ID: one entry, by the id X-Cache-Key showed. */
+static void admin_delete_entry(struct worker *w, struct httpd_req *hr, const char *id)
+{
+    char tenant[TENANT_ID_LEN + 1];
+    unsigned char exact[PC_SHA256_LEN];
+    if (entry_id_parse(id, strlen(id), tenant, exact) < 0) {
+        reply_error(hr, 400,
+                    "the entry id is the 80 hex characters of an answer's X-Cache-Key header");
+        return;
+    }
+    if (!cache_ready(w->cache)) {
         reply_error(hr, 503, "Redis is not available");
         return;
     }
-    httpd_set_close_cb(hr, flush_closed, op);
+    struct admin_op *op = op_new(w, hr);
+    snprintf(op->what, sizeof op->what, "delete of entry %s", id);
+    op->purge = purge_entry(w->store, w->l1, &w->stats, tenant, exact, op_done, op);
+    op_started(op);
 }
 
 static void admin_api(struct worker *w, struct httpd_req *hr, const char *path)
@@ -360,11 +478,20 @@ static void admin_api(struct worker *w, struct httpd_req *hr, const char *path)
                                             : "admin endpoints are disabled: set admin-token");
         return;
     }
+    bool del = strcmp(httpd_req_method(hr), "DELETE") == 0;
     if (strcmp(path, "/admin/cache") == 0) {
-        if (strcmp(httpd_req_method(hr), "DELETE") == 0)
+        if (del)
             admin_flush(w, hr);
         else
-            reply_error(hr, 405, "use DELETE /admin/cache[?tenant=ID]");
+            reply_error(hr, 405,
+                        "use DELETE /admin/cache[?tenant=ID&namespace=NS&model=M&older-than=T]");
+        return;
+    }
+    if (strncmp(path, ENTRIES_PATH, strlen(ENTRIES_PATH)) == 0) {
+        if (del)
+            admin_delete_entry(w, hr, path + strlen(ENTRIES_PATH));
+        else
+            reply_error(hr, 405, "use DELETE /admin/cache/entries/ID (ID: an X-Cache-Key)");
         return;
     }
     reply_error(hr, 404, "unknown admin endpoint");

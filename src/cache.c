@@ -76,6 +76,7 @@ struct cache_ticket {
     unsigned char partition[PC_SHA256_LEN];
     char *text;
     struct semantic_vec *vec;  /* computed by the lookup, or NULL (then put embeds) */
+    char *ns, *model;          /* kept in the stored entry (targeted deletes), or NULL */
     struct bound_probe *probe; /* a candidate the error bound held back: compared on put */
 };
 
@@ -177,6 +178,8 @@ struct cache_ticket *cache_ticket_create(struct cache *c, const struct cache_que
     memcpy(t->tenant_id, q->tenant_id, TENANT_ID_LEN); /* calloc'd: NUL-terminated */
     memcpy(t->exact, q->exact, PC_SHA256_LEN);
     entry_key(t->tenant_id, t->exact, t->key);
+    t->ns = q->ns != NULL ? pc_strdup(q->ns) : NULL;
+    t->model = q->model != NULL ? pc_strdup(q->model) : NULL;
     if (c->sem != NULL && q->partition != NULL && q->text != NULL) {
         t->semantic = true;
         memcpy(t->partition, q->partition, PC_SHA256_LEN);
@@ -193,6 +196,8 @@ void cache_ticket_free(struct cache_ticket **tp)
     *tp = NULL;
     PC_CHECK_OBJ(t, TICKET_MAGIC);
     free(t->text);
+    free(t->ns);
+    free(t->model);
     semantic_vec_free(&t->vec);
     bound_probe_unref(&t->probe);
     t->magic = 0;
@@ -245,6 +250,7 @@ static void on_semantic(void *arg, struct semantic_result *sr)
         .similarity = sr->similarity,
         .age_ms = entry_age_ms(sr->entry),
         .entry = sr->entry,
+        .exact = sr->exact,
     };
     op_finish(op, &res);
 }
@@ -368,6 +374,7 @@ static void on_exact(void *arg, enum store_status st, const char *val, size_t le
             .match = CACHE_MATCH_EXACT,
             .age_ms = age_ms,
             .entry = &e,
+            .exact = op->ticket->exact,
         };
         l1_fill(c, op->ticket, op->l1_gen, val, len);
         op_finish(op, &res);
@@ -426,6 +433,7 @@ bool cache_lookup_fast(struct cache *c, const struct cache_query *q, cache_looku
         .match = CACHE_MATCH_EXACT,
         .age_ms = age_ms,
         .entry = &e,
+        .exact = q->exact,
         .ticket = lookup_ticket(c, q),
     };
     stats_incr(c->stats, STAT_l1_hits);
@@ -524,8 +532,17 @@ struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const 
     p->created_ms = e->created_ms;
     p->cb = cb;
     p->arg = arg;
+    struct entry with_meta = *e; /* what targeted deletes filter on */
+    if (t->ns != NULL) {
+        with_meta.ns = t->ns;
+        with_meta.ns_len = strlen(t->ns);
+    }
+    if (t->model != NULL) {
+        with_meta.model = t->model;
+        with_meta.model_len = strlen(t->model);
+    }
     struct pc_buf val = PC_BUF_INIT;
-    entry_encode(e, &val);
+    entry_encode(&with_meta, &val);
     p->sent_ms = pc_wall_ms();
     p->l1_gen = l1_generation(c->l1);
     p->cmd = store_set_cb(c->store, t->key, strlen(t->key), val.data, val.len, ttl_ms, on_put, p);

@@ -50,6 +50,7 @@ enum canon_filter {
     FILTER_EXACT,     /* top level of the exact key: canon_field_excluded */
     FILTER_PARTITION, /* top level of the partition: also the last user turn */
     FILTER_TURN_STUB, /* the removed user turn: everything but its content */
+    FILTER_TOOL,      /* an Anthropic tool definition: canon_tool_transport */
 };
 
 /* One object member awaiting output; idx breaks ties so the last duplicate wins. */
@@ -94,6 +95,14 @@ static const char *const canon_excluded[] = {
     "store",  "service_tier",   "prompt_cache_key",  /* upstream storage and routing */
 };
 
+/*
+ * Members of an Anthropic tool definition that change only how the answer is
+ * delivered, not the answer: @ai-sdk/anthropic adds eager_input_streaming to
+ * every tool of a streamed call (the tool input streams without buffering),
+ * and with it in the key a streamed and a plain call never shared an entry.
+ */
+static const char *const canon_tool_transport[] = {"eager_input_streaming"};
+
 static void emit_value(struct canon_ctx *ctx, const cJSON *v, struct pc_buf *out);
 static void emit_object(struct canon_ctx *ctx, const cJSON *obj, struct pc_buf *out,
                         enum canon_filter f, enum api_endpoint e);
@@ -119,6 +128,14 @@ static bool field_excluded(enum api_endpoint e, const char *name)
     if (e == API_RESPONSES)
         return strcmp(name, "stream") == 0 || strcmp(name, "stream_options") == 0;
     return canon_field_excluded(name);
+}
+
+static bool tool_member_excluded(const char *name)
+{
+    for (size_t i = 0; i < PC_ARRAY_LEN(canon_tool_transport); i++)
+        if (strcmp(name, canon_tool_transport[i]) == 0)
+            return true;
+    return false;
 }
 
 /* --- numbers ------------------------------------------------------------- */
@@ -448,6 +465,21 @@ static void emit_input_partition(struct canon_ctx *ctx, const cJSON *input, stru
     emit_messages_partition(ctx, input, out);
 }
 
+/* "tools" of an Anthropic request: each definition without its transport-only members. */
+static void emit_tools(struct canon_ctx *ctx, const cJSON *tools, struct pc_buf *out)
+{
+    pc_buf_append_char(out, '[');
+    for (const cJSON *t = tools->child; t != NULL; t = t->next) {
+        if (t != tools->child)
+            pc_buf_append_char(out, ',');
+        if (cJSON_IsObject(t))
+            emit_object(ctx, t, out, FILTER_TOOL, API_MESSAGES);
+        else
+            emit_value(ctx, t, out);
+    }
+    pc_buf_append_char(out, ']');
+}
+
 /* Emit one surviving member (with its leading comma); false if filtered out. */
 static bool emit_member(struct canon_ctx *ctx, const cJSON *item, bool first, struct pc_buf *out,
                         enum canon_filter f, enum api_endpoint e)
@@ -457,6 +489,8 @@ static bool emit_member(struct canon_ctx *ctx, const cJSON *item, bool first, st
         return false;
     if (f == FILTER_TURN_STUB && strcmp(key, "content") == 0)
         return false;
+    if (f == FILTER_TOOL && tool_member_excluded(key))
+        return false;
     const char *drop = f == FILTER_PARTITION ? partition_field(e) : NULL;
     if (drop != NULL && strcmp(key, drop) == 0)
         return false;
@@ -464,9 +498,12 @@ static bool emit_member(struct canon_ctx *ctx, const cJSON *item, bool first, st
         pc_buf_append_char(out, ',');
     pc_buf_json_str(out, key, strlen(key));
     pc_buf_append_char(out, ':');
+    bool top = f == FILTER_EXACT || f == FILTER_PARTITION;
     bool turns = f == FILTER_PARTITION && (e == API_CHAT || e == API_MESSAGES);
     if (turns && strcmp(key, "messages") == 0 && cJSON_IsArray(item))
         emit_messages_partition(ctx, item, out);
+    else if (top && e == API_MESSAGES && strcmp(key, "tools") == 0 && cJSON_IsArray(item))
+        emit_tools(ctx, item, out);
     else if (f == FILTER_PARTITION && e == API_RESPONSES && strcmp(key, "input") == 0)
         emit_input_partition(ctx, item, out);
     else

@@ -172,7 +172,9 @@ static bool add_segment(EVP_MD_CTX *ctx, struct chain *c, enum chain_seg_kind ki
         unsigned char k[3] = {(unsigned char)(0x10 + kind), (unsigned char)(t->header.len >> 8),
                               (unsigned char)t->header.len};
         size_t head = from == 0 ? t->header.len : 0;
-        const void *p[] = {&prev, k, t->header.data, t->body.data + (to > from ? from : 0)};
+        /* An empty text has no buffer: NULL + 0 is undefined (clang's UBSan stops there). */
+        const char *piece = to > from ? t->body.data + from : NULL;
+        const void *p[] = {&prev, k, t->header.data, piece};
         size_t len[] = {sizeof(prev), from == 0 ? sizeof(k) : 0, head, to - from};
         *bytes += head + (to - from);
         push_link(c, digest64(ctx, p, len, 4), (uint32_t)PC_MIN(*bytes, UINT32_MAX));

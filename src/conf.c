@@ -24,11 +24,13 @@
 #include "pc_conf.h"
 #include "pc_bound.h"
 #include "pc_guard.h"
+#include "pc_httpd.h"
 #include "pc_kvsize.h"
 #include "pc_log.h"
 #include "pc_rurl.h"
 #include "pc_pricing.h"
 #include "pc_secret.h"
+#include "pc_tenants.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -90,7 +92,7 @@ struct conf_key {
 #define GIB      (MIB * 1024)
 
 static conf_check_fn check_upstream_url, check_embedder_url, check_redis_url, check_namespace,
-    check_guard, check_header_name, check_kv_model, check_cors_origin;
+    check_guard, check_header_name, check_kv_model, check_cors_origin, check_net;
 
 static const char *const upstream_type_names[] = {"openai", "anthropic", "vllm", "sglang", NULL};
 static const char *const embedder_names[] = {"builtin", "hash", "openai", NULL};
@@ -118,22 +120,39 @@ static const struct conf_key conf_keys[] = {
     {.name = "max-connections", .type = CONF_INT, FIELD(max_connections), .def = "10000",
      .imin = 1, .imax = 1000000,
      .help = "Maximum number of open client connections, all workers together. Beyond it a "
-             "small reserve of connections (32) still answers GET /healthz and /readyz, and "
-             "anything else gets a 503 with Retry-After; with the reserve full too, new "
-             "connections are closed at once. Refusals are counted in connections_refused."},
+             "small reserve of connections (32) still answers GET /healthz, /readyz and "
+             "/metrics, and anything else gets a 503 with Retry-After. A new connection takes "
+             "the place of the reserve connection that has waited longest for its request, so "
+             "idle or churning connections cannot lock health checks out. Refusals are counted "
+             "in connections_refused."},
     {.name = "max-connections-per-ip", .type = CONF_INT, FIELD(max_connections_per_ip),
-     .def = "0", .imin = 0, .imax = 1000000,
+     .def = "1000", .imin = 0, .imax = 1000000,
      .help = "Maximum number of open connections from one client IP address, all workers "
-             "together; 0 turns the limit off. Beyond it a connection is treated as over "
-             "max-connections (health checks answered, everything else 503) and counted in "
-             "connections_refused_per_ip. Off by default because clients behind one NAT, load "
-             "balancer or gateway share an address; set it when clients connect directly."},
+             "together, so that one client cannot take every connection; 0 turns the limit "
+             "off. Addresses in max-connections-per-ip-exempt are not limited. Beyond it a "
+             "connection is treated as over max-connections (health checks still answered, "
+             "everything else 503) and counted in connections_refused_per_ip. Clients behind "
+             "one NAT, load balancer or gateway share an address: list the gateway's address "
+             "as exempt, or raise the limit."},
+    {.name = "max-connections-per-ip-exempt", .type = CONF_LIST,
+     FIELD(max_connections_per_ip_exempt), .def = "127.0.0.0/8 ::1", .check = check_net,
+     .arg = "ADDRESS[/BITS]",
+     .help = "Client addresses that max-connections-per-ip leaves alone (max-connections still "
+             "counts them), as IPv4 or IPv6 addresses or prefixes. The default, loopback, keeps a "
+             "local gateway, sidecar or benchmark unlimited. An empty value empties the list."},
     {.name = "max-body-size", .type = CONF_SIZE, FIELD(max_body_size), .def = "16m",
      .imin = KIB, .imax = GIB,
      .help = "Largest request body accepted from a client; a larger request is answered with "
-             "413. Sizes are in bytes, with an optional k, m or g suffix (powers of 1024). The "
-             "request bodies held in memory at once, all workers together, may take 32 times "
-             "this (at least 256m); beyond that a request is answered 503 with Retry-After."},
+             "413. Sizes are in bytes, with an optional k, m or g suffix (powers of 1024)."},
+    {.name = "max-request-memory", .type = CONF_SIZE, FIELD(max_request_memory), .def = "auto",
+     .imin = MIB, .imax = 1024 * GIB, .flags = CONF_AUTO, .arg = "SIZE|auto",
+     .help = "Memory the requests in flight may take, all workers together: their bodies as "
+             "they arrive and what the proxy makes of them (parse tree, canonical text, the "
+             "body sent upstream), each body byte counted 5 times (6 with semantic on) and a "
+             "body of many small JSON values more, as estimated before it is parsed. A request "
+             "that would go over it is answered 503 with Retry-After: 1. The process's peak "
+             "memory stays within about this plus its base (bench/rss-bursts.js). auto: 32 "
+             "times max-body-size, at least 256m."},
     {.name = "client-timeout", .type = CONF_DOUBLE, FIELD(client_timeout), .def = "60",
      .dmin = 0.1, .dmax = 3600, .arg = "SECONDS",
      .help = "Seconds a client connection may stay idle or stalled before it is closed. This "
@@ -349,9 +368,11 @@ static const struct conf_key conf_keys[] = {
              "for the embedder that runs: 0.85 for builtin and 0.905 for hash, chosen with "
              "every guard on so that at most 1% of a set of hard look-alike question pairs "
              "hit and precision on Quora question pairs stays at 0.82 or more (see the "
-             "README's semantic section). Set a number for embedder openai: about 0.90 to "
-             "0.95 for typical sentence-embedding models, checked on your own traffic. With "
-             "fewer guards, raise it (builtin with semantic-guards none: 0.975)."},
+             "README's semantic section). For embedder openai auto is 0.92, measured with "
+             "Universal Sentence Encoder lite so that no hard look-alike pair hits; other "
+             "models' cosines differ, so set a number checked on your own traffic (about 0.90 "
+             "to 0.95 for typical sentence-embedding models). With fewer guards, raise it "
+             "(builtin with semantic-guards none: 0.975)."},
     {.name = "semantic-guards", .type = CONF_LIST, FIELD(semantic_guards), .def = "all",
      .check = check_guard, .arg = "GUARD",
      .help = "Checks that reject a semantic candidate whatever its similarity: numbers (a "
@@ -478,6 +499,16 @@ static const struct conf_key conf_keys[] = {
              "Bearer TOKEN (Prometheus' authorization or bearer_token) or as the password of "
              "HTTP basic authentication (a browser asks for it; any user name). Health checks "
              "stay open."},
+    {.name = "tenant-names", .type = CONF_STRING, FIELD(tenant_names), .def = "", .arg = "PATH",
+     .example = "/etc/promptcache/tenants", .flags = CONF_RELOAD,
+     .help = "Names for tenants, shown by `promptcache report`, the dashboard's table of "
+             "tenants and the tenant label of /metrics. One \"IDENTIFIER NAME\" per line "
+             "(# comments): the identifier is a tenant id (16 hex, as the access log and the "
+             "report show it), sha256:HEX (the SHA-256 of the key itself, printf %s \"$KEY\" | "
+             "sha256sum: named once a request presents the key), or ...wxyz:ID (a key's last 4 "
+             "characters and its id, as /stats lists the tenants it saw). Names are 1 to 64 of "
+             "A-Z a-z 0-9 space . _ - : / @ ( ) +. No key is ever stored. Empty: tenants are "
+             "shown by id only."},
     {.name = "metrics-models", .type = CONF_INT, FIELD(metrics_models), .def = "10", .imin = 0,
      .imax = 50, .arg = "N",
      .help = "Models that get their own model label in /metrics: at start, the busiest N of "
@@ -560,6 +591,64 @@ static const struct conf_key *key_lookup(const char *name, bool *file)
     if (k == NULL && (k = secret_file_key(name)) != NULL)
         *file = true;
     return k;
+}
+
+/*
+ * Edit distance between a and b, case-insensitive and with '_' as '-'
+ * (optimal string alignment: a swap of two neighbours is one edit). Both at
+ * most SUGGEST_MAX bytes.
+ */
+#define SUGGEST_MAX 64
+
+static char fold_key_char(char c)
+{
+    return c == '_' ? '-' : (char)tolower((unsigned char)c);
+}
+
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    size_t d[SUGGEST_MAX + 1][SUGGEST_MAX + 1];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            size_t cost = fold_key_char(a[i - 1]) != fold_key_char(b[j - 1]);
+            size_t v = PC_MIN(PC_MIN(d[i - 1][j] + 1, d[i][j - 1] + 1), d[i - 1][j - 1] + cost);
+            if (i > 1 && j > 1 && fold_key_char(a[i - 1]) == fold_key_char(b[j - 2]) &&
+                fold_key_char(a[i - 2]) == fold_key_char(b[j - 1]))
+                v = PC_MIN(v, d[i - 2][j - 2] + 1);
+            d[i][j] = v;
+        }
+    return d[la][lb];
+}
+
+/*
+ * The key (or KEY-file form of a secret) that name most likely misspells,
+ * into out; false when none is close enough to suggest: one edit for short
+ * names, two up to 10 characters, three beyond.
+ */
+static bool suggest_key(const char *name, char *out, size_t outlen)
+{
+    size_t n = strlen(name), best = SIZE_MAX;
+    if (n == 0 || n > SUGGEST_MAX - 8)
+        return false;
+    size_t limit = n <= 4 ? 1 : n <= 10 ? 2 : 3;
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        const struct conf_key *k = &conf_keys[i];
+        for (int file = 0; file <= ((k->flags & CONF_SECRET) != 0); file++) {
+            char cand[SUGGEST_MAX + 1];
+            snprintf(cand, sizeof cand, "%s%s", k->name, file ? FILE_SUFFIX : "");
+            size_t d = edit_distance(name, cand);
+            if (d < best) {
+                best = d;
+                snprintf(out, outlen, "%s", cand);
+            }
+        }
+    }
+    return best <= limit;
 }
 
 static void *field_ptr(struct conf *c, const struct conf_key *k)
@@ -901,6 +990,19 @@ static int check_cors_origin(const char *v, char *err, size_t errlen)
     if (!ok) {
         char b[80];
         seterr(err, errlen, "%s is not an origin (scheme://host[:port], no path) or *",
+               show(v, b, sizeof b));
+        return -1;
+    }
+    return 0;
+}
+
+/* One value of max-connections-per-ip-exempt: an address, or a prefix of them. */
+static int check_net(const char *v, char *err, size_t errlen)
+{
+    struct httpd_net net;
+    if (httpd_net_parse(v, &net) < 0) {
+        char b[80];
+        seterr(err, errlen, "%s is not an IPv4 or IPv6 address or ADDRESS/BITS prefix",
                show(v, b, sizeof b));
         return -1;
     }
@@ -1314,6 +1416,7 @@ struct conf *conf_dup(const struct conf *src)
         key_copy(c, src, &conf_keys[i]);
     c->meta = meta_dup(src->meta);
     c->prices = pricing_ref(src->prices);
+    c->tenants = tenants_ref(src->tenants);
     return c;
 }
 
@@ -1331,6 +1434,7 @@ void conf_destroy(struct conf **cp)
     }
     free(c->listen_host);
     pricing_release(&c->prices);
+    tenants_release(&c->tenants);
     meta_free(&c->meta);
     free(c);
     *cp = NULL;
@@ -1508,7 +1612,12 @@ static void apply(struct loader *ld, const char *name, const char *const *values
     const struct conf_key *k = key_lookup(name, &from_file);
     char err[256], shown[80];
     if (k == NULL) {
-        report_at(ld, &ld->cur, name, ld->cur.cmdline ? "unknown option" : "unknown key");
+        char near[SUGGEST_MAX + 1], msg[160];
+        snprintf(msg, sizeof msg, "%s", ld->cur.cmdline ? "unknown option" : "unknown key");
+        if (suggest_key(name, near, sizeof near))
+            snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "; did you mean %s%s?",
+                     ld->cur.cmdline ? "--" : "", near);
+        report_at(ld, &ld->cur, name, msg);
         return;
     }
     snprintf(shown, sizeof shown, "%s%s", k->name, from_file ? FILE_SUFFIX : "");
@@ -1703,16 +1812,36 @@ static void env_name(const struct conf_key *k, bool file, char out[ENV_NAME_MAX]
         out[i] = out[i] == '-' ? '_' : (char)toupper((unsigned char)out[i]);
 }
 
-/* The secrets in the environment; a variable set to "" counts as unset. */
+/* Separators of a list key's values in one variable: PROMPTCACHE_UPSTREAM="http://a http://b". */
+#define ENV_LIST_SEP ", \t\n"
+
+/* A list key's values from one variable (commas and/or white space between them). */
+static void apply_env_list(struct loader *ld, const char *name, const char *v)
+{
+    struct tokens t = {NULL, 0};
+    struct pc_buf b = PC_BUF_INIT;
+    for (const char *p = v + strspn(v, ENV_LIST_SEP); *p != '\0'; p += strspn(p, ENV_LIST_SEP)) {
+        size_t n = strcspn(p, ENV_LIST_SEP);
+        pc_buf_append(&b, p, n);
+        tokens_push(&t, &b);
+        p += n;
+    }
+    apply(ld, name, (const char *const *)t.v, t.n);
+    tokens_free(&t);
+    pc_buf_free(&b);
+}
+
+/*
+ * Every key from PROMPTCACHE_<KEY>, and every secret from PROMPTCACHE_<KEY>_FILE
+ * too; a variable set to "" counts as unset.
+ */
 static void load_env(struct loader *ld)
 {
     memset(ld->list_seen, 0, sizeof ld->list_seen);
     memset(ld->forms, 0, sizeof ld->forms);
     for (size_t i = 0; i < CONF_NKEYS; i++) {
         const struct conf_key *k = &conf_keys[i];
-        if (!(k->flags & CONF_SECRET))
-            continue;
-        for (int file = 0; file <= 1; file++) {
+        for (int file = 0; file <= ((k->flags & CONF_SECRET) != 0); file++) {
             char var[ENV_NAME_MAX], name[80];
             env_name(k, file, var);
             const char *v = getenv(var);
@@ -1721,9 +1850,68 @@ static void load_env(struct loader *ld)
             snprintf(ld->env[i], sizeof ld->env[i], "%s", var);
             ld->cur = (struct origin){.env = ld->env[i]};
             snprintf(name, sizeof name, "%s%s", k->name, file ? FILE_SUFFIX : "");
-            apply(ld, name, &v, 1);
+            if (k->type == CONF_LIST && !file)
+                apply_env_list(ld, name, v);
+            else
+                apply(ld, name, &v, 1);
         }
     }
+}
+
+/* PROMPTCACHE_* names that are not config keys: the project's own scripts read them. */
+static const char *const env_not_keys[] = {
+    "PROMPTCACHE_BIN",  /* the binary the tests, benchmarks and make targets run */
+    "PROMPTCACHE_ARGS", /* make run: extra options */
+    "PROMPTCACHE_PORT", /* docker-compose.yml: the published port */
+    "PROMPTCACHE_VLLM_PORT",
+};
+
+/* Whether var (a PROMPTCACHE_* name) is one load_env reads, or one of env_not_keys. */
+static bool env_known(const char *var)
+{
+    for (size_t i = 0; i < PC_ARRAY_LEN(env_not_keys); i++)
+        if (strcmp(var, env_not_keys[i]) == 0)
+            return true;
+    for (size_t i = 0; i < CONF_NKEYS; i++) {
+        const struct conf_key *k = &conf_keys[i];
+        for (int file = 0; file <= ((k->flags & CONF_SECRET) != 0); file++) {
+            char name[ENV_NAME_MAX];
+            env_name(k, file, name);
+            if (strcmp(var, name) == 0)
+                return true;
+        }
+    }
+    return false;
+}
+
+int conf_env_unknown(struct pc_buf *out)
+{
+    extern char **environ;
+    const size_t pl = strlen(ENV_PREFIX);
+    int n = 0;
+    for (char **e = environ; e != NULL && *e != NULL; e++) {
+        if (strncmp(*e, ENV_PREFIX, pl) != 0)
+            continue;
+        char var[ENV_NAME_MAX + 8], near[SUGGEST_MAX + 1], hint[ENV_NAME_MAX + 40] = "";
+        size_t len = strcspn(*e, "=");
+        snprintf(var, sizeof var, "%.*s", (int)PC_MIN(len, ENV_NAME_MAX), *e);
+        if (len < ENV_NAME_MAX && env_known(var))
+            continue;
+        if (suggest_key(var + pl, near, sizeof near)) {
+            char env[ENV_NAME_MAX];
+            const struct conf_key *k = key_find(near);
+            env_name(k != NULL ? k : secret_file_key(near), k == NULL, env);
+            snprintf(hint, sizeof hint, "; did you mean %s?", env);
+        }
+        char shown[80];
+        if (strlen(var) > 60 || has_space_or_ctl(var))
+            show(var, shown, sizeof shown);
+        else
+            snprintf(shown, sizeof shown, "%.60s", var);
+        pc_buf_printf(out, "environment: %s: not a configuration variable%s\n", shown, hint);
+        n++;
+    }
+    return n;
 }
 
 static void load_argv(struct loader *ld, int argc, char **argv)
@@ -1902,6 +2090,19 @@ static void resolve_pricing(struct loader *ld)
         report_at(ld, origin_of(ld, "pricing"), "pricing", err);
 }
 
+/* Load the tenant-names file: a broken one is an error (-t and a reload refuse it). */
+static void resolve_tenants(struct loader *ld)
+{
+    struct conf *c = ld->c;
+    tenants_release(&c->tenants);
+    if (c->tenant_names[0] == '\0')
+        return;
+    char err[512];
+    c->tenants = tenants_load(c->tenant_names, err, sizeof err);
+    if (c->tenants == NULL)
+        report_at(ld, origin_of(ld, "tenant-names"), "tenant-names", err);
+}
+
 /* Keep what a reload needs to read the same sources again. */
 static void meta_sources(struct conf_meta *m, const char *path, int argc, char **argv)
 {
@@ -1929,6 +2130,8 @@ int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc
         fold_redis_auth(ld);
     if (ld->nerr == 0)
         resolve_pricing(ld);
+    if (ld->nerr == 0)
+        resolve_tenants(ld);
     int nerr = ld->nerr;
     if (ld->warns.len > 0)
         c->meta->warnings = pc_buf_cstr(&ld->warns);
@@ -2018,10 +2221,21 @@ static void sample_header(struct pc_buf *out)
                            "#   promptcache conf/promptcache.conf --listen 0.0.0.0:8080 "
                            "--cache-ttl 3600\n#\n");
     write_wrapped(out, "# ",
-                  "A list key given on the command line replaces the file's values. "
-                  "`promptcache -t` checks a configuration and exits; `promptcache -T` also "
-                  "prints the effective configuration and where each value came from; "
-                  "`promptcache --sample-config` prints this file.",
+                  "Every key can also come from the environment, PROMPTCACHE_<KEY> (the key "
+                  "upper-cased, - as _: PROMPTCACHE_CACHE_TTL=3600); a list key's values are "
+                  "separated by commas or spaces (PROMPTCACHE_UPSTREAM=\"http://a:8000 "
+                  "http://b:8000\"), and an empty variable counts as unset. The command line "
+                  "wins over the environment, which wins over this file, which wins over the "
+                  "defaults.",
+                  78);
+    pc_buf_append_str(out, "#\n");
+    write_wrapped(out, "# ",
+                  "A list key given on the command line or in the environment replaces the "
+                  "file's values. A misspelt key, option or PROMPTCACHE_ variable is named "
+                  "with the closest real one. `promptcache -t` checks a configuration "
+                  "(PROMPTCACHE_ variables that are no key included) and exits; "
+                  "`promptcache -T` also prints the effective configuration and where each "
+                  "value came from; `promptcache --sample-config` prints this file.",
                   78);
     pc_buf_append_str(out, "#\n");
     write_wrapped(out, "# ",
@@ -2042,8 +2256,7 @@ static void flag_notes(struct pc_buf *out, const struct conf_key *k)
         env_name(k, true, fvar);
         pc_buf_printf(out,
                       " Also read from a file, \"%s%s PATH\" (the file holds the secret alone), "
-                      "or from the environment, %s or %s; the command line wins over the "
-                      "environment, which wins over this file.",
+                      "or from the environment, %s or %s.",
                       k->name, FILE_SUFFIX, var, fvar);
     }
     if (k->flags & CONF_RELOAD)
@@ -2127,12 +2340,20 @@ void conf_write_help(struct pc_buf *out)
              "table|json|csv] [--hours N]\n"
              "                                                       hit rates, tokens and "
              "money saved\n"
+             "       promptcache purge [CONFIG-FILE] [--KEY VALUE ...] [--namespace NS] [--model "
+             "M]\n"
+             "                         [--older-than DATE|2h] [--tenant ID] [--key ID] [--all] "
+             "[--dry-run]\n"
+             "                                                       delete cache entries "
+             "(--key: an X-Cache-Key)\n"
              "       promptcache --healthcheck [URL]                 exit 0 if URL answers 2xx "
              "(default:\n"
              "                                                       "
              "http://127.0.0.1:8080/healthz)\n"
              "       promptcache --sample-config | --metrics-doc | --version | --help\n\n"
-             "Options (every config-file key; the command line overrides the file):\n");
+             "Options (every config-file key, also as PROMPTCACHE_<KEY> in the environment,\n"
+             "upper-cased with - as _, list values separated by commas or spaces; the command\n"
+             "line wins over the environment, which wins over the file):\n");
     for (size_t i = 0; i < CONF_NKEYS; i++) {
         const struct conf_key *k = &conf_keys[i];
         char a[128], opt[192];
@@ -2361,6 +2582,16 @@ struct conf *conf_merge_reload(const struct conf *cur, const struct conf *next,
     if (m != NULL && m->prices != next->prices) {
         pricing_release(&m->prices);
         m->prices = pricing_ref(next->prices);
+    }
+    /* So do the tenant names (what the table learned stays while its file is unchanged). */
+    if (!tenants_same(cur->tenants, next->tenants)) {
+        if (m == NULL)
+            m = conf_dup(cur);
+        pc_buf_printf(applied, "%stenant names (%s, %zu)", applied->len ? ", " : "",
+                      next->tenants ? tenants_path(next->tenants) : "none",
+                      tenants_count(next->tenants));
+        tenants_release(&m->tenants);
+        m->tenants = tenants_ref(next->tenants);
     }
     return m;
 }

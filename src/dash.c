@@ -14,6 +14,7 @@
 #include "pc_report.h"
 #include "pc_stats.h"
 #include "pc_tally.h"
+#include "pc_tenants.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -21,8 +22,11 @@
 #include <string.h>
 #include <time.h>
 
-#define DASH_MAGIC  0x44415348u /* "DASH" */
-#define DASH_MODELS 20          /* model rows shown; the rest summed under "(more)" */
+#include <hiredis/hiredis.h>
+
+#define DASH_MAGIC   0x44415348u /* "DASH" */
+#define DASH_MODELS  20          /* model rows shown; the rest summed under "(more)" */
+#define DASH_TENANTS 20          /* tenant rows shown, the busiest */
 
 struct field {
     char *name;
@@ -46,6 +50,8 @@ struct dash {
     bool joinable;                     /* a thread was started and not joined yet */
     bool stopping;                     /* dash_destroy waits: read no further hour; under mu */
     pthread_t thread;
+    struct field *fps; /* TENANTS_KEY_FP as read: tenant id -> key fingerprint (count 0) */
+    size_t nfps;
     bool seed;       /* the next read hands the busiest models to the metrics */
     int64_t read_ms; /* when the last read finished (0: never) */
     char error[512]; /* of the last read, "" if it went well */
@@ -60,6 +66,16 @@ struct dash *dash_create(const struct conf *c)
     d->want = 24;
     pthread_mutex_init(&d->mu, NULL);
     return d;
+}
+
+/* Under mu (or alone): forget the key fingerprints read. */
+static void fps_clear(struct dash *d)
+{
+    for (size_t i = 0; i < d->nfps; i++)
+        free(d->fps[i].name);
+    free(d->fps);
+    d->fps = NULL;
+    d->nfps = 0;
 }
 
 static void hour_clear(struct hour *h)
@@ -84,6 +100,7 @@ void dash_destroy(struct dash **dp)
         pthread_join(d->thread, NULL);
     for (int i = 0; i < DASH_HOURS_MAX; i++)
         hour_clear(&d->hours[i]);
+    fps_clear(d);
     pthread_mutex_destroy(&d->mu);
     memset(d->redis, 0, strlen(d->redis)); /* it may hold a password */
     free(d->redis);
@@ -116,6 +133,38 @@ static bool wanted(struct dash *d, int64_t hour, int64_t now_hour)
 }
 
 static void fill(struct report *r, const struct hour *h);
+
+/*
+ * The tenants named by key hash that some proxy learned (pc_tenants.h):
+ * "ID FP" pairs, checked when applied (tenants_learn_fp). -1 on a Redis error.
+ */
+static int read_fps(struct dash *d, struct rcli *k)
+{
+    const char *argv[] = {"HGETALL", TENANTS_KEY_FP};
+    redisReply *rep = rcli_command(k, "HGETALL " TENANTS_KEY_FP, 2, argv, NULL);
+    if (rep == NULL)
+        return -1;
+    struct field *fps = NULL;
+    size_t n = 0;
+    for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2) {
+        const redisReply *f = rep->element[i], *v = rep->element[i + 1];
+        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
+            f->len != TENANT_ID_LEN || v->len != 16)
+            continue;
+        fps = pc_realloc(fps, (n + 1) * sizeof(*fps));
+        fps[n].name = pc_malloc(TENANT_ID_LEN + 1 + 16 + 1);
+        snprintf(fps[n].name, TENANT_ID_LEN + 1 + 16 + 1, "%.*s %.*s", TENANT_ID_LEN, f->str, 16,
+                 v->str);
+        fps[n++].count = 0;
+    }
+    freeReplyObject(rep);
+    pthread_mutex_lock(&d->mu);
+    fps_clear(d);
+    d->fps = fps;
+    d->nfps = n;
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+}
 
 /* The busiest models of the hours read (by requests), for the metrics' model label. */
 static void seed_models(struct dash *d, int64_t now_hour)
@@ -151,7 +200,7 @@ static void *reader(void *arg)
     int want = d->want;
     pthread_mutex_unlock(&d->mu);
     int64_t now_hour = pc_wall_ms() / TALLY_HOUR_MS;
-    if (rcli_open(&k, d->redis, d->timeout_ms, "dashboard") < 0) {
+    if (rcli_open(&k, d->redis, d->timeout_ms, "dashboard") < 0 || read_fps(d, &k) < 0) {
         snprintf(error, sizeof error, "%s", k.errmsg);
     } else {
         for (int64_t h = now_hour; h > now_hour - want; h--) {
@@ -300,6 +349,30 @@ static void render_models(const struct report *r, struct pc_buf *out)
     pc_buf_append_char(out, ']');
 }
 
+/* The busiest tenants, each by its name (tenant-names) and id: hit rate, saved, paid. */
+static void render_tenants(const struct report *r, struct pc_buf *out)
+{
+    pc_buf_append_str(out, ",\"tenants\":[");
+    size_t shown = 0;
+    for (size_t i = 0; i < r->tenants.n && shown < DASH_TENANTS; i++) {
+        const struct report_row *row = &r->tenants.v[i];
+        if (row->v[TALLY_requests] == 0)
+            continue;
+        const char *name = report_tenant_name(r, row);
+        pc_buf_append_str(out, shown++ ? ",{\"tenant\":" : "{\"tenant\":");
+        pc_buf_json_str(out, row->name, strlen(row->name));
+        pc_buf_append_str(out, ",\"name\":");
+        if (name != NULL)
+            pc_buf_json_str(out, name, strlen(name));
+        else
+            pc_buf_append_str(out, "null");
+        pc_buf_append_char(out, ',');
+        report_row_json(r, row, false, out);
+        pc_buf_append_char(out, '}');
+    }
+    pc_buf_append_char(out, ']');
+}
+
 static void render_latency(const struct report *r, struct pc_buf *out)
 {
     pc_buf_append_str(out, ",\"latency_ms\":{");
@@ -323,17 +396,20 @@ static void render_latency(const struct report *r, struct pc_buf *out)
     pc_buf_append_char(out, '}');
 }
 
-void dash_render(struct dash *d, const struct pricing *p, int hours, struct pc_buf *out)
+void dash_render(struct dash *d, const struct pricing *p, struct tenants *t, int hours,
+                 struct pc_buf *out)
 {
     PC_CHECK_OBJ(d, DASH_MAGIC);
     hours = PC_MAX(1, PC_MIN(hours, DASH_HOURS_MAX));
     int64_t now_hour = pc_wall_ms() / TALLY_HOUR_MS;
     pthread_mutex_lock(&d->mu);
     maybe_read(d, hours);
+    for (size_t i = 0; i < d->nfps; i++) /* "ID FP", checked by tenants_learn_fp */
+        tenants_learn_fp(t, d->fps[i].name, TENANT_ID_LEN, d->fps[i].name + TENANT_ID_LEN + 1, 16);
     struct report r;
     report_init(&r, (now_hour - hours + 1) * TALLY_HOUR_MS, (now_hour + 1) * TALLY_HOUR_MS);
-    r.no_tenants = true;
     report_set_prices(&r, (struct pricing *)p);
+    report_set_tenants(&r, t);
     for (int64_t h = now_hour - hours + 1; h <= now_hour; h++)
         if (d->hours[h % DASH_HOURS_MAX].hour == h)
             fill(&r, &d->hours[h % DASH_HOURS_MAX]);
@@ -356,6 +432,7 @@ void dash_render(struct dash *d, const struct pricing *p, int hours, struct pc_b
     pc_buf_append_char(out, '}');
     render_match(&r, out);
     render_models(&r, out);
+    render_tenants(&r, out);
     render_latency(&r, out);
     render_hours(d, p, hours, now_hour, out);
     pthread_mutex_unlock(&d->mu);

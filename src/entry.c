@@ -27,6 +27,12 @@
  *                             its prompt cache, priced at a premium); written when
  *                             not 0. Without it (older entries) cache writes count
  *                             as plain input.
+ *   tag 3 ENTRY_SEC_META      u8 namespace length, namespace, u8 model length, model:
+ *                             the request's X-Cache-Namespace and "model", which
+ *                             targeted deletes filter on (pc_purge.h reads this
+ *                             layout in Lua too); written when either is set.
+ *                             Without it (older entries) both are unknown: a delete
+ *                             by namespace or model leaves such an entry alone.
  */
 #include "pc_entry.h"
 #include "pc_migrate.h"
@@ -114,12 +120,31 @@ static void put_usage(struct pc_buf *out, const struct entry *e)
     put_u(out, (uint64_t)e->usage.cache_write, 8);
 }
 
+/* The length of a meta name as stored: 0 when absent or too long to keep. */
+static size_t meta_len(const char *s, size_t len)
+{
+    return s != NULL && len <= ENTRY_META_MAX ? len : 0;
+}
+
+/* Section ENTRY_SEC_META: the namespace and the model, each with a u8 length. */
+static void put_meta(struct pc_buf *out, const struct entry *e, size_t nl, size_t ml)
+{
+    put_u(out, ENTRY_SEC_META, 1);
+    put_u(out, 2 + nl + ml, 4);
+    put_u(out, nl, 1);
+    pc_buf_append(out, e->ns, nl);
+    put_u(out, ml, 1);
+    pc_buf_append(out, e->model, ml);
+}
+
 void entry_encode(const struct entry *e, struct pc_buf *out)
 {
     size_t ctlen = PC_MIN(e->content_type_len, 0xffffu);
     size_t nh = headers_storable(e);
     bool usage = e->usage.present && e->usage.cache_write > 0;
-    int nsec = (nh > 0) + usage;
+    size_t nl = meta_len(e->ns, e->ns_len), ml = meta_len(e->model, e->model_len);
+    bool meta = nl > 0 || ml > 0;
+    int nsec = (nh > 0) + usage + meta;
     pc_buf_reserve(out, 64 + ctlen + e->body_len);
     pc_buf_append(out, entry_magic, sizeof(entry_magic));
     put_u(out, nsec > 0 ? ENTRY_FORMAT_SECTIONS : ENTRY_FORMAT_PLAIN, 1);
@@ -143,6 +168,8 @@ void entry_encode(const struct entry *e, struct pc_buf *out)
         put_headers(out, e, nh);
     if (usage)
         put_usage(out, e);
+    if (meta)
+        put_meta(out, e, nl, ml);
 }
 
 /* A bounds-checked reader over the value. */
@@ -197,6 +224,16 @@ static int get_headers(struct reader *sec, struct entry *e)
     return sec->left == 0 ? 0 : -1;
 }
 
+/* Section ENTRY_SEC_META: exactly its bytes, two length-prefixed names. */
+static int get_meta(struct reader *sec, struct entry *e)
+{
+    e->ns_len = (size_t)get_u(sec, 1);
+    e->ns = get_bytes(sec, e->ns_len);
+    e->model_len = (size_t)get_u(sec, 1);
+    e->model = get_bytes(sec, e->model_len);
+    return sec->bad || sec->left != 0 ? -1 : 0;
+}
+
 /* Format 2: the sections after the body, in increasing tag order; unknown ones skipped. */
 static int get_sections(struct reader *r, struct entry *e)
 {
@@ -220,6 +257,8 @@ static int get_sections(struct reader *r, struct entry *e)
                 e->usage.cache_write > ENTRY_TOKENS_MAX)
                 return -1;
         }
+        if (tag == ENTRY_SEC_META && get_meta(&sec, e) < 0)
+            return -1;
     }
     return r->bad ? -1 : 0;
 }
@@ -300,4 +339,39 @@ void entry_pattern(const char *tenant_id, char out[ENTRY_KEY_MAX])
         snprintf(out, ENTRY_KEY_MAX, PC_KEY_PREFIX "e:*");
     else
         snprintf(out, ENTRY_KEY_MAX, PC_KEY_PREFIX "e:{%.*s:*", TENANT_ID_LEN, tenant_id);
+}
+
+void entry_id(const char *tenant_id, const unsigned char key[PC_SHA256_LEN],
+              char out[ENTRY_ID_LEN + 1])
+{
+    memcpy(out, tenant_id, TENANT_ID_LEN);
+    pc_hex(key, PC_SHA256_LEN, out + TENANT_ID_LEN);
+    out[ENTRY_ID_LEN] = '\0';
+}
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+int entry_id_parse(const char *id, size_t len, char tenant_id[TENANT_ID_LEN + 1],
+                   unsigned char key[PC_SHA256_LEN])
+{
+    if (id == NULL || len != ENTRY_ID_LEN)
+        return -1;
+    for (size_t i = 0; i < ENTRY_ID_LEN; i++)
+        if (hex_digit(id[i]) < 0)
+            return -1;
+    for (size_t i = 0; i < TENANT_ID_LEN; i++)
+        tenant_id[i] = (char)("0123456789abcdef"[hex_digit(id[i])]);
+    tenant_id[TENANT_ID_LEN] = '\0';
+    for (size_t i = 0; i < PC_SHA256_LEN; i++) {
+        const char *h = id + TENANT_ID_LEN + 2 * i;
+        key[i] = (unsigned char)(hex_digit(h[0]) << 4 | hex_digit(h[1]));
+    }
+    return 0;
 }

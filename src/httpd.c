@@ -34,23 +34,32 @@
  *
  * Request bodies live in a buffer of their own that doubles as bytes arrive
  * (never past the declared length), not allocated whole when the head comes.
- * The capacity of every body buffer counts until its request is freed, in
- * h->body_bytes and in the process-wide total (g.body_bytes); a growth that
- * would take the total past conf.max_body_buffered is answered 503.
+ * The capacity of every body buffer, times conf.body_charge (the copies the
+ * handler will make of it), and what the handler charged a request on top
+ * (httpd_req_charge) count until the request is freed, in h->body_bytes and
+ * in the process-wide total (g.body_bytes); a growth or a charge that would
+ * take the total past conf.max_body_buffered is refused (a 503).
  *
  * Process-wide state (struct httpd_global g, below) is what all workers'
- * httpds share: the connection, reserve and body-byte totals (atomics), the
+ * httpds share: the connection and body-byte totals (atomics), the
  * per-address connection counts (a hash table under a mutex, touched only on
  * accept and close, and only with max_connections_per_ip set), and the
- * memory-trim bookkeeping. Admission of a new connection:
+ * memory-trim bookkeeping. The reserve is split between the httpds (each
+ * holds its share in a list, oldest first), so that making room in it never
+ * touches another thread's connection. Admission of a new connection:
  *
- *   accept ─▶ under max_connections and the address's limit? ─yes─▶ regular
+ *   accept ─▶ under max_connections and the address's limit ─yes─▶ regular
+ *             (exempt addresses: max_connections only)?
  *                 │ no
  *                 ▼
- *             room in the reserve? ─yes─▶ RESERVE: head within 2 s, health
- *                 │ no                    paths answered, else 503; close
- *                 ▼
- *             close at once (counted)
+ *             room in this httpd's share of the reserve, or a reserve
+ *             connection still waiting for its head (the oldest is closed
+ *             and counted: churn cannot hold a place)?
+ *                 │ yes                                  │ no: every place
+ *                 ▼                                      ▼ is answering
+ *             RESERVE: read at once (a probe's request    close at once
+ *             is usually there already); head within 2 s; (counted)
+ *             reserve paths answered, else 503; close
  */
 #include "pc_httpd.h"
 #include "pc_log.h"
@@ -150,10 +159,12 @@ struct httpd {
     struct event *accept_timer;      /* re-enables the listener after an accept error */
     struct httpd_conn *conns;        /* every connection, DEAD ones included */
     size_t nconns;
-    size_t nactive;          /* requests handed to the handler and not finished */
-    size_t body_bytes;       /* allocated for this httpd's request bodies (g.body_bytes: all) */
-    uint64_t budget_warn_us; /* pc_mono_us() of the last "budget used up" warning */
-    struct event *trim_ev;   /* hands memory back after large bodies were freed */
+    size_t nactive;    /* requests handed to the handler and not finished */
+    size_t body_bytes; /* charged for this httpd's requests (g.body_bytes: all httpds) */
+    struct httpd_conn *res_old, *res_new; /* reserve connections, oldest first */
+    size_t nreserve;                      /* ... and their count */
+    uint64_t budget_warn_us;              /* pc_mono_us() of the last "budget used up" warning */
+    struct event *trim_ev;                /* hands memory back after large bodies were freed */
     bool stopping;
     struct httpd_header_span *spans; /* parser scratch, conf.max_headers entries */
     char *rbuf;                      /* READ_AHEAD bytes: conn_readable_cb reads into it */
@@ -182,16 +193,18 @@ struct httpd_conn {
     size_t trailer_bytes;
     size_t linger_bytes;
     bool eof;
-    bool read_on;         /* the state machine reads: conn_read_set */
-    bool read_armed;      /* rev is added: read_on and the input is under read_high */
-    bool write_armed;     /* EV_WRITE enabled: the bufferevent is writing queued output */
-    bool flush_soon;      /* output queued for a write at the end of this loop turn */
-    bool regular;         /* counted in g.conns (else in g.reserve) */
-    bool ip_held;         /* counted in g's per-address table under ip */
-    bool over_ip;         /* in the reserve because of max_connections_per_ip */
-    bool refused;         /* counted as refused already */
-    unsigned char ip[16]; /* client address, IPv4 mapped into IPv6 */
-    struct pc_buf hdrs;   /* reply headers added by the handler, reused */
+    bool read_on;     /* the state machine reads: conn_read_set */
+    bool read_armed;  /* rev is added: read_on and the input is under read_high */
+    bool write_armed; /* EV_WRITE enabled: the bufferevent is writing queued output */
+    bool flush_soon;  /* output queued for a write at the end of this loop turn */
+    bool regular;     /* counted in g.conns */
+    bool in_reserve;  /* in h's reserve list (a reserve connection not yet evicted) */
+    struct httpd_conn *res_prev, *res_next; /* h's reserve list, while in_reserve */
+    bool ip_held;                           /* counted in g's per-address table under ip */
+    bool over_ip;                           /* in the reserve because of max_connections_per_ip */
+    bool refused;                           /* counted as refused already */
+    unsigned char ip[16];                   /* client address, IPv4 mapped into IPv6 */
+    struct pc_buf hdrs;                     /* reply headers added by the handler, reused */
     struct sockaddr_storage sa;
     socklen_t salen;
     char peer[INET6_ADDRSTRLEN + 16]; /* formatted on first use */
@@ -205,7 +218,8 @@ struct httpd_req {
     size_t nheaders;
     char *body; /* the complete body (bodybuf.data), or NULL */
     size_t body_len;
-    struct pc_buf bodybuf; /* body being read; its cap counts in h->body_bytes */
+    struct pc_buf bodybuf; /* body being read; conf.body_charge x its cap counts in h->body_bytes */
+    size_t charged;        /* what the handler charged on top (httpd_req_charge) */
     enum httpd_req_error error;
     int minor;
     bool is_head;
@@ -239,8 +253,8 @@ struct ip_slot {
 /* What every httpd of the process shares (see the top of the file). */
 static struct httpd_global {
     size_t conns;       /* regular connections (atomic) */
-    size_t reserve;     /* connections in the reserve (atomic) */
-    size_t body_bytes;  /* request-body buffers, all httpds (atomic) */
+    size_t httpds;      /* httpds created and not destroyed, which share the reserve (atomic) */
+    size_t body_bytes;  /* charged for requests, all httpds: max_body_buffered's use (atomic) */
     size_t freed_large; /* large body buffers freed since the last trim (atomic) */
     uint64_t trims;     /* malloc_trim calls (atomic) */
     struct httpd_limits limits;
@@ -254,6 +268,7 @@ static const char *conn_peer(struct httpd_conn *c);
 static void conn_start_close(struct httpd_conn *c);
 static void conn_dispatch(struct httpd_conn *c);
 static void conn_schedule(struct httpd_conn *c);
+static void reserve_unlink(struct httpd_conn *c);
 
 static void stats_add_opt(struct stats *st, enum stat_id id, int64_t n)
 {
@@ -786,7 +801,9 @@ static const struct {
                     false},
     [OWN_HEADERS] = {431, "Request header fields too large.", "invalid_request_error", false},
     [OWN_CODING] = {501, "Transfer coding not implemented.", "invalid_request_error", false},
-    [OWN_BODY_BUDGET] = {503, "server busy: too many large request bodies in flight",
+    [OWN_BODY_BUDGET] = {503,
+                         "server busy: the requests in flight use all of the request memory; "
+                         "retry later",
                          "server_error", true},
     [OWN_BUSY] = {503, "server busy: too many connections; retry later", "server_error", true},
     [OWN_VERSION] = {505, "HTTP version not supported.", "invalid_request_error", false},
@@ -817,6 +834,12 @@ static size_t body_room(size_t limit)
     return used >= limit ? 0 : limit - used;
 }
 
+/* What a body buffer of cap bytes is charged: conf.body_charge per byte. */
+static size_t body_charge_of(const struct httpd *h, size_t cap)
+{
+    return cap > SIZE_MAX / h->conf.body_charge ? SIZE_MAX : cap * h->conf.body_charge;
+}
+
 /* Take n bytes of the process's body budget; false (nothing taken) if over limit. */
 static bool body_take(struct httpd *h, size_t n)
 {
@@ -826,6 +849,7 @@ static bool body_take(struct httpd *h, size_t n)
         return false;
     }
     h->body_bytes += n;
+    stats_add_opt(h->st, STAT_request_memory_bytes, (int64_t)n);
     return true;
 }
 
@@ -839,12 +863,14 @@ static void trim_note(struct httpd *h, size_t n)
     evtimer_add(h->trim_ev, &tv);
 }
 
-static void body_give(struct httpd *h, size_t n)
+/* Give back n charged bytes, of which freed were a body buffer just freed. */
+static void body_give(struct httpd *h, size_t n, size_t freed)
 {
     __atomic_fetch_sub(&g.body_bytes, n, __ATOMIC_RELAXED);
     h->body_bytes -= n;
-    if (n >= TRIM_BUFFER_MIN)
-        trim_note(h, n);
+    stats_add_opt(h->st, STAT_request_memory_bytes, -(int64_t)n);
+    if (freed >= TRIM_BUFFER_MIN)
+        trim_note(h, freed);
 }
 
 /*
@@ -944,6 +970,61 @@ void httpd_set_limits(const struct httpd_limits *l)
     g.limits = *l;
     if (g.limits.reserve == 0)
         g.limits.reserve = HTTPD_RESERVE_DEFAULT;
+}
+
+/* An address given as a or a/bits: 0, or -1 if it is neither IPv4 nor IPv6. */
+int httpd_net_parse(const char *s, struct httpd_net *out)
+{
+    char addr[INET6_ADDRSTRLEN + 1];
+    const char *slash = strchr(s, '/');
+    size_t n = slash != NULL ? (size_t)(slash - s) : strlen(s);
+    if (n == 0 || n >= sizeof(addr))
+        return -1;
+    memcpy(addr, s, n);
+    addr[n] = '\0';
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    unsigned max;
+    if (inet_pton(AF_INET, addr, &((struct sockaddr_in *)&ss)->sin_addr) == 1) {
+        ss.ss_family = AF_INET;
+        max = 32;
+    } else if (inet_pton(AF_INET6, addr, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1) {
+        ss.ss_family = AF_INET6;
+        max = 128;
+    } else {
+        return -1;
+    }
+    unsigned bits = max;
+    if (slash != NULL) {
+        const char *d = slash + 1;
+        if (*d == '\0' || strspn(d, "0123456789") != strlen(d) || strlen(d) > 3)
+            return -1;
+        bits = (unsigned)atoi(d);
+        if (bits > max)
+            return -1;
+    }
+    ip_of(&ss, out->ip);
+    /* IPv4 is kept mapped into IPv6, as ip_of gives the clients' addresses. */
+    out->bits = ss.ss_family == AF_INET ? bits + 96 : bits;
+    return 0;
+}
+
+static bool net_contains(const struct httpd_net *net, const unsigned char ip[16])
+{
+    unsigned full = net->bits / 8, rest = net->bits % 8;
+    if (memcmp(net->ip, ip, full) != 0)
+        return false;
+    unsigned char mask = (unsigned char)(0xff << (8 - rest));
+    return rest == 0 || ((net->ip[full] ^ ip[full]) & mask) == 0;
+}
+
+/* Whether max_connections_per_ip leaves ip alone (httpd_limits.exempt). */
+static bool ip_exempt(const unsigned char ip[16])
+{
+    for (size_t i = 0; i < g.limits.nexempt; i++)
+        if (net_contains(&g.limits.exempt[i], ip))
+            return true;
+    return false;
 }
 
 size_t httpd_process_body_bytes(void)
@@ -1053,12 +1134,13 @@ static void conn_kill(struct httpd_conn *c)
     conn_schedule(c);
 }
 
-/* Free r's body buffer and give its bytes back to the budget. */
+/* Free r's body buffer and give what r was charged back to the budget. */
 static void req_body_release(struct httpd *h, struct httpd_req *r)
 {
     size_t cap = r->bodybuf.cap;
     pc_buf_free(&r->bodybuf);
-    body_give(h, cap);
+    body_give(h, body_charge_of(h, cap) + r->charged, cap);
+    r->charged = 0;
     r->body = NULL;
     r->body_len = 0;
 }
@@ -1089,7 +1171,9 @@ static void conn_free(struct httpd_conn *c)
     h->nconns--;
     if (h->st != NULL)
         stats_add(h->st, STAT_connections_active, -1);
-    __atomic_fetch_sub(c->regular ? &g.conns : &g.reserve, 1, __ATOMIC_RELAXED);
+    if (c->regular)
+        __atomic_fetch_sub(&g.conns, 1, __ATOMIC_RELAXED);
+    reserve_unlink(c);
     if (c->ip_held)
         ip_release(c->ip);
     event_free(c->rev);
@@ -1438,21 +1522,26 @@ static void conn_too_large(struct httpd_conn *c)
 }
 
 /*
- * A body would take the httpd's buffered request bodies over their budget:
- * 503, then close. The warning is rate-limited: under attack it would flood.
+ * A request refused for the budget: counted, and a warning logged at most
+ * once a minute (under attack it would flood).
  */
-static void conn_over_budget(struct httpd_conn *c)
+static void budget_refused(struct httpd *h)
 {
-    struct httpd *h = c->h;
     uint64_t now = pc_mono_us();
     if (h->budget_warn_us == 0 || now - h->budget_warn_us >= BUDGET_WARN_US) {
         h->budget_warn_us = now;
-        log_warn("httpd: request bodies use %zu of %zu bytes; answering 503 (logged at most "
-                 "once a minute)",
+        log_warn("httpd: requests use %zu of %zu bytes of request memory; answering 503 (logged "
+                 "at most once a minute)",
                  httpd_process_body_bytes(), h->conf.max_body_buffered);
     }
-    req_body_release(h, c->req);
     stats_add_opt(h->st, STAT_requests_over_body_budget, 1);
+}
+
+/* A body would take the process's request memory over its budget: 503, then close. */
+static void conn_over_budget(struct httpd_conn *c)
+{
+    budget_refused(c->h);
+    req_body_release(c->h, c->req);
     conn_error(c, OWN_BODY_BUDGET);
 }
 
@@ -1477,7 +1566,8 @@ static int conn_begin_body(struct httpd_conn *c, const struct framing *fr)
         return 0;
     }
     /* Refuse now, before a 100 Continue, if not even the first allocation fits. */
-    if (PC_MIN(c->body_limit, (size_t)BODY_MIN_ALLOC) > body_room(h->conf.max_body_buffered)) {
+    if (body_charge_of(h, PC_MIN(c->body_limit, (size_t)BODY_MIN_ALLOC)) >
+        body_room(h->conf.max_body_buffered)) {
         conn_over_budget(c);
         return 0;
     }
@@ -1637,7 +1727,7 @@ static int req_body_reserve(struct httpd_conn *c, size_t n)
         return 0;
     size_t cap = PC_MAX(PC_MAX(need, b->cap * 2), (size_t)BODY_MIN_ALLOC);
     cap = PC_MAX(PC_MIN(cap, c->body_limit), need);
-    if (!body_take(h, cap - b->cap))
+    if (!body_take(h, body_charge_of(h, cap) - body_charge_of(h, b->cap)))
         return -1;
     b->data = pc_realloc(b->data, cap);
     b->cap = cap;
@@ -1928,6 +2018,83 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* ------------------------------------------------------------------------ */
+/* The reserve                                                               */
+
+/* This httpd's share of the reserve: an equal part for every httpd, at least one place. */
+static size_t reserve_share(void)
+{
+    size_t n = PC_MAX(__atomic_load_n(&g.httpds, __ATOMIC_RELAXED), (size_t)1);
+    return PC_MAX((g.limits.reserve + n - 1) / n, (size_t)1);
+}
+
+static void reserve_link(struct httpd_conn *c)
+{
+    struct httpd *h = c->h;
+    c->in_reserve = true;
+    c->res_prev = h->res_new;
+    c->res_next = NULL;
+    if (h->res_new != NULL)
+        h->res_new->res_next = c;
+    else
+        h->res_old = c;
+    h->res_new = c;
+    h->nreserve++;
+}
+
+/* Out of the reserve list (its place is free for another); a no-op if not in it. */
+static void reserve_unlink(struct httpd_conn *c)
+{
+    struct httpd *h = c->h;
+    if (!c->in_reserve)
+        return;
+    c->in_reserve = false;
+    if (c->res_prev != NULL)
+        c->res_prev->res_next = c->res_next;
+    else
+        h->res_old = c->res_next;
+    if (c->res_next != NULL)
+        c->res_next->res_prev = c->res_prev;
+    else
+        h->res_new = c->res_prev;
+    c->res_prev = c->res_next = NULL;
+    h->nreserve--;
+}
+
+/*
+ * A reserve connection that may give its place to a newer one: it has not
+ * sent a complete request head (or was answered and lingers). One that a
+ * handler is answering, or whose answer is being flushed, keeps it.
+ */
+static bool reserve_evictable(const struct httpd_conn *c)
+{
+    return c->state == C_IDLE || c->state == C_HEAD || c->state == C_LINGER;
+}
+
+/*
+ * Room for one more reserve connection on h: a free place in its share, or
+ * the place of the oldest reserve connection that may give it up, which is
+ * closed (and counted as refused). Connections that never send a request
+ * cannot hold the reserve against health probes this way, however fast they
+ * come: a probe's request arrives right after its connection.
+ */
+static bool reserve_make_room(struct httpd *h)
+{
+    if (h->nreserve < reserve_share())
+        return true;
+    struct httpd_conn *c = h->res_old;
+    while (c != NULL && !reserve_evictable(c))
+        c = c->res_next;
+    if (c == NULL)
+        return false;
+    log_debug("httpd: %s: reserve connection closed for a newer one", conn_peer(c));
+    reserve_unlink(c);
+    if (c->state != C_LINGER)
+        conn_refused(c);
+    conn_kill(c);
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Accepting                                                                 */
 
 /* How a new connection was admitted (accept_cb). */
@@ -1946,7 +2113,8 @@ static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockad
     if (bev == NULL) {
         log_warn("httpd: cannot create a bufferevent; dropping connection");
         evutil_closesocket(fd);
-        __atomic_fetch_sub(ad->regular ? &g.conns : &g.reserve, 1, __ATOMIC_RELAXED);
+        if (ad->regular)
+            __atomic_fetch_sub(&g.conns, 1, __ATOMIC_RELAXED);
         if (ad->ip_held)
             ip_release(ad->ip);
         return;
@@ -1974,6 +2142,8 @@ static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockad
         h->conns->prev = c;
     h->conns = c;
     h->nconns++;
+    if (!c->regular)
+        reserve_link(c);
     if (h->st != NULL)
         stats_add(h->st, STAT_connections_active, 1);
 
@@ -1988,6 +2158,13 @@ static void conn_create(struct httpd *h, evutil_socket_t fd, const struct sockad
     c->first_req = true;
     /* The whole first request, from now; a reserve connection gets little time. */
     conn_arm_timer(c, c->regular ? h->conf.read_timeout : HTTPD_RESERVE_SECONDS);
+    /*
+     * A reserve connection is read at once: a health probe sends its request
+     * with the connection, so it is usually answered here, before another
+     * accept could take its place (reserve_make_room).
+     */
+    if (!c->regular)
+        conn_readable_cb(fd, EV_READ, c);
 }
 
 /* Within max_connections and the address's limit: counted in both. */
@@ -2014,12 +2191,11 @@ static bool admit(struct httpd *h, const struct sockaddr *sa, int salen, struct 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
     memcpy(&ss, sa, PC_MIN((size_t)salen, sizeof(ss)));
-    ad->ip_known = g.limits.max_connections_per_ip > 0 && ip_of(&ss, ad->ip);
+    ad->ip_known = g.limits.max_connections_per_ip > 0 && ip_of(&ss, ad->ip) && !ip_exempt(ad->ip);
     if (admit_regular(h, ad))
         return true;
-    if (__atomic_fetch_add(&g.reserve, 1, __ATOMIC_RELAXED) < g.limits.reserve)
+    if (reserve_make_room(h))
         return true;
-    __atomic_fetch_sub(&g.reserve, 1, __ATOMIC_RELAXED);
     stats_add_opt(h->st, STAT_connections_refused, 1);
     if (ad->over_ip)
         stats_add_opt(h->st, STAT_connections_refused_per_ip, 1);
@@ -2035,7 +2211,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     (void)l;
     PC_CHECK_OBJ(h, HTTPD_MAGIC);
     if (!admit(h, sa, salen, &ad)) {
-        evutil_closesocket(fd); /* even the reserve is full */
+        evutil_closesocket(fd); /* every place in the reserve is answering */
         return;
     }
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -2076,6 +2252,8 @@ static void conf_defaults(struct httpd_conf *c)
         c->max_headers = DEF_MAX_HEADERS;
     if (c->max_body_size == 0)
         c->max_body_size = DEF_MAX_BODY_SIZE;
+    if (c->body_charge == 0)
+        c->body_charge = 1;
     if (c->max_body_buffered == 0)
         c->max_body_buffered =
             c->max_body_size > SIZE_MAX / HTTPD_BODY_BUDGET_BODIES
@@ -2134,6 +2312,7 @@ struct httpd *httpd_create(struct event_base *base, int listen_fd, const struct 
     if (h->listener == NULL)
         goto fail;
     evconnlistener_set_error_cb(h->listener, accept_error_cb);
+    __atomic_fetch_add(&g.httpds, 1, __ATOMIC_RELAXED);
     return h;
 
 fail:
@@ -2205,6 +2384,7 @@ void httpd_destroy(struct httpd **hp)
         }
         conn_free(c);
     }
+    __atomic_fetch_sub(&g.httpds, 1, __ATOMIC_RELAXED);
     free(h->spans);
     free(h->rbuf);
     free(h->server_name);
@@ -2279,6 +2459,20 @@ enum httpd_req_error httpd_req_error(const struct httpd_req *r)
 {
     PC_CHECK_OBJ(r, REQ_MAGIC);
     return r->error;
+}
+
+int httpd_req_charge(struct httpd_req *r, size_t n)
+{
+    PC_CHECK_OBJ(r, REQ_MAGIC);
+    struct httpd *h = r->conn->h;
+    if (n == 0)
+        return 0;
+    if (!body_take(h, n)) {
+        budget_refused(h);
+        return -1;
+    }
+    r->charged += n;
+    return 0;
 }
 
 const char *httpd_req_peer(const struct httpd_req *r)

@@ -8,6 +8,8 @@
  *   promptcache --healthcheck [URL]                  GET URL, exit 0 on 2xx (containers)
  *   promptcache migrate [CONFIG-FILE] [--key value ...] [--dry-run]
  *   promptcache report [CONFIG-FILE] [--key value ...] [--format table|json|csv] [--hours N]
+ *   promptcache purge [CONFIG-FILE] [--key value ...] [--namespace NS] [--model M]
+ *                     [--older-than T] [--tenant ID] [--key ID] [--all] [--dry-run]
  *   promptcache kv-size [MODEL] [--layers N --kv-heads N --head-dim N --dtype D] [--gpu-memory GiB]
  *   promptcache --version | --help | --sample-config | --metrics-doc
  */
@@ -18,6 +20,7 @@
 #include "pc_log.h"
 #include "pc_migrate.h"
 #include "pc_probe.h"
+#include "pc_purge.h"
 #include "pc_report.h"
 #include "pc_route.h"
 #include "pc_server.h"
@@ -37,6 +40,7 @@ enum command {
     CMD_DUMP,
     CMD_MIGRATE,
     CMD_REPORT,
+    CMD_PURGE,
 };
 
 struct cli {
@@ -45,6 +49,7 @@ struct cli {
     bool dry_run;
     enum report_format format;
     int hours;
+    struct purge_cli purge;
     int nopts;
     char **opts; /* --key value ... handed to conf_load */
 };
@@ -110,6 +115,59 @@ static int report_option(char **argv, int argc, int *i, struct cli *cli)
     return 1;
 }
 
+/*
+ * purge's own options (--namespace, --model, --older-than, --tenant, --key,
+ * --all; --dry-run is shared with migrate): 1 if argv[*i] was one, 0 if not,
+ * -1 on a bad value. --key is purge's entry id here, not a config key.
+ */
+static int purge_option(char **argv, int argc, int *i, struct cli *cli)
+{
+    static const char *const filters[] = {"namespace", "model", "older-than", "tenant"};
+    const char *a = argv[*i];
+    if (strcmp(a, "--all") == 0) {
+        cli->purge.all = true;
+        return 1;
+    }
+    for (size_t f = 0; f <= PC_ARRAY_LEN(filters); f++) {
+        const char *name = f < PC_ARRAY_LEN(filters) ? filters[f] : "key";
+        char opt[32], err[256];
+        snprintf(opt, sizeof opt, "--%s", name);
+        if (strncmp(a, opt, strlen(opt)) != 0 || (a[strlen(opt)] != '\0' && a[strlen(opt)] != '='))
+            continue;
+        const char *v = option_value(argv, argc, i, opt);
+        if (v == NULL) {
+            fprintf(stderr, "promptcache purge: %s needs a value\n", opt);
+            return -1;
+        }
+        if (f == PC_ARRAY_LEN(filters)) {
+            cli->purge.id = v;
+        } else if (purge_filter_set(&cli->purge.filter, name, v, pc_wall_ms(), err, sizeof err) <
+                   0) {
+            fprintf(stderr, "promptcache purge: --%s\n", err);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* What purge is asked to delete must be said: a filter, --key, or --all, not a mix. */
+static int purge_check(const struct cli *cli)
+{
+    const struct purge_cli *p = &cli->purge;
+    bool filtered = purge_filter_narrow(&p->filter) || p->filter.tenant[0] != '\0';
+    if (!filtered && p->id == NULL && !p->all) {
+        fprintf(stderr, "promptcache purge: say what to delete: --key ID, one or more of "
+                        "--namespace, --model, --older-than, --tenant, or --all\n");
+        return 2;
+    }
+    if ((p->id != NULL) + filtered + p->all > 1) {
+        fprintf(stderr, "promptcache purge: --key, the filters and --all do not go together\n");
+        return 2;
+    }
+    return -1;
+}
+
 /* Returns -1 to continue with cli filled in, or an exit status. */
 static int parse_cli(int argc, char **argv, struct cli *cli)
 {
@@ -122,6 +180,9 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
         i++;
     } else if (i < argc && strcmp(argv[i], "report") == 0) {
         cli->cmd = CMD_REPORT;
+        i++;
+    } else if (i < argc && strcmp(argv[i], "purge") == 0) {
+        cli->cmd = CMD_PURGE;
         i++;
     }
     cli->hours = REPORT_HOURS_DEFAULT;
@@ -146,7 +207,9 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
     }
     cli->opts = pc_calloc((size_t)argc, sizeof(char *));
     for (; i < argc; i++) {
-        int own = cli->cmd == CMD_REPORT ? report_option(argv, argc, &i, cli) : 0;
+        int own = cli->cmd == CMD_REPORT  ? report_option(argv, argc, &i, cli)
+                  : cli->cmd == CMD_PURGE ? purge_option(argv, argc, &i, cli)
+                                          : 0;
         if (own < 0)
             return 2;
         if (own > 0)
@@ -155,15 +218,17 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
             cli->cmd = CMD_CHECK;
         } else if (strcmp(argv[i], "-T") == 0 && cli->cmd == CMD_RUN) {
             cli->cmd = CMD_DUMP;
-        } else if (strcmp(argv[i], "--dry-run") == 0 && cli->cmd == CMD_MIGRATE) {
+        } else if (strcmp(argv[i], "--dry-run") == 0 &&
+                   (cli->cmd == CMD_MIGRATE || cli->cmd == CMD_PURGE)) {
             cli->dry_run = true;
+            cli->purge.dry_run = true;
         } else if (argv[i][0] != '-' && cli->config == NULL && cli->nopts == 0) {
             cli->config = argv[i];
         } else {
             cli->opts[cli->nopts++] = argv[i];
         }
     }
-    return -1;
+    return cli->cmd == CMD_PURGE ? purge_check(cli) : -1;
 }
 
 /* Every line of text on stderr, each starting with "promptcache: warning: ". */
@@ -214,6 +279,18 @@ static void print_sources(const struct conf *c)
     pc_buf_free(&b);
 }
 
+/* -t: the configuration loaded; a PROMPTCACHE_* variable that is no key is an error too. */
+static int check_result(const struct cli *cli, const struct pc_buf *env, int nenv)
+{
+    if (nenv > 0) {
+        fwrite(env->data, 1, env->len, stderr);
+        fprintf(stderr, "promptcache: %d configuration error%s\n", nenv, nenv == 1 ? "" : "s");
+        return 1;
+    }
+    printf("configuration OK%s%s\n", cli->config ? ": " : "", cli->config ? cli->config : "");
+    return 0;
+}
+
 static void *json_malloc(size_t n)
 {
     return pc_malloc(n);
@@ -231,9 +308,19 @@ static void http_error_body(const char *path, int status, const char *message, s
  */
 static void set_http_limits(const struct conf *c)
 {
-    static const char *const health[] = {"/healthz", "/readyz", NULL};
+    static const char *const health[] = {"/healthz", "/readyz", "/metrics", NULL};
+    static struct httpd_net *exempt; /* for the life of the process */
+    const struct conf_list *ex = &c->max_connections_per_ip_exempt;
+    size_t n = 0;
+    free(exempt);
+    exempt = pc_calloc(PC_MAX(ex->n, (size_t)1), sizeof(*exempt));
+    for (size_t i = 0; i < ex->n; i++)
+        if (httpd_net_parse(ex->v[i], &exempt[n]) == 0) /* checked by conf already */
+            n++;
     struct httpd_limits l = {
         .max_connections_per_ip = (size_t)c->max_connections_per_ip,
+        .exempt = exempt,
+        .nexempt = n,
         .reserve_paths = health,
         .error_body = http_error_body,
     };
@@ -253,9 +340,12 @@ int main(int argc, char **argv)
         free(cli.opts);
         return 1;
     }
+    struct pc_buf env = PC_BUF_INIT;
+    int nenv = conf_env_unknown(&env);
+    if (cli.cmd != CMD_RUN && cli.cmd != CMD_CHECK)
+        print_warnings(pc_buf_cstr(&env));
     if (cli.cmd == CMD_CHECK) {
-        printf("configuration OK%s%s\n", cli.config ? ": " : "", cli.config ? cli.config : "");
-        status = 0;
+        status = check_result(&cli, &env, nenv);
     } else if (cli.cmd == CMD_DUMP) {
         print_sources(c);
         status = 0;
@@ -263,6 +353,8 @@ int main(int argc, char **argv)
         status = migrate_cli(c, cli.dry_run);
     } else if (cli.cmd == CMD_REPORT) {
         status = report_cli(c, cli.format, cli.hours);
+    } else if (cli.cmd == CMD_PURGE) {
+        status = purge_cli(c, &cli.purge);
     } else {
         char err[256];
         if (log_init(c->log_level, c->log_file, c->access_log, err, sizeof(err)) < 0) {
@@ -270,6 +362,7 @@ int main(int argc, char **argv)
             status = 1;
         } else {
             log_lines_warn(conf_warnings(c));
+            log_lines_warn(pc_buf_cstr(&env));
             cJSON_Hooks hooks = {json_malloc, free};
             cJSON_InitHooks(&hooks);
             signal(SIGPIPE, SIG_IGN);
@@ -281,6 +374,7 @@ int main(int argc, char **argv)
             log_teardown();
         }
     }
+    pc_buf_free(&env);
     conf_destroy(&c);
     free(cli.opts);
     return status;

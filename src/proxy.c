@@ -38,9 +38,12 @@
 #include "pc_httpd.h"
 #include "pc_log.h"
 #include "pc_memo.h"
+#include "pc_pricing.h"
 #include "pc_savings.h"
 #include "pc_sse.h"
+#include "pc_store.h"
 #include "pc_tally.h"
+#include "pc_tenants.h"
 #include "pc_worker.h"
 
 #include <ctype.h>
@@ -311,9 +314,22 @@ static void account_explore(struct preq *r)
     r->tv[TALLY_explore_completion_tokens] += r->usage.completion;
     if (r->money.priced) {
         struct stat_labels l = {.model = stats_model_slot(r->model, true)};
-        stats_fam_add(&w->stats, SF_semantic_explore_cost, &l,
-                      (int64_t)llround(r->money.amount * 1e9));
+        stats_fam_add(&w->stats, SF_semantic_explore_cost, &l, pricing_nano(r->money.amount));
     }
+}
+
+/* The tenant families: requests, and the money of a hit or of an upstream call, by name. */
+static void account_tenant(const struct preq *r, enum stat_cache c)
+{
+    if (r->ep == API_NONE)
+        return;
+    struct worker *w = r->w;
+    struct stat_labels l = {
+        .cache = c, .tenant = stats_tenant_slot(tenants_name(w->conf->tenants, r->tenant_id))};
+    stats_fam_add(&w->stats, SF_tenant_requests, &l, 1);
+    if (r->money.priced && r->money.amount > 0)
+        stats_fam_add(&w->stats, c == SC_HIT ? SF_tenant_saved_cost : SF_tenant_upstream_cost, &l,
+                      pricing_nano(r->money.amount));
 }
 
 /*
@@ -340,6 +356,7 @@ static void preq_account(struct preq *r)
                             .endpoint = r->ep,
                             .model = stats_model_slot(model, ok && r->ep != API_NONE)};
     stats_fam_add(&w->stats, SF_api_requests, &l, 1);
+    account_tenant(r, l.cache);
     stats_observe(&w->stats, SF_request_duration_seconds, &l, took);
     if (r->stream && r->ttfb_us >= 0)
         stats_observe(&w->stats, SF_stream_ttfb_seconds, &l, r->ttfb_us);
@@ -387,10 +404,24 @@ static void preq_on_close(struct httpd_req *hr, void *arg)
 
 /* ---- replies ------------------------------------------------------------ */
 
+/*
+ * X-Cache-Key: the id of the entry (pc_entry.h) that answered a HIT, or that
+ * a MISS or REFRESH answer is stored under (also when it turns out not to be
+ * storable: the id names where it would be). None on BYPASS: no entry.
+ */
+static void add_cache_key(struct preq *r, const unsigned char *exact)
+{
+    char id[ENTRY_ID_LEN + 1];
+    entry_id(r->tenant_id, exact, id);
+    httpd_add_header(r->hr, "X-Cache-Key", id);
+}
+
 static void add_cache_headers(struct preq *r)
 {
     if (r->cache != PC_NONE)
         httpd_add_header(r->hr, "X-Cache-Status", preq_cache_names[r->cache]);
+    if ((r->cache == PC_MISS || r->cache == PC_REFRESH) && r->have_keys)
+        add_cache_key(r, r->keys.exact);
     if (r->probe != NULL) { /* the candidate the error bound held back, and how it compared */
         char sim[16];
         snprintf(sim, sizeof(sim), "%.4f", bound_probe_similarity(r->probe));
@@ -569,6 +600,31 @@ static void append_header_input(struct pc_buf *out, const char *name, const char
     pc_buf_append_char(out, '\n');
 }
 
+/*
+ * tenant-names: show the credential's tenant in /stats, and learn its name
+ * when the file names the key's hash (then every instance and the report
+ * learn it from Redis: an id and a fingerprint, never the key).
+ */
+static void note_tenant_key(struct preq *r)
+{
+    struct tenants *t = r->w->conf->tenants;
+    for (size_t i = 0; t != NULL && i < httpd_req_header_count(r->hr); i++) {
+        const struct httpd_header *h = httpd_req_header_at(r->hr, i);
+        if (!backend_is_credential_header(h->name))
+            continue;
+        const char *key = h->value + (pc_strncaseeq(h->value, "Bearer ", 7) ? 7 : 0);
+        char id[2 * PC_SHA256_LEN + 1], fp[17];
+        pc_hex(r->credential, TENANT_ID_LEN / 2, id);
+        id[TENANT_ID_LEN] = '\0';
+        if (tenants_note(t, id, key, strlen(key), fp)) {
+            const char *argv[] = {"HSET", TENANTS_KEY_FP, id, fp};
+            size_t lens[] = {4, strlen(TENANTS_KEY_FP), TENANT_ID_LEN, 16};
+            store_write(r->w->store, 4, argv, lens);
+        }
+        return;
+    }
+}
+
 static void compute_tenant(struct preq *r)
 {
     struct pc_buf cred = PC_BUF_INIT;
@@ -598,6 +654,7 @@ static void compute_tenant(struct preq *r)
     pc_hex(r->tenant, PC_SHA256_LEN, hex);
     memcpy(r->tenant_id, hex, TENANT_ID_LEN);
     r->tenant_id[TENANT_ID_LEN] = '\0';
+    note_tenant_key(r);
 }
 
 /*
@@ -752,6 +809,8 @@ static void cache_query_of(const struct preq *r, struct cache_query *q)
         .semantic = semantic,
         /* semantic-threshold is read here, from the worker's current (reloadable) conf. */
         .threshold = r->threshold >= 0 ? r->threshold : r->w->conf->semantic_threshold,
+        .ns = httpd_req_header(r->hr, "X-Cache-Namespace"),
+        .model = r->model,
     };
 }
 
@@ -1071,6 +1130,7 @@ static bool serve_hit(struct preq *r, const struct cache_result *res)
     r->match = res->match;
     httpd_add_header(r->hr, "X-Cache-Status", "HIT");
     httpd_add_header(r->hr, "X-Cache-Match", cache_match_name(res->match));
+    add_cache_key(r, res->exact);
     if (res->match == CACHE_MATCH_SEMANTIC) {
         char sim[16];
         snprintf(sim, sizeof(sim), "%.4f", res->similarity);
@@ -1127,6 +1187,80 @@ static void preq_on_lookup(void *arg, struct cache_result *res)
     r->cache = PC_MISS;
     stats_incr(&r->w->stats, STAT_cache_misses);
     preq_fetch(r, may_share(r), !r->no_store);
+}
+
+/* ---- request memory -------------------------------------------------------- */
+
+/*
+ * The request-memory budget (max-request-memory, kept by httpd) counts what
+ * a request holds at its worst, not only its body. Every body byte is
+ * charged proxy_body_charge() bytes as it arrives: the body itself, its parse
+ * tree (for text, about the body's size), and PROXY_BODY_COPIES copies of
+ * about its size alive at once: the body sent upstream twice (the hinted body
+ * and libcurl's copy), or before that a canonical or segment text in a
+ * doubling buffer; with semantic on, the last user turn's text too. A body of
+ * many small values parses into far more than its size (a cJSON node per
+ * value), so before parsing the tree is estimated from the text and the part
+ * beyond the body's size is charged on top: a request over the budget gets a
+ * 503 before it is parsed.
+ */
+#define PROXY_BODY_COPIES 3
+#define JSON_NODE_COST    (sizeof(cJSON) + 16) /* a value, with malloc's header */
+#define JSON_STRING_COST  32                   /* a string's NUL, malloc's header and rounding */
+
+size_t proxy_body_charge(const struct conf *c)
+{
+    return 2 + PROXY_BODY_COPIES + (c->semantic ? 1 : 0);
+}
+
+/*
+ * What cJSON allocates to parse p[0..n) (NUL-terminated), over-estimated in
+ * one pass: a node per value (at most one per comma, '[' and '{', plus the
+ * root) and a copy of every string, names included.
+ */
+static size_t parse_cost(const char *p, size_t n)
+{
+    size_t nodes = 1, strings = 0, string_bytes = 0, i = 0;
+    while (i < n) {
+        i += strcspn(p + i, "\",[{");
+        if (i >= n)
+            break;
+        if (p[i++] != '"') {
+            nodes++;
+            continue;
+        }
+        size_t start = i;
+        for (;;) { /* to the closing quote, past escapes */
+            i += strcspn(p + i, "\"\\");
+            if (i >= n || p[i] == '"')
+                break;
+            i += 2; /* a backslash and the byte it escapes */
+            if (i >= n) {
+                i = n;
+                break;
+            }
+        }
+        strings++;
+        string_bytes += PC_MIN(i, n) - start;
+        i++;
+    }
+    return nodes * JSON_NODE_COST + strings * JSON_STRING_COST + string_bytes;
+}
+
+/*
+ * Charge the parse tree's estimate beyond what the body's charge covers. True
+ * if the request may go on; false after answering 503 (with Retry-After).
+ */
+static bool charge_parse(struct preq *r, const char *body, size_t len)
+{
+    size_t tree = parse_cost(body, len);
+    if (tree <= len || httpd_req_charge(r->hr, tree - len) == 0)
+        return true;
+    httpd_add_header(r->hr, "Retry-After", "1");
+    reply_error(r, 503,
+                "server busy: the requests in flight use all of the request memory; "
+                "retry later");
+    return false;
 }
 
 /* ---- entry points ----------------------------------------------------------- */
@@ -1193,6 +1327,8 @@ static void preq_recv_api(struct preq *r)
         reply_error(r, 400, "request body is not valid JSON (it contains a NUL byte)");
         return;
     }
+    if (!charge_parse(r, body, len))
+        return;
     char msg[256];
     struct pc_buf variant = PC_BUF_INIT;
     struct memo_input mi;

@@ -14,6 +14,7 @@
 #include "pc_report.h"
 #include "pc_conf.h"
 #include "pc_rcli.h"
+#include "pc_tenants.h"
 
 #include <errno.h>
 #include <math.h>
@@ -56,6 +57,7 @@ void report_free(struct report *r)
     rows_free(&r->models);
     rows_free(&r->tenants);
     pricing_release(&r->prices);
+    tenants_release(&r->names);
     memset(r, 0, sizeof(*r));
 }
 
@@ -108,6 +110,17 @@ void report_set_prices(struct report *r, struct pricing *p)
 {
     pricing_release(&r->prices);
     r->prices = pricing_ref(p);
+}
+
+void report_set_tenants(struct report *r, struct tenants *t)
+{
+    tenants_release(&r->names);
+    r->names = tenants_ref(t);
+}
+
+const char *report_tenant_name(const struct report *r, const struct report_row *row)
+{
+    return row->name != NULL ? tenants_name(r->names, row->name) : NULL;
 }
 
 int report_load_prices(struct report *r, const char *json, size_t len, char *err, size_t errlen)
@@ -421,6 +434,15 @@ static void json_row(const struct report *r, const struct report_row *row, const
         pc_buf_json_str(out, row->name, strlen(row->name));
         pc_buf_append_char(out, ',');
     }
+    if (label != NULL && strcmp(label, "tenant") == 0) {
+        const char *name = report_tenant_name(r, row);
+        pc_buf_append_str(out, "\"name\":");
+        if (name != NULL)
+            pc_buf_json_str(out, name, strlen(name));
+        else
+            pc_buf_append_str(out, "null");
+        pc_buf_append_char(out, ',');
+    }
     row_json(r, row, label != NULL && strcmp(label, "model") == 0, out);
     pc_buf_append_char(out, '}');
 }
@@ -494,7 +516,9 @@ static void csv_row(const struct report *r, const struct report_row *row, const 
 #define PC_REPORT_CSV_MONEY(name, expr) csv_num(out, known, expr);
     REPORT_MONEY(PC_REPORT_CSV_MONEY)
 #undef PC_REPORT_CSV_MONEY
-    pc_buf_append_char(out, '\n');
+    /* tenant names hold no comma or quote either (pc_tenants.h) */
+    const char *tname = strcmp(scope, "tenant") == 0 ? report_tenant_name(r, row) : NULL;
+    pc_buf_printf(out, ",%s\n", tname != NULL ? tname : "");
 }
 
 static void render_csv(const struct report *r, struct pc_buf *out)
@@ -510,7 +534,7 @@ static void render_csv(const struct report *r, struct pc_buf *out)
         REPORT_MONEY(PC_REPORT_CSV_HEAD)
     }
 #undef PC_REPORT_CSV_HEAD
-    pc_buf_append_char(out, '\n');
+    pc_buf_append_str(out, ",tenant_name\n");
     csv_row(r, &r->total, "total", out);
     for (size_t i = 0; i < r->models.n; i++)
         csv_row(r, &r->models.v[i], "model", out);
@@ -534,13 +558,27 @@ static void table_row(const struct report *r, const struct report_row *row, cons
     pc_buf_append_char(out, '\n');
 }
 
+/* How the table shows a row: a model, a tenant's id, or "NAME (id)" for a named tenant. */
+static void row_label(const struct report *r, const struct report_row *row, bool model_rows,
+                      char *out, size_t n)
+{
+    const char *name = model_rows ? NULL : report_tenant_name(r, row);
+    if (name != NULL)
+        snprintf(out, n, "%s (%s)", name, row->name);
+    else
+        snprintf(out, n, "%s", row->name);
+}
+
 static void table_rows(const struct report *r, const struct report_rows *rows, const char *title,
                        int width, bool model_rows, struct pc_buf *out)
 {
     if (rows->n > 0)
         pc_buf_printf(out, "%s\n", title);
-    for (size_t i = 0; i < rows->n; i++)
-        table_row(r, &rows->v[i], "  ", rows->v[i].name, width, model_rows, out);
+    for (size_t i = 0; i < rows->n; i++) {
+        char label[TENANT_NAME_MAX + TALLY_MODEL_MAX + 8];
+        row_label(r, &rows->v[i], model_rows, label, sizeof label);
+        table_row(r, &rows->v[i], "  ", label, width, model_rows, out);
+    }
 }
 
 /* The total's money, latency saved and request times, under the table. */
@@ -592,6 +630,11 @@ static void render_table(const struct report *r, struct pc_buf *out)
     int width = 20; /* the name column fits the longest name (at most 64 + indent) */
     for (size_t i = 0; i < r->models.n; i++)
         width = PC_MAX(width, (int)strlen(r->models.v[i].name) + 2);
+    for (size_t i = 0; i < r->tenants.n; i++) {
+        const char *name = report_tenant_name(r, &r->tenants.v[i]);
+        if (name != NULL) /* "NAME (0123456789abcdef)" */
+            width = PC_MAX(width, (int)(strlen(name) + TENANT_ID_LEN + 3) + 2);
+    }
     pc_buf_printf(out, "promptcache report, %s to %s UTC\n\n", from, to);
     pc_buf_printf(out, "%-*s %9s %8s %8s %8s %7s %8s %12s %12s", width, "", "requests", "hits",
                   "misses", "bypass", "errors", "hit rate", "saved in", "saved out");
@@ -663,6 +706,24 @@ int report_scan_hour(struct rcli *k, int64_t hour_ms, report_field_fn *fn, void 
     return 0;
 }
 
+int report_read_key_names(struct rcli *k, struct report *r)
+{
+    if (r->names == NULL)
+        return 0;
+    const char *argv[] = {"HGETALL", TENANTS_KEY_FP};
+    redisReply *rep = rcli_command(k, "HGETALL " TENANTS_KEY_FP, 2, argv, NULL);
+    if (rep == NULL)
+        return -1;
+    for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2) {
+        const redisReply *f = rep->element[i], *v = rep->element[i + 1];
+        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
+            !tenants_learn_fp(r->names, f->str, f->len, v->str, v->len))
+            r->skipped++;
+    }
+    freeReplyObject(rep);
+    return 0;
+}
+
 static void add_one(void *arg, const char *field, size_t flen, int64_t count)
 {
     report_add_field(arg, field, flen, count);
@@ -674,9 +735,10 @@ int report_cli(const struct conf *c, enum report_format f, int hours)
     struct report r;
     report_init(&r, now_hour - (int64_t)(hours - 1) * TALLY_HOUR_MS, now_hour + TALLY_HOUR_MS);
     report_set_prices(&r, c->prices);
+    report_set_tenants(&r, c->tenants);
     struct rcli k = {0};
     int rc = 1;
-    if (rcli_connect(&k, c, "report") < 0)
+    if (rcli_connect(&k, c, "report") < 0 || report_read_key_names(&k, &r) < 0)
         goto out;
     for (int64_t h = r.from_ms; h < r.to_ms; h += TALLY_HOUR_MS)
         if (report_scan_hour(&k, h, add_one, &r) < 0)

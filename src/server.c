@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -83,7 +84,17 @@ static int listen_socket(const struct conf *c, char *err, size_t errlen)
             saved = errno;
             close(fd);
             fd = -1;
+            continue;
         }
+        /*
+         * Accept a connection once its first bytes arrived (nginx's deferred,
+         * HAProxy's defer-accept), or after a second without: a health probe
+         * then comes with its request, answered before any later connection
+         * can take its place in the reserve (pc_httpd.h), and connections
+         * that say nothing wait in the kernel. Best effort.
+         */
+        int defer = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
     }
     freeaddrinfo(res);
     if (fd < 0)

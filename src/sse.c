@@ -1481,13 +1481,28 @@ static void an_emit_str(struct synth *s, const char *name, const char *json)
     an_emit(s, name, &b);
 }
 
-/* message_start: the answer with empty content and no stop reason yet. */
+/*
+ * A live stream's message_start carries the prompt's usage and a provisional
+ * output count (Anthropic sends 1); the final count comes in message_delta.
+ * The stored count here as well would be counted twice by clients that add
+ * the two up (LangChain's ChatAnthropic), so it becomes the provisional one.
+ */
+static void an_provisional_usage(cJSON *m)
+{
+    cJSON *usage = cJSON_GetObjectItemCaseSensitive(m, "usage");
+    const cJSON *out = item(usage, "output_tokens");
+    if (cJSON_IsObject(usage) && cJSON_IsNumber(out) && out->valuedouble > 1)
+        obj_set(usage, "output_tokens", chk(cJSON_CreateNumber(1)));
+}
+
+/* message_start: the answer with empty content, no stop reason yet, provisional usage. */
 static void an_message_start(struct synth *s, const cJSON *resp)
 {
     cJSON *m = json_dup(resp);
     obj_set(m, "content", chk(cJSON_CreateArray()));
     obj_set(m, "stop_reason", chk(cJSON_CreateNull()));
     obj_set(m, "stop_sequence", chk(cJSON_CreateNull()));
+    an_provisional_usage(m);
     struct pc_buf b = PC_BUF_INIT;
     pc_buf_append_str(&b, "{\"type\":\"message_start\",\"message\":");
     buf_json(&b, m);

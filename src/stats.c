@@ -62,11 +62,11 @@ static const struct {
 };
 
 static const double bucket_sets[2][STATS_NBUCKETS] = {STATS_BUCKETS_SLOW, STATS_BUCKETS_FAST};
-static const int label_card[SL__COUNT] = {STATS_CACHE_N, STATS_MATCH_N,    STATS_ENDPOINT_N,
-                                          STATS_MODEL_N, STATS_UPSTREAM_N, STATS_TOKEN_N,
-                                          STATS_CALLER_N};
+static const int label_card[SL__COUNT] = {STATS_CACHE_N,  STATS_MATCH_N,    STATS_ENDPOINT_N,
+                                          STATS_MODEL_N,  STATS_UPSTREAM_N, STATS_TOKEN_N,
+                                          STATS_CALLER_N, STATS_TENANT_N};
 static const char *const label_names[SL__COUNT] = {"cache",    "match", "endpoint", "model",
-                                                   "upstream", "token", "caller"};
+                                                   "upstream", "token", "caller",   "tenant"};
 static const char *const cache_values[] = {"hit", "miss", "bypass", "refresh"};
 static const char *const match_values[] = {"exact", "semantic"};
 static const char *const endpoint_values[] = {"other", "chat", "completions", "embeddings",
@@ -88,7 +88,7 @@ __attribute__((constructor)) static void fam_offsets(void)
 static int label_of(const struct stat_labels *l, int k)
 {
     const int v[SL__COUNT] = {l->cache,    l->match, l->endpoint, l->model,
-                              l->upstream, l->token, l->caller};
+                              l->upstream, l->token, l->caller,   l->tenant};
     return v[k];
 }
 
@@ -187,6 +187,38 @@ void stats_seed_models(const char *const *models, size_t n)
     pthread_mutex_unlock(&slot_mu);
 }
 
+static pthread_mutex_t tenant_mu = PTHREAD_MUTEX_INITIALIZER;
+static char tenant_names[STATS_TENANTS_MAX][TENANT_LABEL_MAX + 1];
+static int tenant_count; /* atomic: names below it are complete */
+
+static int tenant_find(const char *name, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(tenant_names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+int stats_tenant_slot(const char *name)
+{
+    if (name == NULL || strlen(name) > TENANT_LABEL_MAX)
+        return STATS_TENANT_N - 1;
+    int n = __atomic_load_n(&tenant_count, __ATOMIC_ACQUIRE);
+    int i = tenant_find(name, n);
+    if (i >= 0 || n >= STATS_TENANTS_MAX)
+        return i >= 0 ? i : STATS_TENANT_N - 1;
+    pthread_mutex_lock(&tenant_mu);
+    n = tenant_count;
+    i = tenant_find(name, n);
+    if (i < 0 && n < STATS_TENANTS_MAX) {
+        snprintf(tenant_names[n], sizeof tenant_names[n], "%s", name);
+        i = n;
+        __atomic_store_n(&tenant_count, n + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&tenant_mu);
+    return i >= 0 ? i : STATS_TENANT_N - 1;
+}
+
 void stats_set_upstreams(const char *const *names, size_t n)
 {
     upstream_names = names;
@@ -211,6 +243,10 @@ static const char *label_text(int k, int v)
         return (size_t)v < n_upstreams ? upstream_names[v] : NULL;
     case SL_TOKEN:
         return token_values[v];
+    case SL_TENANT:
+        if (v == STATS_TENANT_N - 1)
+            return "other";
+        return v < __atomic_load_n(&tenant_count, __ATOMIC_ACQUIRE) ? tenant_names[v] : NULL;
     default:
         return caller_values[v];
     }
@@ -361,10 +397,42 @@ static void json_hist(struct pc_buf *out, const uint64_t *cells, enum stat_famil
     pc_buf_append_char(out, '}');
 }
 
+/* A counter family by tenant in /stats: {"NAME": total or {cache: n}, ..., "other": ...}. */
+static void json_by_tenant(struct pc_buf *out, const uint64_t *cells, enum stat_family f)
+{
+    pc_buf_append_char(out, '{');
+    bool first = true;
+    for (int t = 0; t < STATS_TENANT_N; t++) {
+        const char *name = label_text(SL_TENANT, t);
+        if (name == NULL)
+            continue;
+        pc_buf_printf(out, "%s\"%s\":", first ? "" : ",", name);
+        first = false;
+        if (!(fam[f].labels & SL(CACHE))) {
+            json_double(out, stats_family_by(cells, f, SL_TENANT, t));
+            continue;
+        }
+        int v[SL__COUNT];
+        uint64_t by[STATS_CACHE_N] = {0};
+        for (size_t s = 0; s < fam[f].series; s++)
+            if (series_labels(f, s, v) && v[SL_TENANT] == t)
+                by[v[SL_CACHE]] += cells[fam_off[f] + s];
+        for (int c = 0; c < STATS_CACHE_N; c++)
+            pc_buf_printf(out, "%s\"%s\":%llu", c ? "," : "{", cache_values[c],
+                          (unsigned long long)by[c]);
+        pc_buf_append_char(out, '}');
+    }
+    pc_buf_append_char(out, '}');
+}
+
 /* One family in /stats: a total, split by token / caller / cache where that is its meaning. */
 static void json_family(struct pc_buf *out, const uint64_t *cells, enum stat_family f)
 {
     pc_buf_printf(out, ",\"%s\":", fam[f].name);
+    if (fam[f].labels & SL(TENANT)) {
+        json_by_tenant(out, cells, f);
+        return;
+    }
     int split = fam[f].labels & SL(TOKEN)    ? SL_TOKEN
                 : fam[f].labels & SL(CACHE)  ? SL_CACHE
                 : fam[f].labels & SL(CALLER) ? SL_CALLER

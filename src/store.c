@@ -125,8 +125,10 @@ enum cmd_kind {
     CMD_GET,
     CMD_SET,
     CMD_PTTL,   /* store_pttl: integer reply */
-    CMD_SCAN,   /* store_delete_matching, SCAN step */
+    CMD_SCAN,   /* store_delete_matching / store_delete_picked, SCAN step */
     CMD_UNLINK, /* store_delete_matching, UNLINK step */
+    CMD_PICK,   /* store_delete_picked, EVAL step */
+    CMD_INT,    /* store_call_int: integer reply */
     CMD_WRITE,  /* store_write: any reply but an error is fine */
     CMD_INTERNAL,
 };
@@ -151,10 +153,23 @@ struct store_cmd {
         internal_fn *internal;
     } cb;
     void *arg;
-    /* store_delete_matching */
+    /* store_delete_matching, store_delete_picked */
     char *pattern;
     char cursor[24];
     long long deleted;
+    struct pick_state *pick; /* store_delete_picked: its own copy of the pick */
+};
+
+/* What store_delete_picked runs on each batch, and the batch in flight. */
+struct pick_state {
+    char *script;
+    int nargs;
+    char **args;
+    char *twin_from, *twin_to;
+    store_key_fn *each;
+    struct pc_buf keys; /* the batch's keys, each NUL-terminated */
+    size_t *offs;       /* where each starts in keys */
+    size_t nkeys, cap;
 };
 
 struct store {
@@ -335,10 +350,28 @@ static void cmd_unlink(struct store_cmd *c)
     c->s = NULL;
 }
 
+static void pick_free(struct pick_state **pp)
+{
+    struct pick_state *p = *pp;
+    if (p == NULL)
+        return;
+    *pp = NULL;
+    free(p->script);
+    for (int i = 0; i < p->nargs; i++)
+        free(p->args[i]);
+    free(p->args);
+    free(p->twin_from);
+    free(p->twin_to);
+    pc_buf_free(&p->keys);
+    free(p->offs);
+    free(p);
+}
+
 static void cmd_free(struct store_cmd *c)
 {
     cmd_unlink(c);
     event_free(c->timer);
+    pick_free(&c->pick);
     free(c->pattern);
     c->magic = 0;
     free(c);
@@ -375,6 +408,10 @@ static const char *cmd_what(const struct store_cmd *c)
         return "SCAN";
     case CMD_UNLINK:
         return "UNLINK";
+    case CMD_PICK:
+        return "EVAL";
+    case CMD_INT:
+        return c->what;
     case CMD_WRITE:
         return "write";
     case CMD_INTERNAL:
@@ -402,7 +439,9 @@ static void cmd_complete(struct store_cmd *c, enum store_status st, const char *
         break;
     case CMD_SCAN:
     case CMD_UNLINK:
+    case CMD_PICK:
     case CMD_PTTL:
+    case CMD_INT:
         c->cb.num(c->arg, st, n);
         break;
     case CMD_SET:
@@ -1005,12 +1044,13 @@ static void write_reply(struct store_cmd *c, const redisReply *r)
         cmd_fail(c, r, c->what);
 }
 
-static void pttl_reply(struct store_cmd *c, const redisReply *r)
+/* PTTL, store_call_int: an integer reply. */
+static void int_reply(struct store_cmd *c, const redisReply *r)
 {
     if (r != NULL && r->type == REDIS_REPLY_INTEGER)
         cmd_complete(c, STORE_OK, NULL, 0, r->integer);
     else
-        cmd_fail(c, r, "PTTL");
+        cmd_fail(c, r, cmd_what(c));
 }
 
 static void set_reply(struct store_cmd *c, const redisReply *r)
@@ -1085,6 +1125,87 @@ static bool scan_reply_ok(const redisReply *r)
     return true;
 }
 
+/* Keep the batch's keys: the EVAL's reply names them by position. */
+static void pick_keep_batch(struct pick_state *p, const redisReply *keys)
+{
+    pc_buf_reset(&p->keys);
+    if (keys->elements > p->cap) {
+        p->cap = keys->elements;
+        p->offs = pc_realloc(p->offs, p->cap * sizeof(*p->offs));
+    }
+    p->nkeys = keys->elements;
+    for (size_t i = 0; i < keys->elements; i++) {
+        p->offs[i] = p->keys.len;
+        pc_buf_append(&p->keys, keys->element[i]->str, keys->element[i]->len);
+        pc_buf_append_char(&p->keys, '\0');
+    }
+}
+
+/* The twin of key: its twin_from prefix replaced by twin_to; NULL if it lacks that prefix. */
+static char *pick_twin(const struct pick_state *p, const char *key, size_t len)
+{
+    size_t tf = strlen(p->twin_from), tt = strlen(p->twin_to);
+    if (len < tf || memcmp(key, p->twin_from, tf) != 0)
+        return NULL;
+    char *t = pc_malloc(tt + len - tf + 1);
+    memcpy(t, p->twin_to, tt);
+    memcpy(t + tt, key + tf, len - tf);
+    t[tt + len - tf] = '\0';
+    return t;
+}
+
+static void set_arg(const char **argv, size_t *lens, size_t i, const char *s, size_t len)
+{
+    argv[i] = s;
+    lens[i] = len;
+}
+
+/* EVAL script N key [twin] ... arg ... for one batch of SCAN's keys. */
+static bool step_pick(struct store_cmd *c, const redisReply *keys)
+{
+    struct pick_state *p = c->pick;
+    size_t per = p->twin_from != NULL ? 2 : 1, n = keys->elements * per;
+    size_t argc = 3 + n + (size_t)p->nargs;
+    if (argc > INT_MAX) {
+        cmd_fail(c, NULL, "SCAN");
+        return false;
+    }
+    pick_keep_batch(p, keys);
+    const char **argv = pc_calloc(argc, sizeof(*argv));
+    size_t *lens = pc_calloc(argc, sizeof(*lens));
+    char **twins = pc_calloc(keys->elements, sizeof(*twins));
+    char num[24];
+    snprintf(num, sizeof(num), "%zu", n);
+    set_arg(argv, lens, 0, "EVAL", 4);
+    set_arg(argv, lens, 1, p->script, strlen(p->script));
+    set_arg(argv, lens, 2, num, strlen(num));
+    bool ok = true;
+    for (size_t i = 0; i < keys->elements && ok; i++) {
+        const redisReply *k = keys->element[i];
+        set_arg(argv, lens, 3 + i * per, k->str, k->len);
+        if (per == 1)
+            continue;
+        twins[i] = pick_twin(p, k->str, k->len);
+        ok = twins[i] != NULL;
+        if (ok)
+            set_arg(argv, lens, 4 + i * per, twins[i], strlen(twins[i]));
+    }
+    for (int i = 0; i < p->nargs; i++)
+        set_arg(argv, lens, 3 + n + (size_t)i, p->args[i], strlen(p->args[i]));
+    c->kind = CMD_PICK;
+    bool sent = false;
+    if (ok)
+        sent = step_send(c, (int)argc, argv, lens);
+    else
+        cmd_fail(c, NULL, "SCAN (a key without the twin prefix)");
+    for (size_t i = 0; i < keys->elements; i++)
+        free(twins[i]);
+    free(twins);
+    free(argv);
+    free(lens);
+    return sent;
+}
+
 /* SCAN reply: [cursor, [key...]]. True if the command goes on (next step sent). */
 static bool scan_reply(struct store_cmd *c, const redisReply *r)
 {
@@ -1095,7 +1216,46 @@ static bool scan_reply(struct store_cmd *c, const redisReply *r)
     memcpy(c->cursor, r->element[0]->str, r->element[0]->len);
     c->cursor[r->element[0]->len] = '\0';
     if (r->element[1]->elements > 0)
-        return step_unlink(c, r->element[1]);
+        return c->pick != NULL ? step_pick(c, r->element[1]) : step_unlink(c, r->element[1]);
+    return step_next(c);
+}
+
+/* The pick's reply: {skipped, position, ...}, each position that of a batch key in KEYS. */
+static bool pick_reply_ok(const struct pick_state *p, const redisReply *r)
+{
+    size_t per = p->twin_from != NULL ? 2 : 1;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->elements > p->nkeys + 1 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[0]->integer < 0)
+        return false;
+    for (size_t i = 1; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_INTEGER || e->integer < 1 ||
+            (unsigned long long)e->integer > p->nkeys * per || (e->integer - 1) % (long long)per)
+            return false;
+    }
+    return true;
+}
+
+/* EVAL reply: tell the caller about each picked key, then SCAN on. */
+static bool pick_reply(struct store_cmd *c, const redisReply *r)
+{
+    struct pick_state *p = c->pick;
+    if (!pick_reply_ok(p, r)) {
+        cmd_fail(c, r, "EVAL (pick)");
+        return false;
+    }
+    size_t per = p->twin_from != NULL ? 2 : 1;
+    for (size_t i = 1; i < r->elements && !c->done; i++) {
+        size_t k = (size_t)(r->element[i]->integer - 1) / per;
+        const char *key = p->keys.data + p->offs[k];
+        p->each(c->arg, key, strlen(key));
+    }
+    if (!c->done && r->element[0]->integer > 0)
+        p->each(c->arg, NULL, (size_t)r->element[0]->integer);
+    if (c->done) /* cancelled from a callback after all */
+        return false;
+    c->deleted += (long long)r->elements - 1;
     return step_next(c);
 }
 
@@ -1135,7 +1295,8 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
         set_reply(c, r);
         break;
     case CMD_PTTL:
-        pttl_reply(c, r);
+    case CMD_INT:
+        int_reply(c, r);
         break;
     case CMD_WRITE:
         write_reply(c, r);
@@ -1145,6 +1306,9 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
         break;
     case CMD_UNLINK:
         goes_on = unlink_reply(c, r);
+        break;
+    case CMD_PICK:
+        goes_on = pick_reply(c, r);
         break;
     case CMD_INTERNAL:
         internal_reply(c, ac, r);
@@ -1369,6 +1533,56 @@ struct store_cmd *store_delete_matching(struct store *s, const char *pattern, st
     strcpy(c->cursor, "0");
     const char *argv[] = {"SCAN", c->cursor, "MATCH", c->pattern, "COUNT", SCAN_COUNT};
     if (cmd_send(c, 6, argv, NULL, s->timeout_ms * STEP_TIMEOUT_MULT) < 0) {
+        stats_incr(s->st, STAT_redis_errors);
+        cmd_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s != NULL ? pc_strdup(s) : NULL;
+}
+
+struct store_cmd *store_delete_picked(struct store *s, const char *pattern,
+                                      const struct store_pick *pick, store_int_fn *cb, void *arg)
+{
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    if (s->state != ST_READY || pattern == NULL || pick == NULL || pick->script == NULL ||
+        pick->each == NULL || pick->nargs < 0 ||
+        (pick->twin_from == NULL) != (pick->twin_to == NULL) || cb == NULL)
+        return NULL;
+    struct pick_state *p = pc_calloc(1, sizeof(*p));
+    p->script = pc_strdup(pick->script);
+    p->nargs = pick->nargs;
+    p->args = pc_calloc((size_t)pick->nargs + 1, sizeof(*p->args));
+    for (int i = 0; i < pick->nargs; i++)
+        p->args[i] = pc_strdup(pick->args[i]);
+    p->twin_from = dup_or_null(pick->twin_from);
+    p->twin_to = dup_or_null(pick->twin_to);
+    p->each = pick->each;
+    struct store_cmd *c = store_delete_matching(s, pattern, cb, arg);
+    if (c == NULL) {
+        pick_free(&p);
+        return NULL;
+    }
+    c->pick = p;
+    return c;
+}
+
+struct store_cmd *store_call_int(struct store *s, int argc, const char **argv, const size_t *lens,
+                                 store_int_fn *cb, void *arg)
+{
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    if (s->state != ST_READY || argc < 1 || cb == NULL)
+        return NULL;
+    struct store_cmd *c = cmd_new(s, CMD_INT);
+    c->cb.num = cb;
+    c->arg = arg;
+    size_t n0 = lens != NULL ? lens[0] : strlen(argv[0]);
+    snprintf(c->what, sizeof(c->what), "%.*s", (int)PC_MIN(n0, sizeof(c->what) - 1), argv[0]);
+    if (cmd_send(c, argc, argv, lens, s->timeout_ms) < 0) {
         stats_incr(s->st, STAT_redis_errors);
         cmd_free(c);
         return NULL;

@@ -88,6 +88,9 @@ static void httpd_conf_from(const struct conf *c, struct httpd_conf *hc)
     hc->max_header_size = 64 * 1024;
     hc->max_headers = 100;
     hc->max_body_size = (size_t)c->max_body_size;
+    /* auto (-1): httpd's default, from max_body_size */
+    hc->max_body_buffered = c->max_request_memory > 0 ? (size_t)c->max_request_memory : 0;
+    hc->body_charge = proxy_body_charge(c);
     hc->read_timeout = c->client_timeout;
     hc->idle_timeout = c->client_timeout;
     hc->write_timeout = c->client_timeout;

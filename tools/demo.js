@@ -8,7 +8,12 @@
  * repeats, reordered JSON, streams served from answers first fetched as JSON,
  * rewordings answered by the semantic cache (and look-alikes it refuses),
  * another tenant, a burst of identical concurrent misses - prints one line per
- * request, then the hit rate and counters from /stats.
+ * request, then the hit rate, the counters and the money from /stats (at the
+ * shipped list prices). With DEMO_KEEP=1 everything stays up until Ctrl-C, so
+ * /dashboard and /stats can be opened in a browser.
+ *
+ * It needs only node's own modules (no npm install): the mock upstream and
+ * the process helpers come from tests/, nothing else of the test tooling.
  */
 const path = require('node:path');
 const lib = require(path.join(__dirname, '..', 'tests', 'integration', 'lib'));
@@ -90,6 +95,42 @@ async function workload(proxy) {
         send(proxy, 'What is request coalescing?', chatPath, burst, {'x-mock-delay-ms': '300'})));
 }
 
+/* An amount of money in the price list's currency, with enough digits for a few requests. */
+function money(amount, currency) {
+    const n = Number(amount) || 0;
+    const digits = n !== 0 && Math.abs(n) < 0.01 ? 6 : 4;
+    return `${n.toFixed(digits)} ${currency || ''}`.trim();
+}
+
+function summary(s) {
+    const cur = s.currency;
+    const priced = cur !== null && cur !== undefined;
+    return `
+hit rate ${(100 * s.hit_rate).toFixed(1)}%: ${s.cache_hits} hits (${s.cache_hits_exact} exact, ` +
+        `${s.cache_hits_semantic} semantic), ${s.cache_misses} misses, ` +
+        `${s.coalesced} coalesced; ${s.upstream_requests} upstream calls for ` +
+        `${s.requests_cacheable} requests
+tokens served from the cache: ${s.tokens_saved_prompt} prompt + ` +
+        `${s.tokens_saved_completion} completion
+` + (priced
+        ? `money at list price: the upstream calls cost ${money(s.upstream_cost, cur)}; the cache ` +
+          `saved ${money(s.saved_cost, cur)} (${money(s.saved_cost_exact, cur)} exact, ` +
+          `${money(s.saved_cost_semantic, cur)} semantic), ${money(s.net_saved_cost, cur)} net of ` +
+          'its own calls'
+        : 'money: no price list loaded (pricing off or not found), so no money figures');
+}
+
+/* DEMO_KEEP=1: keep everything up until SIGINT/SIGTERM. */
+function keepUp(proxy) {
+    console.log(`
+still running (DEMO_KEEP=1): open ${proxy.url}/dashboard or ${proxy.url}/stats;
+send more requests to ${proxy.url}/v1/chat/completions (any API key); Ctrl-C stops everything`);
+    return new Promise((resolve) => {
+        process.once('SIGINT', resolve);
+        process.once('SIGTERM', resolve);
+    });
+}
+
 async function main() {
     const redis = await lib.startRedis();
     const mock = await lib.startMock();
@@ -99,15 +140,12 @@ async function main() {
         console.log(`promptcache ${proxy.url} -> mock upstream ${mock.url}, Redis ${redis.url}`);
         await proxy.waitReady();
         await workload(proxy);
-        const s = await proxy.stats();
-        console.log(`
-hit rate ${(100 * s.hit_rate).toFixed(1)}%: ${s.cache_hits} hits (${s.cache_hits_exact} exact, ` +
-            `${s.cache_hits_semantic} semantic), ${s.cache_misses} misses, ` +
-            `${s.coalesced} coalesced; ${s.upstream_requests} upstream calls for ` +
-            `${s.requests_cacheable} requests
-tokens served from the cache: ${s.tokens_saved_prompt} prompt + ` +
-            `${s.tokens_saved_completion} completion
-(all counters: curl ${proxy.url}/stats while it runs; this demo stops everything now)`);
+        console.log(summary(await proxy.stats()));
+        if (process.env.DEMO_KEEP === '1')
+            await keepUp(proxy);
+        else
+            console.log(`(DEMO_KEEP=1 make demo keeps it up for ${proxy.url}/dashboard; ` +
+                'this demo stops everything now)');
     } finally {
         await proxy.stop();
         await mock.close();

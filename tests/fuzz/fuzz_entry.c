@@ -67,7 +67,9 @@ static bool same_entry(const struct entry *a, const struct entry *b)
            a->body_len == b->body_len &&
            (a->content_type_len == 0 ||
             memcmp(a->content_type, b->content_type, a->content_type_len) == 0) &&
-           (a->body_len == 0 || memcmp(a->body, b->body, a->body_len) == 0);
+           (a->body_len == 0 || memcmp(a->body, b->body, a->body_len) == 0) &&
+           same_bytes(a->ns, a->ns_len, b->ns, b->ns_len) &&
+           same_bytes(a->model, a->model_len, b->model, b->model_len);
 }
 
 /* What serving a hit does with the body, both ways a client may want it. */
@@ -99,7 +101,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (entry_decode(buf, size, &e) < 0)
         return 0;
     if (!inside(buf, size, e.content_type, e.content_type_len) ||
-        !inside(buf, size, e.body, e.body_len) || e.nheaders > ENTRY_MAX_HEADERS)
+        !inside(buf, size, e.body, e.body_len) || !inside(buf, size, e.ns, e.ns_len) ||
+        !inside(buf, size, e.model, e.model_len) || e.nheaders > ENTRY_MAX_HEADERS)
         fail("a decoded span lies outside the value");
     for (size_t i = 0; i < e.nheaders; i++) {
         const struct entry_header *hd = &e.headers[i];

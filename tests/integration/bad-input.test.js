@@ -83,3 +83,96 @@ h.test('a method other than POST on an API path does not reach the cache', async
     assert.notEqual(r.status, 200);
     assert.notEqual(r.headers['x-cache-status'], 'HIT');
 });
+
+/*
+ * max-request-memory counts what a request holds while the proxy works on
+ * it, not only its body: every body byte is charged 5 times (the body, its
+ * parse tree and the copies made of it), and a body of many small values its
+ * parse tree as estimated before parsing (issue 20 point 6: bursts of large
+ * bodies took 3 times the budget). A request beyond it is a 503 with
+ * Retry-After: 1 in the API's shape, counted; the others are answered.
+ */
+const MEMORY = 16 << 20;
+const memoryArgs = ['--max-body-size', '1m', '--max-request-memory', String(MEMORY)];
+
+/* A chat body with a "stop_values" array of n zeros: a parse tree far larger than the text. */
+function valuesBody(question, n) {
+    return `{"model":"gpt-4o-mini","messages":[{"role":"user","content":${JSON.stringify(question)}}],` +
+        `"stop_values":[${'0,'.repeat(n - 1)}0]}`;
+}
+
+/* POST body held at the mock upstream (hold id); once it is: {pending} (the response, after release). */
+async function heldPost(proxy, body, id) {
+    const calls = env.mock.callCount(CHAT);
+    const pending = proxy.post(CHAT, body, {'x-mock-hold': id});
+    await env.mock.waitForCalls(calls + 1, CHAT);
+    await env.mock.waitForHold(id);
+    return {pending};
+}
+
+async function memoryIdle(proxy) {
+    await h.waitFor(async () => (await proxy.stats()).request_memory_bytes === 0,
+        {what: 'request_memory_bytes back to 0'});
+}
+
+h.test('/stats counts a request\'s parse tree and copies in request_memory_bytes', async () => {
+    const proxy = await env.startProxy({args: memoryArgs});
+    /* One long text: 5 bytes per body byte, and no more. */
+    const text = JSON.stringify(h.chatBody(h.uniq('memory text') + 'x'.repeat(500000)));
+    const id = h.uniq('mem-text').replace(' ', '-');
+    const {pending} = await heldPost(proxy, text, id);
+    const used = (await proxy.stats()).request_memory_bytes;
+    assert.ok(used >= 5 * text.length && used < 6 * text.length,
+        `request_memory_bytes ${used} for a body of ${text.length} bytes: 5 per byte`);
+    env.mock.release(id);
+    assert.equal((await pending).status, 200);
+    await memoryIdle(proxy);
+
+    /* Many small values: the parse tree's estimate (a cJSON node each) is charged too. */
+    const values = valuesBody(h.uniq('memory values'), 50000);
+    const vid = h.uniq('mem-values').replace(' ', '-');
+    const {pending: vpending} = await heldPost(proxy, values, vid);
+    const vused = (await proxy.stats()).request_memory_bytes;
+    assert.ok(vused >= 30 * values.length,
+        `request_memory_bytes ${vused} for ${values.length} bytes of 50000 values: the tree counts`);
+    env.mock.release(vid);
+    assert.equal((await vpending).status, 200);
+    await memoryIdle(proxy);
+});
+
+h.test('a burst beyond max-request-memory: 503 with Retry-After for some, answers for the others', async () => {
+    const proxy = await env.startProxy({args: memoryArgs});
+    const before = await proxy.stats();
+    const calls = env.mock.callCount(CHAT);
+    const id = h.uniq('mem-burst').replace(' ', '-');
+    const N = 8; /* of 900 KB, 4.5 MB each: at most 3 fit in 16 MiB */
+    const refused = [];
+    const pending = Array.from({length: N}, (_, i) => {
+        const body = JSON.stringify(h.chatBody(h.uniq(`burst ${i}`) + 'y'.repeat(900000)));
+        return proxy.post(CHAT, body, {'x-mock-hold': id}).then((r) => {
+            if (r.status !== 200)
+                refused.push(r);
+            return r;
+        });
+    });
+    /* Every request is either refused or held at the upstream. */
+    await h.waitFor(() => refused.length + env.mock.callCount(CHAT) - calls === N,
+        {what: () => `${N} requests refused or upstream (${refused.length} refused, ` +
+            `${env.mock.callCount(CHAT) - calls} upstream)`});
+    const admitted = env.mock.callCount(CHAT) - calls;
+    env.mock.release(id);
+    const all = await Promise.all(pending);
+    assert.ok(admitted >= 1 && admitted <= 3, `${admitted} admitted`);
+    assert.equal(refused.length, N - admitted);
+    for (const r of refused) {
+        h.assertOpenAIError(r, 503);
+        assert.equal(r.headers['retry-after'], '1');
+        assert.match(r.json.error.message, /server busy/);
+    }
+    for (const r of all.filter((x) => x.status === 200))
+        assert.match(h.chatText(r.json), /^mock answer #\d+ to: burst \d/);
+    const stats = await proxy.stats();
+    assert.equal(stats.requests_over_body_budget - before.requests_over_body_budget, refused.length);
+    await memoryIdle(proxy);
+    assert.equal(proxy.alive, true);
+});

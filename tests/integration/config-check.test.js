@@ -76,3 +76,34 @@ h.test('-t on a missing file fails with a message', async () => {
     assert.notEqual(r.code, 0);
     assert.match(r.output, /\/nonexistent\/promptcache\.conf/);
 });
+
+h.test('every key can come from PROMPTCACHE_<KEY>; -T names the variable', async () => {
+    const env = {PROMPTCACHE_CACHE_TTL: '1234', PROMPTCACHE_UPSTREAM: 'http://127.0.0.1:9001,http://127.0.0.1:9002',
+        PROMPTCACHE_SEMANTIC: 'no'};
+    const r = await h.runCli(['-T', writeConf(VALID)], {env});
+    assert.equal(r.code, 0, r.output);
+    assert.match(r.stdout, /^cache-ttl 1234 +# environment PROMPTCACHE_CACHE_TTL$/m);
+    assert.match(r.stdout, /^upstream http:\/\/127\.0\.0\.1:9002 +# environment PROMPTCACHE_UPSTREAM$/m);
+    assert.match(r.stdout, /^semantic no +# environment PROMPTCACHE_SEMANTIC$/m);
+    /* the command line wins over the environment */
+    const c = await h.runCli(['-T', writeConf(VALID), '--cache-ttl', '99'], {env});
+    assert.match(c.stdout, /^cache-ttl 99 +# command line$/m);
+});
+
+h.test('-t rejects a PROMPTCACHE_ variable that is no key, and suggests the closest', async () => {
+    const r = await h.runCli(['-t', writeConf(VALID)], {env: {PROMPTCACHE_CACHE_TL: '60'}});
+    assert.equal(r.code, 1, r.output);
+    assert.match(r.stderr, /environment: PROMPTCACHE_CACHE_TL: not a configuration variable; did you mean PROMPTCACHE_CACHE_TTL\?/);
+    /* a subcommand or the proxy itself only warns */
+    const d = await h.runCli(['-T', writeConf(VALID)], {env: {PROMPTCACHE_CACHE_TL: '60'}});
+    assert.equal(d.code, 0, d.output);
+    assert.match(d.stderr, /warning: environment: PROMPTCACHE_CACHE_TL: /);
+});
+
+h.test('a misspelt key in the file or an option is named with the closest real one', async () => {
+    const file = writeConf([...VALID, 'redis-timout 20']);
+    const r = await h.runCli(['-t', file, '--semantic-treshold', '0.9']);
+    assert.notEqual(r.code, 0);
+    assert.match(r.output, new RegExp(`${file}:9: redis-timout: unknown key; did you mean redis-timeout\\?`));
+    assert.match(r.output, /command line: --semantic-treshold: unknown option; did you mean --semantic-threshold\?/);
+});

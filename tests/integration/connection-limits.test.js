@@ -3,13 +3,19 @@
  * What the HTTP server refuses on its own, in its JSON error shape:
  *   - an HTTP/1.1 request without exactly one valid Host header (400, close);
  *   - connections beyond max-connections (all workers together) or beyond
- *     max-connections-per-ip: 503 with Retry-After, except that /healthz and
- *     /readyz are still answered from a small reserve, so a load balancer
- *     does not take a busy proxy for a dead one. Refusals are counted.
+ *     max-connections-per-ip: 503 with Retry-After, except that /healthz,
+ *     /readyz and /metrics are still answered from a small reserve, so a load
+ *     balancer does not take a busy proxy for a dead one. Refusals are counted.
+ *   - the reserve cannot be held against health checks: not by idle
+ *     connections kept open beyond it, nor by a churn of new ones (issue 20,
+ *     point 7: 8 of 20 and 16 of 20 checks failed);
+ *   - max-connections-per-ip is on by default, and leaves loopback (and
+ *     max-connections-per-ip-exempt) alone.
  * Connections are held with raw sockets; a regular connection is told from
  * a reserve one by keep-alive (the reserve always closes after its answer).
  */
 const assert = require('node:assert/strict');
+const net = require('node:net');
 const h = require('./lib');
 
 const env = h.environment({proxy: false});
@@ -153,7 +159,9 @@ h.test('max-connections is one cap for all workers; health checks still answered
 
 h.test('max-connections-per-ip limits one address, not the others', async () => {
     const PER_IP = 3;
-    const proxy = await env.startProxy({args: ['--max-connections-per-ip', String(PER_IP)]});
+    /* Loopback is exempt by default: the test's addresses are limited only with the list emptied. */
+    const proxy = await env.startProxy({args: ['--max-connections-per-ip', String(PER_IP),
+        '--max-connections-per-ip-exempt', '']});
     await quiesce(proxy);
     const held = [];
     try {
@@ -171,5 +179,155 @@ h.test('max-connections-per-ip limits one address, not the others', async () => 
         other.close();
     } finally {
         held.forEach((c) => c.close());
+    }
+});
+
+/*
+ * Connections that never send a byte, opened `count` at a time; each one the
+ * proxy closes is opened again (what a client holding every place it can
+ * get does). stop() closes them all.
+ */
+function holdIdle(port, count) {
+    let stopped = false;
+    const socks = new Set();
+    const open = () => {
+        if (stopped)
+            return;
+        const s = net.connect({host: '127.0.0.1', port});
+        socks.add(s);
+        s.on('error', () => {});
+        s.on('close', () => {
+            socks.delete(s);
+            setImmediate(open);
+        });
+    };
+    for (let i = 0; i < count; i++)
+        open();
+    return {stop: () => {
+        stopped = true;
+        socks.forEach((s) => s.destroy());
+    }};
+}
+
+/*
+ * New connections that never send a byte, about perSecond of them a second
+ * until stop(), none opened again: a churn of connections that each hold a
+ * place until the proxy closes it.
+ */
+function churnIdle(port, perSecond) {
+    const socks = new Set();
+    const timer = setInterval(() => {
+        for (let i = 0; i < perSecond / 100 && socks.size < 1000; i++) {
+            const s = net.connect({host: '127.0.0.1', port});
+            socks.add(s);
+            s.on('error', () => {});
+            s.on('close', () => socks.delete(s));
+        }
+    }, 10);
+    return {stop: () => {
+        clearInterval(timer);
+        socks.forEach((s) => s.destroy());
+    }};
+}
+
+/* Health checks one after the other, each on a new connection: the failures, described. */
+async function healthChecks(proxy, n) {
+    const failed = [];
+    for (let i = 0; i < n; i++) {
+        const path = ['/healthz', '/readyz', '/metrics'][i % 3];
+        try {
+            const r = await once(proxy, get(path));
+            if (r.status !== 200)
+                failed.push(`${path}: ${r.status}`);
+        } catch (e) {
+            failed.push(`${path}: ${e.message}`);
+        }
+    }
+    return failed;
+}
+
+/* /stats through a held regular connection (a new one would land in the reserve). */
+async function statsVia(conn) {
+    return JSON.parse((await conn.roundtrip(get('/stats'))).body);
+}
+
+h.test('idle connections held beyond the reserve do not lock health checks out', async () => {
+    const MAX = 4;
+    const proxy = await env.startProxy({workers: 2, args: ['--max-connections', String(MAX)]});
+    await quiesce(proxy);
+    const held = [];
+    let idle = null;
+    try {
+        for (let i = 0; i < MAX; i++)
+            held.push(await openRegular(proxy));
+        /* 40 more than max-connections: the reserve (32) is full, and more wait to get in. */
+        idle = holdIdle(proxy.port, 40);
+        await h.waitFor(async () => (await statsVia(held[0])).connections_refused >= 8,
+            {what: 'the idle connections to fill the reserve and be refused beyond it'});
+        const failed = await healthChecks(proxy, 20);
+        assert.deepEqual(failed, [], `${failed.length} of 20 health checks failed`);
+        const stats = await statsVia(held[0]);
+        assert.ok(stats.connections_active <= MAX + 32 + 1, `reserve bounded: ${stats.connections_active}`);
+    } finally {
+        if (idle)
+            idle.stop();
+        held.forEach((c) => c.close());
+    }
+    assert.equal(proxy.alive, true);
+});
+
+h.test('a churn of new idle connections does not lock health checks out', async () => {
+    const MAX = 4;
+    const proxy = await env.startProxy({workers: 2, args: ['--max-connections', String(MAX)]});
+    await quiesce(proxy);
+    const held = [];
+    let churn = null;
+    try {
+        for (let i = 0; i < MAX; i++)
+            held.push(await openRegular(proxy));
+        const before = (await statsVia(held[0])).connections_refused;
+        churn = churnIdle(proxy.port, 100);
+        await h.waitFor(async () => (await statsVia(held[0])).connections_refused >= before + 8,
+            {what: 'the churn to fill the reserve and be refused beyond it'});
+        const failed = await healthChecks(proxy, 20);
+        assert.deepEqual(failed, [], `${failed.length} of 20 health checks failed`);
+    } finally {
+        if (churn)
+            churn.stop();
+        held.forEach((c) => c.close());
+    }
+    assert.equal(proxy.alive, true);
+});
+
+h.test('max-connections-per-ip is on by default; loopback and exempt addresses are not limited', async () => {
+    const dump = await h.runCli(['-T']);
+    assert.match(dump.stdout, /^max-connections-per-ip 1000\b/m);
+    assert.match(dump.stdout, /^max-connections-per-ip-exempt 127\.0\.0\.0\/8\b/m);
+    assert.match(dump.stdout, /^max-connections-per-ip-exempt ::1\b/m);
+    /* A limit of 2: loopback (the default exemption) is not limited... */
+    const proxy = await env.startProxy({args: ['--max-connections-per-ip', '2']});
+    await quiesce(proxy);
+    const held = [];
+    try {
+        for (let i = 0; i < 4; i++)
+            held.push(await openRegular(proxy, {localAddress: '127.0.0.1'}));
+        assert.equal((await statsVia(held[0])).connections_refused_per_ip, 0);
+    } finally {
+        held.forEach((c) => c.close());
+    }
+    /* ... and with the exemption set to one address, the others are. */
+    const strict = await env.startProxy({args: ['--max-connections-per-ip', '2',
+        '--max-connections-per-ip-exempt', '127.0.0.2']});
+    await quiesce(strict);
+    const mine = [];
+    try {
+        for (let i = 0; i < 2; i++)
+            mine.push(await openRegular(strict, {localAddress: '127.0.0.1'}));
+        assertBusy(await once(strict, get('/v1/models'), {localAddress: '127.0.0.1'}));
+        for (let i = 0; i < 4; i++)
+            mine.push(await openRegular(strict, {localAddress: '127.0.0.2'}));
+        assert.equal((await statsVia(mine[0])).connections_refused_per_ip, 1);
+    } finally {
+        mine.forEach((c) => c.close());
     }
 });

@@ -79,7 +79,7 @@ h.test('miss, hit, stream and error carry the same CORS headers; the upstream\'s
     const want = corsOf(miss);
     assert.equal(want.origin, APP, 'the upstream\'s "*" was replaced, not added to');
     assert.equal(want.vary, 'Origin');
-    for (const name of ['X-Cache-Status', 'Age', 'X-Promptcache-Request-Id', 'x-request-id', 'request-id'])
+    for (const name of ['X-Cache-Status', 'X-Cache-Key', 'Age', 'X-Promptcache-Request-Id', 'x-request-id', 'request-id'])
         assert.ok(want.expose.split(/,\s*/).includes(name), `exposes ${name}`);
     for (const r of [hit, stream, error, upstreamError])
         assert.deepEqual(corsOf(r), want);

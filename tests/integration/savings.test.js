@@ -219,8 +219,11 @@ h.test('/metrics: promtool accepts it; labelled money and tokens agree with /sta
     assert.ok(sum(m, 'promptcache_stream_ttfb_seconds_count') >= 1);
     assert.equal(sum(m, 'promptcache_build_info'), 1);
     assert.equal(m.find((s) => s.name === 'promptcache_pricing_info').labels.currency, 'USD');
-    /* Bounded labels: models by name (metrics-models 10), never a tenant. */
-    assert.ok(m.every((s) => !('tenant' in s.labels)));
+    /* Bounded labels: models by name (metrics-models 10); a tenant label only on the tenant_*
+     * families, and without tenant-names every tenant is "other". */
+    assert.ok(m.every((s) => !('tenant' in s.labels) || s.name.startsWith('promptcache_tenant_')));
+    assert.ok(m.filter((s) => 'tenant' in s.labels).every((s) => s.labels.tenant === 'other'));
+    assert.equal(toNano(sum(m, 'promptcache_tenant_saved_cost_total')), want.saved);
     assert.ok(m.some((s) => s.labels.model === 'mystery-model-1'));
 });
 

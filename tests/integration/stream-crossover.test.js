@@ -202,3 +202,61 @@ h.test('messages with tools: JSON first, then a stream from the cache', async ()
     assert.equal(tool.name, 'get_weather');
     assert.equal(typeof tool.input.city, 'string');
 });
+
+/*
+ * Usage of a stream synthesised from a stored JSON answer, read the two ways
+ * clients read it: the official SDK takes message_start's usage and lets
+ * message_delta's members replace it (the stored usage exactly); LangChain's
+ * ChatAnthropic adds the two events up. A live Anthropic stream starts with
+ * the prompt's usage and a provisional output count of 1, so the adding-up
+ * client gets the stored count plus that 1, as from Anthropic itself, not
+ * twice the stored count.
+ */
+h.test('messages: a stream from a stored JSON answer counts its output tokens once', async () => {
+    const body = h.messagesBody(h.uniq('usage once claude'));
+    const j = await env.proxy.post(MESSAGES, body);
+    h.assertFromUpstream(j, env.mock);
+    const stored = j.json.usage;
+    assert.ok(stored.output_tokens > 1, 'the mock answers with several output tokens');
+
+    const {res, events} = await postStream(MESSAGES, {...body, stream: true});
+    h.assertHit(res);
+    const data = events.map((e) => JSON.parse(e.data));
+    const start = data.find((d) => d.type === 'message_start').message.usage;
+    const delta = data.find((d) => d.type === 'message_delta').usage;
+    assert.deepEqual({...start, output_tokens: stored.output_tokens}, stored,
+        'message_start carries the prompt\'s usage');
+    assert.equal(start.output_tokens, 1, 'and a provisional output count, as Anthropic sends');
+    assert.equal(delta.output_tokens, stored.output_tokens, 'message_delta has the final count');
+
+    assert.deepEqual(h.assembleMessage(events).message.usage, stored, 'the SDK\'s reading');
+    const sum = (name) => data.reduce((n, d) => {
+        const u = d.type === 'message_start' ? d.message.usage : d.usage;
+        return n + ((u && u[name]) || 0);
+    }, 0);
+    assert.equal(sum('input_tokens'), stored.input_tokens, 'input tokens counted once');
+    assert.equal(sum('output_tokens'), stored.output_tokens + 1,
+        'output tokens: the stored count once, plus the provisional 1');
+});
+
+/*
+ * @ai-sdk/anthropic adds "eager_input_streaming": true to every tool of a
+ * streamed call. It changes only how the tool input is streamed, so it is
+ * left out of the key: the streamed call hits the entry of the plain one.
+ */
+h.test('messages with tools: eager_input_streaming does not split a stream from JSON', async () => {
+    const body = h.messagesBody(h.uniq('weather in Quito'), {tools: [h.ANTHROPIC_TOOL]});
+    const j = await env.proxy.post(MESSAGES, body);
+    h.assertFromUpstream(j, env.mock);
+    const calls = env.mock.callCount(MESSAGES);
+    const eager = {...body, tools: [{...h.ANTHROPIC_TOOL, eager_input_streaming: true}]};
+    const s = await messageStream(eager);
+    h.assertHit(s.res);
+    assert.equal(s.res.headers['x-cache-match'], 'exact');
+    assert.deepEqual(h.messageSummary(s.a.message), h.messageSummary(j.json));
+    assert.equal(env.mock.callCount(MESSAGES), calls, 'no second upstream call');
+
+    /* the rest of a tool definition still counts */
+    const other = {...body, tools: [{...h.ANTHROPIC_TOOL, description: 'Weather, briefly'}]};
+    h.assertFromUpstream(await env.proxy.post(MESSAGES, other), env.mock);
+});

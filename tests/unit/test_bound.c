@@ -283,27 +283,27 @@ static void test_answer_text(void)
     struct entry e = json_entry(API_CHAT, "{\"choices\":[{\"message\":{\"role\":\"assistant\","
                                           "\"content\":\"Paris.\"}}]}");
     T_CHECK_INT(bound_answer_text(&e, &out), 0);
-    T_CHECK_STR(pc_buf_cstr(&out), "Paris.\n");
+    T_CHECK_STR(pc_buf_cstr(&out), "Paris.");
     pc_buf_reset(&out);
     e = json_entry(API_CHAT,
                    "{\"choices\":[{\"message\":{\"content\":null,\"tool_calls\":[{"
                    "\"function\":{\"name\":\"get\",\"arguments\":\"{\\\"a\\\":1}\"}}]}}]}");
     T_CHECK_INT(bound_answer_text(&e, &out), 0);
-    T_CHECK_STR(pc_buf_cstr(&out), "get({\"a\":1})\n");
+    T_CHECK_STR(pc_buf_cstr(&out), "get({\"a\":1})");
     pc_buf_reset(&out);
     e = json_entry(API_MESSAGES, "{\"content\":[{\"type\":\"text\",\"text\":\"Hi\"},{\"type\":"
                                  "\"tool_use\",\"name\":\"f\",\"input\":{\"x\":2}}]}");
     T_CHECK_INT(bound_answer_text(&e, &out), 0);
-    T_CHECK_STR(pc_buf_cstr(&out), "Hi\nf({\"x\":2})\n");
+    T_CHECK_STR(pc_buf_cstr(&out), "Hi\nf({\"x\":2})");
     pc_buf_reset(&out);
     e = json_entry(API_RESPONSES, "{\"output\":[{\"type\":\"message\",\"content\":[{\"type\":"
                                   "\"output_text\",\"text\":\"ok\"}]}]}");
     T_CHECK_INT(bound_answer_text(&e, &out), 0);
-    T_CHECK_STR(pc_buf_cstr(&out), "ok\n");
+    T_CHECK_STR(pc_buf_cstr(&out), "ok");
     pc_buf_reset(&out);
     e = json_entry(API_COMPLETIONS, "{\"choices\":[{\"text\":\"42\"}]}");
     T_CHECK_INT(bound_answer_text(&e, &out), 0);
-    T_CHECK_STR(pc_buf_cstr(&out), "42\n");
+    T_CHECK_STR(pc_buf_cstr(&out), "42");
     pc_buf_reset(&out);
     /* A recorded stream is assembled first. */
     const char *sse = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{"
@@ -317,7 +317,7 @@ static void test_answer_text(void)
                        .body = sse,
                        .body_len = strlen(sse)};
     T_CHECK_INT(bound_answer_text(&e, &out), 0);
-    T_CHECK_STR(pc_buf_cstr(&out), "Paris\n");
+    T_CHECK_STR(pc_buf_cstr(&out), "Paris");
     pc_buf_reset(&out);
     e = json_entry(API_EMBEDDINGS, "{\"data\":[{\"embedding\":[0.1]}]}");
     T_CHECK_INT(bound_answer_text(&e, &out), -1);

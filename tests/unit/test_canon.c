@@ -421,6 +421,28 @@ static void test_excluded_fields(void)
     }
 }
 
+/* Anthropic tools: eager_input_streaming changes only the delivery; the rest of a tool counts. */
+static void test_tool_transport_fields(void)
+{
+    static const struct req msgs = {API_MESSAGES, NULL, NULL, NULL};
+#define AN_TOOLS(tool)                                                                             \
+    "{\"model\":\"claude\",\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]" \
+    ","                                                                                            \
+    "\"tools\":[" tool "]}"
+#define AN_TOOL "{\"name\":\"w\",\"input_schema\":{\"type\":\"object\"}"
+    const char *plain = AN_TOOLS(AN_TOOL "}");
+    const char *eager = AN_TOOLS(AN_TOOL ",\"eager_input_streaming\":true}");
+    T_CHECK(exact_eq(&msgs, plain, &msgs, eager));
+    T_CHECK(part_eq(&msgs, plain, eager));
+    T_CHECK(exact_eq(&msgs, plain, &msgs, AN_TOOLS(AN_TOOL ",\"eager_input_streaming\":false}")));
+    T_CHECK(!exact_eq(&msgs, plain, &msgs, AN_TOOLS(AN_TOOL ",\"description\":\"d\"}")));
+    T_CHECK(!exact_eq(&msgs, plain, &msgs, AN_TOOLS(AN_TOOL ",\"eager\":true}")));
+    /* only Anthropic's tools: elsewhere the member is the upstream's to judge */
+    T_CHECK(!exact_eq(&chat, plain, &chat, eager));
+#undef AN_TOOL
+#undef AN_TOOLS
+}
+
 static void test_answer_changing_fields(void)
 {
     static const char *const differ[] = {
@@ -822,6 +844,7 @@ int main(void)
     T_RUN(test_deep_nesting);
     T_RUN(test_built_tree);
     T_RUN(test_excluded_fields);
+    T_RUN(test_tool_transport_fields);
     T_RUN(test_answer_changing_fields);
     T_RUN(test_tenant);
     T_RUN(test_namespace_variant_endpoint);

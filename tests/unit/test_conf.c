@@ -1007,6 +1007,97 @@ static void test_sources(void)
     unlink(key);
 }
 
+/* Every key from PROMPTCACHE_<KEY>: command line > environment > file > default. */
+static void test_env_every_key(void)
+{
+    char path[32];
+    struct pc_buf errs = PC_BUF_INIT;
+    const char *file = "cache-ttl 30\nupstream http://f:1\nsemantic no\n";
+    setenv("PROMPTCACHE_CACHE_TTL", "60", 1);
+    setenv("PROMPTCACHE_UPSTREAM", " http://a:1,http://b:2\thttp://c:3 ,", 1);
+    setenv("PROMPTCACHE_SEMANTIC", "yes", 1);
+    setenv("PROMPTCACHE_LISTEN", "127.0.0.1:9999", 1);
+    struct conf *c = conf_create();
+    T_CHECK_INT(load_text(c, file, 0, NULL, &errs, path), 0);
+    T_CHECK_INT(c->cache_ttl, 60);
+    T_CHECK_INT(c->upstream.n, 3); /* the variable's list replaces the file's */
+    T_CHECK_STR(c->upstream.v[0], "http://a:1");
+    T_CHECK_STR(c->upstream.v[2], "http://c:3");
+    T_CHECK(c->semantic);
+    T_CHECK_INT(c->listen_port, 9999);
+    struct pc_buf b = PC_BUF_INIT;
+    conf_write_sources(c, &b);
+    T_CHECK(strstr(pc_buf_cstr(&b), "\ncache-ttl 60                                   # "
+                                    "environment PROMPTCACHE_CACHE_TTL\n") != NULL);
+    T_CHECK(strstr(pc_buf_cstr(&b), "\nupstream http://b:2                            # "
+                                    "environment PROMPTCACHE_UPSTREAM\n") != NULL);
+    pc_buf_free(&b);
+    conf_destroy(&c);
+
+    char *argv[] = {"--cache-ttl", "90"};
+    c = conf_create();
+    T_CHECK_INT(load_text(c, file, 2, argv, &errs, path), 0);
+    T_CHECK_INT(c->cache_ttl, 90);
+    conf_destroy(&c);
+
+    /* "" is unset; a bad value names the variable */
+    setenv("PROMPTCACHE_CACHE_TTL", "", 1);
+    setenv("PROMPTCACHE_REDIS_TIMEOUT", "soon", 1);
+    c = conf_create();
+    T_CHECK_INT(load_text(c, file, 0, NULL, &errs, path), 1);
+    T_CHECK_INT(c->cache_ttl, 30);
+    T_CHECK(
+        has_line(&errs, "environment: PROMPTCACHE_REDIS_TIMEOUT: \"soon\" is not an integer\n"));
+    conf_destroy(&c);
+    unsetenv("PROMPTCACHE_CACHE_TTL");
+    unsetenv("PROMPTCACHE_REDIS_TIMEOUT");
+    unsetenv("PROMPTCACHE_UPSTREAM");
+    unsetenv("PROMPTCACHE_SEMANTIC");
+    unsetenv("PROMPTCACHE_LISTEN");
+    pc_buf_free(&errs);
+}
+
+/* A misspelt key, option or variable is named with the closest real one. */
+static void test_did_you_mean(void)
+{
+    char path[32];
+    struct pc_buf errs = PC_BUF_INIT;
+    struct conf *c = conf_create();
+    char *argv[] = {"--uptream", "http://x", "--cache_ttl", "5", "--frobnicate", "1"};
+    T_CHECK_INT(
+        load_text(c, "semantic-treshold 0.9\nredis-pasword x\nzzz 1\n", 6, argv, &errs, path), 6);
+    T_CHECK(has_line(&errs, at(path, 1,
+                               "semantic-treshold: unknown key; did you mean "
+                               "semantic-threshold?")));
+    T_CHECK(
+        has_line(&errs, at(path, 2, "redis-pasword: unknown key; did you mean redis-password?")));
+    T_CHECK(has_line(&errs, at(path, 3, "zzz: unknown key")));
+    T_CHECK(has_line(&errs, "command line: --uptream: unknown option; did you mean --upstream?\n"));
+    T_CHECK(
+        has_line(&errs, "command line: --cache_ttl: unknown option; did you mean --cache-ttl?\n"));
+    T_CHECK(has_line(&errs, "command line: --frobnicate: unknown option\n"));
+    conf_destroy(&c);
+
+    pc_buf_reset(&errs);
+    setenv("PROMPTCACHE_UPSTREM", "http://x", 1);
+    setenv("PROMPTCACHE_ADMIN_TOKEN_FIL", "/x", 1);
+    setenv("PROMPTCACHE_NOTHING_LIKE_IT", "1", 1);
+    setenv("PROMPTCACHE_BIN", "/usr/bin/true", 1); /* the scripts' own: not reported */
+    T_CHECK(conf_env_unknown(&errs) >= 3);
+    T_CHECK(has_line(&errs, "environment: PROMPTCACHE_UPSTREM: not a configuration variable; "
+                            "did you mean PROMPTCACHE_UPSTREAM?\n"));
+    T_CHECK(has_line(&errs, "environment: PROMPTCACHE_ADMIN_TOKEN_FIL: not a configuration "
+                            "variable; did you mean PROMPTCACHE_ADMIN_TOKEN_FILE?\n"));
+    T_CHECK(has_line(&errs, "environment: PROMPTCACHE_NOTHING_LIKE_IT: not a configuration "
+                            "variable\n"));
+    T_CHECK(strstr(pc_buf_cstr(&errs), "PROMPTCACHE_BIN") == NULL);
+    unsetenv("PROMPTCACHE_UPSTREM");
+    unsetenv("PROMPTCACHE_ADMIN_TOKEN_FIL");
+    unsetenv("PROMPTCACHE_NOTHING_LIKE_IT");
+    unsetenv("PROMPTCACHE_BIN");
+    pc_buf_free(&errs);
+}
+
 /* Reload: runtime keys are taken, the others only reported. */
 static void test_merge_reload(void)
 {
@@ -1120,6 +1211,8 @@ int main(void)
     T_RUN(test_redis_password);
     T_RUN(test_redis_sentinel_auth);
     T_RUN(test_sources);
+    T_RUN(test_env_every_key);
+    T_RUN(test_did_you_mean);
     T_RUN(test_merge_reload);
     T_RUN(test_reload_sources);
     T_RUN(test_scrub_argv);

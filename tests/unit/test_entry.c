@@ -7,6 +7,8 @@
 #include "pc_pricing.h"
 #include "t.h"
 
+#include <ctype.h>
+
 static struct entry sample(void)
 {
     struct entry e = {
@@ -335,6 +337,83 @@ static void test_sections(void)
     pc_buf_free(&h);
 }
 
+/* Namespace and model ride in their own section; an entry without it has neither. */
+static void test_meta_section(void)
+{
+    struct entry e = with_headers(), d, plain = sample();
+    e.usage.cache_write = 5;
+    e.ns = "team-a";
+    e.ns_len = 6;
+    e.model = "claude-sonnet-4-5";
+    e.model_len = 17;
+    struct pc_buf b = PC_BUF_INIT;
+    entry_encode(&e, &b);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK(d.ns_len == 6 && memcmp(d.ns, "team-a", 6) == 0);
+    T_CHECK(d.model_len == 17 && memcmp(d.model, "claude-sonnet-4-5", 17) == 0);
+    T_CHECK_INT(d.nheaders, 3);
+    T_CHECK_INT(d.usage.cache_write, 5);
+    /* a model alone; a name too long to keep is left out, not cut */
+    plain.model = "m";
+    plain.model_len = 1;
+    char longer[ENTRY_META_MAX + 2];
+    memset(longer, 'n', sizeof longer);
+    plain.ns = longer;
+    plain.ns_len = sizeof longer;
+    pc_buf_reset(&b);
+    entry_encode(&plain, &b);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK(d.ns_len == 0 && d.model_len == 1 && d.model[0] == 'm');
+    /* without: older entries */
+    plain = sample();
+    pc_buf_reset(&b);
+    entry_encode(&plain, &b);
+    T_CHECK_INT(b.data[3], 1);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK(d.ns_len == 0 && d.model_len == 0);
+    /* a meta section must parse to its exact length */
+    static const struct {
+        const char *bytes;
+        size_t n;
+    } bad[] = {
+        {"", 0}, {"\0", 1}, {"\1", 1}, {"\0\0x", 3}, {"\0\5ab", 4}, {"\3ab\0", 4},
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
+        size_t at = encode_plain_2(&plain, &b);
+        add_section(&b, at, ENTRY_SEC_META, bad[i].bytes, bad[i].n);
+        T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    }
+    size_t at = encode_plain_2(&plain, &b);
+    add_section(&b, at, ENTRY_SEC_META, "\2ns\0", 4);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK(d.ns_len == 2 && d.model_len == 0);
+    pc_buf_free(&b);
+}
+
+/* The id clients see: tenant then key, hex, and back. */
+static void test_ids(void)
+{
+    unsigned char key[PC_SHA256_LEN], back[PC_SHA256_LEN];
+    for (int i = 0; i < PC_SHA256_LEN; i++)
+        key[i] = (unsigned char)(i * 7 + 3);
+    char id[ENTRY_ID_LEN + 1], tenant[TENANT_ID_LEN + 1];
+    entry_id("0123456789abcdef", key, id);
+    T_CHECK_INT(strlen(id), ENTRY_ID_LEN);
+    T_CHECK(strncmp(id, "0123456789abcdef030a11", 22) == 0);
+    T_CHECK_INT(entry_id_parse(id, strlen(id), tenant, back), 0);
+    T_CHECK_STR(tenant, "0123456789abcdef");
+    T_CHECK(memcmp(key, back, PC_SHA256_LEN) == 0);
+    char upper[ENTRY_ID_LEN + 1];
+    for (size_t i = 0; i <= ENTRY_ID_LEN; i++)
+        upper[i] = (char)toupper((unsigned char)id[i]);
+    T_CHECK_INT(entry_id_parse(upper, ENTRY_ID_LEN, tenant, back), 0);
+    T_CHECK_STR(tenant, "0123456789abcdef");
+    T_CHECK_INT(entry_id_parse(id, ENTRY_ID_LEN - 1, tenant, back), -1);
+    id[40] = 'g';
+    T_CHECK_INT(entry_id_parse(id, ENTRY_ID_LEN, tenant, back), -1);
+    T_CHECK_INT(entry_id_parse(NULL, 0, tenant, back), -1);
+}
+
 static void test_header_limits(void)
 {
     struct entry e = sample(), d;
@@ -372,5 +451,7 @@ int main(void)
     T_RUN(test_format_1_compatible);
     T_RUN(test_sections);
     T_RUN(test_header_limits);
+    T_RUN(test_meta_section);
+    T_RUN(test_ids);
     T_DONE();
 }

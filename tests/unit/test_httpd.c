@@ -377,6 +377,14 @@ static void handler(struct httpd_req *r, void *arg)
     } else if (strcmp(path, "/hold") == 0) {
         httpd_set_close_cb(r, on_close, s);
         s->held = r;
+    } else if (strcmp(path, "/charge") == 0) { /* charge ?N more bytes, then hold: 503 if refused */
+        const char *q = httpd_req_query(r);
+        if (httpd_req_charge(r, q != NULL ? (size_t)atol(q) : 0) < 0) {
+            httpd_reply(r, 503, "refused", 7);
+        } else {
+            httpd_set_close_cb(r, on_close, s);
+            s->held = r;
+        }
     } else if (strcmp(path, "/stream") == 0) {
         reply_stream(s, r, 5);
         s->held = r;
@@ -1527,10 +1535,16 @@ static void test_max_connections(void)
     srv_stop(s);
 }
 
-/* The reserve is bounded: beyond it, connections are closed at once (and counted). */
+/*
+ * The reserve is bounded, and idle connections cannot hold it: a new one
+ * takes the place of the oldest still waiting for its request head (closed,
+ * counted). Only when every place is being answered is a new one closed at once.
+ */
 static void test_reserve_full(void)
 {
-    set_limits(0, 1);
+    static const char *const paths[] = {"/healthz", "/hold", NULL};
+    struct httpd_limits l = {.reserve = 1, .reserve_paths = paths};
+    httpd_set_limits(&l);
     struct httpd_conf conf = {.max_connections = 1};
     struct srv *s = srv_start(&conf);
     struct cli a, b, c;
@@ -1538,18 +1552,35 @@ static void test_reserve_full(void)
     roundtrip(&a, "GET /a HTTP/1.1\r\nHost: t\r\n\r\n", 200, NULL);
     cli_open(s, &b); /* the reserve's one place */
     wait_until(s, two_connections, "the reserve connection");
+    cli_open(s, &c); /* takes the place of b, which said nothing */
+    T_CHECK(cli_eof(&b));
+    T_CHECK_INT(stat_of(s, STAT_connections_refused), 1);
+    check_reserve_health(s, &c);
+    cli_close(&c);
+    cli_close(&b);
+
+    /* A reserve connection being answered keeps its place: the next one is closed at once. */
+    wait_until(s, one_connection, "the reserve to empty");
+    cli_open(s, &b);
+    cli_sends(&b, "GET /hold HTTP/1.1\r\nHost: t\r\n\r\n");
+    WAIT_FOR(s, s->nreq == 3);
     cli_open(s, &c);
     T_CHECK(cli_eof(&c));
-    T_CHECK_INT(stat_of(s, STAT_connections_refused), 1);
-    check_reserve_health(s, &b);
+    T_CHECK_INT(stat_of(s, STAT_connections_refused), 2);
     cli_close(&c);
+    run_on_loop(s, cmd_reply_held);
+    struct resp r;
+    T_CHECK_INT(cli_response(&b, &r, false), 0);
+    T_CHECK_STR(r.body, "bye");
+    resp_free(&r);
+    T_CHECK(cli_eof(&b));
     cli_close(&b);
 
     /* A reserve connection that says nothing is closed after HTTPD_RESERVE_SECONDS. */
     wait_until(s, one_connection, "the reserve to empty");
     cli_open(s, &b);
     T_CHECK(cli_eof(&b));
-    T_CHECK_INT(stat_of(s, STAT_connections_refused), 2);
+    T_CHECK_INT(stat_of(s, STAT_connections_refused), 3);
     cli_close(&b);
     cli_close(&a);
     srv_stop(s);
@@ -1592,6 +1623,62 @@ static void test_per_ip_limit(void)
     T_CHECK_INT(stat_of(s, STAT_connections_refused), 1);
     srv_stop(s);
     set_limits(0, 0);
+}
+
+/* httpd_limits.exempt: addresses the per-address limit leaves alone. */
+static void test_per_ip_exempt(void)
+{
+    struct httpd_net ex[2];
+    T_CHECK_INT(httpd_net_parse("127.0.0.2/32", &ex[0]), 0);
+    T_CHECK_INT(httpd_net_parse("::1", &ex[1]), 0);
+    struct httpd_limits l = {
+        .max_connections_per_ip = 1, .exempt = ex, .nexempt = 2, .reserve_paths = health_paths};
+    httpd_set_limits(&l);
+    struct srv *s = srv_start(NULL);
+    struct cli a1, a2, b[3];
+    cli_open_from(s, &a1, "127.0.0.1");
+    roundtrip(&a1, "GET /1 HTTP/1.1\r\nHost: t\r\n\r\n", 200, NULL);
+    cli_open_from(s, &a2, "127.0.0.1");
+    check_conn_busy(s, &a2, "GET /2 HTTP/1.1\r\nHost: t\r\n\r\n");
+    cli_close(&a2);
+    for (int i = 0; i < 3; i++) { /* over the limit, and regular (keep-alive) all the same */
+        cli_open_from(s, &b[i], "127.0.0.2");
+        roundtrip(&b[i], "GET /b HTTP/1.1\r\nHost: t\r\n\r\n", 200, NULL);
+        roundtrip(&b[i], "GET /b HTTP/1.1\r\nHost: t\r\n\r\n", 200, NULL);
+    }
+    T_CHECK_INT(stat_of(s, STAT_connections_refused_per_ip), 1);
+    for (int i = 0; i < 3; i++)
+        cli_close(&b[i]);
+    cli_close(&a1);
+    srv_stop(s);
+    set_limits(0, 0);
+}
+
+/* Addresses and prefixes; IPv4 is kept mapped into IPv6. */
+static void test_net_parse(void)
+{
+    static const struct {
+        const char *s;
+        int rc;
+        unsigned bits;
+    } cases[] = {
+        {"127.0.0.0/8", 0, 104}, {"10.1.2.3", 0, 128}, {"::1", 0, 128},
+        {"fd00::/8", 0, 8},      {"0.0.0.0/0", 0, 96}, {"::/0", 0, 0},
+        {"10.0.0.0/33", -1, 0},  {"::/129", -1, 0},    {"10.0.0.0/", -1, 0},
+        {"10.0.0.0/-1", -1, 0},  {"/8", -1, 0},        {"host", -1, 0},
+        {"10.0.0.0/8x", -1, 0},  {"", -1, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct httpd_net n;
+        T_CHECK_INT(httpd_net_parse(cases[i].s, &n), cases[i].rc);
+        if (cases[i].rc == 0)
+            T_CHECK_INT(n.bits, cases[i].bits);
+    }
+    struct httpd_net n;
+    T_CHECK_INT(httpd_net_parse("192.168.1.7", &n), 0);
+    static const unsigned char mapped[16] = {0, 0, 0,    0,    0,   0,   0, 0,
+                                             0, 0, 0xff, 0xff, 192, 168, 1, 7};
+    T_CHECK(memcmp(n.ip, mapped, 16) == 0);
 }
 
 /* accept() failing with EMFILE: httpd pauses accepting, and recovers. */
@@ -1690,8 +1777,9 @@ static void test_body_grows_as_it_arrives(void)
 /* A 503 from httpd itself, in the API's JSON error shape, then close. */
 static void check_busy(struct cli *c)
 {
-    static const char want[] = "{\"error\":{\"message\":\"server busy: too many large request "
-                               "bodies in flight\",\"type\":\"server_error\",\"code\":null}}";
+    static const char want[] =
+        "{\"error\":{\"message\":\"server busy: the requests in flight use all of the request "
+        "memory; retry later\",\"type\":\"server_error\",\"code\":null}}";
     struct resp r;
     char v[64];
     T_CHECK_INT(cli_response(c, &r, false), 0);
@@ -1755,6 +1843,64 @@ static void test_body_budget(void)
     cli_close(&c);
     wait_no_connections(s);
     T_CHECK_INT(s->body_bytes, 0);
+    free(junk);
+    srv_stop(s);
+}
+
+/*
+ * body_charge: each body byte counts that many times against the budget, and
+ * httpd_req_charge adds to a request's charge; all of it is given back when
+ * the request is freed.
+ */
+static void test_body_charge(void)
+{
+    struct httpd_conf conf = {
+        .max_body_size = 200000, .max_body_buffered = 250000, .body_charge = 3};
+    struct srv *s = srv_start(&conf);
+    struct cli a, c;
+    char *junk = pc_malloc(100000);
+    memset(junk, 'j', 100000);
+    uint64_t refused = stat_of(s, STAT_requests_over_body_budget);
+
+    /* 60000 bytes are charged 3 x 60001 (the buffer holds the NUL too). */
+    cli_open(s, &a);
+    cli_sends(&a, "POST /hold HTTP/1.1\r\nHost: t\r\nContent-Length: 60000\r\n\r\n");
+    cli_send(&a, junk, 60000);
+    WAIT_FOR(s, s->nreq == 1);
+    run_on_loop(s, cmd_counts);
+    T_CHECK_INT(s->body_bytes, 3 * 60001);
+    T_CHECK_INT(stat_of(s, STAT_request_memory_bytes), 3 * 60001);
+
+    /* 30000 more would fit alone, but not 3 times: 503. */
+    cli_open(s, &c);
+    cli_sends(&c, "POST /c HTTP/1.1\r\nHost: t\r\nContent-Length: 30000\r\n\r\n");
+    cli_send(&c, junk, 30000);
+    check_busy(&c);
+    cli_close(&c);
+    T_CHECK_INT(stat_of(s, STAT_requests_over_body_budget), refused + 1);
+
+    /* A handler's charge on top: refused over the budget (counted), else held with r. */
+    cli_open(s, &c);
+    roundtrip(&c, "POST /charge?70000 HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}", 503,
+              "refused");
+    T_CHECK_INT(stat_of(s, STAT_requests_over_body_budget), refused + 2);
+    run_on_loop(s, cmd_reply_held); /* A's request ends: its charge is given back */
+    struct resp r;
+    T_CHECK_INT(cli_response(&a, &r, false), 0);
+    resp_free(&r);
+    cli_close(&a);
+    cli_sends(&c, "POST /charge?70000 HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}");
+    WAIT_FOR(s, s->nreq == 3);
+    run_on_loop(s, cmd_counts);
+    T_CHECK_INT(s->body_bytes, 3 * 3 + 70000);
+    run_on_loop(s, cmd_reply_held);
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_STR(r.body, "bye");
+    resp_free(&r);
+    cli_close(&c);
+    wait_no_connections(s);
+    T_CHECK_INT(s->body_bytes, 0);
+    T_CHECK_INT(stat_of(s, STAT_request_memory_bytes), 0);
     free(junk);
     srv_stop(s);
 }
@@ -2030,11 +2176,14 @@ int main(void)
     T_RUN(test_max_connections);
     T_RUN(test_reserve_full);
     T_RUN(test_per_ip_limit);
+    T_RUN(test_per_ip_exempt);
+    T_RUN(test_net_parse);
     T_RUN(test_accept_emfile);
     T_RUN(test_destroy_open_request);
     T_RUN(test_body_grows_as_it_arrives);
     T_RUN(test_body_budget);
     T_RUN(test_body_budget_shared);
+    T_RUN(test_body_charge);
     T_RUN(test_memory_trim);
     T_RUN(test_host_header);
     T_RUN(test_error_body_hook);

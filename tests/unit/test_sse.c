@@ -924,6 +924,9 @@ static void test_synth_anthropic_events(void)
     const char *s = pc_buf_cstr(&out);
     T_CHECK(strncmp(s, "event: message_start\ndata: {\"type\":\"message_start\",", 51) == 0);
     T_CHECK(strstr(s, "\"content\":[],\"stop_reason\":null,\"stop_sequence\":null") != NULL);
+    /* the prompt's usage and a provisional output count: the final one is message_delta's */
+    T_CHECK(strstr(s, "\"usage\":{\"input_tokens\":472,\"cache_creation_input_tokens\":100,"
+                      "\"cache_read_input_tokens\":2000,\"output_tokens\":1,") != NULL);
     T_CHECK(strstr(s, "event: content_block_start\ndata: {\"type\":\"content_block_start\","
                       "\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":"
                       "\"toolu_01T1x1fJ34qAmk2tNTrN7Up6\",\"name\":\"get_weather\","

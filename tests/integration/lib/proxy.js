@@ -200,8 +200,9 @@ function latestSchemaVersion() {
 }
 
 /* Run the binary once (e.g. -t, migrate); resolves to {code, stdout, stderr, output}. */
-async function runCli(args, {timeout = 20000} = {}) {
-    const proc = spawnTracked(`promptcache ${args[0]}`, requireBin(), args, {cwd: tmpDir('pc-cli-')});
+async function runCli(args, {timeout = 20000, env = null} = {}) {
+    const proc = spawnTracked(`promptcache ${args[0]}`, requireBin(), args,
+        {cwd: tmpDir('pc-cli-'), ...(env ? {env: {...process.env, ...env}} : {})});
     if (!(await proc.waitExit(timeout))) {
         await proc.kill();
         throw new Error(`promptcache ${args.join(' ')} did not exit within ${timeout} ms:\n${proc.tail(20)}`);

@@ -1,0 +1,788 @@
+/*
+ * purge.c - targeted invalidation (see pc_purge.h for the flow). Owns the
+ * Lua scripts that pick and delete entries inside Redis, the parsing of the
+ * filters, the asynchronous operations the admin API runs on a worker's
+ * store (struct purge_op, holding the one store command it waits on) and the
+ * `promptcache purge` command.
+ *
+ * The pick script reads the entry layout of entry.c (the fixed head, then
+ * after the body the sections, tag 3 holding namespace and model); a value
+ * it cannot read is left alone and counted, never deleted by a filter. Its
+ * reply is checked before use (pc_store.h, and pick_reply_ok here for the
+ * command): positions, not key names, so nothing Redis sends is trusted as
+ * a key.
+ */
+#include "pc_purge.h"
+#include "pc_conf.h"
+#include "pc_l1.h"
+#include "pc_log.h"
+#include "pc_migrate.h"
+#include "pc_rcli.h"
+#include "pc_stats.h"
+#include "pc_store.h"
+#include "pc_vsync.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#define PURGE_MAGIC     0x50555247u /* "PURG" */
+#define CLI_TIMEOUT_MS  60000       /* a batch's EVAL reads up to SCAN_COUNT entries' heads */
+#define SCAN_COUNT      "1000"
+#define DURATION_MAX_MS (INT64_C(100) * 366 * 24 * 3600 * 1000)
+
+static const char entry_prefix[] = PC_KEY_PREFIX "e:";
+static const char vector_prefix[] = PC_KEY_PREFIX "v:";
+
+/*
+ * KEYS: entry, vector record, entry, vector record ... (each pair one hash
+ * tag). ARGV: dry-run (1: delete nothing), namespace, model, created-before
+ * (ms), each "" for any. Returns {unreadable, position of each picked entry
+ * in KEYS}. A key gone since SCAN (expired) is skipped quietly.
+ */
+static const char pick_script[] =
+    "-- promptcache purge: pick entries by namespace, model and age (entry.c layout)\n"
+    "local dry, ns, model, before = ARGV[1] == '1', ARGV[2], ARGV[3], tonumber(ARGV[4])\n"
+    "local function num(s, at, n)\n"
+    "  local v = 0\n"
+    "  for i = at + n - 1, at, -1 do v = v * 256 + string.byte(s, i) end\n"
+    "  return v\n"
+    "end\n"
+    "-- namespace and model from the sections after the body; nil if unreadable\n"
+    "local function meta(key, ctlen)\n"
+    "  local at = 47 + ctlen\n"
+    "  local bl = redis.call('GETRANGE', key, at, at + 3)\n"
+    "  if #bl < 4 then return nil end\n"
+    "  local t = redis.call('GETRANGE', key, at + 4 + num(bl, 1, 4), -1)\n"
+    "  if #t < 1 then return nil end\n"
+    "  local pos = 2\n"
+    "  for _ = 1, string.byte(t, 1) do\n"
+    "    if pos + 4 > #t then return nil end\n"
+    "    local tag, len, body = string.byte(t, pos), num(t, pos + 1, 4), pos + 5\n"
+    "    if body + len - 1 > #t then return nil end\n"
+    "    if tag == 3 then\n"
+    "      if len < 2 then return nil end\n"
+    "      local nl = string.byte(t, body)\n"
+    "      if nl + 2 > len then return nil end\n"
+    "      local ml = string.byte(t, body + 1 + nl)\n"
+    "      if nl + ml + 2 ~= len then return nil end\n"
+    "      return string.sub(t, body + 1, body + nl), string.sub(t, body + 2 + nl, body + 1 + nl "
+    "+ ml)\n"
+    "    end\n"
+    "    pos = body + len\n"
+    "  end\n"
+    "  return '', ''\n"
+    "end\n"
+    "local out = {0}\n"
+    "for i = 1, #KEYS, 2 do\n"
+    "  local h = redis.call('GETRANGE', KEYS[i], 0, 46)\n"
+    "  local fmt = #h == 47 and string.sub(h, 1, 3) == 'PCE' and string.byte(h, 4) or 0\n"
+    "  if #h == 0 then\n"
+    "  elseif fmt ~= 1 and fmt ~= 2 then out[1] = out[1] + 1\n"
+    "  else\n"
+    "    local pick = not before or num(h, 9, 8) < before\n"
+    "    if pick and (ns ~= '' or model ~= '') then\n"
+    "      local n, m = '', ''\n"
+    "      if fmt == 2 then n, m = meta(KEYS[i], num(h, 46, 2)) end\n"
+    "      if n == nil then out[1] = out[1] + 1 end\n"
+    "      pick = n ~= nil and (ns == '' or n == ns) and (model == '' or m == model)\n"
+    "    end\n"
+    "    if pick then\n"
+    "      if not dry then redis.call('UNLINK', KEYS[i], KEYS[i + 1]) end\n"
+    "      out[#out + 1] = i\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
+/* KEYS: an entry and its vector record (one hash tag). Returns 1 if the entry was there. */
+static const char one_script[] = "local n = redis.call('UNLINK', KEYS[1])\n"
+                                 "redis.call('UNLINK', KEYS[2])\n"
+                                 "return n\n";
+
+/* ---- filters ----------------------------------------------------------------- */
+
+static bool valid_tenant(const char *v)
+{
+    if (strlen(v) != TENANT_ID_LEN)
+        return false;
+    for (const char *p = v; *p; p++)
+        if (!isxdigit((unsigned char)*p) || isupper((unsigned char)*p))
+            return false;
+    return true;
+}
+
+/* As X-Cache-Namespace allows: 1 to 64 of A-Z a-z 0-9 . _ - */
+static bool valid_ns(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > PURGE_NS_MAX)
+        return false;
+    for (const char *p = v; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '-')
+            return false;
+    return true;
+}
+
+static bool valid_model(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > ENTRY_META_MAX)
+        return false;
+    for (const char *p = v; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return false;
+    return true;
+}
+
+/* "NNN" of exactly n digits at *p (advanced); -1 if not digits. */
+static int digits(const char **p, int n)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++, (*p)++) {
+        if (!isdigit((unsigned char)**p))
+            return -1;
+        v = v * 10 + (**p - '0');
+    }
+    return v;
+}
+
+/* "Z", "z" or "+HH:MM" / "-HH:MM" at p: the offset east of UTC in seconds; -1 on anything else. */
+static int64_t rfc3339_offset(const char *p, bool *ok)
+{
+    *ok = false;
+    if ((*p == 'Z' || *p == 'z') && p[1] == '\0') {
+        *ok = true;
+        return 0;
+    }
+    if ((*p != '+' && *p != '-') || strlen(p) != 6 || p[3] != ':')
+        return 0;
+    int sign = *p == '-' ? -1 : 1;
+    const char *q = p + 1;
+    int hh = digits(&q, 2);
+    q++;
+    int mm = digits(&q, 2);
+    if (hh < 0 || hh > 23 || mm < 0 || mm > 59)
+        return 0;
+    *ok = true;
+    return sign * (int64_t)(hh * 3600 + mm * 60);
+}
+
+/* RFC 3339 date-time, or a full-date (midnight UTC): wall-clock ms; -1 if v is not one. */
+static int64_t parse_rfc3339(const char *v)
+{
+    const char *p = v;
+    struct tm tm = {0};
+    int y = digits(&p, 4), mo = (*p == '-' ? p++, digits(&p, 2) : -1);
+    int d = (*p == '-' ? p++, digits(&p, 2) : -1);
+    if (y < 1970 || mo < 1 || mo > 12 || d < 1 || d > 31)
+        return -1;
+    tm.tm_year = y - 1900, tm.tm_mon = mo - 1, tm.tm_mday = d;
+    int64_t frac_ms = 0, offset = 0;
+    if (*p != '\0') {
+        if (*p != 'T' && *p != 't' && *p != ' ')
+            return -1;
+        p++;
+        tm.tm_hour = digits(&p, 2);
+        tm.tm_min = *p == ':' ? (p++, digits(&p, 2)) : -1;
+        tm.tm_sec = *p == ':' ? (p++, digits(&p, 2)) : -1;
+        if (tm.tm_hour < 0 || tm.tm_hour > 23 || tm.tm_min < 0 || tm.tm_min > 59 || tm.tm_sec < 0 ||
+            tm.tm_sec > 60)
+            return -1;
+        if (*p == '.') {
+            p++;
+            int64_t scale = 100;
+            if (!isdigit((unsigned char)*p))
+                return -1;
+            for (; isdigit((unsigned char)*p); p++, scale /= 10)
+                frac_ms += (*p - '0') * scale;
+        }
+        bool ok;
+        offset = rfc3339_offset(p, &ok);
+        if (!ok)
+            return -1;
+    }
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1 || tm.tm_mday != d) /* timegm normalises 31 February: refuse it */
+        return -1;
+    return ((int64_t)t - offset) * 1000 + frac_ms;
+}
+
+/* "1h30m", "90s", "7d": milliseconds; -1 if v is not such a duration. */
+static int64_t parse_duration(const char *v)
+{
+    static const struct {
+        char unit;
+        int64_t ms;
+    } units[] = {{'s', 1000}, {'m', 60000}, {'h', 3600000}, {'d', 86400000}, {'w', 604800000}};
+    int64_t total = 0;
+    const char *p = v;
+    if (*p == '\0')
+        return -1;
+    while (*p != '\0') {
+        int64_t n = 0;
+        if (!isdigit((unsigned char)*p))
+            return -1;
+        for (; isdigit((unsigned char)*p); p++)
+            if ((n = n * 10 + (*p - '0')) > DURATION_MAX_MS)
+                return -1;
+        size_t u = 0;
+        while (u < PC_ARRAY_LEN(units) && units[u].unit != *p)
+            u++;
+        if (u == PC_ARRAY_LEN(units) || n > DURATION_MAX_MS / units[u].ms)
+            return -1;
+        total += n * units[u].ms;
+        p++;
+        if (total > DURATION_MAX_MS)
+            return -1;
+    }
+    return total > 0 ? total : -1;
+}
+
+int purge_parse_older_than(const char *v, int64_t now_ms, int64_t *cutoff_ms)
+{
+    int64_t ms = parse_duration(v);
+    if (ms > 0) {
+        *cutoff_ms = now_ms - ms;
+        return 0;
+    }
+    ms = parse_rfc3339(v);
+    if (ms < 0)
+        return -1;
+    *cutoff_ms = ms;
+    return 0;
+}
+
+int purge_filter_set(struct purge_filter *f, const char *name, const char *value, int64_t now_ms,
+                     char *err, size_t errlen)
+{
+    if (strcmp(name, "tenant") == 0) {
+        if (!valid_tenant(value))
+            return snprintf(err, errlen,
+                            "tenant must be the 16 lower-case hex characters shown in the "
+                            "access log and /stats"),
+                   -1;
+        snprintf(f->tenant, sizeof f->tenant, "%s", value);
+    } else if (strcmp(name, "namespace") == 0) {
+        if (!valid_ns(value))
+            return snprintf(err, errlen,
+                            "namespace must be 1-64 characters of A-Z a-z 0-9 . _ - (an "
+                            "X-Cache-Namespace value)"),
+                   -1;
+        snprintf(f->ns, sizeof f->ns, "%s", value);
+    } else if (strcmp(name, "model") == 0) {
+        if (!valid_model(value))
+            return snprintf(err, errlen,
+                            "model must be 1-255 characters without control characters"),
+                   -1;
+        snprintf(f->model, sizeof f->model, "%s", value);
+    } else if (strcmp(name, "older-than") == 0) {
+        if (purge_parse_older_than(value, now_ms, &f->before_ms) < 0)
+            return snprintf(err, errlen,
+                            "older-than must be an RFC 3339 date (2026-12-01T00:00:00Z, or "
+                            "2026-12-01) or a duration (90m, 2h, 7d, 1h30m)"),
+                   -1;
+    } else {
+        return snprintf(err, errlen, "unknown filter %s (filters: " PURGE_FILTER_NAMES ")", name),
+               -1;
+    }
+    return 0;
+}
+
+bool purge_filter_narrow(const struct purge_filter *f)
+{
+    return f->ns[0] != '\0' || f->model[0] != '\0' || f->before_ms != 0;
+}
+
+/* ---- keys and events ------------------------------------------------------------ */
+
+/*
+ * The tenant and exact key of an entry's Redis key ("pc:2:e:{TENANT:KEY}"),
+ * range-checked: -1 for anything else.
+ */
+static int key_parse(const char *key, size_t len, unsigned char tenant[VINDEX_TENANT_LEN],
+                     unsigned char exact[PC_SHA256_LEN], char tenant_hex[TENANT_ID_LEN + 1])
+{
+    size_t pl = sizeof(entry_prefix) - 1;
+    if (len != pl + 2 + VSYNC_ID_LEN || memcmp(key, entry_prefix, pl) != 0 || key[pl] != '{' ||
+        key[len - 1] != '}')
+        return -1;
+    if (vsync_parse_id(key + pl + 1, VSYNC_ID_LEN, tenant, exact) < 0)
+        return -1;
+    memcpy(tenant_hex, key + pl + 1, TENANT_ID_LEN);
+    tenant_hex[TENANT_ID_LEN] = '\0';
+    return 0;
+}
+
+/* The filter as the pick script's ARGV (after the dry-run flag); before holds the number. */
+static void pick_args(const struct purge_filter *f, bool dry, char before[24], const char *args[4])
+{
+    if (f->before_ms != 0)
+        snprintf(before, 24, "%lld", (long long)f->before_ms);
+    else
+        before[0] = '\0';
+    args[0] = dry ? "1" : "0";
+    args[1] = f->ns;
+    args[2] = f->model;
+    args[3] = before;
+}
+
+/* ---- on a worker's store ----------------------------------------------------------- */
+
+struct purge_op {
+    unsigned magic;
+    struct store *store;
+    struct l1 *l1;
+    struct stats *st;
+    struct store_cmd *cmd;
+    purge_fn *cb;
+    void *arg;
+    unsigned char tenant[VINDEX_TENANT_LEN]; /* purge_entry: the one entry */
+    unsigned char exact[PC_SHA256_LEN];
+    char tenant_hex[TENANT_ID_LEN + 1];
+};
+
+static struct purge_op *op_new(struct store *s, struct l1 *l1, struct stats *st, purge_fn *cb,
+                               void *arg)
+{
+    struct purge_op *op = pc_calloc(1, sizeof(*op));
+    op->magic = PURGE_MAGIC;
+    op->store = s;
+    op->l1 = l1;
+    op->st = st;
+    op->cb = cb;
+    op->arg = arg;
+    return op;
+}
+
+static void op_free(struct purge_op *op)
+{
+    op->magic = 0;
+    free(op);
+}
+
+/* Every instance drops the entry (XADD del: their L1 and vector index), this one's L1 at once. */
+static void publish_del(struct purge_op *op, const unsigned char tenant[VINDEX_TENANT_LEN],
+                        const unsigned char exact[PC_SHA256_LEN], const char *tenant_hex)
+{
+    struct vsync_argv a;
+    vsync_argv_del(&a, tenant, exact);
+    store_write(op->store, a.argc, a.argv, a.lens);
+    l1_delete(op->l1, tenant_hex, exact);
+}
+
+static void finish(struct purge_op *op, enum store_status st, long long n)
+{
+    purge_fn *cb = op->cb;
+    void *arg = op->arg;
+    op_free(op);
+    cb(arg, st == STORE_OK, n);
+}
+
+static void on_one(void *arg, enum store_status st, long long n)
+{
+    struct purge_op *op = arg;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    op->cmd = NULL;
+    if (st == STORE_OK)
+        publish_del(op, op->tenant, op->exact, op->tenant_hex);
+    finish(op, st, n > 0 ? 1 : 0);
+}
+
+struct purge_op *purge_entry(struct store *s, struct l1 *l1, struct stats *st,
+                             const char *tenant_id, const unsigned char exact[PC_SHA256_LEN],
+                             purge_fn *cb, void *arg)
+{
+    char ekey[ENTRY_KEY_MAX], id[VSYNC_ID_LEN + 1], vkey[VSYNC_KEY_MAX];
+    size_t elen = entry_key(tenant_id, exact, ekey);
+    struct purge_op *op = op_new(s, l1, st, cb, arg);
+    memcpy(op->exact, exact, PC_SHA256_LEN);
+    snprintf(op->tenant_hex, sizeof op->tenant_hex, "%.*s", TENANT_ID_LEN, tenant_id);
+    if (key_parse(ekey, elen, op->tenant, op->exact, op->tenant_hex) < 0) {
+        op_free(op); /* a tenant id that is no hex: the caller checks it first */
+        return NULL;
+    }
+    vsync_id(op->tenant, op->exact, id);
+    size_t vlen = vsync_vector_key(op->tenant, op->exact, vkey);
+    const char *argv[] = {"EVAL", one_script, "2", ekey, vkey};
+    size_t lens[] = {4, sizeof(one_script) - 1, 1, elen, vlen};
+    op->cmd = store_call_int(s, 5, argv, lens, on_one, op);
+    if (op->cmd == NULL) {
+        op_free(op);
+        return NULL;
+    }
+    return op;
+}
+
+/* A picked entry (key), or key NULL and len entries the script could not read. */
+static void on_picked(void *arg, const char *key, size_t len)
+{
+    struct purge_op *op = arg;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    unsigned char tenant[VINDEX_TENANT_LEN], exact[PC_SHA256_LEN];
+    char tenant_hex[TENANT_ID_LEN + 1];
+    if (key == NULL) {
+        stats_add(op->st, STAT_cache_corrupt, (int64_t)len);
+        return;
+    }
+    if (key_parse(key, len, tenant, exact, tenant_hex) < 0) {
+        stats_incr(op->st, STAT_cache_corrupt); /* SCAN's pattern should have kept it out */
+        return;
+    }
+    publish_del(op, tenant, exact, tenant_hex);
+}
+
+static void on_matching(void *arg, enum store_status st, long long n)
+{
+    struct purge_op *op = arg;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    op->cmd = NULL;
+    finish(op, st, n);
+}
+
+struct purge_op *purge_matching(struct store *s, struct l1 *l1, struct stats *st,
+                                const struct purge_filter *f, purge_fn *cb, void *arg)
+{
+    char pattern[ENTRY_KEY_MAX], before[24];
+    const char *args[4];
+    entry_pattern(f->tenant[0] ? f->tenant : NULL, pattern);
+    pick_args(f, false, before, args);
+    struct purge_op *op = op_new(s, l1, st, cb, arg);
+    struct store_pick pick = {
+        .script = pick_script,
+        .nargs = 4,
+        .args = args,
+        .twin_from = entry_prefix,
+        .twin_to = vector_prefix,
+        .each = on_picked,
+    };
+    op->cmd = store_delete_picked(s, pattern, &pick, on_matching, op);
+    if (op->cmd == NULL) {
+        op_free(op);
+        return NULL;
+    }
+    return op;
+}
+
+void purge_cancel(struct purge_op **opp)
+{
+    struct purge_op *op = *opp;
+    if (op == NULL)
+        return;
+    *opp = NULL;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    store_cancel(&op->cmd);
+    op_free(op);
+}
+
+/* ---- the command ------------------------------------------------------------------ */
+
+/* Send argc/argv as one pipelined command; its reply is read by cli_drain. */
+static void cli_append(struct rcli *k, int argc, const char **argv, const size_t *lens)
+{
+    redisAppendCommandArgv(k->rc, argc, argv, lens);
+}
+
+/* Read n pipelined replies; -1 after a message if one failed. */
+static int cli_drain(struct rcli *k, size_t n, const char *what)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        void *r = NULL;
+        if (redisGetReply(k->rc, &r) != REDIS_OK || r == NULL) {
+            rcli_error(k, "%s: %s: %s", k->where, what,
+                       k->rc->errstr[0] ? k->rc->errstr : "no reply");
+            return -1;
+        }
+        if (((redisReply *)r)->type == REDIS_REPLY_ERROR && rc == 0) {
+            rcli_error(k, "%s: %s failed: %s", k->where, what, ((redisReply *)r)->str);
+            rc = -1;
+        }
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+/* The schema must be the one this build writes: entries of another layout are not read. */
+static int cli_schema(struct rcli *k)
+{
+    const char *argv[] = {"GET", PC_SCHEMA_KEY};
+    redisReply *r = rcli_command(k, "GET " PC_SCHEMA_KEY, 2, argv, NULL);
+    if (r == NULL)
+        return -1;
+    char err[160];
+    long v = 0;
+    int rc = migrate_parse_version(r, &v, err, sizeof err);
+    freeReplyObject(r);
+    if (rc < 0) {
+        rcli_error(k, "%s: %s", k->where, err);
+        return -1;
+    }
+    if (v != migrate_latest()) {
+        rcli_error(k,
+                   "%s: schema version %ld, this build reads %ld: run `promptcache migrate` (or "
+                   "use the matching promptcache)",
+                   k->where, v, migrate_latest());
+        return -1;
+    }
+    return 0;
+}
+
+/* --key ID: that entry and its vector record (dry: whether the entry is there). */
+static int cli_one(struct rcli *k, const char *id, bool dry, long long *n)
+{
+    char tenant_hex[TENANT_ID_LEN + 1], ekey[ENTRY_KEY_MAX], vkey[VSYNC_KEY_MAX];
+    unsigned char exact[PC_SHA256_LEN], tenant[VINDEX_TENANT_LEN];
+    if (entry_id_parse(id, strlen(id), tenant_hex, exact) < 0) {
+        rcli_error(k, "--key must be an entry id: the %d hex characters of X-Cache-Key",
+                   ENTRY_ID_LEN);
+        return -1;
+    }
+    size_t elen = entry_key(tenant_hex, exact, ekey);
+    if (key_parse(ekey, elen, tenant, exact, tenant_hex) < 0)
+        return -1;
+    size_t vlen = vsync_vector_key(tenant, exact, vkey);
+    const char *argv[] = {"EVAL", one_script, "2", ekey, vkey};
+    size_t lens[] = {4, sizeof(one_script) - 1, 1, elen, vlen};
+    const char *exists[] = {"EXISTS", ekey};
+    size_t exists_lens[] = {6, elen};
+    redisReply *r = dry ? rcli_command(k, "EXISTS", 2, exists, exists_lens)
+                        : rcli_command(k, "EVAL (delete one entry)", 5, argv, lens);
+    if (r == NULL)
+        return -1;
+    *n = r->type == REDIS_REPLY_INTEGER && r->integer > 0 ? 1 : 0;
+    freeReplyObject(r);
+    if (dry)
+        return 0;
+    struct vsync_argv a;
+    vsync_argv_del(&a, tenant, exact);
+    cli_append(k, a.argc, a.argv, a.lens);
+    return cli_drain(k, 1, "XADD del");
+}
+
+/* The pick's reply: {unreadable >= 0, odd positions <= nkeys}. */
+static bool pick_reply_ok(const redisReply *r, size_t nkeys)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->elements > nkeys / 2 + 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[0]->integer < 0)
+        return false;
+    for (size_t i = 1; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_INTEGER || e->integer < 1 || (size_t)e->integer > nkeys ||
+            e->integer % 2 != 1)
+            return false;
+    }
+    return true;
+}
+
+struct cli_batch {
+    const char **argv;
+    size_t *lens;
+    char **twins;
+    size_t nkeys; /* entries and vector records */
+    char num[24];
+};
+
+/* One argument of the batch's EVAL. */
+static void batch_arg(struct cli_batch *b, size_t i, const char *s, size_t len)
+{
+    b->argv[i] = s;
+    b->lens[i] = len;
+}
+
+/*
+ * EVAL pick 2N entry vector ... args for one SCAN batch (keys: entries; the
+ * vector record is the key with the e: prefix replaced by v:, the same tag).
+ */
+static void batch_build(struct cli_batch *b, const redisReply *keys, const char *const args[4])
+{
+    size_t n = keys->elements, argc = 3 + 2 * n + 4, pl = sizeof(entry_prefix) - 1;
+    size_t vl = sizeof(vector_prefix) - 1;
+    snprintf(b->num, sizeof b->num, "%zu", 2 * n);
+    b->argv = pc_calloc(argc, sizeof(*b->argv));
+    b->lens = pc_calloc(argc, sizeof(*b->lens));
+    b->twins = pc_calloc(n, sizeof(*b->twins));
+    b->nkeys = 2 * n;
+    batch_arg(b, 0, "EVAL", 4);
+    batch_arg(b, 1, pick_script, sizeof(pick_script) - 1);
+    batch_arg(b, 2, b->num, strlen(b->num));
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *e = keys->element[i];
+        size_t rest = e->len > pl ? e->len - pl : 0;
+        b->twins[i] = pc_malloc(vl + rest + 1);
+        memcpy(b->twins[i], vector_prefix, vl);
+        memcpy(b->twins[i] + vl, e->str + e->len - rest, rest);
+        b->twins[i][vl + rest] = '\0';
+        batch_arg(b, 3 + 2 * i, e->str, e->len);
+        batch_arg(b, 4 + 2 * i, b->twins[i], vl + rest);
+    }
+    for (size_t i = 0; i < 4; i++)
+        batch_arg(b, 3 + 2 * n + i, args[i], strlen(args[i]));
+}
+
+static void batch_free(struct cli_batch *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(b->twins[i]);
+    free(b->twins);
+    free(b->argv);
+    free(b->lens);
+}
+
+/* One SCAN batch through the pick script, then a del event per picked entry. */
+static int cli_pick_batch(struct rcli *k, const redisReply *keys, const char *const args[4],
+                          bool dry, long long *n, long long *unreadable)
+{
+    struct cli_batch b;
+    batch_build(&b, keys, args);
+    redisReply *r = rcli_command(k, "EVAL (pick)", (int)(3 + b.nkeys + 4), b.argv, b.lens);
+    int rc = -1;
+    if (r != NULL && !pick_reply_ok(r, b.nkeys)) {
+        rcli_error(k, "%s: the pick script's reply is not what it sends", k->where);
+    } else if (r != NULL) {
+        size_t events = 0;
+        for (size_t i = 1; i < r->elements && !dry; i++) {
+            const redisReply *e = keys->element[(size_t)(r->element[i]->integer - 1) / 2];
+            unsigned char tenant[VINDEX_TENANT_LEN], exact[PC_SHA256_LEN];
+            char hex[TENANT_ID_LEN + 1];
+            if (key_parse(e->str, e->len, tenant, exact, hex) < 0)
+                continue; /* not an entry key: SCAN's pattern keeps them out */
+            struct vsync_argv a;
+            vsync_argv_del(&a, tenant, exact);
+            cli_append(k, a.argc, a.argv, a.lens);
+            events++;
+        }
+        *n += (long long)r->elements - 1;
+        *unreadable += r->element[0]->integer;
+        rc = cli_drain(k, events, "XADD del");
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    batch_free(&b, keys->elements);
+    return rc;
+}
+
+/* SCAN reply [cursor, [key...]] with string keys; the cursor copied into cursor. */
+static bool scan_ok(const redisReply *r, char cursor[32])
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len == 0 ||
+        r->element[0]->len >= 32 || r->element[1]->type != REDIS_REPLY_ARRAY)
+        return false;
+    for (size_t i = 0; i < r->element[1]->elements; i++)
+        if (r->element[1]->element[i]->type != REDIS_REPLY_STRING)
+            return false;
+    memcpy(cursor, r->element[0]->str, r->element[0]->len);
+    cursor[r->element[0]->len] = '\0';
+    return true;
+}
+
+/* Every entry the filter picks, batch by batch; *unreadable: values the script could not read. */
+static int cli_matching(struct rcli *k, const struct purge_filter *f, bool dry, long long *n,
+                        long long *unreadable)
+{
+    char pattern[ENTRY_KEY_MAX], before[24], cursor[32] = "0";
+    const char *args[4];
+    entry_pattern(f->tenant[0] ? f->tenant : NULL, pattern);
+    pick_args(f, dry, before, args);
+    do {
+        const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT};
+        redisReply *r = rcli_command(k, "SCAN", 6, argv, NULL);
+        if (r == NULL)
+            return -1;
+        int rc = scan_ok(r, cursor) ? 0 : -1;
+        if (rc < 0)
+            rcli_error(k, "%s: SCAN: unexpected reply", k->where);
+        else if (r->element[1]->elements > 0)
+            rc = cli_pick_batch(k, r->element[1], args, dry, n, unreadable);
+        freeReplyObject(r);
+        if (rc < 0)
+            return -1;
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}
+
+/*
+ * Count the keys of pattern, and unless dry delete them (a tenant's or every
+ * entry, then their vector records: a flush needs no filter, so no script).
+ */
+static int cli_flush_pattern(struct rcli *k, const char *pattern, bool dry, long long *n)
+{
+    char cursor[32] = "0";
+    do {
+        const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT};
+        redisReply *r = rcli_command(k, "SCAN", 6, argv, NULL);
+        if (r == NULL)
+            return -1;
+        int rc = scan_ok(r, cursor) ? 0 : -1;
+        size_t m = rc == 0 ? r->element[1]->elements : 0;
+        if (rc < 0)
+            rcli_error(k, "%s: SCAN: unexpected reply", k->where);
+        for (size_t i = 0; i < m && !dry; i++) {
+            const redisReply *e = r->element[1]->element[i];
+            const char *argv2[] = {"UNLINK", e->str};
+            size_t lens2[] = {6, e->len};
+            cli_append(k, 2, argv2, lens2);
+        }
+        if (rc == 0 && !dry)
+            rc = cli_drain(k, m, "UNLINK");
+        *n += (long long)m;
+        freeReplyObject(r);
+        if (rc < 0)
+            return -1;
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}
+
+/* --tenant alone, or --all: the keys, their vector records, one flush event for every L1. */
+static int cli_flush(struct rcli *k, const char *tenant_hex, bool dry, long long *n)
+{
+    char pattern[ENTRY_KEY_MAX];
+    long long vectors = 0;
+    entry_pattern(tenant_hex, pattern);
+    if (cli_flush_pattern(k, pattern, dry, n) < 0)
+        return -1;
+    snprintf(pattern, sizeof pattern, "%s%s%.*s%s", vector_prefix, tenant_hex ? "{" : "",
+             TENANT_ID_LEN, tenant_hex ? tenant_hex : "", tenant_hex ? ":*" : "*");
+    if (dry || cli_flush_pattern(k, pattern, false, &vectors) < 0)
+        return dry ? 0 : -1;
+    unsigned char t[VINDEX_TENANT_LEN];
+    for (size_t i = 0; tenant_hex != NULL && i < VINDEX_TENANT_LEN; i++) {
+        unsigned v = 0;
+        sscanf(tenant_hex + 2 * i, "%2x", &v);
+        t[i] = (unsigned char)v;
+    }
+    struct vsync_argv a;
+    vsync_argv_flush(&a, tenant_hex != NULL ? t : NULL);
+    cli_append(k, a.argc, a.argv, a.lens);
+    return cli_drain(k, 1, "XADD flush");
+}
+
+int purge_cli(const struct conf *c, const struct purge_cli *o)
+{
+    struct rcli k = {0};
+    long long n = 0, unreadable = 0;
+    int rc = -1;
+    if (rcli_open(&k, c->redis, CLI_TIMEOUT_MS, "purge") == 0 && cli_schema(&k) == 0) {
+        if (o->id != NULL)
+            rc = cli_one(&k, o->id, o->dry_run, &n);
+        else if (purge_filter_narrow(&o->filter))
+            rc = cli_matching(&k, &o->filter, o->dry_run, &n, &unreadable);
+        else
+            rc = cli_flush(&k, o->filter.tenant[0] ? o->filter.tenant : NULL, o->dry_run, &n);
+    }
+    if (rc == 0) {
+        printf(o->dry_run ? "would delete %lld entr%s (dry run: nothing deleted)\n"
+                          : "deleted %lld entr%s\n",
+               n, n == 1 ? "y" : "ies");
+        if (unreadable > 0)
+            printf("left alone: %lld value%s that did not read as an entry\n", unreadable,
+                   unreadable == 1 ? "" : "s");
+    }
+    rcli_close(&k);
+    return rc == 0 ? 0 : 1;
+}

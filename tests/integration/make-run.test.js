@@ -1,0 +1,81 @@
+'use strict';
+/*
+ * `make run`'s main job, tools/run.sh, with UPSTREAM=mock (the project's
+ * mock upstream: no API key): the proxy answers, and its private Redis keeps
+ * the cache across a restart (the second run's first request is a HIT read
+ * from Redis). The word vectors are not fetched for a configuration that
+ * does not use them (semantic no).
+ */
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
+const h = require('./lib');
+
+const RUN = path.join(h.REPO, 'tools', 'run.sh');
+const CHAT = '/v1/chat/completions';
+const varDir = h.tmpDir('pc-make-run-');
+let port = 0;
+
+function start() {
+    return h.spawnTracked('tools/run.sh', 'bash', [RUN], {
+        detached: true, /* its own process group: stopped as a user's Ctrl-C would */
+        env: {...process.env, UPSTREAM: 'mock', LISTEN: `127.0.0.1:${port}`, RUN_VAR: varDir,
+            PROMPTCACHE_BIN: h.proxyBin(), PROMPTCACHE_ARGS: '--log-level info'},
+    });
+}
+
+async function stop(proc) {
+    try {
+        process.kill(-proc.pid, 'SIGINT');
+    } catch (e) { /* already gone */ }
+    assert.ok(await proc.waitExit(20000), 'run.sh exits after Ctrl-C');
+}
+
+async function ready(proc) {
+    const url = `http://127.0.0.1:${port}`;
+    await h.waitFor(async () => {
+        if (!proc.alive)
+            throw new Error(`run.sh exited:\n${proc.tail(30)}`);
+        try {
+            return (await h.request(url, {method: 'GET', path: '/readyz'})).status === 200;
+        } catch (e) {
+            return false;
+        }
+    }, {timeout: 30000, what: 'the proxy of run.sh ready'});
+    return url;
+}
+
+function ask(url, body) {
+    return h.request(url, {method: 'POST', path: CHAT, body: JSON.stringify(body),
+        headers: {'content-type': 'application/json', authorization: 'Bearer sk-anything'}});
+}
+
+h.test('UPSTREAM=mock answers without an API key, and the cache survives a restart', async () => {
+    port = await h.freePort();
+    const body = h.chatBody(h.uniq('make run persists'));
+    let proc = start();
+    try {
+        const url = await ready(proc);
+        assert.match(proc.output, /the mock upstream \(http:\/\/127\.0\.0\.1:\d+: OpenAI and Anthropic/);
+        assert.doesNotMatch(proc.output, /npm pack|wordvec/, 'no word vectors for semantic no');
+        const miss = await ask(url, body);
+        assert.equal(miss.status, 200, miss.text);
+        assert.equal(miss.headers['x-cache-status'], 'MISS');
+        assert.match(JSON.parse(miss.text).choices[0].message.content, /mock answer/);
+        assert.equal((await ask(url, body)).headers['x-cache-status'], 'HIT');
+    } finally {
+        await stop(proc);
+    }
+    assert.ok(!fs.existsSync(path.join(varDir, 'redis.sock')), 'the private Redis stopped');
+    assert.ok(fs.existsSync(path.join(varDir, 'dump.rdb')), 'and kept its data');
+
+    proc = start();
+    try {
+        const url = await ready(proc);
+        const again = await ask(url, body);
+        assert.equal(again.headers['x-cache-status'], 'HIT', 'read from the Redis of the first run');
+        assert.equal(again.headers['x-cache-match'], 'exact');
+    } finally {
+        await stop(proc);
+    }
+});

@@ -1,0 +1,308 @@
+'use strict';
+/*
+ * Targeted invalidation, against a real Redis and two instances (A and B,
+ * semantic cache on): every cacheable answer names its entry (X-Cache-Key);
+ * DELETE /admin/cache/entries/ID removes that entry and its vector record,
+ * and B's L1 and vector index drop it too (the pc:2:vs stream's del event);
+ * DELETE /admin/cache?namespace=&model=&older-than=[&tenant=] removes exactly
+ * the entries that match and says how many; `promptcache purge` does the
+ * same from the command line.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const ADMIN_TOKEN = 'admin-token-for-purge';
+const ARGS = ['--admin-token', ADMIN_TOKEN, '--semantic', 'yes', '--embedder', 'hash'];
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+const ID = /^[0-9a-f]{80}$/;
+
+let A = null;
+let B = null;
+
+function del(proxy, path, token = ADMIN_TOKEN) {
+    const headers = token === null ? {} : {authorization: `Bearer ${token}`};
+    return h.request(proxy.url, {method: 'DELETE', path, headers});
+}
+
+function question(label, extra = {}) {
+    return h.chatBody(h.uniq(label), extra);
+}
+
+/* Store body (MISS through proxy) and return its X-Cache-Key. */
+async function store(proxy, body, headers = {}) {
+    const r = await proxy.post(CHAT, body, headers);
+    h.assertFromUpstream(r, env.mock);
+    assert.match(r.headers['x-cache-key'] || '', ID, 'a MISS names its entry');
+    return r.headers['x-cache-key'];
+}
+
+async function assertGone(proxy, body, headers = {}) {
+    const calls = env.mock.callCount(CHAT);
+    h.assertFromUpstream(await proxy.post(CHAT, body, {...headers, 'cache-control': 'no-store'}),
+        env.mock);
+    assert.equal(env.mock.callCount(CHAT), calls + 1, 'the upstream answered');
+}
+
+async function assertKept(proxy, body, headers = {}) {
+    h.assertHit(await proxy.post(CHAT, body, headers));
+}
+
+async function entryCount() {
+    return (await env.redis.keys('pc:2:e:*')).length;
+}
+
+h.test('set up: two instances on one Redis', async () => {
+    A = await env.startProxy({args: ARGS});
+    B = await env.startProxy({args: ARGS});
+    for (const p of [A, B])
+        await h.waitFor(async () => {
+            const s = await p.stats();
+            return s.l1_live === true && s.semantic_sync_ready === true;
+        }, {what: 'the L1 and the vector index following the stream'});
+});
+
+h.test('X-Cache-Key: the same id on the MISS, the exact HIT and a semantic HIT; none on BYPASS', async () => {
+    const tag = h.uniq('t').split(' ')[1];
+    const body = h.chatBody(`what is the tallest mountain on earth ${tag}`);
+    const key = await store(A, body);
+    const hit = await B.post(CHAT, body);
+    h.assertHit(hit);
+    assert.equal(hit.headers['x-cache-key'], key);
+    await h.eventually(async () => {
+        const r = await B.post(CHAT, h.chatBody(`what is the tallest mountain on earth ${tag}?`),
+            {'cache-control': 'no-store'});
+        assert.equal(r.headers['x-cache-match'], 'semantic');
+        assert.equal(r.headers['x-cache-key'], key, 'the entry that answered');
+    });
+    const bypass = await A.post(CHAT, body, {'x-cache-mode': 'off'});
+    assert.equal(bypass.headers['x-cache-status'], 'BYPASS');
+    assert.equal(bypass.headers['x-cache-key'], undefined);
+    const other = await A.post(CHAT, body, h.bearer('sk-purge-other-tenant'));
+    assert.notEqual(other.headers['x-cache-key'], key, 'another tenant, another entry');
+});
+
+h.test('DELETE /admin/cache/entries/ID: gone from Redis, from B\'s L1 and from B\'s vector index', async () => {
+    const tag = h.uniq('t').split(' ')[1];
+    const body = h.chatBody(`how deep is the pacific ocean ${tag}`);
+    const b0 = await B.stats();
+    const key = await store(A, body);
+    /* B holds it in its L1 (read once from Redis) and in its vector index (the stream). */
+    h.assertHit(await B.post(CHAT, body));
+    await h.waitFor(async () => (await B.stats()).l1_items > b0.l1_items, {what: 'the entry in B\'s L1'});
+    await h.waitFor(async () => (await B.stats()).semantic_vectors > b0.semantic_vectors,
+        {what: 'the vector in B\'s index'});
+    const b1 = await B.stats();
+    const gets = await getCalls();
+    h.assertHit(await B.post(CHAT, body));
+    assert.equal(await getCalls(), gets, 'B answers it from its L1');
+
+    const r = await del(A, `/admin/cache/entries/${key}`);
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(r.json, {deleted: 1});
+    const tv = `${key.slice(0, 16)}:${key.slice(16)}`;
+    assert.deepEqual(await env.redis.keys(`pc:2:[ev]:{${tv}}`), [], 'entry and vector record gone');
+    await h.waitFor(async () => {
+        const s = await B.stats();
+        return s.l1_items < b1.l1_items && s.semantic_vectors < b1.semantic_vectors;
+    }, {what: 'B\'s L1 and vector index to drop the entry'});
+    await assertGone(B, body);
+    /* nor does the meaning find it any more */
+    const reworded = await B.post(CHAT, h.chatBody(`how deep is the pacific ocean ${tag}?`),
+        {'cache-control': 'no-store'});
+    assert.equal(reworded.headers['x-cache-status'], 'MISS');
+
+    const again = await del(A, `/admin/cache/entries/${key}`);
+    assert.deepEqual(again.json, {deleted: 0}, 'a second delete finds nothing');
+});
+
+async function getCalls() {
+    const info = String(await env.redis.command('INFO', 'commandstats'));
+    const m = /cmdstat_get:calls=(\d+)/.exec(info);
+    return m ? Number(m[1]) : 0;
+}
+
+h.test('the admin endpoints need the token, and check what they are given', async () => {
+    const body = question('purge auth');
+    const key = await store(A, body);
+    for (const path of [`/admin/cache/entries/${key}`, '/admin/cache?namespace=x'])
+        assert.equal((await del(A, path, null)).status, 401, path);
+    assert.equal((await del(A, '/admin/cache/entries/abc')).status, 400);
+    assert.equal((await del(A, `/admin/cache/entries/${key}x`)).status, 400);
+    for (const q of ['namespace=', 'namespace=a%20b', 'older-than=yesterday', 'older-than=5x',
+        'modle=gpt', 'tenant=XYZ', 'older-than=2026-02-30T00:00:00Z', 'model=%zz'])
+        assert.equal((await del(A, `/admin/cache?${q}`)).status, 400, q);
+    const get = await h.request(A.url, {method: 'GET', path: `/admin/cache/entries/${key}`,
+        headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
+    assert.equal(get.status, 405);
+    await assertKept(A, body);
+});
+
+h.test('?namespace= removes that namespace\'s entries, in every tenant, and nothing else', async () => {
+    const ns1 = h.uniq('ns').replace(/\W/g, '-');
+    const a = question('ns a');
+    const b = question('ns b');
+    const c = question('ns c');
+    const d = question('ns d');
+    const nsA = {'x-cache-namespace': ns1};
+    const otherTenant = {...nsA, ...h.bearer('sk-purge-ns-other')};
+    await store(A, a, nsA);
+    await store(A, b, otherTenant);
+    await store(A, c, {'x-cache-namespace': `${ns1}-other`});
+    await store(A, d);
+    const before = await entryCount();
+    const r = await del(B, `/admin/cache?namespace=${ns1}`);
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(r.json, {deleted: 2});
+    assert.equal(await entryCount(), before - 2);
+    await assertGone(A, a, nsA);
+    await assertGone(A, b, otherTenant);
+    await assertKept(A, c, {'x-cache-namespace': `${ns1}-other`});
+    await assertKept(A, d);
+});
+
+h.test('?model= removes one model\'s answers; with &tenant= only that tenant\'s', async () => {
+    const m1 = `model-${h.uniq('m').split(' ')[1]}`;
+    const m2 = `${m1}-other`;
+    const t1 = h.bearer('sk-purge-model-1');
+    const t2 = h.bearer('sk-purge-model-2');
+    const x = question('model x', {model: m1});
+    const y = question('model y', {model: m1});
+    const z = question('model z', {model: m2});
+    await store(A, x, t1);
+    await store(A, y, t2);
+    const zKey = await store(A, z, t1);
+    const tenant1 = zKey.slice(0, 16);
+    const r = await del(A, `/admin/cache?model=${encodeURIComponent(m1)}&tenant=${tenant1}`);
+    assert.deepEqual(r.json, {deleted: 1});
+    await assertGone(A, x, t1);
+    await assertKept(A, y, t2);
+    await assertKept(A, z, t1);
+    const all = await del(A, `/admin/cache?model=${encodeURIComponent(m1)}`);
+    assert.deepEqual(all.json, {deleted: 1});
+    await assertGone(A, y, t2);
+    await assertKept(A, z, t1);
+});
+
+h.test('?older-than= removes the entries stored before a date (or a duration ago)', async () => {
+    const t = h.bearer('sk-purge-age');
+    const old1 = question('age old 1');
+    const old2 = question('age old 2');
+    await store(A, old1, t);
+    const oldKey = await store(A, old2, t);
+    /* stored at or before `stored` (ms); the cutoff a clock tick later, the young one after it */
+    const stored = Date.now();
+    await h.waitFor(async () => Date.now() > stored + 1, {what: 'the clock past the old entries'});
+    const cutoff = Date.now();
+    await h.waitFor(async () => Date.now() > cutoff + 1, {what: 'the clock past the cutoff'});
+    const young = question('age young');
+    await store(A, young, t);
+    const tenant = oldKey.slice(0, 16);
+    const none = await del(A, `/admin/cache?older-than=1h&tenant=${tenant}`);
+    assert.deepEqual(none.json, {deleted: 0}, 'nothing is an hour old');
+    const date = new Date(cutoff).toISOString(); /* 2026-12-04T17:00:00.123Z */
+    const r = await del(A, `/admin/cache?older-than=${encodeURIComponent(date)}&tenant=${tenant}`);
+    assert.deepEqual(r.json, {deleted: 2});
+    await assertGone(A, old1, t);
+    await assertGone(A, old2, t);
+    await assertKept(A, young, t);
+});
+
+h.test('a value that does not read as an entry is left alone and counted', async () => {
+    const key = `pc:2:e:{${'0'.repeat(16)}:${'0'.repeat(64)}}`;
+    await env.redis.command('SET', key, 'not an entry');
+    const s0 = await A.stats();
+    const r = await del(A, '/admin/cache?namespace=anything');
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(r.json, {deleted: 0});
+    assert.deepEqual(await env.redis.keys(key.replace(/[{}]/g, '\\$&')), [key]);
+    assert.ok((await A.stats()).cache_corrupt > s0.cache_corrupt, 'counted in cache_corrupt');
+    await env.redis.command('DEL', key);
+});
+
+/*
+ * Entries written before namespace and model were kept: the fuzz seeds are
+ * real encoded entries, one without the section (format 1) and the same with
+ * it, stored as they are under two keys of one tenant.
+ */
+h.test('an entry stored before namespace and model were kept goes by age, not by model', async () => {
+    const fs = require('node:fs');
+    const {spawnSync} = require('node:child_process');
+    const seed = (name) => fs.readFileSync(require('node:path').join(h.REPO, 'tests', 'fuzz',
+        'corpus', 'entry', name));
+    const tenant = 'feedfacefeedface';
+    const keys = ['1'.repeat(64), '2'.repeat(64)].map((k) => `pc:2:e:{${tenant}:${k}}`);
+    [seed('chat_json'), seed('chat_json_meta')].forEach((value, i) => {
+        const r = spawnSync('redis-cli', ['-p', String(env.redis.port), '-x', 'SET', keys[i]],
+            {input: value});
+        assert.equal(r.status, 0, String(r.stderr));
+    });
+    const byModel = await del(A, `/admin/cache?model=gpt-4o-mini&tenant=${tenant}`);
+    assert.deepEqual(byModel.json, {deleted: 1}, 'only the entry that knows its model');
+    assert.equal((await env.redis.keys(`pc:2:e:{${tenant}:*`)).length, 1);
+    const byNs = await del(A, `/admin/cache?namespace=docs&tenant=${tenant}`);
+    assert.deepEqual(byNs.json, {deleted: 0});
+    /* stored on 2025-12-02 (the seed's created_ms) */
+    const byAge = await del(A, `/admin/cache?older-than=2025-12-03&tenant=${tenant}`);
+    assert.deepEqual(byAge.json, {deleted: 1});
+    assert.deepEqual(await env.redis.keys(`pc:2:e:{${tenant}:*`), []);
+});
+
+function purge(args) {
+    return h.runCli(['purge', '--redis', env.redis.url, ...args]);
+}
+
+h.test('promptcache purge: the same operations from the command line', async () => {
+    const ns = h.uniq('cli').replace(/\W/g, '-');
+    const hdr = {'x-cache-namespace': ns};
+    const p = question('cli p');
+    const q = question('cli q');
+    await store(A, p, hdr);
+    const qKey = await store(A, q);
+    const before = await entryCount();
+
+    const dry = await purge(['--namespace', ns, '--dry-run']);
+    assert.equal(dry.code, 0, dry.output);
+    assert.match(dry.stdout, /would delete 1 entry/);
+    assert.equal(await entryCount(), before, 'a dry run deletes nothing');
+
+    const real = await purge(['--namespace', ns]);
+    assert.equal(real.code, 0, real.output);
+    assert.match(real.stdout, /^deleted 1 entry$/m);
+    await assertGone(A, p, hdr);
+
+    /* --key: B's L1 drops it too (the del event) */
+    const b0 = await B.stats();
+    h.assertHit(await B.post(CHAT, q));
+    await h.waitFor(async () => (await B.stats()).l1_items > b0.l1_items, {what: 'q in B\'s L1'});
+    const events = (await B.stats()).l1_events;
+    const one = await purge(['--key', qKey]);
+    assert.equal(one.code, 0, one.output);
+    assert.match(one.stdout, /^deleted 1 entry$/m);
+    await h.waitFor(async () => (await B.stats()).l1_events > events, {what: 'B reading the del event'});
+    await assertGone(B, q);
+
+    const bad = await purge(['--older-than', 'soon']);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--older-than must be an RFC 3339 date/);
+    const nothing = await purge([]);
+    assert.equal(nothing.code, 2);
+    assert.match(nothing.stderr, /say what to delete/);
+    const both = await purge(['--all', '--model', 'm']);
+    assert.equal(both.code, 2);
+});
+
+h.test('promptcache purge --tenant and --all flush, and tell every L1', async () => {
+    const t = h.bearer('sk-purge-cli-tenant');
+    const key = await store(A, question('cli tenant'), t);
+    await store(A, question('cli other'));
+    const dry = await purge(['--tenant', key.slice(0, 16), '--dry-run']);
+    assert.match(dry.stdout, /would delete 1 entry/);
+    const r = await purge(['--tenant', key.slice(0, 16)]);
+    assert.match(r.stdout, /^deleted 1 entry$/m);
+    assert.ok((await entryCount()) > 0, 'other tenants\' entries stay');
+    const all = await purge(['--all']);
+    assert.equal(all.code, 0, all.output);
+    assert.equal(await entryCount(), 0);
+    assert.deepEqual(await env.redis.keys('pc:2:v:*'), [], 'vector records too');
+});

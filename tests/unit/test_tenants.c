@@ -1,0 +1,133 @@
+/*
+ * test_tenants.c - tenant names (src/tenants.c): the file's forms and every
+ * refusal with its line, lookups by id, learning a name from a key (and
+ * from a fingerprint read back from Redis, checked), the /stats list.
+ */
+#include "pc_tenants.h"
+#include "t.h"
+
+#include <unistd.h>
+
+static char path[64];
+
+static struct tenants *load(const char *text, char *err, size_t errlen)
+{
+    snprintf(path, sizeof path, "/tmp/pc_tenants_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+        exit(2);
+    close(fd);
+    err[0] = '\0';
+    struct tenants *t = tenants_load(path, err, errlen);
+    unlink(path);
+    return t;
+}
+
+static void sha_hex(const char *s, char out[65])
+{
+    unsigned char d[PC_SHA256_LEN];
+    pc_sha256(s, strlen(s), d);
+    pc_hex(d, PC_SHA256_LEN, out);
+    out[64] = '\0';
+}
+
+static void test_forms(void)
+{
+    char err[256], text[512], kb[65];
+    sha_hex("sk-key-b-0123456789", kb);
+    snprintf(text, sizeof text,
+             "# comment\n\n0123456789abcdef   team a  \n...wxyz:1111111111111111 search (eu)\n"
+             "\xe2\x80\xa6wxyz:2222222222222222 search (eu)\nsha256:%s billing/prod\n%.64s b2\n",
+             kb, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    struct tenants *t = load(text, err, sizeof err);
+    T_CHECK(t != NULL);
+    if (t == NULL) {
+        fprintf(stderr, "  %s\n", err);
+        return;
+    }
+    T_CHECK_INT(tenants_count(t), 5);
+    T_CHECK_STR(tenants_name(t, "0123456789abcdef"), "team a");
+    T_CHECK_STR(tenants_name(t, "1111111111111111"), "search (eu)");
+    T_CHECK_STR(tenants_name(t, "2222222222222222"), "search (eu)");
+    T_CHECK(tenants_name(t, "3333333333333333") == NULL);
+    T_CHECK(tenants_name(NULL, "0123456789abcdef") == NULL);
+
+    /* a key named by its hash: learned on use, once; the fingerprint is the hash's start */
+    char fp[17];
+    T_CHECK(!tenants_note(t, "7777777777777777", "sk-long-key-abcdefgh", 20, fp));
+    T_CHECK(tenants_name(t, "4444444444444444") == NULL);
+    T_CHECK(!tenants_note(t, "4444444444444444", "sk-other", 8, fp));
+    T_CHECK(tenants_note(t, "4444444444444444", "sk-key-b-0123456789", 19, fp));
+    T_CHECK(strncmp(fp, kb, 16) == 0 && fp[16] == '\0');
+    T_CHECK_STR(tenants_name(t, "4444444444444444"), "billing/prod");
+    T_CHECK(!tenants_note(t, "4444444444444444", "sk-key-b-0123456789", 19, fp));
+
+    /* ... or from a fingerprint another proxy recorded (checked first) */
+    T_CHECK(tenants_learn_fp(t, "5555555555555555", 16, "aaaaaaaaaaaaaaaa", 16));
+    T_CHECK_STR(tenants_name(t, "5555555555555555"), "b2");
+    T_CHECK(!tenants_learn_fp(t, "5555", 4, "aaaaaaaaaaaaaaaa", 16));
+    T_CHECK(!tenants_learn_fp(t, "6666666666666666", 16, "AAAAAAAAAAAAAAAA", 16));
+    T_CHECK(tenants_learn_fp(t, "6666666666666666", 16, "0000000000000000", 16)); /* unnamed */
+    T_CHECK(tenants_name(t, "6666666666666666") == NULL);
+
+    /* /stats: the tenants seen, a long key's last 4 characters, never a short key's */
+    T_CHECK(!tenants_note(t, "0123456789abcdef", "tiny", 4, fp));
+    struct pc_buf b = PC_BUF_INIT;
+    tenants_render_json(t, &b);
+    T_CHECK_STR(pc_buf_cstr(&b),
+                "\"tenants\":[{\"id\":\"7777777777777777\",\"key\":\"\xe2\x80\xa6"
+                "efgh\",\"name\":null},{\"id\":\"4444444444444444\",\"key\":null,\"name\":"
+                "\"billing/prod\"},{\"id\":\"0123456789abcdef\",\"key\":null,"
+                "\"name\":\"team a\"}]");
+    pc_buf_free(&b);
+    struct tenants *r = tenants_ref(t);
+    tenants_release(&t);
+    T_CHECK(t == NULL && tenants_name(r, "0123456789abcdef") != NULL);
+    tenants_release(&r);
+    tenants_render_json(NULL, &b);
+    T_CHECK_STR(pc_buf_cstr(&b), "\"tenants\":null");
+    pc_buf_free(&b);
+}
+
+static void test_refusals(void)
+{
+    static const struct {
+        const char *text, *says;
+    } bad[] = {
+        {"0123456789abcdef\n", ":1: a name must follow"},
+        {"# x\n0123456789ABCDEF name\n", ":2: the identifier is a tenant id"},
+        {"0123456789abcde name\n", ":1: the identifier"},
+        {"sha256:abcd name\n", ":1: the identifier"},
+        {"wxyz:0123456789abcdef name\n", ":1: a key hint is written"},
+        {"0123456789abcdef other\n", ":1: \"other\" is the label"},
+        {"0123456789abcdef a\"b\n", ":1: a name may hold only"},
+        {"0123456789abcdef xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n",
+         ":1: a name is 1 to 64"},
+        {"0123456789abcdef a\n\n0123456789abcdef b\n", ":3: the identifier of line 1 again"},
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
+        char err[256];
+        struct tenants *t = load(bad[i].text, err, sizeof err);
+        T_CHECK(t == NULL);
+        if (strstr(err, bad[i].says) == NULL || strncmp(err, path, strlen(path)) != 0)
+            fprintf(stderr, "  case %zu: %s\n", i, err);
+        T_CHECK(strstr(err, bad[i].says) != NULL);
+        tenants_release(&t);
+    }
+    char err[256];
+    T_CHECK(tenants_load("/nonexistent/tenants", err, sizeof err) == NULL);
+    T_CHECK(strstr(err, "cannot read") != NULL);
+    struct tenants *empty = load("", err, sizeof err);
+    T_CHECK(empty != NULL && tenants_count(empty) == 0);
+    struct tenants *same = load("", err, sizeof err);
+    T_CHECK(tenants_same(empty, empty) && !tenants_same(empty, NULL));
+    tenants_release(&empty);
+    tenants_release(&same);
+}
+
+int main(void)
+{
+    T_RUN(test_forms);
+    T_RUN(test_refusals);
+    T_DONE();
+}
