@@ -10,23 +10,26 @@
  * verifier model). Candidates the bound does not allow yet are compared for
  * free (they go upstream anyway); of those it allows, a sample
  * (semantic-explore-rate) is sent upstream on purpose to keep measuring.
- * Each comparison is an observation (similarity, agreed?) counted in
- * similarity buckets 0.005 wide, weighted by the inverse of the probability
- * with which it was sampled (1 for a free comparison, 1/rate for an
- * explored one), so the counts estimate the whole population of candidates.
+ * Counted per similarity bucket (0.005 wide): N, the candidates that reached
+ * the decision; n, those compared; e, those whose answers differed.
  *
  * The threshold. For a threshold t the served set is every candidate with
- * similarity >= t; its error is estimated from the buckets at or above t,
- * and bounded above by the one-sided 95% Clopper-Pearson bound taken at the
- * Kish effective sample size of the weights (Korn & Graubard 1998; with equal
- * weights it is the exact binomial bound). Thresholds are tested from the top
- * down in a fixed sequence, starting where enough observations exist to pass
- * at all, and the scan stops at the first threshold whose bound exceeds δ:
- * the lowest passing threshold is served. A partition's own counts decide
- * once they certify a threshold; until then the global counts (every
- * partition of this embedder space) are the prior, unless the partition's
- * own observations show, at the same confidence, an error above δ. An entry
- * found wrong at similarity s is never served at s or below again.
+ * similarity >= t. Its error is estimated bucket by bucket (post-
+ * stratification: within a bucket every compared candidate is a sample of
+ * that bucket's candidates, however it was chosen) and weighted by each
+ * bucket's share of the candidates, N; the estimate is bounded above by the
+ * one-sided 95% Clopper-Pearson bound at the Kish effective sample size of
+ * those weights (Korn & Graubard 1998). When every bucket's candidates were
+ * all compared it is the exact binomial bound of the errors among them.
+ * Thresholds are tested from the top down in a fixed sequence, starting
+ * where enough comparisons exist to pass at all, and the scan stops at the
+ * first threshold whose bound exceeds delta: the lowest passing threshold
+ * is served, and never at a similarity nothing was compared at. A
+ * partition's own counts decide once they certify a threshold; until then
+ * the global counts (every partition of this embedder space) are the prior,
+ * unless the partition's own comparisons show, at the same confidence, an
+ * error above delta. An entry found wrong at similarity s is never served at
+ * s or below again.
  *
  * Redis (Cluster-ready: each command names one key):
  *   PC_KEY_PREFIX "o:{tenant:exact}"  the entry's marks: a bitmap of the
@@ -37,7 +40,7 @@
  *       observation;
  *   PC_KEY_PREFIX "bg:{id}"  the global counts of an embedder space.
  * Counts are one string each, written with BITFIELD (OVERFLOW SAT, signed 64
- * bit big-endian: a header word, then w, e, q per bucket) so every instance
+ * bit big-endian: a header word, then N, n, e per bucket) so every instance
  * adds to them atomically and a GET reads them back whole. Everything read is
  * range-checked (bound_counts_decode, bound_marks_decode): a forged or foreign
  * value is rejected and counted, never used.
@@ -64,9 +67,8 @@ struct verify;
 #define BOUND_SIM_MIN          0.5   /* below it: bucket 0 (never served by the bound) */
 #define BOUND_BUCKET_WIDTH     0.005 /* BOUND_SIM_MIN + BOUND_BUCKETS * width == 1 */
 #define BOUND_CONFIDENCE       0.95  /* of every bound stated here (one-sided) */
-#define BOUND_W_UNIT           64    /* a weight of 1 is stored as 64 */
-#define BOUND_UNITS_MAX        (INT64_C(1) << 60)          /* larger stored counts are rejected */
-#define BOUND_MAGIC            INT64_C(0x5043424e44310001) /* "PCBND1", version 1 */
+#define BOUND_COUNT_MAX        (INT64_C(1) << 50)          /* larger stored counts are rejected */
+#define BOUND_MAGIC            INT64_C(0x5043424e44310002) /* "PCBND1", layout 2 */
 #define BOUND_COUNTS_BYTES     (8 * (1 + 3 * BOUND_BUCKETS))
 #define BOUND_MARKS_BYTES      ((BOUND_BUCKETS + 7) / 8)
 #define BOUND_KEY_MAX          128
@@ -92,20 +94,28 @@ double bound_lower(double x, double n, double conf);
 /* Observations with no error needed before the upper bound reaches delta. */
 long bound_min_n(double delta, double conf);
 
-/* Weighted observations per bucket: sums of weights, of weights of errors, of squared weights. */
+/* Per bucket: candidates that reached the decision, those compared, those found wrong. */
 struct bound_counts {
-    double w[BOUND_BUCKETS];
-    double e[BOUND_BUCKETS];
-    double q[BOUND_BUCKETS];
+    double seen[BOUND_BUCKETS];
+    double compared[BOUND_BUCKETS];
+    double wrong[BOUND_BUCKETS];
 };
 
-void bound_counts_add(struct bound_counts *c, double sim, bool wrong, double weight);
+/* A candidate at sim reached the decision; one was compared (and found wrong or not). */
+void bound_counts_seen(struct bound_counts *c, double sim);
+void bound_counts_compared(struct bound_counts *c, double sim, bool wrong);
+/* Both, for one candidate that was compared (tests). */
+void bound_counts_add(struct bound_counts *c, double sim, bool wrong);
 
-/* The served region at or above bucket b: effective size, errors and rate (weighted). */
+/*
+ * The served region at or above bucket b, from the buckets where something
+ * was compared: each bucket's error rate weighted by its share of the
+ * candidates, and the Kish effective size of those weights.
+ */
 struct bound_region {
-    double n_eff; /* Kish: (sum w)^2 / sum w^2 */
+    double n_eff; /* (sum N)^2 / sum (N^2 / n) */
     double x_eff; /* n_eff * rate */
-    double rate;  /* sum of error weights / sum of weights; 0 when empty */
+    double rate;  /* sum N e/n / sum N; 0 when empty */
 };
 void bound_region_at(const struct bound_counts *c, int b, struct bound_region *out);
 
@@ -141,7 +151,6 @@ struct bound_decision {
     enum bound_verdict verdict;
     enum bound_source source; /* the counts that allowed it (serve, explore) */
     double threshold;         /* of that source; 1 when none */
-    double weight;            /* of the observation a comparison would make (1/probability) */
 };
 
 /* Decide for a candidate at similarity sim; u is uniform in [0, 1) (the sampling draw). */
@@ -165,8 +174,10 @@ struct bound_argv {
     char key[BOUND_KEY_MAX];
     char num[8][24];
 };
-/* BITFIELD key SET header, OVERFLOW SAT, INCRBY w, e, q of one observation's bucket. */
-void bound_argv_count(struct bound_argv *a, const char *key, double sim, bool wrong, double weight);
+/* BITFIELD key SET header, OVERFLOW SAT, then INCRBY N of sim's bucket (a candidate seen). */
+void bound_argv_seen(struct bound_argv *a, const char *key, double sim);
+/* The same, INCRBY n and e of sim's bucket (a candidate compared). */
+void bound_argv_compared(struct bound_argv *a, const char *key, double sim, bool wrong);
 /* SETBIT key bucket 1 (the entry's mark of a disagreement at sim). */
 void bound_argv_mark(struct bound_argv *a, const char *key, double sim);
 /* PEXPIREAT key ms / PEXPIRE key ms. */

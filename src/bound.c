@@ -139,56 +139,83 @@ long bound_min_n(double delta, double conf)
     return (long)ceil(log(1.0 - conf) / log1p(-delta));
 }
 
-void bound_counts_add(struct bound_counts *c, double sim, bool wrong, double weight)
+void bound_counts_seen(struct bound_counts *c, double sim)
 {
-    int b = bound_bucket(sim);
-    c->w[b] += weight;
-    c->e[b] += wrong ? weight : 0;
-    c->q[b] += weight * weight;
+    c->seen[bound_bucket(sim)] += 1;
 }
 
-static void region_of(double w, double e, double q, struct bound_region *out)
+void bound_counts_compared(struct bound_counts *c, double sim, bool wrong)
+{
+    int b = bound_bucket(sim);
+    c->compared[b] += 1;
+    c->wrong[b] += wrong ? 1 : 0;
+}
+
+void bound_counts_add(struct bound_counts *c, double sim, bool wrong)
+{
+    bound_counts_seen(c, sim);
+    bound_counts_compared(c, sim, wrong);
+}
+
+/* Running sums over buckets: candidates, their estimated errors, and sum N^2 / n. */
+struct region_sums {
+    double n, e, q;
+};
+
+static void sums_add(struct region_sums *s, const struct bound_counts *c, int b)
+{
+    double n = c->compared[b];
+    if (n <= 0)
+        return; /* nothing compared there: no estimate, and never served */
+    /* A write of "seen" may have failed where the comparison's did not: at least n. */
+    double big_n = PC_MAX(c->seen[b], n);
+    s->n += big_n;
+    s->e += big_n * c->wrong[b] / n;
+    s->q += big_n * big_n / n;
+}
+
+static void region_of(const struct region_sums *s, struct bound_region *out)
 {
     *out = (struct bound_region){0};
-    if (w <= 0 || q <= 0)
+    if (s->n <= 0 || s->q <= 0)
         return;
-    out->rate = PC_MIN(e / w, 1.0);
-    out->n_eff = w * w / q;
+    out->rate = PC_MIN(s->e / s->n, 1.0);
+    out->n_eff = s->n * s->n / s->q;
     out->x_eff = out->rate * out->n_eff;
 }
 
 void bound_region_at(const struct bound_counts *c, int b, struct bound_region *out)
 {
-    double w = 0, e = 0, q = 0;
+    struct region_sums s = {0};
     for (int i = BOUND_BUCKETS - 1; i >= PC_MAX(b, 0); i--)
-        w += c->w[i], e += c->e[i], q += c->q[i];
-    region_of(w, e, q, out);
+        sums_add(&s, c, i);
+    region_of(&s, out);
 }
 
 /*
  * Fixed-sequence testing from the top: thresholds whose region is too small
  * to pass even without errors are skipped (that depends on how many
- * observations there are, not on their outcomes); from the first one that
+ * comparisons there are, not on their outcomes); from the first one that
  * can pass, each is tested in turn and the scan stops at the first failure,
  * so the confidence holds without a correction for the many thresholds.
- * Only a similarity something was observed at can become the threshold.
+ * Only a similarity something was compared at can become the threshold.
  */
 void bound_certify(const struct bound_counts *c, double delta, struct bound_cert *out)
 {
     *out = (struct bound_cert){.bucket = BOUND_BUCKETS, .threshold = 1.0, .upper = 1.0};
     double need = (double)bound_min_n(delta, BOUND_CONFIDENCE);
-    double w = 0, e = 0, q = 0;
+    struct region_sums s = {0};
     for (int b = BOUND_BUCKETS - 1; b >= 0; b--) {
-        w += c->w[b], e += c->e[b], q += c->q[b];
+        if (c->compared[b] <= 0)
+            continue; /* no evidence at this similarity: neither tested nor served */
+        sums_add(&s, c, b);
         struct bound_region r;
-        region_of(w, e, q, &r);
+        region_of(&s, &r);
         if (r.n_eff < need) {
             if (out->certified)
-                break; /* weights can shrink the effective size: never test past a pass */
+                break; /* unequal shares can shrink the effective size: stop there */
             continue;
         }
-        if (c->w[b] <= 0)
-            continue; /* nothing seen at this similarity: no evidence to serve it */
         double up = bound_upper(r.x_eff, r.n_eff, BOUND_CONFIDENCE);
         if (up > delta)
             break;
@@ -214,15 +241,17 @@ static bool partition_vetoes(const struct bound_counts *part, int b, double delt
 static enum bound_source allowing_source(const struct bound_inputs *in, int b,
                                          struct bound_cert *cert)
 {
+    /* Never where the counts compared nothing at sim's bucket: no evidence there. */
     if (in->partition != NULL) {
         bound_certify(in->partition, in->delta, cert);
         if (cert->certified)
-            return b >= cert->bucket ? BOUND_SRC_PARTITION : BOUND_SRC_NONE;
+            return b >= cert->bucket && in->partition->compared[b] > 0 ? BOUND_SRC_PARTITION
+                                                                       : BOUND_SRC_NONE;
     }
     if (in->global == NULL)
         return BOUND_SRC_NONE;
     bound_certify(in->global, in->delta, cert);
-    if (!cert->certified || b < cert->bucket)
+    if (!cert->certified || b < cert->bucket || in->global->compared[b] <= 0)
         return BOUND_SRC_NONE;
     if (in->partition != NULL && partition_vetoes(in->partition, b, in->delta))
         return BOUND_SRC_NONE;
@@ -232,7 +261,7 @@ static enum bound_source allowing_source(const struct bound_inputs *in, int b,
 void bound_decide(const struct bound_inputs *in, double sim, double u, struct bound_decision *out)
 {
     int b = bound_bucket(sim);
-    *out = (struct bound_decision){.verdict = BOUND_WITHHOLD, .threshold = 1.0, .weight = 1.0};
+    *out = (struct bound_decision){.verdict = BOUND_WITHHOLD, .threshold = 1.0};
     if (in->entry_floor >= 0 && b <= in->entry_floor) {
         out->verdict = BOUND_SKIP;
         return;
@@ -240,7 +269,7 @@ void bound_decide(const struct bound_inputs *in, double sim, double u, struct bo
     struct bound_cert cert;
     out->source = allowing_source(in, b, &cert);
     if (out->source == BOUND_SRC_NONE)
-        return; /* compared for free: weight 1 */
+        return; /* compared for free */
     out->threshold = cert.threshold;
     double need = (double)bound_min_n(in->delta, BOUND_CONFIDENCE);
     double p = in->explore_rate;
@@ -248,7 +277,6 @@ void bound_decide(const struct bound_inputs *in, double sim, double u, struct bo
         p /= 4;
     if (p > 0 && u < p) {
         out->verdict = BOUND_EXPLORE;
-        out->weight = 1.0 / p;
         return;
     }
     out->verdict = BOUND_SERVE;
@@ -319,15 +347,8 @@ static void argv_num(struct bound_argv *a, int slot, long long v)
     argv_str(a, a->num[slot]);
 }
 
-/* The stored units of an observation: weight, error weight, squared weight. */
-static void units_of(double weight, bool wrong, long long u[3])
-{
-    u[0] = llround(weight * BOUND_W_UNIT);
-    u[1] = wrong ? u[0] : 0;
-    u[2] = llround(weight * weight * BOUND_W_UNIT);
-}
-
-void bound_argv_count(struct bound_argv *a, const char *key, double sim, bool wrong, double weight)
+/* BITFIELD key SET i64 #0 MAGIC OVERFLOW SAT: the start of every write of counts. */
+static void argv_counts_head(struct bound_argv *a, const char *key)
 {
     a->argc = 0;
     snprintf(a->key, sizeof(a->key), "%s", key);
@@ -339,17 +360,30 @@ void bound_argv_count(struct bound_argv *a, const char *key, double sim, bool wr
     argv_num(a, 0, (long long)BOUND_MAGIC);
     argv_str(a, "OVERFLOW");
     argv_str(a, "SAT");
+}
+
+/* INCRBY i64 #word by: word k of the value ("#k" counts in the type's width). */
+static void argv_incr(struct bound_argv *a, int slot, int word, long long by)
+{
+    snprintf(a->num[slot], sizeof(a->num[slot]), "#%d", word);
+    argv_str(a, "INCRBY");
+    argv_str(a, "i64");
+    argv_str(a, a->num[slot]);
+    argv_num(a, slot + 1, by);
+}
+
+void bound_argv_seen(struct bound_argv *a, const char *key, double sim)
+{
+    argv_counts_head(a, key);
+    argv_incr(a, 1, 1 + 3 * bound_bucket(sim), 1);
+}
+
+void bound_argv_compared(struct bound_argv *a, const char *key, double sim, bool wrong)
+{
+    argv_counts_head(a, key);
     int b = bound_bucket(sim);
-    long long u[3];
-    units_of(weight, wrong, u);
-    for (int i = 0; i < 3; i++) {
-        /* "#k": word k of the value (offsets in units of the type's width). */
-        snprintf(a->num[1 + i], sizeof(a->num[1 + i]), "#%d", 1 + 3 * b + i);
-        argv_str(a, "INCRBY");
-        argv_str(a, "i64");
-        argv_str(a, a->num[1 + i]);
-        argv_num(a, 4 + i, u[i]);
-    }
+    argv_incr(a, 1, 2 + 3 * b, 1);
+    argv_incr(a, 3, 3 + 3 * b, wrong ? 1 : 0);
 }
 
 void bound_argv_mark(struct bound_argv *a, const char *key, double sim)
@@ -392,27 +426,23 @@ void bound_counts_encode(const struct bound_counts *c, struct pc_buf *out)
     put_be64(word, BOUND_MAGIC);
     pc_buf_append(out, word, 8);
     for (int b = 0; b < BOUND_BUCKETS; b++) {
-        const double v[3] = {c->w[b], c->e[b], c->q[b]};
+        const double v[3] = {c->seen[b], c->compared[b], c->wrong[b]};
         for (int i = 0; i < 3; i++) {
-            put_be64(word, llround(v[i] * BOUND_W_UNIT));
+            put_be64(word, llround(v[i]));
             pc_buf_append(out, word, 8);
         }
     }
 }
 
 /*
- * One bucket's stored units, in range: 0 <= e <= w, and the squared weights
- * as only weights of at least 1 give them: w <= q <= w^2 / unit (up to the
- * rounding of each observation's units), none above BOUND_UNITS_MAX.
+ * One bucket's counts, in range: none negative or above BOUND_COUNT_MAX, no
+ * more errors than comparisons (both are written by one command). Seen may
+ * lag compared (a write that failed), so it is not held to them.
  */
-static bool bucket_valid(int64_t w, int64_t e, int64_t q)
+static bool bucket_valid(int64_t seen, int64_t compared, int64_t wrong)
 {
-    if (w < 0 || e < 0 || q < 0 || w > BOUND_UNITS_MAX || q > BOUND_UNITS_MAX || e > w)
-        return false;
-    if (w == 0)
-        return q == 0;
-    double wd = (double)w;
-    return q >= w && (double)q <= wd * wd / BOUND_W_UNIT + wd;
+    return seen >= 0 && compared >= 0 && wrong >= 0 && seen <= BOUND_COUNT_MAX &&
+           compared <= BOUND_COUNT_MAX && wrong <= compared;
 }
 
 int bound_counts_decode(const char *buf, size_t len, struct bound_counts *c)
@@ -426,14 +456,14 @@ int bound_counts_decode(const char *buf, size_t len, struct bound_counts *c)
     for (size_t i = 1; i < len / 8; i++)
         words[i] = get_be64(p + 8 * i);
     for (int b = 0; b < BOUND_BUCKETS; b++) {
-        int64_t w = words[1 + 3 * b], e = words[2 + 3 * b], q = words[3 + 3 * b];
-        if (!bucket_valid(w, e, q)) {
+        int64_t seen = words[1 + 3 * b], compared = words[2 + 3 * b], wrong = words[3 + 3 * b];
+        if (!bucket_valid(seen, compared, wrong)) {
             memset(c, 0, sizeof(*c));
             return -1;
         }
-        c->w[b] = (double)w / BOUND_W_UNIT;
-        c->e[b] = (double)e / BOUND_W_UNIT;
-        c->q[b] = (double)q / BOUND_W_UNIT;
+        c->seen[b] = (double)seen;
+        c->compared[b] = (double)compared;
+        c->wrong[b] = (double)wrong;
     }
     return 0;
 }
@@ -908,6 +938,23 @@ int bound_view_fetch(struct bound_view *v, const char *tenant_id,
     return 0;
 }
 
+static void write_argv(struct bound_port *bp, struct bound_argv *a)
+{
+    store_write(bp->store, a->argc, a->argv, a->lens);
+}
+
+/* The candidate reached the decision: one more of its bucket (the shares of the estimate). */
+static void write_seen(struct bound_view *v, double sim)
+{
+    struct bound_argv a;
+    bound_argv_seen(&a, v->part_key, sim);
+    write_argv(v->bp, &a);
+    bound_argv_expire(&a, v->part_key, BOUND_PARTITION_TTL_MS, false);
+    write_argv(v->bp, &a);
+    bound_argv_seen(&a, v->bp->b->global_key, sim);
+    write_argv(v->bp, &a);
+}
+
 void bound_view_decide(struct bound_view *v, double sim, struct bound_decision *out)
 {
     PC_CHECK_OBJ(v, VIEW_MAGIC);
@@ -921,6 +968,8 @@ void bound_view_decide(struct bound_view *v, double sim, struct bound_decision *
     };
     bound_decide(&in, sim, port_draw(v->bp), out);
     v->last = out->verdict;
+    if (out->verdict != BOUND_SKIP) /* a skipped entry is out of the population served */
+        write_seen(v, sim);
     static const enum stat_id counted[] = {
         [BOUND_EXPLORE] = STAT_semantic_bound_explored,
         [BOUND_WITHHOLD] = STAT_semantic_bound_withheld,
@@ -936,7 +985,6 @@ struct bound_probe {
     unsigned magic;
     int refs;
     double sim;
-    double weight;
     bool explored;
     const char *verdict; /* "agreed" / "disagreed" / NULL */
     char *answer;        /* the candidate's answer text */
@@ -962,7 +1010,6 @@ struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_
     p->magic = PROBE_MAGIC;
     p->refs = 1;
     p->sim = sim;
-    p->weight = d->weight;
     p->explored = d->verdict == BOUND_EXPLORE;
     p->answer = pc_buf_cstr(&text); /* the buffer's memory is the probe's now */
     snprintf(p->part_key, sizeof(p->part_key), "%s", v->part_key);
@@ -1010,20 +1057,13 @@ const char *bound_probe_verdict(const struct bound_probe *p)
     return p != NULL ? p->verdict : NULL;
 }
 
-static void write_argv(struct bound_port *bp, struct bound_argv *a)
-{
-    store_write(bp->store, a->argc, a->argv, a->lens);
-}
-
 /* The observation, where every instance learns from it; and the verdict for the answer. */
 static void record(struct bound_port *bp, struct bound_probe *p, bool wrong)
 {
     struct bound_argv a;
-    bound_argv_count(&a, p->part_key, p->sim, wrong, p->weight);
+    bound_argv_compared(&a, p->part_key, p->sim, wrong);
     write_argv(bp, &a);
-    bound_argv_expire(&a, p->part_key, BOUND_PARTITION_TTL_MS, false);
-    write_argv(bp, &a);
-    bound_argv_count(&a, p->global_key, p->sim, wrong, p->weight);
+    bound_argv_compared(&a, p->global_key, p->sim, wrong);
     write_argv(bp, &a);
     if (wrong && p->expires_ms > pc_wall_ms()) {
         bound_argv_mark(&a, p->marks_key, p->sim);
