@@ -12,7 +12,7 @@ const assert = require('node:assert/strict');
 const h = require('./lib');
 
 const ADMIN_TOKEN = 'admin-token-for-purge';
-const ARGS = ['--admin-token', ADMIN_TOKEN, '--semantic', 'yes', '--embedder', 'hash'];
+const ARGS = ['--admin-token', ADMIN_TOKEN, '--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'hash'];
 const env = h.environment({proxy: false});
 const CHAT = '/v1/chat/completions';
 const ID = /^[0-9a-f]{80}$/;

@@ -20,7 +20,7 @@ let sem = null;
 let proxy = null;
 
 function semArgs(extra = []) {
-    return ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', sem.url,
+    return ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai', '--embedder-url', sem.url,
         '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9', ...extra];
 }
 
@@ -246,7 +246,7 @@ h.test('two instances on one Redis share semantic hits', async () => {
 
 h.test('an embedder that is down or slow never fails or holds a request', async () => {
     const deadPort = await h.freePort();
-    const down = await env.startProxy({args: ['--semantic', 'yes', '--embedder', 'openai',
+    const down = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
         '--embedder-url', `http://127.0.0.1:${deadPort}`, '--embedder-timeout', '200']});
     const t = tag();
     assertMiss(await down.post(CHAT, chat(`dead embedder ${t}`)));
@@ -256,7 +256,7 @@ h.test('an embedder that is down or slow never fails or holds a request', async 
     const slow = createSemanticMock();
     slow.delayMs = 30000;
     await slow.listen();
-    const p = await env.startProxy({args: ['--semantic', 'yes', '--embedder', 'openai',
+    const p = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
         '--embedder-url', slow.url, '--embedder-timeout', '200']});
     const started = Date.now();
     /* Far shorter than the embedder's delay: the lookup gave up at embedder-timeout. */
@@ -301,7 +301,7 @@ h.test('the verifier decides grey-zone candidates: no is a miss, yes a hit', asy
 
 h.test('the built-in embedders catch rewordings with their default thresholds', async () => {
     for (const embedder of ['hash', 'builtin']) {
-        const p = await env.startProxy({args: ['--semantic', 'yes', '--embedder', embedder]});
+        const p = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', embedder]});
         const t = tag();
         /* The index is rebuilt from Redis first; then the miss's vector must be in it (a
          * slow embed, as under ASan, is finished by the pool after the answer is sent). */
