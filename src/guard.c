@@ -23,7 +23,7 @@
 /* ---- the guard table ------------------------------------------------------ */
 
 static const char *const guard_names[] = {
-#define GUARD_NAME(e, name, what) name,
+#define GUARD_NAME(e, name, what) #name,
     GUARD_LIST(GUARD_NAME)
 #undef GUARD_NAME
 };
@@ -491,6 +491,14 @@ static size_t gap(const struct gdoc *d, size_t i, const char **p)
 
 /* ---- numbers -------------------------------------------------------------------- */
 
+/* A number, or a word that starts with one ("5km", "1st"). */
+static bool tok_is_number(const struct gdoc *d, size_t i)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    return t->kind == TEXT_NUM ||
+           (t->kind == TEXT_WORD && text_str(&d->t, i)[0] >= '0' && text_str(&d->t, i)[0] <= '9');
+}
+
 #define QTY_MAX 64
 
 struct qty {
@@ -584,6 +592,31 @@ static struct qty *qty_new(struct qtys *qs)
     return q;
 }
 
+/*
+ * Whether token i is written negative: a '-' or minus sign right before it
+ * that is not a joiner ("-5", "(-5)", "= -5", but not "5-2" or "COVID-19"),
+ * or the word minus or negative before it when no number precedes that
+ * ("minus 5", but not "7 minus 5").
+ */
+static bool negative_at(const struct gdoc *d, size_t i)
+{
+    const char *p = d->t.tok[i].raw;
+    size_t before = (size_t)(p - d->text), sign = 0;
+    if (before >= 1 && p[-1] == '-')
+        sign = 1;
+    else if (before >= 3 && memcmp(p - 3, "\xe2\x88\x92", 3) == 0)
+        sign = 3;
+    if (sign > 0) {
+        if (before == sign)
+            return true;
+        unsigned char c = (unsigned char)p[-1 - (long)sign];
+        return !((c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == ')' ||
+                 c == ']' || c == '.' || c >= 0x80);
+    }
+    return i > 0 && (text_is(&d->t, i - 1, "minus") || text_is(&d->t, i - 1, "negative")) &&
+           !(i > 1 && tok_is_number(d, i - 2));
+}
+
 /* Digit runs inside a word ("5km", "iphone16", "1st"), with an attached unit suffix. */
 static void word_numbers(const struct gdoc *d, size_t i, struct qtys *qs)
 {
@@ -600,7 +633,9 @@ static void word_numbers(const struct gdoc *d, size_t i, struct qtys *qs)
         struct qty *q = qty_new(qs);
         if (q == NULL)
             return;
-        canon_number(w + s, p - s, q->v, sizeof q->v);
+        bool neg = s == 0 && negative_at(d, i);
+        q->v[0] = '-';
+        canon_number(w + s, p - s, q->v + neg, sizeof q->v - neg);
         size_t a = p;
         while (p < n && (w[p] < '0' || w[p] > '9'))
             p++;
@@ -634,10 +669,12 @@ static void numbers_of(const struct gdoc *d, struct qtys *qs)
         struct qty *q = qty_new(qs);
         if (q == NULL)
             return;
+        bool neg = negative_at(d, i);
+        q->v[0] = '-';
         if (nw != NULL)
-            snprintf(q->v, sizeof q->v, "%u", nw->val);
+            snprintf(q->v + neg, sizeof q->v - neg, "%u", nw->val);
         else
-            canon_number(text_str(&d->t, i), t->len, q->v, sizeof q->v);
+            canon_number(text_str(&d->t, i), t->len, q->v + neg, sizeof q->v - neg);
         units_after(d, i, q);
         unsigned cur = currency_before(d, t->raw);
         if (cur != 0)
@@ -858,6 +895,12 @@ static unsigned date_feature(const struct gdoc *d, size_t i)
 static int uint_cmp(const void *x, const void *y)
 {
     unsigned a = *(const unsigned *)x, b = *(const unsigned *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int u64_cmp(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
     return a < b ? -1 : a > b;
 }
 
@@ -1113,6 +1156,292 @@ static bool guard_swap(const struct gdoc *a, const struct gdoc *b)
     return na > 0 && nb > 0 && na <= SWAP_MAX && nb <= SWAP_MAX;
 }
 
+/* ---- symbols ------------------------------------------------------------------------------ */
+
+/*
+ * What lies between the tokens: operators, signs, paths, code. Each gap
+ * between two tokens (and before the first, after the last) gives at most
+ * one feature: its meaningful symbols, with the token on each side they are
+ * bound to. Symbols written against a token bind to it ("-5": a sign bound
+ * to 5; "5!": bound to 5); symbols written against both or against neither
+ * ("3+3", "x > 5") bind to both, so "1/2" and "2/1" differ. Prose
+ * punctuation carries no meaning here: quotes, brackets, commas and
+ * semicolons, sentence ends (. ? ! : followed by a space), joiners between
+ * words (self-learn, iPhone/Android, R&D, U.S.), currency, percent and degree
+ * signs next to a number (the numbers guard reads those) and arrows (the
+ * direction guard's). Two texts whose features differ ask different things.
+ */
+
+#define SYM_MAX       128 /* features kept per text; the rest are summed */
+#define SYM_PIECE_MAX 64  /* code points of one gap examined one by one; the rest are hashed */
+
+struct syms {
+    uint64_t f[SYM_MAX];
+    size_t n;      /* features kept */
+    size_t total;  /* all features */
+    uint64_t more; /* sum of the features past SYM_MAX */
+};
+
+/* One code point of s[0..n) (n >= 1): its value (-1 if invalid) and length. */
+static size_t utf8_cp(const char *s, size_t n, long *cp)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t k = u[0] < 0x80 ? 1 : (u[0] & 0xe0) == 0xc0 ? 2 : (u[0] & 0xf0) == 0xe0 ? 3 : 4;
+    if (k > n || (u[0] >= 0x80 && u[0] < 0xc0)) {
+        *cp = -1;
+        return 1;
+    }
+    long v = k == 1 ? u[0] : k == 2 ? (u[0] & 0x1f) : k == 3 ? (u[0] & 0x0f) : (u[0] & 0x07);
+    for (size_t i = 1; i < k; i++) {
+        if ((u[i] & 0xc0) != 0x80) {
+            *cp = -1;
+            return 1;
+        }
+        v = v << 6 | (u[i] & 0x3f);
+    }
+    *cp = v;
+    return k;
+}
+
+static bool sym_space(long c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r') || c == 0xa0 || (c >= 0x2000 && c <= 0x200a) ||
+           c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+/* Characters that never carry meaning between tokens (quotes, brackets, commas...). */
+static bool sym_noise(long c)
+{
+    static const long noise[] = {
+        '"',    '\'',   '`',    '(',    ')',    '[',    ']',    '{',    '}',    ',',    ';',
+        0xab,   0xbb,   0xb4,   0xad,   0xbf,   0xa1,   0x2014, 0x2015, 0x2018, 0x2019, 0x201a,
+        0x201b, 0x201c, 0x201d, 0x201e, 0x2022, 0x2039, 0x203a, 0x2060, 0x3001, 0x300c, 0x300d,
+        0x300e, 0x300f, 0x3010, 0x3011, 0xfeff, 0xff08, 0xff09, 0xff0c, 0xff1b,
+    };
+    if ((c >= 0x200b && c <= 0x200d) || (c >= 0x2600 && c <= 0x27bf) ||
+        (c >= 0x1f000 && c <= 0x1faff) || (c >= 0xfe00 && c <= 0xfe0f))
+        return true; /* zero-width marks; emoji and dingbats decorate ("🤗 Datasets") */
+    for (size_t i = 0; i < PC_ARRAY_LEN(noise); i++)
+        if (noise[i] == c)
+            return true;
+    return false;
+}
+
+/* Sentence ends: noise when nothing is written right after them. */
+static bool sym_stop(long c)
+{
+    return c == '.' || c == '?' || c == '!' || c == ':' || c == 0x2026 || c == 0x3002 ||
+           c == 0xff01 || c == 0xff1a || c == 0xff1f;
+}
+
+static bool sym_currency(long c)
+{
+    return c == '$' || c == 0xa2 || c == 0xa3 || c == 0xa5 || c == 0x20ac || c == 0x20b9 ||
+           c == 0x20a9 || c == 0x20bd;
+}
+
+/* One code point as it is compared: the dashes and the minus sign are '-'. */
+static long sym_fold(long c)
+{
+    return c == 0x2010 || c == 0x2011 || c == 0x2012 || c == 0x2013 || c == 0x2212 ? '-' : c;
+}
+
+static bool tok_is_word(const struct gdoc *d, size_t i, size_t min)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    return t->kind != TEXT_NUM && (t->flags & TEXT_F_ALPHA) && !(t->flags & TEXT_F_DIGIT) &&
+           t->len >= min;
+}
+
+/*
+ * Whether the symbols s[0..n) between tokens l and r (either may be -1) are
+ * a joiner of two words: self-learn, COVID-19, iPhone/Android, R&D, U.S,
+ * rent + bills, Stream | Watch.
+ */
+static bool sym_joiner(const struct gdoc *d, const long *s, size_t n, long l, long r)
+{
+    if (n != 1 || l < 0 || r < 0)
+        return false;
+    size_t a = (size_t)l, b = (size_t)r;
+    switch (s[0]) {
+    case '-':
+        return tok_is_word(d, a, 2) || tok_is_word(d, b, 2);
+    case '.':
+        return tok_is_word(d, a, 1) || tok_is_word(d, b, 1); /* "no.1", "e.g", "node.js" */
+    case '/':
+    case '+':
+        return tok_is_word(d, a, 2) && tok_is_word(d, b, 2);
+    case '&':
+    case '_':
+    case '|':
+    case ':':
+        return tok_is_word(d, a, 1) && tok_is_word(d, b, 1);
+    default:
+        return false;
+    }
+}
+
+static bool sym_arrow(const long *s, size_t n)
+{
+    return (n == 2 && (s[0] == '-' || s[0] == '=') && s[1] == '>') ||
+           (n == 1 && (s[0] == 0x2192 || s[0] == 0x21d2));
+}
+
+/* Only characters of set (a NUL-terminated ASCII list) in s[0..n), n >= 1. */
+static bool sym_only(const long *s, size_t n, const char *set)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] <= 0 || s[i] > 0x7e || strchr(set, (int)s[i]) == NULL)
+            return false;
+    return n > 0;
+}
+
+/*
+ * Symbols that carry no meaning where they stand: a joiner of two words
+ * (written against both or against neither), an arrow (the direction
+ * guard's), emphasis written against one side of a word (*US*, **bold**,
+ * _it_), a dash at either end of the text.
+ */
+static bool sym_prose(const struct gdoc *d, const long *s, size_t n, long l, long r, bool att_l,
+                      bool att_r)
+{
+    if (sym_arrow(s, n))
+        return true;
+    if (sym_joiner(d, s, n, l, r) &&
+        (att_l == att_r || (tok_is_word(d, (size_t)l, 2) && tok_is_word(d, (size_t)r, 2))))
+        return true; /* "merchant account/ payment gateway" too */
+    if (att_l != att_r && sym_only(s, n, "*_~") && tok_is_word(d, (size_t)(att_l ? l : r), 1))
+        return true;
+    return !att_l && !att_r && (l < 0 || r < 0) && sym_only(s, n, "-");
+}
+
+static void syms_add(struct syms *sy, uint64_t f)
+{
+    sy->total++;
+    if (sy->n < SYM_MAX)
+        sy->f[sy->n++] = f;
+    else
+        sy->more += f;
+}
+
+/*
+ * The feature of the gap g[0..n) between token l and token r (-1: none).
+ * Pieces are the gap's runs between white space; each is cleaned, and the
+ * non-empty ones are joined.
+ */
+static void gap_symbols(const struct gdoc *d, const char *g, size_t n, long l, long r,
+                        struct syms *sy)
+{
+    long s[SYM_PIECE_MAX];
+    size_t m = 0, i = 0;
+    uint64_t rest = PC_FNV_SEED; /* what does not fit in s[], hashed as written */
+    bool att_l = false, att_r = false, any = false;
+    while (i < n) {
+        long c;
+        size_t k = utf8_cp(g + i, n - i, &c);
+        if (sym_space(c)) {
+            i += k;
+            continue;
+        }
+        size_t start = i, pm = m; /* one piece: [start, i) */
+        while (i < n) {
+            k = utf8_cp(g + i, n - i, &c);
+            if (sym_space(c))
+                break;
+            c = sym_fold(c);
+            if (!sym_noise(c) && m < SYM_PIECE_MAX)
+                s[m++] = c;
+            else if (!sym_noise(c))
+                rest = pc_fnv1a(rest, g + i, k);
+            i += k;
+        }
+        bool left = start == 0 && l >= 0, right = i == n && r >= 0;
+        while (!right && m > pm && sym_stop(s[m - 1]))
+            m--; /* "word." "word?!" "Recovery:" */
+        size_t lead = pm;
+        while (!left && lead < m && sym_stop(s[lead]))
+            lead++;
+        if (lead == m)
+            m = pm; /* "...and", but not "../src" */
+        /* "$5", "-$5", "$ 5", "5%", "100 °F", "2000$": the numbers guard reads those */
+        bool num_r = r >= 0 && tok_is_number(d, (size_t)r),
+             num_l = l >= 0 && tok_is_number(d, (size_t)l);
+        for (size_t j = pm; j < m; j++)
+            if ((num_r && sym_currency(s[j])) ||
+                (num_l && (sym_currency(s[j]) || s[j] == '%' || s[j] == 0xb0 || s[j] == 0x2030)))
+                s[j] = 0;
+        if (right && !left && m > pm && (s[pm] == '#' || s[pm] == '@'))
+            s[pm] = 0; /* "#1", "#tag", "@name" */
+        size_t kept = pm;
+        for (size_t j = pm; j < m; j++)
+            if (s[j] != 0)
+                s[kept++] = s[j];
+        m = kept;
+        if (m > pm) {
+            att_l = any ? att_l : left;
+            att_r = right;
+            any = true;
+        }
+    }
+    if (!any && rest == PC_FNV_SEED)
+        return;
+    if (m > 0 && sym_prose(d, s, m, l, r, att_l, att_r))
+        return;
+    /*
+     * Bound to a side it is written against; written apart from both, to
+     * each side that is not a function word ("x > 5", "b - a", but "between
+     * & and &&" binds & to between only).
+     */
+    bool apart = !att_l && !att_r;
+    bool bind_l = att_l || (apart && l >= 0 && !is_func(d, (size_t)l));
+    bool bind_r = att_r || (apart && r >= 0 && !is_func(d, (size_t)r));
+    uint64_t h = pc_fnv1a(rest, s, m * sizeof s[0]);
+    h = pc_fnv1a(h, "|", 1);
+    uint64_t hl = bind_l && l >= 0 ? d->h[l] : 0, hr = bind_r && r >= 0 ? d->h[r] : 0;
+    h = pc_fnv1a(h, &hl, sizeof hl);
+    h = pc_fnv1a(h, &hr, sizeof hr);
+    syms_add(sy, h);
+}
+
+/* A gap that holds a letter or digit was not tokenized (a long text's middle): skipped. */
+static bool gap_untokenized(const char *g, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)g[i];
+        if ((c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z'))
+            return true;
+    }
+    return false;
+}
+
+static void symbols_of(const struct gdoc *d, struct syms *sy)
+{
+    sy->n = sy->total = 0;
+    sy->more = 0;
+    const char *at = d->text;
+    for (size_t k = 0; k <= d->t.n; k++) {
+        const char *end = k < d->t.n ? d->t.tok[k].raw : d->text + d->len;
+        if (end > at && !gap_untokenized(at, (size_t)(end - at)))
+            gap_symbols(d, at, (size_t)(end - at), (long)k - 1, k < d->t.n ? (long)k : -1, sy);
+        if (k < d->t.n) {
+            const char *e = d->t.tok[k].raw + d->t.tok[k].raw_len;
+            at = e > at ? e : at;
+        }
+    }
+    qsort(sy->f, sy->n, sizeof sy->f[0], u64_cmp);
+}
+
+static bool guard_symbols(const struct gdoc *a, const struct gdoc *b)
+{
+    struct syms *s = pc_malloc(2 * sizeof *s);
+    symbols_of(a, &s[0]);
+    symbols_of(b, &s[1]);
+    bool differ = s[0].total != s[1].total || s[0].more != s[1].more ||
+                  memcmp(s[0].f, s[1].f, s[0].n * sizeof s[0].f[0]) != 0;
+    free(s);
+    return differ;
+}
+
 /* ---- the check ------------------------------------------------------------------------------ */
 
 typedef bool guard_fn(const struct gdoc *a, const struct gdoc *b);
@@ -1123,6 +1452,7 @@ static guard_fn *const guard_fns[GUARD__COUNT] = {
     [GUARD_DATES] = guard_dates,         [GUARD_LENGTH] = guard_length,
     [GUARD_DIRECTION] = guard_direction, [GUARD_QUESTION] = guard_question,
     [GUARD_EXTRA] = guard_extra,         [GUARD_SWAP] = guard_swap,
+    [GUARD_SYMBOLS] = guard_symbols,
 };
 
 int guard_check(const char *a, size_t alen, const char *b, size_t blen, unsigned mask)

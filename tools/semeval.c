@@ -51,12 +51,14 @@
 
 /* ---- pairs ------------------------------------------------------------------ */
 
-enum set_id { S_HARD, S_QUORA, S_PARA, S_VAR, S_FAKE, S__COUNT };
-static const char *const set_names[] = {"hard", "quora", "gptcache", "variants", "counterfeits"};
+enum set_id { S_HARD, S_QUORA, S_PARA, S_VAR, S_FAKE, S_APT, S_SICK, S__COUNT };
+static const char *const set_names[] = {"hard",         "quora", "gptcache", "variants",
+                                        "counterfeits", "apt",   "sick"};
 
 enum { KIND_NONE = 0 };
-static const char *const var_kinds[] = {"-",      "typo",   "case",   "punct", "space", "order",
-                                        "filler", "plural", "number", "name",  "date",  "negation"};
+static const char *const var_kinds[] = {
+    "-",      "typo", "case", "punct",    "space",      "order",         "filler",  "plural",
+    "number", "name", "date", "negation", "paraphrase", "contradiction", "neutral", "one-way"};
 enum var_kind {
     V_TYPO = 1,
     V_CASE,
@@ -69,7 +71,13 @@ enum var_kind {
     F_NAME,
     F_DATE,
     F_NEGATION,
-    V__COUNT
+    V__COUNT,
+    /* SICK's kinds of pair (its fourth column) */
+    K_PARAPHRASE = V__COUNT,
+    K_CONTRADICTION,
+    K_NEUTRAL,
+    K_ONEWAY,
+    K__COUNT
 };
 
 struct pair {
@@ -136,6 +144,16 @@ static int csv_field(const char **p, struct pc_buf *out)
     return 0;
 }
 
+/* SICK's kind column as a K_* value (KIND_NONE when absent or unknown). */
+static int sick_kind(const char *k)
+{
+    for (int i = K_PARAPHRASE; i < K__COUNT; i++)
+        if (strcmp(k, var_kinds[i]) == 0)
+            return i;
+    return KIND_NONE;
+}
+
+/* sentence1,sentence2,label[,kind] after a header line. */
 static size_t load_csv(const char *path, int set)
 {
     char *text = slurp(path);
@@ -143,23 +161,51 @@ static size_t load_csv(const char *path, int set)
         return 0;
     const char *p = strchr(text, '\n');
     size_t n = 0;
-    struct pc_buf f[3] = {PC_BUF_INIT, PC_BUF_INIT, PC_BUF_INIT};
+    struct pc_buf f[4] = {PC_BUF_INIT, PC_BUF_INIT, PC_BUF_INIT, PC_BUF_INIT};
     while (p != NULL && *++p) {
         int k = 0;
-        for (; k < 3; k++) {
+        pc_buf_reset(&f[3]);
+        pc_buf_cstr(&f[3]);
+        for (; k < 4; k++) {
             if (csv_field(&p, &f[k]) < 0)
                 break;
-            if (k < 2 && *p++ != ',')
+            if (*p != ',')
                 break;
+            p++;
         }
-        if (k == 3 && f[0].len > 0 && f[1].len > 0) {
-            add_pair(f[0].data, f[1].data, atoi(f[2].data), set, KIND_NONE);
+        if (k >= 2 && f[0].len > 0 && f[1].len > 0) {
+            add_pair(f[0].data, f[1].data, atoi(f[2].data), set, sick_kind(f[3].data));
             n++;
         }
         p = strchr(p, '\n');
     }
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         pc_buf_free(&f[k]);
+    free(text);
+    return n;
+}
+
+/* APT: text_a<TAB>text_b<TAB>label after a header line, no quoting. */
+static size_t load_tsv(const char *path, int set)
+{
+    char *text = slurp(path);
+    if (text == NULL)
+        return 0;
+    size_t n = 0;
+    char *save = NULL;
+    bool header = true;
+    for (char *line = strtok_r(text, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
+        char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+        if (header || t2 == NULL) {
+            header = false;
+            continue;
+        }
+        *t1 = *t2 = '\0';
+        if (*line && t1[1]) {
+            add_pair(line, t1 + 1, atoi(t2 + 1), set, KIND_NONE);
+            n++;
+        }
+    }
     free(text);
     return n;
 }
@@ -907,6 +953,14 @@ static void figures(const char *label, float t, unsigned mask)
            label, (double)t, 100 * ratio(h.fp, h.neg), 100 * ratio(h.tp, h.pos),
            ratio(q.tp, q.tp + q.fp), 100 * ratio(q.tp, q.pos), 100 * ratio(g.tp, g.pos),
            100 * ratio(v.tp, v.pos), 100 * ratio(f.fp, f.neg));
+    struct counts a = count(S_APT, -1, t, mask), sp = count(S_SICK, K_PARAPHRASE, t, mask);
+    struct counts sc = count(S_SICK, K_CONTRADICTION, t, mask);
+    struct counts sn = count(S_SICK, K_NEUTRAL, t, mask), so = count(S_SICK, K_ONEWAY, t, mask);
+    printf("  %-22s           apt: flips %4.1f%% R %5.1f%% P %.3f  sick: contradictions %4.1f%% "
+           "paraphrases %5.1f%% neutral %4.1f%% one-way %4.1f%%\n",
+           "", 100 * ratio(a.fp, a.neg), 100 * ratio(a.tp, a.pos), ratio(a.tp, a.tp + a.fp),
+           100 * ratio(sc.fp, sc.neg), 100 * ratio(sp.tp, sp.pos), 100 * ratio(sn.fp, sn.neg),
+           100 * ratio(so.fp, so.neg));
 }
 
 static void per_kind(float t, unsigned mask)
@@ -924,12 +978,15 @@ static void per_kind(float t, unsigned mask)
 static void show_failures(float t, unsigned mask, int nshow)
 {
     int shown = 0;
-    for (int set = S_HARD; set <= S_QUORA; set++) {
+    static const int neg_sets[] = {S_HARD, S_QUORA, S_APT, S_SICK};
+    for (size_t k = 0; k < PC_ARRAY_LEN(neg_sets); k++) {
+        int set = neg_sets[k];
         shown = 0;
         printf("  %s negatives that hit:\n", set_names[set]);
         for (size_t i = 0; i < npairs && shown < nshow; i++) {
             const struct pair *p = &pairs[i];
-            if (p->set == set && p->label == 0 && score(p, mask) >= t && ++shown)
+            if (p->set == set && p->label == 0 && (set != S_SICK || p->kind == K_CONTRADICTION) &&
+                score(p, mask) >= t && ++shown)
                 printf("    %.3f  %s  ||  %s\n", (double)p->sim, p->a, p->b);
         }
     }
@@ -1263,8 +1320,14 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/semantic/paraphrases_dev.json", dir);
     size_t np = load_paraphrases(path);
     make_variants(qfrom, qfrom + nq);
-    printf("semeval: %s: hard %zu, quora %zu, gptcache %zu pairs; %zu variants and counterfeits\n",
-           dir, nh, nq, np, npairs - nh - nq - np);
+    size_t nv = npairs - nh - nq - np;
+    snprintf(path, sizeof path, "%s/semantic/apt_train_dev.tsv", dir);
+    size_t na = load_tsv(path, S_APT);
+    snprintf(path, sizeof path, "%s/semantic/sick_pairs_dev.csv", dir);
+    size_t ns = load_csv(path, S_SICK);
+    printf("semeval: %s: hard %zu, quora %zu, gptcache %zu, apt %zu, sick %zu pairs; %zu variants "
+           "and counterfeits\n",
+           dir, nh, nq, np, na, ns, nv);
     run_guards();
     use_extra = nantos > 0 || swap_on;
     for (int k = EMBEDDER_BUILTIN; k <= EMBEDDER_HASH; k++) {

@@ -54,6 +54,12 @@ static void test_numbers(void)
         {"boil water at 100°F", "boil water at 100°C"},
         {"lose 25 pounds in 1 month", "lose 25 kg in 1 month"},
         {"two adults", "three adults"},
+        {"Is -5 degrees Celsius cold?", "Is 5 degrees Celsius cold?"},
+        {"Is it cold at \xe2\x88\x92"
+         "5 degrees?",
+         "Is it cold at 5 degrees?"}, /* U+2212 */
+        {"Should the oven be at minus 40?", "Should the oven be at 40?"},
+        {"Is (-3) a root?", "Is (3) a root?"},
     };
     static const struct pair pass[] = {
         {"top 5 coffee shops in Seattle", "best five coffee shops in Seattle"},
@@ -65,6 +71,12 @@ static void test_numbers(void)
         {"1,000 users", "1000 users"},
         {"version 007", "version 7"},
         {"in the past one year", "in   the past one \t year"},
+        {"Is -5 degrees Celsius cold?", "Is it cold at -5 degrees Celsius?"},
+        {"Is -5 degrees cold?", "Is minus 5 degrees cold?"},
+        {"What is 5-2?", "What is 5 - 2?"},       /* a difference, not -2: symbols' case */
+        {"What is 7 minus 5?", "What is 7 - 5?"}, /* minus after a number: the operator */
+        {"COVID-19 symptoms", "COVID 19 symptoms"},
+        {"pre-2000 cars", "pre 2000 cars"},
     };
     EXPECT(GUARD_NUMBERS, rej, pass);
 }
@@ -238,6 +250,58 @@ static void test_swap(void)
     EXPECT(GUARD_SWAP, rej, pass);
 }
 
+/* Issue 20's symbol-only counterfeits (each hit at 0.975 to 1.0 before this guard), and more. */
+static void test_symbols(void)
+{
+    static const struct pair rej[] = {
+        {"What is 3+3?", "What is 3*3?"},
+        {"What is 5-2?", "What is 5+2?"},
+        {"Is -5 degrees Celsius cold?", "Is 5 degrees Celsius cold?"},
+        {"Is x > 5 in this case?", "Is x < 5 in this case?"},
+        {"Why is a != b true here?", "Why is a == b true here?"},
+        {"What is 2^10?", "What is 2*10?"},
+        {"What does rm -rf / do?", "What does rm -rf ~ do?"},
+        {"Does the regex ^a+$ match aaa?", "Does the regex ^a*$ match aaa?"},
+        {"Explain: if (a < b) return a;", "Explain: if (a > b) return a;"},
+        {"What is 1/2?", "What is 2/1?"},
+        {"Is x >= 5 the same as x > 4?", "Is x > 5 the same as x > 4?"},
+        {"What does cd ../src do?", "What does cd ./src do?"},
+        {"Is a && b true?", "Is a || b true?"},
+        {"What is 10 - 3?", "What is 3 - 10?"},
+        {"Why is x++ faster?", "Why is x-- faster?"},
+        {"What does ls ~/bin show?", "What does ls /bin show?"},
+        {"Is 3:1 a good ratio?", "Is 1:3 a good ratio?"},
+        {"What is 6 \xc3\x97 7?", "What is 6 + 7?"}, /* U+00D7 */
+    };
+    static const struct pair pass[] = {
+        {"What is 3+3?", "what is 3 + 3"},
+        {"How do I self-learn Thai tones?", "How do I self learn Thai tones?"},
+        {"What are some iPhone/Android gadgets?", "What are some iPhone / Android gadgets?"},
+        {"Data Recovery: how do I get my contacts back?",
+         "Data recovery - how do I get my contacts back"},
+        {"Explain: if (a < b) return a;", "Explain: if a < b return a"},
+        {"Does a $500 phone last?", "Does a 500 dollar phone last?"},
+        {"Is 5% of 200 ten?", "Is 5 percent of 200 ten?"},
+        {"Boil water at 100\xc2\xb0"
+         "C?",
+         "Boil water at 100 \xc2\xb0"
+         "C"},
+        {"How big is the U.S. economy?", "How big is the US economy?"},
+        {"Hello!!! How are you???", "Hello, how are you?"},
+        {"movie times for 'Oppenheimer'", "movie times for \"Oppenheimer\""},
+        {"\xf0\x9f\x93\xb1 iPhone 15 price", "iPhone 15 price"}, /* an emoji */
+        {"What is the max (or min) value?", "What is the max or min value?"},
+        {"Is -5 degrees cold?", "Is it cold at -5 degrees?"},
+        {"What is 3+3?", "Calculate 3+3."},
+        {"R&D budget of Apple", "R & D budget of Apple"},
+        {"How do I learn C++ and C#?", "how do I learn C++ and C#"},
+        {"Hi... so what now?", "Hi, so what now?"},
+        {"Is *this* the way?", "Is this the way?"},
+        {"JPEG->PNG converter", "JPEG to PNG converter"}, /* the direction guard's */
+    };
+    EXPECT(GUARD_SYMBOLS, rej, pass);
+}
+
 /* Near-duplicates that every guard lets through. */
 static void test_pass_all(void)
 {
@@ -370,6 +434,7 @@ int main(void)
     T_RUN(test_question);
     T_RUN(test_extra);
     T_RUN(test_swap);
+    T_RUN(test_symbols);
     T_RUN(test_pass_all);
     T_RUN(test_names_and_parse);
     T_RUN(test_hostile_input);
