@@ -72,7 +72,7 @@ ALL_CFLAGS += -DPC_VERSION='"$(VERSION)"'
 
 LIB_SRCS := $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen_migrations.o \
-	$(BUILD)/obj/gen_dashboard.o \
+	$(BUILD)/obj/gen_dashboard.o $(BUILD)/obj/gen_wordnet.o \
 	$(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
 BIN := $(BUILD)/promptcache
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
@@ -87,7 +87,8 @@ C_FILES := $(wildcard src/*.c src/*/*.c src/*/*.h src/*.cc include/*.h tests/uni
 # --- dependencies -----------------------------------------------------------
 
 DEB_BUILD := gcc libc6-dev make pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev \
-	libcjson-dev libssl-dev redis-server ca-certificates libfaiss-dev libopenblas-dev g++
+	libcjson-dev libssl-dev redis-server ca-certificates libfaiss-dev libopenblas-dev g++ \
+	wordnet-base
 # promtool (Debian's prometheus) checks /metrics; chromium loads the dashboard;
 # redis-sentinel runs the failover test.
 DEB_TEST := clang-format redis-sentinel prometheus chromium
@@ -147,6 +148,18 @@ $(BUILD)/gen/dashboard.c: src/dashboard.html $(BUILD)/tools/embed_asset | $(BUIL
 
 $(BUILD)/tools/embed_asset: tools/embed_asset.c | $(BUILD)/tools
 	$(CC) -std=c11 -O1 $(WARN) -o $@ $<
+
+# The guards' word lists from WordNet 3.0 (Debian wordnet-base, installed
+# here when missing), converted once by tools/wnanto.c and compiled in.
+WORDNET_DIR ?= /usr/share/wordnet
+$(BUILD)/obj/gen_wordnet.o: $(BUILD)/gen/wordnet.c include/pc_wordnet.h | $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/gen/wordnet.c: build/tools/wnanto | $(BUILD)/gen
+	@test -r $(WORDNET_DIR)/data.adj || { echo "deps: installing wordnet-base"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wordnet-base; }
+	build/tools/wnanto -c $(WORDNET_DIR) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/libpc.a: $(LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^
@@ -209,17 +222,9 @@ semeval: $(BUILD)/tools/semeval $(VECTORS)
 $(BUILD)/tools/semeval: tools/semeval.c $(BUILD)/libpc.a | $(BUILD)/tools
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libpc.a $(LDLIBS_ALL)
 
-# The same figures with WordNet's antonym pairs as an extra guard (Debian
-# package wordnet-base): measured, and not kept (see the README).
-.PHONY: semeval-wordnet
-semeval-wordnet: $(BUILD)/tools/semeval $(VECTORS) build/tools/wnanto
-	@test -r /usr/share/wordnet/data.adj || { echo "needs the Debian package wordnet-base"; exit 1; }
-	build/tools/wnanto > build/wordnet-antonyms.txt
-	$(BUILD)/tools/semeval --vectors $(VECTORS) --antonyms build/wordnet-antonyms.txt $(SEMEVAL_ARGS)
-
-build/tools/wnanto: tools/wnanto.c
+build/tools/wnanto: tools/wnanto.c include/pc_wordnet.h
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) -o $@ $<
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) -Iinclude -o $@ $<
 
 # --- running ----------------------------------------------------------------
 
@@ -323,14 +328,14 @@ format:
 .PHONY: fuzz
 FUZZ_SECONDS ?= 60
 FAISS_SHIM_OBJ := $(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
-fuzz: $(BUILD)/gen/migrations.c $(BUILD)/gen/dashboard.c $(FAISS_SHIM_OBJ) $(VECTORS) | build/fuzz
+fuzz: $(BUILD)/gen/migrations.c $(BUILD)/gen/dashboard.c $(BUILD)/gen/wordnet.c $(FAISS_SHIM_OBJ) $(VECTORS) | build/fuzz
 	@set -e; export PC_WORDVEC=$(abspath $(VECTORS)); for f in $(FUZZ_SRCS); do \
 		n=$$(basename $$f .c); \
 		clang -std=c11 -D_GNU_SOURCE -DPC_VERSION='"$(VERSION)"' -g -O1 \
 			-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude \
 			$$(pkg-config --cflags $(PKGS_PC)) -o build/fuzz/$$n $$f \
 			$$(ls src/*.c src/*/*.c | grep -v src/main.c) $(BUILD)/gen/migrations.c \
-			$(BUILD)/gen/dashboard.c $(FAISS_SHIM_OBJ) $(LDLIBS_ALL); \
+			$(BUILD)/gen/dashboard.c $(BUILD)/gen/wordnet.c $(FAISS_SHIM_OBJ) $(LDLIBS_ALL); \
 		mkdir -p tests/fuzz/corpus-$${n#fuzz_}; \
 		echo "== $$n: $(FUZZ_SECONDS) s"; \
 		build/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
