@@ -100,6 +100,11 @@ enum lex_cat {
     L_QWORD,   /* val: question class */
     L_DIR,     /* to, from, than, before, after... */
     L_GROUP,   /* val: group id; sub: member index */
+    L_PART,    /* a particle: val: its group of opposites; sub: its side */
+    L_REL,     /* a preposition: val 0 a relation (X in Y), 1 a particle only (off, up...) */
+    L_BE,      /* a form of be */
+    L_INTENT,  /* undoes or avoids what is asked (prevent, stop, cancel...) */
+    L_RANK,    /* an ordinal or rank word (second, last, next...) */
 };
 
 #define U_BIND_ONLY 0x1 /* counts only when bound to a number (am, second, day...) */
@@ -278,11 +283,43 @@ static const char *const groups =
     "he/him/his/himself she/her/hers/herself|"
     "monthly weekly daily yearly/annual|republican/republicans democrat/democrats";
 
-#define LEX_MAX 2048
+/*
+ * Opposite particles: groups separated by '|', the two sides of a group by
+ * ' ', words of one side by '/' (the particles guard).
+ */
+static const char *const particles =
+    "in/into/inside/within out/outside|on/onto off|up/upward/upwards down/downward/downwards|"
+    "away back|to/towards/toward from|above/over below/under/beneath|"
+    "forward/forwards backward/backwards|with without";
+
+/* Prepositions of a relation (X in Y: direction pivots), then particles that are no relation. */
+static const char *const relations = "in of on at by with for over under above below behind inside "
+                                     "near around across against within along through";
+static const char *const particles_only = "off out up down away into onto";
+
+static const char *const be_forms = "is are was were am be been being";
+
+/*
+ * Words that undo or avoid what is asked (the intent guard; "instead of" is
+ * read apart).
+ */
+static const char *const intents =
+    "prevent prevents prevented preventing prevention avoid avoids avoided avoiding avoidance "
+    "stop stops stopped stopping quit quits quitting undo undoes undid undone undoing cancel "
+    "cancels cancelled canceled cancelling canceling cancellation disable disables disabled "
+    "disabling fail fails failed failing refuse refuses refused refusing revert reverts reverted "
+    "reverting";
+
+/* Ranks (the rank guard). Not "first": "at first", "first spotted", "for the first time" rank
+ * nothing. */
+static const char *const ranks = "second third fourth fifth sixth seventh eighth ninth tenth last "
+                                 "next previous penultimate nth";
+
+#define LEX_MAX 4096
 
 static struct lex lexicon[LEX_MAX];
 static size_t nlex;
-static char lex_words[16384];
+static char lex_words[32768];
 static size_t lex_used;
 static pthread_once_t lex_once = PTHREAD_ONCE_INIT;
 
@@ -404,6 +441,12 @@ static void lex_build(void)
     lex_add_words(qwords, L_QWORD, true, 0);
     lex_add_words(directions, L_DIR, false, 0);
     lex_add_words(groups, L_GROUP, true, 0);
+    lex_add_words(particles, L_PART, true, 0);
+    lex_add_words(relations, L_REL, false, 0);
+    lex_add_words(particles_only, L_REL, false, 1);
+    lex_add_words(be_forms, L_BE, false, 0);
+    lex_add_words(intents, L_INTENT, false, 0);
+    lex_add_words(ranks, L_RANK, false, 0);
     qsort(lexicon, nlex, sizeof lexicon[0], lex_cmp);
     for (size_t i = nlex - 1; i-- > 0;)
         if (strcmp(lexicon[i].w, lexicon[i + 1].w) == 0)
@@ -1066,18 +1109,9 @@ struct dir_fact {
 
 #define PIVOT_WORD (UINT64_C(1) << 63)
 
-static const char *const relations[] = {"in",     "of",      "on",     "at",    "by",
-                                        "with",   "for",     "over",   "under", "above",
-                                        "below",  "behind",  "inside", "near",  "around",
-                                        "across", "against", "within", "along", "through"};
-
 static bool is_be(const struct gdoc *d, size_t i)
 {
-    static const char *const be[] = {"is", "are", "was", "were", "am", "be", "been", "being"};
-    for (size_t k = 0; k < PC_ARRAY_LEN(be); k++)
-        if (text_is(&d->t, i, be[k]))
-            return true;
-    return false;
+    return lex_of(d, i, L_BE) != NULL;
 }
 
 static bool ing_word(const struct gdoc *d, size_t i)
@@ -1113,13 +1147,10 @@ static bool progressive_at(const struct gdoc *d, size_t i)
 /* The pivot of token i that is no direction word (a relation): PIVOT_WORD | hash, or 0. */
 static uint64_t pivot_of(const struct gdoc *d, size_t i)
 {
-    const struct text_tok *t = &d->t.tok[i];
-    if (t->flags & TEXT_F_FILLER)
+    const struct lex *l = lex_of(d, i, L_REL);
+    if ((d->t.tok[i].flags & TEXT_F_FILLER) || l == NULL || l->val != 0)
         return 0;
-    for (size_t k = 0; k < PC_ARRAY_LEN(relations); k++)
-        if (text_is(&d->t, i, relations[k]))
-            return PIVOT_WORD | d->h[i];
-    return 0;
+    return PIVOT_WORD | d->h[i];
 }
 
 static bool clause_gap(const struct gdoc *d, size_t i, bool semi);
@@ -1229,9 +1260,7 @@ static bool clause_gap(const struct gdoc *d, size_t i, bool semi)
 
 static bool is_relation(const struct gdoc *d, size_t i)
 {
-    static const char *const more[] = {"off", "out", "up", "down", "away", "into", "onto"};
-    return word_in(d, i, relations, PC_ARRAY_LEN(relations)) ||
-           word_in(d, i, more, PC_ARRAY_LEN(more)) || lex_of(d, i, L_DIR) != NULL;
+    return lex_of(d, i, L_REL) != NULL || lex_of(d, i, L_DIR) != NULL;
 }
 
 /* A word that can head a role: content, no preposition, no -ly adverb. */
@@ -1856,19 +1885,6 @@ static bool guard_symbols(const struct gdoc *a, const struct gdoc *b)
  * content word nearest it on that side (within the sentence) is that word.
  */
 
-/* Classes of opposite particles: "member/member|member..." groups; members of a group are one side.
- */
-static const char *const particle_groups[] = {
-    "in into inside within|out outside",
-    "on onto|off",
-    "up upward upwards|down downward downwards",
-    "away|back",
-    "to towards toward|from",
-    "above over|below under beneath",
-    "forward forwards|backward backwards",
-    "with|without",
-};
-
 #define PART_MAX 32
 
 struct particle {
@@ -1879,23 +1895,12 @@ struct particle {
 /* The group and side of token i's particle; false when it is none. */
 static bool particle_at(const struct gdoc *d, size_t i, uint8_t *group, uint8_t *side)
 {
-    const char *w = text_str(&d->t, i);
-    size_t n = d->t.tok[i].len;
-    for (size_t g = 0; g < PC_ARRAY_LEN(particle_groups); g++) {
-        uint8_t sd = 0;
-        for (const char *p = particle_groups[g]; *p;) {
-            size_t k = strcspn(p, " |");
-            if (k == n && memcmp(p, w, n) == 0) {
-                *group = (uint8_t)g;
-                *side = sd;
-                return true;
-            }
-            p += k;
-            sd += *p == '|';
-            p += *p != '\0';
-        }
-    }
-    return false;
+    const struct lex *l = lex_of(d, i, L_PART);
+    if (l == NULL)
+        return false;
+    *group = (uint8_t)l->val;
+    *side = l->sub;
+    return true;
 }
 
 /* The content word nearest token i going by step, within the sentence: its hash or 0. */
@@ -2045,21 +2050,11 @@ static bool guard_affixes(const struct gdoc *a, const struct gdoc *b)
  * text counts them; a text whose count differs asks the opposite, unless a
  * negation makes up the difference ("fails to start" / "does not start").
  */
-static const char *const intent_words[] = {
-    "prevent",      "prevents", "prevented", "preventing", "prevention", "avoid",      "avoids",
-    "avoided",      "avoiding", "avoidance", "stop",       "stops",      "stopped",    "stopping",
-    "quit",         "quits",    "quitting",  "undo",       "undoes",     "undid",      "undone",
-    "undoing",      "cancel",   "cancels",   "cancelled",  "canceled",   "cancelling", "canceling",
-    "cancellation", "disable",  "disables",  "disabled",   "disabling",  "fail",       "fails",
-    "failed",       "failing",  "refuse",    "refuses",    "refused",    "refusing",   "revert",
-    "reverts",      "reverted", "reverting",
-};
-
 static bool intent_at(const struct gdoc *d, size_t i)
 {
     if (text_is(&d->t, i, "instead"))
         return i + 1 < d->t.n && text_is(&d->t, i + 1, "of");
-    return word_in(d, i, intent_words, PC_ARRAY_LEN(intent_words));
+    return lex_of(d, i, L_INTENT) != NULL;
 }
 
 /* The intent words of d that o has not (typos allowed: appears_in). */
@@ -2160,11 +2155,6 @@ static bool guard_verbs(const struct gdoc *a, const struct gdoc *b)
  * cheapest flights": WordNet's degrees). Swaps between members of one group
  * (first/last, more/less, best/worst) are the antonyms guard's.
  */
-/* Not "first": "at first", "first spotted", "for the first time" rank nothing. */
-static const char *const ranks[] = {"second",  "third",    "fourth",      "fifth", "sixth",
-                                    "seventh", "eighth",   "ninth",       "tenth", "last",
-                                    "next",    "previous", "penultimate", "nth"};
-
 /* The lemma and degree of token i when it is an adjective in WordNet; false otherwise. */
 static bool adjective_at(const struct gdoc *d, size_t i, uint16_t *lemma, unsigned *degree)
 {
@@ -2183,8 +2173,8 @@ static bool adjective_at(const struct gdoc *d, size_t i, uint16_t *lemma, unsign
 static bool rank_added(const struct gdoc *a, const struct gdoc *o)
 {
     for (size_t i = 0; i + 1 < a->t.n; i++)
-        if (word_in(a, i, ranks, PC_ARRAY_LEN(ranks)) && !appears_in(a, i, o) &&
-            appears_in(a, i + 1, o) && !is_func(a, i + 1))
+        if (lex_of(a, i, L_RANK) != NULL && !appears_in(a, i, o) && appears_in(a, i + 1, o) &&
+            !is_func(a, i + 1))
             return true;
     return false;
 }

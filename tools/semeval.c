@@ -7,6 +7,9 @@
  *   hard_pairs_dev.csv    sentence1,sentence2,label (entity/number/polarity/time swaps)
  *   quora_pairs_dev.csv   question1,question2,is_duplicate
  *   paraphrases_dev.json  [{"origin","similar"}], all positive (GPTCache)
+ *   apt_train_dev.tsv     text_a<TAB>text_b<TAB>labels (adversarial rewrites; 0 = meaning flipped)
+ *   sick_pairs_dev.csv    sentence1,sentence2,label,kind (paraphrase, contradiction, neutral,
+ *                         one-way; label 1 = paraphrase)
  *
  * and builds two more sets from Quora questions: near-duplicate variants
  * (typo, case, punctuation, white space, word order, filler words,
@@ -15,7 +18,9 @@
  *
  * For each embedder it prints ROC-AUC, the threshold at which at most 1%
  * (and 2%) of the hard negatives hit with every guard on, precision, recall
- * and hit rates there and at the embedder's default threshold, the
+ * and hit rates there and at the embedder's default threshold (with APT's
+ * flipped rewrites served, recall and precision, and SICK's contradictions,
+ * paraphrases, neutral and one-way pairs served on a second line), the
  * threshold rule of pc_embed.h (1% hard false hits and Quora precision >=
  * 0.82), a precision/recall table over thresholds, and the same figures with
  * each guard off in turn. Nothing is written to disk.
@@ -27,14 +32,15 @@
  *
  * --set changes an embedder knob (hash_dim, char_min, char_max, w_word,
  * w_bigram, w_char, w_glove, sif_a, typo_fix, remove_common); --guards
- * chooses the guards (as semantic-guards); --show N prints N false hits,
- * missed variants and counterfeits that hit at the default threshold; --why
- * GUARD the positives above it that GUARD rejects. Experiments, to measure
- * what WordNet would add (tools/wnanto.c extracts it): --antonyms FILE adds
+ * chooses the guards (as semantic-guards); --show N prints N false hits
+ * (hard, Quora and APT negatives, SICK's contradictions), missed variants
+ * and counterfeits that hit at the default threshold; --why GUARD the
+ * positives above it that GUARD rejects. Experiments on WordNet's lists as
+ * text (tools/wnanto.c prints them): --antonyms FILE adds
  * word pairs ("a b" per line) as an extra guard; --swap a one-word swap guard
  * of its own, which with --synonyms FILE (one synset per line) lets swaps of
  * synonyms through. --speed times embedders and guards on typical and
- * worst-case texts.
+ * worst-case texts, and each guard alone on 8 KiB texts.
  */
 #include "pc_embed.h"
 #include "pc_guard.h"
