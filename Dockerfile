@@ -18,7 +18,7 @@ FROM debian:12-slim AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         gcc g++ libc6-dev make pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev \
-        libcjson-dev libssl-dev libfaiss-dev libopenblas-dev npm ca-certificates \
+        libcjson-dev libssl-dev libfaiss-dev libopenblas-dev npm ca-certificates wordnet-base \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile VERSION ./

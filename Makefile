@@ -76,7 +76,7 @@ ALL_CFLAGS += -DPC_VERSION='"$(VERSION)"'
 
 LIB_SRCS := $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen_migrations.o \
-	$(BUILD)/obj/gen_dashboard.o \
+	$(BUILD)/obj/gen_dashboard.o $(BUILD)/obj/gen_wordnet.o \
 	$(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
 BIN := $(BUILD)/promptcache
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
@@ -91,7 +91,8 @@ C_FILES := $(wildcard src/*.c src/*/*.c src/*/*.h src/*.cc include/*.h tests/uni
 # --- dependencies -----------------------------------------------------------
 
 DEB_BUILD := gcc libc6-dev make pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev \
-	libcjson-dev libssl-dev redis-server ca-certificates libfaiss-dev libopenblas-dev g++
+	libcjson-dev libssl-dev redis-server ca-certificates libfaiss-dev libopenblas-dev g++ \
+	wordnet-base
 # promtool (Debian's prometheus) checks /metrics; chromium loads the dashboard;
 # redis-sentinel runs the failover test.
 DEB_TEST := clang-format redis-sentinel prometheus chromium
@@ -151,6 +152,18 @@ $(BUILD)/gen/dashboard.c: src/dashboard.html $(BUILD)/tools/embed_asset | $(BUIL
 
 $(BUILD)/tools/embed_asset: tools/embed_asset.c | $(BUILD)/tools
 	$(CC) -std=c11 -O1 $(WARN) -o $@ $<
+
+# The guards' word lists from WordNet 3.0 (Debian wordnet-base, installed
+# here when missing), converted once by tools/wnanto.c and compiled in.
+WORDNET_DIR ?= /usr/share/wordnet
+$(BUILD)/obj/gen_wordnet.o: $(BUILD)/gen/wordnet.c include/pc_wordnet.h | $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/gen/wordnet.c: build/tools/wnanto | $(BUILD)/gen
+	@test -r $(WORDNET_DIR)/data.adj || { echo "deps: installing wordnet-base"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wordnet-base; }
+	build/tools/wnanto -c $(WORDNET_DIR) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/libpc.a: $(LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^
@@ -231,17 +244,9 @@ semeval: $(BUILD)/tools/semeval $(VECTORS)
 $(BUILD)/tools/semeval: tools/semeval.c $(BUILD)/libpc.a | $(BUILD)/tools
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libpc.a $(LDLIBS_ALL)
 
-# The same figures with WordNet's antonym pairs as an extra guard (Debian
-# package wordnet-base): measured, and not kept (see the README).
-.PHONY: semeval-wordnet
-semeval-wordnet: $(BUILD)/tools/semeval $(VECTORS) build/tools/wnanto
-	@test -r /usr/share/wordnet/data.adj || { echo "needs the Debian package wordnet-base"; exit 1; }
-	build/tools/wnanto > build/wordnet-antonyms.txt
-	$(BUILD)/tools/semeval --vectors $(VECTORS) --antonyms build/wordnet-antonyms.txt $(SEMEVAL_ARGS)
-
-build/tools/wnanto: tools/wnanto.c
+build/tools/wnanto: tools/wnanto.c include/pc_wordnet.h
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) -o $@ $<
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) -Iinclude -o $@ $<
 
 # --- running ----------------------------------------------------------------
 
@@ -368,7 +373,7 @@ FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -DPC_VERSION='"$(VERSION)"' -g -O1
 	$(shell pkg-config --cflags $(PKGS_PC) 2>/dev/null) -MMD -MP
 FAISS_SHIM_OBJ := $(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
 FUZZ_OBJS := $(patsubst src/%.c,build/fuzz/obj/%.o,$(LIB_SRCS)) build/fuzz/obj/gen_migrations.o \
-	build/fuzz/obj/gen_dashboard.o
+	build/fuzz/obj/gen_dashboard.o build/fuzz/obj/gen_wordnet.o
 
 build/fuzz/obj/%.o: src/%.c
 	@mkdir -p $(@D)

@@ -19,7 +19,14 @@
 
 #include <stdint.h>
 
+#include "pc_guard.h"
 #include "pc_util.h"
+
+/* One counter per guard (pc_guard.h's table), right after semantic_guard_rejects. */
+#define PC_GUARD_METRIC_(ACTION, e, name, what)    \
+    ACTION(semantic_guard_rejects_##name, counter, \
+           "Of semantic_guard_rejects, those the " #name " guard rejected (the first that did)")
+#define STAT_GUARD_REJECTS(g) ((enum stat_id)(STAT_semantic_guard_rejects + 1 + (int)(g)))
 
 /* ACTION(name, kind, help): kind is counter or gauge. */
 #define PC_METRICS(ACTION)                                                                         \
@@ -49,6 +56,7 @@
     ACTION(semantic_lookups, counter, "Lookups that ran the semantic stage (after an exact miss)") \
     ACTION(semantic_candidates, counter, "Semantic candidates above the threshold examined")       \
     ACTION(semantic_guard_rejects, counter, "Semantic candidates rejected by a guard")             \
+    GUARD_ROWS(PC_GUARD_METRIC_, ACTION)                                                           \
     ACTION(semantic_stale, counter, "Semantic candidates whose entry had gone (expired, evicted)") \
     ACTION(semantic_shed, counter, "Semantic lookups skipped: pool queue full or timed out")       \
     ACTION(semantic_embed_calls, counter, "Calls to the remote embedder (embedder openai)")        \

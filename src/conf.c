@@ -373,12 +373,19 @@ static const struct conf_key conf_keys[] = {
     {.name = "semantic-guards", .type = CONF_LIST, FIELD(semantic_guards), .def = "all",
      .check = check_guard, .arg = "GUARD",
      .help = "Checks that reject a semantic candidate whatever its similarity: numbers (a "
-             "number, unit or currency differs), negation, entities (names, acronyms, "
-             "products), antonyms (opposites and exclusive alternatives such as JSON/YAML), "
-             "dates, length, direction (A to B / B to A), question (who/when/where/why, "
-             "yes/no), extra (one text adds words the other lacks) and swap (one word "
-             "replaced by another). List the guards to use, or all, or none. The default "
-             "thresholds assume all of them."},
+             "number, its sign, unit or currency differs), negation, entities (names, "
+             "acronyms, products), antonyms (opposites and exclusive alternatives such as "
+             "JSON/YAML, allow/block), dates, length, direction (A to B / B to A, X in Y / Y "
+             "in X, roles around a verb), question (who/when/where/why, yes/no), extra (one "
+             "text adds words the other lacks), swap (one word replaced by another, unless "
+             "WordNet says they name one thing), symbols (an operator, sign, path or code "
+             "differs: 3+3 / 3*3, x > 5 / x < 5), particles (into / out of, on / off in the "
+             "same place), wordnet (WordNet antonyms: empty/full), affixes (safe/unsafe), "
+             "intent (prevent, avoid, stop, fail to... on one side), verbs (is running / is "
+             "resting) and rank (closest / second closest, cheap / cheapest). List the guards "
+             "to use, or all, or none. The default thresholds assume all of them. Each "
+             "guard's rejections are counted (semantic_guard_rejects_GUARD in /stats and "
+             "/metrics)."},
     {.name = "embedder", .type = CONF_ENUM, FIELD(embedder), .def = "builtin",
      .names = embedder_names,
      .help = "How messages are turned into vectors: builtin, hash or openai. builtin "

@@ -506,6 +506,7 @@ static void examine_candidate(struct semantic_op *op)
                         op->p->s->guards);
     if (g != GUARD__COUNT) {
         stats_incr(op->p->st, STAT_semantic_guard_rejects);
+        stats_incr(op->p->st, STAT_GUARD_REJECTS(g));
         log_debug("semantic candidate (similarity %.4f) rejected by the %s guard",
                   (double)hit->similarity, guard_name((enum guard_kind)g));
         next_candidate(op);
