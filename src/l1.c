@@ -435,6 +435,20 @@ void l1_put(struct l1 *l, const char tenant[L1_TENANT_LEN],
         pthread_cond_signal(&l->qcond);
 }
 
+void l1_forget(struct l1 *l, const char tenant[L1_TENANT_LEN],
+               const unsigned char exact[PC_SHA256_LEN])
+{
+    if (l == NULL)
+        return;
+    uint64_t h = hash_of(exact);
+    struct shard *s = shard_of(l, h);
+    pthread_mutex_lock(&s->mu);
+    struct l1_item *it = shard_find(s, h, tenant, exact);
+    if (it != NULL)
+        shard_remove(s, it);
+    pthread_mutex_unlock(&s->mu);
+}
+
 void l1_delete(struct l1 *l, const char tenant[L1_TENANT_LEN],
                const unsigned char exact[PC_SHA256_LEN])
 {

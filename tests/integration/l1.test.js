@@ -3,8 +3,9 @@
  * The L1: hot exact answers kept in the proxy's memory in front of Redis.
  * A repeat of a stored answer is a HIT without a Redis GET (Redis's own
  * command counters prove it), counted in l1_hits; it keeps the Redis key's
- * TTL, honours max-age, and is dropped by a flush made through any instance
- * (the pc:2:vs stream), and while Redis is down the L1 is off.
+ * TTL, honours max-age, is dropped by a flush made through any instance
+ * (the pc:2:vs stream) and by a refresh of its key, and while Redis is down
+ * the L1 is off.
  */
 const assert = require('node:assert/strict');
 const h = require('./lib');
@@ -242,6 +243,24 @@ h.test('the L1 stays within l1-size, evicting the least recently used', async ()
     const before = s.l1_hits;
     h.assertHit(await p.post(CHAT, hot));
     assert.equal((await stats(p)).l1_hits - before, 1, 'the hot entry is still in the L1');
+    await p.stop(5000);
+});
+
+h.test('a refreshed answer replaces the L1\'s at once, also one too large for the L1', async () => {
+    /* l1-size 1m: items up to 8 KiB; the refreshed answer (20 KB) never goes in. */
+    const p = await env.startProxy({args: ['--l1-size', '1m']});
+    await waitLive(p);
+    for (const size of [0, 20000]) {
+        const body = h.chatBody(h.uniq(`l1 refresh ${size}`));
+        const old = await stored(p, body);
+        const fresh = await p.post(CHAT, body, {'cache-control': 'no-cache', 'x-mock-size': String(size)});
+        h.assertFromUpstream(fresh, env.mock, 'REFRESH');
+        /* the client has the fresh answer: from now on nobody gets the old one */
+        const again = await p.post(CHAT, body);
+        h.assertHit(again);
+        assert.notEqual(h.chatText(fresh.json), h.chatText(old.json));
+        assert.equal(h.chatText(again.json), h.chatText(fresh.json), `the refreshed answer (size ${size})`);
+    }
     await p.stop(5000);
 });
 
