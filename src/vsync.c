@@ -757,7 +757,11 @@ static void *vsync_main(void *arg)
             backoff = PC_MIN(backoff * 2, (int64_t)BACKOFF_MAX_MS);
             continue;
         }
+        uint64_t rebuilds = atomic_load(&s->rebuilds);
         int rc = serve(s);
+        /* It was in step: a new outage starts again from the shortest wait. */
+        if (atomic_load(&s->rebuilds) != rebuilds)
+            backoff = BACKOFF_MIN_MS;
         if (rc == 0) {
             nap(s, SCHEMA_RETRY_MS);
         } else if (rc < 0) {
