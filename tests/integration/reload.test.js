@@ -58,7 +58,7 @@ h.test('logrotate-style rename + SIGHUP: the new files get the lines', async () 
         {what: 'the reopen line in the new daemon log'});
     const res = await proxy.post(CHAT, h.chatBody(h.uniq('after rotation')));
     assert.equal(res.status, 200);
-    const line = await proxy.waitAccessLog((l) => l.path === CHAT);
+    const line = await proxy.waitAccessLog((l) => l.id === res.headers['x-promptcache-request-id']);
     assert.equal(line.status, 200, 'the request after rotation is in the new access log');
     assert.equal(proxy.accessLog().length, 1, 'only the new request is in the new access log');
     const old = readText(`${accessLog}.1`).trim().split('\n');
