@@ -92,6 +92,9 @@ h.test('an answer stored by another instance is read from Redis once, then from 
     const gets = await redisGets();
     h.assertHit(await env.proxy.post(CHAT, body));
     assert.equal(await redisGets(), gets + 1, 'the first hit read Redis');
+    /* A count, but an exact one here: this proxy's only other insert was the first test's,
+     * counted before s0 (its other requests were L1 hits); a repeat asked meanwhile would
+     * read Redis again. */
     await h.waitFor(async () => (await stats(env.proxy)).l1_inserts > s0.l1_inserts,
         {what: 'the entry read from Redis in the L1'});
     h.assertHit(await env.proxy.post(CHAT, body));
