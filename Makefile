@@ -277,7 +277,7 @@ deps-node:
 
 # --- tests ------------------------------------------------------------------
 
-.PHONY: test unit-test fuzz-replay integration-test client-test format-check
+.PHONY: test unit-test fuzz-replay integration-test client-test client-deps test-repeat format-check
 test: deps-test
 	$(MAKE) --no-print-directory format-check
 	$(MAKE) --no-print-directory unit-test fuzz-replay docs-check
@@ -299,9 +299,18 @@ NODE_TEST = node --test $(shell node --test-concurrency=1 -e 0 2>/dev/null && ec
 integration-test: $(BIN) $(VECTORS) $(ENCODER_STAMP)
 	PROMPTCACHE_BIN=$(abspath $(BIN)) $(NODE_TEST) tests/integration/*.test.js
 
-client-test: $(BIN)
-	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error
+client-test: $(BIN) client-deps
 	PROMPTCACHE_BIN=$(abspath $(BIN)) $(NODE_TEST) tests/clients/*.test.js
+
+client-deps:
+	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error
+
+# The integration and client files N times, one file at a time; prints each
+# test's pass count (passed/runs) and the files by duration (tests/repeat).
+# BUSY=K keeps K busy loops running beside them; FILES=... only those files.
+N ?= 3
+test-repeat: $(BIN) $(VECTORS) client-deps
+	PROMPTCACHE_BIN=$(abspath $(BIN)) tests/repeat -n $(N) $(if $(BUSY),--busy $(BUSY)) $(FILES)
 
 format-check:
 	@command -v clang-format >/dev/null || { echo "clang-format missing (make deps-test)"; exit 1; }

@@ -81,6 +81,14 @@ void l1_put(struct l1 *l, const char tenant[L1_TENANT_LEN],
             const unsigned char exact[PC_SHA256_LEN], const void *val, size_t len,
             int64_t deadline_ms, uint64_t gen);
 
+/*
+ * Remove (tenant, exact) at once because a newer answer replaces it in Redis
+ * (its l1_put, if any, comes after): the old one is never served again. The
+ * generation stays, so inserts on their way, the new answer's too, still land.
+ */
+void l1_forget(struct l1 *l, const char tenant[L1_TENANT_LEN],
+               const unsigned char exact[PC_SHA256_LEN]);
+
 /* Remove one item / every item (tenant NULL) or one tenant's. Both bump the generation. */
 void l1_delete(struct l1 *l, const char tenant[L1_TENANT_LEN],
                const unsigned char exact[PC_SHA256_LEN]);

@@ -461,6 +461,10 @@ static void on_put(void *arg, enum store_status st, long long n)
     struct cache *c = p->c;
     bool ok = st == STORE_OK;
     stats_incr(c->stats, ok ? STAT_cache_stores : STAT_cache_store_skipped);
+    struct cache_ticket *t = p->ticket;
+    /* An answer this one replaced (a refresh) leaves the L1 before anyone has the new one. */
+    if (ok)
+        l1_forget(c->l1, t->tenant_id, t->exact);
     /*
      * The waiting clients get their answers first: the L1 and the semantic
      * index are filled by other threads, and waking them is not the
@@ -468,7 +472,6 @@ static void on_put(void *arg, enum store_status st, long long n)
      * identical request hits either way.
      */
     p->cb(p->arg, ok);
-    struct cache_ticket *t = p->ticket;
     if (ok && p->l1_val.len > 0)
         l1_put(c->l1, t->tenant_id, t->exact, p->l1_val.data, p->l1_val.len, p->sent_ms + p->ttl_ms,
                p->l1_gen);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,6 +101,7 @@ struct l1 {
     pthread_mutex_t mu; /* with cond: wakes the reader's naps on stop */
     pthread_cond_t cond;
     bool stop;
+    int fd; /* under mu: the reader's socket (-1: none), shut down by l1_destroy */
     atomic_bool stopping;
     char *url;
     int64_t timeout_ms;
@@ -164,6 +166,7 @@ struct l1 *l1_create(int64_t max_bytes)
         s->buckets = pc_calloc(s->nbuckets, sizeof(*s->buckets));
     }
     pthread_mutex_init(&l->mu, NULL);
+    l->fd = -1;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -432,6 +435,20 @@ void l1_put(struct l1 *l, const char tenant[L1_TENANT_LEN],
         pthread_cond_signal(&l->qcond);
 }
 
+void l1_forget(struct l1 *l, const char tenant[L1_TENANT_LEN],
+               const unsigned char exact[PC_SHA256_LEN])
+{
+    if (l == NULL)
+        return;
+    uint64_t h = hash_of(exact);
+    struct shard *s = shard_of(l, h);
+    pthread_mutex_lock(&s->mu);
+    struct l1_item *it = shard_find(s, h, tenant, exact);
+    if (it != NULL)
+        shard_remove(s, it);
+    pthread_mutex_unlock(&s->mu);
+}
+
 void l1_delete(struct l1 *l, const char tenant[L1_TENANT_LEN],
                const unsigned char exact[PC_SHA256_LEN])
 {
@@ -535,12 +552,23 @@ static void nap(struct l1 *l, int64_t ms)
     pthread_mutex_unlock(&l->mu);
 }
 
+/* The reader's socket (-1: none) for l1_destroy to shut down; false when stopping. */
+static bool reader_fd(struct l1 *l, int fd)
+{
+    pthread_mutex_lock(&l->mu);
+    l->fd = fd;
+    bool stop = l->stop;
+    pthread_mutex_unlock(&l->mu);
+    return !stop;
+}
+
 /* Off and empty: what this process missed while it could not read is unknown. */
 static void go_dark(struct l1 *l, const char *what)
 {
     atomic_store(&l->live, false);
     l1_clear(l, NULL);
-    if (!l->down_logged)
+    reader_fd(l, -1);
+    if (!l->down_logged && !stopping(l)) /* a read cut by l1_destroy is no outage */
         log_info("l1: %s: %s; the L1 is off until the stream can be followed again", what,
                  l->k.errmsg[0] ? l->k.errmsg : "error");
     l->down_logged = true;
@@ -692,7 +720,8 @@ static void *reader_main(void *arg)
     while (!stopping(l)) {
         l->k.quiet = true;
         l->k.errmsg[0] = '\0';
-        if (rcli_open(&l->k, l->url, l->timeout_ms + BLOCK_MS, "l1") < 0 || start_position(l) < 0) {
+        if (rcli_open(&l->k, l->url, l->timeout_ms + BLOCK_MS, "l1") < 0 ||
+            !reader_fd(l, l->k.rc->fd) || start_position(l) < 0) {
             go_dark(l, "cannot follow the stream");
             nap(l, backoff);
             backoff = PC_MIN(backoff * 2, (int64_t)BACKOFF_MAX_MS);
@@ -712,6 +741,7 @@ static void *reader_main(void *arg)
         }
     }
     atomic_store(&l->live, false);
+    reader_fd(l, -1);
     rcli_close(&l->k);
     return NULL;
 }
@@ -741,6 +771,8 @@ void l1_destroy(struct l1 **lp)
         atomic_store(&l->stopping, true);
         pthread_mutex_lock(&l->mu);
         l->stop = true;
+        if (l->fd >= 0) /* out of a blocked XREAD at once, not after up to BLOCK_MS */
+            shutdown(l->fd, SHUT_RDWR);
         pthread_cond_broadcast(&l->cond);
         pthread_mutex_unlock(&l->mu);
         pthread_join(l->thread, NULL);

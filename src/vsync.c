@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <hiredis/hiredis.h>
@@ -225,6 +226,7 @@ struct vsync {
     pthread_mutex_t mu; /* with cond: wakes the thread's waits for vsync_stop */
     pthread_cond_t cond;
     bool stop; /* under mu */
+    int fd;    /* under mu: the thread's socket (-1: none), shut down by vsync_stop */
     atomic_bool stopping;
 
     /* The thread's own. */
@@ -269,16 +271,25 @@ static void count(atomic_uint_fast64_t *c, uint64_t n)
 static void trouble(struct vsync *s, const char *what)
 {
     count(&s->errors, 1);
-    if (!s->down_logged)
+    if (!s->down_logged && !stopping(s)) /* a read cut by vsync_stop is no outage */
         /* Info: the store reports an outage once per process (one warning, one notice). */
         log_info("vsync: %s: %s; retrying with backoff (the vector index keeps what it has)", what,
                  s->k.errmsg[0] ? s->k.errmsg : "error");
     s->down_logged = true;
 }
 
+/* The thread's socket (-1: none) for vsync_stop to shut down. */
+static void reader_fd(struct vsync *s, int fd)
+{
+    pthread_mutex_lock(&s->mu);
+    s->fd = fd;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void drop(struct vsync *s)
 {
     atomic_store(&s->ready, false);
+    reader_fd(s, -1);
     rcli_close(&s->k);
     s->connected = false;
 }
@@ -294,6 +305,7 @@ static int connect_redis(struct vsync *s)
         return -1;
     }
     s->connected = true;
+    reader_fd(s, s->k.rc->fd); /* set after a stop: its few commands run, no XREAD */
     return 0;
 }
 
@@ -745,7 +757,11 @@ static void *vsync_main(void *arg)
             backoff = PC_MIN(backoff * 2, (int64_t)BACKOFF_MAX_MS);
             continue;
         }
+        uint64_t rebuilds = atomic_load(&s->rebuilds);
         int rc = serve(s);
+        /* It was in step: a new outage starts again from the shortest wait. */
+        if (atomic_load(&s->rebuilds) != rebuilds)
+            backoff = BACKOFF_MIN_MS;
         if (rc == 0) {
             nap(s, SCHEMA_RETRY_MS);
         } else if (rc < 0) {
@@ -786,6 +802,7 @@ struct vsync *vsync_start(const struct vsync_opts *o)
     s->batch = o->batch > 0 ? o->batch : 500;
     s->vec = pc_malloc(VINDEX_DIM_MAX * sizeof(float));
     snprintf(s->last_id, sizeof(s->last_id), "0-0");
+    s->fd = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -815,6 +832,8 @@ void vsync_stop(struct vsync **sp)
     pthread_mutex_lock(&s->mu);
     s->stop = true;
     atomic_store(&s->stopping, true);
+    if (s->fd >= 0) /* out of a blocked XREAD at once, not after up to block_ms */
+        shutdown(s->fd, SHUT_RDWR);
     pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
