@@ -1006,12 +1006,17 @@ static void spin_run(struct spin *sp)
 /*
  * A loop pass that takes 3 x redis-timeout must not time out the GET issued
  * at its end (the timer counts from when it was sent, not from the pass's
- * start), and a GET whose reply is read late because the loop was busy times
- * out but does not drop the healthy connection. The timeout is long next to
- * the scheduling delays of a loaded 2-core machine (load 9 delayed the reply
- * of a GET past a 50 ms timeout in 2 runs of 4): the GET at the end of the
- * pass must be answered within it, by this process and redis-server both
- * getting a CPU.
+ * start), and a GET issued at the start of such a pass does not drop the
+ * healthy connection. The timeout is long next to the scheduling delays of a
+ * loaded 2-core machine (load 9 delayed the reply of a GET past a 50 ms
+ * timeout in 2 runs of 4): the GET at the end of the pass must be answered
+ * within it, by this process and redis-server both getting a CPU.
+ *
+ * The GET issued first goes out when the pass ends, with its time already
+ * up; the next pass reads its reply if Redis has answered by then (I/O runs
+ * before timers) and times it out otherwise. Which one happens depends on
+ * whether redis-server got a CPU in those microseconds, so either is
+ * accepted; the connection must survive both.
  */
 #define BUSY_TIMEOUT_MS 400
 static void test_busy_loop(void)
@@ -1026,13 +1031,14 @@ static void test_busy_loop(void)
 
     sp.get_first = true;
     spin_run(&sp);
-    T_CHECK(sp.g.st == STORE_TIMEOUT); /* it did wait 3 x the timeout */
+    T_CHECK(sp.g.st == STORE_TIMEOUT || (sp.g.st == STORE_OK && sp.g.null));
+    long timed_out = sp.g.st == STORE_TIMEOUT;
     run_for(2 * BUSY_TIMEOUT_MS);
     T_CHECK(store_ready(sp.s));
     struct got g;
     T_CHECK(get_wait(sp.s, "after", 5, &g) && g.st == STORE_OK);
     T_CHECK_INT(st.v[STAT_redis_reconnects], 1);
-    T_CHECK_INT(st.v[STAT_redis_timeouts], 1);
+    T_CHECK_INT(st.v[STAT_redis_timeouts], timed_out);
     store_destroy(&sp.s);
 }
 
@@ -1044,13 +1050,16 @@ static void spin_tick(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * A large reply read 16 KiB per loop pass on a busy loop (20 ms passes): the
- * GET times out, but Redis is visibly sending, so the connection stays up.
+ * A large reply read 16 KiB per loop pass on a busy loop (20 ms passes, 32
+ * of them): the GET times out, but Redis is visibly sending, so the
+ * connection stays up. The stall watch's window is the timeout: 100 ms, not
+ * 10, so that redis-server waiting for a CPU on a loaded machine is not
+ * taken for a stalled one (at load 7 a 10 ms window saw no progress once).
  */
 static void test_busy_loop_large_reply(void)
 {
     struct stats st = {0};
-    struct store *s = mk_store(R.unix_url, 10, true, &st);
+    struct store *s = mk_store(R.unix_url, 100, true, &st);
     T_CHECK(run_until(is_ready, s, 5000));
     size_t n = 512u << 10;
     char *val = pc_malloc(n);
