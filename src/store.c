@@ -1699,9 +1699,9 @@ static void cluster_init(struct store *s)
 static void cluster_destroy(struct store *s)
 {
     struct store_cluster *cl = s->cl;
-    event_free(cl->tick);
-    for (size_t i = 0; i < cl->nnodes; i++)
+    for (size_t i = 0; i < cl->nnodes; i++) /* their callbacks may still route: tick last */
         store_destroy(&cl->nodes[i]);
+    event_free(cl->tick);
     free(cl->nodes);
     free(cl->owned);
     free(cl);

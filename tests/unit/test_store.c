@@ -1320,7 +1320,7 @@ static void test_migrate_script(void)
     T_CHECK(strstr(pc_buf_cstr(&b), "HSET") == NULL);
     pc_buf_free(&b);
     /* applied: [version, 'migrated_at', now, fields of the body...], written by the applier */
-    freeReplyObject(rcmd_db(0, "DEL " PC_SCHEMA_KEY));
+    freeReplyObject(rcmd_db(0, "DEL " PC_SCHEMA_KEY " " PC_META_KEY));
     migrate_script(0, &b);
     redisReply *ok = rcmd_db(0, "EVAL %s 1 %s 0 1 123", pc_buf_cstr(&b), PC_SCHEMA_KEY);
     T_CHECK(migrate_reply_applied(ok));
