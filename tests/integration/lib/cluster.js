@@ -99,6 +99,16 @@ function redisCli(args, timeoutMs = 120000) {
     });
 }
 
+/* Primaries only: every node meets the first, and the slots are split evenly among them. */
+async function assignByHand(nodes) {
+    for (const n of nodes.slice(1))
+        await redisCommand(n.port, 'CLUSTER', 'MEET', '127.0.0.1', String(nodes[0].port));
+    for (const [i, n] of nodes.entries()) {
+        const from = Math.floor((i * SLOTS) / nodes.length), to = Math.floor(((i + 1) * SLOTS) / nodes.length) - 1;
+        await redisCommand(n.port, 'CLUSTER', 'ADDSLOTSRANGE', String(from), String(to));
+    }
+}
+
 /*
  * Start a cluster of `primaries` primaries with `replicas` replicas each:
  * {nodes, url(), shards(), primaries(), waitHealthy(), countKeys(), kill(),
@@ -108,8 +118,11 @@ async function startCluster({primaries = 3, replicas = 1, nodeTimeoutMs = 1000} 
     const nodes = [];
     for (let i = 0; i < primaries * (1 + replicas); i++)
         nodes.push(await startNode(nodeTimeoutMs));
-    await redisCli(['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`),
-        '--cluster-replicas', String(replicas), '--cluster-yes']);
+    if (primaries >= 3)
+        await redisCli(['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`),
+            '--cluster-replicas', String(replicas), '--cluster-yes']);
+    else /* redis-cli wants 3 primaries: fewer (and no replicas) by hand */
+        await assignByHand(nodes);
     const c = {
         nodes,
         /* the URL the proxy is given: two seeds (a cluster client needs only one that answers) */
