@@ -14,6 +14,7 @@
 #include "pc_util.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,15 +22,31 @@
 
 #include <hiredis/hiredis.h>
 
+/*
+ * A byte at a time through a table of the 256 one-byte CRCs, made once: the
+ * bit-by-bit loop took 1.1 us for an entry's tag (about 100 bytes), on
+ * every command of the request path.
+ */
+static uint16_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_table_make(void)
+{
+    for (unsigned b = 0; b < 256; b++) {
+        uint16_t crc = (uint16_t)(b << 8);
+        for (int k = 0; k < 8; k++)
+            crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+        crc_table[b] = crc;
+    }
+}
+
 uint16_t cluster_crc16(const void *p, size_t n)
 {
     const unsigned char *b = p;
     uint16_t crc = 0;
-    for (size_t i = 0; i < n; i++) {
-        crc ^= (uint16_t)(b[i] << 8);
-        for (int k = 0; k < 8; k++)
-            crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
-    }
+    pthread_once(&crc_once, crc_table_make);
+    for (size_t i = 0; i < n; i++)
+        crc = (uint16_t)(crc << 8) ^ crc_table[(crc >> 8) ^ b[i]];
     return crc;
 }
 
