@@ -7,6 +7,8 @@
  *
  * - `promptcache migrate` sets a new cluster up (pc:schema and pc:meta live
  *   on different nodes: the script touches only pc:schema);
+ * - an ACL user's credentials reach every connection to every primary, and
+ *   -t refuses a database other than 0 and sentinels with a cluster;
  * - an exact answer, a semantic answer and a prefix record stored through
  *   one instance are used by the other two;
  * - the keys spread over the three primaries (within 15% of a third each);
@@ -23,6 +25,8 @@
  *   the cache works again when the nodes come back, without a restart.
  */
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
 const h = require('./lib');
 const {startCluster, keySlot} = require('./lib/cluster');
 const {startVllmMock} = require('../mock/vllm');
@@ -168,6 +172,54 @@ h.test('exact, semantic and prefix state is shared by the three instances', {tim
     await a.post(CHAT, conversation(h.uniq('prefix topic')), NO_STORE);
     await h.waitFor(async () => (await b.stats()).prefix_sync_applied > before[0] &&
         (await c.stats()).prefix_sync_applied > before[1], {timeout: 20000, what: 'b and c applying a prefix record of a'});
+});
+
+h.test('an ACL user: every connection to every primary authenticates as it', {timeout: 60000}, async () => {
+    const USER = 'promptcache', PASSWORD = 'cl-pw-7a1c';
+    for (const n of cluster.alive()) /* ACLs are per node: every node needs the user */
+        await cluster.command(n.port, 'ACL', 'SETUSER', USER, 'on', `>${PASSWORD}`, '~pc:*', '+@all',
+            '-@dangerous', '+role');
+    const e = await env.startProxy({redis: cluster.url(), upstream: reps.map((r) => r.url), workers: 2,
+        args: [...proxyArgs(), '--redis-user', USER], env: {PROMPTCACHE_REDIS_PASSWORD: PASSWORD},
+        waitReady: false});
+    try {
+        await e.waitReady(200, 30000);
+        const q = body(h.uniq('acl'));
+        assertMiss(await e.post(CHAT, q));
+        await h.eventually(async () => h.assertHit(await e.post(CHAT, q)));
+        /* two workers: at least two connections as the user on each primary (and the threads') */
+        await h.waitFor(async () => {
+            for (const p of await cluster.primaries()) {
+                const list = await cluster.command(p.port, 'CLIENT', 'LIST');
+                if (list.split('\n').filter((l) => l.includes(` user=${USER} `)).length < 2)
+                    return false;
+            }
+            return true;
+        }, {timeout: 20000, what: `connections as ${USER} on every primary`});
+        assert.ok(!e.proc.output.includes(PASSWORD), 'the password is never logged');
+        const file = path.join(h.tmpDir('pc-secret-'), 'redis');
+        fs.writeFileSync(file, `${PASSWORD}\n`, {mode: 0o600});
+        const r = await h.runCli(['report', '--redis', cluster.url(), '--redis-user', USER,
+            '--redis-password-file', file, '--format', 'json']);
+        assert.equal(r.code, 0, r.output);
+        const bad = await h.runCli(['report', '--redis', `cluster://${USER}:nope@${cluster.url().slice(10)}`]);
+        assert.equal(bad.code, 1);
+        assert.match(bad.stderr, /WRONGPASS/);
+    } finally {
+        assert.equal(await e.stop(), 0);
+    }
+});
+
+h.test('-t: a cluster has database 0 only, and takes no sentinels', async () => {
+    const db = await h.runCli(['-t', '--redis', 'cluster://127.0.0.1:7000,127.0.0.1:7001/2']);
+    assert.notEqual(db.code, 0);
+    assert.match(db.output, /database 0 only: remove \/2 from the cluster:\/\/ URL/);
+    const both = await h.runCli(['-t', '--redis', 'cluster://127.0.0.1:7000', '--redis-sentinel-user', 'mon']);
+    assert.notEqual(both.code, 0);
+    assert.match(both.output, /sentinel:\/\/ and cluster:\/\/ are exclusive/);
+    const ok = await h.runCli(['-t', '--redis', 'cluster://127.0.0.1:7000,[::1]:7001', '--redis-user', 'u',
+        '--redis-password', 'p']);
+    assert.equal(ok.code, 0, ok.output);
 });
 
 h.test('the keys spread over the three primaries, each within 15% of a third', {timeout: 180000}, async () => {
