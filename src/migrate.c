@@ -180,7 +180,7 @@ static int cli_apply(struct rcli *k, size_t i)
     int rc = 0;
     if (rcli_route(k, PC_SCHEMA_KEY, strlen(PC_SCHEMA_KEY)) < 0) { /* cluster: its node */
         char why[sizeof(k->errmsg)];
-        snprintf(why, sizeof(why), "%s", k->errmsg);
+        snprintf(why, sizeof(why), "%s", k->errmsg); /* "WHERE: why" */
         rcli_error(k, "%s", why);
         return -1;
     }

@@ -133,11 +133,15 @@ static void conn_failed(struct psync *ps, struct conn *c, const char *why)
     conn_close(c);
 }
 
-/* A failure of the connection that k says why: counted, logged, closed. */
+/* A failure of the connection that k says why: counted, logged (the URL once), closed. */
 static void conn_failed_k(struct psync *ps, struct conn *c)
 {
     char why[sizeof(c->k.errmsg)];
-    snprintf(why, sizeof(why), "%s", c->k.errmsg);
+    size_t wl = strlen(ps->where);
+    const char *msg = c->k.errmsg;
+    if (strncmp(msg, ps->where, wl) == 0 && msg[wl] == ':' && msg[wl + 1] == ' ')
+        msg += wl + 2;
+    snprintf(why, sizeof(why), "%s", msg);
     conn_failed(ps, c, why);
 }
 

@@ -64,6 +64,7 @@ void rcli_error(struct rcli *k, const char *fmt, ...)
 }
 
 static void cluster_free(struct rcli_cluster **clp);
+static redisReply *call(struct rcli *k, int argc, const char **argv, const size_t *lens);
 
 void rcli_close(struct rcli *k)
 {
@@ -79,7 +80,7 @@ void rcli_close(struct rcli *k)
 redisReply *rcli_command(struct rcli *k, const char *what, int argc, const char **argv,
                          const size_t *lens)
 {
-    redisReply *r = rcli_call(k, argc, argv, lens);
+    redisReply *r = call(k, argc, argv, lens);
     if (r == NULL) {
         char why[sizeof(k->errmsg)];
         snprintf(why, sizeof(why), "%s", k->errmsg);
@@ -439,7 +440,7 @@ static redisContext *slot_context(struct rcli *k, unsigned slot)
     if (n == NULL && map_refresh(k) == 0)
         n = cluster_map_node(&cl->map, slot);
     if (n == NULL) {
-        snprintf(k->errmsg, sizeof(k->errmsg), "%s: no primary serves slot %u", k->where, slot);
+        snprintf(k->errmsg, sizeof(k->errmsg), "no primary serves slot %u", slot);
         return NULL;
     }
     char why[320];
@@ -496,7 +497,7 @@ static redisContext *follow(struct rcli *k, redisContext *rc, const struct clust
     if (red->kind == CLUSTER_ASK) {
         redisReply *a = redisCommand(to, "ASKING");
         if (a == NULL) {
-            snprintf(k->errmsg, sizeof(k->errmsg), "%s: ASKING: %s", k->where,
+            snprintf(k->errmsg, sizeof(k->errmsg), "ASKING: %s",
                      to->errstr[0] ? to->errstr : "no reply");
             return NULL;
         }
@@ -516,8 +517,7 @@ static redisReply *routed(struct rcli *k, redisContext *rc, int argc, const char
         struct cluster_redirect red;
         enum cluster_redirect_kind kind = cluster_reply_redirect(r, &red);
         if (r == NULL) {
-            snprintf(k->errmsg, sizeof(k->errmsg), "%s: %s: %s", k->where, argv[0],
-                     rc->errstr[0] ? rc->errstr : "no reply");
+            snprintf(k->errmsg, sizeof(k->errmsg), "%s", rc->errstr[0] ? rc->errstr : "no reply");
             k->cl->stale = true;
             return NULL;
         }
@@ -597,12 +597,13 @@ static redisReply *scan_all(struct rcli *k, int argc, const char **argv, const s
     return r;
 }
 
-redisReply *rcli_call(struct rcli *k, int argc, const char **argv, const size_t *lens)
+/* A command, routed; NULL with the reason alone (no URL, no command name) in k->errmsg. */
+static redisReply *call(struct rcli *k, int argc, const char **argv, const size_t *lens)
 {
     if (k->cl == NULL) {
         redisReply *r = redisCommandArgv(k->rc, argc, argv, lens);
         if (r == NULL)
-            snprintf(k->errmsg, sizeof(k->errmsg), "%s: %s: %s", k->where, argv[0],
+            snprintf(k->errmsg, sizeof(k->errmsg), "%s",
                      k->rc->errstr[0] ? k->rc->errstr : "no reply");
         return r;
     }
@@ -615,13 +616,35 @@ redisReply *rcli_call(struct rcli *k, int argc, const char **argv, const size_t 
     return rc != NULL ? routed(k, rc, argc, argv, lens) : NULL;
 }
 
+/* Put "WHERE: what: " before the reason k->errmsg holds. */
+static void errmsg_prefix(struct rcli *k, const char *what, size_t wlen)
+{
+    char why[sizeof(k->errmsg)];
+    snprintf(why, sizeof(why), "%s", k->errmsg);
+    if (what != NULL)
+        snprintf(k->errmsg, sizeof(k->errmsg), "%.160s: %.*s: %.280s", k->where,
+                 (int)PC_MIN(wlen, 64), what, why);
+    else
+        snprintf(k->errmsg, sizeof(k->errmsg), "%.160s: %.340s", k->where, why);
+}
+
+redisReply *rcli_call(struct rcli *k, int argc, const char **argv, const size_t *lens)
+{
+    redisReply *r = call(k, argc, argv, lens);
+    if (r == NULL)
+        errmsg_prefix(k, argv[0], lens ? lens[0] : strlen(argv[0]));
+    return r;
+}
+
 int rcli_route(struct rcli *k, const void *key, size_t klen)
 {
     if (k->cl == NULL)
         return k->rc != NULL ? 0 : -1;
     redisContext *rc = slot_context(k, cluster_slot(key, klen));
-    if (rc == NULL)
+    if (rc == NULL) {
+        errmsg_prefix(k, NULL, 0);
         return -1;
+    }
     k->rc = rc;
     return 0;
 }

@@ -1517,7 +1517,7 @@ void store_destroy(struct store **sp)
         } else {
             cmd_complete(c, STORE_ERR, NULL, 0, 0);
         }
-        if (c->parked) /* hiredis does not hold it: free it here */
+        if (c->parked || c->kind == CMD_FANOUT) /* hiredis does not hold it: free it here */
             cmd_free(c);
     }
     if (ac != NULL)
