@@ -8,6 +8,7 @@
 #include "pc_conf.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
+#include "pc_rcli.h"
 #include "pc_redisev.h"
 #include "pc_stats.h"
 #include "pc_store.h"
@@ -1586,6 +1587,54 @@ static void test_cluster_redirects(void)
     fnode_stop(&f);
 }
 
+/*
+ * The blocking client (pc_rcli.h) on the same fake node: TRYAGAIN and ASK
+ * followed, a MOVED to a node that is not there is a failure that names it,
+ * SCAN over the (one) primary ends with cursor "0".
+ */
+static void test_cluster_rcli(void)
+{
+    char ask[80], moved[80], url[64];
+    int dead = free_tcp_port();
+    struct fnode f;
+    const char *script[] = {
+        "-TRYAGAIN x\r\n",
+        "$1\r\nx\r\n", /* a */
+        ask,
+        "$1\r\ny\r\n",                          /* b */
+        moved,                                  /* c */
+        "*2\r\n$1\r\n0\r\n*1\r\n$3\r\nk:1\r\n", /* SCAN */
+    };
+    fnode_start(&f, script, PC_ARRAY_LEN(script));
+    snprintf(ask, sizeof(ask), "-ASK %u 127.0.0.1:%d\r\n", cluster_slot("b", 1), f.port);
+    snprintf(moved, sizeof(moved), "-MOVED %u 127.0.0.1:%d\r\n", cluster_slot("c", 1), dead);
+    snprintf(url, sizeof(url), "cluster://127.0.0.1:%d", f.port);
+    struct rcli k = {.quiet = true};
+    T_CHECK_INT(rcli_open(&k, url, 1000, "test"), 0);
+    const char *a[] = {"GET", "a"}, *b[] = {"GET", "b"}, *c[] = {"GET", "c"};
+    redisReply *r = rcli_call(&k, 2, a, NULL);
+    T_CHECK(r != NULL && r->type == REDIS_REPLY_STRING && strcmp(r->str, "x") == 0);
+    freeReplyObject(r);
+    r = rcli_call(&k, 2, b, NULL);
+    T_CHECK(r != NULL && r->type == REDIS_REPLY_STRING && strcmp(r->str, "y") == 0);
+    T_CHECK_INT(atomic_load(&f.askings), 1);
+    freeReplyObject(r);
+    T_CHECK(rcli_call(&k, 2, c, NULL) == NULL);
+    char want[80];
+    snprintf(want, sizeof(want), "cluster node 127.0.0.1:%d", dead);
+    T_CHECK(strstr(k.errmsg, want) != NULL && strstr(k.errmsg, "GET") != NULL);
+    const char *scan[] = {"SCAN", "0", "MATCH", "k:*"};
+    r = rcli_call(&k, 4, scan, NULL);
+    T_CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            strcmp(r->element[0]->str, "0") == 0 && r->element[1]->elements == 1);
+    if (r != NULL)
+        freeReplyObject(r);
+    T_CHECK_INT(rcli_route(&k, "a", 1), 0);
+    T_CHECK(k.rc != NULL);
+    rcli_close(&k);
+    fnode_stop(&f);
+}
+
 /* --- pc_redisev.h: hiredis on the loop, written without waiting for EV_WRITE --------- */
 
 struct rev_state {
@@ -1726,6 +1775,7 @@ int main(void)
     T_RUN(test_host_name);
     T_RUN(test_migrate_script);
     T_RUN(test_cluster_redirects);
+    T_RUN(test_cluster_rcli);
     T_RUN(test_connect_timeout);
     T_RUN(test_timeout);
     T_RUN(test_setup_timeout_message);
