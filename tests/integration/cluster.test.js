@@ -20,7 +20,8 @@
  *   per outage;
  * - a fourth instance loads the vectors of every primary into its index;
  * - DELETE /admin/cache empties every primary;
- * - `promptcache report` reads the hourly counters through the cluster;
+ * - `promptcache report` and the dashboard read the hourly counters through
+ *   the cluster;
  * - the whole cluster down: every request is still answered (BYPASS), and
  *   the cache works again when the nodes come back, without a restart.
  */
@@ -394,13 +395,18 @@ h.test('DELETE /admin/cache empties every primary', {timeout: 60000}, async () =
     });
 });
 
-h.test('`promptcache report` reads the counters through the cluster', {timeout: 60000}, async () => {
+h.test('`promptcache report` and the dashboard read the counters through the cluster', {timeout: 60000}, async () => {
     await h.waitFor(async () => {
         const r = await h.runCli(['report', '--redis', cluster.url(), '--format', 'json']);
         assert.equal(r.code, 0, r.output);
         const j = JSON.parse(r.stdout);
         return j.total.requests >= SPREAD_ENTRIES && j.total.hits > 0 && j.total.bypasses > 0;
     }, {timeout: 20000, what: 'the report to show the requests, hits and the failover\'s bypasses'});
+    await h.waitFor(async () => {
+        const r = await proxies[1].get('/dashboard/data?hours=2');
+        assert.equal(r.status, 200, r.text);
+        return r.json.read_ms > 0 && r.json.total.requests >= SPREAD_ENTRIES && r.json.total.hits > 0;
+    }, {timeout: 20000, what: 'the dashboard data to show the traffic'});
     const bad = await h.runCli(['report', '--redis', `cluster://127.0.0.1:${await h.freePort()}`]);
     assert.equal(bad.code, 1);
     assert.match(bad.stderr, /no node gave a slot map/);
