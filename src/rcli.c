@@ -375,22 +375,27 @@ static int map_read(struct rcli_cluster *cl, redisContext *rc, const char *host,
                     size_t n)
 {
     struct cluster_map m = {0};
-    redisReply *r = redisCommand(rc, "CLUSTER SHARDS");
+    bool slots = false; /* CLUSTER SLOTS asked: Redis before 7 */
+    const char *what = "CLUSTER SHARDS";
+    redisReply *r = redisCommand(rc, what);
     int rv = -1;
-    if (r != NULL && cluster_shards_unknown(r)) { /* Redis before 7 */
+    if (r != NULL && cluster_shards_unknown(r)) {
         freeReplyObject(r);
-        r = redisCommand(rc, "CLUSTER SLOTS");
-        if (r != NULL && r->type != REDIS_REPLY_ERROR)
-            rv = cluster_map_from_slots(r, host, &m, why, n);
-    } else if (r != NULL && r->type != REDIS_REPLY_ERROR) {
-        rv = cluster_map_from_shards(r, host, &m, why, n);
+        slots = true;
+        r = redisCommand(rc, what = "CLUSTER SLOTS");
     }
-    if (r == NULL)
-        snprintf(why, n, "CLUSTER SHARDS: %s", rc->errstr[0] ? rc->errstr : "no reply");
-    else if (r->type == REDIS_REPLY_ERROR)
-        snprintf(why, n, "CLUSTER SHARDS failed: %.200s", r->str);
-    else if (rv == 0 && m.nnodes == 0)
-        snprintf(why, n, "the cluster has no primary serving a slot"), rv = -1;
+    if (r == NULL) {
+        snprintf(why, n, "%s: %s", what, rc->errstr[0] ? rc->errstr : "no reply");
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, n, "%s failed: %.200s", what, r->str);
+    } else {
+        rv = slots ? cluster_map_from_slots(r, host, &m, why, n)
+                   : cluster_map_from_shards(r, host, &m, why, n);
+        if (rv == 0 && m.nnodes == 0) {
+            snprintf(why, n, "the cluster has no primary serving a slot");
+            rv = -1;
+        }
+    }
     if (r != NULL)
         freeReplyObject(r);
     if (rv < 0) {
