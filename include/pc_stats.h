@@ -82,6 +82,13 @@
     ACTION(redis_errors, counter, "Redis commands that failed or timed out")                       \
     ACTION(redis_timeouts, counter, "Redis commands that exceeded redis-timeout")                  \
     ACTION(redis_reconnects, counter, "Redis connections (re)established")                         \
+    ACTION(redis_moved, counter,                                                                   \
+           "Redis Cluster MOVED redirections followed (a slot changed owner)")                     \
+    ACTION(redis_ask, counter, "Redis Cluster ASK redirections followed (a slot being migrated)")  \
+    ACTION(redis_tryagain, counter, "Redis Cluster commands sent again later after TRYAGAIN")      \
+    ACTION(redis_cluster_maps, counter, "Redis Cluster slot maps read (CLUSTER SHARDS or SLOTS)")  \
+    ACTION(redis_cluster_map_errors, counter,                                                      \
+           "Redis Cluster slot maps refused (an error reply, or one that does not make sense)")    \
     ACTION(tokens_saved_prompt, counter, "Prompt tokens served from the cache")                    \
     ACTION(tokens_saved_completion, counter, "Completion tokens served from the cache")            \
     ACTION(tokens_saved_semantic_prompt, counter, "Of tokens_saved_prompt, served by meaning")     \

@@ -218,11 +218,13 @@ static const struct conf_key conf_keys[] = {
     {.name = "redis", .type = CONF_STRING, FIELD(redis), .def = "redis://127.0.0.1:6379/0",
      .check = check_redis_url, .flags = CONF_URL_PASS, .arg = "URL", .section = "Redis",
      .help = "Redis server that holds the cached answers: redis://[USER:PASSWORD@]HOST[:PORT][/DB], "
-             "unix:/PATH/TO/SOCKET (unix://[USER:PASSWORD@]/PATH with AUTH), or "
+             "unix:/PATH/TO/SOCKET (unix://[USER:PASSWORD@]/PATH with AUTH), "
              "sentinel://HOST[:PORT][,HOST[:PORT]...]/MASTER[/DB] to ask Redis Sentinel where "
-             "the primary is and follow it through failovers (sentinel port 26379 by default). "
-             "Host names are resolved again on every reconnect. Credentials are better given in "
-             "the keys below, which can come from a file or the environment."},
+             "the primary is and follow it through failovers (sentinel port 26379 by default), or "
+             "cluster://HOST[:PORT][,HOST[:PORT]...] for a Redis Cluster: any of its nodes, asked "
+             "for the slot map (database 0 only; a cluster fails over by itself, so it takes no "
+             "sentinels). Host names are resolved again on every reconnect. Credentials are "
+             "better given in the keys below, which can come from a file or the environment."},
     {.name = "redis-user", .type = CONF_STRING, FIELD(redis_user), .def = "", .arg = "USER",
      .example = "\"\"",
      .help = "ACL user name for Redis AUTH (Redis 6 and later), with redis-password. Empty: "
@@ -1972,6 +1974,12 @@ static bool fold_sentinel_auth(struct loader *ld, struct rurl *u, struct pc_buf 
     struct conf *c = ld->c;
     static const char *const keys[] = {"redis-sentinel-user", "redis-sentinel-password"};
     bool given = c->redis_sentinel_user[0] != '\0' || c->redis_sentinel_password[0] != '\0';
+    if (given && u->kind == RURL_CLUSTER) {
+        report_latest(ld, keys, PC_ARRAY_LEN(keys),
+                      "the sentinels' credentials need a sentinel:// redis URL, and sentinel:// "
+                      "and cluster:// are exclusive: a Redis Cluster fails over by itself");
+        return false;
+    }
     if (given && u->kind != RURL_SENTINEL) {
         report_latest(ld, keys, PC_ARRAY_LEN(keys),
                       "the sentinels' credentials need a "

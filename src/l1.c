@@ -720,7 +720,9 @@ static void *reader_main(void *arg)
     while (!stopping(l)) {
         l->k.quiet = true;
         l->k.errmsg[0] = '\0';
+        /* cluster://: k.rc goes to the node of the stream */
         if (rcli_open(&l->k, l->url, l->timeout_ms + BLOCK_MS, "l1") < 0 ||
+            rcli_route(&l->k, vsync_stream_key(), strlen(vsync_stream_key())) < 0 ||
             !reader_fd(l, l->k.rc->fd) || start_position(l) < 0) {
             go_dark(l, "cannot follow the stream");
             nap(l, backoff);

@@ -310,15 +310,13 @@ static int connect_redis(struct vsync *s)
 }
 
 /* A command on the reader's connection: the reply, error replies included (the caller's to
- * judge), or NULL after the connection failed. */
+ * judge), or NULL after the connection failed. rcli_call routes it (cluster://: to the node of
+ * its key; SCAN over every primary, k.rc left on the node scanned for the GETs that follow). */
 static redisReply *command(struct vsync *s, int argc, const char **argv, const size_t *lens)
 {
-    redisReply *r = redisCommandArgv(s->k.rc, argc, argv, lens);
-    if (r == NULL) {
-        snprintf(s->k.errmsg, sizeof(s->k.errmsg), "%s: %s: %s", s->k.where, argv[0],
-                 s->k.rc->errstr[0] ? s->k.rc->errstr : "no reply");
+    redisReply *r = rcli_call(&s->k, argc, argv, lens);
+    if (r == NULL)
         trouble(s, "Redis connection lost");
-    }
     return r;
 }
 
