@@ -110,6 +110,11 @@ static void serve_metrics(struct worker *w, struct httpd_req *hr)
     stats_render_prometheus(&out);
     route_render_prometheus(w->route, &out);
     pricing_render_prometheus(w->conf->prices, &out);
+    pc_buf_printf(&out, /* /readyz as a series: the Redis alert watches it */
+                  "# HELP promptcache_ready Whether every worker can use the cache (1; or "
+                  "caching is off), as /readyz says; 0 while Redis is unreachable for one\n"
+                  "# TYPE promptcache_ready gauge\npromptcache_ready %d\n",
+                  ready(w) ? 1 : 0);
     if (w->l1 != NULL) /* an alert watches it: off means every exact hit costs a Redis call */
         pc_buf_printf(&out,
                       "# HELP promptcache_l1_live Whether the in-process L1 serves hits (1), or "

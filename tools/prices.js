@@ -16,9 +16,10 @@
  * order (the order in which rules are tried):
  *   - the token prices in force on --date (the package's release day, so the
  *     same package always gives the same file): a price list with start
- *     dates takes the last one begun by then; prices for a time of day
- *     (off-peak discounts) are left for the standard ones; a tiered price
- *     (dearer past a prompt length) keeps its base;
+ *     dates takes the last one begun by then; one priced by the time of day
+ *     takes the prices of the larger part of the day (the proxy has one
+ *     price per model); a tiered price (dearer past a prompt length) keeps
+ *     its base;
  *   - input_mtok, output_mtok, cache_read_mtok, cache_write_mtok (the
  *     5-minute write); models priced only per page, hour or request are
  *     left out, and so is a model whose cache read is dearer than its input;
@@ -71,22 +72,37 @@ function args(argv) {
 
 /* ---- prices ---------------------------------------------------------------- */
 
-/* The price set in force on date: the last one begun by then; time-of-day sets left out. */
+/* Minutes of the day in a time_of_date window ("00:30:00Z" to "16:30:00Z", maybe over midnight). */
+function windowMinutes(k) {
+    const min = (t) => Number(t.slice(0, 2)) * 60 + Number(t.slice(3, 5));
+    return (min(k.end_time) - min(k.start_time) + 1440) % 1440;
+}
+
+/*
+ * The price set in force on date: the last one begun by then. A list priced
+ * by the time of day (DeepSeek: standard hours and off-peak ones) is one
+ * price to the proxy: the set in force for the larger part of the day.
+ */
 function pricesOn(model, date) {
     if (!Array.isArray(model.prices))
         return model.prices;
     let best = null, bestStart = '';
+    const windows = [];
     for (const c of model.prices) {
         const k = c.constraint;
-        if (k && k.type === 'time_of_date')
+        if (k && k.type === 'time_of_date') {
+            windows.push({prices: c.prices, minutes: windowMinutes(k)});
             continue;
+        }
         const start = k && k.start_date ? k.start_date : '';
         if (start <= date && (best === null || start >= bestStart)) {
             best = c.prices;
             bestStart = start;
         }
     }
-    return best;
+    const rest = 1440 - windows.reduce((n, w) => n + w.minutes, 0);
+    const longest = windows.sort((a, b) => b.minutes - a.minutes)[0];
+    return longest && (best === null || longest.minutes > rest) ? longest.prices : best;
 }
 
 /* A number, or a tiered price's base. */
