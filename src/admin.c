@@ -299,7 +299,7 @@ static void flush_done(void *arg, bool ok, long long n)
     } else {
         char body[64];
         snprintf(body, sizeof(body), "{\"deleted\":%lld}", n);
-        log_notice("admin: cache flush deleted %lld entries", n);
+        log_notice("admin: cache flush deleted %lld entr%s", n, n == 1 ? "y" : "ies");
         reply_json(op->hr, 200, body);
     }
     op_free(op);
