@@ -137,13 +137,13 @@
 enum stat_label {
     SL_CACHE = 0, /* hit, miss, bypass, refresh */
     SL_MATCH,     /* exact, semantic */
-    SL_ENDPOINT,  /* chat, completions, embeddings, messages, other */
-    SL_MODEL,     /* metrics-models models (the busiest in Redis' counters at start, then the
-                     first answered), then "other" */
-    SL_UPSTREAM,  /* the replicas, by index */
-    SL_TOKEN,     /* input (uncached), cache_read, cache_write, output */
-    SL_CALLER,    /* embedder, verifier */
-    SL_TENANT, /* the names of tenant-names (the first STATS_TENANTS_MAX counted), then "other" */
+    SL_ENDPOINT, /* other, chat, completions, embeddings, messages, responses (api_endpoint_name) */
+    SL_MODEL,    /* metrics-models models (the busiest in Redis' counters at start, then the
+                    first answered), then "other" */
+    SL_UPSTREAM, /* the replicas, by index */
+    SL_TOKEN,    /* input (uncached), cache_read, cache_write, output */
+    SL_CALLER,   /* embedder, verifier */
+    SL_TENANT,   /* the names of tenant-names (the first STATS_TENANTS_MAX counted), then "other" */
     SL__COUNT
 };
 #define SL(x) (1u << SL_##x)
@@ -151,7 +151,7 @@ enum stat_label {
 #define STATS_MODELS_MAX  50 /* metrics-models at most */
 #define STATS_CACHE_N     4
 #define STATS_MATCH_N     2
-#define STATS_ENDPOINT_N  5
+#define STATS_ENDPOINT_N  6                      /* API__COUNT (checked in stats.c) */
 #define STATS_MODEL_N     (STATS_MODELS_MAX + 1) /* the last one is "other" */
 #define STATS_UPSTREAM_N  64                     /* ROUTE_MAX_REPLICAS */
 #define STATS_TOKEN_N     4
@@ -304,9 +304,17 @@ uint64_t *stats_sum_cells(void);
 /*
  * Render the summed metrics. extra_json (may be NULL) is appended inside the
  * object. The families appear in /stats as totals (split by token kind or
- * by cache status where that is what they mean), money scaled to the unit.
+ * by cache status where that is what they mean), money scaled to the unit,
+ * or null while no price list is in force (priced false): unpriced, not 0.
  */
-void stats_render_json(struct pc_buf *out, const char *extra_json);
+void stats_render_json(struct pc_buf *out, const char *extra_json, bool priced);
+/*
+ * The hit rate, the project's one definition (README, "Hit rate"): API
+ * requests answered from the cache over those looked up in it, hit or miss
+ * (api_requests by cache status; bypassed and refreshed ones were not looked
+ * up), whatever the upstream then answered. 0 before any lookup.
+ */
+double stats_hit_rate(const uint64_t *cells);
 void stats_render_prometheus(struct pc_buf *out);
 /* Total of a counter family over every series (scaled), and its split by one label value. */
 double stats_family_total(const uint64_t *cells, enum stat_family f);

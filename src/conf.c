@@ -464,11 +464,14 @@ static const struct conf_key conf_keys[] = {
              "the proxy's own calls in /stats, /metrics, the dashboard and `promptcache "
              "report`. A JSON file in the project's format (conf/pricing.json, per million "
              "tokens) or LiteLLM's (model_prices_and_context_window.json, per token), told apart "
-             "by their shape. Empty: the list shipped with the binary (../conf/pricing.json from "
-             "a build tree, ../share/promptcache/pricing.json from an installed binary, or "
-             "/etc/promptcache/pricing.json). off: no prices, savings in tokens only. A relative "
-             "path is relative to the working directory. Models the list does not price are "
-             "counted in tokens and warned about once each."},
+             "by their shape. Empty: the maintained list, @pydantic/genai-prices converted by "
+             "`make prices` (prices.json next to the binary or in ../share/promptcache/ or "
+             "/etc/promptcache/), else the hand-copied one shipped with the binary "
+             "(conf/pricing.json: ../conf/ from a build tree, ../share/promptcache/pricing.json "
+             "from an installed binary, or /etc/promptcache/pricing.json). off: no prices, "
+             "savings in tokens only. A relative path is relative to the working directory. "
+             "Models the list does not price are counted in tokens, warned about once each and "
+             "shown as unpriced, never as 0."},
     {.name = "metrics-token", .type = CONF_STRING, FIELD(metrics_token), .def = "",
      .flags = CONF_SECRET | CONF_RELOAD, .arg = "TOKEN", .example = "\"\"",
      .help = "Token that /metrics, /stats and /dashboard require while set, as Authorization: "
