@@ -59,6 +59,11 @@
     ACTION(semantic_verify_completion_tokens, counter,                                             \
            "Of semantic_verify_tokens, completion tokens")                                         \
     ACTION(semantic_vectors_stored, counter, "Vector records written next to stored answers")      \
+    ACTION(semantic_sync_rejected, counter,                                                        \
+           "Vector records and pc:2:vs stream events the vector index's reader rejected "          \
+           "(malformed or out of range)")                                                          \
+    ACTION(l1_events_rejected, counter,                                                            \
+           "pc:2:vs stream events the L1's reader rejected (malformed or out of range)")           \
     ACTION(upstream_requests, counter, "Calls made to an upstream")                                \
     ACTION(upstream_errors, counter, "Upstream calls that failed (connect, reset, timeout)")       \
     ACTION(upstream_failovers, counter,                                                            \

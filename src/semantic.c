@@ -28,7 +28,8 @@
  * A put: the vector (from the lookup, or embedded now on the pool) and the
  * text go into a vector record next to the entry (same hash tag, same TTL),
  * an "add" event on the Stream tells every instance, and this process's
- * index has it at once.
+ * index has it at once. A put over an existing entry that gets no vector
+ * deletes the old one ("del" event), so no index keeps it with its old TTL.
  *
  * Ownership of an op that waits on a pool job: the job holds it; cancelling
  * only marks it (op->cancelled) and the job's done callback frees it.
@@ -66,6 +67,8 @@
 #define SEMANTIC_POOL_QUEUE 4096 /* jobs waiting for a pool thread before lookups are shed */
 /* With embedder openai and semantic-threshold auto: a start, not a measurement (see README). */
 #define SEMANTIC_REMOTE_AUTO 0.90
+/* No record expires later than cache-max-ttl (at most a year, conf.c) plus a day of clock skew. */
+#define RECORD_TTL_MAX_MS ((int64_t)366 * 86400 * 1000)
 
 struct semantic_vec {
     int dim;
@@ -75,7 +78,7 @@ struct semantic_vec {
 struct semantic {
     unsigned magic;
     const struct conf *conf;
-    struct stats *stats;
+    struct stats *row;    /* the process's own metrics (stream reader), registered */
     struct embedder *emb; /* local embedder; NULL with embedder openai */
     char space[EMBED_SPACE_MAX];
     unsigned guards;
@@ -194,6 +197,8 @@ static struct vindex *index_for(struct semantic *s, int dim)
                 .url = s->conf->redis,
                 .space = s->space,
                 .index = s->vx,
+                .max_ttl_ms = RECORD_TTL_MAX_MS,
+                .row = s->row,
             };
             s->sync = vsync_start(&so);
         }
@@ -256,10 +261,16 @@ static int pool_threads(const struct conf *c)
 
 struct semantic *semantic_create(const struct conf *c, struct stats *st, char *err, size_t errlen)
 {
+    (void)st;
     struct semantic *s = pc_calloc(1, sizeof(*s));
     s->magic = SEMANTIC_MAGIC;
     s->conf = c;
-    s->stats = st;
+    /* Registered before the workers' rows, as every row is (server.c). */
+    s->row = aligned_alloc(64, sizeof(*s->row));
+    if (s->row == NULL)
+        abort();
+    memset(s->row, 0, sizeof(*s->row));
+    stats_register(s->row);
     pthread_mutex_init(&s->mu, NULL);
     s->guards = c->semantic_guard_mask;
     if (c->embedder == EMBEDDER_OPENAI) {
@@ -321,6 +332,7 @@ void semantic_destroy(struct semantic **sp)
     vindex_destroy(&s->vx);
     embed_destroy(&s->emb);
     pthread_mutex_destroy(&s->mu);
+    free(s->row); /* the registry is emptied right after (server_teardown) */
     s->magic = 0;
     free(s);
 }
@@ -423,6 +435,19 @@ void semantic_publish_flush(struct semantic_port *p, struct store *store, const 
     if (tenant_id != NULL)
         tenant_bytes(tenant_id, t);
     vsync_store_flush(store, tenant_id != NULL ? t : NULL);
+}
+
+void semantic_forget(struct semantic_port *p, struct store *store, const char *tenant_id,
+                     const unsigned char exact[PC_SHA256_LEN])
+{
+    if (p != NULL) {
+        struct vindex *vx = index_get(p->s);
+        if (vx != NULL)
+            vindex_remove(vx, exact);
+    }
+    unsigned char t[VINDEX_TENANT_LEN];
+    tenant_bytes(tenant_id, t);
+    vsync_store_del(store, t, exact);
 }
 
 /* ---- lookups: ending -------------------------------------------------------- */
@@ -769,6 +794,13 @@ static void put_write(struct semantic_port *p, const struct semantic_item *it,
         vindex_add(vx, it->partition, &item, vec->v);
 }
 
+/* The put gets no vector: a vector of the entry it wrote over must not stay. */
+static void put_without_vector(struct semantic_port *p, const struct semantic_item *it)
+{
+    if (it->replaces)
+        semantic_forget(p, p->store, it->tenant_id, it->exact);
+}
+
 static void sput_free(struct sput *sp)
 {
     free(sp->text);
@@ -794,6 +826,8 @@ static void done_embed_put(void *arg, bool ran)
     PC_CHECK_OBJ(sp, SPUT_MAGIC);
     if (ran && sp->vec != NULL)
         put_write(sp->p, &sp->it, sp->vec);
+    else if (ran)
+        put_without_vector(sp->p, &sp->it);
     sput_free(sp);
 }
 
@@ -805,6 +839,8 @@ static void on_put_vec(void *arg, const float *vec, int dim)
         sp->vec = vec_new(dim);
         memcpy(sp->vec->v, vec, (size_t)dim * sizeof(float));
         put_write(sp->p, &sp->it, sp->vec);
+    } else {
+        put_without_vector(sp->p, &sp->it);
     }
     sput_free(sp);
 }
@@ -822,7 +858,7 @@ void semantic_put(struct semantic_port *p, const struct semantic_item *it,
         semantic_vec_free(vec);
         return;
     }
-    /* No vector from a lookup (Cache-Control: no-cache): embed it now. */
+    /* No vector from a lookup (no-cache, or the lookup's embedding failed): embed it now. */
     struct sput *sp = pc_calloc(1, sizeof(*sp));
     sp->magic = SPUT_MAGIC;
     sp->p = p;
