@@ -59,6 +59,15 @@
     ACTION(semantic_verify_completion_tokens, counter,                                             \
            "Of semantic_verify_tokens, completion tokens")                                         \
     ACTION(semantic_vectors_stored, counter, "Vector records written next to stored answers")      \
+    ACTION(semantic_vectors_skipped, counter,                                                      \
+           "Answers stored without their vector record: the embedder's circuit breaker was open")  \
+    ACTION(semantic_breaker_skips, counter,                                                        \
+           "Semantic stages skipped (exact lookup only): the embedder's circuit breaker was open") \
+    ACTION(embedder_breaker_opens, counter,                                                        \
+           "Times the remote embedder's circuit breaker opened (embedder-breaker-failures "        \
+           "failures in a row)")                                                                   \
+    ACTION(embedder_breaker_probes, counter,                                                       \
+           "Calls let through to the remote embedder as the open breaker's probe")                 \
     ACTION(semantic_sync_rejected, counter,                                                        \
            "Vector records and pc:2:vs stream events the vector index's reader rejected "          \
            "(malformed or out of range)")                                                          \
@@ -111,7 +120,9 @@
     ACTION(connections_active, gauge, "Open client connections")                                   \
     ACTION(requests_active, gauge, "Requests in progress")                                         \
     ACTION(upstream_active, gauge, "Upstream transfers in progress")                               \
-    ACTION(redis_connected, gauge, "Workers with a ready Redis connection")
+    ACTION(redis_connected, gauge, "Workers with a ready Redis connection")                        \
+    ACTION(embedder_breaker_open, gauge,                                                           \
+           "1 while the remote embedder's circuit breaker is open or probing (it is not called)")
 
 /*
  * Labels of the families, each with its values (a label's cardinality is

@@ -31,10 +31,17 @@
  * index has it at once. A put over an existing entry that gets no vector
  * deletes the old one ("del" event), so no index keeps it with its old TTL.
  *
+ * With embedder openai, a circuit breaker (pc_breaker.h, one per process)
+ * stops the calls after embedder-breaker-failures failures in a row: then
+ * lookups skip this stage (semantic_breaker_skips) and puts store no vector
+ * (semantic_vectors_skipped), until a put's embedding - the probe, which
+ * no client waits on - gets an answer.
+ *
  * Ownership of an op that waits on a pool job: the job holds it; cancelling
  * only marks it (op->cancelled) and the job's done callback frees it.
  */
 #include "pc_semantic.h"
+#include "pc_breaker.h"
 #include "pc_conf.h"
 #include "pc_embed.h"
 #include "pc_guard.h"
@@ -67,6 +74,7 @@
 #define SEMANTIC_POOL_QUEUE 4096 /* jobs waiting for a pool thread before lookups are shed */
 /* With embedder openai and semantic-threshold auto: a start, not a measurement (see README). */
 #define SEMANTIC_REMOTE_AUTO 0.90
+#define BREAKER_COOLDOWN_MAX 60000 /* ms: the longest wait between probes of a sick embedder */
 /* No record expires later than cache-max-ttl (at most a year, conf.c) plus a day of clock skew. */
 #define RECORD_TTL_MAX_MS ((int64_t)366 * 86400 * 1000)
 
@@ -78,7 +86,8 @@ struct semantic_vec {
 struct semantic {
     unsigned magic;
     const struct conf *conf;
-    struct stats *row;    /* the process's own metrics (stream reader), registered */
+    struct stats *row;    /* the process's own metrics (breaker, stream reader), registered */
+    struct breaker *brk;  /* embedder openai: shared by every worker's rembed */
     struct embedder *emb; /* local embedder; NULL with embedder openai */
     char space[EMBED_SPACE_MAX];
     unsigned guards;
@@ -259,6 +268,26 @@ static int pool_threads(const struct conf *c)
     return c->workers > 1 ? c->workers : 1;
 }
 
+/* The remote embedder's breaker, counting in s->row. */
+static struct breaker *breaker_for(struct semantic *s)
+{
+    char name[160], url[128];
+    snprintf(url, sizeof(url), "%s", s->conf->embedder_url);
+    url[strcspn(url, "@?")] = '\0'; /* never a password or a query in a log line */
+    snprintf(name, sizeof(name), "embedder %s", url);
+    struct breaker_opts o = {
+        .name = name,
+        .failures = (unsigned)s->conf->embedder_breaker_failures,
+        .cooldown_ms = s->conf->embedder_breaker_cooldown,
+        .cooldown_max_ms = BREAKER_COOLDOWN_MAX,
+        .row = s->row,
+        .stat_open = STAT_embedder_breaker_open,
+        .stat_opens = STAT_embedder_breaker_opens,
+        .stat_probes = STAT_embedder_breaker_probes,
+    };
+    return breaker_create(&o);
+}
+
 struct semantic *semantic_create(const struct conf *c, struct stats *st, char *err, size_t errlen)
 {
     (void)st;
@@ -275,6 +304,7 @@ struct semantic *semantic_create(const struct conf *c, struct stats *st, char *e
     s->guards = c->semantic_guard_mask;
     if (c->embedder == EMBEDDER_OPENAI) {
         rembed_space(c, s->space, sizeof(s->space));
+        s->brk = breaker_for(s);
     } else {
         s->emb = embed_create(c, err, errlen);
         if (s->emb == NULL)
@@ -331,6 +361,7 @@ void semantic_destroy(struct semantic **sp)
     pool_destroy(&s->pool);
     vindex_destroy(&s->vx);
     embed_destroy(&s->emb);
+    breaker_destroy(&s->brk);
     pthread_mutex_destroy(&s->mu);
     free(s->row); /* the registry is emptied right after (server_teardown) */
     s->magic = 0;
@@ -357,6 +388,9 @@ void semantic_render_json(struct semantic *s, struct pc_buf *out)
                   (unsigned long long)vs.builds, vs.bytes, pool_queued(s->pool),
                   ys.ready ? "true" : "false", (unsigned long long)ys.loaded,
                   (unsigned long long)ys.events);
+    if (s->brk != NULL)
+        pc_buf_printf(out, ",\"embedder_breaker\":\"%s\"",
+                      breaker_state_name(breaker_state(s->brk)));
 }
 
 /* ---- ports ------------------------------------------------------------------ */
@@ -375,7 +409,7 @@ struct semantic_port *semantic_port_create(struct semantic *s, struct event_base
     p->st = st;
     p->pport = pool_port_create(base);
     if (s->conf->embedder == EMBEDDER_OPENAI)
-        p->rembed = rembed_create(s->conf, base, up, st);
+        p->rembed = rembed_create(s->conf, base, up, st, s->brk);
     p->verify = verify_create(s->conf, base, up, st);
     return p;
 }
@@ -706,6 +740,11 @@ struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semant
     if (p == NULL)
         return NULL;
     PC_CHECK_OBJ(p, PORT_MAGIC);
+    if (p->rembed != NULL && rembed_shut(p->rembed, false)) {
+        /* The embedder is sick: no client waits on it (the exact stage has run). */
+        stats_incr(p->st, STAT_semantic_breaker_skips);
+        return NULL;
+    }
     struct semantic_op *op = pc_calloc(1, sizeof(*op));
     op->magic = SOP_MAGIC;
     op->p = p;
@@ -723,7 +762,7 @@ struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semant
     op->deadline = event_new(p->base, -1, 0, on_deadline, op);
     bool started;
     if (p->rembed != NULL) {
-        op->rreq = rembed_submit(p->rembed, op->text, strlen(op->text), on_remote_vec, op);
+        op->rreq = rembed_submit(p->rembed, op->text, strlen(op->text), false, on_remote_vec, op);
         started = op->rreq != NULL;
     } else {
         started = submit_search(op);
@@ -859,6 +898,11 @@ void semantic_put(struct semantic_port *p, const struct semantic_item *it,
         return;
     }
     /* No vector from a lookup (no-cache, or the lookup's embedding failed): embed it now. */
+    if (p->rembed != NULL && rembed_shut(p->rembed, true)) {
+        stats_incr(p->st, STAT_semantic_vectors_skipped);
+        put_without_vector(p, it);
+        return;
+    }
     struct sput *sp = pc_calloc(1, sizeof(*sp));
     sp->magic = SPUT_MAGIC;
     sp->p = p;
@@ -873,9 +917,12 @@ void semantic_put(struct semantic_port *p, const struct semantic_item *it,
     sp->it.text = sp->text;
     bool started;
     if (p->rembed != NULL)
-        started = rembed_submit(p->rembed, sp->text, strlen(sp->text), on_put_vec, sp) != NULL;
+        started =
+            rembed_submit(p->rembed, sp->text, strlen(sp->text), true, on_put_vec, sp) != NULL;
     else
         started = pool_submit(p->s->pool, p->pport, work_embed_put, done_embed_put, sp) == 0;
-    if (!started)
+    if (!started) {
+        put_without_vector(p, &sp->it);
         sput_free(sp);
+    }
 }
