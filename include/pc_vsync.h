@@ -172,7 +172,7 @@ struct vsync_opts {
 struct vsync_counters {
     bool ready;              /* rebuilt and following the stream */
     uint64_t loaded;         /* vectors added by rebuilds */
-    uint64_t events;         /* stream events applied */
+    uint64_t events;         /* vector events applied (add, del, flush; not set) */
     uint64_t rebuilds;       /* completed rebuilds */
     uint64_t errors;         /* failed connections and commands */
     uint64_t corrupt;        /* records, keys or events rejected (malformed or out of range) */

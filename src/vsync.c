@@ -637,33 +637,35 @@ static void tally(struct vsync *s, enum applied a)
         count(a == APPLIED ? &s->loaded : &s->skipped, 1);
 }
 
-/* Apply one stream event; false if it is malformed. */
-static bool apply_event(struct vsync *s, const redisReply *kv)
+enum event_fate { EV_APPLIED, EV_IGNORED, EV_REJECTED };
+
+/* Apply one stream event. */
+static enum event_fate apply_event(struct vsync *s, const redisReply *kv)
 {
     struct vsync_event ev;
     if (vsync_event_parse(kv, &ev) < 0)
-        return false;
+        return EV_REJECTED;
     switch (ev.op) {
     case VSYNC_OP_ADD: {
         enum applied a = apply_record(s, ev.tenant, ev.key, ev.rec, ev.rec_len);
         if (a == SKIPPED)
             tally(s, a);
-        return a != CORRUPT;
+        return a != CORRUPT ? EV_APPLIED : EV_REJECTED;
     }
     case VSYNC_OP_DEL:
         vindex_remove(s->index, ev.key);
-        return true;
+        return EV_APPLIED;
     case VSYNC_OP_FLUSH:
         if (ev.has_tenant)
             vindex_remove_tenant(s->index, ev.tenant);
         else
             vindex_clear(s->index);
-        return true;
+        return EV_APPLIED;
     case VSYNC_OP_SET:
         /* An entry was written: its vector, if any, comes with its own add or del. */
-        return true;
+        return EV_IGNORED;
     }
-    return false;
+    return EV_REJECTED;
 }
 
 /* --- rebuild ------------------------------------------------------------------------------------
@@ -808,9 +810,10 @@ static long apply_entries(struct vsync *s, const redisReply *r)
             return -1;
         snprintf(s->last_id, sizeof(s->last_id), "%s", e->element[0]->str);
         s->read++;
-        if (apply_event(s, e->element[1]))
+        enum event_fate fate = apply_event(s, e->element[1]);
+        if (fate == EV_APPLIED)
             count(&s->events, 1);
-        else
+        else if (fate == EV_REJECTED)
             reject(s, 1);
     }
     return (long)entries->elements;

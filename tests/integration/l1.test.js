@@ -71,7 +71,10 @@ h.test('an answer stored by another instance is read from Redis once, then from 
     await waitLive(other);
     await waitLive(env.proxy);
     const body = h.chatBody(h.uniq('l1 other instance'));
+    const seen = (await stats(env.proxy)).l1_events;
     await stored(other, body);
+    /* Its write event reached this instance (a read sent before would not be kept). */
+    await h.waitFor(async () => (await stats(env.proxy)).l1_events > seen, {what: 'the write event read'});
     const s0 = await stats(env.proxy);
     const gets = await redisGets();
     h.assertHit(await env.proxy.post(CHAT, body));
