@@ -11,11 +11,15 @@
  *     └──────── the probe worked ── HALF_OPEN (that one call goes through) ─┘
  *               (one notice; cool-down back to the first)
  *
- * Callers ask before each call and report its outcome. Only a caller that
- * says it may probe (no client waits on it) is ever made the probe, so
- * while the breaker is not closed no client waits on the service. Outcomes
- * of calls let through before the breaker opened are not counted against
- * it, nor for it: only the probe decides when it is not closed.
+ * Callers ask before each call and report its outcome. A caller that says
+ * it may probe (no client waits on it) is made the probe once the cool-down
+ * is over; one that may not (a client would wait) only after twice the
+ * cool-down, when no caller of the first kind came (traffic that never
+ * makes one would otherwise keep the breaker open for good). So while the
+ * breaker is not closed a client waits on the service at most once per two
+ * cool-downs, and not at all while background work probes. Outcomes of
+ * calls let through before the breaker opened are not counted against it,
+ * nor for it: only the probe decides when it is not closed.
  *
  * Thread-safe (one lock): one breaker is shared by every worker. Times are
  * monotonic milliseconds passed by the caller (tests drive the clock).
@@ -56,7 +60,7 @@ struct breaker_opts {
 struct breaker *breaker_create(const struct breaker_opts *o);
 void breaker_destroy(struct breaker **b);
 
-/* May a call be made now? may_probe: the caller can be the probe (no client waits on it). */
+/* May a call be made now? may_probe: no client waits on the call (it is the preferred probe). */
 enum breaker_pass breaker_ask(struct breaker *b, bool may_probe, uint64_t now_ms);
 /* Whether breaker_ask(b, may_probe, now_ms) would say BREAKER_SHUT (changes nothing). */
 bool breaker_shut(struct breaker *b, bool may_probe, uint64_t now_ms);

@@ -7,8 +7,9 @@
  * treats that as a semantic miss, never as an error of the request.
  *
  * Each call's outcome goes to the process's circuit breaker (pc_breaker.h):
- * while it is open, rembed_submit refuses texts, except the one background
- * text (no client waiting: a stored answer's vector) that probes it.
+ * while it is open, rembed_submit refuses texts, except the one that probes
+ * it: a background text (no client waiting: a stored answer's vector), or
+ * a lookup's when none came for twice the cool-down.
  */
 #ifndef PC_REMBED_H
 #define PC_REMBED_H
@@ -42,7 +43,7 @@ void rembed_destroy(struct rembed **r);
 /*
  * NULL (no callback) if it cannot be queued (the breaker is shut to it);
  * else cb runs once, unless cancelled. background: no client waits for this
- * text, so it may be the breaker's probe.
+ * text, so it is the breaker's preferred probe.
  */
 struct rembed_req *rembed_submit(struct rembed *r, const char *text, size_t len, bool background,
                                  rembed_fn *cb, void *arg);

@@ -100,12 +100,17 @@ static void reopen(struct breaker *b, uint64_t now_ms, const char *why)
              why != NULL ? why : "an error", (long long)b->cooldown);
 }
 
-/* Lock held. */
+/*
+ * Lock held. A caller that prefers not to probe (a client waits on it) is
+ * made the probe only after twice the cool-down without one that may: with
+ * traffic that never makes the other kind, the breaker would stay open.
+ */
 static enum breaker_pass decide(const struct breaker *b, bool may_probe, uint64_t now_ms)
 {
     if (b->state == BREAKER_CLOSED)
         return BREAKER_GO;
-    if (b->state == BREAKER_OPEN && may_probe && now_ms >= b->retry_ms)
+    uint64_t from = may_probe ? b->retry_ms : b->retry_ms + (uint64_t)b->cooldown;
+    if (b->state == BREAKER_OPEN && now_ms >= from)
         return BREAKER_PROBE;
     return BREAKER_SHUT;
 }

@@ -404,8 +404,9 @@ static const struct conf_key conf_keys[] = {
              "that open its circuit breaker: the embedder is then not called, lookups skip the "
              "semantic stage (exact hits go on) and answers are stored without a vector, so no "
              "request waits on a sick embedder. After embedder-breaker-cooldown one stored "
-             "answer's embedding (no client waits on it) probes it: an answer closes the "
-             "breaker, a failure doubles the cool-down (up to 60 s). 0: never open."},
+             "answer's embedding (no client waits on it) probes it, or a lookup when no answer "
+             "was stored for twice that long: an answer closes the breaker, a failure doubles "
+             "the cool-down (up to 60 s). 0: never open."},
     {.name = "embedder-breaker-cooldown", .type = CONF_INT, FIELD(embedder_breaker_cooldown),
      .def = "1000", .imin = 10, .imax = 600000, .arg = "MILLISECONDS",
      .help = "How long an open embedder breaker waits before its first probe (then twice as "

@@ -34,8 +34,9 @@
  * With embedder openai, a circuit breaker (pc_breaker.h, one per process)
  * stops the calls after embedder-breaker-failures failures in a row: then
  * lookups skip this stage (semantic_breaker_skips) and puts store no vector
- * (semantic_vectors_skipped), until a put's embedding - the probe, which
- * no client waits on - gets an answer.
+ * (semantic_vectors_skipped), until a probe gets an answer: a put's
+ * embedding, which no client waits on (a lookup only when no put came for
+ * twice the cool-down).
  *
  * Ownership of an op that waits on a pool job: the job holds it; cancelling
  * only marks it (op->cancelled) and the job's done callback frees it.

@@ -6,8 +6,8 @@
  * embedder-breaker-failures failed calls in a row; then requests go on
  * without the embedder (the semantic stage is skipped, answers are stored
  * without a vector, exact hits still work) and the embedder sees no call but
- * the breaker's probes, one stored answer's embedding per cool-down; a probe
- * that gets an answer closes it. /stats, /metrics and the log say so.
+ * the breaker's probes, one stored answer's embedding per cool-down (a
+ * lookup's when nothing is stored); a probe that gets an answer closes it. /stats, /metrics and the log say so.
  * Nothing here depends on how long anything takes: every assertion is on
  * counts the proxy and the embedder keep.
  */
@@ -92,6 +92,16 @@ class Embedder {
     }
 }
 
+/* Run fn with an embedder in mode, closed however fn ends (the test's process waits for it). */
+async function withEmbedder(mode, fn) {
+    const emb = await new Embedder(mode).listen();
+    try {
+        await fn(emb);
+    } finally {
+        await emb.close();
+    }
+}
+
 function start(emb, extra) {
     return env.startProxy({args: ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', emb.url,
         '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9', '--embedder-timeout', '200',
@@ -105,11 +115,12 @@ function assertMiss(r) {
 
 const question = (words) => h.chatBody(`${words} ${h.uniq('q').split(' ')[1]}`);
 
-/* Ask distinct questions (each a miss that stores its answer) until the breaker is in state. */
-async function missUntil(p, state, what) {
+/* Ask distinct questions (each a miss that stores its answer, unless headers say no) until
+ * the breaker is in state. */
+async function missUntil(p, state, what, headers = {}) {
     let asked = 0;
     await h.waitFor(async () => {
-        assertMiss(await p.post(CHAT, question('what is the capital of peru')));
+        assertMiss(await p.post(CHAT, question('what is the capital of peru'), headers));
         asked++;
         return (await p.stats()).embedder_breaker === state;
     }, {timeout: 20000, what: () => `${what} (${asked} questions asked)`});
@@ -125,8 +136,8 @@ function logLines(p, re) {
     return p.stderr.split('\n').filter((l) => re.test(l));
 }
 
-h.test('a stalled embedder: the breaker opens and requests go on without it', async () => {
-    const emb = await new Embedder('stall').listen();
+h.test('a stalled embedder: the breaker opens and requests go on without it',
+    () => withEmbedder('stall', async (emb) => {
     /* A cool-down far longer than this test: no probe, so the embedder must see nothing more. */
     const p = await start(emb, ['--embedder-breaker-failures', '3', '--embedder-breaker-cooldown', '600000']);
     assert.equal((await p.stats()).embedder_breaker, 'closed');
@@ -155,11 +166,10 @@ h.test('a stalled embedder: the breaker opens and requests go on without it', as
     assert.equal(s1.embedder_breaker_probes, 0);
     assert.deepEqual({connections: emb.connections, requests: emb.requests}, seen, 'the embedder was not called');
     assert.equal(s1.embedder_breaker, 'open');
-    await emb.close();
-});
+}));
 
-h.test('an embedder answering 500: each failure counted once, a probe per cool-down, back when it answers', async () => {
-    const emb = await new Embedder('fail').listen();
+h.test('an embedder answering 500: each failure counted once, a probe per cool-down, back when it answers',
+    () => withEmbedder('fail', async (emb) => {
     const p = await start(emb, ['--embedder-breaker-failures', '2', '--embedder-breaker-cooldown', '200']);
     await missUntil(p, 'open', 'the breaker to open');
     /* Every call the embedder got failed, and each failure is counted once (once every
@@ -207,11 +217,21 @@ h.test('an embedder answering 500: each failure counted once, a probe per cool-d
     const s2 = await p.stats();
     assert.ok(s2.semantic_lookups > s1.semantic_lookups);
     assert.equal(s2.embedder_breaker, 'closed');
-    await emb.close();
-});
+}));
 
-h.test('embedder-breaker-failures 0: the breaker never opens, each failure still counted once', async () => {
-    const emb = await new Embedder('fail').listen();
+h.test('traffic that stores nothing: a lookup probes once no stored answer has for a while',
+    () => withEmbedder('fail', async (emb) => {
+    const p = await start(emb, ['--embedder-breaker-failures', '2', '--embedder-breaker-cooldown', '200']);
+    await missUntil(p, 'open', 'the breaker to open', NO_STORE);
+    emb.mode = 'ok';
+    await missUntil(p, 'closed', 'a lookup\'s probe to close the breaker', NO_STORE);
+    const s = await p.stats();
+    assert.ok(s.embedder_breaker_probes >= 1);
+    assert.equal(s.semantic_vectors_skipped, 0, 'nothing was stored');
+}));
+
+h.test('embedder-breaker-failures 0: the breaker never opens, each failure still counted once',
+    () => withEmbedder('fail', async (emb) => {
     const p = await start(emb, ['--embedder-breaker-failures', '0']);
     /* no-store: no put embeds in the background, so each request's one call has failed (and
      * been counted) by the time it is answered, unless its lookup gave up first */
@@ -227,5 +247,4 @@ h.test('embedder-breaker-failures 0: the breaker never opens, each failure still
     assert.equal(s.embedder_breaker, 'closed');
     assert.equal(s.embedder_breaker_opens, 0);
     assert.equal(s.semantic_breaker_skips, 0);
-    await emb.close();
-});
+}));

@@ -1,8 +1,9 @@
 /*
  * test_breaker.c - the circuit breaker's state machine, on a clock the test
  * drives: it opens after N failures in a row (a success in between starts
- * the count again), lets only a caller that may probe through once the
- * cool-down is over, closes on the probe's success, and on its failure waits
+ * the count again), lets a caller that may probe through once the cool-down
+ * is over (one that may not only after twice the cool-down), closes on the
+ * probe's success, and on its failure waits
  * twice as long, up to the cap; outcomes of calls let through before it
  * opened change nothing; an abandoned probe hands the probe to the next
  * asker; the metrics row follows (gauge, opens, probes).
@@ -67,10 +68,10 @@ static void test_probe_closes_or_backs_off(void)
     struct breaker *b = mk(1);
     fail(b, 1000); /* open at 1000: first probe from 1100 */
     T_CHECK_INT(breaker_ask(b, true, 1099), BREAKER_SHUT);
-    /* After the cool-down only a caller that may probe gets through, and only one. */
+    /* After the cool-down a caller that may probe gets through, and only one. */
     T_CHECK(breaker_shut(b, false, 1100));
     T_CHECK(!breaker_shut(b, true, 1100));
-    T_CHECK_INT(breaker_ask(b, false, 1100), BREAKER_SHUT);
+    T_CHECK_INT(breaker_ask(b, false, 1199), BREAKER_SHUT);
     T_CHECK_INT(breaker_ask(b, true, 1100), BREAKER_PROBE);
     T_CHECK_INT(breaker_state(b), BREAKER_HALF_OPEN);
     T_CHECK_STR(breaker_state_name(breaker_state(b)), "half-open");
@@ -116,6 +117,25 @@ static void test_abandoned_probe(void)
     breaker_destroy(&b);
 }
 
+/* Traffic with no background call: after twice the cool-down a foreground call probes. */
+static void test_foreground_probe(void)
+{
+    struct breaker *b = mk(1);
+    fail(b, 0);
+    T_CHECK_INT(breaker_ask(b, false, 100), BREAKER_SHUT);
+    T_CHECK_INT(breaker_ask(b, false, 199), BREAKER_SHUT);
+    T_CHECK(!breaker_shut(b, false, 200));
+    T_CHECK_INT(breaker_ask(b, false, 200), BREAKER_PROBE);
+    T_CHECK_INT(breaker_ask(b, true, 200), BREAKER_SHUT); /* one probe at a time */
+    breaker_report(b, BREAKER_PROBE, false, 210, "stalled");
+    /* cool-down 200 now: a background caller from 410, a foreground one from 610 */
+    T_CHECK_INT(breaker_ask(b, false, 609), BREAKER_SHUT);
+    T_CHECK_INT(breaker_ask(b, false, 610), BREAKER_PROBE);
+    breaker_report(b, BREAKER_PROBE, true, 620, NULL);
+    T_CHECK_INT(breaker_state(b), BREAKER_CLOSED);
+    breaker_destroy(&b);
+}
+
 static void test_never_opens_with_zero(void)
 {
     struct breaker *b = mk(0);
@@ -132,6 +152,7 @@ int main(void)
     T_RUN(test_opens_after_failures_in_a_row);
     T_RUN(test_probe_closes_or_backs_off);
     T_RUN(test_abandoned_probe);
+    T_RUN(test_foreground_probe);
     T_RUN(test_never_opens_with_zero);
     T_DONE();
 }
