@@ -69,6 +69,20 @@
     ACTION(semantic_verify_completion_tokens, counter,                                             \
            "Of semantic_verify_tokens, completion tokens")                                         \
     ACTION(semantic_vectors_stored, counter, "Vector records written next to stored answers")      \
+    ACTION(semantic_vectors_skipped, counter,                                                      \
+           "Answers stored without their vector record: the embedder's circuit breaker was open")  \
+    ACTION(semantic_breaker_skips, counter,                                                        \
+           "Semantic stages skipped (exact lookup only): the embedder's circuit breaker was open") \
+    ACTION(embedder_breaker_opens, counter,                                                        \
+           "Times the remote embedder's circuit breaker opened (embedder-breaker-failures "        \
+           "failures in a row)")                                                                   \
+    ACTION(embedder_breaker_probes, counter,                                                       \
+           "Calls let through to the remote embedder as the open breaker's probe")                 \
+    ACTION(semantic_sync_rejected, counter,                                                        \
+           "Vector records and pc:2:vs stream events the vector index's reader rejected "          \
+           "(malformed or out of range)")                                                          \
+    ACTION(l1_events_rejected, counter,                                                            \
+           "pc:2:vs stream events the L1's reader rejected (malformed or out of range)")           \
     ACTION(upstream_requests, counter, "Calls made to an upstream")                                \
     ACTION(upstream_errors, counter, "Upstream calls that failed (connect, reset, timeout)")       \
     ACTION(upstream_failovers, counter,                                                            \
@@ -128,7 +142,9 @@
     ACTION(upstream_active, gauge, "Upstream transfers in progress")                               \
     ACTION(redis_connected, gauge, "Workers with a ready Redis connection")                        \
     ACTION(request_memory_bytes, gauge,                                                            \
-           "Bytes of max-request-memory in use: request bodies and their estimated parsed copies")
+           "Bytes of max-request-memory in use: request bodies and their estimated parsed copies") \
+    ACTION(embedder_breaker_open, gauge,                                                           \
+           "1 while the remote embedder's circuit breaker is open or probing (it is not called)")
 
 /*
  * Labels of the families, each with its values (a label's cardinality is

@@ -428,6 +428,19 @@ static const struct conf_key conf_keys[] = {
      .imax = 2048, .arg = "N",
      .help = "Most texts sent in one call to embedder-url. Texts that arrive together (in the "
              "same event-loop pass of a worker) share a call."},
+    {.name = "embedder-breaker-failures", .type = CONF_INT, FIELD(embedder_breaker_failures),
+     .def = "3", .imin = 0, .imax = 1000, .arg = "N",
+     .help = "Calls to embedder-url failing in a row (error, bad answer or embedder-timeout) "
+             "that open its circuit breaker: the embedder is then not called, lookups skip the "
+             "semantic stage (exact hits go on) and answers are stored without a vector, so no "
+             "request waits on a sick embedder. After embedder-breaker-cooldown one stored "
+             "answer's embedding (no client waits on it) probes it, or a lookup when no answer "
+             "was stored for twice that long: an answer closes the breaker, a failure doubles "
+             "the cool-down (up to 60 s). 0: never open."},
+    {.name = "embedder-breaker-cooldown", .type = CONF_INT, FIELD(embedder_breaker_cooldown),
+     .def = "1000", .imin = 10, .imax = 600000, .arg = "MILLISECONDS",
+     .help = "How long an open embedder breaker waits before its first probe (then twice as "
+             "long after each failed probe, up to 60 s or this value if larger)."},
     {.name = "semantic-verify-url", .type = CONF_STRING, FIELD(semantic_verify_url), .def = "",
      .check = check_embedder_url, .flags = CONF_URL_PASS, .arg = "URL",
      .example = "http://127.0.0.1:8000",
