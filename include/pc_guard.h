@@ -19,18 +19,34 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* X(ENUM, "config name", "what differs when it rejects") */
-#define GUARD_LIST(X)                                                                             \
-    X(NUMBERS, "numbers", "a number, or the unit or currency bound to it")                        \
-    X(NEGATION, "negation", "the number of negations (not, n't, no, never, without...)")          \
-    X(ENTITIES, "entities", "a name, acronym or product written as one (Berlin, NBA, X1)")        \
-    X(ANTONYMS, "antonyms", "a word swapped for its opposite (ascending/descending...)")          \
-    X(DATES, "dates", "a date or time: month, weekday, today/tomorrow, this/next week...")        \
-    X(LENGTH, "length", "the amount of content: one text says much more than the other")          \
-    X(DIRECTION, "direction", "the order around to/from/than/before/after (A to B, B to A)")      \
-    X(QUESTION, "question", "the kind of question: who, when, where, why, how many, yes/no...")   \
-    X(EXTRA, "extra", "one text adds words the other has no counterpart for, and not vice versa") \
-    X(SWAP, "swap", "a word or two replaced by others (\"nearest\" / \"cheapest\" gas station)")
+/*
+ * X(A, ENUM, name, "what differs when it rejects"): name is the config name
+ * and the suffix of the guard's rejection counter
+ * (semantic_guard_rejects_NAME, pc_stats.h); A is passed through for such
+ * generated tables. GUARD_LIST(X) calls X(ENUM, name, what).
+ */
+#define GUARD_ROWS(X, A)                                                                           \
+    X(A, NUMBERS, numbers, "a number, its sign, or the unit or currency bound to it")              \
+    X(A, NEGATION, negation, "the number of negations (not, n't, no, never, without...)")          \
+    X(A, ENTITIES, entities, "a name, acronym or product written as one (Berlin, NBA, X1)")        \
+    X(A, ANTONYMS, antonyms, "a word swapped for its opposite (ascending/descending...)")          \
+    X(A, DATES, dates, "a date or time: month, weekday, today/tomorrow, this/next week...")        \
+    X(A, LENGTH, length, "the amount of content: one text says much more than the other")          \
+    X(A, DIRECTION, direction, "the order around to/from/than/before/after (A to B, B to A)")      \
+    X(A, QUESTION, question, "the kind of question: who, when, where, why, how many, yes/no...")   \
+    X(A, EXTRA, extra, "one text adds words the other has no counterpart for, and not vice versa") \
+    X(A, SWAP, swap, "a word or two replaced by others (\"nearest\" / \"cheapest\" gas station)")  \
+    X(A, SYMBOLS, symbols, "an operator, sign, path or other symbol (3+3 / 3*3, x > 5 / x < 5)")   \
+    X(A, PARTICLES, particles, "an opposite particle in the same place (into / out of, on / off)") \
+    X(A, WORDNET, wordnet, "a word swapped for its WordNet antonym (empty/full, sit/stand)")       \
+    X(A, AFFIXES, affixes, "a word negated by an affix (safe/unsafe, oxygenated/deoxygenated)")    \
+    X(A, INTENT, intent,                                                                           \
+      "an undoing added to one side (prevent, avoid, stop, cancel, fail to...)")                   \
+    X(A, VERBS, verbs, "the action: a verb in the progressive (is running / is resting)")          \
+    X(A, RANK, rank, "a rank or degree: first/second, closest/second closest, cheap/cheapest")
+
+#define GUARD_CALL_(A, e, name, what) A(e, name, what)
+#define GUARD_LIST(X)                 GUARD_ROWS(GUARD_CALL_, X)
 
 enum guard_kind {
 #define GUARD_ENUM(e, name, what) GUARD_##e,

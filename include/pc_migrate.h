@@ -5,6 +5,13 @@
  * applies atomically and at most once even with several proxies starting at
  * the same time.
  *
+ * A script touches PC_SCHEMA_KEY and the keys it converts, never PC_META_KEY:
+ * in a Redis Cluster the two live on different slots (often different
+ * nodes), and a script may only touch keys of its node. What a migration
+ * records there (when, what it did) comes back in its reply, and whoever
+ * applied it writes it with HSET afterwards (informational: not atomic with
+ * the migration).
+ *
  * Schema version key: PC_SCHEMA_KEY (missing = 0). Data keys carry the schema
  * major in their prefix (PC_KEY_PREFIX).
  */
@@ -17,13 +24,15 @@
 #include "pc_util.h"
 
 #define PC_SCHEMA_KEY "pc:schema"
+#define PC_META_KEY   "pc:meta"
 #define PC_KEY_PREFIX "pc:2:"
 
 struct pc_migration {
     long version;
     const char *name;
     const char *body; /* Lua; KEYS[1] = schema key, ARGV[1] = from, ARGV[2] = to,
-                       * ARGV[3] = wall-clock unix seconds */
+                       * ARGV[3] = wall-clock unix seconds; may return a flat list of
+                       * pc:meta fields and values to record */
 };
 
 extern const struct pc_migration pc_migrations[];
@@ -34,7 +43,9 @@ long migrate_latest(void);
 /*
  * The full script EVALed for migration i: checks the stored version equals
  * version-1 (else returns an error reply "schema is at N, expected M"), runs
- * the body, sets the version.
+ * the body, sets the version, and returns [version, field, value, ...]: the
+ * new version and the pc:meta fields to record (migrated_at, and what the
+ * body returned).
  */
 void migrate_script(size_t i, struct pc_buf *out);
 
@@ -61,6 +72,23 @@ void migrate_eval_free(struct migrate_eval *e);
  */
 struct redisReply;
 int migrate_parse_version(const struct redisReply *r, long *v, char *err, size_t errlen);
+
+/* Whether r is the reply of a migration script that was applied ([version, ...]). */
+bool migrate_reply_applied(const struct redisReply *r);
+
+/*
+ * The HSET PC_META_KEY that an applied migration's reply asks for. argv
+ * points into r (valid while r is); argc 0 when there is nothing to record
+ * or the fields do not make sense (at most MIGRATE_META_MAX pairs of at most
+ * 64 bytes each: the reply is data from Redis).
+ */
+#define MIGRATE_META_MAX 8
+struct migrate_meta {
+    const char *argv[2 + 2 * MIGRATE_META_MAX];
+    size_t lens[2 + 2 * MIGRATE_META_MAX];
+    int argc;
+};
+void migrate_meta_from(const struct redisReply *r, struct migrate_meta *m);
 
 struct conf;
 /*

@@ -7,6 +7,17 @@
  * name is resolved again. Error messages go to stderr prefixed with the
  * tool's name (or, with quiet, only to k->errmsg for the caller to log),
  * never with a password.
+ *
+ * With cluster:// (pc_cluster.h) the client holds the slot map and one
+ * connection per primary it has used, made on first use. rcli_call and
+ * rcli_command send a command to the primary that owns its key, follow
+ * MOVED (the map is read again before the next command), ASK (ASKING first)
+ * and TRYAGAIN (a few times, a little later), and go over every primary in
+ * turn for SCAN: the cursor they return is then the client's own
+ * ("CURSOR@NODE"), to be passed back as it is, and "0" still ends the
+ * iteration. Code that talks to k->rc itself (pipelines, XREAD) first points
+ * it at the node of its key with rcli_route. For the other kinds of URL all
+ * of this is the one connection.
  */
 #ifndef PC_RCLI_H
 #define PC_RCLI_H
@@ -21,15 +32,17 @@
 struct conf;
 struct redisContext;
 struct redisReply;
+struct rcli_cluster;
 
 struct rcli {
-    struct redisContext *rc;
+    struct redisContext *rc; /* cluster://: the connection of the last command (one node's) */
     struct rurl url;
     size_t next_sentinel; /* sentinel:// : the sentinel to ask first (the last that answered) */
     char *where;      /* the URL without its secrets (and the primary's address), for messages */
     const char *tool; /* "migrate", "report": prefixes messages */
     bool quiet;       /* messages only into errmsg, not on stderr */
     char errmsg[512]; /* the last message */
+    struct rcli_cluster *cl; /* cluster://: the slot map and a connection per node; else NULL */
 };
 
 /*
@@ -56,6 +69,21 @@ int rcli_open(struct rcli *k, const char *url, int64_t timeout_ms, const char *t
  * message. what names the command in that message. */
 struct redisReply *rcli_command(struct rcli *k, const char *what, int argc, const char **argv,
                                 const size_t *lens);
+/*
+ * Run one command as redisCommandArgv does - error replies are returned, the
+ * caller's to judge - routed as described at the top. NULL when no reply came
+ * (the connection failed), with the reason in k->errmsg and nothing printed;
+ * k->rc is then still the context that failed, or NULL if none could be made.
+ */
+struct redisReply *rcli_call(struct rcli *k, int argc, const char **argv, const size_t *lens);
+/*
+ * Point k->rc at the connection that serves key (cluster://: the primary
+ * owning its slot, connected if needed; else the one connection). 0, or -1
+ * with the reason in k->errmsg (nothing printed).
+ */
+int rcli_route(struct rcli *k, const void *key, size_t klen);
+/* Whether r is an error reply that a cluster node redirects with (MOVED, ASK...). */
+bool rcli_redirected(const struct redisReply *r);
 /* A message on stderr ("promptcache TOOL: ..."), after whatever stdout holds so far. */
 void rcli_error(struct rcli *k, const char *fmt, ...) PC_PRINTF(2, 3);
 void rcli_close(struct rcli *k);

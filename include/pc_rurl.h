@@ -7,6 +7,7 @@
  *   unix://[[USER]:PASSWORD@]/PATH                      a socket with AUTH
  *   sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER[/DB]
  *           [?sentinel-user=USER&sentinel-password=PASSWORD]   port 26379
+ *   cluster://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/0]   port 6379
  *
  * HOST is a name, an IPv4 address or an IPv6 address in brackets. USER and
  * PASSWORD (%-escapes allowed) are the credentials of the server that holds
@@ -28,11 +29,13 @@
 #define RURL_REDIS_PORT    6379
 #define RURL_SENTINEL_PORT 26379
 #define RURL_SENTINELS_MAX 16
+#define RURL_SEEDS_MAX     16
 
 enum rurl_kind {
     RURL_TCP,      /* redis:// */
     RURL_UNIX,     /* unix: */
     RURL_SENTINEL, /* sentinel://: the address comes from the sentinels */
+    RURL_CLUSTER,  /* cluster://: seeds of a Redis Cluster; the nodes come from its slot map */
 };
 
 struct rurl_addr {
@@ -47,6 +50,8 @@ struct rurl {
     struct rurl_addr sentinels[RURL_SENTINELS_MAX]; /* RURL_SENTINEL, in the URL's order */
     size_t nsentinels;                              /* RURL_SENTINEL */
     char *master;                                   /* RURL_SENTINEL: the monitored name */
+    struct rurl_addr seeds[RURL_SEEDS_MAX];         /* RURL_CLUSTER, in the URL's order */
+    size_t nseeds;                                  /* RURL_CLUSTER */
     char *user, *password;                          /* the data server's AUTH; NULL: none */
     char *sentinel_user, *sentinel_password;        /* the sentinels' AUTH; NULL: none */
     int db;

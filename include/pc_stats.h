@@ -19,7 +19,14 @@
 
 #include <stdint.h>
 
+#include "pc_guard.h"
 #include "pc_util.h"
+
+/* One counter per guard (pc_guard.h's table), right after semantic_guard_rejects. */
+#define PC_GUARD_METRIC_(ACTION, e, name, what)    \
+    ACTION(semantic_guard_rejects_##name, counter, \
+           "Of semantic_guard_rejects, those the " #name " guard rejected (the first that did)")
+#define STAT_GUARD_REJECTS(g) ((enum stat_id)(STAT_semantic_guard_rejects + 1 + (int)(g)))
 
 /* ACTION(name, kind, help): kind is counter or gauge. */
 #define PC_METRICS(ACTION)                                                                         \
@@ -49,6 +56,7 @@
     ACTION(semantic_lookups, counter, "Lookups that ran the semantic stage (after an exact miss)") \
     ACTION(semantic_candidates, counter, "Semantic candidates above the threshold examined")       \
     ACTION(semantic_guard_rejects, counter, "Semantic candidates rejected by a guard")             \
+    GUARD_ROWS(PC_GUARD_METRIC_, ACTION)                                                           \
     ACTION(semantic_stale, counter, "Semantic candidates whose entry had gone (expired, evicted)") \
     ACTION(semantic_shed, counter, "Semantic lookups skipped: pool queue full or timed out")       \
     ACTION(semantic_embed_calls, counter, "Calls to the remote embedder (embedder openai)")        \
@@ -61,6 +69,20 @@
     ACTION(semantic_verify_completion_tokens, counter,                                             \
            "Of semantic_verify_tokens, completion tokens")                                         \
     ACTION(semantic_vectors_stored, counter, "Vector records written next to stored answers")      \
+    ACTION(semantic_vectors_skipped, counter,                                                      \
+           "Answers stored without their vector record: the embedder's circuit breaker was open")  \
+    ACTION(semantic_breaker_skips, counter,                                                        \
+           "Semantic stages skipped (exact lookup only): the embedder's circuit breaker was open") \
+    ACTION(embedder_breaker_opens, counter,                                                        \
+           "Times the remote embedder's circuit breaker opened (embedder-breaker-failures "        \
+           "failures in a row)")                                                                   \
+    ACTION(embedder_breaker_probes, counter,                                                       \
+           "Calls let through to the remote embedder as the open breaker's probe")                 \
+    ACTION(semantic_sync_rejected, counter,                                                        \
+           "Vector records and pc:2:vs stream events the vector index's reader rejected "          \
+           "(malformed or out of range)")                                                          \
+    ACTION(l1_events_rejected, counter,                                                            \
+           "pc:2:vs stream events the L1's reader rejected (malformed or out of range)")           \
     ACTION(                                                                                        \
         semantic_bound_withheld, counter,                                                          \
         "Semantic candidates not served: the error bound does not allow their similarity (yet)")   \
@@ -98,6 +120,13 @@
     ACTION(redis_errors, counter, "Redis commands that failed or timed out")                       \
     ACTION(redis_timeouts, counter, "Redis commands that exceeded redis-timeout")                  \
     ACTION(redis_reconnects, counter, "Redis connections (re)established")                         \
+    ACTION(redis_moved, counter,                                                                   \
+           "Redis Cluster MOVED redirections followed (a slot changed owner)")                     \
+    ACTION(redis_ask, counter, "Redis Cluster ASK redirections followed (a slot being migrated)")  \
+    ACTION(redis_tryagain, counter, "Redis Cluster commands sent again later after TRYAGAIN")      \
+    ACTION(redis_cluster_maps, counter, "Redis Cluster slot maps read (CLUSTER SHARDS or SLOTS)")  \
+    ACTION(redis_cluster_map_errors, counter,                                                      \
+           "Redis Cluster slot maps refused (an error reply, or one that does not make sense)")    \
     ACTION(tokens_saved_prompt, counter, "Prompt tokens served from the cache")                    \
     ACTION(tokens_saved_completion, counter, "Completion tokens served from the cache")            \
     ACTION(tokens_saved_semantic_prompt, counter, "Of tokens_saved_prompt, served by meaning")     \
@@ -137,7 +166,9 @@
     ACTION(upstream_active, gauge, "Upstream transfers in progress")                               \
     ACTION(redis_connected, gauge, "Workers with a ready Redis connection")                        \
     ACTION(request_memory_bytes, gauge,                                                            \
-           "Bytes of max-request-memory in use: request bodies and their estimated parsed copies")
+           "Bytes of max-request-memory in use: request bodies and their estimated parsed copies") \
+    ACTION(embedder_breaker_open, gauge,                                                           \
+           "1 while the remote embedder's circuit breaker is open or probing (it is not called)")
 
 /*
  * Labels of the families, each with its values (a label's cardinality is
@@ -146,13 +177,13 @@
 enum stat_label {
     SL_CACHE = 0, /* hit, miss, bypass, refresh */
     SL_MATCH,     /* exact, semantic */
-    SL_ENDPOINT,  /* chat, completions, embeddings, messages, other */
-    SL_MODEL,     /* metrics-models models (the busiest in Redis' counters at start, then the
-                     first answered), then "other" */
-    SL_UPSTREAM,  /* the replicas, by index */
-    SL_TOKEN,     /* input (uncached), cache_read, cache_write, output */
-    SL_CALLER,    /* embedder, verifier */
-    SL_TENANT, /* the names of tenant-names (the first STATS_TENANTS_MAX counted), then "other" */
+    SL_ENDPOINT, /* other, chat, completions, embeddings, messages, responses (api_endpoint_name) */
+    SL_MODEL,    /* metrics-models models (the busiest in Redis' counters at start, then the
+                    first answered), then "other" */
+    SL_UPSTREAM, /* the replicas, by index */
+    SL_TOKEN,    /* input (uncached), cache_read, cache_write, output */
+    SL_CALLER,   /* embedder, verifier */
+    SL_TENANT,   /* the names of tenant-names (the first STATS_TENANTS_MAX counted), then "other" */
     SL__COUNT
 };
 #define SL(x) (1u << SL_##x)
@@ -160,7 +191,7 @@ enum stat_label {
 #define STATS_MODELS_MAX  50 /* metrics-models at most */
 #define STATS_CACHE_N     4
 #define STATS_MATCH_N     2
-#define STATS_ENDPOINT_N  5
+#define STATS_ENDPOINT_N  6                      /* API__COUNT (checked in stats.c) */
 #define STATS_MODEL_N     (STATS_MODELS_MAX + 1) /* the last one is "other" */
 #define STATS_UPSTREAM_N  64                     /* ROUTE_MAX_REPLICAS */
 #define STATS_TOKEN_N     4
@@ -315,9 +346,17 @@ uint64_t *stats_sum_cells(void);
 /*
  * Render the summed metrics. extra_json (may be NULL) is appended inside the
  * object. The families appear in /stats as totals (split by token kind or
- * by cache status where that is what they mean), money scaled to the unit.
+ * by cache status where that is what they mean), money scaled to the unit,
+ * or null while no price list is in force (priced false): unpriced, not 0.
  */
-void stats_render_json(struct pc_buf *out, const char *extra_json);
+void stats_render_json(struct pc_buf *out, const char *extra_json, bool priced);
+/*
+ * The hit rate, the project's one definition (README, "Hit rate"): API
+ * requests answered from the cache over those looked up in it, hit or miss
+ * (api_requests by cache status; bypassed and refreshed ones were not looked
+ * up), whatever the upstream then answered. 0 before any lookup.
+ */
+double stats_hit_rate(const uint64_t *cells);
 void stats_render_prometheus(struct pc_buf *out);
 /* Total of a counter family over every series (scaled), and its split by one label value. */
 double stats_family_total(const uint64_t *cells, enum stat_family f);

@@ -24,6 +24,15 @@
  *
  * Callbacks run on the worker's thread, at most once, from inside a hiredis
  * callback or a timer; after store_cancel() they never run.
+ *
+ * With cluster:// (pc_cluster.h) the store routes each command to the
+ * primary that owns its key's slot (one connection per primary, each with
+ * all of the above), follows MOVED, ASK and TRYAGAIN, and store_ready() is
+ * true once the slot map is known and the schema checked: a command whose
+ * primary is not usable returns NULL (or -1) like a command of a store that
+ * is not ready, so the caller bypasses. store_write() finds the key of its
+ * command by its name (pc_cluster.h's cluster_key_index); every command
+ * must touch keys of one slot.
  */
 #ifndef PC_STORE_H
 #define PC_STORE_H
@@ -49,7 +58,7 @@ typedef void store_get_fn(void *arg, enum store_status st, const char *val, size
 typedef void store_int_fn(void *arg, enum store_status st, long long n);
 
 struct store_opts {
-    const char *url;    /* a Redis URL (pc_rurl.h): redis://, unix: or sentinel:// */
+    const char *url;    /* a Redis URL (pc_rurl.h): redis://, unix:, sentinel:// or cluster:// */
     int64_t timeout_ms; /* per command */
     bool auto_migrate;  /* apply pending migrations on connect */
 };
@@ -109,7 +118,9 @@ struct store_cmd *store_set_cb(struct store *s, const void *key, size_t klen, co
 int store_write(struct store *s, int argc, const char **argv, const size_t *lens);
 /*
  * Delete every key matching a glob pattern (SCAN + UNLINK in batches, each
- * step under the command timeout x 20). cb gets the number deleted.
+ * step under the command timeout x 20). cb gets the number deleted. On a
+ * cluster it runs on every primary at once (one UNLINK per slot), NULL
+ * unless every slot has a usable primary.
  */
 struct store_cmd *store_delete_matching(struct store *s, const char *pattern, store_int_fn *cb,
                                         void *arg);

@@ -6,7 +6,9 @@
 --   pc:2:r:<YYYYMMDDHH>      hourly usage counters for `promptcache report`
 -- Schema 1 keys are renamed in place (RENAME keeps a key's TTL): cached answers
 -- and report counters survive the upgrade. One pass of SCAN inside this script:
--- Redis is busy for about a second per million keys while it runs.
+-- Redis is busy for about a second per million keys while it runs. (Schema 1
+-- never ran on a Redis Cluster, whose nodes would refuse a RENAME across
+-- slots; there the SCAN finds nothing.) The count of keys moved goes to pc:meta.
 local moved = 0
 local cursor = '0'
 repeat
@@ -29,4 +31,4 @@ repeat
         end
     end
 until cursor == '0'
-redis.call('HSET', 'pc:meta', 'migrated_at', ARGV[3], 'migrated_0002_keys', tostring(moved))
+return {'migrated_0002_keys', tostring(moved)}

@@ -221,11 +221,13 @@ static const struct conf_key conf_keys[] = {
     {.name = "redis", .type = CONF_STRING, FIELD(redis), .def = "redis://127.0.0.1:6379/0",
      .check = check_redis_url, .flags = CONF_URL_PASS, .arg = "URL", .section = "Redis",
      .help = "Redis server that holds the cached answers: redis://[USER:PASSWORD@]HOST[:PORT][/DB], "
-             "unix:/PATH/TO/SOCKET (unix://[USER:PASSWORD@]/PATH with AUTH), or "
+             "unix:/PATH/TO/SOCKET (unix://[USER:PASSWORD@]/PATH with AUTH), "
              "sentinel://HOST[:PORT][,HOST[:PORT]...]/MASTER[/DB] to ask Redis Sentinel where "
-             "the primary is and follow it through failovers (sentinel port 26379 by default). "
-             "Host names are resolved again on every reconnect. Credentials are better given in "
-             "the keys below, which can come from a file or the environment."},
+             "the primary is and follow it through failovers (sentinel port 26379 by default), or "
+             "cluster://HOST[:PORT][,HOST[:PORT]...] for a Redis Cluster: any of its nodes, asked "
+             "for the slot map (database 0 only; a cluster fails over by itself, so it takes no "
+             "sentinels). Host names are resolved again on every reconnect. Credentials are "
+             "better given in the keys below, which can come from a file or the environment."},
     {.name = "redis-user", .type = CONF_STRING, FIELD(redis_user), .def = "", .arg = "USER",
      .example = "\"\"",
      .help = "ACL user name for Redis AUTH (Redis 6 and later), with redis-password. Empty: "
@@ -376,12 +378,19 @@ static const struct conf_key conf_keys[] = {
     {.name = "semantic-guards", .type = CONF_LIST, FIELD(semantic_guards), .def = "all",
      .check = check_guard, .arg = "GUARD",
      .help = "Checks that reject a semantic candidate whatever its similarity: numbers (a "
-             "number, unit or currency differs), negation, entities (names, acronyms, "
-             "products), antonyms (opposites and exclusive alternatives such as JSON/YAML), "
-             "dates, length, direction (A to B / B to A), question (who/when/where/why, "
-             "yes/no), extra (one text adds words the other lacks) and swap (one word "
-             "replaced by another). List the guards to use, or all, or none. The default "
-             "thresholds assume all of them."},
+             "number, its sign, unit or currency differs), negation, entities (names, "
+             "acronyms, products), antonyms (opposites and exclusive alternatives such as "
+             "JSON/YAML, allow/block), dates, length, direction (A to B / B to A, X in Y / Y "
+             "in X, roles around a verb), question (who/when/where/why, yes/no), extra (one "
+             "text adds words the other lacks), swap (one word replaced by another, unless "
+             "WordNet says they name one thing), symbols (an operator, sign, path or code "
+             "differs: 3+3 / 3*3, x > 5 / x < 5), particles (into / out of, on / off in the "
+             "same place), wordnet (WordNet antonyms: empty/full), affixes (safe/unsafe), "
+             "intent (prevent, avoid, stop, fail to... on one side), verbs (is running / is "
+             "resting) and rank (closest / second closest, cheap / cheapest). List the guards "
+             "to use, or all, or none. The default thresholds assume all of them. Each "
+             "guard's rejections are counted (semantic_guard_rejects_GUARD in /stats and "
+             "/metrics)."},
     {.name = "embedder", .type = CONF_ENUM, FIELD(embedder), .def = "builtin",
      .names = embedder_names,
      .help = "How messages are turned into vectors: builtin, hash or openai. builtin "
@@ -422,6 +431,19 @@ static const struct conf_key conf_keys[] = {
      .imax = 2048, .arg = "N",
      .help = "Most texts sent in one call to embedder-url. Texts that arrive together (in the "
              "same event-loop pass of a worker) share a call."},
+    {.name = "embedder-breaker-failures", .type = CONF_INT, FIELD(embedder_breaker_failures),
+     .def = "3", .imin = 0, .imax = 1000, .arg = "N",
+     .help = "Calls to embedder-url failing in a row (error, bad answer or embedder-timeout) "
+             "that open its circuit breaker: the embedder is then not called, lookups skip the "
+             "semantic stage (exact hits go on) and answers are stored without a vector, so no "
+             "request waits on a sick embedder. After embedder-breaker-cooldown one stored "
+             "answer's embedding (no client waits on it) probes it, or a lookup when no answer "
+             "was stored for twice that long: an answer closes the breaker, a failure doubles "
+             "the cool-down (up to 60 s). 0: never open."},
+    {.name = "embedder-breaker-cooldown", .type = CONF_INT, FIELD(embedder_breaker_cooldown),
+     .def = "1000", .imin = 10, .imax = 600000, .arg = "MILLISECONDS",
+     .help = "How long an open embedder breaker waits before its first probe (then twice as "
+             "long after each failed probe, up to 60 s or this value if larger)."},
     {.name = "semantic-verify-url", .type = CONF_STRING, FIELD(semantic_verify_url), .def = "",
      .check = check_embedder_url, .flags = CONF_URL_PASS, .arg = "URL",
      .example = "http://127.0.0.1:8000",
@@ -489,11 +511,14 @@ static const struct conf_key conf_keys[] = {
              "the proxy's own calls in /stats, /metrics, the dashboard and `promptcache "
              "report`. A JSON file in the project's format (conf/pricing.json, per million "
              "tokens) or LiteLLM's (model_prices_and_context_window.json, per token), told apart "
-             "by their shape. Empty: the list shipped with the binary (../conf/pricing.json from "
-             "a build tree, ../share/promptcache/pricing.json from an installed binary, or "
-             "/etc/promptcache/pricing.json). off: no prices, savings in tokens only. A relative "
-             "path is relative to the working directory. Models the list does not price are "
-             "counted in tokens and warned about once each."},
+             "by their shape. Empty: the maintained list, @pydantic/genai-prices converted by "
+             "`make prices` (prices.json next to the binary or in ../share/promptcache/ or "
+             "/etc/promptcache/), else the hand-copied one shipped with the binary "
+             "(conf/pricing.json: ../conf/ from a build tree, ../share/promptcache/pricing.json "
+             "from an installed binary, or /etc/promptcache/pricing.json). off: no prices, "
+             "savings in tokens only. A relative path is relative to the working directory. "
+             "Models the list does not price are counted in tokens, warned about once each and "
+             "shown as unpriced, never as 0."},
     {.name = "metrics-token", .type = CONF_STRING, FIELD(metrics_token), .def = "",
      .flags = CONF_SECRET | CONF_RELOAD, .arg = "TOKEN", .example = "\"\"",
      .help = "Token that /metrics, /stats and /dashboard require while set, as Authorization: "
@@ -2009,6 +2034,12 @@ static bool fold_sentinel_auth(struct loader *ld, struct rurl *u, struct pc_buf 
     struct conf *c = ld->c;
     static const char *const keys[] = {"redis-sentinel-user", "redis-sentinel-password"};
     bool given = c->redis_sentinel_user[0] != '\0' || c->redis_sentinel_password[0] != '\0';
+    if (given && u->kind == RURL_CLUSTER) {
+        report_latest(ld, keys, PC_ARRAY_LEN(keys),
+                      "the sentinels' credentials need a sentinel:// redis URL, and sentinel:// "
+                      "and cluster:// are exclusive: a Redis Cluster fails over by itself");
+        return false;
+    }
     if (given && u->kind != RURL_SENTINEL) {
         report_latest(ld, keys, PC_ARRAY_LEN(keys),
                       "the sentinels' credentials need a "

@@ -2,19 +2,24 @@
  * guard.c - semantic guards (see pc_guard.h). Owns the guard table and a
  * small English lexicon (function words, negations, number words, units and
  * currencies, dates, question words, direction words, groups of opposites
- * and of mutually exclusive alternatives), all written for this project.
+ * and of mutually exclusive alternatives, particles, intent words, ranks),
+ * all written for this project, and reads the word lists converted from
+ * WordNet at build time (pc_wordnet.h: antonyms, negations by affix, words
+ * of one meaning, adjective degrees).
  *
  *   text a, text b --text_tokenize--> tokens --prepare--> per token: its
- *   lexicon entries and the hash of its singular form (a set per text)
- *   --> each enabled guard compares the two texts' features; the first that
- *   differs rejects the pair.
+ *   lexicon entries, its WordNet forms and the hash of its singular form (a
+ *   set per text) --> each enabled guard compares the two texts' features;
+ *   the first that differs rejects the pair.
  *
- * The lexicon is sorted once (pthread_once) and read-only afterwards.
+ * The lexicon is sorted once (pthread_once) and read-only afterwards; the
+ * WordNet lists are constant data.
  */
 #include "pc_guard.h"
 #include "pc_embed.h"
 #include "pc_text.h"
 #include "pc_util.h"
+#include "pc_wordnet.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -23,7 +28,7 @@
 /* ---- the guard table ------------------------------------------------------ */
 
 static const char *const guard_names[] = {
-#define GUARD_NAME(e, name, what) name,
+#define GUARD_NAME(e, name, what) #name,
     GUARD_LIST(GUARD_NAME)
 #undef GUARD_NAME
 };
@@ -95,6 +100,11 @@ enum lex_cat {
     L_QWORD,   /* val: question class */
     L_DIR,     /* to, from, than, before, after... */
     L_GROUP,   /* val: group id; sub: member index */
+    L_PART,    /* a particle: val: its group of opposites; sub: its side */
+    L_REL,     /* a preposition: val 0 a relation (X in Y), 1 a particle only (off, up...) */
+    L_BE,      /* a form of be */
+    L_INTENT,  /* undoes or avoids what is asked (prevent, stop, cancel...) */
+    L_RANK,    /* an ordinal or rank word (second, last, next...) */
 };
 
 #define U_BIND_ONLY 0x1 /* counts only when bound to a number (am, second, day...) */
@@ -222,10 +232,17 @@ static const char *const groups =
     "ascending descending|increase/increasing/raise decrease/decreasing/reduce|"
     "min/minimum max/maximum|buy/buying/buyer sell/selling/seller|"
     "good/better/best bad/worse/worst|cheap/cheaper/cheapest expensive/pricier/priciest|"
-    "hot cold|warm cool|add remove|encode decode|encrypt/encryption decrypt/decryption|"
-    "compress decompress|zip unzip|enable/enabled disable/disabled|upload download|"
-    "import export|input output|formal informal|beginner/basic/novice expert/advanced|"
-    "open close|start stop|push pull|left right|up down|north/northern south/southern|"
+    "hot cold|warm cool|add/adds/added/adding remove/removes/removed/removing|encode decode|"
+    "encrypt/encrypts/encrypted/encrypting/encryption "
+    "decrypt/decrypts/decrypted/decrypting/decryption|"
+    "compress decompress|zip unzip|enable/enables/enabled/enabling "
+    "disable/disables/disabled/disabling|"
+    "upload/uploads/uploaded/uploading download/downloads/downloaded/downloading|"
+    "import/imports/imported/importing export/exports/exported/exporting|input output|"
+    "formal informal|beginner/basic/novice expert/advanced|"
+    "open close|start/starts/started/starting stop/stops/stopped/stopping|"
+    "push/pushes/pushed/pushing pull/pulls/pulled/pulling|left right|up down|north/northern "
+    "south/southern|"
     "east/eastern west/western|male female|man/men woman/women|boy girl|husband wife|"
     "father mother|son daughter|brother sister|king queen|true false|win/winner lose/loser|"
     "first last|before after|first second third fourth fifth sixth seventh eighth ninth tenth|"
@@ -235,7 +252,13 @@ static const char *const groups =
     "young/younger old/older|fast/faster/fastest slow/slower/slowest|"
     "easy/easier hard/harder/difficult|positive negative|light dark|heavy light|day night|"
     "morning evening|early/earlier/earliest late/later|rich poor|love hate|like dislike|"
-    "agree disagree|accept reject|allow deny|include exclude|inclusive exclusive|"
+    "agree disagree|accept/accepted reject/rejected|"
+    "allow/allows/allowed/permit/permits/permitted "
+    "deny/denies/denied/block/blocks/blocked/forbid/forbids/forbidden|"
+    "grant/grants/granted revoke/revokes/revoked|mandatory/compulsory optional|taxable "
+    "exempt/nontaxable|"
+    "apply/applies/applied/applying remove/removes/removed/removing|"
+    "include/includes/included/including exclude/excludes/excluded/excluding|inclusive exclusive|"
     "inside outside|internal external|public private|online offline|synonym antonym|"
     "mean median mode average|sum product difference quotient|derivative integral|"
     "differentiate integrate|multiply/multiplication divide/division|addition subtraction|"
@@ -256,13 +279,47 @@ static const char *const groups =
     "mp3 mp4 wav|english spanish french german italian portuguese chinese japanese korean russian "
     "arabic hindi dutch swedish polish turkish greek hebrew|nba nfl nhl mlb|"
     "dog cat|coffee tea|iphone android|sunrise sunset|breakfast lunch dinner|"
+    "red blue green yellow black white brown grey/gray pink purple orange blond/blonde|"
+    "he/him/his/himself she/her/hers/herself|"
     "monthly weekly daily yearly/annual|republican/republicans democrat/democrats";
 
-#define LEX_MAX 2048
+/*
+ * Opposite particles: groups separated by '|', the two sides of a group by
+ * ' ', words of one side by '/' (the particles guard).
+ */
+static const char *const particles =
+    "in/into/inside/within out/outside|on/onto off|up/upward/upwards down/downward/downwards|"
+    "away back|to/towards/toward from|above/over below/under/beneath|"
+    "forward/forwards backward/backwards|with without";
+
+/* Prepositions of a relation (X in Y: direction pivots), then particles that are no relation. */
+static const char *const relations = "in of on at by with for over under above below behind inside "
+                                     "near around across against within along through";
+static const char *const particles_only = "off out up down away into onto";
+
+static const char *const be_forms = "is are was were am be been being";
+
+/*
+ * Words that undo or avoid what is asked (the intent guard; "instead of" is
+ * read apart).
+ */
+static const char *const intents =
+    "prevent prevents prevented preventing prevention avoid avoids avoided avoiding avoidance "
+    "stop stops stopped stopping quit quits quitting undo undoes undid undone undoing cancel "
+    "cancels cancelled canceled cancelling canceling cancellation disable disables disabled "
+    "disabling fail fails failed failing refuse refuses refused refusing revert reverts reverted "
+    "reverting";
+
+/* Ranks (the rank guard). Not "first": "at first", "first spotted", "for the first time" rank
+ * nothing. */
+static const char *const ranks = "second third fourth fifth sixth seventh eighth ninth tenth last "
+                                 "next previous penultimate nth";
+
+#define LEX_MAX 4096
 
 static struct lex lexicon[LEX_MAX];
 static size_t nlex;
-static char lex_words[16384];
+static char lex_words[32768];
 static size_t lex_used;
 static pthread_once_t lex_once = PTHREAD_ONCE_INIT;
 
@@ -384,6 +441,12 @@ static void lex_build(void)
     lex_add_words(qwords, L_QWORD, true, 0);
     lex_add_words(directions, L_DIR, false, 0);
     lex_add_words(groups, L_GROUP, true, 0);
+    lex_add_words(particles, L_PART, true, 0);
+    lex_add_words(relations, L_REL, false, 0);
+    lex_add_words(particles_only, L_REL, false, 1);
+    lex_add_words(be_forms, L_BE, false, 0);
+    lex_add_words(intents, L_INTENT, false, 0);
+    lex_add_words(ranks, L_RANK, false, 0);
     qsort(lexicon, nlex, sizeof lexicon[0], lex_cmp);
     for (size_t i = nlex - 1; i-- > 0;)
         if (strcmp(lexicon[i].w, lexicon[i + 1].w) == 0)
@@ -412,9 +475,13 @@ struct gdoc {
     const char *text; /* the caller's text, for what lies between tokens */
     size_t len;
     struct text_doc t;
-    int16_t lex[TEXT_MAX_TOKENS]; /* first lexicon entry of the token, -1 = none */
-    uint64_t h[TEXT_MAX_TOKENS];  /* hash of the singular form, never 0 */
-    uint64_t set[GSET_SIZE];      /* the h[] values, open addressing, 0 = empty */
+    int16_t lex[TEXT_MAX_TOKENS];     /* first lexicon entry of the token, -1 = none */
+    uint64_t h[TEXT_MAX_TOKENS];      /* hash of the singular form, never 0 */
+    uint64_t set[GSET_SIZE];          /* the h[] values, open addressing, 0 = empty */
+    int32_t wn[TEXT_MAX_TOKENS];      /* first WordNet form of the token, -1 = none */
+    uint8_t wn_n[TEXT_MAX_TOKENS];    /* its WordNet forms (one per lemma) */
+    uint16_t lemmas[TEXT_MAX_TOKENS]; /* the WordNet lemmas of the text, sorted, distinct */
+    size_t nlemmas;
 };
 
 static void set_add(uint64_t *set, uint64_t h)
@@ -443,6 +510,53 @@ static size_t singular_of(const struct text_doc *t, size_t i, char *out)
     return n;
 }
 
+/* The first WordNet form spelled w (its entries follow it), or -1. */
+static long wn_find(const char *w)
+{
+    size_t lo = 0, hi = wordnet_nforms;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (strcmp(wordnet_text + wordnet_forms[mid].off, w) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < wordnet_nforms && strcmp(wordnet_text + wordnet_forms[lo].off, w) == 0 ? (long)lo
+                                                                                       : -1;
+}
+
+static int u16_cmp(const void *x, const void *y)
+{
+    return (int)*(const uint16_t *)x - (int)*(const uint16_t *)y;
+}
+
+static bool is_func(const struct gdoc *d, size_t i);
+
+/* The WordNet forms of every token, and the text's set of lemmas. */
+static void prepare_wordnet(struct gdoc *d)
+{
+    d->nlemmas = 0;
+    for (size_t i = 0; i < d->t.n; i++) {
+        /* function words are the lexicon's (all/some, more/less are groups there) */
+        long f = d->t.tok[i].kind == TEXT_WORD && !is_func(d, i) ? wn_find(text_str(&d->t, i)) : -1;
+        d->wn[i] = (int32_t)f;
+        d->wn_n[i] = 0;
+        for (long k = f; k >= 0 && (size_t)k < wordnet_nforms && d->wn_n[i] < UINT8_MAX &&
+                         wordnet_forms[k].off == wordnet_forms[f].off;
+             k++) {
+            d->wn_n[i]++;
+            if (d->nlemmas < TEXT_MAX_TOKENS)
+                d->lemmas[d->nlemmas++] = wordnet_forms[k].lemma;
+        }
+    }
+    qsort(d->lemmas, d->nlemmas, sizeof d->lemmas[0], u16_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < d->nlemmas; i++)
+        if (k == 0 || d->lemmas[k - 1] != d->lemmas[i])
+            d->lemmas[k++] = d->lemmas[i];
+    d->nlemmas = k;
+}
+
 /* Tokenize s (capped like the embedders) and look every token up once. */
 static void prepare(struct gdoc *d, const char *s, size_t len)
 {
@@ -461,6 +575,7 @@ static void prepare(struct gdoc *d, const char *s, size_t len)
         d->h[i] = pc_fnv1a(PC_FNV_SEED, sing, n) | 1;
         set_add(d->set, d->h[i]);
     }
+    prepare_wordnet(d);
 }
 
 /* The lexicon entry of token i in category cat, or NULL. */
@@ -490,6 +605,14 @@ static size_t gap(const struct gdoc *d, size_t i, const char **p)
 }
 
 /* ---- numbers -------------------------------------------------------------------- */
+
+/* A number, or a word that starts with one ("5km", "1st"). */
+static bool tok_is_number(const struct gdoc *d, size_t i)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    return t->kind == TEXT_NUM ||
+           (t->kind == TEXT_WORD && text_str(&d->t, i)[0] >= '0' && text_str(&d->t, i)[0] <= '9');
+}
 
 #define QTY_MAX 64
 
@@ -584,6 +707,31 @@ static struct qty *qty_new(struct qtys *qs)
     return q;
 }
 
+/*
+ * Whether token i is written negative: a '-' or minus sign right before it
+ * that is not a joiner ("-5", "(-5)", "= -5", but not "5-2" or "COVID-19"),
+ * or the word minus or negative before it when no number precedes that
+ * ("minus 5", but not "7 minus 5").
+ */
+static bool negative_at(const struct gdoc *d, size_t i)
+{
+    const char *p = d->t.tok[i].raw;
+    size_t before = (size_t)(p - d->text), sign = 0;
+    if (before >= 1 && p[-1] == '-')
+        sign = 1;
+    else if (before >= 3 && memcmp(p - 3, "\xe2\x88\x92", 3) == 0)
+        sign = 3;
+    if (sign > 0) {
+        if (before == sign)
+            return true;
+        unsigned char c = (unsigned char)p[-1 - (long)sign];
+        return !((c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == ')' ||
+                 c == ']' || c == '.' || c >= 0x80);
+    }
+    return i > 0 && (text_is(&d->t, i - 1, "minus") || text_is(&d->t, i - 1, "negative")) &&
+           !(i > 1 && tok_is_number(d, i - 2));
+}
+
 /* Digit runs inside a word ("5km", "iphone16", "1st"), with an attached unit suffix. */
 static void word_numbers(const struct gdoc *d, size_t i, struct qtys *qs)
 {
@@ -600,7 +748,9 @@ static void word_numbers(const struct gdoc *d, size_t i, struct qtys *qs)
         struct qty *q = qty_new(qs);
         if (q == NULL)
             return;
-        canon_number(w + s, p - s, q->v, sizeof q->v);
+        bool neg = s == 0 && negative_at(d, i);
+        q->v[0] = '-';
+        canon_number(w + s, p - s, q->v + neg, sizeof q->v - neg);
         size_t a = p;
         while (p < n && (w[p] < '0' || w[p] > '9'))
             p++;
@@ -634,10 +784,12 @@ static void numbers_of(const struct gdoc *d, struct qtys *qs)
         struct qty *q = qty_new(qs);
         if (q == NULL)
             return;
+        bool neg = negative_at(d, i);
+        q->v[0] = '-';
         if (nw != NULL)
-            snprintf(q->v, sizeof q->v, "%u", nw->val);
+            snprintf(q->v + neg, sizeof q->v - neg, "%u", nw->val);
         else
-            canon_number(text_str(&d->t, i), t->len, q->v, sizeof q->v);
+            canon_number(text_str(&d->t, i), t->len, q->v + neg, sizeof q->v - neg);
         units_after(d, i, q);
         unsigned cur = currency_before(d, t->raw);
         if (cur != 0)
@@ -691,9 +843,29 @@ static size_t negations_of(const struct gdoc *d)
     return n;
 }
 
+static bool opposite_lemmas(const struct gdoc *a, const struct gdoc *b, int kind);
+
+/* One more negation on one side than on the other. */
+static bool negated_once(const struct gdoc *a, const struct gdoc *b)
+{
+    size_t na = negations_of(a), nb = negations_of(b);
+    return na + 1 == nb || nb + 1 == na;
+}
+
+/* WordNet's opposites (antonyms or negating affixes) of one text in the other. */
+static bool opposites(const struct gdoc *a, const struct gdoc *b)
+{
+    return opposite_lemmas(a, b, WN_ANTONYM) || opposite_lemmas(a, b, WN_NEGATION);
+}
+
+/*
+ * A different number of negations, unless one negation turns a word into
+ * the opposite the other text uses ("is it unsafe" / "is it not safe",
+ * "a closed door" / "a door that is not open").
+ */
 static bool guard_negation(const struct gdoc *a, const struct gdoc *b)
 {
-    return negations_of(a) != negations_of(b);
+    return negations_of(a) != negations_of(b) && !(negated_once(a, b) && opposites(a, b));
 }
 
 /* ---- entities --------------------------------------------------------------------- */
@@ -861,6 +1033,18 @@ static int uint_cmp(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
+static int u32_cmp(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int u64_cmp(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
 /* Sorted, distinct date features of d into f; returns the count. */
 static size_t dates_of(const struct gdoc *d, unsigned *f)
 {
@@ -905,26 +1089,78 @@ static bool guard_length(const struct gdoc *a, const struct gdoc *b)
 
 /* ---- direction ------------------------------------------------------------------------- */
 
-#define DIR_MAX   32
-#define DIR_REACH 2 /* content words looked at on each side of a direction word */
+#define DIR_MAX   64
+#define DIR_REACH 2 /* content words looked at on each side of a pivot */
 
 /*
- * "u is before the direction word, v after it" (class: to/into/arrows,
- * from, than, before or after). Facts are made of the content words nearest
- * each side: the two nearest, plus each of them with the second word on the
- * other side ("convert ethanol to ethanoic acid": ethanol|ethanoic,
- * ethanol|acid, convert|ethanoic).
+ * "u is before the pivot, v after it". Pivots are the direction words
+ * (class: to/into/arrows, from, than, before or after) and the prepositions
+ * of a relation (X in Y, X of Y, X on Y...: the word itself). Facts are
+ * made of the content words nearest each side: the two nearest, plus each
+ * of them with the second word on the other side ("convert ethanol to
+ * ethanoic acid": ethanol|ethanoic, ethanol|acid, convert|ethanoic). The
+ * roles around a verb are compared apart (roles_swapped: "the turtle is
+ * following the fish" / "the fish is following the turtle").
  */
 struct dir_fact {
-    unsigned word;
+    uint64_t word; /* a direction class, or PIVOT_WORD | the pivot's hash */
     uint64_t u, v;
 };
 
+#define PIVOT_WORD (UINT64_C(1) << 63)
+
+static bool is_be(const struct gdoc *d, size_t i)
+{
+    return lex_of(d, i, L_BE) != NULL;
+}
+
+static bool ing_word(const struct gdoc *d, size_t i)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    const char *w = text_str(&d->t, i);
+    return t->kind == TEXT_WORD && t->len >= 5 && memcmp(w + t->len - 3, "ing", 3) == 0 &&
+           !text_is(&d->t, i, "being");
+}
+
+/*
+ * A verb in the progressive: an -ing word after a form of be, one word
+ * between at most ("is quickly running"), or after "and" that follows one
+ * in the same sentence ("is wearing a hat and dancing").
+ */
+static bool progressive_at(const struct gdoc *d, size_t i)
+{
+    if (!ing_word(d, i))
+        return false;
+    if ((i >= 1 && is_be(d, i - 1)) || (i >= 2 && is_be(d, i - 2) && !is_func(d, i - 1)))
+        return true;
+    if (i < 2 || !(text_is(&d->t, i - 1, "and") || text_is(&d->t, i - 1, "or")))
+        return false;
+    for (size_t j = i - 1; j-- > 0;) {
+        if (ing_word(d, j) && ((j >= 1 && is_be(d, j - 1)) || (j >= 2 && is_be(d, j - 2))))
+            return true;
+        if (d->t.tok[j].flags & TEXT_F_START)
+            break;
+    }
+    return false;
+}
+
+/* The pivot of token i that is no direction word (a relation): PIVOT_WORD | hash, or 0. */
+static uint64_t pivot_of(const struct gdoc *d, size_t i)
+{
+    const struct lex *l = lex_of(d, i, L_REL);
+    if ((d->t.tok[i].flags & TEXT_F_FILLER) || l == NULL || l->val != 0)
+        return 0;
+    return PIVOT_WORD | d->h[i];
+}
+
+static bool clause_gap(const struct gdoc *d, size_t i, bool semi);
+
 /*
  * Up to DIR_REACH content words from i stepping by step, stopping at another
- * direction word or at a sentence start.
+ * direction word or at a sentence start, and with comma at a comma too (a
+ * relation does not reach across "in Japan, what...").
  */
-static size_t content_side(const struct gdoc *d, long i, long step, uint64_t *out)
+static size_t content_side(const struct gdoc *d, long i, long step, bool comma, uint64_t *out)
 {
     size_t n = 0;
     for (; i >= 0 && i < (long)d->t.n && n < DIR_REACH; i += step) {
@@ -936,6 +1172,9 @@ static size_t content_side(const struct gdoc *d, long i, long step, uint64_t *ou
         if ((t->flags & TEXT_F_START) && step < 0)
             break;
         if (step > 0 && i + 1 < (long)d->t.n && (d->t.tok[i + 1].flags & TEXT_F_START))
+            break;
+        if (comma && ((step < 0 && i > 0 && clause_gap(d, (size_t)i - 1, false)) ||
+                      (step > 0 && clause_gap(d, (size_t)i, false))))
             break;
     }
     return n;
@@ -950,7 +1189,7 @@ static bool is_arrow(const char *g, size_t n)
     return false;
 }
 
-static size_t add_facts(struct dir_fact *f, unsigned word, const uint64_t *l, size_t nl,
+static size_t add_facts(struct dir_fact *f, uint64_t word, const uint64_t *l, size_t nl,
                         const uint64_t *r, size_t nr)
 {
     size_t n = 0;
@@ -961,7 +1200,7 @@ static size_t add_facts(struct dir_fact *f, unsigned word, const uint64_t *l, si
     return n;
 }
 
-/* The facts of every direction word and arrow of d (at most 3 * DIR_MAX). */
+/* The facts of every pivot of d (at most 3 * DIR_MAX). */
 static size_t directions_of(const struct gdoc *d, struct dir_fact *f)
 {
     size_t n = 0, uses = 0;
@@ -970,19 +1209,27 @@ static size_t directions_of(const struct gdoc *d, struct dir_fact *f)
         size_t gn = i + 1 < d->t.n ? gap(d, i, &g) : 0;
         const struct lex *l = lex_of(d, i, L_DIR);
         bool arrow = gn > 0 && is_arrow(g, gn);
-        if (l == NULL && !arrow)
-            continue;
+        uint64_t word = l != NULL && l->sub > DIR_TO_LAST ? l->sub : 0; /* to, into, arrows */
         uint64_t left[DIR_REACH], right[DIR_REACH];
-        size_t nl = content_side(d, l != NULL ? (long)i - 1 : (long)i, -1, left);
-        size_t nr = content_side(d, (long)i + 1, 1, right);
-        unsigned word = l != NULL && l->sub > DIR_TO_LAST ? l->sub : 0; /* to, into, arrows */
-        n += add_facts(f + n, word, left, nl, right, nr);
-        uses++;
+        size_t nl, nr;
+        if (l != NULL || arrow) {
+            nl = content_side(d, l != NULL ? (long)i - 1 : (long)i, -1, false, left);
+            nr = content_side(d, (long)i + 1, 1, false, right);
+            n += add_facts(f + n, word, left, nl, right, nr);
+            uses++;
+        }
+        if (l == NULL && uses < DIR_MAX && (word = pivot_of(d, i)) != 0) {
+            bool cut = (d->t.tok[i].flags & TEXT_F_START) || (i > 0 && clause_gap(d, i - 1, false));
+            nl = cut ? 0 : content_side(d, (long)i - 1, -1, true, left);
+            nr = clause_gap(d, i, false) ? 0 : content_side(d, (long)i + 1, 1, true, right);
+            n += add_facts(f + n, word, left, nl, right, nr);
+            uses++;
+        }
     }
     return n;
 }
 
-static bool has_fact(const struct dir_fact *f, size_t n, unsigned word, uint64_t u, uint64_t v)
+static bool has_fact(const struct dir_fact *f, size_t n, uint64_t word, uint64_t u, uint64_t v)
 {
     for (size_t i = 0; i < n; i++)
         if (f[i].word == word && f[i].u == u && f[i].v == v)
@@ -990,18 +1237,205 @@ static bool has_fact(const struct dir_fact *f, size_t n, unsigned word, uint64_t
     return false;
 }
 
-/* "u to v" only in one text and "v to u" only in the other. */
-static bool guard_direction(const struct gdoc *a, const struct gdoc *b)
+/* ---- roles around a verb ---- */
+
+static bool word_in(const struct gdoc *d, size_t i, const char *const *w, size_t n)
 {
-    struct dir_fact fa[3 * DIR_MAX], fb[3 * DIR_MAX];
-    size_t na = directions_of(a, fa), nb = directions_of(b, fb);
-    for (size_t i = 0; i < na; i++) {
-        const struct dir_fact *x = &fa[i];
-        if (has_fact(fb, nb, x->word, x->v, x->u) && !has_fact(fa, na, x->word, x->v, x->u) &&
-            !has_fact(fb, nb, x->word, x->u, x->v))
+    for (size_t k = 0; k < n; k++)
+        if (text_is(&d->t, i, w[k]))
+            return true;
+    return false;
+}
+
+static const char *const coordinators[] = {"and", "or", "but", "while", "whereas"};
+static const char *const relatives[] = {"which", "who", "whom", "that"};
+
+/* Whether a comma or semicolon (only a semicolon: semi) lies between tokens i and i + 1. */
+static bool clause_gap(const struct gdoc *d, size_t i, bool semi)
+{
+    const char *g;
+    size_t n = i + 1 < d->t.n ? gap(d, i, &g) : 0;
+    return n > 0 && ((!semi && memchr(g, ',', n) != NULL) || memchr(g, ';', n) != NULL);
+}
+
+static bool is_relation(const struct gdoc *d, size_t i)
+{
+    return lex_of(d, i, L_REL) != NULL || lex_of(d, i, L_DIR) != NULL;
+}
+
+/* A word that can head a role: content, no preposition, no -ly adverb. */
+static bool role_content(const struct gdoc *d, size_t i)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    const char *w = text_str(&d->t, i);
+    if (t->kind != TEXT_WORD || (t->flags & TEXT_F_FILLER) || is_func(d, i) || is_relation(d, i))
+        return false;
+    return !(t->len >= 5 && w[t->len - 2] == 'l' && w[t->len - 1] == 'y');
+}
+
+/* A role: the run of role words [from, to) of a clause; its head is the last. */
+struct role {
+    size_t from, to;
+};
+
+/* The run of role words that starts at i (i < to). */
+static struct role run_at(const struct gdoc *d, size_t i, size_t to)
+{
+    size_t e = i + 1;
+    while (e < to && role_content(d, e))
+        e++;
+    return (struct role){i, e};
+}
+
+/*
+ * Whether a clause starts at token k (scanning back towards a subject): a
+ * sentence start; after a semicolon; a coordinator or relative word that
+ * opens a new subject ("and a man is", "where a man is"; not "black and
+ * white" or "that is cute"); a comma, unless what follows it is a relative
+ * clause ("a dog, which is black, is").
+ */
+static bool subject_starts(const struct gdoc *d, size_t k)
+{
+    static const char *const wh[] = {"where", "when", "which", "who", "that", "whom"};
+    static const char *const det[] = {"a",   "an",  "the",   "this", "these", "those", "his",
+                                      "her", "its", "their", "my",   "your",  "our",   "some",
+                                      "i",   "you", "he",    "she",  "it",    "we",    "they"};
+    if ((d->t.tok[k].flags & TEXT_F_START) || k == 0 || clause_gap(d, k - 1, true))
+        return true;
+    bool opens = word_in(d, k, det, PC_ARRAY_LEN(det));
+    if (opens && word_in(d, k - 1, wh, PC_ARRAY_LEN(wh)))
+        return true; /* "a podium is where a man is speaking" */
+    if (opens && word_in(d, k - 1, coordinators, PC_ARRAY_LEN(coordinators)))
+        for (size_t j = k - 1; j-- > 0 && !(d->t.tok[j + 1].flags & TEXT_F_START);)
+            if (is_be(d, j))
+                return true; /* "a woman is dancing and a man is" (not "with X and a Y is") */
+    return clause_gap(d, k - 1, false) && !word_in(d, k, relatives, PC_ARRAY_LEN(relatives)) &&
+           !is_relation(d, k);
+}
+
+/* A passive ("is being held by", "was worn by"): the roles are named the other way round. */
+static bool has_passive(const struct gdoc *d)
+{
+    for (size_t i = 2; i < d->t.n; i++)
+        if (text_is(&d->t, i, "by") && (is_be(d, i - 2) || (i >= 3 && is_be(d, i - 3))))
+            return true;
+    return false;
+}
+
+/*
+ * The subject of the progressive verb at v, with a singular auxiliary only
+ * ("a man and a woman are..." may list them in any order): the first run of
+ * role words of its clause ("a nude lady at the..." -> nude lady; "a panda
+ * that is cute is" -> panda). from == to when there is none.
+ */
+static struct role subject_of(const struct gdoc *d, size_t v)
+{
+    struct role none = {0, 0};
+    size_t aux = is_be(d, v - 1) ? v - 1 : v - 2;
+    if (!text_is(&d->t, aux, "is") && !text_is(&d->t, aux, "was"))
+        return none;
+    size_t from = aux;
+    while (from > 0 && !subject_starts(d, from))
+        from--;
+    while (from < aux && !role_content(d, from))
+        from++;
+    return from < aux ? run_at(d, from, aux) : none;
+}
+
+/*
+ * The direct object of the verb at v: the run of role words that follows
+ * it, when no preposition comes first ("playing an acoustic guitar" ->
+ * acoustic guitar; "running behind its prey" -> none).
+ */
+static struct role object_of(const struct gdoc *d, size_t v)
+{
+    struct role none = {0, 0};
+    size_t to = v + 1;
+    while (to < d->t.n && !(d->t.tok[to].flags & TEXT_F_START) && !clause_gap(d, to - 1, false) &&
+           !word_in(d, to, coordinators, PC_ARRAY_LEN(coordinators)) &&
+           !word_in(d, to, relatives, PC_ARRAY_LEN(relatives)))
+        to++;
+    size_t i = v + 1;
+    while (i < to && !role_content(d, i) && !is_relation(d, i))
+        i++;
+    return i < to && role_content(d, i) ? run_at(d, i, to) : none;
+}
+
+static bool role_has(const struct gdoc *d, struct role r, uint64_t h)
+{
+    for (size_t i = r.from; i < r.to; i++)
+        if (d->h[i] == h)
+            return true;
+    return false;
+}
+
+/*
+ * Two texts fill one role with different words, each of which the other
+ * text has elsewhere: the roles were exchanged. Roles that share a word are
+ * one thing described two ways ("a sunny day" / "a day full of sun").
+ */
+static bool role_moved(const struct gdoc *a, struct role x, const struct gdoc *b, struct role y)
+{
+    if (x.from == x.to || y.from == y.to)
+        return false;
+    for (size_t i = x.from; i < x.to; i++)
+        if (role_has(b, y, a->h[i]))
+            return false;
+    return set_has(a->set, b->h[y.to - 1]) && set_has(b->set, a->h[x.to - 1]);
+}
+
+/* The token of d that is a progressive verb with hash h, if exactly one; -1 otherwise. */
+static long only_verb(const struct gdoc *d, uint64_t h)
+{
+    long at = -1;
+    for (size_t i = 0; i < d->t.n; i++)
+        if (d->h[i] == h && progressive_at(d, i)) {
+            if (at >= 0)
+                return -1;
+            at = (long)i;
+        }
+    return at;
+}
+
+/*
+ * Roles reassigned around a verb both texts use once: the content word
+ * nearest it on one side differs, and each text has the other's word too
+ * ("the turtle is following the fish" / "the fish is following the turtle";
+ * "a woman is playing the keyboard and a man is dancing" / "a woman is
+ * dancing and a man is playing the keyboard").
+ */
+static bool roles_swapped(const struct gdoc *a, const struct gdoc *b)
+{
+    if (has_passive(a) || has_passive(b))
+        return false;
+    for (size_t i = 0; i < a->t.n; i++) {
+        if (!progressive_at(a, i) || only_verb(a, a->h[i]) != (long)i)
+            continue;
+        long j = only_verb(b, a->h[i]);
+        if (j < 0)
+            continue;
+        if (role_moved(a, subject_of(a, i), b, subject_of(b, (size_t)j)) ||
+            role_moved(a, object_of(a, i), b, object_of(b, (size_t)j)))
             return true;
     }
     return false;
+}
+
+/* "u to v" only in one text and "v to u" only in the other. */
+static bool guard_direction(const struct gdoc *a, const struct gdoc *b)
+{
+    if (roles_swapped(a, b))
+        return true;
+    struct dir_fact *fa = pc_malloc(2 * 3 * DIR_MAX * sizeof *fa), *fb = fa + 3 * DIR_MAX;
+    size_t na = directions_of(a, fa), nb = directions_of(b, fb);
+    bool reversed = false;
+    for (size_t i = 0; i < na && !reversed; i++) {
+        const struct dir_fact *x = &fa[i];
+        reversed = has_fact(fb, nb, x->word, x->v, x->u) &&
+                   !has_fact(fa, na, x->word, x->v, x->u) && !has_fact(fb, nb, x->word, x->u, x->v);
+    }
+    free(fa);
+    return reversed;
 }
 
 /* ---- question words --------------------------------------------------------------------- */
@@ -1055,11 +1489,44 @@ static unsigned questions_of(const struct gdoc *d)
     return m;
 }
 
-/* Both texts ask a question, and not the same kinds. */
+static size_t first_word(const struct gdoc *d)
+{
+    size_t i = 0;
+    while (i < d->t.n && (d->t.tok[i].flags & TEXT_F_FILLER))
+        i++;
+    return i;
+}
+
+static bool is_subject_pronoun(const struct gdoc *d, size_t i)
+{
+    static const char *const p[] = {"i",  "you",  "he",   "she",  "it",
+                                    "we", "they", "this", "that", "there"};
+    return i < d->t.n && word_in(d, i, p, PC_ARRAY_LEN(p));
+}
+
+/*
+ * q asks yes or no ("are we cool", an auxiliary then a pronoun) and s
+ * states it ("we are cool": no question mark, the same pronoun first).
+ */
+static bool asks_what_other_states(const struct gdoc *q, const struct gdoc *s)
+{
+    size_t i = first_word(q), j = first_word(s);
+    if (i + 1 >= q->t.n || j >= s->t.n || !is_auxiliary(q, i) || !is_subject_pronoun(q, i + 1) ||
+        s->t.tok[j].len != q->t.tok[i + 1].len || !text_is(&s->t, j, text_str(&q->t, i + 1)))
+        return false;
+    return memchr(s->text, '?', s->len) == NULL && questions_of(s) == 0;
+}
+
+/*
+ * Both texts ask a question, and not the same kinds; or one asks yes or
+ * no what the other states.
+ */
 static bool guard_question(const struct gdoc *a, const struct gdoc *b)
 {
     unsigned qa = questions_of(a), qb = questions_of(b);
-    return qa != 0 && qb != 0 && qa != qb;
+    if (qa != 0 && qb != 0 && qa != qb)
+        return true;
+    return asks_what_other_states(a, b) || asks_what_other_states(b, a);
 }
 
 /* ---- extra words ------------------------------------------------------------------------ */
@@ -1093,24 +1560,667 @@ static bool guard_extra(const struct gdoc *a, const struct gdoc *b)
 
 #define SWAP_MAX 1 /* more unmatched words than this on a side: a rewording (tuned: 1 beats 2) */
 
-static size_t unmatched_words(const struct gdoc *d, const struct gdoc *o, size_t stop)
+/* The content words of d that o lacks (up to stop of them): their count, the first in *first. */
+static size_t unmatched_words(const struct gdoc *d, const struct gdoc *o, size_t stop,
+                              size_t *first)
 {
     size_t n = 0;
     for (size_t i = 0; i < d->t.n && n < stop; i++)
-        n += is_content(d, i) && !appears_in(d, i, o);
+        if (is_content(d, i) && !appears_in(d, i, o) && n++ == 0)
+            *first = i;
     return n;
 }
+
+static bool words_alike(const struct gdoc *a, size_t i, const struct gdoc *b, size_t j);
 
 /*
  * Both texts have a few content words the other lacks, and everything else
  * in common: a word replaced ("best pizza in Rome" / "cheapest pizza in
- * Rome"). More changes than SWAP_MAX on a side is a rewording, left to the
- * similarity.
+ * Rome"), unless WordNet says the two can name one thing ("kids" /
+ * "children", "slicing" / "cutting"). More changes than SWAP_MAX on a side
+ * is a rewording, left to the similarity.
  */
 static bool guard_swap(const struct gdoc *a, const struct gdoc *b)
 {
-    size_t na = unmatched_words(a, b, SWAP_MAX + 1), nb = unmatched_words(b, a, SWAP_MAX + 1);
-    return na > 0 && nb > 0 && na <= SWAP_MAX && nb <= SWAP_MAX;
+    size_t ia = 0, ib = 0;
+    size_t na = unmatched_words(a, b, SWAP_MAX + 1, &ia);
+    size_t nb = unmatched_words(b, a, SWAP_MAX + 1, &ib);
+    if (na == 0 || nb == 0 || na > SWAP_MAX || nb > SWAP_MAX)
+        return false;
+    return !(na == 1 && nb == 1 && words_alike(a, ia, b, ib));
+}
+
+/* ---- symbols ------------------------------------------------------------------------------ */
+
+/*
+ * What lies between the tokens: operators, signs, paths, code. Each gap
+ * between two tokens (and before the first, after the last) gives at most
+ * one feature: its meaningful symbols, with the token on each side they are
+ * bound to. Symbols written against a token bind to it ("-5": a sign bound
+ * to 5; "5!": bound to 5); symbols written against both or against neither
+ * ("3+3", "x > 5") bind to both, so "1/2" and "2/1" differ. Prose
+ * punctuation carries no meaning here: quotes, brackets, commas and
+ * semicolons, sentence ends (. ? ! : followed by a space), joiners between
+ * words (self-learn, iPhone/Android, R&D, U.S.), currency, percent and degree
+ * signs next to a number (the numbers guard reads those) and arrows (the
+ * direction guard's). Two texts whose features differ ask different things.
+ */
+
+#define SYM_MAX       128 /* features kept per text; the rest are summed */
+#define SYM_PIECE_MAX 64  /* code points of one gap examined one by one; the rest are hashed */
+
+struct syms {
+    uint64_t f[SYM_MAX];
+    size_t n;      /* features kept */
+    size_t total;  /* all features */
+    uint64_t more; /* sum of the features past SYM_MAX */
+};
+
+/* One code point of s[0..n) (n >= 1): its value (-1 if invalid) and length. */
+static size_t utf8_cp(const char *s, size_t n, long *cp)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t k = u[0] < 0x80 ? 1 : (u[0] & 0xe0) == 0xc0 ? 2 : (u[0] & 0xf0) == 0xe0 ? 3 : 4;
+    if (k > n || (u[0] >= 0x80 && u[0] < 0xc0)) {
+        *cp = -1;
+        return 1;
+    }
+    long v = k == 1 ? u[0] : k == 2 ? (u[0] & 0x1f) : k == 3 ? (u[0] & 0x0f) : (u[0] & 0x07);
+    for (size_t i = 1; i < k; i++) {
+        if ((u[i] & 0xc0) != 0x80) {
+            *cp = -1;
+            return 1;
+        }
+        v = v << 6 | (u[i] & 0x3f);
+    }
+    *cp = v;
+    return k;
+}
+
+static bool sym_space(long c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r') || c == 0xa0 || (c >= 0x2000 && c <= 0x200a) ||
+           c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+/* Characters that never carry meaning between tokens (quotes, brackets, commas...). */
+static bool sym_noise(long c)
+{
+    static const long noise[] = {
+        '"',    '\'',   '`',    '(',    ')',    '[',    ']',    '{',    '}',    ',',    ';',
+        0xab,   0xbb,   0xb4,   0xad,   0xbf,   0xa1,   0x2014, 0x2015, 0x2018, 0x2019, 0x201a,
+        0x201b, 0x201c, 0x201d, 0x201e, 0x2022, 0x2039, 0x203a, 0x2060, 0x3001, 0x300c, 0x300d,
+        0x300e, 0x300f, 0x3010, 0x3011, 0xfeff, 0xff08, 0xff09, 0xff0c, 0xff1b,
+    };
+    if ((c >= 0x200b && c <= 0x200d) || (c >= 0x2600 && c <= 0x27bf) ||
+        (c >= 0x1f000 && c <= 0x1faff) || (c >= 0xfe00 && c <= 0xfe0f))
+        return true; /* zero-width marks; emoji and dingbats decorate ("🤗 Datasets") */
+    for (size_t i = 0; i < PC_ARRAY_LEN(noise); i++)
+        if (noise[i] == c)
+            return true;
+    return false;
+}
+
+/* Sentence ends: noise when nothing is written right after them. */
+static bool sym_stop(long c)
+{
+    return c == '.' || c == '?' || c == '!' || c == ':' || c == 0x2026 || c == 0x3002 ||
+           c == 0xff01 || c == 0xff1a || c == 0xff1f;
+}
+
+static bool sym_currency(long c)
+{
+    return c == '$' || c == 0xa2 || c == 0xa3 || c == 0xa5 || c == 0x20ac || c == 0x20b9 ||
+           c == 0x20a9 || c == 0x20bd;
+}
+
+/* One code point as it is compared: the dashes and the minus sign are '-'. */
+static long sym_fold(long c)
+{
+    return c == 0x2010 || c == 0x2011 || c == 0x2012 || c == 0x2013 || c == 0x2212 ? '-' : c;
+}
+
+static bool tok_is_word(const struct gdoc *d, size_t i, size_t min)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    return t->kind != TEXT_NUM && (t->flags & TEXT_F_ALPHA) && !(t->flags & TEXT_F_DIGIT) &&
+           t->len >= min;
+}
+
+/*
+ * Whether the symbols s[0..n) between tokens l and r (either may be -1) are
+ * a joiner of two words: self-learn, COVID-19, iPhone/Android, R&D, U.S,
+ * rent + bills, Stream | Watch.
+ */
+static bool sym_joiner(const struct gdoc *d, const long *s, size_t n, long l, long r)
+{
+    if (n != 1 || l < 0 || r < 0)
+        return false;
+    size_t a = (size_t)l, b = (size_t)r;
+    switch (s[0]) {
+    case '-':
+        return tok_is_word(d, a, 2) || tok_is_word(d, b, 2);
+    case '.':
+        return tok_is_word(d, a, 1) || tok_is_word(d, b, 1); /* "no.1", "e.g", "node.js" */
+    case '/':
+    case '+':
+        return tok_is_word(d, a, 2) && tok_is_word(d, b, 2);
+    case '&':
+    case '_':
+    case '|':
+    case ':':
+        return tok_is_word(d, a, 1) && tok_is_word(d, b, 1);
+    default:
+        return false;
+    }
+}
+
+static bool sym_arrow(const long *s, size_t n)
+{
+    return (n == 2 && (s[0] == '-' || s[0] == '=') && s[1] == '>') ||
+           (n == 1 && (s[0] == 0x2192 || s[0] == 0x21d2));
+}
+
+/* Only characters of set (a NUL-terminated ASCII list) in s[0..n), n >= 1. */
+static bool sym_only(const long *s, size_t n, const char *set)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] <= 0 || s[i] > 0x7e || strchr(set, (int)s[i]) == NULL)
+            return false;
+    return n > 0;
+}
+
+/*
+ * Symbols that carry no meaning where they stand: a joiner of two words
+ * (written against both or against neither), an arrow (the direction
+ * guard's), emphasis written against one side of a word (*US*, **bold**,
+ * _it_), a dash at either end of the text.
+ */
+static bool sym_prose(const struct gdoc *d, const long *s, size_t n, long l, long r, bool att_l,
+                      bool att_r)
+{
+    if (sym_arrow(s, n))
+        return true;
+    if (sym_joiner(d, s, n, l, r) &&
+        (att_l == att_r || (tok_is_word(d, (size_t)l, 2) && tok_is_word(d, (size_t)r, 2))))
+        return true; /* "merchant account/ payment gateway" too */
+    if (att_l != att_r && sym_only(s, n, "*_~") && tok_is_word(d, (size_t)(att_l ? l : r), 1))
+        return true;
+    return !att_l && !att_r && (l < 0 || r < 0) && sym_only(s, n, "-");
+}
+
+static void syms_add(struct syms *sy, uint64_t f)
+{
+    sy->total++;
+    if (sy->n < SYM_MAX)
+        sy->f[sy->n++] = f;
+    else
+        sy->more += f;
+}
+
+/*
+ * The feature of the gap g[0..n) between token l and token r (-1: none).
+ * Pieces are the gap's runs between white space; each is cleaned, and the
+ * non-empty ones are joined.
+ */
+static void gap_symbols(const struct gdoc *d, const char *g, size_t n, long l, long r,
+                        struct syms *sy)
+{
+    long s[SYM_PIECE_MAX];
+    size_t m = 0, i = 0;
+    uint64_t rest = PC_FNV_SEED; /* what does not fit in s[], hashed as written */
+    bool att_l = false, att_r = false, any = false;
+    while (i < n) {
+        long c;
+        size_t k = utf8_cp(g + i, n - i, &c);
+        if (sym_space(c)) {
+            i += k;
+            continue;
+        }
+        size_t start = i, pm = m; /* one piece: [start, i) */
+        while (i < n) {
+            k = utf8_cp(g + i, n - i, &c);
+            if (sym_space(c))
+                break;
+            c = sym_fold(c);
+            if (!sym_noise(c) && m < SYM_PIECE_MAX)
+                s[m++] = c;
+            else if (!sym_noise(c))
+                rest = pc_fnv1a(rest, g + i, k);
+            i += k;
+        }
+        bool left = start == 0 && l >= 0, right = i == n && r >= 0;
+        while (!right && m > pm && sym_stop(s[m - 1]))
+            m--; /* "word." "word?!" "Recovery:" */
+        size_t lead = pm;
+        while (!left && lead < m && sym_stop(s[lead]))
+            lead++;
+        if (lead == m)
+            m = pm; /* "...and", but not "../src" */
+        /* "$5", "-$5", "$ 5", "5%", "100 °F", "2000$": the numbers guard reads those */
+        bool num_r = r >= 0 && tok_is_number(d, (size_t)r),
+             num_l = l >= 0 && tok_is_number(d, (size_t)l);
+        for (size_t j = pm; j < m; j++)
+            if ((num_r && sym_currency(s[j])) ||
+                (num_l && (sym_currency(s[j]) || s[j] == '%' || s[j] == 0xb0 || s[j] == 0x2030)))
+                s[j] = 0;
+        if (right && !left && m > pm && (s[pm] == '#' || s[pm] == '@'))
+            s[pm] = 0; /* "#1", "#tag", "@name" */
+        size_t kept = pm;
+        for (size_t j = pm; j < m; j++)
+            if (s[j] != 0)
+                s[kept++] = s[j];
+        m = kept;
+        if (m > pm) {
+            att_l = any ? att_l : left;
+            att_r = right;
+            any = true;
+        }
+    }
+    if (!any && rest == PC_FNV_SEED)
+        return;
+    if (m > 0 && sym_prose(d, s, m, l, r, att_l, att_r))
+        return;
+    /*
+     * Bound to a side it is written against; written apart from both, to
+     * each side that is not a function word ("x > 5", "b - a", but "between
+     * & and &&" binds & to between only).
+     */
+    bool apart = !att_l && !att_r;
+    bool bind_l = att_l || (apart && l >= 0 && !is_func(d, (size_t)l));
+    bool bind_r = att_r || (apart && r >= 0 && !is_func(d, (size_t)r));
+    uint64_t h = pc_fnv1a(rest, s, m * sizeof s[0]);
+    h = pc_fnv1a(h, "|", 1);
+    uint64_t hl = bind_l && l >= 0 ? d->h[l] : 0, hr = bind_r && r >= 0 ? d->h[r] : 0;
+    h = pc_fnv1a(h, &hl, sizeof hl);
+    h = pc_fnv1a(h, &hr, sizeof hr);
+    syms_add(sy, h);
+}
+
+/* A gap that holds a letter or digit was not tokenized (a long text's middle): skipped. */
+static bool gap_untokenized(const char *g, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)g[i];
+        if ((c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z'))
+            return true;
+    }
+    return false;
+}
+
+static void symbols_of(const struct gdoc *d, struct syms *sy)
+{
+    sy->n = sy->total = 0;
+    sy->more = 0;
+    const char *at = d->text;
+    for (size_t k = 0; k <= d->t.n; k++) {
+        const char *end = k < d->t.n ? d->t.tok[k].raw : d->text + d->len;
+        if (end > at && !gap_untokenized(at, (size_t)(end - at)))
+            gap_symbols(d, at, (size_t)(end - at), (long)k - 1, k < d->t.n ? (long)k : -1, sy);
+        if (k < d->t.n) {
+            const char *e = d->t.tok[k].raw + d->t.tok[k].raw_len;
+            at = e > at ? e : at;
+        }
+    }
+    qsort(sy->f, sy->n, sizeof sy->f[0], u64_cmp);
+}
+
+static bool guard_symbols(const struct gdoc *a, const struct gdoc *b)
+{
+    struct syms *s = pc_malloc(2 * sizeof *s);
+    symbols_of(a, &s[0]);
+    symbols_of(b, &s[1]);
+    bool differ = s[0].total != s[1].total || s[0].more != s[1].more ||
+                  memcmp(s[0].f, s[1].f, s[0].n * sizeof s[0].f[0]) != 0;
+    free(s);
+    return differ;
+}
+
+/* ---- particles ------------------------------------------------------------------------------ */
+
+/*
+ * Opposite particles in the same slot: the same word before them (the verb:
+ * "jumping into" / "jumping out of") or after them (the object: "in the
+ * water" / "out of the water"). A particle is used in a slot when the
+ * content word nearest it on that side (within the sentence) is that word.
+ */
+
+#define PART_MAX 32
+
+struct particle {
+    uint8_t group, side;
+    uint64_t before, after; /* hashes of the nearest content words, 0 = none */
+};
+
+/* The group and side of token i's particle; false when it is none. */
+static bool particle_at(const struct gdoc *d, size_t i, uint8_t *group, uint8_t *side)
+{
+    const struct lex *l = lex_of(d, i, L_PART);
+    if (l == NULL)
+        return false;
+    *group = (uint8_t)l->val;
+    *side = l->sub;
+    return true;
+}
+
+/* The content word nearest token i going by step, within the sentence: its hash or 0. */
+static uint64_t nearest_content(const struct gdoc *d, size_t i, int step)
+{
+    for (long k = (long)i + step; k >= 0 && k < (long)d->t.n; k += step) {
+        const struct text_tok *t = &d->t.tok[k];
+        if (step > 0 && (t->flags & TEXT_F_START))
+            return 0;
+        uint8_t g, sd;
+        if (!is_func(d, (size_t)k) && !(t->flags & TEXT_F_FILLER) &&
+            lex_of(d, (size_t)k, L_NEG) == NULL && !particle_at(d, (size_t)k, &g, &sd))
+            return d->h[k];
+        if (step < 0 && (t->flags & TEXT_F_START))
+            return 0;
+    }
+    return 0;
+}
+
+static size_t particles_of(const struct gdoc *d, struct particle *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->t.n && n < PART_MAX; i++) {
+        uint8_t g, sd;
+        if (particle_at(d, i, &g, &sd))
+            p[n++] = (struct particle){g, sd, nearest_content(d, i, -1), nearest_content(d, i, 1)};
+    }
+    return n;
+}
+
+static bool same_slot(const struct particle *x, const struct particle *y)
+{
+    return x->group == y->group &&
+           ((x->before != 0 && x->before == y->before) || (x->after != 0 && x->after == y->after));
+}
+
+/* Whether ps has a particle of x's group on side `side` in x's slot. */
+static bool slot_has(const struct particle *ps, size_t n, const struct particle *x, uint8_t side)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ps[i].side == side && same_slot(&ps[i], x))
+            return true;
+    return false;
+}
+
+static bool guard_particles(const struct gdoc *a, const struct gdoc *b)
+{
+    struct particle pa[PART_MAX], pb[PART_MAX];
+    size_t na = particles_of(a, pa), nb = particles_of(b, pb);
+    for (size_t i = 0; i < na; i++)
+        for (size_t j = 0; j < nb; j++)
+            if (pa[i].side != pb[j].side && same_slot(&pa[i], &pb[j]) &&
+                !slot_has(pa, na, &pb[j], pb[j].side) && !slot_has(pb, nb, &pa[i], pa[i].side))
+                return true;
+    return false;
+}
+
+/* ---- opposites from WordNet -------------------------------------------------------------------
+ */
+
+static bool has_lemma(const struct gdoc *d, uint16_t x)
+{
+    return bsearch(&x, d->lemmas, d->nlemmas, sizeof x, u16_cmp) != NULL;
+}
+
+/* The first pair whose a is x. */
+static size_t pairs_from(uint16_t x)
+{
+    size_t lo = 0, hi = wordnet_npairs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (wordnet_pairs[mid].a < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static bool token_is_lemma(const struct gdoc *d, size_t i, uint16_t x)
+{
+    for (int k = 0; k < d->wn_n[i]; k++)
+        if (wordnet_forms[d->wn[i] + k].lemma == x)
+            return true;
+    return false;
+}
+
+/*
+ * Whether a token of a with lemma x and one of b with lemma y stand in the
+ * same place: the content word nearest them on one side is the same ("the
+ * sink is empty" / "the sink is full"), so that two long texts that happen
+ * to use give and take far apart are not opposites.
+ */
+static bool same_place(const struct gdoc *a, uint16_t x, const struct gdoc *b, uint16_t y)
+{
+    for (size_t i = 0; i < a->t.n; i++) {
+        if (a->wn[i] < 0 || !token_is_lemma(a, i, x))
+            continue;
+        uint64_t before = nearest_content(a, i, -1), after = nearest_content(a, i, 1);
+        for (size_t j = 0; j < b->t.n; j++)
+            if (b->wn[j] >= 0 && token_is_lemma(b, j, y) &&
+                ((before != 0 && before == nearest_content(b, j, -1)) ||
+                 (after != 0 && after == nearest_content(b, j, 1))))
+                return true;
+    }
+    return false;
+}
+
+/*
+ * One text uses a word whose opposite (of this kind) the other uses in the
+ * same place, and neither uses both: "a sink that is empty" / "a sink that
+ * is full". The pairs are listed both ways round: one direction suffices.
+ */
+static bool opposite_lemmas(const struct gdoc *a, const struct gdoc *b, int kind)
+{
+    for (size_t i = 0; i < a->nlemmas; i++) {
+        uint16_t x = a->lemmas[i];
+        if (has_lemma(b, x))
+            continue;
+        for (size_t k = pairs_from(x); k < wordnet_npairs && wordnet_pairs[k].a == x; k++) {
+            uint16_t y = wordnet_pairs[k].b;
+            if (wordnet_pairs[k].kind == kind && has_lemma(b, y) && !has_lemma(a, y) &&
+                same_place(a, x, b, y))
+                return true;
+        }
+    }
+    return false;
+}
+
+/* Opposites, unless one negation makes them say the same (see guard_negation). */
+static bool guard_wordnet(const struct gdoc *a, const struct gdoc *b)
+{
+    return opposite_lemmas(a, b, WN_ANTONYM) && !negated_once(a, b);
+}
+
+static bool guard_affixes(const struct gdoc *a, const struct gdoc *b)
+{
+    return opposite_lemmas(a, b, WN_NEGATION) && !negated_once(a, b);
+}
+
+/* ---- intent ------------------------------------------------------------------------------------
+ */
+
+/*
+ * Words that turn what is asked for into its undoing or avoidance: "how to
+ * start X" / "how to prevent X", "performing" / "failing to perform". Each
+ * text counts them; a text whose count differs asks the opposite, unless a
+ * negation makes up the difference ("fails to start" / "does not start").
+ */
+static bool intent_at(const struct gdoc *d, size_t i)
+{
+    if (text_is(&d->t, i, "instead"))
+        return i + 1 < d->t.n && text_is(&d->t, i + 1, "of");
+    return lex_of(d, i, L_INTENT) != NULL;
+}
+
+/* The intent words of d that o has not (typos allowed: appears_in). */
+static size_t intents_unmatched(const struct gdoc *d, const struct gdoc *o)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->t.n; i++)
+        n += intent_at(d, i) && !appears_in(d, i, o);
+    return n;
+}
+
+static size_t intents_of(const struct gdoc *d)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->t.n; i++)
+        n += intent_at(d, i);
+    return n;
+}
+
+static bool guard_intent(const struct gdoc *a, const struct gdoc *b)
+{
+    size_t ua = intents_unmatched(a, b), ub = intents_unmatched(b, a);
+    if (ua == ub)
+        return false;
+    return intents_of(a) + negations_of(a) != intents_of(b) + negations_of(b);
+}
+
+/* ---- verbs -------------------------------------------------------------------------------------
+ */
+
+#define VERBS_MAX 16
+
+/* The progressive verbs of d ("is running"): their tokens. */
+static size_t verbs_of(const struct gdoc *d, size_t *v)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->t.n && n < VERBS_MAX; i++)
+        if (progressive_at(d, i))
+            v[n++] = i;
+    return n;
+}
+
+/* Whether tokens i of a and j of b can name one thing: the same word, lemma or similar. */
+static bool words_alike(const struct gdoc *a, size_t i, const struct gdoc *b, size_t j)
+{
+    size_t n = a->t.tok[i].len, m = b->t.tok[j].len;
+    if (a->h[i] == b->h[j] ||
+        (PC_MAX(n, m) >= 5 && one_edit(text_str(&a->t, i), n, text_str(&b->t, j), m)))
+        return true; /* the same word, or a typo of it */
+    for (int x = 0; x < a->wn_n[i]; x++) {
+        uint16_t la = wordnet_forms[a->wn[i] + x].lemma;
+        if (token_is_lemma(b, j, la))
+            return true;
+        for (size_t k = pairs_from(la); k < wordnet_npairs && wordnet_pairs[k].a == la; k++)
+            if (wordnet_pairs[k].kind == WN_SIMILAR && token_is_lemma(b, j, wordnet_pairs[k].b))
+                return true;
+    }
+    return false;
+}
+
+/* Every verb of va (in a) has one alike in vb (in b). */
+static bool verbs_covered(const struct gdoc *a, const size_t *va, size_t na, const struct gdoc *b,
+                          const size_t *vb, size_t nb)
+{
+    for (size_t i = 0; i < na; i++) {
+        bool alike = false;
+        for (size_t j = 0; j < nb && !alike; j++)
+            alike = words_alike(a, va[i], b, vb[j]);
+        if (!alike)
+            return false;
+    }
+    return true;
+}
+
+/*
+ * The action differs: as many progressive verbs on each side, and one that
+ * has no counterpart of the same meaning on the other ("a dog is running
+ * through the leaves" / "a dog is resting in the leaves"; but "a woman is
+ * cutting an onion" / "a woman is slicing an onion" pass: WordNet's
+ * similar verbs).
+ */
+static bool guard_verbs(const struct gdoc *a, const struct gdoc *b)
+{
+    size_t va[VERBS_MAX], vb[VERBS_MAX];
+    size_t na = verbs_of(a, va), nb = verbs_of(b, vb);
+    return na == nb && na > 0 &&
+           !(verbs_covered(a, va, na, b, vb, nb) && verbs_covered(b, vb, nb, a, va, na));
+}
+
+/* ---- rank
+ * ---------------------------------------------------------------------------------------- */
+
+/*
+ * Where a thing stands in an order. An ordinal or rank word (second, third,
+ * last, next, previous...) that only one text puts before a word both use
+ * ("the closest station" / "the second closest station"), or one adjective
+ * both use, a superlative in one text only ("cheap flights" / "the
+ * cheapest flights": WordNet's degrees). Swaps between members of one group
+ * (first/last, more/less, best/worst) are the antonyms guard's.
+ */
+/* The lemma and degree of token i when it is an adjective in WordNet; false otherwise. */
+static bool adjective_at(const struct gdoc *d, size_t i, uint16_t *lemma, unsigned *degree)
+{
+    for (int k = 0; d->wn[i] >= 0 && k < d->wn_n[i]; k++) {
+        const struct wordnet_form *f = &wordnet_forms[d->wn[i] + k];
+        if (f->pos == 'a') {
+            *lemma = f->lemma;
+            *degree = f->degree;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* An ordinal of a that o lacks, before a word o has too. */
+static bool rank_added(const struct gdoc *a, const struct gdoc *o)
+{
+    for (size_t i = 0; i + 1 < a->t.n; i++)
+        if (lex_of(a, i, L_RANK) != NULL && !appears_in(a, i, o) && appears_in(a, i + 1, o) &&
+            !is_func(a, i + 1))
+            return true;
+    return false;
+}
+
+#define ADJ_MAX 256
+
+/* d's adjectives as (lemma << 1 | superlative), sorted, distinct. */
+static size_t adjectives_of(const struct gdoc *d, uint32_t *adj)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->t.n && n < ADJ_MAX; i++) {
+        uint16_t lemma;
+        unsigned degree;
+        if (adjective_at(d, i, &lemma, &degree))
+            adj[n++] = (uint32_t)lemma << 1 | (degree == 2);
+    }
+    qsort(adj, n, sizeof *adj, u32_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || adj[k - 1] != adj[i])
+            adj[k++] = adj[i];
+    return k;
+}
+
+static bool has_u32(const uint32_t *v, size_t n, uint32_t x)
+{
+    return bsearch(&x, v, n, sizeof x, u32_cmp) != NULL;
+}
+
+/* An adjective both texts use, as a superlative in one of them only ("cheap" / "cheapest"). */
+static bool superlative_differs(const struct gdoc *a, const struct gdoc *b)
+{
+    uint32_t *x = pc_malloc(2 * ADJ_MAX * sizeof *x), *y = x + ADJ_MAX;
+    size_t nx = adjectives_of(a, x), ny = adjectives_of(b, y);
+    bool differs = false;
+    for (size_t i = 0; i < nx && !differs; i++) {
+        uint32_t other = x[i] ^ 1; /* the same lemma at the other degree */
+        differs = has_u32(y, ny, other) && !has_u32(y, ny, x[i]) && !has_u32(x, nx, other);
+    }
+    free(x);
+    return differs;
+}
+
+static bool guard_rank(const struct gdoc *a, const struct gdoc *b)
+{
+    return rank_added(a, b) || rank_added(b, a) || superlative_differs(a, b);
 }
 
 /* ---- the check ------------------------------------------------------------------------------ */
@@ -1123,6 +2233,10 @@ static guard_fn *const guard_fns[GUARD__COUNT] = {
     [GUARD_DATES] = guard_dates,         [GUARD_LENGTH] = guard_length,
     [GUARD_DIRECTION] = guard_direction, [GUARD_QUESTION] = guard_question,
     [GUARD_EXTRA] = guard_extra,         [GUARD_SWAP] = guard_swap,
+    [GUARD_SYMBOLS] = guard_symbols,     [GUARD_PARTICLES] = guard_particles,
+    [GUARD_WORDNET] = guard_wordnet,     [GUARD_AFFIXES] = guard_affixes,
+    [GUARD_INTENT] = guard_intent,       [GUARD_VERBS] = guard_verbs,
+    [GUARD_RANK] = guard_rank,
 };
 
 int guard_check(const char *a, size_t alen, const char *b, size_t blen, unsigned mask)

@@ -50,9 +50,13 @@ void migrate_script(size_t i, struct pc_buf *out)
                   m->version, m->name);
     pc_buf_append_str(out, m->body);
     pc_buf_append_str(out, "\nend\n"
-                           "migration()\n"
+                           "local meta = migration()\n"
                            "redis.call('SET', KEYS[1], ARGV[2])\n"
-                           "return tonumber(ARGV[2])\n");
+                           "local out = {tonumber(ARGV[2]), 'migrated_at', ARGV[3]}\n"
+                           "for _, v in ipairs(type(meta) == 'table' and meta or {}) do\n"
+                           "  out[#out + 1] = tostring(v)\n"
+                           "end\n"
+                           "return out\n");
 }
 
 /* EVAL script 1 PC_SCHEMA_KEY from to now: migration i goes from version i to i + 1. */
@@ -96,6 +100,35 @@ int migrate_parse_version(const redisReply *r, long *v, char *err, size_t errlen
     return 0;
 }
 
+bool migrate_reply_applied(const redisReply *r)
+{
+    return r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+           r->element[0]->type == REDIS_REPLY_INTEGER;
+}
+
+#define META_TEXT_MAX 64
+
+void migrate_meta_from(const redisReply *r, struct migrate_meta *m)
+{
+    m->argc = 0;
+    if (!migrate_reply_applied(r) || r->elements < 3 || (r->elements - 1) % 2 != 0 ||
+        (r->elements - 1) / 2 > MIGRATE_META_MAX)
+        return;
+    for (size_t i = 1; i < r->elements; i++)
+        if (r->element[i]->type != REDIS_REPLY_STRING || r->element[i]->len == 0 ||
+            r->element[i]->len > META_TEXT_MAX)
+            return;
+    m->argv[0] = "HSET";
+    m->lens[0] = 4;
+    m->argv[1] = PC_META_KEY;
+    m->lens[1] = strlen(PC_META_KEY);
+    for (size_t i = 1; i < r->elements; i++) {
+        m->argv[1 + i] = r->element[i]->str;
+        m->lens[1 + i] = r->element[i]->len;
+    }
+    m->argc = (int)r->elements + 1;
+}
+
 /* --- promptcache migrate ------------------------------------------------------ */
 
 static int cli_version(struct rcli *k, long *v)
@@ -110,6 +143,18 @@ static int cli_version(struct rcli *k, long *v)
         rcli_error(k, "%s: %s", k->where, err);
     freeReplyObject(r);
     return rc;
+}
+
+/* Record what an applied migration asks for in pc:meta; a failure is only reported. */
+static void cli_meta(struct rcli *k, const redisReply *applied)
+{
+    struct migrate_meta mm;
+    migrate_meta_from(applied, &mm);
+    if (mm.argc == 0)
+        return;
+    redisReply *r = rcli_command(k, "HSET " PC_META_KEY, mm.argc, mm.argv, mm.lens);
+    if (r != NULL)
+        freeReplyObject(r);
 }
 
 /* The EVAL got no reply (errnum: errno right after the call). */
@@ -133,6 +178,12 @@ static int cli_apply(struct rcli *k, size_t i)
 {
     struct migrate_eval e;
     int rc = 0;
+    if (rcli_route(k, PC_SCHEMA_KEY, strlen(PC_SCHEMA_KEY)) < 0) { /* cluster: its node */
+        char why[sizeof(k->errmsg)];
+        snprintf(why, sizeof(why), "%s", k->errmsg); /* "WHERE: why" */
+        rcli_error(k, "%s", why);
+        return -1;
+    }
     migrate_eval_init(&e, i);
     redisSetTimeout(k->rc, pc_timeval_ms(CLI_EVAL_TIMEOUT_MS));
     redisReply *r = redisCommandArgv(k->rc, MIGRATE_EVAL_ARGC, e.argv, e.lens);
@@ -147,6 +198,7 @@ static int cli_apply(struct rcli *k, size_t i)
         rc = -1;
     } else {
         printf("applied %04ld %s\n", pc_migrations[i].version, pc_migrations[i].name);
+        cli_meta(k, r);
     }
     if (r != NULL)
         freeReplyObject(r);

@@ -20,6 +20,12 @@
  * Stopping: the flag is set, the writer's condition is signalled and the
  * reader's socket is shut down under its mutex, so a thread blocked in
  * XREAD returns at once; both threads then leave their loops and are joined.
+ *
+ * Each thread's connection is a struct rcli: with cluster:// the stream and
+ * each replica's set live on their own slots, so the writer sends the XADDs
+ * of a batch as one pipeline and each replica's ZADDs as another, each to
+ * the node of its key (one and the same connection otherwise), and a MOVED
+ * among the replies makes it connect anew (the slot map is read again).
  */
 #include "pc_psync.h"
 #include "pc_chain.h"
@@ -86,10 +92,10 @@ struct rec {
 
 /* A blocking connection of one thread. */
 struct conn {
-    redisContext *rc;
     const char *who; /* "writer", "reader" (log lines) */
+    struct rcli k;   /* quiet; k.rc: the connection of the key routed to last */
+    bool open;
     uint64_t failed_logged_ms;
-    size_t next_sentinel; /* sentinel:// : the one to ask first */
 };
 
 struct psync {
@@ -99,6 +105,7 @@ struct psync {
     struct stats stats;
     unsigned char instance[8]; /* random id of this process, to skip its own records */
     struct rurl url;
+    char *redis; /* the URL, with its secrets: for rcli_open */
     char *where; /* the URL without its secrets */
     size_t keep; /* members kept per replica set */
 
@@ -120,9 +127,8 @@ struct psync {
 
 static void conn_close(struct conn *c)
 {
-    if (c->rc != NULL)
-        redisFree(c->rc);
-    c->rc = NULL;
+    rcli_close(&c->k); /* keeps k's sentinel to ask first */
+    c->open = false;
 }
 
 static void conn_failed(struct psync *ps, struct conn *c, const char *why)
@@ -137,21 +143,44 @@ static void conn_failed(struct psync *ps, struct conn *c, const char *why)
     conn_close(c);
 }
 
-/* Connect (following a sentinel:// URL to the primary of now); false after counting why. */
+/* A failure of the connection that k says why: counted, logged (the URL once), closed. */
+static void conn_failed_k(struct psync *ps, struct conn *c)
+{
+    char why[sizeof(c->k.errmsg)];
+    size_t wl = strlen(ps->where);
+    const char *msg = c->k.errmsg;
+    if (strncmp(msg, ps->where, wl) == 0 && msg[wl] == ':' && msg[wl + 1] == ' ')
+        msg += wl + 2;
+    snprintf(why, sizeof(why), "%s", msg);
+    conn_failed(ps, c, why);
+}
+
+/*
+ * Connect (following a sentinel:// URL to the primary of now, or reading a
+ * cluster's slot map); false after counting why.
+ */
 static bool conn_open(struct psync *ps, struct conn *c)
 {
-    char err[320], addr[300];
-    c->rc =
-        rcli_dial(&ps->url, IO_TIMEOUT_MS, &c->next_sentinel, addr, sizeof(addr), err, sizeof(err));
-    if (c->rc == NULL) {
-        conn_failed(ps, c, err);
+    c->k.quiet = true;
+    if (rcli_open(&c->k, ps->redis, IO_TIMEOUT_MS, "psync") < 0) {
+        conn_failed_k(ps, c);
         return false;
     }
+    c->open = true;
     if (c->failed_logged_ms != 0)
         log_info("prefix index sharing (%s): redis %s reachable again (%s)", c->who, ps->where,
-                 addr);
+                 c->k.where);
     c->failed_logged_ms = 0;
     return true;
+}
+
+/* The connection to the server of key (a cluster's node; else the one); NULL after counting. */
+static redisContext *conn_for(struct psync *ps, struct conn *c, const char *key, size_t klen)
+{
+    if (rcli_route(&c->k, key, klen) == 0)
+        return c->k.rc;
+    conn_failed_k(ps, c);
+    return NULL;
 }
 
 /* Sleep ms unless stopping; false once stopping. Caller does not hold mu. */
@@ -185,7 +214,7 @@ static bool is_stopping(struct psync *ps)
 static bool conn_ensure(struct psync *ps, struct conn *c)
 {
     int64_t backoff = BACKOFF_MIN_MS;
-    while (c->rc == NULL) {
+    while (!c->open) {
         if (is_stopping(ps))
             return false;
         if (conn_open(ps, c))
@@ -370,38 +399,63 @@ static bool format_zadd(struct psync *ps, const struct rec *r, struct pc_buf *ke
     return true;
 }
 
-/* Send a batch as one pipeline; false if the connection failed. */
-static bool publish(struct psync *ps, struct conn *c, const struct rec *batch)
+/*
+ * Send n commands (cmd, RESP) as one pipeline to the server of key and read
+ * their replies (an error reply clears *ok); false if the connection failed.
+ */
+static bool pipeline(struct psync *ps, struct conn *c, const char *key, size_t klen,
+                     const struct pc_buf *cmd, int n, bool *ok)
 {
-    struct pc_buf cmd = PC_BUF_INIT, key = PC_BUF_INIT;
-    int sent = 0, records = 0;
-    for (const struct rec *r = batch; r != NULL; r = r->next, records++) {
-        format_xadd(ps, r, &cmd);
-        sent += 2 + format_zadd(ps, r, &key, &cmd);
-    }
-    int rc = redisAppendFormattedCommand(c->rc, cmd.data, cmd.len);
-    pc_buf_free(&cmd);
-    pc_buf_free(&key);
-    if (rc != REDIS_OK) {
+    redisContext *rc = conn_for(ps, c, key, klen);
+    if (rc == NULL)
+        return false;
+    if (redisAppendFormattedCommand(rc, cmd->data, cmd->len) != REDIS_OK) {
         conn_failed(ps, c, "out of memory");
         return false;
     }
-    bool ok = true, readonly = false;
-    for (int i = 0; i < sent; i++) {
+    bool elsewhere = false;
+    for (int i = 0; i < n; i++) {
         void *reply = NULL;
-        if (redisGetReply(c->rc, &reply) != REDIS_OK) {
-            conn_failed(ps, c, c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+        if (redisGetReply(rc, &reply) != REDIS_OK) {
+            conn_failed(ps, c, rc->errstr[0] ? rc->errstr : "connection lost");
             return false;
         }
         if (((redisReply *)reply)->type == REDIS_REPLY_ERROR)
-            ok = false;
-        readonly = readonly || sentinel_readonly(reply);
+            *ok = false;
+        elsewhere = elsewhere || sentinel_readonly(reply) || rcli_redirected(reply);
         freeReplyObject(reply);
     }
-    if (readonly) { /* a failover: the next batch goes to the primary of now */
-        conn_failed(ps, c, "the server turned into a replica (READONLY)");
+    if (elsewhere) { /* a failover or a reshard: the next batch goes where the data is now */
+        conn_failed(ps, c, "the server turned into a replica or the slot moved (READONLY, MOVED)");
         return false;
     }
+    return true;
+}
+
+/* Send a batch: the XADDs, then each replica's ZADDs; false if the connection failed. */
+static bool publish(struct psync *ps, struct conn *c, const struct rec *batch)
+{
+    struct pc_buf cmd = PC_BUF_INIT, key = PC_BUF_INIT;
+    int n = 0, records = 0;
+    bool ok = true;
+    for (const struct rec *r = batch; r != NULL; r = r->next, records++, n++)
+        format_xadd(ps, r, &cmd);
+    bool sent = pipeline(ps, c, PSYNC_STREAM, strlen(PSYNC_STREAM), &cmd, n, &ok);
+    for (size_t rep = 0; sent && rep < route_count(ps->route); rep++) {
+        pc_buf_reset(&cmd);
+        n = 0;
+        for (const struct rec *r = batch; r != NULL; r = r->next)
+            if (r->rep == rep)
+                n += 1 + format_zadd(ps, r, &key, &cmd);
+        if (n > 0) {
+            set_key(ps, rep, &key);
+            sent = pipeline(ps, c, key.data, key.len, &cmd, n, &ok);
+        }
+    }
+    pc_buf_free(&cmd);
+    pc_buf_free(&key);
+    if (!sent)
+        return false;
     if (!ok)
         stats_incr(&ps->stats, STAT_prefix_sync_errors);
     stats_add(&ps->stats, STAT_prefix_sync_published, records);
@@ -412,7 +466,7 @@ static void *writer_main(void *arg)
 {
     struct psync *ps = arg;
     PC_CHECK_OBJ(ps, PSYNC_MAGIC);
-    struct conn c = {NULL, "writer", 0, 0};
+    struct conn c = {.who = "writer"};
     struct rec *batch;
     while ((batch = take_batch(ps)) != NULL) {
         /* Redis away: the batch is dropped rather than kept growing. */
@@ -503,10 +557,14 @@ static bool restore_replica(struct psync *ps, struct conn *c, size_t rep)
     set_key(ps, rep, &key);
     char start[24];
     snprintf(start, sizeof(start), "-%zu", ps->keep);
-    redisReply *r = redisCommand(c->rc, "ZRANGE %b %s -1 WITHSCORES", key.data, key.len, start);
+    redisContext *rc = conn_for(ps, c, key.data, key.len);
+    redisReply *r =
+        rc ? redisCommand(rc, "ZRANGE %b %s -1 WITHSCORES", key.data, key.len, start) : NULL;
     pc_buf_free(&key);
+    if (rc == NULL)
+        return false;
     if (r == NULL) {
-        conn_failed(ps, c, c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+        conn_failed(ps, c, rc->errstr[0] ? rc->errstr : "connection lost");
         return false;
     }
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
@@ -518,9 +576,12 @@ static bool restore_replica(struct psync *ps, struct conn *c, size_t rep)
 /* The id of the stream's last entry into id ("0-0" when empty); false on failure. */
 static bool stream_end(struct psync *ps, struct conn *c, char *id, size_t idlen)
 {
-    redisReply *r = redisCommand(c->rc, "XREVRANGE " PSYNC_STREAM " + - COUNT 1");
+    redisContext *rc = conn_for(ps, c, PSYNC_STREAM, strlen(PSYNC_STREAM));
+    if (rc == NULL)
+        return false;
+    redisReply *r = redisCommand(rc, "XREVRANGE " PSYNC_STREAM " + - COUNT 1");
     if (r == NULL) {
-        conn_failed(ps, c, c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+        conn_failed(ps, c, rc->errstr[0] ? rc->errstr : "connection lost");
         return false;
     }
     snprintf(id, idlen, "0-0");
@@ -600,10 +661,23 @@ static bool read_stream(struct psync *ps, struct conn *c, char *id, size_t idlen
     /* argv, not a format string: hiredis formats one with a printf per argument */
     const char *argv[] = {"XREAD",       "COUNT",   STR(READ_COUNT), "BLOCK",
                           READ_BLOCK_MS, "STREAMS", PSYNC_STREAM,    id};
-    redisReply *r = redisCommandArgv(c->rc, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
+    redisContext *rc = conn_for(ps, c, PSYNC_STREAM, strlen(PSYNC_STREAM));
+    if (rc == NULL)
+        return false;
+    /* stop shuts this socket down, so a blocked XREAD returns at once */
+    pthread_mutex_lock(&ps->mu);
+    bool stop = ps->stopping;
+    ps->reading = stop ? NULL : rc;
+    pthread_mutex_unlock(&ps->mu);
+    if (stop)
+        return false;
+    redisReply *r = redisCommandArgv(rc, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
+    pthread_mutex_lock(&ps->mu);
+    ps->reading = NULL;
+    pthread_mutex_unlock(&ps->mu);
     if (r == NULL) {
         if (!is_stopping(ps))
-            conn_failed(ps, c, c->rc->errstr[0] ? c->rc->errstr : "connection lost");
+            conn_failed(ps, c, rc->errstr[0] ? rc->errstr : "connection lost");
         return false;
     }
     /* [[stream, [[id, [field, value, ...]], ...]]], or nil after BLOCK ms of nothing. */
@@ -632,13 +706,7 @@ static bool read_stream(struct psync *ps, struct conn *c, char *id, size_t idlen
 /* A new connection: note where the stream ends, catch up from the sets, then follow. */
 static bool reader_connect(struct psync *ps, struct conn *c, char *id, size_t idlen)
 {
-    if (!conn_ensure(ps, c))
-        return false;
-    pthread_mutex_lock(&ps->mu);
-    ps->reading = c->rc;
-    bool stop = ps->stopping;
-    pthread_mutex_unlock(&ps->mu);
-    if (stop || !stream_end(ps, c, id, idlen))
+    if (!conn_ensure(ps, c) || is_stopping(ps) || !stream_end(ps, c, id, idlen))
         return false;
     for (size_t rep = 0; rep < route_count(ps->route); rep++)
         if (!restore_replica(ps, c, rep))
@@ -658,7 +726,7 @@ static void *reader_main(void *arg)
 {
     struct psync *ps = arg;
     PC_CHECK_OBJ(ps, PSYNC_MAGIC);
-    struct conn c = {NULL, "reader", 0, 0};
+    struct conn c = {.who = "reader"};
     char id[64];
     while (!is_stopping(ps)) {
         if (!reader_connect(ps, &c, id, sizeof(id))) {
@@ -688,6 +756,7 @@ struct psync *psync_create(const struct conf *c, struct route *route, char *err,
         return NULL;
     }
     ps->where = rurl_format(&ps->url, false);
+    ps->redis = pc_strdup(c->redis);
     if (getrandom(ps->instance, sizeof(ps->instance), 0) != (ssize_t)sizeof(ps->instance)) {
         uint64_t x = pc_mono_us() ^ ((uint64_t)pc_wall_ms() << 20) ^ (uint64_t)getpid();
         memcpy(ps->instance, &x, sizeof(x));
@@ -765,6 +834,9 @@ void psync_destroy(struct psync **pp)
         pthread_cond_destroy(&ps->queue_cond);
     }
     rurl_free(&ps->url);
+    if (ps->redis != NULL) /* it may hold a password */
+        explicit_bzero(ps->redis, strlen(ps->redis));
+    free(ps->redis);
     free(ps->where);
     ps->magic = 0;
     free(ps);

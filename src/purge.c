@@ -13,6 +13,7 @@
  * a key.
  */
 #include "pc_purge.h"
+#include "pc_cluster.h"
 #include "pc_conf.h"
 #include "pc_l1.h"
 #include "pc_log.h"
@@ -481,21 +482,48 @@ void purge_cancel(struct purge_op **opp)
 
 /* ---- the command ------------------------------------------------------------------ */
 
-/* Send argc/argv as one pipelined command; its reply is read by cli_drain. */
-static void cli_append(struct rcli *k, int argc, const char **argv, const size_t *lens)
+/*
+ * Commands whose replies are judged together (pipe_drain). On a single
+ * server they go out pipelined on the one connection; on a cluster each goes
+ * at once to the node of its key (a pipeline is one connection's), and the
+ * first failure is kept for pipe_drain.
+ */
+struct cli_pipe {
+    struct rcli *k;
+    size_t queued;
+    char failed[256]; /* cluster: the first failure; "" if none */
+};
+
+static void pipe_add(struct cli_pipe *p, int argc, const char **argv, const size_t *lens)
 {
-    redisAppendCommandArgv(k->rc, argc, argv, lens);
+    if (p->k->cl == NULL) {
+        redisAppendCommandArgv(p->k->rc, argc, argv, lens);
+        p->queued++;
+        return;
+    }
+    redisReply *r = rcli_call(p->k, argc, argv, lens);
+    if (p->failed[0] == '\0' && (r == NULL || r->type == REDIS_REPLY_ERROR))
+        snprintf(p->failed, sizeof(p->failed), "%.200s", r != NULL ? r->str : p->k->errmsg);
+    if (r != NULL)
+        freeReplyObject(r);
 }
 
-/* Read n pipelined replies; -1 after a message if one failed. */
-static int cli_drain(struct rcli *k, size_t n, const char *what)
+/* Judge what pipe_add sent; -1 after a message if one failed. */
+static int pipe_drain(struct cli_pipe *p, const char *what)
 {
+    struct rcli *k = p->k;
     int rc = 0;
-    for (size_t i = 0; i < n; i++) {
+    if (p->failed[0] != '\0') {
+        rcli_error(k, "%s: %s failed: %s", k->where, what, p->failed);
+        p->failed[0] = '\0';
+        rc = -1;
+    }
+    for (; p->queued > 0; p->queued--) {
         void *r = NULL;
         if (redisGetReply(k->rc, &r) != REDIS_OK || r == NULL) {
             rcli_error(k, "%s: %s: %s", k->where, what,
                        k->rc->errstr[0] ? k->rc->errstr : "no reply");
+            p->queued = 0;
             return -1;
         }
         if (((redisReply *)r)->type == REDIS_REPLY_ERROR && rc == 0) {
@@ -559,9 +587,10 @@ static int cli_one(struct rcli *k, const char *id, bool dry, long long *n)
     if (dry)
         return 0;
     struct vsync_argv a;
+    struct cli_pipe p = {.k = k};
     vsync_argv_del(&a, tenant, exact);
-    cli_append(k, a.argc, a.argv, a.lens);
-    return cli_drain(k, 1, "XADD del");
+    pipe_add(&p, a.argc, a.argv, a.lens);
+    return pipe_drain(&p, "XADD del");
 }
 
 /* The pick's reply: {unreadable >= 0, odd positions <= nkeys}. */
@@ -644,7 +673,7 @@ static int cli_pick_batch(struct rcli *k, const redisReply *keys, const char *co
     if (r != NULL && !pick_reply_ok(r, b.nkeys)) {
         rcli_error(k, "%s: the pick script's reply is not what it sends", k->where);
     } else if (r != NULL) {
-        size_t events = 0;
+        struct cli_pipe p = {.k = k};
         for (size_t i = 1; i < r->elements && !dry; i++) {
             const redisReply *e = keys->element[(size_t)(r->element[i]->integer - 1) / 2];
             unsigned char tenant[VINDEX_TENANT_LEN], exact[PC_SHA256_LEN];
@@ -653,16 +682,58 @@ static int cli_pick_batch(struct rcli *k, const redisReply *keys, const char *co
                 continue; /* not an entry key: SCAN's pattern keeps them out */
             struct vsync_argv a;
             vsync_argv_del(&a, tenant, exact);
-            cli_append(k, a.argc, a.argv, a.lens);
-            events++;
+            pipe_add(&p, a.argc, a.argv, a.lens);
         }
         *n += (long long)r->elements - 1;
         *unreadable += r->element[0]->integer;
-        rc = cli_drain(k, events, "XADD del");
+        rc = pipe_drain(&p, "XADD del");
     }
     if (r != NULL)
         freeReplyObject(r);
     batch_free(&b, keys->elements);
+    return rc;
+}
+
+struct slot_of {
+    unsigned slot;
+    redisReply *key;
+};
+
+static int slot_of_cmp(const void *a, const void *b)
+{
+    const struct slot_of *x = a, *y = b;
+    return x->slot != y->slot ? (x->slot < y->slot ? -1 : 1) : 0;
+}
+
+/*
+ * A SCAN batch through the pick script: in one EVAL on a single server; on a
+ * cluster one EVAL per slot (a script's keys must share one there; an entry
+ * and its vector record do: one tag).
+ */
+static int cli_pick_slots(struct rcli *k, const redisReply *keys, const char *const args[4],
+                          bool dry, long long *n, long long *unreadable)
+{
+    if (k->cl == NULL)
+        return cli_pick_batch(k, keys, args, dry, n, unreadable);
+    size_t m = keys->elements;
+    struct slot_of *so = pc_malloc(m * sizeof(*so));
+    redisReply **sorted = pc_malloc(m * sizeof(*sorted));
+    for (size_t i = 0; i < m; i++) {
+        so[i].key = keys->element[i];
+        so[i].slot = cluster_slot(so[i].key->str, so[i].key->len);
+    }
+    qsort(so, m, sizeof(*so), slot_of_cmp);
+    for (size_t i = 0; i < m; i++)
+        sorted[i] = so[i].key;
+    int rc = 0;
+    for (size_t g = 0, end; g < m && rc == 0; g = end) {
+        for (end = g + 1; end < m && so[end].slot == so[g].slot; end++)
+            ;
+        redisReply group = {.type = REDIS_REPLY_ARRAY, .elements = end - g, .element = sorted + g};
+        rc = cli_pick_batch(k, &group, args, dry, n, unreadable);
+    }
+    free(sorted);
+    free(so);
     return rc;
 }
 
@@ -698,7 +769,7 @@ static int cli_matching(struct rcli *k, const struct purge_filter *f, bool dry, 
         if (rc < 0)
             rcli_error(k, "%s: SCAN: unexpected reply", k->where);
         else if (r->element[1]->elements > 0)
-            rc = cli_pick_batch(k, r->element[1], args, dry, n, unreadable);
+            rc = cli_pick_slots(k, r->element[1], args, dry, n, unreadable);
         freeReplyObject(r);
         if (rc < 0)
             return -1;
@@ -722,14 +793,15 @@ static int cli_flush_pattern(struct rcli *k, const char *pattern, bool dry, long
         size_t m = rc == 0 ? r->element[1]->elements : 0;
         if (rc < 0)
             rcli_error(k, "%s: SCAN: unexpected reply", k->where);
+        struct cli_pipe p = {.k = k};
         for (size_t i = 0; i < m && !dry; i++) {
             const redisReply *e = r->element[1]->element[i];
             const char *argv2[] = {"UNLINK", e->str};
             size_t lens2[] = {6, e->len};
-            cli_append(k, 2, argv2, lens2);
+            pipe_add(&p, 2, argv2, lens2);
         }
         if (rc == 0 && !dry)
-            rc = cli_drain(k, m, "UNLINK");
+            rc = pipe_drain(&p, "UNLINK");
         *n += (long long)m;
         freeReplyObject(r);
         if (rc < 0)
@@ -757,9 +829,10 @@ static int cli_flush(struct rcli *k, const char *tenant_hex, bool dry, long long
         t[i] = (unsigned char)v;
     }
     struct vsync_argv a;
+    struct cli_pipe p = {.k = k};
     vsync_argv_flush(&a, tenant_hex != NULL ? t : NULL);
-    cli_append(k, a.argc, a.argv, a.lens);
-    return cli_drain(k, 1, "XADD flush");
+    pipe_add(&p, a.argc, a.argv, a.lens);
+    return pipe_drain(&p, "XADD flush");
 }
 
 int purge_cli(const struct conf *c, const struct purge_cli *o)

@@ -7,19 +7,49 @@
  *   redis://, unix:  connect ─▶ [AUTH] ─▶ [SELECT]
  *   sentinel://      sentinel i: get-master-addr-by-name ─▶ connect ─▶
  *                    [AUTH] ─▶ [SELECT] ─▶ ROLE = master? ─ no ─▶ sentinel i + 1
+ *   cluster://       a node (the links, then the seeds): CLUSTER SHARDS (or SLOTS)
+ *                    ─▶ slot map; a command ─▶ slot of its key ─▶ the owner's link
+ *                    (connect ─▶ [AUTH] on first use) ─▶ MOVED: that node, map stale
+ *                                                     ─▶ ASK: ASKING + that node, once
+ *
+ * A cluster client (struct rcli_cluster) owns its map and its links, one per
+ * node it talked to. A link whose connection failed keeps its context (the
+ * caller may still read its errstr) until it is used again, when it is
+ * connected anew, or the map no longer names its node.
  */
 #include "pc_rcli.h"
+#include "pc_cluster.h"
 #include "pc_conf.h"
 #include "pc_sentinel.h"
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 
 #include <hiredis/hiredis.h>
 
 #define RCLI_MIN_TIMEOUT_MS 1000
 #define SENTINEL_MAX_MS     1000 /* a sentinel answers from memory: never wait longer for one */
+#define REDIRECTS_MAX       5    /* MOVED / ASK / TRYAGAIN followed for one command */
+#define TRYAGAIN_MS         20   /* first pause after TRYAGAIN, doubled each time */
+
+struct rcli_link {
+    char host[CLUSTER_HOST_MAX];
+    int port;
+    redisContext *rc; /* NULL: not connected; rc->err set: failed, reconnected on next use */
+};
+
+struct rcli_cluster {
+    struct cluster_map map;
+    bool mapped; /* map holds a slot map read from a node */
+    bool stale;  /* a redirection or a failure said the map is behind: read it again */
+    struct rcli_link *links;
+    size_t nlinks;
+    int64_t timeout_ms;
+};
 
 void rcli_error(struct rcli *k, const char *fmt, ...)
 {
@@ -33,9 +63,14 @@ void rcli_error(struct rcli *k, const char *fmt, ...)
     fprintf(stderr, "promptcache %s: %s\n", k->tool ? k->tool : "", k->errmsg);
 }
 
+static void cluster_free(struct rcli_cluster **clp);
+static redisReply *call(struct rcli *k, int argc, const char **argv, const size_t *lens);
+
 void rcli_close(struct rcli *k)
 {
-    if (k->rc != NULL)
+    if (k->cl != NULL)
+        cluster_free(&k->cl); /* k->rc is one of its links */
+    else if (k->rc != NULL)
         redisFree(k->rc);
     k->rc = NULL;
     rurl_free(&k->url);
@@ -45,9 +80,11 @@ void rcli_close(struct rcli *k)
 redisReply *rcli_command(struct rcli *k, const char *what, int argc, const char **argv,
                          const size_t *lens)
 {
-    redisReply *r = redisCommandArgv(k->rc, argc, argv, lens);
+    redisReply *r = call(k, argc, argv, lens);
     if (r == NULL) {
-        rcli_error(k, "%s: %s: %s", k->where, what, k->rc->errstr[0] ? k->rc->errstr : "no reply");
+        char why[sizeof(k->errmsg)];
+        snprintf(why, sizeof(why), "%s", k->errmsg);
+        rcli_error(k, "%s: %s: %s", k->where, what, why);
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
@@ -166,12 +203,36 @@ static redisContext *dial_sentinel(const struct rurl *u, struct timeval tv, int6
     return rc;
 }
 
+/* cluster:// without routing: the first seed that answers (a node of the cluster). */
+static redisContext *dial_seed(const struct rurl *u, struct timeval tv, char *addr, size_t addrlen,
+                               char *err, size_t errlen)
+{
+    struct pc_buf all = PC_BUF_INIT;
+    redisContext *rc = NULL;
+    for (size_t i = 0; i < u->nseeds && rc == NULL; i++) {
+        char why[320];
+        char *at = rurl_addr_text(u->seeds[i].host, u->seeds[i].port);
+        rc = dial_one(u, u->seeds[i].host, u->seeds[i].port, false, tv, at, why, sizeof(why));
+        if (rc != NULL && addr != NULL)
+            snprintf(addr, addrlen, "%s", at);
+        else if (rc == NULL)
+            pc_buf_printf(&all, "%s%s", all.len ? "; " : "", why);
+        free(at);
+    }
+    if (rc == NULL)
+        snprintf(err, errlen, "%s", pc_buf_cstr(&all));
+    pc_buf_free(&all);
+    return rc;
+}
+
 redisContext *rcli_dial(const struct rurl *u, int64_t timeout_ms, size_t *next_sentinel, char *addr,
                         size_t addrlen, char *err, size_t errlen)
 {
     struct timeval tv = pc_timeval_ms(PC_MAX(timeout_ms, 1));
     if (u->kind == RURL_SENTINEL)
         return dial_sentinel(u, tv, timeout_ms, next_sentinel, addr, addrlen, err, errlen);
+    if (u->kind == RURL_CLUSTER)
+        return dial_seed(u, tv, addr, addrlen, err, errlen);
     char *where = rurl_format(u, false);
     if (addr != NULL) {
         char *at = u->kind == RURL_TCP ? rurl_addr_text(u->tcp.host, u->tcp.port)
@@ -191,15 +252,21 @@ int rcli_connect(struct rcli *k, const struct conf *conf, const char *tool)
     return rcli_open(k, conf->redis, conf->redis_timeout, tool);
 }
 
+static int cluster_open(struct rcli *k, int64_t timeout_ms);
+
 int rcli_open(struct rcli *k, const char *url, int64_t timeout_ms, const char *tool)
 {
     char err[512];
     k->tool = tool;
+    k->rc = NULL; /* callers may hand in a struct they did not zero */
+    k->cl = NULL;
     if (rurl_parse(url, 0, &k->url, err, sizeof(err)) < 0) {
         rcli_error(k, "invalid redis URL: %s", err);
         return -1;
     }
     k->where = rurl_format(&k->url, false);
+    if (k->url.kind == RURL_CLUSTER)
+        return cluster_open(k, PC_MAX(timeout_ms, RCLI_MIN_TIMEOUT_MS));
     char addr[300];
     k->rc = rcli_dial(&k->url, PC_MAX(timeout_ms, RCLI_MIN_TIMEOUT_MS), &k->next_sentinel, addr,
                       sizeof(addr), err, sizeof(err));
@@ -224,4 +291,386 @@ bool rcli_str_is(const struct redisReply *r, const char *s)
     size_t n = strlen(s);
     return (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) && r->len == n &&
            memcmp(r->str, s, n) == 0;
+}
+
+/* --- cluster:// ------------------------------------------------------------------------ */
+
+static void link_close(struct rcli_link *l)
+{
+    if (l->rc != NULL)
+        redisFree(l->rc);
+    l->rc = NULL;
+}
+
+static void cluster_free(struct rcli_cluster **clp)
+{
+    struct rcli_cluster *cl = *clp;
+    *clp = NULL;
+    for (size_t i = 0; i < cl->nlinks; i++)
+        link_close(&cl->links[i]);
+    free(cl->links);
+    cluster_map_free(&cl->map);
+    free(cl);
+}
+
+static struct rcli_link *link_find(struct rcli_cluster *cl, const char *host, int port)
+{
+    for (size_t i = 0; i < cl->nlinks; i++)
+        if (cl->links[i].port == port && strcmp(cl->links[i].host, host) == 0)
+            return &cl->links[i];
+    cl->links = pc_realloc(cl->links, (cl->nlinks + 1) * sizeof(*cl->links));
+    struct rcli_link *l = &cl->links[cl->nlinks++];
+    memset(l, 0, sizeof(*l));
+    snprintf(l->host, sizeof(l->host), "%s", host);
+    l->port = port;
+    return l;
+}
+
+/*
+ * The connection of node host:port, made (AUTH done) if there is none or the
+ * last one failed; NULL with why. The failed context is freed here, so no
+ * one may hold it across this call (k->rc is set again by every caller).
+ */
+static redisContext *link_get(struct rcli *k, const char *host, int port, char *why, size_t n)
+{
+    struct rcli_link *l = link_find(k->cl, host, port);
+    if (l->rc != NULL && l->rc->err == 0)
+        return l->rc;
+    if (k->rc == l->rc)
+        k->rc = NULL;
+    link_close(l);
+    char *at = rurl_addr_text(host, port);
+    struct pc_buf where = PC_BUF_INIT;
+    pc_buf_printf(&where, "cluster node %s", at);
+    l->rc = dial_one(&k->url, host, port, false, pc_timeval_ms(k->cl->timeout_ms),
+                     pc_buf_cstr(&where), why, n);
+    pc_buf_free(&where);
+    free(at);
+    return l->rc;
+}
+
+/* Close the links of nodes the map does not name (a failed-over primary, a seed replica). */
+static void links_prune(struct rcli *k)
+{
+    struct rcli_cluster *cl = k->cl;
+    size_t kept = 0;
+    for (size_t i = 0; i < cl->nlinks; i++) {
+        struct rcli_link *l = &cl->links[i];
+        bool named = false;
+        for (size_t j = 0; j < cl->map.nnodes && !named; j++)
+            named = cl->map.nodes[j].port == l->port && strcmp(cl->map.nodes[j].host, l->host) == 0;
+        if (named) {
+            cl->links[kept++] = *l;
+            continue;
+        }
+        if (k->rc == l->rc)
+            k->rc = NULL;
+        link_close(l);
+    }
+    cl->nlinks = kept;
+}
+
+/* Read the slot map from rc (of a node on host): 0, or -1 with why. */
+static int map_read(struct rcli_cluster *cl, redisContext *rc, const char *host, char *why,
+                    size_t n)
+{
+    struct cluster_map m = {0};
+    bool slots = false; /* CLUSTER SLOTS asked: Redis before 7 */
+    const char *what = "CLUSTER SHARDS";
+    redisReply *r = redisCommand(rc, what);
+    int rv = -1;
+    if (r != NULL && cluster_shards_unknown(r)) {
+        freeReplyObject(r);
+        slots = true;
+        r = redisCommand(rc, what = "CLUSTER SLOTS");
+    }
+    if (r == NULL) {
+        snprintf(why, n, "%s: %s", what, rc->errstr[0] ? rc->errstr : "no reply");
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, n, "%s failed: %.200s", what, r->str);
+    } else {
+        rv = slots ? cluster_map_from_slots(r, host, &m, why, n)
+                   : cluster_map_from_shards(r, host, &m, why, n);
+        if (rv == 0 && m.nnodes == 0) {
+            snprintf(why, n, "the cluster has no primary serving a slot");
+            rv = -1;
+        }
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    if (rv < 0) {
+        cluster_map_free(&m);
+        return -1;
+    }
+    cluster_map_free(&cl->map);
+    cl->map = m;
+    cl->mapped = true;
+    cl->stale = false;
+    return 0;
+}
+
+/* Ask the map of a node this client knows (its links first, then the seeds); 0 or -1. */
+static int map_refresh(struct rcli *k)
+{
+    struct rcli_cluster *cl = k->cl;
+    struct pc_buf all = PC_BUF_INIT;
+    size_t nknown = cl->nlinks;
+    int rv = -1;
+    for (size_t i = 0; i < nknown + k->url.nseeds && rv < 0; i++) {
+        char host[CLUSTER_HOST_MAX], why[320];
+        int port = i < nknown ? cl->links[i].port : k->url.seeds[i - nknown].port;
+        snprintf(host, sizeof(host), "%s",
+                 i < nknown ? cl->links[i].host : k->url.seeds[i - nknown].host);
+        redisContext *rc = link_get(k, host, port, why, sizeof(why));
+        if (rc != NULL && map_read(cl, rc, host, why, sizeof(why)) == 0)
+            rv = 0;
+        else
+            pc_buf_printf(&all, "%s%s", all.len ? "; " : "", why);
+    }
+    if (rv == 0)
+        links_prune(k);
+    else
+        snprintf(k->errmsg, sizeof(k->errmsg), "no node gave a slot map: %s", pc_buf_cstr(&all));
+    pc_buf_free(&all);
+    return rv;
+}
+
+/* The connection of the primary owning slot (the map read again when stale); NULL, errmsg set. */
+static redisContext *slot_context(struct rcli *k, unsigned slot)
+{
+    struct rcli_cluster *cl = k->cl;
+    if ((cl->stale || !cl->mapped) && map_refresh(k) < 0)
+        return NULL;
+    const struct cluster_node *n = cluster_map_node(&cl->map, slot);
+    if (n == NULL && map_refresh(k) == 0)
+        n = cluster_map_node(&cl->map, slot);
+    if (n == NULL) {
+        snprintf(k->errmsg, sizeof(k->errmsg), "no primary serves slot %u", slot);
+        return NULL;
+    }
+    char why[320];
+    redisContext *rc = link_get(k, n->host, n->port, why, sizeof(why));
+    if (rc == NULL) {
+        snprintf(k->errmsg, sizeof(k->errmsg), "%s", why);
+        cl->stale = true; /* a failover may have moved the slot: ask again next time */
+    }
+    return rc;
+}
+
+/* The connection a keyless command goes to: the current one, else the first primary's. */
+static redisContext *any_context(struct rcli *k)
+{
+    if (k->rc != NULL && k->rc->err == 0)
+        return k->rc;
+    return slot_context(k, 0);
+}
+
+bool rcli_redirected(const redisReply *r)
+{
+    struct cluster_redirect red;
+    return cluster_reply_redirect(r, &red) != CLUSTER_REPLY_OTHER;
+}
+
+static void pause_ms(int64_t ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* After a redirection: the connection to try next (ASK: with ASKING sent), or NULL. */
+static redisContext *follow(struct rcli *k, redisContext *rc, const struct cluster_redirect *red,
+                            int hop)
+{
+    char why[320], host[CLUSTER_HOST_MAX];
+    struct rcli_link *from = NULL;
+    for (size_t i = 0; i < k->cl->nlinks && from == NULL; i++)
+        if (k->cl->links[i].rc == rc)
+            from = &k->cl->links[i];
+    if (red->kind == CLUSTER_TRYAGAIN) {
+        pause_ms((int64_t)TRYAGAIN_MS << hop);
+        return rc;
+    }
+    /* an empty host in the redirection: the same host as the node that sent it */
+    snprintf(host, sizeof(host), "%s", red->host[0] || from == NULL ? red->host : from->host);
+    if (red->kind == CLUSTER_MOVED)
+        k->cl->stale = true;
+    redisContext *to = link_get(k, host, red->port, why, sizeof(why));
+    if (to == NULL) {
+        snprintf(k->errmsg, sizeof(k->errmsg), "%s", why);
+        return NULL;
+    }
+    if (red->kind == CLUSTER_ASK) {
+        redisReply *a = redisCommand(to, "ASKING");
+        if (a == NULL) {
+            snprintf(k->errmsg, sizeof(k->errmsg), "ASKING: %s",
+                     to->errstr[0] ? to->errstr : "no reply");
+            return NULL;
+        }
+        freeReplyObject(a);
+    }
+    return to;
+}
+
+/* One command on rc, following redirections; k->rc is the context of the last attempt. */
+static redisReply *routed(struct rcli *k, redisContext *rc, int argc, const char **argv,
+                          const size_t *lens)
+{
+    redisReply *r = NULL;
+    for (int hop = 0; rc != NULL; hop++) {
+        k->rc = rc;
+        r = redisCommandArgv(rc, argc, argv, lens);
+        struct cluster_redirect red;
+        enum cluster_redirect_kind kind = cluster_reply_redirect(r, &red);
+        if (r == NULL) {
+            snprintf(k->errmsg, sizeof(k->errmsg), "%s", rc->errstr[0] ? rc->errstr : "no reply");
+            k->cl->stale = true;
+            return NULL;
+        }
+        if (kind == CLUSTER_REPLY_OTHER || kind == CLUSTER_DOWN || kind == CLUSTER_MALFORMED ||
+            hop >= REDIRECTS_MAX)
+            return r;
+        freeReplyObject(r);
+        r = NULL;
+        rc = follow(k, rc, &red, hop);
+    }
+    return r;
+}
+
+/* A reply made here: [cursor, []] (the end of an iteration over nodes the map no longer has). */
+static redisReply *scan_end_reply(void)
+{
+    static const char resp[] = "*2\r\n$1\r\n0\r\n*0\r\n";
+    redisReader *rd = redisReaderCreate();
+    void *r = NULL;
+    redisReaderFeed(rd, resp, sizeof(resp) - 1);
+    if (redisReaderGetReply(rd, &r) != REDIS_OK)
+        r = NULL;
+    redisReaderFree(rd);
+    return r;
+}
+
+/* Replace a string reply's text (hiredis allocates it with malloc, frees it with free). */
+static void reply_set_str(redisReply *e, const char *s)
+{
+    free(e->str);
+    e->str = pc_strdup(s);
+    e->len = strlen(s);
+}
+
+/*
+ * SCAN over every primary in turn (ordered by their first slot). The cursor
+ * is "0" to begin, then "CURSOR@NODE" as returned here; "0" at the end.
+ */
+static redisReply *scan_all(struct rcli *k, int argc, const char **argv, const size_t *lens)
+{
+    struct rcli_cluster *cl = k->cl;
+    const char *at = memchr(argv[1], '@', lens ? lens[1] : strlen(argv[1]));
+    char cursor[32];
+    size_t node = at ? strtoul(at + 1, NULL, 10) : 0;
+    snprintf(cursor, sizeof(cursor), "%.*s", at ? (int)(at - argv[1]) : 31, argv[1]);
+    if ((cl->stale || !cl->mapped) && map_refresh(k) < 0)
+        return NULL;
+    if (node >= cl->map.nnodes)
+        return scan_end_reply();
+    char why[320];
+    redisContext *rc =
+        link_get(k, cl->map.nodes[node].host, cl->map.nodes[node].port, why, sizeof(why));
+    if (rc == NULL) {
+        snprintf(k->errmsg, sizeof(k->errmsg), "%s", why);
+        return NULL;
+    }
+    const char **av = pc_malloc((size_t)argc * sizeof(*av));
+    size_t *lv = pc_malloc((size_t)argc * sizeof(*lv));
+    for (int i = 0; i < argc; i++) {
+        av[i] = i == 1 ? cursor : argv[i];
+        lv[i] = i == 1 ? strlen(cursor) : lens ? lens[i] : strlen(argv[i]);
+    }
+    redisReply *r = routed(k, rc, argc, av, lv);
+    free(av);
+    free(lv);
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING && r->element[0]->len < 24) {
+        char next[48];
+        bool last = strcmp(r->element[0]->str, "0") == 0;
+        if (last && node + 1 < cl->map.nnodes)
+            snprintf(next, sizeof(next), "0@%zu", node + 1);
+        else if (!last)
+            snprintf(next, sizeof(next), "%s@%zu", r->element[0]->str, node);
+        if (!last || node + 1 < cl->map.nnodes)
+            reply_set_str(r->element[0], next);
+    }
+    return r;
+}
+
+/* A command, routed; NULL with the reason alone (no URL, no command name) in k->errmsg. */
+static redisReply *call(struct rcli *k, int argc, const char **argv, const size_t *lens)
+{
+    if (k->cl == NULL) {
+        redisReply *r = redisCommandArgv(k->rc, argc, argv, lens);
+        if (r == NULL)
+            snprintf(k->errmsg, sizeof(k->errmsg), "%s",
+                     k->rc->errstr[0] ? k->rc->errstr : "no reply");
+        return r;
+    }
+    if (argc >= 2 && strcasecmp(argv[0], "SCAN") == 0)
+        return scan_all(k, argc, argv, lens);
+    int ki = cluster_key_index(argc, argv, lens);
+    redisContext *rc =
+        ki < 0 ? any_context(k)
+               : slot_context(k, cluster_slot(argv[ki], lens ? lens[ki] : strlen(argv[ki])));
+    return rc != NULL ? routed(k, rc, argc, argv, lens) : NULL;
+}
+
+/* Put "WHERE: what: " before the reason k->errmsg holds. */
+static void errmsg_prefix(struct rcli *k, const char *what, size_t wlen)
+{
+    char why[sizeof(k->errmsg)];
+    snprintf(why, sizeof(why), "%s", k->errmsg);
+    if (what != NULL)
+        snprintf(k->errmsg, sizeof(k->errmsg), "%.160s: %.*s: %.280s", k->where,
+                 (int)PC_MIN(wlen, 64), what, why);
+    else
+        snprintf(k->errmsg, sizeof(k->errmsg), "%.160s: %.340s", k->where, why);
+}
+
+redisReply *rcli_call(struct rcli *k, int argc, const char **argv, const size_t *lens)
+{
+    redisReply *r = call(k, argc, argv, lens);
+    if (r == NULL)
+        errmsg_prefix(k, argv[0], lens ? lens[0] : strlen(argv[0]));
+    return r;
+}
+
+int rcli_route(struct rcli *k, const void *key, size_t klen)
+{
+    if (k->cl == NULL)
+        return k->rc != NULL ? 0 : -1;
+    redisContext *rc = slot_context(k, cluster_slot(key, klen));
+    if (rc == NULL) {
+        errmsg_prefix(k, NULL, 0);
+        return -1;
+    }
+    k->rc = rc;
+    return 0;
+}
+
+/* cluster://: read the slot map from a seed; k->rc is the connection it came from. */
+static int cluster_open(struct rcli *k, int64_t timeout_ms)
+{
+    k->cl = pc_calloc(1, sizeof(*k->cl));
+    k->cl->timeout_ms = timeout_ms;
+    if (map_refresh(k) < 0) {
+        char why[sizeof(k->errmsg)];
+        snprintf(why, sizeof(why), "%s", k->errmsg);
+        rcli_error(k, "%s: %s", k->where, why);
+        return -1;
+    }
+    const struct cluster_node *n = &k->cl->map.nodes[0];
+    char why[320];
+    k->rc = link_get(k, n->host, n->port, why, sizeof(why));
+    if (k->rc == NULL) {
+        rcli_error(k, "%s: %s", k->where, why);
+        return -1;
+    }
+    return 0;
 }

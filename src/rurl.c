@@ -7,6 +7,8 @@
  *
  *   "sentinel://alice:pw@s1,s2:26380/mymaster/2?sentinel-password=x"
  *             └userinfo┘ └─host list─┘ └master┘ └db └────query─────┘
+ *   "cluster://alice:pw@n1:7000,n2:7001"
+ *            └userinfo┘ └─seed list─┘
  */
 #include "pc_rurl.h"
 #include "pc_util.h"
@@ -248,24 +250,30 @@ static int parse_tcp(const char *p, unsigned flags, struct rurl *u, char *err, s
     return slash ? parse_db(slash, strlen(slash), u, err, errlen) : 0;
 }
 
-/* HOST[:PORT][,HOST[:PORT]...] in p[0..n) */
-static int parse_sentinels(const char *p, size_t n, struct rurl *u, char *err, size_t errlen)
+/* HOST[:PORT][,HOST[:PORT]...] in p[0..n) into at most max of list (*count of them). */
+static int parse_hosts(const char *p, size_t n, int def_port, struct rurl_addr *list, size_t *count,
+                       size_t max, const char *what, char *err, size_t errlen)
 {
     const char *end = p + n;
     while (p <= end) {
         const char *comma = memchr(p, ',', (size_t)(end - p));
         const char *stop = comma ? comma : end;
-        if (u->nsentinels == RURL_SENTINELS_MAX) {
-            snprintf(err, errlen, "at most %d sentinels", RURL_SENTINELS_MAX);
+        if (*count == max) {
+            snprintf(err, errlen, "at most %zu %s", max, what);
             return -1;
         }
-        if (parse_hostport(p, (size_t)(stop - p), RURL_SENTINEL_PORT, &u->sentinels[u->nsentinels],
-                           err, errlen) < 0)
+        if (parse_hostport(p, (size_t)(stop - p), def_port, &list[*count], err, errlen) < 0)
             return -1;
-        u->nsentinels++;
+        (*count)++;
         p = stop + 1;
     }
     return 0;
+}
+
+static int parse_sentinels(const char *p, size_t n, struct rurl *u, char *err, size_t errlen)
+{
+    return parse_hosts(p, n, RURL_SENTINEL_PORT, u->sentinels, &u->nsentinels, RURL_SENTINELS_MAX,
+                       "sentinels", err, errlen);
 }
 
 /* "/MASTER[/DB]" (a trailing '/' allowed) */
@@ -337,6 +345,28 @@ static int parse_sentinel(const char *p, unsigned flags, struct rurl *u, char *e
     return rc;
 }
 
+/* cluster://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/0] (after the scheme) */
+static int parse_cluster(const char *p, unsigned flags, struct rurl *u, char *err, size_t errlen)
+{
+    u->kind = RURL_CLUSTER;
+    if (strpbrk(p, "?#") != NULL)
+        return fail(err, errlen, "query strings and fragments are not supported");
+    const char *slash = strchr(p, '/'), *h;
+    size_t alen = slash ? (size_t)(slash - p) : strlen(p), hlen;
+    if (split_userinfo(p, alen, flags, u, &h, &hlen, err, errlen) < 0 ||
+        parse_hosts(h, hlen, RURL_REDIS_PORT, u->seeds, &u->nseeds, RURL_SEEDS_MAX, "seed nodes",
+                    err, errlen) < 0)
+        return -1;
+    if (slash != NULL && parse_db(slash, strlen(slash), u, err, errlen) < 0)
+        return -1;
+    if (u->db != 0) {
+        snprintf(err, errlen,
+                 "a Redis Cluster has database 0 only: remove /%d from the cluster:// URL", u->db);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_any(const char *url, unsigned flags, struct rurl *u, char *err, size_t errlen)
 {
     if (url == NULL || *url == '\0')
@@ -349,11 +379,13 @@ static int parse_any(const char *url, unsigned flags, struct rurl *u, char *err,
         return parse_tcp(url + 8, flags, u, err, errlen);
     if (pc_strncaseeq(url, "sentinel://", 11))
         return parse_sentinel(url + 11, flags, u, err, errlen);
+    if (pc_strncaseeq(url, "cluster://", 10))
+        return parse_cluster(url + 10, flags, u, err, errlen);
     if (pc_strncaseeq(url, "rediss://", 9))
         return fail(err, errlen, "TLS (rediss://) is not supported");
     return fail(err, errlen,
-                "want redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], unix:/PATH or "
-                "sentinel://HOST[:PORT],.../MASTER[/DB]");
+                "want redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], unix:/PATH, "
+                "sentinel://HOST[:PORT],.../MASTER[/DB] or cluster://HOST[:PORT],...");
 }
 
 int rurl_parse(const char *url, unsigned flags, struct rurl *u, char *err, size_t errlen)
@@ -379,6 +411,8 @@ void rurl_free(struct rurl *u)
     free(u->unix_path);
     for (size_t i = 0; i < u->nsentinels; i++)
         free(u->sentinels[i].host);
+    for (size_t i = 0; i < u->nseeds; i++)
+        free(u->seeds[i].host);
     free(u->master);
     free(u->user);
     free_wiped(&u->password);
@@ -415,13 +449,18 @@ static void append_userinfo(struct pc_buf *b, const struct rurl *u)
     pc_buf_append_char(b, '@');
 }
 
-static void append_sentinel(struct pc_buf *b, const struct rurl *u, bool with_secrets)
+static void append_hosts(struct pc_buf *b, const struct rurl_addr *list, size_t n)
 {
-    for (size_t i = 0; i < u->nsentinels; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (i > 0)
             pc_buf_append_char(b, ',');
-        append_addr(b, &u->sentinels[i]);
+        append_addr(b, &list[i]);
     }
+}
+
+static void append_sentinel(struct pc_buf *b, const struct rurl *u, bool with_secrets)
+{
+    append_hosts(b, u->sentinels, u->nsentinels);
     pc_buf_append_char(b, '/');
     pct_append(b, u->master);
     pc_buf_printf(b, "/%d", u->db);
@@ -461,6 +500,12 @@ char *rurl_format(const struct rurl *u, bool with_secrets)
         if (auth)
             append_userinfo(&b, u);
         append_sentinel(&b, u, with_secrets);
+        break;
+    case RURL_CLUSTER: /* database 0 only: no /DB written */
+        pc_buf_append_str(&b, "cluster://");
+        if (auth)
+            append_userinfo(&b, u);
+        append_hosts(&b, u->seeds, u->nseeds);
         break;
     }
     return pc_buf_cstr(&b);

@@ -67,8 +67,36 @@
  *      │               │ lost, stalled, blocked, timeouts      │
  *      └──fails──────▶ DOWN ───────────────────────────────────┘
  *   process: down 0 ─▶ 1 logs "not working"; 1 ─▶ 0 logs "works again"
+ *
+ * cluster:// (pc_cluster.h): the store a worker holds has no connection of
+ * its own. It routes, and owns one store per primary (a "node": s->parent
+ * set), each the state machine above without SELECT nor schema (AUTH, then
+ * PING), on the same loop:
+ *
+ *   store_get(key) ─▶ owner[slot of key] ─▶ that node READY? ── no ──▶ NULL (bypass)
+ *                                             │ yes
+ *                                             ▼ kept formatted (c->wire), sent there
+ *     reply MOVED s A   ─▶ owner[s] = node A, map read again soon, sent again on A
+ *           ASK s A     ─▶ ASKING + sent again on A (the map is left as it is)
+ *           TRYAGAIN    ─▶ sent again 10, 20, 40... ms later (5 hops at most in all)
+ *           CLUSTERDOWN ─▶ STORE_ERR; the cluster is DOWN until a node answers
+ *
+ *   cluster store: DISCOVER (the seeds, or any node: CLUSTER SHARDS, else
+ *   CLUSTER SLOTS) ─▶ HANDSHAKE (GET pc:schema and the migrations, on the
+ *   node of its slot) ─▶ READY, and BACKOFF as above. The schema is read
+ *   again when that node connects anew (the cluster may have restarted
+ *   empty).
+ *
+ * The map is read again after MOVED, and every second while a node owning
+ * slots is not usable (a failover names another primary); the tick lets go
+ * of nodes the map no longer names. store_delete_matching runs on every
+ * primary at once (a SCAN per node; UNLINK one slot at a time, since a
+ * cluster refuses keys of two slots in one command). Health is the cluster
+ * store's: DOWN while a node owning slots is, or after CLUSTERDOWN, so the
+ * process logs one warning and one notice per outage as for one server.
  */
 #include "pc_store.h"
+#include "pc_cluster.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
 #include "pc_redisev.h"
@@ -81,6 +109,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <event2/event.h>
@@ -100,6 +129,10 @@
 #define SET_BYTES_PER_MS    65536 /* a SET gets 1 ms more per 64 KiB of value */
 #define SCAN_COUNT          "1000"
 #define DEGRADED_MIN_MS     1000 /* every command timing out this long (or 20 x the timeout) */
+#define REDIRECTS_MAX       5    /* cluster: MOVED / ASK / TRYAGAIN followed for one command */
+#define TRYAGAIN_MS         10   /* cluster: first wait after TRYAGAIN, doubled each time */
+#define MAP_MIN_GAP_MS      100  /* cluster: slot maps asked at most this often ... */
+#define MAP_DEGRADED_MS     1000 /* ... and this often while a node owning slots is not usable */
 
 enum store_state {
     ST_IDLE,       /* created, store_start not called yet */
@@ -131,7 +164,11 @@ enum cmd_kind {
     CMD_INT,    /* store_call_int: integer reply */
     CMD_WRITE,  /* store_write: any reply but an error is fine */
     CMD_INTERNAL,
+    CMD_FANOUT, /* cluster: store_delete_matching over every primary (never sent itself) */
 };
+
+struct store_cluster;
+struct fanout_kid;
 
 struct store;
 typedef void internal_fn(struct store *s, redisReply *r);
@@ -158,6 +195,19 @@ struct store_cmd {
     char cursor[24];
     long long deleted;
     struct pick_state *pick; /* store_delete_picked: its own copy of the pick */
+    bool part_failed;        /* cluster: an UNLINK of another slot of the batch failed */
+
+    /* cluster:// */
+    char *wire; /* the command as sent (RESP), kept to send it again elsewhere */
+    size_t wire_len;
+    unsigned hops;           /* redirections followed */
+    struct event *retry;     /* TRYAGAIN: sends it again later (made on first use) */
+    bool parked;             /* waiting for retry: hiredis does not hold it meanwhile */
+    struct store *top;       /* CMD_INTERNAL of a cluster store: the reply goes there */
+    unsigned gen;            /* ... if it is still in the attempt (top's cl gen) it was sent in */
+    struct fanout_kid *kids; /* CMD_FANOUT: one per primary */
+    size_t nkids, pending;   /* CMD_FANOUT */
+    bool failed;             /* CMD_FANOUT: a primary's part failed */
 };
 
 /* What store_delete_picked runs on each batch, and the batch in flight. */
@@ -167,9 +217,18 @@ struct pick_state {
     char **args;
     char *twin_from, *twin_to;
     store_key_fn *each;
+    void *each_arg;     /* the caller's: also when a cluster's fan-out part runs it */
     struct pc_buf keys; /* the batch's keys, each NUL-terminated */
     size_t *offs;       /* where each starts in keys */
+    size_t *order;      /* batch positions, grouped by slot on a cluster node */
     size_t nkeys, cap;
+    size_t gstart, gend; /* the group of order[] whose EVAL is in flight: one slot */
+};
+
+/* A CMD_FANOUT's part on one primary: the callback's argument. */
+struct fanout_kid {
+    struct store_cmd *parent;
+    struct store_cmd *cmd; /* NULL once it completed */
 };
 
 struct store {
@@ -221,6 +280,28 @@ struct store {
     long migrating;      /* schema version the migration in flight starts from */
     long migrate_failed; /* version whose migration failed on this connection, or -1 */
     char migrate_err[160];
+
+    struct store *parent;     /* a node of that cluster store (cluster://); else NULL */
+    struct store_cluster *cl; /* the cluster store of cluster://: its nodes and map; else NULL */
+};
+
+/* What a cluster store owns beside its struct store. */
+struct store_cluster {
+    struct store **nodes; /* one per primary (and seed, until a map is known); NULL: free slot */
+    size_t *owned;        /* slots each node owns */
+    size_t nnodes;
+    uint16_t owner[CLUSTER_SLOTS]; /* index into nodes, or CLUSTER_NO_OWNER */
+    bool mapped;                   /* owner[] came from a slot map */
+    bool slots_only;               /* CLUSTER SHARDS is unknown there (Redis before 7) */
+    bool map_inflight, map_want;
+    uint64_t map_sent_ms;
+    char map_asked[CLUSTER_HOST_MAX]; /* the host of the node asked for the map */
+    bool clusterdown;                 /* CLUSTERDOWN came and no answer since */
+    char down_why[200];
+    unsigned gen; /* attempts of the cluster store (conn_start): stale replies are dropped */
+    unsigned schema_slot;
+    struct event *tick; /* map refreshes, letting go of nodes, the check while degraded */
+    uint64_t map_errors_logged_ms;
 };
 
 /* --- health, process-wide ----------------------------------------------------- */
@@ -232,12 +313,21 @@ static struct {
     uint64_t since_ms; /* when the first of them went down */
 } health = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* s's cache stopped working: the process's first such store logs the one warning. */
+static void node_health(struct store *node, bool up, const char *why);
+
+/*
+ * s's cache stopped working: the process's first such store logs the one
+ * warning. A cluster's node only tells its cluster store, which decides.
+ */
 static void health_down(struct store *s, const char *why)
 {
     if (s->health == HEALTH_DOWN)
         return;
     s->health = HEALTH_DOWN;
+    if (s->parent != NULL) {
+        node_health(s, false, why);
+        return;
+    }
     pthread_mutex_lock(&health.mu);
     if (health.down++ == 0) {
         health.since_ms = pc_mono_ms();
@@ -263,7 +353,9 @@ static void health_up(struct store *s)
     bool was_down = s->health == HEALTH_DOWN;
     s->health = HEALTH_UP;
     s->timeouts_since_us = 0;
-    if (was_down)
+    if (s->parent != NULL)
+        node_health(s, true, NULL);
+    else if (was_down)
         health_leave_down(s, true);
 }
 
@@ -291,6 +383,7 @@ static void health_note_timeout(struct store *s)
 
 static void cmd_timeout_cb(evutil_socket_t fd, short what, void *arg);
 static void cmd_reply_cb(redisAsyncContext *ac, void *reply, void *privdata);
+static bool cluster_redirect(struct store_cmd *c, const redisReply *r);
 
 /*
  * Arm a timer to fire tv from now. libevent dates it from the time it cached
@@ -317,6 +410,8 @@ static void cmd_arm(struct store_cmd *c, int64_t us)
     timer_add(s, c->timer, tv);
 }
 
+static void cmd_link(struct store *s, struct store_cmd *c);
+
 static struct store_cmd *cmd_new(struct store *s, enum cmd_kind kind)
 {
     struct store_cmd *c = pc_calloc(1, sizeof(*c));
@@ -327,11 +422,7 @@ static struct store_cmd *cmd_new(struct store *s, enum cmd_kind kind)
         log_error("redis: cannot create a timer");
         abort();
     }
-    c->s = s;
-    c->next = s->cmds;
-    if (s->cmds != NULL)
-        s->cmds->prev = c;
-    s->cmds = c;
+    cmd_link(s, c);
     return c;
 }
 
@@ -364,6 +455,7 @@ static void pick_free(struct pick_state **pp)
     free(p->twin_to);
     pc_buf_free(&p->keys);
     free(p->offs);
+    free(p->order);
     free(p);
 }
 
@@ -372,9 +464,34 @@ static void cmd_free(struct store_cmd *c)
     cmd_unlink(c);
     event_free(c->timer);
     pick_free(&c->pick);
+    if (c->retry != NULL)
+        event_free(c->retry);
     free(c->pattern);
+    free(c->wire);
+    free(c->kids);
     c->magic = 0;
     free(c);
+}
+
+/* Link c into s's list of commands not done (it is on none). */
+static void cmd_link(struct store *s, struct store_cmd *c)
+{
+    c->s = s;
+    c->prev = NULL;
+    c->next = s->cmds;
+    if (s->cmds != NULL)
+        s->cmds->prev = c;
+    s->cmds = c;
+}
+
+/* Queue bytes of commands on s's context, counted for the stall watch; -1 if refused. */
+static int wire_send(struct store *s, redisCallbackFn *fn, void *priv, const char *cmd, size_t len)
+{
+    size_t before = sdslen(s->ac->c.obuf);
+    if (redisAsyncFormattedCommand(s->ac, fn, priv, cmd, len) != REDIS_OK)
+        return -1;
+    s->wire_queued += sdslen(s->ac->c.obuf) - before;
+    return 0;
 }
 
 /*
@@ -385,10 +502,19 @@ static int cmd_send(struct store_cmd *c, int argc, const char **argv, const size
                     int64_t timeout_ms)
 {
     struct store *s = c->s;
-    size_t before = sdslen(s->ac->c.obuf);
-    if (redisAsyncCommandArgv(s->ac, cmd_reply_cb, c, argc, argv, lens) != REDIS_OK)
-        return -1;
-    s->wire_queued += sdslen(s->ac->c.obuf) - before;
+    if (s->parent != NULL) { /* a cluster's node: kept, to be sent again where a MOVED says */
+        free(c->wire);
+        c->wire = NULL;
+        int n = redisFormatCommandArgv(&c->wire, argc, argv, lens);
+        if (n < 0 || wire_send(s, cmd_reply_cb, c, c->wire, (size_t)n) < 0)
+            return -1;
+        c->wire_len = (size_t)n;
+    } else {
+        size_t before = sdslen(s->ac->c.obuf);
+        if (redisAsyncCommandArgv(s->ac, cmd_reply_cb, c, argc, argv, lens) != REDIS_OK)
+            return -1;
+        s->wire_queued += sdslen(s->ac->c.obuf) - before;
+    }
     c->sent_us = pc_mono_us();
     c->timeout_us = timeout_ms * 1000;
     cmd_arm(c, c->timeout_us);
@@ -415,6 +541,7 @@ static const char *cmd_what(const struct store_cmd *c)
     case CMD_WRITE:
         return "write";
     case CMD_INTERNAL:
+    case CMD_FANOUT:
         break;
     }
     return c->what;
@@ -442,6 +569,7 @@ static void cmd_complete(struct store_cmd *c, enum store_status st, const char *
     case CMD_PICK:
     case CMD_PTTL:
     case CMD_INT:
+    case CMD_FANOUT:
         c->cb.num(c->arg, st, n);
         break;
     case CMD_SET:
@@ -461,8 +589,11 @@ static void log_reply_error(struct store *s, const char *what, const redisReply 
     if (r == NULL || (s->err_logged_ms != 0 && now - s->err_logged_ms < LOG_EVERY_MS))
         return;
     s->err_logged_ms = now;
-    log_warn("redis: %s failed: %s", what,
-             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply type");
+    struct cluster_redirect red;
+    bool moved = s->parent == NULL && cluster_reply_redirect(r, &red) == CLUSTER_MOVED;
+    log_warn("redis: %s failed: %s%s", what,
+             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply type",
+             moved ? " (a Redis Cluster node: give the redis URL as cluster://)" : "");
 }
 
 static void cmd_fail(struct store_cmd *c, const redisReply *r, const char *what)
@@ -480,7 +611,9 @@ static void schema_read(struct store *s);
 /* Enter a state: keep the redis_connected gauge right, (re)arm the state timer (< 0: none). */
 static void state_enter(struct store *s, enum store_state st, int64_t timer_ms)
 {
-    if (s->state == ST_READY && st != ST_READY)
+    if (s->parent != NULL) /* a cluster's node: the gauge counts the cluster store */
+        ;
+    else if (s->state == ST_READY && st != ST_READY)
         stats_add(s->st, STAT_redis_connected, -1);
     else if (s->state != ST_READY && st == ST_READY)
         stats_incr(s->st, STAT_redis_connected);
@@ -562,6 +695,10 @@ static void conn_drop_now(struct store *s, const char *why)
 /* Condemn the current connection; the state timer frees it on the next loop turn. */
 static void conn_drop_later(struct store *s, const char *why)
 {
+    if (s->cl != NULL && s->state != ST_BACKOFF && s->state != ST_CLOSED) {
+        conn_down(s, why); /* a cluster store has no context to free: start again later */
+        return;
+    }
     if (s->ac == NULL || s->state == ST_DROPPING || s->state == ST_CLOSED)
         return;
     snprintf(s->drop_reason, sizeof(s->drop_reason), "%s", why);
@@ -713,10 +850,15 @@ static void on_sentinel(void *arg, const char *host, int port, size_t which, con
     target_go(s);
 }
 
+static void cluster_start(struct store *s);
+
 /* One attempt, from the start: ask the sentinels, or go to the URL's server. */
 static void conn_start(struct store *s)
 {
     switch (s->url.kind) {
+    case RURL_CLUSTER:
+        cluster_start(s);
+        return;
     case RURL_SENTINEL:
         state_enter(s, ST_DISCOVER, -1);
         s->ask = sentinel_ask_start(s->base, &s->url, s->next_sentinel, connect_timeout_ms(s),
@@ -760,6 +902,9 @@ static void state_timer_cb(evutil_socket_t fd, short what, void *arg)
     case ST_BLOCKED:
         schema_read(s);
         break;
+    case ST_HANDSHAKE: /* armed for a cluster store only: its node never answered */
+        conn_down(s, "no answer to the schema check");
+        break;
     default:
         break;
     }
@@ -767,27 +912,61 @@ static void state_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 /* --- handshake and schema -------------------------------------------------- */
 
+static struct store *node_for_key(struct store *top, const void *key, size_t klen);
+static void cluster_internal_reply(struct store *top, struct store_cmd *c, redisReply *r);
+
 /*
- * Send a handshake command whose reply goes to fn (only while this connection
- * is current); what names it in log lines.
+ * Send a handshake command on to (s itself, or a node of cluster store s)
+ * whose reply goes to fn with s (only while the connection, or the cluster
+ * store's attempt, is current); what names it in log lines. -1 if it could
+ * not be sent.
  */
-static void internal_send(struct store *s, internal_fn *fn, const char *what, int argc,
-                          const char **argv, const size_t *lens, int64_t timeout_ms)
+static int internal_on(struct store *s, struct store *to, internal_fn *fn, const char *what,
+                       int argc, const char **argv, const size_t *lens, int64_t timeout_ms)
 {
-    struct store_cmd *c = cmd_new(s, CMD_INTERNAL);
+    struct store_cmd *c = cmd_new(to, CMD_INTERNAL);
     c->cb.internal = fn;
+    if (to != s) {
+        c->top = s;
+        c->gen = s->cl->gen;
+    }
     snprintf(c->what, sizeof(c->what), "%s", what);
     if (cmd_send(c, argc, argv, lens, timeout_ms) < 0) {
         cmd_free(c);
-        conn_drop_later(s, "cannot send a command");
+        return -1;
     }
+    return 0;
+}
+
+/* internal_on s, or for a cluster store the node that serves the command's key. */
+static int internal_try(struct store *s, internal_fn *fn, const char *what, int argc,
+                        const char **argv, const size_t *lens, int64_t timeout_ms)
+{
+    struct store *to = s;
+    if (s->cl != NULL) {
+        int k = cluster_key_index(argc, argv, lens);
+        to = k < 0 ? NULL : node_for_key(s, argv[k], lens ? lens[k] : strlen(argv[k]));
+    }
+    return to != NULL ? internal_on(s, to, fn, what, argc, argv, lens, timeout_ms) : -1;
+}
+
+static void internal_send(struct store *s, internal_fn *fn, const char *what, int argc,
+                          const char **argv, const size_t *lens, int64_t timeout_ms)
+{
+    if (internal_try(s, fn, what, argc, argv, lens, timeout_ms) < 0)
+        conn_drop_later(s, s->cl != NULL ? "the node serving the schema key is not connected"
+                                         : "cannot send a command");
 }
 
 static void internal_reply(struct store_cmd *c, redisAsyncContext *ac, redisReply *r)
 {
-    struct store *s = c->s;
+    struct store *s = c->s, *top = c->top;
     cmd_unlink(c);
     c->done = true;
+    if (top != NULL) {
+        cluster_internal_reply(top, c, r);
+        return;
+    }
     if (r == NULL || s->ac != ac || (s->state != ST_HANDSHAKE && s->state != ST_BLOCKED))
         return; /* this connection is over; whatever replaces it starts again */
     c->cb.internal(s, r);
@@ -804,6 +983,9 @@ static void block(struct store *s, const char *why)
     state_enter(s, ST_BLOCKED, RECHECK_MS);
 }
 
+static void node_ready(struct store *node);
+static void cluster_health_check(struct store *top);
+
 /* The first connection is a notice; reconnects are info (health_up says it once). */
 static void become_ready(struct store *s, long version)
 {
@@ -813,6 +995,10 @@ static void become_ready(struct store *s, long version)
     s->up = true;
     s->next_sentinel = s->answered_by;
     state_enter(s, ST_READY, -1);
+    if (s->parent != NULL) {
+        node_ready(s);
+        return;
+    }
     if (s->url.kind == RURL_SENTINEL)
         log_write(first ? PC_LOG_NOTICE : PC_LOG_INFO, NULL,
                   "redis: connected to %s (%s; schema version %ld)", s->target_where, s->where,
@@ -820,7 +1006,10 @@ static void become_ready(struct store *s, long version)
     else
         log_write(first ? PC_LOG_NOTICE : PC_LOG_INFO, NULL,
                   "redis: connected to %s (schema version %ld)", s->where, version);
-    health_up(s);
+    if (s->cl != NULL)
+        cluster_health_check(s); /* UP once every node owning slots is */
+    else
+        health_up(s);
 }
 
 /* AUTH or SELECT: an error reply ends this connection (and is retried with backoff). */
@@ -831,6 +1020,18 @@ static void setup_reply(struct store *s, redisReply *r)
         snprintf(why, sizeof(why), "connection setup failed: %s", r->str);
         conn_drop_later(s, why);
     }
+}
+
+/* A cluster's node: PING answered after AUTH, so it is usable (the schema is the cluster's). */
+static void ping_reply(struct store *s, redisReply *r)
+{
+    char why[192];
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, sizeof(why), "connection setup failed: PING: %s", r->str);
+        conn_drop_later(s, why);
+        return;
+    }
+    become_ready(s, 0);
 }
 
 /* sentinel://: the address the sentinel named must be a primary, or the sentinel lags. */
@@ -861,14 +1062,36 @@ static void handshake_send(struct store *s)
         const char *argv[] = {"ROLE"};
         internal_send(s, role_reply, "ROLE", 1, argv, NULL, s->timeout_ms);
     }
+    if (s->parent != NULL) {
+        const char *argv[] = {"PING"};
+        internal_send(s, ping_reply, "PING", 1, argv, NULL, s->timeout_ms);
+        return;
+    }
     schema_read(s);
+}
+
+/* The HSET of pc:meta after a migration was refused: worth a line, not the connection. */
+static void meta_reply(struct store *s, redisReply *r)
+{
+    if (r->type == REDIS_REPLY_ERROR)
+        log_info("redis: %s: HSET " PC_META_KEY " failed: %s", s->where, r->str);
+}
+
+/* What a migration left for pc:meta (when and what it did) is written after it. */
+static void meta_write(struct store *s, const redisReply *r)
+{
+    struct migrate_meta mm;
+    migrate_meta_from(r, &mm);
+    if (mm.argc > 0)
+        internal_try(s, meta_reply, "HSET " PC_META_KEY, mm.argc, mm.argv, mm.lens, s->timeout_ms);
 }
 
 static void migrate_reply(struct store *s, redisReply *r)
 {
     const struct pc_migration *m = &pc_migrations[s->migrating];
-    if (r->type == REDIS_REPLY_INTEGER) {
+    if (migrate_reply_applied(r)) {
         log_notice("redis: %s: applied migration %04ld %s", s->where, m->version, m->name);
+        meta_write(s, r);
     } else {
         /* Maybe another proxy got there first: the re-read below tells. */
         log_info("redis: %s: migration %04ld %s not applied (%s); re-reading the version", s->where,
@@ -1011,6 +1234,10 @@ static void conn_note_reply(redisAsyncContext *ac, const struct store_cmd *c, co
         return;
     }
     s->last_read_us = pc_mono_us();
+    if (s->parent != NULL && s->parent->cl->clusterdown && r->type != REDIS_REPLY_ERROR) {
+        s->parent->cl->clusterdown = false; /* a node answers again */
+        cluster_health_check(s->parent);
+    }
     if (s->url.kind == RURL_SENTINEL && sentinel_readonly(r)) {
         char why[256];
         snprintf(why, sizeof(why),
@@ -1090,8 +1317,12 @@ static bool step_next(struct store_cmd *c)
     return step_scan(c);
 }
 
+static bool step_unlink_slots(struct store_cmd *c, const redisReply *keys);
+
 static bool step_unlink(struct store_cmd *c, const redisReply *keys)
 {
+    if (c->s->parent != NULL)
+        return step_unlink_slots(c, keys);
     size_t n = keys->elements + 1;
     if (n > INT_MAX) {
         cmd_fail(c, NULL, "SCAN");
@@ -1132,14 +1363,24 @@ static void pick_keep_batch(struct pick_state *p, const redisReply *keys)
     if (keys->elements > p->cap) {
         p->cap = keys->elements;
         p->offs = pc_realloc(p->offs, p->cap * sizeof(*p->offs));
+        p->order = pc_realloc(p->order, p->cap * sizeof(*p->order));
     }
     p->nkeys = keys->elements;
     for (size_t i = 0; i < keys->elements; i++) {
         p->offs[i] = p->keys.len;
+        p->order[i] = i;
         pc_buf_append(&p->keys, keys->element[i]->str, keys->element[i]->len);
         pc_buf_append_char(&p->keys, '\0');
     }
+    p->gstart = p->gend = 0;
 }
+
+static const char *pick_key(const struct pick_state *p, size_t i)
+{
+    return p->keys.data + p->offs[i];
+}
+
+static void pick_group_by_slot(struct pick_state *p);
 
 /* The twin of key: its twin_from prefix replaced by twin_to; NULL if it lacks that prefix. */
 static char *pick_twin(const struct pick_state *p, const char *key, size_t len)
@@ -1160,35 +1401,57 @@ static void set_arg(const char **argv, size_t *lens, size_t i, const char *s, si
     lens[i] = len;
 }
 
-/* EVAL script N key [twin] ... arg ... for one batch of SCAN's keys. */
-static bool step_pick(struct store_cmd *c, const redisReply *keys)
+/*
+ * The end of the group of order[] that starts at p->gstart: the whole batch
+ * on a single server, the keys of one slot on a cluster node (an EVAL's keys
+ * must share a slot there; pick_group_by_slot put them side by side).
+ */
+static size_t pick_group_end(const struct store_cmd *c, const struct pick_state *p)
+{
+    if (c->s->parent == NULL)
+        return p->nkeys;
+    const char *k0 = pick_key(p, p->order[p->gstart]);
+    unsigned slot = cluster_slot(k0, strlen(k0));
+    size_t end = p->gstart + 1;
+    while (end < p->nkeys) {
+        const char *k = pick_key(p, p->order[end]);
+        if (cluster_slot(k, strlen(k)) != slot)
+            break;
+        end++;
+    }
+    return end;
+}
+
+/* EVAL script N key [twin] ... arg ... for the group of the batch that starts at p->gstart. */
+static bool pick_send_group(struct store_cmd *c)
 {
     struct pick_state *p = c->pick;
-    size_t per = p->twin_from != NULL ? 2 : 1, n = keys->elements * per;
+    p->gend = pick_group_end(c, p);
+    size_t g = p->gend - p->gstart, per = p->twin_from != NULL ? 2 : 1, n = g * per;
     size_t argc = 3 + n + (size_t)p->nargs;
     if (argc > INT_MAX) {
         cmd_fail(c, NULL, "SCAN");
         return false;
     }
-    pick_keep_batch(p, keys);
     const char **argv = pc_calloc(argc, sizeof(*argv));
     size_t *lens = pc_calloc(argc, sizeof(*lens));
-    char **twins = pc_calloc(keys->elements, sizeof(*twins));
+    char **twins = pc_calloc(g, sizeof(*twins));
     char num[24];
     snprintf(num, sizeof(num), "%zu", n);
     set_arg(argv, lens, 0, "EVAL", 4);
     set_arg(argv, lens, 1, p->script, strlen(p->script));
     set_arg(argv, lens, 2, num, strlen(num));
     bool ok = true;
-    for (size_t i = 0; i < keys->elements && ok; i++) {
-        const redisReply *k = keys->element[i];
-        set_arg(argv, lens, 3 + i * per, k->str, k->len);
+    for (size_t j = 0; j < g && ok; j++) {
+        const char *k = pick_key(p, p->order[p->gstart + j]);
+        size_t klen = strlen(k);
+        set_arg(argv, lens, 3 + j * per, k, klen);
         if (per == 1)
             continue;
-        twins[i] = pick_twin(p, k->str, k->len);
-        ok = twins[i] != NULL;
+        twins[j] = pick_twin(p, k, klen);
+        ok = twins[j] != NULL;
         if (ok)
-            set_arg(argv, lens, 4 + i * per, twins[i], strlen(twins[i]));
+            set_arg(argv, lens, 4 + j * per, twins[j], strlen(twins[j]));
     }
     for (int i = 0; i < p->nargs; i++)
         set_arg(argv, lens, 3 + n + (size_t)i, p->args[i], strlen(p->args[i]));
@@ -1198,12 +1461,21 @@ static bool step_pick(struct store_cmd *c, const redisReply *keys)
         sent = step_send(c, (int)argc, argv, lens);
     else
         cmd_fail(c, NULL, "SCAN (a key without the twin prefix)");
-    for (size_t i = 0; i < keys->elements; i++)
-        free(twins[i]);
+    for (size_t j = 0; j < g; j++)
+        free(twins[j]);
     free(twins);
     free(argv);
     free(lens);
     return sent;
+}
+
+/* One batch of SCAN's keys: its groups are picked one EVAL after the other. */
+static bool step_pick(struct store_cmd *c, const redisReply *keys)
+{
+    pick_keep_batch(c->pick, keys);
+    if (c->s->parent != NULL)
+        pick_group_by_slot(c->pick);
+    return pick_send_group(c);
 }
 
 /* SCAN reply: [cursor, [key...]]. True if the command goes on (next step sent). */
@@ -1223,21 +1495,20 @@ static bool scan_reply(struct store_cmd *c, const redisReply *r)
 /* The pick's reply: {skipped, position, ...}, each position that of a batch key in KEYS. */
 static bool pick_reply_ok(const struct pick_state *p, const redisReply *r)
 {
-    size_t per = p->twin_from != NULL ? 2 : 1;
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-        r->elements > p->nkeys + 1 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-        r->element[0]->integer < 0)
+    size_t per = p->twin_from != NULL ? 2 : 1, g = p->gend - p->gstart;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->elements > g + 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[0]->integer < 0)
         return false;
     for (size_t i = 1; i < r->elements; i++) {
         const redisReply *e = r->element[i];
         if (e->type != REDIS_REPLY_INTEGER || e->integer < 1 ||
-            (unsigned long long)e->integer > p->nkeys * per || (e->integer - 1) % (long long)per)
+            (unsigned long long)e->integer > g * per || (e->integer - 1) % (long long)per)
             return false;
     }
     return true;
 }
 
-/* EVAL reply: tell the caller about each picked key, then SCAN on. */
+/* EVAL reply: tell the caller about each picked key, then the batch's next group or SCAN on. */
 static bool pick_reply(struct store_cmd *c, const redisReply *r)
 {
     struct pick_state *p = c->pick;
@@ -1247,21 +1518,24 @@ static bool pick_reply(struct store_cmd *c, const redisReply *r)
     }
     size_t per = p->twin_from != NULL ? 2 : 1;
     for (size_t i = 1; i < r->elements && !c->done; i++) {
-        size_t k = (size_t)(r->element[i]->integer - 1) / per;
-        const char *key = p->keys.data + p->offs[k];
-        p->each(c->arg, key, strlen(key));
+        size_t k = p->order[p->gstart + (size_t)(r->element[i]->integer - 1) / per];
+        const char *key = pick_key(p, k);
+        p->each(p->each_arg, key, strlen(key));
     }
     if (!c->done && r->element[0]->integer > 0)
-        p->each(c->arg, NULL, (size_t)r->element[0]->integer);
+        p->each(p->each_arg, NULL, (size_t)r->element[0]->integer);
     if (c->done) /* cancelled from a callback after all */
         return false;
     c->deleted += (long long)r->elements - 1;
+    p->gstart = p->gend;
+    if (p->gstart < p->nkeys)
+        return pick_send_group(c);
     return step_next(c);
 }
 
 static bool unlink_reply(struct store_cmd *c, const redisReply *r)
 {
-    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
+    if (r == NULL || r->type != REDIS_REPLY_INTEGER || c->part_failed) {
         cmd_fail(c, r, "UNLINK");
         return false;
     }
@@ -1281,6 +1555,8 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
         return;
     }
     evtimer_del(c->timer);
+    if (c->s->parent != NULL && cluster_redirect(c, r))
+        return; /* sent again, on another node or later: not freed */
     if (r != NULL && (c->kind == CMD_GET || c->kind == CMD_SET) && c->s != NULL) {
         static const struct stat_labels none = {0};
         stats_observe(c->s->st, SF_redis_latency_seconds, &none,
@@ -1313,6 +1589,8 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
     case CMD_INTERNAL:
         internal_reply(c, ac, r);
         break;
+    case CMD_FANOUT: /* never sent */
+        break;
     }
     if (!goes_on)
         cmd_free(c);
@@ -1338,6 +1616,11 @@ static void cmd_timeout_cb(evutil_socket_t fd, short what, void *arg)
         cmd_arm(c, c->timeout_us - waited);
         return;
     }
+    if (c->parked) { /* waiting to be sent again after TRYAGAIN: no reply is owed */
+        stats_incr(s->st, STAT_redis_timeouts);
+        cmd_complete(c, STORE_TIMEOUT, NULL, 0, 0); /* its retry timer frees it */
+        return;
+    }
     cmd_overdue(s, c);
     if (c->kind == CMD_INTERNAL) {
         stats_incr(s->st, STAT_redis_errors);
@@ -1358,6 +1641,37 @@ static const struct timeval *common_timeout(struct event_base *base, int64_t ms,
     return tv != NULL ? tv : plain;
 }
 
+static struct event *timer_new(struct event_base *base, event_callback_fn fn, void *arg)
+{
+    struct event *ev = evtimer_new(base, fn, arg);
+    if (ev == NULL) {
+        log_error("redis: cannot create a timer");
+        abort();
+    }
+    return ev;
+}
+
+/* What every store starts with, its URL parsed and where set already. */
+static void store_init(struct store *s, struct event_base *base, struct stats *st,
+                       int64_t timeout_ms)
+{
+    s->magic = STORE_MAGIC;
+    s->base = base;
+    s->st = st;
+    s->target_where = pc_strdup(s->where);
+    s->timeout_ms = PC_MAX(timeout_ms, 1);
+    s->cmd_tv = common_timeout(base, s->timeout_ms, &s->cmd_tv_plain);
+    s->step_tv = common_timeout(base, s->timeout_ms * STEP_TIMEOUT_MULT, &s->step_tv_plain);
+    s->timer = timer_new(base, state_timer_cb, s);
+    s->watch = timer_new(base, watch_cb, s);
+    s->state = ST_IDLE;
+    s->backoff_ms = BACKOFF_MIN_MS;
+    s->rng = (pc_mono_us() ^ (uint64_t)(uintptr_t)s) | 1;
+    s->migrate_failed = -1;
+}
+
+static void cluster_init(struct store *s);
+
 struct store *store_create(struct event_base *base, const struct store_opts *opts, struct stats *st)
 {
     char err[192];
@@ -1367,25 +1681,11 @@ struct store *store_create(struct event_base *base, const struct store_opts *opt
         free(s);
         return NULL;
     }
-    s->magic = STORE_MAGIC;
-    s->base = base;
-    s->st = st;
     s->where = rurl_format(&s->url, false);
-    s->target_where = pc_strdup(s->where);
-    s->timeout_ms = PC_MAX(opts->timeout_ms, 1);
+    store_init(s, base, st, opts->timeout_ms);
     s->auto_migrate = opts->auto_migrate;
-    s->cmd_tv = common_timeout(base, s->timeout_ms, &s->cmd_tv_plain);
-    s->step_tv = common_timeout(base, s->timeout_ms * STEP_TIMEOUT_MULT, &s->step_tv_plain);
-    s->timer = evtimer_new(base, state_timer_cb, s);
-    s->watch = evtimer_new(base, watch_cb, s);
-    if (s->timer == NULL || s->watch == NULL) {
-        log_error("redis: cannot create a timer");
-        abort();
-    }
-    s->state = ST_IDLE;
-    s->backoff_ms = BACKOFF_MIN_MS;
-    s->rng = (pc_mono_us() ^ (uint64_t)(uintptr_t)s) | 1;
-    s->migrate_failed = -1;
+    if (s->url.kind == RURL_CLUSTER)
+        cluster_init(s);
     return s;
 }
 
@@ -1401,6 +1701,8 @@ bool store_ready(const struct store *s)
     return s != NULL && s->state == ST_READY;
 }
 
+static void cluster_destroy(struct store *s);
+
 void store_destroy(struct store **sp)
 {
     struct store *s = *sp;
@@ -1413,8 +1715,10 @@ void store_destroy(struct store **sp)
         ac->data = NULL;
     s->ac = NULL;
     state_enter(s, ST_CLOSED, -1);
-    if (s->health == HEALTH_DOWN)
+    if (s->health == HEALTH_DOWN && s->parent == NULL)
         health_leave_down(s, false); /* gone, not back: no notice */
+    if (s->cl != NULL)
+        cluster_destroy(s); /* its nodes complete their commands (and the fan-outs) */
     while (s->cmds != NULL) {
         struct store_cmd *c = s->cmds;
         if (c->kind == CMD_INTERNAL) {
@@ -1424,6 +1728,8 @@ void store_destroy(struct store **sp)
         } else {
             cmd_complete(c, STORE_ERR, NULL, 0, 0);
         }
+        if (c->parked || c->kind == CMD_FANOUT) /* hiredis does not hold it: free it here */
+            cmd_free(c);
     }
     if (ac != NULL)
         redisAsyncFree(ac); /* its callbacks free the commands cut loose above */
@@ -1436,6 +1742,26 @@ void store_destroy(struct store **sp)
     free(s->target_where);
     s->magic = 0;
     free(s);
+}
+
+/*
+ * The store a command of key goes to: s, or for a cluster store the node
+ * owning key's slot; NULL (the caller bypasses) when that is not READY.
+ */
+static struct store *route(struct store *s, const void *key, size_t klen)
+{
+    if (s->state != ST_READY)
+        return NULL;
+    return s->cl != NULL ? node_for_key(s, key, klen) : s;
+}
+
+/* route for a command in argv form, by its key (a keyless command is refused on a cluster). */
+static struct store *route_argv(struct store *s, int argc, const char **argv, const size_t *lens)
+{
+    if (s->cl == NULL || argc < 1)
+        return s->state == ST_READY && argc >= 1 ? s : NULL;
+    int k = cluster_key_index(argc, argv, lens);
+    return k < 0 ? NULL : route(s, argv[k], lens ? lens[k] : strlen(argv[k]));
 }
 
 /* A command of one key (GET, PTTL) with the store's timeout; c is freed if it cannot be sent. */
@@ -1456,7 +1782,7 @@ struct store_cmd *store_get(struct store *s, const void *key, size_t klen, store
                             void *arg)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
-    if (s->state != ST_READY || cb == NULL)
+    if (cb == NULL || (s = route(s, key, klen)) == NULL)
         return NULL;
     struct store_cmd *c = cmd_new(s, CMD_GET);
     c->cb.get = cb;
@@ -1468,7 +1794,7 @@ struct store_cmd *store_set_cb(struct store *s, const void *key, size_t klen, co
                                size_t vlen, int64_t ttl_ms, store_int_fn *cb, void *arg)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
-    if (s->state != ST_READY || ttl_ms <= 0)
+    if (ttl_ms <= 0 || (s = route(s, key, klen)) == NULL)
         return NULL;
     char px[24];
     snprintf(px, sizeof(px), "%lld", (long long)ttl_ms);
@@ -1491,7 +1817,7 @@ struct store_cmd *store_pttl(struct store *s, const void *key, size_t klen, stor
                              void *arg)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
-    if (s->state != ST_READY || cb == NULL)
+    if (cb == NULL || (s = route(s, key, klen)) == NULL)
         return NULL;
     struct store_cmd *c = cmd_new(s, CMD_PTTL);
     c->cb.num = cb;
@@ -1508,7 +1834,7 @@ int store_set(struct store *s, const void *key, size_t klen, const void *val, si
 int store_write(struct store *s, int argc, const char **argv, const size_t *lens)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
-    if (s->state != ST_READY || argc < 1)
+    if ((s = route_argv(s, argc, argv, lens)) == NULL)
         return -1;
     struct store_cmd *c = cmd_new(s, CMD_WRITE);
     snprintf(c->what, sizeof(c->what), "%.*s", (int)PC_MIN(lens[0], sizeof(c->what) - 1), argv[0]);
@@ -1520,16 +1846,50 @@ int store_write(struct store *s, int argc, const char **argv, const size_t *lens
     return 0;
 }
 
-struct store_cmd *store_delete_matching(struct store *s, const char *pattern, store_int_fn *cb,
-                                        void *arg)
+static struct store_cmd *fanout_delete(struct store *s, const char *pattern,
+                                       const struct store_pick *pick, void *each_arg,
+                                       store_int_fn *cb, void *arg);
+
+static char *dup_or_null(const char *s)
 {
-    PC_CHECK_OBJ(s, STORE_MAGIC);
-    if (s->state != ST_READY || pattern == NULL || cb == NULL)
+    return s != NULL ? pc_strdup(s) : NULL;
+}
+
+/* A copy of what pick holds, each_arg for its each callback. */
+static struct pick_state *pick_new(const struct store_pick *pick, void *each_arg)
+{
+    struct pick_state *p = pc_calloc(1, sizeof(*p));
+    p->script = pc_strdup(pick->script);
+    p->nargs = pick->nargs;
+    p->args = pc_calloc((size_t)pick->nargs + 1, sizeof(*p->args));
+    for (int i = 0; i < pick->nargs; i++)
+        p->args[i] = pc_strdup(pick->args[i]);
+    p->twin_from = dup_or_null(pick->twin_from);
+    p->twin_to = dup_or_null(pick->twin_to);
+    p->each = pick->each;
+    p->each_arg = each_arg;
+    return p;
+}
+
+/*
+ * store_delete_matching (pick NULL: every key SCAN finds goes) and
+ * store_delete_picked; on a cluster, on every primary (fanout_delete, whose
+ * parts call this on each node with the same pick and each_arg).
+ */
+static struct store_cmd *delete_start(struct store *s, const char *pattern,
+                                      const struct store_pick *pick, void *each_arg,
+                                      store_int_fn *cb, void *arg)
+{
+    if (s->state != ST_READY)
         return NULL;
+    if (s->cl != NULL)
+        return fanout_delete(s, pattern, pick, each_arg, cb, arg);
     struct store_cmd *c = cmd_new(s, CMD_SCAN);
     c->cb.num = cb;
     c->arg = arg;
     c->pattern = pc_strdup(pattern);
+    if (pick != NULL)
+        c->pick = pick_new(pick, each_arg);
     strcpy(c->cursor, "0");
     const char *argv[] = {"SCAN", c->cursor, "MATCH", c->pattern, "COUNT", SCAN_COUNT};
     if (cmd_send(c, 6, argv, NULL, s->timeout_ms * STEP_TIMEOUT_MULT) < 0) {
@@ -1540,35 +1900,23 @@ struct store_cmd *store_delete_matching(struct store *s, const char *pattern, st
     return c;
 }
 
-static char *dup_or_null(const char *s)
+struct store_cmd *store_delete_matching(struct store *s, const char *pattern, store_int_fn *cb,
+                                        void *arg)
 {
-    return s != NULL ? pc_strdup(s) : NULL;
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    if (pattern == NULL || cb == NULL)
+        return NULL;
+    return delete_start(s, pattern, NULL, NULL, cb, arg);
 }
 
 struct store_cmd *store_delete_picked(struct store *s, const char *pattern,
                                       const struct store_pick *pick, store_int_fn *cb, void *arg)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
-    if (s->state != ST_READY || pattern == NULL || pick == NULL || pick->script == NULL ||
-        pick->each == NULL || pick->nargs < 0 ||
-        (pick->twin_from == NULL) != (pick->twin_to == NULL) || cb == NULL)
+    if (pattern == NULL || pick == NULL || pick->script == NULL || pick->each == NULL ||
+        pick->nargs < 0 || (pick->twin_from == NULL) != (pick->twin_to == NULL) || cb == NULL)
         return NULL;
-    struct pick_state *p = pc_calloc(1, sizeof(*p));
-    p->script = pc_strdup(pick->script);
-    p->nargs = pick->nargs;
-    p->args = pc_calloc((size_t)pick->nargs + 1, sizeof(*p->args));
-    for (int i = 0; i < pick->nargs; i++)
-        p->args[i] = pc_strdup(pick->args[i]);
-    p->twin_from = dup_or_null(pick->twin_from);
-    p->twin_to = dup_or_null(pick->twin_to);
-    p->each = pick->each;
-    struct store_cmd *c = store_delete_matching(s, pattern, cb, arg);
-    if (c == NULL) {
-        pick_free(&p);
-        return NULL;
-    }
-    c->pick = p;
-    return c;
+    return delete_start(s, pattern, pick, arg, cb, arg);
 }
 
 struct store_cmd *store_call_int(struct store *s, int argc, const char **argv, const size_t *lens,
@@ -1601,5 +1949,657 @@ void store_cancel(struct store_cmd **cp)
         return;
     cmd_unlink(c);
     c->done = true;
-    evtimer_del(c->timer); /* hiredis still holds c: the reply frees it */
+    evtimer_del(c->timer);       /* hiredis still holds c: the reply frees it */
+    if (c->kind == CMD_FANOUT) { /* no one holds it but its parts: cancel them, free it */
+        for (size_t i = 0; i < c->nkids; i++)
+            store_cancel(&c->kids[i].cmd);
+        cmd_free(c);
+    }
+    /* parked (TRYAGAIN): its retry timer frees it */
+}
+
+/* --- cluster:// (see the top) ----------------------------------------------------------- */
+
+static void cluster_tick_cb(evutil_socket_t fd, short what, void *arg);
+static void map_reply(struct store *top, redisReply *r);
+static void cluster_want_map(struct store *top);
+static void cluster_advance(struct store *top);
+
+static void cluster_init(struct store *s)
+{
+    s->cl = pc_calloc(1, sizeof(*s->cl));
+    for (size_t i = 0; i < CLUSTER_SLOTS; i++)
+        s->cl->owner[i] = CLUSTER_NO_OWNER;
+    s->cl->schema_slot = cluster_slot(PC_SCHEMA_KEY, strlen(PC_SCHEMA_KEY));
+    s->cl->tick = timer_new(s->base, cluster_tick_cb, s);
+}
+
+static void cluster_destroy(struct store *s)
+{
+    struct store_cluster *cl = s->cl;
+    for (size_t i = 0; i < cl->nnodes; i++) /* their callbacks may still route: tick last */
+        store_destroy(&cl->nodes[i]);
+    event_free(cl->tick);
+    free(cl->nodes);
+    free(cl->owned);
+    free(cl);
+    s->cl = NULL;
+}
+
+/* Run the tick in ms (again, if it was due later). */
+static void tick_in(struct store *top, int64_t ms)
+{
+    struct timeval tv = pc_timeval_ms(ms);
+    timer_add(top, top->cl->tick, &tv);
+}
+
+/* A node store for host:port with the cluster store's credentials, loop, stats and timeout. */
+static struct store *node_new(struct store *top, const char *host, int port)
+{
+    struct store *n = pc_calloc(1, sizeof(*n));
+    n->url.kind = RURL_TCP;
+    n->url.tcp.host = pc_strdup(host);
+    n->url.tcp.port = port;
+    n->url.user = top->url.user != NULL ? pc_strdup(top->url.user) : NULL;
+    n->url.password = top->url.password != NULL ? pc_strdup(top->url.password) : NULL;
+    char *at = rurl_addr_text(host, port);
+    struct pc_buf b = PC_BUF_INIT;
+    pc_buf_printf(&b, "cluster node %s", at);
+    free(at);
+    n->where = pc_buf_cstr(&b);
+    store_init(n, top->base, top->st, top->timeout_ms);
+    n->parent = top;
+    return n;
+}
+
+static size_t node_index(const struct store *top, const struct store *node)
+{
+    for (size_t i = 0; i < top->cl->nnodes; i++)
+        if (top->cl->nodes[i] == node)
+            return i;
+    return SIZE_MAX;
+}
+
+/*
+ * The node store of host:port (its index in *index), made and started if
+ * new; NULL when there are already as many as a map may name (a node
+ * redirecting to ever new addresses gets no more).
+ */
+static struct store *node_get(struct store *top, const char *host, int port, size_t *index)
+{
+    struct store_cluster *cl = top->cl;
+    size_t free_at = SIZE_MAX;
+    for (size_t i = 0; i < cl->nnodes; i++) {
+        struct store *n = cl->nodes[i];
+        if (n == NULL && free_at == SIZE_MAX)
+            free_at = i;
+        if (n != NULL && n->url.tcp.port == port && strcmp(n->url.tcp.host, host) == 0) {
+            *index = i;
+            return n;
+        }
+    }
+    if (free_at == SIZE_MAX) {
+        if (cl->nnodes >= CLUSTER_NODES_MAX + RURL_SEEDS_MAX)
+            return NULL;
+        cl->nodes = pc_realloc(cl->nodes, (cl->nnodes + 1) * sizeof(*cl->nodes));
+        cl->owned = pc_realloc(cl->owned, (cl->nnodes + 1) * sizeof(*cl->owned));
+        free_at = cl->nnodes++;
+    }
+    struct store *n = node_new(top, host, port);
+    cl->nodes[free_at] = n;
+    cl->owned[free_at] = 0;
+    *index = free_at;
+    store_start(n);
+    return n;
+}
+
+/* The seeds of the URL as nodes: where a map is asked when no node is connected. */
+static void seeds_ensure(struct store *top)
+{
+    for (size_t i = 0; i < top->url.nseeds; i++) {
+        size_t idx;
+        node_get(top, top->url.seeds[i].host, top->url.seeds[i].port, &idx);
+    }
+}
+
+/* The READY node owning key's slot; NULL (and a map refresh due) when there is none. */
+static struct store *node_for_key(struct store *top, const void *key, size_t klen)
+{
+    uint16_t o = top->cl->owner[cluster_slot(key, klen)];
+    struct store *n = o == CLUSTER_NO_OWNER ? NULL : top->cl->nodes[o];
+    if (n != NULL && n->state == ST_READY)
+        return n;
+    if (top->cl->mapped)
+        cluster_want_map(top);
+    return NULL;
+}
+
+static void cluster_want_map(struct store *top)
+{
+    struct store_cluster *cl = top->cl;
+    if (cl->map_want || top->state == ST_CLOSED)
+        return;
+    cl->map_want = true;
+    uint64_t since = pc_mono_ms() - cl->map_sent_ms;
+    tick_in(top, since >= MAP_MIN_GAP_MS ? 0 : (int64_t)(MAP_MIN_GAP_MS - since));
+}
+
+/* Ask a READY node (one owning slots first) for the slot map; the seeds if none is READY. */
+static void map_send(struct store *top)
+{
+    struct store_cluster *cl = top->cl;
+    struct store *n = NULL;
+    for (int pass = 0; pass < 2 && n == NULL; pass++)
+        for (size_t i = 0; i < cl->nnodes && n == NULL; i++)
+            if (cl->nodes[i] != NULL && cl->nodes[i]->state == ST_READY &&
+                (pass == 1 || cl->owned[i] > 0))
+                n = cl->nodes[i];
+    if (n == NULL) { /* asked again when one becomes READY (node_ready) */
+        seeds_ensure(top);
+        return;
+    }
+    const char *argv[] = {"CLUSTER", cl->slots_only ? "SLOTS" : "SHARDS"};
+    snprintf(cl->map_asked, sizeof(cl->map_asked), "%s", n->url.tcp.host);
+    if (internal_on(top, n, map_reply, cl->slots_only ? "CLUSTER SLOTS" : "CLUSTER SHARDS", 2, argv,
+                    NULL, top->timeout_ms * STEP_TIMEOUT_MULT) == 0) {
+        cl->map_inflight = true;
+        cl->map_want = false;
+        cl->map_sent_ms = pc_mono_ms();
+    }
+}
+
+/* Slot s is node idx's now (a MOVED, or a map). */
+static void slot_own(struct store_cluster *cl, unsigned s, size_t idx)
+{
+    if (cl->owner[s] != CLUSTER_NO_OWNER)
+        cl->owned[cl->owner[s]]--;
+    cl->owner[s] = idx == SIZE_MAX ? CLUSTER_NO_OWNER : (uint16_t)idx;
+    if (idx != SIZE_MAX)
+        cl->owned[idx]++;
+}
+
+/* "A:P, B:P, ...": the primaries of m, for the log line that says the map changed. */
+static void map_names(const struct cluster_map *m, char *out, size_t n)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < m->nnodes && at + 1 < n; i++) {
+        char *a = rurl_addr_text(m->nodes[i].host, m->nodes[i].port);
+        int w = snprintf(out + at, n - at, "%s%s", i ? ", " : "", a);
+        free(a);
+        at += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* Make the cluster store's owner table m's (nodes made as needed). */
+static void map_apply(struct store *top, const struct cluster_map *m)
+{
+    struct store_cluster *cl = top->cl;
+    size_t *idx = pc_malloc(m->nnodes * sizeof(*idx));
+    bool changed = !cl->mapped;
+    for (size_t j = 0; j < m->nnodes; j++)
+        if (node_get(top, m->nodes[j].host, m->nodes[j].port, &idx[j]) == NULL)
+            idx[j] = SIZE_MAX;
+    for (size_t s = 0; s < CLUSTER_SLOTS; s++) {
+        size_t want = m->owner[s] == CLUSTER_NO_OWNER ? SIZE_MAX : idx[m->owner[s]];
+        uint16_t now = cl->owner[s];
+        if ((want == SIZE_MAX) != (now == CLUSTER_NO_OWNER) ||
+            (now != CLUSTER_NO_OWNER && now != want)) {
+            changed = true;
+            slot_own(cl, (unsigned)s, want);
+        }
+    }
+    free(idx);
+    cl->mapped = true;
+    if (changed) {
+        char names[512];
+        map_names(m, names, sizeof(names));
+        log_info("redis: %s: slot map: %zu slots on %zu primaries (%s)", top->where, m->covered,
+                 m->nnodes, names);
+    }
+}
+
+/* A map was refused: counted; the cause is the outage's while there is no map yet. */
+static void map_refused(struct store *top, const char *why)
+{
+    struct store_cluster *cl = top->cl;
+    uint64_t now = pc_mono_ms();
+    stats_incr(top->st, STAT_redis_cluster_map_errors);
+    if (!cl->mapped)
+        health_down(top, why);
+    if (cl->map_errors_logged_ms == 0 || now - cl->map_errors_logged_ms >= LOG_EVERY_MS) {
+        log_info("redis: %s: no slot map from %s: %s", top->where, cl->map_asked, why);
+        cl->map_errors_logged_ms = now;
+    }
+    cluster_want_map(top);
+}
+
+/* The reply to CLUSTER SHARDS (or SLOTS): a map, range-checked whole before any of it is used. */
+static void map_reply(struct store *top, redisReply *r)
+{
+    struct store_cluster *cl = top->cl;
+    char why[256] = "";
+    if (!cl->slots_only && cluster_shards_unknown(r)) { /* Redis before 7 */
+        cl->slots_only = true;
+        cluster_want_map(top);
+        return;
+    }
+    struct cluster_map *m = pc_calloc(1, sizeof(*m));
+    int rc = -1;
+    if (r->type == REDIS_REPLY_ERROR)
+        snprintf(why, sizeof(why), "CLUSTER %s failed: %.200s", cl->slots_only ? "SLOTS" : "SHARDS",
+                 r->str);
+    else if (cl->slots_only)
+        rc = cluster_map_from_slots(r, cl->map_asked, m, why, sizeof(why));
+    else
+        rc = cluster_map_from_shards(r, cl->map_asked, m, why, sizeof(why));
+    if (rc == 0 && m->nnodes == 0) {
+        snprintf(why, sizeof(why), "no primary serves a slot");
+        rc = -1;
+    }
+    if (rc < 0) {
+        map_refused(top, why);
+    } else {
+        stats_incr(top->st, STAT_redis_cluster_maps);
+        map_apply(top, m);
+        cluster_advance(top);
+        cluster_health_check(top);
+    }
+    cluster_map_free(m);
+    free(m);
+    if (cl->map_want) /* a MOVED came while it was asked */
+        tick_in(top, MAP_MIN_GAP_MS);
+}
+
+/* The reply (NULL: its node's connection went) of an internal command of cluster store top. */
+static void cluster_internal_reply(struct store *top, struct store_cmd *c, redisReply *r)
+{
+    struct store_cluster *cl = top->cl;
+    if (c->cb.internal == map_reply) {
+        cl->map_inflight = false;
+        if (r == NULL)
+            cluster_want_map(top);
+        else
+            map_reply(top, r);
+        return;
+    }
+    if (c->gen != cl->gen || (top->state != ST_HANDSHAKE && top->state != ST_BLOCKED))
+        return; /* an earlier attempt's */
+    if (r == NULL) {
+        conn_down(top, "lost the connection to the node of the schema key");
+        return;
+    }
+    c->cb.internal(top, r);
+}
+
+/* DISCOVER with a map and the node of pc:schema READY: check the schema (HANDSHAKE). */
+static void cluster_advance(struct store *top)
+{
+    struct store_cluster *cl = top->cl;
+    uint16_t o = cl->owner[cl->schema_slot];
+    if (top->state != ST_DISCOVER || o == CLUSTER_NO_OWNER || cl->nodes[o] == NULL ||
+        cl->nodes[o]->state != ST_READY)
+        return;
+    /* the timer only catches a check whose node was let go of with its commands */
+    state_enter(top, ST_HANDSHAKE, top->timeout_ms * STEP_TIMEOUT_MULT * 3);
+    top->blocked_logged = false;
+    top->migrate_failed = -1;
+    schema_read(top);
+}
+
+/* One attempt of a cluster store: a map (the seeds' while there is none), then the schema. */
+static void cluster_start(struct store *s)
+{
+    s->cl->gen++;
+    state_enter(s, ST_DISCOVER, -1);
+    if (!s->cl->mapped)
+        seeds_ensure(s);
+    cluster_want_map(s);
+    cluster_advance(s);
+}
+
+/* Why the cluster's cache does not fully work now, or NULL if it does. */
+static const char *cluster_trouble(const struct store *top, char *buf, size_t n)
+{
+    const struct store_cluster *cl = top->cl;
+    if (cl->clusterdown)
+        return cl->down_why;
+    size_t covered = 0;
+    for (size_t i = 0; i < cl->nnodes; i++) {
+        const struct store *node = cl->nodes[i];
+        if (node == NULL || cl->owned[i] == 0)
+            continue;
+        covered += cl->owned[i];
+        if (node->health == HEALTH_DOWN || node->state == ST_BLOCKED) {
+            snprintf(buf, n, "%s is not usable", node->where);
+            return buf;
+        }
+    }
+    if (covered < CLUSTER_SLOTS) {
+        snprintf(buf, n, "%zu slots have no primary", (size_t)CLUSTER_SLOTS - covered);
+        return buf;
+    }
+    return NULL;
+}
+
+/* A READY cluster store is UP when nothing is wrong with the nodes that own slots. */
+static void cluster_health_check(struct store *top)
+{
+    char buf[256];
+    if (top->state != ST_READY)
+        return;
+    const char *why = cluster_trouble(top, buf, sizeof(buf));
+    if (why == NULL)
+        health_up(top);
+    else
+        health_down(top, why);
+}
+
+/* A node's health changed (health_down / health_up of a node come here). */
+static void node_health(struct store *node, bool up, const char *why)
+{
+    struct store *top = node->parent;
+    size_t i = node_index(top, node);
+    if (up) {
+        cluster_health_check(top);
+        return;
+    }
+    if (!top->cl->mapped || (i != SIZE_MAX && top->cl->owned[i] > 0)) {
+        char b[320];
+        snprintf(b, sizeof(b), "%s: %s", node->where, why);
+        health_down(top, b);
+    }
+    if (top->cl->mapped)
+        cluster_want_map(top); /* a failover names another primary */
+}
+
+/* A node connected (again): maybe the first map, the schema, or the schema again. */
+static void node_ready(struct store *node)
+{
+    struct store *top = node->parent;
+    struct store_cluster *cl = top->cl;
+    bool again = node->health != HEALTH_UNKNOWN;
+    log_info("redis: %s: connected to %s", top->where, node->where);
+    health_up(node);
+    if (!cl->mapped && !cl->map_inflight)
+        map_send(top);
+    uint16_t o = cl->owner[cl->schema_slot];
+    if (again && top->state == ST_READY && o != CLUSTER_NO_OWNER && cl->nodes[o] == node) {
+        /* it may have come back empty (a restart without persistence): as on a reconnect */
+        state_enter(top, ST_DISCOVER, -1);
+        top->cl->gen++;
+    }
+    cluster_advance(top);
+}
+
+/* Let go of nodes the map no longer names (a failed-over primary, a seed), once idle. */
+static void nodes_prune(struct store *top)
+{
+    struct store_cluster *cl = top->cl;
+    if (!cl->mapped)
+        return;
+    for (size_t i = 0; i < cl->nnodes; i++) {
+        struct store *n = cl->nodes[i];
+        if (n == NULL || cl->owned[i] > 0 || n->cmds != NULL)
+            continue;
+        log_info("redis: %s: %s serves no slot any more: disconnected", top->where, n->where);
+        cl->nodes[i] = NULL;
+        store_destroy(&n);
+    }
+}
+
+static bool cluster_degraded(const struct store *top)
+{
+    char buf[256];
+    return !top->cl->mapped || cluster_trouble(top, buf, sizeof(buf)) != NULL;
+}
+
+static void cluster_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct store *top = arg;
+    PC_CHECK_OBJ(top, STORE_MAGIC);
+    struct store_cluster *cl = top->cl;
+    uint64_t now = pc_mono_ms();
+    if (cl->map_inflight && now - cl->map_sent_ms > (uint64_t)(top->timeout_ms * STEP_TIMEOUT_MULT))
+        cl->map_inflight = false; /* its node was let go of, or lost, with it */
+    nodes_prune(top);
+    cluster_health_check(top);
+    bool degraded = cluster_degraded(top);
+    if ((cl->map_want || degraded) && !cl->map_inflight)
+        map_send(top);
+    if (degraded || cl->map_want || cl->map_inflight)
+        tick_in(top, MAP_DEGRADED_MS);
+}
+
+/* CLUSTERDOWN: the cluster serves nothing now; DOWN until a node answers again. */
+static void cluster_down_seen(struct store *top, const char *err)
+{
+    struct store_cluster *cl = top->cl;
+    cl->clusterdown = true;
+    snprintf(cl->down_why, sizeof(cl->down_why), "%.190s", err);
+    health_down(top, cl->down_why);
+    cluster_want_map(top);
+}
+
+/* Send c (not done, not held by hiredis) on to, within what is left of its time. */
+static int cmd_resend(struct store_cmd *c, struct store *to)
+{
+    cmd_unlink(c);
+    cmd_link(to, c);
+    c->overdue = false;
+    if (wire_send(to, cmd_reply_cb, c, c->wire, c->wire_len) < 0)
+        return -1;
+    int64_t left = c->timeout_us - (int64_t)(pc_mono_us() - c->sent_us);
+    cmd_arm(c, PC_MAX(left, 1000));
+    return 0;
+}
+
+/* TRYAGAIN's wait is over: send c again on its node, unless it ended meanwhile. */
+static void retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct store_cmd *c = arg;
+    PC_CHECK_OBJ(c, CMD_MAGIC);
+    c->parked = false;
+    if (c->done) { /* timed out, cancelled or its store destroyed: no one else frees it */
+        cmd_free(c);
+        return;
+    }
+    struct store *s = c->s;
+    if (s->state != ST_READY || cmd_resend(c, s) < 0) {
+        cmd_complete(c, STORE_ERR, NULL, 0, 0);
+        cmd_free(c);
+    }
+}
+
+/* Keep c off the wire for a while (10, 20, 40... ms), then send it again (retry_cb). */
+static void cmd_park(struct store_cmd *c)
+{
+    if (c->retry == NULL)
+        c->retry = timer_new(c->s->base, retry_cb, c);
+    c->parked = true;
+    struct timeval tv = pc_timeval_ms((int64_t)TRYAGAIN_MS << (c->hops - 1));
+    timer_add(c->s, c->retry, &tv);
+    int64_t left = c->timeout_us - (int64_t)(pc_mono_us() - c->sent_us);
+    cmd_arm(c, PC_MAX(left, 1000));
+}
+
+/*
+ * A node's reply to c (not done) redirects: follow it - c is then sent
+ * again, on another node or later, and true is returned - or leave it to the
+ * caller to fail (false). SCAN and UNLINK steps are not followed: their
+ * cursor belongs to the node they run on.
+ */
+static bool cluster_redirect(struct store_cmd *c, const redisReply *r)
+{
+    struct store *node = c->s, *top = node->parent;
+    struct cluster_redirect red;
+    enum cluster_redirect_kind k = cluster_reply_redirect(r, &red);
+    if (k == CLUSTER_DOWN)
+        cluster_down_seen(top, r->str);
+    if (k == CLUSTER_MOVED)
+        cluster_want_map(top);
+    if (k == CLUSTER_REPLY_OTHER || k == CLUSTER_DOWN || k == CLUSTER_MALFORMED ||
+        c->kind == CMD_SCAN || c->kind == CMD_UNLINK || c->wire == NULL || c->hops >= REDIRECTS_MAX)
+        return false;
+    c->hops++;
+    if (k == CLUSTER_TRYAGAIN) {
+        stats_incr(top->st, STAT_redis_tryagain);
+        cmd_park(c);
+        return true;
+    }
+    size_t idx;
+    /* an empty host: the node's own */
+    struct store *to = node_get(top, red.host[0] ? red.host : node->url.tcp.host, red.port, &idx);
+    stats_incr(top->st, k == CLUSTER_MOVED ? STAT_redis_moved : STAT_redis_ask);
+    if (to != NULL && k == CLUSTER_MOVED)
+        slot_own(top->cl, red.slot, idx);
+    if (to == NULL || to->state != ST_READY)
+        return false;
+    static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+    if (k == CLUSTER_ASK && wire_send(to, NULL, NULL, asking, sizeof(asking) - 1) < 0)
+        return false;
+    return cmd_resend(c, to) == 0;
+}
+
+/* --- cluster: delete on every primary ---------------------------------------------------- */
+
+/* One primary's delete ended: the fan-out completes with the last. */
+static void fanout_kid_cb(void *arg, enum store_status st, long long n)
+{
+    struct fanout_kid *k = arg;
+    struct store_cmd *p = k->parent;
+    PC_CHECK_OBJ(p, CMD_MAGIC);
+    k->cmd = NULL;
+    if (st != STORE_OK)
+        p->failed = true;
+    else
+        p->deleted += n;
+    if (--p->pending > 0)
+        return;
+    cmd_complete(p, p->failed ? STORE_ERR : STORE_OK, NULL, 0, p->deleted);
+    cmd_free(p);
+}
+
+/*
+ * A delete (delete_start) on every primary at once; NULL unless every slot
+ * has a READY primary (a delete that misses a node would leave keys behind).
+ */
+static struct store_cmd *fanout_delete(struct store *s, const char *pattern,
+                                       const struct store_pick *pick, void *each_arg,
+                                       store_int_fn *cb, void *arg)
+{
+    struct store_cluster *cl = s->cl;
+    char buf[256];
+    if (cluster_trouble(s, buf, sizeof(buf)) != NULL)
+        return NULL;
+    struct store_cmd *p = cmd_new(s, CMD_FANOUT);
+    p->cb.num = cb;
+    p->arg = arg;
+    p->kids = pc_calloc(cl->nnodes ? cl->nnodes : 1, sizeof(*p->kids));
+    for (size_t i = 0; i < cl->nnodes; i++) {
+        if (cl->nodes[i] == NULL || cl->owned[i] == 0)
+            continue;
+        struct fanout_kid *k = &p->kids[p->nkids++];
+        k->parent = p;
+        k->cmd = delete_start(cl->nodes[i], pattern, pick, each_arg, fanout_kid_cb, k);
+        if (k->cmd == NULL) { /* a node not READY */
+            store_cancel(&p);
+            return NULL;
+        }
+        p->pending++;
+    }
+    return p;
+}
+
+struct slot_key {
+    unsigned slot;
+    size_t i;
+};
+
+static int slot_key_cmp(const void *a, const void *b)
+{
+    const struct slot_key *x = a, *y = b;
+    return x->slot != y->slot ? (x->slot < y->slot ? -1 : 1) : (x->i < y->i ? -1 : x->i > y->i);
+}
+
+/* Put the batch's positions of one slot side by side (each slot's EVAL names only its keys). */
+static void pick_group_by_slot(struct pick_state *p)
+{
+    struct slot_key *sk = pc_malloc((p->nkeys ? p->nkeys : 1) * sizeof(*sk));
+    for (size_t i = 0; i < p->nkeys; i++) {
+        const char *k = pick_key(p, i);
+        sk[i].slot = cluster_slot(k, strlen(k));
+        sk[i].i = i;
+    }
+    qsort(sk, p->nkeys, sizeof(*sk), slot_key_cmp);
+    for (size_t i = 0; i < p->nkeys; i++)
+        p->order[i] = sk[i].i;
+    free(sk);
+}
+
+/* An UNLINK of one slot of a batch but the last: its reply only adds to the count. */
+static void unlink_part_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct store_cmd *c = privdata; /* alive: the batch's last UNLINK, after this, frees it */
+    redisReply *r = reply;
+    PC_CHECK_OBJ(c, CMD_MAGIC);
+    struct store *s = ac->data;
+    if (s != NULL && r != NULL)
+        s->last_read_us = pc_mono_us();
+    if (c->done || r == NULL)
+        return; /* the last reply ends c */
+    if (r->type == REDIS_REPLY_INTEGER)
+        c->deleted += r->integer;
+    else
+        c->part_failed = true;
+}
+
+/*
+ * A cluster node's SCAN batch holds keys of many slots, and a cluster refuses
+ * a command with keys of two: one UNLINK per slot, pipelined. All are queued
+ * in this call on the same context (hiredis takes all or, disconnecting,
+ * none), the last one with c, so its reply comes after every other's.
+ */
+static bool step_unlink_slots(struct store_cmd *c, const redisReply *keys)
+{
+    struct store *s = c->s;
+    size_t n = keys->elements;
+    if (n + 1 > INT_MAX || s->state != ST_READY) {
+        cmd_fail(c, NULL, "UNLINK");
+        return false;
+    }
+    struct slot_key *sk = pc_malloc(n * sizeof(*sk));
+    const char **argv = pc_malloc((n + 1) * sizeof(*argv));
+    size_t *lens = pc_malloc((n + 1) * sizeof(*lens));
+    for (size_t i = 0; i < n; i++)
+        sk[i] = (struct slot_key){cluster_slot(keys->element[i]->str, keys->element[i]->len), i};
+    qsort(sk, n, sizeof(*sk), slot_key_cmp);
+    bool sent = true;
+    argv[0] = "UNLINK";
+    lens[0] = 6;
+    for (size_t from = 0, to; from < n; from = to) {
+        for (to = from; to < n && sk[to].slot == sk[from].slot; to++) {
+            argv[1 + to - from] = keys->element[sk[to].i]->str;
+            lens[1 + to - from] = keys->element[sk[to].i]->len;
+        }
+        int argc = (int)(to - from + 1);
+        if (to == n) {
+            c->kind = CMD_UNLINK;
+            sent = step_send(c, argc, argv, lens);
+            break;
+        }
+        char *cmd = NULL;
+        int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+        if (len < 0 || wire_send(s, unlink_part_cb, c, cmd, (size_t)len) < 0)
+            c->part_failed = true;
+        free(cmd);
+    }
+    free(sk);
+    free(argv);
+    free(lens);
+    return sent;
 }

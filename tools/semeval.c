@@ -7,6 +7,9 @@
  *   hard_pairs_dev.csv    sentence1,sentence2,label (entity/number/polarity/time swaps)
  *   quora_pairs_dev.csv   question1,question2,is_duplicate
  *   paraphrases_dev.json  [{"origin","similar"}], all positive (GPTCache)
+ *   apt_train_dev.tsv     text_a<TAB>text_b<TAB>labels (adversarial rewrites; 0 = meaning flipped)
+ *   sick_pairs_dev.csv    sentence1,sentence2,label,kind (paraphrase, contradiction, neutral,
+ *                         one-way; label 1 = paraphrase)
  *
  * and builds two more sets from Quora questions: near-duplicate variants
  * (typo, case, punctuation, white space, word order, filler words,
@@ -15,7 +18,9 @@
  *
  * For each embedder it prints ROC-AUC, the threshold at which at most 1%
  * (and 2%) of the hard negatives hit with every guard on, precision, recall
- * and hit rates there and at the embedder's default threshold, the
+ * and hit rates there and at the embedder's default threshold (with APT's
+ * flipped rewrites served, recall and precision, and SICK's contradictions,
+ * paraphrases, neutral and one-way pairs served on a second line), the
  * threshold rule of pc_embed.h (1% hard false hits and Quora precision >=
  * 0.82), a precision/recall table over thresholds, and the same figures with
  * each guard off in turn. Nothing is written to disk.
@@ -27,14 +32,15 @@
  *
  * --set changes an embedder knob (hash_dim, char_min, char_max, w_word,
  * w_bigram, w_char, w_glove, sif_a, typo_fix, remove_common); --guards
- * chooses the guards (as semantic-guards); --show N prints N false hits,
- * missed variants and counterfeits that hit at the default threshold; --why
- * GUARD the positives above it that GUARD rejects. Experiments, to measure
- * what WordNet would add (tools/wnanto.c extracts it): --antonyms FILE adds
+ * chooses the guards (as semantic-guards); --show N prints N false hits
+ * (hard, Quora and APT negatives, SICK's contradictions), missed variants
+ * and counterfeits that hit at the default threshold; --why GUARD the
+ * positives above it that GUARD rejects. Experiments on WordNet's lists as
+ * text (tools/wnanto.c prints them): --antonyms FILE adds
  * word pairs ("a b" per line) as an extra guard; --swap a one-word swap guard
  * of its own, which with --synonyms FILE (one synset per line) lets swaps of
  * synonyms through. --speed times embedders and guards on typical and
- * worst-case texts.
+ * worst-case texts, and each guard alone on 8 KiB texts.
  */
 #include "pc_embed.h"
 #include "pc_guard.h"
@@ -51,12 +57,14 @@
 
 /* ---- pairs ------------------------------------------------------------------ */
 
-enum set_id { S_HARD, S_QUORA, S_PARA, S_VAR, S_FAKE, S__COUNT };
-static const char *const set_names[] = {"hard", "quora", "gptcache", "variants", "counterfeits"};
+enum set_id { S_HARD, S_QUORA, S_PARA, S_VAR, S_FAKE, S_APT, S_SICK, S__COUNT };
+static const char *const set_names[] = {"hard",         "quora", "gptcache", "variants",
+                                        "counterfeits", "apt",   "sick"};
 
 enum { KIND_NONE = 0 };
-static const char *const var_kinds[] = {"-",      "typo",   "case",   "punct", "space", "order",
-                                        "filler", "plural", "number", "name",  "date",  "negation"};
+static const char *const var_kinds[] = {
+    "-",      "typo", "case", "punct",    "space",      "order",         "filler",  "plural",
+    "number", "name", "date", "negation", "paraphrase", "contradiction", "neutral", "one-way"};
 enum var_kind {
     V_TYPO = 1,
     V_CASE,
@@ -69,7 +77,13 @@ enum var_kind {
     F_NAME,
     F_DATE,
     F_NEGATION,
-    V__COUNT
+    V__COUNT,
+    /* SICK's kinds of pair (its fourth column) */
+    K_PARAPHRASE = V__COUNT,
+    K_CONTRADICTION,
+    K_NEUTRAL,
+    K_ONEWAY,
+    K__COUNT
 };
 
 struct pair {
@@ -136,6 +150,16 @@ static int csv_field(const char **p, struct pc_buf *out)
     return 0;
 }
 
+/* SICK's kind column as a K_* value (KIND_NONE when absent or unknown). */
+static int sick_kind(const char *k)
+{
+    for (int i = K_PARAPHRASE; i < K__COUNT; i++)
+        if (strcmp(k, var_kinds[i]) == 0)
+            return i;
+    return KIND_NONE;
+}
+
+/* sentence1,sentence2,label[,kind] after a header line. */
 static size_t load_csv(const char *path, int set)
 {
     char *text = slurp(path);
@@ -143,23 +167,51 @@ static size_t load_csv(const char *path, int set)
         return 0;
     const char *p = strchr(text, '\n');
     size_t n = 0;
-    struct pc_buf f[3] = {PC_BUF_INIT, PC_BUF_INIT, PC_BUF_INIT};
+    struct pc_buf f[4] = {PC_BUF_INIT, PC_BUF_INIT, PC_BUF_INIT, PC_BUF_INIT};
     while (p != NULL && *++p) {
         int k = 0;
-        for (; k < 3; k++) {
+        pc_buf_reset(&f[3]);
+        pc_buf_cstr(&f[3]);
+        for (; k < 4; k++) {
             if (csv_field(&p, &f[k]) < 0)
                 break;
-            if (k < 2 && *p++ != ',')
+            if (*p != ',')
                 break;
+            p++;
         }
-        if (k == 3 && f[0].len > 0 && f[1].len > 0) {
-            add_pair(f[0].data, f[1].data, atoi(f[2].data), set, KIND_NONE);
+        if (k >= 2 && f[0].len > 0 && f[1].len > 0) {
+            add_pair(f[0].data, f[1].data, atoi(f[2].data), set, sick_kind(f[3].data));
             n++;
         }
         p = strchr(p, '\n');
     }
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         pc_buf_free(&f[k]);
+    free(text);
+    return n;
+}
+
+/* APT: text_a<TAB>text_b<TAB>label after a header line, no quoting. */
+static size_t load_tsv(const char *path, int set)
+{
+    char *text = slurp(path);
+    if (text == NULL)
+        return 0;
+    size_t n = 0;
+    char *save = NULL;
+    bool header = true;
+    for (char *line = strtok_r(text, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
+        char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+        if (header || t2 == NULL) {
+            header = false;
+            continue;
+        }
+        *t1 = *t2 = '\0';
+        if (*line && t1[1]) {
+            add_pair(line, t1 + 1, atoi(t2 + 1), set, KIND_NONE);
+            n++;
+        }
+    }
     free(text);
     return n;
 }
@@ -907,6 +959,14 @@ static void figures(const char *label, float t, unsigned mask)
            label, (double)t, 100 * ratio(h.fp, h.neg), 100 * ratio(h.tp, h.pos),
            ratio(q.tp, q.tp + q.fp), 100 * ratio(q.tp, q.pos), 100 * ratio(g.tp, g.pos),
            100 * ratio(v.tp, v.pos), 100 * ratio(f.fp, f.neg));
+    struct counts a = count(S_APT, -1, t, mask), sp = count(S_SICK, K_PARAPHRASE, t, mask);
+    struct counts sc = count(S_SICK, K_CONTRADICTION, t, mask);
+    struct counts sn = count(S_SICK, K_NEUTRAL, t, mask), so = count(S_SICK, K_ONEWAY, t, mask);
+    printf("  %-22s           apt: flips %4.1f%% R %5.1f%% P %.3f  sick: contradictions %4.1f%% "
+           "paraphrases %5.1f%% neutral %4.1f%% one-way %4.1f%%\n",
+           "", 100 * ratio(a.fp, a.neg), 100 * ratio(a.tp, a.pos), ratio(a.tp, a.tp + a.fp),
+           100 * ratio(sc.fp, sc.neg), 100 * ratio(sp.tp, sp.pos), 100 * ratio(sn.fp, sn.neg),
+           100 * ratio(so.fp, so.neg));
 }
 
 static void per_kind(float t, unsigned mask)
@@ -924,12 +984,15 @@ static void per_kind(float t, unsigned mask)
 static void show_failures(float t, unsigned mask, int nshow)
 {
     int shown = 0;
-    for (int set = S_HARD; set <= S_QUORA; set++) {
+    static const int neg_sets[] = {S_HARD, S_QUORA, S_APT, S_SICK};
+    for (size_t k = 0; k < PC_ARRAY_LEN(neg_sets); k++) {
+        int set = neg_sets[k];
         shown = 0;
         printf("  %s negatives that hit:\n", set_names[set]);
         for (size_t i = 0; i < npairs && shown < nshow; i++) {
             const struct pair *p = &pairs[i];
-            if (p->set == set && p->label == 0 && score(p, mask) >= t && ++shown)
+            if (p->set == set && p->label == 0 && (set != S_SICK || p->kind == K_CONTRADICTION) &&
+                score(p, mask) >= t && ++shown)
                 printf("    %.3f  %s  ||  %s\n", (double)p->sim, p->a, p->b);
         }
     }
@@ -1115,8 +1178,9 @@ static double now_us(void)
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
 }
 
-/* Mean microseconds per call of embed_text (g < 0) or guard_check (a against b). */
-static double time_one(const struct embedder *e, const char *a, const char *b, int rounds)
+/* Mean microseconds per call of embed_text (e) or guard_check with the guards of mask. */
+static double time_mask(const struct embedder *e, const char *a, const char *b, int rounds,
+                        unsigned mask)
 {
     float v[EMBED_MAX_DIM];
     double t0 = now_us();
@@ -1124,9 +1188,14 @@ static double time_one(const struct embedder *e, const char *a, const char *b, i
         if (e != NULL)
             embed_text(e, a, strlen(a), v);
         else
-            guard_check(a, strlen(a), b, strlen(b), GUARD_ALL);
+            guard_check(a, strlen(a), b, strlen(b), mask);
     }
     return (now_us() - t0) / rounds;
+}
+
+static double time_one(const struct embedder *e, const char *a, const char *b, int rounds)
+{
+    return time_mask(e, a, b, rounds, GUARD_ALL);
 }
 
 /*
@@ -1173,6 +1242,12 @@ static void speed(const char *vectors)
     printf("speed guards   question pair %.1f us, 8 KiB pair %.1f us, 1 MiB pair %.1f us\n",
            time_one(NULL, q, q2, 2000), time_one(NULL, normal, unknown, 200),
            time_one(NULL, mega, normal, 50));
+    /* Each guard alone (the shared tokenizing and look-ups included), 8 KiB against 8 KiB. */
+    printf("speed each guard, 8 KiB pair (us):");
+    for (int g = 0; g < GUARD__COUNT; g++)
+        printf(" %s %.0f", guard_name((enum guard_kind)g),
+               time_mask(NULL, normal, normal + 1, 50, GUARD_MASK(g)));
+    printf("\n");
     free(mega);
 }
 
@@ -1263,8 +1338,14 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/semantic/paraphrases_dev.json", dir);
     size_t np = load_paraphrases(path);
     make_variants(qfrom, qfrom + nq);
-    printf("semeval: %s: hard %zu, quora %zu, gptcache %zu pairs; %zu variants and counterfeits\n",
-           dir, nh, nq, np, npairs - nh - nq - np);
+    size_t nv = npairs - nh - nq - np;
+    snprintf(path, sizeof path, "%s/semantic/apt_train_dev.tsv", dir);
+    size_t na = load_tsv(path, S_APT);
+    snprintf(path, sizeof path, "%s/semantic/sick_pairs_dev.csv", dir);
+    size_t ns = load_csv(path, S_SICK);
+    printf("semeval: %s: hard %zu, quora %zu, gptcache %zu, apt %zu, sick %zu pairs; %zu variants "
+           "and counterfeits\n",
+           dir, nh, nq, np, na, ns, nv);
     run_guards();
     use_extra = nantos > 0 || swap_on;
     for (int k = EMBEDDER_BUILTIN; k <= EMBEDDER_HASH; k++) {

@@ -40,6 +40,9 @@ static void check_same_place(const struct rurl *a, const struct rurl *b)
     for (size_t i = 0; i < a->nsentinels; i++)
         CHECK(str_eq(a->sentinels[i].host, b->sentinels[i].host) &&
               a->sentinels[i].port == b->sentinels[i].port);
+    CHECK(a->nseeds == b->nseeds);
+    for (size_t i = 0; i < a->nseeds; i++)
+        CHECK(str_eq(a->seeds[i].host, b->seeds[i].host) && a->seeds[i].port == b->seeds[i].port);
 }
 
 static void check_limits(const struct rurl *u)
@@ -52,6 +55,10 @@ static void check_limits(const struct rurl *u)
     if (u->kind == RURL_SENTINEL)
         CHECK(u->nsentinels >= 1 && u->nsentinels <= RURL_SENTINELS_MAX && u->master != NULL &&
               u->master[0] != '\0');
+    if (u->kind == RURL_CLUSTER) /* seeds, database 0 only */
+        CHECK(u->nseeds >= 1 && u->nseeds <= RURL_SEEDS_MAX && u->db == 0 && u->nsentinels == 0);
+    for (size_t i = 0; i < u->nseeds; i++)
+        CHECK(u->seeds[i].host != NULL && u->seeds[i].port >= 1 && u->seeds[i].port <= 65535);
     CHECK(u->sentinel_user == NULL || u->sentinel_password != NULL);
 }
 

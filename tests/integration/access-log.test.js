@@ -14,11 +14,16 @@ const SECRET = 'sk-very-secret-credential-4711';
 const FIELDS = ['id', 'tenant', 'method', 'path', 'endpoint', 'model', 'status', 'cache', 'ms',
     'upstream_ms', 'bytes_out'];
 
-/* Make a request and return its access log line. */
+/*
+ * Make a request and return its access log line, found by the id the answer
+ * carries (X-Promptcache-Request-Id): a line is written as its request ends,
+ * so the next new line may still be an earlier request's.
+ */
 async function logged(fn) {
-    const before = env.proxy.accessLog().length;
     const res = await fn();
-    const line = await h.waitFor(() => env.proxy.accessLog()[before], {what: 'a new access log line'});
+    const id = res.headers['x-promptcache-request-id'];
+    assert.ok(id, `X-Promptcache-Request-Id on a ${res.status}`);
+    const line = await env.proxy.waitAccessLog((l) => l.id === id);
     return {res, line};
 }
 

@@ -58,12 +58,14 @@ h.test('hang-up while waiting for a slow upstream answer aborts the upstream cal
     const body = h.chatBody(h.uniq('hang up early'));
     const calls = env.mock.callCount(CHAT);
     const aborted = env.mock.aborted;
-    const {req, response} = env.proxy.begin(CHAT, body, {'x-mock-delay-ms': '5000'});
+    /* The mock would answer after 30 s (well within upstream-timeout's 60 s), and stops
+     * waiting as soon as the proxy closes the call. */
+    const {req, response} = env.proxy.begin(CHAT, body, {'x-mock-delay-ms': '30000'});
     response.catch(() => {}); /* we hang up: the request fails on our side by design */
     await env.mock.waitForCalls(calls + 1, CHAT);
     req.destroy();
-    /* Well before the mock's 5 s: the proxy saw the hang-up and closed the upstream call. */
-    await env.mock.waitForAborted(aborted + 1, 4000);
+    /* Before the mock's answer: the proxy saw the hang-up and closed the upstream call. */
+    await env.mock.waitForAborted(aborted + 1, 20000);
     h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
 });
 

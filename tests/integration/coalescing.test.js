@@ -15,23 +15,43 @@ const N = 10;
 
 const sha = (s) => crypto.createHash('sha256').update(s).digest('hex');
 
-/* Run fn N times at once; check one upstream call and N-1 coalesced in /stats. */
-async function concurrently(fn) {
-    const before = await env.proxy.stats();
+const holdId = () => h.uniq('hold').replace(' ', '-');
+
+/*
+ * Run send(headers) N times at once, the upstream call held (x-mock-hold) until
+ * the other N-1 have joined it (counted in /stats as they join): a delay
+ * instead would be outlasted by a slow machine, and late requests would hit
+ * the stored answer rather than join. One upstream call for all of them.
+ */
+async function concurrently(send) {
+    const before = (await env.proxy.stats()).coalesced;
     const calls = env.mock.callCount(CHAT);
-    const results = await Promise.all(Array.from({length: N}, () => fn()));
+    const id = holdId();
+    const pending = Array.from({length: N}, () => send({'x-mock-hold': id}));
+    await env.mock.waitForHold(id);
+    await h.waitFor(async () => (await env.proxy.stats()).coalesced - before >= N - 1,
+        {what: `${N - 1} requests joining the call in flight`});
+    env.mock.release(id);
+    const results = await Promise.all(pending);
     assert.equal(env.mock.callCount(CHAT), calls + 1, 'one upstream call for all of them');
-    await h.eventually(async () => {
-        const after = await env.proxy.stats();
-        assert.equal(after.coalesced - before.coalesced, N - 1, 'stats.coalesced');
-    });
+    assert.equal((await env.proxy.stats()).coalesced - before, N - 1, 'stats.coalesced');
     return results;
+}
+
+/* Send each of sends (functions of extra headers) with a hold of its own; resolves once every
+ * upstream call is held at once (so none joined another), then releases them. */
+async function allInFlight(sends) {
+    const ids = sends.map(() => holdId());
+    const pending = sends.map((send, i) => send({'x-mock-hold': ids[i]}));
+    for (const id of ids)
+        await env.mock.waitForHold(id);
+    ids.forEach((id) => env.mock.release(id));
+    return Promise.all(pending);
 }
 
 h.test('10 concurrent identical requests make one upstream call', async () => {
     const body = h.chatBody(h.uniq('coalesce json'));
-    /* The delay keeps the first call in flight until all ten have arrived, even under ASan. */
-    const results = await concurrently(() => env.proxy.post(CHAT, body, {'x-mock-delay-ms': '1000'}));
+    const results = await concurrently((hold) => env.proxy.post(CHAT, body, hold));
     for (const r of results)
         assert.equal(r.status, 200, r.text);
     const texts = new Set(results.map((r) => r.text));
@@ -41,8 +61,8 @@ h.test('10 concurrent identical requests make one upstream call', async () => {
 
 h.test('10 concurrent identical streams make one upstream call, teed to all', async () => {
     const body = h.chatBody(h.uniq('coalesce stream'), h.STREAM_WITH_USAGE);
-    const headers = {'x-mock-delay-ms': '800', 'x-mock-chunk-delay-ms': '30', 'x-mock-chunks': '10'};
-    const results = await concurrently(() => env.proxy.post(CHAT, body, headers));
+    const headers = {'x-mock-chunk-delay-ms': '30', 'x-mock-chunks': '10'};
+    const results = await concurrently((hold) => env.proxy.post(CHAT, body, {...headers, ...hold}));
     const answers = results.map((r) => {
         assert.equal(r.status, 200, r.text);
         const a = h.assembleChat(h.parseSSE(r.text));
@@ -56,7 +76,7 @@ h.test('10 concurrent identical streams make one upstream call, teed to all', as
 
 h.test('a stream that joins late gets the whole answer from the start', async () => {
     const body = h.chatBody(h.uniq('late joiner'), h.STREAM_WITH_USAGE);
-    const id = h.uniq('hold').replace(' ', '-');
+    const id = holdId();
     const calls = env.mock.callCount(CHAT);
     const first = await env.proxy.openStream(CHAT, body, {'x-mock-hold': id});
     await first.nextEvent(5000);
@@ -79,9 +99,9 @@ h.test('a stream that joins late gets the whole answer from the start', async ()
 h.test('identical requests of different tenants do not coalesce', async () => {
     const body = h.chatBody(h.uniq('coalesce tenants'));
     const calls = env.mock.callCount(CHAT);
-    const [a, b] = await Promise.all([
-        env.proxy.post(CHAT, body, {...h.bearer('sk-coalesce-a'), 'x-mock-delay-ms': '300'}),
-        env.proxy.post(CHAT, body, {...h.bearer('sk-coalesce-b'), 'x-mock-delay-ms': '300'}),
+    const [a, b] = await allInFlight([
+        (hold) => env.proxy.post(CHAT, body, {...h.bearer('sk-coalesce-a'), ...hold}),
+        (hold) => env.proxy.post(CHAT, body, {...h.bearer('sk-coalesce-b'), ...hold}),
     ]);
     assert.equal(env.mock.callCount(CHAT), calls + 2);
     assert.notEqual(sha(h.chatText(a.json)), sha(h.chatText(b.json)), 'each tenant got its own answer');
@@ -89,8 +109,8 @@ h.test('identical requests of different tenants do not coalesce', async () => {
 
 h.test('different concurrent requests do not coalesce', async () => {
     const calls = env.mock.callCount(CHAT);
-    const results = await Promise.all([1, 2, 3].map((i) =>
-        env.proxy.post(CHAT, h.chatBody(h.uniq(`distinct ${i}`)), {'x-mock-delay-ms': '300'})));
+    const results = await allInFlight([1, 2, 3].map((i) =>
+        (hold) => env.proxy.post(CHAT, h.chatBody(h.uniq(`distinct ${i}`)), hold)));
     assert.equal(env.mock.callCount(CHAT), calls + 3);
     results.forEach((r, i) => assert.match(h.chatText(r.json), new RegExp(`distinct ${i + 1}`)));
 });
@@ -100,9 +120,8 @@ h.test('streams that differ in include_usage do not share a call: each gets what
     const withUsage = h.chatBody(q, h.STREAM_WITH_USAGE);
     const without = h.chatBody(q, {stream: true});
     const calls = env.mock.callCount(CHAT);
-    const headers = {'x-mock-delay-ms': '600'};
-    const [a, b] = await Promise.all([env.proxy.post(CHAT, withUsage, headers),
-        env.proxy.post(CHAT, without, headers)]);
+    const [a, b] = await allInFlight([(hold) => env.proxy.post(CHAT, withUsage, hold),
+        (hold) => env.proxy.post(CHAT, without, hold)]);
     assert.equal(env.mock.callCount(CHAT), calls + 2, 'two upstream calls');
     assert.ok(h.assembleChat(h.parseSSE(a.text)).usage, 'the include_usage stream has usage');
     assert.ok(!h.assembleChat(h.parseSSE(b.text)).usage, 'the other has none');

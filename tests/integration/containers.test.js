@@ -114,6 +114,11 @@ h.test('Dockerfile: the health check uses the binary the image has', () => {
         'promptcache is on the PATH of the image');
     const pricing = runtime.ins.find((i) => i.op === 'COPY' && /conf\/pricing\.json/.test(i.args));
     assert.ok(pricing, 'the pricing file is in the image');
+    /* The maintained list, where the binary looks first (../share/promptcache/ from /usr/local/bin). */
+    assert.ok(buildStage.ins.some((i) => i.op === 'RUN' && /\bmake prices\b/.test(i.args)), 'make prices');
+    assert.ok(runtime.ins.some((i) => i.op === 'COPY' &&
+        /--from=build \/src\/build\/prices\.json \/usr\/local\/share\/promptcache\/prices\.json/.test(i.args)),
+    'the maintained price list is in the image, next to the binary\'s share folder');
 });
 
 h.test('Dockerfile: every copied file exists and is in the build context', () => {
@@ -139,12 +144,13 @@ h.test('Dockerfile: the runtime packages provide every library the binary links'
         return t.skip('a SANITIZE=1 build: the image builds the plain one');
     const libs = linked.split('\n')
         .map((l) => /=>\s+(\S+)/.exec(l)).filter(Boolean).map((m) => fs.realpathSync(m[1]));
+    /* One dpkg for all of them (one each took seconds): "pkg[:arch][, pkg...]: /path" lines,
+     * exit status 1 if some path has no package. */
     const owners = new Set();
-    for (const lib of libs) {
-        const r = spawnSync('dpkg', ['-S', lib], {encoding: 'utf8'});
-        if (r.status === 0)
-            owners.add(r.stdout.split(':')[0]);
-    }
+    const r = spawnSync('dpkg', ['-S', ...libs], {encoding: 'utf8'});
+    for (const line of r.stdout.split('\n'))
+        if (line.includes(': /') && !line.startsWith('diversion '))
+            owners.add(line.split(':')[0]);
 
     const pkgs = aptPackages(runtime);
     const deps = spawnSync('apt-cache', ['depends', '--recurse', '--no-recommends', '--no-suggests',

@@ -3,8 +3,9 @@
  * The L1: hot exact answers kept in the proxy's memory in front of Redis.
  * A repeat of a stored answer is a HIT without a Redis GET (Redis's own
  * command counters prove it), counted in l1_hits; it keeps the Redis key's
- * TTL, honours max-age, and is dropped by a flush made through any instance
- * (the pc:2:vs stream), and while Redis is down the L1 is off.
+ * TTL, honours max-age, is dropped by a flush made through any instance
+ * (the pc:2:vs stream) and by a refresh of its key, and while Redis is down
+ * the L1 is off.
  */
 const assert = require('node:assert/strict');
 const h = require('./lib');
@@ -35,20 +36,35 @@ function flush(proxy, tenant) {
     return h.request(proxy.url, {method: 'DELETE', path, headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
 }
 
-/* Store an answer through proxy and wait until it is in that proxy's L1. */
+/* Whether a no-store repeat of body through proxy is answered from its L1 (l1_hits + 1). */
+async function fromL1(proxy, body, headers = {}) {
+    const hits = (await stats(proxy)).l1_hits;
+    const r = await proxy.post(CHAT, body, {...headers, 'cache-control': 'no-store'});
+    return r.headers['x-cache-status'] === 'HIT' && (await stats(proxy)).l1_hits === hits + 1;
+}
+
+/*
+ * Store an answer through proxy and wait until this answer is in that proxy's
+ * L1: a repeat is answered from it. (A count of inserts is moved by any answer
+ * on its way to the L1, such as an earlier test's last one.) A repeat that
+ * reaches Redis first puts the entry into the L1 as well; the first test shows
+ * that the store alone does.
+ */
 async function stored(proxy, body, headers) {
-    const before = (await stats(proxy)).l1_inserts;
     const r = await proxy.post(CHAT, body, headers);
     assert.equal(r.status, 200, r.text);
-    await h.waitFor(async () => (await stats(proxy)).l1_inserts > before, {what: 'the answer in the L1'});
+    await h.waitFor(() => fromL1(proxy, body, headers), {what: 'the answer in the L1'});
     return r;
 }
 
 h.test('a repeated request is answered from the L1 without a Redis GET', async () => {
     await waitLive(env.proxy);
     const body = h.chatBody(h.uniq('l1 basic'));
-    const first = await stored(env.proxy, body);
+    /* The proxy's first answer: nothing else was ever on its way to its L1, so the first
+     * insert is this answer's, put there by the store (no repeat has read Redis). */
+    const first = await env.proxy.post(CHAT, body);
     h.assertFromUpstream(first, env.mock);
+    await h.waitFor(async () => (await stats(env.proxy)).l1_inserts === 1, {what: 'the answer in the L1'});
     const calls = env.mock.callCount(CHAT);
     const s0 = await stats(env.proxy);
     const gets = await redisGets();
@@ -71,26 +87,82 @@ h.test('an answer stored by another instance is read from Redis once, then from 
     await waitLive(other);
     await waitLive(env.proxy);
     const body = h.chatBody(h.uniq('l1 other instance'));
+    const seen = (await stats(env.proxy)).l1_events;
     await stored(other, body);
+    /* Its write event reached this instance (a read sent before would not be kept). */
+    await h.waitFor(async () => (await stats(env.proxy)).l1_events > seen, {what: 'the write event read'});
     const s0 = await stats(env.proxy);
     const gets = await redisGets();
     h.assertHit(await env.proxy.post(CHAT, body));
     assert.equal(await redisGets(), gets + 1, 'the first hit read Redis');
+    /* A count, but an exact one here: this proxy's only other insert was the first test's,
+     * counted before s0 (its other requests were L1 hits); a repeat asked meanwhile would
+     * read Redis again. */
     await h.waitFor(async () => (await stats(env.proxy)).l1_inserts > s0.l1_inserts,
         {what: 'the entry read from Redis in the L1'});
     h.assertHit(await env.proxy.post(CHAT, body));
     assert.equal(await redisGets(), gets + 1, 'the second hit did not');
     assert.equal((await stats(env.proxy)).l1_hits - s0.l1_hits, 1);
 
-    /* A flush through the other instance reaches this one's L1. */
+    /* A flush through the other instance reaches this one's L1 (Redis has no entry any more:
+     * only this L1 could still answer, and no-store keeps the misses from storing one). */
     const events = (await stats(env.proxy)).l1_events;
     const r = await flush(other);
     assert.ok(r.status >= 200 && r.status < 300, `flush: ${r.status} ${r.text}`);
-    await h.waitFor(async () => (await stats(env.proxy)).l1_events > events,
-        {what: 'the flush event read by the first instance'});
+    await h.waitFor(async () => (await env.proxy.post(CHAT, body, {'cache-control': 'no-store'}))
+        .headers['x-cache-status'] === 'MISS', {what: 'the flush applied to the first instance\'s L1'});
+    assert.ok((await stats(env.proxy)).l1_events > events, 'by the stream event');
     const calls = env.mock.callCount(CHAT);
     h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
     assert.equal(env.mock.callCount(CHAT), calls + 1, 'flushed: the upstream answered');
+    await other.stop(5000);
+});
+
+/* Read body through proxy until the answer it gives is in its L1 (a hit counted in l1_hits). */
+async function inL1(proxy, body) {
+    return h.waitFor(async () => {
+        const s0 = await stats(proxy);
+        const r = await proxy.post(CHAT, body);
+        h.assertHit(r);
+        return (await stats(proxy)).l1_hits > s0.l1_hits ? r : null;
+    }, {what: 'a hit from the L1'});
+}
+
+h.test('a refresh through one instance replaces the answer in every instance\'s L1', async () => {
+    const other = await env.startProxy({args: ['--admin-token', ADMIN_TOKEN]});
+    await waitLive(other);
+    await waitLive(env.proxy);
+    const body = h.chatBody(h.uniq('l1 refresh'));
+    const first = await stored(env.proxy, body);
+    const old = await inL1(other, body);
+    assert.equal(old.json.id, first.json.id);
+
+    /* A asks the upstream again (no-cache) and stores the new answer over the old one. */
+    const calls = env.mock.callCount(CHAT);
+    const fresh = await env.proxy.post(CHAT, body, {'cache-control': 'no-cache'});
+    assert.equal(fresh.status, 200, fresh.text);
+    assert.equal(fresh.headers['x-cache-status'], 'REFRESH');
+    assert.equal(env.mock.callCount(CHAT), calls + 1, 'the upstream answered the refresh');
+    assert.notEqual(fresh.json.id, first.json.id, 'a new answer');
+
+    /* B drops the old answer from its L1 and answers the new one, from Redis, then its L1. */
+    await h.waitFor(async () => {
+        const r = await other.post(CHAT, body);
+        h.assertHit(r);
+        return r.json.id === fresh.json.id;
+    }, {what: () => 'the second instance to answer the refreshed answer'});
+    assert.equal((await inL1(other, body)).json.id, fresh.json.id);
+    assert.equal((await inL1(env.proxy, body)).json.id, fresh.json.id, 'and so does the first');
+    assert.equal(env.mock.callCount(CHAT), calls + 1);
+
+    /* A refresh with a shorter TTL: B's copy must not outlive the new Redis key either. */
+    const short = await env.proxy.post(CHAT, body, {'cache-control': 'no-cache', 'x-cache-ttl': '2'});
+    assert.equal(short.headers['x-cache-status'], 'REFRESH');
+    await h.waitFor(async () => (await other.post(CHAT, body)).json.id === short.json.id,
+        {what: 'the second instance to answer the short-lived answer'});
+    await h.waitFor(async () => (await other.post(CHAT, body)).headers['x-cache-status'] === 'MISS',
+        {what: 'the short-lived answer to expire in the second instance too'});
+    assert.equal((await stats(other)).l1_events_rejected, 0);
     await other.stop(5000);
 });
 
@@ -116,12 +188,10 @@ h.test('an L1 entry lives no longer than its Redis key', async () => {
     await waitLive(env.proxy);
     const body = h.chatBody(h.uniq('l1 ttl'));
     const old = new Set(await env.redis.keys('pc:2:e:*'));
-    await stored(env.proxy, body, {'x-cache-ttl': '1'});
+    /* in the L1 (stored() saw an L1 hit) before the key's 2 s are over */
+    await stored(env.proxy, body, {'x-cache-ttl': '2'});
     const keys = (await env.redis.keys('pc:2:e:*')).filter((k) => !old.has(k));
     assert.equal(keys.length, 1, 'one new entry');
-    const s0 = await stats(env.proxy);
-    h.assertHit(await env.proxy.post(CHAT, body));
-    assert.equal((await stats(env.proxy)).l1_hits - s0.l1_hits, 1, 'from the L1');
     await h.waitFor(async () => Number(await env.redis.command('EXISTS', keys[0])) === 0,
         {what: 'the Redis key to expire'});
     /* Redis no longer has it, so neither may the L1. */
@@ -132,13 +202,13 @@ h.test('max-age is honoured on an L1 hit', async () => {
     await waitLive(env.proxy);
     const body = h.chatBody(h.uniq('l1 max-age'));
     await stored(env.proxy, body);
-    await h.waitFor(async () => {
+    const fresh = await h.waitFor(async () => {
         const r = await env.proxy.post(CHAT, body, {'cache-control': 'max-age=0'});
         return r.headers['x-cache-status'] !== 'HIT' ? r : null;
     }, {what: 'an entry older than 0 s refused'});
-    const s0 = await stats(env.proxy);
-    h.assertHit(await env.proxy.post(CHAT, body));
-    assert.equal((await stats(env.proxy)).l1_hits - s0.l1_hits, 1, 'without max-age the L1 answers');
+    /* The refused entry's fresh answer replaced it, in Redis and then in the L1. */
+    const r = await inL1(env.proxy, body);
+    assert.equal(r.json.id, fresh.json.id, 'without max-age the L1 answers, the newest answer');
 });
 
 h.test('while Redis is down the L1 is off and requests still get answers', async () => {
@@ -213,7 +283,12 @@ h.test('the L1 stays within l1-size, evicting the least recently used', async ()
         await Promise.all(Array.from({length: 60}, (_, k) => p.post(CHAT, h.chatBody(`${tag} ${i + k}`))));
         h.assertHit(await p.post(CHAT, hot)); /* kept recent */
     }
-    await h.waitFor(async () => (await stats(p)).l1_inserts >= 2400, {what: 'every answer offered to the L1'});
+    /* The hot one and 2400 more: each inserted, dropped by a full queue, or dropped because a
+     * change of a key sharing its stamp came while it was written (rare; counted in l1_stale). */
+    await h.waitFor(async () => {
+        const st = await stats(p);
+        return st.l1_inserts + st.l1_dropped + st.l1_stale >= 2401;
+    }, {what: 'every answer offered to the L1'});
     const s = await stats(p);
     assert.equal(s.l1_max_bytes, 1024 * 1024);
     assert.ok(s.l1_bytes <= s.l1_max_bytes, `l1_bytes ${s.l1_bytes}`);
@@ -225,11 +300,29 @@ h.test('the L1 stays within l1-size, evicting the least recently used', async ()
     await p.stop(5000);
 });
 
+h.test('a refreshed answer replaces the L1\'s at once, also one too large for the L1', async () => {
+    /* l1-size 1m: items up to 8 KiB; the refreshed answer (20 KB) never goes in. */
+    const p = await env.startProxy({args: ['--l1-size', '1m']});
+    await waitLive(p);
+    for (const size of [0, 20000]) {
+        const body = h.chatBody(h.uniq(`l1 refresh ${size}`));
+        const old = await stored(p, body);
+        const fresh = await p.post(CHAT, body, {'cache-control': 'no-cache', 'x-mock-size': String(size)});
+        h.assertFromUpstream(fresh, env.mock, 'REFRESH');
+        /* the client has the fresh answer: from now on nobody gets the old one */
+        const again = await p.post(CHAT, body);
+        h.assertHit(again);
+        assert.notEqual(h.chatText(fresh.json), h.chatText(old.json));
+        assert.equal(h.chatText(again.json), h.chatText(fresh.json), `the refreshed answer (size ${size})`);
+    }
+    await p.stop(5000);
+});
+
 h.test('l1-size 0 turns the L1 off', async () => {
     const off = await env.startProxy({args: ['--l1-size', '0']});
     const body = h.chatBody(h.uniq('l1 off'));
-    await off.post(CHAT, body);
-    await h.eventually(async () => h.assertHit(await off.post(CHAT, body)));
+    h.assertFromUpstream(await off.post(CHAT, body), env.mock);
+    h.assertHit(await off.post(CHAT, body)); /* stored before the first answer was sent */
     const s = await stats(off);
     assert.equal(s.l1_hits, 0);
     assert.equal(s.l1_live, undefined, 'no L1 figures without an L1');

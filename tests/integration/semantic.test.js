@@ -9,6 +9,7 @@
  * embedders.
  */
 const assert = require('node:assert/strict');
+const net = require('node:net');
 const h = require('./lib');
 const {createSemanticMock, cosine} = require('../mock/semantic');
 
@@ -115,12 +116,13 @@ h.test('number, negation and entity swaps miss with the guards on and hit with t
      * its own so no other test's question is a candidate. */
     const ns = {'X-Cache-Namespace': `guards-${t}`};
     const low = {...ns, 'X-Cache-Threshold': '0.5'};
+    const rejects = (await proxy.stats()).semantic_guard_rejects;
     for (const [a, b] of pairs) {
         assertMiss(await proxy.post(CHAT, chat(a), ns));
         assertMiss(await proxy.post(CHAT, chat(b), low));
     }
     const st = await proxy.stats();
-    assert.ok(st.semantic_guard_rejects >= 3, `semantic_guard_rejects ${st.semantic_guard_rejects}`);
+    assert.ok(st.semantic_guard_rejects - rejects >= 3, `semantic_guard_rejects ${rejects} -> ${st.semantic_guard_rejects}`);
     const open = await env.startProxy({args: semArgs(['--semantic-guards', 'none'])});
     const t2 = tag();
     const ns2 = {'X-Cache-Namespace': `guards-${t2}`};
@@ -212,29 +214,32 @@ h.test('a restarted proxy rebuilds its index from Redis', async () => {
     assertMiss(await proxy.post(CHAT, chat(`what is a monad in haskell ${t}`)));
     await proxy.stop();
     proxy = await env.startProxy({args: semArgs()});
-    await h.eventually(async () => {
-        const st = await proxy.stats();
-        assert.ok(st.semantic_vectors >= 1, `semantic_vectors ${st.semantic_vectors}`);
-    });
-    assertSemanticHit(await proxy.post(CHAT, chat(`in haskell what is a monad ${t}`)));
+    /* Rebuilt once the reader is in step (a count of loaded vectors passes 1 with any other
+     * test's vector); then asked with no-store, so that a miss stores nothing. */
+    await h.waitFor(async () => (await proxy.stats()).semantic_sync_ready === true,
+        {what: 'the restarted proxy\'s index rebuilt from Redis'});
+    await h.eventually(async () => assertSemanticHit(await proxy.post(CHAT,
+        chat(`in haskell what is a monad ${t}`), {'Cache-Control': 'no-store'})));
 });
 
 h.test('two instances on one Redis share semantic hits', async () => {
     const b = await env.startProxy({args: semArgs()});
     await h.waitFor(async () => (await b.stats()).semantic_sync_ready === true,
         {what: 'the second instance in step with Redis'});
-    const before = (await b.stats()).semantic_vectors;
     const t = tag();
     assertMiss(await proxy.post(CHAT, chat(`how tall is mount everest ${t}`)));
-    /* The vector reaches the other instance through the stream within a couple of seconds. */
-    await h.waitFor(async () => (await b.stats()).semantic_vectors > before,
-        {timeout: 2000, what: 'the vector in the second instance\'s index'});
-    /* Asked with no-store, a miss stores nothing (a stored miss would then hit exactly), so
-     * asking again is safe: a lookup shed on a slow machine (past embedder-timeout) is a miss
-     * that the next one makes up for. Never a hit: b's semantic counters say why. */
+    /*
+     * The vector reaches the other instance through the stream. b is asked until it hits:
+     * the sign of this vector in its index is the hit itself (a count of vectors is moved by
+     * any other one). Asked with no-store, a miss stores nothing (a stored miss would then
+     * hit exactly), so asking again is safe; a lookup shed on a slow machine (past
+     * embedder-timeout) is a miss that the next one makes up for. The rewording has the same
+     * words: with one word less, a tag sharing that word's bucket of the mock's bag of words
+     * dropped the cosine under 0.9 for about 4% of tags. Never a hit: b's counters say why.
+     */
     try {
         await h.eventually(async () => assertSemanticHit(await b.post(CHAT,
-            chat(`mount everest: how tall ${t}`), {'Cache-Control': 'no-store'})), {timeout: 5000});
+            chat(`mount everest: how tall is ${t}`), {'Cache-Control': 'no-store'})), {timeout: 15000});
     } catch (e) {
         const st = await b.stats();
         const sem = Object.fromEntries(Object.entries(st).filter(([k]) => /^semantic_|^cache_/.test(k)));
@@ -253,20 +258,24 @@ h.test('an embedder that is down or slow never fails or holds a request', async 
     h.assertHit(await down.post(CHAT, chat(`dead embedder ${t}`)));
     await down.stop();
 
-    const slow = createSemanticMock();
-    slow.delayMs = 30000;
-    await slow.listen();
+    /* An embedder that takes the request and never answers (a mock answering after a long
+     * delay kept a timer that held this file's exit for as long). */
+    const calls = [];
+    const silent = net.createServer((sock) => {
+        calls.push(sock);
+        sock.on('error', () => {});
+    });
+    await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
     const p = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
-        '--embedder-url', slow.url, '--embedder-timeout', '200']});
-    const started = Date.now();
-    /* Far shorter than the embedder's delay: the lookup gave up at embedder-timeout. */
-    const r = await h.withDeadline(p.post(CHAT, chat(`slow embedder ${tag()}`)), 10000, 'a request past a slow embedder');
-    assertMiss(r);
-    assert.ok(Date.now() - started < 10000);
+        '--embedder-url', `http://127.0.0.1:${silent.address().port}`, '--embedder-timeout', '200']});
+    /* The answer comes although the embedder never does: the lookup gave up at embedder-timeout. */
+    assertMiss(await p.post(CHAT, chat(`slow embedder ${tag()}`)));
+    assert.ok(calls.length >= 1, 'the embedder was asked');
     const st = await p.stats();
     assert.ok(st.semantic_embed_errors >= 1, `semantic_embed_errors ${st.semantic_embed_errors}`);
     await p.stop();
-    await slow.close();
+    calls.forEach((sock) => sock.destroy());
+    await new Promise((resolve) => silent.close(resolve));
 });
 
 h.test('the verifier decides grey-zone candidates: no is a miss, yes a hit', async () => {
@@ -307,11 +316,11 @@ h.test('the built-in embedders catch rewordings with their default thresholds', 
          * slow embed, as under ASan, is finished by the pool after the answer is sent). */
         await h.waitFor(async () => (await p.stats()).semantic_sync_ready === true,
             {what: 'the vector index in step with Redis'});
-        const before = (await p.stats()).semantic_vectors;
         assertMiss(await p.post(CHAT, chat(`How can I reset my password on the portal ${t}?`)));
-        await h.waitFor(async () => (await p.stats()).semantic_vectors > before,
-            {what: 'the stored question in the index'});
-        assertSemanticHit(await p.post(CHAT, chat(`how can i reset my password on the portal ${t}`)));
+        /* asked with no-store until this question's vector is in the index (a count of
+         * vectors is moved by any other one) */
+        await h.eventually(async () => assertSemanticHit(await p.post(CHAT,
+            chat(`how can i reset my password on the portal ${t}`), {'Cache-Control': 'no-store'})));
         assertMiss(await p.post(CHAT, chat(`Which trains leave Lisbon for Porto after noon ${t}?`)));
         await p.stop();
     }

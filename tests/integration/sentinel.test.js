@@ -9,8 +9,16 @@
  * follows by itself - the worker stores (HITs again, entries written to the
  * new primary), the semantic index's reader (a reworded question stored
  * through one instance hits by meaning through the other) and the prefix
- * index's writer and reader (their /stats counters move again) - and the
- * tools (report, migrate) reach the new primary through the sentinels.
+ * index's writer and reader (a record of one instance reaches the other's
+ * index) - and the tools (report, migrate) reach the new primary through
+ * the sentinels.
+ *
+ * From the kill on, each instance is also probed: its /readyz is polled and
+ * a unique question asked every few milliseconds. Every answer asked for
+ * after the instance's /readyz said ready again must have been stored (a
+ * request with no-store through the other instance hits it); the test prints,
+ * per instance, when /readyz said ready again and when the first answer that
+ * was stored was asked for, both from the kill.
  */
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
@@ -80,9 +88,74 @@ function startLoad() {
 
 const stats = async (p) => p.stats();
 
+/* The prompt tokens p's prefix index believes each replica holds, by name. */
+const held = async (p) => Object.fromEntries((await stats(p)).replicas.map((x) => [x.name, x.index_tokens]));
+
 function assertMiss(r) {
     assert.equal(r.status, 200, r.text);
     assert.equal(r.headers['x-cache-status'], 'MISS', 'X-Cache-Status');
+}
+
+/*
+ * Record a conversation through `from` and wait until `to` has applied that
+ * record: the tokens `to`'s index holds on the replica that answered grow by
+ * the conversation's ~1200. Counts of applied records are moved by the
+ * background load's records too (short prompts: a few tokens each).
+ */
+async function shareRecord(from, to, label) {
+    const before = await held(to);
+    const r = await from.post(CHAT, conversation(h.uniq(label), 1), NO_STORE);
+    assert.equal(r.status, 200, r.text);
+    const home = r.headers['x-upstream'];
+    await h.waitFor(async () => (await held(to))[home] >= before[home] + 1000,
+        {timeout: 30000, what: () => `the other instance applying the record on ${home} (${label})`});
+}
+
+/*
+ * From the kill on, for each instance: /readyz polled (its transitions kept)
+ * and a unique cacheable question asked every PACE_MS or so (each answer
+ * kept with the time it was sent). stop() ends both loops.
+ */
+function startProbes(instances, t0) {
+    const per = {};
+    let running = true;
+    const loops = Object.entries(instances).flatMap(([name, p]) => {
+        const rec = per[name] = {ready: [], probes: []};
+        const readyz = (async () => {
+            for (let last = null; running;) {
+                const status = (await p.get('/readyz')).status;
+                if (status !== last)
+                    rec.ready.push({t: Date.now() - t0, status});
+                last = status;
+                await h.sleep(PACE_MS); /* a poll, not a wait for something */
+            }
+        })();
+        const asks = (async () => {
+            for (let i = 0; running; i++) {
+                const q = body(h.uniq(`probe ${name} ${i}`));
+                const t = Date.now() - t0;
+                try {
+                    const r = await p.post(CHAT, q);
+                    rec.probes.push({q, t, status: r.status, cache: r.headers['x-cache-status']});
+                } catch (e) {
+                    rec.probes.push({q, t, status: 0, cache: null, error: e.message});
+                }
+                await h.sleep(PACE_MS);
+            }
+        })();
+        return [readyz, asks];
+    });
+    return {per, stop: async () => {
+        running = false;
+        await Promise.all(loops);
+    }};
+}
+
+/* When rec's /readyz said ready again after saying 503 (ms after the kill), or null. */
+function readyAgain(rec) {
+    const down = rec.ready.findIndex((x) => x.status !== 200);
+    const up = down < 0 ? null : rec.ready.slice(down).find((x) => x.status === 200);
+    return up ? up.t : null;
 }
 
 h.test('set up: a primary, a replica, three sentinels, two proxies', {timeout: 90000}, async () => {
@@ -102,18 +175,17 @@ h.test('set up: a primary, a replica, three sentinels, two proxies', {timeout: 9
 
 h.test('the primary dies under load: no request fails, every client follows the new primary', {timeout: 150000}, async () => {
     const load = startLoad();
+    let probes = null;
     try {
         /* caching works, and the background clients are following the stream and sets */
         await h.waitFor(async () => (await stats(a)).cache_hits > 0 && (await stats(b)).cache_hits > 0,
             {timeout: 20000, what: 'HITs through both instances'});
-        const topic = h.uniq('before');
-        await a.post(CHAT, conversation(topic, 1), NO_STORE);
-        await h.waitFor(async () => (await stats(b)).prefix_sync_applied > 0,
-            {timeout: 20000, what: 'b applying a prefix record of a'});
+        await shareRecord(a, b, 'before');
 
-        /* the kill */
+        /* the kill; from now on each instance is probed (see below) */
         const oldPort = group.primary.port;
         const killedAt = Date.now();
+        probes = startProbes({a, b}, killedAt);
         await group.primary.kill();
         await h.waitFor(async () => (await group.masterPort(0)) === group.replica.port,
             {timeout: 60000, interval: 100, what: 'the sentinels to promote the replica'});
@@ -129,32 +201,69 @@ h.test('the primary dies under load: no request fails, every client follows the 
         /* exact entries are written to the new primary and hit through the other instance */
         const q = body(h.uniq('after the failover'));
         assertMiss(await a.post(CHAT, q));
-        await h.eventually(async () => h.assertHit(await b.post(CHAT, q)), {timeout: 10000});
+        h.assertHit(await b.post(CHAT, q)); /* stored before a's answer was sent */
         assert.ok(Number(await group.replica.command('DBSIZE')) > keysBefore, 'entries written to the new primary');
         await h.waitFor(async () => (await stats(a)).cache_hits > before.a.cache_hits &&
-            (await stats(b)).cache_hits > before.b.cache_hits, {timeout: 20000, what: 'HITs again on both'});
+            (await stats(b)).cache_hits > before.b.cache_hits, {timeout: 20000, what: 'the load\'s HITs again on both'});
 
-        /* the semantic index's reader of b follows the new primary's stream */
+        /*
+         * The semantic index's reader of b follows the new primary's stream: this question's
+         * vector, stored through a, reaches b's index. b is asked (no-store: a miss stores
+         * nothing, so asking again is safe) until it hits: a count of applied stream events
+         * is moved by the load's vectors too. The rewording has the same words (the mock
+         * embeds a signed bag of words in 64 buckets: with a word less, a tag sharing its
+         * bucket dropped the cosine under 0.9 for about 4% of tags).
+         */
         const tag = h.uniq('t').split(' ')[1];
-        assertMiss(await a.post(CHAT, body(`how tall is mount everest ${tag}`)));
-        await h.waitFor(async () => (await stats(b)).semantic_sync_events > before.b.semantic_sync_events,
-            {timeout: 30000, what: 'b applying vector events again'});
-        const r = await b.post(CHAT, body(`mount everest: how tall ${tag}`), NO_STORE);
-        assert.equal(r.headers['x-cache-match'], 'semantic', `X-Cache-Match (${r.headers['x-cache-status']})`);
+        const stored = await a.post(CHAT, body(`how tall is mount everest ${tag}`));
+        assertMiss(stored);
+        try {
+            await h.eventually(async () => {
+                const r = await b.post(CHAT, body(`mount everest: how tall is ${tag}`), NO_STORE);
+                assert.equal(r.headers['x-cache-match'], 'semantic', `X-Cache-Match (${r.headers['x-cache-status']})`);
+                assert.deepEqual(r.json.choices, stored.json.choices, 'the answer a stored');
+            }, {timeout: 30000, interval: 100});
+        } catch (e) {
+            const st = await stats(b);
+            e.message += ` (b: ${JSON.stringify(Object.fromEntries(Object.entries(st)
+                .filter(([k]) => /^semantic_|^redis_/.test(k))))})`;
+            throw e;
+        }
 
-        /* the prefix index's writer (a) and reader (b) too */
-        const topic2 = h.uniq('after');
-        await a.post(CHAT, conversation(topic2, 1), NO_STORE);
-        await h.waitFor(async () => (await stats(a)).prefix_sync_published > before.a.prefix_sync_published &&
-            (await stats(b)).prefix_sync_applied > before.b.prefix_sync_applied,
-        {timeout: 30000, what: 'a publishing and b applying prefix records again'});
+        /* the prefix index's writer (a) and reader (b) too: a's new record reaches b */
+        await shareRecord(a, b, 'after');
 
+        /* every instance stores answers again, at the latest once its /readyz says so */
+        await h.waitFor(() => Object.values(probes.per).every((rec) => readyAgain(rec) !== null &&
+            rec.probes.filter((x) => x.t >= readyAgain(rec)).length >= 5),
+        {timeout: 30000, what: 'five probes of each instance after its /readyz said ready again'});
+        await probes.stop();
         await load.stop();
-        const all = load.answers;
+        const figures = [];
+        for (const [name, rec] of Object.entries(probes.per)) {
+            const other = name === 'a' ? b : a;
+            /* stored: the other instance (whose L1 never saw it) hits it without storing anything */
+            for (const x of rec.probes.filter((y) => y.cache === 'MISS'))
+                x.stored = (await other.post(CHAT, x.q, NO_STORE)).headers['x-cache-status'] === 'HIT';
+            const ready = readyAgain(rec);
+            const after = rec.probes.filter((x) => x.t >= ready);
+            const unstored = after.filter((x) => !x.stored);
+            assert.deepEqual(unstored.slice(0, 5).map(({t, status, cache}) => ({t, status, cache})), [],
+                `${name}: ${unstored.length} of ${after.length} answers asked for after /readyz said ready ` +
+                `again (+${ready} ms) were not stored`);
+            const first = rec.probes.find((x) => x.stored);
+            const pre = rec.probes.filter((x) => x.t < ready);
+            figures.push(`${name}: /readyz ready again +${ready} ms, first stored answer asked at +${first.t} ms ` +
+                `(before /readyz: ${pre.filter((x) => x.cache === 'BYPASS').length} BYPASS, ` +
+                `${pre.filter((x) => x.cache === 'MISS' && !x.stored).length} MISS not stored, ` +
+                `${pre.filter((x) => x.stored).length} stored)`);
+        }
+
+        const all = [...load.answers, ...Object.values(probes.per).flatMap((rec) => rec.probes)];
         const failed = all.filter((x) => x.status !== 200);
         assert.deepEqual(failed.slice(0, 5), [], `${failed.length} of ${all.length} requests failed`);
-        const during = all.filter((x) => x.t >= killedAt && x.t < readyAt);
-        const after = all.filter((x) => x.t >= readyAt);
+        const during = load.answers.filter((x) => x.t >= killedAt && x.t < readyAt);
+        const after = load.answers.filter((x) => x.t >= readyAt);
         assert.ok(during.length > 0, 'requests were sent during the failover');
         assert.ok(after.some((x) => x.cache === 'HIT'), 'HITs after the failover');
         for (const p of [a, b])
@@ -162,9 +271,12 @@ h.test('the primary dies under load: no request fails, every client follows the 
         const count = (list, c) => list.filter((x) => x.cache === c).length;
         process.stdout.write(`# sentinel failover: ${all.length} requests, 0 failed; primary :${oldPort} ` +
             `killed, replica promoted after ${promotedAt - killedAt} ms, both proxies ready after ` +
-            `${readyAt - killedAt} ms; during the failover ${during.length} requests ` +
-            `(${count(during, 'BYPASS')} BYPASS, ${count(during, 'HIT')} HIT, ${count(during, 'MISS')} MISS)\n`);
+            `${readyAt - killedAt} ms; during the failover ${during.length} requests of the load ` +
+            `(${count(during, 'BYPASS')} BYPASS, ${count(during, 'HIT')} HIT, ${count(during, 'MISS')} MISS); ` +
+            `per instance, from the kill: ${figures.join('; ')}\n`);
     } finally {
+        if (probes)
+            await probes.stop();
         await load.stop();
     }
 });

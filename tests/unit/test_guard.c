@@ -54,6 +54,12 @@ static void test_numbers(void)
         {"boil water at 100°F", "boil water at 100°C"},
         {"lose 25 pounds in 1 month", "lose 25 kg in 1 month"},
         {"two adults", "three adults"},
+        {"Is -5 degrees Celsius cold?", "Is 5 degrees Celsius cold?"},
+        {"Is it cold at \xe2\x88\x92"
+         "5 degrees?",
+         "Is it cold at 5 degrees?"}, /* U+2212 */
+        {"Should the oven be at minus 40?", "Should the oven be at 40?"},
+        {"Is (-3) a root?", "Is (3) a root?"},
     };
     static const struct pair pass[] = {
         {"top 5 coffee shops in Seattle", "best five coffee shops in Seattle"},
@@ -65,6 +71,12 @@ static void test_numbers(void)
         {"1,000 users", "1000 users"},
         {"version 007", "version 7"},
         {"in the past one year", "in   the past one \t year"},
+        {"Is -5 degrees Celsius cold?", "Is it cold at -5 degrees Celsius?"},
+        {"Is -5 degrees cold?", "Is minus 5 degrees cold?"},
+        {"What is 5-2?", "What is 5 - 2?"},       /* a difference, not -2: symbols' case */
+        {"What is 7 minus 5?", "What is 7 - 5?"}, /* minus after a number: the operator */
+        {"COVID-19 symptoms", "COVID 19 symptoms"},
+        {"pre-2000 cars", "pre 2000 cars"},
     };
     EXPECT(GUARD_NUMBERS, rej, pass);
 }
@@ -84,6 +96,8 @@ static void test_negation(void)
         {"Why don't cats like water?", "Why do not cats like water?"},
         {"Explain TLS with no links", "Explain TLS without links"},
         {"I cannot log in", "I can't log in"},
+        {"Is it unsafe to swim here?", "Is it not safe to swim here?"}, /* the negation makes up */
+        {"Is the sink empty?", "Is the sink not full?"},
     };
     EXPECT(GUARD_NEGATION, rej, pass);
 }
@@ -121,8 +135,18 @@ static void test_antonyms(void)
         {"the cheapest flight", "the most expensive flight"},
         {"pros of remote work", "cons of remote work"},
         {"Who are the 10 greatest second basemen?", "Who are the 10 greatest first basemen?"},
+        {"a racer riding a red sport motorcycle", "a racer riding a blue sport motorcycle"},
+        {"Should I allow cookies in Chrome?", "Should I block cookies in Chrome?"},
+        {"How do I grant access to a user?", "How do I revoke access to a user?"},
+        {"Is this form field mandatory?", "Is this form field optional?"},
+        {"Is my scholarship income taxable?", "Is my scholarship income exempt?"},
+        {"How do I apply a git patch?", "How do I remove a git patch?"},
+        {"How do I import contacts to Gmail?", "How do I export contacts to Gmail?"},
+        {"Why did he call the police?", "Why did she call the police?"},
     };
     static const struct pair pass[] = {
+        {"a grey dog in the snow", "a gray dog in the snow"},
+        {"Why did he call his mom?", "Why did he phone his mom?"},
         {"best hiking trails near Denver", "top hiking trails near Denver"},
         {"upload and download speed", "download and upload speed"},
         {"pros and cons of remote work", "advantages and disadvantages of remote work"},
@@ -174,8 +198,22 @@ static void test_direction(void)
         {"JPEG→PNG converter", "PNG to JPEG converter"},
         {"reagent to convert ethanol to ethanoic acid",
          "reagent to convert ethanoic acid to ethanol"},
+        {"Is Python written in C?", "Is C written in Python?"},
+        {"Is a square a kind of rectangle?", "Is a rectangle a kind of square?"},
+        {"The turtle is following the fish", "The fish is following the turtle"},
+        {"A woman is playing the keyboard and a man is dancing",
+         "A woman is dancing and a man is playing the keyboard"},
+        {"A big potato is knocking a green ball", "A big green ball is knocking a potato"},
     };
     static const struct pair pass[] = {
+        {"What are the best things to do in Jaipur?", "In Jaipur, what are the best things to do?"},
+        {"A man is slicing a tomato", "A tomato is being sliced by a man"}, /* passive */
+        {"A cute panda is lying down", "A panda that is cute is lying down"},
+        {"A man is playing a guitar and a woman is singing",
+         "A woman is singing and a man is playing a guitar"},
+        {"The man is playing an acoustic guitar", "The man is playing a guitar which is acoustic"},
+        {"A cheetah is quickly running behind its prey",
+         "The cheetah is running quickly behind its prey"},
         {"flights from London to Tokyo", "London→Tokyo flights"},
         {"python logging to json examples", "examples of logging to json in python"},
         {"convert Markdown to HTML", "turn Markdown into HTML"},
@@ -192,12 +230,16 @@ static void test_question(void)
         {"Can I ask a question anonymously?", "How do I ask a question anonymously?"},
         {"How many calories in an egg?", "How long to boil an egg?"},
         {"Why is the sky blue?", "What makes the sky blue?"},
+        {"Are we cool?", "We are cool."},
+        {"Is he learning French?", "He is learning French."},
     };
     static const struct pair pass[] = {
         {"How do I lose weight?", "What is the best way to lose weight?"},
         {"Capital of Canada", "What is the capital of Canada?"},
         {"Should I buy a house?", "Is it smart to buy a house?"},
         {"Please, how much is a coffee?", "How much does a coffee cost?"},
+        {"Are we cool?", "are we cool"},
+        {"Is he learning French?", "Is he studying French?"},
     };
     EXPECT(GUARD_QUESTION, rej, pass);
 }
@@ -234,8 +276,182 @@ static void test_swap(void)
         {"How do I reset my Windows password?", "How do I reset my windows pasword?"},
         {"What are the best coffee shops in Seattle?", "best coffee shop Seattle"},
         {"How do I send an email?", "How do I send an email in the past?"}, /* extra's */
+        {"A woman is slicing an onion", "A woman is cutting an onion"},     /* WordNet: similar */
+        {"Little kids are playing in the yard", "Little children are playing in the yard"},
     };
     EXPECT(GUARD_SWAP, rej, pass);
+}
+
+/* Issue 20's symbol-only counterfeits (each hit at 0.975 to 1.0 before this guard), and more. */
+static void test_symbols(void)
+{
+    static const struct pair rej[] = {
+        {"What is 3+3?", "What is 3*3?"},
+        {"What is 5-2?", "What is 5+2?"},
+        {"Is -5 degrees Celsius cold?", "Is 5 degrees Celsius cold?"},
+        {"Is x > 5 in this case?", "Is x < 5 in this case?"},
+        {"Why is a != b true here?", "Why is a == b true here?"},
+        {"What is 2^10?", "What is 2*10?"},
+        {"What does rm -rf / do?", "What does rm -rf ~ do?"},
+        {"Does the regex ^a+$ match aaa?", "Does the regex ^a*$ match aaa?"},
+        {"Explain: if (a < b) return a;", "Explain: if (a > b) return a;"},
+        {"What is 1/2?", "What is 2/1?"},
+        {"Is x >= 5 the same as x > 4?", "Is x > 5 the same as x > 4?"},
+        {"What does cd ../src do?", "What does cd ./src do?"},
+        {"Is a && b true?", "Is a || b true?"},
+        {"What is 10 - 3?", "What is 3 - 10?"},
+        {"Why is x++ faster?", "Why is x-- faster?"},
+        {"What does ls ~/bin show?", "What does ls /bin show?"},
+        {"Is 3:1 a good ratio?", "Is 1:3 a good ratio?"},
+        {"What is 6 \xc3\x97 7?", "What is 6 + 7?"}, /* U+00D7 */
+    };
+    static const struct pair pass[] = {
+        {"What is 3+3?", "what is 3 + 3"},
+        {"How do I self-learn Thai tones?", "How do I self learn Thai tones?"},
+        {"What are some iPhone/Android gadgets?", "What are some iPhone / Android gadgets?"},
+        {"Data Recovery: how do I get my contacts back?",
+         "Data recovery - how do I get my contacts back"},
+        {"Explain: if (a < b) return a;", "Explain: if a < b return a"},
+        {"Does a $500 phone last?", "Does a 500 dollar phone last?"},
+        {"Is 5% of 200 ten?", "Is 5 percent of 200 ten?"},
+        {"Boil water at 100\xc2\xb0"
+         "C?",
+         "Boil water at 100 \xc2\xb0"
+         "C"},
+        {"How big is the U.S. economy?", "How big is the US economy?"},
+        {"Hello!!! How are you???", "Hello, how are you?"},
+        {"movie times for 'Oppenheimer'", "movie times for \"Oppenheimer\""},
+        {"\xf0\x9f\x93\xb1 iPhone 15 price", "iPhone 15 price"}, /* an emoji */
+        {"What is the max (or min) value?", "What is the max or min value?"},
+        {"Is -5 degrees cold?", "Is it cold at -5 degrees?"},
+        {"What is 3+3?", "Calculate 3+3."},
+        {"R&D budget of Apple", "R & D budget of Apple"},
+        {"How do I learn C++ and C#?", "how do I learn C++ and C#"},
+        {"Hi... so what now?", "Hi, so what now?"},
+        {"Is *this* the way?", "Is this the way?"},
+        {"JPEG->PNG converter", "JPEG to PNG converter"}, /* the direction guard's */
+    };
+    EXPECT(GUARD_SYMBOLS, rej, pass);
+}
+
+static void test_particles(void)
+{
+    static const struct pair rej[] = {
+        {"Several ferrets are climbing into the cage",
+         "Several ferrets are climbing out of the cage"},
+        {"Is the dog in the water?", "Is the dog out of the water?"},
+        {"How do I turn on the heater?", "How do I turn off the heater?"},
+        {"Why does the price go up in winter?", "Why does the price go down in winter?"},
+        {"Is the cat walking away from the door?", "Is the cat walking back to the door?"},
+        {"cheap flights to Paris", "cheap flights from Paris"},
+    };
+    static const struct pair pass[] = {
+        {"How do I log in to Gmail?", "How can I log in to my Gmail?"},
+        {"turn on the lights in the kitchen", "switch on the kitchen lights"},
+        {"Is the dog in the water?", "Is the dog swimming in the water?"},
+        {"What to do in Paris", "What to see in Paris"},
+        {"Should I move in or out?", "Should I move out or in?"},
+        {"Is the dog in the water?", "Is the dog out in the water?"}, /* both use in */
+    };
+    EXPECT(GUARD_PARTICLES, rej, pass);
+}
+
+static void test_wordnet(void)
+{
+    static const struct pair rej[] = {
+        {"Is the sink empty?", "Is the sink full?"},
+        {"Why is the man sitting on the bench?", "Why is the man standing on the bench?"},
+        {"Is the water deep here?", "Is the water shallow here?"},
+        {"Why is my laptop fan noisy?", "Why is my laptop fan quiet?"},
+        {"Is the museum door open?", "Is the museum door closed?"},
+        {"A dog is asleep on the sofa", "A dog is awake on the sofa"},
+    };
+    static const struct pair pass[] = {
+        {"Is the sink empty?", "Is the sink not full?"}, /* one negation: the same */
+        {"Is the sink empty?", "is the sink empty"},
+        {"Is it hard to learn Go?", "Is it difficult to learn Go?"},
+        {"difference between deep and shallow copy", "shallow vs deep copy difference"},
+        {"What should I give my boss when I take leave?",
+         "What can I give my boss when I take a leave?"},
+        /* give and take, far apart: not in the same place */
+        {"Take the train, then give the ticket to the driver",
+         "Take the train and show the ticket"},
+    };
+    EXPECT(GUARD_WORDNET, rej, pass);
+}
+
+static void test_affixes(void)
+{
+    static const struct pair rej[] = {
+        {"Is it safe to drink tap water?", "Is it unsafe to drink tap water?"},
+        {"Why is oxygenated blood red?", "Why is deoxygenated blood red?"},
+        {"Is my Wi-Fi insecure?", "Is my Wi-Fi secure?"},
+        {"Is a balanced diet healthy?", "Is an unbalanced diet healthy?"},
+        {"Is this an economical car?", "Is this an uneconomical car?"},
+    };
+    static const struct pair pass[] = {
+        {"Is it safe to drink tap water?", "Is it not unsafe to drink tap water?"},
+        {"Is it safe to drink tap water?", "is it safe to drink the tap water"},
+        {"Can I cover the pool?", "Can I discover the pool?"}, /* dis+cover: a word of its own */
+        {"Why is the design bad?", "Why is the sign bad?"},    /* de+sign: likewise */
+        {"Why is oxygenated blood red?", "Why is oxygen-rich blood red?"},
+    };
+    EXPECT(GUARD_AFFIXES, rej, pass);
+}
+
+static void test_intent(void)
+{
+    static const struct pair rej[] = {
+        {"How do I lose weight fast?", "How do I avoid losing weight fast?"},
+        {"How can I get a cold?", "How can I prevent a cold?"},
+        {"A man is performing a wheelie", "A man is failing to perform a wheelie"},
+        {"How do I delete my account?", "How do I undo deleting my account?"},
+        {"How do I use Python for this?", "How do I use Java instead of Python for this?"},
+    };
+    static const struct pair pass[] = {
+        {"How do I stop smoking?", "How do I quit smoking?"},
+        {"Why does my app fail to start?", "Why does my app not start?"},
+        {"How do I cancel Quora?", "How do I canvel Quora?"}, /* a typo */
+        {"How to prevent a cold", "how can I prevent colds"},
+        {"What are the signs of liver failure?", "What are the signs of liver faikure?"},
+    };
+    EXPECT(GUARD_INTENT, rej, pass);
+}
+
+static void test_verbs(void)
+{
+    static const struct pair rej[] = {
+        {"A dog is running through the leaves", "A dog is resting in the leaves"},
+        {"Two toddlers are sleeping in a wagon", "Two toddlers are eating in a wagon"},
+        {"My laptop is overheating, why?", "My laptop is crashing, why?"},
+    };
+    static const struct pair pass[] = {
+        {"A woman is slicing an onion", "A woman is cutting an onion"},
+        {"A tiger is pacing around a cage", "A tiger is walking around a cage"},
+        {"What is cloud computing?", "What is cloud commputing?"}, /* a typo */
+        {"A man is wearing a hat and dancing", "A man with a hat is dancing"},
+        {"A dog is running in the park", "In the park a dog is running"},
+    };
+    EXPECT(GUARD_VERBS, rej, pass);
+}
+
+static void test_rank(void)
+{
+    static const struct pair rej[] = {
+        {"Where is the closest gas station?", "Where is the second closest gas station?"},
+        {"cheap flights to Rome", "the cheapest flights to Rome"},
+        {"Who was the last president of France?", "Who was the next president of France?"},
+        {"largest city in Texas", "large city in Texas"},
+        {"What is the third tallest mountain?", "What is the tallest mountain?"},
+    };
+    static const struct pair pass[] = {
+        {"How does it feel to have sex for the first time?", "How does first time sex feel?"},
+        {"Who will win Uttar Pradesh election?", "Who will win the election in Uttar Pradesh?"},
+        {"What is the second closest star?", "Which star is the second closest?"},
+        {"the biggest protest since 1989", "the greatest protest since 1989"},
+        {"cheapest flights to Rome", "the cheapest flight to Rome"},
+    };
+    EXPECT(GUARD_RANK, rej, pass);
 }
 
 /* Near-duplicates that every guard lets through. */
@@ -370,6 +586,13 @@ int main(void)
     T_RUN(test_question);
     T_RUN(test_extra);
     T_RUN(test_swap);
+    T_RUN(test_symbols);
+    T_RUN(test_particles);
+    T_RUN(test_wordnet);
+    T_RUN(test_affixes);
+    T_RUN(test_intent);
+    T_RUN(test_verbs);
+    T_RUN(test_rank);
     T_RUN(test_pass_all);
     T_RUN(test_names_and_parse);
     T_RUN(test_hostile_input);

@@ -133,6 +133,40 @@ static void test_sentinel(void)
     rurl_free(&u);
 }
 
+static void test_cluster(void)
+{
+    struct rurl u = parse_ok("cluster://10.0.0.1,10.0.0.2:7001,[::1]:7002,n4.local", 0);
+    T_CHECK(u.kind == RURL_CLUSTER);
+    T_CHECK_INT(u.nseeds, 4);
+    T_CHECK_STR(u.seeds[0].host, "10.0.0.1");
+    T_CHECK_INT(u.seeds[0].port, 6379);
+    T_CHECK_INT(u.seeds[1].port, 7001);
+    T_CHECK_STR(u.seeds[2].host, "::1");
+    T_CHECK_STR(u.seeds[3].host, "n4.local");
+    T_CHECK_INT(u.db, 0);
+    T_CHECK(u.user == NULL && u.password == NULL && u.nsentinels == 0);
+    check_format(&u, "cluster://10.0.0.1:6379,10.0.0.2:7001,[::1]:7002,n4.local:6379",
+                 "cluster://10.0.0.1:6379,10.0.0.2:7001,[::1]:7002,n4.local:6379");
+    rurl_free(&u);
+
+    u = parse_ok("CLUSTER://app:p%40ss@h1:7000/0", 0);
+    T_CHECK(u.kind == RURL_CLUSTER);
+    T_CHECK_STR(u.user, "app");
+    T_CHECK_STR(u.password, "p@ss");
+    check_format(&u, "cluster://app:p%40ss@h1:7000", "cluster://h1:7000");
+    rurl_free(&u);
+
+    /* the config check folds a password in later */
+    u = parse_ok("cluster://app@h1", RURL_USER_ALONE);
+    T_CHECK_STR(u.user, "app");
+    rurl_free(&u);
+
+    /* a db other than 0 is refused, saying why */
+    char err[192] = "";
+    T_CHECK_INT(rurl_parse("cluster://h1,h2/2", 0, &u, err, sizeof(err)), -1);
+    T_CHECK(strstr(err, "database 0 only") != NULL);
+}
+
 static void test_refused(void)
 {
     static const char *const bad[] = {
@@ -179,6 +213,17 @@ static void test_refused(void)
         "sentinel://h/m#frag",
         "sentinel://h/%00",
         "sentinel://h1,h2,h3,h4,h5,h6,h7,h8,h9,h10,h11,h12,h13,h14,h15,h16,h17/m",
+        "cluster://",
+        "cluster://h1,,h2",
+        "cluster://h1,",
+        "cluster://h:0",
+        "cluster://h/1",
+        "cluster://h/x",
+        "cluster://h/0/1",
+        "cluster://h?x=1",
+        "cluster://h#f",
+        "cluster://alice@h",
+        "cluster://h1,h2,h3,h4,h5,h6,h7,h8,h9,h10,h11,h12,h13,h14,h15,h16,h17",
     };
     for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
         struct rurl u;
@@ -188,7 +233,7 @@ static void test_refused(void)
             fprintf(stderr, "  accepted or no message: '%s'\n", bad[i]);
         T_CHECK_INT(rc, -1);
         T_CHECK(err[0] != '\0');
-        T_CHECK(u.tcp.host == NULL && u.password == NULL && u.master == NULL);
+        T_CHECK(u.tcp.host == NULL && u.password == NULL && u.master == NULL && u.nseeds == 0);
     }
     /* a message never repeats a password */
     struct rurl u;
@@ -218,6 +263,7 @@ int main(void)
     T_RUN(test_tcp);
     T_RUN(test_unix);
     T_RUN(test_sentinel);
+    T_RUN(test_cluster);
     T_RUN(test_refused);
     T_RUN(test_helpers);
     T_DONE();

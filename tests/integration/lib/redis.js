@@ -7,6 +7,7 @@
  * port 0 in node and closing it; if another process takes it in between,
  * redis-server fails with "Address already in use" and another port is tried.
  */
+const fs = require('node:fs');
 const net = require('node:net');
 const {spawnTracked, tmpDir} = require('./procs');
 const {waitFor} = require('./wait');
@@ -194,11 +195,24 @@ async function launch(port, dir, {retryPort, args = []}) {
     }
 }
 
+/* The state letter of /proc/PID/stat (R, S, T for stopped...), or null once gone. */
+function procState(pid) {
+    try {
+        const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+        return stat.slice(stat.lastIndexOf(')') + 2).charAt(0);
+    } catch (e) {
+        return null;
+    }
+}
+
 /*
  * A private redis-server on port (default: any free one): {port, url, dir,
- * stop(), kill(), restart(), command(...), client(), keys()}. restart()
- * brings it back on the same port, empty (nothing is saved). args: more
- * redis-server options (e.g. --replicaof HOST PORT, --unixsocket PATH).
+ * stop(), kill(), restart(), freeze(), thaw(), command(...), client(),
+ * keys()}. restart() brings it back on the same port, empty (nothing is
+ * saved). freeze() resolves once the server is stopped (SIGSTOP is delivered
+ * asynchronously: it may answer a few more commands after kill() returns),
+ * thaw() continues it. args: more redis-server options (e.g. --replicaof
+ * HOST PORT, --unixsocket PATH).
  */
 async function startRedis({port = 0, args = []} = {}) {
     const dir = tmpDir('pc-redis-');
@@ -215,6 +229,17 @@ async function startRedis({port = 0, args = []} = {}) {
             if (r.proc.alive)
                 await r.proc.terminate();
             r.proc = (await launch(r.port, dir, {retryPort: false, args})).proc;
+        },
+        async freeze() {
+            process.kill(r.proc.pid, 'SIGSTOP');
+            await waitFor(() => procState(r.proc.pid) === 'T', {interval: 5, what: 'redis-server stopped'});
+        },
+        thaw() {
+            try {
+                process.kill(r.proc.pid, 'SIGCONT');
+            } catch (e) {
+                /* gone: nothing to continue */
+            }
         },
         command: (...args) => redisCommand(r.port, ...args),
         client: () => RespClient.connect(r.port),

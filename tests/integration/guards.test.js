@@ -1,0 +1,116 @@
+'use strict';
+/*
+ * Semantic guards, through the real binary with the builtin embedder:
+ * questions that differ only in a symbol (issue 20: an
+ * operator, a sign, a path, code) or in meaning by an opposite (issue 22: a
+ * particle, roles, the verb, a rank, an undoing, a question against a
+ * statement) must miss, each rejection counted under the guard
+ * that made it; with those guards switched off the same questions hit,
+ * which is what happened before they existed.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+
+const tag = () => h.uniq('t').split(' ')[1];
+
+/* [stored question, asked question, the guard that must reject the pair] */
+const PAIRS = [
+    ['What is 3+3?', 'What is 3*3?', 'symbols'],
+    ['What is 5-2?', 'What is 5+2?', 'symbols'],
+    ['Is -5 degrees Celsius cold?', 'Is 5 degrees Celsius cold?', 'numbers'],
+    ['Is x > 5 in this loop?', 'Is x < 5 in this loop?', 'symbols'],
+    ['Why is a != b true here?', 'Why is a == b true here?', 'symbols'],
+    ['What is 2^10?', 'What is 2*10?', 'symbols'],
+    ['What does rm -rf / do?', 'What does rm -rf ~ do?', 'symbols'],
+    ['Does the regex ^a+$ match aaa?', 'Does the regex ^a*$ match aaa?', 'symbols'],
+    ['Explain: if (a < b) return a;', 'Explain: if (a > b) return a;', 'symbols'],
+    ['What is 1/2?', 'What is 2/1?', 'symbols'],
+];
+
+/* Meaning flips that only the opposites guards of issue 22 catch (each passed every guard before). */
+const OPPOSITES = [
+    ['Several ferrets are climbing into the cage', 'Several ferrets are climbing out of the cage', 'particles'],
+    ['The turtle is following the fish', 'The fish is following the turtle', 'direction'],
+    ['A dog is running through the leaves', 'A dog is resting in the leaves', 'verbs'],
+    ['Where is the closest gas station?', 'Where is the second closest gas station?', 'rank'],
+    ['How do I lose weight fast?', 'How do I avoid losing weight fast?', 'intent'],
+    ['Are we cool?', 'We are cool.', 'question'],
+];
+
+const ALL_GUARDS = ['numbers', 'negation', 'entities', 'antonyms', 'dates', 'length', 'direction',
+    'question', 'extra', 'swap', 'symbols', 'particles', 'wordnet', 'affixes', 'intent', 'verbs', 'rank'];
+
+async function startBuiltin(guards) {
+    const args = ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'builtin'];
+    for (const g of guards)
+        args.push('--semantic-guards', g);
+    const p = await env.startProxy({args});
+    await h.waitFor(async () => (await p.stats()).semantic_sync_ready === true,
+        {what: 'the vector index in step with Redis'});
+    return p;
+}
+
+/*
+ * Store a, wait until its vector is indexed, then ask b: the response. b is
+ * asked with a low threshold so that only the guards can tell the two apart.
+ */
+async function askPair(p, a, b) {
+    const ns = {'X-Cache-Namespace': `guards-${tag()}`};
+    const before = (await p.stats()).semantic_vectors;
+    const first = await p.post(CHAT, h.chatBody(a), ns);
+    assert.equal(first.headers['x-cache-status'], 'MISS', a);
+    await h.waitFor(async () => (await p.stats()).semantic_vectors > before,
+        {what: `the vector of "${a}" in the index`});
+    return p.post(CHAT, h.chatBody(b), {...ns, 'X-Cache-Threshold': '0.5'});
+}
+
+h.test('symbol-only and sign-only rewrites miss with every guard on, counted by guard', async () => {
+    const p = await startBuiltin([]);
+    for (const [a, b, guard] of PAIRS) {
+        const st0 = await p.stats();
+        const r = await askPair(p, a, b);
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers['x-cache-status'], 'MISS', `"${a}" served for "${b}"`);
+        const st = await p.stats();
+        const key = `semantic_guard_rejects_${guard}`;
+        assert.equal(st[key], st0[key] + 1, `${key} for "${a}" / "${b}"`);
+        assert.equal(st.semantic_guard_rejects, st0.semantic_guard_rejects + 1);
+    }
+    const m = await p.get('/metrics');
+    assert.match(m.text, /^promptcache_semantic_guard_rejects_symbols_total 9$/m);
+    assert.match(m.text, /^promptcache_semantic_guard_rejects_numbers_total 1$/m);
+    await p.stop();
+});
+
+h.test('without the symbols and numbers guards the same rewrites are served by meaning', async () => {
+    const p = await startBuiltin(ALL_GUARDS.filter((g) => g !== 'symbols' && g !== 'numbers'));
+    for (const [a, b] of PAIRS) {
+        const r = await askPair(p, a, b);
+        assert.equal(r.headers['x-cache-status'], 'HIT', `"${a}" / "${b}" (the case the guards exist for)`);
+        assert.equal(r.headers['x-cache-match'], 'semantic');
+    }
+    await p.stop();
+});
+
+h.test('opposites (particles, roles, verbs, ranks, intent, yes/no) miss, counted by guard', async () => {
+    const p = await startBuiltin([]);
+    for (const [a, b, guard] of OPPOSITES) {
+        const st0 = await p.stats();
+        const r = await askPair(p, a, b);
+        assert.equal(r.headers['x-cache-status'], 'MISS', `"${a}" served for "${b}"`);
+        const key = `semantic_guard_rejects_${guard}`;
+        assert.equal((await p.stats())[key], st0[key] + 1, `${key} for "${a}" / "${b}"`);
+    }
+    await p.stop();
+    /* The same pairs hit without those guards: what was served before them. */
+    const used = new Set(OPPOSITES.map((x) => x[2]));
+    const q = await startBuiltin(ALL_GUARDS.filter((g) => !used.has(g)));
+    for (const [a, b] of OPPOSITES) {
+        const r = await askPair(q, a, b);
+        assert.equal(r.headers['x-cache-status'], 'HIT', `"${a}" / "${b}" without its guard`);
+    }
+    await q.stop();
+});
