@@ -234,8 +234,55 @@ int conf_env_unknown(struct pc_buf *out);
 
 /* The commented sample config (content of conf/promptcache.conf). */
 void conf_write_sample(struct pc_buf *out);
-/* The option list for --help. */
+/* --help: the usage lines (conf_forms) and the option list. */
 void conf_write_help(struct pc_buf *out);
+
+/*
+ * What the documentation generators (pc_docgen.h) read; the same rows as
+ * --help and the sample, so the manuals and doc/configuration.md cannot
+ * drift from the binary.
+ *
+ * conf_forms: the command line's forms in --help's order (main.c parses
+ * them). synopsis is what follows "promptcache", with '\n' where a line
+ * breaks; summary is --help's words ('\n' where --help breaks them; NULL for
+ * none); detail is the manual's text: paragraphs separated by "\n\n", and
+ * each option of the form a line "OPTION\tTEXT".
+ */
+struct conf_form {
+    const char *synopsis;
+    const char *summary;
+    const char *detail;
+};
+const struct conf_form *conf_forms(size_t *n);
+
+/*
+ * The configuration's introduction (syntax, lists, command line,
+ * environment, precedence, reload) as paragraphs separated by a blank line;
+ * a paragraph whose lines start with two spaces is an example, to be kept
+ * as it is. Words in backquotes are commands.
+ */
+void conf_write_intro(struct pc_buf *out);
+
+/* One config key as the documentation shows it. */
+struct conf_key_doc {
+    const char *name;
+    const char *section; /* heading on the first key of a group, else NULL */
+    const char *help;    /* the description: sentences, commands in backquotes */
+    const char *def;     /* default in file syntax; "" for none */
+    const char *example; /* a value to show when def is "" (NULL: none) */
+    char arg[128];       /* the value's placeholder: HOST:PORT, yes|no, SIZE|auto, ... */
+    char range[128];     /* what is accepted, when arg does not say it: "1 to 256"; or "" */
+    char env[96];        /* PROMPTCACHE_<KEY> */
+    char env_file[96];   /* PROMPTCACHE_<KEY>_FILE for a secret, else "" */
+    bool list;           /* takes several values, may repeat */
+    bool secret;         /* also KEY-file, masked in -T and the logs */
+    bool reload;         /* a SIGHUP applies a change */
+};
+size_t conf_doc_nkeys(void);
+/* Fills *d with key i (0 <= i < conf_doc_nkeys()). */
+void conf_doc_key(size_t i, struct conf_key_doc *d);
+/* The PROMPTCACHE_* names that are no key but not an error either (the scripts' own). */
+const char *const *conf_doc_env_extra(size_t *n);
 /* Effective config, one `key value` per line (secrets and URL passwords masked). */
 void conf_write_effective(const struct conf *c, struct pc_buf *out);
 /*

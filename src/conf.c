@@ -35,6 +35,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -2223,60 +2224,87 @@ static void write_wrapped(struct pc_buf *out, const char *prefix, const char *te
         pc_buf_append_char(out, '\n');
 }
 
+/* The introduction's paragraphs that say the same in the sample and in the manual. */
+static const char *const conf_intro_text[] = {
+    "Syntax: one \"key value\" per line; lines starting with # are comments. Quote a value "
+    "that contains spaces (\"a b\", with \\\" \\\\ and \\n escapes). Booleans are yes or no; "
+    "sizes are bytes with an optional k, m or g suffix (powers of 1024). An unknown key is an "
+    "error.",
+    NULL, /* the list keys, from the table */
+    "Every key can also be given on the command line, which overrides this file:",
+    "  promptcache [CONFIG-FILE] [--key value ...]\n"
+    "  promptcache conf/promptcache.conf --listen 0.0.0.0:8080 --cache-ttl 3600",
+    "Every key can also come from the environment, PROMPTCACHE_<KEY> (the key upper-cased, - "
+    "as _: PROMPTCACHE_CACHE_TTL=3600); a list key's values are separated by commas or spaces "
+    "(PROMPTCACHE_UPSTREAM=\"http://a:8000 http://b:8000\"), and an empty variable counts as "
+    "unset. The command line wins over the environment, which wins over this file, which wins "
+    "over the defaults.",
+    "A list key given on the command line or in the environment replaces the file's values. A "
+    "misspelt key, option or PROMPTCACHE_ variable is named with the closest real one. "
+    "`promptcache -t` checks a configuration (PROMPTCACHE_ variables that are no key included) "
+    "and exits; `promptcache -T` also prints the effective configuration and where each value "
+    "came from; `promptcache --sample-config` prints this file.",
+    "SIGHUP reopens the log files and reads this file again: keys marked \"Reloaded on SIGHUP\" "
+    "take their new values at once, the others keep their running values until a restart (the "
+    "log names them). An invalid file is refused as a whole, and the running configuration is "
+    "kept.",
+};
+
+void conf_write_intro(struct pc_buf *out)
+{
+    for (size_t i = 0; i < PC_ARRAY_LEN(conf_intro_text); i++) {
+        if (i > 0)
+            pc_buf_append_str(out, "\n\n");
+        if (conf_intro_text[i] != NULL) {
+            pc_buf_append_str(out, conf_intro_text[i]);
+            continue;
+        }
+        size_t nlist = 0, seen = 0;
+        for (size_t k = 0; k < CONF_NKEYS; k++)
+            nlist += conf_keys[k].type == CONF_LIST;
+        for (size_t k = 0; k < CONF_NKEYS; k++)
+            if (conf_keys[k].type == CONF_LIST)
+                pc_buf_printf(out, "%s%s",
+                              seen++ == 0     ? "The list keys "
+                              : seen == nlist ? " and "
+                                              : ", ",
+                              conf_keys[k].name);
+        pc_buf_append_str(out, " take several values on one line or may repeat; for every other "
+                               "key the last line wins.");
+    }
+    pc_buf_append_char(out, '\n');
+}
+
+/* The sample's header: the introduction as comments, examples kept as they are. */
 static void sample_header(struct pc_buf *out)
 {
-    struct pc_buf lists = PC_BUF_INIT;
-    for (size_t i = 0; i < CONF_NKEYS; i++)
-        if (conf_keys[i].type == CONF_LIST)
-            pc_buf_printf(&lists, "%s%s", lists.len ? " and " : "The list keys ",
-                          conf_keys[i].name);
     pc_buf_append_str(out, "# promptcache configuration file.\n#\n");
     write_wrapped(out, "# ",
                   "Every key is listed below with its description and its default value. "
                   "A commented-out line shows an example for a key whose default is empty.",
                   78);
-    pc_buf_append_str(out, "#\n");
-    write_wrapped(out, "# ",
-                  "Syntax: one \"key value\" per line; lines starting with # are comments. "
-                  "Quote a value that contains spaces (\"a b\", with \\\" \\\\ and \\n "
-                  "escapes). Booleans are yes or no; sizes are bytes with an optional k, m "
-                  "or g suffix (powers of 1024). An unknown key is an error.",
-                  78);
-    pc_buf_append_str(&lists, " take several values on one line or may repeat; for every other "
-                              "key the last line wins.");
-    pc_buf_append_str(out, "#\n");
-    write_wrapped(out, "# ", pc_buf_cstr(&lists), 78);
-    pc_buf_append_str(out, "#\n");
-    pc_buf_append_str(out, "# Every key can also be given on the command line, which overrides "
-                           "this file:\n#\n"
-                           "#   promptcache [CONFIG-FILE] [--key value ...]\n"
-                           "#   promptcache conf/promptcache.conf --listen 0.0.0.0:8080 "
-                           "--cache-ttl 3600\n#\n");
-    write_wrapped(out, "# ",
-                  "Every key can also come from the environment, PROMPTCACHE_<KEY> (the key "
-                  "upper-cased, - as _: PROMPTCACHE_CACHE_TTL=3600); a list key's values are "
-                  "separated by commas or spaces (PROMPTCACHE_UPSTREAM=\"http://a:8000 "
-                  "http://b:8000\"), and an empty variable counts as unset. The command line "
-                  "wins over the environment, which wins over this file, which wins over the "
-                  "defaults.",
-                  78);
-    pc_buf_append_str(out, "#\n");
-    write_wrapped(out, "# ",
-                  "A list key given on the command line or in the environment replaces the "
-                  "file's values. A misspelt key, option or PROMPTCACHE_ variable is named "
-                  "with the closest real one. `promptcache -t` checks a configuration "
-                  "(PROMPTCACHE_ variables that are no key included) and exits; "
-                  "`promptcache -T` also prints the effective configuration and where each "
-                  "value came from; `promptcache --sample-config` prints this file.",
-                  78);
-    pc_buf_append_str(out, "#\n");
-    write_wrapped(out, "# ",
-                  "SIGHUP reopens the log files and reads this file again: keys marked "
-                  "\"Reloaded on SIGHUP\" take their new values at once, the others keep "
-                  "their running values until a restart (the log names them). An invalid "
-                  "file is refused as a whole, and the running configuration is kept.",
-                  78);
-    pc_buf_free(&lists);
+    struct pc_buf intro = PC_BUF_INIT;
+    conf_write_intro(&intro);
+    char *text = pc_buf_cstr(&intro);
+    for (size_t tl = strlen(text); tl > 0 && text[tl - 1] == '\n'; tl--)
+        text[tl - 1] = '\0';
+    for (char *para = text; *para;) {
+        char *end = strstr(para, "\n\n");
+        size_t n = end != NULL ? (size_t)(end - para) : strlen(para);
+        para[n] = '\0';
+        pc_buf_append_str(out, "#\n");
+        if (strncmp(para, "  ", 2) != 0) {
+            write_wrapped(out, "# ", para, 78);
+        } else {
+            for (char *l = para; *l;) {
+                size_t ln = strcspn(l, "\n");
+                pc_buf_printf(out, "# %.*s\n", (int)ln, l);
+                l += ln + (l[ln] == '\n');
+            }
+        }
+        para = end != NULL ? end + 2 : para + n;
+    }
+    pc_buf_free(&intro);
 }
 
 /* The sentences the table's flags add to a key's description in the sample. */
@@ -2355,35 +2383,137 @@ static size_t first_sentence(const char *s)
     return strlen(s);
 }
 
+/* clang-format off */
+static const struct conf_form conf_form_table[] = {
+    {.synopsis = "[CONFIG-FILE] [--KEY VALUE ...]", .summary = "run the proxy",
+     .detail = "Runs the proxy. The configuration comes from CONFIG-FILE (none: the defaults), "
+               "the PROMPTCACHE_<KEY> variables of the environment and the --KEY VALUE "
+               "options, each overriding the one before; every key of promptcache.conf(5) is "
+               "an option. The proxy listens on `listen`, answers what it can from the cache "
+               "in Redis and forwards the rest to `upstream`. It logs to stderr (or `log-file`) "
+               "and writes the access log to stdout (or `access-log`)."},
+    {.synopsis = "-t [CONFIG-FILE] [--KEY VALUE ...]",
+     .summary = "check the configuration and exit",
+     .detail = "Loads the configuration as a start would (the config file, the environment, "
+               "the options, the secret files, the price list and the tenant-names file), "
+               "prints \"configuration OK\" and exits 0, or prints every error as FILE:LINE: "
+               "key: message and exits 1. A PROMPTCACHE_ variable that is no key is an error "
+               "here (a running proxy only warns)."},
+    {.synopsis = "-T [CONFIG-FILE] [--KEY VALUE ...]",
+     .summary = "print the effective configuration\nand where each value came from",
+     .detail = "Prints the effective configuration, one \"key value\" line per key, each "
+               "ending with where its value came from: # default, # FILE:LINE, # environment "
+               "NAME or # command line, and (file PATH) for a secret read from a file. "
+               "Secrets and the passwords of URLs show as ***."},
+    {.synopsis = "migrate [CONFIG-FILE] [--KEY VALUE ...] [--dry-run]",
+     .summary = "apply Redis schema migrations",
+     .detail = "Applies the pending Redis schema migrations to the Redis of the configuration "
+               "(`redis`). A running proxy applies them itself when it connects "
+               "(`redis-auto-migrate yes`); a store of a newer schema than the binary knows is "
+               "left alone. Several instances on one Redis run each migration once.\n\n"
+               "--dry-run\tprint the schema version and the pending migrations, apply nothing"},
+    {.synopsis = "report [CONFIG-FILE] [--KEY VALUE ...] [--format table|json|csv] [--hours N]",
+     .summary = "hit rates, tokens and money saved",
+     .detail = "Sums the hourly counters every instance keeps in Redis (90 days): requests, "
+               "hits, misses, bypasses, errors, tokens and money saved, by model and by tenant, "
+               "priced with the configuration's price list (`pricing`; --pricing off for tokens "
+               "only).\n\n"
+               "--format table|json|csv\tthe output (default table)\n"
+               "--hours N\tthe current hour and the N-1 before it, UTC (default 24)"},
+    {.synopsis = "purge [CONFIG-FILE] [--KEY VALUE ...] [--namespace NS] [--model M]\n"
+                 "[--older-than DATE|2h] [--tenant ID] [--key ID] [--all] [--dry-run]",
+     .summary = "delete cache entries (--key: an X-Cache-Key)",
+     .detail = "Deletes cache entries and their vector records from the Redis of the "
+               "configuration; every instance's L1 and semantic index drop them too. Say what "
+               "to delete: --key, one or more filters (all of which must match), or --all; "
+               "they do not mix. Refuses to run on a schema other than the binary's.\n\n"
+               "--key ID\tthe entry an answer's X-Cache-Key named\n"
+               "--namespace NS\tthe entries stored with X-Cache-Namespace NS\n"
+               "--model M\tthe answers to requests for model M\n"
+               "--older-than DATE|DURATION\tthe entries stored before an RFC 3339 date-time or "
+               "date (2026-12-01T00:00:00Z, 2026-12-01), or a duration back from now (90s, "
+               "15m, 2h, 7d, 2w, 1h30m)\n"
+               "--tenant ID\tone tenant's entries (the access log's tenant), alone or with "
+               "the filters above\n"
+               "--all\tevery entry\n"
+               "--dry-run\tprint how many entries would be deleted, delete nothing"},
+    {.synopsis = "kv-size [MODEL] [--layers N --kv-heads N --head-dim N] [--dtype D]\n"
+                 "[--gpu-memory GiB] [--tokens N] [--format table|json]",
+     .summary = "a model's KV-cache bytes per token\nand the tokens that fit in GPU memory",
+     .detail = "Prints the KV-cache size of a model: bytes per token = 2 x layers x KV heads "
+               "x head dim x bytes per value, the memory N tokens take and, with "
+               "--gpu-memory, how many tokens fit: the capacity to give one replica as "
+               "`prefix-capacity`. MODEL is a known model (below) or omitted; flags override "
+               "its geometry. Needs no configuration. Exits 2 with a message on an unknown "
+               "model or option, or a bad number.\n\n"
+               "--layers N\tthe model's layers\n"
+               "--kv-heads N\tits key-value heads\n"
+               "--head-dim N\tthe size of a head\n"
+               "--dtype fp16|bf16|fp8\tthe KV cache's value type (default fp16)\n"
+               "--gpu-memory GiB\tGPU memory left for the KV cache: adds the capacity in "
+               "tokens\n"
+               "--tokens N\tthe example size whose memory is shown (default 32768)\n"
+               "--format table|json\tthe output (default table)"},
+    {.synopsis = "--healthcheck [URL]",
+     .summary = "exit 0 if URL answers 2xx (default:\nhttp://127.0.0.1:8080/healthz)",
+     .detail = "Asks URL (default http://127.0.0.1:8080/healthz) with a GET, never through "
+               "an HTTP proxy, and exits 0 if it answers 2xx within 5 seconds, 1 otherwise "
+               "(the reason on stderr): a container's health check with no curl in the "
+               "image."},
+    {.synopsis = "--sample-config | --config-doc | --metrics-doc | --man 1|5 | --version | "
+                 "--help",
+     .detail = "Print something and exit 0.\n\n"
+               "--sample-config\tthe commented sample configuration, every key with its "
+               "description and default (conf/promptcache.conf)\n"
+               "--config-doc\tthe reference of every key in Markdown (doc/configuration.md)\n"
+               "--metrics-doc\tthe table of every metric in Markdown (doc/metrics.md)\n"
+               "--man 1|5\tthe manual page promptcache(1) or promptcache.conf(5), in roff\n"
+               "--version, -v\tthe version\n"
+               "--help, -h\tthe usage and every option with its default"},
+};
+/* clang-format on */
+
+const struct conf_form *conf_forms(size_t *n)
+{
+    *n = PC_ARRAY_LEN(conf_form_table);
+    return conf_form_table;
+}
+
+#define HELP_COL 55 /* --help's column of the forms' summaries */
+
+/* One form as --help's usage lines: synopsis lines, the summary at HELP_COL. */
+static void help_form(struct pc_buf *out, const struct conf_form *f, bool first)
+{
+    size_t start = out->len, indent = 7 + strlen("promptcache ") + strcspn(f->synopsis, " ") + 1;
+    pc_buf_printf(out, "%s promptcache ", first ? "Usage:" : "      ");
+    for (const char *l = f->synopsis; *l;) {
+        size_t n = strcspn(l, "\n");
+        if (l != f->synopsis) {
+            pc_buf_printf(out, "\n%*s", (int)indent, "");
+            start = out->len - indent;
+        }
+        pc_buf_append(out, l, n);
+        l += n + (l[n] == '\n');
+    }
+    for (const char *s = f->summary; s != NULL && *s;) {
+        size_t n = strcspn(s, "\n"), col = out->len - start;
+        if (col + 2 > HELP_COL)
+            pc_buf_printf(out, "\n%*s", HELP_COL, "");
+        else
+            pc_buf_printf(out, "%*s", (int)(HELP_COL - col), "");
+        start = out->len - HELP_COL;
+        pc_buf_append(out, s, n);
+        s += n + (s[n] == '\n');
+    }
+    pc_buf_append_char(out, '\n');
+}
+
 void conf_write_help(struct pc_buf *out)
 {
+    for (size_t i = 0; i < PC_ARRAY_LEN(conf_form_table); i++)
+        help_form(out, &conf_form_table[i], i == 0);
     pc_buf_append_str(
-        out, "Usage: promptcache [CONFIG-FILE] [--KEY VALUE ...]     run the proxy\n"
-             "       promptcache -t [CONFIG-FILE] [--KEY VALUE ...]  check the "
-             "configuration and exit\n"
-             "       promptcache -T [CONFIG-FILE] [--KEY VALUE ...]  print the effective "
-             "configuration\n"
-             "                                                       and where each value "
-             "came from\n"
-             "       promptcache migrate [CONFIG-FILE] [--KEY VALUE ...] [--dry-run]\n"
-             "                                                       apply Redis schema "
-             "migrations\n"
-             "       promptcache report [CONFIG-FILE] [--KEY VALUE ...] [--format "
-             "table|json|csv] [--hours N]\n"
-             "                                                       hit rates, tokens and "
-             "money saved\n"
-             "       promptcache purge [CONFIG-FILE] [--KEY VALUE ...] [--namespace NS] [--model "
-             "M]\n"
-             "                         [--older-than DATE|2h] [--tenant ID] [--key ID] [--all] "
-             "[--dry-run]\n"
-             "                                                       delete cache entries "
-             "(--key: an X-Cache-Key)\n"
-             "       promptcache --healthcheck [URL]                 exit 0 if URL answers 2xx "
-             "(default:\n"
-             "                                                       "
-             "http://127.0.0.1:8080/healthz)\n"
-             "       promptcache --sample-config | --metrics-doc | --version | --help\n\n"
-             "Options (every config-file key, also as PROMPTCACHE_<KEY> in the environment,\n"
+        out, "\nOptions (every config-file key, also as PROMPTCACHE_<KEY> in the environment,\n"
              "upper-cased with - as _, list values separated by commas or spaces; the command\n"
              "line wins over the environment, which wins over the file):\n");
     for (size_t i = 0; i < CONF_NKEYS; i++) {
@@ -2403,6 +2533,80 @@ void conf_write_help(struct pc_buf *out)
     pc_buf_append_str(out, "\nSee promptcache --sample-config for the full description of each "
                            "key.\nSIGHUP reopens the log files and reloads the keys that are "
                            "safe to change at runtime.\n");
+}
+
+/* ---- documentation (pc_docgen.h) ---------------------------------------- */
+
+size_t conf_doc_nkeys(void)
+{
+    return CONF_NKEYS;
+}
+
+/* A size in the file's syntax: the largest suffix that divides it (1073741824: 1g). */
+static void size_text(int64_t v, char *buf, size_t n)
+{
+    static const char suffix[] = "gmk";
+    for (int i = 0; i < 3; i++) {
+        int64_t unit = (int64_t)1 << (10 * (3 - i));
+        if (v != 0 && v % unit == 0) {
+            snprintf(buf, n, "%" PRId64 "%c", v / unit, suffix[i]);
+            return;
+        }
+    }
+    snprintf(buf, n, "%" PRId64, v);
+}
+
+/* What a key accepts, when its placeholder does not say it: "1 to 256", "0 to 64g". */
+static void doc_range(const struct conf_key *k, char *buf, size_t n)
+{
+    char lo[32], hi[32];
+    buf[0] = '\0';
+    if (k->type == CONF_INT) {
+        snprintf(buf, n, "%" PRId64 " to %" PRId64, k->imin, k->imax);
+    } else if (k->type == CONF_SIZE) {
+        size_text(k->imin, lo, sizeof lo);
+        size_text(k->imax, hi, sizeof hi);
+        snprintf(buf, n, "%s to %s", lo, hi);
+    } else if (k->type == CONF_DOUBLE) {
+        snprintf(buf, n, "%g to %g", k->dmin, k->dmax);
+    } else {
+        return;
+    }
+    if (k->flags & CONF_AUTO)
+        snprintf(buf + strlen(buf), n - strlen(buf), ", or auto");
+    if (k->flags & CONF_OFF)
+        snprintf(buf + strlen(buf), n - strlen(buf), ", or off");
+}
+
+void conf_doc_key(size_t i, struct conf_key_doc *d)
+{
+    const struct conf_key *k = &conf_keys[i];
+    char a[128];
+    *d = (struct conf_key_doc){
+        .name = k->name,
+        .section = k->section,
+        .help = k->help,
+        .def = k->def,
+        .example = k->def[0] == '\0' && k->example != NULL && strcmp(k->example, "\"\"") != 0
+                       ? k->example
+                       : NULL,
+        .list = k->type == CONF_LIST,
+        .secret = (k->flags & CONF_SECRET) != 0,
+        .reload = (k->flags & CONF_RELOAD) != 0,
+    };
+    const char *arg = help_arg(k, a, sizeof a);
+    snprintf(d->arg, sizeof d->arg, "%s", k->type == CONF_BOOL ? "yes|no" : arg);
+    doc_range(k, d->range, sizeof d->range);
+    _Static_assert(sizeof d->env >= ENV_NAME_MAX, "conf_key_doc.env holds a variable name");
+    env_name(k, false, d->env);
+    if (d->secret)
+        env_name(k, true, d->env_file);
+}
+
+const char *const *conf_doc_env_extra(size_t *n)
+{
+    *n = PC_ARRAY_LEN(env_not_keys);
+    return env_not_keys;
 }
 
 /*

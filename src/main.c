@@ -11,10 +11,12 @@
  *   promptcache purge [CONFIG-FILE] [--key value ...] [--namespace NS] [--model M]
  *                     [--older-than T] [--tenant ID] [--key ID] [--all] [--dry-run]
  *   promptcache kv-size [MODEL] [--layers N --kv-heads N --head-dim N --dtype D] [--gpu-memory GiB]
- *   promptcache --version | --help | --sample-config | --metrics-doc
+ *   promptcache --version | --help | --sample-config | --config-doc | --metrics-doc
+ *   promptcache --man 1|5                            the manual pages (pc_docgen.h)
  */
 #include "pc_api.h"
 #include "pc_conf.h"
+#include "pc_docgen.h"
 #include "pc_httpd.h"
 #include "pc_kvsize.h"
 #include "pc_log.h"
@@ -204,6 +206,17 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
             return print_buf(conf_write_sample);
         if (strcmp(argv[j], "--metrics-doc") == 0)
             return print_buf(metrics_doc);
+        if (strcmp(argv[j], "--config-doc") == 0)
+            return print_buf(docgen_config_md);
+        if (strcmp(argv[j], "--man") == 0) {
+            const char *s = j + 1 < argc ? argv[j + 1] : "";
+            if (strcmp(s, "1") != 0 && strcmp(s, "5") != 0) {
+                fprintf(stderr,
+                        "promptcache: --man takes 1 (promptcache) or 5 (the config file)\n");
+                return 2;
+            }
+            return print_buf(s[0] == '1' ? docgen_man1 : docgen_man5);
+        }
     }
     cli->opts = pc_calloc((size_t)argc, sizeof(char *));
     for (; i < argc; i++) {
