@@ -35,7 +35,7 @@
 
 /*
  * Tuning knobs. embed_opts_default gives the values chosen with
- * tools/semeval.c on the dev sets (see the README's semantic section); the
+ * tools/semeval.c on the dev sets (see doc/semantic.md); the
  * evaluation tool changes them, the proxy never does. Any non-default knob
  * changes embed_space.
  */

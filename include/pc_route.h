@@ -123,7 +123,7 @@ double route_cpt(struct route *r, const char *model);
 /* Per-replica figures: a JSON array for /stats, Prometheus lines for /metrics. */
 void route_render_json(const struct route *r, struct pc_buf *out);
 void route_render_prometheus(const struct route *r, struct pc_buf *out);
-/* Markdown rows (no table head) of the per-replica metrics, for the README. */
+/* Markdown rows (no table head) of the per-replica metrics, for doc/metrics.md. */
 void route_render_doc(struct pc_buf *out);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * pc_stats.h - the metrics table. One X-macro row per metric generates the
- * enum, the /stats JSON, the /metrics Prometheus text and the README table
+ * enum, the /stats JSON, the /metrics Prometheus text and the table of doc/metrics.md
  * (`promptcache --metrics-doc`).
  *
  * Each worker owns one struct stats and is its only writer (relaxed atomic
@@ -351,7 +351,7 @@ uint64_t *stats_sum_cells(void);
  */
 void stats_render_json(struct pc_buf *out, const char *extra_json, bool priced);
 /*
- * The hit rate, the project's one definition (README, "Hit rate"): API
+ * The hit rate, the project's one definition (doc/metrics.md, "Hit rate"): API
  * requests answered from the cache over those looked up in it, hit or miss
  * (api_requests by cache status; bypassed and refreshed ones were not looked
  * up), whatever the upstream then answered. 0 before any lookup.
@@ -361,7 +361,7 @@ void stats_render_prometheus(struct pc_buf *out);
 /* Total of a counter family over every series (scaled), and its split by one label value. */
 double stats_family_total(const uint64_t *cells, enum stat_family f);
 double stats_family_by(const uint64_t *cells, enum stat_family f, enum stat_label label, int value);
-/* Markdown table of every metric (for the README). */
+/* Markdown table of every metric (for doc/metrics.md). */
 void stats_render_doc(struct pc_buf *out);
 
 #endif

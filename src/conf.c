@@ -371,7 +371,7 @@ static const struct conf_key conf_keys[] = {
              "for the embedder that runs: 0.85 for builtin and 0.905 for hash, chosen with "
              "every guard on so that at most 1% of a set of hard look-alike question pairs "
              "hit and precision on Quora question pairs stays at 0.82 or more (see the "
-             "README's semantic section). For embedder openai auto is 0.92, measured with "
+             "doc/semantic.md). For embedder openai auto is 0.92, measured with "
              "Universal Sentence Encoder lite so that no hard look-alike pair hits; other "
              "models' cosines differ, so set a number checked on your own traffic (about 0.90 "
              "to 0.95 for typical sentence-embedding models). With fewer guards, raise it "
@@ -479,7 +479,7 @@ static const struct conf_key conf_keys[] = {
              "through Redis by every instance. Until enough comparisons agree (299 at 0.01), "
              "nothing is served by meaning. off: candidates above semantic-threshold that pass "
              "the guards are served, unbounded (on the dev sets 21% of them were wrong with "
-             "builtin; see the README's semantic section)."},
+             "builtin; see doc/semantic.md)."},
     {.name = "semantic-explore-rate", .type = CONF_DOUBLE, FIELD(semantic_explore_rate),
      .def = "0.05", .dmin = 0, .dmax = 1, .arg = "FRACTION",
      .help = "With semantic-max-error: the most of the candidates the bound allows that are "

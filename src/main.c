@@ -56,7 +56,7 @@ struct cli {
     char **opts; /* --key value ... handed to conf_load */
 };
 
-/* README's metrics tables: the process-wide ones, then the per-replica ones. */
+/* doc/metrics.md's tables: the process-wide ones, then the per-replica ones. */
 static void metrics_doc(struct pc_buf *out)
 {
     stats_render_doc(out);

@@ -86,7 +86,7 @@
  * lite (tests/encoder): the lowest threshold on a 0.005 grid at which no hard
  * negative of the dev set hits (0.91), plus 0.01 because that set is small;
  * picked for precision, as a wrong answer costs more than a miss. Cosines
- * differ by model: other models need their own (see the README).
+ * differ by model: other models need their own (see doc/semantic.md).
  */
 #define SEMANTIC_REMOTE_AUTO 0.92
 #define BREAKER_COOLDOWN_MAX 60000 /* ms: the longest wait between probes of a sick embedder */

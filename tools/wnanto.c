@@ -7,7 +7,7 @@
  *          wnanto [DIR] > antonyms.txt              "word antonym" lines (semeval --antonyms)
  *          wnanto -s [DIR] > synsets.txt            one synset per line: its single words
  *
- * What the table holds, and why (figures in the README's guard section):
+ * What the table holds, and why (figures in doc/semantic.md, "Guards"):
  *
  *   antonyms   WordNet's direct antonyms ('!' pointers between two words) of
  *              adjectives, adverbs and verbs, single words, both of them in

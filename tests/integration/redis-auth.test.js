@@ -74,7 +74,7 @@ h.test('set up: a Redis with an ACL user, on TCP and a unix socket', async () =>
     const dir = h.tmpDir('pc-redis-sock-');
     sock = path.join(dir, 'redis.sock');
     redis = await h.startRedis({args: ['--unixsocket', sock, '--unixsocketperm', '700']});
-    /* the user the README suggests: the proxy's keys only, nothing dangerous but ROLE */
+    /* the user doc/redis.md suggests: the proxy's keys only, nothing dangerous but ROLE */
     await redis.command('ACL', 'SETUSER', USER, 'on', `>${PASSWORD}`, '~pc:*', '+@all', '-@dangerous', '+role');
     await redis.command('CONFIG', 'SET', 'requirepass', ADMIN_PASSWORD);
     sem = await createSemanticMock().listen();
