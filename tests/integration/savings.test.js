@@ -528,7 +528,7 @@ h.test('Responses API traffic is counted as endpoint responses, not dropped or c
     await p.stop();
 });
 
-h.test('one hit rate: /stats, /metrics (doc/metrics.md's formula), report and dashboard agree', async () => {
+h.test('one hit rate: /stats, /metrics (the formula of doc/metrics.md), report and dashboard agree', async () => {
     /* A Redis database of its own: the report and the dashboard see this traffic only. */
     const url = env.redis.url.replace(/\/\d+$/, '/7');
     const p = await env.startProxy({redis: url, args: ['--pricing', OWN]});
