@@ -47,6 +47,8 @@ COPY conf/promptcache.conf /etc/promptcache/promptcache.conf.sample
 # the hand-copied conf/pricing.json is the fallback.
 COPY --from=build /src/build/prices.json /usr/local/share/promptcache/prices.json
 COPY conf/pricing.json /etc/promptcache/pricing.json
+# The license, with the WordNet notice the binary's word lists must carry.
+COPY LICENSE /usr/local/share/doc/promptcache/LICENSE
 # Numeric, so that Kubernetes' runAsNonRoot can check it is not root.
 USER 10001:10001
 EXPOSE 8080
