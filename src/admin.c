@@ -124,8 +124,7 @@ static void serve_stats(struct worker *w, struct httpd_req *hr)
     pricing_json(w->conf->prices, &extra);
     pc_buf_append_char(&extra, ',');
     tenants_render_json(w->conf->tenants, &extra);
-    pc_buf_printf(&extra,
-                  ",\"routing\":\"%s\",\"replicas\":", route_policy_name(route_policy(w->route)));
+    pc_buf_printf(&extra, ",\"routing\":\"%s\",\"replicas\":", route_policy_name(w->route));
     route_render_json(w->route, &extra);
     stats_render_json(&out, pc_buf_cstr(&extra));
     reply_json(hr, 200, pc_buf_cstr(&out));

@@ -497,7 +497,7 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
         .chain = f->chain.n > 0 ? &f->chain : NULL,
         .model = f->model,
         .session = req->session,
-        .fresh_ms = w->conf->upstream_type == UPSTREAM_ANTHROPIC ? BACKEND_ANTHROPIC_CACHE_MS : 0,
+        .fresh_ms = w->backend->prompt_cache_ms,
     };
     if (!fetch_first(f, req)) {
         fetch_end(f, XFER_ERR_INTERNAL, "could not start the upstream call");

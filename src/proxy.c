@@ -742,8 +742,7 @@ static void compute_prefix(struct preq *r)
         r->session |= 1; /* never 0, which means none */
     }
     r->ask_usage = c->stream_usage && r->stream && !r->include_usage &&
-                   (r->ep == API_CHAT || r->ep == API_COMPLETIONS) &&
-                   c->upstream_type != UPSTREAM_ANTHROPIC;
+                   dialect_usage_on_request(r->dialect) && r->w->backend->stream_usage;
 }
 
 /*

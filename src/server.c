@@ -10,6 +10,7 @@
  * SIGHUP reopens the logs and reloads the configuration (pc_reload.h).
  */
 #include "pc_server.h"
+#include "pc_backend.h"
 #include "pc_conf.h"
 #include "pc_dash.h"
 #include "pc_flight.h"
@@ -232,10 +233,10 @@ static void log_startup(const struct server *s)
     for (size_t i = 0; i < route_count(s->route); i++) {
         const struct route_replica *rep = route_replica(s->route, i);
         log_notice("upstream %s (%s, type %s)", rep->name, rep->base_url,
-                   conf_upstream_type_name(s->conf->upstream_type));
+                   backend_for(s->conf->upstream_type)->name);
     }
     if (route_count(s->route) > 1)
-        log_notice("routing: %s over %zu replicas", route_policy_name(route_policy(s->route)),
+        log_notice("routing: %s over %zu replicas", route_policy_name(s->route),
                    route_count(s->route));
     if (s->conf->cache) {
         /* Never log a password: the URL without its secrets (checked by conf: it parses). */

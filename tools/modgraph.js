@@ -77,16 +77,32 @@ function callGraph() {
     return g;
 }
 
+/*
+ * A header of a family folder included from outside the family (the lists
+ * src/backend/backends.h, src/route/policies.h) is a node of its own,
+ * "backend/backends", with its own includes: reading a family's list of
+ * names is not depending on the family's code.
+ */
 function includeGraph() {
     const g = new Map();
+    const src = path.join(top, 'src');
     const add = (from, file) => {
         const text = fs.readFileSync(file, 'utf8');
         const to = g.get(from) || new Set();
-        for (const m of text.matchAll(/^#include "pc_([a-z0-9_]+)\.h"/gm))
-            if (m[1] !== from) to.add(m[1]);
+        for (const m of text.matchAll(/^#include "([a-z0-9_/]+)\.h"/gm)) {
+            const inc = m[1];
+            let node = inc.startsWith('pc_') ? inc.slice(3) : null;
+            const slash = inc.lastIndexOf('/');
+            if (slash >= 0) {
+                const fam = inc.slice(0, slash).split('/').pop();
+                if (fam === from) continue;
+                node = inc;
+                if (!g.has(node)) add(node, path.join(src, inc + '.h'));
+            }
+            if (node !== null && node !== from) to.add(node);
+        }
         g.set(from, to);
     };
-    const src = path.join(top, 'src');
     const walk = dir => {
         for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
             const p = path.join(dir, e.name);
