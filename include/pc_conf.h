@@ -125,6 +125,8 @@ struct conf {
     char *embedder_key;
     int64_t embedder_timeout; /* milliseconds */
     int embedder_batch;
+    int embedder_breaker_failures;     /* failed calls in a row that open the breaker; 0 = never */
+    int64_t embedder_breaker_cooldown; /* milliseconds before the first probe */
     char *semantic_verify_url;
     char *semantic_verify_model;
     char *semantic_verify_key;

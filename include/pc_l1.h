@@ -13,19 +13,26 @@
  * keeps its share of the byte budget with an LRU list; an item counts its
  * bytes and its bookkeeping.
  *
- * Deletes and flushes made through any instance reach every L1 through the
- * Redis stream the semantic index already follows (pc_vsync.h: op=flush,
- * op=del), read by one thread per process with its own blocking
- * connection. A Stream rather than keyspace notifications: the flush events
- * are already written there by every instance, a stream is read from a
- * position (a reconnection knows it may have missed something) and it needs
- * no `notify-keyspace-events` setting, which managed Redis services often
- * refuse. The L1 is used only while that reader follows the stream: on a
- * lost connection it is emptied and stays off until the reader is back.
+ * Writes, deletes and flushes made through any instance reach every L1
+ * through the Redis stream the semantic index already follows (pc_vsync.h:
+ * op=set after every stored entry, op=del, op=flush), read by one thread per
+ * process with its own blocking connection: another instance's write of a
+ * key (a refresh, a new TTL, a concurrent miss) drops this process's copy,
+ * which the next hit reads again from Redis. A Stream rather than keyspace notifications: the flush
+ * events are already written there by every instance, a stream is read from a position (a
+ * reconnection knows it may have missed something) and it needs no `notify-keyspace-events`
+ * setting, which managed Redis services often refuse. The L1 is used only while that reader follows
+ * the stream: on a lost connection it is emptied and stays off until the reader is back.
  *
- * Every clear bumps a generation. An insert carries the generation read when
- * its Redis command was sent and is dropped if a clear came in between, so a
- * slow reply can never bring back what a flush removed.
+ * Every change bumps a generation and stamps it on the changed key (one
+ * stamp per 1/16384 of the keys, which knows the last key it stamped; a
+ * clear stamps them all). An insert carries
+ * the generation read when its Redis command was sent and is dropped if its
+ * key changed since, so a slow reply can never bring back what a delete, a
+ * flush or another instance's newer write removed:
+ *
+ *   B: GET k (gen 7) ........................ reply: old value ─▶ insert(gen 7): dropped
+ *   A:          SET k new, XADD set k ─▶ B's reader: delete k, stamp k = 8
  */
 #ifndef PC_L1_H
 #define PC_L1_H
@@ -73,21 +80,25 @@ void l1_release(struct l1_item **it);
  * Insert (or replace) the encoded entry val until deadline_ms (wall clock),
  * soon: val is copied and the item is made on the L1's filler thread, in its
  * own malloc arena (long-lived items among a worker's short-lived
- * allocations fragment its arena). Dropped if gen is not the current
- * generation when it is made, if the item is larger than a shard's budget /
- * 8, or if the deadline has passed.
+ * allocations fragment its arena). For a value read from Redis (gen read
+ * before the read was sent). Dropped if its key changed or the table was
+ * cleared since gen when it is made, if the item is larger than a shard's
+ * budget / 8, or if the deadline has passed.
  */
 void l1_put(struct l1 *l, const char tenant[L1_TENANT_LEN],
             const unsigned char exact[PC_SHA256_LEN], const void *val, size_t len,
             int64_t deadline_ms, uint64_t gen);
 
 /*
- * Remove (tenant, exact) at once because a newer answer replaces it in Redis
- * (its l1_put, if any, comes after): the old one is never served again. The
- * generation stays, so inserts on their way, the new answer's too, still land.
+ * This process wrote val under (tenant, exact) in Redis (its SET was
+ * acknowledged; gen read before it was sent): the item held so far is
+ * dropped at once and nothing read earlier can come back; val goes in, as
+ * l1_put, unless the key changed since gen (then which write Redis kept is
+ * unknown) or val is NULL (the write failed or is not kept).
  */
-void l1_forget(struct l1 *l, const char tenant[L1_TENANT_LEN],
-               const unsigned char exact[PC_SHA256_LEN]);
+void l1_replace(struct l1 *l, const char tenant[L1_TENANT_LEN],
+                const unsigned char exact[PC_SHA256_LEN], const void *val, size_t len,
+                int64_t deadline_ms, uint64_t gen);
 
 /* Remove one item / every item (tenant NULL) or one tenant's. Both bump the generation. */
 void l1_delete(struct l1 *l, const char tenant[L1_TENANT_LEN],
@@ -101,6 +112,7 @@ struct l1_counters {
     uint64_t events;  /* stream events applied */
     uint64_t reads;   /* XREAD rounds answered (an idle one takes about a second) */
     uint64_t dropped; /* inserts dropped: the filler's queue was full (l1-size / 8 bytes) */
+    uint64_t stale;   /* inserts dropped: their key changed after they were read or written */
 };
 void l1_get_counters(const struct l1 *l, struct l1_counters *out);
 /* The counters as JSON members ("l1_items":...), without braces, for /stats. */

@@ -3,9 +3,12 @@
  *
  * A price list is read from a JSON file in one of two formats, told apart by
  * their shape:
- *   - the project's own: {"currency": "USD", "models": {NAME: {"input": N,
- *     "output": N, "cache_read": N, "cache_write": N}}}, prices per million
- *     tokens ("output", "cache_read", "cache_write" optional);
+ *   - the project's own: {"currency": "USD", "source": "...", "date":
+ *     "YYYY-MM-DD", "models": {NAME: {"input": N, "output": N, "cache_read":
+ *     N, "cache_write": N, "match": RULE}}}, prices per million tokens
+ *     ("output", "cache_read", "cache_write", "match", "source", "date"
+ *     optional). tools/prices.js writes @pydantic/genai-prices in this
+ *     format (`make prices`: build/prices.json);
  *   - LiteLLM's model_prices_and_context_window.json: {NAME: {
  *     "input_cost_per_token", "output_cost_per_token",
  *     "cache_read_input_token_cost", "cache_creation_input_token_cost", ...}},
@@ -18,13 +21,24 @@
  * the file and the model), in LiteLLM's (thousands of entries kept by
  * others) the entry is left out with a warning naming both.
  *
- * Names: a model is priced by the entry of its own name; else, when it
- * carries a provider prefix ("openai/gpt-4o"), by the name without it; else
- * by an entry it only extends with a date or tag ("gpt-4o-mini-2024-07-18"
- * by "gpt-4o-mini": -YYYY-MM-DD, -YYYYMMDD, -latest, @..., :...), never by a
- * different model that starts the same ("claude-opus-4-5" is not
- * "claude-opus-4"). LiteLLM entries named "openai/X" or "anthropic/X" also
- * price "X" when the file has no entry "X" itself.
+ * Names: a model is priced by the entry of its own name; else by the first
+ * entry (in the file's order) whose match rule takes the name in lower case;
+ * else by an entry it only extends with a date or tag
+ * ("gpt-4o-mini-2024-07-18" by "gpt-4o-mini": -YYYY-MM-DD, -YYYYMMDD,
+ * -latest, @..., :...), never by a different model that starts the same
+ * ("claude-opus-4-5" is not "claude-opus-4"); else, when it carries a
+ * provider prefix ("openai/gpt-4o"), the same for the name without it.
+ * LiteLLM entries named "openai/X" or "anthropic/X" also price "X" when the
+ * file has no entry "X" itself.
+ *
+ * A match rule is genai-prices' vocabulary, one member per object:
+ * {"equals": S}, {"starts_with": S}, {"ends_with": S}, {"contains": S},
+ * {"regex": POSIX-ERE}, {"or": [RULE...]}, {"and": [RULE...]}, {"not": RULE};
+ * at most PRICING_RULE_DEPTH deep, strings of at most PRICING_RULE_STR bytes.
+ *
+ * Where the prices come from: the list's "source" and "date" (a name and
+ * version, and the day the prices are of); without them the file's name and
+ * its modification day (LiteLLM's file says neither: "LiteLLM").
  *
  * A struct pricing is immutable once loaded and reference counted, so a
  * configuration snapshot (pc_conf.h) can share it across threads and a
@@ -42,19 +56,25 @@
 struct api_usage;
 struct pricing;
 
-#define PRICING_MAX      10000.0 /* per million tokens: anything dearer is a mistake */
-#define PRICING_FILE_MAX (64 * 1024 * 1024)
-#define PRICING_NAME_MAX 64 /* model names are matched as the tally stores them */
+#define PRICING_MAX        10000.0 /* per million tokens: anything dearer is a mistake */
+#define PRICING_FILE_MAX   (64 * 1024 * 1024)
+#define PRICING_NAME_MAX   64 /* model names are matched as the tally stores them */
+#define PRICING_RULE_DEPTH 8
+#define PRICING_RULE_STR   256
+#define PRICING_SOURCE_MAX 120 /* bytes of "source" kept (shown in labels and tables) */
 
 enum pricing_format {
     PRICING_OWN = 0, /* the project's per-million format */
     PRICING_LITELLM,
 };
 
+struct pricing_rule;
+
 /* One model's prices, per million tokens, in the list's currency. */
 struct price {
     char *model;
     double input, output, cache_read, cache_write;
+    struct pricing_rule *match; /* the names it also prices, or NULL (owned by the list) */
 };
 
 /* A call's tokens as they are billed: prompt tokens split by how they were read. */
@@ -81,14 +101,33 @@ void pricing_release(struct pricing **p);
 
 const char *pricing_path(const struct pricing *p);
 const char *pricing_currency(const struct pricing *p);
+/* Where the prices come from ("@pydantic/genai-prices 0.1.8", "LiteLLM", a file name). */
+const char *pricing_source(const struct pricing *p);
+/* The day they are of, YYYY-MM-DD ("" when unknown: a list parsed from memory without one). */
+const char *pricing_date(const struct pricing *p);
 enum pricing_format pricing_format(const struct pricing *p);
 const char *pricing_format_name(enum pricing_format f); /* "promptcache", "litellm" */
 size_t pricing_count(const struct pricing *p);
 /* Whether a and b hold the same prices (either may be NULL). */
 bool pricing_same(const struct pricing *a, const struct pricing *b);
 
-/* The price of model, or NULL (p may be NULL: nothing is priced). */
+/*
+ * The price of model, or NULL (p may be NULL: nothing is priced). Answers
+ * are remembered per list (a bounded table under a lock), so a name no rule
+ * prices costs one scan of the rules, not one per request. Thread-safe.
+ */
 const struct price *pricing_find(const struct pricing *p, const char *model);
+/* Whether rule takes name (as given: pricing_find lowers the case first). */
+bool pricing_rule_match(const struct pricing_rule *rule, const char *name);
+
+/*
+ * The list in /stats: "currency" and "pricing" members (after a comma) with
+ * the file, format, count, source, date and the models answered since start
+ * that the list does not price; null members with no list.
+ */
+void pricing_render_json(const struct pricing *p, struct pc_buf *out);
+/* The promptcache_pricing_info series of /metrics (nothing with no list). */
+void pricing_render_prometheus(const struct pricing *p, struct pc_buf *out);
 
 /* Split a usage block into billed tokens (uncached input = prompt - read - written). */
 void pricing_tokens_of(const struct api_usage *u, struct pricing_tokens *t);
@@ -109,12 +148,14 @@ int64_t pricing_nano(double amount);
 bool pricing_warn_once(const char *model);
 
 /*
- * The shipped price list (conf/pricing.json) for the default `pricing`: in
- * ../conf/, ../../conf/ or ../../../conf/ from the binary (a build tree:
- * build/promptcache, build/asan/promptcache, build/asan/tests/...),
- * ../share/promptcache/ (an installed binary), or /etc/promptcache/. Writes
- * the path found into out and returns 0; -1 if none exists (out then lists
- * where it looked).
+ * The list for the default `pricing`: first the maintained one, prices.json
+ * (genai-prices converted by `make prices`) next to the binary or one or two
+ * folders up (build/promptcache, build/asan/promptcache, build/asan/tests/...),
+ * in ../share/promptcache/ (an installed binary) or /etc/promptcache/; else
+ * the shipped hand-copied pricing.json in ../conf/, ../../conf/ or
+ * ../../../conf/ from the binary, ../share/promptcache/ or /etc/promptcache/.
+ * Writes the path found into out and returns 0; -1 if none exists (out then
+ * lists where it looked).
  */
 int pricing_default_path(char *out, size_t outlen);
 

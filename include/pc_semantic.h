@@ -57,6 +57,7 @@ struct semantic_item {
     const char *text;
     int64_t created_ms;
     int64_t ttl_ms;
+    bool replaces; /* it may have written over an entry: without a vector, drop the old one */
 };
 
 typedef void semantic_fn(void *arg, struct semantic_result *r);
@@ -102,5 +103,12 @@ void semantic_vector_pattern(const char *tenant_id, char out[ENTRY_KEY_MAX]);
  * index at once. p may be NULL (semantic off here: other instances still listen).
  */
 void semantic_publish_flush(struct semantic_port *p, struct store *store, const char *tenant_id);
+/*
+ * An entry was written over and gets no vector: delete the old vector record
+ * and tell every instance (DEL + XADD del on store), and with p this
+ * process's index at once. p may be NULL (semantic off here).
+ */
+void semantic_forget(struct semantic_port *p, struct store *store, const char *tenant_id,
+                     const unsigned char exact[PC_SHA256_LEN]);
 
 #endif

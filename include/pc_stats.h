@@ -69,6 +69,20 @@
     ACTION(semantic_verify_completion_tokens, counter,                                             \
            "Of semantic_verify_tokens, completion tokens")                                         \
     ACTION(semantic_vectors_stored, counter, "Vector records written next to stored answers")      \
+    ACTION(semantic_vectors_skipped, counter,                                                      \
+           "Answers stored without their vector record: the embedder's circuit breaker was open")  \
+    ACTION(semantic_breaker_skips, counter,                                                        \
+           "Semantic stages skipped (exact lookup only): the embedder's circuit breaker was open") \
+    ACTION(embedder_breaker_opens, counter,                                                        \
+           "Times the remote embedder's circuit breaker opened (embedder-breaker-failures "        \
+           "failures in a row)")                                                                   \
+    ACTION(embedder_breaker_probes, counter,                                                       \
+           "Calls let through to the remote embedder as the open breaker's probe")                 \
+    ACTION(semantic_sync_rejected, counter,                                                        \
+           "Vector records and pc:2:vs stream events the vector index's reader rejected "          \
+           "(malformed or out of range)")                                                          \
+    ACTION(l1_events_rejected, counter,                                                            \
+           "pc:2:vs stream events the L1's reader rejected (malformed or out of range)")           \
     ACTION(upstream_requests, counter, "Calls made to an upstream")                                \
     ACTION(upstream_errors, counter, "Upstream calls that failed (connect, reset, timeout)")       \
     ACTION(upstream_failovers, counter,                                                            \
@@ -128,7 +142,9 @@
     ACTION(upstream_active, gauge, "Upstream transfers in progress")                               \
     ACTION(redis_connected, gauge, "Workers with a ready Redis connection")                        \
     ACTION(request_memory_bytes, gauge,                                                            \
-           "Bytes of max-request-memory in use: request bodies and their estimated parsed copies")
+           "Bytes of max-request-memory in use: request bodies and their estimated parsed copies") \
+    ACTION(embedder_breaker_open, gauge,                                                           \
+           "1 while the remote embedder's circuit breaker is open or probing (it is not called)")
 
 /*
  * Labels of the families, each with its values (a label's cardinality is
@@ -137,13 +153,13 @@
 enum stat_label {
     SL_CACHE = 0, /* hit, miss, bypass, refresh */
     SL_MATCH,     /* exact, semantic */
-    SL_ENDPOINT,  /* chat, completions, embeddings, messages, other */
-    SL_MODEL,     /* metrics-models models (the busiest in Redis' counters at start, then the
-                     first answered), then "other" */
-    SL_UPSTREAM,  /* the replicas, by index */
-    SL_TOKEN,     /* input (uncached), cache_read, cache_write, output */
-    SL_CALLER,    /* embedder, verifier */
-    SL_TENANT, /* the names of tenant-names (the first STATS_TENANTS_MAX counted), then "other" */
+    SL_ENDPOINT, /* other, chat, completions, embeddings, messages, responses (api_endpoint_name) */
+    SL_MODEL,    /* metrics-models models (the busiest in Redis' counters at start, then the
+                    first answered), then "other" */
+    SL_UPSTREAM, /* the replicas, by index */
+    SL_TOKEN,    /* input (uncached), cache_read, cache_write, output */
+    SL_CALLER,   /* embedder, verifier */
+    SL_TENANT,   /* the names of tenant-names (the first STATS_TENANTS_MAX counted), then "other" */
     SL__COUNT
 };
 #define SL(x) (1u << SL_##x)
@@ -151,7 +167,7 @@ enum stat_label {
 #define STATS_MODELS_MAX  50 /* metrics-models at most */
 #define STATS_CACHE_N     4
 #define STATS_MATCH_N     2
-#define STATS_ENDPOINT_N  5
+#define STATS_ENDPOINT_N  6                      /* API__COUNT (checked in stats.c) */
 #define STATS_MODEL_N     (STATS_MODELS_MAX + 1) /* the last one is "other" */
 #define STATS_UPSTREAM_N  64                     /* ROUTE_MAX_REPLICAS */
 #define STATS_TOKEN_N     4
@@ -304,9 +320,17 @@ uint64_t *stats_sum_cells(void);
 /*
  * Render the summed metrics. extra_json (may be NULL) is appended inside the
  * object. The families appear in /stats as totals (split by token kind or
- * by cache status where that is what they mean), money scaled to the unit.
+ * by cache status where that is what they mean), money scaled to the unit,
+ * or null while no price list is in force (priced false): unpriced, not 0.
  */
-void stats_render_json(struct pc_buf *out, const char *extra_json);
+void stats_render_json(struct pc_buf *out, const char *extra_json, bool priced);
+/*
+ * The hit rate, the project's one definition (README, "Hit rate"): API
+ * requests answered from the cache over those looked up in it, hit or miss
+ * (api_requests by cache status; bypassed and refreshed ones were not looked
+ * up), whatever the upstream then answered. 0 before any lookup.
+ */
+double stats_hit_rate(const uint64_t *cells);
 void stats_render_prometheus(struct pc_buf *out);
 /* Total of a counter family over every series (scaled), and its split by one label value. */
 double stats_family_total(const uint64_t *cells, enum stat_family f);

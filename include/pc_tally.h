@@ -36,11 +36,11 @@ struct tally;
  */
 #define PC_TALLY_METRICS(ACTION)                                                                \
     ACTION(requests, "cacheable requests")                                                      \
-    ACTION(hits, "answered from the cache")                                                     \
-    ACTION(misses, "looked up, not found, answered from upstream")                              \
+    ACTION(hits, "looked up and answered from the cache")                                       \
+    ACTION(misses, "looked up, not found, sent upstream (or joined a call already there)")      \
     ACTION(coalesced, "answered by sharing another request's upstream call")                    \
-    ACTION(bypasses, "answered without the cache (BYPASS, REFRESH)")                            \
-    ACTION(errors, "not answered with a 2xx (upstream or proxy error, client gone)")            \
+    ACTION(bypasses, "not looked up (BYPASS, REFRESH)")                                         \
+    ACTION(errors, "of the requests, not answered with a 2xx (upstream error, client gone)")    \
     ACTION(saved_prompt_tokens, "prompt tokens of answers served from the cache")               \
     ACTION(saved_completion_tokens, "completion tokens of answers served from the cache")       \
     ACTION(upstream_prompt_tokens, "prompt tokens the upstream reported")                       \

@@ -12,11 +12,22 @@
  *       op=add   k=<tenant16hex>:<sha256hex> r=<record>
  *       op=del   k=<tenant16hex>:<sha256hex>
  *       op=flush [t=<tenant16hex>]          (no t: everything)
+ *       op=set   k=<tenant16hex>:<sha256hex> i=<instance16hex>
  *
  * Writers (the cache module, on its worker's connection): a stored entry
- * with a vector sends SET of the record and XADD add; a deleted entry DEL and
- * XADD del; a flush, after deleting the keys, XADD flush. Helpers below fill
- * the argv of each command, or send them through a struct store.
+ * sends XADD set right after the SET of the entry (the same connection, so
+ * Redis has the new entry before any reader sees the event: every L1 drops
+ * what it held under that key, and the writer, named by i, skips its own);
+ * one with a vector also sends SET of the record and XADD add; a deleted
+ * entry (or a replaced one whose vector must go) DEL and XADD del; a flush,
+ * after deleting the keys, XADD flush. Helpers below fill the argv of each
+ * command, or send them through a struct store.
+ *
+ * Readers (this one and the L1's, pc_l1.h) parse events with
+ * vsync_event_parse: every field is range-checked (a known op, an exact
+ * lower-case hex id or tenant, a record of bounded size, at most
+ * VSYNC_EVENT_FIELDS_MAX fields, none twice) and what fails is counted as
+ * rejected, never applied: another writer can be wrong or hostile.
  *
  * The reader (one per process, its own thread and blocking connection):
  *
@@ -40,13 +51,16 @@
 
 #include "pc_vindex.h"
 
+struct stats;
 struct store;
 struct vindex;
 
-#define VSYNC_STREAM_MAXLEN 100000
-#define VSYNC_KEY_MAX       128           /* room for a vector key name */
-#define VSYNC_ID_LEN        (16 + 1 + 64) /* "<tenant16hex>:<sha256hex>" */
-#define VSYNC_ARGV_MAX      12
+#define VSYNC_STREAM_MAXLEN    100000
+#define VSYNC_KEY_MAX          128           /* room for a vector key name */
+#define VSYNC_ID_LEN           (16 + 1 + 64) /* "<tenant16hex>:<sha256hex>" */
+#define VSYNC_ARGV_MAX         12
+#define VSYNC_INSTANCE_LEN     16 /* hex characters naming a process in op=set events */
+#define VSYNC_EVENT_FIELDS_MAX 8
 
 /* "<prefix>v:{<tenant16hex>:<sha256hex>}" into out (NUL-terminated); its length. */
 size_t vsync_vector_key(const unsigned char tenant[VINDEX_TENANT_LEN],
@@ -59,6 +73,12 @@ void vsync_id(const unsigned char tenant[VINDEX_TENANT_LEN],
 /* Parse exactly "<tenant16hex>:<sha256hex>" (lower-case hex); 0 or -1. */
 int vsync_parse_id(const char *s, size_t len, unsigned char tenant[VINDEX_TENANT_LEN],
                    unsigned char key[VINDEX_KEY_LEN]);
+/* Parse exactly 16 lower-case hex characters (a tenant id); 0 or -1. */
+int vsync_parse_tenant(const char *s, size_t len, unsigned char tenant[VINDEX_TENANT_LEN]);
+/* Parse a stream entry id "<ms>-<seq>" (decimal, each within 64 bits); 0 or -1. */
+int vsync_parse_stream_id(const char *s, size_t len, uint64_t *ms, uint64_t *seq);
+/* This process's name in the events it writes (VSYNC_INSTANCE_LEN random hex, made once). */
+const char *vsync_instance(void);
 
 /*
  * One command's arguments. argv/lens point into the struct and into the
@@ -90,6 +110,9 @@ void vsync_argv_del(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENA
                     const unsigned char key[VINDEX_KEY_LEN]);
 /* XADD <stream> MAXLEN ~ N * op flush [t <tenant16hex>] (tenant NULL: everything) */
 void vsync_argv_flush(struct vsync_argv *a, const unsigned char *tenant);
+/* XADD <stream> MAXLEN ~ N * op set k <id> i <this process> */
+void vsync_argv_entry_set(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
+                          const unsigned char key[VINDEX_KEY_LEN]);
 
 /*
  * The same through a worker's store (fire and forget, failures counted by
@@ -102,6 +125,34 @@ int vsync_store_put(struct store *s, const unsigned char tenant[VINDEX_TENANT_LE
 int vsync_store_del(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
                     const unsigned char key[VINDEX_KEY_LEN]);
 int vsync_store_flush(struct store *s, const unsigned char *tenant);
+/* XADD set: send it right after the entry's SET, on the same store. */
+int vsync_store_entry_set(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
+                          const unsigned char key[VINDEX_KEY_LEN]);
+
+/* --- events, as read back ---------------------------------------------------------------- */
+
+struct redisReply;
+
+enum vsync_op { VSYNC_OP_ADD = 0, VSYNC_OP_DEL, VSYNC_OP_FLUSH, VSYNC_OP_SET };
+
+struct vsync_event {
+    enum vsync_op op;
+    bool has_key;    /* add, del, set: tenant and key are the entry's */
+    bool has_tenant; /* flush of one tenant: tenant is set */
+    unsigned char tenant[VINDEX_TENANT_LEN];
+    unsigned char key[VINDEX_KEY_LEN];
+    const char *rec; /* add: the record (not decoded; points into the reply) */
+    size_t rec_len;
+    char instance[VSYNC_INSTANCE_LEN + 1]; /* the writer, "" when not named */
+};
+
+/*
+ * The field/value array of one stream entry into ev; 0, or -1 if it is not
+ * an event this version understands and trusts (see the top).
+ */
+int vsync_event_parse(const struct redisReply *fields, struct vsync_event *ev);
+/* Whether this process wrote ev (its i names this process). */
+bool vsync_event_is_mine(const struct vsync_event *ev);
 
 /* --- the reader ------------------------------------------------------------------------ */
 
@@ -114,15 +165,17 @@ struct vsync_opts {
     int64_t timeout_ms;   /* per command (and connect); 0 = 2000 */
     int block_ms;         /* XREAD BLOCK, also the longest wait for vsync_stop; 0 = 1000 */
     size_t batch;         /* SCAN COUNT, GETs per pipeline, XREAD COUNT; 0 = 500 */
+    int64_t max_ttl_ms;   /* > 0: records expiring later than this from now are rejected */
+    struct stats *row;    /* may be NULL: semantic_sync_rejected is counted there */
 };
 
 struct vsync_counters {
     bool ready;              /* rebuilt and following the stream */
     uint64_t loaded;         /* vectors added by rebuilds */
-    uint64_t events;         /* stream events applied */
+    uint64_t events;         /* vector events applied (add, del, flush; not set) */
     uint64_t rebuilds;       /* completed rebuilds */
     uint64_t errors;         /* failed connections and commands */
-    uint64_t corrupt;        /* records, keys or events that did not decode */
+    uint64_t corrupt;        /* records, keys or events rejected (malformed or out of range) */
     uint64_t skipped;        /* records of another space or dimension, or expired */
     int64_t last_rebuild_ms; /* how long the last rebuild took */
 };

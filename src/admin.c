@@ -92,21 +92,6 @@ static bool ready(const struct worker *w)
     return (int64_t)v[STAT_redis_connected] >= w->conf->workers;
 }
 
-/* The price list in force: "currency" and "pricing" members of /stats. */
-static void pricing_json(const struct pricing *p, struct pc_buf *out)
-{
-    if (p == NULL) {
-        pc_buf_append_str(out, ",\"currency\":null,\"pricing\":null");
-        return;
-    }
-    pc_buf_append_str(out, ",\"currency\":");
-    pc_buf_json_str(out, pricing_currency(p), strlen(pricing_currency(p)));
-    pc_buf_append_str(out, ",\"pricing\":{\"file\":");
-    pc_buf_json_str(out, pricing_path(p), strlen(pricing_path(p)));
-    pc_buf_printf(out, ",\"format\":\"%s\",\"models\":%zu}", pricing_format_name(pricing_format(p)),
-                  pricing_count(p));
-}
-
 static void serve_stats(struct worker *w, struct httpd_req *hr)
 {
     struct pc_buf extra = PC_BUF_INIT, out = PC_BUF_INIT;
@@ -121,12 +106,12 @@ static void serve_stats(struct worker *w, struct httpd_req *hr)
         pc_buf_append_char(&extra, ',');
         l1_render_json(w->l1, &extra);
     }
-    pricing_json(w->conf->prices, &extra);
+    pricing_render_json(w->conf->prices, &extra);
     pc_buf_append_char(&extra, ',');
     tenants_render_json(w->conf->tenants, &extra);
     pc_buf_printf(&extra, ",\"routing\":\"%s\",\"replicas\":", route_policy_name(w->route));
     route_render_json(w->route, &extra);
-    stats_render_json(&out, pc_buf_cstr(&extra));
+    stats_render_json(&out, pc_buf_cstr(&extra), w->conf->prices != NULL);
     reply_json(hr, 200, pc_buf_cstr(&out));
     pc_buf_free(&extra);
     pc_buf_free(&out);
@@ -137,15 +122,18 @@ static void serve_metrics(struct worker *w, struct httpd_req *hr)
     struct pc_buf out = PC_BUF_INIT;
     stats_render_prometheus(&out);
     route_render_prometheus(w->route, &out);
-    const struct pricing *p = w->conf->prices;
-    if (p != NULL) /* the file path is the operator's own: shown like the version */
+    pricing_render_prometheus(w->conf->prices, &out);
+    pc_buf_printf(&out, /* /readyz as a series: the Redis alert watches it */
+                  "# HELP promptcache_ready Whether every worker can use the cache (1; or "
+                  "caching is off), as /readyz says; 0 while Redis is unreachable for one\n"
+                  "# TYPE promptcache_ready gauge\npromptcache_ready %d\n",
+                  ready(w) ? 1 : 0);
+    if (w->l1 != NULL) /* an alert watches it: off means every exact hit costs a Redis call */
         pc_buf_printf(&out,
-                      "# HELP promptcache_pricing_info The price list in force (value 1); the "
-                      "*_cost metrics are in its currency\n"
-                      "# TYPE promptcache_pricing_info gauge\n"
-                      "promptcache_pricing_info{currency=\"%s\",format=\"%s\",models=\"%zu\"} 1\n",
-                      pricing_currency(p), pricing_format_name(pricing_format(p)),
-                      pricing_count(p));
+                      "# HELP promptcache_l1_live Whether the in-process L1 serves hits (1), or "
+                      "is off because its stream reader lost Redis (0); absent with l1-size 0\n"
+                      "# TYPE promptcache_l1_live gauge\npromptcache_l1_live %d\n",
+                      l1_live(w->l1) ? 1 : 0);
     httpd_add_header(hr, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     httpd_reply(hr, 200, out.data, out.len);
     pc_buf_free(&out);
@@ -319,7 +307,7 @@ static void op_done(void *arg, bool ok, long long n)
     } else {
         char body[64];
         snprintf(body, sizeof(body), "{\"deleted\":%lld}", n);
-        log_notice("admin: %s deleted %lld entries", op->what, n);
+        log_notice("admin: %s deleted %lld entr%s", op->what, n, n == 1 ? "y" : "ies");
         reply_json(op->hr, 200, body);
     }
     op_free(op);

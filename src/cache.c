@@ -10,8 +10,10 @@
  *              │ miss, semantic allowed
  *              ▼
  *            OP_SEMANTIC (semantic_lookup) ─▶ callback(HIT, semantic | MISS)
- *   put:     SET entry PX ttl (callback on ack) ─▶ into the L1; semantic_put
- *            (vector record + stream event, fire and forget)
+ *   put:     SET entry PX ttl, XADD set (callback on ack) ─▶ into the L1 in
+ *            place of what it held; semantic_put (vector record + stream
+ *            event, fire and forget), or the old vector dropped when a
+ *            replaced entry gets none
  *   flush:   delete entries ─▶ delete vectors ─▶ stream event, clear the
  *            L1 ─▶ callback
  *
@@ -26,6 +28,7 @@
 #include "pc_semantic.h"
 #include "pc_stats.h"
 #include "pc_store.h"
+#include "pc_vsync.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -67,6 +70,8 @@ struct cache_ticket {
     char tenant_id[TENANT_ID_LEN + 1];
     unsigned char exact[PC_SHA256_LEN];
     char key[ENTRY_KEY_MAX]; /* the entry's Redis key */
+    /* A put may write over an entry (no lookup, or the lookup found one it could not use). */
+    bool replaces;
     /* Semantic stage: set when the request may be found by meaning. */
     bool semantic;
     unsigned char partition[PC_SHA256_LEN];
@@ -172,6 +177,7 @@ struct cache_ticket *cache_ticket_create(struct cache *c, const struct cache_que
     entry_key(t->tenant_id, t->exact, t->key);
     t->ns = q->ns != NULL ? pc_strdup(q->ns) : NULL;
     t->model = q->model != NULL ? pc_strdup(q->model) : NULL;
+    t->replaces = true; /* unknown without a lookup: lookup_ticket says otherwise */
     if (c->sem != NULL && q->partition != NULL && q->text != NULL) {
         t->semantic = true;
         memcpy(t->partition, q->partition, PC_SHA256_LEN);
@@ -337,6 +343,7 @@ static struct cache_ticket *lookup_ticket(struct cache *c, const struct cache_qu
     struct cache_ticket *t = cache_ticket_create(c, q);
     if (!q->semantic)
         t->semantic = false;
+    t->replaces = false;
     return t;
 }
 
@@ -368,6 +375,8 @@ static void on_exact(void *arg, enum store_status st, const char *val, size_t le
         op_finish(op, &res);
         return;
     }
+    if (val != NULL)
+        op->ticket->replaces = true; /* a store writes over what is there */
     if (fit == FIT_TOO_OLD)
         stats_incr(c->stats, STAT_cache_expired);
     else if (fit == FIT_CORRUPT)
@@ -462,19 +471,20 @@ static void on_put(void *arg, enum store_status st, long long n)
     bool ok = st == STORE_OK;
     stats_incr(c->stats, ok ? STAT_cache_stores : STAT_cache_store_skipped);
     struct cache_ticket *t = p->ticket;
-    /* An answer this one replaced (a refresh) leaves the L1 before anyone has the new one. */
-    if (ok)
-        l1_forget(c->l1, t->tenant_id, t->exact);
     /*
-     * The waiting clients get their answers first: the L1 and the semantic
-     * index are filled by other threads, and waking them is not the
-     * clients' business. Redis holds the entry already, so the next
-     * identical request hits either way.
+     * What the L1 held under the key is gone either way, before anyone has
+     * the new answer (a refresh must not be followed by the old one, from
+     * any worker); the new answer goes in if stored (queued for the filler).
+     */
+    l1_replace(c->l1, t->tenant_id, t->exact, ok && p->l1_val.len > 0 ? p->l1_val.data : NULL,
+               p->l1_val.len, p->sent_ms + p->ttl_ms, p->l1_gen);
+    /*
+     * Then the waiting clients get their answers: the semantic index is
+     * filled by other threads, and waking them is not the clients' business.
+     * Redis holds the entry already, so the next identical request hits
+     * either way.
      */
     p->cb(p->arg, ok);
-    if (ok && p->l1_val.len > 0)
-        l1_put(c->l1, t->tenant_id, t->exact, p->l1_val.data, p->l1_val.len, p->sent_ms + p->ttl_ms,
-               p->l1_gen);
     if (ok && t->semantic && c->sem != NULL) {
         struct semantic_item it = {
             .endpoint = t->endpoint,
@@ -484,10 +494,22 @@ static void on_put(void *arg, enum store_status st, long long n)
             .text = t->text,
             .created_ms = p->created_ms,
             .ttl_ms = p->ttl_ms,
+            .replaces = t->replaces,
         };
         semantic_put(c->sem, &it, &t->vec);
+    } else if (ok && t->replaces) {
+        /* A vector of the entry written over would outlive it or keep its old TTL. */
+        semantic_forget(c->sem, c->store, t->tenant_id, t->exact);
     }
     put_free(p);
+}
+
+/* After the entry's SET, on the same connection: every other instance drops its L1 copy. */
+static void publish_set(struct cache *c, const struct cache_ticket *t)
+{
+    unsigned char tenant[VINDEX_TENANT_LEN];
+    if (vsync_parse_tenant(t->tenant_id, TENANT_ID_LEN, tenant) == 0)
+        vsync_store_entry_set(c->store, tenant, t->exact);
 }
 
 struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const struct entry *e,
@@ -519,6 +541,8 @@ struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const 
     p->sent_ms = pc_wall_ms();
     p->l1_gen = l1_generation(c->l1);
     p->cmd = store_set_cb(c->store, t->key, strlen(t->key), val.data, val.len, ttl_ms, on_put, p);
+    if (p->cmd != NULL)
+        publish_set(c, t);
     if (p->cmd != NULL && l1_live(c->l1))
         p->l1_val = val; /* kept for the L1 (it judges the size) */
     else
@@ -538,6 +562,8 @@ void cache_put_cancel(struct cache_put_op **pp)
     *pp = NULL;
     PC_CHECK_OBJ(p, PUT_MAGIC);
     store_cancel(&p->cmd);
+    /* The SET may still be applied, and this process skips its own stream event. */
+    l1_delete(p->c->l1, p->ticket->tenant_id, p->ticket->exact);
     put_free(p);
 }
 

@@ -433,6 +433,19 @@ static const struct conf_key conf_keys[] = {
      .imax = 2048, .arg = "N",
      .help = "Most texts sent in one call to embedder-url. Texts that arrive together (in the "
              "same event-loop pass of a worker) share a call."},
+    {.name = "embedder-breaker-failures", .type = CONF_INT, FIELD(embedder_breaker_failures),
+     .def = "3", .imin = 0, .imax = 1000, .arg = "N",
+     .help = "Calls to embedder-url failing in a row (error, bad answer or embedder-timeout) "
+             "that open its circuit breaker: the embedder is then not called, lookups skip the "
+             "semantic stage (exact hits go on) and answers are stored without a vector, so no "
+             "request waits on a sick embedder. After embedder-breaker-cooldown one stored "
+             "answer's embedding (no client waits on it) probes it, or a lookup when no answer "
+             "was stored for twice that long: an answer closes the breaker, a failure doubles "
+             "the cool-down (up to 60 s). 0: never open."},
+    {.name = "embedder-breaker-cooldown", .type = CONF_INT, FIELD(embedder_breaker_cooldown),
+     .def = "1000", .imin = 10, .imax = 600000, .arg = "MILLISECONDS",
+     .help = "How long an open embedder breaker waits before its first probe (then twice as "
+             "long after each failed probe, up to 60 s or this value if larger)."},
     {.name = "semantic-verify-url", .type = CONF_STRING, FIELD(semantic_verify_url), .def = "",
      .check = check_embedder_url, .flags = CONF_URL_PASS, .arg = "URL",
      .example = "http://127.0.0.1:8000",
@@ -469,11 +482,14 @@ static const struct conf_key conf_keys[] = {
              "the proxy's own calls in /stats, /metrics, the dashboard and `promptcache "
              "report`. A JSON file in the project's format (conf/pricing.json, per million "
              "tokens) or LiteLLM's (model_prices_and_context_window.json, per token), told apart "
-             "by their shape. Empty: the list shipped with the binary (../conf/pricing.json from "
-             "a build tree, ../share/promptcache/pricing.json from an installed binary, or "
-             "/etc/promptcache/pricing.json). off: no prices, savings in tokens only. A relative "
-             "path is relative to the working directory. Models the list does not price are "
-             "counted in tokens and warned about once each."},
+             "by their shape. Empty: the maintained list, @pydantic/genai-prices converted by "
+             "`make prices` (prices.json next to the binary or in ../share/promptcache/ or "
+             "/etc/promptcache/), else the hand-copied one shipped with the binary "
+             "(conf/pricing.json: ../conf/ from a build tree, ../share/promptcache/pricing.json "
+             "from an installed binary, or /etc/promptcache/pricing.json). off: no prices, "
+             "savings in tokens only. A relative path is relative to the working directory. "
+             "Models the list does not price are counted in tokens, warned about once each and "
+             "shown as unpriced, never as 0."},
     {.name = "metrics-token", .type = CONF_STRING, FIELD(metrics_token), .def = "",
      .flags = CONF_SECRET | CONF_RELOAD, .arg = "TOKEN", .example = "\"\"",
      .help = "Token that /metrics, /stats and /dashboard require while set, as Authorization: "

@@ -10,6 +10,7 @@
  */
 #include "pc_dash.h"
 #include "pc_conf.h"
+#include "pc_pricing.h"
 #include "pc_rcli.h"
 #include "pc_report.h"
 #include "pc_stats.h"
@@ -427,6 +428,16 @@ void dash_render(struct dash *d, const struct pricing *p, struct tenants *t, int
         pc_buf_json_str(out, cur, strlen(cur));
     else
         pc_buf_append_str(out, "null");
+    pc_buf_append_str(out, ",\"pricing\":"); /* where the prices come from, shown on the page */
+    if (p != NULL) {
+        pc_buf_append_str(out, "{\"source\":");
+        pc_buf_json_str(out, pricing_source(p), strlen(pricing_source(p)));
+        pc_buf_append_str(out, ",\"date\":");
+        pc_buf_json_str(out, pricing_date(p), strlen(pricing_date(p)));
+        pc_buf_append_char(out, '}');
+    } else {
+        pc_buf_append_str(out, "null");
+    }
     pc_buf_append_str(out, ",\"total\":{");
     report_row_json(&r, &r.total, false, out);
     pc_buf_append_char(out, '}');

@@ -1,16 +1,17 @@
 /*
  * l1.c - the process's L1 of hot exact answers (see pc_l1.h): the sharded
- * table and the reader thread that applies other instances' deletes and
- * flushes from the Redis stream.
+ * table and the reader thread that applies other instances' writes, deletes
+ * and flushes from the Redis stream.
  *
  * Owns every item (refcounted: the table holds one reference, each lookup in
- * progress one more), the shards' locks, and the reader: its thread, its
- * blocking connection and its stream position.
+ * progress one more), the shards' locks and stamps, its metrics row, and the
+ * reader: its thread, its blocking connection and its stream position.
  */
 #include "pc_l1.h"
 #include "pc_conf.h"
 #include "pc_log.h"
 #include "pc_rcli.h"
+#include "pc_stats.h"
 #include "pc_vindex.h"
 #include "pc_vsync.h"
 
@@ -38,7 +39,8 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 #define STREAM_ID_MAX  48
-#define FILL_LINGER_MS 20 /* the filler gathers inserts this long after a batch */
+#define FILL_LINGER_MS 20   /* the filler gathers inserts this long after a batch */
+#define SHARD_STAMPS   1024 /* per shard: keys share a stamp 1 in L1_SHARDS x SHARD_STAMPS */
 
 struct l1_item {
     unsigned magic;
@@ -63,6 +65,19 @@ struct l1_job {
     char data[];
 };
 
+/*
+ * When the keys hashing to it last changed (a delete, another instance's
+ * write, this process's own write): an insert read before is older than the
+ * change and is dropped. The last changed key is known by a fingerprint, so
+ * a change of one key drops the inserts of another sharing its stamp only
+ * when a third change came in between (its generation moves to other).
+ */
+struct stamp {
+    uint64_t last;  /* generation of the last change, of the key with fingerprint fp */
+    uint64_t other; /* the latest change of any other key */
+    uint32_t fp;
+};
+
 struct shard {
     pthread_mutex_t mu;
     struct l1_item **buckets;
@@ -70,6 +85,7 @@ struct shard {
     size_t items;
     size_t bytes;
     struct l1_item *head, *tail;
+    struct stamp stamps[SHARD_STAMPS];
 };
 
 struct l1 {
@@ -77,9 +93,11 @@ struct l1 {
     size_t max_bytes;
     size_t shard_bytes; /* each shard's budget */
     struct shard shards[L1_SHARDS];
-    atomic_uint_fast64_t generation;
+    atomic_uint_fast64_t generation; /* bumped by every change; read before a Redis command */
+    atomic_uint_fast64_t cleared;    /* the generation of the last clear */
     atomic_bool live;
-    atomic_uint_fast64_t inserts, evictions, expired, clears, events, reads, dropped;
+    atomic_uint_fast64_t inserts, evictions, expired, clears, events, reads, dropped, stale;
+    struct stats *row; /* l1_events_rejected (registered: the reader writes it) */
 
     /*
      * The filler: items are long-lived, so they are allocated on a thread of their own.
@@ -149,6 +167,45 @@ static size_t bucket_of(const struct shard *s, uint64_t h)
     return (size_t)(h / L1_SHARDS) & (s->nbuckets - 1);
 }
 
+static struct stamp *stamp_of(struct shard *s, uint64_t h)
+{
+    return &s->stamps[(h >> 40) % SHARD_STAMPS]; /* other bits than the bucket's */
+}
+
+static uint32_t fingerprint(const unsigned char exact[PC_SHA256_LEN])
+{
+    uint32_t fp;
+    memcpy(&fp, exact + 8, sizeof(fp)); /* bytes hash_of does not use */
+    return fp;
+}
+
+/* A new generation, for a change made now. */
+static uint64_t bump(struct l1 *l)
+{
+    return atomic_fetch_add(&l->generation, 1) + 1;
+}
+
+/* Shard lock held: whether something read at generation gen is older than a change of it. */
+static bool stale(struct l1 *l, struct shard *s, const unsigned char exact[PC_SHA256_LEN],
+                  uint64_t gen)
+{
+    const struct stamp *st = stamp_of(s, hash_of(exact));
+    return atomic_load(&l->cleared) > gen || st->other > gen ||
+           (st->fp == fingerprint(exact) && st->last > gen);
+}
+
+/* Shard lock held: the key changed at generation now. */
+static void stamp(struct shard *s, const unsigned char exact[PC_SHA256_LEN], uint64_t now)
+{
+    struct stamp *st = stamp_of(s, hash_of(exact));
+    uint32_t fp = fingerprint(exact);
+    if (st->fp != fp) {
+        st->other = PC_MAX(st->other, st->last);
+        st->fp = fp;
+    }
+    st->last = now;
+}
+
 static void *filler_main(void *arg);
 
 struct l1 *l1_create(int64_t max_bytes)
@@ -174,6 +231,12 @@ struct l1 *l1_create(int64_t max_bytes)
     pthread_cond_init(&l->qcond, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&l->qmu, NULL);
+    /* Its own metrics row, registered like the workers' before they start (see server.c). */
+    l->row = aligned_alloc(64, sizeof(*l->row));
+    if (l->row == NULL)
+        abort();
+    memset(l->row, 0, sizeof(*l->row));
+    stats_register(l->row);
     if (pthread_create(&l->filler, NULL, filler_main, l) == 0)
         l->filling = true;
     else
@@ -320,10 +383,11 @@ static void insert_now(struct l1 *l, const struct l1_job *j)
     uint64_t h = hash_of(exact);
     struct shard *s = shard_of(l, h);
     pthread_mutex_lock(&s->mu);
-    /* Checked under the lock: a clear takes every shard's lock after bumping it. */
-    if (atomic_load(&l->generation) != gen) {
+    /* Checked under the lock: a change stamps its key (or clears) under it after the bump. */
+    if (stale(l, s, exact, gen)) {
         pthread_mutex_unlock(&s->mu);
         free(it);
+        atomic_fetch_add_explicit(&l->stale, 1, memory_order_relaxed);
         return;
     }
     struct l1_item *old = shard_find(s, h, tenant, exact);
@@ -397,14 +461,18 @@ static void *filler_main(void *arg)
     return NULL;
 }
 
-void l1_put(struct l1 *l, const char tenant[L1_TENANT_LEN],
-            const unsigned char exact[PC_SHA256_LEN], const void *val, size_t len,
-            int64_t deadline_ms, uint64_t gen)
+/* Whether an item of len bytes until deadline_ms would be taken now. */
+static bool wanted(const struct l1 *l, size_t len, int64_t deadline_ms)
 {
-    if (l == NULL || !l->filling || !atomic_load(&l->live) || deadline_ms <= pc_wall_ms())
-        return;
-    if (item_size(len) > l->shard_bytes / 8)
-        return;
+    return l->filling && atomic_load(&l->live) && deadline_ms > pc_wall_ms() &&
+           item_size(len) <= l->shard_bytes / 8;
+}
+
+/* Hand the insert to the filler (dropped, and counted, when its queue is full). */
+static void enqueue(struct l1 *l, const char tenant[L1_TENANT_LEN],
+                    const unsigned char exact[PC_SHA256_LEN], const void *val, size_t len,
+                    int64_t deadline_ms, uint64_t gen)
+{
     /* A short-lived copy in the caller's arena; the long-lived item is made by the filler. */
     struct l1_job *j = pc_malloc(sizeof(*j) + len);
     j->next = NULL;
@@ -435,18 +503,49 @@ void l1_put(struct l1 *l, const char tenant[L1_TENANT_LEN],
         pthread_cond_signal(&l->qcond);
 }
 
-void l1_forget(struct l1 *l, const char tenant[L1_TENANT_LEN],
-               const unsigned char exact[PC_SHA256_LEN])
+void l1_put(struct l1 *l, const char tenant[L1_TENANT_LEN],
+            const unsigned char exact[PC_SHA256_LEN], const void *val, size_t len,
+            int64_t deadline_ms, uint64_t gen)
 {
-    if (l == NULL)
-        return;
+    if (l != NULL && wanted(l, len, deadline_ms))
+        enqueue(l, tenant, exact, val, len, deadline_ms, gen);
+}
+
+/*
+ * Remove (tenant, exact) and stamp its key with a new generation, so that
+ * nothing read before now goes in after; the caller holds no lock. The
+ * generation is returned, and whether an insert read at gen was already
+ * older than a change (a delete or another write came in between).
+ */
+static uint64_t change(struct l1 *l, const char tenant[L1_TENANT_LEN],
+                       const unsigned char exact[PC_SHA256_LEN], uint64_t gen, bool *was_stale)
+{
     uint64_t h = hash_of(exact);
     struct shard *s = shard_of(l, h);
     pthread_mutex_lock(&s->mu);
+    *was_stale = stale(l, s, exact, gen);
+    uint64_t now = bump(l);
+    stamp(s, exact, now);
     struct l1_item *it = shard_find(s, h, tenant, exact);
     if (it != NULL)
         shard_remove(s, it);
     pthread_mutex_unlock(&s->mu);
+    return now;
+}
+
+void l1_replace(struct l1 *l, const char tenant[L1_TENANT_LEN],
+                const unsigned char exact[PC_SHA256_LEN], const void *val, size_t len,
+                int64_t deadline_ms, uint64_t gen)
+{
+    if (l == NULL)
+        return;
+    bool was_stale;
+    uint64_t now = change(l, tenant, exact, gen, &was_stale);
+    /* Written before a change we know of: which of the two Redis kept is unknown. */
+    if (val != NULL && was_stale)
+        atomic_fetch_add_explicit(&l->stale, 1, memory_order_relaxed);
+    else if (val != NULL && wanted(l, len, deadline_ms))
+        enqueue(l, tenant, exact, val, len, deadline_ms, now);
 }
 
 void l1_delete(struct l1 *l, const char tenant[L1_TENANT_LEN],
@@ -454,21 +553,23 @@ void l1_delete(struct l1 *l, const char tenant[L1_TENANT_LEN],
 {
     if (l == NULL)
         return;
-    uint64_t h = hash_of(exact);
-    struct shard *s = shard_of(l, h);
-    atomic_fetch_add(&l->generation, 1);
-    pthread_mutex_lock(&s->mu);
-    struct l1_item *it = shard_find(s, h, tenant, exact);
-    if (it != NULL)
-        shard_remove(s, it);
-    pthread_mutex_unlock(&s->mu);
+    bool was_stale;
+    change(l, tenant, exact, 0, &was_stale);
+}
+
+/* Note a clear at a new generation (kept the highest when clears race). */
+static void mark_cleared(struct l1 *l)
+{
+    uint64_t now = bump(l), seen = atomic_load(&l->cleared);
+    while (seen < now && !atomic_compare_exchange_weak(&l->cleared, &seen, now)) {
+    }
 }
 
 void l1_clear(struct l1 *l, const char *tenant)
 {
     if (l == NULL)
         return;
-    atomic_fetch_add(&l->generation, 1);
+    mark_cleared(l);
     atomic_fetch_add_explicit(&l->clears, 1, memory_order_relaxed);
     for (size_t i = 0; i < L1_SHARDS; i++) {
         struct shard *s = &l->shards[i];
@@ -516,6 +617,7 @@ void l1_get_counters(const struct l1 *l, struct l1_counters *out)
     out->events = atomic_load(&m->events);
     out->reads = atomic_load(&m->reads);
     out->dropped = atomic_load(&m->dropped);
+    out->stale = atomic_load(&m->stale);
 }
 
 void l1_render_json(const struct l1 *l, struct pc_buf *out)
@@ -526,13 +628,13 @@ void l1_render_json(const struct l1 *l, struct pc_buf *out)
                   "\"l1_live\":%s,\"l1_items\":%llu,\"l1_bytes\":%llu,\"l1_max_bytes\":%llu,"
                   "\"l1_inserts\":%llu,\"l1_evictions\":%llu,\"l1_expired\":%llu,"
                   "\"l1_clears\":%llu,\"l1_events\":%llu,\"l1_stream_reads\":%llu,"
-                  "\"l1_dropped\":%llu",
+                  "\"l1_dropped\":%llu,\"l1_stale\":%llu",
                   c.live ? "true" : "false", (unsigned long long)c.items,
                   (unsigned long long)c.bytes, (unsigned long long)c.max_bytes,
                   (unsigned long long)c.inserts, (unsigned long long)c.evictions,
                   (unsigned long long)c.expired, (unsigned long long)c.clears,
                   (unsigned long long)c.events, (unsigned long long)c.reads,
-                  (unsigned long long)c.dropped);
+                  (unsigned long long)c.dropped, (unsigned long long)c.stale);
 }
 
 /* ---- the reader -------------------------------------------------------------------- */
@@ -591,7 +693,19 @@ static redisReply *command(struct l1 *l, int argc, const char **argv)
     return r;
 }
 
-/* An entry's id ("ms-seq") of an XRANGE / XREVRANGE reply's first entry, or "" if none. */
+/* A stream entry's id, checked ("ms-seq", decimal), into out; -1 if it is not one. */
+static int stream_entry_id(const redisReply *id, char out[STREAM_ID_MAX])
+{
+    uint64_t ms, seq;
+    if (id->type != REDIS_REPLY_STRING || id->len >= STREAM_ID_MAX ||
+        vsync_parse_stream_id(id->str, id->len, &ms, &seq) < 0)
+        return -1;
+    memcpy(out, id->str, id->len);
+    out[id->len] = '\0';
+    return 0;
+}
+
+/* An entry's id of an XRANGE / XREVRANGE reply's first entry, or "" if none. */
 static int first_id(const redisReply *r, char out[STREAM_ID_MAX])
 {
     out[0] = '\0';
@@ -600,19 +714,17 @@ static int first_id(const redisReply *r, char out[STREAM_ID_MAX])
     if (r->elements == 0)
         return 0;
     const redisReply *e = r->element[0];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 1 ||
-        e->element[0]->type != REDIS_REPLY_STRING || e->element[0]->len >= STREAM_ID_MAX)
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 1)
         return -1;
-    memcpy(out, e->element[0]->str, e->element[0]->len);
-    out[e->element[0]->len] = '\0';
-    return 0;
+    return stream_entry_id(e->element[0], out);
 }
 
+/* Both ids were checked by entry_id. */
 static int id_cmp(const char *a, const char *b)
 {
-    unsigned long long ams = 0, aseq = 0, bms = 0, bseq = 0;
-    sscanf(a, "%llu-%llu", &ams, &aseq);
-    sscanf(b, "%llu-%llu", &bms, &bseq);
+    uint64_t ams = 0, aseq = 0, bms = 0, bseq = 0;
+    vsync_parse_stream_id(a, strlen(a), &ams, &aseq);
+    vsync_parse_stream_id(b, strlen(b), &bms, &bseq);
     if (ams != bms)
         return ams < bms ? -1 : 1;
     return aseq < bseq ? -1 : aseq > bseq;
@@ -634,34 +746,40 @@ static int start_position(struct l1 *l)
     return 0;
 }
 
+/* A malformed stream entry: not applied, counted. */
+static void reject(struct l1 *l)
+{
+    stats_incr(l->row, STAT_l1_events_rejected);
+}
+
+/*
+ * Apply one stream event: a flush clears, a delete or another process's
+ * write (op=set) drops the key (this process's own writes are in its table
+ * already). op=add concerns the vector index only.
+ */
 static void apply_event(struct l1 *l, const redisReply *kv)
 {
-    if (kv->type != REDIS_REPLY_ARRAY || kv->elements % 2 != 0)
+    struct vsync_event ev;
+    if (vsync_event_parse(kv, &ev) < 0) {
+        reject(l);
         return;
-    const redisReply *op = NULL, *k = NULL, *t = NULL;
-    for (size_t i = 0; i + 1 < kv->elements; i += 2) {
-        const redisReply *name = kv->element[i], *val = kv->element[i + 1];
-        if (val->type != REDIS_REPLY_STRING)
-            return;
-        if (rcli_str_is(name, "op"))
-            op = val;
-        else if (rcli_str_is(name, "k"))
-            k = val;
-        else if (rcli_str_is(name, "t"))
-            t = val;
     }
-    if (op == NULL)
+    char tenant[L1_TENANT_LEN + 1];
+    pc_hex(ev.tenant, VINDEX_TENANT_LEN, tenant);
+    switch (ev.op) {
+    case VSYNC_OP_FLUSH:
+        l1_clear(l, ev.has_tenant ? tenant : NULL);
+        break;
+    case VSYNC_OP_SET:
+        if (vsync_event_is_mine(&ev))
+            return;
+        l1_delete(l, tenant, ev.key);
+        break;
+    case VSYNC_OP_DEL:
+        l1_delete(l, tenant, ev.key);
+        break;
+    case VSYNC_OP_ADD:
         return;
-    if (rcli_str_is(op, "flush") && t == NULL) {
-        l1_clear(l, NULL);
-    } else if (rcli_str_is(op, "flush") && t->len == L1_TENANT_LEN) {
-        l1_clear(l, t->str);
-    } else if (rcli_str_is(op, "del") && k != NULL) {
-        unsigned char tenant[VINDEX_TENANT_LEN], key[VINDEX_KEY_LEN];
-        if (vsync_parse_id(k->str, k->len, tenant, key) == 0)
-            l1_delete(l, k->str, key);
-    } else {
-        return; /* op=add and the like: nothing for the L1 */
     }
     atomic_fetch_add_explicit(&l->events, 1, memory_order_relaxed);
 }
@@ -691,10 +809,10 @@ static int follow(struct l1 *l)
         for (size_t i = 0; i < n; i++) {
             const redisReply *e = entries->element[i];
             if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-                e->element[0]->type != REDIS_REPLY_STRING || e->element[0]->len >= STREAM_ID_MAX)
+                stream_entry_id(e->element[0], l->last_id) < 0) {
+                reject(l);
                 continue;
-            memcpy(l->last_id, e->element[0]->str, e->element[0]->len);
-            l->last_id[e->element[0]->len] = '\0';
+            }
             apply_event(l, e->element[1]);
         }
     }
@@ -797,6 +915,7 @@ void l1_destroy(struct l1 **lp)
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cond);
     free(l->url);
+    free(l->row); /* the process's registry is emptied right after (server_teardown) */
     l->magic = 0;
     free(l);
 }

@@ -251,7 +251,8 @@ static void access_log(const struct preq *r)
 
 /*
  * Per-hour usage by model and tenant (promptcache report), for API requests:
- * each is a hit, a miss or a bypass if answered with a 2xx, else an error.
+ * each is a hit, a miss or a bypass, as in the metrics (one hit rate
+ * everywhere), and also an error if not answered with a 2xx.
  */
 static void preq_tally(const struct preq *r)
 {
@@ -261,13 +262,12 @@ static void preq_tally(const struct preq *r)
     bool ok = r->status >= 200 && r->status <= 299 && !r->aborted;
     v[TALLY_requests] = 1;
     v[TALLY_coalesced] = r->coalesced;
-    if (!ok) {
-        v[TALLY_errors] = 1;
-    } else if (r->cache == PC_HIT) {
+    v[TALLY_errors] = !ok;
+    if (r->cache == PC_HIT) {
         v[TALLY_hits] = 1;
         v[TALLY_semantic_hits] = r->match == CACHE_MATCH_SEMANTIC;
-        v[TALLY_saved_prompt_tokens] = r->saved.prompt;
-        v[TALLY_saved_completion_tokens] = r->saved.completion;
+        v[TALLY_saved_prompt_tokens] = ok ? r->saved.prompt : 0;
+        v[TALLY_saved_completion_tokens] = ok ? r->saved.completion : 0;
     } else if (r->cache == PC_MISS) {
         v[TALLY_misses] = 1;
     } else {

@@ -478,6 +478,26 @@ static void json_latency(const struct report *r, struct pc_buf *out)
     pc_buf_append_char(out, '}');
 }
 
+/* Where the prices come from: "pricing": {"source", "date", "format", "models"} or null. */
+static void json_pricing(const struct report *r, struct pc_buf *out)
+{
+    const struct pricing *p = r->prices;
+    pc_buf_append_str(out, ",\"pricing\":");
+    if (p == NULL) {
+        pc_buf_append_str(out, "null");
+        return;
+    }
+    pc_buf_append_str(out, "{\"source\":");
+    pc_buf_json_str(out, pricing_source(p), strlen(pricing_source(p)));
+    pc_buf_append_str(out, ",\"date\":");
+    if (pricing_date(p)[0] != '\0')
+        pc_buf_json_str(out, pricing_date(p), strlen(pricing_date(p)));
+    else
+        pc_buf_append_str(out, "null");
+    pc_buf_printf(out, ",\"format\":\"%s\",\"models\":%zu}", pricing_format_name(pricing_format(p)),
+                  pricing_count(p));
+}
+
 static void render_json(const struct report *r, struct pc_buf *out)
 {
     char from[32], to[32];
@@ -489,6 +509,7 @@ static void render_json(const struct report *r, struct pc_buf *out)
         pc_buf_json_str(out, cur, strlen(cur));
     else
         pc_buf_append_str(out, "null");
+    json_pricing(r, out);
     pc_buf_append_str(out, ",\"total\":");
     json_row(r, &r->total, NULL, out);
     json_rows(r, &r->models, "model", out);
@@ -554,7 +575,7 @@ static void table_row(const struct report *r, const struct report_row *row, cons
     if (money_known(r, row, model_row))
         pc_buf_printf(out, " %12.6f%s", row->money.saved, row->unpriced ? "*" : "");
     else if (r->prices != NULL)
-        pc_buf_printf(out, " %12s", "-");
+        pc_buf_printf(out, " %12s", "unpriced");
     pc_buf_append_char(out, '\n');
 }
 
@@ -635,7 +656,12 @@ static void render_table(const struct report *r, struct pc_buf *out)
         if (name != NULL) /* "NAME (0123456789abcdef)" */
             width = PC_MAX(width, (int)(strlen(name) + TENANT_ID_LEN + 3) + 2);
     }
-    pc_buf_printf(out, "promptcache report, %s to %s UTC\n\n", from, to);
+    pc_buf_printf(out, "promptcache report, %s to %s UTC\n", from, to);
+    if (r->prices != NULL)
+        pc_buf_printf(out, "prices: %s%s%s (%s, %zu models)\n", pricing_source(r->prices),
+                      pricing_date(r->prices)[0] ? " of " : "", pricing_date(r->prices),
+                      report_currency(r), pricing_count(r->prices));
+    pc_buf_append_char(out, '\n');
     pc_buf_printf(out, "%-*s %9s %8s %8s %8s %7s %8s %12s %12s", width, "", "requests", "hits",
                   "misses", "bypass", "errors", "hit rate", "saved in", "saved out");
     if (r->prices != NULL)
@@ -648,8 +674,8 @@ static void render_table(const struct report *r, struct pc_buf *out)
     if (r->prices == NULL)
         pc_buf_append_str(out, "\n(no prices: set `pricing` to report money saved)\n");
     else if (r->total.unpriced)
-        pc_buf_append_str(out, "\n(-: models the price list does not price; *: sums without "
-                               "them)\n");
+        pc_buf_append_str(out, "\n(unpriced: models the price list does not price; *: sums "
+                               "without them)\n");
 }
 
 void report_render(const struct report *r, enum report_format f, struct pc_buf *out)
@@ -744,8 +770,9 @@ int report_cli(const struct conf *c, enum report_format f, int hours)
         if (report_scan_hour(&k, h, add_one, &r) < 0)
             goto out;
     if (r.skipped > 0)
-        rcli_error(&k, "%zu fields of %s were not written by promptcache and were skipped",
-                   r.skipped, k.where);
+        rcli_error(&k, "%zu field%s of %s %s not written by promptcache and %s skipped", r.skipped,
+                   r.skipped == 1 ? "" : "s", k.where, r.skipped == 1 ? "was" : "were",
+                   r.skipped == 1 ? "was" : "were");
     report_sort(&r);
     struct pc_buf b = PC_BUF_INIT;
     report_render(&r, f, &b);

@@ -28,12 +28,21 @@
  * A put: the vector (from the lookup, or embedded now on the pool) and the
  * text go into a vector record next to the entry (same hash tag, same TTL),
  * an "add" event on the Stream tells every instance, and this process's
- * index has it at once.
+ * index has it at once. A put over an existing entry that gets no vector
+ * deletes the old one ("del" event), so no index keeps it with its old TTL.
+ *
+ * With embedder openai, a circuit breaker (pc_breaker.h, one per process)
+ * stops the calls after embedder-breaker-failures failures in a row: then
+ * lookups skip this stage (semantic_breaker_skips) and puts store no vector
+ * (semantic_vectors_skipped), until a probe gets an answer: a put's
+ * embedding, which no client waits on (a lookup only when no put came for
+ * twice the cool-down).
  *
  * Ownership of an op that waits on a pool job: the job holds it; cancelling
  * only marks it (op->cancelled) and the job's done callback frees it.
  */
 #include "pc_semantic.h"
+#include "pc_breaker.h"
 #include "pc_conf.h"
 #include "pc_embed.h"
 #include "pc_guard.h"
@@ -73,6 +82,9 @@
  * differ by model: other models need their own (see the README).
  */
 #define SEMANTIC_REMOTE_AUTO 0.92
+#define BREAKER_COOLDOWN_MAX 60000 /* ms: the longest wait between probes of a sick embedder */
+/* No record expires later than cache-max-ttl (at most a year, conf.c) plus a day of clock skew. */
+#define RECORD_TTL_MAX_MS ((int64_t)366 * 86400 * 1000)
 
 struct semantic_vec {
     int dim;
@@ -82,7 +94,8 @@ struct semantic_vec {
 struct semantic {
     unsigned magic;
     const struct conf *conf;
-    struct stats *stats;
+    struct stats *row;    /* the process's own metrics (breaker, stream reader), registered */
+    struct breaker *brk;  /* embedder openai: shared by every worker's rembed */
     struct embedder *emb; /* local embedder; NULL with embedder openai */
     char space[EMBED_SPACE_MAX];
     unsigned guards;
@@ -201,6 +214,8 @@ static struct vindex *index_for(struct semantic *s, int dim)
                 .url = s->conf->redis,
                 .space = s->space,
                 .index = s->vx,
+                .max_ttl_ms = RECORD_TTL_MAX_MS,
+                .row = s->row,
             };
             s->sync = vsync_start(&so);
         }
@@ -261,16 +276,43 @@ static int pool_threads(const struct conf *c)
     return c->workers > 1 ? c->workers : 1;
 }
 
+/* The remote embedder's breaker, counting in s->row. */
+static struct breaker *breaker_for(struct semantic *s)
+{
+    char name[160], url[128];
+    snprintf(url, sizeof(url), "%s", s->conf->embedder_url);
+    url[strcspn(url, "@?")] = '\0'; /* never a password or a query in a log line */
+    snprintf(name, sizeof(name), "embedder %s", url);
+    struct breaker_opts o = {
+        .name = name,
+        .failures = (unsigned)s->conf->embedder_breaker_failures,
+        .cooldown_ms = s->conf->embedder_breaker_cooldown,
+        .cooldown_max_ms = BREAKER_COOLDOWN_MAX,
+        .row = s->row,
+        .stat_open = STAT_embedder_breaker_open,
+        .stat_opens = STAT_embedder_breaker_opens,
+        .stat_probes = STAT_embedder_breaker_probes,
+    };
+    return breaker_create(&o);
+}
+
 struct semantic *semantic_create(const struct conf *c, struct stats *st, char *err, size_t errlen)
 {
+    (void)st;
     struct semantic *s = pc_calloc(1, sizeof(*s));
     s->magic = SEMANTIC_MAGIC;
     s->conf = c;
-    s->stats = st;
+    /* Registered before the workers' rows, as every row is (server.c). */
+    s->row = aligned_alloc(64, sizeof(*s->row));
+    if (s->row == NULL)
+        abort();
+    memset(s->row, 0, sizeof(*s->row));
+    stats_register(s->row);
     pthread_mutex_init(&s->mu, NULL);
     s->guards = c->semantic_guard_mask;
     if (c->embedder == EMBEDDER_OPENAI) {
         rembed_space(c, s->space, sizeof(s->space));
+        s->brk = breaker_for(s);
     } else {
         s->emb = embed_create(c, err, errlen);
         if (s->emb == NULL)
@@ -328,7 +370,9 @@ void semantic_destroy(struct semantic **sp)
     pool_destroy(&s->pool);
     vindex_destroy(&s->vx);
     embed_destroy(&s->emb);
+    breaker_destroy(&s->brk);
     pthread_mutex_destroy(&s->mu);
+    free(s->row); /* the registry is emptied right after (server_teardown) */
     s->magic = 0;
     free(s);
 }
@@ -353,6 +397,9 @@ void semantic_render_json(struct semantic *s, struct pc_buf *out)
                   (unsigned long long)vs.builds, vs.bytes, pool_queued(s->pool),
                   ys.ready ? "true" : "false", (unsigned long long)ys.loaded,
                   (unsigned long long)ys.events);
+    if (s->brk != NULL)
+        pc_buf_printf(out, ",\"embedder_breaker\":\"%s\"",
+                      breaker_state_name(breaker_state(s->brk)));
 }
 
 /* ---- ports ------------------------------------------------------------------ */
@@ -371,7 +418,7 @@ struct semantic_port *semantic_port_create(struct semantic *s, struct event_base
     p->st = st;
     p->pport = pool_port_create(base);
     if (s->conf->embedder == EMBEDDER_OPENAI)
-        p->rembed = rembed_create(s->conf, base, up, st);
+        p->rembed = rembed_create(s->conf, base, up, st, s->brk);
     p->verify = verify_create(s->conf, base, up, st);
     return p;
 }
@@ -431,6 +478,19 @@ void semantic_publish_flush(struct semantic_port *p, struct store *store, const 
     if (tenant_id != NULL)
         tenant_bytes(tenant_id, t);
     vsync_store_flush(store, tenant_id != NULL ? t : NULL);
+}
+
+void semantic_forget(struct semantic_port *p, struct store *store, const char *tenant_id,
+                     const unsigned char exact[PC_SHA256_LEN])
+{
+    if (p != NULL) {
+        struct vindex *vx = index_get(p->s);
+        if (vx != NULL)
+            vindex_remove(vx, exact);
+    }
+    unsigned char t[VINDEX_TENANT_LEN];
+    tenant_bytes(tenant_id, t);
+    vsync_store_del(store, t, exact);
 }
 
 /* ---- lookups: ending -------------------------------------------------------- */
@@ -691,6 +751,11 @@ struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semant
     if (p == NULL)
         return NULL;
     PC_CHECK_OBJ(p, PORT_MAGIC);
+    if (p->rembed != NULL && rembed_shut(p->rembed, false)) {
+        /* The embedder is sick: no client waits on it (the exact stage has run). */
+        stats_incr(p->st, STAT_semantic_breaker_skips);
+        return NULL;
+    }
     struct semantic_op *op = pc_calloc(1, sizeof(*op));
     op->magic = SOP_MAGIC;
     op->p = p;
@@ -708,7 +773,7 @@ struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semant
     op->deadline = event_new(p->base, -1, 0, on_deadline, op);
     bool started;
     if (p->rembed != NULL) {
-        op->rreq = rembed_submit(p->rembed, op->text, strlen(op->text), on_remote_vec, op);
+        op->rreq = rembed_submit(p->rembed, op->text, strlen(op->text), false, on_remote_vec, op);
         started = op->rreq != NULL;
     } else {
         started = submit_search(op);
@@ -779,6 +844,13 @@ static void put_write(struct semantic_port *p, const struct semantic_item *it,
         vindex_add(vx, it->partition, &item, vec->v);
 }
 
+/* The put gets no vector: a vector of the entry it wrote over must not stay. */
+static void put_without_vector(struct semantic_port *p, const struct semantic_item *it)
+{
+    if (it->replaces)
+        semantic_forget(p, p->store, it->tenant_id, it->exact);
+}
+
 static void sput_free(struct sput *sp)
 {
     free(sp->text);
@@ -804,6 +876,8 @@ static void done_embed_put(void *arg, bool ran)
     PC_CHECK_OBJ(sp, SPUT_MAGIC);
     if (ran && sp->vec != NULL)
         put_write(sp->p, &sp->it, sp->vec);
+    else if (ran)
+        put_without_vector(sp->p, &sp->it);
     sput_free(sp);
 }
 
@@ -815,6 +889,8 @@ static void on_put_vec(void *arg, const float *vec, int dim)
         sp->vec = vec_new(dim);
         memcpy(sp->vec->v, vec, (size_t)dim * sizeof(float));
         put_write(sp->p, &sp->it, sp->vec);
+    } else {
+        put_without_vector(sp->p, &sp->it);
     }
     sput_free(sp);
 }
@@ -832,7 +908,12 @@ void semantic_put(struct semantic_port *p, const struct semantic_item *it,
         semantic_vec_free(vec);
         return;
     }
-    /* No vector from a lookup (Cache-Control: no-cache): embed it now. */
+    /* No vector from a lookup (no-cache, or the lookup's embedding failed): embed it now. */
+    if (p->rembed != NULL && rembed_shut(p->rembed, true)) {
+        stats_incr(p->st, STAT_semantic_vectors_skipped);
+        put_without_vector(p, it);
+        return;
+    }
     struct sput *sp = pc_calloc(1, sizeof(*sp));
     sp->magic = SPUT_MAGIC;
     sp->p = p;
@@ -847,9 +928,12 @@ void semantic_put(struct semantic_port *p, const struct semantic_item *it,
     sp->it.text = sp->text;
     bool started;
     if (p->rembed != NULL)
-        started = rembed_submit(p->rembed, sp->text, strlen(sp->text), on_put_vec, sp) != NULL;
+        started =
+            rembed_submit(p->rembed, sp->text, strlen(sp->text), true, on_put_vec, sp) != NULL;
     else
         started = pool_submit(p->s->pool, p->pport, work_embed_put, done_embed_put, sp) == 0;
-    if (!started)
+    if (!started) {
+        put_without_vector(p, &sp->it);
         sput_free(sp);
+    }
 }

@@ -229,7 +229,8 @@ static void log_startup(const struct server *s)
 {
     char addr[80];
     bound_address(s->listen_fd, addr, sizeof(addr));
-    log_notice("promptcache %s listening on %s (%d workers)", PC_VERSION, addr, s->conf->workers);
+    log_notice("promptcache %s listening on %s (%d worker%s)", PC_VERSION, addr, s->conf->workers,
+               s->conf->workers == 1 ? "" : "s");
     for (size_t i = 0; i < route_count(s->route); i++) {
         const struct route_replica *rep = route_replica(s->route, i);
         log_notice("upstream %s (%s, type %s)", rep->name, rep->base_url,
@@ -322,7 +323,9 @@ static void setup_labels(struct server *s)
     stats_set_model_limit(s->conf->metrics_models);
     const struct pricing *p = s->conf->prices;
     if (p != NULL)
-        log_notice("prices: %zu models from %s (%s format, %s)", pricing_count(p), pricing_path(p),
+        log_notice("prices: %s%s%s, %zu model%s from %s (%s format, %s)", pricing_source(p),
+                   pricing_date(p)[0] ? " of " : "", pricing_date(p), pricing_count(p),
+                   pricing_count(p) == 1 ? "" : "s", pricing_path(p),
                    pricing_format_name(pricing_format(p)), pricing_currency(p));
     else
         log_notice("prices: none (pricing off or not found): savings in tokens only");

@@ -9,6 +9,7 @@
  *   series x cells per series (1, or buckets + Inf + sum + count)
  */
 #include "pc_stats.h"
+#include "pc_api.h"
 #include "pc_tally.h"
 
 #include <math.h>
@@ -69,8 +70,8 @@ static const char *const label_names[SL__COUNT] = {"cache",    "match", "endpoin
                                                    "upstream", "token", "caller",   "tenant"};
 static const char *const cache_values[] = {"hit", "miss", "bypass", "refresh"};
 static const char *const match_values[] = {"exact", "semantic"};
-static const char *const endpoint_values[] = {"other", "chat", "completions", "embeddings",
-                                              "messages"}; /* by enum api_endpoint */
+/* The endpoint label's values are api_endpoint_name's ("other", "chat", ..., "responses"). */
+_Static_assert(STATS_ENDPOINT_N == API__COUNT, "one endpoint label value per API endpoint");
 static const char *const token_values[] = {"input", "cache_read", "cache_write", "output"};
 static const char *const caller_values[] = {"embedder", "verifier"};
 
@@ -234,7 +235,7 @@ static const char *label_text(int k, int v)
     case SL_MATCH:
         return match_values[v];
     case SL_ENDPOINT:
-        return endpoint_values[v];
+        return api_endpoint_name((enum api_endpoint)v);
     case SL_MODEL:
         if (v == STATS_MODEL_N - 1)
             return "other";
@@ -397,8 +398,21 @@ static void json_hist(struct pc_buf *out, const uint64_t *cells, enum stat_famil
     pc_buf_append_char(out, '}');
 }
 
+/* Money is kept in billionths of the currency unit; its families are the ones scaled so. */
+static bool fam_money(enum stat_family f)
+{
+    return !fam[f].hist && fam[f].scale == 1e-9;
+}
+
+/* A family's figure, or null for money while no price list is in force (unpriced, not 0). */
+static void json_figure(struct pc_buf *out, enum stat_family f, bool priced, double v)
+{
+    json_double(out, fam_money(f) && !priced ? NAN : v);
+}
+
 /* A counter family by tenant in /stats: {"NAME": total or {cache: n}, ..., "other": ...}. */
-static void json_by_tenant(struct pc_buf *out, const uint64_t *cells, enum stat_family f)
+static void json_by_tenant(struct pc_buf *out, const uint64_t *cells, enum stat_family f,
+                           bool priced)
 {
     pc_buf_append_char(out, '{');
     bool first = true;
@@ -409,7 +423,7 @@ static void json_by_tenant(struct pc_buf *out, const uint64_t *cells, enum stat_
         pc_buf_printf(out, "%s\"%s\":", first ? "" : ",", name);
         first = false;
         if (!(fam[f].labels & SL(CACHE))) {
-            json_double(out, stats_family_by(cells, f, SL_TENANT, t));
+            json_figure(out, f, priced, stats_family_by(cells, f, SL_TENANT, t));
             continue;
         }
         int v[SL__COUNT];
@@ -426,11 +440,11 @@ static void json_by_tenant(struct pc_buf *out, const uint64_t *cells, enum stat_
 }
 
 /* One family in /stats: a total, split by token / caller / cache where that is its meaning. */
-static void json_family(struct pc_buf *out, const uint64_t *cells, enum stat_family f)
+static void json_family(struct pc_buf *out, const uint64_t *cells, enum stat_family f, bool priced)
 {
     pc_buf_printf(out, ",\"%s\":", fam[f].name);
     if (fam[f].labels & SL(TENANT)) {
-        json_by_tenant(out, cells, f);
+        json_by_tenant(out, cells, f, priced);
         return;
     }
     int split = fam[f].labels & SL(TOKEN)    ? SL_TOKEN
@@ -441,7 +455,7 @@ static void json_family(struct pc_buf *out, const uint64_t *cells, enum stat_fam
         if (fam[f].hist)
             json_hist(out, cells, f, -1);
         else
-            json_double(out, stats_family_total(cells, f));
+            json_figure(out, f, priced, stats_family_total(cells, f));
     } else {
         pc_buf_append_char(out, '{');
         for (int v = 0; v < label_card[split]; v++) {
@@ -449,18 +463,25 @@ static void json_family(struct pc_buf *out, const uint64_t *cells, enum stat_fam
             if (fam[f].hist)
                 json_hist(out, cells, f, v);
             else
-                json_double(out, stats_family_by(cells, f, (enum stat_label)split, v));
+                json_figure(out, f, priced, stats_family_by(cells, f, (enum stat_label)split, v));
         }
         pc_buf_append_char(out, '}');
     }
     if (!fam[f].hist && (fam[f].labels & SL(MATCH)) && !(fam[f].labels & SL(TOKEN)))
         for (int v = 0; v < STATS_MATCH_N; v++) {
             pc_buf_printf(out, ",\"%s_%s\":", fam[f].name, match_values[v]);
-            json_double(out, stats_family_by(cells, f, SL_MATCH, v));
+            json_figure(out, f, priced, stats_family_by(cells, f, SL_MATCH, v));
         }
 }
 
-void stats_render_json(struct pc_buf *out, const char *extra_json)
+double stats_hit_rate(const uint64_t *cells)
+{
+    double hits = stats_family_by(cells, SF_api_requests, SL_CACHE, SC_HIT);
+    double looked = hits + stats_family_by(cells, SF_api_requests, SL_CACHE, SC_MISS);
+    return looked > 0 ? hits / looked : 0.0;
+}
+
+void stats_render_json(struct pc_buf *out, const char *extra_json, bool priced)
 {
     uint64_t v[STAT__COUNT];
     stats_sum(v);
@@ -469,15 +490,17 @@ void stats_render_json(struct pc_buf *out, const char *extra_json)
         pc_buf_printf(out, "%s\"%s\":", i ? "," : "", meta[i].name);
         append_value(out, (enum stat_id)i, v[i]);
     }
-    uint64_t looked = v[STAT_cache_hits] + v[STAT_cache_misses];
-    pc_buf_printf(out, ",\"hit_rate\":%.4f",
-                  looked ? (double)v[STAT_cache_hits] / (double)looked : 0.0);
     uint64_t *cells = stats_sum_cells();
+    pc_buf_printf(out, ",\"hit_rate\":%.4f", stats_hit_rate(cells));
     for (int f = 0; f < SF__COUNT; f++)
-        json_family(out, cells, (enum stat_family)f);
+        json_family(out, cells, (enum stat_family)f, priced);
     pc_buf_append_str(out, ",\"net_saved_cost\":");
-    json_double(out, stats_family_total(cells, SF_saved_cost) -
-                         stats_family_total(cells, SF_own_calls_cost));
+    json_figure(out, SF_saved_cost, priced,
+                stats_family_total(cells, SF_saved_cost) -
+                    stats_family_total(cells, SF_own_calls_cost));
+    /* Sums over the priced answers only: partial while some were not. */
+    pc_buf_printf(out, ",\"money_partial\":%s",
+                  priced && v[STAT_answers_unpriced] > 0 ? "true" : "false");
     free(cells);
     if (extra_json != NULL && *extra_json != '\0') {
         pc_buf_append_char(out, ',');

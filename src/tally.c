@@ -375,8 +375,8 @@ static void prune(struct tally *t, bool ready)
         }
     }
     if (t->dropped > 0 && ready) {
-        log_warn("report counters: %llu rows were dropped while Redis was unavailable",
-                 (unsigned long long)t->dropped);
+        log_warn("report counters: %llu row%s dropped while Redis was unavailable",
+                 (unsigned long long)t->dropped, t->dropped == 1 ? " was" : "s were");
         t->dropped = 0;
     }
 }
@@ -472,7 +472,8 @@ void tally_destroy(struct tally **tp)
         }
     }
     if (lost > 0)
-        log_warn("report counters: %zu rows could not be written to Redis at exit", lost);
+        log_warn("report counters: %zu row%s not be written to Redis at exit", lost,
+                 lost == 1 ? " could" : "s could");
     free(t->fields);
     free(t->nums);
     free(t->argv);

@@ -11,6 +11,7 @@
 #include "pc_log.h"
 #include "pc_migrate.h"
 #include "pc_rcli.h"
+#include "pc_stats.h"
 #include "pc_store.h"
 #include "pc_util.h"
 #include "pc_vindex.h"
@@ -18,6 +19,8 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/random.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -87,6 +90,53 @@ int vsync_parse_id(const char *s, size_t len, unsigned char tenant[VINDEX_TENANT
     if (unhex(s, VINDEX_TENANT_LEN, tenant) < 0 ||
         unhex(s + 2 * VINDEX_TENANT_LEN + 1, VINDEX_KEY_LEN, key) < 0)
         return -1;
+    return 0;
+}
+
+int vsync_parse_tenant(const char *s, size_t len, unsigned char tenant[VINDEX_TENANT_LEN])
+{
+    return len == 2 * VINDEX_TENANT_LEN ? unhex(s, VINDEX_TENANT_LEN, tenant) : -1;
+}
+
+static pthread_once_t instance_once = PTHREAD_ONCE_INIT;
+static char instance_hex[VSYNC_INSTANCE_LEN + 1];
+
+static void instance_init(void)
+{
+    unsigned char b[VSYNC_INSTANCE_LEN / 2];
+    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
+        uint64_t x = pc_mono_us() ^ ((uint64_t)pc_wall_ms() << 20) ^ (uint64_t)getpid();
+        memcpy(b, &x, sizeof(b));
+    }
+    pc_hex(b, sizeof(b), instance_hex);
+}
+
+const char *vsync_instance(void)
+{
+    pthread_once(&instance_once, instance_init);
+    return instance_hex;
+}
+
+int vsync_parse_stream_id(const char *s, size_t len, uint64_t *ms, uint64_t *seq)
+{
+    /* "<ms>-<seq>", both decimal without sign or leading space, each fitting 64 bits */
+    uint64_t v[2] = {0, 0};
+    size_t i = 0;
+    for (int part = 0; part < 2; part++) {
+        size_t start = i;
+        for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+            unsigned d = (unsigned)(s[i] - '0');
+            if (v[part] > (UINT64_MAX - d) / 10)
+                return -1;
+            v[part] = v[part] * 10 + d;
+        }
+        if (i == start || (part == 0 && (i >= len || s[i++] != '-')))
+            return -1;
+    }
+    if (i != len)
+        return -1;
+    *ms = v[0];
+    *seq = v[1];
     return 0;
 }
 
@@ -176,6 +226,17 @@ void vsync_argv_flush(struct vsync_argv *a, const unsigned char *tenant)
     }
 }
 
+void vsync_argv_entry_set(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
+                          const unsigned char key[VINDEX_KEY_LEN])
+{
+    xadd_head(a, "set");
+    vsync_id(tenant, key, a->id);
+    arg_str(a, "k");
+    arg(a, a->id, VSYNC_ID_LEN);
+    arg_str(a, "i");
+    arg(a, vsync_instance(), VSYNC_INSTANCE_LEN);
+}
+
 static int send_argv(struct store *s, struct vsync_argv *a)
 {
     return store_write(s, a->argc, a->argv, a->lens);
@@ -211,6 +272,95 @@ int vsync_store_flush(struct store *s, const unsigned char *tenant)
     return send_argv(s, &a);
 }
 
+int vsync_store_entry_set(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
+                          const unsigned char key[VINDEX_KEY_LEN])
+{
+    struct vsync_argv a;
+    vsync_argv_entry_set(&a, tenant, key);
+    return send_argv(s, &a);
+}
+
+/* --- events, as read back ------------------------------------------------------------------ */
+
+/* The value of the event's field, checked to be the only one of its name. */
+static int take_field(const redisReply **slot, const redisReply *val)
+{
+    if (*slot != NULL)
+        return -1; /* twice: which one would count? */
+    *slot = val;
+    return 0;
+}
+
+struct raw_event {
+    const redisReply *op, *k, *r, *t, *i;
+};
+
+/* The fields of an entry: strings in name/value pairs, each known name at most once. */
+static int raw_fields(const redisReply *kv, struct raw_event *f)
+{
+    memset(f, 0, sizeof(*f));
+    if (kv == NULL || kv->type != REDIS_REPLY_ARRAY || kv->elements % 2 != 0 ||
+        kv->elements > 2 * VSYNC_EVENT_FIELDS_MAX)
+        return -1;
+    for (size_t i = 0; i < kv->elements; i += 2) {
+        const redisReply *name = kv->element[i], *val = kv->element[i + 1];
+        if (name->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_STRING)
+            return -1;
+        const redisReply **slot = rcli_str_is(name, "op")  ? &f->op
+                                  : rcli_str_is(name, "k") ? &f->k
+                                  : rcli_str_is(name, "r") ? &f->r
+                                  : rcli_str_is(name, "t") ? &f->t
+                                  : rcli_str_is(name, "i") ? &f->i
+                                                           : NULL;
+        if (slot != NULL && take_field(slot, val) < 0)
+            return -1; /* other names: a later writer's additions, not ours to judge */
+    }
+    return f->op != NULL ? 0 : -1;
+}
+
+static const char *const op_names[] = {"add", "del", "flush", "set"};
+
+int vsync_event_parse(const struct redisReply *kv, struct vsync_event *ev)
+{
+    struct raw_event f;
+    memset(ev, 0, sizeof(*ev));
+    if (raw_fields(kv, &f) < 0)
+        return -1;
+    size_t op = 0;
+    while (op < PC_ARRAY_LEN(op_names) && !rcli_str_is(f.op, op_names[op]))
+        op++;
+    if (op == PC_ARRAY_LEN(op_names))
+        return -1;
+    ev->op = (enum vsync_op)op;
+    if (ev->op != VSYNC_OP_FLUSH) { /* one entry: its id is required and exact */
+        if (f.k == NULL || vsync_parse_id(f.k->str, f.k->len, ev->tenant, ev->key) < 0)
+            return -1;
+        ev->has_key = true;
+    } else if (f.t != NULL) { /* one tenant's flush */
+        if (vsync_parse_tenant(f.t->str, f.t->len, ev->tenant) < 0)
+            return -1;
+        ev->has_tenant = true;
+    }
+    if (ev->op == VSYNC_OP_ADD) {
+        if (f.r == NULL || f.r->len == 0 || f.r->len > VREC_MAX_LEN)
+            return -1;
+        ev->rec = f.r->str;
+        ev->rec_len = f.r->len;
+    }
+    if (f.i != NULL) {
+        unsigned char scratch[VSYNC_INSTANCE_LEN / 2];
+        if (f.i->len != VSYNC_INSTANCE_LEN || unhex(f.i->str, sizeof(scratch), scratch) < 0)
+            return -1;
+        memcpy(ev->instance, f.i->str, VSYNC_INSTANCE_LEN);
+    }
+    return 0;
+}
+
+bool vsync_event_is_mine(const struct vsync_event *ev)
+{
+    return memcmp(ev->instance, vsync_instance(), VSYNC_INSTANCE_LEN) == 0;
+}
+
 /* --- the reader ---------------------------------------------------------------------------- */
 
 struct vsync {
@@ -219,6 +369,8 @@ struct vsync {
     struct vindex *index;
     int dim;
     int64_t timeout_ms;
+    int64_t max_ttl_ms;
+    struct stats *row; /* semantic_sync_rejected, or NULL */
     int block_ms;
     size_t batch;
 
@@ -366,14 +518,7 @@ struct stream_id {
 
 static bool parse_stream_id(const char *s, struct stream_id *id)
 {
-    char *end;
-    if (s == NULL || *s < '0' || *s > '9')
-        return false;
-    id->ms = strtoull(s, &end, 10);
-    if (*end != '-' || end[1] < '0' || end[1] > '9')
-        return false;
-    id->seq = strtoull(end + 1, &end, 10);
-    return *end == '\0';
+    return s != NULL && vsync_parse_stream_id(s, strlen(s), &id->ms, &id->seq) == 0;
 }
 
 /* The value of field name in an XINFO STREAM reply (a flat name/value array), or NULL. */
@@ -471,72 +616,66 @@ static enum applied apply_record(struct vsync *s, const unsigned char *tenant,
     }
     if (strcmp(r.space, s->space) != 0 || (int)r.dim != s->dim)
         return SKIPPED;
-    if (r.expires_ms != 0 && r.expires_ms <= pc_wall_ms())
+    int64_t now = pc_wall_ms();
+    if (r.expires_ms != 0 && r.expires_ms <= now)
         return SKIPPED;
+    /* No entry lives longer than the longest TTL: a record saying so is not one of ours. */
+    if (s->max_ttl_ms > 0 &&
+        (r.expires_ms == 0 || r.expires_ms - now > s->max_ttl_ms || r.expires_ms < r.created_ms)) {
+        log_debug("vsync: vector record with an impossible expiry skipped");
+        return CORRUPT;
+    }
     struct vindex_item it = {.expires_ms = r.expires_ms};
     memcpy(it.key, key, VINDEX_KEY_LEN);
     memcpy(it.tenant, tenant, VINDEX_TENANT_LEN);
     return vindex_add(s->index, r.partition, &it, r.vec) == 0 ? APPLIED : CORRUPT;
 }
 
+/* A record or event rejected: counted here and in the metrics row (semantic_sync_rejected). */
+static void reject(struct vsync *s, uint64_t n)
+{
+    count(&s->corrupt, n);
+    if (s->row != NULL && n > 0)
+        stats_add(s->row, STAT_semantic_sync_rejected, (int64_t)n);
+}
+
 static void tally(struct vsync *s, enum applied a)
 {
-    count(a == APPLIED ? &s->loaded : a == SKIPPED ? &s->skipped : &s->corrupt, 1);
+    if (a == CORRUPT)
+        reject(s, 1);
+    else
+        count(a == APPLIED ? &s->loaded : &s->skipped, 1);
 }
 
-struct event_fields {
-    const redisReply *op, *k, *r, *t;
-};
+enum event_fate { EV_APPLIED, EV_IGNORED, EV_REJECTED };
 
-static bool event_fields(const redisReply *kv, struct event_fields *f)
+/* Apply one stream event. */
+static enum event_fate apply_event(struct vsync *s, const redisReply *kv)
 {
-    memset(f, 0, sizeof(*f));
-    if (kv->type != REDIS_REPLY_ARRAY || kv->elements % 2 != 0)
-        return false;
-    for (size_t i = 0; i < kv->elements; i += 2) {
-        const redisReply *name = kv->element[i], *val = kv->element[i + 1];
-        if (val->type != REDIS_REPLY_STRING)
-            return false;
-        if (rcli_str_is(name, "op"))
-            f->op = val;
-        else if (rcli_str_is(name, "k"))
-            f->k = val;
-        else if (rcli_str_is(name, "r"))
-            f->r = val;
-        else if (rcli_str_is(name, "t"))
-            f->t = val;
-    }
-    return f->op != NULL;
-}
-
-/* Apply one stream event; false if it is malformed. */
-static bool apply_event(struct vsync *s, const redisReply *kv)
-{
-    struct event_fields f;
-    unsigned char tenant[VINDEX_TENANT_LEN], key[VINDEX_KEY_LEN];
-    if (!event_fields(kv, &f))
-        return false;
-    bool has_k = f.k != NULL && vsync_parse_id(f.k->str, f.k->len, tenant, key) == 0;
-    if (rcli_str_is(f.op, "add") && has_k && f.r != NULL) {
-        enum applied a = apply_record(s, tenant, key, f.r->str, f.r->len);
-        if (a != APPLIED)
+    struct vsync_event ev;
+    if (vsync_event_parse(kv, &ev) < 0)
+        return EV_REJECTED;
+    switch (ev.op) {
+    case VSYNC_OP_ADD: {
+        enum applied a = apply_record(s, ev.tenant, ev.key, ev.rec, ev.rec_len);
+        if (a == SKIPPED)
             tally(s, a);
-        return a != CORRUPT;
+        return a != CORRUPT ? EV_APPLIED : EV_REJECTED;
     }
-    if (rcli_str_is(f.op, "del") && has_k) {
-        vindex_remove(s->index, key);
-        return true;
+    case VSYNC_OP_DEL:
+        vindex_remove(s->index, ev.key);
+        return EV_APPLIED;
+    case VSYNC_OP_FLUSH:
+        if (ev.has_tenant)
+            vindex_remove_tenant(s->index, ev.tenant);
+        else
+            vindex_clear(s->index);
+        return EV_APPLIED;
+    case VSYNC_OP_SET:
+        /* An entry was written: its vector, if any, comes with its own add or del. */
+        return EV_IGNORED;
     }
-    if (rcli_str_is(f.op, "flush") && f.t == NULL) {
-        vindex_clear(s->index);
-        return true;
-    }
-    if (rcli_str_is(f.op, "flush") && f.t->len == 2 * VINDEX_TENANT_LEN &&
-        unhex(f.t->str, VINDEX_TENANT_LEN, tenant) == 0) {
-        vindex_remove_tenant(s->index, tenant);
-        return true;
-    }
-    return false;
+    return EV_REJECTED;
 }
 
 /* --- rebuild ------------------------------------------------------------------------------------
@@ -652,7 +791,7 @@ static int rebuild(struct vsync *s)
     uint64_t ms = pc_mono_ms() - rb.t0;
     count(&s->loaded, rb.counts[APPLIED]);
     count(&s->skipped, rb.counts[SKIPPED]);
-    count(&s->corrupt, rb.counts[CORRUPT]);
+    reject(s, rb.counts[CORRUPT]);
     count(&s->rebuilds, 1);
     atomic_store(&s->last_rebuild_ms, (int_fast64_t)ms);
     log_notice("vsync: vector index rebuilt from Redis in %llu ms: %zu vectors loaded, %zu of "
@@ -681,10 +820,11 @@ static long apply_entries(struct vsync *s, const redisReply *r)
             return -1;
         snprintf(s->last_id, sizeof(s->last_id), "%s", e->element[0]->str);
         s->read++;
-        if (apply_event(s, e->element[1]))
+        enum event_fate fate = apply_event(s, e->element[1]);
+        if (fate == EV_APPLIED)
             count(&s->events, 1);
-        else
-            count(&s->corrupt, 1);
+        else if (fate == EV_REJECTED)
+            reject(s, 1);
     }
     return (long)entries->elements;
 }
@@ -796,6 +936,8 @@ struct vsync *vsync_start(const struct vsync_opts *o)
     s->index = o->index;
     s->dim = vindex_dim(o->index);
     s->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 2000;
+    s->max_ttl_ms = o->max_ttl_ms;
+    s->row = o->row;
     s->block_ms = o->block_ms > 0 ? o->block_ms : 1000;
     s->batch = o->batch > 0 ? o->batch : 500;
     s->vec = pc_malloc(VINDEX_DIM_MAX * sizeof(float));

@@ -37,9 +37,10 @@ static void on_exit_check(evutil_socket_t fd, short what, void *arg)
     if (w->httpd == NULL)
         return; /* teardown */
     if (pc_mono_ms() >= w->shutdown_deadline_ms) {
-        log_warn("worker %d: %zu requests and %zu upstream calls still running after "
+        size_t reqs = httpd_active_requests(w->httpd);
+        log_warn("worker %d: %zu request%s and %zu upstream call%s still running after "
                  "shutdown-timeout; closing them",
-                 w->id, httpd_active_requests(w->httpd), w->fetches);
+                 w->id, reqs, reqs == 1 ? "" : "s", w->fetches, w->fetches == 1 ? "" : "s");
         event_base_loopbreak(w->base);
         return;
     }

@@ -3,12 +3,14 @@
  * the queue of texts waiting for the next call, the calls in flight (struct
  * rbatch, each with its jcall) and every request until its callback ran.
  *
- *   rembed_submit ─▶ pending ──(next loop pass: flush_ev)──▶ rbatch: POST
- *                                                             {model, input: [...]}
+ *   rembed_submit ─▶ breaker? ─▶ pending ──(next loop pass: flush_ev)──▶ rbatch: POST
+ *                    (shut: NULL)                                    {model, input: [...]}
  *   rembed_cancel: pending → freed; in a batch → marked, freed with the batch
  *   batch done ─▶ data[i].embedding (by index) ─▶ unit length ─▶ each callback
+ *              ─▶ one outcome per call to the breaker (pc_breaker.h, the process's)
  */
 #include "pc_rembed.h"
+#include "pc_breaker.h"
 #include "pc_conf.h"
 #include "pc_jcall.h"
 #include "pc_log.h"
@@ -39,6 +41,7 @@ struct rembed_req {
     rembed_fn *cb; /* NULL once cancelled */
     void *arg;
     bool in_batch;
+    enum breaker_pass pass; /* BREAKER_PROBE: its call decides about the open breaker */
     TAILQ_ENTRY(rembed_req) link;
 };
 
@@ -50,6 +53,7 @@ struct rbatch {
     struct jcall *call;
     struct rembed_req **reqs;
     size_t n;
+    enum breaker_pass pass; /* PROBE if one of its requests is the probe */
     TAILQ_ENTRY(rbatch) link;
 };
 
@@ -60,6 +64,7 @@ struct rembed {
     struct event_base *base;
     struct upstream *up;
     struct stats *st;
+    struct breaker *brk; /* the process's, or NULL */
     char url[REMBED_URL_MAX];
     char *auth; /* "Bearer <embedder-key>" or NULL */
     char *model;
@@ -102,13 +107,14 @@ void rembed_space(const struct conf *c, char *out, size_t outlen)
 }
 
 struct rembed *rembed_create(const struct conf *c, struct event_base *base, struct upstream *up,
-                             struct stats *st)
+                             struct stats *st, struct breaker *brk)
 {
     struct rembed *r = pc_calloc(1, sizeof(*r));
     r->magic = REMBED_MAGIC;
     r->base = base;
     r->up = up;
     r->st = st;
+    r->brk = brk;
     rembed_url(c->embedder_url, r->url, sizeof(r->url));
     if (c->embedder_key[0] != '\0') {
         struct pc_buf b = PC_BUF_INIT;
@@ -155,11 +161,15 @@ void rembed_destroy(struct rembed **rp)
     while ((b = TAILQ_FIRST(&r->batches)) != NULL) {
         for (size_t i = 0; i < b->n; i++)
             deliver(b->reqs[i], NULL, 0);
+        if (b->pass == BREAKER_PROBE) /* its outcome will never come */
+            breaker_abandon(r->brk, pc_mono_ms());
         batch_free(b);
     }
     struct rembed_req *q;
     while ((q = TAILQ_FIRST(&r->pending)) != NULL) {
         TAILQ_REMOVE(&r->pending, q, link);
+        if (q->pass == BREAKER_PROBE)
+            breaker_abandon(r->brk, pc_mono_ms());
         deliver(q, NULL, 0);
         req_free(q);
     }
@@ -206,8 +216,11 @@ static void deliver(struct rembed_req *q, const float *vec, int dim)
     }
 }
 
-/* Give each request of the batch its vector (by data[].index), or a failure. */
-static void batch_deliver(struct rbatch *b, const cJSON *json)
+/*
+ * Give each request of the batch its vector (by data[].index), or a failure;
+ * whether every request got its vector.
+ */
+static bool batch_deliver(struct rbatch *b, const cJSON *json)
 {
     const cJSON *data = json != NULL ? cJSON_GetObjectItemCaseSensitive(json, "data") : NULL;
     float *vec = pc_malloc(REMBED_MAX_DIM * sizeof(float));
@@ -226,10 +239,18 @@ static void batch_deliver(struct rbatch *b, const cJSON *json)
         deliver(b->reqs[(size_t)i], vec, dim);
     }
     free(vec);
-    if (got < b->n)
-        stats_incr(b->r->st, STAT_semantic_embed_errors);
     for (size_t i = 0; i < b->n; i++)
         deliver(b->reqs[i], NULL, 0); /* anything not answered above fails */
+    return got == b->n;
+}
+
+/* The call's outcome: counted once (semantic_embed_errors) and told to the breaker. */
+static void batch_outcome(struct rbatch *b, bool ok, const char *why)
+{
+    if (!ok)
+        stats_incr(b->r->st, STAT_semantic_embed_errors);
+    if (b->r->brk != NULL)
+        breaker_report(b->r->brk, b->pass, ok, pc_mono_ms(), why);
 }
 
 static void on_batch(void *arg, int status, const cJSON *json, const char *err)
@@ -238,18 +259,20 @@ static void on_batch(void *arg, int status, const cJSON *json, const char *err)
     PC_CHECK_OBJ(b, RBATCH_MAGIC);
     b->call = NULL;
     struct rembed *r = b->r;
+    char why[160];
     if (err != NULL || status < 200 || status > 299) {
-        stats_incr(r->st, STAT_semantic_embed_errors);
-        log_info("embedder %s: %s (status %d); semantic lookups of this batch miss", r->url,
-                 err != NULL ? err : "error answer", status);
+        snprintf(why, sizeof(why), "%s (status %d)", err != NULL ? err : "error answer", status);
+        log_info("embedder %s: %s; semantic lookups of this batch miss", r->url, why);
         json = NULL;
     } else {
+        snprintf(why, sizeof(why), "an answer without a vector for every input");
         const cJSON *usage = cJSON_GetObjectItemCaseSensitive(json, "usage");
         const cJSON *tok = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens");
         if (cJSON_IsNumber(tok) && tok->valuedouble > 0)
             stats_add(r->st, STAT_semantic_embed_tokens, (int64_t)tok->valuedouble);
     }
-    batch_deliver(b, json);
+    bool ok = batch_deliver(b, json);
+    batch_outcome(b, ok, why);
     batch_free(b);
 }
 
@@ -280,6 +303,7 @@ static void batch_send(struct rembed *r)
     struct rbatch *b = pc_calloc(1, sizeof(*b));
     b->magic = RBATCH_MAGIC;
     b->r = r;
+    b->pass = BREAKER_GO;
     b->reqs = pc_calloc(PC_MIN(r->npending, r->batch_max), sizeof(*b->reqs));
     struct pc_buf body = PC_BUF_INIT;
     pc_buf_append_str(&body, "{\"model\":");
@@ -290,6 +314,8 @@ static void batch_send(struct rembed *r)
         TAILQ_REMOVE(&r->pending, q, link);
         r->npending--;
         q->in_batch = true;
+        if (q->pass == BREAKER_PROBE)
+            b->pass = BREAKER_PROBE;
         if (b->n > 0)
             pc_buf_append_char(&body, ',');
         append_capped(&body, q->text, q->len);
@@ -311,8 +337,8 @@ static void batch_send(struct rembed *r)
     b->call = jcall_post(r->up, r->base, &jr, on_batch, b);
     pc_buf_free(&body);
     if (b->call == NULL) {
-        stats_incr(r->st, STAT_semantic_embed_errors);
         batch_deliver(b, NULL);
+        batch_outcome(b, false, "the call could not be started");
         batch_free(b);
     }
 }
@@ -327,15 +353,26 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
         batch_send(r);
 }
 
-struct rembed_req *rembed_submit(struct rembed *r, const char *text, size_t len, rembed_fn *cb,
-                                 void *arg)
+bool rembed_shut(struct rembed *r, bool background)
+{
+    PC_CHECK_OBJ(r, REMBED_MAGIC);
+    return r->brk != NULL && breaker_shut(r->brk, background, pc_mono_ms());
+}
+
+struct rembed_req *rembed_submit(struct rembed *r, const char *text, size_t len, bool background,
+                                 rembed_fn *cb, void *arg)
 {
     PC_CHECK_OBJ(r, REMBED_MAGIC);
     if (r->flush_ev == NULL && (r->flush_ev = event_new(r->base, -1, 0, on_flush, r)) == NULL)
         return NULL;
+    enum breaker_pass pass =
+        r->brk != NULL ? breaker_ask(r->brk, background, pc_mono_ms()) : BREAKER_GO;
+    if (pass == BREAKER_SHUT)
+        return NULL;
     struct rembed_req *q = pc_calloc(1, sizeof(*q));
     q->magic = RREQ_MAGIC;
     q->r = r;
+    q->pass = pass;
     q->text = pc_strndup(text, len);
     q->len = len;
     q->cb = cb;
@@ -359,5 +396,7 @@ void rembed_cancel(struct rembed_req **qp)
     }
     TAILQ_REMOVE(&q->r->pending, q, link);
     q->r->npending--;
+    if (q->pass == BREAKER_PROBE) /* never sent: the next asker probes instead */
+        breaker_abandon(q->r->brk, pc_mono_ms());
     req_free(q);
 }

@@ -114,6 +114,11 @@ h.test('Dockerfile: the health check uses the binary the image has', () => {
         'promptcache is on the PATH of the image');
     const pricing = runtime.ins.find((i) => i.op === 'COPY' && /conf\/pricing\.json/.test(i.args));
     assert.ok(pricing, 'the pricing file is in the image');
+    /* The maintained list, where the binary looks first (../share/promptcache/ from /usr/local/bin). */
+    assert.ok(buildStage.ins.some((i) => i.op === 'RUN' && /\bmake prices\b/.test(i.args)), 'make prices');
+    assert.ok(runtime.ins.some((i) => i.op === 'COPY' &&
+        /--from=build \/src\/build\/prices\.json \/usr\/local\/share\/promptcache\/prices\.json/.test(i.args)),
+    'the maintained price list is in the image, next to the binary\'s share folder');
 });
 
 h.test('Dockerfile: every copied file exists and is in the build context', () => {

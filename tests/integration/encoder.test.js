@@ -159,6 +159,19 @@ const COUNTERFEITS = [
         'antonyms'],
 ];
 
+h.test('a blank last turn is never sent to the encoder (it refuses empty input), and the exact cache serves it', async () => {
+    const ns = space('blank');
+    for (const blank of ['', '  \n\t ']) {
+        const before = await proxy.stats();
+        const first = await proxy.post(CHAT, chat(blank), ns);
+        assertMiss(first);
+        h.assertHit(await proxy.post(CHAT, chat(blank), ns));
+        const after = await proxy.stats();
+        assert.equal(after.semantic_embed_errors, before.semantic_embed_errors, 'no embedding refused');
+        assert.equal(after.semantic_lookups, before.semantic_lookups, 'no lookup by meaning');
+    }
+});
+
 h.test('the guards reject look-alikes the encoder puts above the threshold', async () => {
     const threshold = (await proxy.stats()).semantic_threshold;
     for (const [a, b, guard] of COUNTERFEITS) {

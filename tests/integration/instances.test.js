@@ -99,6 +99,55 @@ h.test('a semantic entry stored through B is a semantic hit through A and C', as
     }
 });
 
+/* The one vector record Redis has for an entry whose question has this tag. */
+async function vectorKey(before) {
+    return h.waitFor(async () => {
+        const keys = (await env.redis.keys('pc:2:v:*')).filter((k) => !before.has(k));
+        return keys.length === 1 ? keys[0] : null;
+    }, {what: 'the new vector record'});
+}
+
+h.test('a refresh through B replaces the answer in A\'s L1 and the vector everywhere', async () => {
+    const tag = h.uniq('t').split(' ')[1];
+    const q = body(`how far away is the moon ${tag}`);
+    const reworded = body(`the moon: how far away is ${tag}`);
+    const before = new Set(await env.redis.keys('pc:2:v:*'));
+    const first = await B.post(CHAT, q);
+    assertMiss(first);
+    const vkey = await vectorKey(before);
+    /* A holds the answer in its L1 (a hit counted in l1_hits) and C finds it by meaning. */
+    await h.waitFor(async () => {
+        const s0 = await A.stats();
+        h.assertHit(await A.post(CHAT, q));
+        return (await A.stats()).l1_hits > s0.l1_hits;
+    }, {what: 'a hit from A\'s L1'});
+    await h.eventually(async () => assertSemanticHit(await C.post(CHAT, reworded, NO_STORE)),
+        {timeout: 5000});
+
+    /* B refreshes with a shorter TTL: A answers the new answer, and the vector has the new TTL. */
+    const fresh = await B.post(CHAT, q, {'cache-control': 'no-cache', 'x-cache-ttl': '600'});
+    assert.equal(fresh.headers['x-cache-status'], 'REFRESH');
+    assert.notEqual(fresh.json.id, first.json.id);
+    await h.waitFor(async () => (await A.post(CHAT, q)).json.id === fresh.json.id,
+        {what: 'A to answer the refreshed answer'});
+    await h.waitFor(async () => {
+        const ms = Number(await env.redis.command('PTTL', vkey));
+        return ms > 0 && ms <= 600000;
+    }, {what: 'the vector record to take the new TTL'});
+
+    /* Refreshed again, as a request that may not be found by meaning: its vector goes, so no
+     * instance serves it by meaning any more (the reworded question is a miss everywhere). */
+    const exact = await B.post(CHAT, q, {'cache-control': 'no-cache', 'x-cache-mode': 'exact'});
+    assert.equal(exact.headers['x-cache-status'], 'REFRESH');
+    await h.waitFor(async () => Number(await env.redis.command('EXISTS', vkey)) === 0,
+        {what: 'the old vector record deleted'});
+    for (const p of [A, C])
+        await h.waitFor(async () => (await p.post(CHAT, reworded, NO_STORE)).headers['x-cache-status'] === 'MISS',
+            {what: 'the reworded question to miss'});
+    await h.waitFor(async () => (await A.post(CHAT, q)).json.id === exact.json.id,
+        {what: 'A to answer the last answer'});
+});
+
 h.test('a prefix recorded through C routes the conversation the same way through A and B', async () => {
     const topic = h.uniq('shared prefix');
     /* The tokens each instance's index holds per replica: C's record adds the topic's ~1200 to

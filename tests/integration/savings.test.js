@@ -6,7 +6,11 @@
  * (checked by promtool), `promptcache report` and the dashboard (its data,
  * and the page rendered by headless chromium); a LiteLLM-format list gives
  * the same figures as the project's own; the figures survive a restart and
- * add up across two instances.
+ * add up across two instances. Which list and which day the prices come from
+ * is shown everywhere; a model the list does not price is unpriced (null,
+ * absent, "unpriced"), never 0; the hit rate is one figure in /stats,
+ * /metrics, the report and the dashboard; Responses API traffic has its own
+ * endpoint label; the Grafana dashboard works when provisioned from a file.
  */
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
@@ -54,6 +58,8 @@ function nano(model, u) {
         u.output * p.output));
 }
 const toNano = (v) => Math.round(v * 1e9);
+/* The day the list was written (the test wrote it): its date, since it says none. */
+const OWN_DAY = new Date(fs.statSync(OWN).mtimeMs).toISOString().slice(0, 10);
 
 /* Calls whose usage the mock reports as told (x-mock-* headers). */
 function usageHeaders(u) {
@@ -164,6 +170,10 @@ h.test('a hit saves what the original call cost: /stats, priced per token kind',
     const s = await env.proxy.stats();
     assert.equal(s.currency, 'USD');
     assert.equal(s.pricing.format, 'promptcache');
+    assert.equal(s.pricing.source, 'pricing.json', 'a list that names no source: its file');
+    assert.equal(s.pricing.date, OWN_DAY, 'and no date: the file\'s day');
+    assert.deepEqual(s.pricing.unpriced_models, ['mystery-model-1']);
+    assert.equal(s.money_partial, true, 'sums over the priced answers only');
     assert.equal(toNano(s.saved_cost), want.saved, 'saved_cost');
     assert.equal(toNano(s.saved_cost_exact), want.saved);
     assert.equal(toNano(s.saved_cost_semantic), 0);
@@ -218,7 +228,12 @@ h.test('/metrics: promtool accepts it; labelled money and tokens agree with /sta
     assert.ok(sum(m, 'promptcache_redis_latency_seconds_count') > 0);
     assert.ok(sum(m, 'promptcache_stream_ttfb_seconds_count') >= 1);
     assert.equal(sum(m, 'promptcache_build_info'), 1);
-    assert.equal(m.find((s) => s.name === 'promptcache_pricing_info').labels.currency, 'USD');
+    const info = m.find((s) => s.name === 'promptcache_pricing_info').labels;
+    assert.deepEqual([info.currency, info.source, info.date], ['USD', 'pricing.json', OWN_DAY]);
+    /* The unpriced model has tokens and requests, and no money series at all (not 0). */
+    assert.ok(sum(m, 'promptcache_upstream_tokens_total', (l) => l.model === 'mystery-model-1') > 0);
+    for (const name of ['promptcache_saved_cost_total', 'promptcache_upstream_cost_total'])
+        assert.ok(!m.some((x) => x.name === name && x.labels.model === 'mystery-model-1'), name);
     /* Bounded labels: models by name (metrics-models 10); a tenant label only on the tenant_*
      * families, and without tenant-names every tenant is "other". */
     assert.ok(m.every((s) => !('tenant' in s.labels) || s.name.startsWith('promptcache_tenant_')));
@@ -249,12 +264,14 @@ h.test('report: money by match kind, latency saved, cost per 1,000 requests; bot
     assert.equal(toNano(t.provider_cache_write_premium), want.premium);
     assert.equal(t.money_partial, true, 'an unpriced model: the total is partial');
     assert.equal(own.models.find((x) => x.model === 'mystery-model-1').money_saved, null);
+    assert.deepEqual(own.pricing, {source: 'pricing.json', date: OWN_DAY, format: 'promptcache', models: 2});
     assert.ok(Math.abs(t.cost_per_1k_requests - want.upstream * 1e-9 * 1000 / want.requests) < 1e-9);
     assert.ok(Math.abs(t.cost_per_1k_requests_without_cache -
         (want.upstream + want.saved) * 1e-9 * 1000 / want.requests) < 1e-9);
     assert.ok(t.latency_saved_seconds >= 0);
     assert.equal(own.latency_ms.hit.count, want.hits);
     const lite = await jsonOf(['--pricing', LITELLM]);
+    assert.equal(lite.pricing.source, 'LiteLLM');
     for (const k of ['money_saved', 'upstream_cost', 'provider_cache_saved',
         'provider_cache_write_premium', 'cost_per_1k_requests', 'cost_per_1k_requests_without_cache'])
         assert.equal(lite.total[k], own.total[k], `${k}: LiteLLM's format gives the same figure`);
@@ -262,8 +279,11 @@ h.test('report: money by match kind, latency saved, cost per 1,000 requests; bot
     assert.match(table.stdout, /saved by the cache +0\.00/);
     assert.match(table.stdout, /per 1,000 requests/);
     assert.match(table.stdout, /latency saved/);
+    assert.ok(table.stdout.includes(`\nprices: pricing.json of ${OWN_DAY} (USD, 2 models)\n`), table.stdout);
+    assert.match(table.stdout, /\n {2}mystery-model-1 .* unpriced\n/, 'the unpriced model says so');
     const none = await report(['--pricing', 'off']);
     assert.equal(JSON.parse(none.stdout).total.money_saved, null);
+    assert.equal(JSON.parse(none.stdout).pricing, null);
 });
 
 async function dashboardData(proxy, pred) {
@@ -279,6 +299,7 @@ h.test('the dashboard, rendered by headless chromium, shows what /stats counted'
     assert.equal(toNano(d.total.money_saved), want.saved);
     assert.equal(d.by_match.exact.hits, want.hits);
     assert.equal(d.latency_ms.hit.count, want.hits);
+    assert.deepEqual(d.pricing, {source: 'pricing.json', date: OWN_DAY});
     const fav = await env.proxy.get('/favicon.ico');
     assert.equal(fav.status, 200);
     assert.equal(fav.headers['content-type'], 'image/x-icon');
@@ -291,6 +312,12 @@ h.test('the dashboard, rendered by headless chromium, shows what /stats counted'
                 const val = (id) => document.getElementById(id).dataset.value;
                 return {saved: val('saved'), requests: val('requests'), hitRate: val('hit-rate'),
                     savedText: document.getElementById('saved').textContent,
+                    source: document.getElementById('price-source').textContent,
+                    mystery: [...document.querySelectorAll('#models tbody tr')]
+                        .map((tr) => [...tr.cells].map((c) => c.textContent))
+                        .find((c) => c[0] === 'mystery-model-1'),
+                    hitsLine: document.getElementById('hits-line').textContent,
+                    one: [count(1, 'error', 'errors'), count(2, 'error', 'errors')],
                     upstreams: document.querySelectorAll('#upstreams tbody tr').length,
                     html: document.documentElement.outerHTML};
             })()`);
@@ -302,6 +329,12 @@ h.test('the dashboard, rendered by headless chromium, shows what /stats counted'
         assert.ok(Math.abs(Number(shown.hitRate) - s.hit_rate) < 1e-4, 'hit rate as in /stats');
         assert.equal(shown.savedText, `$${s.saved_cost.toFixed(6)}`);
         assert.equal(shown.upstreams, 1, 'upstream health: one replica');
+        assert.equal(shown.source, `pricing.json of ${OWN_DAY}`);
+        assert.deepEqual(shown.mystery.slice(3), ['unpriced', 'unpriced', 'unpriced'],
+            'the unpriced model\'s money is unpriced, not $0');
+        assert.deepEqual(shown.one, ['1 error', '2 errors']);
+        assert.match(shown.hitsLine, /^[\d,]+ hits?, [\d,]+ miss(es)?, [\d,]+ bypassed, [\d,]+ errors?$/);
+        assert.doesNotMatch(shown.hitsLine, /\b1 (hits|misses|errors)\b/);
         for (const text of want.texts)
             assert.ok(!shown.html.includes(text), 'no prompt text on the page');
     } finally {
@@ -453,6 +486,112 @@ h.test('the Grafana dashboard in conf/ uses only metrics the proxy exports', asy
     assert.ok(used.size >= 10, 'the dashboard queries the proxy');
     for (const name of used)
         assert.ok(families.has(name), `${name} is exported`);
+});
+
+h.test('with no price list, money is unpriced: null in /stats, absent from /metrics, on the page', async () => {
+    const p = await env.startProxy({args: ['--pricing', 'off']});
+    const u = {prompt: 100, read: 0, write: 0, output: 10};
+    await missThenHits(p, CHAT, h.chatBody(h.uniq('no prices')), u, 1);
+    const s = await p.stats();
+    assert.equal(s.tokens_saved_prompt, 100, 'tokens are counted');
+    for (const k of ['saved_cost', 'upstream_cost', 'net_saved_cost', 'saved_cost_exact'])
+        assert.equal(s[k], null, `${k} is unpriced, not 0`);
+    assert.equal(s.own_calls_cost.embedder, null);
+    assert.equal(s.currency, null);
+    assert.equal(s.pricing, null);
+    assert.equal(s.money_partial, false);
+    const text = (await p.get('/metrics')).text;
+    assert.doesNotMatch(text, /^promptcache_pricing_info/m);
+    assert.doesNotMatch(text, /^promptcache_saved_cost_total/m, 'no money series');
+    const d = await dashboardData(p, () => true);
+    assert.equal(d.pricing, null);
+    assert.equal(d.total.money_saved, null);
+    await p.stop();
+});
+
+h.test('Responses API traffic is counted as endpoint responses, not dropped or chat', async () => {
+    const p = await env.startProxy();
+    const body = {model: 'gpt-4.1-mini', input: h.uniq('responses counted')};
+    const miss = await p.post('/v1/responses', body);
+    assert.equal(miss.headers['x-cache-status'], 'MISS', miss.text);
+    await h.eventually(async () => assert.equal((await p.stats()).cache_stores, 1));
+    h.assertHit(await p.post('/v1/responses', body));
+    await settle(p, 2);
+    const m = samples((await p.get('/metrics')).text);
+    const resp = (l) => l.endpoint === 'responses';
+    assert.equal(sum(m, 'promptcache_api_requests_total', (l) => resp(l) && l.cache === 'hit'), 1);
+    assert.equal(sum(m, 'promptcache_api_requests_total', (l) => resp(l) && l.cache === 'miss'), 1);
+    assert.equal(sum(m, 'promptcache_request_duration_seconds_count', resp),
+        sum(m, 'promptcache_api_requests_total', resp));
+    assert.ok(m.filter((x) => x.name === 'promptcache_api_requests_total' && x.labels.endpoint === 'chat')
+        .every((x) => x.labels.model !== 'gpt-4.1-mini'), 'none of it under chat');
+    await p.stop();
+});
+
+h.test('one hit rate: /stats, /metrics (the README formula), report and dashboard agree', async () => {
+    /* A Redis database of its own: the report and the dashboard see this traffic only. */
+    const url = env.redis.url.replace(/\/\d+$/, '/7');
+    const p = await env.startProxy({redis: url, args: ['--pricing', OWN]});
+    await p.waitReady();
+    const body = h.chatBody(h.uniq('hit rate'));
+    assert.equal((await p.post(CHAT, body)).headers['x-cache-status'], 'MISS');
+    await h.eventually(async () => assert.equal((await p.stats()).cache_stores, 1));
+    h.assertHit(await p.post(CHAT, body));
+    h.assertHit(await p.post(CHAT, body));
+    /* A miss the upstream fails: still a miss (the cache was looked up), and an error. */
+    const failed = await p.post(CHAT, h.chatBody(h.uniq('failed miss')), {'x-mock-status': '502'});
+    assert.equal(failed.status, 502);
+    /* A refresh skips the lookup: not in the hit rate. */
+    const fresh = await p.post(CHAT, h.chatBody(h.uniq('refresh')), {'cache-control': 'no-cache'});
+    assert.equal(fresh.headers['x-cache-status'], 'REFRESH');
+    await settle(p, 5);
+    const s = await p.stats();
+    const hits = s.api_requests.hit, misses = s.api_requests.miss;
+    assert.ok(hits === 2 && misses === 2, JSON.stringify(s.api_requests));
+    const rate = Number((hits / (hits + misses)).toFixed(4));
+    assert.equal(s.hit_rate, rate, '/stats');
+    const m = samples((await p.get('/metrics')).text);
+    const api = (cache) => sum(m, 'promptcache_api_requests_total', (l) => cache.test(l.cache));
+    assert.equal(Number((api(/^hit$/) / api(/^(hit|miss)$/)).toFixed(4)), rate, '/metrics');
+    const r = await h.waitFor(async () => {
+        const out = await h.runCli(['report', '--redis', url, '--format', 'json', '--hours', '2']);
+        const j = JSON.parse(out.stdout);
+        return j.total.requests === hits + misses + 1 ? j : null;
+    }, {timeout: 15000, what: 'the report to show the five requests'});
+    assert.deepEqual([r.total.hits, r.total.misses, r.total.bypasses, r.total.errors], [hits, 2, 1, 1]);
+    assert.equal(r.total.hit_rate, rate, 'report');
+    const d = await dashboardData(p, (j) => j.total.requests === hits + misses + 1);
+    assert.equal(d.total.hit_rate, rate, 'dashboard');
+    await p.stop();
+});
+
+h.test('the Grafana dashboard: provisioned from a file, the list\'s currency, one unit per axis', () => {
+    const dash = JSON.parse(fs.readFileSync(path.join(h.REPO, 'conf', 'grafana-dashboard.json'), 'utf8'));
+    const text = JSON.stringify(dash);
+    assert.ok(!('__inputs' in dash) && !text.includes('DS_PROMETHEUS'),
+        'no import-only ${DS_PROMETHEUS}: file provisioning has no inputs to fill');
+    const vars = Object.fromEntries(dash.templating.list.map((v) => [v.name, v]));
+    assert.equal(vars.datasource.type, 'datasource');
+    assert.equal(vars.datasource.query, 'prometheus');
+    assert.match(vars.currency.query.query || vars.currency.query, /promptcache_pricing_info/);
+    const uids = [...text.matchAll(/"uid":"([^"]*)"/g)].map((x) => x[1]).filter((u) => u !== 'promptcache');
+    assert.ok(uids.length > 10 && uids.every((u) => u === '${datasource}'), [...new Set(uids)].join());
+    /* What each query measures, from the metric it reads. */
+    const kind = (expr) => /_cost_total/.test(expr) ? 'money' : /_tokens_total/.test(expr) ? 'tokens'
+        : /_seconds/.test(expr) && !/_seconds_total/.test(expr) ? 'seconds'
+            : /latency_saved_seconds_total/.test(expr) ? 'seconds per second'
+                : /replica_up|_live\b|redis_connected/.test(expr) ? 'state' : 'per second';
+    for (const p of dash.panels) {
+        const kinds = new Set(p.targets.map((t) => kind(t.expr)));
+        assert.equal(kinds.size, 1, `${p.title}: one kind per panel (${[...kinds]})`);
+        if (kinds.has('money')) {
+            assert.ok(p.title.includes('${currency}'), `${p.title}: names the currency`);
+            assert.doesNotMatch(p.fieldConfig.defaults.unit || '', /^currency/, `${p.title}: no fixed currency unit`);
+        }
+    }
+    const rate = dash.panels.find((p) => p.title === 'Hit rate').targets[0].expr;
+    assert.match(rate, /cache="hit"/);
+    assert.match(rate, /cache=~"hit\|miss"/);
 });
 
 h.test('-t checks the price list; implausible entries are refused with file and model', async () => {

@@ -104,6 +104,160 @@ static void test_refusals(void)
     T_CHECK_INT(pricing_nano(NAN), 0);
 }
 
+/*
+ * A slice of the maintained list as tools/prices.js writes it: genai-prices'
+ * match rules (its regular expressions turned POSIX), in its order.
+ */
+static const char ruled[] =
+    "{\"source\":\"@pydantic/genai-prices 0.1.8\",\"date\":\"2026-09-23\",\"currency\":\"USD\","
+    "\"models\":{"
+    "\"gpt-4o\":{\"input\":2.5,\"cache_read\":1.25,\"output\":10,\"match\":{\"or\":["
+    "{\"equals\":\"gpt-4o\"},{\"equals\":\"gpt-4o-2024-08-06\"},{\"equals\":\"gpt-4o-2024-11-20\"}]"
+    "}},"
+    "\"gpt-4o-2024-05-13\":{\"input\":5,\"output\":15,\"match\":{\"equals\":\"gpt-4o-2024-05-13\"}}"
+    ","
+    "\"gpt-4o-mini\":{\"input\":0.15,\"cache_read\":0.075,\"output\":0.6,\"match\":{\"or\":["
+    "{\"equals\":\"gpt-4o-mini\"},{\"equals\":\"gpt-4o-mini-2024-07-18\"}]}},"
+    "\"claude-3-5-sonnet\":{\"input\":3,\"cache_write\":3.75,\"cache_read\":0.3,\"output\":15,"
+    "\"match\":{\"or\":[{\"starts_with\":\"claude-3-5-sonnet\"},{\"starts_with\":"
+    "\"claude-3.5-sonnet\"}]}},"
+    "\"claude-opus-5\":{\"input\":5,\"cache_write\":6.25,\"cache_read\":0.5,\"output\":25,"
+    "\"match\":{\"or\":[{\"equals\":\"claude-opus-5\"},{\"regex\":\"^claude-opus-5-[0-9]{8}$\"}]}},"
+    "\"gemini-2.5-pro\":{\"input\":1.25,\"output\":10,\"match\":{\"and\":[{\"starts_with\":"
+    "\"gemini-2.5-pro\"},{\"not\":{\"regex\":\"^.*-[tT][tT][sS]($|-)\"}}]}},"
+    "\"google/claude-3-5-sonnet\":{\"input\":9,\"output\":9,\"match\":{\"contains\":"
+    "\"claude-3-5-sonnet\"}},"
+    "\"text-embedding-3-small\":{\"input\":0.02,\"match\":{\"ends_with\":\"embedding-3-small\"}}}}";
+
+static const char *priced_as(const struct pricing *p, const char *model)
+{
+    const struct price *e = pricing_find(p, model);
+    return e ? e->model : "(unpriced)";
+}
+
+static void test_rules(void)
+{
+    struct pricing *p = parse(ruled, NULL);
+    T_CHECK(p != NULL);
+    if (p == NULL)
+        return;
+    /* The common names and their dated variants, as genai-prices matches them. */
+    T_CHECK_STR(priced_as(p, "gpt-4o"), "gpt-4o");
+    T_CHECK_STR(priced_as(p, "gpt-4o-2024-08-06"), "gpt-4o");
+    T_CHECK_STR(priced_as(p, "gpt-4o-2024-05-13"), "gpt-4o-2024-05-13"); /* its own, dearer */
+    T_CHECK_STR(priced_as(p, "gpt-4o-mini-2024-07-18"), "gpt-4o-mini");
+    T_CHECK_STR(priced_as(p, "claude-3-5-sonnet-20241022"), "claude-3-5-sonnet");
+    T_CHECK_STR(priced_as(p, "claude-3.5-sonnet-latest"), "claude-3-5-sonnet");
+    T_CHECK_STR(priced_as(p, "Claude-3-5-Sonnet-20240620"), "claude-3-5-sonnet"); /* case */
+    T_CHECK_STR(priced_as(p, "claude-opus-5-20260101"), "claude-opus-5");
+    T_CHECK_STR(priced_as(p, "claude-opus-5-2026"), "(unpriced)"); /* the regex wants 8 digits */
+    T_CHECK_STR(priced_as(p, "gemini-2.5-pro-preview-06-05"), "gemini-2.5-pro");
+    T_CHECK_STR(priced_as(p, "gemini-2.5-pro-preview-tts"), "(unpriced)"); /* and + not */
+    T_CHECK_STR(priced_as(p, "vertex/claude-3-5-sonnet@20240620"), "google/claude-3-5-sonnet");
+    T_CHECK_STR(priced_as(p, "openai/gpt-4o-2024-11-20"), "gpt-4o"); /* provider prefix */
+    T_CHECK_STR(priced_as(p, "text-embedding-3-small"), "text-embedding-3-small");
+    T_CHECK_STR(priced_as(p, "gpt-4o-mini-2099-01-01"), "gpt-4o-mini"); /* a date the list lacks */
+    T_CHECK_STR(priced_as(p, "gpt-4o-mini-turbo"), "(unpriced)");
+    T_CHECK_STR(priced_as(p, "meta-llama/Llama-3.1-8B-Instruct"), "(unpriced)");
+    /* Answers are remembered: the same again, unpriced ones included. */
+    for (int i = 0; i < 3; i++) {
+        T_CHECK_STR(priced_as(p, "claude-3-5-sonnet-20241022"), "claude-3-5-sonnet");
+        T_CHECK_STR(priced_as(p, "meta-llama/Llama-3.1-8B-Instruct"), "(unpriced)");
+    }
+    /* More names than the memo holds still get their answers. */
+    char name[32];
+    for (int i = 0; i < 2000; i++) {
+        snprintf(name, sizeof name, "claude-3-5-sonnet-%d", i);
+        T_CHECK(pricing_find(p, name) != NULL);
+    }
+    T_CHECK(pricing_find(p, "claude-3-5-sonnet-7") == pricing_find(p, "claude-3-5-sonnet"));
+    T_CHECK_STR(pricing_source(p), "@pydantic/genai-prices 0.1.8");
+    T_CHECK_STR(pricing_date(p), "2026-09-23");
+    /* A rule that differs is another list (a reload applies it). */
+    char *other = strdup(ruled);
+    memcpy(strstr(other, "\"claude-3.5-sonnet\""), "\"claude-3.6-sonnet\"", 19);
+    struct pricing *q = parse(other, NULL);
+    T_CHECK(q != NULL && !pricing_same(p, q) && pricing_same(p, p));
+    free(other);
+    pricing_release(&q);
+    pricing_release(&p);
+}
+
+static void test_rule_refusals(void)
+{
+    const char *bad[] = {
+        "{\"models\":{\"m\":{\"input\":1,\"match\":{\"sounds_like\":\"m\"}}}}",
+        "{\"models\":{\"m\":{\"input\":1,\"match\":{\"equals\":\"m\",\"contains\":\"m\"}}}}",
+        "{\"models\":{\"m\":{\"input\":1,\"match\":{\"equals\":\"\"}}}}",
+        "{\"models\":{\"m\":{\"input\":1,\"match\":{\"equals\":7}}}}",
+        "{\"models\":{\"m\":{\"input\":1,\"match\":{\"regex\":\"^m-(\"}}}}",
+        "{\"models\":{\"m\":{\"input\":1,\"match\":{\"or\":[]}}}}",
+        "{\"models\":{\"m\":{\"input\":1,\"match\":{\"not\":[{\"equals\":\"m\"}]}}}}",
+        "{\"models\":{\"m\":{\"input\":1,\"match\":[]}}}",
+        "{\"models\":{\"m\":{\"input\":1,\"match\":{\"not\":{\"not\":{\"not\":{\"not\":{\"not\":"
+        "{\"not\":{\"not\":{\"not\":{\"not\":{\"equals\":\"m\"}}}}}}}}}}}}}",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
+        char err[256] = "";
+        struct pricing *p = pricing_parse(bad[i], strlen(bad[i]), "f.json", err, sizeof err, NULL);
+        T_CHECK(p == NULL);
+        T_CHECK(strncmp(err, "f.json: model \"m\": ", 19) == 0);
+        if (p != NULL || strncmp(err, "f.json: model \"m\": ", 19) != 0)
+            fprintf(stderr, "  case %zu: %s\n", i, err);
+        pricing_release(&p);
+    }
+    char err[256] = "";
+    const char *re = bad[4];
+    T_CHECK(pricing_parse(re, strlen(re), "f.json", err, sizeof err, NULL) == NULL);
+    T_CHECK(strstr(err, "regex \"^m-(\"") != NULL);
+}
+
+static void test_origin(void)
+{
+    /* Without source and date: the file's name; LiteLLM says neither. */
+    struct pricing *a = parse(own, NULL), *b = parse(litellm, NULL);
+    T_CHECK(a != NULL && b != NULL);
+    T_CHECK_STR(pricing_source(a), "prices.json");
+    T_CHECK_STR(pricing_date(a), "");
+    T_CHECK_STR(pricing_source(b), "LiteLLM");
+    struct pc_buf out = PC_BUF_INIT;
+    pricing_render_json(a, &out);
+    T_CHECK(strstr(pc_buf_cstr(&out), "\"source\":\"prices.json\",\"date\":null") != NULL);
+    pricing_release(&a);
+    pricing_release(&b);
+    /* A long source is cut on a character, control characters become spaces, bad dates dropped. */
+    char json[512];
+    snprintf(
+        json, sizeof json,
+        "{\"source\":\"list \\\"q\\\" \\\\ x\\nline %s\",\"date\":\"2026-9-1\","
+        "\"models\":{\"m\":{\"input\":1}}}",
+        "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
+        "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
+        "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
+        "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9");
+    struct pricing *c = parse(json, NULL);
+    T_CHECK(c != NULL);
+    if (c != NULL) {
+        const char *src = pricing_source(c);
+        T_CHECK(strlen(src) <= PRICING_SOURCE_MAX &&
+                strncmp(src, "list \"q\" \\ x line ", 18) == 0);
+        T_CHECK(((unsigned char)src[strlen(src) - 1] & 0xC0) == 0x80); /* ends on a whole é */
+        T_CHECK_STR(pricing_date(c), "");
+        pc_buf_reset(&out);
+        pricing_render_prometheus(c, &out);
+        T_CHECK(strstr(pc_buf_cstr(&out), "source=\"list \\\"q\\\" \\\\ x line ") != NULL);
+        T_CHECK(strstr(pc_buf_cstr(&out), ",date=\"\"} 1\n") != NULL);
+    }
+    pricing_release(&c);
+    pc_buf_reset(&out);
+    pricing_render_json(NULL, &out);
+    T_CHECK_STR(pc_buf_cstr(&out), ",\"currency\":null,\"pricing\":null");
+    pc_buf_reset(&out);
+    pricing_render_prometheus(NULL, &out);
+    T_CHECK_INT(out.len, 0);
+    pc_buf_free(&out);
+}
+
 static void test_families(void)
 {
     static struct stats st;
@@ -140,7 +294,7 @@ static void test_families(void)
     T_CHECK(strstr(t, "# TYPE promptcache_redis_latency_seconds histogram\n") != NULL);
     T_CHECK(strstr(t, "promptcache_build_info{version=") != NULL);
     pc_buf_reset(&out);
-    stats_render_json(&out, NULL);
+    stats_render_json(&out, NULL, true);
     T_CHECK(strstr(pc_buf_cstr(&out), "\"saved_cost_semantic\":1.5e-06") != NULL);
     pc_buf_free(&out);
     stats_unregister_all();
@@ -150,6 +304,9 @@ int main(void)
 {
     T_RUN(test_formats_agree);
     T_RUN(test_refusals);
+    T_RUN(test_rules);
+    T_RUN(test_rule_refusals);
+    T_RUN(test_origin);
     T_RUN(test_families);
     T_DONE();
 }

@@ -1,15 +1,20 @@
 /*
- * test_vsync.c - the vector records' names and commands, and the reader
- * against a real redis-server that this test starts (a private directory, a
- * unix socket and a free loopback port) and kills at exit: rebuild from SCAN
- * (records of another space, dimension or expired skipped, corrupt ones
- * counted), stream add/del/flush applied, writes through a worker's struct
- * store, events lost to trimming answered with a rebuild, waiting for the
- * schema, and a Redis restart followed by a reconnect and a rebuild.
+ * test_vsync.c - the vector records' names and commands, the range checks
+ * of stream events, and the stream's two readers against a real
+ * redis-server that this test starts (a private directory, a unix socket
+ * and a free loopback port) and kills at exit. The vector index's reader:
+ * rebuild from SCAN (records of another space, dimension or expired skipped,
+ * corrupt ones counted), stream add/del/flush applied, writes through a
+ * worker's struct store, events lost to trimming answered with a rebuild,
+ * waiting for the schema, and a Redis restart followed by a reconnect and a
+ * rebuild. The L1's reader: other processes' writes drop keys, its own do
+ * not, forged events are rejected and counted, and a read made before a
+ * change never goes in after it.
  *
  * Every wait is for a condition, with a generous deadline; how long the
  * reader took to apply an event is printed, not asserted.
  */
+#include "pc_l1.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
 #include "pc_stats.h"
@@ -507,6 +512,61 @@ static void test_rebuild_and_stream(void)
     redisFree(c);
 }
 
+/* Forged events and records: rejected, counted in the row, the index untouched. */
+static struct stats forged_row;
+
+static bool rejects_reach(void *unused, uintptr_t n)
+{
+    (void)unused;
+    return __atomic_load_n(&forged_row.v[STAT_semantic_sync_rejected], __ATOMIC_RELAXED) >= n;
+}
+
+static void test_forged_events(void)
+{
+    redisContext *c = admin();
+    run_fmt(c, "FLUSHALL");
+    set_schema(c, migrate_latest());
+    struct rec_opts forever = DEFAULT, far = DEFAULT, ok = DEFAULT;
+    ok.expires_ms = pc_wall_ms() + 60000;
+    far.expires_ms = pc_wall_ms() + 7200000; /* beyond the reader's max_ttl_ms */
+    put(c, 1, &ok, false);
+    put(c, 2, &forever, false); /* expires_ms 0: no writer makes one */
+    struct vindex *v = mk_index();
+    struct vsync_opts o = {.url = R.url,
+                           .space = SPACE,
+                           .index = v,
+                           .block_ms = 200,
+                           .max_ttl_ms = 3600000,
+                           .row = &forged_row};
+    struct vsync *s = vsync_start(&o);
+    T_CHECK(await(ready, s, 1, NULL));
+    T_CHECK_INT(nvec(v), 1);
+    T_CHECK(await(rejects_reach, NULL, 1, NULL));
+
+    char id[VSYNC_ID_LEN + 1];
+    unsigned char key[VINDEX_KEY_LEN], tenant[VINDEX_TENANT_LEN];
+    key_of(1, key);
+    tenant_of(1, tenant);
+    vsync_id(tenant, key, id);
+    run_fmt(c, "XADD %s * op del k %s0", vsync_stream_key(), id);            /* key too long */
+    run_fmt(c, "XADD %s * op del k %s k %s", vsync_stream_key(), id, id);    /* key twice */
+    run_fmt(c, "XADD %s * op flush t 00112233445566ZZ", vsync_stream_key()); /* not hex */
+    run_fmt(c, "XADD %s * op drop k %s", vsync_stream_key(), id);            /* unknown op */
+    put(c, 3, &far, true);                                                   /* expiry too far */
+    put(c, 4, &ok, true);
+    T_CHECK(await(is_found, v, 4, NULL));
+    T_CHECK(await(rejects_reach, NULL, 1 + 5, NULL));
+    T_CHECK(found(v, 1, 1)); /* none of the forged deletes or flushes was applied */
+    T_CHECK(!found(v, 3, 1));
+    struct vsync_counters k;
+    vsync_get_counters(s, &k);
+    T_CHECK_INT(k.corrupt, 6);
+    T_CHECK_INT(forged_row.v[STAT_semantic_sync_rejected], 6);
+    vsync_stop(&s);
+    vindex_destroy(&v);
+    redisFree(c);
+}
+
 /* The cache module's path: a worker's store sends the commands. */
 static struct event_base *base;
 
@@ -640,6 +700,257 @@ static void test_restart(void)
     redisFree(c);
 }
 
+/* --- events, parsed -------------------------------------------------------------------- */
+
+/* A hand-made XREAD entry's field/value array (strings only unless a test says otherwise). */
+struct fake {
+    redisReply arr, items[16];
+    redisReply *ptrs[16];
+};
+
+static const redisReply *fake_fields(struct fake *f, int n, const char *const *kv)
+{
+    memset(f, 0, sizeof(*f));
+    for (int i = 0; i < n; i++) {
+        f->items[i].type = REDIS_REPLY_STRING;
+        f->items[i].str = (char *)kv[i];
+        f->items[i].len = strlen(kv[i]);
+        f->ptrs[i] = &f->items[i];
+    }
+    f->arr.type = REDIS_REPLY_ARRAY;
+    f->arr.elements = (size_t)n;
+    f->arr.element = f->ptrs;
+    return &f->arr;
+}
+
+static int parse(int n, const char *const *kv, struct vsync_event *ev)
+{
+    struct fake f;
+    return vsync_event_parse(fake_fields(&f, n, kv), ev);
+}
+
+#define KEY_ID "0011223344556677:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+static void test_event_checks(void)
+{
+    struct vsync_event ev;
+    const char *del[] = {"op", "del", "k", KEY_ID};
+    T_CHECK_INT(parse(4, del, &ev), 0);
+    T_CHECK(ev.op == VSYNC_OP_DEL && ev.has_key && ev.tenant[1] == 0x11 && ev.key[31] == 0xff);
+    T_CHECK_STR(ev.instance, "");
+    const char *set[] = {"op", "set", "k", KEY_ID, "i", "0123456789abcdef"};
+    T_CHECK_INT(parse(6, set, &ev), 0);
+    T_CHECK(ev.op == VSYNC_OP_SET);
+    T_CHECK_STR(ev.instance, "0123456789abcdef");
+    T_CHECK(!vsync_event_is_mine(&ev));
+    const char *mine[] = {"op", "set", "k", KEY_ID, "i", vsync_instance()};
+    T_CHECK_INT(parse(6, mine, &ev), 0);
+    T_CHECK(vsync_event_is_mine(&ev));
+    const char *flush_all[] = {"op", "flush"};
+    T_CHECK_INT(parse(2, flush_all, &ev), 0);
+    T_CHECK(ev.op == VSYNC_OP_FLUSH && !ev.has_tenant);
+    const char *flush_t[] = {"op", "flush", "t", "0011223344556677"};
+    T_CHECK_INT(parse(4, flush_t, &ev), 0);
+    T_CHECK(ev.has_tenant && ev.tenant[7] == 0x77);
+    const char *add[] = {"op", "add", "k", KEY_ID, "r", "REC"};
+    T_CHECK_INT(parse(6, add, &ev), 0);
+    T_CHECK(ev.rec_len == 3 && memcmp(ev.rec, "REC", 3) == 0);
+    const char *later[] = {"op", "del", "k", KEY_ID, "x-later", "a field of a later version"};
+    T_CHECK_INT(parse(6, later, &ev), 0);
+
+    /* Rejected: each is one field out of range. */
+    static const char *const bad[][8] = {
+        {"op", "nonsense", "k", KEY_ID},             /* unknown op */
+        {"op", "DEL", "k", KEY_ID},                  /* ops are lower case */
+        {"k", KEY_ID},                               /* no op */
+        {"op", "del"},                               /* no key */
+        {"op", "del", "k", KEY_ID "0"},              /* key too long */
+        {"op", "del", "k", "0011223344556677:0011"}, /* key too short */
+        {"op", "del", "k",
+         "0011223344556677-00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"},
+        {"op", "set", "k", KEY_ID, "i", "0123456789ABCDEF"}, /* upper-case instance */
+        {"op", "set", "k", KEY_ID, "i", "0123"},             /* short instance */
+        {"op", "flush", "t", "001122334455667"},             /* short tenant */
+        {"op", "flush", "t", "00112233445566zz"},            /* tenant not hex */
+        {"op", "add", "k", KEY_ID},                          /* no record */
+        {"op", "add", "k", KEY_ID, "r", ""},                 /* empty record */
+        {"op", "del", "op", "flush", "k", KEY_ID},           /* op twice */
+        {"op", "del", "k", KEY_ID, "k", KEY_ID},             /* key twice */
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
+        int n = 0;
+        while (n < 8 && bad[i][n] != NULL)
+            n++;
+        if (parse(n, bad[i], &ev) == 0)
+            fprintf(stderr, "    accepted bad event %zu\n", i);
+        T_CHECK_INT(parse(n, bad[i], &ev), -1);
+    }
+    /* Odd counts, too many fields, values that are not strings. */
+    T_CHECK_INT(parse(3, del, &ev), -1);
+    const char *many[18] = {"op", "del", "k", KEY_ID};
+    for (int i = 4; i < 18; i++)
+        many[i] = "x";
+    T_CHECK_INT(parse(16, many, &ev), 0);
+    struct fake f;
+    const redisReply *kv = fake_fields(&f, 16, many);
+    f.arr.elements = 18; /* nine pairs: one more than VSYNC_EVENT_FIELDS_MAX */
+    T_CHECK(VSYNC_EVENT_FIELDS_MAX == 8);
+    T_CHECK_INT(vsync_event_parse(kv, &ev), -1);
+    kv = fake_fields(&f, 4, del);
+    f.items[3].type = REDIS_REPLY_INTEGER;
+    T_CHECK_INT(vsync_event_parse(kv, &ev), -1);
+    kv = fake_fields(&f, 4, del);
+    f.arr.type = REDIS_REPLY_STRING;
+    T_CHECK_INT(vsync_event_parse(kv, &ev), -1);
+    T_CHECK_INT(vsync_event_parse(NULL, &ev), -1);
+
+    uint64_t ms, seq;
+    T_CHECK_INT(vsync_parse_stream_id("1700000000000-3", 15, &ms, &seq), 0);
+    T_CHECK(ms == 1700000000000ull && seq == 3);
+    T_CHECK_INT(vsync_parse_stream_id("18446744073709551615-0", 22, &ms, &seq), 0);
+    T_CHECK_INT(vsync_parse_stream_id("18446744073709551616-0", 22, &ms, &seq), -1);
+    T_CHECK_INT(vsync_parse_stream_id("-1", 2, &ms, &seq), -1);
+    T_CHECK_INT(vsync_parse_stream_id("1-", 2, &ms, &seq), -1);
+    T_CHECK_INT(vsync_parse_stream_id("1-2x", 4, &ms, &seq), -1);
+    T_CHECK_INT(vsync_parse_stream_id(" 1-2", 4, &ms, &seq), -1);
+    T_CHECK_INT(strlen(vsync_instance()), VSYNC_INSTANCE_LEN);
+}
+
+/* --- the L1's reader --------------------------------------------------------------------- */
+
+static bool l1_is_live(void *l, uintptr_t unused)
+{
+    (void)unused;
+    return l1_live(l);
+}
+
+struct l1_key {
+    struct l1 *l;
+    const char *tenant;
+    const unsigned char *exact;
+};
+
+static bool l1_has(void *k_, uintptr_t want)
+{
+    struct l1_key *k = k_;
+    struct l1_item *it = l1_get(k->l, k->tenant, k->exact, pc_wall_ms());
+    bool has = it != NULL;
+    l1_release(&it);
+    return has == (bool)want;
+}
+
+static bool l1_count_reaches(void *l, uintptr_t n)
+{
+    struct l1_counters c;
+    l1_get_counters(l, &c);
+    return c.inserts + c.stale >= n;
+}
+
+static bool l1_events_reach(void *l, uintptr_t n)
+{
+    struct l1_counters c;
+    l1_get_counters(l, &c);
+    return c.events >= n;
+}
+
+static uint64_t rejected_by_l1(void)
+{
+    uint64_t v[STAT__COUNT];
+    stats_sum(v);
+    return v[STAT_l1_events_rejected];
+}
+
+static bool l1_rejects_reach(void *unused, uintptr_t n)
+{
+    (void)unused;
+    return rejected_by_l1() >= n;
+}
+
+static void key_hex(const unsigned char t[VINDEX_TENANT_LEN], char out[L1_TENANT_LEN + 1])
+{
+    pc_hex(t, VINDEX_TENANT_LEN, out);
+}
+
+static void test_l1_reader(void)
+{
+    redisContext *c = admin();
+    run_fmt(c, "FLUSHALL");
+    set_schema(c, migrate_latest());
+    struct l1 *l = l1_create(1 << 20);
+    T_CHECK_INT(l1_follow(l, R.url, 1000), 0);
+    T_CHECK(await(l1_is_live, l, 0, NULL));
+
+    unsigned char tenant[VINDEX_TENANT_LEN], k1[VINDEX_KEY_LEN], k2[VINDEX_KEY_LEN];
+    char th[L1_TENANT_LEN + 1];
+    tenant_of(1, tenant);
+    key_hex(tenant, th);
+    key_of(1, k1);
+    key_of(2, k2);
+    int64_t later = pc_wall_ms() + 60000;
+    struct l1_key a = {l, th, k1}, b = {l, th, k2};
+
+    /* This process's own write event is skipped: its table has the answer already. */
+    l1_replace(l, th, k1, "one", 3, later, l1_generation(l));
+    l1_put(l, th, k2, "two", 3, later, l1_generation(l));
+    T_CHECK(await(l1_count_reaches, l, 2, NULL));
+    T_CHECK(await(l1_has, &a, 1, NULL) && await(l1_has, &b, 1, NULL));
+    struct vsync_argv av;
+    vsync_argv_entry_set(&av, tenant, k1);
+    run(c, av.argc, av.argv, av.lens);
+    /* Another process's write of k2 drops it (told apart by the i field). */
+    char id[VSYNC_ID_LEN + 1];
+    vsync_id(tenant, k2, id);
+    run_fmt(c, "XADD %s * op set k %s i 00000000000000ff", vsync_stream_key(), id);
+    T_CHECK(await(l1_has, &b, 0, NULL));
+    T_CHECK(l1_has(&a, 1)); /* its own write did not drop k1 */
+
+    /* Forged events are rejected and counted, never applied. */
+    uint64_t rej0 = rejected_by_l1();
+    run_fmt(c, "XADD %s * op flush t ZZZZZZZZZZZZZZZZ", vsync_stream_key());
+    run_fmt(c, "XADD %s * op del k %s0", vsync_stream_key(), id);
+    run_fmt(c, "XADD %s * op del op flush", vsync_stream_key());
+    run_fmt(c, "XADD %s * op wipe", vsync_stream_key());
+    T_CHECK(await(l1_rejects_reach, NULL, rej0 + 4, NULL));
+    T_CHECK(l1_has(&a, 1));
+    struct l1_counters lc;
+    l1_get_counters(l, &lc);
+    T_CHECK_INT(lc.clears, 1); /* only the reader's own start */
+
+    /* A read made before a change never goes in after it: B read k1's old value (gen), then
+     * another process's write of k1 came through the stream, then B's read ends. */
+    uint64_t gen = l1_generation(l);
+    vsync_id(tenant, k1, id);
+    uint64_t events = lc.events;
+    run_fmt(c, "XADD %s * op set k %s i 00000000000000ff", vsync_stream_key(), id);
+    T_CHECK(await(l1_events_reach, l, events + 1, NULL));
+    T_CHECK(l1_has(&a, 0));
+    l1_get_counters(l, &lc);
+    uint64_t stale0 = lc.stale, inserts0 = lc.inserts;
+    l1_put(l, th, k1, "old", 3, later, gen); /* the stale read */
+    l1_put(l, th, k2, "two", 3, later, gen); /* another key read at the same time goes in */
+    T_CHECK(await(l1_count_reaches, l, inserts0 + stale0 + 2, NULL));
+    l1_get_counters(l, &lc);
+    T_CHECK_INT(lc.stale - stale0, 1);
+    T_CHECK(l1_has(&a, 0));
+    T_CHECK(l1_has(&b, 1));
+
+    /* A write of this process made before a change it learns of is not kept either. */
+    gen = l1_generation(l);
+    l1_delete(l, th, k2);
+    l1_replace(l, th, k2, "mine", 4, later, gen);
+    l1_get_counters(l, &lc);
+    T_CHECK_INT(lc.stale - stale0, 2);
+    T_CHECK(l1_has(&b, 0));
+    /* Written after: it goes in, and replaces at once what was held. */
+    l1_put(l, th, k1, "held", 4, later, l1_generation(l));
+    T_CHECK(await(l1_has, &a, 1, NULL));
+    l1_replace(l, th, k1, NULL, 0, later, l1_generation(l)); /* a failed write */
+    T_CHECK(l1_has(&a, 0));
+
+    l1_destroy(&l);
+    redisFree(c);
+}
+
 static void test_invalid(void)
 {
     struct vindex *v = mk_index();
@@ -657,10 +968,13 @@ int main(void)
     setup();
     redis_start();
     T_RUN(test_names);
+    T_RUN(test_event_checks);
     T_RUN(test_invalid);
     T_RUN(test_rebuild_and_stream);
+    T_RUN(test_forged_events);
     T_RUN(test_store_writers);
     T_RUN(test_trimmed_events);
     T_RUN(test_restart);
+    T_RUN(test_l1_reader);
     T_DONE();
 }

@@ -1,0 +1,250 @@
+'use strict';
+/*
+ * The remote embedder's circuit breaker, through the real binary: with
+ * `embedder openai` pointed at an embedder that accepts connections and
+ * never answers, or answers 500, the breaker opens after
+ * embedder-breaker-failures failed calls in a row; then requests go on
+ * without the embedder (the semantic stage is skipped, answers are stored
+ * without a vector, exact hits still work) and the embedder sees no call but
+ * the breaker's probes, one stored answer's embedding per cool-down (a
+ * lookup's when nothing is stored); a probe that gets an answer closes it. /stats, /metrics and the log say so.
+ * Nothing here depends on how long anything takes: every assertion is on
+ * counts the proxy and the embedder keep.
+ */
+const assert = require('node:assert/strict');
+const http = require('node:http');
+const net = require('node:net');
+const h = require('./lib');
+const {bagOfWords} = require('../mock/semantic');
+
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+const NO_STORE = {'cache-control': 'no-store'};
+
+/*
+ * An embedder on one port that does what mode says: 'stall' (raw TCP: the
+ * connection is accepted and what is sent is read, never answered), 'fail'
+ * (HTTP 500) or 'ok' (OpenAI-shaped bag-of-words embeddings, as
+ * tests/mock/semantic.js makes them). A connection keeps the mode it was
+ * accepted in. Counts connections, requests (in every mode) and inputs.
+ */
+class Embedder {
+    constructor(mode) {
+        this.mode = mode;
+        this.connections = 0;
+        this.requests = 0;
+        this.inputs = 0;
+        this.sockets = new Set();
+        this.http = http.createServer((req, res) => this._request(req, res));
+        this.server = net.createServer((sock) => this._accept(sock));
+    }
+
+    listen() {
+        return new Promise((resolve) => this.server.listen(0, '127.0.0.1', () => {
+            this.url = `http://127.0.0.1:${this.server.address().port}`;
+            resolve(this);
+        }));
+    }
+
+    close() {
+        for (const s of this.sockets)
+            s.destroy();
+        return new Promise((resolve) => this.server.close(() => resolve()));
+    }
+
+    _accept(sock) {
+        this.connections++;
+        this.sockets.add(sock);
+        sock.on('close', () => this.sockets.delete(sock));
+        sock.on('error', () => {});
+        if (this.mode !== 'stall') {
+            this.http.emit('connection', sock);
+            return;
+        }
+        let text = '';
+        sock.on('data', (d) => {
+            text += d.toString('latin1');
+            const lines = text.match(/^POST /gm) || [];
+            this.requests += lines.length;
+            text = text.slice(text.lastIndexOf('\n') + 1);
+        });
+    }
+
+    _request(req, res) {
+        const chunks = [];
+        req.on('data', (c) => chunks.push(c));
+        req.on('end', () => {
+            this.requests++;
+            const send = (status, obj) => {
+                const text = JSON.stringify(obj);
+                res.writeHead(status, {'content-type': 'application/json', 'content-length': Buffer.byteLength(text)});
+                res.end(text);
+            };
+            if (this.mode !== 'ok')
+                return send(500, {error: {message: 'embedder failure', type: 'server_error'}});
+            const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+            const texts = Array.isArray(body.input) ? body.input : [body.input];
+            this.inputs += texts.length;
+            send(200, {object: 'list', model: body.model,
+                data: texts.map((t, index) => ({object: 'embedding', index, embedding: bagOfWords(t)})),
+                usage: {prompt_tokens: texts.length, total_tokens: texts.length}});
+        });
+    }
+}
+
+/* Run fn with an embedder in mode, closed however fn ends (the test's process waits for it). */
+async function withEmbedder(mode, fn) {
+    const emb = await new Embedder(mode).listen();
+    try {
+        await fn(emb);
+    } finally {
+        await emb.close();
+    }
+}
+
+function start(emb, extra) {
+    return env.startProxy({args: ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', emb.url,
+        '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9', '--embedder-timeout', '200',
+        '--log-level', 'info', ...extra]});
+}
+
+function assertMiss(r) {
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers['x-cache-status'], 'MISS', 'X-Cache-Status');
+}
+
+const question = (words) => h.chatBody(`${words} ${h.uniq('q').split(' ')[1]}`);
+
+/* Ask distinct questions (each a miss that stores its answer, unless headers say no) until
+ * the breaker is in state. */
+async function missUntil(p, state, what, headers = {}) {
+    let asked = 0;
+    await h.waitFor(async () => {
+        assertMiss(await p.post(CHAT, question('what is the capital of peru'), headers));
+        asked++;
+        return (await p.stats()).embedder_breaker === state;
+    }, {timeout: 20000, what: () => `${what} (${asked} questions asked)`});
+    return asked;
+}
+
+async function gauge(p) {
+    const m = /^promptcache_embedder_breaker_open (\d+)$/m.exec((await p.get('/metrics')).text);
+    return m ? Number(m[1]) : null;
+}
+
+function logLines(p, re) {
+    return p.stderr.split('\n').filter((l) => re.test(l));
+}
+
+h.test('a stalled embedder: the breaker opens and requests go on without it',
+    () => withEmbedder('stall', async (emb) => {
+    /* A cool-down far longer than this test: no probe, so the embedder must see nothing more. */
+    const p = await start(emb, ['--embedder-breaker-failures', '3', '--embedder-breaker-cooldown', '600000']);
+    assert.equal((await p.stats()).embedder_breaker, 'closed');
+    assert.equal(await gauge(p), 0);
+    await missUntil(p, 'open', 'the breaker to open');
+    const s0 = await p.stats();
+    assert.equal(s0.embedder_breaker_opens, 1);
+    assert.ok(s0.semantic_embed_errors >= 3, `semantic_embed_errors ${s0.semantic_embed_errors}`);
+    assert.equal(await gauge(p), 1);
+    const warned = logLines(p, / W embedder http:\/\/127\.0\.0\.1:\d+: 3 calls in a row failed/);
+    assert.equal(warned.length, 1, p.stderr);
+
+    /* Everything sent before it opened has arrived: from now on the embedder sees nothing. */
+    const seen = {connections: emb.connections, requests: emb.requests};
+    const stored = question('how many legs does a spider have');
+    assertMiss(await p.post(CHAT, stored));
+    for (let i = 0; i < 20; i++)
+        assertMiss(await p.post(CHAT, question('what is the capital of chile')));
+    h.assertHit(await p.post(CHAT, stored)); /* the exact stage still works */
+    const s1 = await p.stats();
+    assert.equal(s1.semantic_breaker_skips - s0.semantic_breaker_skips, 21, 'every lookup skipped the stage');
+    assert.equal(s1.semantic_lookups, s0.semantic_lookups, 'no lookup waited for the embedder');
+    assert.equal(s1.semantic_shed, s0.semantic_shed);
+    assert.equal(s1.semantic_vectors_skipped - s0.semantic_vectors_skipped, 21, 'stored without a vector');
+    assert.equal(s1.semantic_embed_calls, s0.semantic_embed_calls);
+    assert.equal(s1.embedder_breaker_probes, 0);
+    assert.deepEqual({connections: emb.connections, requests: emb.requests}, seen, 'the embedder was not called');
+    assert.equal(s1.embedder_breaker, 'open');
+}));
+
+h.test('an embedder answering 500: each failure counted once, a probe per cool-down, back when it answers',
+    () => withEmbedder('fail', async (emb) => {
+    const p = await start(emb, ['--embedder-breaker-failures', '2', '--embedder-breaker-cooldown', '200']);
+    await missUntil(p, 'open', 'the breaker to open');
+    /* Every call the embedder got failed, and each failure is counted once (once every
+     * answer has come back: a put's call may still be on its way). */
+    const s0 = await h.waitFor(async () => {
+        const s = await p.stats();
+        return s.semantic_embed_calls === emb.requests && s.semantic_embed_errors >= s.semantic_embed_calls
+            ? s : null;
+    }, {what: () => `the ${emb.requests} calls the embedder saw to be counted, and their failures`});
+    assert.ok(s0.semantic_embed_calls >= 2);
+    assert.equal(s0.semantic_embed_errors, s0.semantic_embed_calls, 'one error per failed call');
+
+    /* After the cool-down a stored answer's embedding probes it: it fails, the breaker stays
+     * open, and the embedder saw the probes and nothing else. */
+    const before = {requests: emb.requests, probes: s0.embedder_breaker_probes};
+    let s1 = null;
+    await h.waitFor(async () => {
+        assertMiss(await p.post(CHAT, question('what is the capital of bolivia')));
+        s1 = await p.stats();
+        return s1.embedder_breaker_probes >= before.probes + 2 && s1.embedder_breaker === 'open';
+    }, {timeout: 20000, what: 'two failed probes'});
+    s1 = await h.waitFor(async () => {
+        const s = await p.stats();
+        return emb.requests === before.requests + s.embedder_breaker_probes - before.probes &&
+            s.semantic_embed_errors >= s.semantic_embed_calls ? s : null;
+    }, {what: () => `the embedder to have seen the probes only (${emb.requests - before.requests} calls)`});
+    assert.equal(s1.semantic_embed_calls - s0.semantic_embed_calls, s1.embedder_breaker_probes - before.probes);
+    assert.equal(s1.semantic_embed_errors, s1.semantic_embed_calls);
+    assert.equal(s1.embedder_breaker_opens, 1, 're-opened after a probe, not opened anew');
+    assert.equal(logLines(p, / W embedder .*calls in a row failed/).length, 1);
+    assert.ok(logLines(p, / I embedder .*the probe failed/).length >= 2);
+
+    /* The embedder is well again: the next probe closes the breaker. */
+    emb.mode = 'ok';
+    await missUntil(p, 'closed', 'the breaker to close');
+    assert.equal(await gauge(p), 0);
+    assert.equal(logLines(p, / N embedder .*answers again/).length, 1, p.stderr);
+    /* Semantic lookups are back: a stored question is found by meaning. */
+    const t = h.uniq('q').split(' ')[1];
+    assertMiss(await p.post(CHAT, h.chatBody(`how tall is the eiffel tower ${t}`)));
+    await h.eventually(async () => {
+        const r = await p.post(CHAT, h.chatBody(`the eiffel tower ${t}: how tall is`), NO_STORE);
+        assert.equal(r.headers['x-cache-match'], 'semantic', r.headers['x-cache-status']);
+    });
+    const s2 = await p.stats();
+    assert.ok(s2.semantic_lookups > s1.semantic_lookups);
+    assert.equal(s2.embedder_breaker, 'closed');
+}));
+
+h.test('traffic that stores nothing: a lookup probes once no stored answer has for a while',
+    () => withEmbedder('fail', async (emb) => {
+    const p = await start(emb, ['--embedder-breaker-failures', '2', '--embedder-breaker-cooldown', '200']);
+    await missUntil(p, 'open', 'the breaker to open', NO_STORE);
+    emb.mode = 'ok';
+    await missUntil(p, 'closed', 'a lookup\'s probe to close the breaker', NO_STORE);
+    const s = await p.stats();
+    assert.ok(s.embedder_breaker_probes >= 1);
+    assert.equal(s.semantic_vectors_skipped, 0, 'nothing was stored');
+}));
+
+h.test('embedder-breaker-failures 0: the breaker never opens, each failure still counted once',
+    () => withEmbedder('fail', async (emb) => {
+    const p = await start(emb, ['--embedder-breaker-failures', '0']);
+    /* no-store: no put embeds in the background, so each request's one call has failed (and
+     * been counted) by the time it is answered, unless its lookup gave up first */
+    for (let i = 0; i < 6; i++)
+        assertMiss(await p.post(CHAT, question('what is the capital of ecuador'), NO_STORE));
+    const s = await h.waitFor(async () => {
+        const st = await p.stats();
+        return st.semantic_embed_calls === emb.requests && st.semantic_embed_errors >= st.semantic_embed_calls
+            ? st : null;
+    }, {what: () => `the proxy's count of calls and failures to match the embedder's ${emb.requests}`});
+    assert.equal(emb.requests, 6);
+    assert.equal(s.semantic_embed_errors, s.semantic_embed_calls);
+    assert.equal(s.embedder_breaker, 'closed');
+    assert.equal(s.embedder_breaker_opens, 0);
+    assert.equal(s.semantic_breaker_skips, 0);
+}));
