@@ -22,7 +22,7 @@ let enc = null;
 let proxy = null;
 
 /* The proxy's options for the encoder; a generous embedder-timeout keeps hits from being shed under ASan. */
-const encArgs = (extra = []) => ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', enc.url,
+const encArgs = (extra = []) => ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai', '--embedder-url', enc.url,
     '--embedder-model', MODEL, '--embedder-timeout', '5000', ...extra];
 
 const chat = (text) => h.chatBody(text);
@@ -124,7 +124,7 @@ h.test('the encoder speaks OpenAI\'s embeddings API with unit vectors of meaning
 });
 
 h.test('a paraphrase hits by meaning at the default threshold; the builtin embedder misses it', async () => {
-    const builtin = await env.startProxy({args: ['--semantic', 'yes', '--embedder', 'builtin']});
+    const builtin = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'builtin']});
     const st = await proxy.stats();
     assert.equal(st.semantic_space, `openai:${MODEL}`);
     assert.equal(st.semantic_threshold, 0.92, 'semantic-threshold auto with embedder openai');
