@@ -15,6 +15,7 @@
     X(openai, "openai") /* the first is the fallback of backend_for */ \
     X(anthropic, "anthropic")                                          \
     X(vllm, "vllm")                                                    \
-    X(sglang, "sglang")
+    X(sglang, "sglang")                                                \
+    /* one line per upstream type, in the order of the values conf holds */
 
 #endif

@@ -11,9 +11,10 @@
 #ifndef PC_ROUTE_POLICIES_H
 #define PC_ROUTE_POLICIES_H
 
-#define ROUTE_POLICY_LIST(X)        \
-    X(round_robin, "round-robin")   \
-    X(least_loaded, "least-loaded") \
-    X(prefix, "prefix")
+#define ROUTE_POLICY_LIST(X)                                                      \
+    X(round_robin, "round-robin") /* the first is the fallback of route_create */ \
+    X(least_loaded, "least-loaded")                                               \
+    X(prefix, "prefix")                                                           \
+    /* one line per policy, in the order of the values conf holds */
 
 #endif
