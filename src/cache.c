@@ -85,6 +85,7 @@ enum op_kind {
     OP_SEMANTIC,
     OP_FLUSH_ENTRIES,
     OP_FLUSH_VECTORS,
+    OP_FLUSH_MEMBERS,
 };
 
 struct cache_op {
@@ -588,11 +589,17 @@ static void on_flush_step(void *arg, enum store_status st, long long n)
         return;
     }
     const char *tenant = op->tenant[0] ? op->tenant : NULL;
-    if (op->kind == OP_FLUSH_ENTRIES) {
-        op->deleted = n; /* answers deleted; their vectors go next */
-        op->kind = OP_FLUSH_VECTORS;
+    if (op->kind != OP_FLUSH_MEMBERS) {
+        /* Answers deleted; their vectors go next, then their partitions' member lists. */
         char pattern[ENTRY_KEY_MAX];
-        semantic_vector_pattern(tenant, pattern);
+        if (op->kind == OP_FLUSH_ENTRIES) {
+            op->deleted = n;
+            op->kind = OP_FLUSH_VECTORS;
+            semantic_vector_pattern(tenant, pattern);
+        } else {
+            op->kind = OP_FLUSH_MEMBERS;
+            semantic_members_pattern(tenant, pattern);
+        }
         op->cmd = store_delete_matching(op->c->store, pattern, on_flush_step, op);
         if (op->cmd == NULL)
             flush_finish(op, false);
