@@ -169,6 +169,16 @@ int vsync_store_flush(struct store *s, const unsigned char *tenant);
 int vsync_store_entry_set(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
                           const unsigned char key[VINDEX_KEY_LEN]);
 
+/*
+ * The partition and expiry of an encoded record (pc_vrec.h), read without
+ * decoding the rest (magic, flags, space, dim, partition, created, expires);
+ * -1 if the bytes are not that long or not a record. Enough to tell an
+ * event's partition, or the member list of a record about to be deleted; a
+ * record applied is decoded in full.
+ */
+int vsync_record_partition(const char *rec, size_t len, unsigned char partition[VINDEX_PART_LEN],
+                           int64_t *expires_ms);
+
 /* --- events, as read back ---------------------------------------------------------------- */
 
 struct redisReply;

@@ -389,7 +389,7 @@ static const struct conf_key conf_keys[] = {
              "guard's rejections are counted (semantic_guard_rejects_GUARD in /stats and "
              "/metrics)."},
     {.name = "semantic-index-memory", .type = CONF_SIZE, FIELD(semantic_index_memory),
-     .def = "auto", .imin = MIB, .imax = 1024 * GIB, .flags = CONF_AUTO,
+     .def = "auto", .imin = 64 * KIB, .imax = 1024 * GIB, .flags = CONF_AUTO,
      .help = "Bytes of vectors this process keeps in its vector index (k, m or g suffix "
              "allowed). A partition is loaded from Redis on its first lookup (that lookup "
              "waits at most redis-timeout for it, else it is a miss), and the least recently "

@@ -558,14 +558,8 @@ static void reject_member(struct vsync *s, const char *why)
     log_debug("vsync: a partition's member rejected: %s", why);
 }
 
-/*
- * The partition and expiry of an encoded record, read without decoding it
- * (the layout of pc_vrec.h: magic, flags, space, dim, partition, created,
- * expires); -1 if the bytes are too short for them. Enough to tell whether
- * an event is for a loaded partition; a record applied is decoded in full.
- */
-static int peek_record(const char *rec, size_t len, unsigned char partition[VINDEX_PART_LEN],
-                       int64_t *expires_ms)
+int vsync_record_partition(const char *rec, size_t len, unsigned char partition[VINDEX_PART_LEN],
+                           int64_t *expires_ms)
 {
     if (len < 6 || memcmp(rec, "PCV\x01", 4) != 0)
         return -1;
@@ -663,7 +657,7 @@ static void list_later(struct vsync *s, const struct vsync_event *ev)
 {
     unsigned char partition[VINDEX_PART_LEN];
     int64_t expires;
-    if (peek_record(ev->rec, ev->rec_len, partition, &expires) < 0 || expires <= pc_wall_ms())
+    if (vsync_record_partition(ev->rec, ev->rec_len, partition, &expires) < 0 || expires <= pc_wall_ms())
         return;
     pthread_mutex_lock(&s->mu);
     if (s->listing < UPKEEP_MAX) {
@@ -685,7 +679,7 @@ static enum applied apply_add(struct vsync *s, const struct vsync_event *ev)
     int64_t expires;
     if (!ev->listed)
         list_later(s, ev);
-    if (peek_record(ev->rec, ev->rec_len, partition, &expires) < 0)
+    if (vsync_record_partition(ev->rec, ev->rec_len, partition, &expires) < 0)
         return CORRUPT;
     int st = vindex_state(s->index, partition);
     if (st != VINDEX_RESIDENT && st != VINDEX_LOADING) {
@@ -1248,7 +1242,7 @@ static int build_batch(struct vsync *s, struct build *b, const redisReply *keys)
         unsigned char tenant[VINDEX_TENANT_LEN], key[VINDEX_KEY_LEN], part[VINDEX_PART_LEN];
         int64_t exp;
         if (parse_vector_key(k->str, k->len, tenant, key) == 0 && r->type == REDIS_REPLY_STRING &&
-            peek_record(r->str, r->len, part, &exp) == 0 && exp > pc_wall_ms() &&
+            vsync_record_partition(r->str, r->len, part, &exp) == 0 && exp > pc_wall_ms() &&
             (s->max_ttl_ms <= 0 || exp - pc_wall_ms() <= s->max_ttl_ms)) {
             vsync_argv_member_add(&a[n++], tenant, key, part, exp);
             vsync_argv_member_expire(&a[n++], tenant, part, exp, "NX");
