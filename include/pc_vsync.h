@@ -10,8 +10,9 @@
  *
  *   <prefix>v:{<tenant16hex>:<sha256hex>}     vector record (pc_vrec.h), with the entry's TTL
  *   <prefix>pm:{<tenant16hex>:<partition64hex>} the partition's member list: a sorted set of
- *                                             "<tenant16hex>:<sha256hex>" scored by the
- *                                             vector's expiry (ms); the key expires with its
+ *                                             entry keys "<sha256hex>" (the tenant is the
+ *                                             list's) scored by the vector's
+ *                                             expiry (ms); the key expires with its
  *                                             last member; members expired are trimmed lazily
  *                                             (on each put and each load), those whose record
  *                                             has gone on the next load
@@ -45,9 +46,9 @@
  * a partition not in memory asks the loader (vsync_load_wait) and waits for
  * it at most redis-timeout; the loader thread, with its own blocking
  * connection, reads the member list (ZREVRANGEBYSCORE: the live members,
- * newest first), GETs the records, checks each (a member of the right tenant
- * and form, a score that is an expiry to come, a record of this partition:
- * else rejected and counted) and hands them to the vindex:
+ * newest first), GETs the records, checks each (a member that is a key, a
+ * score that is an expiry to come, a record of this partition: else rejected
+ * and counted) and hands them to the vindex:
  *
  *   lookup: vindex_lookup ─ COLD ─▶ vsync_load_wait: vindex_want, queue ─▶ wait
  *                                                                 ▲   (≤ timeout)
@@ -135,7 +136,7 @@ void vsync_argv_flush(struct vsync_argv *a, const unsigned char *tenant);
 /* XADD <stream> MAXLEN ~ N * op set k <id> i <this process> */
 void vsync_argv_entry_set(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
                           const unsigned char key[VINDEX_KEY_LEN]);
-/* ZADD <member list> <expires_ms> <id> */
+/* ZADD <member list> <expires_ms> <sha256hex> */
 void vsync_argv_member_add(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
                            const unsigned char key[VINDEX_KEY_LEN],
                            const unsigned char partition[VINDEX_PART_LEN], int64_t expires_ms);
@@ -143,7 +144,7 @@ void vsync_argv_member_add(struct vsync_argv *a, const unsigned char tenant[VIND
 void vsync_argv_member_expire(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
                               const unsigned char partition[VINDEX_PART_LEN], int64_t expires_ms,
                               const char *cond);
-/* ZREM <member list> <id> */
+/* ZREM <member list> <sha256hex> */
 void vsync_argv_member_del(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
                            const unsigned char key[VINDEX_KEY_LEN],
                            const unsigned char partition[VINDEX_PART_LEN]);

@@ -239,8 +239,8 @@ void vsync_argv_member_add(struct vsync_argv *a, const unsigned char tenant[VIND
     arg(a, a->key, vsync_members_key(tenant, partition, a->key));
     snprintf(a->num, sizeof(a->num), "%lld", (long long)expires_ms);
     arg_str(a, a->num);
-    vsync_id(tenant, key, a->id);
-    arg(a, a->id, VSYNC_ID_LEN);
+    pc_hex(key, VINDEX_KEY_LEN, a->id); /* the list's key names the tenant */
+    arg(a, a->id, 2 * VINDEX_KEY_LEN);
 }
 
 void vsync_argv_member_expire(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
@@ -262,8 +262,8 @@ void vsync_argv_member_del(struct vsync_argv *a, const unsigned char tenant[VIND
     a->argc = 0;
     arg_str(a, "ZREM");
     arg(a, a->key, vsync_members_key(tenant, partition, a->key));
-    vsync_id(tenant, key, a->id);
-    arg(a, a->id, VSYNC_ID_LEN);
+    pc_hex(key, VINDEX_KEY_LEN, a->id);
+    arg(a, a->id, 2 * VINDEX_KEY_LEN);
 }
 
 void vsync_argv_member_trim(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
@@ -657,7 +657,8 @@ static void list_later(struct vsync *s, const struct vsync_event *ev)
 {
     unsigned char partition[VINDEX_PART_LEN];
     int64_t expires;
-    if (vsync_record_partition(ev->rec, ev->rec_len, partition, &expires) < 0 || expires <= pc_wall_ms())
+    if (vsync_record_partition(ev->rec, ev->rec_len, partition, &expires) < 0 ||
+        expires <= pc_wall_ms())
         return;
     pthread_mutex_lock(&s->mu);
     if (s->listing < UPKEEP_MAX) {
@@ -955,21 +956,19 @@ struct load {
     size_t counts[4]; /* by enum applied */
 };
 
-/* One member (id, score) of the list's reply, range-checked, into ld->m. */
-static void take_member(struct vsync *s, struct load *ld, const redisReply *id,
+/* One member (key, score) of the list's reply, range-checked, into ld->m. */
+static void take_member(struct vsync *s, struct load *ld, const redisReply *key,
                         const redisReply *score, int64_t now)
 {
-    unsigned char tenant[VINDEX_TENANT_LEN];
     struct member *m = &ld->m[ld->n];
     int64_t e = 0;
-    if (id->type != REDIS_REPLY_STRING || vsync_parse_id(id->str, id->len, tenant, m->key) < 0)
-        reject_member(s, "not an entry id");
-    else if (memcmp(tenant, ld->j->tenant, VINDEX_TENANT_LEN) != 0)
-        reject_member(s, "an entry of another tenant");
+    if (key->type != REDIS_REPLY_STRING || key->len != 2 * VINDEX_KEY_LEN ||
+        unhex(key->str, VINDEX_KEY_LEN, m->key) < 0)
+        reject_member(s, "not an entry's key (64 lower-case hex characters)");
     else if (!parse_ms(score, &e) || e <= now || (s->max_ttl_ms > 0 && e - now > s->max_ttl_ms))
         reject_member(s, "its score is not an expiry to come");
     else {
-        m->vlen = vsync_vector_key(tenant, m->key, m->vkey);
+        m->vlen = vsync_vector_key(ld->j->tenant, m->key, m->vkey);
         ld->n++;
     }
 }

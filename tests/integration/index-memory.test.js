@@ -130,16 +130,16 @@ h.test('forged member lists are rejected and counted; a forged member answers no
         const k = (await env.redis.keys('pc:2:pm:*')).filter((x) => !lists0.has(x) && x !== l1);
         return k.length === 1 ? k[0] : null;
     }, {what: 'P2\'s member list'});
-    /* X-Cache-Key: the tenant (16 hex) then the exact key (64): q1's member is "tenant:key". */
+    /* X-Cache-Key: the tenant (16 hex) then the exact key (64), q1's member in its list (the
+     * list's key names the tenant). */
     const id = q1.headers['x-cache-key'];
-    const tenant = id.slice(0, 16);
-    const member = `${tenant}:${id.slice(16)}`;
+    const member = id.slice(16);
     assert.ok(Number(await env.redis.command('ZSCORE', l1, member)) > Date.now(), 'q1 listed in P1');
     const soon = String(Date.now() + 600000);
     await env.redis.command('ZADD', l2, soon, member); /* q1's record, listed in P2 */
-    await env.redis.command('ZADD', l2, soon, 'not an entry id');
-    await env.redis.command('ZADD', l2, soon, `ffffffffffffffff:${id.slice(16)}`); /* another tenant */
-    await env.redis.command('ZADD', l2, '1e300', `${tenant}:${'ab'.repeat(32)}`); /* beyond any TTL */
+    await env.redis.command('ZADD', l2, soon, 'not an entry key');
+    await env.redis.command('ZADD', l2, soon, `${id.slice(0, 16)}:${member}`); /* not a key */
+    await env.redis.command('ZADD', l2, '1e300', 'ab'.repeat(32)); /* beyond any TTL */
 
     const fresh = await env.startProxy({args: semArgs(['--semantic-index-memory', '64k'])});
     try {

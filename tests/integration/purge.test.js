@@ -118,11 +118,12 @@ h.test('DELETE /admin/cache/entries/ID: gone from Redis, from B\'s L1 and from B
     assert.deepEqual(again.json, {deleted: 0}, 'a second delete finds nothing');
 });
 
-/* The member lists (pc:2:pm:*) that list the entry id "tenant:key". */
+/* The member lists (pc:2:pm:{tenant:...}) that list the entry id "tenant:key". */
 async function listsOf(id) {
+    const [tenant, key] = id.split(':');
     const out = [];
-    for (const l of await env.redis.keys('pc:2:pm:*'))
-        if (await env.redis.command('ZSCORE', l, id) !== null)
+    for (const l of await env.redis.keys(`pc:2:pm:{${tenant}:*`))
+        if (await env.redis.command('ZSCORE', l, key) !== null)
             out.push(l);
     return out;
 }

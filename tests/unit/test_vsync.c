@@ -486,6 +486,13 @@ static long long int_reply(redisContext *c, const char *fmt, const char *key)
     return v;
 }
 
+/* A member of a list: the entry's key in hex (the tenant is the list's). */
+static const char *member_of(const unsigned char key[VINDEX_KEY_LEN], char out[65])
+{
+    pc_hex(key, VINDEX_KEY_LEN, out);
+    return out;
+}
+
 /* --- tests ---------------------------------------------------------------------------- */
 
 static void test_names(void)
@@ -538,7 +545,7 @@ static void test_names(void)
     T_CHECK(a.lens[4] == 4 && memcmp(a.argv[4], "5000", 4) == 0);
     vsync_argv_member_add(&a, t, k, p, 1234);
     T_CHECK_INT(a.argc, 4);
-    T_CHECK(strcmp(a.argv[0], "ZADD") == 0 && a.lens[2] == 4 && a.lens[3] == VSYNC_ID_LEN);
+    T_CHECK(strcmp(a.argv[0], "ZADD") == 0 && a.lens[2] == 4 && a.lens[3] == 64);
     vsync_argv_member_trim(&a, t, p, 99);
     T_CHECK(a.argc == 4 && a.lens[3] == 3 && memcmp(a.argv[3], "(99", 3) == 0);
 }
@@ -577,7 +584,7 @@ static void test_load_and_stream(void)
     char id299[VSYNC_ID_LEN + 1], mkey[VSYNC_KEY_MAX];
     key_of(299, k299);
     vsync_vector_key(t1, k299, vkey);
-    vsync_id(t1, k299, id299);
+    member_of(k299, id299);
     vsync_members_key(t1, p1, mkey);
     run_fmt(c, "DEL %s", vkey);
 
@@ -686,15 +693,13 @@ static void test_forged(void)
     int64_t soon = pc_wall_ms() + 60000;
     run_fmt(c, "ZADD %s %lld %s", mkey, (long long)soon, "not an id");
     vsync_id(t5, k9, id);
-    run_fmt(c, "ZADD %s %lld %s", mkey, (long long)soon, id); /* another tenant's entry */
-    vsync_id(t1, k9, id);
-    run_fmt(c, "ZADD %s %lld %s", mkey, (long long)soon, id); /* a record of partition 9 */
+    run_fmt(c, "ZADD %s %lld %s", mkey, (long long)soon, id); /* "tenant:key": not a member */
+    char m[65];
+    run_fmt(c, "ZADD %s %lld %s", mkey, (long long)soon, member_of(k9, m)); /* partition 9's */
     key_of(10, k9);
-    vsync_id(t1, k9, id);
-    run_fmt(c, "ZADD %s %s %s", mkey, "1e300", id); /* an expiry beyond any TTL */
+    run_fmt(c, "ZADD %s %s %s", mkey, "1e300", member_of(k9, m)); /* beyond any TTL */
     key_of(11, k9);
-    vsync_id(t1, k9, id);
-    run_fmt(c, "ZADD %s %lld.5 %s", mkey, (long long)soon, id); /* not a whole ms */
+    run_fmt(c, "ZADD %s %lld.5 %s", mkey, (long long)soon, member_of(k9, m)); /* not whole ms */
 
     struct rig g = rig_up(0, 0, 3600000, &forged_row);
     T_CHECK(await(ready, g.s, 1, NULL));
@@ -778,7 +783,7 @@ static void test_store_writers(void)
     char name[VSYNC_KEY_MAX], mkey[VSYNC_KEY_MAX], id[VSYNC_ID_LEN + 1];
     vsync_vector_key(tenant, key, name);
     vsync_members_key(tenant, part, mkey);
-    vsync_id(tenant, key, id);
+    member_of(key, id);
     T_CHECK(int_reply(c, "PTTL %s", name) > 50000);
     T_CHECK_INT(zscore_ms(c, mkey, id), exp);
     long long pttl = int_reply(c, "PTTL %s", mkey); /* the list goes with its last member */
@@ -946,9 +951,10 @@ static void test_lists_built(void)
     run(c, 9, argv, lens);
     T_CHECK(await(is_found, g.v, 900, NULL));
     uint64_t t0 = pc_mono_ms();
-    while (zscore_ms(c, mkey, id) < 0 && pc_mono_ms() - t0 < DEADLINE)
+    char m[65];
+    while (zscore_ms(c, mkey, member_of(key, m)) < 0 && pc_mono_ms() - t0 < DEADLINE)
         sleep_ms(5);
-    T_CHECK_INT(zscore_ms(c, mkey, id), o.expires_ms);
+    T_CHECK_INT(zscore_ms(c, mkey, m), o.expires_ms);
     pc_buf_free(&rec);
     rig_down_all(&g);
     redisFree(c);
