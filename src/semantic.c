@@ -165,6 +165,7 @@ struct semantic_op {
     struct store_cmd *get_rec;
     int replies;
     bool entry_ok, rec_ok;
+    bool unread; /* a reply did not come (timeout, error): the candidate may well be there */
     struct pc_buf entry_buf; /* the candidate's entry bytes (the hit points into them) */
     struct entry entry;
     char *cand_text;
@@ -661,7 +662,9 @@ static void examine_candidate(struct semantic_op *op)
 {
     const struct vindex_hit *hit = &op->hits[op->next - 1];
     if (!op->entry_ok || !op->rec_ok) {
-        drop_candidate(op, hit);
+        /* Gone or unusable: forgotten here. Not read in time: kept, it may serve the next. */
+        if (!op->unread)
+            drop_candidate(op, hit);
         next_candidate(op);
         return;
     }
@@ -693,6 +696,7 @@ static void on_entry(void *arg, enum store_status st, const char *val, size_t le
     op->get_entry = NULL;
     pc_buf_reset(&op->entry_buf);
     op->entry_ok = false;
+    op->unread |= st != STORE_OK;
     if (st == STORE_OK && val != NULL) {
         pc_buf_append(&op->entry_buf, val, len);
         struct entry *e = &op->entry;
@@ -710,6 +714,7 @@ static void on_record(void *arg, enum store_status st, const char *val, size_t l
     PC_CHECK_OBJ(op, SOP_MAGIC);
     op->get_rec = NULL;
     op->rec_ok = false;
+    op->unread |= st != STORE_OK;
     PC_FREE(&op->cand_text);
     struct vrec rec;
     char err[128];
@@ -742,6 +747,7 @@ static void next_candidate(struct semantic_op *op)
     vsync_vector_key(hit->tenant, hit->key, vkey);
     op->state = SOP_FETCH;
     op->replies = 0;
+    op->unread = false;
     op->get_entry = store_get(op->p->store, ekey, strlen(ekey), on_entry, op);
     op->get_rec = store_get(op->p->store, vkey, strlen(vkey), on_record, op);
     if (op->get_entry == NULL || op->get_rec == NULL) {
