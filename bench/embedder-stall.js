@@ -64,7 +64,7 @@ async function main() {
     const mock = await h.startMock();
     const redis = await h.startRedis();
     const emb = await stalledEmbedder();
-    const sem = ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', emb.url,
+    const sem = ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai', '--embedder-url', emb.url,
         '--embedder-model', 'stalled'];
     const cases = [
         {name: 'off', args: ['--semantic', 'no'], n: N},

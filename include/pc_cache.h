@@ -32,6 +32,7 @@
 #include "pc_api.h"
 #include "pc_entry.h"
 
+struct bound_probe;
 struct conf;
 struct event_base;
 struct l1;
@@ -89,6 +90,9 @@ struct cache_result {
     double similarity;      /* on a semantic HIT */
     int64_t age_ms;         /* on HIT: since the answer was stored */
     const struct entry *entry;
+    /* On a MISS the error bound held back (pc_bound.h): the candidate whose answer the fresh
+     * one is compared with when stored (owned by the ticket; take a reference to keep it). */
+    struct bound_probe *probe;
     const unsigned char *exact; /* on HIT: the exact key of the entry that answered (for a
                                    semantic hit another request's); valid during the callback */
     /* Always set: the caller now owns it (pass it to cache_put, or cache_ticket_free). */

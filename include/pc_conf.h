@@ -146,6 +146,10 @@ struct conf {
     char *semantic_verify_key;
     int64_t semantic_verify_timeout; /* milliseconds */
     double semantic_sure_threshold;
+    double semantic_max_error;    /* the error bound's delta; 0 = off (pc_bound.h) */
+    double semantic_explore_rate; /* most of the allowed candidates sent upstream to verify */
+    int semantic_verify_answers;  /* enum bound_comparator */
+    double semantic_verify_answers_threshold; /* embedding comparator: same answer at or above */
 
     /* admin and reporting */
     char *admin_token;       /* "" = admin endpoints disabled */

@@ -49,6 +49,7 @@ struct report_money {
     double cache_saving;   /* of those, what the provider's prompt cache took off */
     double write_premium;  /* ... and what writing to it added */
     double own;            /* the proxy's own calls (embedder, verifier) */
+    double explore; /* of upstream, calls made to verify semantic hits (semantic-max-error) */
 };
 
 struct report_row {

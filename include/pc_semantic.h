@@ -31,6 +31,8 @@ struct semantic;
 struct semantic_port;
 struct semantic_op;
 struct semantic_vec; /* one embedding of one text (opaque) */
+struct bound_port;
+struct bound_probe;
 
 struct semantic_query {
     enum api_endpoint endpoint;
@@ -47,6 +49,9 @@ struct semantic_result {
     const unsigned char *exact; /* the matched entry's exact key (PC_SHA256_LEN), with entry */
     double similarity;
     struct semantic_vec *vec; /* the query's embedding, if computed (semantic_vec_take) */
+    /* A miss the error bound held back (pc_bound.h): the candidate to compare the fresh
+     * answer with (semantic_probe_take), or NULL. */
+    struct bound_probe *probe;
 };
 
 /* What is stored next to an entry so that later requests find it by meaning. */
@@ -79,6 +84,8 @@ const char *semantic_space(const struct semantic *s);
 double semantic_default_threshold(const struct semantic *s);
 /* Members for /stats (index size, pool queue, Stream reader), without braces. */
 void semantic_render_json(struct semantic *s, struct pc_buf *out);
+/* /metrics lines of the error bound (its threshold and error figures), if on. */
+void semantic_render_prometheus(struct semantic *s, struct pc_buf *out);
 
 struct semantic_port *semantic_port_create(struct semantic *s, struct event_base *base,
                                            struct store *store, struct upstream *up,
@@ -100,6 +107,10 @@ void semantic_put(struct semantic_port *p, const struct semantic_item *it,
 
 /* Take ownership of r->vec (NULLs it). */
 struct semantic_vec *semantic_vec_take(struct semantic_result *r);
+/* Take ownership of r->probe (NULLs it). */
+struct bound_probe *semantic_probe_take(struct semantic_result *r);
+/* The worker's part of the error bound (comparisons), or NULL when it is off. */
+struct bound_port *semantic_bound_port(struct semantic_port *p);
 void semantic_vec_free(struct semantic_vec **v);
 
 /* SCAN pattern of every vector record (tenant_id NULL) or one tenant's. */

@@ -103,6 +103,30 @@
     ACTION(stream_errors, counter, "Failed connections and commands of the stream follower")       \
     ACTION(stream_restarts, counter,                                                               \
            "Times a stream's readers started again at its end (connected, or behind a trim)")      \
+    ACTION(                                                                                        \
+        semantic_bound_withheld, counter,                                                          \
+        "Semantic candidates not served: the error bound does not allow their similarity (yet)")   \
+    ACTION(semantic_bound_explored, counter,                                                       \
+           "Semantic candidates the bound allowed but sent upstream to verify "                    \
+           "(semantic-explore-rate)")                                                              \
+    ACTION(semantic_bound_skipped, counter,                                                        \
+           "Semantic candidates passed over: their entry was found wrong at that similarity or "   \
+           "above")                                                                                \
+    ACTION(semantic_bound_compared, counter,                                                       \
+           "Fresh answers compared with a candidate's cached answer (semantic-verify-answers)")    \
+    ACTION(semantic_bound_agreed, counter, "Of semantic_bound_compared, the same answer")          \
+    ACTION(semantic_bound_disagreed, counter, "Of semantic_bound_compared, a different answer")    \
+    ACTION(semantic_bound_explored_disagreed, counter,                                             \
+           "Of the explored candidates, those whose answer differed: the observed error of the "   \
+           "semantic hits the bound allows")                                                       \
+    ACTION(semantic_bound_compare_errors, counter,                                                 \
+           "Comparisons that could not be made (no answer text, comparator failed or timed out)")  \
+    ACTION(semantic_bound_rejected, counter,                                                       \
+           "Error-bound counts or marks read from Redis and rejected (out of range)")              \
+    ACTION(semantic_explore_prompt_tokens, counter,                                                \
+           "Prompt tokens of the upstream calls made for explored candidates (not saved)")         \
+    ACTION(semantic_explore_completion_tokens, counter,                                            \
+           "Completion tokens of the upstream calls made for explored candidates (not saved)")     \
     ACTION(upstream_requests, counter, "Calls made to an upstream")                                \
     ACTION(upstream_errors, counter, "Upstream calls that failed (connect, reset, timeout)")       \
     ACTION(upstream_failovers, counter,                                                            \
@@ -255,6 +279,8 @@ enum stat_caller { SCALLER_EMBEDDER = 0, SCALLER_VERIFIER };
            "Tokens of the proxy's own calls (embedder, verifier)")                                 \
     FAMILY(own_calls_cost, counter, SL(CALLER), 1e-9,                                              \
            "What the proxy's own calls cost at list price (subtract from saved_cost)")             \
+    FAMILY(semantic_explore_cost, counter, SL(MODEL), 1e-9,                                        \
+           "What the upstream calls made for explored semantic candidates cost at list price")     \
     FAMILY(tenant_requests, counter, SL(CACHE) | SL(TENANT), 1,                                    \
            "Requests to the API endpoints by tenant (tenant-names' names; every other tenant "     \
            "is other) and what the cache did")                                                     \

@@ -30,6 +30,8 @@ typedef void verify_fn(void *arg, enum verify_answer a);
 void verify_url(const char *configured, char *out, size_t outlen);
 /* The request body asking about a and b (for tests and the note's token count). */
 void verify_body(const char *model, const char *a, const char *b, char **out, size_t *len);
+/* The body asking whether answers a and b say the same (semantic-verify-answers model). */
+void verify_answers_body(const char *model, const char *a, const char *b, char **out, size_t *len);
 /* The answer of a chat completion: yes, no, or failed. */
 enum verify_answer verify_parse(const char *content);
 
@@ -41,6 +43,9 @@ void verify_destroy(struct verify **v);
 /* NULL (no callback) if the call cannot start: treat as VERIFY_FAILED. */
 struct verify_op *verify_ask(struct verify *v, const char *a, const char *b, verify_fn *cb,
                              void *arg);
+/* The same for two answers to one request (the error bound's model comparator). */
+struct verify_op *verify_ask_answers(struct verify *v, const char *a, const char *b, verify_fn *cb,
+                                     void *arg);
 void verify_cancel(struct verify_op **op);
 
 #endif

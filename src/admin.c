@@ -122,6 +122,8 @@ static void serve_metrics(struct worker *w, struct httpd_req *hr)
     struct pc_buf out = PC_BUF_INIT;
     stats_render_prometheus(&out);
     route_render_prometheus(w->route, &out);
+    if (w->semantic != NULL)
+        semantic_render_prometheus(w->semantic, &out);
     pricing_render_prometheus(w->conf->prices, &out);
     pc_buf_printf(&out, /* /readyz as a series: the Redis alert watches it */
                   "# HELP promptcache_ready Whether every worker can use the cache (1; or "

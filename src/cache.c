@@ -10,17 +10,21 @@
  *              │ miss, semantic allowed
  *              ▼
  *            OP_SEMANTIC (semantic_lookup) ─▶ callback(HIT, semantic | MISS)
- *   put:     SET entry PX ttl, XADD set (callback on ack) ─▶ into the L1 in
- *            place of what it held; semantic_put (vector record + stream
- *            event, fire and forget), or the old vector dropped when a
- *            replaced entry gets none
- *   flush:   delete entries ─▶ delete vectors ─▶ stream event, clear the
- *            L1 ─▶ callback
+ *              (a MISS the error bound held back carries a probe in the ticket)
+ *   put:     SET entry PX ttl, XADD set, and with a probe the comparison with
+ *            the candidate's answer (pc_bound.h); callback once the SET is
+ *            acknowledged and the comparison done ─▶ into the L1 in place of
+ *            what it held; semantic_put (vector record + stream event, fire
+ *            and forget), or the old vector dropped when a replaced entry
+ *            gets none
+ *   flush:   delete entries ─▶ delete vectors ─▶ delete the bound's entry
+ *            marks ─▶ stream event, clear the L1 ─▶ callback
  *
  * Redis keys are built here and in pc_entry.h; nothing above this module
  * names a key.
  */
 #include "pc_cache.h"
+#include "pc_bound.h"
 #include "pc_conf.h"
 #include "pc_l1.h"
 #include "pc_log.h"
@@ -76,8 +80,9 @@ struct cache_ticket {
     bool semantic;
     unsigned char partition[PC_SHA256_LEN];
     char *text;
-    struct semantic_vec *vec; /* computed by the lookup, or NULL (then put embeds) */
-    char *ns, *model;         /* kept in the stored entry (targeted deletes), or NULL */
+    struct semantic_vec *vec;  /* computed by the lookup, or NULL (then put embeds) */
+    char *ns, *model;          /* kept in the stored entry (targeted deletes), or NULL */
+    struct bound_probe *probe; /* a candidate the error bound held back: compared on put */
 };
 
 enum op_kind {
@@ -86,6 +91,7 @@ enum op_kind {
     OP_FLUSH_ENTRIES,
     OP_FLUSH_VECTORS,
     OP_FLUSH_MEMBERS,
+    OP_FLUSH_MARKS,
 };
 
 struct cache_op {
@@ -117,6 +123,8 @@ struct cache_put_op {
     struct pc_buf l1_val; /* the encoded entry, kept for the L1 until Redis acknowledges it */
     cache_put_fn *cb;
     void *arg;
+    bool acked, stored;    /* Redis answered the SET, and how */
+    struct bound_cmp *cmp; /* comparing the answer with the probe's, while it runs */
 };
 
 const char *cache_match_name(enum cache_match m)
@@ -198,6 +206,7 @@ void cache_ticket_free(struct cache_ticket **tp)
     free(t->ns);
     free(t->model);
     semantic_vec_free(&t->vec);
+    bound_probe_unref(&t->probe);
     t->magic = 0;
     free(t);
 }
@@ -236,7 +245,10 @@ static void on_semantic(void *arg, struct semantic_result *sr)
     if (sr->vec != NULL && op->ticket->vec == NULL)
         op->ticket->vec = semantic_vec_take(sr);
     if (sr->entry == NULL) {
-        op_miss(op);
+        struct cache_ticket *t = op->ticket;
+        t->probe = semantic_probe_take(sr);
+        struct cache_result res = {.outcome = CACHE_MISS, .probe = t->probe};
+        op_finish(op, &res);
         return;
     }
     struct cache_result res = {
@@ -462,15 +474,13 @@ static void put_free(struct cache_put_op *p)
     free(p);
 }
 
-static void on_put(void *arg, enum store_status st, long long n)
+/* The SET is acknowledged and the comparison (if any) done: tell the caller, then the rest. */
+static void put_done(struct cache_put_op *p)
 {
-    (void)n;
-    struct cache_put_op *p = arg;
-    PC_CHECK_OBJ(p, PUT_MAGIC);
-    p->cmd = NULL;
+    if (!p->acked || p->cmp != NULL)
+        return;
     struct cache *c = p->c;
-    bool ok = st == STORE_OK;
-    stats_incr(c->stats, ok ? STAT_cache_stores : STAT_cache_store_skipped);
+    bool ok = p->stored;
     struct cache_ticket *t = p->ticket;
     /*
      * What the L1 held under the key is gone either way, before anyone has
@@ -503,6 +513,26 @@ static void on_put(void *arg, enum store_status st, long long n)
         semantic_forget(c->sem, c->store, t->tenant_id, t->exact);
     }
     put_free(p);
+}
+
+static void on_put(void *arg, enum store_status st, long long n)
+{
+    (void)n;
+    struct cache_put_op *p = arg;
+    PC_CHECK_OBJ(p, PUT_MAGIC);
+    p->cmd = NULL;
+    p->acked = true;
+    p->stored = st == STORE_OK;
+    stats_incr(p->c->stats, p->stored ? STAT_cache_stores : STAT_cache_store_skipped);
+    put_done(p);
+}
+
+static void on_compared(void *arg)
+{
+    struct cache_put_op *p = arg;
+    PC_CHECK_OBJ(p, PUT_MAGIC);
+    p->cmp = NULL;
+    put_done(p);
 }
 
 /* After the entry's SET, on the same connection: every other instance drops its L1 copy. */
@@ -552,6 +582,9 @@ struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const 
         put_free(p);
         return NULL;
     }
+    /* The client's answer waits for the verdict (X-Cache-Verify); exact compares at once. */
+    if (t->probe != NULL)
+        bound_compare(semantic_bound_port(c->sem), t->probe, e, on_compared, p, &p->cmp);
     return p;
 }
 
@@ -563,6 +596,7 @@ void cache_put_cancel(struct cache_put_op **pp)
     *pp = NULL;
     PC_CHECK_OBJ(p, PUT_MAGIC);
     store_cancel(&p->cmd);
+    bound_compare_cancel(&p->cmp);
     /* The SET may still be applied, and this process skips its own stream event. */
     l1_delete(p->c->l1, p->ticket->tenant_id, p->ticket->exact);
     put_free(p);
@@ -589,17 +623,21 @@ static void on_flush_step(void *arg, enum store_status st, long long n)
         return;
     }
     const char *tenant = op->tenant[0] ? op->tenant : NULL;
-    if (op->kind != OP_FLUSH_MEMBERS) {
-        /* Answers deleted; their vectors go next, then their partitions' member lists. */
-        char pattern[ENTRY_KEY_MAX];
-        if (op->kind == OP_FLUSH_ENTRIES) {
-            op->deleted = n;
-            op->kind = OP_FLUSH_VECTORS;
-            semantic_vector_pattern(tenant, pattern);
-        } else {
-            op->kind = OP_FLUSH_MEMBERS;
-            semantic_members_pattern(tenant, pattern);
-        }
+    /* Answers deleted; then their vectors, their partitions' member lists and the error
+     * bound's marks of those entries, one pattern after the other. */
+    char pattern[PC_MAX(ENTRY_KEY_MAX, BOUND_KEY_MAX)] = "";
+    if (op->kind == OP_FLUSH_ENTRIES) {
+        op->deleted = n;
+        op->kind = OP_FLUSH_VECTORS;
+        semantic_vector_pattern(tenant, pattern);
+    } else if (op->kind == OP_FLUSH_VECTORS) {
+        op->kind = OP_FLUSH_MEMBERS;
+        semantic_members_pattern(tenant, pattern);
+    } else if (op->kind == OP_FLUSH_MEMBERS) {
+        op->kind = OP_FLUSH_MARKS;
+        bound_entry_pattern(tenant, pattern);
+    }
+    if (pattern[0] != '\0') {
         op->cmd = store_delete_matching(op->c->store, pattern, on_flush_step, op);
         if (op->cmd == NULL)
             flush_finish(op, false);

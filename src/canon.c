@@ -728,6 +728,19 @@ static char *last_input_text(const cJSON *input)
     return content_text(api_member(last, "content"));
 }
 
+/*
+ * A turn of white space alone means nothing to match by meaning: it gets no
+ * semantic lookup and no vector (the exact cache still serves it). Embedding
+ * APIs refuse an empty input (400), which would fail every text batched with
+ * it.
+ */
+static bool blank(const char *s)
+{
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f' || *s == '\v')
+        s++;
+    return *s == '\0';
+}
+
 static char *last_user_text(enum api_endpoint e, const cJSON *body)
 {
     if (e == API_RESPONSES)
@@ -776,6 +789,8 @@ int canon_keys(const struct canon_input *in, struct canon_keys *k)
     ctx_free(&ctx);
     if (!in->exact_only)
         k->last_user_text = last_user_text(in->endpoint, in->body);
+    if (k->last_user_text != NULL && blank(k->last_user_text))
+        PC_FREE(&k->last_user_text);
     return 0;
 }
 

@@ -1837,7 +1837,7 @@ static void gap_symbols(const struct gdoc *d, const char *g, size_t n, long l, l
     syms_add(sy, h);
 }
 
-/* A gap that holds a letter or digit was not tokenized (a long text's middle): skipped. */
+/* A gap that holds a letter or digit was not tokenized (words past TEXT_MAX_TOKENS): skipped. */
 static bool gap_untokenized(const char *g, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -1848,6 +1848,28 @@ static bool gap_untokenized(const char *g, size_t n)
     return false;
 }
 
+/*
+ * The gap [at, end) between token l and token r (-1: none), as far as the
+ * text is read: a long text's middle (text_cap), which nothing tokenized,
+ * is cut out of the gap that spans it, so that its two sides are read as a
+ * text's end and start. Reading the middle cost every check time in the
+ * length of the text, on the worker's thread.
+ */
+static void gap_capped(const struct gdoc *d, const char *at, const char *end, long l, long r,
+                       struct syms *sy)
+{
+    size_t head, tail;
+    text_cap(d->text, d->len, EMBED_MAX_TEXT, &head, &tail);
+    const char *cut = d->text + head, *resume = d->text + d->len - tail;
+    if (tail > 0 && at < resume && end > cut) {
+        gap_capped(d, at, PC_MIN(end, cut), l, -1, sy);
+        gap_capped(d, PC_MAX(at, resume), end, -1, r, sy);
+        return;
+    }
+    if (end > at && !gap_untokenized(at, (size_t)(end - at)))
+        gap_symbols(d, at, (size_t)(end - at), l, r, sy);
+}
+
 static void symbols_of(const struct gdoc *d, struct syms *sy)
 {
     sy->n = sy->total = 0;
@@ -1855,8 +1877,7 @@ static void symbols_of(const struct gdoc *d, struct syms *sy)
     const char *at = d->text;
     for (size_t k = 0; k <= d->t.n; k++) {
         const char *end = k < d->t.n ? d->t.tok[k].raw : d->text + d->len;
-        if (end > at && !gap_untokenized(at, (size_t)(end - at)))
-            gap_symbols(d, at, (size_t)(end - at), (long)k - 1, k < d->t.n ? (long)k : -1, sy);
+        gap_capped(d, at, end, (long)k - 1, k < d->t.n ? (long)k : -1, sy);
         if (k < d->t.n) {
             const char *e = d->t.tok[k].raw + d->t.tok[k].raw_len;
             at = e > at ? e : at;

@@ -26,6 +26,7 @@
 #include "pc_proxy.h"
 #include "pc_admin.h"
 #include "pc_backend.h"
+#include "pc_bound.h"
 #include "pc_cache.h"
 #include "pc_canon.h"
 #include "pc_chain.h"
@@ -46,6 +47,7 @@
 #include "pc_worker.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -121,6 +123,7 @@ struct preq {
     struct canon_keys keys;
     bool have_keys;
     struct cache_ticket *ticket; /* storing this request's answer, until a fetch takes it */
+    struct bound_probe *probe;   /* a candidate the error bound held back (a reference) */
 
     /* Prefix reuse. */
     struct chain chain; /* the prompt's prefix chain (n 0: none) */
@@ -176,6 +179,7 @@ static void preq_free_cb(evutil_socket_t fd, short what, void *arg)
     sse_usage_filter_free(&r->ufilter);
     pc_buf_free(&r->relay);
     cache_ticket_free(&r->ticket);
+    bound_probe_unref(&r->probe);
     pc_buf_free(&r->resp);
     r->magic = 0;
     free(r);
@@ -232,6 +236,16 @@ static void access_log(const struct preq *r)
                   r->cache != PC_NONE ? preq_cache_names[r->cache] : "-");
     if (r->cache == PC_HIT)
         pc_buf_printf(&b, "\"match\":\"%s\",", cache_match_name(r->match));
+    if (r->probe != NULL) { /* a candidate the error bound held back */
+        const char *verdict = bound_probe_verdict(r->probe);
+        pc_buf_printf(
+            &b, "\"similarity\":%.4f,\"explored\":%s,\"verify\":", bound_probe_similarity(r->probe),
+            bound_probe_explored(r->probe) ? "true" : "false");
+        if (verdict != NULL)
+            pc_buf_printf(&b, "\"%s\",", verdict);
+        else
+            pc_buf_append_str(&b, "null,");
+    }
     pc_buf_printf(&b, "\"stream\":%s,\"upstream\":", r->stream ? "true" : "false");
     if (r->upstream[0])
         pc_buf_json_str(&b, r->upstream, strlen(r->upstream));
@@ -272,6 +286,14 @@ static void preq_tally(const struct preq *r)
     } else {
         v[TALLY_bypasses] = 1;
     }
+    const char *verdict = bound_probe_verdict(r->probe);
+    if (ok && verdict != NULL) {
+        v[TALLY_semantic_compared] = 1;
+        v[TALLY_semantic_disagreed] = strcmp(verdict, "disagreed") == 0;
+        v[TALLY_semantic_explored] = bound_probe_explored(r->probe);
+        v[TALLY_semantic_explored_disagreed] =
+            v[TALLY_semantic_explored] && v[TALLY_semantic_disagreed];
+    }
     for (int m = 0; ok && m < TALLY__COUNT; m++)
         v[m] += r->tv[m];
     tally_add(r->w->tally, r->model, r->tenant_id, ok, v);
@@ -280,6 +302,20 @@ static void preq_tally(const struct preq *r)
 static enum stat_cache stat_cache_of(enum preq_cache c)
 {
     return c == PC_HIT ? SC_HIT : c == PC_MISS ? SC_MISS : c == PC_REFRESH ? SC_REFRESH : SC_BYPASS;
+}
+
+/* An explored candidate's upstream call: what verifying the error bound cost (not saved). */
+static void account_explore(struct preq *r)
+{
+    struct worker *w = r->w;
+    stats_add(&w->stats, STAT_semantic_explore_prompt_tokens, r->usage.prompt);
+    stats_add(&w->stats, STAT_semantic_explore_completion_tokens, r->usage.completion);
+    r->tv[TALLY_explore_prompt_tokens] += r->usage.prompt;
+    r->tv[TALLY_explore_completion_tokens] += r->usage.completion;
+    if (r->money.priced) {
+        struct stat_labels l = {.model = stats_model_slot(r->model, true)};
+        stats_fam_add(&w->stats, SF_semantic_explore_cost, &l, pricing_nano(r->money.amount));
+    }
 }
 
 /* The tenant families: requests, and the money of a hit or of an upstream call, by name. */
@@ -314,6 +350,8 @@ static void preq_account(struct preq *r)
         savings_hit(w, model, r->match, &r->saved, r->orig_latency_ms, took, r->tv, &r->money);
     else if (r->cache != PC_HIT && !r->coalesced)
         savings_price(w, model, &r->usage, &r->money);
+    if (r->probe != NULL && bound_probe_explored(r->probe) && ok && !r->coalesced)
+        account_explore(r);
     struct stat_labels l = {.cache = stat_cache_of(r->cache),
                             .endpoint = r->ep,
                             .model = stats_model_slot(model, ok && r->ep != API_NONE)};
@@ -384,6 +422,14 @@ static void add_cache_headers(struct preq *r)
         httpd_add_header(r->hr, "X-Cache-Status", preq_cache_names[r->cache]);
     if ((r->cache == PC_MISS || r->cache == PC_REFRESH) && r->have_keys)
         add_cache_key(r, r->keys.exact);
+    if (r->probe != NULL) { /* the candidate the error bound held back, and how it compared */
+        char sim[16];
+        snprintf(sim, sizeof(sim), "%.4f", bound_probe_similarity(r->probe));
+        httpd_add_header(r->hr, "X-Cache-Similarity", sim);
+        const char *verdict = bound_probe_verdict(r->probe);
+        if (verdict != NULL)
+            httpd_add_header(r->hr, "X-Cache-Verify", verdict);
+    }
     if (r->upstream[0] && r->cache != PC_HIT)
         httpd_add_header(r->hr, "X-Upstream", r->upstream);
 }
@@ -1131,6 +1177,7 @@ static void preq_on_lookup(void *arg, struct cache_result *res)
     stats_observe(&r->w->stats, SF_lookup_duration_seconds, &l,
                   (int64_t)(pc_mono_us() - r->lookup_start_us));
     r->ticket = res->ticket;
+    r->probe = bound_probe_ref(res->probe);
     if (res->outcome == CACHE_UNAVAILABLE) {
         preq_bypass(r, false);
         return;

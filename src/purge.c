@@ -7,10 +7,10 @@
  *
  * The pick script reads the entry layout of entry.c (the fixed head, then
  * after the body the sections, tag 3 holding namespace and model); a value
- * it cannot read is left alone and counted, never deleted by a filter. Its
- * reply is checked before use (pc_store.h, and pick_reply_ok here for the
- * command): positions, not key names, so nothing Redis sends is trusted as
- * a key.
+ * it cannot read (or a key of another type) is left alone and counted,
+ * never deleted by a filter. Its reply is checked before use (pc_store.h,
+ * and pick_reply_ok here for the command): positions, not key names, so
+ * nothing Redis sends is trusted as a key.
  */
 #include "pc_purge.h"
 #include "pc_cluster.h"
@@ -80,7 +80,9 @@ static const char pick_script[] =
     "end\n"
     "local out = {0}\n"
     "for i = 1, #KEYS, 2 do\n"
-    "  local h = redis.call('GETRANGE', KEYS[i], 0, 46)\n"
+    "  -- a key of another type (a WRONGTYPE error) is unreadable, not the end of the batch\n"
+    "  local h = redis.pcall('GETRANGE', KEYS[i], 0, 46)\n"
+    "  if type(h) ~= 'string' then h = '?' end\n"
     "  local fmt = #h == 47 and string.sub(h, 1, 3) == 'PCE' and string.byte(h, 4) or 0\n"
     "  if #h == 0 then\n"
     "  elseif fmt ~= 1 and fmt ~= 2 then out[1] = out[1] + 1\n"

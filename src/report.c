@@ -188,6 +188,12 @@ static void money_of(enum tally_metric m, int64_t count, const struct price *pr,
     case TALLY_own_completion_tokens:
         d->own = n * pr->output;
         break;
+    case TALLY_explore_prompt_tokens:
+        d->explore = n * pr->input;
+        break;
+    case TALLY_explore_completion_tokens:
+        d->explore = n * pr->output;
+        break;
     default:
         break;
     }
@@ -211,6 +217,8 @@ static bool priced_metric(enum tally_metric m)
     case TALLY_upstream_completion_tokens:
     case TALLY_own_prompt_tokens:
     case TALLY_own_completion_tokens:
+    case TALLY_explore_prompt_tokens:
+    case TALLY_explore_completion_tokens:
         return true;
     default:
         return false;
@@ -225,6 +233,7 @@ static void money_add(struct report_money *sum, const struct report_money *d)
     sum->cache_saving += d->cache_saving;
     sum->write_premium += d->write_premium;
     sum->own += d->own;
+    sum->explore += d->explore;
 }
 
 double report_net_saved(const struct report_row *row)
@@ -388,6 +397,7 @@ static void utc(int64_t ms, const char *fmt, char *out, size_t outlen)
     X(provider_cache_saved, row->money.cache_saving)                   \
     X(provider_cache_write_premium, row->money.write_premium)          \
     X(own_calls_cost, row->money.own)                                  \
+    X(explore_cost, row->money.explore)                                \
     X(net_saved, report_net_saved(row))                                \
     X(cost_per_1k_requests, report_cost_per_1k(row, true))             \
     X(cost_per_1k_requests_without_cache, report_cost_per_1k(row, false))
@@ -643,6 +653,32 @@ static void table_summary(const struct report *r, struct pc_buf *out)
     }
 }
 
+/* The semantic error bound (semantic-max-error): its comparisons, what they found and cost. */
+static void table_bound(const struct report *r, struct pc_buf *out)
+{
+    const int64_t *v = r->total.v;
+    if (v[TALLY_semantic_compared] <= 0)
+        return;
+    int64_t n = v[TALLY_semantic_compared], x = v[TALLY_semantic_explored];
+    pc_buf_printf(out,
+                  "\nsemantic error bound    %lld answers compared with a held-back candidate, "
+                  "%lld differed (%.1f%%)\n",
+                  (long long)n, (long long)v[TALLY_semantic_disagreed],
+                  100.0 * (double)v[TALLY_semantic_disagreed] / (double)n);
+    pc_buf_printf(out, "  explored              %lld allowed candidates sent upstream to verify",
+                  (long long)x);
+    if (x > 0)
+        pc_buf_printf(out, ", %lld differed (%.2f%%: the observed error of the hits allowed)",
+                      (long long)v[TALLY_semantic_explored_disagreed],
+                      100.0 * (double)v[TALLY_semantic_explored_disagreed] / (double)x);
+    pc_buf_printf(out, "\n  exploration cost      %lld prompt + %lld completion tokens",
+                  (long long)v[TALLY_explore_prompt_tokens],
+                  (long long)v[TALLY_explore_completion_tokens]);
+    if (r->prices != NULL)
+        pc_buf_printf(out, ", %.6f %s", r->total.money.explore, report_currency(r));
+    pc_buf_append_char(out, '\n');
+}
+
 static void render_table(const struct report *r, struct pc_buf *out)
 {
     char from[32], to[32];
@@ -671,6 +707,7 @@ static void render_table(const struct report *r, struct pc_buf *out)
     table_rows(r, &r->models, "by model", width, true, out);
     table_rows(r, &r->tenants, "by tenant", width, false, out);
     table_summary(r, out);
+    table_bound(r, out);
     if (r->prices == NULL)
         pc_buf_append_str(out, "\n(no prices: set `pricing` to report money saved)\n");
     else if (r->total.unpriced)

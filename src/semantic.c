@@ -26,6 +26,10 @@
  *   VERIFY  below semantic-sure-threshold and a verifier configured: ask it;
  *     │     anything but yes ─▶ next candidate
  *     ▼
+ *   BOUND   with semantic-max-error (pc_bound.h; its reads go with FETCH):
+ *     │     serve, or a miss carrying a probe (the candidate's answer, to be
+ *     │     compared with the fresh one), or the next candidate
+ *     ▼
  *   HIT     the entry (copied out of the Redis reply) to the callback
  *
  * A put: the vector (from the lookup, or embedded now on the pool) and the
@@ -46,6 +50,7 @@
  * only marks it (op->cancelled) and the job's done callback frees it.
  */
 #include "pc_semantic.h"
+#include "pc_bound.h"
 #include "pc_breaker.h"
 #include "pc_conf.h"
 #include "pc_embed.h"
@@ -65,6 +70,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,6 +82,7 @@
 #define PORT_MAGIC     0x53504f52u /* "SPOR" */
 #define SOP_MAGIC      0x534f5031u /* "SOP1" */
 #define SPUT_MAGIC     0x53505554u /* "SPUT" */
+#define PAIR_MAGIC     0x53504152u /* "SPAR" */
 
 #define SEMANTIC_K          4    /* candidates examined per lookup */
 #define SEMANTIC_POOL_QUEUE 4096 /* jobs waiting for a pool thread before lookups are shed */
@@ -113,6 +120,7 @@ struct semantic {
     struct vindex *vx;  /* NULL until the dimension is known (remote embedder) */
     struct vsync *sync;
     struct follow *follow; /* the process's stream follower (NULL: none) */
+    struct bound *bound;   /* semantic-max-error; NULL when off */
 };
 
 struct semantic_port {
@@ -122,8 +130,9 @@ struct semantic_port {
     struct store *store;
     struct stats *st;
     struct pool_port *pport;
-    struct rembed *rembed; /* embedder openai */
-    struct verify *verify; /* semantic-verify-url */
+    struct rembed *rembed;    /* embedder openai */
+    struct verify *verify;    /* semantic-verify-url */
+    struct bound_port *bport; /* semantic-max-error */
 };
 
 enum sop_state {
@@ -169,7 +178,13 @@ struct semantic_op {
     struct pc_buf entry_buf; /* the candidate's entry bytes (the hit points into them) */
     struct entry entry;
     char *cand_text;
+    int64_t cand_expires_ms; /* from its vector record */
     struct verify_op *vop;
+
+    /* The error bound (semantic-max-error): its reads, and a probe for the caller. */
+    struct bound_view *bview;
+    int expect; /* replies awaited for the candidate */
+    struct bound_probe *probe;
 };
 
 /* A put waiting for its vector from the pool. */
@@ -203,6 +218,13 @@ struct semantic_vec *semantic_vec_take(struct semantic_result *r)
 void semantic_vec_free(struct semantic_vec **v)
 {
     PC_FREE(v);
+}
+
+struct bound_probe *semantic_probe_take(struct semantic_result *r)
+{
+    struct bound_probe *p = r->probe;
+    r->probe = NULL;
+    return p;
 }
 
 /* ---- the process's part ------------------------------------------------------- */
@@ -412,6 +434,7 @@ struct semantic *semantic_create(const struct conf *c, struct stats *st, char *e
         snprintf(err, errlen, "cannot start the semantic cache's threads");
         goto fail;
     }
+    s->bound = bound_create(c, s->space);
     int dim = s->emb != NULL ? embed_dim(s->emb) : discover_dim(s);
     if (dim > 0 && index_for(s, dim) == NULL) {
         snprintf(err, errlen, "cannot create the vector index");
@@ -457,6 +480,7 @@ void semantic_destroy(struct semantic **sp)
     pool_destroy(&s->pool);
     vindex_destroy(&s->vx);
     embed_destroy(&s->emb);
+    bound_destroy(&s->bound);
     breaker_destroy(&s->brk);
     pthread_mutex_destroy(&s->mu);
     free(s->row); /* the registry is emptied right after (server_teardown) */
@@ -491,6 +515,152 @@ void semantic_render_json(struct semantic *s, struct pc_buf *out)
     if (s->brk != NULL)
         pc_buf_printf(out, ",\"embedder_breaker\":\"%s\"",
                       breaker_state_name(breaker_state(s->brk)));
+    bound_render_json(s->bound, out);
+}
+
+void semantic_render_prometheus(struct semantic *s, struct pc_buf *out)
+{
+    bound_render_prometheus(s->bound, out);
+}
+
+/* ---- two answers' cosine (the error bound's embedding comparator) ------------------ */
+
+/*
+ * Both texts embedded with the configured embedder: a pool job for a local
+ * one (then owned by the job while it runs, as lookups are), two requests to
+ * the remote one. The callback never runs before pair_start returns.
+ */
+struct spair {
+    unsigned magic;
+    struct semantic_port *p;
+    bound_cos_fn *cb;
+    void *arg;
+    char *text[2];
+    struct semantic_vec *vec[2];
+    struct rembed_req *rreq[2];
+    bool in_pool, cancelled;
+};
+
+static void pair_free(struct spair *sp)
+{
+    for (int i = 0; i < 2; i++) {
+        rembed_cancel(&sp->rreq[i]);
+        free(sp->text[i]);
+        semantic_vec_free(&sp->vec[i]);
+    }
+    sp->magic = 0;
+    free(sp);
+}
+
+static double pair_cosine(const struct spair *sp)
+{
+    if (sp->vec[0] == NULL || sp->vec[1] == NULL || sp->vec[0]->dim != sp->vec[1]->dim)
+        return NAN;
+    return embed_dot(sp->vec[0]->v, sp->vec[1]->v, sp->vec[0]->dim);
+}
+
+static void pair_end(struct spair *sp)
+{
+    bound_cos_fn *cb = sp->cb;
+    void *arg = sp->arg;
+    double cos = pair_cosine(sp);
+    pair_free(sp);
+    cb(arg, cos);
+}
+
+static void work_embed_pair(void *arg)
+{
+    struct spair *sp = arg;
+    struct embedder *emb = sp->p->s->emb;
+    for (int i = 0; i < 2; i++) {
+        struct semantic_vec *v = vec_new(embed_dim(emb));
+        if (embed_text(emb, sp->text[i], strlen(sp->text[i]), v->v) == 0)
+            sp->vec[i] = v;
+        else
+            free(v);
+    }
+}
+
+static void done_embed_pair(void *arg, bool ran)
+{
+    struct spair *sp = arg;
+    PC_CHECK_OBJ(sp, PAIR_MAGIC);
+    sp->in_pool = false;
+    if (sp->cancelled) {
+        pair_free(sp);
+        return;
+    }
+    if (!ran) /* handed back at shutdown: no cosine */
+        semantic_vec_free(&sp->vec[0]);
+    pair_end(sp);
+}
+
+static void on_pair_vec(struct spair *sp, int i, const float *vec, int dim)
+{
+    sp->rreq[i] = NULL;
+    if (vec != NULL) {
+        sp->vec[i] = vec_new(dim);
+        memcpy(sp->vec[i]->v, vec, (size_t)dim * sizeof(float));
+    }
+    if (sp->rreq[0] == NULL && sp->rreq[1] == NULL)
+        pair_end(sp);
+}
+
+static void on_pair_vec0(void *arg, const float *vec, int dim)
+{
+    struct spair *sp = arg;
+    PC_CHECK_OBJ(sp, PAIR_MAGIC);
+    on_pair_vec(sp, 0, vec, dim);
+}
+
+static void on_pair_vec1(void *arg, const float *vec, int dim)
+{
+    struct spair *sp = arg;
+    PC_CHECK_OBJ(sp, PAIR_MAGIC);
+    on_pair_vec(sp, 1, vec, dim);
+}
+
+static void *pair_start(void *ctx, const char *a, const char *b, bound_cos_fn *cb, void *arg)
+{
+    struct semantic_port *p = ctx;
+    PC_CHECK_OBJ(p, PORT_MAGIC);
+    struct spair *sp = pc_calloc(1, sizeof(*sp));
+    sp->magic = PAIR_MAGIC;
+    sp->p = p;
+    sp->cb = cb;
+    sp->arg = arg;
+    sp->text[0] = pc_strdup(a);
+    sp->text[1] = pc_strdup(b);
+    if (p->rembed == NULL) {
+        sp->in_pool = true;
+        if (pool_submit(p->s->pool, p->pport, work_embed_pair, done_embed_pair, sp) == 0)
+            return sp;
+        pair_free(sp);
+        return NULL;
+    }
+    sp->rreq[0] =
+        rembed_submit(p->rembed, sp->text[0], strlen(sp->text[0]), false, on_pair_vec0, sp);
+    sp->rreq[1] =
+        rembed_submit(p->rembed, sp->text[1], strlen(sp->text[1]), false, on_pair_vec1, sp);
+    if (sp->rreq[0] == NULL || sp->rreq[1] == NULL) {
+        pair_free(sp);
+        return NULL;
+    }
+    return sp;
+}
+
+static void pair_cancel(void **handle)
+{
+    struct spair *sp = *handle;
+    *handle = NULL;
+    if (sp == NULL)
+        return;
+    PC_CHECK_OBJ(sp, PAIR_MAGIC);
+    if (sp->in_pool) {
+        sp->cancelled = true; /* freed when the job comes back */
+        return;
+    }
+    pair_free(sp);
 }
 
 /* ---- ports ------------------------------------------------------------------ */
@@ -511,7 +681,14 @@ struct semantic_port *semantic_port_create(struct semantic *s, struct event_base
     if (s->conf->embedder == EMBEDDER_OPENAI)
         p->rembed = rembed_create(s->conf, base, up, st, s->brk);
     p->verify = verify_create(s->conf, base, up, st);
+    static const struct bound_pair_ops pair_ops = {pair_start, pair_cancel};
+    p->bport = bound_port_create(s->bound, store, st, p->verify, &pair_ops, p);
     return p;
+}
+
+struct bound_port *semantic_bound_port(struct semantic_port *p)
+{
+    return p != NULL ? p->bport : NULL;
 }
 
 void semantic_port_destroy(struct semantic_port **pp)
@@ -523,6 +700,7 @@ void semantic_port_destroy(struct semantic_port **pp)
     PC_CHECK_OBJ(p, PORT_MAGIC);
     pool_port_destroy(&p->pport); /* jobs still owed finish here, freeing their ops */
     rembed_destroy(&p->rembed);
+    bound_port_destroy(&p->bport);
     verify_destroy(&p->verify);
     p->magic = 0;
     free(p);
@@ -605,6 +783,8 @@ static void op_free(struct semantic_op *op)
     store_cancel(&op->get_rec);
     rembed_cancel(&op->rreq);
     verify_cancel(&op->vop);
+    bound_view_free(&op->bview);
+    bound_probe_unref(&op->probe);
     if (op->deadline != NULL)
         event_free(op->deadline);
     semantic_vec_free(&op->vec);
@@ -615,16 +795,19 @@ static void op_free(struct semantic_op *op)
     free(op);
 }
 
-/* Tell the caller (hit: entry set, stored under key) and free the op. */
+/* Tell the caller (hit: entry set, stored under key; a miss may carry a probe) and free the op. */
 static void op_finish(struct semantic_op *op, const struct entry *hit, const unsigned char *key,
                       double sim)
 {
-    struct semantic_result res = {.entry = hit, .exact = key, .similarity = sim, .vec = op->vec};
+    struct semantic_result res = {
+        .entry = hit, .exact = key, .similarity = sim, .vec = op->vec, .probe = op->probe};
     op->vec = NULL;
+    op->probe = NULL;
     semantic_fn *cb = op->cb;
     void *arg = op->arg;
     cb(arg, &res);
-    semantic_vec_free(&res.vec); /* unless the caller took it */
+    semantic_vec_free(&res.vec); /* unless the caller took them */
+    bound_probe_unref(&res.probe);
     op_free(op);
 }
 
@@ -646,13 +829,42 @@ static void drop_candidate(struct semantic_op *op, const struct vindex_hit *hit)
         vindex_remove(vx, hit->key);
 }
 
+/*
+ * The candidate passed the guards (and the verifier): a hit, unless the error
+ * bound says otherwise - then a miss with a probe (compared once the fresh
+ * answer is in), or, for an entry found wrong at this similarity before, the
+ * next candidate.
+ */
+static void candidate_accept(struct semantic_op *op, const struct vindex_hit *hit)
+{
+    if (op->bview == NULL) {
+        op_finish(op, &op->entry, hit->key, hit->similarity);
+        return;
+    }
+    struct bound_decision d;
+    bound_view_decide(op->bview, hit->similarity, &d);
+    if (d.verdict == BOUND_SERVE) {
+        op_finish(op, &op->entry, hit->key, hit->similarity);
+        return;
+    }
+    if (d.verdict == BOUND_SKIP) {
+        next_candidate(op);
+        return;
+    }
+    char tenant[TENANT_ID_LEN + 1];
+    tenant_hex(hit->tenant, tenant);
+    op->probe = bound_probe_create(op->bview, &d, hit->similarity, &op->entry, tenant, hit->key,
+                                   op->cand_expires_ms);
+    op_miss(op);
+}
+
 static void on_verified(void *arg, enum verify_answer a)
 {
     struct semantic_op *op = arg;
     PC_CHECK_OBJ(op, SOP_MAGIC);
     op->vop = NULL;
     if (a == VERIFY_YES)
-        op_finish(op, &op->entry, op->hits[op->next - 1].key, op->hits[op->next - 1].similarity);
+        candidate_accept(op, &op->hits[op->next - 1]);
     else
         next_candidate(op);
 }
@@ -686,7 +898,7 @@ static void examine_candidate(struct semantic_op *op)
             next_candidate(op);
         return;
     }
-    op_finish(op, &op->entry, hit->key, hit->similarity);
+    candidate_accept(op, hit);
 }
 
 static void on_entry(void *arg, enum store_status st, const char *val, size_t len)
@@ -704,7 +916,7 @@ static void on_entry(void *arg, enum store_status st, const char *val, size_t le
                        e->endpoint == op->endpoint &&
                        (op->max_age_ms < 0 || entry_age_ms(e) <= op->max_age_ms);
     }
-    if (++op->replies == 2)
+    if (++op->replies == op->expect)
         examine_candidate(op);
 }
 
@@ -725,10 +937,20 @@ static void on_record(void *arg, enum store_status st, const char *val, size_t l
         memcmp(rec.partition, op->partition, PC_SHA256_LEN) == 0 &&
         strcmp(rec.space, op->p->s->space) == 0) {
         op->cand_text = pc_strndup(rec.text, rec.text_len);
+        op->cand_expires_ms = rec.expires_ms;
         op->rec_ok = true;
     }
     free(scratch);
-    if (++op->replies == 2)
+    if (++op->replies == op->expect)
+        examine_candidate(op);
+}
+
+/* The error bound's reads for the candidate are in. */
+static void on_bound_read(void *arg)
+{
+    struct semantic_op *op = arg;
+    PC_CHECK_OBJ(op, SOP_MAGIC);
+    if (++op->replies == op->expect)
         examine_candidate(op);
 }
 
@@ -748,13 +970,18 @@ static void next_candidate(struct semantic_op *op)
     op->state = SOP_FETCH;
     op->replies = 0;
     op->unread = false;
+    op->expect = 2;
     op->get_entry = store_get(op->p->store, ekey, strlen(ekey), on_entry, op);
     op->get_rec = store_get(op->p->store, vkey, strlen(vkey), on_record, op);
     if (op->get_entry == NULL || op->get_rec == NULL) {
         store_cancel(&op->get_entry);
         store_cancel(&op->get_rec);
         op_miss(op); /* Redis went away: nothing more to try */
+        return;
     }
+    /* Last: a read that fails at once leaves the bound without counts (it withholds). */
+    if (op->bview != NULL)
+        op->expect += bound_view_fetch(op->bview, tenant, hit->key, on_bound_read, op);
 }
 
 /* ---- lookups: embedding and search -------------------------------------------- */
@@ -892,6 +1119,7 @@ struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semant
     op->text = pc_strdup(q->text);
     op->max_age_ms = q->max_age_ms;
     op->threshold = q->threshold >= 0 ? q->threshold : semantic_default_threshold(p->s);
+    op->bview = bound_view_create(p->bport, op->partition);
     stats_incr(p->st, STAT_semantic_lookups);
     op->deadline = event_new(p->base, -1, 0, on_deadline, op);
     bool started;

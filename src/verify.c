@@ -67,24 +67,27 @@ static void append_text(struct pc_buf *b, const char *s)
     pc_buf_json_str(b, s, n);
 }
 
-void verify_body(const char *model, const char *a, const char *b, char **out, size_t *len)
+/* A one-word question about a and b, as a chat completions body. */
+static void question_body(const char *model, const char *system, const char *label_a, const char *a,
+                          const char *label_b, const char *b, char **out, size_t *len)
 {
     struct pc_buf body = PC_BUF_INIT;
     pc_buf_append_str(&body, "{\"model\":");
     pc_buf_json_str(&body, model, strlen(model));
     pc_buf_append_str(&body, ",\"temperature\":0,\"max_tokens\":1,\"messages\":["
-                             "{\"role\":\"system\",\"content\":\"Do requests A and B ask an AI "
-                             "assistant for the same thing, so that one answer fits both? Reply "
-                             "with one word: yes or no.\"},{\"role\":\"user\",\"content\":");
+                             "{\"role\":\"system\",\"content\":");
+    pc_buf_json_str(&body, system, strlen(system));
+    pc_buf_append_str(&body, "},{\"role\":\"user\",\"content\":");
     /* Each text capped on its own, so a long A cannot push B out. */
     struct pc_buf u = PC_BUF_INIT;
-    pc_buf_append_str(&u, "Request A: ");
+    pc_buf_append_str(&u, label_a);
     struct pc_buf ja = PC_BUF_INIT, jb = PC_BUF_INIT;
     append_text(&ja, a);
     append_text(&jb, b);
     /* ja/jb are JSON strings with quotes: splice their insides. */
     pc_buf_append(&u, ja.data + 1, ja.len - 2);
-    pc_buf_append_str(&u, "\\nRequest B: ");
+    pc_buf_append_str(&u, "\\n");
+    pc_buf_append_str(&u, label_b);
     pc_buf_append(&u, jb.data + 1, jb.len - 2);
     pc_buf_append_char(&body, '"');
     pc_buf_append(&body, u.data, u.len);
@@ -94,6 +97,23 @@ void verify_body(const char *model, const char *a, const char *b, char **out, si
     pc_buf_free(&u);
     *len = body.len;
     *out = pc_buf_cstr(&body);
+}
+
+void verify_body(const char *model, const char *a, const char *b, char **out, size_t *len)
+{
+    question_body(model,
+                  "Do requests A and B ask an AI assistant for the same thing, so that one answer "
+                  "fits both? Reply with one word: yes or no.",
+                  "Request A: ", a, "Request B: ", b, out, len);
+}
+
+void verify_answers_body(const char *model, const char *a, const char *b, char **out, size_t *len)
+{
+    question_body(model,
+                  "Do answers A and B, given by an AI assistant to the same request, say the same "
+                  "thing, so that either one is a right answer where the other is? Reply with one "
+                  "word: yes or no.",
+                  "Answer A: ", a, "Answer B: ", b, out, len);
 }
 
 enum verify_answer verify_parse(const char *content)
@@ -194,13 +214,9 @@ static void on_answer(void *arg, int status, const cJSON *json, const char *err)
     cb(cbarg, a);
 }
 
-struct verify_op *verify_ask(struct verify *v, const char *a, const char *b, verify_fn *cb,
-                             void *arg)
+/* Ask the question in body (freed here). */
+static struct verify_op *ask(struct verify *v, char *body, size_t len, verify_fn *cb, void *arg)
 {
-    PC_CHECK_OBJ(v, VERIFY_MAGIC);
-    char *body = NULL;
-    size_t len = 0;
-    verify_body(v->model, a, b, &body, &len);
     struct verify_op *op = pc_calloc(1, sizeof(*op));
     op->magic = VERIFY_OP_MAGIC;
     op->v = v;
@@ -226,6 +242,26 @@ struct verify_op *verify_ask(struct verify *v, const char *a, const char *b, ver
         return NULL;
     }
     return op;
+}
+
+struct verify_op *verify_ask(struct verify *v, const char *a, const char *b, verify_fn *cb,
+                             void *arg)
+{
+    PC_CHECK_OBJ(v, VERIFY_MAGIC);
+    char *body = NULL;
+    size_t len = 0;
+    verify_body(v->model, a, b, &body, &len);
+    return ask(v, body, len, cb, arg);
+}
+
+struct verify_op *verify_ask_answers(struct verify *v, const char *a, const char *b, verify_fn *cb,
+                                     void *arg)
+{
+    PC_CHECK_OBJ(v, VERIFY_MAGIC);
+    char *body = NULL;
+    size_t len = 0;
+    verify_answers_body(v->model, a, b, &body, &len);
+    return ask(v, body, len, cb, arg);
 }
 
 void verify_cancel(struct verify_op **opp)

@@ -59,7 +59,7 @@ function conversation(topic) {
 }
 
 function proxyArgs() {
-    return ['--upstream-type', 'vllm', '--semantic', 'yes', '--embedder', 'openai',
+    return ['--upstream-type', 'vllm', '--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
         '--embedder-url', sem.url, '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9',
         '--admin-token', ADMIN_TOKEN];
 }

@@ -103,7 +103,7 @@ async function withEmbedder(mode, fn) {
 }
 
 function start(emb, extra) {
-    return env.startProxy({args: ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', emb.url,
+    return env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai', '--embedder-url', emb.url,
         '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9', '--embedder-timeout', '200',
         '--log-level', 'info', ...extra]});
 }

@@ -22,7 +22,7 @@ let enc = null;
 let proxy = null;
 
 /* The proxy's options for the encoder; a generous embedder-timeout keeps hits from being shed under ASan. */
-const encArgs = (extra = []) => ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', enc.url,
+const encArgs = (extra = []) => ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai', '--embedder-url', enc.url,
     '--embedder-model', MODEL, '--embedder-timeout', '5000', ...extra];
 
 const chat = (text) => h.chatBody(text);
@@ -124,7 +124,7 @@ h.test('the encoder speaks OpenAI\'s embeddings API with unit vectors of meaning
 });
 
 h.test('a paraphrase hits by meaning at the default threshold; the builtin embedder misses it', async () => {
-    const builtin = await env.startProxy({args: ['--semantic', 'yes', '--embedder', 'builtin']});
+    const builtin = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'builtin']});
     const st = await proxy.stats();
     assert.equal(st.semantic_space, `openai:${MODEL}`);
     assert.equal(st.semantic_threshold, 0.92, 'semantic-threshold auto with embedder openai');
@@ -158,6 +158,19 @@ const COUNTERFEITS = [
     ['How do I sort a list in ascending order in Python?', 'How do I sort a list in descending order in Python?',
         'antonyms'],
 ];
+
+h.test('a blank last turn is never sent to the encoder (it refuses empty input), and the exact cache serves it', async () => {
+    const ns = space('blank');
+    for (const blank of ['', '  \n\t ']) {
+        const before = await proxy.stats();
+        const first = await proxy.post(CHAT, chat(blank), ns);
+        assertMiss(first);
+        h.assertHit(await proxy.post(CHAT, chat(blank), ns));
+        const after = await proxy.stats();
+        assert.equal(after.semantic_embed_errors, before.semantic_embed_errors, 'no embedding refused');
+        assert.equal(after.semantic_lookups, before.semantic_lookups, 'no lookup by meaning');
+    }
+});
 
 h.test('the guards reject look-alikes the encoder puts above the threshold', async () => {
     const threshold = (await proxy.stats()).semantic_threshold;

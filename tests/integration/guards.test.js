@@ -44,7 +44,7 @@ const ALL_GUARDS = ['numbers', 'negation', 'entities', 'antonyms', 'dates', 'len
     'question', 'extra', 'swap', 'symbols', 'particles', 'wordnet', 'affixes', 'intent', 'verbs', 'rank'];
 
 async function startBuiltin(guards) {
-    const args = ['--semantic', 'yes', '--embedder', 'builtin'];
+    const args = ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'builtin'];
     for (const g of guards)
         args.push('--semantic-guards', g);
     const p = await env.startProxy({args});

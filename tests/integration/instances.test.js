@@ -48,7 +48,7 @@ h.test('set up: three instances, one Redis, three vLLM replicas, one embedder', 
     for (let i = 0; i < 3; i++)
         reps.push(await startVllmMock({name: `v${i}`, usPerToken: 0, usPerOutputToken: 0}));
     const start = () => env.startProxy({upstream: reps.map((r) => r.url), workers: 2,
-        args: ['--upstream-type', 'vllm', '--semantic', 'yes', '--embedder', 'openai',
+        args: ['--upstream-type', 'vllm', '--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
             '--embedder-url', sem.url, '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9']});
     [A, B, C] = [await start(), await start(), await start()];
     /* With a remote embedder, an instance's vector index (and its reader of the stream)

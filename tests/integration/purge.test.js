@@ -12,7 +12,7 @@ const assert = require('node:assert/strict');
 const h = require('./lib');
 
 const ADMIN_TOKEN = 'admin-token-for-purge';
-const ARGS = ['--admin-token', ADMIN_TOKEN, '--semantic', 'yes', '--embedder', 'hash'];
+const ARGS = ['--admin-token', ADMIN_TOKEN, '--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'hash'];
 const env = h.environment({proxy: false});
 const CHAT = '/v1/chat/completions';
 const ID = /^[0-9a-f]{80}$/;
@@ -230,6 +230,40 @@ h.test('a value that does not read as an entry is left alone and counted', async
     assert.deepEqual(await env.redis.keys(key.replace(/[{}]/g, '\\$&')), [key]);
     assert.ok((await A.stats()).cache_corrupt > s0.cache_corrupt, 'counted in cache_corrupt');
     await env.redis.command('DEL', key);
+});
+
+/*
+ * Another writer's key of another type under the entry prefix (a hash, a
+ * list): the pick script's GETRANGE on it is a WRONGTYPE error, which failed
+ * the whole EVAL, so every targeted delete answered 503 and deleted nothing
+ * past it, from the API and the command line alike.
+ */
+h.test('a key of another type among the entries is left alone and counted; the delete goes on', async () => {
+    const ns = h.uniq('wrongtype').replace(/\W/g, '-');
+    const hdr = {'x-cache-namespace': ns};
+    const body = question('wrong type');
+    await store(A, body, hdr);
+    const tenant = 'feedfacefeedfac0';
+    const hash = `pc:2:e:{${tenant}:${'3'.repeat(64)}}`;
+    const list = `pc:2:e:{${tenant}:${'4'.repeat(64)}}`;
+    await env.redis.command('HSET', hash, 'not', 'an entry');
+    await env.redis.command('RPUSH', list, 'not an entry');
+    try {
+        const s0 = await A.stats();
+        const r = await del(A, `/admin/cache?namespace=${ns}`);
+        assert.equal(r.status, 200, r.text);
+        assert.deepEqual(r.json, {deleted: 1});
+        await assertGone(A, body, hdr);
+        assert.ok((await A.stats()).cache_corrupt >= s0.cache_corrupt + 2, 'counted in cache_corrupt');
+        await store(A, body, hdr);
+        const cli = await purge(['--namespace', ns]);
+        assert.equal(cli.code, 0, cli.output);
+        assert.match(cli.stdout, /^deleted 1 entry$/m);
+        assert.match(cli.stdout, /left alone: 2 values that did not read as an entry/);
+        assert.deepEqual((await env.redis.keys(`pc:2:e:{${tenant}:*`)).sort(), [hash, list].sort());
+    } finally {
+        await env.redis.command('DEL', hash, list);
+    }
 });
 
 /*

@@ -42,7 +42,7 @@ async function connectionsOf(user) {
 }
 
 function semArgs() {
-    return ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', sem.url,
+    return ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai', '--embedder-url', sem.url,
         '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9'];
 }
 

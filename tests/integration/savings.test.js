@@ -405,7 +405,7 @@ h.test('semantic hits: money saved by meaning; the embedder calls are priced and
     fs.writeFileSync(list, JSON.stringify({models: {
         'gpt-4o-mini': {input: 0.15, cache_read: 0.075, output: 0.6}, 'mock-embed': {input: 20}}}));
     try {
-        const p = await env.startProxy({args: ['--pricing', list, '--semantic', 'yes',
+        const p = await env.startProxy({args: ['--pricing', list, '--semantic', 'yes', '--semantic-max-error', 'off',
             '--embedder', 'openai', '--embedder-url', sem.url, '--embedder-model', 'mock-embed',
             '--semantic-threshold', '0.9']});
         const t = h.uniq('sem').split(' ')[1];

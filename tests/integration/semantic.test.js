@@ -21,7 +21,7 @@ let sem = null;
 let proxy = null;
 
 function semArgs(extra = []) {
-    return ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', sem.url,
+    return ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai', '--embedder-url', sem.url,
         '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9', ...extra];
 }
 
@@ -251,7 +251,7 @@ h.test('two instances on one Redis share semantic hits', async () => {
 
 h.test('an embedder that is down or slow never fails or holds a request', async () => {
     const deadPort = await h.freePort();
-    const down = await env.startProxy({args: ['--semantic', 'yes', '--embedder', 'openai',
+    const down = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
         '--embedder-url', `http://127.0.0.1:${deadPort}`, '--embedder-timeout', '200']});
     const t = tag();
     assertMiss(await down.post(CHAT, chat(`dead embedder ${t}`)));
@@ -266,7 +266,7 @@ h.test('an embedder that is down or slow never fails or holds a request', async 
         sock.on('error', () => {});
     });
     await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
-    const p = await env.startProxy({args: ['--semantic', 'yes', '--embedder', 'openai',
+    const p = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
         '--embedder-url', `http://127.0.0.1:${silent.address().port}`, '--embedder-timeout', '200']});
     /* The answer comes although the embedder never does: the lookup gave up at embedder-timeout. */
     assertMiss(await p.post(CHAT, chat(`slow embedder ${tag()}`)));
@@ -310,7 +310,7 @@ h.test('the verifier decides grey-zone candidates: no is a miss, yes a hit', asy
 
 h.test('the built-in embedders catch rewordings with their default thresholds', async () => {
     for (const embedder of ['hash', 'builtin']) {
-        const p = await env.startProxy({args: ['--semantic', 'yes', '--embedder', embedder]});
+        const p = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', embedder]});
         const t = tag();
         /* The index is rebuilt from Redis first; then the miss's vector must be in it (a
          * slow embed, as under ASan, is finished by the pool after the answer is sent). */

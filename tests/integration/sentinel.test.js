@@ -53,7 +53,7 @@ function conversation(topic, n) {
 }
 
 function proxyArgs() {
-    return ['--upstream-type', 'vllm', '--semantic', 'yes', '--embedder', 'openai',
+    return ['--upstream-type', 'vllm', '--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
         '--embedder-url', sem.url, '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9'];
 }
 

@@ -80,7 +80,7 @@ h.test('SIGTERM exits 0 while Redis is frozen: no thread waits out a blocked rea
      * those reads off (as it ended them after up to a second each on a live Redis): the
      * process exits 0 long before, with Redis still frozen.
      */
-    const proxy = await env.startProxy({args: ['--redis-timeout', '60000', '--semantic', 'yes',
+    const proxy = await env.startProxy({args: ['--redis-timeout', '60000', '--semantic', 'yes', '--semantic-max-error', 'off',
         '--embedder', 'hash']});
     await h.waitFor(async () => {
         const st = await proxy.stats();

@@ -90,6 +90,20 @@ function answerText(seq, question, size) {
     return text;
 }
 
+/*
+ * An answer by meaning: the same text for every question of one meaning
+ * (the mock's by-meaning mode), so a cached answer is right for a question
+ * exactly when both carry the same meaning id.
+ */
+function meaningText(id, size) {
+    let text = `mock answer by meaning ${id}`;
+    if (size > text.length) {
+        const pad = FILLER.repeat(Math.ceil((size - text.length) / FILLER.length));
+        text = (text + pad).slice(0, size);
+    }
+    return text;
+}
+
 /* Cut text into n pieces of similar length, never inside a code point. */
 function splitPieces(text, n) {
     const chars = Array.from(text);
@@ -546,5 +560,5 @@ function errorAnswer(path, status, message) {
 
 module.exports = {
     ENDPOINTS, BIG_PIECE, errorAnswer, openaiError, modelList,
-    lastUserText, promptText, countTokens, answerText, embeddingVector,
+    lastUserText, promptText, countTokens, answerText, meaningText, embeddingVector,
 };

@@ -10,11 +10,13 @@
  *
  *   a chat completions endpoint playing the grey-zone verifier
  *   (POST /v1/chat/completions): it answers "yes" or "no" as `verdict` says
- *   (a function of the two requests it is shown), with usage.
+ *   (a function of the two requests it is shown), with usage; shown two
+ *   answers ("Answer A: ... Answer B: ...", the error bound's model
+ *   comparator) it answers as `judge` says (by default: yes when equal).
  *
  * Controls (properties, changed by tests): delayMs (before answering), fail
- * (answer 500), verdict(a, b) -> 'yes' | 'no' | other text. Bookkeeping:
- * embedCalls, embedInputs, verifyCalls, lastVerifyBody.
+ * (answer 500), verdict(a, b) and judge(a, b) -> 'yes' | 'no' | other text.
+ * Bookkeeping: embedCalls, embedInputs, verifyCalls, judgeCalls, lastVerifyBody.
  *
  * CLI: node tests/mock/semantic.js [--port N] prints "listening HOST:PORT".
  */
@@ -43,6 +45,8 @@ class SemanticMock {
         this.delayMs = 0;
         this.fail = false;
         this.verdict = () => 'yes';
+        this.judge = (a, b) => (a.trim() === b.trim() ? 'yes' : 'no');
+        this.judgeCalls = 0;
         this.embedCalls = 0;
         this.embedInputs = 0;
         this.verifyCalls = 0;
@@ -118,7 +122,10 @@ class SemanticMock {
         const user = body && body.messages && body.messages[body.messages.length - 1];
         const text = user ? String(user.content) : '';
         const m = /^Request A: ([\s\S]*)\nRequest B: ([\s\S]*)$/.exec(text);
-        const answer = m ? this.verdict(m[1], m[2]) : 'unclear';
+        const j = /^Answer A: ([\s\S]*)\nAnswer B: ([\s\S]*)$/.exec(text);
+        if (j)
+            this.judgeCalls++;
+        const answer = m ? this.verdict(m[1], m[2]) : j ? this.judge(j[1], j[2]) : 'unclear';
         this._send(res, 200, {
             id: 'chatcmpl-verify', object: 'chat.completion', model: body && body.model,
             choices: [{index: 0, message: {role: 'assistant', content: answer}, finish_reason: 'length'}],

@@ -37,10 +37,19 @@
  *                             Anthropic cache_read_input_tokens)
  *   x-mock-cache-write: N     usage: N more prompt tokens written to it (Anthropic
  *                             cache_creation_input_tokens; ignored for OpenAI)
+ *   x-mock-meaning: ID        answer by meaning (below): "mock answer by meaning ID"
  *   x-mock-stamp: 1           a stream's events each open with an SSE comment
  *                             ": t=NS", the machine's monotonic clock in ns when
  *                             the event was written (bench/lib/ttfb.js: the
  *                             delivery time of every chunk)
+ *
+ * By meaning (the error bound's tests and bench/semantic-bound): with
+ * mock.meaningOf set to a function (question, body) -> id (or null), or a
+ * request's x-mock-meaning header, the answer is "mock answer by meaning ID":
+ * the same for every question of one meaning, whatever the call, so a model
+ * that answers by meaning is played: two texts of a positive pair get one
+ * answer, others different ones. Questions without an id get the usual
+ * numbered answer. rec.meaning records the id used.
  *
  * Responses API state, as the provider keeps it: a response created with
  * "store" not false is remembered for the credential that created it, and a
@@ -68,7 +77,7 @@ const zlib = require('node:zlib');
 const {EventEmitter} = require('node:events');
 const {
     ENDPOINTS, BIG_PIECE, errorAnswer, openaiError, modelList,
-    lastUserText, promptText, countTokens, answerText, embeddingVector,
+    lastUserText, promptText, countTokens, answerText, meaningText, embeddingVector,
 } = require('./formats');
 
 const DEFAULT_CHUNKS = 4;
@@ -127,6 +136,7 @@ class Mock extends EventEmitter {
         this._holding = new Map(); /* id -> resolve functions of held responses */
         this._released = new Set(); /* ids released (possibly before their request came) */
         this._stored = new Map(); /* Responses API: stored response id -> credential */
+        this.meaningOf = null; /* by-meaning mode: (question, body) -> id or null */
         this.reset();
     }
 
@@ -362,7 +372,9 @@ class Mock extends EventEmitter {
     /* Everything a builder needs to know about one call. */
     _call(rec, controls) {
         const question = lastUserText(rec.body);
-        const text = answerText(rec.seq, question, controls.size);
+        rec.meaning = this._meaning(rec, question);
+        const text = rec.meaning !== null ? meaningText(rec.meaning, controls.size)
+            : answerText(rec.seq, question, controls.size);
         rec.answer = {length: text.length, sha256: crypto.createHash('sha256').update(text).digest('hex')};
         return {
             seq: rec.seq, body: rec.body, controls, question, text,
@@ -383,6 +395,15 @@ class Mock extends EventEmitter {
                 'anthropic-ratelimit-requests-remaining': String(10000 - rec.seq),
             },
         };
+    }
+
+    /* The meaning id of a question (x-mock-meaning, else mock.meaningOf), or null. */
+    _meaning(rec, question) {
+        const h = rec.headers['x-mock-meaning'];
+        if (h !== undefined && h !== '')
+            return String(h);
+        const id = this.meaningOf ? this.meaningOf(question, rec.body) : null;
+        return id === null || id === undefined ? null : String(id);
     }
 
     /* Write head and parts, applying hold, cut and chunk delays. */

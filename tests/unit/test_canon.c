@@ -704,7 +704,10 @@ static void test_last_user_text(void)
     T_CHECK(text_is(API_CHAT, "{\"model\":\"m\"}", NULL));
     T_CHECK(text_is(API_CHAT, CHAT("{\"role\":\"user\",\"content\":[]}", ""), NULL));
     T_CHECK(text_is(API_CHAT, CHAT("{\"role\":\"user\",\"content\":null}", ""), NULL));
-    T_CHECK(text_is(API_CHAT, CHAT("{\"role\":\"user\",\"content\":\"\"}", ""), ""));
+    /* White space alone is no text to match by meaning (embedding APIs refuse it). */
+    T_CHECK(text_is(API_CHAT, CHAT("{\"role\":\"user\",\"content\":\"\"}", ""), NULL));
+    T_CHECK(text_is(API_CHAT, CHAT("{\"role\":\"user\",\"content\":\" \\n\\t \"}", ""), NULL));
+    T_CHECK(text_is(API_CHAT, CHAT("{\"role\":\"user\",\"content\":\" ? \"}", ""), " ? "));
     T_CHECK(text_is(API_CHAT, CHAT("{\"role\":\"user\",\"content\":\"a\",\"content\":\"b\"}", ""),
                     "b"));
     /* A turn with an image (or any non-text part) has no text to match on. */

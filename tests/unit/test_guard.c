@@ -547,6 +547,42 @@ static void test_hostile_input(void)
     free(big);
 }
 
+/*
+ * A text is read as far as it is tokenized (pc_guard.h: capped like the
+ * embedder's, EMBED_MAX_TEXT): the head and the tail. A difference in the
+ * middle of a long text, even in symbols alone, is as invisible to the guards
+ * as it is to the embedder; one in the head or the tail is seen. The symbols
+ * guard used to read the whole middle too, so a run of symbols there cost
+ * every check time in the length of the text (on the worker's thread).
+ */
+static char *long_text(size_t n, const char *words, char middle, char end)
+{
+    char *t = malloc(n + 1);
+    size_t wl = strlen(words);
+    memcpy(t, words, wl);
+    for (size_t i = wl; i < n; i++)
+        t[i] = (i - wl) % 2 ? ' ' : '+';
+    t[n / 2] = middle;
+    t[n - 2] = end;
+    t[n] = '\0';
+    return t;
+}
+
+static void test_cap(void)
+{
+    size_t n = 64 * 1024;
+    const char *w = "how do I add two numbers in python";
+    char *a = long_text(n, w, '+', '+'), *b = long_text(n, w, '*', '+'),
+         *c = long_text(n, w, '+', '*');
+    T_CHECK_INT(guard_check(a, n, b, n, GUARD_ALL), GUARD__COUNT);
+    T_CHECK_INT(guard_check(b, n, a, n, GUARD_ALL), GUARD__COUNT);
+    T_CHECK_INT(guard_check(a, n, c, n, GUARD_ALL), GUARD_SYMBOLS);
+    T_CHECK_INT(guard_check(c, n, a, n, GUARD_ALL), GUARD_SYMBOLS);
+    free(a);
+    free(b);
+    free(c);
+}
+
 static void *guard_worker(void *p)
 {
     int *ok = p;
@@ -596,5 +632,6 @@ int main(void)
     T_RUN(test_pass_all);
     T_RUN(test_names_and_parse);
     T_RUN(test_hostile_input);
+    T_RUN(test_cap);
     T_DONE();
 }

@@ -1,0 +1,1200 @@
+/*
+ * bound.c - the semantic cache's error bound (see pc_bound.h). Owns the
+ * process's struct bound (settings, the last global counts any worker read,
+ * for /stats), each worker's struct bound_port (its random draws and the
+ * comparators' clients), each lookup's struct bound_view (the counts and
+ * marks read for it) and the probes and comparisons that follow a
+ * candidate that was not served.
+ *
+ *   lookup ─▶ candidate passed the guards
+ *               │ bound_view_fetch: GET marks (entry's tag), partition and global counts
+ *               ▼
+ *             bound_view_decide ── SERVE ─▶ hit
+ *               │          └────── SKIP ──▶ next candidate (entry found wrong here before)
+ *               ▼ EXPLORE (sampled) / WITHHOLD (not allowed yet)
+ *             bound_probe_create (the candidate's answer text) ─▶ miss: upstream
+ *               ▼
+ *   fresh answer stored ─▶ bound_compare (exact | embedding | model)
+ *               ▼
+ *             record: BITFIELD partition counts, BITFIELD global counts,
+ *                     SETBIT entry marks (when wrong); probe verdict for the header
+ *
+ * Nothing here blocks; Redis commands are the worker's store (pc_store.h),
+ * writes fire and forget. A view or comparison is cancelled by its owner.
+ */
+#include "pc_bound.h"
+#include "pc_conf.h"
+#include "pc_log.h"
+#include "pc_migrate.h"
+#include "pc_sse.h"
+#include "pc_stats.h"
+#include "pc_store.h"
+#include "pc_verify.h"
+
+#include <cjson/cJSON.h>
+
+#include <ctype.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define BOUND_MAGIC_OBJ 0x424e4450u /* "BNDP" */
+#define PORT_MAGIC      0x424e5054u /* "BNPT" */
+#define VIEW_MAGIC      0x424e5657u /* "BNVW" */
+#define PROBE_MAGIC     0x424e5052u /* "BNPR" */
+#define CMP_MAGIC       0x424e434du /* "BNCM" */
+
+/* Exploration drops to a quarter of the rate once the allowing region holds this many times
+ * the observations the bound needs at all: little known, more explored. */
+#define BOUND_WELL_KNOWN 20
+
+/* ---- figures ----------------------------------------------------------------- */
+
+int bound_bucket(double sim)
+{
+    if (!(sim > BOUND_SIM_MIN)) /* NaN too */
+        return 0;
+    int b = (int)floor((sim - BOUND_SIM_MIN) / BOUND_BUCKET_WIDTH + 1e-9);
+    return b >= BOUND_BUCKETS ? BOUND_BUCKETS - 1 : b;
+}
+
+double bound_bucket_floor(int b)
+{
+    return BOUND_SIM_MIN + b * BOUND_BUCKET_WIDTH;
+}
+
+/*
+ * The continued fraction of I_x(a, b) (the classic expansion with terms
+ * d_2m = m(b-m)x / ((a+2m-1)(a+2m)), d_2m+1 = -(a+m)(a+b+m)x / ((a+2m)(a+2m+1))),
+ * evaluated by the modified Lentz method. Converges fast for x < (a+1)/(a+b+2).
+ */
+static double beta_fraction(double a, double b, double x)
+{
+    const double tiny = 1e-300;
+    double c = 1.0, d = 1.0 - (a + b) * x / (a + 1.0);
+    d = 1.0 / (fabs(d) < tiny ? tiny : d);
+    double h = d;
+    for (int m = 1; m <= 500; m++) {
+        for (int odd = 0; odd < 2; odd++) {
+            double num = odd ? -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+                             : m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m));
+            d = 1.0 + num * d;
+            d = 1.0 / (fabs(d) < tiny ? tiny : d);
+            c = 1.0 + num / c;
+            c = fabs(c) < tiny ? tiny : c;
+            h *= d * c;
+            if (odd && fabs(d * c - 1.0) < 1e-15)
+                return h;
+        }
+    }
+    return h;
+}
+
+double bound_beta_inc(double a, double b, double x)
+{
+    if (x <= 0)
+        return 0;
+    if (x >= 1)
+        return 1;
+    double ln_front = lgamma(a + b) - lgamma(a) - lgamma(b) + a * log(x) + b * log1p(-x);
+    if (x < (a + 1.0) / (a + b + 2.0))
+        return exp(ln_front) * beta_fraction(a, b, x) / a;
+    return 1.0 - exp(ln_front) * beta_fraction(b, a, 1.0 - x) / b;
+}
+
+/* The p in [0, 1] with I_p(a, b) = target (I is increasing in p): bisection. */
+static double beta_quantile(double a, double b, double target)
+{
+    double lo = 0, hi = 1;
+    for (int i = 0; i < 80; i++) {
+        double mid = (lo + hi) / 2;
+        if (bound_beta_inc(a, b, mid) < target)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return (lo + hi) / 2;
+}
+
+double bound_upper(double x, double n, double conf)
+{
+    if (n <= 0 || x >= n)
+        return 1;
+    return beta_quantile(PC_MAX(x, 0.0) + 1.0, n - PC_MAX(x, 0.0), conf);
+}
+
+double bound_lower(double x, double n, double conf)
+{
+    if (x <= 0 || n <= 0)
+        return 0;
+    return beta_quantile(x, PC_MAX(n - x, 0.0) + 1.0, 1.0 - conf);
+}
+
+long bound_min_n(double delta, double conf)
+{
+    if (delta <= 0 || delta >= 1)
+        return delta >= 1 ? 1 : LONG_MAX;
+    return (long)ceil(log(1.0 - conf) / log1p(-delta));
+}
+
+void bound_counts_seen(struct bound_counts *c, double sim)
+{
+    c->seen[bound_bucket(sim)] += 1;
+}
+
+void bound_counts_compared(struct bound_counts *c, double sim, bool wrong)
+{
+    int b = bound_bucket(sim);
+    c->compared[b] += 1;
+    c->wrong[b] += wrong ? 1 : 0;
+}
+
+void bound_counts_add(struct bound_counts *c, double sim, bool wrong)
+{
+    bound_counts_seen(c, sim);
+    bound_counts_compared(c, sim, wrong);
+}
+
+/* Running sums over buckets: candidates, their estimated errors, and sum N^2 / n. */
+struct region_sums {
+    double n, e, q;
+};
+
+static void sums_add(struct region_sums *s, const struct bound_counts *c, int b)
+{
+    double n = c->compared[b];
+    if (n <= 0)
+        return; /* nothing compared there: no estimate, and never served */
+    /* A write of "seen" may have failed where the comparison's did not: at least n. */
+    double big_n = PC_MAX(c->seen[b], n);
+    s->n += big_n;
+    s->e += big_n * c->wrong[b] / n;
+    s->q += big_n * big_n / n;
+}
+
+static void region_of(const struct region_sums *s, struct bound_region *out)
+{
+    *out = (struct bound_region){0};
+    if (s->n <= 0 || s->q <= 0)
+        return;
+    out->rate = PC_MIN(s->e / s->n, 1.0);
+    out->n_eff = s->n * s->n / s->q;
+    out->x_eff = out->rate * out->n_eff;
+}
+
+void bound_region_at(const struct bound_counts *c, int b, struct bound_region *out)
+{
+    struct region_sums s = {0};
+    for (int i = BOUND_BUCKETS - 1; i >= PC_MAX(b, 0); i--)
+        sums_add(&s, c, i);
+    region_of(&s, out);
+}
+
+/*
+ * Fixed-sequence testing from the top: thresholds whose region is too small
+ * to pass even without errors are skipped (that depends on how many
+ * comparisons there are, not on their outcomes); from the first one that
+ * can pass, each is tested in turn and the scan stops at the first failure,
+ * so the confidence holds without a correction for the many thresholds.
+ * Only a similarity something was compared at can become the threshold.
+ */
+void bound_certify(const struct bound_counts *c, double delta, struct bound_cert *out)
+{
+    *out = (struct bound_cert){.bucket = BOUND_BUCKETS, .threshold = 1.0, .upper = 1.0};
+    double need = (double)bound_min_n(delta, BOUND_CONFIDENCE);
+    struct region_sums s = {0};
+    for (int b = BOUND_BUCKETS - 1; b >= 0; b--) {
+        if (c->compared[b] <= 0)
+            continue; /* no evidence at this similarity: neither tested nor served */
+        sums_add(&s, c, b);
+        struct bound_region r;
+        region_of(&s, &r);
+        if (r.n_eff < need) {
+            if (out->certified)
+                break; /* unequal shares can shrink the effective size: stop there */
+            continue;
+        }
+        double up = bound_upper(r.x_eff, r.n_eff, BOUND_CONFIDENCE);
+        if (up > delta)
+            break;
+        *out = (struct bound_cert){
+            .certified = true,
+            .bucket = b,
+            .threshold = bound_bucket_floor(b),
+            .region = r,
+            .upper = up,
+        };
+    }
+}
+
+/* Whether the partition's own observations at or above bucket b show an error above delta. */
+static bool partition_vetoes(const struct bound_counts *part, int b, double delta)
+{
+    struct bound_region r;
+    bound_region_at(part, b, &r);
+    return r.n_eff > 0 && bound_lower(r.x_eff, r.n_eff, BOUND_CONFIDENCE) > delta;
+}
+
+/* Which counts allow sim, if any: the partition's once they certify, else the global prior. */
+static enum bound_source allowing_source(const struct bound_inputs *in, int b,
+                                         struct bound_cert *cert)
+{
+    /* Never where the counts compared nothing at sim's bucket: no evidence there. */
+    if (in->partition != NULL) {
+        bound_certify(in->partition, in->delta, cert);
+        if (cert->certified)
+            return b >= cert->bucket && in->partition->compared[b] > 0 ? BOUND_SRC_PARTITION
+                                                                       : BOUND_SRC_NONE;
+    }
+    if (in->global == NULL)
+        return BOUND_SRC_NONE;
+    bound_certify(in->global, in->delta, cert);
+    if (!cert->certified || b < cert->bucket || in->global->compared[b] <= 0)
+        return BOUND_SRC_NONE;
+    if (in->partition != NULL && partition_vetoes(in->partition, b, in->delta))
+        return BOUND_SRC_NONE;
+    return BOUND_SRC_GLOBAL;
+}
+
+void bound_decide(const struct bound_inputs *in, double sim, double u, struct bound_decision *out)
+{
+    int b = bound_bucket(sim);
+    *out = (struct bound_decision){.verdict = BOUND_WITHHOLD, .threshold = 1.0};
+    if (in->entry_floor >= 0 && b <= in->entry_floor) {
+        out->verdict = BOUND_SKIP;
+        return;
+    }
+    struct bound_cert cert;
+    out->source = allowing_source(in, b, &cert);
+    if (out->source == BOUND_SRC_NONE)
+        return; /* compared for free */
+    out->threshold = cert.threshold;
+    double need = (double)bound_min_n(in->delta, BOUND_CONFIDENCE);
+    double p = in->explore_rate;
+    if (cert.region.n_eff >= BOUND_WELL_KNOWN * need)
+        p /= 4;
+    if (p > 0 && u < p) {
+        out->verdict = BOUND_EXPLORE;
+        return;
+    }
+    out->verdict = BOUND_SERVE;
+}
+
+/* ---- Redis encoding ----------------------------------------------------------- */
+
+void bound_entry_key(const char *tenant_id, const unsigned char exact[PC_SHA256_LEN],
+                     char out[BOUND_KEY_MAX])
+{
+    char hex[2 * PC_SHA256_LEN + 1];
+    pc_hex(exact, PC_SHA256_LEN, hex);
+    snprintf(out, BOUND_KEY_MAX, PC_KEY_PREFIX "o:{%.*s:%s}", TENANT_ID_LEN, tenant_id, hex);
+}
+
+void bound_entry_pattern(const char *tenant_id, char out[BOUND_KEY_MAX])
+{
+    if (tenant_id == NULL)
+        snprintf(out, BOUND_KEY_MAX, PC_KEY_PREFIX "o:*");
+    else
+        snprintf(out, BOUND_KEY_MAX, PC_KEY_PREFIX "o:{%.*s:*", TENANT_ID_LEN, tenant_id);
+}
+
+/* 32 hex characters of SHA-256(kind, space, data): an id that names no input. */
+static void key_id(const char *kind, const char *space, const unsigned char *data, size_t n,
+                   char out[33])
+{
+    struct pc_buf b = PC_BUF_INIT;
+    pc_buf_printf(&b, "%s|%s|", kind, space);
+    if (n > 0)
+        pc_buf_append(&b, data, n);
+    unsigned char d[PC_SHA256_LEN];
+    pc_sha256(b.data, b.len, d);
+    pc_buf_free(&b);
+    pc_hex(d, 16, out);
+}
+
+void bound_partition_key(const char *space, const unsigned char partition[PC_SHA256_LEN],
+                         char out[BOUND_KEY_MAX])
+{
+    char id[33];
+    key_id("partition", space, partition, PC_SHA256_LEN, id);
+    snprintf(out, BOUND_KEY_MAX, PC_KEY_PREFIX "bp:{%s}", id);
+}
+
+void bound_global_key(const char *space, char out[BOUND_KEY_MAX])
+{
+    char id[33];
+    key_id("global", space, NULL, 0, id);
+    snprintf(out, BOUND_KEY_MAX, PC_KEY_PREFIX "bg:{%s}", id);
+}
+
+static void argv_push(struct bound_argv *a, const char *s, size_t n)
+{
+    a->argv[a->argc] = s;
+    a->lens[a->argc] = n;
+    a->argc++;
+}
+
+static void argv_str(struct bound_argv *a, const char *s)
+{
+    argv_push(a, s, strlen(s));
+}
+
+static void argv_num(struct bound_argv *a, int slot, long long v)
+{
+    snprintf(a->num[slot], sizeof(a->num[slot]), "%lld", v);
+    argv_str(a, a->num[slot]);
+}
+
+/* BITFIELD key SET i64 #0 MAGIC OVERFLOW SAT: the start of every write of counts. */
+static void argv_counts_head(struct bound_argv *a, const char *key)
+{
+    a->argc = 0;
+    snprintf(a->key, sizeof(a->key), "%s", key);
+    argv_str(a, "BITFIELD");
+    argv_str(a, a->key);
+    argv_str(a, "SET");
+    argv_str(a, "i64");
+    argv_str(a, "#0");
+    argv_num(a, 0, (long long)BOUND_MAGIC);
+    argv_str(a, "OVERFLOW");
+    argv_str(a, "SAT");
+}
+
+/* INCRBY i64 #word by: word k of the value ("#k" counts in the type's width). */
+static void argv_incr(struct bound_argv *a, int slot, int word, long long by)
+{
+    snprintf(a->num[slot], sizeof(a->num[slot]), "#%d", word);
+    argv_str(a, "INCRBY");
+    argv_str(a, "i64");
+    argv_str(a, a->num[slot]);
+    argv_num(a, slot + 1, by);
+}
+
+void bound_argv_seen(struct bound_argv *a, const char *key, double sim)
+{
+    argv_counts_head(a, key);
+    argv_incr(a, 1, 1 + 3 * bound_bucket(sim), 1);
+}
+
+void bound_argv_compared(struct bound_argv *a, const char *key, double sim, bool wrong)
+{
+    argv_counts_head(a, key);
+    int b = bound_bucket(sim);
+    argv_incr(a, 1, 2 + 3 * b, 1);
+    argv_incr(a, 3, 3 + 3 * b, wrong ? 1 : 0);
+}
+
+void bound_argv_mark(struct bound_argv *a, const char *key, double sim)
+{
+    a->argc = 0;
+    snprintf(a->key, sizeof(a->key), "%s", key);
+    argv_str(a, "SETBIT");
+    argv_str(a, a->key);
+    argv_num(a, 0, bound_bucket(sim));
+    argv_str(a, "1");
+}
+
+void bound_argv_expire(struct bound_argv *a, const char *key, int64_t ms, bool at)
+{
+    a->argc = 0;
+    snprintf(a->key, sizeof(a->key), "%s", key);
+    argv_str(a, at ? "PEXPIREAT" : "PEXPIRE");
+    argv_str(a, a->key);
+    argv_num(a, 0, (long long)PC_MAX(ms, (int64_t)1));
+}
+
+static void put_be64(unsigned char *p, int64_t v)
+{
+    uint64_t u = (uint64_t)v;
+    for (int i = 7; i >= 0; i--, u >>= 8)
+        p[i] = (unsigned char)(u & 0xff);
+}
+
+static int64_t get_be64(const unsigned char *p)
+{
+    uint64_t u = 0;
+    for (int i = 0; i < 8; i++)
+        u = (u << 8) | p[i];
+    return (int64_t)u;
+}
+
+void bound_counts_encode(const struct bound_counts *c, struct pc_buf *out)
+{
+    unsigned char word[8];
+    put_be64(word, BOUND_MAGIC);
+    pc_buf_append(out, word, 8);
+    for (int b = 0; b < BOUND_BUCKETS; b++) {
+        const double v[3] = {c->seen[b], c->compared[b], c->wrong[b]};
+        for (int i = 0; i < 3; i++) {
+            put_be64(word, llround(v[i]));
+            pc_buf_append(out, word, 8);
+        }
+    }
+}
+
+/*
+ * One bucket's counts, in range: none negative or above BOUND_COUNT_MAX, no
+ * more errors than comparisons (both are written by one command). Seen may
+ * lag compared (a write that failed), so it is not held to them.
+ */
+static bool bucket_valid(int64_t seen, int64_t compared, int64_t wrong)
+{
+    return seen >= 0 && compared >= 0 && wrong >= 0 && seen <= BOUND_COUNT_MAX &&
+           compared <= BOUND_COUNT_MAX && wrong <= compared;
+}
+
+int bound_counts_decode(const char *buf, size_t len, struct bound_counts *c)
+{
+    memset(c, 0, sizeof(*c));
+    const unsigned char *p = (const unsigned char *)buf;
+    /* BITFIELD writes grow the value only as far as the highest word written. */
+    if (len < 8 || len > BOUND_COUNTS_BYTES || len % 8 != 0 || get_be64(p) != BOUND_MAGIC)
+        return -1;
+    int64_t words[BOUND_COUNTS_BYTES / 8] = {0};
+    for (size_t i = 1; i < len / 8; i++)
+        words[i] = get_be64(p + 8 * i);
+    for (int b = 0; b < BOUND_BUCKETS; b++) {
+        int64_t seen = words[1 + 3 * b], compared = words[2 + 3 * b], wrong = words[3 + 3 * b];
+        if (!bucket_valid(seen, compared, wrong)) {
+            memset(c, 0, sizeof(*c));
+            return -1;
+        }
+        c->seen[b] = (double)seen;
+        c->compared[b] = (double)compared;
+        c->wrong[b] = (double)wrong;
+    }
+    return 0;
+}
+
+int bound_marks_decode(const char *buf, size_t len, int *floor_out)
+{
+    *floor_out = -1;
+    if (len > BOUND_MARKS_BYTES)
+        return -1;
+    /* SETBIT numbers bits from the most significant bit of byte 0. */
+    for (int b = (int)(len * 8) - 1; b >= 0; b--)
+        if (((unsigned char)buf[b / 8] >> (7 - b % 8)) & 1) {
+            if (b >= BOUND_BUCKETS)
+                return -1;
+            *floor_out = b;
+            return 0;
+        }
+    return 0;
+}
+
+/* ---- answers ------------------------------------------------------------------- */
+
+/* A string member, or the text parts of an array of content parts. */
+static void append_content(struct pc_buf *out, const cJSON *content)
+{
+    if (cJSON_IsString(content)) {
+        pc_buf_append_str(out, content->valuestring);
+        pc_buf_append_char(out, '\n');
+        return;
+    }
+    const cJSON *part, *parts = cJSON_IsArray(content) ? content : NULL;
+    cJSON_ArrayForEach(part, parts)
+    {
+        const cJSON *text = api_member(part, "text");
+        if (cJSON_IsString(text)) {
+            pc_buf_append_str(out, text->valuestring);
+            pc_buf_append_char(out, '\n');
+        }
+    }
+}
+
+/* A tool call as "name(arguments)": arguments are a JSON string (OpenAI) or an object. */
+static void append_call(struct pc_buf *out, const cJSON *name, const cJSON *args)
+{
+    pc_buf_append_str(out, cJSON_IsString(name) ? name->valuestring : "?");
+    pc_buf_append_char(out, '(');
+    if (cJSON_IsString(args)) {
+        pc_buf_append_str(out, args->valuestring);
+    } else if (args != NULL) {
+        char *s = cJSON_PrintUnformatted(args);
+        if (s != NULL)
+            pc_buf_append_str(out, s);
+        cJSON_free(s);
+    }
+    pc_buf_append_str(out, ")\n");
+}
+
+static void text_chat(const cJSON *resp, bool legacy, struct pc_buf *out)
+{
+    const cJSON *choice;
+    cJSON_ArrayForEach(choice, api_member(resp, "choices"))
+    {
+        if (legacy) {
+            append_content(out, api_member(choice, "text"));
+            continue;
+        }
+        const cJSON *msg = api_member(choice, "message");
+        append_content(out, api_member(msg, "content"));
+        append_content(out, api_member(msg, "refusal"));
+        const cJSON *call;
+        cJSON_ArrayForEach(call, api_member(msg, "tool_calls"))
+        {
+            const cJSON *fn = api_member(call, "function");
+            append_call(out, api_member(fn, "name"), api_member(fn, "arguments"));
+        }
+    }
+}
+
+static void text_messages(const cJSON *resp, struct pc_buf *out)
+{
+    const cJSON *block;
+    cJSON_ArrayForEach(block, api_member(resp, "content"))
+    {
+        const char *type = cJSON_GetStringValue(api_member(block, "type"));
+        if (type != NULL && strcmp(type, "tool_use") == 0)
+            append_call(out, api_member(block, "name"), api_member(block, "input"));
+        else
+            append_content(out, api_member(block, "text"));
+    }
+}
+
+static void text_responses(const cJSON *resp, struct pc_buf *out)
+{
+    const cJSON *item;
+    cJSON_ArrayForEach(item, api_member(resp, "output"))
+    {
+        const char *type = cJSON_GetStringValue(api_member(item, "type"));
+        if (type != NULL && strcmp(type, "function_call") == 0)
+            append_call(out, api_member(item, "name"), api_member(item, "arguments"));
+        else if (type != NULL && strcmp(type, "message") == 0)
+            append_content(out, api_member(item, "content"));
+    }
+}
+
+int bound_answer_text(const struct entry *e, struct pc_buf *out)
+{
+    cJSON *resp = e->kind == ENTRY_SSE ? sse_assemble(e->endpoint, e->body, e->body_len, NULL)
+                                       : cJSON_ParseWithLength(e->body, e->body_len);
+    if (resp == NULL)
+        return -1;
+    size_t start = out->len;
+    if (e->endpoint == API_CHAT || e->endpoint == API_COMPLETIONS)
+        text_chat(resp, e->endpoint == API_COMPLETIONS, out);
+    else if (e->endpoint == API_MESSAGES)
+        text_messages(resp, out);
+    else if (e->endpoint == API_RESPONSES)
+        text_responses(resp, out);
+    cJSON_Delete(resp);
+    while (out->len > start && out->data[out->len - 1] == '\n')
+        out->len--; /* the separator after the last piece */
+    if (out->len - start > BOUND_ANSWER_MAX) {
+        size_t n = BOUND_ANSWER_MAX; /* cut on a UTF-8 boundary */
+        while (n > 0 && ((unsigned char)out->data[start + n] & 0xc0) == 0x80)
+            n--;
+        out->len = start + n;
+    }
+    pc_buf_cstr(out);
+    return out->len > start ? 0 : -1;
+}
+
+static bool outer_punct(unsigned char c)
+{
+    return c == '.' || c == ',' || c == '!' || c == '?' || c == ';' || c == ':' || c == '"' ||
+           c == '\'' || c == '`' || c == '*' || c == '(' || c == ')' || c == '[' || c == ']';
+}
+
+void bound_normalise(const char *s, struct pc_buf *out)
+{
+    size_t start = out->len;
+    bool space = false;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (isspace(*p)) {
+            space = out->len > start;
+            continue;
+        }
+        if (space)
+            pc_buf_append_char(out, ' ');
+        space = false;
+        pc_buf_append_char(out, (char)tolower(*p));
+    }
+    /* "Positive." and "positive" are one label: drop punctuation around the whole text. */
+    while (out->len > start && outer_punct((unsigned char)out->data[out->len - 1]))
+        out->len--;
+    size_t lead = 0;
+    while (start + lead < out->len && outer_punct((unsigned char)out->data[start + lead]))
+        lead++;
+    memmove(out->data + start, out->data + start + lead, out->len - start - lead);
+    out->len -= lead;
+    pc_buf_cstr(out);
+}
+
+/* ---- runtime: the process and its workers --------------------------------------- */
+
+struct bound {
+    unsigned magic;
+    double delta;
+    double explore_rate;
+    enum bound_comparator cmp;
+    double answer_bar; /* embedding comparator: cosine that counts as the same answer */
+    char space[128];
+    char global_key[BOUND_KEY_MAX];
+    pthread_mutex_t mu; /* guards the last global counts (any worker writes, /stats reads) */
+    struct bound_counts last_global;
+    bool have_global;
+};
+
+struct bound_port {
+    unsigned magic;
+    struct bound *b;
+    struct store *store;
+    struct stats *st;
+    struct verify *verify;
+    struct bound_pair_ops pair;
+    void *pair_ctx;
+    uint64_t rng;
+};
+
+struct bound *bound_create(const struct conf *c, const char *space)
+{
+    if (!(c->semantic_max_error > 0))
+        return NULL;
+    struct bound *b = pc_calloc(1, sizeof(*b));
+    b->magic = BOUND_MAGIC_OBJ;
+    b->delta = c->semantic_max_error;
+    b->explore_rate = c->semantic_explore_rate;
+    b->cmp = (enum bound_comparator)c->semantic_verify_answers;
+    b->answer_bar = c->semantic_verify_answers_threshold;
+    snprintf(b->space, sizeof(b->space), "%s", space);
+    bound_global_key(b->space, b->global_key);
+    pthread_mutex_init(&b->mu, NULL);
+    return b;
+}
+
+void bound_destroy(struct bound **bp)
+{
+    struct bound *b = *bp;
+    if (b == NULL)
+        return;
+    *bp = NULL;
+    PC_CHECK_OBJ(b, BOUND_MAGIC_OBJ);
+    pthread_mutex_destroy(&b->mu);
+    b->magic = 0;
+    free(b);
+}
+
+/* What /stats and /metrics show: the global threshold at delta and its figures. */
+struct bound_figures {
+    bool known;
+    struct bound_cert cert;
+    struct bound_region all;
+};
+
+static void figures(struct bound *b, struct bound_figures *f)
+{
+    struct bound_counts *g = pc_malloc(sizeof(*g));
+    pthread_mutex_lock(&b->mu);
+    f->known = b->have_global;
+    memcpy(g, &b->last_global, sizeof(*g));
+    pthread_mutex_unlock(&b->mu);
+    bound_certify(g, b->delta, &f->cert);
+    bound_region_at(g, 0, &f->all);
+    free(g);
+}
+
+static void json_num_or_null(struct pc_buf *out, const char *name, bool have, double v)
+{
+    if (have)
+        pc_buf_printf(out, ",\"%s\":%.6f", name, v);
+    else
+        pc_buf_printf(out, ",\"%s\":null", name);
+}
+
+void bound_render_json(struct bound *b, struct pc_buf *out)
+{
+    if (b == NULL)
+        return;
+    struct bound_figures f;
+    figures(b, &f);
+    const char *names[] = BOUND_CMP_NAMES;
+    pc_buf_printf(out,
+                  ",\"semantic_max_error\":%.6f,\"semantic_explore_rate\":%.6f,"
+                  "\"semantic_verify_answers\":\"%s\",\"semantic_bound_confidence\":%.2f",
+                  b->delta, b->explore_rate, names[b->cmp], BOUND_CONFIDENCE);
+    bool c = f.cert.certified;
+    json_num_or_null(out, "semantic_bound_threshold", c, f.cert.threshold);
+    json_num_or_null(out, "semantic_bound_error_observed", c, f.cert.region.rate);
+    json_num_or_null(out, "semantic_bound_error_bound", c, f.cert.upper);
+    json_num_or_null(out, "semantic_bound_served_region_observations", c, f.cert.region.n_eff);
+    json_num_or_null(out, "semantic_bound_observations", f.known, f.all.n_eff);
+    json_num_or_null(out, "semantic_bound_error_observed_all", f.known && f.all.n_eff > 0,
+                     f.all.rate);
+}
+
+static void prom_gauge(struct pc_buf *out, const char *name, const char *help, double v)
+{
+    pc_buf_printf(out,
+                  "# HELP promptcache_%s %s\n# TYPE promptcache_%s gauge\npromptcache_%s %.6f\n",
+                  name, help, name, name, v);
+}
+
+void bound_render_prometheus(struct bound *b, struct pc_buf *out)
+{
+    if (b == NULL)
+        return;
+    struct bound_figures f;
+    figures(b, &f);
+    prom_gauge(out, "semantic_max_error", "The configured error bound (semantic-max-error)",
+               b->delta);
+    if (!f.cert.certified)
+        return; /* no threshold holds yet: no series rather than a made-up value */
+    prom_gauge(out, "semantic_bound_threshold",
+               "Lowest similarity the global counts allow at semantic-max-error", f.cert.threshold);
+    prom_gauge(out, "semantic_bound_error_observed",
+               "Weighted error rate of the comparisons at or above that threshold",
+               f.cert.region.rate);
+    prom_gauge(out, "semantic_bound_error_bound",
+               "Its one-sided 95% upper confidence bound (at most semantic-max-error)",
+               f.cert.upper);
+}
+
+struct bound_port *bound_port_create(struct bound *b, struct store *store, struct stats *st,
+                                     struct verify *verify, const struct bound_pair_ops *pair,
+                                     void *pair_ctx)
+{
+    if (b == NULL)
+        return NULL;
+    struct bound_port *bp = pc_calloc(1, sizeof(*bp));
+    bp->magic = PORT_MAGIC;
+    bp->b = b;
+    bp->store = store;
+    bp->st = st;
+    bp->verify = verify;
+    if (pair != NULL)
+        bp->pair = *pair;
+    bp->pair_ctx = pair_ctx;
+    bp->rng = (uint64_t)pc_mono_us() ^ ((uint64_t)(uintptr_t)bp << 16) ^ 0x9e3779b97f4a7c15u;
+    return bp;
+}
+
+void bound_port_destroy(struct bound_port **pp)
+{
+    struct bound_port *bp = *pp;
+    if (bp == NULL)
+        return;
+    *pp = NULL;
+    PC_CHECK_OBJ(bp, PORT_MAGIC);
+    bp->magic = 0;
+    free(bp);
+}
+
+/* Uniform in [0, 1): xorshift64*, the worker's own sequence. */
+static double port_draw(struct bound_port *bp)
+{
+    uint64_t x = bp->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    bp->rng = x;
+    return (double)((x * 0x2545f4914f6cdd1du) >> 11) / 9007199254740992.0;
+}
+
+/* ---- runtime: a lookup's view --------------------------------------------------- */
+
+enum view_read { VR_MARKS = 0, VR_PARTITION, VR_GLOBAL, VR__COUNT };
+
+struct bound_view {
+    unsigned magic;
+    struct bound_port *bp;
+    char part_key[BOUND_KEY_MAX];
+    struct store_cmd *cmd[VR__COUNT];
+    int pending;
+    bound_ready_fn *cb;
+    void *arg;
+    bool fetched_counts; /* the partition's and global counts were asked for */
+    bool part_ok, glob_ok;
+    int floor; /* the current candidate's marks */
+    struct bound_counts part, glob;
+    enum bound_verdict last; /* of the current candidate */
+};
+
+struct bound_view *bound_view_create(struct bound_port *bp, const unsigned char *partition)
+{
+    if (bp == NULL)
+        return NULL;
+    PC_CHECK_OBJ(bp, PORT_MAGIC);
+    struct bound_view *v = pc_calloc(1, sizeof(*v));
+    v->magic = VIEW_MAGIC;
+    v->bp = bp;
+    v->floor = -1;
+    bound_partition_key(bp->b->space, partition, v->part_key);
+    return v;
+}
+
+void bound_view_free(struct bound_view **vp)
+{
+    struct bound_view *v = *vp;
+    if (v == NULL)
+        return;
+    *vp = NULL;
+    PC_CHECK_OBJ(v, VIEW_MAGIC);
+    for (int i = 0; i < VR__COUNT; i++)
+        store_cancel(&v->cmd[i]);
+    v->magic = 0;
+    free(v);
+}
+
+static void view_reply_done(struct bound_view *v)
+{
+    if (--v->pending > 0)
+        return;
+    bound_ready_fn *cb = v->cb;
+    v->cb = NULL;
+    cb(v->arg);
+}
+
+/* A counts value read back: decoded and range-checked, else rejected and counted. */
+static bool read_counts(struct bound_view *v, enum store_status st, const char *val, size_t len,
+                        struct bound_counts *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (st != STORE_OK)
+        return false;
+    if (val == NULL)
+        return true; /* nothing observed yet */
+    if (bound_counts_decode(val, len, c) == 0)
+        return true;
+    stats_incr(v->bp->st, STAT_semantic_bound_rejected);
+    log_info("semantic bound: counts read from Redis are out of range; ignored");
+    return false;
+}
+
+static void on_marks(void *arg, enum store_status st, const char *val, size_t len)
+{
+    struct bound_view *v = arg;
+    PC_CHECK_OBJ(v, VIEW_MAGIC);
+    v->cmd[VR_MARKS] = NULL;
+    v->floor = -1;
+    if (st == STORE_OK && val != NULL && bound_marks_decode(val, len, &v->floor) < 0) {
+        /* Marks only ever hold an entry back: a value too long to be ours holds it back too. */
+        stats_incr(v->bp->st, STAT_semantic_bound_rejected);
+        v->floor = BOUND_BUCKETS - 1;
+    }
+    view_reply_done(v);
+}
+
+static void on_partition(void *arg, enum store_status st, const char *val, size_t len)
+{
+    struct bound_view *v = arg;
+    PC_CHECK_OBJ(v, VIEW_MAGIC);
+    v->cmd[VR_PARTITION] = NULL;
+    v->part_ok = read_counts(v, st, val, len, &v->part);
+    view_reply_done(v);
+}
+
+static void on_global(void *arg, enum store_status st, const char *val, size_t len)
+{
+    struct bound_view *v = arg;
+    PC_CHECK_OBJ(v, VIEW_MAGIC);
+    v->cmd[VR_GLOBAL] = NULL;
+    v->glob_ok = read_counts(v, st, val, len, &v->glob);
+    if (v->glob_ok) {
+        struct bound *b = v->bp->b;
+        pthread_mutex_lock(&b->mu);
+        memcpy(&b->last_global, &v->glob, sizeof(v->glob));
+        b->have_global = true;
+        pthread_mutex_unlock(&b->mu);
+    }
+    view_reply_done(v);
+}
+
+static bool view_get(struct bound_view *v, enum view_read which, const char *key, store_get_fn *cb)
+{
+    v->cmd[which] = store_get(v->bp->store, key, strlen(key), cb, v);
+    if (v->cmd[which] == NULL)
+        return false;
+    v->pending++;
+    return true;
+}
+
+int bound_view_fetch(struct bound_view *v, const char *tenant_id,
+                     const unsigned char exact[PC_SHA256_LEN], bound_ready_fn *cb, void *arg)
+{
+    PC_CHECK_OBJ(v, VIEW_MAGIC);
+    v->floor = -1;
+    v->pending = 0;
+    v->cb = cb;
+    v->arg = arg;
+    char mkey[BOUND_KEY_MAX];
+    bound_entry_key(tenant_id, exact, mkey);
+    bool ok = view_get(v, VR_MARKS, mkey, on_marks);
+    if (ok && !v->fetched_counts) {
+        v->fetched_counts = true;
+        ok = view_get(v, VR_PARTITION, v->part_key, on_partition) &&
+             view_get(v, VR_GLOBAL, v->bp->b->global_key, on_global);
+    }
+    if (ok)
+        return 1;
+    for (int i = 0; i < VR__COUNT; i++)
+        store_cancel(&v->cmd[i]);
+    v->pending = 0;
+    v->cb = NULL;
+    return 0;
+}
+
+static void write_argv(struct bound_port *bp, struct bound_argv *a)
+{
+    store_write(bp->store, a->argc, a->argv, a->lens);
+}
+
+/* The candidate reached the decision: one more of its bucket (the shares of the estimate). */
+static void write_seen(struct bound_view *v, double sim)
+{
+    struct bound_argv a;
+    bound_argv_seen(&a, v->part_key, sim);
+    write_argv(v->bp, &a);
+    bound_argv_expire(&a, v->part_key, BOUND_PARTITION_TTL_MS, false);
+    write_argv(v->bp, &a);
+    bound_argv_seen(&a, v->bp->b->global_key, sim);
+    write_argv(v->bp, &a);
+}
+
+void bound_view_decide(struct bound_view *v, double sim, struct bound_decision *out)
+{
+    PC_CHECK_OBJ(v, VIEW_MAGIC);
+    struct bound *b = v->bp->b;
+    struct bound_inputs in = {
+        .partition = v->part_ok ? &v->part : NULL,
+        .global = v->glob_ok ? &v->glob : NULL,
+        .entry_floor = v->floor,
+        .delta = b->delta,
+        .explore_rate = b->explore_rate,
+    };
+    bound_decide(&in, sim, port_draw(v->bp), out);
+    v->last = out->verdict;
+    if (out->verdict != BOUND_SKIP) /* a skipped entry is out of the population served */
+        write_seen(v, sim);
+    static const enum stat_id counted[] = {
+        [BOUND_EXPLORE] = STAT_semantic_bound_explored,
+        [BOUND_WITHHOLD] = STAT_semantic_bound_withheld,
+        [BOUND_SKIP] = STAT_semantic_bound_skipped,
+    };
+    if (out->verdict != BOUND_SERVE)
+        stats_incr(v->bp->st, counted[out->verdict]);
+}
+
+/* ---- runtime: probes and comparisons ----------------------------------------------- */
+
+struct bound_probe {
+    unsigned magic;
+    int refs;
+    double sim;
+    bool explored;
+    const char *verdict; /* "agreed" / "disagreed" / NULL */
+    char *answer;        /* the candidate's answer text */
+    char part_key[BOUND_KEY_MAX];
+    char global_key[BOUND_KEY_MAX];
+    char marks_key[BOUND_KEY_MAX];
+    int64_t expires_ms; /* the candidate entry's */
+};
+
+struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_decision *d,
+                                       double sim, const struct entry *cand,
+                                       const char *cand_tenant,
+                                       const unsigned char cand_exact[PC_SHA256_LEN],
+                                       int64_t cand_expires_ms)
+{
+    PC_CHECK_OBJ(v, VIEW_MAGIC);
+    struct pc_buf text = PC_BUF_INIT;
+    if (bound_answer_text(cand, &text) < 0) {
+        pc_buf_free(&text);
+        return NULL;
+    }
+    struct bound_probe *p = pc_calloc(1, sizeof(*p));
+    p->magic = PROBE_MAGIC;
+    p->refs = 1;
+    p->sim = sim;
+    p->explored = d->verdict == BOUND_EXPLORE;
+    p->answer = pc_buf_cstr(&text); /* the buffer's memory is the probe's now */
+    snprintf(p->part_key, sizeof(p->part_key), "%s", v->part_key);
+    snprintf(p->global_key, sizeof(p->global_key), "%s", v->bp->b->global_key);
+    bound_entry_key(cand_tenant, cand_exact, p->marks_key);
+    p->expires_ms = cand_expires_ms;
+    return p;
+}
+
+struct bound_probe *bound_probe_ref(struct bound_probe *p)
+{
+    if (p != NULL) {
+        PC_CHECK_OBJ(p, PROBE_MAGIC);
+        p->refs++;
+    }
+    return p;
+}
+
+void bound_probe_unref(struct bound_probe **pp)
+{
+    struct bound_probe *p = *pp;
+    if (p == NULL)
+        return;
+    *pp = NULL;
+    PC_CHECK_OBJ(p, PROBE_MAGIC);
+    if (--p->refs > 0)
+        return;
+    free(p->answer);
+    p->magic = 0;
+    free(p);
+}
+
+double bound_probe_similarity(const struct bound_probe *p)
+{
+    return p->sim;
+}
+
+bool bound_probe_explored(const struct bound_probe *p)
+{
+    return p->explored;
+}
+
+const char *bound_probe_verdict(const struct bound_probe *p)
+{
+    return p != NULL ? p->verdict : NULL;
+}
+
+/* The observation, where every instance learns from it; and the verdict for the answer. */
+static void record(struct bound_port *bp, struct bound_probe *p, bool wrong)
+{
+    struct bound_argv a;
+    bound_argv_compared(&a, p->part_key, p->sim, wrong);
+    write_argv(bp, &a);
+    bound_argv_compared(&a, p->global_key, p->sim, wrong);
+    write_argv(bp, &a);
+    if (wrong && p->expires_ms > pc_wall_ms()) {
+        bound_argv_mark(&a, p->marks_key, p->sim);
+        write_argv(bp, &a);
+        bound_argv_expire(&a, p->marks_key, p->expires_ms, true);
+        write_argv(bp, &a);
+    }
+    p->verdict = wrong ? "disagreed" : "agreed";
+    stats_incr(bp->st, STAT_semantic_bound_compared);
+    stats_incr(bp->st, wrong ? STAT_semantic_bound_disagreed : STAT_semantic_bound_agreed);
+    if (wrong && p->explored)
+        stats_incr(bp->st, STAT_semantic_bound_explored_disagreed);
+}
+
+struct bound_cmp {
+    unsigned magic;
+    struct bound_port *bp;
+    struct bound_probe *probe; /* a reference */
+    bound_cmp_fn *cb;
+    void *arg;
+    void *pair;            /* embedding comparator: the pair's handle */
+    struct verify_op *vop; /* model comparator */
+};
+
+static void cmp_free(struct bound_cmp *c)
+{
+    bound_probe_unref(&c->probe);
+    c->magic = 0;
+    free(c);
+}
+
+/* The comparison ended: wrong 0/1, or -1 when it could not be made. */
+static void cmp_end(struct bound_cmp *c, int wrong)
+{
+    if (wrong < 0)
+        stats_incr(c->bp->st, STAT_semantic_bound_compare_errors);
+    else
+        record(c->bp, c->probe, wrong == 1);
+    bound_cmp_fn *cb = c->cb;
+    void *arg = c->arg;
+    cmp_free(c);
+    cb(arg);
+}
+
+static void on_cosine(void *arg, double cosine)
+{
+    struct bound_cmp *c = arg;
+    PC_CHECK_OBJ(c, CMP_MAGIC);
+    c->pair = NULL;
+    cmp_end(c, isnan(cosine) ? -1 : cosine < c->bp->b->answer_bar);
+}
+
+static void on_judged(void *arg, enum verify_answer a)
+{
+    struct bound_cmp *c = arg;
+    PC_CHECK_OBJ(c, CMP_MAGIC);
+    c->vop = NULL;
+    cmp_end(c, a == VERIFY_YES ? 0 : a == VERIFY_NO ? 1 : -1);
+}
+
+static bool same_text(const char *a, const char *b)
+{
+    struct pc_buf na = PC_BUF_INIT, nb = PC_BUF_INIT;
+    bound_normalise(a, &na);
+    bound_normalise(b, &nb);
+    bool same = na.len == nb.len && memcmp(pc_buf_cstr(&na), pc_buf_cstr(&nb), na.len) == 0;
+    pc_buf_free(&na);
+    pc_buf_free(&nb);
+    return same;
+}
+
+/* Start an asynchronous comparator; false if it cannot start. */
+static bool cmp_start(struct bound_cmp *c, const char *fresh)
+{
+    struct bound_port *bp = c->bp;
+    if (bp->b->cmp == BOUND_CMP_EMBEDDING && bp->pair.start != NULL) {
+        c->pair = bp->pair.start(bp->pair_ctx, c->probe->answer, fresh, on_cosine, c);
+        return c->pair != NULL;
+    }
+    if (bp->b->cmp == BOUND_CMP_MODEL && bp->verify != NULL) {
+        c->vop = verify_ask_answers(bp->verify, c->probe->answer, fresh, on_judged, c);
+        return c->vop != NULL;
+    }
+    return false;
+}
+
+int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct entry *fresh,
+                  bound_cmp_fn *cb, void *arg, struct bound_cmp **out)
+{
+    *out = NULL;
+    if (bp == NULL || p == NULL)
+        return -1;
+    PC_CHECK_OBJ(bp, PORT_MAGIC);
+    PC_CHECK_OBJ(p, PROBE_MAGIC);
+    struct pc_buf text = PC_BUF_INIT;
+    if (bound_answer_text(fresh, &text) < 0) {
+        pc_buf_free(&text);
+        stats_incr(bp->st, STAT_semantic_bound_compare_errors);
+        return -1;
+    }
+    if (bp->b->cmp == BOUND_CMP_EXACT) {
+        record(bp, p, !same_text(p->answer, pc_buf_cstr(&text)));
+        pc_buf_free(&text);
+        return 1;
+    }
+    struct bound_cmp *c = pc_calloc(1, sizeof(*c));
+    c->magic = CMP_MAGIC;
+    c->bp = bp;
+    c->probe = bound_probe_ref(p);
+    c->cb = cb;
+    c->arg = arg;
+    bool started = cmp_start(c, pc_buf_cstr(&text));
+    pc_buf_free(&text);
+    if (!started) {
+        stats_incr(bp->st, STAT_semantic_bound_compare_errors);
+        cmp_free(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+void bound_compare_cancel(struct bound_cmp **cp)
+{
+    struct bound_cmp *c = *cp;
+    if (c == NULL)
+        return;
+    *cp = NULL;
+    PC_CHECK_OBJ(c, CMP_MAGIC);
+    if (c->pair != NULL && c->bp->pair.cancel != NULL)
+        c->bp->pair.cancel(&c->pair);
+    verify_cancel(&c->vop);
+    cmp_free(c);
+}

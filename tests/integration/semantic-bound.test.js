@@ -1,0 +1,326 @@
+'use strict';
+/*
+ * The semantic cache's error bound (semantic-max-error), through the real
+ * binary, a real redis-server and the mock upstream answering by meaning
+ * (x-mock-meaning: the same answer for every question of one meaning).
+ * Embeddings come from tests/mock/semantic.js (bag of words: a rewording
+ * with the same words is similar 1.0), so each test decides which
+ * candidate exists and whether its answer would have been right.
+ *
+ * With delta 0.3 the bound needs 9 agreeing comparisons before it serves
+ * (Clopper-Pearson 95%: 1 - 0.05^(1/9) = 0.283). Each scenario runs in a
+ * Redis database of its own, since the global counts are shared by every
+ * partition; one worker, so a comparison's writes reach Redis before the
+ * next request's reads.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+const {createSemanticMock} = require('../mock/semantic');
+
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+const NEED = 9; /* comparisons before delta 0.3 can hold */
+const MAGIC = '5783539250392793090'; /* the counts' header word (pc_bound.h BOUND_MAGIC) */
+
+let sem = null;
+let nextDb = 1;
+
+function dbUrl(db) {
+    return env.redis.url.replace(/\/\d+$/, `/${db}`);
+}
+
+async function boundProxy(db, extra = []) {
+    const p = await env.startProxy({
+        redis: dbUrl(db), workers: 1,
+        args: ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', sem.url,
+            '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9',
+            '--semantic-max-error', '0.3', '--semantic-explore-rate', '0', ...extra],
+    });
+    await p.waitReady();
+    return p;
+}
+
+const tag = () => h.uniq('t').split(' ')[1];
+const ask = (p, text, meaning, headers = {}) =>
+    p.post(CHAT, h.chatBody(text), {'x-mock-meaning': meaning, ...headers});
+/* A question and rewordings of it (same words, so similarity 1); three words of its own keep
+ * it far from every other test's question (under 0.75). */
+const question = (t) => `How do I reverse a list in Python ${t} ${t}b ${t}c?`;
+const rewording = (t) => `in python ${t} ${t}b ${t}c, how do i REVERSE a list`;
+const rewording2 = (t) => `reverse a list in python ${t}c ${t}b ${t} how do I`;
+
+function assertHeldBack(res, verdict) {
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.headers['x-cache-status'], 'MISS', 'X-Cache-Status');
+    assert.equal(res.headers['x-cache-similarity'], '1.0000', 'X-Cache-Similarity');
+    assert.equal(res.headers['x-cache-verify'], verdict, 'X-Cache-Verify');
+}
+
+function assertServed(res) {
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.headers['x-cache-status'], 'HIT', `X-Cache-Status (verify ${res.headers['x-cache-verify']})`);
+    assert.equal(res.headers['x-cache-match'], 'semantic');
+    assert.equal(res.headers['x-cache-verify'], undefined);
+}
+
+/* n pairs in namespace ns whose rewordings mean the same: each one compared (agreed). */
+async function agreeingPairs(p, ns, n) {
+    const out = [];
+    for (let i = 0; i < n; i++) {
+        const t = tag();
+        await ask(p, question(t), `m-${t}`, {'X-Cache-Namespace': ns});
+        out.push({t, res: await ask(p, rewording(t), `m-${t}`, {'X-Cache-Namespace': ns})});
+    }
+    return out;
+}
+
+h.test('set up: mock embedder', async () => {
+    sem = await createSemanticMock().listen();
+});
+
+h.test('a candidate the bound does not allow yet is answered from upstream and verified', async () => {
+    const p = await boundProxy(nextDb++);
+    const t = tag();
+    const first = await ask(p, question(t), 'reverse');
+    assert.equal(first.headers['x-cache-status'], 'MISS');
+    const calls = env.mock.callCount(CHAT);
+    const same = await ask(p, rewording(t), 'reverse');
+    assertHeldBack(same, 'agreed');
+    assert.equal(env.mock.callCount(CHAT), calls + 1, 'the fresh answer came from upstream');
+    assert.equal(same.json.choices[0].message.content, 'mock answer by meaning reverse');
+    /* A candidate whose answer would have been wrong. */
+    const other = await ask(p, rewording2(t), 'sort');
+    assertHeldBack(other, 'disagreed');
+    assert.equal(other.json.choices[0].message.content, 'mock answer by meaning sort',
+        'the client gets the fresh answer, never the candidate\'s');
+    const st = await p.stats();
+    assert.equal(st.semantic_bound_withheld, 2);
+    assert.equal(st.semantic_bound_compared, 2);
+    assert.equal(st.semantic_bound_agreed, 1);
+    assert.equal(st.semantic_bound_disagreed, 1);
+    assert.equal(st.cache_hits_semantic, 0, 'nothing served by meaning without evidence');
+    assert.equal(st.semantic_max_error, 0.3);
+    assert.equal(st.semantic_bound_threshold, null);
+    const line = await p.waitAccessLog((l) => l.verify === 'disagreed');
+    assert.equal(line.similarity, 1);
+    assert.equal(line.explored, false);
+    await p.stop();
+});
+
+h.test('an agreeing population starts being served; a disagreeing pair stops it; a second instance shares both', async () => {
+    const db = nextDb++;
+    const a = await boundProxy(db);
+    const ns = `pop-${tag()}`;
+    const pairs = await agreeingPairs(a, ns, NEED);
+    for (const {res} of pairs)
+        assertHeldBack(res, 'agreed');
+    /* The tenth rewording is served by meaning: no upstream call. */
+    const t = tag();
+    await ask(a, question(t), `m-${t}`, {'X-Cache-Namespace': ns});
+    const calls = env.mock.callCount(CHAT);
+    const hit = await ask(a, rewording(t), `m-${t}`, {'X-Cache-Namespace': ns});
+    assertServed(hit);
+    assert.equal(env.mock.callCount(CHAT), calls, 'served from the cache');
+    let st = await a.stats();
+    assert.equal(st.semantic_bound_threshold, 0.995, 'the similarity bucket the comparisons were at');
+    assert.ok(st.semantic_bound_error_bound <= 0.3, `bound ${st.semantic_bound_error_bound}`);
+    assert.equal(st.semantic_bound_error_observed, 0);
+
+    /* An instance that explores every allowed candidate finds one whose answer differs. */
+    const b = await boundProxy(db, ['--semantic-explore-rate', '1']);
+    const u = tag();
+    await ask(a, question(u), 'meaning-x', {'X-Cache-Namespace': ns});
+    const explored = await ask(b, rewording(u), 'meaning-y', {'X-Cache-Namespace': ns});
+    assertHeldBack(explored, 'disagreed');
+    const bs = await b.stats();
+    assert.equal(bs.semantic_bound_explored, 1);
+    assert.equal(bs.semantic_bound_explored_disagreed, 1);
+    assert.ok(bs.semantic_explore_prompt_tokens > 0, 'what verifying cost is counted');
+    /* The entry itself is marked wrong at that similarity... */
+    assert.equal((await boundKeys(db, 'pc:2:o:*')).length, 1, 'the entry\'s marks');
+    /* ...and, through Redis, the first instance stops serving: that entry is skipped, and with
+     * one error in ten the partition no longer holds 0.3 either. */
+    const again = await ask(a, rewording2(u), 'meaning-y', {'X-Cache-Namespace': ns});
+    assert.equal(again.headers['x-cache-status'], 'MISS');
+    assert.equal(again.json.choices[0].message.content, 'mock answer by meaning meaning-y');
+    st = await a.stats();
+    assert.equal(st.semantic_bound_skipped, 1, 'the marked entry is passed over');
+    const v = tag();
+    await ask(a, question(v), `m-${v}`, {'X-Cache-Namespace': ns});
+    assertHeldBack(await ask(a, rewording(v), `m-${v}`, {'X-Cache-Namespace': ns}), 'agreed');
+    await a.stop();
+    await b.stop();
+});
+
+h.test('observations survive a restart and are shared with a new instance', async () => {
+    const db = nextDb++;
+    const a = await boundProxy(db);
+    const ns = `restart-${tag()}`;
+    await agreeingPairs(a, ns, NEED);
+    await a.stop();
+    /* Nothing of the learning was in the process: a fresh one serves at once. */
+    const again = await boundProxy(db);
+    const t = tag();
+    await ask(again, question(t), `m-${t}`, {'X-Cache-Namespace': ns});
+    assertServed(await ask(again, rewording(t), `m-${t}`, {'X-Cache-Namespace': ns}));
+    /* The global counts are the prior of a partition that has seen nothing. */
+    const fresh = `other-${tag()}`;
+    const w = tag();
+    await ask(again, question(w), `m-${w}`, {'X-Cache-Namespace': fresh});
+    assertServed(await ask(again, rewording(w), `m-${w}`, {'X-Cache-Namespace': fresh}));
+    await again.stop();
+});
+
+/* The bound's keys of one database (the test server holds few keys). */
+async function boundKeys(db, pattern) {
+    const c = await env.redis.client();
+    try {
+        await c.command('SELECT', String(db));
+        return (await c.command('KEYS', pattern)).sort();
+    } finally {
+        c.close();
+    }
+}
+
+async function onDb(db, ...cmd) {
+    const c = await env.redis.client();
+    try {
+        await c.command('SELECT', String(db));
+        return await c.command(...cmd);
+    } finally {
+        c.close();
+    }
+}
+
+h.test('forged counts and marks in Redis are rejected, counted and never serve', async () => {
+    const db = nextDb++;
+    const p = await boundProxy(db);
+    const ns = `forged-${tag()}`;
+    await agreeingPairs(p, ns, NEED);
+    const t = tag();
+    await ask(p, question(t), `m-${t}`, {'X-Cache-Namespace': ns});
+    assertServed(await ask(p, rewording(t), `m-${t}`, {'X-Cache-Namespace': ns}));
+    const counts = [...await boundKeys(db, 'pc:2:bp:*'), ...await boundKeys(db, 'pc:2:bg:*')];
+    assert.equal(counts.length, 2, `partition and global counts: ${counts}`);
+    /* Not a value the proxy writes: another format. */
+    for (const k of counts)
+        await onDb(db, 'SET', k, 'not the proxy\'s counts');
+    const u = tag();
+    await ask(p, question(u), `m-${u}`, {'X-Cache-Namespace': ns});
+    assertHeldBack(await ask(p, rewording(u), `m-${u}`, {'X-Cache-Namespace': ns}), 'agreed');
+    let st = await p.stats();
+    assert.equal(st.semantic_bound_rejected, 2);
+    /* The right header, but more errors than comparisons in a bucket (BITFIELD as the proxy
+     * writes, so only the range check can tell). */
+    for (const k of counts) {
+        await onDb(db, 'DEL', k);
+        await onDb(db, 'BITFIELD', k, 'SET', 'i64', '#0', MAGIC,
+            'SET', 'i64', `#${1 + 3 * 99}`, '100', 'SET', 'i64', `#${2 + 3 * 99}`, '10',
+            'SET', 'i64', `#${3 + 3 * 99}`, '20');
+    }
+    const v = tag();
+    await ask(p, question(v), `m-${v}`, {'X-Cache-Namespace': ns});
+    assertHeldBack(await ask(p, rewording(v), `m-${v}`, {'X-Cache-Namespace': ns}), 'agreed');
+    st = await p.stats();
+    assert.equal(st.semantic_bound_rejected, 4);
+    /* Put back what a hundred agreements look like: served again. */
+    for (const k of counts) {
+        await onDb(db, 'DEL', k);
+        await onDb(db, 'BITFIELD', k, 'SET', 'i64', '#0', MAGIC,
+            'SET', 'i64', `#${1 + 3 * 99}`, '100', 'SET', 'i64', `#${2 + 3 * 99}`, '100');
+    }
+    const w = tag();
+    await ask(p, question(w), `m-${w}`, {'X-Cache-Namespace': ns});
+    assertServed(await ask(p, rewording(w), `m-${w}`, {'X-Cache-Namespace': ns}));
+    /* Marks longer than any the proxy sets: that entry is held back (counted), not served. */
+    const x = tag();
+    await ask(p, question(x), `m-${x}`, {'X-Cache-Namespace': ns});
+    const marks = await boundKeys(db, 'pc:2:o:*');
+    assert.equal(marks.length, 0, 'no entry was found wrong');
+    const entries = await boundKeys(db, 'pc:2:e:*');
+    for (const e of entries)
+        await onDb(db, 'SET', e.replace('pc:2:e:', 'pc:2:o:'), 'x'.repeat(64), 'PX', '60000');
+    const skipped = await ask(p, rewording(x), `m-${x}`, {'X-Cache-Namespace': ns});
+    assert.equal(skipped.headers['x-cache-status'], 'MISS');
+    st = await p.stats();
+    assert.equal(st.semantic_bound_rejected, 5);
+    assert.equal(st.semantic_bound_skipped, 1);
+    assert.ok(p.alive);
+    await p.stop();
+});
+
+h.test('the comparators: embeddings of the two answers, and the verifier model', async () => {
+    const emb = await boundProxy(nextDb++, ['--semantic-verify-answers', 'embedding']);
+    const t = tag();
+    await ask(emb, question(t), 'same');
+    assertHeldBack(await ask(emb, rewording(t), 'same'), 'agreed');
+    /* "mock answer by meaning same" and "... by meaning different words here": far apart. */
+    assertHeldBack(await ask(emb, rewording2(t), 'different words here entirely'), 'disagreed');
+    await emb.stop();
+
+    const model = await boundProxy(nextDb++, ['--semantic-verify-answers', 'model',
+        '--semantic-verify-url', sem.url, '--semantic-verify-model', 'judge']);
+    const judged = sem.judgeCalls;
+    const u = tag();
+    await ask(model, question(u), 'one');
+    assertHeldBack(await ask(model, rewording(u), 'one'), 'agreed');
+    assertHeldBack(await ask(model, rewording2(u), 'two'), 'disagreed');
+    assert.equal(sem.judgeCalls, judged + 2);
+    assert.match(JSON.stringify(sem.lastVerifyBody), /Answer A: mock answer by meaning one/);
+    /* A judge that cannot say: no observation, no header, the answer still goes out. */
+    sem.judge = () => 'maybe';
+    const w = tag();
+    await ask(model, question(w), 'three');
+    const unsure = await ask(model, rewording(w), 'three');
+    assert.equal(unsure.status, 200);
+    assert.equal(unsure.headers['x-cache-verify'], undefined);
+    const st = await model.stats();
+    assert.equal(st.semantic_bound_compare_errors, 1);
+    assert.equal(st.semantic_bound_compared, 2);
+    sem.judge = (a, b) => (a.trim() === b.trim() ? 'yes' : 'no');
+    await model.stop();
+});
+
+h.test('a streamed answer is compared too (no header: it went out before the comparison)', async () => {
+    const p = await boundProxy(nextDb++);
+    const t = tag();
+    await ask(p, question(t), 'streamed');
+    const s = await p.openStream(CHAT, h.chatBody(rewording(t), {stream: true}), {'x-mock-meaning': 'streamed'});
+    assert.equal(s.headers['x-cache-status'], 'MISS');
+    assert.equal(s.headers['x-cache-similarity'], '1.0000');
+    await s.rest();
+    await h.waitFor(async () => (await p.stats()).semantic_bound_agreed === 1, {what: 'the comparison'});
+    await p.stop();
+});
+
+h.test('Redis down: requests are answered, nothing is served by meaning, no bound errors', async () => {
+    const db = nextDb++;
+    const p = await boundProxy(db);
+    const t = tag();
+    await ask(p, question(t), 'down');
+    await env.redis.stop();
+    try {
+        for (const text of [rewording(t), rewording2(t), question(t)]) {
+            const r = await ask(p, text, 'down');
+            assert.equal(r.status, 200, r.text);
+            assert.notEqual(r.headers['x-cache-status'], 'HIT');
+            assert.equal(r.headers['x-cache-verify'], undefined);
+        }
+    } finally {
+        await env.redis.restart();
+    }
+    await p.waitReady();
+    /* Back, empty: the bound learns again from nothing. */
+    const u = tag();
+    await ask(p, question(u), 'up');
+    assertHeldBack(await ask(p, rewording(u), 'up'), 'agreed');
+    const st = await p.stats();
+    assert.equal(st.semantic_bound_rejected, 0);
+    assert.equal(st.cache_hits_semantic, 0);
+    assert.ok(p.alive);
+    await p.stop();
+});
+
+h.test('tear down', async () => {
+    await sem.close();
+});

@@ -1,0 +1,403 @@
+/*
+ * test_bound.c - the error bound's pure parts: the incomplete beta function
+ * and the one-sided Clopper-Pearson bounds against known binomial values,
+ * the threshold a set of observations certifies (fixed-sequence scan,
+ * post-stratified shares), the decision for a candidate (entry marks, partition before the
+ * global prior, the partition's veto, sampling), the Redis encodings with
+ * their range checks, and the answer text the comparators read.
+ */
+#include "t.h"
+
+#include "pc_bound.h"
+#include "pc_sse.h"
+
+#include <math.h>
+
+static bool near(double a, double b, double tol)
+{
+    return fabs(a - b) <= tol;
+}
+
+static void test_beta(void)
+{
+    /* I_x(1, 1) = x; I_x(a, 1) = x^a; I_x(a, b) = 1 - I_{1-x}(b, a). */
+    T_CHECK(near(bound_beta_inc(1, 1, 0.3), 0.3, 1e-12));
+    T_CHECK(near(bound_beta_inc(3, 1, 0.5), 0.125, 1e-12));
+    T_CHECK(near(bound_beta_inc(2.5, 7.25, 0.2), 1 - bound_beta_inc(7.25, 2.5, 0.8), 1e-12));
+    T_CHECK(bound_beta_inc(4, 9, 0) == 0 && bound_beta_inc(4, 9, 1) == 1);
+    /* I_0.5(a, a) = 0.5 for any a. */
+    T_CHECK(near(bound_beta_inc(40.5, 40.5, 0.5), 0.5, 1e-10));
+}
+
+/* Values from the binomial distribution itself: P(X <= x | n, upper) = 0.05. */
+static void test_clopper_pearson(void)
+{
+    T_CHECK(near(bound_upper(0, 10, 0.95), 0.258866, 1e-6));
+    T_CHECK(near(bound_upper(1, 10, 0.95), 0.394163, 1e-6));
+    T_CHECK(near(bound_upper(0, 299, 0.95), 0.009969, 1e-6));
+    T_CHECK(near(bound_upper(3, 100, 0.95), 0.075711, 1e-6));
+    T_CHECK(near(bound_upper(10, 1000, 0.95), 0.016903, 1e-6));
+    T_CHECK(near(bound_upper(5, 20, 0.95), 0.455582, 1e-6));
+    T_CHECK(near(bound_lower(1, 10, 0.95), 0.005116, 1e-6));
+    T_CHECK(near(bound_lower(3, 100, 0.95), 0.008226, 1e-6));
+    T_CHECK(near(bound_lower(5, 20, 0.95), 0.104081, 1e-6));
+    T_CHECK(bound_upper(0, 0, 0.95) == 1 && bound_upper(5, 5, 0.95) == 1);
+    T_CHECK(bound_lower(0, 50, 0.95) == 0);
+    /* Effective (fractional) counts lie between their integer neighbours. */
+    double mid = bound_upper(2.5, 100, 0.95);
+    T_CHECK(mid > bound_upper(2, 100, 0.95) && mid < bound_upper(3, 100, 0.95));
+    T_CHECK_INT(bound_min_n(0.01, 0.95), 299);
+    T_CHECK_INT(bound_min_n(0.05, 0.95), 59);
+    T_CHECK_INT(bound_min_n(0.005, 0.95), 598);
+    T_CHECK(bound_upper(0, (double)bound_min_n(0.02, 0.95), 0.95) <= 0.02);
+    T_CHECK(bound_upper(0, (double)bound_min_n(0.02, 0.95) - 1, 0.95) > 0.02);
+}
+
+static void add_n(struct bound_counts *c, double sim, bool wrong, int n)
+{
+    for (int i = 0; i < n; i++)
+        bound_counts_add(c, sim, wrong);
+}
+
+/* n candidates seen at sim, none compared (served, say). */
+static void seen_n(struct bound_counts *c, double sim, int n)
+{
+    for (int i = 0; i < n; i++)
+        bound_counts_seen(c, sim);
+}
+
+static void test_buckets(void)
+{
+    T_CHECK_INT(bound_bucket(0.1), 0);
+    T_CHECK_INT(bound_bucket(NAN), 0);
+    T_CHECK_INT(bound_bucket(0.5), 0);
+    T_CHECK_INT(bound_bucket(0.9), 80);
+    T_CHECK_INT(bound_bucket(0.9049), 80);
+    T_CHECK_INT(bound_bucket(0.905), 81);
+    T_CHECK_INT(bound_bucket(1.0), BOUND_BUCKETS - 1);
+    T_CHECK(near(bound_bucket_floor(80), 0.9, 1e-12));
+}
+
+static void test_certify(void)
+{
+    struct bound_counts c = {0};
+    struct bound_cert cert;
+    bound_certify(&c, 0.01, &cert);
+    T_CHECK(!cert.certified);
+    add_n(&c, 0.99, false, 298);
+    bound_certify(&c, 0.01, &cert);
+    T_CHECK(!cert.certified); /* one short of 299 */
+    add_n(&c, 0.99, false, 1);
+    bound_certify(&c, 0.01, &cert);
+    T_CHECK(cert.certified && near(cert.threshold, 0.99, 1e-9));
+    T_CHECK(cert.upper <= 0.01 && near(cert.region.n_eff, 299, 1e-9));
+    /* More agreement lower down moves the threshold down... */
+    add_n(&c, 0.95, false, 600);
+    bound_certify(&c, 0.01, &cert);
+    T_CHECK(cert.certified && near(cert.threshold, 0.95, 1e-9));
+    /* ...and a bucket full of errors below stops the scan there. */
+    add_n(&c, 0.92, false, 100);
+    add_n(&c, 0.92, true, 20);
+    add_n(&c, 0.80, false, 5000);
+    bound_certify(&c, 0.01, &cert);
+    T_CHECK(cert.certified && near(cert.threshold, 0.95, 1e-9));
+    T_CHECK_INT(cert.bucket, bound_bucket(0.95));
+    /* A looser delta passes the errors (20 of 1019 is under 5%). */
+    bound_certify(&c, 0.05, &cert);
+    T_CHECK(cert.certified && cert.threshold < 0.95);
+}
+
+static void test_strata(void)
+{
+    /* 300 candidates, 30 compared: 30 observations, however many they stand for. */
+    struct bound_counts c = {0};
+    struct bound_cert cert;
+    add_n(&c, 0.97, false, 30);
+    seen_n(&c, 0.97, 270);
+    bound_certify(&c, 0.01, &cert);
+    T_CHECK(!cert.certified);
+    struct bound_region r;
+    bound_region_at(&c, 0, &r);
+    T_CHECK(near(r.n_eff, 30, 1e-9) && r.rate == 0);
+    /* Each bucket's rate counts by its share of the candidates, not of the comparisons. */
+    struct bound_counts d = {0};
+    add_n(&d, 0.97, false, 90);
+    add_n(&d, 0.92, false, 9);
+    add_n(&d, 0.92, true, 1);
+    seen_n(&d, 0.92, 890);
+    bound_region_at(&d, 0, &r);
+    T_CHECK(near(r.rate, 0.1 * 900 / 990, 1e-12));
+    T_CHECK(r.n_eff < 100 && r.n_eff > 10);
+    /* Equal fractions compared in every bucket: the effective size is the comparisons. */
+    struct bound_counts u = {0};
+    add_n(&u, 0.97, false, 100);
+    seen_n(&u, 0.97, 100);
+    add_n(&u, 0.93, false, 200);
+    seen_n(&u, 0.93, 200);
+    bound_region_at(&u, 0, &r);
+    T_CHECK(near(r.n_eff, 300, 1e-9));
+    /* A failed write of "seen" never makes a bucket count less than its comparisons. */
+    struct bound_counts lag = {0};
+    bound_counts_compared(&lag, 0.97, false);
+    bound_region_at(&lag, 0, &r);
+    T_CHECK(near(r.n_eff, 1, 1e-12));
+    /* A bucket nothing was compared at is neither counted nor a threshold. */
+    struct bound_counts gap = {0};
+    add_n(&gap, 0.99, false, 300);
+    seen_n(&gap, 0.90, 1000);
+    bound_certify(&gap, 0.01, &cert);
+    T_CHECK(cert.certified && near(cert.threshold, 0.99, 1e-9));
+}
+
+static void test_decide(void)
+{
+    struct bound_counts glob = {0}, part = {0};
+    add_n(&glob, 0.96, false, 400);
+    add_n(&glob, 0.97, false, 1);
+    struct bound_inputs in = {
+        .partition = NULL, .global = &glob, .entry_floor = -1, .delta = 0.01, .explore_rate = 0.1};
+    struct bound_decision d;
+    bound_decide(&in, 0.97, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_SERVE);
+    T_CHECK_INT(d.source, BOUND_SRC_GLOBAL);
+    bound_decide(&in, 0.97, 0.05, &d);
+    T_CHECK_INT(d.verdict, BOUND_EXPLORE);
+    bound_decide(&in, 0.93, 0.5, &d); /* below the global threshold: compared for free */
+    T_CHECK_INT(d.verdict, BOUND_WITHHOLD);
+    bound_decide(&in, 0.985, 0.5, &d); /* above it, but nothing was compared at 0.985 */
+    T_CHECK_INT(d.verdict, BOUND_WITHHOLD);
+    /* The entry was wrong at 0.975: never served at or below it again. */
+    in.entry_floor = bound_bucket(0.975);
+    bound_decide(&in, 0.97, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_SKIP);
+    bound_decide(&in, 0.965, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_SKIP);
+    add_n(&glob, 0.99, false, 1);
+    bound_decide(&in, 0.99, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_SERVE);
+    in.entry_floor = -1;
+    /* The partition's own errors veto the prior... */
+    add_n(&part, 0.97, false, 10);
+    add_n(&part, 0.97, true, 10);
+    in.partition = &part;
+    bound_decide(&in, 0.97, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_WITHHOLD);
+    /* ...a clean partition does not... */
+    struct bound_counts clean = {0};
+    add_n(&clean, 0.97, false, 10);
+    in.partition = &clean;
+    bound_decide(&in, 0.97, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_SERVE);
+    /* ...and once it certifies a threshold of its own, it decides. */
+    struct bound_counts own = {0};
+    add_n(&own, 0.99, false, 300);
+    add_n(&own, 0.98, true, 3);
+    in.partition = &own;
+    bound_decide(&in, 0.97, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_WITHHOLD);
+    bound_decide(&in, 0.99, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_SERVE);
+    T_CHECK_INT(d.source, BOUND_SRC_PARTITION);
+    /* Nothing known (Redis away): withhold. */
+    struct bound_inputs none = {.entry_floor = -1, .delta = 0.01, .explore_rate = 0.1};
+    bound_decide(&none, 0.999, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_WITHHOLD);
+    /* Well known: a quarter of the rate is explored. */
+    struct bound_counts many = {0};
+    add_n(&many, 0.97, false, 20 * 299);
+    struct bound_inputs w = {
+        .global = &many, .entry_floor = -1, .delta = 0.01, .explore_rate = 0.1};
+    bound_decide(&w, 0.97, 0.05, &d);
+    T_CHECK_INT(d.verdict, BOUND_SERVE);
+    bound_decide(&w, 0.97, 0.02, &d);
+    T_CHECK_INT(d.verdict, BOUND_EXPLORE);
+}
+
+static void test_encoding(void)
+{
+    struct bound_counts c = {0}, back;
+    add_n(&c, 0.97, false, 5);
+    add_n(&c, 0.97, true, 2);
+    seen_n(&c, 0.97, 20);
+    seen_n(&c, 0.51, 3);
+    struct pc_buf b = PC_BUF_INIT;
+    bound_counts_encode(&c, &b);
+    T_CHECK_INT(b.len, BOUND_COUNTS_BYTES);
+    T_CHECK_INT(bound_counts_decode(b.data, b.len, &back), 0);
+    int k = bound_bucket(0.97);
+    T_CHECK(back.seen[k] == 27 && back.compared[k] == 7 && back.wrong[k] == 2);
+    T_CHECK(back.seen[bound_bucket(0.51)] == 3);
+    /* BITFIELD leaves the value only as long as its highest word: shorter is fine. */
+    T_CHECK_INT(bound_counts_decode(b.data, 8, &back), 0);
+    T_CHECK_INT(bound_counts_decode(b.data, 8 * (1 + 3 * (k + 1)), &back), 0);
+    T_CHECK(back.compared[k] == 7);
+    /* Forgeries: a bad magic, a ragged length, too long, more errors than comparisons,
+     * a negative count and a huge one. */
+    struct pc_buf f = PC_BUF_INIT;
+    pc_buf_append(&f, b.data, b.len);
+    f.data[0] ^= 1;
+    T_CHECK_INT(bound_counts_decode(f.data, f.len, &back), -1);
+    T_CHECK_INT(bound_counts_decode(b.data, b.len - 3, &back), -1);
+    pc_buf_append(&f, "\0\0\0\0\0\0\0\0", 8);
+    f.data[0] ^= 1;
+    T_CHECK_INT(bound_counts_decode(f.data, f.len, &back), -1);
+    unsigned char *word = (unsigned char *)b.data + 8 * (3 + 3 * k); /* wrong of bucket k */
+    word[7] = 8;
+    T_CHECK_INT(bound_counts_decode(b.data, b.len, &back), -1);
+    T_CHECK(back.compared[k] == 0); /* rejected: nothing of it is used */
+    const struct {
+        double seen, compared, wrong;
+        int rc;
+    } cases[] = {
+        {3, 5, 1, 0},     /* seen behind compared: a lost write, accepted */
+        {-1, 0, 0, -1},   /* negative */
+        {1e16, 1, 0, -1}, /* beyond BOUND_COUNT_MAX */
+        {10, 4, 5, -1},   /* more wrong than compared */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct bound_counts q = {0};
+        q.seen[3] = cases[i].seen, q.compared[3] = cases[i].compared, q.wrong[3] = cases[i].wrong;
+        pc_buf_reset(&b);
+        bound_counts_encode(&q, &b);
+        T_CHECK_INT(bound_counts_decode(b.data, b.len, &back), cases[i].rc);
+    }
+    pc_buf_free(&b);
+    pc_buf_free(&f);
+}
+
+static void test_marks(void)
+{
+    int floor = 0;
+    T_CHECK_INT(bound_marks_decode("", 0, &floor), 0);
+    T_CHECK_INT(floor, -1);
+    T_CHECK_INT(bound_marks_decode("\x00\x01", 2, &floor), 0); /* SETBIT key 15 1 */
+    T_CHECK_INT(floor, 15);
+    T_CHECK_INT(bound_marks_decode("\x80\x00\x20", 3, &floor), 0);
+    T_CHECK_INT(floor, 18);
+    char big[BOUND_MARKS_BYTES + 1] = {0};
+    T_CHECK_INT(bound_marks_decode(big, sizeof big, &floor), -1);
+    big[BOUND_MARKS_BYTES - 1] = 0x01; /* bit 103: beyond the last bucket */
+    T_CHECK_INT(bound_marks_decode(big, BOUND_MARKS_BYTES, &floor), -1);
+}
+
+static void test_argv(void)
+{
+    struct bound_argv a;
+    bound_argv_seen(&a, "pc:2:bp:{x}", 0.905);
+    T_CHECK_INT(a.argc, 12);
+    T_CHECK_STR(a.argv[0], "BITFIELD");
+    T_CHECK_STR(a.argv[1], "pc:2:bp:{x}");
+    T_CHECK_STR(a.argv[4], "#0");
+    T_CHECK_STR(a.argv[5], "5783539250392793090");
+    T_CHECK_STR(a.argv[7], "SAT");
+    T_CHECK_STR(a.argv[10], "#244"); /* 1 + 3 * 81 */
+    T_CHECK_STR(a.argv[11], "1");
+    bound_argv_compared(&a, "pc:2:bg:{y}", 0.905, true);
+    T_CHECK_INT(a.argc, 16);
+    T_CHECK_STR(a.argv[10], "#245");
+    T_CHECK_STR(a.argv[11], "1");
+    T_CHECK_STR(a.argv[14], "#246");
+    T_CHECK_STR(a.argv[15], "1");
+    bound_argv_compared(&a, "pc:2:bg:{y}", 0.905, false);
+    T_CHECK_STR(a.argv[15], "0");
+    bound_argv_mark(&a, "pc:2:o:{t:k}", 0.905);
+    T_CHECK_INT(a.argc, 4);
+    T_CHECK_STR(a.argv[2], "81");
+    bound_argv_expire(&a, "k", 1234, true);
+    T_CHECK_STR(a.argv[0], "PEXPIREAT");
+    T_CHECK_STR(a.argv[2], "1234");
+    char k1[BOUND_KEY_MAX], k2[BOUND_KEY_MAX];
+    unsigned char p1[PC_SHA256_LEN] = {1}, p2[PC_SHA256_LEN] = {2};
+    bound_partition_key("builtin-x", p1, k1);
+    bound_partition_key("builtin-x", p2, k2);
+    T_CHECK(strncmp(k1, "pc:2:bp:{", 9) == 0 && strcmp(k1, k2) != 0);
+    bound_partition_key("openai:m", p1, k2);
+    T_CHECK(strcmp(k1, k2) != 0); /* another space, other counts */
+    bound_entry_key("0123456789abcdef", p1, k1);
+    T_CHECK(strncmp(k1, "pc:2:o:{0123456789abcdef:01000000", 33) == 0);
+}
+
+static struct entry json_entry(enum api_endpoint ep, const char *body)
+{
+    return (struct entry){
+        .kind = ENTRY_JSON, .endpoint = ep, .status = 200, .body = body, .body_len = strlen(body)};
+}
+
+static void test_answer_text(void)
+{
+    struct pc_buf out = PC_BUF_INIT;
+    struct entry e = json_entry(API_CHAT, "{\"choices\":[{\"message\":{\"role\":\"assistant\","
+                                          "\"content\":\"Paris.\"}}]}");
+    T_CHECK_INT(bound_answer_text(&e, &out), 0);
+    T_CHECK_STR(pc_buf_cstr(&out), "Paris.");
+    pc_buf_reset(&out);
+    e = json_entry(API_CHAT,
+                   "{\"choices\":[{\"message\":{\"content\":null,\"tool_calls\":[{"
+                   "\"function\":{\"name\":\"get\",\"arguments\":\"{\\\"a\\\":1}\"}}]}}]}");
+    T_CHECK_INT(bound_answer_text(&e, &out), 0);
+    T_CHECK_STR(pc_buf_cstr(&out), "get({\"a\":1})");
+    pc_buf_reset(&out);
+    e = json_entry(API_MESSAGES, "{\"content\":[{\"type\":\"text\",\"text\":\"Hi\"},{\"type\":"
+                                 "\"tool_use\",\"name\":\"f\",\"input\":{\"x\":2}}]}");
+    T_CHECK_INT(bound_answer_text(&e, &out), 0);
+    T_CHECK_STR(pc_buf_cstr(&out), "Hi\nf({\"x\":2})");
+    pc_buf_reset(&out);
+    e = json_entry(API_RESPONSES, "{\"output\":[{\"type\":\"message\",\"content\":[{\"type\":"
+                                  "\"output_text\",\"text\":\"ok\"}]}]}");
+    T_CHECK_INT(bound_answer_text(&e, &out), 0);
+    T_CHECK_STR(pc_buf_cstr(&out), "ok");
+    pc_buf_reset(&out);
+    e = json_entry(API_COMPLETIONS, "{\"choices\":[{\"text\":\"42\"}]}");
+    T_CHECK_INT(bound_answer_text(&e, &out), 0);
+    T_CHECK_STR(pc_buf_cstr(&out), "42");
+    pc_buf_reset(&out);
+    /* A recorded stream is assembled first. */
+    const char *sse = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{"
+                      "\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Par\"}}]}\n\n"
+                      "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{"
+                      "\"index\":0,\"delta\":{\"content\":\"is\"},\"finish_reason\":\"stop\"}]}"
+                      "\n\ndata: [DONE]\n\n";
+    e = (struct entry){.kind = ENTRY_SSE,
+                       .endpoint = API_CHAT,
+                       .status = 200,
+                       .body = sse,
+                       .body_len = strlen(sse)};
+    T_CHECK_INT(bound_answer_text(&e, &out), 0);
+    T_CHECK_STR(pc_buf_cstr(&out), "Paris");
+    pc_buf_reset(&out);
+    e = json_entry(API_EMBEDDINGS, "{\"data\":[{\"embedding\":[0.1]}]}");
+    T_CHECK_INT(bound_answer_text(&e, &out), -1);
+    e = json_entry(API_CHAT, "{not json");
+    T_CHECK_INT(bound_answer_text(&e, &out), -1);
+    pc_buf_free(&out);
+}
+
+static void test_normalise(void)
+{
+    struct pc_buf out = PC_BUF_INIT;
+    bound_normalise("  Positive.\n", &out);
+    T_CHECK_STR(pc_buf_cstr(&out), "positive");
+    pc_buf_reset(&out);
+    bound_normalise("\"The  answer\tis\n 42!\"", &out);
+    T_CHECK_STR(pc_buf_cstr(&out), "the answer is 42");
+    pc_buf_reset(&out);
+    bound_normalise("...", &out);
+    T_CHECK_STR(pc_buf_cstr(&out), "");
+    pc_buf_free(&out);
+}
+
+int main(void)
+{
+    T_RUN(test_beta);
+    T_RUN(test_clopper_pearson);
+    T_RUN(test_buckets);
+    T_RUN(test_certify);
+    T_RUN(test_strata);
+    T_RUN(test_decide);
+    T_RUN(test_encoding);
+    T_RUN(test_marks);
+    T_RUN(test_argv);
+    T_RUN(test_answer_text);
+    T_RUN(test_normalise);
+    T_DONE();
+}
