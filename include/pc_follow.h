@@ -36,6 +36,7 @@
 
 struct follow;
 struct rcli;
+struct stats;
 struct redisReply;
 
 #define FOLLOW_HANDLERS_MAX 8
@@ -67,9 +68,11 @@ struct follow_opts {
     int64_t timeout_ms; /* per command and connect (at least 1 s) */
     int block_ms;       /* XREAD BLOCK; 0 = 1000 */
     size_t count;       /* XREAD COUNT; 0 = 500 */
+    struct stats *row;  /* stream_* counted there (the caller's); NULL: a row of its own,
+                         * registered, freed by follow_destroy (empty the registry first) */
 };
 
-/* NULL (logged) if the URL is invalid. Registers a metrics row (stream_*). */
+/* NULL (logged) if the URL is invalid. */
 struct follow *follow_create(const struct follow_opts *o);
 /* Before follow_start only; -1 (logged) when full. */
 int follow_add(struct follow *f, const struct follow_handler *h);

@@ -70,7 +70,8 @@ struct follow {
     size_t ns;
     struct fgroup g[FOLLOW_STREAMS_MAX];
     size_t ng;
-    struct stats *row; /* stream_*: registered, written by the thread only */
+    struct stats *row; /* stream_*: written by the thread only */
+    bool own_row;      /* made and registered here (freed after the registry is emptied) */
 
     pthread_t thread;
     bool started;
@@ -82,7 +83,7 @@ struct follow {
     int wake; /* eventfd: written by follow_destroy, polled with the sockets */
     atomic_bool live;
     bool down_logged;
-    char why[320]; /* the last failure, for the log */
+    char why[640]; /* the last failure, for the log: what, then rcli's errmsg (512) */
 };
 
 /* --- set-up ------------------------------------------------------------------------------ */
@@ -115,11 +116,15 @@ struct follow *follow_create(const struct follow_opts *o)
     pthread_cond_init(&f->cond, &ca);
     pthread_condattr_destroy(&ca);
     /* Its own metrics row, registered like the workers' before they start (see server.c). */
-    f->row = aligned_alloc(64, sizeof(*f->row));
-    if (f->row == NULL)
-        abort();
-    memset(f->row, 0, sizeof(*f->row));
-    stats_register(f->row);
+    f->row = o->row;
+    if (f->row == NULL) {
+        f->row = aligned_alloc(64, sizeof(*f->row));
+        if (f->row == NULL)
+            abort();
+        memset(f->row, 0, sizeof(*f->row));
+        stats_register(f->row);
+        f->own_row = true;
+    }
     return f;
 }
 
@@ -179,7 +184,7 @@ static void nap(struct follow *f, int64_t ms)
 static void trouble(struct follow *f, const char *what, const struct rcli *k)
 {
     stats_incr(f->row, STAT_stream_errors);
-    snprintf(f->why, sizeof(f->why), "%s: %s", what,
+    snprintf(f->why, sizeof(f->why), "%.100s: %s", what,
              k != NULL && k->errmsg[0] ? k->errmsg : "error");
 }
 
@@ -661,7 +666,8 @@ void follow_destroy(struct follow **fp)
     if (f->url != NULL) /* it may hold a password */
         explicit_bzero(f->url, strlen(f->url));
     free(f->url);
-    free(f->row); /* the process's registry is emptied right after (server_teardown) */
+    if (f->own_row)
+        free(f->row); /* the process's registry is emptied right after (server_teardown) */
     f->magic = 0;
     free(f);
 }

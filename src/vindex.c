@@ -135,7 +135,7 @@ struct part {
     unsigned refs;               /* shard mutex */
     atomic_size_t live;          /* changed under wlock + write lock; read anywhere */
     atomic_int state;            /* enum vindex_state: changed under wlock; read anywhere */
-    atomic_int_fast64_t used_ms; /* the last search (monotonic ms): the LRU's order */
+    atomic_int_fast64_t used_us; /* the last search (monotonic us): the LRU's order */
     unsigned char tenant[VINDEX_TENANT_LEN]; /* lazy: whose member list loads it */
     pthread_rwlock_t lock;
 
@@ -374,7 +374,7 @@ static struct part *part_new(struct vindex *v, const unsigned char *hash, uint64
     atomic_init(&p->live, 0);
     /* Without a budget every partition is simply there; with one, it is until loaded. */
     atomic_init(&p->state, v->o.lazy ? VINDEX_COLD : VINDEX_RESIDENT);
-    atomic_init(&p->used_ms, (int_fast64_t)pc_mono_ms());
+    atomic_init(&p->used_us, (int_fast64_t)pc_mono_us());
     if (!v->o.lazy)
         atomic_fetch_add(&v->nresident, 1);
     /* Writer-preferring: a stream of searches must not starve an add (which holds wlock). */
@@ -995,8 +995,8 @@ static void report_bytes(struct vindex *v)
 
 static int victim_cmp(const void *a, const void *b)
 {
-    int64_t x = atomic_load(&(*(struct part *const *)a)->used_ms);
-    int64_t y = atomic_load(&(*(struct part *const *)b)->used_ms);
+    int64_t x = atomic_load(&(*(struct part *const *)a)->used_us);
+    int64_t y = atomic_load(&(*(struct part *const *)b)->used_us);
     return x < y ? -1 : x > y;
 }
 
@@ -1464,7 +1464,7 @@ size_t vindex_lookup(struct vindex *v, const unsigned char partition[VINDEX_PART
         *state = st;
     if (p == NULL)
         return 0;
-    atomic_store(&p->used_ms, (int_fast64_t)pc_mono_ms());
+    atomic_store(&p->used_us, (int_fast64_t)pc_mono_us());
     k = PC_MIN(k, (size_t)VINDEX_K_MAX);
     if (k == 0 || (st != VINDEX_RESIDENT && st != VINDEX_LOADING)) {
         part_put(v, &p);

@@ -1102,10 +1102,7 @@ static int run_load(struct vsync *s, const struct job *j)
         rc = read_records(s, &ld);
     if (rc == 0)
         rc = tidy_list(s, &ld);
-    vindex_load_end(s->index, j->partition, ld.gen, rc == 0);
-    pthread_mutex_lock(&s->mu);
-    pthread_cond_broadcast(&s->done);
-    pthread_mutex_unlock(&s->mu);
+    /* Counted first: a lookup woken below may look at the counters at once. */
     if (rc == 0) {
         count(&s->loads, 1);
         count(&s->loaded, ld.counts[APPLIED]);
@@ -1116,6 +1113,10 @@ static int run_load(struct vsync *s, const struct job *j)
     } else {
         row_add(s, STAT_semantic_index_load_errors, 1);
     }
+    vindex_load_end(s->index, j->partition, ld.gen, rc == 0);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->done);
+    pthread_mutex_unlock(&s->mu);
     resync_progress(s);
     free(ld.m);
     free(ld.stale);

@@ -420,7 +420,9 @@ static struct rig rig_up(size_t max_bytes, size_t count, int64_t max_ttl_ms, str
     struct vsync_opts o = {
         .url = R.url, .space = SPACE, .index = g.v, .max_ttl_ms = max_ttl_ms, .row = row};
     g.s = vsync_start(&o);
-    struct follow_opts fo = {.url = R.url, .timeout_ms = 1000, .block_ms = 200, .count = count};
+    static struct stats follow_row; /* the test's: freed with no registry to empty */
+    struct follow_opts fo = {
+        .url = R.url, .timeout_ms = 1000, .block_ms = 200, .count = count, .row = &follow_row};
     g.f = follow_create(&fo);
     struct follow_handler h = {.name = "vector index",
                                .stream = vsync_stream_key(),
@@ -904,7 +906,10 @@ static void test_budget(void)
     T_CHECK(vs.evictions >= 40);
     T_CHECK(vs.loaded < 40);
     T_CHECK_INT(budget_row.v[STAT_semantic_index_evictions], vs.evictions);
-    T_CHECK_INT(budget_row.v[STAT_semantic_index_loads], 80);
+    /* Each partition once per round, and again when it had been evicted (all but those
+     * still held from the round before). */
+    T_CHECK_INT(budget_row.v[STAT_semantic_index_loads], vs.loads);
+    T_CHECK(vs.loads >= 80 - vs.loaded);
     rig_down_all(&g);
     redisFree(c);
 }
@@ -1143,7 +1148,8 @@ static void test_l1_reader(void)
     run_fmt(c, "FLUSHALL");
     set_schema(c, migrate_latest());
     struct l1 *l = l1_create(1 << 20);
-    struct follow_opts fo = {.url = R.url, .timeout_ms = 1000, .block_ms = 200};
+    static struct stats follow_row;
+    struct follow_opts fo = {.url = R.url, .timeout_ms = 1000, .block_ms = 200, .row = &follow_row};
     struct follow *f = follow_create(&fo);
     T_CHECK_INT(l1_follow(l, f), 0);
     T_CHECK_INT(follow_start(f), 0);
