@@ -104,11 +104,12 @@ struct conf {
     bool redis_auto_migrate;
 
     /* cache */
-    bool cache;                   /* master switch: no = every request BYPASS */
-    int64_t cache_ttl;            /* seconds */
-    int64_t l1_size;              /* bytes; -1 = auto (l1_size_bytes) */
-    int64_t cache_max_ttl;        /* upper bound for X-Cache-TTL */
-    int64_t cache_max_entry_size; /* bytes; larger answers are relayed, not stored */
+    bool cache;                    /* master switch: no = every request BYPASS */
+    int64_t cache_ttl;             /* seconds */
+    int64_t l1_size;               /* bytes; -1 = auto (l1_size_bytes) */
+    int64_t semantic_index_memory; /* bytes; -1 = auto (semantic_index_memory_bytes) */
+    int64_t cache_max_ttl;         /* upper bound for X-Cache-TTL */
+    int64_t cache_max_entry_size;  /* bytes; larger answers are relayed, not stored */
     bool coalesce;
     struct conf_list shared_namespaces;
     struct conf_list cache_key_headers; /* request headers in the key, compared by value */

@@ -396,6 +396,14 @@ static const struct conf_key conf_keys[] = {
              "to use, or all, or none. The default thresholds assume all of them. Each "
              "guard's rejections are counted (semantic_guard_rejects_GUARD in /stats and "
              "/metrics)."},
+    {.name = "semantic-index-memory", .type = CONF_SIZE, FIELD(semantic_index_memory),
+     .def = "auto", .imin = 64 * KIB, .imax = 1024 * GIB, .flags = CONF_AUTO,
+     .help = "Bytes of vectors this process keeps in its vector index (k, m or g suffix "
+             "allowed). A partition is loaded from Redis on its first lookup (that lookup "
+             "waits at most redis-timeout for it, else it is a miss), and the least recently "
+             "searched partitions are dropped when the index would grow past this. auto: 1/4 "
+             "of the machine's memory. Redis keeps every vector: instances with less memory "
+             "hold the busiest partitions only (see Scaling out in the README)."},
     {.name = "embedder", .type = CONF_ENUM, FIELD(embedder), .def = "builtin",
      .names = embedder_names,
      .help = "How messages are turned into vectors: builtin, hash or openai. builtin "
