@@ -392,7 +392,8 @@ static const struct conf_key conf_keys[] = {
              "differs: 3+3 / 3*3, x > 5 / x < 5), particles (into / out of, on / off in the "
              "same place), wordnet (WordNet antonyms: empty/full), affixes (safe/unsafe), "
              "intent (prevent, avoid, stop, fail to... on one side), verbs (is running / is "
-             "resting) and rank (closest / second closest, cheap / cheapest). List the guards "
+             "resting), rank (closest / second closest, cheap / cheapest) and quantity (lots "
+             "of / few people, one / both legs, all / some). List the guards "
              "to use, or all, or none. The default thresholds assume all of them. Each "
              "guard's rejections are counted (semantic_guard_rejects_GUARD in /stats and "
              "/metrics)."},
