@@ -22,6 +22,7 @@
 #include "pc_api.h"
 #include "pc_conf.h"
 #include "pc_dash.h"
+#include "pc_dialect.h"
 #include "pc_entry.h"
 #include "pc_l1.h"
 #include "pc_httpd.h"
@@ -75,7 +76,7 @@ static void reply_json(struct httpd_req *hr, int status, const char *json)
 static void reply_error(struct httpd_req *hr, int status, const char *msg)
 {
     struct pc_buf b = PC_BUF_INIT;
-    api_error_body(API_DIALECT_OPENAI, status, msg, &b);
+    dialect_error_body(dialect_of(API_NONE), status, msg, &b); /* OpenAI's shape */
     httpd_add_header(hr, "Content-Type", "application/json");
     httpd_reply(hr, status, b.data, b.len);
     pc_buf_free(&b);
@@ -108,8 +109,7 @@ static void serve_stats(struct worker *w, struct httpd_req *hr)
     pricing_render_json(w->conf->prices, &extra);
     pc_buf_append_char(&extra, ',');
     tenants_render_json(w->conf->tenants, &extra);
-    pc_buf_printf(&extra,
-                  ",\"routing\":\"%s\",\"replicas\":", route_policy_name(route_policy(w->route)));
+    pc_buf_printf(&extra, ",\"routing\":\"%s\",\"replicas\":", route_policy_name(w->route));
     route_render_json(w->route, &extra);
     stats_render_json(&out, pc_buf_cstr(&extra), w->conf->prices != NULL);
     reply_json(hr, 200, pc_buf_cstr(&out));

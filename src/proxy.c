@@ -32,6 +32,7 @@
 #include "pc_chain.h"
 #include "pc_conf.h"
 #include "pc_cors.h"
+#include "pc_dialect.h"
 #include "pc_entry.h"
 #include "pc_fetch.h"
 #include "pc_flight.h"
@@ -99,7 +100,7 @@ struct preq {
 
     /* What was asked. */
     enum api_endpoint ep;
-    enum api_dialect dialect;
+    const struct dialect *dialect; /* of the path: the shape of errors and streams */
     cJSON *body; /* parsed; NULL while the memo answered for it (preq_body parses on demand) */
     char *model; /* the body's "model", or NULL */
     bool stream;
@@ -456,7 +457,7 @@ static void reply_error(struct preq *r, int status, const char *fmt, ...)
     if (status >= 400 && status < 500)
         stats_incr(&r->w->stats, STAT_client_errors);
     struct pc_buf b = PC_BUF_INIT;
-    api_error_body(r->dialect, status, msg, &b);
+    dialect_error_body(r->dialect, status, msg, &b);
     add_cache_headers(r);
     reply_whole(r, status, "application/json", b.data, b.len);
     pc_buf_free(&b);
@@ -787,8 +788,7 @@ static void compute_prefix(struct preq *r)
         r->session |= 1; /* never 0, which means none */
     }
     r->ask_usage = c->stream_usage && r->stream && !r->include_usage &&
-                   (r->ep == API_CHAT || r->ep == API_COMPLETIONS) &&
-                   c->upstream_type != UPSTREAM_ANTHROPIC;
+                   dialect_usage_on_request(r->dialect) && r->w->backend->stream_usage;
 }
 
 /*
@@ -976,9 +976,8 @@ static void deliver_streamed(struct preq *r)
         r->status = v.status;
         r->started = true;
         /* Only a 2xx stream is events; an error body passes as it is. */
-        r->strip_usage = r->stream && !r->include_usage &&
-                         api_dialect_of(r->ep) == API_DIALECT_OPENAI && v.status >= 200 &&
-                         v.status <= 299;
+        r->strip_usage = r->stream && !r->include_usage && dialect_usage_on_request(r->dialect) &&
+                         v.status >= 200 && v.status <= 299;
         httpd_set_drain_cb(r->hr, CLIENT_LOW, preq_on_drain, r);
         httpd_reply_start(r->hr, v.status);
     }
@@ -1034,10 +1033,10 @@ static void preq_on_flight(struct flight_sub *sub, void *arg)
  */
 static int replay_stream(struct preq *r, const struct entry *e, struct pc_buf *out)
 {
-    if (r->include_usage || api_dialect_of(r->ep) != API_DIALECT_OPENAI)
-        return sse_replay(r->ep, e->body, e->body_len, r->include_usage, out);
+    if (r->include_usage || !dialect_usage_on_request(r->dialect))
+        return dialect_replay(r->ep, e->body, e->body_len, r->include_usage, out);
     struct pc_buf all = PC_BUF_INIT;
-    int rc = sse_replay(r->ep, e->body, e->body_len, false, &all);
+    int rc = dialect_replay(r->ep, e->body, e->body_len, false, &all);
     if (rc == 0) {
         struct sse_usage_filter f;
         sse_usage_filter_init(&f);
@@ -1057,7 +1056,7 @@ static int hit_body(struct preq *r, const struct entry *e, struct pc_buf *out, c
         if (e->kind == ENTRY_SSE)
             return replay_stream(r, e, out);
         cJSON *resp = cJSON_ParseWithLength(e->body, e->body_len);
-        int rc = resp ? sse_synthesize(r->ep, resp, r->include_usage, out) : -1;
+        int rc = resp ? dialect_synthesize(r->ep, resp, r->include_usage, out) : -1;
         cJSON_Delete(resp);
         return rc;
     }
@@ -1066,7 +1065,7 @@ static int hit_body(struct preq *r, const struct entry *e, struct pc_buf *out, c
         pc_buf_append(out, e->body, e->body_len);
         return 0;
     }
-    cJSON *resp = sse_assemble(r->ep, e->body, e->body_len, NULL);
+    cJSON *resp = dialect_assemble(r->ep, e->body, e->body_len, NULL);
     if (resp == NULL)
         return -1;
     char *s = cJSON_PrintUnformatted(resp);
@@ -1468,7 +1467,7 @@ void proxy_handle(struct httpd_req *hr, void *arg)
     /* Only POSTs are answers to cache; other methods on these paths (OpenAI's
      * GET /v1/chat/completions lists stored completions) pass through. */
     r->ep = strcmp(httpd_req_method(hr), "POST") == 0 ? api_endpoint_from_path(path) : API_NONE;
-    r->dialect = api_dialect_of(api_endpoint_from_path(path));
+    r->dialect = dialect_of(api_endpoint_from_path(path));
     /* Every answer from here on, hit, miss or error, names its access log line. */
     httpd_add_header(hr, "X-Promptcache-Request-Id", r->id);
     if (preq_cors(r))
