@@ -1288,10 +1288,7 @@ static void preq_route_cacheable(struct preq *r)
     }
     r->state = PREQ_LOOKUP;
     r->lookup_start_us = pc_mono_us();
-    if (cache_lookup_fast(w->cache, &q, preq_on_lookup, r))
-        return;
-    r->lookup = cache_lookup(w->cache, &q, preq_on_lookup, r);
-    if (r->lookup == NULL) /* Redis not ready */
+    if (cache_lookup(w->cache, &q, preq_on_lookup, r, &r->lookup) < 0) /* Redis not ready */
         preq_bypass(r, false);
 }
 
