@@ -4,6 +4,7 @@
  *   upstream SSE bytes --sse_parser--> events --sse_assemble--> JSON answer
  *   cached JSON answer --sse_synthesize--> SSE for a stream client
  *   recorded SSE       --sse_replay-----> SSE for a stream client
+ *   a stored answer    --sse_answer-----> whichever the client asked for
  *
  * so a cached answer serves both kinds of client whichever way it was first
  * fetched. Dialects: OpenAI chat.completion.chunk and text_completion streams
@@ -86,6 +87,17 @@ int sse_synthesize(enum api_endpoint e, const cJSON *resp, bool include_usage, s
  */
 int sse_replay(enum api_endpoint e, const char *rec, size_t len, bool include_usage,
                struct pc_buf *out);
+
+/*
+ * A stored answer (a JSON body, or a recorded stream when recorded) for a
+ * client that asked for a stream or not, with usage or not: the JSON as it
+ * is or assembled from the recording; the recording replayed (without the
+ * usage the client did not ask for, sse_usage_filter) or a stream
+ * synthesised from the JSON. Appends to out; 0, or -1 if the answer cannot
+ * be served that way (malformed, or cut off).
+ */
+int sse_answer(enum api_endpoint e, bool recorded, const char *body, size_t len, bool stream,
+               bool include_usage, struct pc_buf *out);
 
 /*
  * An OpenAI-style stream as a client that did not ask for usage would have

@@ -1027,55 +1027,12 @@ static void preq_on_flight(struct flight_sub *sub, void *arg)
 
 /* ---- cache hits ----------------------------------------------------------- */
 
-/*
- * A recorded stream for this client: without the usage chunk unless it
- * asked for usage, and then also without the "usage": null members that
- * asking for usage put in the other chunks.
- */
-static int replay_stream(struct preq *r, const struct entry *e, struct pc_buf *out)
-{
-    if (r->include_usage || api_dialect_of(r->ep) != API_DIALECT_OPENAI)
-        return sse_replay(r->ep, e->body, e->body_len, r->include_usage, out);
-    struct pc_buf all = PC_BUF_INIT;
-    int rc = sse_replay(r->ep, e->body, e->body_len, false, &all);
-    if (rc == 0) {
-        struct sse_usage_filter f;
-        sse_usage_filter_init(&f);
-        sse_usage_filter_feed(&f, all.data, all.len, out);
-        sse_usage_filter_end(&f, out);
-        sse_usage_filter_free(&f);
-    }
-    pc_buf_free(&all);
-    return rc;
-}
-
 /* Body for the client from a decoded entry, in the client's mode; -1 if unusable. */
 static int hit_body(struct preq *r, const struct entry *e, struct pc_buf *out, const char **ctype)
 {
-    if (r->stream) {
-        *ctype = "text/event-stream";
-        if (e->kind == ENTRY_SSE)
-            return replay_stream(r, e, out);
-        cJSON *resp = cJSON_ParseWithLength(e->body, e->body_len);
-        int rc = resp ? sse_synthesize(r->ep, resp, r->include_usage, out) : -1;
-        cJSON_Delete(resp);
-        return rc;
-    }
-    *ctype = "application/json";
-    if (e->kind == ENTRY_JSON) {
-        pc_buf_append(out, e->body, e->body_len);
-        return 0;
-    }
-    cJSON *resp = sse_assemble(r->ep, e->body, e->body_len, NULL);
-    if (resp == NULL)
-        return -1;
-    char *s = cJSON_PrintUnformatted(resp);
-    cJSON_Delete(resp);
-    if (s == NULL)
-        return -1;
-    pc_buf_append_str(out, s);
-    cJSON_free(s);
-    return 0;
+    *ctype = r->stream ? "text/event-stream" : "application/json";
+    return sse_answer(r->ep, e->kind == ENTRY_SSE, e->body, e->body_len, r->stream,
+                      r->include_usage, out);
 }
 
 /*

@@ -2095,3 +2095,60 @@ void sse_usage_filter_end(struct sse_usage_filter *f, struct pc_buf *out)
     pc_buf_append(out, f->pending.data, f->pending.len);
     pc_buf_reset(&f->pending);
 }
+
+/* ---- a stored answer, in the mode a client asks for ------------------------------- */
+
+/*
+ * A recorded stream for a client: without the usage chunk unless it asked
+ * for usage, and then (OpenAI) also without the "usage": null members that
+ * asking for usage put in the other chunks.
+ */
+static int answer_replay(enum api_endpoint e, const char *rec, size_t len, bool include_usage,
+                         struct pc_buf *out)
+{
+    if (include_usage || api_dialect_of(e) != API_DIALECT_OPENAI)
+        return sse_replay(e, rec, len, include_usage, out);
+    struct pc_buf all = PC_BUF_INIT;
+    int rc = sse_replay(e, rec, len, false, &all);
+    if (rc == 0) {
+        struct sse_usage_filter f;
+        sse_usage_filter_init(&f);
+        sse_usage_filter_feed(&f, all.data, all.len, out);
+        sse_usage_filter_end(&f, out);
+        sse_usage_filter_free(&f);
+    }
+    pc_buf_free(&all);
+    return rc;
+}
+
+/* A recorded stream as the JSON answer it assembles to. */
+static int answer_assemble(enum api_endpoint e, const char *rec, size_t len, struct pc_buf *out)
+{
+    cJSON *resp = sse_assemble(e, rec, len, NULL);
+    if (resp == NULL)
+        return -1;
+    char *s = cJSON_PrintUnformatted(resp);
+    cJSON_Delete(resp);
+    if (s == NULL)
+        return -1;
+    pc_buf_append_str(out, s);
+    cJSON_free(s);
+    return 0;
+}
+
+int sse_answer(enum api_endpoint e, bool recorded, const char *body, size_t len, bool stream,
+               bool include_usage, struct pc_buf *out)
+{
+    if (stream && recorded)
+        return answer_replay(e, body, len, include_usage, out);
+    if (stream) {
+        cJSON *resp = cJSON_ParseWithLength(body, len);
+        int rc = resp ? sse_synthesize(e, resp, include_usage, out) : -1;
+        cJSON_Delete(resp);
+        return rc;
+    }
+    if (recorded)
+        return answer_assemble(e, body, len, out);
+    pc_buf_append(out, body, len);
+    return 0;
+}
