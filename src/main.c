@@ -13,6 +13,7 @@
  *   promptcache kv-size [MODEL] [--layers N --kv-heads N --head-dim N --dtype D] [--gpu-memory GiB]
  *   promptcache --version | --help | --sample-config | --metrics-doc
  */
+#include "pc_admin.h"
 #include "pc_api.h"
 #include "pc_conf.h"
 #include "pc_httpd.h"
@@ -22,7 +23,6 @@
 #include "pc_probe.h"
 #include "pc_purge.h"
 #include "pc_report.h"
-#include "pc_route.h"
 #include "pc_server.h"
 #include "pc_stats.h"
 
@@ -53,17 +53,6 @@ struct cli {
     int nopts;
     char **opts; /* --key value ... handed to conf_load */
 };
-
-/* README's metrics tables: the process-wide ones, then the per-replica ones. */
-static void metrics_doc(struct pc_buf *out)
-{
-    stats_render_doc(out);
-    pc_buf_append_str(out, "\nPer replica, in `/stats` (`replicas`: the name without the "
-                           "`replica_` prefix and `_total` suffix) and in `/metrics` (with an "
-                           "`upstream=\"host:port\"` label):\n\n"
-                           "| metric | kind | meaning |\n|---|---|---|\n");
-    route_render_doc(out);
-}
 
 static int print_buf(void (*fn)(struct pc_buf *))
 {
@@ -203,7 +192,7 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
         if (strcmp(argv[j], "--sample-config") == 0)
             return print_buf(conf_write_sample);
         if (strcmp(argv[j], "--metrics-doc") == 0)
-            return print_buf(metrics_doc);
+            return print_buf(admin_metrics_doc); /* README's metrics tables */
     }
     cli->opts = pc_calloc((size_t)argc, sizeof(char *));
     for (; i < argc; i++) {
