@@ -293,6 +293,12 @@ semeval: $(BUILD)/tools/semeval $(VECTORS)
 $(BUILD)/tools/semeval: tools/semeval.c $(BUILD)/libpc.a | $(BUILD)/tools
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libpc.a $(LDLIBS_ALL)
 
+# The module graph: who calls whom (from the objects' symbols) and who
+# includes whom, with the cycles of each (tools/modgraph.js; doc/architecture.md).
+.PHONY: modgraph
+modgraph: $(BUILD)/libpc.a
+	node tools/modgraph.js $(BUILD)/obj
+
 build/tools/wnanto: tools/wnanto.c include/pc_wordnet.h
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 $(WARN) -Iinclude -o $@ $<

@@ -1,9 +1,9 @@
 /*
- * pc_api.h - what the proxy knows about the LLM APIs it fronts: which paths
- * are cacheable endpoints, how their requests are validated, whether a request
- * streams, where usage is reported, and how errors are shaped for each API
- * (OpenAI `{"error":{...}}`, Anthropic `{"type":"error","error":{...}}`).
- * Pure functions over cJSON trees; owns nothing.
+ * pc_api.h - what the proxy knows about the endpoints it fronts: which paths
+ * are cacheable endpoints, how their requests are validated, whether a
+ * request streams, and what shape a cacheable answer has. What differs by
+ * wire format (usage blocks, streams, error shapes) is the dialects'
+ * (pc_dialect.h). Pure functions over cJSON trees; owns nothing.
  */
 #ifndef PC_API_H
 #define PC_API_H
@@ -26,11 +26,6 @@ enum api_endpoint {
     API__COUNT       /* values are stored in cache entries: append only */
 };
 
-enum api_dialect {
-    API_DIALECT_OPENAI = 0,
-    API_DIALECT_ANTHROPIC,
-};
-
 struct api_usage {
     bool present;
     int64_t prompt;      /* OpenAI prompt_tokens (Responses: input_tokens); Anthropic input_tokens
@@ -51,7 +46,8 @@ const cJSON *api_member(const cJSON *obj, const char *key);
 
 /* Endpoint for a request path (query string already removed); API_NONE if not cacheable. */
 enum api_endpoint api_endpoint_from_path(const char *path);
-enum api_dialect api_dialect_of(enum api_endpoint e);
+/* Whether answers of e may come as an SSE stream (chat, completions, messages, responses). */
+bool api_streams(enum api_endpoint e);
 /* Short stable name: "chat", "completions", "embeddings", "messages", "responses", "other". */
 const char *api_endpoint_name(enum api_endpoint e);
 
@@ -84,9 +80,6 @@ bool api_wants_stream(enum api_endpoint e, const cJSON *body);
 bool api_stream_include_usage(enum api_endpoint e, const cJSON *body);
 /* The "model" string, or NULL. */
 const char *api_model(const cJSON *body);
-
-/* Usage block of a complete (non-stream) JSON response. */
-void api_usage_from_response(enum api_endpoint e, const cJSON *resp, struct api_usage *u);
 
 /*
  * Whether an upstream answer has the shape its endpoint promises, and so may
@@ -147,7 +140,7 @@ int api_answer_check(enum api_endpoint e, const cJSON *resp, const char **reason
 
 /*
  * The deepest level below an answer's root that api_answer_check and
- * api_usage_from_response look at (a choice's "message", a usage block's
+ * dialect_usage look at (a choice's "message", a usage block's
  * cached_tokens: level 3), and only at the type of a string, array or object
  * there. An answer parsed with jskim_parse(..., API_ANSWER_DEPTH) gets the
  * same verdict and usage as one parsed in full (tests/unit/test_jskim.c).
@@ -155,7 +148,7 @@ int api_answer_check(enum api_endpoint e, const cJSON *resp, const char **reason
 #define API_ANSWER_DEPTH 3
 
 /*
- * The same for a recorded SSE answer, given what sse_assemble() made of the
+ * The same for a recorded SSE answer, given what dialect_assemble() made of the
  * recording (NULL when it is malformed, cut off or carries an error event:
  * API_ANSWER_STREAM_INCOMPLETE). The assembled answer must pass
  * api_answer_check, so an OpenAI stream of {"error":...} chunks, or an
@@ -181,13 +174,5 @@ int api_answer_check_stream(enum api_endpoint e, const cJSON *assembled, const c
  * transport headers. Content-Type is stored on its own.
  */
 bool api_header_replayable(const char *name);
-
-/*
- * Error body in the dialect's shape. The type (and OpenAI code) follow the
- * status: 400 invalid_request_error, 401 authentication_error, 404
- * not_found_error, 413 request_too_large, 415 invalid_request_error, 429
- * rate_limit_error, 502/503 api_error or server_error, 504 timeout.
- */
-void api_error_body(enum api_dialect d, int status, const char *message, struct pc_buf *out);
 
 #endif

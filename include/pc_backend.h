@@ -1,8 +1,10 @@
 /*
  * pc_backend.h - what differs between the kinds of upstream (`upstream-type`:
  * openai, anthropic, vllm, sglang), one operations table each under
- * src/backend/, and the one place where the request sent upstream is built:
- * after routing, from the client's request as received.
+ * src/backend/ (listed in src/backend/backends.h, which the config reads the
+ * names from), and the one place where the request sent upstream is built:
+ * after routing, from the client's request as received. Nothing outside the
+ * family tests the type: what differs is a member of struct backend_ops.
  *
  *   client request (method, target, headers, body)
  *        │ backend_prepare: drop hop-by-hop and proxy-only headers, the
@@ -40,10 +42,6 @@ struct chain;
 struct conf;
 struct route_replica;
 
-/* Anthropic's prompt cache lifetime: a prefix gets breakpoints if used within it. */
-#define BACKEND_ANTHROPIC_CACHE_MS (5 * 60 * 1000)
-#define BACKEND_MAX_BREAKPOINTS    4 /* cache_control blocks Anthropic accepts per request */
-
 /* What the hints are made of (all may be absent: then that hint is not added). */
 struct backend_hints {
     bool enabled;                /* prefix-hints */
@@ -51,7 +49,7 @@ struct backend_hints {
     const struct chain *chain;   /* the request's prefix chain */
     const unsigned char *tenant; /* PC_SHA256_LEN bytes, for cache_salt; NULL: no salt */
     uint64_t routing_key;        /* the session's key, else the chain's prefix key; 0: none */
-    uint32_t fresh_links;        /* leading links used within BACKEND_ANTHROPIC_CACHE_MS */
+    uint32_t fresh_links;        /* leading links used within backend_ops.prompt_cache_ms */
     double cpt;                  /* prompt bytes per token of the model */
 };
 
@@ -93,6 +91,17 @@ struct backend_body {
 
 struct backend_ops {
     const char *name; /* the upstream-type */
+    /*
+     * Whether the upstream takes stream_options.include_usage (OpenAI-style
+     * streams): stream-usage asks for it on the client's behalf only then.
+     */
+    bool stream_usage;
+    /*
+     * How long the upstream keeps a prompt prefix cached after its last use,
+     * in ms, when its hints depend on that (backend_hints.fresh_links): the
+     * prefix index then reports the links used within it. 0: no such hints.
+     */
+    int64_t prompt_cache_ms;
     /* Header that carries upstream-key (value built from key into out). */
     void (*credential)(const char *key, const char **name, struct pc_buf *value);
     /* Body hints as splices into e (NULL: none). Called only with hints enabled. */
@@ -103,7 +112,12 @@ struct backend_ops {
                          struct backend_req *out);
 };
 
-const struct backend_ops *backend_for(int upstream_type);
+/*
+ * The operations of upstream type t, a position in BACKEND_LIST (the value
+ * conf holds for upstream-type); the first type (openai) when t is out of
+ * range. Never NULL.
+ */
+const struct backend_ops *backend_for(int t);
 
 /* Fill out from in (out is overwritten; backend_req_free releases it). */
 void backend_prepare(const struct backend_ops *ops, const struct conf *c,
@@ -129,11 +143,5 @@ void backend_add_field(const struct backend_body *b, struct jedit *e, const char
                        const char *value_json);
 /* The least number of prompt tokens a cache breakpoint needs for an Anthropic model. */
 int64_t backend_anthropic_min_tokens(const char *model);
-
-/* The operations tables (src/backend/NAME.c). */
-extern const struct backend_ops backend_openai;
-extern const struct backend_ops backend_anthropic;
-extern const struct backend_ops backend_vllm;
-extern const struct backend_ops backend_sglang;
 
 #endif

@@ -42,19 +42,6 @@
 
 #include "pc_util.h"
 
-enum upstream_type {
-    UPSTREAM_OPENAI = 0,
-    UPSTREAM_ANTHROPIC,
-    UPSTREAM_VLLM,
-    UPSTREAM_SGLANG,
-};
-
-enum routing_kind {
-    ROUTING_ROUND_ROBIN = 0,
-    ROUTING_LEAST_LOADED,
-    ROUTING_PREFIX,
-};
-
 enum embedder_kind {
     EMBEDDER_BUILTIN = 0,
     EMBEDDER_HASH,
@@ -86,11 +73,11 @@ struct conf {
 
     /* upstream */
     struct conf_list upstream; /* base URLs, at least one */
-    int upstream_type;         /* enum upstream_type */
+    int upstream_type;         /* position in BACKEND_LIST (src/backend/backends.h) */
     char *upstream_key;        /* "" = pass client credentials through */
     double upstream_timeout;   /* seconds to the response head and between body bytes */
     double upstream_connect_timeout;
-    int routing;                  /* enum routing_kind (== enum route_policy) */
+    int routing;                  /* position in ROUTE_POLICY_LIST (src/route/policies.h) */
     double upstream_fail_timeout; /* seconds a refusing replica is left out */
     int upstream_dp_size;         /* data-parallel ranks per replica (X-data-parallel-rank) */
 
@@ -117,11 +104,12 @@ struct conf {
     bool redis_auto_migrate;
 
     /* cache */
-    bool cache;                   /* master switch: no = every request BYPASS */
-    int64_t cache_ttl;            /* seconds */
-    int64_t l1_size;              /* bytes; -1 = auto (l1_size_bytes) */
-    int64_t cache_max_ttl;        /* upper bound for X-Cache-TTL */
-    int64_t cache_max_entry_size; /* bytes; larger answers are relayed, not stored */
+    bool cache;                    /* master switch: no = every request BYPASS */
+    int64_t cache_ttl;             /* seconds */
+    int64_t l1_size;               /* bytes; -1 = auto (l1_size_bytes) */
+    int64_t semantic_index_memory; /* bytes; -1 = auto (semantic_index_memory_bytes) */
+    int64_t cache_max_ttl;         /* upper bound for X-Cache-TTL */
+    int64_t cache_max_entry_size;  /* bytes; larger answers are relayed, not stored */
     bool coalesce;
     struct conf_list shared_namespaces;
     struct conf_list cache_key_headers; /* request headers in the key, compared by value */
@@ -245,7 +233,5 @@ void conf_write_effective(const struct conf *c, struct pc_buf *out);
  * from a file).
  */
 void conf_write_sources(const struct conf *c, struct pc_buf *out);
-
-const char *conf_upstream_type_name(int t);
 
 #endif

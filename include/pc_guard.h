@@ -43,7 +43,8 @@
     X(A, INTENT, intent,                                                                           \
       "an undoing added to one side (prevent, avoid, stop, cancel, fail to...)")                   \
     X(A, VERBS, verbs, "the action: a verb in the progressive (is running / is resting)")          \
-    X(A, RANK, rank, "a rank or degree: first/second, closest/second closest, cheap/cheapest")
+    X(A, RANK, rank, "a rank or degree: first/second, closest/second closest, cheap/cheapest")     \
+    X(A, QUANTITY, quantity, "a quantity word in one place: all/some, many/few, both/one")
 
 #define GUARD_CALL_(A, e, name, what) A(e, name, what)
 #define GUARD_LIST(X)                 GUARD_ROWS(GUARD_CALL_, X)

@@ -2,7 +2,7 @@
  * pc_jskim.h - parsing a JSON text the proxy only looks at near its top.
  *
  * A miss's answer is parsed to read its usage block and check its shape
- * (api_usage_from_response, api_answer_check), which look no deeper than a
+ * (dialect_usage, api_answer_check), which look no deeper than a
  * few levels below the root. The rest (a chat answer's content, every float
  * of an embedding) only has to be valid. jskim_parse checks all of the value
  * but builds cJSON nodes only down to a given depth, so the deep parts cost

@@ -15,14 +15,14 @@
  *
  * Writes, deletes and flushes made through any instance reach every L1
  * through the Redis stream the semantic index already follows (pc_vsync.h:
- * op=set after every stored entry, op=del, op=flush), read by one thread per
- * process with its own blocking connection: another instance's write of a
+ * op=set after every stored entry, op=del, op=flush), read by the process's
+ * one stream follower (pc_follow.h): another instance's write of a
  * key (a refresh, a new TTL, a concurrent miss) drops this process's copy,
  * which the next hit reads again from Redis. A Stream rather than keyspace notifications: the flush
  * events are already written there by every instance, a stream is read from a position (a
  * reconnection knows it may have missed something) and it needs no `notify-keyspace-events`
- * setting, which managed Redis services often refuse. The L1 is used only while that reader follows
- * the stream: on a lost connection it is emptied and stays off until the reader is back.
+ * setting, which managed Redis services often refuse. The L1 is used only while the follower
+ * follows the stream: on a lost connection it is emptied and stays off until the follower is back.
  *
  * Every change bumps a generation and stamps it on the changed key (one
  * stamp per 1/16384 of the keys, which knows the last key it stamped; a
@@ -45,6 +45,7 @@
 #include "pc_util.h"
 
 struct conf;
+struct follow;
 struct l1;
 struct l1_item;
 struct stat_group;
@@ -56,13 +57,15 @@ int64_t l1_size_bytes(const struct conf *c);
 
 /* A table of at most max_bytes; NULL if max_bytes is 0. */
 struct l1 *l1_create(int64_t max_bytes);
-/* Stops the reader first (l1_follow); items still referenced must have been released. */
+/* The follower must be stopped first (follow_destroy); items still referenced must have been
+ * released. */
 void l1_destroy(struct l1 **l);
 
-/* Start the reader of redis_url's stream (a thread); -1 if it cannot start. */
-int l1_follow(struct l1 *l, const char *redis_url, int64_t timeout_ms);
+/* Register the L1's handler of the stream with the process's follower (before it starts); -1 if
+ * it cannot (the L1 then stays off). */
+int l1_follow(struct l1 *l, struct follow *f);
 
-/* Whether lookups may use the table now (the reader follows the stream). */
+/* Whether lookups may use the table now (the follower follows the stream). */
 bool l1_live(const struct l1 *l);
 /* Read before sending the Redis command whose answer may be inserted. */
 uint64_t l1_generation(const struct l1 *l);
@@ -111,7 +114,6 @@ struct l1_counters {
     uint64_t items, bytes, max_bytes;
     uint64_t inserts, evictions, expired, clears;
     uint64_t events;  /* stream events applied */
-    uint64_t reads;   /* XREAD rounds answered (an idle one takes about a second) */
     uint64_t dropped; /* inserts dropped: the filler's queue was full (l1-size / 8 bytes) */
     uint64_t stale;   /* inserts dropped: their key changed after they were read or written */
 };

@@ -4,14 +4,15 @@
  * thread: every line is written with a single write(2).
  *
  * Contract for callers: never pass credentials or prompt text.
+ *
+ * The bottom of the module graph: this module includes and calls no other
+ * (util reports its fatal errors through it).
  */
 #ifndef PC_LOG_H
 #define PC_LOG_H
 
 #include <stdbool.h>
 #include <stddef.h>
-
-#include "pc_util.h"
 
 enum pc_log_level {
     PC_LOG_ERROR = 0,
@@ -43,7 +44,8 @@ int log_level_parse(const char *name);
 bool log_enabled(enum pc_log_level level);
 
 /* reqid may be NULL; it is printed in brackets so lines of one request can be grepped. */
-void log_write(enum pc_log_level level, const char *reqid, const char *fmt, ...) PC_PRINTF(3, 4);
+void log_write(enum pc_log_level level, const char *reqid, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #define log_error(...)  log_write(PC_LOG_ERROR, NULL, __VA_ARGS__)
 #define log_warn(...)   log_write(PC_LOG_WARN, NULL, __VA_ARGS__)

@@ -6,9 +6,10 @@
  * the prefix index (pc_pindex.h: which replica holds which prompt prefix)
  * and their counters for /stats and /metrics.
  *
- * Policies (`routing`): round-robin, least-loaded, prefix. A pick never
- * refuses: when every replica is marked down, the one that failed longest
- * ago is tried again.
+ * Policies (`routing`): round-robin, least-loaded, prefix, one operations
+ * table each under src/route/ (listed in src/route/policies.h, which the
+ * config reads the names from). A pick never refuses: when every replica is
+ * marked down, the one that failed longest ago is tried again.
  *
  * prefix: a request with a session key (x-session-id, x-user-id) goes to its
  * session's replica (rendezvous hashing, so every proxy instance agrees
@@ -48,8 +49,6 @@ struct route;
 struct stat_group;
 
 #define ROUTE_MAX_REPLICAS 64
-
-enum route_policy { ROUTE_ROUND_ROBIN = 0, ROUTE_LEAST_LOADED, ROUTE_PREFIX, ROUTE__COUNT };
 
 /* Why a replica was picked (route_query.reason). */
 enum route_reason {
@@ -98,8 +97,8 @@ void route_destroy(struct route **r);
 
 size_t route_count(const struct route *r);
 const struct route_replica *route_replica(const struct route *r, size_t i);
-enum route_policy route_policy(const struct route *r);
-const char *route_policy_name(enum route_policy p);
+/* The name of the routing policy in force ("prefix", ...). */
+const char *route_policy_name(const struct route *r);
 
 /*
  * Choose a replica for a call and count it in flight (route_end must follow,

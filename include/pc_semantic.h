@@ -22,6 +22,7 @@
 
 struct conf;
 struct event_base;
+struct follow;
 struct stat_group;
 struct stats;
 struct store;
@@ -71,6 +72,11 @@ typedef void semantic_fn(void *arg, struct semantic_result *r);
 
 /* NULL with err set if it cannot start (e.g. a FAISS or embedder failure). */
 struct semantic *semantic_create(const struct conf *c, struct stats *st, char *err, size_t errlen);
+/* Register the vector index's handler of the stream with the process's follower (before it
+ * starts); -1 if it cannot (the index then takes no other instance's vectors). */
+int semantic_follow(struct semantic *s, struct follow *f);
+/* What semantic-index-memory means in bytes (auto: 1/4 of the machine's memory). */
+int64_t semantic_index_memory_bytes(const struct conf *c);
 /* Stop the stream reader and the thread pool (jobs not run are handed back). */
 void semantic_stop(struct semantic *s);
 void semantic_destroy(struct semantic **s);
@@ -111,6 +117,8 @@ void semantic_vec_free(struct semantic_vec **v);
 
 /* SCAN pattern of every vector record (tenant_id NULL) or one tenant's. */
 void semantic_vector_pattern(const char *tenant_id, char out[ENTRY_KEY_MAX]);
+/* SCAN pattern of every partition's member list (tenant_id NULL) or one tenant's. */
+void semantic_members_pattern(const char *tenant_id, char out[ENTRY_KEY_MAX]);
 /*
  * After a flush: tell every instance (the Stream) and, with p, this process's
  * index at once. p may be NULL (semantic off here: other instances still listen).
@@ -119,7 +127,8 @@ void semantic_publish_flush(struct semantic_port *p, struct store *store, const 
 /*
  * An entry was written over and gets no vector: delete the old vector record
  * and tell every instance (DEL + XADD del on store), and with p this
- * process's index at once. p may be NULL (semantic off here).
+ * process's index at once. p may be NULL (semantic off here). Its partition
+ * unknown here, its member goes at that partition's next load.
  */
 void semantic_forget(struct semantic_port *p, struct store *store, const char *tenant_id,
                      const unsigned char exact[PC_SHA256_LEN]);

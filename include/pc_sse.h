@@ -1,19 +1,15 @@
 /*
- * pc_sse.h - server-sent events as the LLM APIs use them, in both directions:
+ * pc_sse.h - server-sent events, the machinery every API dialect shares:
  *
- *   upstream SSE bytes --sse_parser--> events --sse_assemble--> JSON answer
- *   cached JSON answer --sse_synthesize--> SSE for a stream client
- *   recorded SSE       --sse_replay-----> SSE for a stream client
- *   a stored answer    --sse_answer-----> whichever the client asked for
+ *   SSE bytes --sse_parser--> sse_event --classify (the dialect's)--> kind
+ *   recording --sse_walk-----> each event up to the terminator, to a handler
+ *   sse_event --sse_write_event--> SSE bytes framed anew
+ *   OpenAI-style stream --sse_usage_filter--> the same without asked-for usage
  *
- * so a cached answer serves both kinds of client whichever way it was first
- * fetched. Dialects: OpenAI chat.completion.chunk and text_completion streams
- * (terminated by `data: [DONE]`), Anthropic message streams (message_start,
- * content_block_*, message_delta, message_stop) and Responses API streams
- * (response.created ... response.completed or response.incomplete, every
- * event named by its "type" and numbered by "sequence_number"). Input is
- * untrusted: every function tolerates arbitrary bytes (fuzzed) and bounds
- * what it buffers.
+ * What an event means is the dialect's business (pc_dialect.h: assembling a
+ * stream into an answer, synthesising one from an answer, replaying a
+ * recording); this module knows the framing only. Input is untrusted: every
+ * function tolerates arbitrary bytes (fuzzed) and bounds what it buffers.
  */
 #ifndef PC_SSE_H
 #define PC_SSE_H
@@ -23,7 +19,6 @@
 
 #include <cjson/cJSON.h>
 
-#include "pc_api.h"
 #include "pc_util.h"
 
 /* One dispatched event; its strings are NUL-terminated and valid only during the callback. */
@@ -53,51 +48,36 @@ void sse_parser_free(struct sse_parser *p);
 int sse_parser_feed(struct sse_parser *p, const char *buf, size_t len, sse_event_fn *cb, void *arg);
 
 /*
- * Rebuild the non-stream JSON answer from a complete recorded stream of
- * endpoint e. Returns a new cJSON (caller frees with cJSON_Delete), or NULL
- * if the recording is malformed, carries an error (Responses API: also
- * response.failed) or was cut off (no [DONE] / message_stop /
- * response.completed or .incomplete). For the Responses API the answer is
- * the response object of the final event, which must have a "status" and
- * an "output" array of objects. usage (may be NULL) receives the stream's
- * usage.
+ * A recording read event by event: the dialect's classify names each event
+ * (pc_dialect.h), and the walk stops at the terminator. A kind is one of
+ * the three below, which the walk itself acts on, or a number of the
+ * dialect's own from SSE_KIND_OWN up, which only its handler reads.
  */
-cJSON *sse_assemble(enum api_endpoint e, const char *rec, size_t len, struct api_usage *usage);
+enum sse_kind {
+    SSE_BAD = 0, /* not valid in this dialect: the recording is malformed */
+    SSE_ERROR,   /* the API reported an error inside the stream */
+    SSE_DONE,    /* the terminator: [DONE], message_stop, response.completed ... */
+    SSE_KIND_OWN /* the first of the dialect's own kinds */
+};
 
-/* Whether a recording is complete: ends with [DONE] (OpenAI), message_stop (Anthropic) or a
- * finished response (Responses API), with no error before. */
-bool sse_complete(enum api_endpoint e, const char *rec, size_t len);
-
-/*
- * SSE stream equivalent to a JSON answer (chat.completion -> chunks; text
- * completion -> chunks; Anthropic message -> message_start ... message_stop;
- * response -> response.created, response.in_progress, each output item
- * (added, its text or arguments in delta events, done), then
- * response.completed, or response.incomplete for an incomplete one).
- * include_usage (OpenAI chat and completions): add the final usage chunk.
- * Returns 0, -1 if resp is not an answer of endpoint e.
- */
-int sse_synthesize(enum api_endpoint e, const cJSON *resp, bool include_usage, struct pc_buf *out);
+/* Kind of ev; *json gets its parsed data when the dialect parsed it (caller frees), or NULL. */
+typedef int sse_classify_fn(const struct sse_event *ev, cJSON **json);
+/* One event of a walk; a negative return stops the walk and makes it fail. */
+typedef int sse_walk_fn(void *arg, int kind, const struct sse_event *ev, const cJSON *json);
 
 /*
- * A recorded stream as sent to a new client: events are passed through, except
- * that for OpenAI the usage-only chunk (empty "choices" with "usage") is
- * dropped unless include_usage, and a usage field inside other chunks is
- * left as recorded. Returns 0, -1 if the recording is malformed.
+ * Run fn (may be NULL) over each event of rec up to and including the
+ * terminator, as classify names them; events after the terminator are
+ * ignored (clients ignore them too). Returns 0 if rec is well framed, has no
+ * SSE_BAD or SSE_ERROR event and is terminated, else -1.
  */
-int sse_replay(enum api_endpoint e, const char *rec, size_t len, bool include_usage,
-               struct pc_buf *out);
+int sse_walk(sse_classify_fn *classify, const char *rec, size_t len, sse_walk_fn *fn, void *arg);
 
-/*
- * A stored answer (a JSON body, or a recorded stream when recorded) for a
- * client that asked for a stream or not, with usage or not: the JSON as it
- * is or assembled from the recording; the recording replayed (without the
- * usage the client did not ask for, sse_usage_filter) or a stream
- * synthesised from the JSON. Appends to out; 0, or -1 if the answer cannot
- * be served that way (malformed, or cut off).
- */
-int sse_answer(enum api_endpoint e, bool recorded, const char *body, size_t len, bool stream,
-               bool include_usage, struct pc_buf *out);
+/* Append ev framed anew: `event:` line if named, one `data:` line per data line, blank line. */
+void sse_write_event(struct pc_buf *out, const struct sse_event *ev);
+
+/* Whether the field name f[0..flen) is name. */
+bool sse_field_is(const char *f, size_t flen, const char *name);
 
 /*
  * An OpenAI-style stream as a client that did not ask for usage would have

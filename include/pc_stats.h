@@ -81,8 +81,28 @@
     ACTION(semantic_sync_rejected, counter,                                                        \
            "Vector records and pc:2:vs stream events the vector index's reader rejected "          \
            "(malformed or out of range)")                                                          \
+    ACTION(semantic_index_loads, counter,                                                          \
+           "Partitions loaded into the vector index from their member lists in Redis")             \
+    ACTION(semantic_index_loaded_vectors, counter, "Vectors those loads added to the index")       \
+    ACTION(semantic_index_load_errors, counter,                                                    \
+           "Partition loads that failed (Redis away or too slow): the next lookup asks again")     \
+    ACTION(semantic_index_evictions, counter,                                                      \
+           "Partitions dropped from the vector index for semantic-index-memory (least recently "   \
+           "searched first)")                                                                      \
+    ACTION(semantic_index_cold, counter,                                                           \
+           "Semantic lookups of a partition not loaded within redis-timeout: a miss while it "     \
+           "loads")                                                                                \
+    ACTION(semantic_members_rejected, counter,                                                     \
+           "Members of a partition's member list in Redis rejected (malformed, out of range, or "  \
+           "naming a vector record of another partition)")                                         \
     ACTION(l1_events_rejected, counter,                                                            \
            "pc:2:vs stream events the L1's reader rejected (malformed or out of range)")           \
+    ACTION(stream_reads, counter,                                                                  \
+           "XREAD rounds of the process's stream follower answered (an idle one takes a second)")  \
+    ACTION(stream_entries, counter, "Stream entries the follower read (pc:2:vs and pc:2:px)")      \
+    ACTION(stream_errors, counter, "Failed connections and commands of the stream follower")       \
+    ACTION(stream_restarts, counter,                                                               \
+           "Times a stream's readers started again at its end (connected, or behind a trim)")      \
     ACTION(                                                                                        \
         semantic_bound_withheld, counter,                                                          \
         "Semantic candidates not served: the error bound does not allow their similarity (yet)")   \
@@ -168,7 +188,12 @@
     ACTION(request_memory_bytes, gauge,                                                            \
            "Bytes of max-request-memory in use: request bodies and their estimated parsed copies") \
     ACTION(embedder_breaker_open, gauge,                                                           \
-           "1 while the remote embedder's circuit breaker is open or probing (it is not called)")
+           "1 while the remote embedder's circuit breaker is open or probing (it is not called)")  \
+    ACTION(semantic_index_bytes, gauge,                                                            \
+           "Bytes the vector index holds (vectors, metadata, FAISS indexes; an estimate), kept "   \
+           "within semantic-index-memory")                                                         \
+    ACTION(stream_following, gauge,                                                                \
+           "1 while the stream follower follows every stream (the L1 is on), else 0")
 
 /*
  * Labels of the families, each with its values (a label's cardinality is

@@ -1,15 +1,24 @@
 /*
  * pc_vsync.h - Redis is the source of truth of the vector index: the vector
- * records Redis keeps next to the entries, the stream that tells every proxy
- * instance about changes, and the reader that keeps this process's vindex in
- * step with both.
+ * records Redis keeps next to the entries, each partition's member list, the
+ * stream that tells every proxy instance about changes, and what keeps this
+ * process's vindex in step with all three.
  *
  * Keys (prefix PC_KEY_PREFIX; the hash tag puts a vector on its entry's
- * Redis Cluster slot, and no command here touches two tags):
+ * Redis Cluster slot, a member list on its partition's, and no command here
+ * touches two tags):
  *
- *   <prefix>v:{<tenant16hex>:<sha256hex>}   vector record (pc_vrec.h), with the entry's TTL
- *   <prefix>vs                              stream, trimmed with MAXLEN ~ VSYNC_STREAM_MAXLEN:
- *       op=add   k=<tenant16hex>:<sha256hex> r=<record>
+ *   <prefix>v:{<tenant16hex>:<sha256hex>}     vector record (pc_vrec.h), with the entry's TTL
+ *   <prefix>pm:{<tenant16hex>:<partition64hex>} the partition's member list: a sorted set of
+ *                                             entry keys "<sha256hex>" (the tenant is the
+ *                                             list's) scored by the vector's
+ *                                             expiry (ms); the key expires with its
+ *                                             last member; members expired are trimmed lazily
+ *                                             (on each put and each load), those whose record
+ *                                             has gone on the next load
+ *   <prefix>pm-ready                          "1" once vectors of older versions were listed
+ *   <prefix>vs                                stream, trimmed with MAXLEN ~ VSYNC_STREAM_MAXLEN:
+ *       op=add   k=<tenant16hex>:<sha256hex> r=<record> m=1  (m: listed; older writers omit it)
  *       op=del   k=<tenant16hex>:<sha256hex>
  *       op=flush [t=<tenant16hex>]          (no t: everything)
  *       op=set   k=<tenant16hex>:<sha256hex> i=<instance16hex>
@@ -18,10 +27,11 @@
  * sends XADD set right after the SET of the entry (the same connection, so
  * Redis has the new entry before any reader sees the event: every L1 drops
  * what it held under that key, and the writer, named by i, skips its own);
- * one with a vector also sends SET of the record and XADD add; a deleted
- * entry (or a replaced one whose vector must go) DEL and XADD del; a flush,
- * after deleting the keys, XADD flush. Helpers below fill the argv of each
- * command, or send them through a struct store.
+ * one with a vector also sends SET of the record, ZADD to the member list
+ * (with its expiry and a trim), and XADD add; a deleted entry (or a replaced
+ * one whose vector must go) DEL, ZREM when the partition is known, and XADD
+ * del; a flush, after deleting the keys and lists, XADD flush. Helpers below
+ * fill the argv of each command, or send them through a struct store.
  *
  * Readers (this one and the L1's, pc_l1.h) parse events with
  * vsync_event_parse: every field is range-checked (a known op, an exact
@@ -29,18 +39,25 @@
  * VSYNC_EVENT_FIELDS_MAX fields, none twice) and what fails is counted as
  * rejected, never applied: another writer can be wrong or hostile.
  *
- * The reader (one per process, its own thread and blocking connection):
+ * This process's side (struct vsync): the stream's events reach it through
+ * the process's follower (pc_follow.h, vsync_on_*): an add is applied only to
+ * a partition in memory (others cost a look at the record's partition bytes),
+ * a del costs one probe of the key table, a flush applies to all. A lookup of
+ * a partition not in memory asks the loader (vsync_load_wait) and waits for
+ * it at most redis-timeout; the loader thread, with its own blocking
+ * connection, reads the member list (ZREVRANGEBYSCORE: the live members,
+ * newest first), GETs the records, checks each (a member that is a key, a
+ * score that is an expiry to come, a record of this partition: else rejected
+ * and counted) and hands them to the vindex:
  *
- *   connect ─▶ schema current? ─▶ note the stream's last id ─▶ SCAN v:* + GETs,
- *      ▲       (else wait)          add every record of our space and dim,
- *      │                            drop what was not seen (vindex generations)
- *      │                                     │
- *      │                                     ▼
- *      └── Redis error: backoff ◀── XREAD BLOCK from the noted id, apply events;
- *          (100 ms .. 5 s)          events lost to trimming ─▶ rebuild
+ *   lookup: vindex_lookup ─ COLD ─▶ vsync_load_wait: vindex_want, queue ─▶ wait
+ *                                                                 ▲   (≤ timeout)
+ *   loader: queue ─▶ load_begin ─▶ ZREVRANGEBYSCORE pm ─▶ GET v:* ─▶ load_add
+ *                    ─▶ trim the list ─▶ load_end (RESIDENT) ─▶ wake the waiters
  *
- * It stops within about a second of vsync_stop (XREAD blocks at most
- * block_ms), never busy-loops, and logs progress of each rebuild.
+ * When the follower starts (again) at the stream's end - after a reconnect,
+ * or behind a trim - what is in memory is read again in the background
+ * (progress in the log with counts and an ETA); nothing is loaded at start.
  */
 #ifndef PC_VSYNC_H
 #define PC_VSYNC_H
@@ -58,7 +75,7 @@ struct vindex;
 #define VSYNC_STREAM_MAXLEN    100000
 #define VSYNC_KEY_MAX          128           /* room for a vector key name */
 #define VSYNC_ID_LEN           (16 + 1 + 64) /* "<tenant16hex>:<sha256hex>" */
-#define VSYNC_ARGV_MAX         12
+#define VSYNC_ARGV_MAX         16
 #define VSYNC_INSTANCE_LEN     16 /* hex characters naming a process in op=set events */
 #define VSYNC_EVENT_FIELDS_MAX 8
 
@@ -95,6 +112,12 @@ struct vsync_argv {
     char num[24];
 };
 
+/* "<prefix>pm:{<tenant16hex>:<partition64hex>}" into out; its length. */
+size_t vsync_members_key(const unsigned char tenant[VINDEX_TENANT_LEN],
+                         const unsigned char partition[VINDEX_PART_LEN], char out[VSYNC_KEY_MAX]);
+/* SCAN pattern of every member list (tenant_hex NULL) or one tenant's (16 hex characters). */
+void vsync_members_pattern(const char *tenant_hex, char out[VSYNC_KEY_MAX]);
+
 /* SET <vector key> <record> PX ttl_ms */
 void vsync_argv_set(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
                     const unsigned char key[VINDEX_KEY_LEN], const void *rec, size_t rec_len,
@@ -102,7 +125,7 @@ void vsync_argv_set(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENA
 /* DEL <vector key> */
 void vsync_argv_unlink(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
                        const unsigned char key[VINDEX_KEY_LEN]);
-/* XADD <stream> MAXLEN ~ N * op add k <id> r <record> */
+/* XADD <stream> MAXLEN ~ N * op add k <id> r <record> m 1 */
 void vsync_argv_add(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
                     const unsigned char key[VINDEX_KEY_LEN], const void *rec, size_t rec_len);
 /* XADD <stream> MAXLEN ~ N * op del k <id> */
@@ -113,21 +136,49 @@ void vsync_argv_flush(struct vsync_argv *a, const unsigned char *tenant);
 /* XADD <stream> MAXLEN ~ N * op set k <id> i <this process> */
 void vsync_argv_entry_set(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
                           const unsigned char key[VINDEX_KEY_LEN]);
+/* ZADD <member list> <expires_ms> <sha256hex> */
+void vsync_argv_member_add(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
+                           const unsigned char key[VINDEX_KEY_LEN],
+                           const unsigned char partition[VINDEX_PART_LEN], int64_t expires_ms);
+/* PEXPIREAT <member list> <expires_ms> NX|GT (cond) */
+void vsync_argv_member_expire(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
+                              const unsigned char partition[VINDEX_PART_LEN], int64_t expires_ms,
+                              const char *cond);
+/* ZREM <member list> <sha256hex> */
+void vsync_argv_member_del(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
+                           const unsigned char key[VINDEX_KEY_LEN],
+                           const unsigned char partition[VINDEX_PART_LEN]);
+/* ZREMRANGEBYSCORE <member list> -inf (now_ms: the members expired */
+void vsync_argv_member_trim(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
+                            const unsigned char partition[VINDEX_PART_LEN], int64_t now_ms);
 
 /*
  * The same through a worker's store (fire and forget, failures counted by
  * the store); 0, or -1 if the store is not ready (nothing sent). put = SET
- * + XADD add; del = DEL + XADD del; flush = XADD flush.
+ * + the member list's ZADD, PEXPIREAT NX, PEXPIREAT GT and trim + XADD add;
+ * del = DEL + ZREM (partition known; NULL: the member goes lazily) + XADD
+ * del; flush = XADD flush.
  */
 int vsync_store_put(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
-                    const unsigned char key[VINDEX_KEY_LEN], const void *rec, size_t rec_len,
-                    int64_t ttl_ms);
+                    const unsigned char key[VINDEX_KEY_LEN],
+                    const unsigned char partition[VINDEX_PART_LEN], const void *rec, size_t rec_len,
+                    int64_t ttl_ms, int64_t expires_ms);
 int vsync_store_del(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
-                    const unsigned char key[VINDEX_KEY_LEN]);
+                    const unsigned char key[VINDEX_KEY_LEN], const unsigned char *partition);
 int vsync_store_flush(struct store *s, const unsigned char *tenant);
 /* XADD set: send it right after the entry's SET, on the same store. */
 int vsync_store_entry_set(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
                           const unsigned char key[VINDEX_KEY_LEN]);
+
+/*
+ * The partition and expiry of an encoded record (pc_vrec.h), read without
+ * decoding the rest (magic, flags, space, dim, partition, created, expires);
+ * -1 if the bytes are not that long or not a record. Enough to tell an
+ * event's partition, or the member list of a record about to be deleted; a
+ * record applied is decoded in full.
+ */
+int vsync_record_partition(const char *rec, size_t len, unsigned char partition[VINDEX_PART_LEN],
+                           int64_t *expires_ms);
 
 /* --- events, as read back ---------------------------------------------------------------- */
 
@@ -143,6 +194,7 @@ struct vsync_event {
     unsigned char key[VINDEX_KEY_LEN];
     const char *rec; /* add: the record (not decoded; points into the reply) */
     size_t rec_len;
+    bool listed;                           /* add: the writer put it on its member list (m=1) */
     char instance[VSYNC_INSTANCE_LEN + 1]; /* the writer, "" when not named */
 };
 
@@ -154,7 +206,7 @@ int vsync_event_parse(const struct redisReply *fields, struct vsync_event *ev);
 /* Whether this process wrote ev (its i names this process). */
 bool vsync_event_is_mine(const struct vsync_event *ev);
 
-/* --- the reader ------------------------------------------------------------------------ */
+/* --- this process's side ------------------------------------------------------------------ */
 
 struct vsync;
 
@@ -162,29 +214,45 @@ struct vsync_opts {
     const char *url;      /* as for the store: redis://... or unix:/path */
     const char *space;    /* records of another embedding space are skipped */
     struct vindex *index; /* kept in step; records of another dimension are skipped */
-    int64_t timeout_ms;   /* per command (and connect); 0 = 2000 */
-    int block_ms;         /* XREAD BLOCK, also the longest wait for vsync_stop; 0 = 1000 */
-    size_t batch;         /* SCAN COUNT, GETs per pipeline, XREAD COUNT; 0 = 500 */
+    int64_t timeout_ms;   /* the loader's commands (and connect); 0 = 2000 */
     int64_t max_ttl_ms;   /* > 0: records expiring later than this from now are rejected */
-    struct stats *row;    /* may be NULL: semantic_sync_rejected is counted there */
+    struct stats *row;    /* may be NULL: semantic_sync_rejected, semantic_index_* counted there */
+    bool following;       /* the follower follows the stream already (created late) */
 };
 
 struct vsync_counters {
-    bool ready;              /* rebuilt and following the stream */
-    uint64_t loaded;         /* vectors added by rebuilds */
-    uint64_t events;         /* vector events applied (add, del, flush; not set) */
-    uint64_t rebuilds;       /* completed rebuilds */
-    uint64_t errors;         /* failed connections and commands */
-    uint64_t corrupt;        /* records, keys or events rejected (malformed or out of range) */
-    uint64_t skipped;        /* records of another space or dimension, or expired */
-    int64_t last_rebuild_ms; /* how long the last rebuild took */
+    bool ready;       /* the follower follows the stream (events are applied) */
+    bool loader_up;   /* the loader is connected */
+    uint64_t loaded;  /* vectors added by loads */
+    uint64_t events;  /* vector events applied (add, del, flush; not set, nor ignored adds) */
+    uint64_t loads;   /* partitions loaded */
+    uint64_t errors;  /* failed connections and commands of the loader */
+    uint64_t corrupt; /* records, members or events rejected (malformed or out of range) */
+    uint64_t skipped; /* records of another space or dimension, or expired */
+    uint64_t ignored; /* add events of partitions not in memory */
+    size_t queued;    /* loads waiting */
 };
 
-/* Start the reader thread; NULL (logged) if the URL is invalid or the thread cannot start. */
+/* Start the loader thread; NULL (logged) if the URL is invalid or the thread cannot start. */
 struct vsync *vsync_start(const struct vsync_opts *o);
-/* Stop and join the reader (within about block_ms); *s is NULLed. */
+/* Stop and join the loader; *s is NULLed. The follower must not call in any more. */
 void vsync_stop(struct vsync **s);
 bool vsync_ready(const struct vsync *s);
 void vsync_get_counters(const struct vsync *s, struct vsync_counters *out);
+
+/* The follower's calls (pc_follow.h), on its thread: an entry of the stream; following (again)
+ * from the stream's end (what is in memory is read again); not following. */
+void vsync_on_entry(struct vsync *s, const struct redisReply *fields);
+void vsync_on_start(struct vsync *s);
+void vsync_on_down(struct vsync *s);
+
+/*
+ * A lookup found partition not in memory: ask for its load (once) and wait
+ * for it at most wait_ms (not at all while the loader is not connected).
+ * The partition's state then (enum vindex_state): RESIDENT if it can be
+ * searched now.
+ */
+int vsync_load_wait(struct vsync *s, const unsigned char tenant[VINDEX_TENANT_LEN],
+                    const unsigned char partition[VINDEX_PART_LEN], int64_t wait_ms);
 
 #endif

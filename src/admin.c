@@ -23,6 +23,7 @@
 #include "pc_bound.h"
 #include "pc_conf.h"
 #include "pc_dash.h"
+#include "pc_dialect.h"
 #include "pc_entry.h"
 #include "pc_l1.h"
 #include "pc_httpd.h"
@@ -77,7 +78,7 @@ static void reply_json(struct httpd_req *hr, int status, const char *json)
 static void reply_error(struct httpd_req *hr, int status, const char *msg)
 {
     struct pc_buf b = PC_BUF_INIT;
-    api_error_body(API_DIALECT_OPENAI, status, msg, &b);
+    dialect_error_body(dialect_of(API_NONE), status, msg, &b); /* OpenAI's shape */
     httpd_add_header(hr, "Content-Type", "application/json");
     httpd_reply(hr, status, b.data, b.len);
     pc_buf_free(&b);

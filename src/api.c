@@ -1,8 +1,8 @@
 /*
- * api.c - what the proxy knows about the APIs it fronts (pc_api.h): the
- * cacheable endpoints, the few request fields the proxy relies on, where
- * usage is reported, and error bodies in each API's own shape. Pure
- * functions over cJSON trees; owns nothing.
+ * api.c - what the proxy knows about the endpoints it fronts (pc_api.h):
+ * the cacheable endpoints, the few request fields the proxy relies on and
+ * the shapes of answers that may be cached. Pure functions over cJSON trees;
+ * owns nothing.
  *
  * Duplicate members: every lookup takes the LAST member of a name, as the
  * upstreams' parsers (and canon.c) do, so the proxy never judges a request
@@ -10,7 +10,6 @@
  */
 #include "pc_api.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,44 +30,6 @@ static const char *const api_names[API__COUNT] = {
     [API_MESSAGES] = "messages",
     [API_RESPONSES] = "responses",
 };
-
-/*
- * Error shapes by status. A row with status 0 ends the table and is the
- * fallback for any unlisted status (by class: 4xx, then 5xx).
- */
-struct api_error_kind {
-    int status;
-    const char *openai_type;
-    const char *openai_code;
-    const char *anthropic_type;
-    const char *default_message;
-};
-
-static const struct api_error_kind api_errors[] = {
-    {400, "invalid_request_error", "invalid_request", "invalid_request_error", "bad request"},
-    {401, "authentication_error", "unauthorized", "authentication_error", "unauthorized"},
-    {403, "permission_error", "permission_denied", "permission_error", "forbidden"},
-    {404, "not_found_error", "not_found", "not_found_error", "not found"},
-    {405, "invalid_request_error", "method_not_allowed", "invalid_request_error",
-     "method not allowed"},
-    {413, "invalid_request_error", "request_too_large", "request_too_large",
-     "request body too large"},
-    {415, "invalid_request_error", "unsupported_media_type", "invalid_request_error",
-     "unsupported media type"},
-    {429, "rate_limit_error", "rate_limit_exceeded", "rate_limit_error", "rate limit exceeded"},
-    {500, "server_error", "internal_error", "api_error", "internal error"},
-    {502, "server_error", "bad_gateway", "api_error", "upstream error"},
-    {503, "server_error", "service_unavailable", "api_error", "service unavailable"},
-    {504, "timeout", "upstream_timeout", "timeout_error", "upstream timed out"},
-    {529, "overloaded_error", "overloaded", "overloaded_error", "overloaded"},
-};
-static const struct api_error_kind api_error_4xx = {0, "invalid_request_error", "invalid_request",
-                                                    "invalid_request_error", "bad request"};
-static const struct api_error_kind api_error_5xx = {0, "server_error", "internal_error",
-                                                    "api_error", "internal error"};
-
-/* Token counts are capped here: far beyond any real count, exact as a double. */
-#define API_TOKENS_MAX 1000000000000000.0
 
 const cJSON *api_member(const cJSON *obj, const char *key)
 {
@@ -94,9 +55,9 @@ enum api_endpoint api_endpoint_from_path(const char *path)
     return API_NONE;
 }
 
-enum api_dialect api_dialect_of(enum api_endpoint e)
+bool api_streams(enum api_endpoint e)
 {
-    return e == API_MESSAGES ? API_DIALECT_ANTHROPIC : API_DIALECT_OPENAI;
+    return e == API_CHAT || e == API_COMPLETIONS || e == API_MESSAGES || e == API_RESPONSES;
 }
 
 const char *api_endpoint_name(enum api_endpoint e)
@@ -201,9 +162,7 @@ bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **
 
 bool api_wants_stream(enum api_endpoint e, const cJSON *body)
 {
-    if (e == API_NONE || e == API_EMBEDDINGS)
-        return false;
-    return cJSON_IsTrue(api_member(body, "stream"));
+    return api_streams(e) && cJSON_IsTrue(api_member(body, "stream"));
 }
 
 bool api_stream_include_usage(enum api_endpoint e, const cJSON *body)
@@ -219,60 +178,6 @@ bool api_stream_include_usage(enum api_endpoint e, const cJSON *body)
 const char *api_model(const cJSON *body)
 {
     return cJSON_GetStringValue(api_member(body, "model"));
-}
-
-/* --- usage --------------------------------------------------------------- */
-
-/* A token count: a finite non-negative number, else 0; capped. */
-static int64_t tokens(const cJSON *v)
-{
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
-        return 0;
-    return (int64_t)fmin(v->valuedouble, API_TOKENS_MAX);
-}
-
-static void usage_openai(const cJSON *usage, struct api_usage *u)
-{
-    u->present = cJSON_IsNumber(api_member(usage, "prompt_tokens"));
-    u->prompt = tokens(api_member(usage, "prompt_tokens"));
-    u->completion = tokens(api_member(usage, "completion_tokens")); /* absent for embeddings */
-    u->cached = tokens(api_member(api_member(usage, "prompt_tokens_details"), "cached_tokens"));
-}
-
-/* The Responses API names them input/output tokens (cached ones within the input). */
-static void usage_responses(const cJSON *usage, struct api_usage *u)
-{
-    u->present = cJSON_IsNumber(api_member(usage, "input_tokens"));
-    u->prompt = tokens(api_member(usage, "input_tokens"));
-    u->completion = tokens(api_member(usage, "output_tokens"));
-    u->cached = tokens(api_member(api_member(usage, "input_tokens_details"), "cached_tokens"));
-}
-
-/* Anthropic counts cache reads and writes apart from input_tokens. */
-static void usage_anthropic(const cJSON *usage, struct api_usage *u)
-{
-    int64_t written = tokens(api_member(usage, "cache_creation_input_tokens"));
-    int64_t read = tokens(api_member(usage, "cache_read_input_tokens"));
-    u->present = cJSON_IsNumber(api_member(usage, "input_tokens"));
-    u->prompt = tokens(api_member(usage, "input_tokens")) + written + read;
-    u->completion = tokens(api_member(usage, "output_tokens"));
-    u->cached = read;
-    u->cache_write = written;
-}
-
-/* u->present is false when the response has no usage block with a prompt count. */
-void api_usage_from_response(enum api_endpoint e, const cJSON *resp, struct api_usage *u)
-{
-    memset(u, 0, sizeof(*u));
-    const cJSON *usage = api_member(resp, "usage");
-    if (!cJSON_IsObject(usage))
-        return;
-    if (api_dialect_of(e) == API_DIALECT_ANTHROPIC)
-        usage_anthropic(usage, u);
-    else if (e == API_RESPONSES)
-        usage_responses(usage, u);
-    else
-        usage_openai(usage, u);
 }
 
 /* --- answer shapes ------------------------------------------------------- */
@@ -415,32 +320,4 @@ bool api_header_replayable(const char *name)
         if (pc_strcaseeq(name, api_replay_headers[i]))
             return true;
     return false;
-}
-
-/* --- errors -------------------------------------------------------------- */
-
-static const struct api_error_kind *error_kind(int status)
-{
-    for (size_t i = 0; i < PC_ARRAY_LEN(api_errors); i++)
-        if (api_errors[i].status == status)
-            return &api_errors[i];
-    return status >= 500 ? &api_error_5xx : &api_error_4xx;
-}
-
-/* Appends to out; a NULL message is replaced by a short text for the status. */
-void api_error_body(enum api_dialect d, int status, const char *message, struct pc_buf *out)
-{
-    const struct api_error_kind *k = error_kind(status);
-    const char *text = message != NULL ? message : k->default_message;
-    if (d == API_DIALECT_ANTHROPIC) {
-        pc_buf_printf(
-            out, "{\"type\":\"error\",\"error\":{\"type\":\"%s\",\"message\":", k->anthropic_type);
-        pc_buf_json_str(out, text, strlen(text));
-        pc_buf_append_str(out, "}}");
-        return;
-    }
-    pc_buf_append_str(out, "{\"error\":{\"message\":");
-    pc_buf_json_str(out, text, strlen(text));
-    pc_buf_printf(out, ",\"type\":\"%s\",\"param\":null,\"code\":\"%s\"}}", k->openai_type,
-                  k->openai_code);
 }

@@ -4,27 +4,28 @@
  * the built request holds its strings (one buffer, pointers fixed up once it
  * stops growing), the hints every type shares (stream_options, the extra
  * routing header) and the helpers the types' hints use. Per-type behaviour
- * is in src/backend/.
+ * is in src/backend/, one file per line of src/backend/backends.h.
  */
 #include "pc_backend.h"
 #include "pc_conf.h"
 #include "pc_route.h"
+#include "backend/backends.h"
 
 #include <stdio.h>
 #include <string.h>
 
-const struct backend_ops *backend_for(int upstream_type)
+#define BACKEND_EXTERN(id, name) extern const struct backend_ops backend_##id;
+#define BACKEND_ENTRY(id, name)  &backend_##id,
+BACKEND_LIST(BACKEND_EXTERN)
+
+/* In the order of BACKEND_LIST: the position is the value conf holds. */
+static const struct backend_ops *const backends[] = {BACKEND_LIST(BACKEND_ENTRY)};
+
+const struct backend_ops *backend_for(int t)
 {
-    switch (upstream_type) {
-    case UPSTREAM_ANTHROPIC:
-        return &backend_anthropic;
-    case UPSTREAM_VLLM:
-        return &backend_vllm;
-    case UPSTREAM_SGLANG:
-        return &backend_sglang;
-    default:
-        return &backend_openai;
-    }
+    if (t < 0 || (size_t)t >= PC_ARRAY_LEN(backends))
+        return backends[0];
+    return backends[t];
 }
 
 bool backend_is_credential_header(const char *name)

@@ -24,9 +24,9 @@
  */
 #include "pc_bound.h"
 #include "pc_conf.h"
+#include "pc_dialect.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
-#include "pc_sse.h"
 #include "pc_stats.h"
 #include "pc_store.h"
 #include "pc_verify.h"
@@ -570,7 +570,7 @@ static void text_responses(const cJSON *resp, struct pc_buf *out)
 
 int bound_answer_text(const struct entry *e, struct pc_buf *out)
 {
-    cJSON *resp = e->kind == ENTRY_SSE ? sse_assemble(e->endpoint, e->body, e->body_len, NULL)
+    cJSON *resp = e->kind == ENTRY_SSE ? dialect_assemble(e->endpoint, e->body, e->body_len, NULL)
                                        : cJSON_ParseWithLength(e->body, e->body_len);
     if (resp == NULL)
         return -1;

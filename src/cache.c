@@ -92,6 +92,7 @@ enum op_kind {
     OP_SEMANTIC,
     OP_FLUSH_ENTRIES,
     OP_FLUSH_VECTORS,
+    OP_FLUSH_MEMBERS,
     OP_FLUSH_MARKS,
 };
 
@@ -639,20 +640,21 @@ static void on_flush_step(void *arg, enum store_status st, long long n)
         return;
     }
     const char *tenant = op->tenant[0] ? op->tenant : NULL;
+    /* Answers deleted; then their vectors, their partitions' member lists and the error
+     * bound's marks of those entries, one pattern after the other. */
+    char pattern[PC_MAX(ENTRY_KEY_MAX, BOUND_KEY_MAX)] = "";
     if (op->kind == OP_FLUSH_ENTRIES) {
-        op->deleted = n; /* answers deleted; their vectors go next */
+        op->deleted = n;
         op->kind = OP_FLUSH_VECTORS;
-        char pattern[ENTRY_KEY_MAX];
         semantic_vector_pattern(tenant, pattern);
-        op->cmd = store_delete_matching(op->c->store, pattern, on_flush_step, op);
-        if (op->cmd == NULL)
-            flush_finish(op, false);
-        return;
-    }
-    if (op->kind == OP_FLUSH_VECTORS) { /* the error bound's marks of those entries go too */
+    } else if (op->kind == OP_FLUSH_VECTORS) {
+        op->kind = OP_FLUSH_MEMBERS;
+        semantic_members_pattern(tenant, pattern);
+    } else if (op->kind == OP_FLUSH_MEMBERS) {
         op->kind = OP_FLUSH_MARKS;
-        char pattern[BOUND_KEY_MAX];
         bound_entry_pattern(tenant, pattern);
+    }
+    if (pattern[0] != '\0') {
         op->cmd = store_delete_matching(op->c->store, pattern, on_flush_step, op);
         if (op->cmd == NULL)
             flush_finish(op, false);

@@ -31,6 +31,8 @@
 #include "pc_pricing.h"
 #include "pc_secret.h"
 #include "pc_tenants.h"
+#include "backend/backends.h"
+#include "route/policies.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -83,8 +85,11 @@ struct conf_key {
     const char *arg;          /* placeholder in --help; NULL = derived from the type */
     const char *example;      /* sample line for a key whose default is empty */
     const char *section;      /* heading, on the first key of a group */
-    const char *help;         /* sentences; the first one is the --help line */
+    const char *help;         /* sentences; the first one is the --help line; NAMES in it
+                                 stands for a CONF_ENUM key's names ("a, b or c") */
 };
+
+#define NAMES "{names}"
 
 #define FIELD(f) .off = offsetof(struct conf, f), .width = sizeof(((struct conf *)0)->f)
 #define KIB      ((int64_t)1024)
@@ -94,16 +99,16 @@ struct conf_key {
 static conf_check_fn check_upstream_url, check_embedder_url, check_redis_url, check_namespace,
     check_guard, check_header_name, check_kv_model, check_cors_origin, check_net;
 
-static const char *const upstream_type_names[] = {"openai", "anthropic", "vllm", "sglang", NULL};
+/* The families' names come from their lists: the value stored is the position there. */
+#define FAMILY_NAME(id, name) name,
+static const char *const upstream_type_names[] = {BACKEND_LIST(FAMILY_NAME) NULL};
+static const char *const routing_names[] = {ROUTE_POLICY_LIST(FAMILY_NAME) NULL};
 static const char *const embedder_names[] = {"builtin", "hash", "openai", NULL};
-static const char *const routing_names[] = {"round-robin", "least-loaded", "prefix", NULL};
 static const char *const answer_cmp_names[] = BOUND_CMP_NAMES;
 /* Same order as enum pc_log_level (the unit test checks it against log_level_parse). */
 static const char *const log_level_names[] = {"error", "warn", "notice", "info", "debug", NULL};
 
-_Static_assert(UPSTREAM_SGLANG == 3, "upstream_type_names must follow enum upstream_type");
 _Static_assert(EMBEDDER_OPENAI == 2, "embedder_names must follow enum embedder_kind");
-_Static_assert(ROUTING_PREFIX == 2, "routing_names must follow enum routing_kind");
 _Static_assert(PC_LOG_DEBUG == 4, "log_level_names must follow enum pc_log_level");
 
 /* clang-format off */
@@ -200,7 +205,7 @@ static const struct conf_key conf_keys[] = {
              "holds its KV state."},
     {.name = "upstream-type", .type = CONF_ENUM, FIELD(upstream_type), .def = "openai",
      .names = upstream_type_names,
-     .help = "Kind of API the upstream speaks: openai, anthropic, vllm or sglang; use openai "
+     .help = "Kind of API the upstream speaks: " NAMES "; use openai "
              "for OpenAI and any other OpenAI-compatible server. It decides how upstream-key is "
              "sent (x-api-key for anthropic, Authorization: Bearer otherwise) and which KV-cache "
              "hints are added to forwarded requests (see prefix-hints)."},
@@ -387,10 +392,19 @@ static const struct conf_key conf_keys[] = {
              "differs: 3+3 / 3*3, x > 5 / x < 5), particles (into / out of, on / off in the "
              "same place), wordnet (WordNet antonyms: empty/full), affixes (safe/unsafe), "
              "intent (prevent, avoid, stop, fail to... on one side), verbs (is running / is "
-             "resting) and rank (closest / second closest, cheap / cheapest). List the guards "
+             "resting), rank (closest / second closest, cheap / cheapest) and quantity (lots "
+             "of / few people, one / both legs, all / some). List the guards "
              "to use, or all, or none. The default thresholds assume all of them. Each "
              "guard's rejections are counted (semantic_guard_rejects_GUARD in /stats and "
              "/metrics)."},
+    {.name = "semantic-index-memory", .type = CONF_SIZE, FIELD(semantic_index_memory),
+     .def = "auto", .imin = 64 * KIB, .imax = 1024 * GIB, .flags = CONF_AUTO,
+     .help = "Bytes of vectors this process keeps in its vector index (k, m or g suffix "
+             "allowed). A partition is loaded from Redis on its first lookup (that lookup "
+             "waits at most redis-timeout for it, else it is a miss), and the least recently "
+             "searched partitions are dropped when the index would grow past this. auto: 1/4 "
+             "of the machine's memory. Redis keeps every vector: instances with less memory "
+             "hold the busiest partitions only (see Scaling out in the README)."},
     {.name = "embedder", .type = CONF_ENUM, FIELD(embedder), .def = "builtin",
      .names = embedder_names,
      .help = "How messages are turned into vectors: builtin, hash or openai. builtin "
@@ -1273,13 +1287,6 @@ bool conf_has_key(const char *key)
 {
     bool file;
     return key != NULL && key_lookup(key, &file) != NULL;
-}
-
-const char *conf_upstream_type_name(int t)
-{
-    if (t < 0 || t >= (int)PC_ARRAY_LEN(upstream_type_names) - 1)
-        return "unknown";
-    return upstream_type_names[t];
 }
 
 /* ---- create / destroy --------------------------------------------------- */
@@ -2295,6 +2302,21 @@ static void flag_notes(struct pc_buf *out, const struct conf_key *k)
         pc_buf_append_str(out, " Reloaded on SIGHUP.");
 }
 
+/* k's help with NAMES spelt out: an enumerated key's names come from its family's list. */
+static void help_text(struct pc_buf *out, const struct conf_key *k)
+{
+    const char *at = k->type == CONF_ENUM ? strstr(k->help, NAMES) : NULL;
+    char names[512];
+    if (at == NULL) {
+        pc_buf_append_str(out, k->help);
+        return;
+    }
+    enum_choices(k, names, sizeof names);
+    pc_buf_append(out, k->help, (size_t)(at - k->help));
+    pc_buf_append_str(out, names);
+    pc_buf_append_str(out, at + strlen(NAMES));
+}
+
 static void sample_key(struct pc_buf *out, const struct conf_key *k)
 {
     if (k->section != NULL)
@@ -2304,7 +2326,7 @@ static void sample_key(struct pc_buf *out, const struct conf_key *k)
                       "----------");
     pc_buf_append_char(out, '\n');
     struct pc_buf text = PC_BUF_INIT;
-    pc_buf_append_str(&text, k->help);
+    help_text(&text, k);
     flag_notes(&text, k);
     write_wrapped(out, "# ", pc_buf_cstr(&text), 78);
     pc_buf_free(&text);
@@ -2389,9 +2411,13 @@ void conf_write_help(struct pc_buf *out)
     for (size_t i = 0; i < CONF_NKEYS; i++) {
         const struct conf_key *k = &conf_keys[i];
         char a[128], opt[192];
+        struct pc_buf text = PC_BUF_INIT;
+        help_text(&text, k);
+        const char *help = pc_buf_cstr(&text);
         snprintf(opt, sizeof opt, "--%s %s", k->name, help_arg(k, a, sizeof a));
-        pc_buf_printf(out, "  %-32s  %.*s (default: %s)\n", opt, (int)first_sentence(k->help),
-                      k->help, k->def[0] ? k->def : "none");
+        pc_buf_printf(out, "  %-32s  %.*s (default: %s)\n", opt, (int)first_sentence(help), help,
+                      k->def[0] ? k->def : "none");
+        pc_buf_free(&text);
         if (k->flags & CONF_SECRET) {
             char var[ENV_NAME_MAX];
             env_name(k, false, var);

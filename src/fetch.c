@@ -17,12 +17,12 @@
 #include "pc_backend.h"
 #include "pc_chain.h"
 #include "pc_conf.h"
+#include "pc_dialect.h"
 #include "pc_flight.h"
 #include "pc_jskim.h"
 #include "pc_log.h"
 #include "pc_route.h"
 #include "pc_savings.h"
-#include "pc_sse.h"
 #include "pc_tally.h"
 #include "pc_worker.h"
 
@@ -209,7 +209,7 @@ static bool answer_usage(const struct fetch *f, const struct pc_buf *body, struc
     memset(u, 0, sizeof(*u));
     *fault = API_ANSWER_NOT_OBJECT;
     if (f->stream) {
-        cJSON *resp = sse_assemble(f->endpoint, body->data, body->len, u);
+        cJSON *resp = dialect_assemble(f->endpoint, body->data, body->len, u);
         if (resp == NULL)
             return false;
         *fault = api_answer_check_stream(f->endpoint, resp, NULL);
@@ -222,7 +222,7 @@ static bool answer_usage(const struct fetch *f, const struct pc_buf *body, struc
         cJSON_Delete(resp);
         return false;
     }
-    api_usage_from_response(f->endpoint, resp, u);
+    dialect_usage(f->endpoint, resp, u);
     *fault = api_answer_check(f->endpoint, resp, NULL);
     cJSON_Delete(resp);
     return true;
@@ -497,7 +497,7 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
         .chain = f->chain.n > 0 ? &f->chain : NULL,
         .model = f->model,
         .session = req->session,
-        .fresh_ms = w->conf->upstream_type == UPSTREAM_ANTHROPIC ? BACKEND_ANTHROPIC_CACHE_MS : 0,
+        .fresh_ms = w->backend->prompt_cache_ms,
     };
     if (!fetch_first(f, req)) {
         fetch_end(f, XFER_ERR_INTERNAL, "could not start the upstream call");

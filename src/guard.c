@@ -2,7 +2,8 @@
  * guard.c - semantic guards (see pc_guard.h). Owns the guard table and a
  * small English lexicon (function words, negations, number words, units and
  * currencies, dates, question words, direction words, groups of opposites
- * and of mutually exclusive alternatives, particles, intent words, ranks),
+ * and of mutually exclusive alternatives, particles, intent words, ranks,
+ * quantity words),
  * all written for this project, and reads the word lists converted from
  * WordNet at build time (pc_wordnet.h: antonyms, negations by affix, words
  * of one meaning, adjective degrees).
@@ -105,6 +106,7 @@ enum lex_cat {
     L_BE,      /* a form of be */
     L_INTENT,  /* undoes or avoids what is asked (prevent, stop, cancel...) */
     L_RANK,    /* an ordinal or rank word (second, last, next...) */
+    L_QUANT,   /* a quantity word: val its group of alternatives; sub its side */
 };
 
 #define U_BIND_ONLY 0x1 /* counts only when bound to a number (am, second, day...) */
@@ -315,6 +317,14 @@ static const char *const intents =
 static const char *const ranks = "second third fourth fifth sixth seventh eighth ninth tenth last "
                                  "next previous penultimate nth";
 
+/*
+ * Quantity words: groups of alternatives separated by '|', the sides of a
+ * group by ' ', words of one side by '/' (the quantity guard).
+ */
+static const char *const quantities =
+    "all/every/each some/several|many/numerous/lots/plenty few|both either/neither/single/one|"
+    "always usually/often/frequently sometimes/occasionally rarely/seldom";
+
 #define LEX_MAX 4096
 
 static struct lex lexicon[LEX_MAX];
@@ -447,6 +457,7 @@ static void lex_build(void)
     lex_add_words(be_forms, L_BE, false, 0);
     lex_add_words(intents, L_INTENT, false, 0);
     lex_add_words(ranks, L_RANK, false, 0);
+    lex_add_words(quantities, L_QUANT, true, 0);
     qsort(lexicon, nlex, sizeof lexicon[0], lex_cmp);
     for (size_t i = nlex - 1; i-- > 0;)
         if (strcmp(lexicon[i].w, lexicon[i + 1].w) == 0)
@@ -465,6 +476,16 @@ static int lex_find(const char *w)
             hi = mid;
     }
     return lo < nlex && strcmp(lexicon[lo].w, w) == 0 ? (int)lo : -1;
+}
+
+/* The lexicon entry of word w in category cat, or NULL. */
+static const struct lex *lex_entry(const char *w, enum lex_cat cat)
+{
+    int k = lex_find(w);
+    for (size_t j = (size_t)k; k >= 0 && j < (size_t)k + lexicon[k].same; j++)
+        if (lexicon[j].cat == cat)
+            return &lexicon[j];
+    return NULL;
 }
 
 /* ---- a prepared text ---------------------------------------------------------- */
@@ -1323,20 +1344,27 @@ static bool has_passive(const struct gdoc *d)
 }
 
 /*
- * The subject of the progressive verb at v, with a singular auxiliary only
- * ("a man and a woman are..." may list them in any order): the first run of
- * role words of its clause ("a nude lady at the..." -> nude lady; "a panda
- * that is cute is" -> panda). from == to when there is none.
+ * The subject of the progressive verb at v: the first run of role words of
+ * its clause ("a nude lady at the..." -> nude lady; "a panda that is cute
+ * is" -> panda; "four young men are" -> four young men). Not a list ("a man
+ * and a woman are...", which may name them in any order). from == to when
+ * there is none.
  */
 static struct role subject_of(const struct gdoc *d, size_t v)
 {
     struct role none = {0, 0};
+    static const char *const finite[] = {"is", "are", "was", "were", "am"};
     size_t aux = is_be(d, v - 1) ? v - 1 : v - 2;
-    if (!text_is(&d->t, aux, "is") && !text_is(&d->t, aux, "was"))
-        return none;
+    if (text_is(&d->t, aux, "being") && aux > 0)
+        aux--; /* "is being chased" */
+    if (!word_in(d, aux, finite, PC_ARRAY_LEN(finite)))
+        return none; /* "will the bullet be going": the subject is not before be */
     size_t from = aux;
     while (from > 0 && !subject_starts(d, from))
         from--;
+    for (size_t k = from; k < aux; k++)
+        if (word_in(d, k, coordinators, PC_ARRAY_LEN(coordinators)))
+            return none;
     while (from < aux && !role_content(d, from))
         from++;
     return from < aux ? run_at(d, from, aux) : none;
@@ -1370,18 +1398,20 @@ static bool role_has(const struct gdoc *d, struct role r, uint64_t h)
 }
 
 /*
- * Two texts fill one role with different words, each of which the other
- * text has elsewhere: the roles were exchanged. Roles that share a word are
- * one thing described two ways ("a sunny day" / "a day full of sun").
+ * Two texts fill one role with different heads, each of which the other
+ * text has elsewhere: the roles were exchanged ("a nude lady is walking in
+ * front of a crowd" / "a nude crowd is walking in front of a lady"). A role
+ * whose head the other role has is one thing described two ways ("a sunny
+ * day" / "a day full of sun").
  */
 static bool role_moved(const struct gdoc *a, struct role x, const struct gdoc *b, struct role y)
 {
     if (x.from == x.to || y.from == y.to)
         return false;
-    for (size_t i = x.from; i < x.to; i++)
-        if (role_has(b, y, a->h[i]))
-            return false;
-    return set_has(a->set, b->h[y.to - 1]) && set_has(b->set, a->h[x.to - 1]);
+    uint64_t hx = a->h[x.to - 1], hy = b->h[y.to - 1];
+    if (role_has(b, y, hx) || role_has(a, x, hy))
+        return false;
+    return set_has(a->set, hy) && set_has(b->set, hx);
 }
 
 /* The token of d that is a progressive verb with hash h, if exactly one; -1 otherwise. */
@@ -1395,6 +1425,82 @@ static long only_verb(const struct gdoc *d, uint64_t h)
             at = (long)i;
         }
     return at;
+}
+
+static bool token_is_lemma(const struct gdoc *d, size_t i, uint16_t x);
+
+/* A passive participle in the progressive: the word after "being" ("is being chased"). */
+static bool participle_at(const struct gdoc *d, size_t i)
+{
+    return i >= 2 && text_is(&d->t, i - 1, "being") && d->t.tok[i].kind == TEXT_WORD &&
+           !is_func(d, i) && d->wn[i] >= 0;
+}
+
+/* The verb at v is in a relative clause ("a horse that is pulling"): its subject is not found. */
+static bool in_relative(const struct gdoc *d, size_t v)
+{
+    for (size_t k = v; k-- > 0 && k + 3 >= v;)
+        if (word_in(d, k, relatives, PC_ARRAY_LEN(relatives)))
+            return true;
+    return false;
+}
+
+/* Whether token i of a and token j of b are forms of one WordNet lemma (chased, chasing). */
+static bool same_lemma(const struct gdoc *a, size_t i, const struct gdoc *b, size_t j)
+{
+    for (int k = 0; a->wn[i] >= 0 && k < a->wn_n[i]; k++)
+        if (b->wn[j] >= 0 && token_is_lemma(b, j, wordnet_forms[a->wn[i] + k].lemma))
+            return true;
+    return false;
+}
+
+/*
+ * The head of the agent of the participle at i ("chased by the big dog":
+ * dog; "handed balls by a woman": woman), or 0.
+ */
+static uint64_t agent_of(const struct gdoc *d, size_t i)
+{
+    size_t k = i + 1;
+    while (k < d->t.n && k <= i + 4 && !text_is(&d->t, k, "by") && !clause_gap(d, k - 1, false) &&
+           !(d->t.tok[k].flags & TEXT_F_START))
+        k++;
+    if (k >= d->t.n || !text_is(&d->t, k, "by"))
+        return 0;
+    k++;
+    while (k < d->t.n && !role_content(d, k) && !is_relation(d, k))
+        k++;
+    if (k >= d->t.n || !role_content(d, k))
+        return 0;
+    struct role r = run_at(d, k, d->t.n);
+    return d->h[r.to - 1];
+}
+
+/*
+ * One subject is acted on in a and acts in b, by the same verb: "a dog is
+ * being chased" / "a dog is chasing a ball". Not when a names b's subject
+ * as the agent too ("a woman is being handed balls by another woman" /
+ * "one woman is handing balls to another woman"); who acts on whom is the
+ * same when the subjects differ ("a dog is being chased by a cat" / "a cat
+ * is chasing a dog").
+ */
+static bool voice_flipped(const struct gdoc *a, const struct gdoc *b)
+{
+    for (size_t i = 0; i < a->t.n; i++) {
+        if (!participle_at(a, i) || in_relative(a, i))
+            continue;
+        struct role sa = subject_of(a, i);
+        if (sa.from == sa.to)
+            continue;
+        uint64_t by = agent_of(a, i);
+        for (size_t j = 0; j < b->t.n; j++) {
+            if (!progressive_at(b, j) || !same_lemma(a, i, b, j) || in_relative(b, j))
+                continue;
+            struct role sb = subject_of(b, j);
+            if (sb.from != sb.to && a->h[sa.to - 1] == b->h[sb.to - 1] && by != b->h[sb.to - 1])
+                return true;
+        }
+    }
+    return false;
 }
 
 /*
@@ -1424,7 +1530,7 @@ static bool roles_swapped(const struct gdoc *a, const struct gdoc *b)
 /* "u to v" only in one text and "v to u" only in the other. */
 static bool guard_direction(const struct gdoc *a, const struct gdoc *b)
 {
-    if (roles_swapped(a, b))
+    if (roles_swapped(a, b) || voice_flipped(a, b) || voice_flipped(b, a))
         return true;
     struct dir_fact *fa = pc_malloc(2 * 3 * DIR_MAX * sizeof *fa), *fb = fa + 3 * DIR_MAX;
     size_t na = directions_of(a, fa), nb = directions_of(b, fb);
@@ -1464,37 +1570,75 @@ static bool is_auxiliary(const struct gdoc *d, size_t i)
     return false;
 }
 
-/*
- * Bit per kind of question asked: who, when, where, why (1..4), how many
- * or much, how long, how old, how often (5..8), open (9: what, which, how)
- * and yes/no (10: the text starts with an auxiliary verb).
- */
-static unsigned questions_of(const struct gdoc *d)
-{
-    unsigned m = 0;
-    size_t first = 0;
-    while (first < d->t.n && (d->t.tok[first].flags & TEXT_F_FILLER))
-        first++;
-    if (first < d->t.n && is_auxiliary(d, first))
-        m |= 1u << Q_YESNO;
-    for (size_t i = 0; i < d->t.n; i++) {
-        const struct lex *q = lex_of(d, i, L_QWORD);
-        if (q != NULL)
-            m |= 1u << q->val;
-        else if (text_is(&d->t, i, "how"))
-            m |= 1u << how_kind(d, i);
-        else if (text_is(&d->t, i, "what") || text_is(&d->t, i, "which"))
-            m |= 1u << Q_OPEN;
-    }
-    return m;
-}
-
 static size_t first_word(const struct gdoc *d)
 {
     size_t i = 0;
     while (i < d->t.n && (d->t.tok[i].flags & TEXT_F_FILLER))
         i++;
     return i;
+}
+
+/*
+ * Where the question starts: at the first word, or after a phrase put in
+ * front that opens with a preposition and ends in a comma ("On Facebook, is
+ * there a way...?").
+ */
+static size_t question_start(const struct gdoc *d)
+{
+    size_t i = first_word(d);
+    if (i >= d->t.n || lex_of(d, i, L_REL) == NULL)
+        return i;
+    for (size_t k = i; k + 1 < d->t.n && k < i + 8; k++) {
+        if (d->t.tok[k + 1].flags & TEXT_F_START)
+            break;
+        if (clause_gap(d, k, false))
+            return k + 1;
+    }
+    return i;
+}
+
+/*
+ * The question word that token i misspells ("whre", "whcih"): a word of
+ * four letters or more that no word list knows, one typo from one. NULL
+ * when there is none.
+ */
+static const char *qword_typo(const struct gdoc *d, size_t i)
+{
+    static const char *const qw[] = {"whom", "whose", "when", "where", "what", "which"};
+    const struct text_tok *t = &d->t.tok[i];
+    if (t->kind != TEXT_WORD || t->len < 4 || d->lex[i] >= 0 || d->wn[i] >= 0)
+        return NULL;
+    for (size_t k = 0; k < PC_ARRAY_LEN(qw); k++)
+        if (one_edit(text_str(&d->t, i), t->len, qw[k], strlen(qw[k])))
+            return qw[k];
+    return NULL;
+}
+
+/*
+ * Bit per kind of question asked: who, when, where, why (1..4), how many
+ * or much, how long, how old, how often (5..8), open (9: what, which, how)
+ * and yes/no (10: the question starts with an auxiliary verb).
+ */
+static unsigned questions_of(const struct gdoc *d)
+{
+    unsigned m = 0;
+    size_t first = question_start(d);
+    if (first < d->t.n && is_auxiliary(d, first))
+        m |= 1u << Q_YESNO;
+    for (size_t i = 0; i < d->t.n; i++) {
+        const struct lex *q = lex_of(d, i, L_QWORD);
+        const char *typo = q == NULL ? qword_typo(d, i) : NULL;
+        if (typo != NULL)
+            q = lex_entry(typo, L_QWORD);
+        if (q != NULL)
+            m |= 1u << q->val;
+        else if (text_is(&d->t, i, "how"))
+            m |= 1u << how_kind(d, i);
+        else if (text_is(&d->t, i, "what") || text_is(&d->t, i, "which") ||
+                 (typo != NULL && (typo[2] == 'a' || typo[2] == 'i')))
+            m |= 1u << Q_OPEN;
+    }
+    return m;
 }
 
 static bool is_subject_pronoun(const struct gdoc *d, size_t i)
@@ -1518,15 +1662,43 @@ static bool asks_what_other_states(const struct gdoc *q, const struct gdoc *s)
 }
 
 /*
- * Both texts ask a question, and not the same kinds; or one asks yes or
- * no what the other states.
+ * A statement: no question mark, no question word, and a verb after its
+ * first word (a form of be or an auxiliary: "the fraction is 40%"). A
+ * keyword query ("capital of France") or a request ("tell me...") is none.
+ */
+static bool is_statement(const struct gdoc *s)
+{
+    if (memchr(s->text, '?', s->len) != NULL || questions_of(s) != 0)
+        return false;
+    for (size_t i = first_word(s) + 1; i < s->t.n; i++)
+        if (is_be(s, i) || is_auxiliary(s, i))
+            return true;
+    return false;
+}
+
+/*
+ * q asks an open question (who, what, how many... and a question mark: a
+ * question word alone may open a clause, "when set, it...") and s states
+ * something instead.
+ */
+static bool asks_open_other_states(const struct gdoc *q, const struct gdoc *s)
+{
+    return memchr(q->text, '?', q->len) != NULL && (questions_of(q) & ~(1u << Q_YESNO)) != 0 &&
+           is_statement(s);
+}
+
+/*
+ * Both texts ask a question, and not the same kinds; or one asks what the
+ * other states (yes or no: "are we cool" / "we are cool"; open: "what was
+ * the ejection fraction?" / "the ejection fraction is 40%").
  */
 static bool guard_question(const struct gdoc *a, const struct gdoc *b)
 {
     unsigned qa = questions_of(a), qb = questions_of(b);
     if (qa != 0 && qb != 0 && qa != qb)
         return true;
-    return asks_what_other_states(a, b) || asks_what_other_states(b, a);
+    return asks_what_other_states(a, b) || asks_what_other_states(b, a) ||
+           asks_open_other_states(a, b) || asks_open_other_states(b, a);
 }
 
 /* ---- extra words ------------------------------------------------------------------------ */
@@ -1913,15 +2085,22 @@ struct particle {
     uint64_t before, after; /* hashes of the nearest content words, 0 = none */
 };
 
-/* The group and side of token i's particle; false when it is none. */
-static bool particle_at(const struct gdoc *d, size_t i, uint8_t *group, uint8_t *side)
+/* The group and side of token i when it is a word of category cat (L_PART...); false if not. */
+static bool slot_word_at(const struct gdoc *d, size_t i, enum lex_cat cat, uint8_t *group,
+                         uint8_t *side)
 {
-    const struct lex *l = lex_of(d, i, L_PART);
+    const struct lex *l = lex_of(d, i, cat);
     if (l == NULL)
         return false;
     *group = (uint8_t)l->val;
     *side = l->sub;
     return true;
+}
+
+/* Particles and quantity words fill a slot; they are not what the slot is next to. */
+static bool slot_filler(const struct gdoc *d, size_t i)
+{
+    return lex_of(d, i, L_PART) != NULL || lex_of(d, i, L_QUANT) != NULL;
 }
 
 /* The content word nearest token i going by step, within the sentence: its hash or 0. */
@@ -1931,9 +2110,8 @@ static uint64_t nearest_content(const struct gdoc *d, size_t i, int step)
         const struct text_tok *t = &d->t.tok[k];
         if (step > 0 && (t->flags & TEXT_F_START))
             return 0;
-        uint8_t g, sd;
         if (!is_func(d, (size_t)k) && !(t->flags & TEXT_F_FILLER) &&
-            lex_of(d, (size_t)k, L_NEG) == NULL && !particle_at(d, (size_t)k, &g, &sd))
+            lex_of(d, (size_t)k, L_NEG) == NULL && !slot_filler(d, (size_t)k))
             return d->h[k];
         if (step < 0 && (t->flags & TEXT_F_START))
             return 0;
@@ -1941,12 +2119,13 @@ static uint64_t nearest_content(const struct gdoc *d, size_t i, int step)
     return 0;
 }
 
-static size_t particles_of(const struct gdoc *d, struct particle *p)
+/* The words of category cat in d, each with the content words nearest it. */
+static size_t slots_of(const struct gdoc *d, enum lex_cat cat, struct particle *p)
 {
     size_t n = 0;
     for (size_t i = 0; i < d->t.n && n < PART_MAX; i++) {
         uint8_t g, sd;
-        if (particle_at(d, i, &g, &sd))
+        if (slot_word_at(d, i, cat, &g, &sd))
             p[n++] = (struct particle){g, sd, nearest_content(d, i, -1), nearest_content(d, i, 1)};
     }
     return n;
@@ -1967,16 +2146,26 @@ static bool slot_has(const struct particle *ps, size_t n, const struct particle 
     return false;
 }
 
-static bool guard_particles(const struct gdoc *a, const struct gdoc *b)
+/*
+ * Words of category cat of different sides of one group in the same slot,
+ * and neither text has the other's side there too ("climbing into the
+ * cage" / "climbing out of the cage"; "lots of people" / "few people").
+ */
+static bool slots_differ(const struct gdoc *a, const struct gdoc *b, enum lex_cat cat)
 {
     struct particle pa[PART_MAX], pb[PART_MAX];
-    size_t na = particles_of(a, pa), nb = particles_of(b, pb);
+    size_t na = slots_of(a, cat, pa), nb = slots_of(b, cat, pb);
     for (size_t i = 0; i < na; i++)
         for (size_t j = 0; j < nb; j++)
             if (pa[i].side != pb[j].side && same_slot(&pa[i], &pb[j]) &&
                 !slot_has(pa, na, &pb[j], pb[j].side) && !slot_has(pb, nb, &pa[i], pa[i].side))
                 return true;
     return false;
+}
+
+static bool guard_particles(const struct gdoc *a, const struct gdoc *b)
+{
+    return slots_differ(a, b, L_PART);
 }
 
 /* ---- opposites from WordNet -------------------------------------------------------------------
@@ -2150,19 +2339,56 @@ static bool verbs_covered(const struct gdoc *a, const size_t *va, size_t na, con
     return true;
 }
 
+/* Whether verb v of d has a counterpart of the same meaning among the verbs vo of o. */
+static bool verb_alike_in(const struct gdoc *d, size_t v, const struct gdoc *o, const size_t *vo,
+                          size_t no)
+{
+    for (size_t j = 0; j < no; j++)
+        if (words_alike(d, v, o, vo[j]))
+            return true;
+    return false;
+}
+
+/*
+ * One subject does something else: a verb of a that b has no counterpart
+ * for, whose subject does in b a verb that a has no counterpart for ("a grey
+ * dog is running in the grass and a brown dog looks on" / "a grey dog is
+ * lying in the grass and a brown dog is looking on"), however many verbs
+ * each text has.
+ */
+static bool verb_of_subject_differs(const struct gdoc *a, const size_t *va, size_t na,
+                                    const struct gdoc *b, const size_t *vb, size_t nb)
+{
+    for (size_t i = 0; i < na; i++) {
+        struct role sa = subject_of(a, va[i]);
+        if (sa.from == sa.to || verb_alike_in(a, va[i], b, vb, nb))
+            continue;
+        for (size_t j = 0; j < nb; j++) {
+            struct role sb = subject_of(b, vb[j]);
+            if (sb.from != sb.to && a->h[sa.to - 1] == b->h[sb.to - 1] &&
+                !verb_alike_in(b, vb[j], a, va, na))
+                return true;
+        }
+    }
+    return false;
+}
+
 /*
  * The action differs: as many progressive verbs on each side, and one that
  * has no counterpart of the same meaning on the other ("a dog is running
  * through the leaves" / "a dog is resting in the leaves"; but "a woman is
  * cutting an onion" / "a woman is slicing an onion" pass: WordNet's
- * similar verbs).
+ * similar verbs); or, however many verbs there are, one subject does
+ * something else (verb_of_subject_differs).
  */
 static bool guard_verbs(const struct gdoc *a, const struct gdoc *b)
 {
     size_t va[VERBS_MAX], vb[VERBS_MAX];
     size_t na = verbs_of(a, va), nb = verbs_of(b, vb);
-    return na == nb && na > 0 &&
-           !(verbs_covered(a, va, na, b, vb, nb) && verbs_covered(b, vb, nb, a, va, na));
+    if (na == nb && na > 0 &&
+        !(verbs_covered(a, va, na, b, vb, nb) && verbs_covered(b, vb, nb, a, va, na)))
+        return true;
+    return verb_of_subject_differs(a, va, na, b, vb, nb);
 }
 
 /* ---- rank
@@ -2244,6 +2470,14 @@ static bool guard_rank(const struct gdoc *a, const struct gdoc *b)
     return rank_added(a, b) || rank_added(b, a) || superlative_differs(a, b);
 }
 
+/* ---- quantity ------------------------------------------------------------------------------ */
+
+/* A quantity word of another side in the same place ("lots of people" / "few people"). */
+static bool guard_quantity(const struct gdoc *a, const struct gdoc *b)
+{
+    return slots_differ(a, b, L_QUANT);
+}
+
 /* ---- the check ------------------------------------------------------------------------------ */
 
 typedef bool guard_fn(const struct gdoc *a, const struct gdoc *b);
@@ -2257,7 +2491,7 @@ static guard_fn *const guard_fns[GUARD__COUNT] = {
     [GUARD_SYMBOLS] = guard_symbols,     [GUARD_PARTICLES] = guard_particles,
     [GUARD_WORDNET] = guard_wordnet,     [GUARD_AFFIXES] = guard_affixes,
     [GUARD_INTENT] = guard_intent,       [GUARD_VERBS] = guard_verbs,
-    [GUARD_RANK] = guard_rank,
+    [GUARD_RANK] = guard_rank,           [GUARD_QUANTITY] = guard_quantity,
 };
 
 int guard_check(const char *a, size_t alen, const char *b, size_t blen, unsigned mask)

@@ -1,16 +1,16 @@
 /*
  * l1.c - the process's L1 of hot exact answers (see pc_l1.h): the sharded
- * table and the reader thread that applies other instances' writes, deletes
- * and flushes from the Redis stream.
+ * table, its filler thread, and the handler that applies other instances'
+ * writes, deletes and flushes read from the Redis stream by the process's
+ * follower (pc_follow.h).
  *
  * Owns every item (refcounted: the table holds one reference, each lookup in
- * progress one more), the shards' locks and stamps, its metrics row, and the
- * reader: its thread, its blocking connection and its stream position.
+ * progress one more), the shards' locks and stamps and its metrics row.
  */
 #include "pc_l1.h"
 #include "pc_conf.h"
+#include "pc_follow.h"
 #include "pc_log.h"
-#include "pc_rcli.h"
 #include "pc_stats.h"
 #include "pc_vindex.h"
 #include "pc_vsync.h"
@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,11 +33,6 @@
 #define AUTO_FRACTION  32
 #define AUTO_MAX       (512ll << 20)
 #define AUTO_FALLBACK  (64ll << 20)
-#define READ_BATCH     500
-#define BLOCK_MS       1000
-#define BACKOFF_MIN_MS 100
-#define BACKOFF_MAX_MS 5000
-#define STREAM_ID_MAX  48
 #define FILL_LINGER_MS 20   /* the filler gathers inserts this long after a batch */
 #define SHARD_STAMPS   1024 /* per shard: keys share a stamp 1 in L1_SHARDS x SHARD_STAMPS */
 
@@ -96,7 +90,7 @@ struct l1 {
     atomic_uint_fast64_t generation; /* bumped by every change; read before a Redis command */
     atomic_uint_fast64_t cleared;    /* the generation of the last clear */
     atomic_bool live;
-    atomic_uint_fast64_t inserts, evictions, expired, clears, events, reads, dropped, stale;
+    atomic_uint_fast64_t inserts, evictions, expired, clears, events, dropped, stale;
     struct stats *row; /* l1_events_rejected (registered: the reader writes it) */
 
     /*
@@ -112,20 +106,6 @@ struct l1 {
     size_t qbytes;
     bool qstop;
     bool qidle; /* the filler waits for work (not lingering) */
-
-    /* The reader. */
-    bool reading;
-    pthread_t thread;
-    pthread_mutex_t mu; /* with cond: wakes the reader's naps on stop */
-    pthread_cond_t cond;
-    bool stop;
-    int fd; /* under mu: the reader's socket (-1: none), shut down by l1_destroy */
-    atomic_bool stopping;
-    char *url;
-    int64_t timeout_ms;
-    struct rcli k;
-    bool down_logged;
-    char last_id[STREAM_ID_MAX];
 };
 
 int64_t l1_size_bytes(const struct conf *c)
@@ -222,12 +202,9 @@ struct l1 *l1_create(int64_t max_bytes)
         s->nbuckets = BUCKETS_MIN;
         s->buckets = pc_calloc(s->nbuckets, sizeof(*s->buckets));
     }
-    pthread_mutex_init(&l->mu, NULL);
-    l->fd = -1;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->cond, &ca);
     pthread_cond_init(&l->qcond, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&l->qmu, NULL);
@@ -615,7 +592,6 @@ void l1_get_counters(const struct l1 *l, struct l1_counters *out)
     out->expired = atomic_load(&m->expired);
     out->clears = atomic_load(&m->clears);
     out->events = atomic_load(&m->events);
-    out->reads = atomic_load(&m->reads);
     out->dropped = atomic_load(&m->dropped);
     out->stale = atomic_load(&m->stale);
 }
@@ -643,8 +619,6 @@ void l1_get_counters(const struct l1 *l, struct l1_counters *out)
       stat_int(v, (int64_t)s->clears))                                                             \
     X(events, "l1_events", NULL, "counter", 0, "Stream events the L1's reader applied",            \
       stat_int(v, (int64_t)s->events))                                                             \
-    X(reads, "l1_stream_reads", NULL, "counter", 0,                                                \
-      "XREAD rounds answered (an idle one takes about a second)", stat_int(v, (int64_t)s->reads))  \
     X(dropped, "l1_dropped", NULL, "counter", 0,                                                   \
       "Inserts dropped: the filler's queue was full (l1-size / 8 bytes)",                          \
       stat_int(v, (int64_t)s->dropped))                                                            \
@@ -669,114 +643,7 @@ const struct stat_group l1_series = {
     .snapshot = l1_snapshot,
 };
 
-/* ---- the reader -------------------------------------------------------------------- */
-
-static bool stopping(struct l1 *l)
-{
-    return atomic_load(&l->stopping);
-}
-
-/* Sleep ms, or less if l1_destroy is called meanwhile. */
-static void nap(struct l1 *l, int64_t ms)
-{
-    struct timespec ts = pc_mono_after(ms);
-    pthread_mutex_lock(&l->mu);
-    while (!l->stop && pthread_cond_timedwait(&l->cond, &l->mu, &ts) == 0) {
-    }
-    pthread_mutex_unlock(&l->mu);
-}
-
-/* The reader's socket (-1: none) for l1_destroy to shut down; false when stopping. */
-static bool reader_fd(struct l1 *l, int fd)
-{
-    pthread_mutex_lock(&l->mu);
-    l->fd = fd;
-    bool stop = l->stop;
-    pthread_mutex_unlock(&l->mu);
-    return !stop;
-}
-
-/* Off and empty: what this process missed while it could not read is unknown. */
-static void go_dark(struct l1 *l, const char *what)
-{
-    atomic_store(&l->live, false);
-    l1_clear(l, NULL);
-    reader_fd(l, -1);
-    if (!l->down_logged && !stopping(l)) /* a read cut by l1_destroy is no outage */
-        log_info("l1: %s: %s; the L1 is off until the stream can be followed again", what,
-                 l->k.errmsg[0] ? l->k.errmsg : "error");
-    l->down_logged = true;
-    rcli_close(&l->k);
-}
-
-static redisReply *command(struct l1 *l, int argc, const char **argv)
-{
-    redisReply *r = redisCommandArgv(l->k.rc, argc, argv, NULL);
-    if (r == NULL) {
-        snprintf(l->k.errmsg, sizeof(l->k.errmsg), "%s: %s: %s", l->k.where, argv[0],
-                 l->k.rc->errstr[0] ? l->k.rc->errstr : "no reply");
-        return NULL;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(l->k.errmsg, sizeof(l->k.errmsg), "%s: %s: %s", l->k.where, argv[0], r->str);
-        freeReplyObject(r);
-        return NULL;
-    }
-    return r;
-}
-
-/* A stream entry's id, checked ("ms-seq", decimal), into out; -1 if it is not one. */
-static int stream_entry_id(const redisReply *id, char out[STREAM_ID_MAX])
-{
-    uint64_t ms, seq;
-    if (id->type != REDIS_REPLY_STRING || id->len >= STREAM_ID_MAX ||
-        vsync_parse_stream_id(id->str, id->len, &ms, &seq) < 0)
-        return -1;
-    memcpy(out, id->str, id->len);
-    out[id->len] = '\0';
-    return 0;
-}
-
-/* An entry's id of an XRANGE / XREVRANGE reply's first entry, or "" if none. */
-static int first_id(const redisReply *r, char out[STREAM_ID_MAX])
-{
-    out[0] = '\0';
-    if (r->type != REDIS_REPLY_ARRAY)
-        return -1;
-    if (r->elements == 0)
-        return 0;
-    const redisReply *e = r->element[0];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 1)
-        return -1;
-    return stream_entry_id(e->element[0], out);
-}
-
-/* Both ids were checked by entry_id. */
-static int id_cmp(const char *a, const char *b)
-{
-    uint64_t ams = 0, aseq = 0, bms = 0, bseq = 0;
-    vsync_parse_stream_id(a, strlen(a), &ams, &aseq);
-    vsync_parse_stream_id(b, strlen(b), &bms, &bseq);
-    if (ams != bms)
-        return ams < bms ? -1 : 1;
-    return aseq < bseq ? -1 : aseq > bseq;
-}
-
-/* Note where the stream ends; what the table holds from before is dropped. */
-static int start_position(struct l1 *l)
-{
-    const char *argv[] = {"XREVRANGE", vsync_stream_key(), "+", "-", "COUNT", "1"};
-    redisReply *r = command(l, 6, argv);
-    if (r == NULL)
-        return -1;
-    int rc = first_id(r, l->last_id);
-    freeReplyObject(r);
-    if (rc < 0)
-        return -1;
-    if (l->last_id[0] == '\0')
-        snprintf(l->last_id, sizeof(l->last_id), "0-0");
-    return 0;
-}
+/* ---- the stream's handler (on the process's follower, pc_follow.h) ---------------- */
 
 /* A malformed stream entry: not applied, counted. */
 static void reject(struct l1 *l)
@@ -789,8 +656,9 @@ static void reject(struct l1 *l)
  * write (op=set) drops the key (this process's own writes are in its table
  * already). op=add concerns the vector index only.
  */
-static void apply_event(struct l1 *l, const redisReply *kv)
+static void on_entry(void *arg, const redisReply *kv)
 {
+    struct l1 *l = arg;
     struct vsync_event ev;
     if (vsync_event_parse(kv, &ev) < 0) {
         reject(l);
@@ -816,100 +684,36 @@ static void apply_event(struct l1 *l, const redisReply *kv)
     atomic_fetch_add_explicit(&l->events, 1, memory_order_relaxed);
 }
 
-/* One XREAD round; -1 if the connection failed. */
-static int follow(struct l1 *l)
+/* Following from the stream's end: what the table holds from before is dropped. */
+static int on_start(void *arg, struct rcli *k)
 {
-    char count_s[16], block_s[16];
-    snprintf(count_s, sizeof(count_s), "%d", READ_BATCH);
-    snprintf(block_s, sizeof(block_s), "%d", BLOCK_MS);
-    const char *argv[] = {
-        "XREAD", "COUNT", count_s, "BLOCK", block_s, "STREAMS", vsync_stream_key(), l->last_id};
-    redisReply *r = command(l, 8, argv);
-    if (r == NULL)
-        return -1;
-    atomic_fetch_add_explicit(&l->reads, 1, memory_order_relaxed);
-    if (r->type == REDIS_REPLY_NIL) {
-        freeReplyObject(r);
-        return 0;
-    }
-    size_t n = 0;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
-        r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements == 2 &&
-        r->element[0]->element[1]->type == REDIS_REPLY_ARRAY) {
-        const redisReply *entries = r->element[0]->element[1];
-        n = entries->elements;
-        for (size_t i = 0; i < n; i++) {
-            const redisReply *e = entries->element[i];
-            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-                stream_entry_id(e->element[0], l->last_id) < 0) {
-                reject(l);
-                continue;
-            }
-            apply_event(l, e->element[1]);
-        }
-    }
-    freeReplyObject(r);
-    if (n < READ_BATCH)
-        return 0;
-    /* A full batch: behind. If the stream was trimmed past our position, events are lost. */
-    const char *first[] = {"XRANGE", vsync_stream_key(), "-", "+", "COUNT", "1"};
-    char id[STREAM_ID_MAX];
-    if ((r = command(l, 6, first)) == NULL)
-        return -1;
-    int rc = first_id(r, id);
-    freeReplyObject(r);
-    if (rc == 0 && id[0] != '\0' && id_cmp(id, l->last_id) > 0)
-        l1_clear(l, NULL);
+    (void)k;
+    struct l1 *l = arg;
+    l1_clear(l, NULL);
+    atomic_store(&l->live, true);
     return 0;
 }
 
-static void *reader_main(void *arg)
+/* Off and empty: what this process missed while it could not read is unknown. */
+static void on_down(void *arg)
 {
     struct l1 *l = arg;
-    int64_t backoff = BACKOFF_MIN_MS;
-    while (!stopping(l)) {
-        l->k.quiet = true;
-        l->k.errmsg[0] = '\0';
-        /* cluster://: k.rc goes to the node of the stream */
-        if (rcli_open(&l->k, l->url, l->timeout_ms + BLOCK_MS, "l1") < 0 ||
-            rcli_route(&l->k, vsync_stream_key(), strlen(vsync_stream_key())) < 0 ||
-            !reader_fd(l, l->k.rc->fd) || start_position(l) < 0) {
-            go_dark(l, "cannot follow the stream");
-            nap(l, backoff);
-            backoff = PC_MIN(backoff * 2, (int64_t)BACKOFF_MAX_MS);
-            continue;
-        }
-        l1_clear(l, NULL);
-        atomic_store(&l->live, true);
-        if (l->down_logged)
-            log_info("l1: following the stream again at %s", l->k.where);
-        l->down_logged = false;
-        backoff = BACKOFF_MIN_MS;
-        while (!stopping(l) && follow(l) == 0) {
-        }
-        if (!stopping(l)) {
-            go_dark(l, "lost the stream");
-            nap(l, backoff);
-        }
-    }
     atomic_store(&l->live, false);
-    reader_fd(l, -1);
-    rcli_close(&l->k);
-    return NULL;
+    l1_clear(l, NULL);
 }
 
-int l1_follow(struct l1 *l, const char *redis_url, int64_t timeout_ms)
+int l1_follow(struct l1 *l, struct follow *f)
 {
     PC_CHECK_OBJ(l, L1_MAGIC);
-    l->url = pc_strdup(redis_url);
-    /* XREAD BLOCK waits BLOCK_MS for nothing: the reply timeout must leave room for it. */
-    l->timeout_ms = PC_MAX(timeout_ms, (int64_t)2000);
-    if (pthread_create(&l->thread, NULL, reader_main, l) != 0) {
-        log_error("l1: cannot start the stream reader; the L1 stays off");
-        return -1;
-    }
-    l->reading = true;
-    return 0;
+    struct follow_handler h = {
+        .name = "L1",
+        .stream = vsync_stream_key(),
+        .start = on_start,
+        .entry = on_entry,
+        .down = on_down,
+        .arg = l,
+    };
+    return f != NULL ? follow_add(f, &h) : -1;
 }
 
 void l1_destroy(struct l1 **lp)
@@ -919,16 +723,6 @@ void l1_destroy(struct l1 **lp)
         return;
     *lp = NULL;
     PC_CHECK_OBJ(l, L1_MAGIC);
-    if (l->reading) {
-        atomic_store(&l->stopping, true);
-        pthread_mutex_lock(&l->mu);
-        l->stop = true;
-        if (l->fd >= 0) /* out of a blocked XREAD at once, not after up to BLOCK_MS */
-            shutdown(l->fd, SHUT_RDWR);
-        pthread_cond_broadcast(&l->cond);
-        pthread_mutex_unlock(&l->mu);
-        pthread_join(l->thread, NULL);
-    }
     if (l->filling) {
         pthread_mutex_lock(&l->qmu);
         l->qstop = true;
@@ -944,9 +738,6 @@ void l1_destroy(struct l1 **lp)
         pthread_mutex_destroy(&l->shards[i].mu);
         free(l->shards[i].buckets);
     }
-    pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cond);
-    free(l->url);
     free(l->row); /* the process's registry is emptied right after (server_teardown) */
     l->magic = 0;
     free(l);

@@ -12,12 +12,19 @@
  *
  * The level may change at runtime (reload): it is read and written with
  * relaxed atomics, as it orders nothing else.
+ *
+ * Nothing here calls another module of the project: util.c logs its fatal
+ * errors (out of memory, a bad object) through log_write, so this module
+ * allocates and formats its time stamps with the C library alone.
  */
 #include "pc_log.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
@@ -28,6 +35,8 @@ static int access_fd = -1;
 static int log_level = PC_LOG_NOTICE; /* enum pc_log_level, atomic */
 static char *log_path;                /* the files behind log_fd / access_fd, NULL if none */
 static char *access_path;
+
+#define LOG_STAMP_LEN 80 /* "2025-01-02T03:04:05.678Z": room for any year, as PC_ISO8601_LEN */
 
 static const char level_char[] = {'E', 'W', 'N', 'I', 'D'};
 static const char *const level_names[] = {"error", "warn", "notice", "info", "debug"};
@@ -54,7 +63,12 @@ static int open_target(const char *path, int *fd, char *errbuf, size_t errlen)
 /* A path that names a file (not stderr/stdout), kept for reopening; else NULL. */
 static char *file_path(const char *path, int fd)
 {
-    return fd > STDERR_FILENO ? pc_strdup(path) : NULL;
+    if (fd <= STDERR_FILENO)
+        return NULL;
+    char *copy = strdup(path);
+    if (copy == NULL)
+        abort(); /* as pc_strdup would; there is no log to report it in yet */
+    return copy;
 }
 
 int log_init(enum pc_log_level level, const char *path, const char *apath, char *errbuf,
@@ -82,8 +96,9 @@ void log_teardown(void)
         close(access_fd);
     log_fd = STDERR_FILENO;
     access_fd = -1;
-    PC_FREE(&log_path);
-    PC_FREE(&access_path);
+    free(log_path);
+    free(access_path);
+    log_path = access_path = NULL;
 }
 
 /* Open path anew and put it in place of fd (same number). */
@@ -122,7 +137,7 @@ void log_set_level(enum pc_log_level level)
 
 int log_level_parse(const char *name)
 {
-    for (size_t i = 0; i < PC_ARRAY_LEN(level_names); i++)
+    for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++)
         if (strcmp(name, level_names[i]) == 0)
             return (int)i;
     return -1;
@@ -147,13 +162,26 @@ static void write_all(int fd, const char *p, size_t n)
     }
 }
 
+/* The time now as pc_iso8601 writes it (UTC, milliseconds). */
+static void log_stamp(char out[LOG_STAMP_LEN])
+{
+    struct timespec now;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    time_t secs = (time_t)(ms / 1000);
+    gmtime_r(&secs, &tm);
+    snprintf(out, LOG_STAMP_LEN, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+}
+
 void log_write(enum pc_log_level level, const char *reqid, const char *fmt, ...)
 {
     if (!log_enabled(level))
         return;
     char line[2048];
-    char ts[PC_ISO8601_LEN];
-    pc_iso8601(pc_wall_ms(), ts);
+    char ts[LOG_STAMP_LEN];
+    log_stamp(ts);
     int n = snprintf(line, sizeof(line), "%s %d %c ", ts, (int)getpid(), level_char[level]);
     if (reqid != NULL && n > 0 && (size_t)n < sizeof(line))
         n += snprintf(line + n, sizeof(line) - (size_t)n, "[%s] ", reqid);
@@ -189,7 +217,11 @@ void log_access(const char *line, size_t len)
         write_all(access_fd, stackbuf, len + 1);
         return;
     }
-    char *tmp = pc_malloc(len + 1);
+    char *tmp = malloc(len + 1);
+    if (tmp == NULL) {
+        log_write(PC_LOG_ERROR, NULL, "out of memory allocating %zu bytes", len + 1);
+        abort(); /* as pc_malloc would */
+    }
     memcpy(tmp, line, len);
     tmp[len] = '\n';
     write_all(access_fd, tmp, len + 1);

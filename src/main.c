@@ -16,6 +16,7 @@
 #include "pc_admin.h"
 #include "pc_api.h"
 #include "pc_conf.h"
+#include "pc_dialect.h"
 #include "pc_httpd.h"
 #include "pc_kvsize.h"
 #include "pc_log.h"
@@ -288,7 +289,7 @@ static void *json_malloc(size_t n)
 /* httpd's own refusals in the shape of the API that was called (pc_api.h). */
 static void http_error_body(const char *path, int status, const char *message, struct pc_buf *out)
 {
-    api_error_body(api_dialect_of(api_endpoint_from_path(path)), status, message, out);
+    dialect_error_body(dialect_of(api_endpoint_from_path(path)), status, message, out);
 }
 
 /*

@@ -7,9 +7,7 @@
  * hiredis: a command-line tool, not the event loop).
  */
 #include "pc_migrate.h"
-#include "pc_conf.h"
 #include "pc_rcli.h"
-#include "pc_store.h"
 #include "pc_util.h"
 
 #include <errno.h>

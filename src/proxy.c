@@ -46,6 +46,7 @@
 #include "pc_chain.h"
 #include "pc_conf.h"
 #include "pc_cors.h"
+#include "pc_dialect.h"
 #include "pc_entry.h"
 #include "pc_fetch.h"
 #include "pc_flight.h"
@@ -123,7 +124,7 @@ struct preq {
 
     /* What was asked. */
     enum api_endpoint ep;
-    enum api_dialect dialect;
+    const struct dialect *dialect; /* of the path: the shape of errors and streams */
     cJSON *body; /* parsed; NULL while the memo answered for it (preq_body parses on demand) */
     char *model; /* the body's "model", or NULL */
     bool stream;
@@ -584,7 +585,7 @@ static void reply_error(struct preq *r, int status, const char *fmt, ...)
     if (status >= 400 && status < 500)
         stats_incr(&r->w->stats, STAT_client_errors);
     struct pc_buf b = PC_BUF_INIT;
-    api_error_body(r->dialect, status, msg, &b);
+    dialect_error_body(r->dialect, status, msg, &b);
     add_cache_headers(r);
     reply_whole(r, status, "application/json", b.data, b.len);
     pc_buf_free(&b);
@@ -915,8 +916,7 @@ static void compute_prefix(struct preq *r)
         r->session |= 1; /* never 0, which means none */
     }
     r->ask_usage = c->stream_usage && r->stream && !r->include_usage &&
-                   (r->ep == API_CHAT || r->ep == API_COMPLETIONS) &&
-                   c->upstream_type != UPSTREAM_ANTHROPIC;
+                   dialect_usage_on_request(r->dialect) && r->w->backend->stream_usage;
 }
 
 /*
@@ -1037,9 +1037,8 @@ static enum step deliver_streamed(struct preq *r)
         r->status = v.status;
         r->started = true;
         /* Only a 2xx stream is events; an error body passes as it is. */
-        r->strip_usage = r->stream && !r->include_usage &&
-                         api_dialect_of(r->ep) == API_DIALECT_OPENAI && v.status >= 200 &&
-                         v.status <= 299;
+        r->strip_usage = r->stream && !r->include_usage && dialect_usage_on_request(r->dialect) &&
+                         v.status >= 200 && v.status <= 299;
         r->ops->set_drain_cb(r->hr, CLIENT_LOW, preq_on_drain, r);
         r->ops->reply_start(r->hr, v.status);
     }
@@ -1078,8 +1077,8 @@ static enum step deliver_streamed(struct preq *r)
 static int hit_body(struct preq *r, const struct entry *e, struct pc_buf *out, const char **ctype)
 {
     *ctype = r->stream ? "text/event-stream" : "application/json";
-    return sse_answer(r->ep, e->kind == ENTRY_SSE, e->body, e->body_len, r->stream,
-                      r->include_usage, out);
+    return dialect_answer(r->ep, e->kind == ENTRY_SSE, e->body, e->body_len, r->stream,
+                          r->include_usage, out);
 }
 
 /*
@@ -1634,7 +1633,7 @@ void proxy_serve(struct worker *w, struct httpd_req *hr, const struct proxy_ops 
     /* Only POSTs are answers to cache; other methods on these paths (OpenAI's
      * GET /v1/chat/completions lists stored completions) pass through. */
     r->ep = strcmp(ops->req_method(hr), "POST") == 0 ? api_endpoint_from_path(path) : API_NONE;
-    r->dialect = api_dialect_of(api_endpoint_from_path(path));
+    r->dialect = dialect_of(api_endpoint_from_path(path));
     /* Every answer from here on, hit, miss or error, names its access log line. */
     add_header(r, "X-Promptcache-Request-Id", r->id);
     preq_drive(r);

@@ -1,10 +1,11 @@
 /*
  * psync.c - sharing the prefix index through Redis (see pc_psync.h). Owns
- * the queue of local records waiting to be published, the writer and reader
- * threads with their blocking hiredis connections, and a metrics row.
+ * the queue of local records waiting to be published, the writer thread with
+ * its blocking hiredis connection, the handler of the stream that the
+ * process's follower (pc_follow.h) reads, and a metrics row.
  *
  *   pindex sink (any worker) ─▶ queue ─cond─▶ writer: XADD + ZADD pipeline
- *   reader: ZRANGE per replica (catch up) ─▶ XREAD BLOCK loop ─▶ pindex_apply
+ *   follower: start: ZRANGE per replica (catch up) ─▶ entries ─▶ pindex_apply
  *
  * A stream entry has one field, d = instance (8 bytes) ‖ ms (8, big-endian)
  * ‖ replica name length (1) ‖ name ‖ links (12 bytes each): one field keeps
@@ -12,16 +13,15 @@
  * The writer formats its commands itself (RESP), which costs a fraction of
  * hiredis's formatting of many small arguments.
  *
- * What the reader gets from Redis is input (another writer can be wrong or
+ * What the handler gets from Redis is input (another writer can be wrong or
  * hostile): an entry or a set member is applied only if every field is in
  * range (record_check, time_ok, parse_stamp and pindex_apply's checks), and
  * each one turned away counts in prefix_records_rejected.
  *
- * Stopping: the flag is set, the writer's condition is signalled and the
- * reader's socket is shut down under its mutex, so a thread blocked in
- * XREAD returns at once; both threads then leave their loops and are joined.
+ * Stopping: the flag is set and the writer's condition is signalled; it
+ * leaves its loop and is joined. The follower is stopped before (server.c).
  *
- * Each thread's connection is a struct rcli: with cluster:// the stream and
+ * The writer's connection is a struct rcli: with cluster:// the stream and
  * each replica's set live on their own slots, so the writer sends the XADDs
  * of a batch as one pipeline and each replica's ZADDs as another, each to
  * the node of its key (one and the same connection otherwise), and a MOVED
@@ -30,6 +30,7 @@
 #include "pc_psync.h"
 #include "pc_chain.h"
 #include "pc_conf.h"
+#include "pc_follow.h"
 #include "pc_log.h"
 #include "pc_pindex.h"
 #include "pc_rcli.h"
@@ -55,19 +56,14 @@
 #define QUEUE_MAX     4096        /* records waiting; more are dropped (and counted) */
 #define BATCH_MAX     256         /* records per pipeline */
 #define STREAM_MAXLEN "20000" /* records kept in the stream (a reader further behind restores) */
-#define READ_COUNT    256     /* entries per XREAD */
-#define READ_BLOCK_MS "1000"
-#define STR_(x)       #x
-#define STR(x)        STR_(x) /* a number macro as the string hiredis sends */
 /*
- * The reader's pause after entries came, and the writer's wait after a record
- * came, so that one XREAD or one pipeline carries many: each wake-up of these
- * threads costs about as much CPU as the record it carries, and on a busy
- * machine that CPU is taken from the workers. A record reaches the other
- * instances within about their sum, next to seconds between the turns of a
- * conversation. Neither waits when a full XREAD or batch is there already.
+ * The writer's wait after a record came, so that one pipeline carries many:
+ * each wake-up of the thread costs about as much CPU as the record it
+ * carries, and on a busy machine that CPU is taken from the workers. A
+ * record reaches the other instances within about that, next to seconds
+ * between the turns of a conversation. It does not wait when a full batch is
+ * there already.
  */
-#define READ_PAUSE_MS   50
 #define WRITE_LINGER_MS 50
 #define IO_TIMEOUT_MS   5000
 #define BACKOFF_MIN_MS  100
@@ -92,7 +88,7 @@ struct rec {
 
 /* A blocking connection of one thread. */
 struct conn {
-    const char *who; /* "writer", "reader" (log lines) */
+    const char *who; /* "writer" (log lines) */
     struct rcli k;   /* quiet; k.rc: the connection of the key routed to last */
     bool open;
     uint64_t failed_logged_ms;
@@ -109,18 +105,17 @@ struct psync {
     char *where; /* the URL without its secrets */
     size_t keep; /* members kept per replica set */
 
-    pthread_mutex_t mu;        /* the queue, stopping, the reader's context */
+    pthread_mutex_t mu;        /* the queue, stopping */
     pthread_cond_t cond;       /* broadcast only on stop: wakes every pause */
     pthread_cond_t queue_cond; /* signalled when the queue stops being empty: wakes the writer */
     struct rec *head, *tail;
     size_t queued;
     bool stopping;
-    redisContext *reading; /* the reader's context, for shutdown() */
 
-    pthread_t writer, reader;
+    pthread_t writer;
     bool started;
     unsigned trims[PINDEX_MAX_REPLICAS]; /* writer only */
-    uint64_t reject_logged_ms;           /* reader only */
+    uint64_t reject_logged_ms;           /* the follower's thread only */
 };
 
 /* ---- connections ------------------------------------------------------------ */
@@ -482,7 +477,7 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-/* ---- the reader ------------------------------------------------------------------- */
+/* ---- the stream's handler ------------------------------------------------------------ */
 
 static size_t replica_named(const struct psync *ps, const char *name, size_t len)
 {
@@ -494,7 +489,7 @@ static size_t replica_named(const struct psync *ps, const char *name, size_t len
     return SIZE_MAX;
 }
 
-/* ---- the reader's checks ------------------------------------------------------------ */
+/* ---- the handler's checks ------------------------------------------------------------ */
 
 /* Count a record or member turned away; say why in the log at most once a minute. */
 static void reject(struct psync *ps, const char *why)
@@ -550,47 +545,27 @@ static void apply_member(struct psync *ps, size_t rep, const redisReply *m, cons
         reject(ps, bad);
 }
 
-/* Catch up from a replica's set: its newest members. */
-static bool restore_replica(struct psync *ps, struct conn *c, size_t rep)
+/* Catch up from a replica's set: its newest members, read on the follower's connection. */
+static int restore_replica(struct psync *ps, struct rcli *k, size_t rep)
 {
     struct pc_buf key = PC_BUF_INIT;
     set_key(ps, rep, &key);
     char start[24];
     snprintf(start, sizeof(start), "-%zu", ps->keep);
-    redisContext *rc = conn_for(ps, c, key.data, key.len);
-    redisReply *r =
-        rc ? redisCommand(rc, "ZRANGE %b %s -1 WITHSCORES", key.data, key.len, start) : NULL;
+    const char *argv[] = {"ZRANGE", key.data, start, "-1", "WITHSCORES"};
+    size_t lens[] = {6, key.len, strlen(start), 2, 10};
+    redisReply *r = rcli_call(k, 5, argv, lens);
     pc_buf_free(&key);
-    if (rc == NULL)
-        return false;
     if (r == NULL) {
-        conn_failed(ps, c, rc->errstr[0] ? rc->errstr : "connection lost");
-        return false;
+        stats_incr(&ps->stats, STAT_prefix_sync_errors);
+        return -1;
     }
+    if (r->type == REDIS_REPLY_ERROR)
+        stats_incr(&ps->stats, STAT_prefix_sync_errors);
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
         apply_member(ps, rep, r->element[i], r->element[i + 1]);
     freeReplyObject(r);
-    return true;
-}
-
-/* The id of the stream's last entry into id ("0-0" when empty); false on failure. */
-static bool stream_end(struct psync *ps, struct conn *c, char *id, size_t idlen)
-{
-    redisContext *rc = conn_for(ps, c, PSYNC_STREAM, strlen(PSYNC_STREAM));
-    if (rc == NULL)
-        return false;
-    redisReply *r = redisCommand(rc, "XREVRANGE " PSYNC_STREAM " + - COUNT 1");
-    if (r == NULL) {
-        conn_failed(ps, c, rc->errstr[0] ? rc->errstr : "connection lost");
-        return false;
-    }
-    snprintf(id, idlen, "0-0");
-    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-        r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements > 0 &&
-        r->element[0]->element[0]->type == REDIS_REPLY_STRING)
-        snprintf(id, idlen, "%s", r->element[0]->element[0]->str);
-    freeReplyObject(r);
-    return true;
+    return 0;
 }
 
 /*
@@ -651,96 +626,36 @@ static void apply_entry(struct psync *ps, const redisReply *fields)
         stats_incr(&ps->stats, STAT_prefix_sync_applied);
 }
 
-/*
- * One XREAD; false if the connection failed. After entries came it pauses
- * READ_PAUSE_MS (unless the XREAD was full: more are waiting), so that one
- * XREAD brings many.
- */
-static bool read_stream(struct psync *ps, struct conn *c, char *id, size_t idlen)
-{
-    /* argv, not a format string: hiredis formats one with a printf per argument */
-    const char *argv[] = {"XREAD",       "COUNT",   STR(READ_COUNT), "BLOCK",
-                          READ_BLOCK_MS, "STREAMS", PSYNC_STREAM,    id};
-    redisContext *rc = conn_for(ps, c, PSYNC_STREAM, strlen(PSYNC_STREAM));
-    if (rc == NULL)
-        return false;
-    /* stop shuts this socket down, so a blocked XREAD returns at once */
-    pthread_mutex_lock(&ps->mu);
-    bool stop = ps->stopping;
-    ps->reading = stop ? NULL : rc;
-    pthread_mutex_unlock(&ps->mu);
-    if (stop)
-        return false;
-    redisReply *r = redisCommandArgv(rc, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
-    pthread_mutex_lock(&ps->mu);
-    ps->reading = NULL;
-    pthread_mutex_unlock(&ps->mu);
-    if (r == NULL) {
-        if (!is_stopping(ps))
-            conn_failed(ps, c, rc->errstr[0] ? rc->errstr : "connection lost");
-        return false;
-    }
-    /* [[stream, [[id, [field, value, ...]], ...]]], or nil after BLOCK ms of nothing. */
-    size_t got = 0;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->elements == 2) {
-        const redisReply *entries = r->element[0]->element[1];
-        got = entries->type == REDIS_REPLY_ARRAY ? entries->elements : 0;
-        for (size_t k = 0; entries->type == REDIS_REPLY_ARRAY && k < entries->elements; k++) {
-            const redisReply *e = entries->element[k];
-            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-                e->element[0]->type != REDIS_REPLY_STRING) {
-                reject(ps, "a stream entry is not an id and fields");
-                continue;
-            }
-            snprintf(id, idlen, "%s", e->element[0]->str);
-            apply_entry(ps, e->element[1]);
-        }
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        stats_incr(&ps->stats, STAT_prefix_sync_errors);
-    }
-    bool came = r->type == REDIS_REPLY_ARRAY;
-    freeReplyObject(r);
-    return !came || got >= READ_COUNT || pause_ms(ps, READ_PAUSE_MS);
-}
-
-/* A new connection: note where the stream ends, catch up from the sets, then follow. */
-static bool reader_connect(struct psync *ps, struct conn *c, char *id, size_t idlen)
-{
-    if (!conn_ensure(ps, c) || is_stopping(ps) || !stream_end(ps, c, id, idlen))
-        return false;
-    for (size_t rep = 0; rep < route_count(ps->route); rep++)
-        if (!restore_replica(ps, c, rep))
-            return false;
-    return true;
-}
-
-static void reader_disconnect(struct psync *ps, struct conn *c)
-{
-    pthread_mutex_lock(&ps->mu);
-    ps->reading = NULL;
-    pthread_mutex_unlock(&ps->mu);
-    conn_close(c);
-}
-
-static void *reader_main(void *arg)
+/* The follower's handler: an entry of the stream. */
+static void on_entry(void *arg, const redisReply *fields)
 {
     struct psync *ps = arg;
     PC_CHECK_OBJ(ps, PSYNC_MAGIC);
-    struct conn c = {.who = "reader"};
-    char id[64];
-    while (!is_stopping(ps)) {
-        if (!reader_connect(ps, &c, id, sizeof(id))) {
-            reader_disconnect(ps, &c);
-            if (!pause_ms(ps, BACKOFF_MIN_MS))
-                break;
-            continue;
-        }
-        while (read_stream(ps, &c, id, sizeof(id)))
-            ;
-        reader_disconnect(ps, &c);
-    }
-    reader_disconnect(ps, &c);
-    return NULL;
+    apply_entry(ps, fields);
+}
+
+/* The follower starts at the stream's end: catch up from the sets. */
+static int on_start(void *arg, struct rcli *k)
+{
+    struct psync *ps = arg;
+    PC_CHECK_OBJ(ps, PSYNC_MAGIC);
+    for (size_t rep = 0; rep < route_count(ps->route); rep++)
+        if (restore_replica(ps, k, rep) < 0)
+            return -1;
+    return 0;
+}
+
+int psync_follow(struct psync *ps, struct follow *f)
+{
+    PC_CHECK_OBJ(ps, PSYNC_MAGIC);
+    struct follow_handler h = {
+        .name = "prefix index",
+        .stream = PSYNC_STREAM,
+        .start = on_start,
+        .entry = on_entry,
+        .arg = ps,
+    };
+    return follow_add(f, &h);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------- */
@@ -781,18 +696,7 @@ int psync_start(struct psync *ps)
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &block, &old);
-    int rc = 0;
-    if (pthread_create(&ps->writer, NULL, writer_main, ps) != 0) {
-        rc = -1;
-    } else if (pthread_create(&ps->reader, NULL, reader_main, ps) != 0) {
-        pthread_mutex_lock(&ps->mu);
-        ps->stopping = true;
-        pthread_cond_broadcast(&ps->cond);
-        pthread_cond_broadcast(&ps->queue_cond);
-        pthread_mutex_unlock(&ps->mu);
-        pthread_join(ps->writer, NULL);
-        rc = -1;
-    }
+    int rc = pthread_create(&ps->writer, NULL, writer_main, ps) != 0 ? -1 : 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     ps->started = rc == 0;
     return rc;
@@ -804,11 +708,8 @@ static void stop_threads(struct psync *ps)
     ps->stopping = true;
     pthread_cond_broadcast(&ps->cond);
     pthread_cond_broadcast(&ps->queue_cond);
-    if (ps->reading != NULL)
-        shutdown(ps->reading->fd, SHUT_RDWR); /* out of a blocked XREAD at once */
     pthread_mutex_unlock(&ps->mu);
     pthread_join(ps->writer, NULL);
-    pthread_join(ps->reader, NULL);
     ps->started = false;
 }
 

@@ -347,6 +347,8 @@ struct purge_op {
     unsigned char tenant[VINDEX_TENANT_LEN]; /* purge_entry: the one entry */
     unsigned char exact[PC_SHA256_LEN];
     char tenant_hex[TENANT_ID_LEN + 1];
+    bool has_part; /* its vector record named its partition: the member list drops it too */
+    unsigned char partition[VINDEX_PART_LEN];
 };
 
 static struct purge_op *op_new(struct store *s, struct l1 *l1, struct stats *st, purge_fn *cb,
@@ -393,14 +395,44 @@ static void on_one(void *arg, enum store_status st, long long n)
     op->cmd = NULL;
     if (st == STORE_OK)
         publish_del(op, op->tenant, op->exact, op->tenant_hex);
+    if (st == STORE_OK && op->has_part) { /* the list's own slot: a command of its own */
+        struct vsync_argv a;
+        vsync_argv_member_del(&a, op->tenant, op->exact, op->partition);
+        store_write(op->store, a.argc, a.argv, a.lens);
+    }
     finish(op, st, n > 0 ? 1 : 0);
+}
+
+/* EVAL the delete of the entry and its vector record. */
+static int delete_one(struct purge_op *op)
+{
+    char ekey[ENTRY_KEY_MAX], vkey[VSYNC_KEY_MAX];
+    size_t elen = entry_key(op->tenant_hex, op->exact, ekey);
+    size_t vlen = vsync_vector_key(op->tenant, op->exact, vkey);
+    const char *argv[] = {"EVAL", one_script, "2", ekey, vkey};
+    size_t lens[] = {4, sizeof(one_script) - 1, 1, elen, vlen};
+    op->cmd = store_call_int(op->store, 5, argv, lens, on_one, op);
+    return op->cmd != NULL ? 0 : -1;
+}
+
+/* The vector record, read first: its partition names the member list to drop it from. */
+static void on_record(void *arg, enum store_status st, const char *val, size_t len)
+{
+    struct purge_op *op = arg;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    op->cmd = NULL;
+    int64_t expires;
+    op->has_part = st == STORE_OK && val != NULL &&
+                   vsync_record_partition(val, len, op->partition, &expires) == 0;
+    if (delete_one(op) < 0)
+        finish(op, STORE_ERR, 0);
 }
 
 struct purge_op *purge_entry(struct store *s, struct l1 *l1, struct stats *st,
                              const char *tenant_id, const unsigned char exact[PC_SHA256_LEN],
                              purge_fn *cb, void *arg)
 {
-    char ekey[ENTRY_KEY_MAX], id[VSYNC_ID_LEN + 1], vkey[VSYNC_KEY_MAX];
+    char ekey[ENTRY_KEY_MAX], vkey[VSYNC_KEY_MAX];
     size_t elen = entry_key(tenant_id, exact, ekey);
     struct purge_op *op = op_new(s, l1, st, cb, arg);
     memcpy(op->exact, exact, PC_SHA256_LEN);
@@ -409,11 +441,8 @@ struct purge_op *purge_entry(struct store *s, struct l1 *l1, struct stats *st,
         op_free(op); /* a tenant id that is no hex: the caller checks it first */
         return NULL;
     }
-    vsync_id(op->tenant, op->exact, id);
     size_t vlen = vsync_vector_key(op->tenant, op->exact, vkey);
-    const char *argv[] = {"EVAL", one_script, "2", ekey, vkey};
-    size_t lens[] = {4, sizeof(one_script) - 1, 1, elen, vlen};
-    op->cmd = store_call_int(s, 5, argv, lens, on_one, op);
+    op->cmd = store_get(s, vkey, vlen, on_record, op);
     if (op->cmd == NULL) {
         op_free(op);
         return NULL;
@@ -580,19 +609,33 @@ static int cli_one(struct rcli *k, const char *id, bool dry, long long *n)
     size_t lens[] = {4, sizeof(one_script) - 1, 1, elen, vlen};
     const char *exists[] = {"EXISTS", ekey};
     size_t exists_lens[] = {6, elen};
-    redisReply *r = dry ? rcli_command(k, "EXISTS", 2, exists, exists_lens)
-                        : rcli_command(k, "EVAL (delete one entry)", 5, argv, lens);
+    const char *get[] = {"GET", vkey};
+    size_t get_lens[] = {3, vlen};
+    unsigned char part[VINDEX_PART_LEN];
+    int64_t expires;
+    /* Its vector record names its partition: the member list drops it too. */
+    redisReply *r = dry ? NULL : rcli_command(k, "GET (its vector record)", 2, get, get_lens);
+    bool has_part = r != NULL && r->type == REDIS_REPLY_STRING &&
+                    vsync_record_partition(r->str, r->len, part, &expires) == 0;
+    if (r != NULL)
+        freeReplyObject(r);
+    r = dry ? rcli_command(k, "EXISTS", 2, exists, exists_lens)
+            : rcli_command(k, "EVAL (delete one entry)", 5, argv, lens);
     if (r == NULL)
         return -1;
     *n = r->type == REDIS_REPLY_INTEGER && r->integer > 0 ? 1 : 0;
     freeReplyObject(r);
     if (dry)
         return 0;
-    struct vsync_argv a;
+    struct vsync_argv a, m;
     struct cli_pipe p = {.k = k};
+    if (has_part) {
+        vsync_argv_member_del(&m, tenant, exact, part);
+        pipe_add(&p, m.argc, m.argv, m.lens);
+    }
     vsync_argv_del(&a, tenant, exact);
     pipe_add(&p, a.argc, a.argv, a.lens);
-    return pipe_drain(&p, "XADD del");
+    return pipe_drain(&p, "ZREM, XADD del");
 }
 
 /* The pick's reply: {unreadable >= 0, odd positions <= nkeys}. */
@@ -824,6 +867,11 @@ static int cli_flush(struct rcli *k, const char *tenant_hex, bool dry, long long
              TENANT_ID_LEN, tenant_hex ? tenant_hex : "", tenant_hex ? ":*" : "*");
     if (dry || cli_flush_pattern(k, pattern, false, &vectors) < 0)
         return dry ? 0 : -1;
+    char members[VSYNC_KEY_MAX];
+    long long lists = 0;
+    vsync_members_pattern(tenant_hex, members); /* the partitions' member lists go with them */
+    if (cli_flush_pattern(k, members, false, &lists) < 0)
+        return -1;
     unsigned char t[VINDEX_TENANT_LEN];
     for (size_t i = 0; tenant_hex != NULL && i < VINDEX_TENANT_LEN; i++) {
         unsigned v = 0;

@@ -3,7 +3,8 @@
  * the replica table, built once from the configuration and never resized,
  * the per-replica atomics (in flight, counters, health) and the prefix index
  * (pindex). Nothing here blocks or takes a global lock: a pick reads every
- * replica's atomics, matches the chain in the sharded index, and chooses.
+ * replica's atomics, matches the chain in the sharded index, and the policy
+ * chooses (src/route/, one file per line of src/route/policies.h):
  *
  *   route_pick ─▶ candidates = not excluded, not down (else: not excluded)
  *                   round-robin: next in turn ─────────────┐
@@ -22,6 +23,8 @@
 #include "pc_log.h"
 #include "pc_pindex.h"
 #include "pc_stats.h"
+#include "route/policies.h"
+#include "route/route_int.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -30,57 +33,29 @@
 
 #define ROUTE_MAGIC 0x524f5554u /* "ROUT" */
 
-_Static_assert((int)ROUTE_LEAST_LOADED == (int)ROUTING_LEAST_LOADED &&
-                   (int)ROUTE_PREFIX == (int)ROUTING_PREFIX,
-               "conf routing follows policies");
 _Static_assert(ROUTE_MAX_REPLICAS <= PINDEX_MAX_REPLICAS, "the index covers every replica");
 
 /* prefix-capacity 0 without a model geometry: an 8B model on an 80 GB GPU. */
 #define ROUTE_DEFAULT_CAPACITY 500000
 
-struct replica {
-    struct route_replica pub;
-    char *base_url;
-    char *name;
-    /* Atomics (any worker). */
-    int64_t in_flight;
-    uint64_t requests;
-    uint64_t errors;
-    uint64_t connect_errors;
-    int64_t down_until_ms; /* monotonic; 0 = up */
-    int64_t failed_ms;     /* monotonic time of the last connect failure */
-    /* Prefix reuse (atomics). */
-    uint64_t chained;         /* picks with a prefix chain */
-    uint64_t by_prefix;       /* picked for holding the longest prefix */
-    uint64_t by_session;      /* picked as the session's replica */
-    uint64_t by_balance;      /* picked because the first choice was overloaded */
-    uint64_t by_load;         /* picked as least loaded for a prompt nobody held enough of */
-    uint64_t matched_tokens;  /* prefix tokens predicted held, over all chained picks */
-    uint64_t chain_tokens;    /* prompt tokens of those picks (estimated) */
-    uint64_t usage_answers;   /* answers with usage, of chained picks */
-    uint64_t predicted;       /* matched tokens of those answers */
-    uint64_t prompt_reported; /* prompt tokens they reported */
-    uint64_t cached_reported; /* cached tokens they reported */
-};
+#define POLICY_EXTERN(id, name) extern const struct route_policy_ops route_policy_##id;
+#define POLICY_ENTRY(id, name)  &route_policy_##id,
+ROUTE_POLICY_LIST(POLICY_EXTERN)
 
-struct route {
-    unsigned magic;
-    enum route_policy policy;
-    int64_t fail_timeout_ms;
-    int64_t balance_abs;
-    double balance_rel;
-    double min_match;
-    uint64_t turn; /* round-robin position (atomic) */
-    size_t n;
-    struct replica *reps;
-    struct pindex *index;
-};
+/* In the order of ROUTE_POLICY_LIST: the position is the value conf holds. */
+static const struct route_policy_ops *const policies[] = {ROUTE_POLICY_LIST(POLICY_ENTRY)};
 
-static const char *const policy_names[] = {"round-robin", "least-loaded", "prefix"};
-
-const char *route_policy_name(enum route_policy p)
+/* The policy at position i of ROUTE_POLICY_LIST (the first when out of range). */
+static const struct route_policy_ops *policy_for(int i)
 {
-    return p < ROUTE__COUNT ? policy_names[p] : "?";
+    if (i < 0 || (size_t)i >= PC_ARRAY_LEN(policies))
+        return policies[0];
+    return policies[i];
+}
+
+const char *route_policy_name(const struct route *r)
+{
+    return r->policy->name;
 }
 
 /* Base URL without trailing '/', and "host:port" as the replica's name. */
@@ -136,7 +111,7 @@ struct route *route_create(const struct conf *c, char *err, size_t errlen)
     }
     struct route *r = pc_calloc(1, sizeof(*r));
     r->magic = ROUTE_MAGIC;
-    r->policy = (enum route_policy)c->routing;
+    r->policy = policy_for(c->routing);
     r->fail_timeout_ms = (int64_t)(c->upstream_fail_timeout * 1000.0);
     r->balance_abs = c->prefix_balance_abs;
     r->balance_rel = c->prefix_balance_rel;
@@ -192,14 +167,7 @@ const struct route_replica *route_replica(const struct route *r, size_t i)
     return i < r->n ? &r->reps[i].pub : NULL;
 }
 
-enum route_policy route_policy(const struct route *r)
-{
-    return r->policy;
-}
-
 /* ---- picking ---------------------------------------------------------------- */
-
-#define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 
 static bool is_down(const struct replica *rp, int64_t now)
 {
@@ -231,162 +199,6 @@ static size_t oldest_failure(const struct route *r, uint64_t cand)
             best = i;
     }
     return best;
-}
-
-/* The first candidate at or after position start, in turn. */
-static size_t next_in_turn(const struct route *r, uint64_t cand, uint64_t start)
-{
-    for (size_t k = 0; k < r->n; k++) {
-        size_t i = (size_t)((start + k) % r->n);
-        if (cand & (UINT64_C(1) << i))
-            return i;
-    }
-    return SIZE_MAX;
-}
-
-/* Fewest calls in flight; ties broken in turn, so equal replicas share the load. */
-static size_t least_loaded(const struct route *r, uint64_t cand, uint64_t start)
-{
-    size_t best = SIZE_MAX;
-    int64_t best_load = 0;
-    for (size_t k = 0; k < r->n; k++) {
-        size_t i = (size_t)((start + k) % r->n);
-        if (!(cand & (UINT64_C(1) << i)))
-            continue;
-        int64_t load = LOAD(&r->reps[i].in_flight);
-        if (best == SIZE_MAX || load < best_load) {
-            best = i;
-            best_load = load;
-        }
-    }
-    return best;
-}
-
-/* ---- prefix policy ---------------------------------------------------------- */
-
-/* A well-mixed 64-bit value of key and replica (rendezvous hashing). */
-static uint64_t rendezvous(uint64_t key, size_t i)
-{
-    uint64_t x = key ^ ((uint64_t)(i + 1) * UINT64_C(0x9e3779b97f4a7c15));
-    x ^= x >> 33;
-    x *= UINT64_C(0xff51afd7ed558ccd);
-    x ^= x >> 33;
-    x *= UINT64_C(0xc4ceb9fe1a85ec53);
-    x ^= x >> 33;
-    return x;
-}
-
-/* What the prefix policy looks at, per candidate. */
-struct prefix_view {
-    uint64_t cand;
-    int64_t load[ROUTE_MAX_REPLICAS];
-    int64_t min_load;
-    struct pindex_match m;
-};
-
-static bool overloaded(const struct route *r, const struct prefix_view *v, size_t i)
-{
-    int64_t load = v->load[i];
-    return load - v->min_load > r->balance_abs &&
-           (double)load > r->balance_rel * (double)v->min_load;
-}
-
-/*
- * The candidate (not in skip) with the longest match; equal matches: the
- * lighter load when skip is set (a fallback), then the rendezvous score of
- * the first link the best match does not cover.
- */
-static size_t best_match(const struct route *r, const struct prefix_view *v, uint64_t skip,
-                         const struct chain *c)
-{
-    uint32_t best_links = 0;
-    for (size_t i = 0; i < r->n; i++)
-        if ((v->cand & ~skip) >> i & 1)
-            best_links = PC_MAX(best_links, v->m.links[i]);
-    uint64_t key = c != NULL && c->n > 0 ? c->h[PC_MIN((size_t)best_links, c->n - 1)] : 0;
-    size_t best = SIZE_MAX;
-    uint64_t best_score = 0;
-    for (size_t i = 0; i < r->n; i++) {
-        if (!((v->cand & ~skip) >> i & 1) || v->m.links[i] != best_links)
-            continue;
-        uint64_t score = rendezvous(key, i);
-        bool better = best == SIZE_MAX ||
-                      (skip != 0 && v->load[i] != v->load[best] ? v->load[i] < v->load[best]
-                                                                : score > best_score);
-        if (better) {
-            best = i;
-            best_score = score;
-        }
-    }
-    return best;
-}
-
-/* The session's replica among the candidates (highest rendezvous score). */
-static size_t session_replica(const struct route *r, uint64_t cand, uint64_t session)
-{
-    size_t best = SIZE_MAX;
-    uint64_t best_score = 0;
-    for (size_t i = 0; i < r->n; i++) {
-        uint64_t score = rendezvous(session, i);
-        if ((cand >> i & 1) && (best == SIZE_MAX || score > best_score)) {
-            best = i;
-            best_score = score;
-        }
-    }
-    return best;
-}
-
-/*
- * A prompt no replica holds enough of: the least loaded candidate, ties
- * broken by the rendezvous score of the first link the best match does not
- * cover (so conversations that share only a preamble still spread).
- */
-static size_t least_loaded_spread(const struct route *r, const struct prefix_view *v,
-                                  const struct chain *c, uint32_t best_links)
-{
-    uint64_t key = c->h[PC_MIN((size_t)best_links, c->n - 1)];
-    size_t best = SIZE_MAX;
-    for (size_t i = 0; i < r->n; i++) {
-        if (!(v->cand >> i & 1))
-            continue;
-        if (best == SIZE_MAX || v->load[i] < v->load[best] ||
-            (v->load[i] == v->load[best] && rendezvous(key, i) > rendezvous(key, best)))
-            best = i;
-    }
-    return best;
-}
-
-/* Whether the match of replica i covers enough of the prompt to route by. */
-static bool decisive(const struct route *r, const struct prefix_view *v, const struct chain *c,
-                     size_t i)
-{
-    size_t all = chain_bytes(c, (long)c->n - 1);
-    size_t held = chain_bytes(c, (long)v->m.links[i] - 1);
-    return all > 0 && (double)held >= r->min_match * (double)all;
-}
-
-static size_t prefix_choose(struct route *r, struct prefix_view *v, struct route_query *q)
-{
-    size_t first;
-    if (q->session != 0) {
-        first = session_replica(r, v->cand, q->session);
-        q->reason = ROUTE_BY_SESSION;
-    } else {
-        first = best_match(r, v, 0, q->chain);
-        q->reason = ROUTE_BY_PREFIX;
-        if (!decisive(r, v, q->chain, first)) {
-            q->reason = ROUTE_BY_LOAD;
-            return least_loaded_spread(r, v, q->chain, v->m.links[first]);
-        }
-    }
-    if (!overloaded(r, v, first))
-        return first;
-    uint64_t over = 0;
-    for (size_t i = 0; i < r->n; i++)
-        if ((v->cand >> i & 1) && overloaded(r, v, i))
-            over |= UINT64_C(1) << i;
-    q->reason = ROUTE_BY_BALANCE;
-    return best_match(r, v, over, q->chain);
 }
 
 static void prefix_view_of(struct route *r, uint64_t cand, const struct route_query *q,
@@ -467,12 +279,7 @@ static size_t choose(struct route *r, uint64_t cand, int64_t now, struct route_q
         q->reason = all_down ? ROUTE_BY_HEALTH : ROUTE_BY_POLICY;
     if (all_down)
         return oldest_failure(r, cand);
-    if (r->policy == ROUTE_PREFIX && q != NULL &&
-        (q->session != 0 || (q->chain != NULL && q->chain->n > 0)))
-        return prefix_choose(r, v, q);
-    if (r->policy == ROUTE_LEAST_LOADED || r->policy == ROUTE_PREFIX)
-        return least_loaded(r, cand, turn);
-    return next_in_turn(r, cand, turn);
+    return r->policy->choose(r, cand, turn, q, v);
 }
 
 const struct route_replica *route_pick(struct route *r, struct route_query *q)
@@ -638,7 +445,7 @@ const struct stat_group route_replica_series = {
 static void route_read_policy(const void *snap, size_t i, struct stat_val *v)
 {
     (void)i;
-    stat_str(v, route_policy_name(route_policy(snap)));
+    stat_str(v, route_policy_name(snap));
 }
 
 static void route_read_entries(const void *snap, size_t i, struct stat_val *v)

@@ -10,9 +10,11 @@
  * SIGHUP reopens the logs and reloads the configuration (pc_reload.h).
  */
 #include "pc_server.h"
+#include "pc_backend.h"
 #include "pc_conf.h"
 #include "pc_dash.h"
 #include "pc_flight.h"
+#include "pc_follow.h"
 #include "pc_l1.h"
 #include "pc_log.h"
 #include "pc_reload.h"
@@ -48,6 +50,7 @@ struct server {
     struct l1 *l1;               /* hot exact answers in memory, or NULL (l1-size 0, cache off) */
     struct psync *psync;         /* the prefix index shared through Redis, or NULL */
     struct dash *dash;           /* the dashboard's reader of the hourly counters, or NULL */
+    struct follow *follow;       /* the one reader of the Redis streams, or NULL (cache off) */
     const char **upstream_names; /* the upstream label of the metrics */
     struct worker **workers;
     int nworkers;
@@ -233,10 +236,10 @@ static void log_startup(const struct server *s)
     for (size_t i = 0; i < route_count(s->route); i++) {
         const struct route_replica *rep = route_replica(s->route, i);
         log_notice("upstream %s (%s, type %s)", rep->name, rep->base_url,
-                   conf_upstream_type_name(s->conf->upstream_type));
+                   backend_for(s->conf->upstream_type)->name);
     }
     if (route_count(s->route) > 1)
-        log_notice("routing: %s over %zu replicas", route_policy_name(route_policy(s->route)),
+        log_notice("routing: %s over %zu replicas", route_policy_name(s->route),
                    route_count(s->route));
     if (s->conf->cache) {
         /* Never log a password: the URL without its secrets (checked by conf: it parses). */
@@ -260,6 +263,7 @@ static void log_startup(const struct server *s)
 static void server_teardown(struct server *s)
 {
     stop_workers(s);
+    follow_destroy(&s->follow); /* before the modules whose handlers it calls */
     reload_destroy(&s->reload);
     psync_destroy(&s->psync);
     if (s->sigterm != NULL)
@@ -342,14 +346,23 @@ int server_run(const struct conf *c)
     setup_labels(&s);
     if (c->cache)
         s.dash = dash_create(c);
+    /* One thread reads the Redis streams for the vector index, the L1 and the prefix index. */
+    struct follow_opts fo = {.url = c->redis, .timeout_ms = c->redis_timeout};
+    if (c->cache && (s.follow = follow_create(&fo)) == NULL) {
+        snprintf(err, sizeof(err), "cannot set up the Redis stream follower");
+        goto out;
+    }
     if (c->semantic && c->cache && (s.sem = semantic_create(c, NULL, err, sizeof(err))) == NULL)
         goto out;
-    /* The L1 follows the stream on its own thread; until it does, it is not used. */
+    if (s.sem != NULL)
+        semantic_follow(s.sem, s.follow);
+    /* The L1 is used only while the follower follows the stream. */
     if (c->cache && (s.l1 = l1_create(l1_size_bytes(c))) != NULL)
-        l1_follow(s.l1, c->redis, c->redis_timeout);
+        l1_follow(s.l1, s.follow);
     /* Shared through the cache's Redis; its metrics row is registered before the workers'. */
     if (c->cache && c->prefix_sync &&
-        (s.psync = psync_create(c, s.route, err, sizeof(err))) == NULL)
+        ((s.psync = psync_create(c, s.route, err, sizeof(err))) == NULL ||
+         psync_follow(s.psync, s.follow) < 0))
         goto out;
     if ((s.listen_fd = listen_socket(c, err, sizeof(err))) < 0)
         goto out;
@@ -370,9 +383,11 @@ int server_run(const struct conf *c)
     if (s.dash != NULL)
         dash_start(s.dash);
     if (s.psync != NULL && psync_start(s.psync) < 0) {
-        snprintf(err, sizeof(err), "cannot start the prefix index's sharing threads");
+        snprintf(err, sizeof(err), "cannot start the prefix index's sharing thread");
         goto out;
     }
+    if (s.follow != NULL)
+        follow_start(s.follow);
     log_startup(&s);
     event_base_dispatch(s.base);
     status = 0;

@@ -65,6 +65,7 @@
  */
 #include "pc_vindex.h"
 #include "pc_log.h"
+#include "pc_stats.h"
 #include "pc_util.h"
 
 #include <errno.h>
@@ -131,8 +132,11 @@ struct part {
     struct part *next; /* shard chain (shard mutex) */
     unsigned char hash[VINDEX_PART_LEN];
     uint64_t h;
-    unsigned refs;      /* shard mutex */
-    atomic_size_t live; /* changed under wlock + write lock; read anywhere */
+    unsigned refs;               /* shard mutex */
+    atomic_size_t live;          /* changed under wlock + write lock; read anywhere */
+    atomic_int state;            /* enum vindex_state: changed under wlock; read anywhere */
+    atomic_int_fast64_t used_us; /* the last search (monotonic us): the LRU's order */
+    unsigned char tenant[VINDEX_TENANT_LEN]; /* lazy: whose member list loads it */
     pthread_rwlock_t lock;
 
     /* Changed under wlock + write lock; read under the read lock or wlock. */
@@ -186,11 +190,13 @@ struct vindex {
     pthread_cond_t mq_cond;
     struct part *qhead, *qtail;
     bool stop;
+    bool trim; /* evictions freed memory: the thread gives it back to the system */
     bool thread_started;
     pthread_t thread;
 
-    atomic_size_t nvec, nparts, nivf, bytes;
-    atomic_uint_fast64_t builds, build_errors;
+    atomic_size_t nvec, nparts, nivf, bytes, nresident;
+    atomic_uint_fast64_t builds, build_errors, loads, evictions, evicted_vectors;
+    int64_t bytes_reported; /* under wlock: what opts.row's semantic_index_bytes holds */
 };
 
 /* --- small helpers ----------------------------------------------------------------- */
@@ -366,6 +372,11 @@ static struct part *part_new(struct vindex *v, const unsigned char *hash, uint64
     memcpy(p->hash, hash, VINDEX_PART_LEN);
     p->h = h;
     atomic_init(&p->live, 0);
+    /* Without a budget every partition is simply there; with one, it is until loaded. */
+    atomic_init(&p->state, v->o.lazy ? VINDEX_COLD : VINDEX_RESIDENT);
+    atomic_init(&p->used_us, (int_fast64_t)pc_mono_us());
+    if (!v->o.lazy)
+        atomic_fetch_add(&v->nresident, 1);
     /* Writer-preferring: a stream of searches must not starve an add (which holds wlock). */
     pthread_rwlockattr_t a;
     pthread_rwlockattr_init(&a);
@@ -400,6 +411,8 @@ static void part_free(struct vindex *v, struct part *p)
     part_release_storage(v, p);
     atomic_fetch_sub(&v->bytes, p->bytes);
     atomic_fetch_sub(&v->nparts, 1);
+    if (atomic_load(&p->state) == VINDEX_RESIDENT)
+        atomic_fetch_sub(&v->nresident, 1);
     pthread_rwlock_destroy(&p->lock);
     free(p);
 }
@@ -448,7 +461,9 @@ static void part_put(struct vindex *v, struct part **pp)
         return;
     struct shard *sh = shard_of(v, p->h);
     pthread_mutex_lock(&sh->mu);
-    bool dead = --p->refs == 0 && atomic_load(&p->live) == 0;
+    /* A loaded partition stays, empty or not, until evicted: "nothing there" is worth knowing. */
+    bool dead = --p->refs == 0 && atomic_load(&p->live) == 0 &&
+                (!v->o.lazy || atomic_load(&p->state) == VINDEX_COLD);
     if (dead) {
         struct part **pp2 = shard_slot(sh, p->h);
         while (*pp2 != p)
@@ -950,8 +965,126 @@ static void remove_cell(struct vindex *v, size_t cell)
     part_put(v, &p);
 }
 
-int vindex_add(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN],
-               const struct vindex_item *it, const float *vec)
+static void part_evict(struct vindex *v, struct part *p);
+
+/* Under wlock: whether p takes vectors now (lazy: only while loading or loaded). */
+static bool part_open(const struct part *p)
+{
+    int st = atomic_load(&p->state);
+    return st == VINDEX_RESIDENT || st == VINDEX_LOADING;
+}
+
+/* Under wlock: p's state becomes st (the count of loaded partitions follows). */
+static void set_state(struct vindex *v, struct part *p, int st)
+{
+    int old = atomic_exchange(&p->state, st);
+    if (old == VINDEX_RESIDENT && st != VINDEX_RESIDENT)
+        atomic_fetch_sub(&v->nresident, 1);
+    else if (old != VINDEX_RESIDENT && st == VINDEX_RESIDENT)
+        atomic_fetch_add(&v->nresident, 1);
+}
+
+/* Under wlock: opts.row's semantic_index_bytes follows v->bytes. */
+static void report_bytes(struct vindex *v)
+{
+    int64_t now = (int64_t)atomic_load(&v->bytes);
+    if (v->o.row != NULL && now != v->bytes_reported)
+        stats_add(v->o.row, STAT_semantic_index_bytes, now - v->bytes_reported);
+    v->bytes_reported = now;
+}
+
+static int victim_cmp(const void *a, const void *b)
+{
+    int64_t x = atomic_load(&(*(struct part *const *)a)->used_us);
+    int64_t y = atomic_load(&(*(struct part *const *)b)->used_us);
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * Under wlock: past opts.max_bytes, drop the least recently searched loaded
+ * partitions until the index is 1/32 below it (so that evictions come in
+ * small batches, each one sort of the partitions: with an eighth, 100k
+ * vectors over 1000 partitions under a Zipf workload needed a load for more
+ * of the lookups). Partitions being loaded stay.
+ */
+static void evict_over_budget(struct vindex *v)
+{
+    size_t max = v->o.max_bytes;
+    if (max == 0 || atomic_load(&v->bytes) <= max)
+        return;
+    size_t cap = 256, n = 0;
+    struct part **all = pc_malloc(cap * sizeof(*all));
+    for (size_t i = 0; i < NSHARDS; i++) {
+        size_t m;
+        struct part **sh = shard_collect(v, i, &m);
+        for (size_t j = 0; j < m; j++) {
+            if (atomic_load(&sh[j]->state) != VINDEX_RESIDENT) {
+                part_put(v, &sh[j]);
+                continue;
+            }
+            if (n == cap)
+                all = pc_realloc(all, (cap *= 2) * sizeof(*all));
+            all[n++] = sh[j];
+        }
+        free(sh);
+    }
+    qsort(all, n, sizeof(*all), victim_cmp);
+    size_t target = max - max / 32;
+    for (size_t i = 0; i < n; i++) {
+        if (atomic_load(&v->bytes) > target)
+            part_evict(v, all[i]);
+        part_put(v, &all[i]); /* frees an evicted partition nobody searches right now */
+    }
+    free(all);
+    /* Freed blocks stay in malloc's arenas (the process's RSS) until trimmed: the background
+     * thread does it, off this lock. */
+    pthread_mutex_lock(&v->mq);
+    v->trim = true;
+    pthread_cond_signal(&v->mq_cond);
+    pthread_mutex_unlock(&v->mq);
+}
+
+/*
+ * Under wlock: add (or replace) it in partition. load_gen 0: a write or an
+ * event; else a load begun at that generation, which leaves a vector of the
+ * same key added since alone (an event newer than what the load read). 0, 1
+ * if the partition is not loaded (lazy: nothing done), -1 if FAISS failed.
+ */
+static int add_locked(struct vindex *v, const unsigned char *partition,
+                      const struct vindex_item *it, const float *unit, uint32_t load_gen)
+{
+    struct part *p = part_get(v, partition, !v->o.lazy);
+    if (p == NULL)
+        return 1;
+    if (!part_open(p)) {
+        part_put(v, &p);
+        return 1;
+    }
+    int rc = 0;
+    size_t cell = keys_find(v, it->key);
+    if (cell != SIZE_MAX && v->keys[cell].p == p) {
+        if (load_gen == 0 || cell_slot(&v->keys[cell])->gen < load_gen)
+            rc = replace(v, p, cell, it, unit);
+    } else {
+        if (cell != SIZE_MAX)
+            remove_cell(v, cell);
+        pthread_rwlock_wrlock(&p->lock);
+        int64_t slot = slot_store(v, p, it, unit);
+        if (slot >= 0)
+            keys_insert(v, p, (uint32_t)slot);
+        part_account(v, p);
+        pthread_rwlock_unlock(&p->lock);
+        if (slot >= 0)
+            maybe_queue(v, p);
+        else
+            rc = -1;
+    }
+    part_put(v, &p);
+    return rc;
+}
+
+static int add_unit(struct vindex *v, const unsigned char *partition, const struct vindex_item *it,
+                    const float *vec, uint32_t load_gen)
 {
     PC_CHECK_OBJ(v, VINDEX_MAGIC);
     float *unit = pc_malloc((size_t)v->o.dim * sizeof(float));
@@ -959,33 +1092,20 @@ int vindex_add(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN],
         free(unit);
         return -1;
     }
-    int rc = 0;
     pthread_mutex_lock(&v->wlock);
-    size_t cell = keys_find(v, it->key);
-    if (cell != SIZE_MAX) {
-        if (memcmp(v->keys[cell].p->hash, partition, VINDEX_PART_LEN) == 0) {
-            rc = replace(v, v->keys[cell].p, cell, it, unit);
-            pthread_mutex_unlock(&v->wlock);
-            free(unit);
-            return rc;
-        }
-        remove_cell(v, cell);
-    }
-    struct part *p = part_get(v, partition, true);
-    pthread_rwlock_wrlock(&p->lock);
-    int64_t slot = slot_store(v, p, it, unit);
-    if (slot >= 0)
-        keys_insert(v, p, (uint32_t)slot);
-    part_account(v, p);
-    pthread_rwlock_unlock(&p->lock);
-    if (slot >= 0)
-        maybe_queue(v, p);
-    else
-        rc = -1;
+    int rc = add_locked(v, partition, it, unit, load_gen);
+    if (rc == 0)
+        evict_over_budget(v);
+    report_bytes(v);
     pthread_mutex_unlock(&v->wlock);
-    part_put(v, &p);
     free(unit);
     return rc;
+}
+
+int vindex_add(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN],
+               const struct vindex_item *it, const float *vec)
+{
+    return add_unit(v, partition, it, vec, 0);
 }
 
 bool vindex_remove(struct vindex *v, const unsigned char key[VINDEX_KEY_LEN])
@@ -995,6 +1115,7 @@ bool vindex_remove(struct vindex *v, const unsigned char key[VINDEX_KEY_LEN])
     size_t cell = keys_find(v, key);
     if (cell != SIZE_MAX)
         remove_cell(v, cell);
+    report_bytes(v);
     pthread_mutex_unlock(&v->wlock);
     return cell != SIZE_MAX;
 }
@@ -1030,6 +1151,7 @@ static size_t remove_everywhere(struct vindex *v, slot_pred *pred, const void *a
         for (size_t j = 0; j < n; j++) {
             pthread_mutex_lock(&v->wlock);
             total += part_remove_if(v, all[j], pred, arg);
+            report_bytes(v);
             pthread_mutex_unlock(&v->wlock);
             part_put(v, &all[j]);
         }
@@ -1095,6 +1217,28 @@ static void part_wipe(struct vindex *v, struct part *p)
     pthread_rwlock_unlock(&p->lock);
 }
 
+/* Under wlock: empty p and mark it not loaded (the next search loads it again); how many
+ * vectors it held. */
+static size_t part_drop(struct vindex *v, struct part *p)
+{
+    size_t n = atomic_load(&p->live);
+    for (uint32_t i = 0; i < p->nslots; i++)
+        if (slot_at(p, i)->state == SLOT_LIVE)
+            keys_erase(v, slot_at(p, i)->key);
+    part_wipe(v, p);
+    set_state(v, p, VINDEX_COLD);
+    return n;
+}
+
+/* Under wlock: drop a loaded partition from memory for the budget. */
+static void part_evict(struct vindex *v, struct part *p)
+{
+    atomic_fetch_add(&v->evicted_vectors, part_drop(v, p));
+    atomic_fetch_add(&v->evictions, 1);
+    if (v->o.row != NULL)
+        stats_incr(v->o.row, STAT_semantic_index_evictions);
+}
+
 void vindex_clear(struct vindex *v)
 {
     PC_CHECK_OBJ(v, VINDEX_MAGIC);
@@ -1111,7 +1255,115 @@ void vindex_clear(struct vindex *v)
     atomic_fetch_sub(&v->bytes, v->kcap * sizeof(*v->keys));
     PC_FREE(&v->keys);
     v->kcap = v->kn = 0;
+    report_bytes(v);
     pthread_mutex_unlock(&v->wlock);
+}
+
+/* --- public: loading (lazy) ------------------------------------------------------------------- */
+
+bool vindex_want(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN],
+                 const unsigned char tenant[VINDEX_TENANT_LEN])
+{
+    PC_CHECK_OBJ(v, VINDEX_MAGIC);
+    if (!v->o.lazy)
+        return false;
+    pthread_mutex_lock(&v->wlock);
+    struct part *p = part_get(v, partition, true);
+    bool cold = atomic_load(&p->state) == VINDEX_COLD;
+    if (cold) {
+        memcpy(p->tenant, tenant, VINDEX_TENANT_LEN);
+        set_state(v, p, VINDEX_WANTED);
+        part_account(v, p);
+    }
+    part_put(v, &p);
+    report_bytes(v);
+    pthread_mutex_unlock(&v->wlock);
+    return cold;
+}
+
+uint32_t vindex_load_begin(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN])
+{
+    PC_CHECK_OBJ(v, VINDEX_MAGIC);
+    pthread_mutex_lock(&v->wlock);
+    struct part *p = part_get(v, partition, false);
+    uint32_t g = 0;
+    int st = p != NULL ? atomic_load(&p->state) : VINDEX_COLD;
+    if (st == VINDEX_WANTED || st == VINDEX_RESIDENT) {
+        /* A loaded one is reloaded in place: it serves what it has meanwhile. */
+        if (st == VINDEX_WANTED)
+            set_state(v, p, VINDEX_LOADING);
+        g = ++v->gen;
+    }
+    part_put(v, &p);
+    pthread_mutex_unlock(&v->wlock);
+    return g;
+}
+
+int vindex_load_add(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN],
+                    const struct vindex_item *it, const float *vec, uint32_t gen)
+{
+    return add_unit(v, partition, it, vec, gen > 0 ? gen : 1);
+}
+
+static bool older_than(const struct vslot *s, const void *gen)
+{
+    return s->gen < *(const uint32_t *)gen;
+}
+
+size_t vindex_load_end(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN],
+                       uint32_t gen, bool ok)
+{
+    PC_CHECK_OBJ(v, VINDEX_MAGIC);
+    size_t gone = 0;
+    pthread_mutex_lock(&v->wlock);
+    struct part *p = part_get(v, partition, false);
+    int st = p != NULL ? atomic_load(&p->state) : VINDEX_COLD;
+    if (st == VINDEX_LOADING && !ok) {
+        part_drop(v, p); /* half loaded: not to be taken for the partition */
+    } else if ((st == VINDEX_LOADING || st == VINDEX_RESIDENT) && ok) {
+        /* What the load did not find again is no longer in Redis. */
+        gone = part_remove_if(v, p, older_than, &gen);
+        set_state(v, p, VINDEX_RESIDENT);
+        atomic_fetch_add(&v->loads, 1);
+    }
+    part_put(v, &p);
+    evict_over_budget(v);
+    report_bytes(v);
+    pthread_mutex_unlock(&v->wlock);
+    return gone;
+}
+
+int vindex_state(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN])
+{
+    PC_CHECK_OBJ(v, VINDEX_MAGIC);
+    struct part *p = part_get(v, partition, false);
+    int st = p != NULL ? atomic_load(&p->state) : v->o.lazy ? VINDEX_COLD : VINDEX_RESIDENT;
+    part_put(v, &p);
+    return st;
+}
+
+size_t vindex_each_loaded(struct vindex *v, vindex_part_fn *fn, void *arg)
+{
+    PC_CHECK_OBJ(v, VINDEX_MAGIC);
+    size_t total = 0;
+    for (size_t i = 0; i < NSHARDS; i++) {
+        size_t n;
+        struct part **all = shard_collect(v, i, &n);
+        for (size_t j = 0; j < n; j++) {
+            if (atomic_load(&all[j]->state) == VINDEX_RESIDENT) {
+                fn(arg, all[j]->hash, all[j]->tenant);
+                total++;
+            }
+            part_put(v, &all[j]);
+        }
+        free(all);
+    }
+    return total;
+}
+
+size_t vindex_bytes_per_vector(const struct vindex *v)
+{
+    return sizeof(struct vslot) + (size_t)v->o.dim * sizeof(float) + sizeof(struct kcell) * 4 / 3;
 }
 
 /* --- public: search ---------------------------------------------------------------------- */
@@ -1201,23 +1453,36 @@ static size_t ivf_search(const struct vindex *v, const struct part *p, const flo
     return n;
 }
 
-size_t vindex_search(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN],
+size_t vindex_lookup(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN],
                      const float *q, size_t k, float min_similarity, int64_t now_ms,
-                     struct vindex_hit *out)
+                     struct vindex_hit *out, int *state)
 {
     PC_CHECK_OBJ(v, VINDEX_MAGIC);
-    if (k == 0)
-        return 0;
-    k = PC_MIN(k, (size_t)VINDEX_K_MAX);
     struct part *p = part_get(v, partition, false);
+    int st = p != NULL ? atomic_load(&p->state) : v->o.lazy ? VINDEX_COLD : VINDEX_RESIDENT;
+    if (state != NULL)
+        *state = st;
     if (p == NULL)
         return 0;
+    atomic_store(&p->used_us, (int_fast64_t)pc_mono_us());
+    k = PC_MIN(k, (size_t)VINDEX_K_MAX);
+    if (k == 0 || (st != VINDEX_RESIDENT && st != VINDEX_LOADING)) {
+        part_put(v, &p);
+        return 0;
+    }
     pthread_rwlock_rdlock(&p->lock);
     size_t n = p->mode == PART_IVF ? ivf_search(v, p, q, k, min_similarity, now_ms, out)
                                    : flat_search(v, p, q, k, min_similarity, now_ms, out);
     pthread_rwlock_unlock(&p->lock);
     part_put(v, &p);
     return n;
+}
+
+size_t vindex_search(struct vindex *v, const unsigned char partition[VINDEX_PART_LEN],
+                     const float *q, size_t k, float min_similarity, int64_t now_ms,
+                     struct vindex_hit *out)
+{
+    return vindex_lookup(v, partition, q, k, min_similarity, now_ms, out, NULL);
 }
 
 /* --- builds ----------------------------------------------------------------------------- */
@@ -1498,6 +1763,11 @@ void vindex_get_stats(struct vindex *v, struct vindex_stats *out)
     out->bytes = atomic_load(&v->bytes) + sizeof(*v);
     out->builds = atomic_load(&v->builds);
     out->build_errors = atomic_load(&v->build_errors);
+    out->loaded = atomic_load(&v->nresident);
+    out->loads = atomic_load(&v->loads);
+    out->evictions = atomic_load(&v->evictions);
+    out->evicted_vectors = atomic_load(&v->evicted_vectors);
+    out->max_bytes = v->o.max_bytes;
 }
 
 /* --- the background thread ----------------------------------------------------------------- */
@@ -1507,7 +1777,16 @@ static void *maint_main(void *arg)
     struct vindex *v = arg;
     uint64_t next_sweep = pc_mono_ms() + (uint64_t)v->o.sweep_ms;
     pthread_mutex_lock(&v->mq);
+    uint64_t next_trim = 0;
     while (!v->stop) {
+        if (v->trim && pc_mono_ms() >= next_trim) { /* at most once a second */
+            v->trim = false;
+            pthread_mutex_unlock(&v->mq);
+            malloc_trim(0);
+            next_trim = pc_mono_ms() + 1000;
+            pthread_mutex_lock(&v->mq);
+            continue;
+        }
         if (v->qhead != NULL) {
             pthread_mutex_unlock(&v->mq);
             vindex_maintain(v);
@@ -1526,7 +1805,8 @@ static void *maint_main(void *arg)
         }
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t wait = next_sweep - now;
+        uint64_t until = v->trim ? PC_MIN(next_sweep, next_trim) : next_sweep;
+        uint64_t wait = until > now ? until - now : 0;
         ts.tv_sec += (time_t)(wait / 1000);
         ts.tv_nsec += (long)(wait % 1000) * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {

@@ -1,11 +1,14 @@
 /*
- * vsync.c - the vector records' key names, the commands that write them and
- * the stream events, and the reader thread that keeps the process's vindex in
- * step with Redis (the picture is in pc_vsync.h).
+ * vsync.c - the vector records' and member lists' key names, the commands
+ * that write them and the stream events; the handler of those events (run by
+ * the process's stream follower) and the loader thread that brings
+ * partitions into the process's vindex from Redis (the picture is in
+ * pc_vsync.h).
  *
- * Owns the reader: its thread, its blocking connection (struct rcli, quiet:
- * this module logs), the stream position and the counters. The vindex is the
- * caller's; the reader only adds to it and removes from it.
+ * Owns the loader: its thread, its blocking connection (struct rcli, quiet:
+ * this module logs), the queue of partitions to load, the member lists'
+ * one-time build, and the counters. The vindex is the caller's; this module
+ * only adds to it, removes from it and loads it.
  */
 #include "pc_vsync.h"
 #include "pc_log.h"
@@ -28,19 +31,18 @@
 
 #include <hiredis/hiredis.h>
 
-#define VSYNC_MAGIC      0x5653594eu /* "VSYN" */
-#define BACKOFF_MIN_MS   100
-#define BACKOFF_MAX_MS   5000
-#define SCHEMA_RETRY_MS  2000
-#define PROGRESS_VECTORS 20000 /* a rebuild logs progress this often ... */
-#define PROGRESS_MS      5000  /* ... or this often, whichever comes first */
-#define STREAM_ID_MAX    48
+#define VSYNC_MAGIC     0x5653594eu /* "VSYN" */
+#define BACKOFF_MIN_MS  100
+#define BACKOFF_MAX_MS  5000
+#define SCHEMA_RETRY_MS 2000
+#define PROGRESS_MS     5000 /* bulk loads log their progress this often */
 
 #define STR_(x) #x
 #define STR(x)  STR_(x)
 
 static const char stream_key[] = PC_KEY_PREFIX "vs";
 static const char vector_prefix[] = PC_KEY_PREFIX "v:{";
+static const char members_prefix[] = PC_KEY_PREFIX "pm:{";
 
 /* --- names ------------------------------------------------------------------------------ */
 
@@ -63,6 +65,23 @@ size_t vsync_vector_key(const unsigned char tenant[VINDEX_TENANT_LEN],
     char id[VSYNC_ID_LEN + 1];
     vsync_id(tenant, key, id);
     return (size_t)snprintf(out, VSYNC_KEY_MAX, "%s%s}", vector_prefix, id);
+}
+
+size_t vsync_members_key(const unsigned char tenant[VINDEX_TENANT_LEN],
+                         const unsigned char partition[VINDEX_PART_LEN], char out[VSYNC_KEY_MAX])
+{
+    char t[2 * VINDEX_TENANT_LEN + 1], p[2 * VINDEX_PART_LEN + 1];
+    pc_hex(tenant, VINDEX_TENANT_LEN, t);
+    pc_hex(partition, VINDEX_PART_LEN, p);
+    return (size_t)snprintf(out, VSYNC_KEY_MAX, "%s%s:%s}", members_prefix, t, p);
+}
+
+void vsync_members_pattern(const char *tenant_hex, char out[VSYNC_KEY_MAX])
+{
+    if (tenant_hex == NULL)
+        snprintf(out, VSYNC_KEY_MAX, "%s*", members_prefix);
+    else
+        snprintf(out, VSYNC_KEY_MAX, "%s%.*s:*", members_prefix, 2 * VINDEX_TENANT_LEN, tenant_hex);
 }
 
 static int hexval(char c)
@@ -153,6 +172,8 @@ static int parse_vector_key(const char *s, size_t len, unsigned char *tenant, un
 
 static void arg(struct vsync_argv *a, const void *p, size_t n)
 {
+    if (a->argc >= VSYNC_ARGV_MAX)
+        abort(); /* a command of this file outgrew the struct: never at run time */
     a->argv[a->argc] = p;
     a->lens[a->argc++] = n;
 }
@@ -205,6 +226,55 @@ void vsync_argv_add(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENA
     arg(a, a->id, VSYNC_ID_LEN);
     arg_str(a, "r");
     arg(a, rec, rec_len);
+    arg_str(a, "m"); /* its partition's member list has it (older writers did not say so) */
+    arg_str(a, "1");
+}
+
+void vsync_argv_member_add(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
+                           const unsigned char key[VINDEX_KEY_LEN],
+                           const unsigned char partition[VINDEX_PART_LEN], int64_t expires_ms)
+{
+    a->argc = 0;
+    arg_str(a, "ZADD");
+    arg(a, a->key, vsync_members_key(tenant, partition, a->key));
+    snprintf(a->num, sizeof(a->num), "%lld", (long long)expires_ms);
+    arg_str(a, a->num);
+    pc_hex(key, VINDEX_KEY_LEN, a->id); /* the list's key names the tenant */
+    arg(a, a->id, 2 * VINDEX_KEY_LEN);
+}
+
+void vsync_argv_member_expire(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
+                              const unsigned char partition[VINDEX_PART_LEN], int64_t expires_ms,
+                              const char *cond)
+{
+    a->argc = 0;
+    arg_str(a, "PEXPIREAT");
+    arg(a, a->key, vsync_members_key(tenant, partition, a->key));
+    snprintf(a->num, sizeof(a->num), "%lld", (long long)expires_ms);
+    arg_str(a, a->num);
+    arg_str(a, cond);
+}
+
+void vsync_argv_member_del(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
+                           const unsigned char key[VINDEX_KEY_LEN],
+                           const unsigned char partition[VINDEX_PART_LEN])
+{
+    a->argc = 0;
+    arg_str(a, "ZREM");
+    arg(a, a->key, vsync_members_key(tenant, partition, a->key));
+    pc_hex(key, VINDEX_KEY_LEN, a->id);
+    arg(a, a->id, 2 * VINDEX_KEY_LEN);
+}
+
+void vsync_argv_member_trim(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
+                            const unsigned char partition[VINDEX_PART_LEN], int64_t now_ms)
+{
+    a->argc = 0;
+    arg_str(a, "ZREMRANGEBYSCORE");
+    arg(a, a->key, vsync_members_key(tenant, partition, a->key));
+    arg_str(a, "-inf");
+    snprintf(a->num, sizeof(a->num), "(%lld", (long long)now_ms);
+    arg_str(a, a->num);
 }
 
 void vsync_argv_del(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
@@ -242,25 +312,54 @@ static int send_argv(struct store *s, struct vsync_argv *a)
     return store_write(s, a->argc, a->argv, a->lens);
 }
 
+/*
+ * The member list: the member, then its key's expiry raised to the member's
+ * (NX sets one on a new list, GT only ever lengthens it), and the members
+ * already expired trimmed: a list nobody loads again still goes with its last
+ * member. Each command names one key (the list's tag is not the record's).
+ */
+static int members_put(struct store *s, const unsigned char *tenant, const unsigned char *key,
+                       const unsigned char *partition, int64_t expires_ms)
+{
+    struct vsync_argv a;
+    vsync_argv_member_add(&a, tenant, key, partition, expires_ms);
+    if (send_argv(s, &a) < 0)
+        return -1;
+    vsync_argv_member_expire(&a, tenant, partition, expires_ms, "NX");
+    send_argv(s, &a);
+    vsync_argv_member_expire(&a, tenant, partition, expires_ms, "GT");
+    send_argv(s, &a);
+    vsync_argv_member_trim(&a, tenant, partition, pc_wall_ms());
+    return send_argv(s, &a);
+}
+
 int vsync_store_put(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
-                    const unsigned char key[VINDEX_KEY_LEN], const void *rec, size_t rec_len,
-                    int64_t ttl_ms)
+                    const unsigned char key[VINDEX_KEY_LEN],
+                    const unsigned char partition[VINDEX_PART_LEN], const void *rec, size_t rec_len,
+                    int64_t ttl_ms, int64_t expires_ms)
 {
     struct vsync_argv a;
     vsync_argv_set(&a, tenant, key, rec, rec_len, ttl_ms);
     if (send_argv(s, &a) < 0)
+        return -1;
+    /* Listed before the event: an instance loading the partition as it reads it finds it. */
+    if (members_put(s, tenant, key, partition, expires_ms) < 0)
         return -1;
     vsync_argv_add(&a, tenant, key, rec, rec_len);
     return send_argv(s, &a);
 }
 
 int vsync_store_del(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
-                    const unsigned char key[VINDEX_KEY_LEN])
+                    const unsigned char key[VINDEX_KEY_LEN], const unsigned char *partition)
 {
     struct vsync_argv a;
     vsync_argv_unlink(&a, tenant, key);
     if (send_argv(s, &a) < 0)
         return -1;
+    if (partition != NULL) {
+        vsync_argv_member_del(&a, tenant, key, partition);
+        send_argv(s, &a);
+    }
     vsync_argv_del(&a, tenant, key);
     return send_argv(s, &a);
 }
@@ -292,7 +391,7 @@ static int take_field(const redisReply **slot, const redisReply *val)
 }
 
 struct raw_event {
-    const redisReply *op, *k, *r, *t, *i;
+    const redisReply *op, *k, *r, *t, *i, *m;
 };
 
 /* The fields of an entry: strings in name/value pairs, each known name at most once. */
@@ -311,6 +410,7 @@ static int raw_fields(const redisReply *kv, struct raw_event *f)
                                   : rcli_str_is(name, "r") ? &f->r
                                   : rcli_str_is(name, "t") ? &f->t
                                   : rcli_str_is(name, "i") ? &f->i
+                                  : rcli_str_is(name, "m") ? &f->m
                                                            : NULL;
         if (slot != NULL && take_field(slot, val) < 0)
             return -1; /* other names: a later writer's additions, not ours to judge */
@@ -346,6 +446,9 @@ int vsync_event_parse(const struct redisReply *kv, struct vsync_event *ev)
             return -1;
         ev->rec = f.r->str;
         ev->rec_len = f.r->len;
+        if (f.m != NULL && !rcli_str_is(f.m, "1"))
+            return -1;
+        ev->listed = f.m != NULL;
     }
     if (f.i != NULL) {
         unsigned char scratch[VSYNC_INSTANCE_LEN / 2];
@@ -361,7 +464,29 @@ bool vsync_event_is_mine(const struct vsync_event *ev)
     return memcmp(ev->instance, vsync_instance(), VSYNC_INSTANCE_LEN) == 0;
 }
 
-/* --- the reader ---------------------------------------------------------------------------- */
+/* --- the stream's handler and the loader -------------------------------------------------------
+ */
+
+#define LOAD_MEMBERS_MAX (1 << 20) /* members read for one partition, at most */
+#define GET_BATCH        256       /* GETs per pipeline */
+#define UPKEEP_MAX       4096      /* members of older writers' events waiting to be listed */
+#define BUILD_LOCK_MS    60000     /* the member lists' builder holds its lease this long */
+#define BUILD_POLL_MS    5000      /* another instance builds: look again this often */
+
+static const char built_key[] = PC_KEY_PREFIX "pm-ready";  /* the lists were built once */
+static const char build_lock[] = PC_KEY_PREFIX "pm-build"; /* an instance is building them */
+
+enum job_kind { JOB_LOAD, JOB_LIST };
+
+/* A partition to load (or reload), or a member an older writer did not list. */
+struct job {
+    struct job *next;
+    enum job_kind kind;
+    unsigned char tenant[VINDEX_TENANT_LEN];
+    unsigned char partition[VINDEX_PART_LEN];
+    unsigned char key[VINDEX_KEY_LEN]; /* JOB_LIST */
+    int64_t expires_ms;                /* JOB_LIST */
+};
 
 struct vsync {
     unsigned magic;
@@ -370,48 +495,41 @@ struct vsync {
     int dim;
     int64_t timeout_ms;
     int64_t max_ttl_ms;
-    struct stats *row; /* semantic_sync_rejected, or NULL */
-    int block_ms;
-    size_t batch;
+    size_t load_max; /* members read per partition */
+    struct stats *row;
 
     pthread_t thread;
-    pthread_mutex_t mu; /* with cond: wakes the thread's waits for vsync_stop */
-    pthread_cond_t cond;
-    bool stop; /* under mu */
-    int fd;    /* under mu: the thread's socket (-1: none), shut down by vsync_stop */
+    pthread_mutex_t mu;  /* the queue, the waiters, stop, fd */
+    pthread_cond_t work; /* the loader: a job came, or stop */
+    pthread_cond_t done; /* the waiters: a load ended */
+    struct job *head, *tail;
+    size_t queued, listing;
+    bool stop;
+    int fd; /* the loader's socket (-1: none), shut down by vsync_stop */
     atomic_bool stopping;
 
-    /* The thread's own. */
+    /* The loader's own. */
     struct rcli k;
     bool connected;
-    bool down_logged;   /* an outage has been logged */
-    bool schema_logged; /* waiting for the schema has been logged */
-    char last_id[STREAM_ID_MAX];
-    uint64_t base_added; /* the stream's entries-added when last_id was noted by a rebuild */
-    uint64_t read;       /* entries read since then */
-    bool no_trim_check;  /* Redis before 7: entries lost to trimming cannot be told */
-    float *vec;          /* decode buffer, VINDEX_DIM_MAX floats */
+    bool down_logged, schema_logged;
+    float *vec;  /* decode buffer, VINDEX_DIM_MAX floats */
+    bool built;  /* the member lists exist (or this instance built them) */
+    bool was_up; /* connected before: a reconnect reads what is loaded again */
+    uint64_t build_next_ms;
+    struct resync_log {
+        uint64_t t0, last_log;
+        size_t total, done;
+    } rs;
 
-    atomic_bool ready;
-    atomic_uint_fast64_t loaded, events, rebuilds, errors, corrupt, skipped;
-    atomic_int_fast64_t last_rebuild_ms;
+    atomic_bool ready, loader_up;
+    atomic_uint_fast64_t loaded, events, loads, errors, corrupt, skipped, ignored;
 };
 
-enum applied { APPLIED, SKIPPED, CORRUPT };
+enum applied { APPLIED, SKIPPED, CORRUPT, IGNORED };
 
 static bool stopping(struct vsync *s)
 {
     return atomic_load(&s->stopping);
-}
-
-/* Sleep ms, or less if vsync_stop is called meanwhile. */
-static void nap(struct vsync *s, int64_t ms)
-{
-    struct timespec ts = pc_mono_after(ms);
-    pthread_mutex_lock(&s->mu);
-    while (!s->stop && pthread_cond_timedwait(&s->cond, &s->mu, &ts) == 0) {
-    }
-    pthread_mutex_unlock(&s->mu);
 }
 
 static void count(atomic_uint_fast64_t *c, uint64_t n)
@@ -419,19 +537,261 @@ static void count(atomic_uint_fast64_t *c, uint64_t n)
     atomic_fetch_add(c, n);
 }
 
+static void row_add(struct vsync *s, enum stat_id id, int64_t n)
+{
+    if (s->row != NULL && n != 0)
+        stats_add(s->row, id, n);
+}
+
+/* A record or event rejected: counted here and in the metrics row (semantic_sync_rejected). */
+static void reject(struct vsync *s, uint64_t n)
+{
+    count(&s->corrupt, n);
+    row_add(s, STAT_semantic_sync_rejected, (int64_t)n);
+}
+
+/* A member of a list rejected: semantic_members_rejected. */
+static void reject_member(struct vsync *s, const char *why)
+{
+    count(&s->corrupt, 1);
+    row_add(s, STAT_semantic_members_rejected, 1);
+    log_debug("vsync: a partition's member rejected: %s", why);
+}
+
+int vsync_record_partition(const char *rec, size_t len, unsigned char partition[VINDEX_PART_LEN],
+                           int64_t *expires_ms)
+{
+    if (len < 6 || memcmp(rec, "PCV\x01", 4) != 0)
+        return -1;
+    size_t at = 6 + (unsigned char)rec[5] + 2;
+    if (len < at + VINDEX_PART_LEN + 16)
+        return -1;
+    memcpy(partition, rec + at, VINDEX_PART_LEN);
+    uint64_t e = 0;
+    for (int i = 7; i >= 0; i--)
+        e = e << 8 | (unsigned char)rec[at + VINDEX_PART_LEN + 8 + i];
+    *expires_ms = (int64_t)e;
+    return 0;
+}
+
+/* Decode a record and add it (load_gen 0: an event) to the index. */
+static enum applied apply_record(struct vsync *s, const unsigned char *tenant,
+                                 const unsigned char *key, const char *data, size_t len,
+                                 const unsigned char *want_partition, uint32_t load_gen)
+{
+    struct vrec r;
+    char err[96];
+    if (vrec_decode(data, len, &r, s->vec, VINDEX_DIM_MAX, err, sizeof(err)) < 0) {
+        log_debug("vsync: corrupt vector record skipped: %s", err);
+        return CORRUPT;
+    }
+    if (want_partition != NULL && memcmp(r.partition, want_partition, VINDEX_PART_LEN) != 0) {
+        reject_member(s, "it names a vector record of another partition");
+        return SKIPPED;
+    }
+    if (strcmp(r.space, s->space) != 0 || (int)r.dim != s->dim)
+        return SKIPPED;
+    int64_t now = pc_wall_ms();
+    if (r.expires_ms != 0 && r.expires_ms <= now)
+        return SKIPPED;
+    /* No entry lives longer than the longest TTL: a record saying so is not one of ours. */
+    if (s->max_ttl_ms > 0 &&
+        (r.expires_ms == 0 || r.expires_ms - now > s->max_ttl_ms || r.expires_ms < r.created_ms)) {
+        log_debug("vsync: vector record with an impossible expiry skipped");
+        return CORRUPT;
+    }
+    struct vindex_item it = {.expires_ms = r.expires_ms};
+    memcpy(it.key, key, VINDEX_KEY_LEN);
+    memcpy(it.tenant, tenant, VINDEX_TENANT_LEN);
+    int rc = load_gen != 0 ? vindex_load_add(s->index, r.partition, &it, r.vec, load_gen)
+                           : vindex_add(s->index, r.partition, &it, r.vec);
+    return rc < 0 ? CORRUPT : rc == 0 ? APPLIED : SKIPPED;
+}
+
+/* --- the queue ------------------------------------------------------------------------------ */
+
+/* Under mu. */
+static void enqueue(struct vsync *s, struct job *j)
+{
+    j->next = NULL;
+    if (s->tail != NULL)
+        s->tail->next = j;
+    else
+        s->head = j;
+    s->tail = j;
+    s->queued++;
+    if (j->kind == JOB_LIST)
+        s->listing++;
+    pthread_cond_signal(&s->work);
+}
+
+static void queue_load(struct vsync *s, const unsigned char *tenant, const unsigned char *partition)
+{
+    struct job *j = pc_calloc(1, sizeof(*j));
+    j->kind = JOB_LOAD;
+    memcpy(j->tenant, tenant, VINDEX_TENANT_LEN);
+    memcpy(j->partition, partition, VINDEX_PART_LEN);
+    pthread_mutex_lock(&s->mu);
+    enqueue(s, j);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static struct job *dequeue(struct vsync *s)
+{
+    struct job *j = s->head;
+    if (j != NULL) {
+        s->head = j->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        s->queued--;
+        if (j->kind == JOB_LIST)
+            s->listing--;
+    }
+    return j;
+}
+
+/* --- the follower's side: events ------------------------------------------------------------ */
+
+/* An add of an older writer (no m): its member goes on the list by the loader. */
+static void list_later(struct vsync *s, const struct vsync_event *ev)
+{
+    unsigned char partition[VINDEX_PART_LEN];
+    int64_t expires;
+    if (vsync_record_partition(ev->rec, ev->rec_len, partition, &expires) < 0 ||
+        expires <= pc_wall_ms())
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (s->listing < UPKEEP_MAX) {
+        struct job *j = pc_calloc(1, sizeof(*j));
+        j->kind = JOB_LIST;
+        memcpy(j->tenant, ev->tenant, VINDEX_TENANT_LEN);
+        memcpy(j->key, ev->key, VINDEX_KEY_LEN);
+        memcpy(j->partition, partition, VINDEX_PART_LEN);
+        j->expires_ms = expires;
+        enqueue(s, j);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* An add: applied only to a partition loaded (or loading); others cost a peek. */
+static enum applied apply_add(struct vsync *s, const struct vsync_event *ev)
+{
+    unsigned char partition[VINDEX_PART_LEN];
+    int64_t expires;
+    if (!ev->listed)
+        list_later(s, ev);
+    if (vsync_record_partition(ev->rec, ev->rec_len, partition, &expires) < 0)
+        return CORRUPT;
+    int st = vindex_state(s->index, partition);
+    if (st != VINDEX_RESIDENT && st != VINDEX_LOADING) {
+        count(&s->ignored, 1);
+        return IGNORED;
+    }
+    enum applied a = apply_record(s, ev->tenant, ev->key, ev->rec, ev->rec_len, NULL, 0);
+    if (a == SKIPPED)
+        count(&s->skipped, 1);
+    return a;
+}
+
+void vsync_on_entry(struct vsync *s, const struct redisReply *kv)
+{
+    PC_CHECK_OBJ(s, VSYNC_MAGIC);
+    struct vsync_event ev;
+    if (vsync_event_parse(kv, &ev) < 0) {
+        reject(s, 1);
+        return;
+    }
+    switch (ev.op) {
+    case VSYNC_OP_ADD: {
+        enum applied a = apply_add(s, &ev);
+        if (a == CORRUPT)
+            reject(s, 1);
+        if (a == CORRUPT || a == IGNORED)
+            return;
+        break;
+    }
+    case VSYNC_OP_DEL:
+        vindex_remove(s->index, ev.key); /* a key not in memory: one table probe */
+        break;
+    case VSYNC_OP_FLUSH:
+        if (ev.has_tenant)
+            vindex_remove_tenant(s->index, ev.tenant);
+        else
+            vindex_clear(s->index);
+        break;
+    case VSYNC_OP_SET:
+        /* An entry was written: its vector, if any, comes with its own add or del. */
+        return;
+    }
+    count(&s->events, 1);
+}
+
+static void queue_reload(void *arg, const unsigned char *partition, const unsigned char *tenant)
+{
+    queue_load(arg, tenant, partition);
+}
+
+/* What is in memory is read again, in the background (events were, or may have been, missed). */
+static void resync(struct vsync *s, const char *why)
+{
+    size_t n = vindex_each_loaded(s->index, queue_reload, s);
+    pthread_mutex_lock(&s->mu);
+    s->rs = (struct resync_log){.t0 = pc_mono_ms(), .total = n};
+    s->rs.last_log = s->rs.t0;
+    pthread_mutex_unlock(&s->mu);
+    if (n > 0)
+        log_notice("vsync: %s: the %zu partitions in memory are read again from Redis", why, n);
+}
+
+void vsync_on_start(struct vsync *s)
+{
+    PC_CHECK_OBJ(s, VSYNC_MAGIC);
+    resync(s, "following the vector stream from its end");
+    atomic_store(&s->ready, true);
+}
+
+void vsync_on_down(struct vsync *s)
+{
+    PC_CHECK_OBJ(s, VSYNC_MAGIC);
+    atomic_store(&s->ready, false); /* the index keeps what it has meanwhile */
+}
+
+/* --- the lookups' side: waiting for a load ---------------------------------------------------- */
+
+int vsync_load_wait(struct vsync *s, const unsigned char tenant[VINDEX_TENANT_LEN],
+                    const unsigned char partition[VINDEX_PART_LEN], int64_t wait_ms)
+{
+    PC_CHECK_OBJ(s, VSYNC_MAGIC);
+    if (vindex_want(s->index, partition, tenant))
+        queue_load(s, tenant, partition);
+    int st = vindex_state(s->index, partition);
+    if (!atomic_load(&s->loader_up) || wait_ms <= 0)
+        return st;
+    struct timespec until = pc_mono_after(wait_ms);
+    pthread_mutex_lock(&s->mu);
+    while ((st == VINDEX_WANTED || st == VINDEX_LOADING) && !s->stop &&
+           pthread_cond_timedwait(&s->done, &s->mu, &until) == 0)
+        st = vindex_state(s->index, partition);
+    pthread_mutex_unlock(&s->mu);
+    return vindex_state(s->index, partition);
+}
+
+/* --- the loader: connection ---------------------------------------------------------------------
+ */
+
 /* A failure of the connection or a command: counted, logged once per outage. */
 static void trouble(struct vsync *s, const char *what)
 {
     count(&s->errors, 1);
     if (!s->down_logged && !stopping(s)) /* a read cut by vsync_stop is no outage */
         /* Info: the store reports an outage once per process (one warning, one notice). */
-        log_info("vsync: %s: %s; retrying with backoff (the vector index keeps what it has)", what,
-                 s->k.errmsg[0] ? s->k.errmsg : "error");
+        log_info("vsync: %s: %s; retrying with backoff (the vector index keeps what it has, and "
+                 "partitions not in it are misses meanwhile)",
+                 what, s->k.errmsg[0] ? s->k.errmsg : "error");
     s->down_logged = true;
 }
 
-/* The thread's socket (-1: none) for vsync_stop to shut down. */
-static void reader_fd(struct vsync *s, int fd)
+static void loader_fd(struct vsync *s, int fd)
 {
     pthread_mutex_lock(&s->mu);
     s->fd = fd;
@@ -440,30 +800,15 @@ static void reader_fd(struct vsync *s, int fd)
 
 static void drop(struct vsync *s)
 {
-    atomic_store(&s->ready, false);
-    reader_fd(s, -1);
-    rcli_close(&s->k);
+    atomic_store(&s->loader_up, false);
+    loader_fd(s, -1);
+    if (s->connected)
+        rcli_close(&s->k);
     s->connected = false;
 }
 
-static int connect_redis(struct vsync *s)
-{
-    drop(s);
-    s->k.quiet = true;
-    s->k.errmsg[0] = '\0';
-    if (rcli_open(&s->k, s->url, s->timeout_ms + s->block_ms, "vsync") < 0) {
-        trouble(s, "cannot connect to Redis");
-        rcli_close(&s->k);
-        return -1;
-    }
-    s->connected = true;
-    reader_fd(s, s->k.rc->fd); /* set after a stop: its few commands run, no XREAD */
-    return 0;
-}
-
-/* A command on the reader's connection: the reply, error replies included (the caller's to
- * judge), or NULL after the connection failed. rcli_call routes it (cluster://: to the node of
- * its key; SCAN over every primary, k.rc left on the node scanned for the GETs that follow). */
+/* A command on the loader's connection (routed by rcli: cluster:// to the node of its key): the
+ * reply, error replies included, or NULL after the connection failed. */
 static redisReply *command(struct vsync *s, int argc, const char **argv, const size_t *lens)
 {
     redisReply *r = rcli_call(&s->k, argc, argv, lens);
@@ -475,7 +820,7 @@ static redisReply *command(struct vsync *s, int argc, const char **argv, const s
 /* An error reply (freed here): counted and logged once per outage. */
 static void error_reply(struct vsync *s, redisReply *r, const char *what)
 {
-    snprintf(s->k.errmsg, sizeof(s->k.errmsg), "%s: %s", s->k.where, r->str);
+    snprintf(s->k.errmsg, sizeof(s->k.errmsg), "%s: %.200s", s->k.where, r->str);
     freeReplyObject(r);
     trouble(s, what);
 }
@@ -496,13 +841,9 @@ static int schema_current(struct vsync *s)
     int rc = migrate_parse_version(r, &v, err, sizeof(err));
     freeReplyObject(r);
     if (rc < 0 || v != migrate_latest()) {
-        if (!s->schema_logged && rc < 0)
-            log_warn("vsync: %s; waiting for schema %ld before loading vectors", err,
-                     migrate_latest());
-        else if (!s->schema_logged)
-            log_warn("vsync: Redis schema is at %ld, this build needs %ld: waiting for it "
-                     "before loading vectors",
-                     v, migrate_latest());
+        if (!s->schema_logged)
+            log_warn("vsync: %s; waiting for schema %ld before loading vectors",
+                     rc < 0 ? err : "the Redis schema is not this build's", migrate_latest());
         s->schema_logged = true;
         return 0;
     }
@@ -510,406 +851,539 @@ static int schema_current(struct vsync *s)
     return 1;
 }
 
-/* --- stream positions ------------------------------------------------------------------------ */
-
-struct stream_id {
-    uint64_t ms, seq;
-};
-
-static bool parse_stream_id(const char *s, struct stream_id *id)
+static int connect_redis(struct vsync *s)
 {
-    return s != NULL && vsync_parse_stream_id(s, strlen(s), &id->ms, &id->seq) == 0;
-}
-
-/* The value of field name in an XINFO STREAM reply (a flat name/value array), or NULL. */
-static const redisReply *xinfo_field(const redisReply *r, const char *name)
-{
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-        const redisReply *f = r->element[i];
-        if ((f->type == REDIS_REPLY_STATUS || f->type == REDIS_REPLY_STRING) &&
-            strcmp(f->str, name) == 0)
-            return r->element[i + 1];
-    }
-    return NULL;
-}
-
-struct stream_state {
-    char last_id[STREAM_ID_MAX]; /* last-generated-id: "0-0" when there is no stream */
-    uint64_t added;              /* entries-added (Redis 7) */
-    uint64_t length;
-    bool has_added;
-};
-
-/* XINFO STREAM into st; 0, or -1 failed. */
-static int stream_state(struct vsync *s, struct stream_state *st)
-{
-    const char *argv[] = {"XINFO", "STREAM", stream_key};
-    memset(st, 0, sizeof(*st));
-    snprintf(st->last_id, sizeof(st->last_id), "0-0");
-    redisReply *r = command(s, 3, argv, NULL);
-    if (r == NULL)
-        return -1;
-    if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "no such key") != NULL) {
-        freeReplyObject(r);
-        st->has_added = true; /* nothing was ever added, as far as anyone can tell */
-        return 0;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        error_reply(s, r, "XINFO STREAM failed");
+    drop(s);
+    s->k.quiet = true;
+    s->k.errmsg[0] = '\0';
+    s->connected = true; /* rcli_close is needed even after a failed open */
+    if (rcli_open(&s->k, s->url, s->timeout_ms, "vsync") < 0) {
+        trouble(s, "cannot connect to Redis");
+        drop(s);
         return -1;
     }
-    const redisReply *id = xinfo_field(r, "last-generated-id");
-    const redisReply *added = xinfo_field(r, "entries-added");
-    const redisReply *len = xinfo_field(r, "length");
-    struct stream_id sid;
-    int rc = -1;
-    if (id != NULL && id->type == REDIS_REPLY_STRING && id->len < STREAM_ID_MAX &&
-        parse_stream_id(id->str, &sid) && len != NULL && len->type == REDIS_REPLY_INTEGER) {
-        snprintf(st->last_id, sizeof(st->last_id), "%s", id->str);
-        st->length = (uint64_t)len->integer;
-        st->has_added = added != NULL && added->type == REDIS_REPLY_INTEGER;
-        st->added = st->has_added ? (uint64_t)added->integer : 0;
-        rc = 0;
+    loader_fd(s, s->k.rc->fd);
+    int rc = schema_current(s);
+    if (rc <= 0) {
+        drop(s);
+        return rc < 0 ? -1 : 0;
     }
-    freeReplyObject(r);
-    if (rc < 0) {
-        snprintf(s->k.errmsg, sizeof(s->k.errmsg), "unexpected XINFO STREAM reply");
-        trouble(s, "cannot read the vector stream's position");
+    if (s->down_logged)
+        log_info("vsync: loading vectors from Redis again at %s", s->k.where);
+    s->down_logged = false;
+    atomic_store(&s->loader_up, true);
+    if (s->was_up) /* reloads queued meanwhile were dropped with the connection */
+        resync(s, "the loader reconnected");
+    s->was_up = true;
+    return 1;
+}
+
+/* Sleep ms, or less if vsync_stop is called meanwhile. */
+static void nap(struct vsync *s, int64_t ms)
+{
+    struct timespec ts = pc_mono_after(ms);
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop && pthread_cond_timedwait(&s->work, &s->mu, &ts) == 0) {
     }
-    return rc;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /*
- * Whether entries this reader has not read yet were trimmed away. The
- * stream keeps entries number added-length+1 .. added (counting every entry
- * ever added); this reader has read up to number base_added + read. Only a
- * full batch can come after such a loss (a trim keeps at least MAXLEN
- * entries, more than a batch), so only then is this asked. 1 lost, 0 not,
- * -1 failed.
+ * Commands whose replies are judged together: pipelined on one server's
+ * connection; on a cluster each is sent to the node of its key in turn (a
+ * pipeline is one connection's). -1 if the connection failed; error replies
+ * are counted, not fatal.
  */
-static int events_lost(struct vsync *s)
+static int run_batch(struct vsync *s, struct vsync_argv *a, size_t n)
 {
-    struct stream_state st;
-    if (s->no_trim_check)
-        return 0;
-    if (stream_state(s, &st) < 0)
-        return -1;
-    if (!st.has_added) {
-        log_warn("vsync: this Redis does not report entries-added (Redis 7 does): vector "
-                 "stream events lost to trimming cannot be detected");
-        s->no_trim_check = true;
-        return 0;
+    if (s->k.cl == NULL) {
+        for (size_t i = 0; i < n; i++)
+            redisAppendCommandArgv(s->k.rc, a[i].argc, a[i].argv, a[i].lens);
     }
-    return st.added - PC_MIN(st.length, st.added) > s->base_added + s->read;
+    for (size_t i = 0; i < n; i++) {
+        void *r = NULL;
+        if (s->k.cl != NULL)
+            r = rcli_call(&s->k, a[i].argc, a[i].argv, a[i].lens);
+        else if (redisGetReply(s->k.rc, &r) != REDIS_OK)
+            r = NULL;
+        if (r == NULL) {
+            if (s->k.cl == NULL)
+                snprintf(s->k.errmsg, sizeof(s->k.errmsg), "%s: %s: %s", s->k.where, a[i].argv[0],
+                         s->k.rc->errstr[0] ? s->k.rc->errstr : "no reply");
+            trouble(s, "Redis connection lost");
+            return -1;
+        }
+        if (((redisReply *)r)->type == REDIS_REPLY_ERROR)
+            count(&s->errors, 1);
+        freeReplyObject(r);
+    }
+    return 0;
 }
 
-/* --- applying records and events ---------------------------------------------------------- */
-
-static enum applied apply_record(struct vsync *s, const unsigned char *tenant,
-                                 const unsigned char *key, const char *data, size_t len)
-{
-    struct vrec r;
-    char err[96];
-    if (vrec_decode(data, len, &r, s->vec, VINDEX_DIM_MAX, err, sizeof(err)) < 0) {
-        log_debug("vsync: corrupt vector record skipped: %s", err);
-        return CORRUPT;
-    }
-    if (strcmp(r.space, s->space) != 0 || (int)r.dim != s->dim)
-        return SKIPPED;
-    int64_t now = pc_wall_ms();
-    if (r.expires_ms != 0 && r.expires_ms <= now)
-        return SKIPPED;
-    /* No entry lives longer than the longest TTL: a record saying so is not one of ours. */
-    if (s->max_ttl_ms > 0 &&
-        (r.expires_ms == 0 || r.expires_ms - now > s->max_ttl_ms || r.expires_ms < r.created_ms)) {
-        log_debug("vsync: vector record with an impossible expiry skipped");
-        return CORRUPT;
-    }
-    struct vindex_item it = {.expires_ms = r.expires_ms};
-    memcpy(it.key, key, VINDEX_KEY_LEN);
-    memcpy(it.tenant, tenant, VINDEX_TENANT_LEN);
-    return vindex_add(s->index, r.partition, &it, r.vec) == 0 ? APPLIED : CORRUPT;
-}
-
-/* A record or event rejected: counted here and in the metrics row (semantic_sync_rejected). */
-static void reject(struct vsync *s, uint64_t n)
-{
-    count(&s->corrupt, n);
-    if (s->row != NULL && n > 0)
-        stats_add(s->row, STAT_semantic_sync_rejected, (int64_t)n);
-}
-
-static void tally(struct vsync *s, enum applied a)
-{
-    if (a == CORRUPT)
-        reject(s, 1);
-    else
-        count(a == APPLIED ? &s->loaded : &s->skipped, 1);
-}
-
-enum event_fate { EV_APPLIED, EV_IGNORED, EV_REJECTED };
-
-/* Apply one stream event. */
-static enum event_fate apply_event(struct vsync *s, const redisReply *kv)
-{
-    struct vsync_event ev;
-    if (vsync_event_parse(kv, &ev) < 0)
-        return EV_REJECTED;
-    switch (ev.op) {
-    case VSYNC_OP_ADD: {
-        enum applied a = apply_record(s, ev.tenant, ev.key, ev.rec, ev.rec_len);
-        if (a == SKIPPED)
-            tally(s, a);
-        return a != CORRUPT ? EV_APPLIED : EV_REJECTED;
-    }
-    case VSYNC_OP_DEL:
-        vindex_remove(s->index, ev.key);
-        return EV_APPLIED;
-    case VSYNC_OP_FLUSH:
-        if (ev.has_tenant)
-            vindex_remove_tenant(s->index, ev.tenant);
-        else
-            vindex_clear(s->index);
-        return EV_APPLIED;
-    case VSYNC_OP_SET:
-        /* An entry was written: its vector, if any, comes with its own add or del. */
-        return EV_IGNORED;
-    }
-    return EV_REJECTED;
-}
-
-/* --- rebuild ------------------------------------------------------------------------------------
+/* --- the loader: one partition ------------------------------------------------------------------
  */
 
-struct rebuild {
-    uint64_t t0, last_log;
-    size_t next_log;        /* vectors loaded at which to log progress next */
-    size_t keys, counts[3]; /* by enum applied */
+/* A member list's score: the member's expiry, written as a decimal integer of ms. */
+static bool parse_ms(const redisReply *r, int64_t *out)
+{
+    if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > 16)
+        return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < r->len; i++) {
+        if (r->str[i] < '0' || r->str[i] > '9')
+            return false;
+        v = v * 10 + (r->str[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+struct member {
+    unsigned char key[VINDEX_KEY_LEN];
+    char vkey[VSYNC_KEY_MAX];
+    size_t vlen;
 };
 
-/* GET every vector key of a SCAN batch, pipelined, and load what decodes; -1 if failed. */
-static int load_batch(struct vsync *s, const redisReply *keys, struct rebuild *rb)
+struct load {
+    const struct job *j;
+    char key[VSYNC_KEY_MAX]; /* the member list */
+    size_t klen;
+    uint32_t gen;
+    struct member *m;
+    size_t n;
+    struct vsync_argv *stale; /* ZREM of members whose record has gone */
+    size_t nstale;
+    size_t counts[4]; /* by enum applied */
+};
+
+/* One member (key, score) of the list's reply, range-checked, into ld->m. */
+static void take_member(struct vsync *s, struct load *ld, const redisReply *key,
+                        const redisReply *score, int64_t now)
 {
-    size_t sent = 0;
+    struct member *m = &ld->m[ld->n];
+    int64_t e = 0;
+    if (key->type != REDIS_REPLY_STRING || key->len != 2 * VINDEX_KEY_LEN ||
+        unhex(key->str, VINDEX_KEY_LEN, m->key) < 0)
+        reject_member(s, "not an entry's key (64 lower-case hex characters)");
+    else if (!parse_ms(score, &e) || e <= now || (s->max_ttl_ms > 0 && e - now > s->max_ttl_ms))
+        reject_member(s, "its score is not an expiry to come");
+    else {
+        m->vlen = vsync_vector_key(ld->j->tenant, m->key, m->vkey);
+        ld->n++;
+    }
+}
+
+/* The list's live members, newest first, at most load_max; 0 or -1 (connection failed). */
+static int read_members(struct vsync *s, struct load *ld)
+{
+    int64_t now = pc_wall_ms();
+    char min[24], lim[24];
+    snprintf(min, sizeof(min), "(%lld", (long long)now);
+    snprintf(lim, sizeof(lim), "%zu", s->load_max);
+    const char *argv[] = {"ZREVRANGEBYSCORE", ld->key, "+inf", min,
+                          "WITHSCORES",       "LIMIT", "0",    lim};
+    size_t lens[] = {16, ld->klen, 4, strlen(min), 10, 5, 1, strlen(lim)};
+    redisReply *r = command(s, 8, argv, lens);
+    if (r == NULL)
+        return -1;
+    if (r->type == REDIS_REPLY_ERROR) {
+        error_reply(s, r, "ZREVRANGEBYSCORE failed");
+        return -1;
+    }
+    int rc = 0;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0 || r->elements > 2 * s->load_max) {
+        snprintf(s->k.errmsg, sizeof(s->k.errmsg), "%s: unexpected ZREVRANGEBYSCORE reply",
+                 s->k.where);
+        trouble(s, "cannot read a partition's member list");
+        rc = -1;
+    } else {
+        ld->m = pc_malloc((r->elements / 2 + 1) * sizeof(*ld->m));
+        for (size_t i = 0; i < r->elements; i += 2)
+            take_member(s, ld, r->element[i], r->element[i + 1], now);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* A GET's reply for member i: added, skipped, or noted stale (the record has gone). */
+static int take_record(struct vsync *s, struct load *ld, size_t i, const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_NIL) {
+        if (ld->stale == NULL)
+            ld->stale = pc_malloc(ld->n * sizeof(*ld->stale));
+        vsync_argv_member_del(&ld->stale[ld->nstale++], ld->j->tenant, ld->m[i].key,
+                              ld->j->partition);
+        return 0;
+    }
+    if (r->type != REDIS_REPLY_STRING) {
+        count(&s->errors, 1);
+        return 0;
+    }
+    ld->counts[apply_record(s, ld->j->tenant, ld->m[i].key, r->str, r->len, ld->j->partition,
+                            ld->gen)]++;
+    return 0;
+}
+
+/* GET every member's vector record (pipelined on one server) and add what is sound. */
+static int read_records(struct vsync *s, struct load *ld)
+{
+    for (size_t at = 0; at < ld->n; at += GET_BATCH) {
+        size_t end = PC_MIN(ld->n, at + GET_BATCH);
+        for (size_t i = at; s->k.cl == NULL && i < end; i++) {
+            const char *argv[] = {"GET", ld->m[i].vkey};
+            const size_t lens[] = {3, ld->m[i].vlen};
+            redisAppendCommandArgv(s->k.rc, 2, argv, lens);
+        }
+        for (size_t i = at; i < end; i++) {
+            void *r = NULL;
+            const char *argv[] = {"GET", ld->m[i].vkey};
+            const size_t lens[] = {3, ld->m[i].vlen};
+            if (s->k.cl != NULL)
+                r = rcli_call(&s->k, 2, argv, lens);
+            else if (redisGetReply(s->k.rc, &r) != REDIS_OK)
+                r = NULL;
+            if (r == NULL) {
+                if (s->k.cl == NULL)
+                    snprintf(s->k.errmsg, sizeof(s->k.errmsg), "%s: GET: %s", s->k.where,
+                             s->k.rc->errstr[0] ? s->k.rc->errstr : "no reply");
+                trouble(s, "Redis connection lost during a load");
+                return -1;
+            }
+            take_record(s, ld, i, r);
+            freeReplyObject(r);
+        }
+    }
+    return 0;
+}
+
+/* After a load: members whose record has gone out, and those expired trimmed (lazily, here). */
+static int tidy_list(struct vsync *s, struct load *ld)
+{
+    struct vsync_argv trim;
+    vsync_argv_member_trim(&trim, ld->j->tenant, ld->j->partition, pc_wall_ms());
+    if (run_batch(s, &trim, 1) < 0)
+        return -1;
+    return ld->nstale > 0 ? run_batch(s, ld->stale, ld->nstale) : 0;
+}
+
+/* A bulk re-sync's progress, with counts and an ETA, every PROGRESS_MS and at its end. */
+static void resync_progress(struct vsync *s)
+{
+    pthread_mutex_lock(&s->mu);
+    struct resync_log *rs = &s->rs;
+    bool log = false;
+    uint64_t now = pc_mono_ms(), eta = 0;
+    if (rs->total > 0) {
+        rs->done++;
+        log = rs->done == rs->total || now - rs->last_log >= PROGRESS_MS;
+        if (rs->done < rs->total)
+            eta = (now - rs->t0) * (rs->total - rs->done) / rs->done / 1000;
+    }
+    size_t done = rs->done, total = rs->total;
+    if (log)
+        rs->last_log = now;
+    if (rs->done >= rs->total)
+        rs->total = rs->done = 0;
+    pthread_mutex_unlock(&s->mu);
+    if (log)
+        log_notice("vsync: %zu of %zu partitions read again from Redis%s (ETA %llu s)", done, total,
+                   done == total ? ": the index is in step" : "", (unsigned long long)eta);
+}
+
+static int run_load(struct vsync *s, const struct job *j)
+{
+    struct load ld = {.j = j};
+    ld.gen = vindex_load_begin(s->index, j->partition);
+    if (ld.gen == 0)
+        return 0; /* evicted or flushed meanwhile: the next lookup asks again */
+    ld.klen = vsync_members_key(j->tenant, j->partition, ld.key);
+    int rc = read_members(s, &ld);
+    if (rc == 0)
+        rc = read_records(s, &ld);
+    if (rc == 0)
+        rc = tidy_list(s, &ld);
+    /* Counted first: a lookup woken below may look at the counters at once. */
+    if (rc == 0) {
+        count(&s->loads, 1);
+        count(&s->loaded, ld.counts[APPLIED]);
+        count(&s->skipped, ld.counts[SKIPPED]);
+        reject(s, ld.counts[CORRUPT]);
+        row_add(s, STAT_semantic_index_loads, 1);
+        row_add(s, STAT_semantic_index_loaded_vectors, (int64_t)ld.counts[APPLIED]);
+    } else {
+        row_add(s, STAT_semantic_index_load_errors, 1);
+    }
+    vindex_load_end(s->index, j->partition, ld.gen, rc == 0);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->done);
+    pthread_mutex_unlock(&s->mu);
+    resync_progress(s);
+    free(ld.m);
+    free(ld.stale);
+    return rc;
+}
+
+/* An older writer's member: listed now (ZADD and the list's expiry). */
+static int run_list(struct vsync *s, const struct job *j)
+{
+    struct vsync_argv a[3];
+    vsync_argv_member_add(&a[0], j->tenant, j->key, j->partition, j->expires_ms);
+    vsync_argv_member_expire(&a[1], j->tenant, j->partition, j->expires_ms, "NX");
+    vsync_argv_member_expire(&a[2], j->tenant, j->partition, j->expires_ms, "GT");
+    return run_batch(s, a, 3);
+}
+
+/* The loader is down: queued loads fail (their partitions COLD again, asked for anew). */
+static void fail_queued(struct vsync *s)
+{
+    pthread_mutex_lock(&s->mu);
+    struct job *j = s->head;
+    s->head = s->tail = NULL;
+    s->queued = s->listing = 0;
+    s->rs.total = s->rs.done = 0;
+    pthread_cond_broadcast(&s->done);
+    pthread_mutex_unlock(&s->mu);
+    while (j != NULL) {
+        struct job *next = j->next;
+        if (j->kind == JOB_LOAD) {
+            uint32_t g = vindex_load_begin(s->index, j->partition);
+            if (g != 0)
+                vindex_load_end(s->index, j->partition, g, false);
+        }
+        free(j);
+        j = next;
+    }
+}
+
+/* --- the loader: the member lists' one-time build ------------------------------------------- */
+
+/*
+ * Vectors stored by a version without member lists are in none: the first
+ * instance of this version to start lists them all once (SCAN of the vector
+ * records on every primary), holding a lease (build_lock) so that instances
+ * starting together do not all do it, and marks it done (built_key). Loads
+ * go on meanwhile, between its steps; when it is done, what is loaded is read
+ * again.
+ */
+struct build {
+    bool running;
+    char cursor[32];
+    uint64_t t0, last_log;
+    long long dbsize; /* keys in Redis at the start (one node's on a cluster): for the ETA */
+    size_t scanned, listed;
+};
+
+/* A string reply equal to s (freed); NULL reply: -1 (the connection failed). */
+static int reply_is(struct vsync *s, redisReply *r, const char *str)
+{
+    if (r == NULL)
+        return -1;
+    int is = rcli_str_is(r, str);
+    if (r->type == REDIS_REPLY_ERROR)
+        count(&s->errors, 1);
+    freeReplyObject(r);
+    return is;
+}
+
+/* 1 the lists exist (or another instance builds them: asked again later); 0 build; -1 failed. */
+static int build_check(struct vsync *s, struct build *b)
+{
+    const char *get[] = {"GET", built_key};
+    int rc = reply_is(s, command(s, 2, get, NULL), "1");
+    if (rc != 0)
+        return rc < 0 ? -1 : (s->built = true, 1);
+    char ms[24];
+    snprintf(ms, sizeof(ms), "%d", BUILD_LOCK_MS);
+    const char *lock[] = {"SET", build_lock, vsync_instance(), "NX", "PX", ms};
+    rc = reply_is(s, command(s, 6, lock, NULL), "OK");
+    if (rc < 0)
+        return -1;
+    if (rc == 0) {
+        s->build_next_ms = pc_mono_ms() + BUILD_POLL_MS;
+        return 1;
+    }
+    const char *dbsize[] = {"DBSIZE"};
+    redisReply *r = command(s, 1, dbsize, NULL);
+    if (r == NULL)
+        return -1;
+    *b = (struct build){.running = true, .t0 = pc_mono_ms(), .cursor = "0"};
+    b->last_log = b->t0;
+    b->dbsize = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    freeReplyObject(r);
+    log_notice("vsync: listing the vectors stored before member lists existed (once, for every "
+               "instance): scanning about %lld keys",
+               b->dbsize);
+    return 0;
+}
+
+/* The member of each vector record of a SCAN batch: GETs (pipelined), then ZADDs. */
+static int build_batch(struct vsync *s, struct build *b, const redisReply *keys)
+{
+    struct vsync_argv *a = pc_malloc((3 * keys->elements + 1) * sizeof(*a));
+    size_t n = 0;
     for (size_t i = 0; i < keys->elements; i++) {
         const redisReply *k = keys->element[i];
-        if (k->type != REDIS_REPLY_STRING)
-            continue;
         const char *argv[] = {"GET", k->str};
         const size_t lens[] = {3, k->len};
-        redisAppendCommandArgv(s->k.rc, 2, argv, lens);
-        sent++;
+        redisAppendCommandArgv(s->k.rc, 2, argv, lens); /* SCAN left k.rc on their node */
     }
-    size_t got = 0;
-    for (size_t i = 0; i < keys->elements && got < sent; i++) {
-        const redisReply *k = keys->element[i];
-        if (k->type != REDIS_REPLY_STRING)
-            continue;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < keys->elements; i++) {
         void *rp = NULL;
         if (redisGetReply(s->k.rc, &rp) != REDIS_OK || rp == NULL) {
             snprintf(s->k.errmsg, sizeof(s->k.errmsg), "%s: GET: %s", s->k.where,
                      s->k.rc->errstr[0] ? s->k.rc->errstr : "no reply");
-            trouble(s, "Redis connection lost during a rebuild");
-            return -1;
+            trouble(s, "Redis connection lost while listing vectors");
+            rc = -1;
+            break;
         }
-        got++;
         redisReply *r = rp;
-        unsigned char tenant[VINDEX_TENANT_LEN], key[VINDEX_KEY_LEN];
-        rb->keys++;
-        if (parse_vector_key(k->str, k->len, tenant, key) < 0)
-            rb->counts[CORRUPT]++;
-        else if (r->type == REDIS_REPLY_STRING)
-            rb->counts[apply_record(s, tenant, key, r->str, r->len)]++;
-        freeReplyObject(r); /* nil: expired or deleted since the SCAN */
+        const redisReply *k = keys->element[i];
+        unsigned char tenant[VINDEX_TENANT_LEN], key[VINDEX_KEY_LEN], part[VINDEX_PART_LEN];
+        int64_t exp;
+        if (parse_vector_key(k->str, k->len, tenant, key) == 0 && r->type == REDIS_REPLY_STRING &&
+            vsync_record_partition(r->str, r->len, part, &exp) == 0 && exp > pc_wall_ms() &&
+            (s->max_ttl_ms <= 0 || exp - pc_wall_ms() <= s->max_ttl_ms)) {
+            vsync_argv_member_add(&a[n++], tenant, key, part, exp);
+            vsync_argv_member_expire(&a[n++], tenant, part, exp, "NX");
+            vsync_argv_member_expire(&a[n++], tenant, part, exp, "GT");
+            b->listed++;
+        }
+        freeReplyObject(r);
     }
-    return 0;
-}
-
-static void rebuild_progress(struct rebuild *rb)
-{
-    uint64_t now = pc_mono_ms();
-    size_t n = rb->counts[APPLIED];
-    if (n < rb->next_log && now - rb->last_log < PROGRESS_MS)
-        return;
-    rb->last_log = now;
-    rb->next_log = n + PROGRESS_VECTORS;
-    log_notice("vsync: rebuilding the vector index: %zu vectors loaded from %zu keys so far", n,
-               rb->keys);
-}
-
-/* One SCAN step: *cursor advanced; 0, or -1 if failed. */
-static int scan_step(struct vsync *s, char cursor[32], struct rebuild *rb)
-{
-    char count_s[24], pattern[64];
-    snprintf(count_s, sizeof(count_s), "%zu", s->batch);
-    snprintf(pattern, sizeof(pattern), "%s*", vector_prefix);
-    const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", count_s};
-    redisReply *r = command(s, 6, argv, NULL);
-    if (r == NULL)
-        return -1;
-    if (r->type == REDIS_REPLY_ERROR) {
-        error_reply(s, r, "SCAN failed");
-        return -1;
-    }
-    int rc = -1;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[0]->type == REDIS_REPLY_STRING && r->element[0]->len < 32 &&
-        r->element[1]->type == REDIS_REPLY_ARRAY) {
-        snprintf(cursor, 32, "%s", r->element[0]->str);
-        rc = load_batch(s, r->element[1], rb);
-    }
-    freeReplyObject(r);
+    if (rc == 0 && n > 0)
+        rc = run_batch(s, a, n);
+    free(a);
     return rc;
 }
 
-/*
- * Load every vector record of Redis into the index, then drop from the index
- * what Redis no longer has. The stream position is noted first, so an event
- * written during the SCAN is read afterwards (applying one twice is
- * harmless). 0, or -1 (failed or stopping: nothing is dropped).
- */
-static int rebuild(struct vsync *s)
+static void build_progress(struct build *b, bool done)
 {
-    struct rebuild rb = {.t0 = pc_mono_ms(), .next_log = PROGRESS_VECTORS};
-    rb.last_log = rb.t0;
-    struct stream_state st;
-    if (stream_state(s, &st) < 0)
+    uint64_t now = pc_mono_ms();
+    if (!done && now - b->last_log < PROGRESS_MS)
+        return;
+    b->last_log = now;
+    long long left = b->dbsize - (long long)b->scanned;
+    unsigned long long eta = b->scanned > 0 && left > 0
+                                 ? (now - b->t0) * (unsigned long long)left / b->scanned / 1000
+                                 : 0;
+    if (done)
+        log_notice("vsync: %zu vectors listed in their partitions' member lists in %llu ms",
+                   b->listed, (unsigned long long)(now - b->t0));
+    else
+        log_notice("vsync: listing vectors: %zu listed, about %zu of %lld keys scanned (ETA %llu "
+                   "s)",
+                   b->listed, b->scanned, b->dbsize, eta);
+}
+
+/* One SCAN step of the build (its lease renewed); at the end the mark. 0, or -1 failed. */
+static int build_step(struct vsync *s, struct build *b)
+{
+    char pattern[64], count_s[24];
+    snprintf(pattern, sizeof(pattern), "%s*", vector_prefix);
+    snprintf(count_s, sizeof(count_s), "%d", GET_BATCH);
+    const char *argv[] = {"SCAN", b->cursor, "MATCH", pattern, "COUNT", count_s};
+    redisReply *r = command(s, 6, argv, NULL);
+    if (r == NULL)
         return -1;
-    snprintf(s->last_id, sizeof(s->last_id), "%s", st.last_id);
-    s->base_added = st.added;
-    s->read = 0;
-    uint32_t gen = vindex_generation_begin(s->index);
-    char cursor[32] = "0";
-    do {
-        if (scan_step(s, cursor, &rb) < 0)
-            return -1;
-        rebuild_progress(&rb);
-    } while (strcmp(cursor, "0") != 0 && !stopping(s));
-    if (stopping(s))
+    int rc = -1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING && r->element[0]->len < sizeof(b->cursor) &&
+        r->element[1]->type == REDIS_REPLY_ARRAY) {
+        snprintf(b->cursor, sizeof(b->cursor), "%s", r->element[0]->str);
+        b->scanned += GET_BATCH;
+        rc = build_batch(s, b, r->element[1]);
+    } else {
+        snprintf(s->k.errmsg, sizeof(s->k.errmsg), "%s: unexpected SCAN reply", s->k.where);
+        trouble(s, "cannot list the vectors");
+    }
+    freeReplyObject(r);
+    if (rc < 0)
         return -1;
-    size_t gone = vindex_sweep_before(s->index, gen);
-    uint64_t ms = pc_mono_ms() - rb.t0;
-    count(&s->loaded, rb.counts[APPLIED]);
-    count(&s->skipped, rb.counts[SKIPPED]);
-    reject(s, rb.counts[CORRUPT]);
-    count(&s->rebuilds, 1);
-    atomic_store(&s->last_rebuild_ms, (int_fast64_t)ms);
-    log_notice("vsync: vector index rebuilt from Redis in %llu ms: %zu vectors loaded, %zu of "
-               "another embedding space or expired, %zu corrupt, %zu no longer in Redis removed",
-               (unsigned long long)ms, rb.counts[APPLIED], rb.counts[SKIPPED], rb.counts[CORRUPT],
-               gone);
+    char ms[24];
+    snprintf(ms, sizeof(ms), "%d", BUILD_LOCK_MS);
+    const char *renew[] = {"PEXPIRE", build_lock, ms};
+    if (reply_is(s, command(s, 3, renew, NULL), "") < 0)
+        return -1;
+    if (strcmp(b->cursor, "0") != 0) {
+        build_progress(b, false);
+        return 0;
+    }
+    const char *mark[] = {"SET", built_key, "1"};
+    const char *unlock[] = {"DEL", build_lock};
+    if (reply_is(s, command(s, 3, mark, NULL), "OK") < 0 ||
+        reply_is(s, command(s, 2, unlock, NULL), "") < 0)
+        return -1;
+    b->running = false;
+    s->built = true;
+    build_progress(b, true);
+    resync(s, "vectors listed"); /* what was loaded before may lack what is listed now */
     return 0;
 }
 
-/* --- following the stream ------------------------------------------------------------------- */
-
-/* Apply the entries of an XREAD reply; how many entries there were, or -1 if malformed. */
-static long apply_entries(struct vsync *s, const redisReply *r)
+/* The build's work for this turn of the loader; -1 if the connection failed. */
+static int build_work(struct vsync *s, struct build *b)
 {
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 ||
-        r->element[0]->type != REDIS_REPLY_ARRAY || r->element[0]->elements != 2 ||
-        r->element[0]->element[1]->type != REDIS_REPLY_ARRAY)
-        return -1;
-    const redisReply *entries = r->element[0]->element[1];
-    for (size_t i = 0; i < entries->elements; i++) {
-        const redisReply *e = entries->element[i];
-        struct stream_id id;
-        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-            e->element[0]->type != REDIS_REPLY_STRING || e->element[0]->len >= STREAM_ID_MAX ||
-            !parse_stream_id(e->element[0]->str, &id))
-            return -1;
-        snprintf(s->last_id, sizeof(s->last_id), "%s", e->element[0]->str);
-        s->read++;
-        enum event_fate fate = apply_event(s, e->element[1]);
-        if (fate == EV_APPLIED)
-            count(&s->events, 1);
-        else if (fate == EV_REJECTED)
-            reject(s, 1);
-    }
-    return (long)entries->elements;
-}
-
-/* One XREAD round. 0: go on; 1: events were lost, rebuild; -1: failed. */
-static int follow(struct vsync *s)
-{
-    char count_s[24], block_s[24];
-    snprintf(count_s, sizeof(count_s), "%zu", s->batch);
-    snprintf(block_s, sizeof(block_s), "%d", s->block_ms);
-    const char *argv[] = {"XREAD", "COUNT",   count_s,    "BLOCK",
-                          block_s, "STREAMS", stream_key, s->last_id};
-    redisReply *r = command(s, 8, argv, NULL);
-    if (r == NULL)
-        return -1;
-    if (r->type == REDIS_REPLY_ERROR) {
-        error_reply(s, r, "XREAD failed");
-        return -1;
-    }
-    long n = r->type == REDIS_REPLY_NIL ? 0 : apply_entries(s, r);
-    freeReplyObject(r);
-    if (n < 0) {
-        snprintf(s->k.errmsg, sizeof(s->k.errmsg), "unexpected XREAD reply");
-        trouble(s, "cannot follow the vector stream");
-        return -1;
-    }
-    if ((size_t)n < s->batch)
+    if (s->built || (!b->running && pc_mono_ms() < s->build_next_ms))
         return 0;
-    int lost = events_lost(s);
-    if (lost > 0)
-        log_warn("vsync: vector stream events were trimmed before this instance read them; "
-                 "rebuilding the index from Redis");
-    return lost;
-}
-
-/* --- the thread ----------------------------------------------------------------------------------
- */
-
-/* Connected, schema current, rebuilt: follow the stream until stop, an error or a loss. */
-static int serve(struct vsync *s)
-{
-    int rc = schema_current(s);
-    if (rc <= 0)
-        return rc;
-    while (!stopping(s)) {
-        if (rebuild(s) < 0)
-            return -1;
-        if (s->down_logged) /* an outage is over only once the index is in step again */
-            log_info("vsync: back in step with Redis at %s", s->k.where);
-        s->down_logged = false;
-        atomic_store(&s->ready, true);
-        while (!stopping(s) && (rc = follow(s)) == 0) {
-        }
-        atomic_store(&s->ready, false);
-        if (rc < 0)
-            return -1;
+    if (!b->running) {
+        int rc = build_check(s, b);
+        if (rc != 0)
+            return rc < 0 ? -1 : 0;
     }
-    return 1;
+    return build_step(s, b);
 }
 
-static void *vsync_main(void *arg)
+/* --- the loader's thread ------------------------------------------------------------------- */
+
+/* The next job, waiting up to wait_ms for one; NULL if none (or stopping). */
+static struct job *take_job(struct vsync *s, int64_t wait_ms)
+{
+    struct timespec until = pc_mono_after(wait_ms);
+    pthread_mutex_lock(&s->mu);
+    while (s->head == NULL && !s->stop && pthread_cond_timedwait(&s->work, &s->mu, &until) == 0) {
+    }
+    struct job *j = s->stop ? NULL : dequeue(s);
+    pthread_mutex_unlock(&s->mu);
+    return j;
+}
+
+static void *loader_main(void *arg)
 {
     struct vsync *s = arg;
+    struct build b = {0};
     int64_t backoff = BACKOFF_MIN_MS;
     while (!stopping(s)) {
-        if (!s->connected && connect_redis(s) < 0) {
-            nap(s, backoff);
-            backoff = PC_MIN(backoff * 2, (int64_t)BACKOFF_MAX_MS);
-            continue;
+        if (!s->connected) {
+            int rc = connect_redis(s);
+            if (rc <= 0) {
+                fail_queued(s);
+                nap(s, rc == 0 ? SCHEMA_RETRY_MS : backoff);
+                backoff = rc == 0 ? backoff : PC_MIN(backoff * 2, (int64_t)BACKOFF_MAX_MS);
+                b.running = false;
+                continue;
+            }
+            backoff = BACKOFF_MIN_MS; /* it connected: a new outage starts from the shortest wait */
         }
-        uint64_t rebuilds = atomic_load(&s->rebuilds);
-        int rc = serve(s);
-        /* It was in step: a new outage starts again from the shortest wait. */
-        if (atomic_load(&s->rebuilds) != rebuilds)
-            backoff = BACKOFF_MIN_MS;
-        if (rc == 0) {
-            nap(s, SCHEMA_RETRY_MS);
-        } else if (rc < 0) {
+        /* A build step only when no load waits: lookups come first. */
+        pthread_mutex_lock(&s->mu);
+        bool idle = s->head == NULL;
+        pthread_mutex_unlock(&s->mu);
+        int rc = idle ? build_work(s, &b) : 0;
+        struct job *j = rc == 0 ? take_job(s, s->built || b.running ? 1000 : 200) : NULL;
+        if (j != NULL) {
+            rc = j->kind == JOB_LOAD ? run_load(s, j) : run_list(s, j);
+            free(j);
+        }
+        if (rc < 0) {
             drop(s);
+            b.running = false;
+            fail_queued(s);
             nap(s, backoff);
             backoff = PC_MIN(backoff * 2, (int64_t)BACKOFF_MAX_MS);
-        } else {
-            backoff = BACKOFF_MIN_MS;
         }
     }
+    fail_queued(s);
     drop(s);
     return NULL;
 }
@@ -938,20 +1412,29 @@ struct vsync *vsync_start(const struct vsync_opts *o)
     s->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 2000;
     s->max_ttl_ms = o->max_ttl_ms;
     s->row = o->row;
-    s->block_ms = o->block_ms > 0 ? o->block_ms : 1000;
-    s->batch = o->batch > 0 ? o->batch : 500;
+    /* A partition fits in half the index's budget at most (the rest: the other partitions). */
+    struct vindex_stats vs;
+    vindex_get_stats(o->index, &vs);
+    s->load_max = vs.max_bytes > 0
+                      ? PC_MAX((size_t)16, vs.max_bytes / 2 / vindex_bytes_per_vector(o->index))
+                      : LOAD_MEMBERS_MAX;
+    s->load_max = PC_MIN(s->load_max, (size_t)LOAD_MEMBERS_MAX);
     s->vec = pc_malloc(VINDEX_DIM_MAX * sizeof(float));
-    snprintf(s->last_id, sizeof(s->last_id), "0-0");
     s->fd = -1;
+    atomic_store(&s->ready, o->following);
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cond, &ca);
+    pthread_cond_init(&s->work, &ca);
+    pthread_cond_init(&s->done, &ca);
     pthread_condattr_destroy(&ca);
-    int rc = pthread_create(&s->thread, NULL, vsync_main, s);
+    int rc = pthread_create(&s->thread, NULL, loader_main, s);
     if (rc != 0) {
-        log_error("vsync: cannot start the reader thread: %s", strerror(rc));
+        log_error("vsync: cannot start the loader thread: %s", strerror(rc));
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->work);
+        pthread_cond_destroy(&s->done);
         s->magic = 0;
         free(s->vec);
         free(s->url);
@@ -972,15 +1455,19 @@ void vsync_stop(struct vsync **sp)
     pthread_mutex_lock(&s->mu);
     s->stop = true;
     atomic_store(&s->stopping, true);
-    if (s->fd >= 0) /* out of a blocked XREAD at once, not after up to block_ms */
+    if (s->fd >= 0) /* out of a blocked read at once */
         shutdown(s->fd, SHUT_RDWR);
-    pthread_cond_broadcast(&s->cond);
+    pthread_cond_broadcast(&s->work);
+    pthread_cond_broadcast(&s->done);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
     pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cond);
+    pthread_cond_destroy(&s->work);
+    pthread_cond_destroy(&s->done);
     s->magic = 0;
     free(s->vec);
+    if (s->url != NULL) /* it may hold a password */
+        explicit_bzero(s->url, strlen(s->url));
     free(s->url);
     free(s->space);
     free(s);
@@ -993,12 +1480,17 @@ bool vsync_ready(const struct vsync *s)
 
 void vsync_get_counters(const struct vsync *s, struct vsync_counters *out)
 {
+    struct vsync *m = (struct vsync *)s; /* the queue's lock */
     out->ready = atomic_load(&s->ready);
+    out->loader_up = atomic_load(&s->loader_up);
     out->loaded = atomic_load(&s->loaded);
     out->events = atomic_load(&s->events);
-    out->rebuilds = atomic_load(&s->rebuilds);
+    out->loads = atomic_load(&s->loads);
     out->errors = atomic_load(&s->errors);
     out->corrupt = atomic_load(&s->corrupt);
     out->skipped = atomic_load(&s->skipped);
-    out->last_rebuild_ms = atomic_load(&s->last_rebuild_ms);
+    out->ignored = atomic_load(&s->ignored);
+    pthread_mutex_lock(&m->mu);
+    out->queued = s->queued;
+    pthread_mutex_unlock(&m->mu);
 }

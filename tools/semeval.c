@@ -26,16 +26,26 @@
  * each guard off in turn. Nothing is written to disk.
  *
  *   usage: semeval [--vectors PATH] [--data DIR] [--embedder builtin|hash|both]
- *                  [--set KNOB=VALUE]... [--guards LIST] [--show N] [--why GUARD]
- *                  [--antonyms FILE] [--swap] [--synonyms FILE]
+ *                  [--set KNOB=VALUE]... [--guards LIST] [--threshold T] [--show N]
+ *                  [--why GUARD] [--antonyms FILE] [--swap] [--synonyms FILE]
+ *          semeval --pairs-out FILE          every pair as a JSON line ["a","b"]
+ *          semeval --sims FILE [--threshold T] ...   another embedder's similarities
  *          semeval --speed [--vectors PATH]
  *
  * --set changes an embedder knob (hash_dim, char_min, char_max, w_word,
  * w_bigram, w_char, w_glove, sif_a, typo_fix, remove_common); --guards
- * chooses the guards (as semantic-guards); --show N prints N false hits
+ * chooses the guards (as semantic-guards); --threshold replaces the
+ * embedder's default threshold; --show N prints N false hits
  * (hard, Quora and APT negatives, SICK's contradictions), missed variants
  * and counterfeits that hit at the default threshold; --why GUARD the
- * positives above it that GUARD rejects. Experiments on WordNet's lists as
+ * pairs above it that GUARD alone rejects (positives lost, negatives
+ * caught). The table "alone" gives, per guard and set, how many pairs above
+ * the default threshold that guard alone rejects: negatives caught /
+ * positives lost (bench/semantic-quality --guards-off measures the same
+ * through the proxy). An embedder semeval cannot run (the sentence encoder
+ * behind embedder openai) is measured from its similarities: --pairs-out
+ * writes the pairs, tools/encsims.js scores them with the encoder, --sims
+ * reads the scores (default threshold 0.92, openai's auto). Experiments on WordNet's lists as
  * text (tools/wnanto.c prints them): --antonyms FILE adds
  * word pairs ("a b" per line) as an extra guard; --swap a one-word swap guard
  * of its own, which with --synonyms FILE (one synset per line) lets swaps of
@@ -851,6 +861,111 @@ static bool swap_reject(const char *a, const char *b)
     return false;
 }
 
+/* ---- similarities from outside (--pairs-out, --sims) ---------------------------------- */
+
+/*
+ * An embedder semeval cannot run itself (the sentence encoder behind
+ * embedder openai) is measured from a file: --pairs-out FILE writes every
+ * pair as a JSON line ["a","b"], tools/encsims.js answers each line with
+ * ["a","b",cosine], and --sims FILE reads those back. A pair missing from
+ * the file scores 0 and is counted.
+ */
+struct ext_sim {
+    uint64_t key;
+    float sim;
+};
+static struct ext_sim *ext_sims;
+static size_t next_sims;
+
+/* FNV-1a over a, a NUL, b: the pair's key in the file. */
+static uint64_t pair_key(const char *a, const char *b)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *s = a;; s++) {
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+        if (*s == '\0')
+            break;
+    }
+    for (const char *s = b; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int ext_cmp(const void *x, const void *y)
+{
+    uint64_t a = ((const struct ext_sim *)x)->key, b = ((const struct ext_sim *)y)->key;
+    return a < b ? -1 : a > b;
+}
+
+static void pairs_out(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        perror(path);
+        exit(1);
+    }
+    for (size_t i = 0; i < npairs; i++) {
+        cJSON *row = cJSON_CreateArray();
+        cJSON_AddItemToArray(row, cJSON_CreateString(pairs[i].a));
+        cJSON_AddItemToArray(row, cJSON_CreateString(pairs[i].b));
+        char *line = cJSON_PrintUnformatted(row);
+        fprintf(f, "%s\n", line);
+        free(line);
+        cJSON_Delete(row);
+    }
+    fclose(f);
+    printf("semeval: %zu pairs written to %s\n", npairs, path);
+}
+
+static void load_sims(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        perror(path);
+        exit(1);
+    }
+    struct pc_buf line = PC_BUF_INIT;
+    size_t cap = 0;
+    int c;
+    do {
+        c = fgetc(f);
+        if (c != '\n' && c != EOF) {
+            pc_buf_append_char(&line, (char)c);
+            continue;
+        }
+        cJSON *row = line.len ? cJSON_ParseWithLength(line.data, line.len) : NULL;
+        const cJSON *a = cJSON_GetArrayItem(row, 0), *b = cJSON_GetArrayItem(row, 1);
+        const cJSON *s = cJSON_GetArrayItem(row, 2);
+        if (cJSON_IsString(a) && cJSON_IsString(b) && cJSON_IsNumber(s)) {
+            if (next_sims == cap) {
+                cap = cap ? 2 * cap : 65536;
+                ext_sims = pc_realloc(ext_sims, cap * sizeof *ext_sims);
+            }
+            ext_sims[next_sims++] =
+                (struct ext_sim){pair_key(a->valuestring, b->valuestring), (float)s->valuedouble};
+        }
+        cJSON_Delete(row);
+        pc_buf_reset(&line);
+    } while (c != EOF);
+    pc_buf_free(&line);
+    fclose(f);
+    qsort(ext_sims, next_sims, sizeof *ext_sims, ext_cmp);
+}
+
+/* Every pair's similarity from the --sims file; says how many it lacks. */
+static void sims_all(const char *path)
+{
+    size_t missing = 0;
+    for (size_t i = 0; i < npairs; i++) {
+        struct ext_sim key = {pair_key(pairs[i].a, pairs[i].b), 0};
+        const struct ext_sim *hit = bsearch(&key, ext_sims, next_sims, sizeof key, ext_cmp);
+        pairs[i].sim = hit ? hit->sim : 0.0f;
+        missing += hit == NULL;
+    }
+    printf("  similarities from %s: %zu pairs, %zu missing (scored 0)\n", path, npairs - missing,
+           missing);
+}
+
 /* ---- metrics ------------------------------------------------------------------------ */
 
 static unsigned guard_mask = GUARD_ALL;
@@ -1015,16 +1130,24 @@ static void show_failures(float t, unsigned mask, int nshow)
 
 static int why_guard = -1;
 
-/* Positives above t that guard g alone rejects. */
-static void show_rejected(float t, int g, int nshow)
+/*
+ * The pairs above t that guard g rejects and no other guard of mask does:
+ * positives (what it costs), then negatives (what it catches; of SICK, the
+ * contradictions).
+ */
+static void show_rejected(float t, int g, unsigned mask, int nshow)
 {
-    printf("  positives above t=%.4f that guard %s rejects:\n", (double)t,
-           guard_name((enum guard_kind)g));
-    int shown = 0;
-    for (size_t i = 0; i < npairs && shown < nshow; i++) {
-        const struct pair *p = &pairs[i];
-        if (p->label == 1 && p->sim >= t && (p->reject & GUARD_MASK(g)) && ++shown)
-            printf("    %.3f %-9s %s  ||  %s\n", (double)p->sim, set_names[p->set], p->a, p->b);
+    for (int label = 1; label >= 0; label--) {
+        printf("  %s above t=%.4f that only guard %s rejects:\n", label ? "positives" : "negatives",
+               (double)t, guard_name((enum guard_kind)g));
+        int shown = 0;
+        for (size_t i = 0; i < npairs && shown < nshow; i++) {
+            const struct pair *p = &pairs[i];
+            if ((p->label == 1) == (label == 1) && p->sim >= t &&
+                (p->set != S_SICK || label == 1 || p->kind == K_CONTRADICTION) &&
+                (p->reject & (mask | GUARD_MASK(g))) == GUARD_MASK(g) && ++shown)
+                printf("    %.3f %-9s %s  ||  %s\n", (double)p->sim, set_names[p->set], p->a, p->b);
+        }
     }
 }
 
@@ -1069,6 +1192,40 @@ static float threshold_rule(double min_p, unsigned mask)
     return best;
 }
 
+/*
+ * Each guard's own worth at threshold t: the pairs above t that this guard
+ * alone rejects (every other guard of mask lets them through), negatives
+ * caught / positives lost, per set (SICK: contradictions / paraphrases).
+ * The same table as bench/semantic-quality --guards-off, offline.
+ */
+static void guard_table(float t, unsigned mask)
+{
+    static const int sets[] = {S_QUORA, S_HARD, S_PARA, S_APT, S_SICK, S_VAR, S_FAKE};
+    printf("  alone at t=%.4f (caught / lost):", (double)t);
+    for (size_t k = 0; k < PC_ARRAY_LEN(sets); k++)
+        printf(" %s", set_names[sets[k]]);
+    printf("\n");
+    for (int g = 0; g < GUARD__COUNT; g++) {
+        if (!(mask & GUARD_MASK(g)))
+            continue;
+        printf("    %-10s", guard_name((enum guard_kind)g));
+        for (size_t k = 0; k < PC_ARRAY_LEN(sets); k++) {
+            size_t caught = 0, lost = 0;
+            for (size_t i = 0; i < npairs; i++) {
+                const struct pair *p = &pairs[i];
+                if (p->set != sets[k] || p->sim < t || (p->reject & mask) != GUARD_MASK(g))
+                    continue;
+                if (p->label == 1)
+                    lost++;
+                else if (p->set != S_SICK || p->kind == K_CONTRADICTION)
+                    caught++;
+            }
+            printf(" %4zu/%-4zu", caught, lost);
+        }
+        printf("\n");
+    }
+}
+
 static void report(const char *name, int nshow)
 {
     printf("\n== embedder %s\n", name);
@@ -1083,6 +1240,7 @@ static void report(const char *name, int nshow)
     figures("rule: 1%, quora P>=.82", threshold_rule(0.82, guard_mask), guard_mask);
     figures("rule: 1%, quora P>=.80", threshold_rule(0.80, guard_mask), guard_mask);
     per_kind(default_t, guard_mask);
+    guard_table(default_t, guard_mask);
     printf("  one guard off (then none): at the default threshold, at the threshold rule's\n"
            "  threshold for the remaining guards, and at Quora recall 10%%:\n");
     for (int g = 0; g <= GUARD__COUNT; g++) {
@@ -1099,7 +1257,7 @@ static void report(const char *name, int nshow)
     if (nshow > 0 && why_guard < 0)
         show_failures(default_t, guard_mask, nshow);
     if (why_guard >= 0)
-        show_rejected(default_t, why_guard, nshow > 0 ? nshow : 20);
+        show_rejected(default_t, why_guard, guard_mask, nshow > 0 ? nshow : 20);
 }
 
 /* ---- running ------------------------------------------------------------------------ */
@@ -1272,7 +1430,8 @@ static const char *data_dir(const char *given)
 int main(int argc, char **argv)
 {
     const char *vectors = "build/wordvec.bin", *data = NULL, *which = "both", *guards = NULL;
-    const char *knobs[32];
+    const char *knobs[32], *out_path = NULL, *sims_path = NULL;
+    double threshold = 0;
     size_t nknobs = 0;
     int nshow = 0;
     bool want_speed = false;
@@ -1303,15 +1462,21 @@ int main(int argc, char **argv)
             i++;
         } else if (strcmp(argv[i], "--antonyms") == 0 && i + 1 < argc)
             load_antonyms(argv[++i]);
+        else if (strcmp(argv[i], "--pairs-out") == 0 && i + 1 < argc)
+            out_path = argv[++i];
+        else if (strcmp(argv[i], "--sims") == 0 && i + 1 < argc)
+            sims_path = argv[++i];
+        else if (strcmp(argv[i], "--threshold") == 0 && i + 1 < argc)
+            threshold = atof(argv[++i]);
         else {
             fprintf(stderr, "semeval: unknown argument %s (see tools/semeval.c)\n", argv[i]);
             return 2;
         }
     }
     if (guards != NULL) {
-        char *copy = pc_strdup(guards), *v[16], *save = NULL;
+        char *copy = pc_strdup(guards), *v[64], *save = NULL;
         size_t n = 0;
-        for (char *w = strtok_r(copy, ", ", &save); w && n < 16; w = strtok_r(NULL, ", ", &save))
+        for (char *w = strtok_r(copy, ", ", &save); w && n < 64; w = strtok_r(NULL, ", ", &save))
             v[n++] = w;
         char err[256];
         if (guard_parse(v, n, &guard_mask, err, sizeof err) < 0) {
@@ -1346,8 +1511,19 @@ int main(int argc, char **argv)
     printf("semeval: %s: hard %zu, quora %zu, gptcache %zu, apt %zu, sick %zu pairs; %zu variants "
            "and counterfeits\n",
            dir, nh, nq, np, na, ns, nv);
+    if (out_path != NULL) {
+        pairs_out(out_path);
+        return 0;
+    }
     run_guards();
     use_extra = nantos > 0 || swap_on;
+    if (sims_path != NULL) {
+        load_sims(sims_path);
+        sims_all(sims_path);
+        default_t = threshold > 0 ? (float)threshold : 0.92f;
+        report("from --sims", nshow);
+        return 0;
+    }
     for (int k = EMBEDDER_BUILTIN; k <= EMBEDDER_HASH; k++) {
         if (strcmp(which, "both") != 0 && strcmp(which, k == EMBEDDER_BUILTIN ? "builtin" : "hash"))
             continue;
@@ -1366,7 +1542,7 @@ int main(int argc, char **argv)
             return 1;
         }
         embed_all(e);
-        default_t = (float)embed_default_threshold(e);
+        default_t = threshold > 0 ? (float)threshold : (float)embed_default_threshold(e);
         report(k == EMBEDDER_BUILTIN ? "builtin" : "hash", nshow);
         embed_destroy(&e);
     }

@@ -36,7 +36,11 @@
  * Every lemma of a pair gets its inflected forms: verbs -s/-es/-ies,
  * -ed/-d/-ied, -ing (e dropped, final consonant doubled or not), and the
  * irregular forms of verb.exc; adjectives their degrees; nouns -s/-es/-ies
- * and noun.exc.
+ * and noun.exc. A form that two lemmas of one part of speech share goes
+ * only to the common one when the other is RARE_LEMMA times rarer in the
+ * tagged corpus (cntlist.rev): "putting" is put, not putt (a golf stroke,
+ * which WordNet files under play, so "putting away a guitar" read like
+ * "playing a guitar"); a lemma's own spelling is always its form.
  *
  * data.POS lines: OFFSET LEXFILE SSTYPE WCNT(hex) {WORD LEXID}... PCNT
  * {SYMBOL OFFSET POS SRC/TGT(hex 2+2)}... | gloss. A pointer with a non-zero
@@ -90,6 +94,7 @@ struct entry {
     char *key;
     int tag[4];              /* tagsense_cnt per part of speech (a r v n), -1 = not a lemma */
     int id;                  /* lemma id in the output, -1 = none yet */
+    int freq[4];             /* times tagged in the corpus per part of speech (cntlist.rev) */
     long top[4][TOP_SENSES]; /* synset offsets of its usual senses, 0 = none */
 };
 
@@ -219,6 +224,37 @@ static void load_index(const char *dir, const char *pos)
         }
     }
     free(line);
+    fclose(f);
+}
+
+/*
+ * How often each lemma is tagged in WordNet's sense-tagged corpus, per part
+ * of speech: cntlist.rev lines "lemma%SS_TYPE:...  SENSE_NUMBER TAG_CNT"
+ * (SS_TYPE 1 noun, 2 verb, 3 adjective, 4 adverb, 5 adjective satellite).
+ * Missing file: every count stays 0.
+ */
+static void load_counts(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cntlist.rev", dir);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f) != NULL) {
+        char *pct = strchr(line, '%');
+        int num, cnt;
+        if (pct == NULL || pct[1] < '1' || pct[1] > '5')
+            continue;
+        char *sp = strchr(pct, ' ');
+        if (sp == NULL || sscanf(sp, "%d %d", &num, &cnt) != 2)
+            continue;
+        *pct = '\0';
+        struct entry *e = tab_get(line, false);
+        static const char pos_of_type[] = "nvars";
+        if (e != NULL)
+            e->freq[pos_index(pos_of_type[pct[1] - '1'])] += cnt;
+    }
     fclose(f);
 }
 
@@ -485,12 +521,52 @@ struct pair {
 static struct pair *pairs;
 static size_t npairs, cappairs;
 
+static char **lemma_words; /* by lemma id: the lemma (tab's key) */
+static int cap_lemma_words;
+
 static int lemma_id(const char *w)
 {
     struct entry *e = tab_get(w, true);
-    if (e->id < 0)
+    if (e->id < 0) {
+        if (nlemmas == cap_lemma_words) {
+            cap_lemma_words = cap_lemma_words ? 2 * cap_lemma_words : 16384;
+            lemma_words = xrealloc(lemma_words, (size_t)cap_lemma_words * sizeof *lemma_words);
+        }
+        lemma_words[nlemmas] = xstrdup(w);
         e->id = nlemmas++;
+    }
     return e->id;
+}
+
+/* How often lemma id is tagged as pos in WordNet's corpus (0 when never). */
+static int lemma_tag(int id, char pos)
+{
+    const struct entry *e = tab_get(lemma_words[id], false);
+    return e != NULL ? e->freq[pos_index(pos)] : 0;
+}
+
+#define RARE_LEMMA 8 /* a lemma this many times rarer than another of one form loses the form */
+
+/*
+ * Whether forms[i] is an inflection of a rare lemma that spells a form of a
+ * common lemma of the same part of speech: "putting" of "putt" (golf)
+ * against "putting" of "put". Such a form reads as the common lemma; else
+ * the rare sense makes unrelated words look alike (putt is a kind of play,
+ * put is not). A lemma's own spelling is always kept.
+ */
+static bool form_shadowed(size_t i)
+{
+    const struct form *f = &forms[i];
+    if (strcmp(f->text, lemma_words[f->lemma]) == 0)
+        return false;
+    int mine = lemma_tag(f->lemma, f->pos);
+    for (size_t j = i; j-- > 0 && strcmp(forms[j].text, f->text) == 0;)
+        if (forms[j].pos == f->pos && lemma_tag(forms[j].lemma, f->pos) > RARE_LEMMA * mine)
+            return true;
+    for (size_t j = i + 1; j < nforms && strcmp(forms[j].text, f->text) == 0; j++)
+        if (forms[j].pos == f->pos && lemma_tag(forms[j].lemma, f->pos) > RARE_LEMMA * mine)
+            return true;
+    return false;
 }
 
 static void add_form(const char *text, int lemma, int degree, char pos)
@@ -717,9 +793,13 @@ static void emit(void)
            "#include \"pc_wordnet.h\"\n\nconst char wordnet_text[] =\n");
     uint32_t *offs = xmalloc((nforms + 1) * sizeof *offs), off = 0;
     size_t kept = 0;
+    bool *shadowed = xmalloc(nforms * sizeof *shadowed);
+    size_t nshadowed = 0;
+    for (size_t i = 0; i < nforms; i++)
+        nshadowed += shadowed[i] = form_shadowed(i);
     for (size_t i = 0; i < nforms; i++) {
-        if (i > 0 && form_cmp(&forms[i - 1], &forms[i]) == 0)
-            continue; /* the same form of the same lemma twice */
+        if ((i > 0 && form_cmp(&forms[i - 1], &forms[i]) == 0) || shadowed[i])
+            continue; /* the same form of the same lemma twice; a rare lemma's */
         forms[kept] = forms[i];
         if (kept > 0 && strcmp(forms[kept - 1].text, forms[kept].text) == 0) {
             offs[kept] = offs[kept - 1];
@@ -744,7 +824,10 @@ static void emit(void)
         np++;
     }
     printf("};\nconst size_t wordnet_npairs = %zu;\n", np);
-    fprintf(stderr, "wnanto: %zu forms of %d lemmas, %zu pairs\n", kept, nlemmas, np);
+    fprintf(stderr,
+            "wnanto: %zu forms of %d lemmas, %zu pairs (%zu forms of rare lemmas left out)\n", kept,
+            nlemmas, np, nshadowed);
+    free(shadowed);
     free(offs);
 }
 
@@ -752,6 +835,7 @@ static void table(const char *dir)
 {
     for (int k = 0; k < 4; k++)
         load_index(dir, file_names[k]);
+    load_counts(dir);
     for (int k = 0; k < 4; k++)
         load_data(dir, &files[k], file_names[k]);
     load_exc(dir, "verb", 'v');

@@ -20,11 +20,13 @@
 
 #include <string.h>
 
-#define MARK          "{\"type\":\"ephemeral\"}"
-#define HINT_MARKS    2 /* breakpoints the proxy adds at most */
-#define MIN_TOKENS    1024
-#define MIN_TOKENS_2K 2048
-#define MIN_TOKENS_4K 4096
+#define MARK            "{\"type\":\"ephemeral\"}"
+#define CACHE_MS        (5 * 60 * 1000) /* a prefix gets breakpoints if used within it */
+#define MAX_BREAKPOINTS 4               /* cache_control blocks Anthropic accepts per request */
+#define HINT_MARKS      2               /* breakpoints the proxy adds at most */
+#define MIN_TOKENS      1024
+#define MIN_TOKENS_2K   2048
+#define MIN_TOKENS_4K   4096
 
 static void anthropic_credential(const char *key, const char **name, struct pc_buf *value)
 {
@@ -203,7 +205,7 @@ static void anthropic_body_hints(const struct conf *c, const struct backend_in *
     m.has_tools = backend_body_member(b, "tools", NULL, &m.tools);
     m.has_system = backend_body_member(b, "system", NULL, &m.system);
     m.has_messages = backend_body_member(b, "messages", NULL, &m.messages);
-    int budget = PC_MIN(HINT_MARKS, BACKEND_MAX_BREAKPOINTS - client_marks(&m));
+    int budget = PC_MIN(HINT_MARKS, MAX_BREAKPOINTS - client_marks(&m));
     if (backend_body_member(b, "model", NULL, &model))
         jedit_string(b->text, &model, &name);
     int64_t min_tokens = backend_anthropic_min_tokens(pc_buf_cstr(&name));
@@ -225,6 +227,8 @@ static void anthropic_body_hints(const struct conf *c, const struct backend_in *
 
 const struct backend_ops backend_anthropic = {
     .name = "anthropic",
+    .stream_usage = false, /* Messages streams always carry usage; no stream_options */
+    .prompt_cache_ms = CACHE_MS,
     .credential = anthropic_credential,
     .body_hints = anthropic_body_hints,
 };

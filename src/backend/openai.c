@@ -30,6 +30,7 @@ static void openai_body_hints(const struct conf *c, const struct backend_in *in,
 
 const struct backend_ops backend_openai = {
     .name = "openai",
+    .stream_usage = true,
     .credential = openai_credential,
     .body_hints = openai_body_hints,
 };

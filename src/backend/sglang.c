@@ -36,6 +36,7 @@ static void sglang_header_hints(const struct conf *c, const struct backend_in *i
 
 const struct backend_ops backend_sglang = {
     .name = "sglang",
+    .stream_usage = true,
     .credential = sglang_credential,
     .body_hints = sglang_body_hints,
     .header_hints = sglang_header_hints,

@@ -43,6 +43,7 @@ static void vllm_header_hints(const struct conf *c, const struct backend_in *in,
 
 const struct backend_ops backend_vllm = {
     .name = "vllm",
+    .stream_usage = true,
     .credential = vllm_credential,
     .body_hints = vllm_body_hints,
     .header_hints = vllm_header_hints,

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "pc_api.h"
+#include "pc_dialect.h"
 #include "pc_canon.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -44,8 +45,8 @@ static void exercise_api(enum api_endpoint e, const cJSON *body)
     api_wants_stream(e, body);
     api_stream_include_usage(e, body);
     api_model(body);
-    api_usage_from_response(e, body, &u);
-    api_error_body(api_dialect_of(e), 400, cJSON_GetStringValue(body), &b);
+    dialect_usage(e, body, &u);
+    dialect_error_body(dialect_of(e), 400, cJSON_GetStringValue(body), &b);
     pc_buf_free(&b);
     const char *reason = NULL;
     int rc = api_answer_check(e, body, &reason);

@@ -13,8 +13,8 @@
  *   - encoding a decoded entry and decoding that again gives the same
  *     fields, and the same bytes on a second round (the format is exact;
  *     a section this version does not know is dropped);
- *   - the hit path's readers (JSON parse, sse_assemble, sse_replay,
- *     sse_synthesize, api_answer_check) take the body without crashing.
+ *   - the hit path's readers (JSON parse, dialect_assemble, dialect_replay,
+ *     dialect_synthesize, api_answer_check) take the body without crashing.
  * Seed corpus: tests/fuzz/corpus/entry/.
  */
 #include <stdint.h>
@@ -24,7 +24,7 @@
 
 #include "pc_api.h"
 #include "pc_entry.h"
-#include "pc_sse.h"
+#include "pc_dialect.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -78,14 +78,14 @@ static void serve_both_ways(const struct entry *e)
     struct pc_buf out = PC_BUF_INIT;
     const char *reason = NULL;
     if (e->kind == ENTRY_SSE) {
-        sse_replay(e->endpoint, e->body, e->body_len, true, &out);
-        cJSON *a = sse_assemble(e->endpoint, e->body, e->body_len, NULL);
+        dialect_replay(e->endpoint, e->body, e->body_len, true, &out);
+        cJSON *a = dialect_assemble(e->endpoint, e->body, e->body_len, NULL);
         api_answer_check_stream(e->endpoint, a, &reason);
         cJSON_Delete(a);
     } else {
         cJSON *j = cJSON_ParseWithLength(e->body, e->body_len);
         if (j != NULL)
-            sse_synthesize(e->endpoint, j, false, &out);
+            dialect_synthesize(e->endpoint, j, false, &out);
         api_answer_check(e->endpoint, j, &reason);
         cJSON_Delete(j);
     }

@@ -1,5 +1,5 @@
 /*
- * fuzz_sse.c - libFuzzer target for src/sse.c.
+ * fuzz_sse.c - libFuzzer target for src/sse.c and the dialects over it (src/dialect/).
  *
  * Input: byte 0 picks the endpoint (low three bits: chat, completions,
  * messages, embeddings, then responses for 4..7) and seeds the feeding
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pc_sse.h"
+#include "pc_dialect.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -129,11 +129,11 @@ static void check_replay(enum api_endpoint e, const char *rec, size_t len, const
 {
     for (int inc = 0; inc <= 1; inc++) {
         struct pc_buf out = PC_BUF_INIT;
-        int rc = sse_replay(e, rec, len, inc, &out);
+        int rc = dialect_replay(e, rec, len, inc, &out);
         CHECK(rc == 0 || out.len == 0);
         if (rc == 0) {
-            CHECK(sse_complete(e, out.data, out.len));
-            cJSON *b = sse_assemble(e, out.data, out.len, NULL);
+            CHECK(dialect_complete(e, out.data, out.len));
+            cJSON *b = dialect_assemble(e, out.data, out.len, NULL);
             CHECK((a == NULL) == (b == NULL));
             CHECK(!inc || a == NULL || json_same(a, b));
             cJSON_Delete(b);
@@ -146,9 +146,9 @@ static void check_synthesis(enum api_endpoint e, const cJSON *a, const struct ap
 {
     struct pc_buf out = PC_BUF_INIT;
     struct api_usage ub;
-    CHECK(sse_synthesize(e, a, true, &out) == 0);
-    CHECK(sse_complete(e, out.data, out.len));
-    cJSON *b = sse_assemble(e, out.data, out.len, &ub);
+    CHECK(dialect_synthesize(e, a, true, &out) == 0);
+    CHECK(dialect_complete(e, out.data, out.len));
+    cJSON *b = dialect_assemble(e, out.data, out.len, &ub);
     CHECK(b != NULL && json_same(a, b));
     CHECK(same_usage(ua, &ub));
     cJSON_Delete(b);
@@ -167,9 +167,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_parser(rec, len, 0, seed);
     check_parser(rec, len, 1 + seed, seed);
 
-    bool complete = sse_complete(e, rec, len);
+    bool complete = dialect_complete(e, rec, len);
     struct api_usage ua;
-    cJSON *a = sse_assemble(e, rec, len, &ua);
+    cJSON *a = dialect_assemble(e, rec, len, &ua);
     CHECK(a == NULL || complete);
     CHECK(a != NULL || !ua.present);
     check_replay(e, rec, len, a);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pc_api.h"
+#include "pc_dialect.h"
 #include "pc_jskim.h"
 
 /*
@@ -55,8 +56,8 @@ static const char *jskim_disagree(const cJSON *full, const char *text, size_t le
     for (int e = API_NONE + 1;
          why == NULL && full != NULL && cut == API_ANSWER_DEPTH && e < API__COUNT; e++) {
         struct api_usage a, b;
-        api_usage_from_response((enum api_endpoint)e, full, &a);
-        api_usage_from_response((enum api_endpoint)e, skim, &b);
+        dialect_usage((enum api_endpoint)e, full, &a);
+        dialect_usage((enum api_endpoint)e, skim, &b);
         if (api_answer_check((enum api_endpoint)e, full, NULL) !=
             api_answer_check((enum api_endpoint)e, skim, NULL))
             why = "shape verdict";

@@ -18,7 +18,8 @@
  *   load fail no request (BYPASS at worst) and the cache goes on (HITs,
  *   answers stored on the promoted replica), with one warning and one notice
  *   per outage;
- * - a fourth instance loads the vectors of every primary into its index;
+ * - a fourth instance loads a partition whose vectors live on every primary
+ *   on its first use (its member list on one node, its records on all);
  * - DELETE /admin/cache empties every primary; a purge by namespace, through
  *   the admin API and `promptcache purge`, removes exactly its entries there;
  * - `promptcache report` and the dashboard read the hourly counters through
@@ -63,9 +64,9 @@ function proxyArgs() {
         '--admin-token', ADMIN_TOKEN];
 }
 
-function startOne(workers = 2) {
+function startOne(workers = 2, extra = []) {
     return env.startProxy({redis: cluster.url(), upstream: reps.map((r) => r.url), workers,
-        args: proxyArgs(), waitReady: false});
+        args: [...proxyArgs(), ...extra], waitReady: false});
 }
 
 /* A stat summed over the three instances. */
@@ -76,6 +77,12 @@ async function total(name) {
 function assertMiss(r) {
     assert.equal(r.status, 200, r.text);
     assert.equal(r.headers['x-cache-status'], 'MISS', 'X-Cache-Status');
+}
+
+function assertSemanticHit(r) {
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers['x-cache-status'], 'HIT', 'X-Cache-Status');
+    assert.equal(r.headers['x-cache-match'], 'semantic', 'X-Cache-Match');
 }
 
 /* Entry keys that appear on the cluster while fn runs (no other writer meanwhile). */
@@ -361,20 +368,27 @@ h.test('a primary killed under load: its replica takes over, no request fails, c
     }
 });
 
-h.test('a new instance loads the vectors of every primary into its index', {timeout: 90000}, async () => {
-    for (let i = 0; i < 30; i++)
-        assertMiss(await proxies[i % 3].post(CHAT, body(h.uniq(`vector ${i}`))));
-    const vectors = (await cluster.allKeys('pc:2:v:*')).length;
+h.test('a new instance loads a partition whose vectors live on every primary on its first use', {timeout: 90000}, async () => {
+    const tag = h.uniq('t').split(' ')[1];
+    const texts = [];
+    for (let i = 0; i < 30; i++) {
+        texts.push(`cluster vector question number ${i} ${tag}`);
+        assertMiss(await proxies[i % 3].post(CHAT, body(texts[i])));
+    }
     const perNode = await Promise.all((await cluster.primaries()).map((p) => cluster.countKeys(p.port, 'pc:2:v:*')));
     assert.ok(perNode.every((n) => n > 0), `vector records on every primary: ${perNode.join(', ')}`);
-    const d = await startOne(1);
+    assert.ok((await cluster.allKeys('pc:2:pm:*')).length >= 1, 'the partition\'s member list');
+    const d = await startOne(1, ['--semantic-index-memory', '64k']);
     try {
         await d.waitReady(200, 30000);
-        await d.post(CHAT, body(h.uniq('wake the index')), NO_STORE);
-        await h.waitFor(async () => {
-            const s = await d.stats();
-            return s.semantic_sync_ready && s.semantic_sync_loaded >= vectors;
-        }, {timeout: 30000, what: () => `the new instance to load all ${vectors} vectors (${perNode.join(' + ')})`});
+        assert.equal((await d.stats()).semantic_sync_loaded, 0, 'nothing loaded at start');
+        /* Its first lookup in the partition loads it (or misses while it loads); then it hits.
+         * The same words in another order: the mock embedder's cosine is 1. */
+        await h.eventually(async () => assertSemanticHit(await d.post(CHAT,
+            body(`number 7 cluster vector question ${tag}`), NO_STORE)), {timeout: 30000});
+        const s = await d.stats();
+        assert.ok(s.semantic_index_loads >= 1 && s.semantic_sync_loaded >= 30 &&
+            s.semantic_members_rejected === 0 && s.semantic_index_bytes <= 65536, JSON.stringify(s));
     } finally {
         assert.equal(await d.stop(), 0, 'a clean exit (no leak reported under SANITIZE=1)');
     }

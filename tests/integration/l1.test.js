@@ -239,7 +239,7 @@ h.test('with the default redis-timeout the L1 stays on while the stream is idle'
     const body = h.chatBody(h.uniq('l1 idle stream'));
     await stored(p, body);
     const s0 = await stats(p);
-    await h.waitFor(async () => (await stats(p)).l1_stream_reads >= s0.l1_stream_reads + 2,
+    await h.waitFor(async () => (await stats(p)).stream_reads >= s0.stream_reads + 2,
         {what: 'two idle XREAD rounds', timeout: 15000});
     const s1 = await stats(p);
     assert.equal(s1.l1_clears, s0.l1_clears, 'not emptied');

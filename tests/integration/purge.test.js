@@ -97,11 +97,13 @@ h.test('DELETE /admin/cache/entries/ID: gone from Redis, from B\'s L1 and from B
     h.assertHit(await B.post(CHAT, body));
     assert.equal(await getCalls(), gets, 'B answers it from its L1');
 
+    const tv = `${key.slice(0, 16)}:${key.slice(16)}`;
+    assert.equal((await listsOf(tv)).length, 1, 'listed in its partition\'s member list');
     const r = await del(A, `/admin/cache/entries/${key}`);
     assert.equal(r.status, 200, r.text);
     assert.deepEqual(r.json, {deleted: 1});
-    const tv = `${key.slice(0, 16)}:${key.slice(16)}`;
     assert.deepEqual(await env.redis.keys(`pc:2:[ev]:{${tv}}`), [], 'entry and vector record gone');
+    await h.waitFor(async () => (await listsOf(tv)).length === 0, {what: 'its member off the list'});
     await h.waitFor(async () => {
         const s = await B.stats();
         return s.l1_items < b1.l1_items && s.semantic_vectors < b1.semantic_vectors;
@@ -115,6 +117,16 @@ h.test('DELETE /admin/cache/entries/ID: gone from Redis, from B\'s L1 and from B
     const again = await del(A, `/admin/cache/entries/${key}`);
     assert.deepEqual(again.json, {deleted: 0}, 'a second delete finds nothing');
 });
+
+/* The member lists (pc:2:pm:{tenant:...}) that list the entry id "tenant:key". */
+async function listsOf(id) {
+    const [tenant, key] = id.split(':');
+    const out = [];
+    for (const l of await env.redis.keys(`pc:2:pm:{${tenant}:*`))
+        if (await env.redis.command('ZSCORE', l, key) !== null)
+            out.push(l);
+    return out;
+}
 
 async function getCalls() {
     const info = String(await env.redis.command('INFO', 'commandstats'));
@@ -310,9 +322,12 @@ h.test('promptcache purge: the same operations from the command line', async () 
     h.assertHit(await B.post(CHAT, q));
     await h.waitFor(async () => (await B.stats()).l1_items > b0.l1_items, {what: 'q in B\'s L1'});
     const events = (await B.stats()).l1_events;
+    const qId = `${qKey.slice(0, 16)}:${qKey.slice(16)}`;
+    assert.equal((await listsOf(qId)).length, 1, 'q listed in its partition\'s member list');
     const one = await purge(['--key', qKey]);
     assert.equal(one.code, 0, one.output);
     assert.match(one.stdout, /^deleted 1 entry$/m);
+    assert.deepEqual(await listsOf(qId), [], 'its member off the list');
     await h.waitFor(async () => (await B.stats()).l1_events > events, {what: 'B reading the del event'});
     await assertGone(B, q);
 

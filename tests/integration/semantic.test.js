@@ -209,15 +209,15 @@ h.test('an expired or flushed entry stops matching', async () => {
     await admin.stop();
 });
 
-h.test('a restarted proxy rebuilds its index from Redis', async () => {
+h.test('a restarted proxy finds the vectors in Redis (their partition loaded on first use)', async () => {
     const t = tag();
     assertMiss(await proxy.post(CHAT, chat(`what is a monad in haskell ${t}`)));
     await proxy.stop();
     proxy = await env.startProxy({args: semArgs()});
-    /* Rebuilt once the reader is in step (a count of loaded vectors passes 1 with any other
-     * test's vector); then asked with no-store, so that a miss stores nothing. */
+    /* Nothing is loaded at start: the first lookup of the partition loads it from its member
+     * list. Asked with no-store, so that a miss stores nothing. */
     await h.waitFor(async () => (await proxy.stats()).semantic_sync_ready === true,
-        {what: 'the restarted proxy\'s index rebuilt from Redis'});
+        {what: 'the restarted proxy following the vector stream'});
     await h.eventually(async () => assertSemanticHit(await proxy.post(CHAT,
         chat(`in haskell what is a monad ${t}`), {'Cache-Control': 'no-store'})));
 });

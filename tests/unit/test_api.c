@@ -4,7 +4,7 @@
  * parse back into each API's shape.
  */
 #include "pc_api.h"
-#include "pc_sse.h"
+#include "pc_dialect.h"
 #include "t.h"
 
 /* --- helpers ------------------------------------------------------------- */
@@ -60,16 +60,16 @@ static struct api_usage usage(enum api_endpoint e, const char *json)
     struct api_usage u;
     memset(&u, 0x5a, sizeof(u)); /* must be fully overwritten */
     cJSON *v = cJSON_Parse(json);
-    api_usage_from_response(e, v, &u);
+    dialect_usage(e, v, &u);
     cJSON_Delete(v);
     return u;
 }
 
 /* Error body parsed back; NULL if it is not JSON. The caller deletes it. */
-static cJSON *error_json(enum api_dialect d, int status, const char *message)
+static cJSON *error_json(enum api_endpoint e, int status, const char *message)
 {
     struct pc_buf b = PC_BUF_INIT;
-    api_error_body(d, status, message, &b);
+    dialect_error_body(dialect_of(e), status, message, &b);
     cJSON *v = cJSON_ParseWithLength(b.data, b.len);
     pc_buf_free(&b);
     return v;
@@ -106,11 +106,20 @@ static void test_paths(void)
     T_CHECK_INT(api_endpoint_from_path(""), API_NONE);
     T_CHECK_INT(api_endpoint_from_path(NULL), API_NONE);
 
-    T_CHECK_INT(api_dialect_of(API_MESSAGES), API_DIALECT_ANTHROPIC);
-    T_CHECK_INT(api_dialect_of(API_CHAT), API_DIALECT_OPENAI);
-    T_CHECK_INT(api_dialect_of(API_COMPLETIONS), API_DIALECT_OPENAI);
-    T_CHECK_INT(api_dialect_of(API_EMBEDDINGS), API_DIALECT_OPENAI);
-    T_CHECK_INT(api_dialect_of(API_NONE), API_DIALECT_OPENAI);
+    T_CHECK_STR(dialect_of(API_MESSAGES)->name, "anthropic");
+    T_CHECK_STR(dialect_of(API_CHAT)->name, "openai");
+    T_CHECK_STR(dialect_of(API_COMPLETIONS)->name, "openai");
+    T_CHECK_STR(dialect_of(API_EMBEDDINGS)->name, "openai");
+    T_CHECK_STR(dialect_of(API_NONE)->name, "openai");
+    T_CHECK_STR(dialect_of(API__COUNT)->name, "openai");
+    T_CHECK_STR(dialect_of((enum api_endpoint) - 1)->name, "openai");
+    /* Only OpenAI's streams carry usage just when asked. */
+    T_CHECK(dialect_usage_on_request(dialect_of(API_CHAT)));
+    T_CHECK(!dialect_usage_on_request(dialect_of(API_MESSAGES)));
+    T_CHECK(!dialect_usage_on_request(dialect_of(API_RESPONSES)));
+    T_CHECK(api_streams(API_CHAT) && api_streams(API_COMPLETIONS) && api_streams(API_MESSAGES) &&
+            api_streams(API_RESPONSES));
+    T_CHECK(!api_streams(API_EMBEDDINGS) && !api_streams(API_NONE) && !api_streams(API__COUNT));
 
     T_CHECK_STR(api_endpoint_name(API_CHAT), "chat");
     T_CHECK_STR(api_endpoint_name(API_COMPLETIONS), "completions");
@@ -289,7 +298,7 @@ static void test_usage_anthropic(void)
 static void check_error(int status, const char *oa_type, const char *oa_code, const char *an_type)
 {
     const char *message = "bad \"thing\"\\ \n\t\x01 é";
-    cJSON *o = error_json(API_DIALECT_OPENAI, status, message);
+    cJSON *o = error_json(API_CHAT, status, message);
     T_CHECK(o != NULL);
     T_CHECK_INT(cJSON_GetArraySize(o), 1);
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(o, "error");
@@ -300,7 +309,7 @@ static void check_error(int status, const char *oa_type, const char *oa_code, co
     T_CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(err, "param")));
     cJSON_Delete(o);
 
-    cJSON *a = error_json(API_DIALECT_ANTHROPIC, status, message);
+    cJSON *a = error_json(API_MESSAGES, status, message);
     T_CHECK(a != NULL);
     T_CHECK_INT(cJSON_GetArraySize(a), 2);
     T_CHECK_STR(str_at(a, "type", NULL), "error");
@@ -329,19 +338,19 @@ static void test_error_bodies(void)
 
     /* Exact bytes of both shapes. */
     struct pc_buf b = PC_BUF_INIT;
-    api_error_body(API_DIALECT_OPENAI, 400, "'model' is required", &b);
+    dialect_error_body(dialect_of(API_CHAT), 400, "'model' is required", &b);
     T_CHECK_STR(pc_buf_cstr(&b), "{\"error\":{\"message\":\"'model' is required\",\"type\":"
                                  "\"invalid_request_error\",\"param\":null,\"code\":"
                                  "\"invalid_request\"}}");
     pc_buf_reset(&b);
-    api_error_body(API_DIALECT_ANTHROPIC, 529, "busy", &b);
+    dialect_error_body(dialect_of(API_MESSAGES), 529, "busy", &b);
     T_CHECK_STR(pc_buf_cstr(&b), "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\","
                                  "\"message\":\"busy\"}}");
 
     /* Appends; a NULL message gets a default text. */
     pc_buf_reset(&b);
     pc_buf_append_str(&b, "x");
-    api_error_body(API_DIALECT_OPENAI, 504, NULL, &b);
+    dialect_error_body(dialect_of(API_NONE), 504, NULL, &b);
     T_CHECK(b.len > 1 && b.data[0] == 'x');
     cJSON *v = cJSON_ParseWithLength(b.data + 1, b.len - 1);
     T_CHECK_STR(str_at(v, "error", "message"), "upstream timed out");
@@ -431,10 +440,10 @@ static void test_answer_shapes_refused(void)
     check_answer(API_MESSAGES, "{\"choices\":[{\"message\":{}}]}", "wrong_object");
 }
 
-/* The stream check on what sse_assemble makes of a recording. */
+/* The stream check on what dialect_assemble makes of a recording. */
 static void check_stream(enum api_endpoint e, const char *rec, const char *want)
 {
-    cJSON *a = sse_assemble(e, rec, strlen(rec), NULL);
+    cJSON *a = dialect_assemble(e, rec, strlen(rec), NULL);
     const char *reason = NULL;
     int rc = api_answer_check_stream(e, a, &reason);
     if (reason == NULL || strcmp(reason, want) != 0)
@@ -514,7 +523,14 @@ static void test_responses(void)
     T_CHECK_INT(api_endpoint_from_path("/v1/responses/"), API_RESPONSES);
     T_CHECK_INT(api_endpoint_from_path("/v1/responses/resp_1"), API_NONE); /* retrieve: pass */
     T_CHECK_STR(api_endpoint_name(API_RESPONSES), "responses");
-    T_CHECK_INT(api_dialect_of(API_RESPONSES), API_DIALECT_OPENAI);
+    T_CHECK_STR(dialect_of(API_RESPONSES)->name, "responses");
+    /* Its errors have OpenAI's shape. */
+    struct pc_buf oa = PC_BUF_INIT, rs = PC_BUF_INIT;
+    dialect_error_body(dialect_of(API_CHAT), 429, "slow down", &oa);
+    dialect_error_body(dialect_of(API_RESPONSES), 429, "slow down", &rs);
+    T_CHECK_STR(pc_buf_cstr(&rs), pc_buf_cstr(&oa));
+    pc_buf_free(&oa);
+    pc_buf_free(&rs);
     /* input and model may be absent; when present they have their types */
     T_CHECK(accepts(API_RESPONSES, "{\"model\":\"m\",\"input\":\"hi\"}"));
     T_CHECK(accepts(API_RESPONSES, "{\"model\":\"m\",\"input\":[{\"role\":\"user\"}]}"));

@@ -4,7 +4,9 @@
  * tenant and routing headers (vllm, sglang, prefix-routing-header,
  * X-data-parallel-rank), cache_control breakpoints (anthropic: only on
  * prefixes seen lately, long enough, at most 4 with the client's own); the
- * client's fields and headers always kept, and its bytes elsewhere too.
+ * client's fields and headers always kept, and its bytes elsewhere too;
+ * the family's table: every upstream-type the config takes is the backend
+ * of that name, and what differs by type is in its operations.
  */
 #include "t.h"
 
@@ -297,8 +299,39 @@ static void test_anthropic_min_tokens(void)
     T_CHECK_INT(backend_anthropic_min_tokens(NULL), 1024);
 }
 
+/* The value conf stores for each name is the position of that backend in the family's table. */
+static void test_family(void)
+{
+    static const struct {
+        const char *name;
+        bool stream_usage;
+        int64_t prompt_cache_ms;
+    } types[] = {
+        {"openai", true, 0},
+        {"anthropic", false, 5 * 60 * 1000},
+        {"vllm", true, 0},
+        {"sglang", true, 0},
+    };
+    char err[256];
+    struct conf *c = conf_create();
+    for (size_t i = 0; i < PC_ARRAY_LEN(types); i++) {
+        T_CHECK_INT(conf_set(c, "upstream-type", types[i].name, err, sizeof err), 0);
+        const struct backend_ops *ops = backend_for(c->upstream_type);
+        T_CHECK_STR(ops->name, types[i].name);
+        T_CHECK(ops->stream_usage == types[i].stream_usage);
+        T_CHECK(ops->prompt_cache_ms == types[i].prompt_cache_ms);
+        T_CHECK(ops->credential != NULL);
+    }
+    T_CHECK_INT(conf_set(c, "upstream-type", "bogus", err, sizeof err), -1);
+    T_CHECK_STR(err, "\"bogus\" is not one of openai, anthropic, vllm or sglang");
+    T_CHECK_STR(backend_for(-1)->name, "openai");
+    T_CHECK_STR(backend_for((int)PC_ARRAY_LEN(types))->name, "openai");
+    conf_destroy(&c);
+}
+
 int main(void)
 {
+    T_RUN(test_family);
     T_RUN(test_include_usage);
     T_RUN(test_openai);
     T_RUN(test_vllm);

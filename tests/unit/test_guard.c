@@ -204,10 +204,28 @@ static void test_direction(void)
         {"A woman is playing the keyboard and a man is dancing",
          "A woman is dancing and a man is playing the keyboard"},
         {"A big potato is knocking a green ball", "A big green ball is knocking a potato"},
+        /* the heads swapped, a word that describes both kept */
+        {"A nude lady is walking in front of a crowd",
+         "A nude crowd is walking in front of a lady"},
+        /* a subject of a plural verb */
+        {"Four young men are standing still and a car is exploding behind them",
+         "Four young men are exploding and a car is standing still behind them"},
+        /* the same subject acts in one text and is acted on in the other */
+        {"A dog with a ball is being chased in the grass", "A dog is chasing a ball in the grass"},
+        {"The cat is being followed by the dog", "The cat is following the dog"},
     };
     static const struct pair pass[] = {
         {"What are the best things to do in Jaipur?", "In Jaipur, what are the best things to do?"},
         {"A man is slicing a tomato", "A tomato is being sliced by a man"}, /* passive */
+        {"A dog is being chased by a cat", "A cat is chasing a dog"},
+        {"A woman is being handed balls by another woman",
+         "One woman is handing balls to another woman"},
+        {"A man is leading a horse that is pulling a cart",
+         "A man is leading a cart that is being pulled by a horse"},
+        {"Four young men are standing still", "Four men who are young are standing still"},
+        {"A man and a woman are walking in the park", "A woman and a man are walking in the park"},
+        {"If I fire a bullet backward; will the bullet be going backwards?",
+         "If I fire a bullet backward will the bullet be going backwards"},
         {"A cute panda is lying down", "A panda that is cute is lying down"},
         {"A man is playing a guitar and a woman is singing",
          "A woman is singing and a man is playing a guitar"},
@@ -232,10 +250,23 @@ static void test_question(void)
         {"Why is the sky blue?", "What makes the sky blue?"},
         {"Are we cool?", "We are cool."},
         {"Is he learning French?", "He is learning French."},
+        /* an open question against a statement */
+        {"Her scan, what was the ejection fraction?", "the ejection fraction is her scan"},
+        {"What is the capital of Canada?", "The capital of Canada is Ottawa."},
+        {"Who won the election?", "The election was won by the Democrats."},
     };
     static const struct pair pass[] = {
         {"How do I lose weight?", "What is the best way to lose weight?"},
         {"Capital of Canada", "What is the capital of Canada?"},
+        {"What is the capital of Canada?", "tell me the capital of Canada"},
+        /* a question word that opens a clause in a statement asks nothing */
+        {"When the format is set, every file will be converted.",
+         "Once the format is set, every file will be converted."},
+        /* a phrase put in front, a question word misspelled */
+        {"Is there a way to see my likes on Facebook?",
+         "On Facebook, is there a way to see my likes?"},
+        {"Where can I learn calligraphy in Toronto?", "Whre can I learn calligraphy in Toronto?"},
+        {"Which way should the panel point?", "Whcih way should the panel point?"},
         {"Should I buy a house?", "Is it smart to buy a house?"},
         {"Please, how much is a coffee?", "How much does a coffee cost?"},
         {"Are we cool?", "are we cool"},
@@ -424,9 +455,17 @@ static void test_verbs(void)
         {"A dog is running through the leaves", "A dog is resting in the leaves"},
         {"Two toddlers are sleeping in a wagon", "Two toddlers are eating in a wagon"},
         {"My laptop is overheating, why?", "My laptop is crashing, why?"},
+        /* one subject, another verb, whatever the other verbs of the texts */
+        {"A grey dog is running in the grass and a brown dog looks on",
+         "A grey dog is lying in the grass and a brown dog is looking on"},
+        /* "putting" is put, not putt (a stroke in golf, a way to play) */
+        {"A man is putting away a guitar", "A man is passionately playing a guitar"},
     };
     static const struct pair pass[] = {
         {"A woman is slicing an onion", "A woman is cutting an onion"},
+        {"A man is playing a guitar and singing", "A man is singing and playing a guitar"},
+        {"A grey dog is running in the grass and a brown dog looks on",
+         "A grey dog is running on the grass and a brown dog is looking on"},
         {"A tiger is pacing around a cage", "A tiger is walking around a cage"},
         {"What is cloud computing?", "What is cloud commputing?"}, /* a typo */
         {"A man is wearing a hat and dancing", "A man with a hat is dancing"},
@@ -452,6 +491,24 @@ static void test_rank(void)
         {"cheapest flights to Rome", "the cheapest flight to Rome"},
     };
     EXPECT(GUARD_RANK, rej, pass);
+}
+
+static void test_quantity(void)
+{
+    static const struct pair rej[] = {
+        {"Kids are playing in front of lots of people", "Kids are playing in front of few people"},
+        {"A girl is standing on one leg", "A girl is standing on both legs"},
+        {"Do all students pass the exam?", "Do some students pass the exam?"},
+        {"Does it always rain in Seattle?", "Does it rarely rain in Seattle?"},
+    };
+    static const struct pair pass[] = {
+        {"Kids are playing in front of lots of people", "Kids are playing in front of many people"},
+        {"Do all students pass the exam?", "Does every student pass the exam?"},
+        {"Which one is better?", "Which is better, both?"}, /* not in the same place */
+        {"Does it always rain in Seattle?", "Does it rain in Seattle all the time?"},
+        {"some of the books", "some of the books"},
+    };
+    EXPECT(GUARD_QUANTITY, rej, pass);
 }
 
 /* Near-duplicates that every guard lets through. */
@@ -629,6 +686,7 @@ int main(void)
     T_RUN(test_intent);
     T_RUN(test_verbs);
     T_RUN(test_rank);
+    T_RUN(test_quantity);
     T_RUN(test_pass_all);
     T_RUN(test_names_and_parse);
     T_RUN(test_hostile_input);

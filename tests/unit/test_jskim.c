@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "pc_api.h"
+#include "pc_dialect.h"
 #include "pc_jskim.h"
 
 #include "../fuzz/jskim_agree.h"
@@ -118,7 +119,7 @@ static void test_cut(void)
     const cJSON *details = api_member(api_member(r, "usage"), "prompt_tokens_details");
     T_CHECK_INT(cJSON_GetNumberValue(api_member(details, "cached_tokens")), 1024);
     struct api_usage u;
-    api_usage_from_response(API_CHAT, r, &u);
+    dialect_usage(API_CHAT, r, &u);
     T_CHECK(u.present);
     T_CHECK_INT(u.prompt, 1200);
     T_CHECK_INT(u.completion, 7);

@@ -6,6 +6,7 @@
  * end). No socket, Redis or upstream: every completion is the test's, and
  * the event loop only delivers the flight's news and the deferred frees.
  */
+#include "pc_backend.h"
 #include "pc_bound.h"
 #include "pc_cache.h"
 #include "pc_conf.h"
@@ -403,6 +404,7 @@ static void world_up(int argc, char **argv)
     memset(&wk, 0, sizeof(wk));
     wk.magic = WORKER_MAGIC;
     wk.conf = conf;
+    wk.backend = backend_for(conf->upstream_type);
     wk.base = base;
     wk.memo = memo_create();
     wk.id_prefix = 0x7e57;
@@ -544,7 +546,7 @@ static void test_hit_at_once(void)
     fake_req_free(&hr2);
 }
 
-/* A stream client gets a stored JSON answer as a stream (rendered by sse_answer). */
+/* A stream client gets a stored JSON answer as a stream (rendered by dialect_answer). */
 static void test_hit_as_stream(void)
 {
     world_default();

@@ -44,6 +44,22 @@ static void test_names(void)
     T_CHECK(r == NULL);
 }
 
+/* Every routing value the config takes is the policy of that name. */
+static void test_policy_names(void)
+{
+    static const char *const names[] = {"round-robin", "least-loaded", "prefix"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(names); i++) {
+        struct route *r = mk_route(names[i], 2, 10);
+        T_CHECK_STR(route_policy_name(r), names[i]);
+        route_destroy(&r);
+    }
+    struct conf *c = conf_create();
+    char err[256];
+    T_CHECK_INT(conf_set(c, "routing", "random", err, sizeof err), -1);
+    T_CHECK_STR(err, "\"random\" is not one of round-robin, least-loaded or prefix");
+    conf_destroy(&c);
+}
+
 static void test_round_robin(void)
 {
     struct route *r = mk_route("round-robin", 3, 10);
@@ -378,6 +394,7 @@ static void test_prefix_min_match(void)
 
 int main(void)
 {
+    T_RUN(test_policy_names);
     T_RUN(test_names);
     T_RUN(test_round_robin);
     T_RUN(test_least_loaded);

@@ -1,13 +1,14 @@
 /*
- * test_sse.c - server-sent events (src/sse.c): the W3C parser's edge cases,
- * assembling realistic OpenAI chat / completions and Anthropic streams into
- * the non-stream answers, rejecting cut-off and failed streams, synthesizing
- * streams that assemble back to the same answer, and replay.
+ * test_sse.c - server-sent events (src/sse.c) and the dialects over them
+ * (src/dialect/): the W3C parser's edge cases, assembling realistic OpenAI
+ * chat / completions, Anthropic and Responses API streams into the
+ * non-stream answers, rejecting cut-off and failed streams, synthesizing
+ * streams that assemble back to the same answer, replay and the usage filter.
  *
  * Fixtures are written with ' for " and ` for \" (see q()) so the JSON stays
  * readable; a literal apostrophe in text is written \u0027.
  */
-#include "pc_sse.h"
+#include "pc_dialect.h"
 #include "t.h"
 
 /* --- helpers ------------------------------------------------------------- */
@@ -40,7 +41,7 @@ static cJSON *json_q(const char *s)
 static cJSON *assemble_q(enum api_endpoint e, const char *rec, struct api_usage *u)
 {
     char *t = q(rec);
-    cJSON *j = sse_assemble(e, t, strlen(t), u);
+    cJSON *j = dialect_assemble(e, t, strlen(t), u);
     free(t);
     return j;
 }
@@ -48,7 +49,7 @@ static cJSON *assemble_q(enum api_endpoint e, const char *rec, struct api_usage 
 static bool complete_q(enum api_endpoint e, const char *rec)
 {
     char *t = q(rec);
-    bool ok = sse_complete(e, t, strlen(t));
+    bool ok = dialect_complete(e, t, strlen(t));
     free(t);
     return ok;
 }
@@ -346,7 +347,7 @@ static const char an_error_stream[] =
     AN("error", "{'type':'error','error':{'type':'overloaded_error','message':'Overloaded'}}")
     AN_END;
 
-/* Chat recordings sse_assemble must refuse. */
+/* Chat recordings dialect_assemble must refuse. */
 static const char *const chat_bad[] = {
     "data: not json\n\n" DONE,
     "data: [1,2]\n\n" DONE,
@@ -363,7 +364,7 @@ static const char *const chat_bad[] = {
     "",
 };
 
-/* Anthropic recordings sse_assemble must refuse. */
+/* Anthropic recordings dialect_assemble must refuse. */
 static const char *const an_bad[] = {
     /* block before message_start */
     AN_START(0, "{'type':'text','text':''}") AN("message_stop", "{}"),
@@ -721,25 +722,25 @@ static void check_cut(enum api_endpoint e, const char *stream)
     char *full = q(stream);
     char *cut = drop_last_event(full);
     struct api_usage u = {true, 1, 1, 1, 0};
-    T_CHECK(sse_complete(e, full, strlen(full)));
-    T_CHECK(!sse_complete(e, cut, strlen(cut)));
-    cJSON *a = sse_assemble(e, cut, strlen(cut), &u);
+    T_CHECK(dialect_complete(e, full, strlen(full)));
+    T_CHECK(!dialect_complete(e, cut, strlen(cut)));
+    cJSON *a = dialect_assemble(e, cut, strlen(cut), &u);
     T_CHECK(a == NULL);
     T_CHECK(!u.present);
     cJSON_Delete(a);
     /* the terminator without its blank line is not dispatched either */
-    a = sse_assemble(e, full, strlen(full) - 1, NULL);
+    a = dialect_assemble(e, full, strlen(full) - 1, NULL);
     T_CHECK(a == NULL);
     cJSON_Delete(a);
-    T_CHECK(!sse_complete(e, full, strlen(full) - 1));
+    T_CHECK(!dialect_complete(e, full, strlen(full) - 1));
     /* cut anywhere else */
     for (size_t n = 0; n + 1 < strlen(full); n += 37) {
-        a = sse_assemble(e, full, n, NULL);
+        a = dialect_assemble(e, full, n, NULL);
         T_CHECK(a == NULL);
         cJSON_Delete(a);
     }
     struct pc_buf out = PC_BUF_INIT;
-    T_CHECK_INT(sse_replay(e, cut, strlen(cut), true, &out), -1);
+    T_CHECK_INT(dialect_replay(e, cut, strlen(cut), true, &out), -1);
     T_CHECK_INT(out.len, 0);
     pc_buf_free(&out);
     free(cut);
@@ -779,14 +780,14 @@ static void check_round_trip(enum api_endpoint e, const char *answer)
 {
     cJSON *want = json_q(answer);
     struct pc_buf out = PC_BUF_INIT;
-    T_CHECK_INT(sse_synthesize(e, want, true, &out), 0);
-    T_CHECK(sse_complete(e, out.data, out.len));
+    T_CHECK_INT(dialect_synthesize(e, want, true, &out), 0);
+    T_CHECK(dialect_complete(e, out.data, out.len));
     struct api_usage u1, u2;
-    cJSON *got = sse_assemble(e, out.data, out.len, &u1);
+    cJSON *got = dialect_assemble(e, out.data, out.len, &u1);
     T_CHECK(got != NULL && cJSON_Compare(got, want, true));
     if (got == NULL || !cJSON_Compare(got, want, true))
         fprintf(stderr, "  stream was:\n%s\n", pc_buf_cstr(&out));
-    cJSON *again = sse_assemble(e, out.data, out.len, &u2);
+    cJSON *again = dialect_assemble(e, out.data, out.len, &u2);
     T_CHECK(u1.present == u2.present && u1.prompt == u2.prompt);
     cJSON_Delete(again);
     cJSON_Delete(got);
@@ -843,8 +844,8 @@ static void test_round_trip_streams(void)
     for (size_t i = 0; i < PC_ARRAY_LEN(cases); i++) {
         cJSON *a = assemble_q(cases[i].e, cases[i].s, NULL);
         struct pc_buf out = PC_BUF_INIT;
-        T_CHECK_INT(sse_synthesize(cases[i].e, a, true, &out), 0);
-        cJSON *b = sse_assemble(cases[i].e, out.data, out.len, NULL);
+        T_CHECK_INT(dialect_synthesize(cases[i].e, a, true, &out), 0);
+        cJSON *b = dialect_assemble(cases[i].e, out.data, out.len, NULL);
         T_CHECK(a != NULL && b != NULL && cJSON_Compare(a, b, true));
         cJSON_Delete(a);
         cJSON_Delete(b);
@@ -898,7 +899,7 @@ static void test_synth_shape(void)
     cJSON_ReplaceItemInObject(msg, "content", cJSON_CreateString(pc_buf_cstr(&text)));
     for (int usage = 0; usage <= 1; usage++) {
         struct pc_buf out = PC_BUF_INIT;
-        T_CHECK_INT(sse_synthesize(API_CHAT, ans, usage, &out), 0);
+        T_CHECK_INT(dialect_synthesize(API_CHAT, ans, usage, &out), 0);
         struct pieces p = {0, 0, 0, 0, 0};
         struct sse_parser ps;
         sse_parser_init(&ps);
@@ -920,7 +921,7 @@ static void test_synth_anthropic_events(void)
 {
     cJSON *ans = json_q(an_answer);
     struct pc_buf out = PC_BUF_INIT;
-    T_CHECK_INT(sse_synthesize(API_MESSAGES, ans, false, &out), 0);
+    T_CHECK_INT(dialect_synthesize(API_MESSAGES, ans, false, &out), 0);
     const char *s = pc_buf_cstr(&out);
     T_CHECK(strncmp(s, "event: message_start\ndata: {\"type\":\"message_start\",", 51) == 0);
     T_CHECK(strstr(s, "\"content\":[],\"stop_reason\":null,\"stop_sequence\":null") != NULL);
@@ -952,15 +953,15 @@ static void test_synth_rejects(void)
     cJSON *chat = json_q(chat_answer), *an = json_q(an_answer);
     cJSON *emb = json_q("{'object':'list','data':[{'object':'embedding','index':0,"
                         "'embedding':[0.1,0.2]}],'model':'text-embedding-3-small'}");
-    T_CHECK_INT(sse_synthesize(API_EMBEDDINGS, emb, false, &out), -1);
-    T_CHECK_INT(sse_synthesize(API_NONE, chat, false, &out), -1);
-    T_CHECK_INT(sse_synthesize(API_CHAT, an, false, &out), -1);
-    T_CHECK_INT(sse_synthesize(API_MESSAGES, chat, false, &out), -1);
-    T_CHECK_INT(sse_synthesize(API_CHAT, NULL, false, &out), -1);
+    T_CHECK_INT(dialect_synthesize(API_EMBEDDINGS, emb, false, &out), -1);
+    T_CHECK_INT(dialect_synthesize(API_NONE, chat, false, &out), -1);
+    T_CHECK_INT(dialect_synthesize(API_CHAT, an, false, &out), -1);
+    T_CHECK_INT(dialect_synthesize(API_MESSAGES, chat, false, &out), -1);
+    T_CHECK_INT(dialect_synthesize(API_CHAT, NULL, false, &out), -1);
     T_CHECK_INT(out.len, 4);
-    T_CHECK(sse_assemble(API_EMBEDDINGS, "data: [DONE]\n\n", 14, NULL) == NULL);
-    T_CHECK(!sse_complete(API_EMBEDDINGS, "data: [DONE]\n\n", 14));
-    T_CHECK_INT(sse_replay(API_EMBEDDINGS, "data: [DONE]\n\n", 14, true, &out), -1);
+    T_CHECK(dialect_assemble(API_EMBEDDINGS, "data: [DONE]\n\n", 14, NULL) == NULL);
+    T_CHECK(!dialect_complete(API_EMBEDDINGS, "data: [DONE]\n\n", 14));
+    T_CHECK_INT(dialect_replay(API_EMBEDDINGS, "data: [DONE]\n\n", 14, true, &out), -1);
     T_CHECK_INT(out.len, 4);
     cJSON_Delete(chat);
     cJSON_Delete(an);
@@ -974,14 +975,14 @@ static void test_replay(void)
 {
     char *rec = q(chat_stream);
     struct pc_buf out = PC_BUF_INIT;
-    T_CHECK_INT(sse_replay(API_CHAT, rec, strlen(rec), true, &out), 0);
+    T_CHECK_INT(dialect_replay(API_CHAT, rec, strlen(rec), true, &out), 0);
     T_CHECK_STR(pc_buf_cstr(&out), rec);
     out.len = 0;
-    T_CHECK_INT(sse_replay(API_CHAT, rec, strlen(rec), false, &out), 0);
+    T_CHECK_INT(dialect_replay(API_CHAT, rec, strlen(rec), false, &out), 0);
     T_CHECK(strstr(pc_buf_cstr(&out), "prompt_tokens") == NULL);
     T_CHECK(strstr(out.data, "\"usage\":null") != NULL); /* left as recorded */
-    T_CHECK(sse_complete(API_CHAT, out.data, out.len));
-    cJSON *a = sse_assemble(API_CHAT, out.data, out.len, NULL);
+    T_CHECK(dialect_complete(API_CHAT, out.data, out.len));
+    cJSON *a = dialect_assemble(API_CHAT, out.data, out.len, NULL);
     T_CHECK(a != NULL && cJSON_GetObjectItem(a, "usage") == NULL);
     cJSON_Delete(a);
     free(rec);
@@ -989,7 +990,7 @@ static void test_replay(void)
     /* Anthropic passes through byte for byte, pings included */
     rec = q(an_stream);
     out.len = 0;
-    T_CHECK_INT(sse_replay(API_MESSAGES, rec, strlen(rec), false, &out), 0);
+    T_CHECK_INT(dialect_replay(API_MESSAGES, rec, strlen(rec), false, &out), 0);
     T_CHECK_STR(pc_buf_cstr(&out), rec);
     free(rec);
 
@@ -997,10 +998,10 @@ static void test_replay(void)
     const char *crlf = ": OPENROUTER PROCESSING\r\n\r\ndata: {\"choices\":[],\r\ndata: \"x\":1}"
                        "\r\n\r\ndata: [DONE]\r\n\r\n";
     out.len = 0;
-    T_CHECK_INT(sse_replay(API_CHAT, crlf, strlen(crlf), false, &out), 0);
+    T_CHECK_INT(dialect_replay(API_CHAT, crlf, strlen(crlf), false, &out), 0);
     T_CHECK_STR(pc_buf_cstr(&out), "data: {\"choices\":[],\ndata: \"x\":1}\n\ndata: [DONE]\n\n");
     out.len = 0;
-    T_CHECK_INT(sse_replay(API_CHAT, "data: nope\n\ndata: [DONE]\n\n", 26, true, &out), -1);
+    T_CHECK_INT(dialect_replay(API_CHAT, "data: nope\n\ndata: [DONE]\n\n", 26, true, &out), -1);
     T_CHECK_INT(out.len, 0);
     pc_buf_free(&out);
 }
@@ -1133,7 +1134,7 @@ static void check_rs_synth(const char *answer, const char *text)
 {
     cJSON *resp = json_q(answer);
     struct pc_buf out = PC_BUF_INIT;
-    T_CHECK_INT(sse_synthesize(API_RESPONSES, resp, false, &out), 0);
+    T_CHECK_INT(dialect_synthesize(API_RESPONSES, resp, false, &out), 0);
     struct rs_check c = {NULL, 0, 0, PC_BUF_INIT};
     struct sse_parser p;
     sse_parser_init(&p);
@@ -1160,7 +1161,7 @@ static void test_responses_synth(void)
     /* an incomplete response ends with response.incomplete */
     cJSON *rich = json_q(rs_rich_answer);
     struct pc_buf out = PC_BUF_INIT;
-    T_CHECK_INT(sse_synthesize(API_RESPONSES, rich, false, &out), 0);
+    T_CHECK_INT(dialect_synthesize(API_RESPONSES, rich, false, &out), 0);
     T_CHECK(strstr(pc_buf_cstr(&out), "event: response.incomplete\n") != NULL);
     T_CHECK(strstr(out.data, "response.reasoning_summary_text.delta") != NULL);
     T_CHECK(strstr(out.data, "response.refusal.done") != NULL);
@@ -1175,7 +1176,7 @@ static void test_responses_synth(void)
     for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
         cJSON *b = json_q(bad[i]);
         out.len = 0;
-        T_CHECK_INT(sse_synthesize(API_RESPONSES, b, false, &out), -1);
+        T_CHECK_INT(dialect_synthesize(API_RESPONSES, b, false, &out), -1);
         T_CHECK_INT(out.len, 0);
         cJSON_Delete(b);
     }
@@ -1186,7 +1187,7 @@ static void test_responses_replay(void)
 {
     char *rec = q(rs_stream);
     struct pc_buf out = PC_BUF_INIT;
-    T_CHECK_INT(sse_replay(API_RESPONSES, rec, strlen(rec), false, &out), 0);
+    T_CHECK_INT(dialect_replay(API_RESPONSES, rec, strlen(rec), false, &out), 0);
     T_CHECK_STR(pc_buf_cstr(&out), rec);
     pc_buf_free(&out);
     free(rec);

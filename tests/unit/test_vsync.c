@@ -1,22 +1,28 @@
 /*
- * test_vsync.c - the vector records' names and commands, the range checks
- * of stream events, and the stream's two readers against a real
- * redis-server that this test starts (a private directory, a unix socket
- * and a free loopback port) and kills at exit. The vector index's reader:
- * rebuild from SCAN (records of another space, dimension or expired skipped,
- * corrupt ones counted), stream add/del/flush applied, writes through a
- * worker's struct store, events lost to trimming answered with a rebuild,
- * waiting for the schema, and a Redis restart followed by a reconnect and a
- * rebuild. The L1's reader: other processes' writes drop keys, its own do
- * not, forged events are rejected and counted, and a read made before a
- * change never goes in after it.
+ * test_vsync.c - the vector records' and member lists' names and commands,
+ * the range checks of stream events, and the stream's handlers fed by the
+ * process's follower (pc_follow.h) against a real redis-server that this
+ * test starts (a private directory, a unix socket and a free loopback port)
+ * and kills at exit. The vector index: nothing loaded at start, a partition
+ * loaded on first use from its member list (records of another space,
+ * dimension or partition skipped, corrupt ones and forged members counted,
+ * members whose record has gone trimmed), stream add/del/flush applied to
+ * loaded partitions only, writes through a worker's struct store, events
+ * lost to trimming answered with a reload, waiting for the schema, a Redis
+ * restart followed by a reconnect and a reload, a small budget (evictions,
+ * reloads), and the one-time listing of vectors stored before member lists.
+ * The L1's handler: other processes' writes drop keys, its own do not,
+ * forged events are rejected and counted, a read made before a change never
+ * goes in after it, Redis gone empties it, and the follower stops at once.
  *
  * Every wait is for a condition, with a generous deadline; how long the
  * reader took to apply an event is printed, not asserted.
  */
+#include "pc_follow.h"
 #include "pc_l1.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
+#include "pc_rcli.h"
 #include "pc_stats.h"
 #include "pc_store.h"
 #include "pc_util.h"
@@ -257,16 +263,21 @@ static void encode(unsigned n, const struct rec_opts *o, struct pc_buf *out)
 
 static const struct rec_opts DEFAULT = {SPACE, DIM, 0, 1, 1};
 
-/* SET the record of key n (and, with event, XADD add), as the cache module would. */
+/* SET the record of key n with its member (and, with event, XADD add), as the cache module
+ * would. */
 static void put(redisContext *c, unsigned n, const struct rec_opts *o, bool event)
 {
     struct pc_buf rec = PC_BUF_INIT;
-    unsigned char key[VINDEX_KEY_LEN], tenant[VINDEX_TENANT_LEN];
+    unsigned char key[VINDEX_KEY_LEN], tenant[VINDEX_TENANT_LEN], part[VINDEX_PART_LEN];
     encode(n, o, &rec);
     key_of(n, key);
     tenant_of(o->tenant, tenant);
+    part_of(o->part, part);
     struct vsync_argv a;
     vsync_argv_set(&a, tenant, key, rec.data, rec.len, 3600000);
+    run(c, a.argc, a.argv, a.lens);
+    int64_t exp = o->expires_ms > 0 ? o->expires_ms : pc_wall_ms() + 3600000;
+    vsync_argv_member_add(&a, tenant, key, part, exp);
     run(c, a.argc, a.argv, a.lens);
     if (event) {
         vsync_argv_add(&a, tenant, key, rec.data, rec.len);
@@ -348,15 +359,14 @@ static bool ready(void *s, uintptr_t want)
     return vsync_ready(s) == (bool)want;
 }
 
-static bool rebuilds_reach(void *s, uintptr_t n)
+static bool loads_reach(void *s, uintptr_t n)
 {
     struct vsync_counters c;
     vsync_get_counters(s, &c);
-    return c.rebuilds >= n && c.ready;
+    return c.loads >= n;
 }
 
-/* The reader counts an event after applying it: a test that saw the index change awaits the count.
- */
+/* The handler counts an event after applying it: a test that saw the index change awaits it. */
 static bool events_reach(void *s, uintptr_t n)
 {
     struct vsync_counters c;
@@ -364,7 +374,7 @@ static bool events_reach(void *s, uintptr_t n)
     return c.events >= n;
 }
 
-/* Whether this (fresh) Redis has answered a GET: only the reader sends one. */
+/* Whether this (fresh) Redis has answered a GET: only the loader sends one. */
 static bool schema_read(void *c, uintptr_t unused)
 {
     (void)unused;
@@ -375,17 +385,114 @@ static bool schema_read(void *c, uintptr_t unused)
     return yes;
 }
 
-static struct vindex *mk_index(void)
+/*
+ * What the semantic module sets up: a bounded (lazy) index, the loader, and
+ * the process's follower handing the stream's entries to it.
+ */
+struct rig {
+    struct vindex *v;
+    struct vsync *s;
+    struct follow *f;
+};
+
+static void rig_entry(void *arg, const redisReply *fields)
 {
-    struct vindex_opts o = {.dim = DIM};
-    return vindex_create(&o);
+    vsync_on_entry(arg, fields);
 }
 
-static struct vsync *mk_reader(struct vindex *v, size_t batch)
+static int rig_start(void *arg, struct rcli *k)
 {
+    (void)k;
+    vsync_on_start(arg);
+    return 0;
+}
+
+static void rig_down(void *arg)
+{
+    vsync_on_down(arg);
+}
+
+static struct rig rig_up(size_t max_bytes, size_t count, int64_t max_ttl_ms, struct stats *row)
+{
+    struct rig g;
+    struct vindex_opts vo = {.dim = DIM, .lazy = true, .max_bytes = max_bytes, .row = row};
+    g.v = vindex_create(&vo);
     struct vsync_opts o = {
-        .url = R.url, .space = SPACE, .index = v, .block_ms = 200, .batch = batch};
-    return vsync_start(&o);
+        .url = R.url, .space = SPACE, .index = g.v, .max_ttl_ms = max_ttl_ms, .row = row};
+    g.s = vsync_start(&o);
+    static struct stats follow_row; /* the test's: freed with no registry to empty */
+    struct follow_opts fo = {
+        .url = R.url, .timeout_ms = 1000, .block_ms = 200, .count = count, .row = &follow_row};
+    g.f = follow_create(&fo);
+    struct follow_handler h = {.name = "vector index",
+                               .stream = vsync_stream_key(),
+                               .start = rig_start,
+                               .entry = rig_entry,
+                               .down = rig_down,
+                               .arg = g.s};
+    T_CHECK(g.s != NULL && g.f != NULL && follow_add(g.f, &h) == 0 && follow_start(g.f) == 0);
+    return g;
+}
+
+static void rig_down_all(struct rig *g)
+{
+    follow_destroy(&g->f);
+    vsync_stop(&g->s);
+    vindex_destroy(&g->v);
+}
+
+/* Load partition n (of tenant t), waiting for it; its state then. */
+static int load(struct rig *g, unsigned t, unsigned n)
+{
+    unsigned char tenant[VINDEX_TENANT_LEN], part[VINDEX_PART_LEN];
+    tenant_of(t, tenant);
+    part_of(n, part);
+    return vsync_load_wait(g->s, tenant, part, DEADLINE);
+}
+
+/* Whether the loader is connected (it loads nothing before). */
+static bool loader_up(void *s, uintptr_t unused)
+{
+    (void)unused;
+    struct vsync_counters c;
+    vsync_get_counters(s, &c);
+    return c.loader_up;
+}
+
+/* The member lists are marked built (fresh Redis: the loader's one-time scan is over). */
+static bool lists_built(void *c, uintptr_t unused)
+{
+    (void)unused;
+    redisReply *r = redisCommand(c, "GET %spm-ready", PC_KEY_PREFIX);
+    bool yes = r != NULL && r->type == REDIS_REPLY_STRING && strcmp(r->str, "1") == 0;
+    if (r != NULL)
+        freeReplyObject(r);
+    return yes;
+}
+
+static long long zscore_ms(redisContext *c, const char *key, const char *member)
+{
+    redisReply *r = redisCommand(c, "ZSCORE %s %s", key, member);
+    long long v = r != NULL && r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return v;
+}
+
+static long long int_reply(redisContext *c, const char *fmt, const char *key)
+{
+    redisReply *r = redisCommand(c, fmt, key);
+    long long v = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -99;
+    if (r != NULL)
+        freeReplyObject(r);
+    return v;
+}
+
+/* A member of a list: the entry's key in hex (the tenant is the list's). */
+static const char *member_of(const unsigned char key[VINDEX_KEY_LEN], char out[65])
+{
+    pc_hex(key, VINDEX_KEY_LEN, out);
+    return out;
 }
 
 /* --- tests ---------------------------------------------------------------------------- */
@@ -393,16 +500,25 @@ static struct vsync *mk_reader(struct vindex *v, size_t batch)
 static void test_names(void)
 {
     unsigned char t[VINDEX_TENANT_LEN], k[VINDEX_KEY_LEN], t2[VINDEX_TENANT_LEN],
-        k2[VINDEX_KEY_LEN];
+        k2[VINDEX_KEY_LEN], p[VINDEX_PART_LEN];
     for (int i = 0; i < 8; i++)
         t[i] = (unsigned char)(0x10 * i + 1);
     for (int i = 0; i < 32; i++)
         k[i] = (unsigned char)(0xff - i);
+    memset(p, 0xab, sizeof(p));
     char name[VSYNC_KEY_MAX], id[VSYNC_ID_LEN + 1];
     size_t n = vsync_vector_key(t, k, name);
     T_CHECK_STR(name, PC_KEY_PREFIX "v:{0111213141516171:fffefdfcfbfaf9f8f7f6f5f4f3f2f1f0"
                                     "efeeedecebeae9e8e7e6e5e4e3e2e1e0}");
     T_CHECK_INT(n, strlen(name));
+    n = vsync_members_key(t, p, name);
+    T_CHECK_STR(name, PC_KEY_PREFIX "pm:{0111213141516171:abababababababababababababababab"
+                                    "abababababababababababababababab}");
+    T_CHECK_INT(n, strlen(name));
+    vsync_members_pattern("0111213141516171", name);
+    T_CHECK_STR(name, PC_KEY_PREFIX "pm:{0111213141516171:*");
+    vsync_members_pattern(NULL, name);
+    T_CHECK_STR(name, PC_KEY_PREFIX "pm:{*");
     T_CHECK_STR(vsync_stream_key(), PC_KEY_PREFIX "vs");
     vsync_id(t, k, id);
     T_CHECK_INT(vsync_parse_id(id, strlen(id), t2, k2), 0);
@@ -416,10 +532,11 @@ static void test_names(void)
 
     struct vsync_argv a;
     vsync_argv_add(&a, t, k, "REC", 3);
-    T_CHECK_INT(a.argc, 12);
+    T_CHECK_INT(a.argc, 14);
     T_CHECK_STR(a.argv[0], "XADD");
     T_CHECK(a.lens[4] == 6 && memcmp(a.argv[4], "100000", 6) == 0);
     T_CHECK(a.lens[11] == 3 && memcmp(a.argv[11], "REC", 3) == 0);
+    T_CHECK(a.lens[12] == 1 && a.argv[12][0] == 'm' && a.argv[13][0] == '1');
     vsync_argv_flush(&a, NULL);
     T_CHECK_INT(a.argc, 8);
     vsync_argv_flush(&a, t);
@@ -428,91 +545,122 @@ static void test_names(void)
     vsync_argv_set(&a, t, k, "REC", 3, 5000);
     T_CHECK_INT(a.argc, 5);
     T_CHECK(a.lens[4] == 4 && memcmp(a.argv[4], "5000", 4) == 0);
+    vsync_argv_member_add(&a, t, k, p, 1234);
+    T_CHECK_INT(a.argc, 4);
+    T_CHECK(strcmp(a.argv[0], "ZADD") == 0 && a.lens[2] == 4 && a.lens[3] == 64);
+    vsync_argv_member_trim(&a, t, p, 99);
+    T_CHECK(a.argc == 4 && a.lens[3] == 3 && memcmp(a.argv[3], "(99", 3) == 0);
 }
 
-/* Everything the reader does while Redis stays up. */
-static void test_rebuild_and_stream(void)
+/* Loading on first use, and the stream's events, while Redis stays up. */
+static void test_load_and_stream(void)
 {
     redisContext *c = admin();
     run_fmt(c, "FLUSHALL");
     set_schema(c, migrate_latest());
     for (unsigned i = 0; i < 300; i++)
         put(c, i, &DEFAULT, false);
-    struct rec_opts other = DEFAULT, dim8 = DEFAULT, old = DEFAULT;
+    struct rec_opts other = DEFAULT, dim8 = DEFAULT, elsewhere = DEFAULT;
     other.space = "another-embedder-v2";
     dim8.dim = 8;
-    old.expires_ms = pc_wall_ms() - 1000; /* expired by its own clock, still in Redis */
+    elsewhere.part = 2;
     for (unsigned i = 1000; i < 1020; i++)
         put(c, i, &other, false);
     for (unsigned i = 2000; i < 2010; i++)
         put(c, i, &dim8, false);
-    for (unsigned i = 3000; i < 3005; i++)
-        put(c, i, &old, false);
-    run_fmt(c, "SET %sv:{0011223344556677:%064d} %s", PC_KEY_PREFIX, 7, "not a record");
-    run_fmt(c, "SET %sv:{zz} %s", PC_KEY_PREFIX, "a key that is not a vector key");
+    for (unsigned i = 4000; i < 4040; i++)
+        put(c, i, &elsewhere, false);
+    /* A member whose record is not one: listed, then rejected when read. */
+    unsigned char t1[VINDEX_TENANT_LEN], k7[VINDEX_KEY_LEN], p1[VINDEX_PART_LEN];
+    tenant_of(1, t1);
+    key_of(7777, k7);
+    part_of(1, p1);
+    char vkey[VSYNC_KEY_MAX];
+    vsync_vector_key(t1, k7, vkey);
+    run_fmt(c, "SET %s %s", vkey, "not a record");
+    struct vsync_argv a;
+    vsync_argv_member_add(&a, t1, k7, p1, pc_wall_ms() + 60000);
+    run(c, a.argc, a.argv, a.lens);
+    /* A member whose record has gone (deleted behind the lists' back): trimmed by the load. */
+    unsigned char k299[VINDEX_KEY_LEN];
+    char id299[VSYNC_ID_LEN + 1], mkey[VSYNC_KEY_MAX];
+    key_of(299, k299);
+    vsync_vector_key(t1, k299, vkey);
+    member_of(k299, id299);
+    vsync_members_key(t1, p1, mkey);
+    run_fmt(c, "DEL %s", vkey);
 
-    struct vindex *v = mk_index();
-    struct vsync *s = mk_reader(v, 64); /* small batches: several SCAN steps */
-    T_CHECK(s != NULL);
-    T_CHECK(await(ready, s, 1, NULL));
+    struct rig g = rig_up(0, 64, 0, NULL);
+    T_CHECK(await(ready, g.s, 1, NULL));
+    T_CHECK(await(loader_up, g.s, 0, NULL));
+    T_CHECK(await(lists_built, c, 0, NULL));
+    T_CHECK_INT(nvec(g.v), 0); /* nothing is loaded at start */
+    T_CHECK(!found(g.v, 17, 1));
+    uint64_t t0 = pc_mono_ms();
+    T_CHECK_INT(load(&g, 1, 1), VINDEX_RESIDENT);
+    fprintf(stderr, "    a partition of 331 members loaded in %llu ms\n",
+            (unsigned long long)(pc_mono_ms() - t0));
     struct vsync_counters k;
-    vsync_get_counters(s, &k);
-    T_CHECK_INT(k.rebuilds, 1);
-    T_CHECK_INT(k.loaded, 300);
-    T_CHECK_INT(k.skipped, 35);
-    T_CHECK_INT(k.corrupt, 2);
-    T_CHECK_INT(nvec(v), 300);
-    T_CHECK(found(v, 17, 1));
-    T_CHECK(!found(v, 1003, 1));
+    vsync_get_counters(g.s, &k);
+    T_CHECK_INT(k.loads, 1);
+    T_CHECK_INT(k.loaded, 299);
+    T_CHECK_INT(k.skipped, 30);
+    T_CHECK_INT(k.corrupt, 1);
+    T_CHECK_INT(nvec(g.v), 299); /* partition 2's vectors stay in Redis */
+    T_CHECK_INT(zscore_ms(c, mkey, id299), -1);
+    T_CHECK(found(g.v, 17, 1));
+    T_CHECK(!found(g.v, 1003, 1));
 
-    /* Stream events. */
+    /* Stream events of the loaded partition are applied; those of another are not. */
     uint64_t ms_add, ms_del, ms_flush;
     put(c, 500, &DEFAULT, true);
-    T_CHECK(await(is_found, v, 500, &ms_add));
+    T_CHECK(await(is_found, g.v, 500, &ms_add));
     del(c, 17, 1);
-    T_CHECK(await(not_found, v, 17, &ms_del));
-    T_CHECK_INT(nvec(v), 300);
-    put(c, 1500, &other, true); /* another space: skipped */
+    T_CHECK(await(not_found, g.v, 17, &ms_del));
+    T_CHECK_INT(nvec(g.v), 299);
+    put(c, 4100, &elsewhere, true); /* partition 2 is not loaded: ignored */
+    put(c, 1500, &other, true);     /* another space: skipped */
     struct rec_opts t2 = DEFAULT;
     t2.tenant = 2;
     for (unsigned i = 600; i < 610; i++)
         put(c, i, &t2, true);
-    T_CHECK(await(has_n, v, 310, NULL));
+    T_CHECK(await(has_n, g.v, 309, NULL));
     unsigned char tenant[VINDEX_TENANT_LEN];
     tenant_of(2, tenant);
-    struct vsync_argv a;
     vsync_argv_flush(&a, tenant);
     run(c, a.argc, a.argv, a.lens);
-    T_CHECK(await(has_n, v, 300, &ms_flush));
-    T_CHECK(!found(v, 605, 1));
-    T_CHECK(found(v, 500, 1));
-    vsync_argv_flush(&a, NULL);
-    run(c, a.argc, a.argv, a.lens);
-    T_CHECK(await(has_n, v, 0, NULL));
+    T_CHECK(await(has_n, g.v, 299, &ms_flush));
+    T_CHECK(!found(g.v, 605, 1));
+    T_CHECK(found(g.v, 500, 1));
     fprintf(stderr, "    applied after: add %llu ms, del %llu ms, tenant flush %llu ms\n",
             (unsigned long long)ms_add, (unsigned long long)ms_del, (unsigned long long)ms_flush);
-    T_CHECK(await(events_reach, s, 1 + 1 + 1 + 10 + 1 + 1, NULL));
-    vsync_get_counters(s, &k);
-    T_CHECK_INT(k.events, 1 + 1 + 1 + 10 + 1 + 1);
-    T_CHECK_INT(k.skipped, 36);
-    T_CHECK_INT(k.rebuilds, 1);
+    T_CHECK(await(events_reach, g.s, 1 + 1 + 1 + 10 + 1, NULL));
+    vsync_get_counters(g.s, &k);
+    T_CHECK_INT(k.events, 1 + 1 + 1 + 10 + 1);
+    T_CHECK_INT(k.ignored, 1);
+    T_CHECK_INT(k.skipped, 31);
+
+    /* Partition 2 loads when asked: the event that was ignored is in its member list. */
+    T_CHECK_INT(load(&g, 1, 2), VINDEX_RESIDENT);
+    T_CHECK_INT(nvec(g.v), 299 + 41);
+    vsync_argv_flush(&a, NULL);
+    run(c, a.argc, a.argv, a.lens);
+    T_CHECK(await(has_n, g.v, 0, NULL));
 
     /* Malformed events are counted, not fatal. */
     run_fmt(c, "XADD %s * op add k nothex r x", vsync_stream_key());
     run_fmt(c, "XADD %s * op nonsense", vsync_stream_key());
     put(c, 42, &DEFAULT, true);
-    T_CHECK(await(is_found, v, 42, NULL));
-    vsync_get_counters(s, &k);
-    T_CHECK_INT(k.corrupt, 4);
+    T_CHECK(await(is_found, g.v, 42, NULL));
+    vsync_get_counters(g.s, &k);
+    T_CHECK_INT(k.corrupt, 3);
     T_CHECK(k.ready);
-
-    vsync_stop(&s);
-    T_CHECK(s == NULL);
-    vindex_destroy(&v);
+    rig_down_all(&g);
+    T_CHECK(g.s == NULL && g.f == NULL);
     redisFree(c);
 }
 
-/* Forged events and records: rejected, counted in the row, the index untouched. */
+/* Forged events, records and members: rejected, counted in the row, the index untouched. */
 static struct stats forged_row;
 
 static bool rejects_reach(void *unused, uintptr_t n)
@@ -521,49 +669,68 @@ static bool rejects_reach(void *unused, uintptr_t n)
     return __atomic_load_n(&forged_row.v[STAT_semantic_sync_rejected], __ATOMIC_RELAXED) >= n;
 }
 
-static void test_forged_events(void)
+static void test_forged(void)
 {
     redisContext *c = admin();
     run_fmt(c, "FLUSHALL");
     set_schema(c, migrate_latest());
-    struct rec_opts forever = DEFAULT, far = DEFAULT, ok = DEFAULT;
+    run_fmt(c, "SET %spm-ready 1", PC_KEY_PREFIX);
+    struct rec_opts forever = DEFAULT, far = DEFAULT, ok = DEFAULT, other_part = DEFAULT;
     ok.expires_ms = pc_wall_ms() + 60000;
-    far.expires_ms = pc_wall_ms() + 7200000; /* beyond the reader's max_ttl_ms */
+    far.expires_ms = pc_wall_ms() + 7200000; /* beyond the loader's max_ttl_ms */
+    other_part.part = 9;
     put(c, 1, &ok, false);
     put(c, 2, &forever, false); /* expires_ms 0: no writer makes one */
-    struct vindex *v = mk_index();
-    struct vsync_opts o = {.url = R.url,
-                           .space = SPACE,
-                           .index = v,
-                           .block_ms = 200,
-                           .max_ttl_ms = 3600000,
-                           .row = &forged_row};
-    struct vsync *s = vsync_start(&o);
-    T_CHECK(await(ready, s, 1, NULL));
-    T_CHECK_INT(nvec(v), 1);
-    T_CHECK(await(rejects_reach, NULL, 1, NULL));
+    put(c, 9, &other_part, false);
 
-    char id[VSYNC_ID_LEN + 1];
-    unsigned char key[VINDEX_KEY_LEN], tenant[VINDEX_TENANT_LEN];
-    key_of(1, key);
-    tenant_of(1, tenant);
-    vsync_id(tenant, key, id);
+    /* Members no writer makes, in partition 1's list. */
+    unsigned char t1[VINDEX_TENANT_LEN], t5[VINDEX_TENANT_LEN], p1[VINDEX_PART_LEN],
+        k9[VINDEX_KEY_LEN];
+    tenant_of(1, t1);
+    tenant_of(5, t5);
+    part_of(1, p1);
+    key_of(9, k9);
+    char mkey[VSYNC_KEY_MAX], id[VSYNC_ID_LEN + 1];
+    vsync_members_key(t1, p1, mkey);
+    int64_t soon = pc_wall_ms() + 60000;
+    run_fmt(c, "ZADD %s %lld %s", mkey, (long long)soon, "not an id");
+    vsync_id(t5, k9, id);
+    run_fmt(c, "ZADD %s %lld %s", mkey, (long long)soon, id); /* "tenant:key": not a member */
+    char m[65];
+    run_fmt(c, "ZADD %s %lld %s", mkey, (long long)soon, member_of(k9, m)); /* partition 9's */
+    key_of(10, k9);
+    run_fmt(c, "ZADD %s %s %s", mkey, "1e300", member_of(k9, m)); /* beyond any TTL */
+    key_of(11, k9);
+    run_fmt(c, "ZADD %s %lld.5 %s", mkey, (long long)soon, member_of(k9, m)); /* not whole ms */
+
+    struct rig g = rig_up(0, 0, 3600000, &forged_row);
+    T_CHECK(await(ready, g.s, 1, NULL));
+    T_CHECK(await(loader_up, g.s, 0, NULL));
+    T_CHECK_INT(load(&g, 1, 1), VINDEX_RESIDENT);
+    T_CHECK_INT(nvec(g.v), 1);
+    T_CHECK(found(g.v, 1, 1));
+    T_CHECK(!found(g.v, 9, 1));
+    T_CHECK_INT(forged_row.v[STAT_semantic_members_rejected], 5);
+    T_CHECK(await(rejects_reach, NULL, 1, NULL)); /* the record that never expires */
+
+    key_of(1, k9);
+    vsync_id(t1, k9, id);
     run_fmt(c, "XADD %s * op del k %s0", vsync_stream_key(), id);            /* key too long */
     run_fmt(c, "XADD %s * op del k %s k %s", vsync_stream_key(), id, id);    /* key twice */
     run_fmt(c, "XADD %s * op flush t 00112233445566ZZ", vsync_stream_key()); /* not hex */
     run_fmt(c, "XADD %s * op drop k %s", vsync_stream_key(), id);            /* unknown op */
+    run_fmt(c, "XADD %s * op add k %s r x m 2", vsync_stream_key(), id);     /* m is 1 or absent */
     put(c, 3, &far, true);                                                   /* expiry too far */
     put(c, 4, &ok, true);
-    T_CHECK(await(is_found, v, 4, NULL));
-    T_CHECK(await(rejects_reach, NULL, 1 + 5, NULL));
-    T_CHECK(found(v, 1, 1)); /* none of the forged deletes or flushes was applied */
-    T_CHECK(!found(v, 3, 1));
+    T_CHECK(await(is_found, g.v, 4, NULL));
+    T_CHECK(await(rejects_reach, NULL, 1 + 6, NULL));
+    T_CHECK(found(g.v, 1, 1)); /* none of the forged deletes or flushes was applied */
+    T_CHECK(!found(g.v, 3, 1));
     struct vsync_counters k;
-    vsync_get_counters(s, &k);
-    T_CHECK_INT(k.corrupt, 6);
-    T_CHECK_INT(forged_row.v[STAT_semantic_sync_rejected], 6);
-    vsync_stop(&s);
-    vindex_destroy(&v);
+    vsync_get_counters(g.s, &k);
+    T_CHECK_INT(k.corrupt, 5 + 7);
+    T_CHECK_INT(forged_row.v[STAT_semantic_sync_rejected], 7);
+    rig_down_all(&g);
     redisFree(c);
 }
 
@@ -594,9 +761,10 @@ static void test_store_writers(void)
     redisContext *c = admin();
     run_fmt(c, "FLUSHALL");
     set_schema(c, migrate_latest());
-    struct vindex *v = mk_index();
-    struct vsync *s = mk_reader(v, 0);
-    T_CHECK(await(ready, s, 1, NULL));
+    struct rig g = rig_up(0, 0, 0, NULL);
+    T_CHECK(await(ready, g.s, 1, NULL));
+    T_CHECK(await(loader_up, g.s, 0, NULL));
+    T_CHECK_INT(load(&g, 1, 1), VINDEX_RESIDENT); /* empty, and known to be */
 
     base = event_base_new();
     static struct stats st;
@@ -606,60 +774,63 @@ static void test_store_writers(void)
     T_CHECK(await(store_is_ready, store, 0, NULL));
 
     struct pc_buf rec = PC_BUF_INIT;
-    unsigned char key[VINDEX_KEY_LEN], tenant[VINDEX_TENANT_LEN];
+    unsigned char key[VINDEX_KEY_LEN], tenant[VINDEX_TENANT_LEN], part[VINDEX_PART_LEN];
     encode(77, &DEFAULT, &rec);
     key_of(77, key);
     tenant_of(1, tenant);
-    T_CHECK_INT(vsync_store_put(store, tenant, key, rec.data, rec.len, 60000), 0);
-    T_CHECK(await(found_pumping, v, 77, NULL));
-    char name[VSYNC_KEY_MAX];
+    part_of(1, part);
+    int64_t exp = pc_wall_ms() + 60000;
+    T_CHECK_INT(vsync_store_put(store, tenant, key, part, rec.data, rec.len, 60000, exp), 0);
+    T_CHECK(await(found_pumping, g.v, 77, NULL));
+    char name[VSYNC_KEY_MAX], mkey[VSYNC_KEY_MAX], id[VSYNC_ID_LEN + 1];
     vsync_vector_key(tenant, key, name);
-    redisReply *r = redisCommand(c, "PTTL %s", name);
-    T_CHECK(r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer > 50000);
-    freeReplyObject(r);
-    T_CHECK_INT(vsync_store_del(store, tenant, key), 0);
-    T_CHECK(await(gone_pumping, v, 77, NULL));
-    r = redisCommand(c, "EXISTS %s", name);
-    T_CHECK(r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 0);
-    freeReplyObject(r);
-    T_CHECK_INT(vsync_store_put(store, tenant, key, rec.data, rec.len, 60000), 0);
-    T_CHECK(await(found_pumping, v, 77, NULL));
+    vsync_members_key(tenant, part, mkey);
+    member_of(key, id);
+    T_CHECK(int_reply(c, "PTTL %s", name) > 50000);
+    T_CHECK_INT(zscore_ms(c, mkey, id), exp);
+    long long pttl = int_reply(c, "PTTL %s", mkey); /* the list goes with its last member */
+    T_CHECK(pttl > 50000 && pttl <= 60000);
+    T_CHECK_INT(vsync_store_del(store, tenant, key, part), 0);
+    T_CHECK(await(gone_pumping, g.v, 77, NULL));
+    T_CHECK_INT(int_reply(c, "EXISTS %s", name), 0);
+    T_CHECK_INT(int_reply(c, "EXISTS %s", mkey), 0); /* its one member gone: the list too */
+    T_CHECK_INT(vsync_store_put(store, tenant, key, part, rec.data, rec.len, 60000, exp), 0);
+    T_CHECK(await(found_pumping, g.v, 77, NULL));
     T_CHECK_INT(vsync_store_flush(store, NULL), 0);
-    T_CHECK(await(gone_pumping, v, 77, NULL));
+    T_CHECK(await(gone_pumping, g.v, 77, NULL));
 
     pc_buf_free(&rec);
     store_destroy(&store);
     event_base_free(base);
-    vsync_stop(&s);
-    vindex_destroy(&v);
+    rig_down_all(&g);
     redisFree(c);
 }
 
-/* Events trimmed before the reader got to them: it notices and rebuilds. */
+/* Events trimmed before the follower got to them: what is loaded is read again. */
 static void test_trimmed_events(void)
 {
     redisContext *c = admin();
     run_fmt(c, "FLUSHALL");
     set_schema(c, migrate_latest());
-    struct vindex *v = mk_index();
-    struct vsync *s = mk_reader(v, 10);
-    T_CHECK(await(ready, s, 1, NULL));
+    struct rig g = rig_up(0, 10, 0, NULL);
+    T_CHECK(await(ready, g.s, 1, NULL));
+    T_CHECK(await(loader_up, g.s, 0, NULL));
+    T_CHECK_INT(load(&g, 1, 1), VINDEX_RESIDENT);
     /* 100 records and their events, then a trim to 20, all at once. */
     run_fmt(c, "MULTI");
     for (unsigned i = 0; i < 100; i++)
         put(c, 5000 + i, &DEFAULT, true);
     run_fmt(c, "XTRIM %s MAXLEN 20", vsync_stream_key());
     run_fmt(c, "EXEC");
-    T_CHECK(await(rebuilds_reach, s, 2, NULL));
-    T_CHECK(await(has_n, v, 100, NULL));
-    T_CHECK(found(v, 5003, 1)); /* its event was trimmed: the rebuild's SCAN found it */
-    vsync_stop(&s);
-    vindex_destroy(&v);
+    T_CHECK(await(loads_reach, g.s, 2, NULL));
+    T_CHECK(await(has_n, g.v, 100, NULL));
+    T_CHECK(found(g.v, 5003, 1)); /* its event was trimmed: the reload found it */
+    rig_down_all(&g);
     redisFree(c);
 }
 
-/* Redis dies and comes back empty: the reader reconnects, waits for the schema, rebuilds, and
- * drops what the new Redis does not have. */
+/* Redis dies and comes back empty: the follower and the loader reconnect, the loader waits
+ * for the schema, and what was loaded is read again (dropping what the new Redis lacks). */
 static void test_restart(void)
 {
     redisContext *c = admin();
@@ -668,35 +839,129 @@ static void test_restart(void)
     for (unsigned i = 0; i < 50; i++)
         put(c, i, &DEFAULT, false);
     redisFree(c);
-    struct vindex *v = mk_index();
-    struct vsync *s = mk_reader(v, 0);
-    T_CHECK(await(ready, s, 1, NULL));
-    T_CHECK_INT(nvec(v), 50);
+    struct rig g = rig_up(0, 0, 0, NULL);
+    T_CHECK(await(ready, g.s, 1, NULL));
+    T_CHECK(await(loader_up, g.s, 0, NULL));
+    T_CHECK_INT(load(&g, 1, 1), VINDEX_RESIDENT);
+    T_CHECK_INT(nvec(g.v), 50);
 
     redis_kill();
-    T_CHECK(await(ready, s, 0, NULL));
-    T_CHECK_INT(nvec(v), 50); /* the index keeps serving what it has */
+    T_CHECK(await(ready, g.s, 0, NULL));
+    T_CHECK_INT(nvec(g.v), 50); /* the index keeps serving what it has */
     struct vsync_counters k;
-    vsync_get_counters(s, &k);
-    T_CHECK(k.errors >= 1);
+    vsync_get_counters(g.s, &k);
+    uint64_t loads = k.loads;
 
     redis_start();
     c = admin();
-    set_schema(c, migrate_latest() - 1); /* not migrated yet: the reader waits */
+    set_schema(c, migrate_latest() - 1); /* not migrated yet: the loader waits */
     for (unsigned i = 100; i < 130; i++)
         put(c, i, &DEFAULT, true);
-    T_CHECK(await(schema_read, c, 0, NULL)); /* the reader has looked at the schema ... */
-    T_CHECK(!vsync_ready(s));                /* ... and waits */
-    T_CHECK_INT(nvec(v), 50);
+    T_CHECK(await(schema_read, c, 0, NULL)); /* the loader has looked at the schema ... */
+    vsync_get_counters(g.s, &k);
+    T_CHECK(!k.loader_up); /* ... and waits */
+    T_CHECK_INT(nvec(g.v), 50);
     set_schema(c, migrate_latest());
-    T_CHECK(await(rebuilds_reach, s, 2, NULL));
-    T_CHECK(await(has_n, v, 30, NULL));
-    T_CHECK(!found(v, 3, 1));
-    T_CHECK(found(v, 120, 1));
+    T_CHECK(await(loads_reach, g.s, loads + 1, NULL));
+    T_CHECK(await(has_n, g.v, 30, NULL));
+    T_CHECK(!found(g.v, 3, 1));
+    T_CHECK(found(g.v, 120, 1));
     put(c, 131, &DEFAULT, true);
-    T_CHECK(await(is_found, v, 131, NULL));
-    vsync_stop(&s);
-    vindex_destroy(&v);
+    T_CHECK(await(is_found, g.v, 131, NULL));
+    rig_down_all(&g);
+    redisFree(c);
+}
+
+/* With a small budget: partitions come and go, the index stays under it, and a partition
+ * evicted is found again once asked for. */
+static struct stats budget_row;
+
+static void test_budget(void)
+{
+    redisContext *c = admin();
+    run_fmt(c, "FLUSHALL");
+    set_schema(c, migrate_latest());
+    run_fmt(c, "SET %spm-ready 1", PC_KEY_PREFIX);
+    for (unsigned p = 1; p <= 40; p++) {
+        struct rec_opts o = DEFAULT;
+        o.part = p;
+        for (unsigned i = 0; i < 100; i++)
+            put(c, p * 1000 + i, &o, false);
+    }
+    size_t budget = 64 * 1024; /* about 40% of the 4000 vectors */
+    struct rig g = rig_up(budget, 0, 0, &budget_row);
+    T_CHECK(await(loader_up, g.s, 0, NULL));
+    struct vindex_stats vs;
+    uint64_t peak = 0;
+    for (unsigned round = 0; round < 2; round++)
+        for (unsigned p = 1; p <= 40; p++) {
+            T_CHECK_INT(load(&g, 1, p), VINDEX_RESIDENT);
+            T_CHECK(found(g.v, p * 1000 + 7, p));
+            peak = PC_MAX(peak, budget_row.v[STAT_semantic_index_bytes]);
+        }
+    vindex_get_stats(g.v, &vs);
+    fprintf(stderr, "    budget %zu: peak %llu bytes, %zu partitions loaded, %llu evictions\n",
+            budget, (unsigned long long)peak, vs.loaded, (unsigned long long)vs.evictions);
+    T_CHECK(peak > 0 && peak <= budget);
+    T_CHECK(vs.evictions >= 40);
+    T_CHECK(vs.loaded < 40);
+    T_CHECK_INT(budget_row.v[STAT_semantic_index_evictions], vs.evictions);
+    /* Each partition once per round, and again when it had been evicted (all but those
+     * still held from the round before). */
+    T_CHECK_INT(budget_row.v[STAT_semantic_index_loads], vs.loads);
+    T_CHECK(vs.loads >= 80 - vs.loaded);
+    rig_down_all(&g);
+    redisFree(c);
+}
+
+/* Vectors stored before member lists existed are listed once; an older writer's add event
+ * (no m) gets its member from the loader. */
+static void test_lists_built(void)
+{
+    redisContext *c = admin();
+    run_fmt(c, "FLUSHALL");
+    set_schema(c, migrate_latest());
+    struct pc_buf rec = PC_BUF_INIT;
+    unsigned char key[VINDEX_KEY_LEN], tenant[VINDEX_TENANT_LEN], part[VINDEX_PART_LEN];
+    tenant_of(1, tenant);
+    part_of(1, part);
+    struct rec_opts o = DEFAULT;
+    o.expires_ms = pc_wall_ms() + 600000;
+    for (unsigned i = 0; i < 700; i++) { /* as an older version wrote them: no member */
+        encode(i, &o, &rec);
+        key_of(i, key);
+        struct vsync_argv a;
+        vsync_argv_set(&a, tenant, key, rec.data, rec.len, 600000);
+        run(c, a.argc, a.argv, a.lens);
+        pc_buf_reset(&rec);
+    }
+    struct rig g = rig_up(0, 0, 0, NULL);
+    T_CHECK(await(lists_built, c, 0, NULL));
+    char mkey[VSYNC_KEY_MAX];
+    vsync_members_key(tenant, part, mkey);
+    T_CHECK_INT(int_reply(c, "ZCARD %s", mkey), 700);
+    T_CHECK_INT(int_reply(c, "EXISTS %spm-build", PC_KEY_PREFIX), 0);
+    T_CHECK_INT(load(&g, 1, 1), VINDEX_RESIDENT);
+    T_CHECK_INT(nvec(g.v), 700);
+    /* An add event without m: its record is listed by the loader. */
+    encode(900, &o, &rec);
+    key_of(900, key);
+    char id[VSYNC_ID_LEN + 1];
+    vsync_id(tenant, key, id);
+    struct vsync_argv a;
+    vsync_argv_set(&a, tenant, key, rec.data, rec.len, 600000);
+    run(c, a.argc, a.argv, a.lens);
+    const char *argv[] = {"XADD", vsync_stream_key(), "*", "op", "add", "k", id, "r", rec.data};
+    size_t lens[] = {4, strlen(vsync_stream_key()), 1, 2, 3, 1, VSYNC_ID_LEN, 1, rec.len};
+    run(c, 9, argv, lens);
+    T_CHECK(await(is_found, g.v, 900, NULL));
+    uint64_t t0 = pc_mono_ms();
+    char m[65];
+    while (zscore_ms(c, mkey, member_of(key, m)) < 0 && pc_mono_ms() - t0 < DEADLINE)
+        sleep_ms(5);
+    T_CHECK_INT(zscore_ms(c, mkey, m), o.expires_ms);
+    pc_buf_free(&rec);
+    rig_down_all(&g);
     redisFree(c);
 }
 
@@ -824,6 +1089,12 @@ static bool l1_is_live(void *l, uintptr_t unused)
     return l1_live(l);
 }
 
+static bool l1_not_live(void *l, uintptr_t unused)
+{
+    (void)unused;
+    return !l1_live(l);
+}
+
 struct l1_key {
     struct l1 *l;
     const char *tenant;
@@ -877,7 +1148,11 @@ static void test_l1_reader(void)
     run_fmt(c, "FLUSHALL");
     set_schema(c, migrate_latest());
     struct l1 *l = l1_create(1 << 20);
-    T_CHECK_INT(l1_follow(l, R.url, 1000), 0);
+    static struct stats follow_row;
+    struct follow_opts fo = {.url = R.url, .timeout_ms = 1000, .block_ms = 200, .row = &follow_row};
+    struct follow *f = follow_create(&fo);
+    T_CHECK_INT(l1_follow(l, f), 0);
+    T_CHECK_INT(follow_start(f), 0);
     T_CHECK(await(l1_is_live, l, 0, NULL));
 
     unsigned char tenant[VINDEX_TENANT_LEN], k1[VINDEX_KEY_LEN], k2[VINDEX_KEY_LEN];
@@ -947,13 +1222,26 @@ static void test_l1_reader(void)
     l1_replace(l, th, k1, NULL, 0, later, l1_generation(l)); /* a failed write */
     T_CHECK(l1_has(&a, 0));
 
+    /* Redis gone: the L1 goes dark (emptied, off) until the follower is back. */
+    l1_put(l, th, k2, "two", 3, later, l1_generation(l));
+    T_CHECK(await(l1_has, &b, 1, NULL));
+    redis_kill();
+    T_CHECK(await(l1_not_live, l, 0, NULL));
+    T_CHECK(l1_has(&b, 0));
+    redis_start();
+    T_CHECK(await(l1_is_live, l, 0, NULL));
+    uint64_t t0 = pc_mono_ms();
+    follow_destroy(&f); /* a blocked XREAD is cut at once */
+    fprintf(stderr, "    follower stopped in %llu ms\n", (unsigned long long)(pc_mono_ms() - t0));
+    T_CHECK(pc_mono_ms() - t0 < 150);
     l1_destroy(&l);
     redisFree(c);
 }
 
 static void test_invalid(void)
 {
-    struct vindex *v = mk_index();
+    struct vindex_opts vo = {.dim = DIM};
+    struct vindex *v = vindex_create(&vo);
     struct vsync_opts o = {.url = "http://nope", .space = SPACE, .index = v};
     T_CHECK(vsync_start(&o) == NULL);
     o.url = R.url;
@@ -970,11 +1258,13 @@ int main(void)
     T_RUN(test_names);
     T_RUN(test_event_checks);
     T_RUN(test_invalid);
-    T_RUN(test_rebuild_and_stream);
-    T_RUN(test_forged_events);
+    T_RUN(test_load_and_stream);
+    T_RUN(test_forged);
     T_RUN(test_store_writers);
     T_RUN(test_trimmed_events);
     T_RUN(test_restart);
+    T_RUN(test_budget);
+    T_RUN(test_lists_built);
     T_RUN(test_l1_reader);
     T_DONE();
 }

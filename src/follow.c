@@ -1,0 +1,673 @@
+/*
+ * follow.c - the process's one reader of Redis Streams (see pc_follow.h for
+ * the picture). Owns its thread, its connections (one struct rcli per group
+ * of streams read by one XREAD: every stream on a single server, one stream
+ * per group in a cluster), each stream's position, the handlers' table and a
+ * metrics row (stream_*). The handlers' state is theirs.
+ *
+ * A round: every group without an XREAD outstanding sends one (appended to
+ * its blocking hiredis context and written out), then the thread polls every
+ * group's socket and its wake-up eventfd for at most block_ms + timeout_ms;
+ * a reply is read without blocking (redisBufferRead, then the reader), its
+ * entries handed out. Nothing within that time is a dead server (a frozen
+ * Redis answers nothing, not even the end of a BLOCK).
+ */
+#include "pc_follow.h"
+#include "pc_log.h"
+#include "pc_rcli.h"
+#include "pc_stats.h"
+#include "pc_util.h"
+#include "pc_vsync.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#define FOLLOW_MAGIC   0x464f4c57u /* "FOLW" */
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define STREAM_ID_MAX  48
+#define XREAD_ARGC_MAX (6 + 2 * FOLLOW_STREAMS_MAX)
+
+struct fstream {
+    char *key;
+    char last_id[STREAM_ID_MAX]; /* the last entry read, or the end noted at start */
+    size_t group;
+    uint64_t base_added; /* the stream's entries-added when last_id was noted at its end */
+    uint64_t nread;      /* entries read since */
+    bool no_added;       /* Redis before 7: no entries-added, so the head's id is compared */
+};
+
+struct fgroup {
+    struct rcli k; /* quiet; k.rc routed to the group's streams before each XREAD */
+    bool open;
+    bool waiting; /* an XREAD is outstanding on k.rc */
+    size_t streams[FOLLOW_STREAMS_MAX];
+    size_t n;
+};
+
+struct follow {
+    unsigned magic;
+    char *url;
+    int64_t timeout_ms;
+    int block_ms;
+    size_t count;
+    bool cluster;
+    struct follow_handler h[FOLLOW_HANDLERS_MAX];
+    size_t nh;
+    struct fstream s[FOLLOW_STREAMS_MAX];
+    size_t ns;
+    struct fgroup g[FOLLOW_STREAMS_MAX];
+    size_t ng;
+    struct stats *row; /* stream_*: written by the thread only */
+    bool own_row;      /* made and registered here (freed after the registry is emptied) */
+
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu; /* with cond: the backoff's nap; fds[] for follow_destroy */
+    pthread_cond_t cond;
+    bool stop;                   /* under mu */
+    int fds[FOLLOW_STREAMS_MAX]; /* under mu: the groups' sockets (-1: none) */
+    atomic_bool stopping;
+    int wake; /* eventfd: written by follow_destroy, polled with the sockets */
+    atomic_bool live;
+    bool down_logged;
+    char why[640]; /* the last failure, for the log: what, then rcli's errmsg (512) */
+};
+
+/* --- set-up ------------------------------------------------------------------------------ */
+
+struct follow *follow_create(const struct follow_opts *o)
+{
+    char err[192];
+    struct rurl u;
+    if (rurl_parse(o->url, 0, &u, err, sizeof(err)) < 0) {
+        log_error("follow: invalid redis URL: %s", err);
+        return NULL;
+    }
+    bool cluster = u.kind == RURL_CLUSTER;
+    rurl_free(&u);
+    struct follow *f = pc_calloc(1, sizeof(*f));
+    f->magic = FOLLOW_MAGIC;
+    f->url = pc_strdup(o->url);
+    /* XREAD BLOCK waits block_ms for nothing: every reply wait leaves room for it. */
+    f->timeout_ms = PC_MAX(o->timeout_ms, (int64_t)1000);
+    f->block_ms = o->block_ms > 0 ? o->block_ms : 1000;
+    f->count = o->count > 0 ? o->count : 500;
+    f->cluster = cluster;
+    f->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    for (size_t i = 0; i < FOLLOW_STREAMS_MAX; i++)
+        f->fds[i] = -1;
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&f->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    /* Its own metrics row, registered like the workers' before they start (see server.c). */
+    f->row = o->row;
+    if (f->row == NULL) {
+        f->row = aligned_alloc(64, sizeof(*f->row));
+        if (f->row == NULL)
+            abort();
+        memset(f->row, 0, sizeof(*f->row));
+        stats_register(f->row);
+        f->own_row = true;
+    }
+    return f;
+}
+
+/* The index of stream key, added (with its group) if new; SIZE_MAX when full. */
+static size_t stream_index(struct follow *f, const char *key)
+{
+    for (size_t i = 0; i < f->ns; i++)
+        if (strcmp(f->s[i].key, key) == 0)
+            return i;
+    if (f->ns == FOLLOW_STREAMS_MAX)
+        return SIZE_MAX;
+    struct fstream *s = &f->s[f->ns];
+    s->key = pc_strdup(key);
+    snprintf(s->last_id, sizeof(s->last_id), "0-0");
+    /* One XREAD for every stream of one server; in a cluster each stream's slot is its own. */
+    s->group = f->cluster || f->ng == 0 ? f->ng++ : 0;
+    struct fgroup *g = &f->g[s->group];
+    g->streams[g->n++] = f->ns;
+    return f->ns++;
+}
+
+int follow_add(struct follow *f, const struct follow_handler *h)
+{
+    PC_CHECK_OBJ(f, FOLLOW_MAGIC);
+    if (f->started || f->nh == FOLLOW_HANDLERS_MAX || stream_index(f, h->stream) == SIZE_MAX) {
+        log_error("follow: cannot add the %s's handler (%zu handlers at most, %d streams)", h->name,
+                  (size_t)FOLLOW_HANDLERS_MAX, FOLLOW_STREAMS_MAX);
+        return -1;
+    }
+    f->h[f->nh++] = *h;
+    return 0;
+}
+
+bool follow_live(const struct follow *f)
+{
+    return f != NULL && atomic_load(&f->live);
+}
+
+/* --- connections ---------------------------------------------------------------------------- */
+
+static bool stopping(struct follow *f)
+{
+    return atomic_load(&f->stopping);
+}
+
+/* Sleep ms, or less if follow_destroy is called meanwhile. */
+static void nap(struct follow *f, int64_t ms)
+{
+    struct timespec ts = pc_mono_after(ms);
+    pthread_mutex_lock(&f->mu);
+    while (!f->stop && pthread_cond_timedwait(&f->cond, &f->mu, &ts) == 0) {
+    }
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* A failure: counted, its reason kept for the log line of the outage. */
+static void trouble(struct follow *f, const char *what, const struct rcli *k)
+{
+    stats_incr(f->row, STAT_stream_errors);
+    snprintf(f->why, sizeof(f->why), "%.100s: %s", what,
+             k != NULL && k->errmsg[0] ? k->errmsg : "error");
+}
+
+/* The group's socket (-1: none) for follow_destroy to shut down; false when stopping. */
+static bool group_fd(struct follow *f, size_t i, int fd)
+{
+    pthread_mutex_lock(&f->mu);
+    f->fds[i] = fd;
+    bool stop = f->stop;
+    pthread_mutex_unlock(&f->mu);
+    return !stop;
+}
+
+static void close_all(struct follow *f)
+{
+    for (size_t i = 0; i < f->ng; i++) {
+        group_fd(f, i, -1);
+        if (f->g[i].open)
+            rcli_close(&f->g[i].k);
+        f->g[i].open = false;
+        f->g[i].waiting = false;
+    }
+}
+
+/* Point the group's connection at its streams' node (cluster: their one slot). */
+static int group_route(struct follow *f, size_t i)
+{
+    struct fgroup *g = &f->g[i];
+    const char *key = f->s[g->streams[0]].key;
+    if (rcli_route(&g->k, key, strlen(key)) < 0 || !group_fd(f, i, g->k.rc->fd))
+        return -1;
+    return 0;
+}
+
+static int connect_all(struct follow *f)
+{
+    for (size_t i = 0; i < f->ng; i++) {
+        struct fgroup *g = &f->g[i];
+        g->k.quiet = true;
+        g->k.errmsg[0] = '\0';
+        g->open = true; /* rcli_close is needed even after a failed open */
+        if (rcli_open(&g->k, f->url, f->timeout_ms, "follow") < 0 || group_route(f, i) < 0) {
+            trouble(f, "cannot connect to Redis", &g->k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A stream entry's id ("ms-seq", decimal) into out; -1 if it is not one. */
+static int entry_id(const redisReply *id, char out[STREAM_ID_MAX])
+{
+    uint64_t ms, seq;
+    if (id->type != REDIS_REPLY_STRING || id->len >= STREAM_ID_MAX ||
+        vsync_parse_stream_id(id->str, id->len, &ms, &seq) < 0)
+        return -1;
+    memcpy(out, id->str, id->len);
+    out[id->len] = '\0';
+    return 0;
+}
+
+/* The id of the first entry of an XRANGE / XREVRANGE reply into out ("" if none); -1 if bad. */
+static int first_id(const redisReply *r, char out[STREAM_ID_MAX])
+{
+    out[0] = '\0';
+    if (r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    if (r->elements == 0)
+        return 0;
+    const redisReply *e = r->element[0];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 1)
+        return -1;
+    return entry_id(e->element[0], out);
+}
+
+/* XRANGE / XREVRANGE key from to COUNT 1 on the stream's group: its id, "" if empty. */
+static int stream_edge(struct follow *f, size_t si, const char *cmd, const char *from,
+                       const char *to, char out[STREAM_ID_MAX])
+{
+    struct fgroup *g = &f->g[f->s[si].group];
+    const char *argv[] = {cmd, f->s[si].key, from, to, "COUNT", "1"};
+    redisReply *r = rcli_call(&g->k, 6, argv, NULL);
+    if (r == NULL) {
+        trouble(f, "Redis connection lost", &g->k);
+        return -1;
+    }
+    int rc = r->type == REDIS_REPLY_ERROR ? -1 : first_id(r, out);
+    if (rc < 0) {
+        snprintf(g->k.errmsg, sizeof(g->k.errmsg), "%s: %s: %.200s", g->k.where, cmd,
+                 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        trouble(f, "cannot read a stream's position", &g->k);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* The value of field name in an XINFO STREAM reply (a flat name/value array), or NULL. */
+static const redisReply *xinfo_field(const redisReply *r, const char *name)
+{
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
+        if (rcli_str_is(r->element[i], name))
+            return r->element[i + 1];
+    return NULL;
+}
+
+struct stream_state {
+    char last_id[STREAM_ID_MAX]; /* last-generated-id: "0-0" when there is no stream */
+    uint64_t added, length;      /* entries-added (Redis 7), length */
+    bool has_added;
+};
+
+/* XINFO STREAM of stream si into st; 0, or -1 (counted). */
+static int stream_state(struct follow *f, size_t si, struct stream_state *st)
+{
+    struct fgroup *g = &f->g[f->s[si].group];
+    const char *argv[] = {"XINFO", "STREAM", f->s[si].key};
+    memset(st, 0, sizeof(*st));
+    snprintf(st->last_id, sizeof(st->last_id), "0-0");
+    redisReply *r = rcli_call(&g->k, 3, argv, NULL);
+    if (r == NULL) {
+        trouble(f, "Redis connection lost", &g->k);
+        return -1;
+    }
+    int rc = -1;
+    if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "no such key") != NULL) {
+        st->has_added = true; /* nothing was ever added, as far as anyone can tell */
+        rc = 0;
+    } else if (r->type == REDIS_REPLY_ARRAY) {
+        const redisReply *id = xinfo_field(r, "last-generated-id");
+        const redisReply *added = xinfo_field(r, "entries-added");
+        const redisReply *len = xinfo_field(r, "length");
+        if (id != NULL && entry_id(id, st->last_id) == 0 && len != NULL &&
+            len->type == REDIS_REPLY_INTEGER && len->integer >= 0) {
+            st->length = (uint64_t)len->integer;
+            st->has_added = added != NULL && added->type == REDIS_REPLY_INTEGER &&
+                            added->integer >= len->integer;
+            st->added = st->has_added ? (uint64_t)added->integer : 0;
+            rc = 0;
+        }
+    }
+    if (rc < 0) {
+        snprintf(g->k.errmsg, sizeof(g->k.errmsg), "%s: XINFO STREAM %s: %.200s", g->k.where,
+                 f->s[si].key, r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        trouble(f, "cannot read a stream's position", &g->k);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Note stream si's end: following starts there. */
+static int stream_note(struct follow *f, size_t si)
+{
+    struct stream_state st;
+    if (stream_state(f, si, &st) < 0)
+        return -1;
+    struct fstream *s = &f->s[si];
+    memcpy(s->last_id, st.last_id, sizeof(s->last_id));
+    s->base_added = st.added;
+    s->nread = 0;
+    if (!st.has_added && !s->no_added)
+        log_warn("follow: this Redis does not report entries-added (Redis 7 does): entries of %s "
+                 "trimmed unread are told by the stream's head only",
+                 s->key);
+    s->no_added = !st.has_added;
+    return 0;
+}
+
+/* The handlers of stream si start following it (from its noted position). */
+static int start_stream(struct follow *f, size_t si)
+{
+    struct fgroup *g = &f->g[f->s[si].group];
+    for (size_t i = 0; i < f->nh; i++) {
+        if (strcmp(f->h[i].stream, f->s[si].key) != 0)
+            continue;
+        if (f->h[i].start(f->h[i].arg, &g->k) < 0) {
+            trouble(f, "a catch-up read failed", &g->k);
+            return -1;
+        }
+    }
+    stats_incr(f->row, STAT_stream_restarts);
+    return 0;
+}
+
+static void down_stream(struct follow *f, size_t si)
+{
+    for (size_t i = 0; i < f->nh; i++)
+        if (f->h[i].down != NULL && strcmp(f->h[i].stream, f->s[si].key) == 0)
+            f->h[i].down(f->h[i].arg);
+}
+
+/* Note where each stream ends, then let the handlers catch up. */
+static int start_all(struct follow *f)
+{
+    for (size_t si = 0; si < f->ns; si++)
+        if (stream_note(f, si) < 0)
+            return -1;
+    for (size_t si = 0; si < f->ns; si++)
+        if (start_stream(f, si) < 0)
+            return -1;
+    for (size_t i = 0; i < f->ng; i++)
+        if (group_route(f, i) < 0) {
+            trouble(f, "cannot reach a stream's node", &f->g[i].k);
+            return -1;
+        }
+    return 0;
+}
+
+/* Not following: every handler down, the connections closed; logged once per outage. */
+static void go_down(struct follow *f)
+{
+    if (atomic_exchange(&f->live, false))
+        stats_add(f->row, STAT_stream_following, -1);
+    for (size_t si = 0; si < f->ns; si++)
+        down_stream(f, si);
+    close_all(f);
+    if (!f->down_logged && !stopping(f)) /* a read cut by follow_destroy is no outage */
+        /* Info: the store reports an outage once per process (one warning, one notice). */
+        log_info("follow: cannot follow the Redis streams: %s; retrying with backoff (the L1 is "
+                 "off meanwhile)",
+                 f->why[0] ? f->why : "error");
+    f->down_logged = true;
+}
+
+/* --- a round ------------------------------------------------------------------------------- */
+
+/* Send the group's XREAD (COUNT, BLOCK, its streams from their positions). */
+static int send_xread(struct follow *f, size_t gi)
+{
+    struct fgroup *g = &f->g[gi];
+    char count_s[24], block_s[24];
+    snprintf(count_s, sizeof(count_s), "%zu", f->count);
+    snprintf(block_s, sizeof(block_s), "%d", f->block_ms);
+    const char *argv[XREAD_ARGC_MAX] = {"XREAD", "COUNT", count_s, "BLOCK", block_s, "STREAMS"};
+    int argc = 6;
+    for (size_t j = 0; j < g->n; j++)
+        argv[argc++] = f->s[g->streams[j]].key;
+    for (size_t j = 0; j < g->n; j++)
+        argv[argc++] = f->s[g->streams[j]].last_id;
+    int done = 0;
+    if (redisAppendCommandArgv(g->k.rc, argc, argv, NULL) != REDIS_OK)
+        done = -1;
+    while (done == 0)
+        if (redisBufferWrite(g->k.rc, &done) != REDIS_OK)
+            done = -1;
+    if (done < 0) {
+        snprintf(g->k.errmsg, sizeof(g->k.errmsg), "%s: XREAD: %s", g->k.where,
+                 g->k.rc->errstr[0] ? g->k.rc->errstr : "cannot send");
+        trouble(f, "Redis connection lost", &g->k);
+        return -1;
+    }
+    g->waiting = true;
+    return 0;
+}
+
+/*
+ * Whether entries of stream si not read yet were trimmed away: the stream
+ * keeps entries number added-length+1 .. added (counting every entry ever
+ * added), and this follower has read up to number base_added + nread. Only
+ * a full batch can come after such a loss (a trim keeps more entries than a
+ * batch), so only then is this asked. Before Redis 7: whether the head is
+ * past what was read. 1 lost, 0 not, -1 failed.
+ */
+static int entries_lost(struct follow *f, size_t si)
+{
+    struct fstream *s = &f->s[si];
+    if (s->no_added) {
+        char first[STREAM_ID_MAX];
+        if (stream_edge(f, si, "XRANGE", "-", "+", first) < 0)
+            return -1;
+        uint64_t fm = 0, fs = 0, lm = 0, ls = 0;
+        vsync_parse_stream_id(first, strlen(first), &fm, &fs);
+        vsync_parse_stream_id(s->last_id, strlen(s->last_id), &lm, &ls);
+        return first[0] != '\0' && (fm > lm || (fm == lm && fs > ls));
+    }
+    struct stream_state st;
+    if (stream_state(f, si, &st) < 0)
+        return -1;
+    return st.added - PC_MIN(st.length, st.added) > s->base_added + s->nread;
+}
+
+/* After a full batch: if entries were lost, the stream's readers start again at its end. */
+static int check_lost(struct follow *f, size_t si)
+{
+    int lost = entries_lost(f, si);
+    if (lost == 0)
+        return group_route(f, f->s[si].group);
+    if (lost < 0)
+        return -1;
+    log_warn("follow: entries of %s were trimmed before this instance read them; its readers "
+             "start again at its end",
+             f->s[si].key);
+    down_stream(f, si);
+    if (stream_note(f, si) < 0 || start_stream(f, si) < 0)
+        return -1;
+    return group_route(f, f->s[si].group);
+}
+
+/*
+ * The entries of one stream of an XREAD reply ([key, [[id, fields]...]]), in
+ * order. 0; -1 if the reply is not one (nothing counted yet); -2 if reading
+ * the stream's head after a full batch failed (counted).
+ */
+static int dispatch(struct follow *f, const redisReply *kv)
+{
+    if (kv->type != REDIS_REPLY_ARRAY || kv->elements != 2 ||
+        kv->element[0]->type != REDIS_REPLY_STRING || kv->element[1]->type != REDIS_REPLY_ARRAY)
+        return -1;
+    size_t si = 0;
+    while (si < f->ns && !rcli_str_is(kv->element[0], f->s[si].key))
+        si++;
+    if (si == f->ns)
+        return -1;
+    const redisReply *entries = kv->element[1];
+    for (size_t e = 0; e < entries->elements; e++) {
+        const redisReply *en = entries->element[e];
+        if (en->type != REDIS_REPLY_ARRAY || en->elements != 2 ||
+            entry_id(en->element[0], f->s[si].last_id) < 0)
+            return -1;
+        for (size_t i = 0; i < f->nh; i++)
+            if (strcmp(f->h[i].stream, f->s[si].key) == 0)
+                f->h[i].entry(f->h[i].arg, en->element[1]);
+    }
+    f->s[si].nread += entries->elements;
+    stats_add(f->row, STAT_stream_entries, (int64_t)entries->elements);
+    return entries->elements >= f->count ? check_lost(f, si) : 0;
+}
+
+/* One XREAD reply of group gi: nil after BLOCK, or an array of streams. */
+static int take_reply(struct follow *f, size_t gi, redisReply *r)
+{
+    struct fgroup *g = &f->g[gi];
+    g->waiting = false;
+    stats_incr(f->row, STAT_stream_reads);
+    int rc = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* MOVED among them: connecting anew reads the slot map again */
+        snprintf(g->k.errmsg, sizeof(g->k.errmsg), "%s: XREAD: %.200s", g->k.where, r->str);
+        rc = -1;
+    } else if (r->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; rc == 0 && i < r->elements; i++)
+            rc = dispatch(f, r->element[i]);
+        if (rc == -1)
+            snprintf(g->k.errmsg, sizeof(g->k.errmsg), "%s: unexpected XREAD reply", g->k.where);
+    } else if (r->type != REDIS_REPLY_NIL) {
+        snprintf(g->k.errmsg, sizeof(g->k.errmsg), "%s: unexpected XREAD reply", g->k.where);
+        rc = -1;
+    }
+    freeReplyObject(r);
+    if (rc == -1)
+        trouble(f, "cannot follow a stream", &g->k);
+    return rc < 0 ? -1 : 0;
+}
+
+/* Read what group gi's socket has; 0 (a reply handled, or more to come), or -1. */
+static int read_group(struct follow *f, size_t gi)
+{
+    struct fgroup *g = &f->g[gi];
+    void *r = NULL;
+    if (redisBufferRead(g->k.rc) != REDIS_OK || redisGetReplyFromReader(g->k.rc, &r) != REDIS_OK) {
+        snprintf(g->k.errmsg, sizeof(g->k.errmsg), "%s: XREAD: %s", g->k.where,
+                 g->k.rc->errstr[0] ? g->k.rc->errstr : "connection lost");
+        trouble(f, "Redis connection lost", &g->k);
+        return -1;
+    }
+    return r == NULL ? 0 : take_reply(f, gi, r);
+}
+
+/* One wait: 0 go on, -1 failed, 1 stopping. */
+static int round_once(struct follow *f)
+{
+    struct pollfd pf[FOLLOW_STREAMS_MAX + 1];
+    for (size_t i = 0; i < f->ng; i++) {
+        if (!f->g[i].waiting && send_xread(f, i) < 0)
+            return -1;
+        pf[i] = (struct pollfd){.fd = f->g[i].k.rc->fd, .events = POLLIN};
+    }
+    pf[f->ng] = (struct pollfd){.fd = f->wake, .events = POLLIN};
+    int n = poll(pf, f->ng + 1, (int)(f->block_ms + f->timeout_ms));
+    if (stopping(f))
+        return 1;
+    if (n < 0 && errno == EINTR)
+        return 0;
+    if (n <= 0) {
+        snprintf(f->why, sizeof(f->why), "no reply from Redis within %lld ms of an XREAD BLOCK %d",
+                 (long long)(f->block_ms + f->timeout_ms), f->block_ms);
+        stats_incr(f->row, STAT_stream_errors);
+        return -1;
+    }
+    for (size_t i = 0; i < f->ng; i++)
+        if (pf[i].revents != 0 && read_group(f, i) < 0)
+            return -1;
+    return 0;
+}
+
+/* --- the thread ------------------------------------------------------------------------------ */
+
+static void *follow_main(void *arg)
+{
+    struct follow *f = arg;
+    int64_t backoff = BACKOFF_MIN_MS;
+    while (!stopping(f)) {
+        if (connect_all(f) < 0 || start_all(f) < 0) {
+            go_down(f);
+            nap(f, backoff);
+            backoff = PC_MIN(backoff * 2, (int64_t)BACKOFF_MAX_MS);
+            continue;
+        }
+        if (!atomic_exchange(&f->live, true))
+            stats_add(f->row, STAT_stream_following, 1);
+        if (f->down_logged)
+            log_info("follow: following the Redis streams again at %s", f->g[0].k.where);
+        f->down_logged = false;
+        backoff = BACKOFF_MIN_MS; /* it followed: a new outage starts from the shortest wait */
+        int rc;
+        while ((rc = round_once(f)) == 0) {
+        }
+        if (rc > 0)
+            break;
+        go_down(f);
+        nap(f, backoff);
+        backoff = PC_MIN(backoff * 2, (int64_t)BACKOFF_MAX_MS);
+    }
+    if (atomic_exchange(&f->live, false))
+        stats_add(f->row, STAT_stream_following, -1);
+    close_all(f);
+    return NULL;
+}
+
+int follow_start(struct follow *f)
+{
+    PC_CHECK_OBJ(f, FOLLOW_MAGIC);
+    if (f->ns == 0)
+        return 0; /* nothing to follow */
+    /* Like the workers, the thread leaves the termination signals to the main loop. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int rc = f->wake < 0 ? EMFILE : pthread_create(&f->thread, NULL, follow_main, f);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        log_error("follow: cannot start the stream follower: %s (the L1 stays off)", strerror(rc));
+        return -1;
+    }
+    f->started = true;
+    return 0;
+}
+
+void follow_destroy(struct follow **fp)
+{
+    struct follow *f = *fp;
+    if (f == NULL)
+        return;
+    *fp = NULL;
+    PC_CHECK_OBJ(f, FOLLOW_MAGIC);
+    if (f->started) {
+        atomic_store(&f->stopping, true);
+        pthread_mutex_lock(&f->mu);
+        f->stop = true;
+        for (size_t i = 0; i < f->ng; i++)
+            if (f->fds[i] >= 0) /* out of a blocked read at once, not after block_ms */
+                shutdown(f->fds[i], SHUT_RDWR);
+        uint64_t one = 1;
+        if (write(f->wake, &one, sizeof(one)) < 0) {
+            /* the shut sockets end the wait anyway */
+        }
+        pthread_cond_broadcast(&f->cond);
+        pthread_mutex_unlock(&f->mu);
+        pthread_join(f->thread, NULL);
+    }
+    for (size_t i = 0; i < f->ns; i++)
+        free(f->s[i].key);
+    if (f->wake >= 0)
+        close(f->wake);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cond);
+    if (f->url != NULL) /* it may hold a password */
+        explicit_bzero(f->url, strlen(f->url));
+    free(f->url);
+    if (f->own_row)
+        free(f->row); /* the process's registry is emptied right after (server_teardown) */
+    f->magic = 0;
+    free(f);
+}
