@@ -59,6 +59,7 @@
 #include "pc_util.h"
 
 struct conf;
+struct stat_group;
 struct stats;
 struct store;
 struct verify;
@@ -219,9 +220,8 @@ struct bound_cmp;   /* a comparison in progress */
 /* NULL when semantic-max-error is off. space: the embedder's vector space. */
 struct bound *bound_create(const struct conf *c, const char *space);
 void bound_destroy(struct bound **b);
-/* /stats members (leading comma included) and /metrics gauges; nothing when b is NULL. */
-void bound_render_json(struct bound *b, struct pc_buf *out);
-void bound_render_prometheus(struct bound *b, struct pc_buf *out);
+/* Its series (pc_stats.h: the threshold at delta and its figures), read from a struct bound. */
+extern const struct stat_group bound_series;
 
 /*
  * How the embedding comparator gets the cosine of two texts (the semantic

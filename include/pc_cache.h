@@ -1,12 +1,15 @@
 /*
  * pc_cache.h - the cache pipeline of one worker: lookup runs the stages
- * (exact key, then the semantic stage when enabled) and put stores an
+ * (the process's L1, the exact key, then the semantic stage when enabled) and put stores an
  * answer with whatever the stages need to find it again (the entry, its
  * vector record). The request state machine (proxy.c) and the upstream call
  * (fetch.c) sit above this module and talk to it only through the structs
  * below: no request, flight or fetch ever crosses this interface.
  *
- *   cache_lookup ─▶ EXACT (Redis GET of the entry)
+ *   cache_lookup ─▶ L1 (this process's hot exact answers: answers at once)
+ *                     │ not there
+ *                     ▼
+ *                   EXACT (Redis GET of the entry)
  *                     │ miss, semantic allowed
  *                     ▼
  *                   SEMANTIC (pc_semantic.h: embed ▸ search the partition ▸
@@ -110,22 +113,17 @@ void cache_destroy(struct cache **c);
 bool cache_ready(const struct cache *c);
 
 /*
- * Look q up. NULL (and no callback) if the cache cannot be used now: the
- * caller goes upstream without it. Otherwise cb runs exactly once, later,
- * unless cache_cancel is called first.
+ * Look q up, stage by stage: the process's L1 (synchronous), then Redis (the
+ * exact key, then the semantic stage when q allows it); the one way in. 0 if
+ * cb has run or will run, exactly once: before this returns when the L1
+ * answered (then *op is NULL), later otherwise (*op is the lookup, for
+ * cache_cancel). -1 (*op NULL, no callback) if the L1 did not answer and
+ * Redis cannot be used now: the caller goes upstream without the cache.
  */
-struct cache_op *cache_lookup(struct cache *c, const struct cache_query *q, cache_lookup_fn *cb,
-                              void *arg);
+int cache_lookup(struct cache *c, const struct cache_query *q, cache_lookup_fn *cb, void *arg,
+                 struct cache_op **op);
 /* The callback of *op will not run; *op is NULLed (NULL *op is ignored). */
 void cache_cancel(struct cache_op **op);
-/*
- * The L1 stage alone, synchronous: true if q's exact answer is in the
- * process's L1, after cb has run with the HIT (before this returns); false
- * and no callback otherwise (then cache_lookup). The entry is valid during
- * the callback only, as for every hit.
- */
-bool cache_lookup_fast(struct cache *c, const struct cache_query *q, cache_lookup_fn *cb,
-                       void *arg);
 
 /* A ticket without a lookup (Cache-Control: no-cache still stores). Never NULL. */
 struct cache_ticket *cache_ticket_create(struct cache *c, const struct cache_query *q);

@@ -18,6 +18,7 @@
  *   upstream SSE bytes --dialect_assemble--> JSON answer (and its usage)
  *   cached JSON answer --dialect_synthesize--> SSE for a stream client
  *   recorded SSE       --dialect_replay-----> SSE for a stream client
+ *   a stored answer    --dialect_answer-----> whichever the client asked for
  *
  * The endpoint decides the dialect (dialect_of); the functions below that
  * take an endpoint choose it there, once, from one table. The SSE framing
@@ -104,6 +105,17 @@ int dialect_synthesize(enum api_endpoint e, const cJSON *resp, bool include_usag
  */
 int dialect_replay(enum api_endpoint e, const char *rec, size_t len, bool include_usage,
                    struct pc_buf *out);
+
+/*
+ * A stored answer (a JSON body, or a recorded stream when recorded) for a
+ * client that asked for a stream or not, with usage or not: the JSON as it
+ * is or assembled from the recording; the recording replayed (without the
+ * usage the client did not ask for, sse_usage_filter) or a stream
+ * synthesised from the JSON. Appends to out; 0, or -1 if the answer cannot
+ * be served that way (malformed, or cut off).
+ */
+int dialect_answer(enum api_endpoint e, bool recorded, const char *body, size_t len, bool stream,
+                   bool include_usage, struct pc_buf *out);
 
 /* Usage block of a complete (non-stream) JSON answer; u->present is false when it has none. */
 void dialect_usage(enum api_endpoint e, const cJSON *resp, struct api_usage *u);

@@ -48,6 +48,7 @@ struct conf;
 struct follow;
 struct l1;
 struct l1_item;
+struct stat_group;
 
 #define L1_TENANT_LEN TENANT_ID_LEN /* hex characters */
 
@@ -117,7 +118,7 @@ struct l1_counters {
     uint64_t stale;   /* inserts dropped: their key changed after they were read or written */
 };
 void l1_get_counters(const struct l1 *l, struct l1_counters *out);
-/* The counters as JSON members ("l1_items":...), without braces, for /stats. */
-void l1_render_json(const struct l1 *l, struct pc_buf *out);
+/* Its series (pc_stats.h), read from a struct l1 (the counters above). */
+extern const struct stat_group l1_series;
 
 #endif

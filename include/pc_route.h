@@ -46,6 +46,7 @@ struct chain;
 struct conf;
 struct pindex;
 struct route;
+struct stat_group;
 
 #define ROUTE_MAX_REPLICAS 64
 
@@ -119,10 +120,9 @@ struct pindex *route_pindex(struct route *r);
 /* Bytes per token of a model's prompts, as calibrated. */
 double route_cpt(struct route *r, const char *model);
 
-/* Per-replica figures: a JSON array for /stats, Prometheus lines for /metrics. */
-void route_render_json(const struct route *r, struct pc_buf *out);
-void route_render_prometheus(const struct route *r, struct pc_buf *out);
-/* Markdown rows (no table head) of the per-replica metrics, for doc/metrics.md. */
-void route_render_doc(struct pc_buf *out);
+/* Its series (pc_stats.h), read from a struct route: the policy and the prefix index's size,
+ * and each replica's figures. */
+extern const struct stat_group route_series;
+extern const struct stat_group route_replica_series;
 
 #endif

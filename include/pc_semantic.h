@@ -23,6 +23,7 @@
 struct conf;
 struct event_base;
 struct follow;
+struct stat_group;
 struct stats;
 struct store;
 struct upstream;
@@ -31,6 +32,7 @@ struct semantic;
 struct semantic_port;
 struct semantic_op;
 struct semantic_vec; /* one embedding of one text (opaque) */
+struct bound;
 struct bound_port;
 struct bound_probe;
 
@@ -82,10 +84,10 @@ void semantic_destroy(struct semantic **s);
  * none. */
 const char *semantic_space(const struct semantic *s);
 double semantic_default_threshold(const struct semantic *s);
-/* Members for /stats (index size, pool queue, Stream reader), without braces. */
-void semantic_render_json(struct semantic *s, struct pc_buf *out);
-/* /metrics lines of the error bound (its threshold and error figures), if on. */
-void semantic_render_prometheus(struct semantic *s, struct pc_buf *out);
+/* Its series (pc_stats.h: index size, pool queue, stream reader), read from a struct semantic. */
+extern const struct stat_group semantic_series;
+/* The error bound (pc_bound.h: its series are bound_series), or NULL when off. */
+struct bound *semantic_bound(const struct semantic *s);
 
 struct semantic_port *semantic_port_create(struct semantic *s, struct event_base *base,
                                            struct store *store, struct upstream *up,

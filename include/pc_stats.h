@@ -1,6 +1,6 @@
 /*
  * pc_stats.h - the metrics table. One X-macro row per metric generates the
- * enum, the /stats JSON, the /metrics Prometheus text and the table of doc/metrics.md
+ * enum, the /stats JSON, the /metrics Prometheus text and doc/metrics.md's table
  * (`promptcache --metrics-doc`).
  *
  * Each worker owns one struct stats and is its only writer (relaxed atomic
@@ -368,13 +368,127 @@ void stats_sum(uint64_t out[STAT__COUNT]);
 /* The same for the families' cells (STATS_CELLS values, malloc'd; free it). */
 uint64_t *stats_sum_cells(void);
 
+/* ---- series other modules own ------------------------------------------------------ */
+
 /*
- * Render the summed metrics. extra_json (may be NULL) is appended inside the
- * object. The families appear in /stats as totals (split by token kind or
- * by cache status where that is what they mean), money scaled to the unit,
- * or null while no price list is in force (priced false): unpriced, not 0.
+ * Figures kept outside the per-worker rows - whether the process is ready,
+ * the semantic index's size, the error bound's threshold, the L1's items,
+ * each replica's calls - are each registered once, as a row of a table in
+ * the module that owns them (struct stat_row), in a group that says how they
+ * are read (struct stat_group). The renderers below show every group they
+ * are given after the rows and families above, in /stats, /metrics and the
+ * doc/metrics.md alike; no series is written by hand.
+ *
+ *   admin.c's list of groups ─▶ stat_source {group, its object} ─▶ snapshot
+ *     (once per rendering) ─▶ each row's read (per item for the replicas)
+ *     ─▶ a /stats member, a /metrics series, a doc/metrics.md row
  */
-void stats_render_json(struct pc_buf *out, const char *extra_json, bool priced);
+enum stat_val_type {
+    SV_NONE = 0, /* left out everywhere (a figure of a part that is off) */
+    SV_NULL,     /* null in /stats, no series in /metrics: not known (yet) */
+    SV_INT,
+    SV_REAL, /* with the row's decimals */
+    SV_BOOL, /* true/false in /stats, 1/0 in /metrics */
+    SV_STR,  /* /stats only */
+};
+
+struct stat_val {
+    enum stat_val_type type;
+    int64_t i; /* SV_INT, SV_BOOL */
+    double d;
+    const char *s; /* valid while the group's snapshot is */
+};
+
+static inline void stat_int(struct stat_val *v, int64_t x)
+{
+    v->type = SV_INT;
+    v->i = x;
+}
+static inline void stat_real(struct stat_val *v, double x)
+{
+    v->type = SV_REAL;
+    v->d = x;
+}
+static inline void stat_bool(struct stat_val *v, bool x)
+{
+    v->type = SV_BOOL;
+    v->i = x;
+}
+static inline void stat_str(struct stat_val *v, const char *x)
+{
+    v->type = SV_STR;
+    v->s = x;
+}
+/* A real when known, else null. */
+static inline void stat_real_or_null(struct stat_val *v, bool known, double x)
+{
+    v->type = known ? SV_REAL : SV_NULL;
+    v->d = x;
+}
+
+/* One series: where it shows, what it is, how it is read (v starts as SV_NONE). */
+struct stat_row {
+    const char *name; /* the /stats member (NULL: /metrics only) */
+    const char *prom; /* promptcache_<prom> in /metrics (NULL: /stats only) */
+    const char *kind; /* "counter", "gauge", or "info" (a setting or a name: /stats only) */
+    int decimals;     /* of an SV_REAL, in both */
+    const char *help;
+    void (*read)(const void *snap, size_t item, struct stat_val *v);
+};
+
+/*
+ * A module's table is an X-macro of rows X(id, name, prom, kind, decimals,
+ * help, statement), the statement setting v from s (the snapshot, a const T
+ * *) and item. STAT_READER(prefix, T, id, statement) defines a row's reader,
+ * STAT_ROW(prefix, id, name, prom, kind, decimals, help) its entry.
+ */
+#define STAT_READER(prefix, T, id, stmt)                                               \
+    static void prefix##_read_##id(const void *snap_, size_t item, struct stat_val *v) \
+    {                                                                                  \
+        const T *s = snap_;                                                            \
+        (void)s;                                                                       \
+        (void)item;                                                                    \
+        stmt;                                                                          \
+    }
+#define STAT_ROW(prefix, id, name, prom, kind, decimals, help) \
+    {name, prom, kind, decimals, help, prefix##_read_##id},
+
+struct stat_group {
+    const struct stat_row *rows;
+    size_t nrows;
+    /* Read once per rendering: snapshot fills snap_size bytes from the group's object
+     * (snapshot NULL: the rows read the object itself). */
+    size_t snap_size;
+    void (*snapshot)(const void *obj, void *snap);
+    /* A group per item (the replicas): count of items, each named by item(); in /stats an
+     * array of objects under array (the name first, as "name"), in /metrics the label
+     * label. count NULL: one value per row. */
+    size_t (*count)(const void *snap);
+    const char *(*item)(const void *snap, size_t i);
+    const char *array;
+    const char *label;
+    const char *per; /* what an item is ("replica"), for doc/metrics.md */
+    /* Descriptions rather than figures (the price list in force, the tenants seen),
+     * written by their module: /stats members (each after a comma) and /metrics lines.
+     * May be NULL. */
+    void (*json)(const void *obj, struct pc_buf *out);
+    void (*prom)(const void *obj, struct pc_buf *out);
+};
+
+/* A group and the object its rows read; obj NULL: left out (its part is off). */
+struct stat_source {
+    const struct stat_group *group;
+    const void *obj;
+};
+
+/*
+ * /stats: the summed rows, the hit rate, the families, then every source's
+ * series and descriptions, in order. The families appear as totals (split
+ * by token kind or by cache status where that is what they mean), money
+ * scaled to the unit, or null while no price list is in force (priced
+ * false): unpriced, not 0.
+ */
+void stats_render_json(struct pc_buf *out, const struct stat_source *src, size_t n, bool priced);
 /*
  * The hit rate, the project's one definition (doc/metrics.md, "Hit rate"): API
  * requests answered from the cache over those looked up in it, hit or miss
@@ -382,11 +496,15 @@ void stats_render_json(struct pc_buf *out, const char *extra_json, bool priced);
  * up), whatever the upstream then answered. 0 before any lookup.
  */
 double stats_hit_rate(const uint64_t *cells);
-void stats_render_prometheus(struct pc_buf *out);
+/* /metrics: the same, in Prometheus text. */
+void stats_render_prometheus(struct pc_buf *out, const struct stat_source *src, size_t n);
+/* One source's /stats members (each after a comma) or /metrics series alone. */
+void stats_render_source_json(struct pc_buf *out, const struct stat_source *src);
+void stats_render_source_prometheus(struct pc_buf *out, const struct stat_source *src);
 /* Total of a counter family over every series (scaled), and its split by one label value. */
 double stats_family_total(const uint64_t *cells, enum stat_family f);
 double stats_family_by(const uint64_t *cells, enum stat_family f, enum stat_label label, int value);
-/* Markdown table of every metric (for doc/metrics.md). */
-void stats_render_doc(struct pc_buf *out);
+/* Markdown tables of every series: the rows, the families, then the groups (doc/metrics.md). */
+void stats_render_doc(struct pc_buf *out, const struct stat_group *const *groups, size_t n);
 
 #endif

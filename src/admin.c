@@ -5,8 +5,8 @@
  *
  *   GET /healthz     200 while the process serves
  *   GET /readyz      200 when this worker can use the cache (or caching is off), else 503
- *   GET /stats       metrics as one flat JSON object
- *   GET /metrics     metrics in Prometheus text format
+ *   GET /stats       metrics as one flat JSON object   } both from the metrics tables
+ *   GET /metrics     metrics in Prometheus text format } and the groups of series below
  *   GET /dashboard   one self-contained HTML page (its script reads the two below)
  *   GET /dashboard/data   hit rate, money and latency of the last hours (pc_dash.h)
  *   GET /favicon.ico the browser's icon, so it never goes upstream
@@ -20,6 +20,7 @@
  */
 #include "pc_admin.h"
 #include "pc_api.h"
+#include "pc_bound.h"
 #include "pc_conf.h"
 #include "pc_dash.h"
 #include "pc_dialect.h"
@@ -31,6 +32,7 @@
 #include "pc_purge.h"
 #include "pc_route.h"
 #include "pc_semantic.h"
+#include "pc_stats.h"
 #include "pc_tenants.h"
 #include "pc_cache.h"
 #include "pc_worker.h"
@@ -92,50 +94,140 @@ static bool ready(const struct worker *w)
     return (int64_t)v[STAT_redis_connected] >= w->conf->workers;
 }
 
+/* ---- series ---------------------------------------------------------------------- */
+
+struct admin_figures {
+    int64_t uptime_s;
+    int64_t workers;
+    bool ready;
+};
+
+static void admin_snapshot(const void *obj, void *snap)
+{
+    const struct worker *w = obj;
+    struct admin_figures *f = snap;
+    f->uptime_s = (pc_wall_ms() - w->started_ms) / 1000;
+    f->workers = w->conf->workers;
+    f->ready = ready(w);
+}
+
+#define ADMIN_SERIES(X)                                                                          \
+    X(version, "version", NULL, "info", 0, "The running binary's version",                       \
+      stat_str(v, PC_VERSION))                                                                   \
+    X(uptime, "uptime_seconds", NULL, "gauge", 0, "Seconds since the process started",           \
+      stat_int(v, s->uptime_s))                                                                  \
+    X(workers, "workers", NULL, "gauge", 0, "Worker threads (workers)", stat_int(v, s->workers)) \
+    X(ready, "ready", "ready", "gauge", 0,                                                       \
+      "Whether every worker can use the cache (1; or caching is off), as /readyz says; 0 "       \
+      "while Redis is unreachable for one",                                                      \
+      stat_bool(v, s->ready))
+
+#define ADMIN_READ(id, name, prom, kind, dec, help, stmt) \
+    STAT_READER(admin, struct admin_figures, id, stmt)
+#define ADMIN_ROW(id, name, prom, kind, dec, help, stmt) \
+    STAT_ROW(admin, id, name, prom, kind, dec, help)
+ADMIN_SERIES(ADMIN_READ)
+static const struct stat_row admin_rows[] = {ADMIN_SERIES(ADMIN_ROW)};
+
+static const struct stat_group admin_series = {
+    .rows = admin_rows,
+    .nrows = PC_ARRAY_LEN(admin_rows),
+    .snap_size = sizeof(struct admin_figures),
+    .snapshot = admin_snapshot,
+};
+
+/* The price list in force and the tenants seen: descriptions, written by their modules. */
+static void pricing_json(const void *obj, struct pc_buf *out)
+{
+    const struct conf *c = obj;
+    pricing_render_json(c->prices, out);
+}
+
+static void pricing_prom(const void *obj, struct pc_buf *out)
+{
+    const struct conf *c = obj;
+    pricing_render_prometheus(c->prices, out);
+}
+
+static void tenants_json(const void *obj, struct pc_buf *out)
+{
+    const struct conf *c = obj;
+    pc_buf_append_char(out, ',');
+    tenants_render_json(c->tenants, out);
+}
+
+static const struct stat_group pricing_series = {.json = pricing_json, .prom = pricing_prom};
+static const struct stat_group tenants_series = {.json = tenants_json};
+
+static const void *of_worker(const struct worker *w)
+{
+    return w;
+}
+static const void *of_semantic(const struct worker *w)
+{
+    return w->semantic;
+}
+static const void *of_bound(const struct worker *w)
+{
+    return semantic_bound(w->semantic);
+}
+static const void *of_l1(const struct worker *w)
+{
+    return w->l1;
+}
+static const void *of_conf(const struct worker *w)
+{
+    return w->conf;
+}
+static const void *of_route(const struct worker *w)
+{
+    return w->route;
+}
+
+/*
+ * Every group of series outside the per-worker rows, once, in the order
+ * /stats, /metrics and doc/metrics.md show them, with where its object is (NULL:
+ * that part is off).
+ */
+static const struct {
+    const struct stat_group *group;
+    const void *(*obj)(const struct worker *w);
+} series[] = {
+    {&admin_series, of_worker}, {&semantic_series, of_semantic},   {&bound_series, of_bound},
+    {&l1_series, of_l1},        {&pricing_series, of_conf},        {&tenants_series, of_conf},
+    {&route_series, of_route},  {&route_replica_series, of_route},
+};
+
+static void worker_sources(const struct worker *w, struct stat_source src[PC_ARRAY_LEN(series)])
+{
+    for (size_t i = 0; i < PC_ARRAY_LEN(series); i++)
+        src[i] = (struct stat_source){series[i].group, series[i].obj(w)};
+}
+
+void admin_metrics_doc(struct pc_buf *out)
+{
+    const struct stat_group *groups[PC_ARRAY_LEN(series)];
+    for (size_t i = 0; i < PC_ARRAY_LEN(series); i++)
+        groups[i] = series[i].group;
+    stats_render_doc(out, groups, PC_ARRAY_LEN(series));
+}
+
 static void serve_stats(struct worker *w, struct httpd_req *hr)
 {
-    struct pc_buf extra = PC_BUF_INIT, out = PC_BUF_INIT;
-    pc_buf_printf(&extra, "\"version\":\"%s\",\"uptime_seconds\":%lld,\"workers\":%d,\"ready\":%s",
-                  PC_VERSION, (long long)((pc_wall_ms() - w->started_ms) / 1000), w->conf->workers,
-                  ready(w) ? "true" : "false");
-    if (w->semantic != NULL) {
-        pc_buf_append_char(&extra, ',');
-        semantic_render_json(w->semantic, &extra);
-    }
-    if (w->l1 != NULL) {
-        pc_buf_append_char(&extra, ',');
-        l1_render_json(w->l1, &extra);
-    }
-    pricing_render_json(w->conf->prices, &extra);
-    pc_buf_append_char(&extra, ',');
-    tenants_render_json(w->conf->tenants, &extra);
-    pc_buf_printf(&extra, ",\"routing\":\"%s\",\"replicas\":", route_policy_name(w->route));
-    route_render_json(w->route, &extra);
-    stats_render_json(&out, pc_buf_cstr(&extra), w->conf->prices != NULL);
+    struct stat_source src[PC_ARRAY_LEN(series)];
+    worker_sources(w, src);
+    struct pc_buf out = PC_BUF_INIT;
+    stats_render_json(&out, src, PC_ARRAY_LEN(src), w->conf->prices != NULL);
     reply_json(hr, 200, pc_buf_cstr(&out));
-    pc_buf_free(&extra);
     pc_buf_free(&out);
 }
 
 static void serve_metrics(struct worker *w, struct httpd_req *hr)
 {
+    struct stat_source src[PC_ARRAY_LEN(series)];
+    worker_sources(w, src);
     struct pc_buf out = PC_BUF_INIT;
-    stats_render_prometheus(&out);
-    route_render_prometheus(w->route, &out);
-    if (w->semantic != NULL)
-        semantic_render_prometheus(w->semantic, &out);
-    pricing_render_prometheus(w->conf->prices, &out);
-    pc_buf_printf(&out, /* /readyz as a series: the Redis alert watches it */
-                  "# HELP promptcache_ready Whether every worker can use the cache (1; or "
-                  "caching is off), as /readyz says; 0 while Redis is unreachable for one\n"
-                  "# TYPE promptcache_ready gauge\npromptcache_ready %d\n",
-                  ready(w) ? 1 : 0);
-    if (w->l1 != NULL) /* an alert watches it: off means every exact hit costs a Redis call */
-        pc_buf_printf(&out,
-                      "# HELP promptcache_l1_live Whether the in-process L1 serves hits (1), or "
-                      "is off because its stream reader lost Redis (0); absent with l1-size 0\n"
-                      "# TYPE promptcache_l1_live gauge\npromptcache_l1_live %d\n",
-                      l1_live(w->l1) ? 1 : 0);
+    stats_render_prometheus(&out, src, PC_ARRAY_LEN(src));
     httpd_add_header(hr, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     httpd_reply(hr, 200, out.data, out.len);
     pc_buf_free(&out);

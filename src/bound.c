@@ -698,61 +698,70 @@ static void figures(struct bound *b, struct bound_figures *f)
     free(g);
 }
 
-static void json_num_or_null(struct pc_buf *out, const char *name, bool have, double v)
-{
-    if (have)
-        pc_buf_printf(out, ",\"%s\":%.6f", name, v);
-    else
-        pc_buf_printf(out, ",\"%s\":null", name);
-}
+/* ---- series (pc_stats.h) ---------------------------------------------------------- */
 
-void bound_render_json(struct bound *b, struct pc_buf *out)
-{
-    if (b == NULL)
-        return;
+struct bound_series_snap {
     struct bound_figures f;
-    figures(b, &f);
-    const char *names[] = BOUND_CMP_NAMES;
-    pc_buf_printf(out,
-                  ",\"semantic_max_error\":%.6f,\"semantic_explore_rate\":%.6f,"
-                  "\"semantic_verify_answers\":\"%s\",\"semantic_bound_confidence\":%.2f",
-                  b->delta, b->explore_rate, names[b->cmp], BOUND_CONFIDENCE);
-    bool c = f.cert.certified;
-    json_num_or_null(out, "semantic_bound_threshold", c, f.cert.threshold);
-    json_num_or_null(out, "semantic_bound_error_observed", c, f.cert.region.rate);
-    json_num_or_null(out, "semantic_bound_error_bound", c, f.cert.upper);
-    json_num_or_null(out, "semantic_bound_served_region_observations", c, f.cert.region.n_eff);
-    json_num_or_null(out, "semantic_bound_observations", f.known, f.all.n_eff);
-    json_num_or_null(out, "semantic_bound_error_observed_all", f.known && f.all.n_eff > 0,
-                     f.all.rate);
+    double delta, explore_rate;
+    const char *verify; /* the comparator's name */
+};
+
+static void bound_snapshot(const void *obj, void *snap)
+{
+    struct bound *b = (struct bound *)obj; /* its lock */
+    struct bound_series_snap *s = snap;
+    static const char *const names[] = BOUND_CMP_NAMES;
+    figures(b, &s->f);
+    s->delta = b->delta;
+    s->explore_rate = b->explore_rate;
+    s->verify = names[b->cmp];
 }
 
-static void prom_gauge(struct pc_buf *out, const char *name, const char *help, double v)
-{
-    pc_buf_printf(out,
-                  "# HELP promptcache_%s %s\n# TYPE promptcache_%s gauge\npromptcache_%s %.6f\n",
-                  name, help, name, name, v);
-}
+#define BOUND_SERIES(X)                                                                          \
+    X(max_error, "semantic_max_error", "semantic_max_error", "gauge", 6,                         \
+      "The configured error bound (semantic-max-error)", stat_real(v, s->delta))                 \
+    X(explore_rate, "semantic_explore_rate", NULL, "gauge", 6,                                   \
+      "The most of the allowed candidates sent upstream to keep measuring "                      \
+      "(semantic-explore-rate)",                                                                 \
+      stat_real(v, s->explore_rate))                                                             \
+    X(verify, "semantic_verify_answers", NULL, "info", 0,                                        \
+      "How a fresh answer is compared with a candidate's (semantic-verify-answers)",             \
+      stat_str(v, s->verify))                                                                    \
+    X(confidence, "semantic_bound_confidence", NULL, "gauge", 2,                                 \
+      "The confidence of every bound stated (one-sided)", stat_real(v, BOUND_CONFIDENCE))        \
+    X(threshold, "semantic_bound_threshold", "semantic_bound_threshold", "gauge", 6,             \
+      "Lowest similarity the global counts allow at semantic-max-error",                         \
+      stat_real_or_null(v, s->f.cert.certified, s->f.cert.threshold))                            \
+    X(error_observed, "semantic_bound_error_observed", "semantic_bound_error_observed", "gauge", \
+      6, "Weighted error rate of the comparisons at or above that threshold",                    \
+      stat_real_or_null(v, s->f.cert.certified, s->f.cert.region.rate))                          \
+    X(error_bound, "semantic_bound_error_bound", "semantic_bound_error_bound", "gauge", 6,       \
+      "Its one-sided 95% upper confidence bound (at most semantic-max-error)",                   \
+      stat_real_or_null(v, s->f.cert.certified, s->f.cert.upper))                                \
+    X(served_n, "semantic_bound_served_region_observations", NULL, "gauge", 6,                   \
+      "The effective number of comparisons at or above that threshold",                          \
+      stat_real_or_null(v, s->f.cert.certified, s->f.cert.region.n_eff))                         \
+    X(all_n, "semantic_bound_observations", NULL, "gauge", 6,                                    \
+      "The effective number of comparisons at any similarity (null until the global counts "     \
+      "are read)",                                                                               \
+      stat_real_or_null(v, s->f.known, s->f.all.n_eff))                                          \
+    X(all_error, "semantic_bound_error_observed_all", NULL, "gauge", 6,                          \
+      "Weighted error rate of the comparisons at any similarity",                                \
+      stat_real_or_null(v, s->f.known && s->f.all.n_eff > 0, s->f.all.rate))
 
-void bound_render_prometheus(struct bound *b, struct pc_buf *out)
-{
-    if (b == NULL)
-        return;
-    struct bound_figures f;
-    figures(b, &f);
-    prom_gauge(out, "semantic_max_error", "The configured error bound (semantic-max-error)",
-               b->delta);
-    if (!f.cert.certified)
-        return; /* no threshold holds yet: no series rather than a made-up value */
-    prom_gauge(out, "semantic_bound_threshold",
-               "Lowest similarity the global counts allow at semantic-max-error", f.cert.threshold);
-    prom_gauge(out, "semantic_bound_error_observed",
-               "Weighted error rate of the comparisons at or above that threshold",
-               f.cert.region.rate);
-    prom_gauge(out, "semantic_bound_error_bound",
-               "Its one-sided 95% upper confidence bound (at most semantic-max-error)",
-               f.cert.upper);
-}
+#define BOUND_READ(id, name, prom, kind, dec, help, stmt) \
+    STAT_READER(bound, struct bound_series_snap, id, stmt)
+#define BOUND_ROW(id, name, prom, kind, dec, help, stmt) \
+    STAT_ROW(bound, id, name, prom, kind, dec, help)
+BOUND_SERIES(BOUND_READ)
+static const struct stat_row bound_rows[] = {BOUND_SERIES(BOUND_ROW)};
+
+const struct stat_group bound_series = {
+    .rows = bound_rows,
+    .nrows = PC_ARRAY_LEN(bound_rows),
+    .snap_size = sizeof(struct bound_series_snap),
+    .snapshot = bound_snapshot,
+};
 
 struct bound_port *bound_port_create(struct bound *b, struct store *store, struct stats *st,
                                      struct verify *verify, const struct bound_pair_ops *pair,

@@ -4,8 +4,10 @@
  * (struct cache_op / cache_put_op, each holding the store command it waits
  * on) and the tickets handed to callers.
  *
- *   fast:    L1 (pc_l1.h, in this process) ─▶ hit: callback before returning
- *   lookup:  OP_EXACT ──GET──▶ hit: decode, max-age ─▶ callback(HIT, exact)
+ *   lookup:  L1 (pc_l1.h, in this process) ─▶ hit: callback before returning
+ *              │ not there (or too old for the request)
+ *              ▼
+ *            OP_EXACT ──GET──▶ hit: decode, max-age ─▶ callback(HIT, exact)
  *              │                  └─▶ PTTL ─▶ into the L1 (struct l1_fill, owned here)
  *              │ miss, semantic allowed
  *              ▼
@@ -397,12 +399,44 @@ static void on_exact(void *arg, enum store_status st, const char *val, size_t le
     op_after_exact(op);
 }
 
-struct cache_op *cache_lookup(struct cache *c, const struct cache_query *q, cache_lookup_fn *cb,
-                              void *arg)
+/*
+ * The L1 stage, in this process: true if q's exact answer is there, after cb
+ * has run with the HIT; false and no callback otherwise. An entry too old for
+ * this request, or of another endpoint, is left to the Redis stage, which
+ * decides and counts.
+ */
+static bool lookup_l1(struct cache *c, const struct cache_query *q, cache_lookup_fn *cb, void *arg)
 {
-    PC_CHECK_OBJ(c, CACHE_MAGIC);
-    if (!store_ready(c->store))
-        return NULL;
+    int64_t now = pc_wall_ms();
+    struct l1_item *it = l1_get(c->l1, q->tenant_id, q->exact, now);
+    if (it == NULL)
+        return false;
+    size_t len;
+    const char *val = l1_item_data(it, &len);
+    struct entry e;
+    int64_t age_ms = 0;
+    if (entry_fits(val, len, q->endpoint, q->max_age_ms, &e, &age_ms) != FIT_OK) {
+        l1_release(&it);
+        return false;
+    }
+    struct cache_result res = {
+        .outcome = CACHE_HIT,
+        .match = CACHE_MATCH_EXACT,
+        .age_ms = age_ms,
+        .entry = &e,
+        .exact = q->exact,
+        .ticket = lookup_ticket(c, q),
+    };
+    stats_incr(c->stats, STAT_l1_hits);
+    cb(arg, &res);
+    l1_release(&it);
+    return true;
+}
+
+/* The Redis stages: the GET of the exact key, then (on_exact) the semantic stage. */
+static struct cache_op *lookup_redis(struct cache *c, const struct cache_query *q,
+                                     cache_lookup_fn *cb, void *arg)
+{
     struct cache_op *op = pc_calloc(1, sizeof(*op));
     op->magic = OP_MAGIC;
     op->c = c;
@@ -422,34 +456,17 @@ struct cache_op *cache_lookup(struct cache *c, const struct cache_query *q, cach
     return op;
 }
 
-bool cache_lookup_fast(struct cache *c, const struct cache_query *q, cache_lookup_fn *cb, void *arg)
+int cache_lookup(struct cache *c, const struct cache_query *q, cache_lookup_fn *cb, void *arg,
+                 struct cache_op **op)
 {
     PC_CHECK_OBJ(c, CACHE_MAGIC);
-    int64_t now = pc_wall_ms();
-    struct l1_item *it = l1_get(c->l1, q->tenant_id, q->exact, now);
-    if (it == NULL)
-        return false;
-    size_t len;
-    const char *val = l1_item_data(it, &len);
-    struct entry e;
-    int64_t age_ms = 0;
-    /* Too old for this request, or of another endpoint: the Redis path decides and counts. */
-    if (entry_fits(val, len, q->endpoint, q->max_age_ms, &e, &age_ms) != FIT_OK) {
-        l1_release(&it);
-        return false;
-    }
-    struct cache_result res = {
-        .outcome = CACHE_HIT,
-        .match = CACHE_MATCH_EXACT,
-        .age_ms = age_ms,
-        .entry = &e,
-        .exact = q->exact,
-        .ticket = lookup_ticket(c, q),
-    };
-    stats_incr(c->stats, STAT_l1_hits);
-    cb(arg, &res);
-    l1_release(&it);
-    return true;
+    *op = NULL;
+    if (lookup_l1(c, q, cb, arg))
+        return 0;
+    if (!store_ready(c->store))
+        return -1;
+    *op = lookup_redis(c, q, cb, arg);
+    return *op != NULL ? 0 : -1;
 }
 
 void cache_cancel(struct cache_op **opp)

@@ -91,6 +91,62 @@ int dialect_replay(enum api_endpoint e, const char *rec, size_t len, bool includ
     return 0;
 }
 
+/*
+ * A recorded stream for a client: without the usage chunk unless it asked
+ * for usage, and then (dialects whose streams carry usage on request) also
+ * without the "usage": null members that asking for usage put in the other
+ * chunks.
+ */
+static int answer_replay(enum api_endpoint e, const char *rec, size_t len, bool include_usage,
+                         struct pc_buf *out)
+{
+    if (include_usage || !dialect_usage_on_request(dialect_of(e)))
+        return dialect_replay(e, rec, len, include_usage, out);
+    struct pc_buf all = PC_BUF_INIT;
+    int rc = dialect_replay(e, rec, len, false, &all);
+    if (rc == 0) {
+        struct sse_usage_filter f;
+        sse_usage_filter_init(&f);
+        sse_usage_filter_feed(&f, all.data, all.len, out);
+        sse_usage_filter_end(&f, out);
+        sse_usage_filter_free(&f);
+    }
+    pc_buf_free(&all);
+    return rc;
+}
+
+/* A recorded stream as the JSON answer it assembles to. */
+static int answer_assemble(enum api_endpoint e, const char *rec, size_t len, struct pc_buf *out)
+{
+    cJSON *resp = dialect_assemble(e, rec, len, NULL);
+    if (resp == NULL)
+        return -1;
+    char *s = cJSON_PrintUnformatted(resp);
+    cJSON_Delete(resp);
+    if (s == NULL)
+        return -1;
+    pc_buf_append_str(out, s);
+    cJSON_free(s);
+    return 0;
+}
+
+int dialect_answer(enum api_endpoint e, bool recorded, const char *body, size_t len, bool stream,
+                   bool include_usage, struct pc_buf *out)
+{
+    if (stream && recorded)
+        return answer_replay(e, body, len, include_usage, out);
+    if (stream) {
+        cJSON *resp = cJSON_ParseWithLength(body, len);
+        int rc = resp ? dialect_synthesize(e, resp, include_usage, out) : -1;
+        cJSON_Delete(resp);
+        return rc;
+    }
+    if (recorded)
+        return answer_assemble(e, body, len, out);
+    pc_buf_append(out, body, len);
+    return 0;
+}
+
 void dialect_usage(enum api_endpoint e, const cJSON *resp, struct api_usage *u)
 {
     memset(u, 0, sizeof(*u));

@@ -596,22 +596,52 @@ void l1_get_counters(const struct l1 *l, struct l1_counters *out)
     out->stale = atomic_load(&m->stale);
 }
 
-void l1_render_json(const struct l1 *l, struct pc_buf *out)
+/* ---- series (pc_stats.h) ---------------------------------------------------------- */
+
+#define L1_SERIES(X)                                                                               \
+    X(live, "l1_live", "l1_live", "gauge", 0,                                                      \
+      "Whether the in-process L1 serves hits (1), or is off because its stream reader lost "       \
+      "Redis (0); absent with l1-size 0",                                                          \
+      stat_bool(v, s->live))                                                                       \
+    X(items, "l1_items", NULL, "gauge", 0, "Answers the L1 holds", stat_int(v, (int64_t)s->items)) \
+    X(bytes, "l1_bytes", NULL, "gauge", 0, "Bytes they take, with their bookkeeping",              \
+      stat_int(v, (int64_t)s->bytes))                                                              \
+    X(max_bytes, "l1_max_bytes", NULL, "gauge", 0, "The L1's budget (l1-size)",                    \
+      stat_int(v, (int64_t)s->max_bytes))                                                          \
+    X(inserts, "l1_inserts", NULL, "counter", 0, "Answers put into the L1",                        \
+      stat_int(v, (int64_t)s->inserts))                                                            \
+    X(evictions, "l1_evictions", NULL, "counter", 0, "Answers evicted to make room",               \
+      stat_int(v, (int64_t)s->evictions))                                                          \
+    X(expired, "l1_expired", NULL, "counter", 0, "Answers found past their Redis key's expiry",    \
+      stat_int(v, (int64_t)s->expired))                                                            \
+    X(clears, "l1_clears", NULL, "counter", 0,                                                     \
+      "Times the L1 was emptied (a flush, or its reader lost Redis)",                              \
+      stat_int(v, (int64_t)s->clears))                                                             \
+    X(events, "l1_events", NULL, "counter", 0, "Stream events the L1's reader applied",            \
+      stat_int(v, (int64_t)s->events))                                                             \
+    X(dropped, "l1_dropped", NULL, "counter", 0,                                                   \
+      "Inserts dropped: the filler's queue was full (l1-size / 8 bytes)",                          \
+      stat_int(v, (int64_t)s->dropped))                                                            \
+    X(stale, "l1_stale", NULL, "counter", 0,                                                       \
+      "Inserts dropped: their key changed after they were read or written",                        \
+      stat_int(v, (int64_t)s->stale))
+
+#define L1_READ(id, name, prom, kind, dec, help, stmt) STAT_READER(l1, struct l1_counters, id, stmt)
+#define L1_ROW(id, name, prom, kind, dec, help, stmt)  STAT_ROW(l1, id, name, prom, kind, dec, help)
+L1_SERIES(L1_READ)
+static const struct stat_row l1_rows[] = {L1_SERIES(L1_ROW)};
+
+static void l1_snapshot(const void *obj, void *snap)
 {
-    struct l1_counters c;
-    l1_get_counters(l, &c);
-    pc_buf_printf(out,
-                  "\"l1_live\":%s,\"l1_items\":%llu,\"l1_bytes\":%llu,\"l1_max_bytes\":%llu,"
-                  "\"l1_inserts\":%llu,\"l1_evictions\":%llu,\"l1_expired\":%llu,"
-                  "\"l1_clears\":%llu,\"l1_events\":%llu,"
-                  "\"l1_dropped\":%llu,\"l1_stale\":%llu",
-                  c.live ? "true" : "false", (unsigned long long)c.items,
-                  (unsigned long long)c.bytes, (unsigned long long)c.max_bytes,
-                  (unsigned long long)c.inserts, (unsigned long long)c.evictions,
-                  (unsigned long long)c.expired, (unsigned long long)c.clears,
-                  (unsigned long long)c.events, (unsigned long long)c.dropped,
-                  (unsigned long long)c.stale);
+    l1_get_counters(obj, snap);
 }
+
+const struct stat_group l1_series = {
+    .rows = l1_rows,
+    .nrows = PC_ARRAY_LEN(l1_rows),
+    .snap_size = sizeof(struct l1_counters),
+    .snapshot = l1_snapshot,
+};
 
 /* ---- the stream's handler (on the process's follower, pc_follow.h) ---------------- */
 

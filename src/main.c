@@ -14,6 +14,7 @@
  *   promptcache --version | --help | --sample-config | --config-doc | --metrics-doc
  *   promptcache --man 1|5                            the manual pages (pc_docgen.h)
  */
+#include "pc_admin.h"
 #include "pc_api.h"
 #include "pc_conf.h"
 #include "pc_dialect.h"
@@ -25,7 +26,6 @@
 #include "pc_probe.h"
 #include "pc_purge.h"
 #include "pc_report.h"
-#include "pc_route.h"
 #include "pc_server.h"
 #include "pc_stats.h"
 
@@ -56,17 +56,6 @@ struct cli {
     int nopts;
     char **opts; /* --key value ... handed to conf_load */
 };
-
-/* doc/metrics.md's tables: the process-wide ones, then the per-replica ones. */
-static void metrics_doc(struct pc_buf *out)
-{
-    stats_render_doc(out);
-    pc_buf_append_str(out, "\nPer replica, in `/stats` (`replicas`: the name without the "
-                           "`replica_` prefix and `_total` suffix) and in `/metrics` (with an "
-                           "`upstream=\"host:port\"` label):\n\n"
-                           "| metric | kind | meaning |\n|---|---|---|\n");
-    route_render_doc(out);
-}
 
 static int print_buf(void (*fn)(struct pc_buf *))
 {
@@ -206,7 +195,7 @@ static int parse_cli(int argc, char **argv, struct cli *cli)
         if (strcmp(argv[j], "--sample-config") == 0)
             return print_buf(conf_write_sample);
         if (strcmp(argv[j], "--metrics-doc") == 0)
-            return print_buf(metrics_doc);
+            return print_buf(admin_metrics_doc);
         if (strcmp(argv[j], "--config-doc") == 0)
             return print_buf(docgen_config_md);
         if (strcmp(argv[j], "--man") == 0) {

@@ -1,27 +1,41 @@
 /*
  * proxy.c - the request state machine (one struct preq per client request).
  *
- *   RECV ──own path──▶ admin_handle
- *     │   (every answer from here on: X-Promptcache-Request-Id; with
- *     │    cors-origins, CORS headers, and a preflight answered at once)
- *     │ other path ─────────────────────────────────┐
- *     ▼ API endpoint                                 │
- *   PARSE (content type, JSON, fields, controls, keys)
- *     │ mode off / no-cache / Redis not ready        │
- *     ▼                                              ▼
- *   LOOKUP (cache_lookup: exact,     ──hit──▶ serve HIT (exact|semantic)
- *     │     then semantic)                       FETCH (subscribe to a flight;
- *     │ miss/expired/error ───────────────────▶  the leader starts the fetch)
- *                                                    │
- *                                                 DELIVER (whole JSON, or a
- *                                                  stream relayed as it comes)
+ * One function per step, one driver (preq_drive) that runs steps until one
+ * waits, and every completion (the cache's lookup, the flight's news, the
+ * client's drained output or hang-up) records what it brought and re-enters
+ * the driver, as Varnish's request steps (cnt_*) do:
  *
- * Every asynchronous completion (Redis reply, flight notification, client
- * drain, client hang-up) re-enters one small function. Ownership: the preq
- * owns its parsed body, keys, its cache ticket until a fetch takes it, and the
- * handles of its outstanding operations (lookup, subscription); it is freed
- * through a deferred event once the reply is finished (or the client is gone)
- * and nothing is outstanding.
+ *   proxy_handle ──own path──▶ admin_handle
+ *     │ other path (every answer from here on: X-Promptcache-Request-Id)
+ *     ▼
+ *   RECV (CORS, upgrades, size) ───────────── pass-through ──────┐
+ *     ▼ API endpoint                                              │
+ *   PARSE (media type, JSON, fields, controls; or the memo's)     │
+ *     ▼                                                           │
+ *   KEYS (tenant, keys) ──── mode off, unsafe key, no-cache ─────▶┤
+ *     ▼                                                           ▼
+ *   LOOKUP (cache_lookup: L1, exact, semantic) ─miss, no Redis─▶ FETCH (join a call
+ *     │ hit                                                       │  in flight, or lead one)
+ *     ▼                                                           ▼
+ *   DELIVER (the hit; or the upstream's answer, whole or relayed as it comes)
+ *     ▼
+ *   DONE (figures, access log, report counters; freed by a deferred event)
+ *
+ * An error of the proxy's own in any step, and the client hanging up, go to
+ * DONE at once.
+ *
+ * A step returns STEP_NEXT once it has set the next state, or STEP_WAIT when
+ * an operation it started will re-enter the driver (or the request is over).
+ * The lookup may answer before cache_lookup returns (an L1 hit): its callback
+ * then drives the request on from inside the LOOKUP step, which only waits
+ * afterwards; a hit's entry is valid during that callback only, so DELIVER
+ * serves it there.
+ *
+ * Ownership: the preq owns its parsed body, keys, its cache ticket until a
+ * fetch takes it, and the handles of its outstanding operations (lookup,
+ * subscription); it is freed through a deferred event once the reply is
+ * finished (or the client is gone) and nothing is outstanding.
  */
 #include "pc_proxy.h"
 #include "pc_admin.h"
@@ -62,11 +76,19 @@
 #define HIT_CTYPE_MAX   256 /* a stored Content-Type longer than this is not replayed */
 
 enum preq_state {
-    PREQ_RECV = 0,
-    PREQ_LOOKUP,
-    PREQ_FETCH,
-    PREQ_DELIVER,
-    PREQ_DONE,
+    PREQ_RECV = 0, /* arrived: CORS, upgrades, size; an API endpoint or pass-through */
+    PREQ_PARSE,    /* the body: media type, JSON, fields, controls (or the memo's facts) */
+    PREQ_KEYS,     /* tenant and keys; whether the cache is looked up, refreshed or bypassed */
+    PREQ_LOOKUP,   /* cache_lookup: the L1, the exact key, the semantic stage */
+    PREQ_FETCH,    /* join an identical upstream call in flight, or start one */
+    PREQ_DELIVER,  /* a hit, or the upstream's answer (whole, or relayed as it comes) */
+    PREQ_DONE,     /* replied or abandoned: figures and logs, then freed */
+    PREQ__COUNT
+};
+
+enum step {
+    STEP_NEXT, /* the state was set: run its step */
+    STEP_WAIT, /* a completion re-enters the driver, or the request is over */
 };
 
 enum cache_mode {
@@ -89,8 +111,10 @@ static const char *const preq_cache_names[] = {NULL, "HIT", "MISS", "BYPASS", "R
 struct preq {
     unsigned magic;
     struct worker *w;
-    struct httpd_req *hr; /* NULL once the reply is finished or the client is gone */
+    const struct proxy_ops *ops; /* the client, the cache and the fetch (pc_proxy.h) */
+    struct httpd_req *hr;        /* NULL once the reply is finished or the client is gone */
     enum preq_state state;
+    bool over; /* the DONE step ran */
     char id[32];
     char method[16]; /* copies: the access log needs them after hr is gone */
     char *path;
@@ -123,6 +147,9 @@ struct preq {
     char tenant_id[TENANT_ID_LEN + 1];
     struct canon_keys keys;
     bool have_keys;
+    struct pc_buf variant;       /* PARSE to KEYS: inputs beside the body (compute_variant) */
+    struct memo_input memo;      /* PARSE to KEYS: the memo's view (memo_input_of) ... */
+    uint64_t memo_hash;          /* ... and its hash (0: none; the Responses API) */
     struct cache_ticket *ticket; /* storing this request's answer, until a fetch takes it */
     struct bound_probe *probe;   /* a candidate the error bound held back (a reference) */
 
@@ -133,7 +160,10 @@ struct preq {
 
     /* Outstanding operations. */
     struct cache_op *lookup;
+    struct cache_result *res; /* the lookup's result, during its callback only */
     struct flight_sub *sub;
+    bool share; /* FETCH: may join an identical call in flight */
+    bool store; /* FETCH: the answer is stored (the fetch takes the ticket) */
 
     /* Delivery. */
     enum preq_cache cache;
@@ -161,7 +191,98 @@ struct preq {
     int64_t tv[TALLY__COUNT]; /* report counters the accounting adds */
 };
 
+static void preq_drive(struct preq *r);
+
+/* ---- the client, through the ops table ------------------------------------ */
+
+static const char *req_header(const struct preq *r, const char *name)
+{
+    return r->ops->req_header(r->hr, name);
+}
+
+static size_t req_header_count(const struct preq *r)
+{
+    return r->ops->req_header_count(r->hr);
+}
+
+static const struct httpd_header *req_header_at(const struct preq *r, size_t i)
+{
+    return r->ops->req_header_at(r->hr, i);
+}
+
+static const char *req_body(const struct preq *r, size_t *len)
+{
+    return r->ops->req_body(r->hr, len);
+}
+
+static void add_header(struct preq *r, const char *name, const char *value)
+{
+    r->ops->add_header(r->hr, name, value);
+}
+
 static void preq_on_flight(struct flight_sub *sub, void *arg);
+static void preq_on_drain(struct httpd_req *hr, void *arg);
+static void preq_on_lookup(void *arg, struct cache_result *res);
+
+/* ---- the driver ------------------------------------------------------------ */
+
+static enum step step_recv(struct preq *r);
+static enum step step_parse(struct preq *r);
+static enum step step_keys(struct preq *r);
+static enum step step_lookup(struct preq *r);
+static enum step step_fetch(struct preq *r);
+static enum step step_deliver(struct preq *r);
+static enum step step_done(struct preq *r);
+
+static enum step (*const preq_steps[PREQ__COUNT])(struct preq *r) = {
+    [PREQ_RECV] = step_recv,     [PREQ_PARSE] = step_parse, [PREQ_KEYS] = step_keys,
+    [PREQ_LOOKUP] = step_lookup, [PREQ_FETCH] = step_fetch, [PREQ_DELIVER] = step_deliver,
+    [PREQ_DONE] = step_done,
+};
+
+/* Run steps until one waits. Every completion re-enters here. */
+static void preq_drive(struct preq *r)
+{
+    while (preq_steps[r->state](r) == STEP_NEXT)
+        ;
+}
+
+/* Go to state s: the driver runs its step next. */
+static enum step to(struct preq *r, enum preq_state s)
+{
+    r->state = s;
+    return STEP_NEXT;
+}
+
+/* Upstream next: the call shared with identical ones or not, its answer stored or not. */
+static enum step go_fetch(struct preq *r, bool share, bool store)
+{
+    r->share = share;
+    r->store = store;
+    return to(r, PREQ_FETCH);
+}
+
+/* Whether this request may share an upstream call with identical ones. */
+static bool may_share(const struct preq *r)
+{
+    return !r->no_cache && !r->no_store;
+}
+
+/* Upstream without the cache; only_this: never share the call either. */
+static enum step bypass(struct preq *r, bool only_this)
+{
+    r->cache = PC_BYPASS;
+    stats_incr(&r->w->stats, STAT_cache_bypasses);
+    return go_fetch(r, !only_this && may_share(r), false);
+}
+
+/* Not in the cache (or not servable from it): fetched, shared with identical misses, stored. */
+static enum step miss(struct preq *r)
+{
+    r->cache = PC_MISS;
+    stats_incr(&r->w->stats, STAT_cache_misses);
+    return go_fetch(r, may_share(r), !r->no_store);
+}
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
@@ -176,6 +297,7 @@ static void preq_free_cb(evutil_socket_t fd, short what, void *arg)
     free(r->model);
     free(r->path);
     canon_keys_free(&r->keys);
+    pc_buf_free(&r->variant);
     chain_free(&r->chain);
     sse_usage_filter_free(&r->ufilter);
     pc_buf_free(&r->relay);
@@ -370,16 +492,17 @@ static void preq_account(struct preq *r)
 }
 
 /*
- * The reply is finished or the client is gone: log once, and free when no
- * operation is outstanding (they are cancelled synchronously, so that is now).
+ * DONE: the reply is finished or the client is gone. Once: cancel what is
+ * outstanding (synchronously, so nothing is afterwards), count, log, and
+ * free through a deferred event.
  */
-static void preq_end(struct preq *r)
+static enum step step_done(struct preq *r)
 {
     r->hr = NULL;
-    if (r->state == PREQ_DONE)
-        return;
-    r->state = PREQ_DONE;
-    cache_cancel(&r->lookup);
+    if (r->over)
+        return STEP_WAIT;
+    r->over = true;
+    r->ops->cache_cancel(&r->lookup);
     flight_unsubscribe(&r->sub);
     preq_account(r);
     access_log(r);
@@ -388,19 +511,23 @@ static void preq_end(struct preq *r)
     if (event_base_once(r->w->base, -1, EV_TIMEOUT, preq_free_cb, r, &zero) < 0) {
         log_error("cannot schedule a request free; leaking it");
     }
+    return STEP_WAIT;
 }
 
+/* Completion: the client hung up before its answer was complete. */
 static void preq_on_close(struct httpd_req *hr, void *arg)
 {
     struct preq *r = arg;
     PC_CHECK_OBJ(r, PREQ_MAGIC);
     (void)hr;
+    r->hr = NULL; /* httpd frees it once this returns */
     r->aborted = true;
     if (r->status == 0)
         r->status = 499; /* nginx's "client closed request" */
     stats_incr(&r->w->stats, STAT_client_aborts);
     log_write(PC_LOG_INFO, r->id, "client went away before the answer was complete");
-    preq_end(r);
+    r->state = PREQ_DONE;
+    preq_drive(r);
 }
 
 /* ---- replies ------------------------------------------------------------ */
@@ -414,35 +541,36 @@ static void add_cache_key(struct preq *r, const unsigned char *exact)
 {
     char id[ENTRY_ID_LEN + 1];
     entry_id(r->tenant_id, exact, id);
-    httpd_add_header(r->hr, "X-Cache-Key", id);
+    add_header(r, "X-Cache-Key", id);
 }
 
 static void add_cache_headers(struct preq *r)
 {
     if (r->cache != PC_NONE)
-        httpd_add_header(r->hr, "X-Cache-Status", preq_cache_names[r->cache]);
+        add_header(r, "X-Cache-Status", preq_cache_names[r->cache]);
     if ((r->cache == PC_MISS || r->cache == PC_REFRESH) && r->have_keys)
         add_cache_key(r, r->keys.exact);
     if (r->probe != NULL) { /* the candidate the error bound held back, and how it compared */
         char sim[16];
         snprintf(sim, sizeof(sim), "%.4f", bound_probe_similarity(r->probe));
-        httpd_add_header(r->hr, "X-Cache-Similarity", sim);
+        add_header(r, "X-Cache-Similarity", sim);
         const char *verdict = bound_probe_verdict(r->probe);
         if (verdict != NULL)
-            httpd_add_header(r->hr, "X-Cache-Verify", verdict);
+            add_header(r, "X-Cache-Verify", verdict);
     }
     if (r->upstream[0] && r->cache != PC_HIT)
-        httpd_add_header(r->hr, "X-Upstream", r->upstream);
+        add_header(r, "X-Upstream", r->upstream);
 }
 
+/* A whole reply; the request is then over (the caller's step goes to DONE). */
 static void reply_whole(struct preq *r, int status, const char *ctype, const char *body, size_t len)
 {
     if (ctype != NULL)
-        httpd_add_header(r->hr, "Content-Type", ctype);
+        add_header(r, "Content-Type", ctype);
     r->status = status;
     r->bytes_out += len;
-    httpd_reply(r->hr, status, body, len);
-    preq_end(r);
+    r->ops->reply(r->hr, status, body, len);
+    r->hr = NULL;
 }
 
 /* An error of the proxy's own, in the shape of the API that was called. */
@@ -547,14 +675,14 @@ static int parse_controls(struct preq *r, char *msg, size_t msglen)
     r->max_age = -1;
     r->ttl = c->cache_ttl;
     r->threshold = -1; /* the semantic stage's default unless X-Cache-Threshold says */
-    const char *v = httpd_req_header(r->hr, "Cache-Control");
+    const char *v = req_header(r, "Cache-Control");
     if (v != NULL && parse_cache_control(r, v, msg, msglen) < 0)
         return -1;
     /* HTTP/1.0 clients say no-cache with Pragma (ignored when Cache-Control is present). */
-    const char *pragma = httpd_req_header(r->hr, "Pragma");
+    const char *pragma = req_header(r, "Pragma");
     if (v == NULL && pragma != NULL && pc_strcaseeq(pragma, "no-cache"))
         r->no_cache = true;
-    if ((v = httpd_req_header(r->hr, "X-Cache-Mode")) != NULL) {
+    if ((v = req_header(r, "X-Cache-Mode")) != NULL) {
         if (pc_strcaseeq(v, "off"))
             r->mode = MODE_OFF;
         else if (pc_strcaseeq(v, "exact"))
@@ -564,7 +692,7 @@ static int parse_controls(struct preq *r, char *msg, size_t msglen)
         else
             return snprintf(msg, msglen, "X-Cache-Mode must be off, exact or semantic"), -1;
     }
-    if ((v = httpd_req_header(r->hr, "X-Cache-TTL")) != NULL) {
+    if ((v = req_header(r, "X-Cache-TTL")) != NULL) {
         int64_t ttl;
         if (pc_parse_i64(v, &ttl) < 0 || ttl < 0)
             return snprintf(msg, msglen, "X-Cache-TTL must be a non-negative integer (seconds)"),
@@ -573,13 +701,13 @@ static int parse_controls(struct preq *r, char *msg, size_t msglen)
         if (ttl == 0)
             r->no_store = true;
     }
-    if ((v = httpd_req_header(r->hr, "X-Cache-Threshold")) != NULL) {
+    if ((v = req_header(r, "X-Cache-Threshold")) != NULL) {
         double t;
         if (pc_parse_double(v, &t) < 0 || t < 0 || t > 1)
             return snprintf(msg, msglen, "X-Cache-Threshold must be a number from 0 to 1"), -1;
         r->threshold = t;
     }
-    if ((v = httpd_req_header(r->hr, "X-Cache-Namespace")) != NULL && !valid_namespace(v))
+    if ((v = req_header(r, "X-Cache-Namespace")) != NULL && !valid_namespace(v))
         return snprintf(msg, msglen,
                         "X-Cache-Namespace must be 1-64 characters of A-Z a-z 0-9 . _ -"),
                -1;
@@ -609,8 +737,8 @@ static void append_header_input(struct pc_buf *out, const char *name, const char
 static void note_tenant_key(struct preq *r)
 {
     struct tenants *t = r->w->conf->tenants;
-    for (size_t i = 0; t != NULL && i < httpd_req_header_count(r->hr); i++) {
-        const struct httpd_header *h = httpd_req_header_at(r->hr, i);
+    for (size_t i = 0; t != NULL && i < req_header_count(r); i++) {
+        const struct httpd_header *h = req_header_at(r, i);
         if (!backend_is_credential_header(h->name))
             continue;
         const char *key = h->value + (pc_strncaseeq(h->value, "Bearer ", 7) ? 7 : 0);
@@ -629,8 +757,8 @@ static void note_tenant_key(struct preq *r)
 static void compute_tenant(struct preq *r)
 {
     struct pc_buf cred = PC_BUF_INIT;
-    for (size_t i = 0; i < httpd_req_header_count(r->hr); i++) {
-        const struct httpd_header *h = httpd_req_header_at(r->hr, i);
+    for (size_t i = 0; i < req_header_count(r); i++) {
+        const struct httpd_header *h = req_header_at(r, i);
         if (backend_is_credential_header(h->name))
             append_header_input(&cred, h->name, h->value);
     }
@@ -641,7 +769,7 @@ static void compute_tenant(struct preq *r)
     pc_buf_free(&cred);
 
     /* A stored response's id resolves only for its owner at the provider: never shared. */
-    const char *ns = httpd_req_header(r->hr, "X-Cache-Namespace");
+    const char *ns = req_header(r, "X-Cache-Namespace");
     bool owned = r->ep == API_RESPONSES && !cJSON_IsFalse(api_member(r->body, "store"));
     if (ns != NULL && namespace_shared(r->w->conf, ns) && !owned) {
         struct pc_buf b = PC_BUF_INIT;
@@ -666,14 +794,14 @@ static void compute_variant(struct preq *r, struct pc_buf *out)
 {
     const struct conf_list *names = &r->w->conf->cache_key_headers;
     for (size_t i = 0; i < names->n; i++) {
-        for (size_t j = 0; j < httpd_req_header_count(r->hr); j++) {
-            const struct httpd_header *h = httpd_req_header_at(r->hr, j);
+        for (size_t j = 0; j < req_header_count(r); j++) {
+            const struct httpd_header *h = req_header_at(r, j);
             if (pc_strcaseeq(h->name, names->v[i]))
                 append_header_input(out, names->v[i], h->value);
         }
     }
     /* The query goes upstream too (Azure's api-version, gateways' keys). */
-    const char *q = httpd_req_query(r->hr);
+    const char *q = r->ops->req_query(r->hr);
     if (q != NULL)
         pc_buf_printf(out, "?%s\n", q);
 }
@@ -682,12 +810,12 @@ static void compute_variant(struct preq *r, struct pc_buf *out)
 static struct memo_input memo_input_of(const struct preq *r, struct pc_buf *variant)
 {
     size_t len = 0;
-    const char *raw = httpd_req_body(r->hr, &len);
+    const char *raw = req_body(r, &len);
     return (struct memo_input){
         .endpoint = r->ep,
         .exact_only = !r->w->conf->semantic,
         .tenant = r->tenant,
-        .ns = httpd_req_header(r->hr, "X-Cache-Namespace"),
+        .ns = req_header(r, "X-Cache-Namespace"),
         .variant = variant->len ? pc_buf_cstr(variant) : NULL,
         .raw = raw,
         .raw_len = len,
@@ -752,7 +880,7 @@ static const cJSON *preq_body(struct preq *r)
 {
     if (r->body == NULL) {
         size_t len = 0;
-        const char *raw = httpd_req_body(r->hr, &len);
+        const char *raw = req_body(r, &len);
         r->body = cJSON_ParseWithLength(raw, len);
     }
     return r->body;
@@ -773,9 +901,9 @@ static void compute_prefix(struct preq *r)
         .tenant = c->prefix_share_tenants ? NULL : r->credential,
     };
     chain_build(&in, &r->chain);
-    const char *s = httpd_req_header(r->hr, "x-session-id");
+    const char *s = req_header(r, "x-session-id");
     if (s == NULL || *s == '\0')
-        s = httpd_req_header(r->hr, "x-user-id");
+        s = req_header(r, "x-user-id");
     if (s != NULL && *s != '\0') {
         unsigned char d[PC_SHA256_LEN];
         struct pc_buf b = PC_BUF_INIT;
@@ -809,19 +937,17 @@ static void cache_query_of(const struct preq *r, struct cache_query *q)
         .semantic = semantic,
         /* semantic-threshold is read here, from the worker's current (reloadable) conf. */
         .threshold = r->threshold >= 0 ? r->threshold : r->w->conf->semantic_threshold,
-        .ns = httpd_req_header(r->hr, "X-Cache-Namespace"),
+        .ns = req_header(r, "X-Cache-Namespace"),
         .model = r->model,
     };
 }
-
-/* ---- forwarding --------------------------------------------------------- */
 
 /* The client's request headers as received (pointers into hr); returns the count. */
 static size_t client_headers(struct preq *r, struct xfer_header *hdrs, size_t max)
 {
     size_t n = 0;
-    for (size_t i = 0; i < httpd_req_header_count(r->hr) && n < max; i++) {
-        const struct httpd_header *h = httpd_req_header_at(r->hr, i);
+    for (size_t i = 0; i < req_header_count(r) && n < max; i++) {
+        const struct httpd_header *h = req_header_at(r, i);
         hdrs[n].name = h->name;
         hdrs[n].value = h->value;
         n++;
@@ -829,75 +955,12 @@ static size_t client_headers(struct preq *r, struct xfer_header *hdrs, size_t ma
     return n;
 }
 
-static void preq_fetch(struct preq *r, bool shared, bool store)
-{
-    struct worker *w = r->w;
-    r->state = PREQ_FETCH;
-    r->relay_streamed = r->ep == API_NONE || r->stream;
-    r->upstream_start_us = pc_mono_us();
-
-    /*
-     * Coalescing key: everything that shapes the bytes a waiter receives -
-     * the exact key, the reply mode, whether usage was asked for, and who
-     * asks (in a shared namespace, an error or headers of one credential must
-     * not reach another; only stored answers are shared there).
-     */
-    unsigned char fkey[PC_SHA256_LEN];
-    const unsigned char *key = NULL;
-    if (shared && w->conf->coalesce && r->have_keys) {
-        unsigned char material[2 * PC_SHA256_LEN + 2];
-        memcpy(material, r->keys.exact, PC_SHA256_LEN);
-        memcpy(material + PC_SHA256_LEN, r->credential, PC_SHA256_LEN);
-        material[2 * PC_SHA256_LEN] = r->stream ? 1 : 0;
-        material[2 * PC_SHA256_LEN + 1] = r->include_usage ? 1 : 0;
-        pc_sha256(material, sizeof(material), fkey);
-        key = fkey;
-    }
-    bool leader = false;
-    r->sub = flight_subscribe(key, w->base, preq_on_flight, r, &leader);
-    if (!leader) {
-        r->coalesced = true;
-        stats_incr(&w->stats, STAT_coalesced);
-        return;
-    }
-    if (r->ep != API_NONE)
-        compute_prefix(r); /* only for calls that go upstream: hits never pay for it */
-    struct xfer_header hdrs[MAX_FWD_HEADERS];
-    size_t nh = client_headers(r, hdrs, MAX_FWD_HEADERS);
-    size_t blen = 0;
-    const char *body = httpd_req_body(r->hr, &blen);
-    struct fetch_req fr = {
-        .method = httpd_req_method(r->hr),
-        .target = httpd_req_target(r->hr),
-        .headers = hdrs,
-        .nheaders = nh,
-        .body = body,
-        .body_len = blen,
-        .reqid = r->id,
-        .ticket = store ? r->ticket : NULL,
-        .ttl_ms = r->ttl * 1000,
-        .endpoint = r->ep,
-        .stream = r->stream,
-        .model = r->model,
-        .tenant_id = r->tenant_id,
-        .chain = &r->chain,
-        .kv_tenant = w->conf->prefix_share_tenants || r->ep == API_NONE ? NULL : r->credential,
-        .session = r->session,
-        .ask_usage = r->ask_usage,
-    };
-    if (r->ask_usage)
-        stats_incr(&w->stats, STAT_stream_usage_added);
-    if (store)
-        r->ticket = NULL; /* the fetch owns it now */
-    fetch_start(w, flight_sub_flight(r->sub), &fr);
-}
-
 /* ---- delivery of a fetched answer ---------------------------------------- */
 
 static void add_upstream_headers(struct preq *r, const struct flight_view *v)
 {
     for (size_t i = 0; i < v->nhdrs; i++)
-        httpd_add_header(r->hr, v->hdrs[i].name, v->hdrs[i].value);
+        add_header(r, v->hdrs[i].name, v->hdrs[i].value);
     pc_strlcpy(r->upstream, v->upstream ? v->upstream : "", sizeof(r->upstream));
     add_cache_headers(r);
 }
@@ -914,33 +977,26 @@ static void deliver_failure(struct preq *r, const struct flight_view *v)
         reply_error(r, status, "upstream unavailable: %s", v->errmsg ? v->errmsg : "error");
 }
 
-static void deliver_whole(struct preq *r)
+/* The whole answer once the flight is done; WAIT until then. */
+static enum step deliver_whole(struct preq *r)
 {
     struct flight_view v;
     while (flight_sub_read(r->sub, &v, &r->resp, SIZE_MAX) > 0)
         ;
     if (v.state != FLIGHT_DONE)
-        return;
+        return STEP_WAIT;
     r->upstream_us = pc_mono_us() - r->upstream_start_us;
     if (v.result != 0 || v.status == 0) {
         deliver_failure(r, &v);
-        return;
+        return to(r, PREQ_DONE);
     }
     r->usage = v.usage;
     add_upstream_headers(r, &v);
     r->status = v.status;
     r->bytes_out += r->resp.len;
-    httpd_reply(r->hr, v.status, r->resp.data, r->resp.len);
-    preq_end(r);
-}
-
-static void preq_on_drain(struct httpd_req *hr, void *arg)
-{
-    (void)hr;
-    struct preq *r = arg;
-    PC_CHECK_OBJ(r, PREQ_MAGIC);
-    if (r->sub != NULL)
-        preq_on_flight(r->sub, r);
+    r->ops->reply(r->hr, v.status, r->resp.data, r->resp.len);
+    r->hr = NULL;
+    return to(r, PREQ_DONE);
 }
 
 /* Pass stream bytes to the client, without the usage it did not ask for (strip_usage). */
@@ -948,7 +1004,7 @@ static void relay(struct preq *r, const char *data, size_t n, bool end)
 {
     if (!r->strip_usage) {
         if (n > 0)
-            httpd_reply_chunk(r->hr, data, n);
+            r->ops->reply_chunk(r->hr, data, n);
         r->bytes_out += n;
         return;
     }
@@ -957,20 +1013,25 @@ static void relay(struct preq *r, const char *data, size_t n, bool end)
     if (end)
         sse_usage_filter_end(&r->ufilter, &r->relay);
     if (r->relay.len > 0)
-        httpd_reply_chunk(r->hr, r->relay.data, r->relay.len);
+        r->ops->reply_chunk(r->hr, r->relay.data, r->relay.len);
     r->bytes_out += r->relay.len;
 }
 
-static void deliver_streamed(struct preq *r)
+/*
+ * The stream as it comes: the head once known, then what arrived, as long
+ * as the client keeps up (above CLIENT_HIGH queued, the drain callback
+ * brings it back); WAIT for more.
+ */
+static enum step deliver_streamed(struct preq *r)
 {
     struct flight_view v;
     if (!r->started) {
         flight_sub_read(r->sub, &v, NULL, 0);
         if (v.state == FLIGHT_PENDING)
-            return;
+            return STEP_WAIT;
         if (v.state == FLIGHT_DONE && (v.result != 0 || v.status == 0)) {
             deliver_failure(r, &v);
-            return;
+            return to(r, PREQ_DONE);
         }
         add_upstream_headers(r, &v);
         r->status = v.status;
@@ -978,12 +1039,12 @@ static void deliver_streamed(struct preq *r)
         /* Only a 2xx stream is events; an error body passes as it is. */
         r->strip_usage = r->stream && !r->include_usage && dialect_usage_on_request(r->dialect) &&
                          v.status >= 200 && v.status <= 299;
-        httpd_set_drain_cb(r->hr, CLIENT_LOW, preq_on_drain, r);
-        httpd_reply_start(r->hr, v.status);
+        r->ops->set_drain_cb(r->hr, CLIENT_LOW, preq_on_drain, r);
+        r->ops->reply_start(r->hr, v.status);
     }
     for (;;) {
-        if (httpd_reply_queued(r->hr) >= CLIENT_HIGH)
-            return; /* the drain callback brings us back */
+        if (r->ops->reply_queued(r->hr) >= CLIENT_HIGH)
+            return STEP_WAIT;
         pc_buf_reset(&r->resp);
         size_t n = flight_sub_read(r->sub, &v, &r->resp, RELAY_CHUNK);
         if (n > 0)
@@ -993,88 +1054,31 @@ static void deliver_streamed(struct preq *r)
         if (v.more)
             continue;
         if (v.state != FLIGHT_DONE)
-            return;
+            return STEP_WAIT;
         r->usage = v.usage;
         relay(r, NULL, 0, true);
         r->upstream_us = pc_mono_us() - r->upstream_start_us;
         flight_unsubscribe(&r->sub);
         if (v.result == 0) {
-            httpd_reply_end(r->hr);
+            r->ops->reply_end(r->hr);
         } else {
             /* Cut off upstream: the client must see a broken stream, not a complete one. */
             r->aborted = true;
-            httpd_reply_abort(r->hr);
+            r->ops->reply_abort(r->hr);
         }
-        preq_end(r);
-        return;
+        r->hr = NULL;
+        return to(r, PREQ_DONE);
     }
-}
-
-static void preq_on_flight(struct flight_sub *sub, void *arg)
-{
-    (void)sub;
-    struct preq *r = arg;
-    PC_CHECK_OBJ(r, PREQ_MAGIC);
-    if (r->hr == NULL || r->state == PREQ_DONE)
-        return;
-    r->state = PREQ_DELIVER;
-    if (r->relay_streamed)
-        deliver_streamed(r);
-    else
-        deliver_whole(r);
 }
 
 /* ---- cache hits ----------------------------------------------------------- */
 
-/*
- * A recorded stream for this client: without the usage chunk unless it
- * asked for usage, and then also without the "usage": null members that
- * asking for usage put in the other chunks.
- */
-static int replay_stream(struct preq *r, const struct entry *e, struct pc_buf *out)
-{
-    if (r->include_usage || !dialect_usage_on_request(r->dialect))
-        return dialect_replay(r->ep, e->body, e->body_len, r->include_usage, out);
-    struct pc_buf all = PC_BUF_INIT;
-    int rc = dialect_replay(r->ep, e->body, e->body_len, false, &all);
-    if (rc == 0) {
-        struct sse_usage_filter f;
-        sse_usage_filter_init(&f);
-        sse_usage_filter_feed(&f, all.data, all.len, out);
-        sse_usage_filter_end(&f, out);
-        sse_usage_filter_free(&f);
-    }
-    pc_buf_free(&all);
-    return rc;
-}
-
 /* Body for the client from a decoded entry, in the client's mode; -1 if unusable. */
 static int hit_body(struct preq *r, const struct entry *e, struct pc_buf *out, const char **ctype)
 {
-    if (r->stream) {
-        *ctype = "text/event-stream";
-        if (e->kind == ENTRY_SSE)
-            return replay_stream(r, e, out);
-        cJSON *resp = cJSON_ParseWithLength(e->body, e->body_len);
-        int rc = resp ? dialect_synthesize(r->ep, resp, r->include_usage, out) : -1;
-        cJSON_Delete(resp);
-        return rc;
-    }
-    *ctype = "application/json";
-    if (e->kind == ENTRY_JSON) {
-        pc_buf_append(out, e->body, e->body_len);
-        return 0;
-    }
-    cJSON *resp = dialect_assemble(r->ep, e->body, e->body_len, NULL);
-    if (resp == NULL)
-        return -1;
-    char *s = cJSON_PrintUnformatted(resp);
-    cJSON_Delete(resp);
-    if (s == NULL)
-        return -1;
-    pc_buf_append_str(out, s);
-    cJSON_free(s);
-    return 0;
+    *ctype = r->stream ? "text/event-stream" : "application/json";
+    return dialect_answer(r->ep, e->kind == ENTRY_SSE, e->body, e->body_len, r->stream,
+                          r->include_usage, out);
 }
 
 /*
@@ -1091,7 +1095,7 @@ static void add_stored_headers(struct preq *r, const struct entry *e)
         memcpy(value, h->value, h->value_len);
         value[h->value_len] = '\0';
         if (api_header_replayable(name))
-            httpd_add_header(r->hr, name, value);
+            add_header(r, name, value);
     }
 }
 
@@ -1127,15 +1131,15 @@ static bool serve_hit(struct preq *r, const struct cache_result *res)
     pc_u64_dec((uint64_t)r->age_s, age);
     r->cache = PC_HIT;
     r->match = res->match;
-    httpd_add_header(r->hr, "X-Cache-Status", "HIT");
-    httpd_add_header(r->hr, "X-Cache-Match", cache_match_name(res->match));
+    add_header(r, "X-Cache-Status", "HIT");
+    add_header(r, "X-Cache-Match", cache_match_name(res->match));
     add_cache_key(r, res->exact);
     if (res->match == CACHE_MATCH_SEMANTIC) {
         char sim[16];
         snprintf(sim, sizeof(sim), "%.4f", res->similarity);
-        httpd_add_header(r->hr, "X-Cache-Similarity", sim);
+        add_header(r, "X-Cache-Similarity", sim);
     }
-    httpd_add_header(r->hr, "Age", age);
+    add_header(r, "Age", age);
     add_stored_headers(r, e);
     /* Served in the mode it was fetched in: the upstream's own Content-Type. */
     if ((e->kind == ENTRY_SSE) == r->stream && e->content_type_len > 0 &&
@@ -1149,43 +1153,6 @@ static bool serve_hit(struct preq *r, const struct cache_result *res)
     reply_whole(r, e->status, ctype, body.data, body.len);
     pc_buf_free(&body);
     return true;
-}
-
-/* Whether this request may share an upstream call with identical ones. */
-static bool may_share(const struct preq *r)
-{
-    return !r->no_cache && !r->no_store;
-}
-
-/* Go upstream without the cache; only_this: never share the call either. */
-static void preq_bypass(struct preq *r, bool only_this)
-{
-    r->cache = PC_BYPASS;
-    stats_incr(&r->w->stats, STAT_cache_bypasses);
-    preq_fetch(r, !only_this && may_share(r), false);
-}
-
-static void preq_on_lookup(void *arg, struct cache_result *res)
-{
-    struct preq *r = arg;
-    PC_CHECK_OBJ(r, PREQ_MAGIC);
-    r->lookup = NULL;
-    struct stat_labels l = {.cache = res->outcome == CACHE_HIT    ? SC_HIT
-                                     : res->outcome == CACHE_MISS ? SC_MISS
-                                                                  : SC_BYPASS};
-    stats_observe(&r->w->stats, SF_lookup_duration_seconds, &l,
-                  (int64_t)(pc_mono_us() - r->lookup_start_us));
-    r->ticket = res->ticket;
-    r->probe = bound_probe_ref(res->probe);
-    if (res->outcome == CACHE_UNAVAILABLE) {
-        preq_bypass(r, false);
-        return;
-    }
-    if (res->outcome == CACHE_HIT && serve_hit(r, res))
-        return;
-    r->cache = PC_MISS;
-    stats_incr(&r->w->stats, STAT_cache_misses);
-    preq_fetch(r, may_share(r), !r->no_store);
 }
 
 /* ---- request memory -------------------------------------------------------- */
@@ -1253,144 +1220,25 @@ static size_t parse_cost(const char *p, size_t n)
 static bool charge_parse(struct preq *r, const char *body, size_t len)
 {
     size_t tree = parse_cost(body, len);
-    if (tree <= len || httpd_req_charge(r->hr, tree - len) == 0)
+    if (tree <= len || r->ops->req_charge(r->hr, tree - len) == 0)
         return true;
-    httpd_add_header(r->hr, "Retry-After", "1");
+    add_header(r, "Retry-After", "1");
     reply_error(r, 503,
                 "server busy: the requests in flight use all of the request memory; "
                 "retry later");
     return false;
 }
 
-/* ---- entry points ----------------------------------------------------------- */
-
-/* Decide between lookup and a direct fetch, after parsing succeeded. */
-static void preq_route_cacheable(struct preq *r)
-{
-    struct worker *w = r->w;
-    if (!w->conf->cache || r->mode == MODE_OFF || r->key_unsafe || r->never_cache) {
-        preq_bypass(r, true);
-        return;
-    }
-    struct cache_query q;
-    cache_query_of(r, &q);
-    if (r->no_cache) {
-        if (!cache_ready(w->cache)) {
-            preq_bypass(r, true);
-            return;
-        }
-        r->cache = PC_REFRESH;
-        stats_incr(&w->stats, STAT_cache_refreshes);
-        r->ticket = cache_ticket_create(w->cache, &q);
-        preq_fetch(r, false, !r->no_store);
-        return;
-    }
-    r->state = PREQ_LOOKUP;
-    r->lookup_start_us = pc_mono_us();
-    if (cache_lookup_fast(w->cache, &q, preq_on_lookup, r))
-        return;
-    r->lookup = cache_lookup(w->cache, &q, preq_on_lookup, r);
-    if (r->lookup == NULL) /* Redis not ready */
-        preq_bypass(r, false);
-}
+/* ---- RECV ------------------------------------------------------------------- */
 
 /* 413 in the shape of the API that was called. */
 static bool reject_oversize(struct preq *r)
 {
-    if (httpd_req_error(r->hr) != HTTPD_REQ_BODY_TOO_LARGE)
+    if (r->ops->req_error(r->hr) != HTTPD_REQ_BODY_TOO_LARGE)
         return false;
     reply_error(r, 413, "request body is larger than the proxy's max-body-size (%lld bytes)",
                 (long long)r->w->conf->max_body_size);
     return true;
-}
-
-static void preq_recv_api(struct preq *r)
-{
-    struct worker *w = r->w;
-    stats_incr(&w->stats, STAT_requests_cacheable);
-    if (reject_oversize(r))
-        return;
-    const char *ct = httpd_req_header(r->hr, "Content-Type");
-    if (ct != NULL && !is_json_media_type(ct)) {
-        reply_error(r, 415, "Content-Type must be application/json");
-        return;
-    }
-    size_t len = 0;
-    const char *body = httpd_req_body(r->hr, &len);
-    r->bytes_in = len;
-    if (len == 0) {
-        reply_error(r, 400, "request body is empty; a JSON object is required");
-        return;
-    }
-    if (strlen(body) != len) {
-        reply_error(r, 400, "request body is not valid JSON (it contains a NUL byte)");
-        return;
-    }
-    if (!charge_parse(r, body, len))
-        return;
-    char msg[256];
-    struct pc_buf variant = PC_BUF_INIT;
-    struct memo_input mi;
-    uint64_t hash = 0;
-    if (r->ep != API_RESPONSES) { /* their tenant needs the body */
-        compute_tenant(r);
-        compute_variant(r, &variant);
-        mi = memo_input_of(r, &variant);
-        hash = memo_hash(&mi);
-        if (keys_from_memo(r, &mi, hash)) {
-            if (parse_controls(r, msg, sizeof(msg)) < 0)
-                reply_error(r, 400, "%s", msg);
-            else
-                preq_route_cacheable(r);
-            pc_buf_free(&variant);
-            return;
-        }
-    }
-    /* Strict: nothing but white space may follow the value (httpd NUL-terminates bodies). */
-    const char *end = NULL;
-    r->body = cJSON_ParseWithLengthOpts(body, len + 1, &end, 1);
-    if (r->body == NULL) {
-        reply_error(r, 400, "request body is not valid JSON (error near byte %zu)",
-                    end ? (size_t)(end - body) : (size_t)0);
-        pc_buf_free(&variant);
-        return;
-    }
-    /* cJSON cuts strings at \u0000, so such bodies could share a key: never cache them. */
-    r->key_unsafe = memmem(body, len, "\\u0000", 6) != NULL;
-    if (api_validate(r->ep, r->body, msg, sizeof(msg)) < 0 ||
-        parse_controls(r, msg, sizeof(msg)) < 0) {
-        reply_error(r, 400, "%s", msg);
-        pc_buf_free(&variant);
-        return;
-    }
-    const char *model = api_model(r->body);
-    r->model = model ? pc_strdup(model) : NULL;
-    r->stream = api_wants_stream(r->ep, r->body);
-    r->include_usage = api_stream_include_usage(r->ep, r->body);
-    const char *why = NULL;
-    if (!api_cacheable_request(r->ep, r->body, &why)) {
-        log_write(PC_LOG_DEBUG, r->id, "not cacheable: %s", why);
-        stats_incr(&r->w->stats, STAT_requests_uncacheable);
-        r->never_cache = true;
-    }
-    if (r->ep == API_RESPONSES) {
-        compute_tenant(r);
-        compute_variant(r, &variant);
-        mi = memo_input_of(r, &variant); /* for the keys only: never memoised */
-    }
-    compute_keys(r, &mi, hash);
-    pc_buf_free(&variant);
-    preq_route_cacheable(r);
-}
-
-static void preq_recv_passthrough(struct preq *r)
-{
-    stats_incr(&r->w->stats, STAT_requests_passthrough);
-    if (reject_oversize(r))
-        return;
-    httpd_req_body(r->hr, &r->bytes_in);
-    r->cache = PC_BYPASS;
-    preq_fetch(r, false, false);
 }
 
 /*
@@ -1402,10 +1250,9 @@ static bool preq_cors(struct preq *r)
     const struct conf_list *origins = &r->w->conf->cors_origins;
     if (origins->n == 0)
         return false; /* off: OPTIONS and the upstream's CORS headers pass through */
-    const char *origin = httpd_req_header(r->hr, "Origin");
+    const char *origin = req_header(r, "Origin");
     const char *allow = cors_allow_origin(origins, origin);
-    if (!cors_is_preflight(r->method, origin,
-                           httpd_req_header(r->hr, "Access-Control-Request-Method"))) {
+    if (!cors_is_preflight(r->method, origin, req_header(r, "Access-Control-Request-Method"))) {
         if (allow != NULL)
             cors_add_headers(r->hr, allow);
         return false;
@@ -1415,10 +1262,336 @@ static bool preq_cors(struct preq *r)
         reply_error(r, 403, "origin not allowed by the proxy's cors-origins");
         return true;
     }
-    cors_add_preflight(r->hr, allow, httpd_req_header(r->hr, "Access-Control-Request-Headers"));
+    cors_add_preflight(r->hr, allow, req_header(r, "Access-Control-Request-Headers"));
     reply_whole(r, 204, NULL, NULL, 0);
     return true;
 }
+
+/*
+ * RECV: what every request meets first (CORS, the refusal of upgrades, the
+ * size limit), then its way: an API endpoint's body is parsed; anything
+ * else passes through untouched, never cached or shared.
+ */
+static enum step step_recv(struct preq *r)
+{
+    if (preq_cors(r))
+        return to(r, PREQ_DONE);
+    const char *upgrade = req_header(r, "Upgrade");
+    if (upgrade != NULL && strcasestr(upgrade, "websocket") != NULL) {
+        reply_error(r, 501, "WebSocket upgrades are not supported by the proxy");
+        return to(r, PREQ_DONE);
+    }
+    if (r->ep == API_NONE) {
+        stats_incr(&r->w->stats, STAT_requests_passthrough);
+        if (reject_oversize(r))
+            return to(r, PREQ_DONE);
+        req_body(r, &r->bytes_in);
+        r->cache = PC_BYPASS;
+        return go_fetch(r, false, false);
+    }
+    stats_incr(&r->w->stats, STAT_requests_cacheable);
+    if (reject_oversize(r))
+        return to(r, PREQ_DONE);
+    return to(r, PREQ_PARSE);
+}
+
+/* ---- PARSE ------------------------------------------------------------------ */
+
+/*
+ * The raw body's checks, before anything is built from it: media type, not
+ * empty, no NUL byte, memory for its parse tree. False after an error reply.
+ */
+static bool body_acceptable(struct preq *r, const char **body, size_t *len)
+{
+    const char *ct = req_header(r, "Content-Type");
+    if (ct != NULL && !is_json_media_type(ct)) {
+        reply_error(r, 415, "Content-Type must be application/json");
+        return false;
+    }
+    *body = req_body(r, len);
+    r->bytes_in = *len;
+    if (*len == 0) {
+        reply_error(r, 400, "request body is empty; a JSON object is required");
+        return false;
+    }
+    if (strlen(*body) != *len) {
+        reply_error(r, 400, "request body is not valid JSON (it contains a NUL byte)");
+        return false;
+    }
+    return charge_parse(r, *body, *len);
+}
+
+/*
+ * The body parsed (strictly: nothing but white space may follow the value;
+ * httpd NUL-terminates bodies) and validated, the controls read, model,
+ * stream and usage noted. False after an error reply.
+ */
+static bool parse_body(struct preq *r, const char *body, size_t len)
+{
+    char msg[256];
+    const char *end = NULL;
+    r->body = cJSON_ParseWithLengthOpts(body, len + 1, &end, 1);
+    if (r->body == NULL) {
+        reply_error(r, 400, "request body is not valid JSON (error near byte %zu)",
+                    end ? (size_t)(end - body) : (size_t)0);
+        return false;
+    }
+    /* cJSON cuts strings at \u0000, so such bodies could share a key: never cache them. */
+    r->key_unsafe = memmem(body, len, "\\u0000", 6) != NULL;
+    if (api_validate(r->ep, r->body, msg, sizeof(msg)) < 0 ||
+        parse_controls(r, msg, sizeof(msg)) < 0) {
+        reply_error(r, 400, "%s", msg);
+        return false;
+    }
+    const char *model = api_model(r->body);
+    r->model = model ? pc_strdup(model) : NULL;
+    r->stream = api_wants_stream(r->ep, r->body);
+    r->include_usage = api_stream_include_usage(r->ep, r->body);
+    const char *why = NULL;
+    if (!api_cacheable_request(r->ep, r->body, &why)) {
+        log_write(PC_LOG_DEBUG, r->id, "not cacheable: %s", why);
+        stats_incr(&r->w->stats, STAT_requests_uncacheable);
+        r->never_cache = true;
+    }
+    return true;
+}
+
+/*
+ * The tenant and the inputs beside the body (r->variant), and the memo's
+ * view of them (r->memo; hashed into r->memo_hash when memoise).
+ */
+static void note_inputs(struct preq *r, bool memoise)
+{
+    compute_tenant(r);
+    compute_variant(r, &r->variant);
+    r->memo = memo_input_of(r, &r->variant);
+    r->memo_hash = memoise ? memo_hash(&r->memo) : 0;
+}
+
+/*
+ * PARSE: the body; or, for a body read before with the same tenant and
+ * inputs, the memo's facts about it (then it stays unparsed: preq_body). The
+ * Responses API's tenant depends on the body ("store"), so its inputs wait
+ * for KEYS and are never memoised.
+ */
+static enum step step_parse(struct preq *r)
+{
+    const char *body = NULL;
+    size_t len = 0;
+    if (!body_acceptable(r, &body, &len))
+        return to(r, PREQ_DONE);
+    if (r->ep != API_RESPONSES) {
+        note_inputs(r, true);
+        if (keys_from_memo(r, &r->memo, r->memo_hash)) {
+            char msg[256];
+            if (parse_controls(r, msg, sizeof(msg)) == 0)
+                return to(r, PREQ_KEYS);
+            reply_error(r, 400, "%s", msg);
+            return to(r, PREQ_DONE);
+        }
+    }
+    if (!parse_body(r, body, len))
+        return to(r, PREQ_DONE);
+    return to(r, PREQ_KEYS);
+}
+
+/* ---- KEYS ------------------------------------------------------------------- */
+
+/* KEYS: the exact key and partition (unless the memo gave them); then the cache's part. */
+static enum step step_keys(struct preq *r)
+{
+    struct worker *w = r->w;
+    if (!r->have_keys) {
+        if (r->ep == API_RESPONSES)
+            note_inputs(r, false);
+        compute_keys(r, &r->memo, r->memo_hash);
+    }
+    memset(&r->memo, 0, sizeof(r->memo)); /* it points into the variant */
+    pc_buf_free(&r->variant);
+    if (!w->conf->cache || r->mode == MODE_OFF || r->key_unsafe || r->never_cache)
+        return bypass(r, true);
+    if (!r->no_cache)
+        return to(r, PREQ_LOOKUP);
+    /* no-cache: not looked up, but the fresh answer is stored (REFRESH) */
+    if (!r->ops->cache_ready(w->cache))
+        return bypass(r, true);
+    struct cache_query q;
+    cache_query_of(r, &q);
+    r->cache = PC_REFRESH;
+    stats_incr(&w->stats, STAT_cache_refreshes);
+    r->ticket = cache_ticket_create(w->cache, &q);
+    return go_fetch(r, false, !r->no_store);
+}
+
+/* ---- LOOKUP ----------------------------------------------------------------- */
+
+/* Completion: the lookup's result, whose entry is valid during this callback only. */
+static void preq_on_lookup(void *arg, struct cache_result *res)
+{
+    struct preq *r = arg;
+    PC_CHECK_OBJ(r, PREQ_MAGIC);
+    r->lookup = NULL;
+    r->res = res;
+    preq_drive(r);
+    r->res = NULL;
+}
+
+/*
+ * The lookup's result: a hit is delivered at once (its entry lives as long
+ * as the callback), a miss fetched and stored; without Redis, a bypass.
+ */
+static enum step lookup_done(struct preq *r)
+{
+    const struct cache_result *res = r->res;
+    struct stat_labels l = {.cache = res->outcome == CACHE_HIT    ? SC_HIT
+                                     : res->outcome == CACHE_MISS ? SC_MISS
+                                                                  : SC_BYPASS};
+    stats_observe(&r->w->stats, SF_lookup_duration_seconds, &l,
+                  (int64_t)(pc_mono_us() - r->lookup_start_us));
+    r->ticket = res->ticket;
+    r->probe = bound_probe_ref(res->probe);
+    if (res->outcome == CACHE_UNAVAILABLE)
+        return bypass(r, false);
+    if (res->outcome == CACHE_HIT)
+        return to(r, PREQ_DELIVER);
+    return miss(r);
+}
+
+/*
+ * LOOKUP: start the lookup, whose completion re-enters here with the
+ * result (r->res) - before cache_lookup returns when the L1 answers.
+ */
+static enum step step_lookup(struct preq *r)
+{
+    if (r->res != NULL)
+        return lookup_done(r);
+    struct cache_query q;
+    cache_query_of(r, &q);
+    r->lookup_start_us = pc_mono_us();
+    if (r->ops->cache_lookup(r->w->cache, &q, preq_on_lookup, r, &r->lookup) < 0)
+        return bypass(r, false); /* Redis not ready */
+    return STEP_WAIT;
+}
+
+/* ---- FETCH ------------------------------------------------------------------ */
+
+/*
+ * The coalescing key (NULL: a call of its own): everything that shapes the
+ * bytes a waiter receives - the exact key, the reply mode, whether usage
+ * was asked for, and who asks (in a shared namespace, an error or headers of
+ * one credential must not reach another; only stored answers are shared
+ * there).
+ */
+static const unsigned char *flight_key(const struct preq *r, unsigned char out[PC_SHA256_LEN])
+{
+    if (!r->share || !r->w->conf->coalesce || !r->have_keys)
+        return NULL;
+    unsigned char material[2 * PC_SHA256_LEN + 2];
+    memcpy(material, r->keys.exact, PC_SHA256_LEN);
+    memcpy(material + PC_SHA256_LEN, r->credential, PC_SHA256_LEN);
+    material[2 * PC_SHA256_LEN] = r->stream ? 1 : 0;
+    material[2 * PC_SHA256_LEN + 1] = r->include_usage ? 1 : 0;
+    pc_sha256(material, sizeof(material), out);
+    return out;
+}
+
+/* Lead the call: what prefix reuse needs, then the fetch (which takes the ticket to store). */
+static void start_fetch(struct preq *r)
+{
+    struct worker *w = r->w;
+    if (r->ep != API_NONE)
+        compute_prefix(r); /* only for calls that go upstream: hits never pay for it */
+    struct xfer_header hdrs[MAX_FWD_HEADERS];
+    size_t nh = client_headers(r, hdrs, MAX_FWD_HEADERS);
+    size_t blen = 0;
+    const char *body = req_body(r, &blen);
+    struct fetch_req fr = {
+        .method = r->ops->req_method(r->hr),
+        .target = r->ops->req_target(r->hr),
+        .headers = hdrs,
+        .nheaders = nh,
+        .body = body,
+        .body_len = blen,
+        .reqid = r->id,
+        .ticket = r->store ? r->ticket : NULL,
+        .ttl_ms = r->ttl * 1000,
+        .endpoint = r->ep,
+        .stream = r->stream,
+        .model = r->model,
+        .tenant_id = r->tenant_id,
+        .chain = &r->chain,
+        .kv_tenant = w->conf->prefix_share_tenants || r->ep == API_NONE ? NULL : r->credential,
+        .session = r->session,
+        .ask_usage = r->ask_usage,
+    };
+    if (r->ask_usage)
+        stats_incr(&w->stats, STAT_stream_usage_added);
+    if (r->store)
+        r->ticket = NULL; /* the fetch owns it now */
+    r->ops->fetch_start(w, flight_sub_flight(r->sub), &fr);
+}
+
+/* FETCH: join an identical call in flight, or lead a new one; the flight's news drive DELIVER. */
+static enum step step_fetch(struct preq *r)
+{
+    struct worker *w = r->w;
+    r->relay_streamed = r->ep == API_NONE || r->stream;
+    r->upstream_start_us = pc_mono_us();
+    unsigned char fkey[PC_SHA256_LEN];
+    bool leader = false;
+    r->sub = flight_subscribe(flight_key(r, fkey), w->base, preq_on_flight, r, &leader);
+    r->state = PREQ_DELIVER;
+    if (leader) {
+        start_fetch(r);
+    } else {
+        r->coalesced = true;
+        stats_incr(&w->stats, STAT_coalesced);
+    }
+    return STEP_WAIT;
+}
+
+/* ---- DELIVER ---------------------------------------------------------------- */
+
+/* A hit, during the lookup's callback; an entry that does not render is a miss. */
+static enum step deliver_hit(struct preq *r)
+{
+    if (serve_hit(r, r->res))
+        return to(r, PREQ_DONE);
+    r->res = NULL;
+    return miss(r);
+}
+
+/* DELIVER: the hit, or what the flight has for the client now. */
+static enum step step_deliver(struct preq *r)
+{
+    if (r->res != NULL)
+        return deliver_hit(r);
+    if (r->relay_streamed)
+        return deliver_streamed(r);
+    return deliver_whole(r);
+}
+
+/* Completion: the flight has news (the head, more bytes, the end). */
+static void preq_on_flight(struct flight_sub *sub, void *arg)
+{
+    (void)sub;
+    struct preq *r = arg;
+    PC_CHECK_OBJ(r, PREQ_MAGIC);
+    if (r->state == PREQ_DELIVER)
+        preq_drive(r);
+}
+
+/* Completion: the client took the output queued for it; relay more. */
+static void preq_on_drain(struct httpd_req *hr, void *arg)
+{
+    (void)hr;
+    struct preq *r = arg;
+    PC_CHECK_OBJ(r, PREQ_MAGIC);
+    if (r->state == PREQ_DELIVER && r->sub != NULL)
+        preq_drive(r);
+}
+
+/* ---- entry points ----------------------------------------------------------- */
 
 /* "%08x%02x%08llx" of the process prefix, worker and sequence, by hand in the usual case. */
 static void request_id(struct worker *w, char out[32])
@@ -1442,43 +1615,66 @@ static void request_id(struct worker *w, char out[32])
     pc_hex(b, sizeof(b), out);
 }
 
+void proxy_serve(struct worker *w, struct httpd_req *hr, const struct proxy_ops *ops)
+{
+    const char *path = ops->req_path(hr);
+    struct preq *r = pc_calloc(1, sizeof(*r));
+    r->magic = PREQ_MAGIC;
+    r->w = w;
+    r->ops = ops;
+    r->hr = hr;
+    r->start_us = ops->req_start_us(hr);
+    r->ttfb_us = -1;
+    pc_strlcpy(r->method, ops->req_method(hr), sizeof(r->method));
+    r->path = pc_strdup(path);
+    request_id(w, r->id);
+    stats_add(&w->stats, STAT_requests_active, 1);
+    ops->set_close_cb(hr, preq_on_close, r);
+    /* Only POSTs are answers to cache; other methods on these paths (OpenAI's
+     * GET /v1/chat/completions lists stored completions) pass through. */
+    r->ep = strcmp(ops->req_method(hr), "POST") == 0 ? api_endpoint_from_path(path) : API_NONE;
+    r->dialect = dialect_of(api_endpoint_from_path(path));
+    /* Every answer from here on, hit, miss or error, names its access log line. */
+    add_header(r, "X-Promptcache-Request-Id", r->id);
+    preq_drive(r);
+}
+
 void proxy_handle(struct httpd_req *hr, void *arg)
 {
     struct worker *w = arg;
     PC_CHECK_OBJ(w, WORKER_MAGIC);
     stats_incr(&w->stats, STAT_requests_total);
-    const char *path = httpd_req_path(hr);
-    if (admin_owns_path(path)) {
+    if (admin_owns_path(httpd_req_path(hr))) {
         stats_incr(&w->stats, STAT_requests_admin);
         admin_handle(w, hr);
         return;
     }
-    struct preq *r = pc_calloc(1, sizeof(*r));
-    r->magic = PREQ_MAGIC;
-    r->w = w;
-    r->hr = hr;
-    r->start_us = httpd_req_start_us(hr);
-    r->ttfb_us = -1;
-    pc_strlcpy(r->method, httpd_req_method(hr), sizeof(r->method));
-    r->path = pc_strdup(path);
-    request_id(w, r->id);
-    stats_add(&w->stats, STAT_requests_active, 1);
-    httpd_set_close_cb(hr, preq_on_close, r);
-    /* Only POSTs are answers to cache; other methods on these paths (OpenAI's
-     * GET /v1/chat/completions lists stored completions) pass through. */
-    r->ep = strcmp(httpd_req_method(hr), "POST") == 0 ? api_endpoint_from_path(path) : API_NONE;
-    r->dialect = dialect_of(api_endpoint_from_path(path));
-    /* Every answer from here on, hit, miss or error, names its access log line. */
-    httpd_add_header(hr, "X-Promptcache-Request-Id", r->id);
-    if (preq_cors(r))
-        return;
-    const char *upgrade = httpd_req_header(hr, "Upgrade");
-    if (upgrade != NULL && strcasestr(upgrade, "websocket") != NULL) {
-        reply_error(r, 501, "WebSocket upgrades are not supported by the proxy");
-        return;
-    }
-    if (r->ep != API_NONE)
-        preq_recv_api(r);
-    else
-        preq_recv_passthrough(r);
+    proxy_serve(w, hr, &proxy_ops_real);
 }
+
+const struct proxy_ops proxy_ops_real = {
+    .req_method = httpd_req_method,
+    .req_target = httpd_req_target,
+    .req_path = httpd_req_path,
+    .req_query = httpd_req_query,
+    .req_header = httpd_req_header,
+    .req_header_count = httpd_req_header_count,
+    .req_header_at = httpd_req_header_at,
+    .req_body = httpd_req_body,
+    .req_error = httpd_req_error,
+    .req_charge = httpd_req_charge,
+    .req_start_us = httpd_req_start_us,
+    .add_header = httpd_add_header,
+    .reply = httpd_reply,
+    .reply_start = httpd_reply_start,
+    .reply_chunk = httpd_reply_chunk,
+    .reply_end = httpd_reply_end,
+    .reply_abort = httpd_reply_abort,
+    .reply_queued = httpd_reply_queued,
+    .set_drain_cb = httpd_set_drain_cb,
+    .set_close_cb = httpd_set_close_cb,
+    .cache_ready = cache_ready,
+    .cache_lookup = cache_lookup,
+    .cache_cancel = cache_cancel,
+    .fetch_start = fetch_start,
+};

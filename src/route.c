@@ -22,6 +22,7 @@
 #include "pc_kvsize.h"
 #include "pc_log.h"
 #include "pc_pindex.h"
+#include "pc_stats.h"
 #include "route/policies.h"
 #include "route/route_int.h"
 
@@ -349,7 +350,8 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
 
 /*
  * Per-replica figures, one row each: X(name in /stats, Prometheus family,
- * type, help, expression over rp (struct replica *) and i (its index)).
+ * type, help, expression over r, rp (struct replica *) and i (its index));
+ * the rows of route_replica_series (pc_stats.h).
  */
 #define ROUTE_REPLICA_FIGURES(X)                                                                 \
     X(requests, "replica_requests_total", "counter", "Calls sent to the replica",                \
@@ -392,62 +394,71 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
       "KV-cache capacity of the replica assumed by the prefix index",                            \
       (uint64_t)pindex_capacity(r->index, i))
 
-void route_render_json(const struct route *r, struct pc_buf *out)
+/* Healthy (/stats) or up (/metrics, 1): not refused a connection within upstream-fail-timeout. */
+static void route_read_up(const void *snap, size_t i, struct stat_val *v)
 {
-    int64_t now = (int64_t)pc_mono_ms();
-    pc_buf_append_char(out, '[');
-    for (size_t i = 0; i < r->n; i++) {
-        const struct replica *rp = &r->reps[i];
-        if (i > 0)
-            pc_buf_append_char(out, ',');
-        pc_buf_append_str(out, "{\"name\":");
-        pc_buf_json_str(out, rp->name, strlen(rp->name));
-        pc_buf_printf(out, ",\"healthy\":%s", is_down(rp, now) ? "false" : "true");
-#define ROUTE_JSON_FIELD(field, fam, type, help, expr) \
-    pc_buf_printf(out, ",\"" #field "\":%lld", (long long)(expr));
-        ROUTE_REPLICA_FIGURES(ROUTE_JSON_FIELD)
-#undef ROUTE_JSON_FIELD
-        pc_buf_append_char(out, '}');
+    const struct route *r = snap;
+    stat_bool(v, !is_down(&r->reps[i], (int64_t)pc_mono_ms()));
+}
+
+#define ROUTE_READ(field, fam, type, help, expr)                                   \
+    static void route_read_##field(const void *snap, size_t i, struct stat_val *v) \
+    {                                                                              \
+        const struct route *r = snap;                                              \
+        const struct replica *rp = &r->reps[i];                                    \
+        (void)rp;                                                                  \
+        stat_int(v, (int64_t)(expr));                                              \
     }
-    pc_buf_append_char(out, ']');
+ROUTE_REPLICA_FIGURES(ROUTE_READ)
+#undef ROUTE_READ
+
+static const struct stat_row replica_rows[] = {
+    {"healthy", "replica_up", "gauge", 0,
+     "1 unless the replica refused a connection within upstream-fail-timeout", route_read_up},
+#define ROUTE_ROW(field, fam, type, help, expr) {#field, fam, type, 0, help, route_read_##field},
+    ROUTE_REPLICA_FIGURES(ROUTE_ROW)
+#undef ROUTE_ROW
+};
+
+static size_t route_items(const void *snap)
+{
+    const struct route *r = snap;
+    return r->n;
 }
 
-static void prom_head(struct pc_buf *out, const char *name, const char *type, const char *help)
+static const char *route_item(const void *snap, size_t i)
 {
-    pc_buf_printf(out, "# HELP promptcache_%s %s\n# TYPE promptcache_%s %s\n", name, help, name,
-                  type);
+    const struct route *r = snap;
+    return r->reps[i].name;
 }
 
-void route_render_prometheus(const struct route *r, struct pc_buf *out)
+const struct stat_group route_replica_series = {
+    .rows = replica_rows,
+    .nrows = PC_ARRAY_LEN(replica_rows),
+    .count = route_items,
+    .item = route_item,
+    .array = "replicas",
+    .label = "upstream",
+    .per = "replica",
+};
+
+static void route_read_policy(const void *snap, size_t i, struct stat_val *v)
 {
-    int64_t now = (int64_t)pc_mono_ms();
-#define ROUTE_PROM_FAMILY(field, fam, type, help, expr)                             \
-    prom_head(out, fam, type, help);                                                \
-    for (size_t i = 0; i < r->n; i++) {                                             \
-        const struct replica *rp = &r->reps[i];                                     \
-        pc_buf_printf(out, "promptcache_%s{upstream=\"%s\"} %lld\n", fam, rp->name, \
-                      (long long)(expr));                                           \
-    }
-    ROUTE_REPLICA_FIGURES(ROUTE_PROM_FAMILY)
-#undef ROUTE_PROM_FAMILY
-    prom_head(out, "replica_up", "gauge",
-              "1 unless the replica refused a connection within upstream-fail-timeout");
-    for (size_t i = 0; i < r->n; i++)
-        pc_buf_printf(out, "promptcache_replica_up{upstream=\"%s\"} %d\n", r->reps[i].name,
-                      is_down(&r->reps[i], now) ? 0 : 1);
-    prom_head(out, "prefix_index_entries", "gauge",
-              "Links the prefix index holds, summed over the replicas");
-    pc_buf_printf(out, "promptcache_prefix_index_entries %zu\n", pindex_entries(r->index));
+    (void)i;
+    stat_str(v, route_policy_name(snap));
 }
 
-void route_render_doc(struct pc_buf *out)
+static void route_read_entries(const void *snap, size_t i, struct stat_val *v)
 {
-#define ROUTE_DOC_ROW(field, fam, type, help, expr) \
-    pc_buf_printf(out, "| `%s{upstream}` | %s | %s |\n", fam, type, help);
-    ROUTE_REPLICA_FIGURES(ROUTE_DOC_ROW)
-#undef ROUTE_DOC_ROW
-    pc_buf_append_str(out, "| `replica_up{upstream}` | gauge | 1 unless the replica refused a "
-                           "connection within upstream-fail-timeout |\n");
-    pc_buf_append_str(out, "| `prefix_index_entries` | gauge | Links the prefix index holds, "
-                           "summed over the replicas |\n");
+    const struct route *r = snap;
+    (void)i;
+    stat_int(v, (int64_t)pindex_entries(r->index));
 }
+
+static const struct stat_row route_rows[] = {
+    {"routing", NULL, "info", 0, "The routing policy (routing)", route_read_policy},
+    {NULL, "prefix_index_entries", "gauge", 0,
+     "Links the prefix index holds, summed over the replicas", route_read_entries},
+};
+
+const struct stat_group route_series = {.rows = route_rows, .nrows = PC_ARRAY_LEN(route_rows)};

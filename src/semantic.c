@@ -491,39 +491,92 @@ void semantic_destroy(struct semantic **sp)
     free(s);
 }
 
-void semantic_render_json(struct semantic *s, struct pc_buf *out)
+/* ---- series (pc_stats.h) ---------------------------------------------------------- */
+
+struct semantic_figures {
+    double threshold;
+    const char *space;
+    struct vindex_stats vs;
+    struct vsync_counters ys;
+    int64_t index_memory;
+    size_t queued;
+    const char *breaker; /* NULL: no remote embedder */
+};
+
+static void semantic_snapshot(const void *obj, void *snap)
 {
-    struct vindex_stats vs = {0};
+    struct semantic *s = (struct semantic *)obj; /* its locks */
+    struct semantic_figures *f = snap;
     struct vindex *vx = index_get(s);
     if (vx != NULL)
-        vindex_get_stats(vx, &vs);
-    struct vsync_counters ys = {0};
+        vindex_get_stats(vx, &f->vs);
     struct vsync *y = sync_get(s);
     if (y != NULL)
-        vsync_get_counters(y, &ys);
-    pc_buf_printf(out, "\"semantic_threshold\":%.4f,", semantic_default_threshold(s));
-    pc_buf_printf(out,
-                  "\"semantic_space\":\"%s\",\"semantic_vectors\":%zu,"
-                  "\"semantic_partitions\":%zu,\"semantic_partitions_loaded\":%zu,"
-                  "\"semantic_ivf_partitions\":%zu,\"semantic_index_builds\":%llu,"
-                  "\"semantic_index_memory\":%lld,\"semantic_index_evicted_vectors\":%llu,"
-                  "\"semantic_index_queued\":%zu,\"semantic_pool_queued\":%zu,"
-                  "\"semantic_sync_ready\":%s,\"semantic_sync_loaded\":%llu,"
-                  "\"semantic_sync_events\":%llu,\"semantic_sync_ignored\":%llu",
-                  s->space, vs.vectors, vs.partitions, vs.loaded, vs.ivf_partitions,
-                  (unsigned long long)vs.builds, (long long)semantic_index_memory_bytes(s->conf),
-                  (unsigned long long)vs.evicted_vectors, ys.queued, pool_queued(s->pool),
-                  ys.ready ? "true" : "false", (unsigned long long)ys.loaded,
-                  (unsigned long long)ys.events, (unsigned long long)ys.ignored);
-    if (s->brk != NULL)
-        pc_buf_printf(out, ",\"embedder_breaker\":\"%s\"",
-                      breaker_state_name(breaker_state(s->brk)));
-    bound_render_json(s->bound, out);
+        vsync_get_counters(y, &f->ys);
+    f->threshold = semantic_default_threshold(s);
+    f->space = s->space;
+    f->index_memory = semantic_index_memory_bytes(s->conf);
+    f->queued = pool_queued(s->pool);
+    f->breaker = s->brk != NULL ? breaker_state_name(breaker_state(s->brk)) : NULL;
 }
 
-void semantic_render_prometheus(struct semantic *s, struct pc_buf *out)
+#define SEMANTIC_SERIES(X)                                                                         \
+    X(threshold, "semantic_threshold", NULL, "gauge", 4,                                           \
+      "The similarity a candidate needs unless X-Cache-Threshold says (semantic-threshold, or "    \
+      "the embedder's own for auto)",                                                              \
+      stat_real(v, s->threshold))                                                                  \
+    X(space, "semantic_space", NULL, "info", 0,                                                    \
+      "The embedder's vector space: vectors of another are not searched", stat_str(v, s->space))   \
+    X(vectors, "semantic_vectors", NULL, "gauge", 0, "Vectors in the process's index",             \
+      stat_int(v, (int64_t)s->vs.vectors))                                                         \
+    X(partitions, "semantic_partitions", NULL, "gauge", 0,                                         \
+      "Partitions holding at least one vector", stat_int(v, (int64_t)s->vs.partitions))            \
+    X(partitions_loaded, "semantic_partitions_loaded", NULL, "gauge", 0,                           \
+      "Partitions loaded from Redis and held in memory", stat_int(v, (int64_t)s->vs.loaded))       \
+    X(ivf_partitions, "semantic_ivf_partitions", NULL, "gauge", 0,                                 \
+      "Of those, served by a FAISS IVF index", stat_int(v, (int64_t)s->vs.ivf_partitions))         \
+    X(index_builds, "semantic_index_builds", NULL, "counter", 0, "IVF (re)builds completed",       \
+      stat_int(v, (int64_t)s->vs.builds))                                                          \
+    X(index_memory, "semantic_index_memory", NULL, "gauge", 0,                                     \
+      "Bytes of vectors the index may hold (semantic-index-memory)", stat_int(v, s->index_memory)) \
+    X(evicted_vectors, "semantic_index_evicted_vectors", NULL, "counter", 0,                       \
+      "Vectors dropped with the least recently searched partitions to stay within it",             \
+      stat_int(v, (int64_t)s->vs.evicted_vectors))                                                 \
+    X(index_queued, "semantic_index_queued", NULL, "gauge", 0, "Partition loads waiting",          \
+      stat_int(v, (int64_t)s->ys.queued))                                                          \
+    X(pool_queued, "semantic_pool_queued", NULL, "gauge", 0,                                       \
+      "Semantic lookups waiting for the embedding pool", stat_int(v, (int64_t)s->queued))          \
+    X(sync_ready, "semantic_sync_ready", NULL, "gauge", 0,                                         \
+      "Whether the index follows the vector stream (its events are applied)",                      \
+      stat_bool(v, s->ys.ready))                                                                   \
+    X(sync_loaded, "semantic_sync_loaded", NULL, "counter", 0,                                     \
+      "Vectors added to the index by loads from Redis", stat_int(v, (int64_t)s->ys.loaded))        \
+    X(sync_events, "semantic_sync_events", NULL, "counter", 0,                                     \
+      "Vector events of the stream applied (add, del, flush)", stat_int(v, (int64_t)s->ys.events)) \
+    X(sync_ignored, "semantic_sync_ignored", NULL, "counter", 0,                                   \
+      "Add events of partitions not in memory (loaded from Redis when next searched)",             \
+      stat_int(v, (int64_t)s->ys.ignored))                                                         \
+    X(breaker, "embedder_breaker", NULL, "info", 0,                                                \
+      "The remote embedder's circuit breaker: closed, open or half-open (embedder openai only)",   \
+      if (s->breaker != NULL) stat_str(v, s->breaker))
+
+#define SEMANTIC_READ(id, name, prom, kind, dec, help, stmt) \
+    STAT_READER(semantic, struct semantic_figures, id, stmt)
+#define SEMANTIC_ROW(id, name, prom, kind, dec, help, stmt) \
+    STAT_ROW(semantic, id, name, prom, kind, dec, help)
+SEMANTIC_SERIES(SEMANTIC_READ)
+static const struct stat_row semantic_rows[] = {SEMANTIC_SERIES(SEMANTIC_ROW)};
+
+const struct stat_group semantic_series = {
+    .rows = semantic_rows,
+    .nrows = PC_ARRAY_LEN(semantic_rows),
+    .snap_size = sizeof(struct semantic_figures),
+    .snapshot = semantic_snapshot,
+};
+
+struct bound *semantic_bound(const struct semantic *s)
 {
-    bound_render_prometheus(s->bound, out);
+    return s != NULL ? s->bound : NULL;
 }
 
 /* ---- two answers' cosine (the error bound's embedding comparator) ------------------ */

@@ -1,8 +1,9 @@
 /*
- * stats.c - sums per-worker metric rows and renders them (see pc_stats.h).
- * Owns the registry of rows, which is written once before workers start and
- * only read afterwards, the model label's slots and the upstream label's
- * names.
+ * stats.c - sums per-worker metric rows and renders them, with the series
+ * other modules own (their groups, read when rendered), as /stats, /metrics
+ * and doc/metrics.md's tables (see pc_stats.h). Owns the registry of rows,
+ * which is written once before workers start and only read afterwards, the
+ * model label's slots and the upstream label's names.
  *
  *   family f, labels l ─▶ series = mixed-radix number of l's values (in
  *   enum stat_label order, over the labels f has) ─▶ cell fam_off[f] +
@@ -481,7 +482,7 @@ double stats_hit_rate(const uint64_t *cells)
     return looked > 0 ? hits / looked : 0.0;
 }
 
-void stats_render_json(struct pc_buf *out, const char *extra_json, bool priced)
+void stats_render_json(struct pc_buf *out, const struct stat_source *src, size_t n, bool priced)
 {
     uint64_t v[STAT__COUNT];
     stats_sum(v);
@@ -502,10 +503,8 @@ void stats_render_json(struct pc_buf *out, const char *extra_json, bool priced)
     pc_buf_printf(out, ",\"money_partial\":%s",
                   priced && v[STAT_answers_unpriced] > 0 ? "true" : "false");
     free(cells);
-    if (extra_json != NULL && *extra_json != '\0') {
-        pc_buf_append_char(out, ',');
-        pc_buf_append_str(out, extra_json);
-    }
+    for (size_t i = 0; i < n; i++)
+        stats_render_source_json(out, &src[i]);
     pc_buf_append_char(out, '}');
 }
 
@@ -563,7 +562,7 @@ static void prom_family(struct pc_buf *out, const uint64_t *cells, enum stat_fam
     }
 }
 
-void stats_render_prometheus(struct pc_buf *out)
+void stats_render_prometheus(struct pc_buf *out, const struct stat_source *src, size_t n)
 {
     uint64_t v[STAT__COUNT];
     stats_sum(v);
@@ -586,9 +585,179 @@ void stats_render_prometheus(struct pc_buf *out)
                   "# TYPE promptcache_build_info gauge\n"
                   "promptcache_build_info{version=\"%s\"} 1\n",
                   PC_VERSION);
+    for (size_t i = 0; i < n; i++)
+        stats_render_source_prometheus(out, &src[i]);
 }
 
-void stats_render_doc(struct pc_buf *out)
+/* ---- series other modules own ------------------------------------------------------ */
+
+/* The group's snapshot of obj (in *mem, to free), or obj itself when it has none. */
+static const void *group_snapshot(const struct stat_group *g, const void *obj, void **mem)
+{
+    *mem = NULL;
+    if (g->snapshot == NULL)
+        return obj;
+    *mem = pc_calloc(1, g->snap_size);
+    g->snapshot(obj, *mem);
+    return *mem;
+}
+
+static void json_val(struct pc_buf *out, const struct stat_row *row, const struct stat_val *v)
+{
+    switch (v->type) {
+    case SV_INT:
+        pc_buf_printf(out, "%lld", (long long)v->i);
+        break;
+    case SV_REAL:
+        if (isfinite(v->d))
+            pc_buf_printf(out, "%.*f", row->decimals, v->d);
+        else
+            pc_buf_append_str(out, "null");
+        break;
+    case SV_BOOL:
+        pc_buf_append_str(out, v->i ? "true" : "false");
+        break;
+    case SV_STR:
+        pc_buf_json_str(out, v->s, strlen(v->s));
+        break;
+    default:
+        pc_buf_append_str(out, "null");
+    }
+}
+
+/* ,"name":value for a row shown in /stats (and not left out). */
+static void json_row(struct pc_buf *out, const struct stat_row *row, const void *snap, size_t item)
+{
+    struct stat_val v = {0};
+    if (row->name == NULL)
+        return;
+    row->read(snap, item, &v);
+    if (v.type == SV_NONE)
+        return;
+    pc_buf_printf(out, ",\"%s\":", row->name);
+    json_val(out, row, &v);
+}
+
+/* ,"array":[{"name":"item",...},...] */
+static void json_items(struct pc_buf *out, const struct stat_group *g, const void *snap)
+{
+    size_t n = g->count(snap);
+    pc_buf_printf(out, ",\"%s\":[", g->array);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = g->item(snap, i);
+        pc_buf_append_str(out, i ? ",{\"name\":" : "{\"name\":");
+        pc_buf_json_str(out, name, strlen(name));
+        for (size_t r = 0; r < g->nrows; r++)
+            json_row(out, &g->rows[r], snap, i);
+        pc_buf_append_char(out, '}');
+    }
+    pc_buf_append_char(out, ']');
+}
+
+void stats_render_source_json(struct pc_buf *out, const struct stat_source *src)
+{
+    const struct stat_group *g = src->group;
+    if (src->obj == NULL)
+        return;
+    void *mem;
+    const void *snap = group_snapshot(g, src->obj, &mem);
+    if (g->count != NULL) {
+        json_items(out, g, snap);
+    } else {
+        for (size_t r = 0; r < g->nrows; r++)
+            json_row(out, &g->rows[r], snap, 0);
+    }
+    free(mem);
+    if (g->json != NULL)
+        g->json(src->obj, out);
+}
+
+/* A row's value as a Prometheus sample; false for none, null or a name (no sample). */
+static bool prom_val(struct pc_buf *out, const struct stat_row *row, const struct stat_val *v)
+{
+    if (v->type == SV_INT || v->type == SV_BOOL)
+        pc_buf_printf(out, "%lld", (long long)v->i);
+    else if (v->type == SV_REAL)
+        pc_buf_printf(out, "%.*f", row->decimals, v->d);
+    else
+        return false;
+    return true;
+}
+
+static void prom_head(struct pc_buf *out, const struct stat_row *row)
+{
+    pc_buf_printf(out, "# HELP promptcache_%s %s\n# TYPE promptcache_%s %s\n", row->prom, row->help,
+                  row->prom, row->kind);
+}
+
+/* One row of a group per item: its family, one series per item. */
+static void prom_items(struct pc_buf *out, const struct stat_group *g, const struct stat_row *row,
+                       const void *snap)
+{
+    prom_head(out, row);
+    size_t n = g->count(snap);
+    struct pc_buf line = PC_BUF_INIT;
+    for (size_t i = 0; i < n; i++) {
+        struct stat_val v = {0};
+        row->read(snap, i, &v);
+        pc_buf_reset(&line);
+        pc_buf_printf(&line, "promptcache_%s{%s=\"%s\"} ", row->prom, g->label, g->item(snap, i));
+        if (prom_val(&line, row, &v)) {
+            pc_buf_append(out, line.data, line.len);
+            pc_buf_append_char(out, '\n');
+        }
+    }
+    pc_buf_free(&line);
+}
+
+/* One row of a plain group: its family, or nothing while its value is not known. */
+static void prom_row(struct pc_buf *out, const struct stat_row *row, const void *snap)
+{
+    struct stat_val v = {0};
+    row->read(snap, 0, &v);
+    if (v.type != SV_INT && v.type != SV_BOOL && v.type != SV_REAL)
+        return; /* no series rather than a made-up value */
+    prom_head(out, row);
+    pc_buf_printf(out, "promptcache_%s ", row->prom);
+    prom_val(out, row, &v);
+    pc_buf_append_char(out, '\n');
+}
+
+void stats_render_source_prometheus(struct pc_buf *out, const struct stat_source *src)
+{
+    const struct stat_group *g = src->group;
+    if (src->obj == NULL)
+        return;
+    void *mem;
+    const void *snap = group_snapshot(g, src->obj, &mem);
+    for (size_t r = 0; r < g->nrows; r++) {
+        const struct stat_row *row = &g->rows[r];
+        if (row->prom == NULL)
+            continue;
+        if (g->count != NULL)
+            prom_items(out, g, row, snap);
+        else
+            prom_row(out, row, snap);
+    }
+    free(mem);
+    if (g->prom != NULL)
+        g->prom(src->obj, out);
+}
+
+/* | `name` | `prom` | kind | help | for each row of g. */
+static void doc_rows(struct pc_buf *out, const struct stat_group *g)
+{
+    for (size_t r = 0; r < g->nrows; r++) {
+        const struct stat_row *row = &g->rows[r];
+        pc_buf_append_str(out, "| ");
+        pc_buf_printf(out, row->name ? "`%s`" : "%s", row->name ? row->name : "-");
+        pc_buf_append_str(out, " | ");
+        pc_buf_printf(out, row->prom ? "`%s`" : "%s", row->prom ? row->prom : "-");
+        pc_buf_printf(out, " | %s | %s |\n", row->kind, row->help);
+    }
+}
+
+void stats_render_doc(struct pc_buf *out, const struct stat_group *const *groups, size_t n)
 {
     pc_buf_append_str(out, "| metric | kind | meaning |\n|---|---|---|\n");
     for (int i = 0; i < STAT__COUNT; i++)
@@ -609,4 +778,23 @@ void stats_render_doc(struct pc_buf *out)
     }
     pc_buf_append_str(out, "| `build_info` | gauge | `version` | The running binary (value 1) "
                            "|\n");
+    static const char head[] = "| `/stats` | `/metrics` | kind | meaning |\n|---|---|---|---|\n";
+    pc_buf_append_str(out, "\nRead from the module that owns them when asked: in `/stats` under "
+                           "the first name, in `/metrics` as `promptcache_` and the second (`-`: "
+                           "not there); a part that is off (semantic, the L1) shows none of "
+                           "its own:\n\n");
+    pc_buf_append_str(out, head);
+    for (size_t i = 0; i < n; i++)
+        if (groups[i]->count == NULL)
+            doc_rows(out, groups[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (groups[i]->count == NULL)
+            continue;
+        pc_buf_printf(out,
+                      "\nPer %s: in `/stats` in `%s`, an array of objects each named by `name`; "
+                      "in `/metrics` with the label `%s`:\n\n",
+                      groups[i]->per, groups[i]->array, groups[i]->label);
+        pc_buf_append_str(out, head);
+        doc_rows(out, groups[i]);
+    }
 }

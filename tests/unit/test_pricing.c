@@ -281,7 +281,7 @@ static void test_families(void)
     T_CHECK(fabs(stats_family_by(cells, SF_saved_cost, SL_MATCH, 1) - 1.5e-6) < 1e-15);
     free(cells);
     struct pc_buf out = PC_BUF_INIT;
-    stats_render_prometheus(&out);
+    stats_render_prometheus(&out, NULL, 0);
     const char *t = pc_buf_cstr(&out);
     T_CHECK(strstr(t, "promptcache_saved_cost_total{match=\"semantic\",model=\"m1\"} 1.5e-06\n") !=
             NULL);
@@ -294,7 +294,7 @@ static void test_families(void)
     T_CHECK(strstr(t, "# TYPE promptcache_redis_latency_seconds histogram\n") != NULL);
     T_CHECK(strstr(t, "promptcache_build_info{version=") != NULL);
     pc_buf_reset(&out);
-    stats_render_json(&out, NULL, true);
+    stats_render_json(&out, NULL, 0, true);
     T_CHECK(strstr(pc_buf_cstr(&out), "\"saved_cost_semantic\":1.5e-06") != NULL);
     pc_buf_free(&out);
     stats_unregister_all();

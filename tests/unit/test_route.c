@@ -13,6 +13,7 @@
 #include "pc_conf.h"
 #include "pc_pindex.h"
 #include "pc_route.h"
+#include "pc_stats.h"
 
 static struct route *mk_route(const char *policy, int n, double fail_timeout)
 {
@@ -143,7 +144,7 @@ static void test_passive_health(void)
     /* An answer brings it back. */
     route_end(r, retry, ROUTE_OK);
     struct pc_buf b = PC_BUF_INIT;
-    route_render_json(r, &b);
+    stats_render_source_json(&b, &(struct stat_source){&route_replica_series, r});
     T_CHECK(strstr(pc_buf_cstr(&b), "\"healthy\":true") != NULL);
     T_CHECK(strstr(pc_buf_cstr(&b), "\"healthy\":false") != NULL);
     pc_buf_free(&b);
@@ -168,7 +169,7 @@ static void test_prometheus(void)
     struct route *r = mk_route("round-robin", 2, 10);
     route_end(r, route_pick(r, NULL), ROUTE_OK);
     struct pc_buf b = PC_BUF_INIT;
-    route_render_prometheus(r, &b);
+    stats_render_source_prometheus(&b, &(struct stat_source){&route_replica_series, r});
     const char *s = pc_buf_cstr(&b);
     T_CHECK(strstr(s, "# TYPE promptcache_replica_requests_total counter\n") != NULL);
     T_CHECK(strstr(s, "promptcache_replica_requests_total{upstream=\"10.0.0.1:8000\"} 1\n") !=
@@ -249,7 +250,7 @@ static void test_prefix_follows(void)
     route_usage(r, again, "m", 4000, q.matched_tokens, &u);
     route_end(r, again, ROUTE_OK);
     struct pc_buf b = PC_BUF_INIT;
-    route_render_json(r, &b);
+    stats_render_source_json(&b, &(struct stat_source){&route_replica_series, r});
     T_CHECK(strstr(pc_buf_cstr(&b), "\"reported_cached_tokens\":700") != NULL);
     T_CHECK(strstr(pc_buf_cstr(&b), "\"routed_by_prefix\":2") != NULL);
     pc_buf_free(&b);

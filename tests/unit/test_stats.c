@@ -1,0 +1,179 @@
+/*
+ * test_stats.c - the series other modules own (pc_stats.h's groups): one row
+ * is one /stats member, one /metrics series and one doc/metrics.md row, whatever its
+ * value (a number, a flag, a name, not known yet, or left out), for a plain
+ * group and for a group per item.
+ */
+#include "pc_stats.h"
+#include "pc_util.h"
+#include "t.h"
+
+struct fig {
+    int64_t calls;
+    double ratio;
+    bool known, on;
+    const char *mode; /* NULL: left out */
+    int64_t per[2];   /* per item */
+};
+
+#define FIG_SERIES(X)                                                                      \
+    X(calls, "fig_calls", "fig_calls_total", "counter", 0, "Calls", stat_int(v, s->calls)) \
+    X(ratio, "fig_ratio", "fig_ratio", "gauge", 3, "A ratio, once known",                  \
+      stat_real_or_null(v, s->known, s->ratio))                                            \
+    X(on, "fig_on", "fig_on", "gauge", 0, "A flag", stat_bool(v, s->on))                   \
+    X(mode, "fig_mode", NULL, "info", 0, "A name, when there is one",                      \
+      if (s->mode != NULL) stat_str(v, s->mode))                                           \
+    X(hidden, NULL, "fig_hidden", "gauge", 0, "In /metrics only", stat_int(v, 7))
+
+#define FIG_READ(id, name, prom, kind, dec, help, stmt) STAT_READER(fig, struct fig, id, stmt)
+#define FIG_ROW(id, name, prom, kind, dec, help, stmt) \
+    STAT_ROW(fig, id, name, prom, kind, dec, help)
+FIG_SERIES(FIG_READ)
+static const struct stat_row fig_rows[] = {FIG_SERIES(FIG_ROW)};
+
+static int snapshots;
+
+static void fig_snapshot(const void *obj, void *snap)
+{
+    snapshots++;
+    memcpy(snap, obj, sizeof(struct fig));
+}
+
+static const struct stat_group fig_group = {
+    .rows = fig_rows,
+    .nrows = PC_ARRAY_LEN(fig_rows),
+    .snap_size = sizeof(struct fig),
+    .snapshot = fig_snapshot,
+};
+
+static void item_read(const void *snap, size_t i, struct stat_val *v)
+{
+    const struct fig *f = snap;
+    stat_int(v, f->per[i]);
+}
+
+static const struct stat_row item_rows[] = {
+    {"n", "fig_item_n_total", "counter", 0, "Per item", item_read},
+};
+
+static size_t item_count(const void *snap)
+{
+    (void)snap;
+    return 2;
+}
+
+static const char *item_name(const void *snap, size_t i)
+{
+    (void)snap;
+    return i ? "b:2" : "a:1";
+}
+
+static const struct stat_group item_group = {
+    .rows = item_rows,
+    .nrows = 1,
+    .count = item_count,
+    .item = item_name,
+    .array = "items",
+    .label = "upstream",
+    .per = "item",
+};
+
+static bool has(const struct pc_buf *b, const char *s)
+{
+    return strstr(pc_buf_cstr((struct pc_buf *)b), s) != NULL;
+}
+
+static void test_plain_group(void)
+{
+    struct fig f = {.calls = 3, .ratio = 0.25, .known = false, .on = true, .mode = NULL};
+    struct stat_source src = {&fig_group, &f};
+    struct pc_buf b = PC_BUF_INIT;
+    snapshots = 0;
+    stats_render_source_json(&b, &src);
+    T_CHECK_STR(pc_buf_cstr(&b), ",\"fig_calls\":3,\"fig_ratio\":null,\"fig_on\":true");
+    T_CHECK_INT(snapshots, 1); /* once per rendering */
+    pc_buf_reset(&b);
+    stats_render_source_prometheus(&b, &src);
+    T_CHECK(has(&b, "# HELP promptcache_fig_calls_total Calls\n"
+                    "# TYPE promptcache_fig_calls_total counter\npromptcache_fig_calls_total 3\n"));
+    T_CHECK(!has(&b, "fig_ratio")); /* not known: no series, not a made-up value */
+    T_CHECK(has(&b, "promptcache_fig_on 1\n"));
+    T_CHECK(has(&b, "promptcache_fig_hidden 7\n"));
+    T_CHECK(!has(&b, "fig_mode"));
+    /* Known, and a name. */
+    f.known = true;
+    f.mode = "fast";
+    pc_buf_reset(&b);
+    stats_render_source_json(&b, &src);
+    T_CHECK(has(&b, "\"fig_ratio\":0.250,\"fig_on\":true,\"fig_mode\":\"fast\""));
+    T_CHECK(!has(&b, "hidden"));
+    pc_buf_reset(&b);
+    stats_render_source_prometheus(&b, &src);
+    T_CHECK(has(&b, "# TYPE promptcache_fig_ratio gauge\npromptcache_fig_ratio 0.250\n"));
+    /* A part that is off shows nothing. */
+    pc_buf_reset(&b);
+    struct stat_source off = {&fig_group, NULL};
+    stats_render_source_json(&b, &off);
+    stats_render_source_prometheus(&b, &off);
+    T_CHECK_INT(b.len, 0);
+    pc_buf_free(&b);
+}
+
+static void test_item_group(void)
+{
+    struct fig f = {.per = {5, 9}};
+    struct stat_source src = {&item_group, &f};
+    struct pc_buf b = PC_BUF_INIT;
+    stats_render_source_json(&b, &src);
+    T_CHECK_STR(pc_buf_cstr(&b),
+                ",\"items\":[{\"name\":\"a:1\",\"n\":5},{\"name\":\"b:2\",\"n\":9}]");
+    pc_buf_reset(&b);
+    stats_render_source_prometheus(&b, &src);
+    T_CHECK_STR(pc_buf_cstr(&b), "# HELP promptcache_fig_item_n_total Per item\n"
+                                 "# TYPE promptcache_fig_item_n_total counter\n"
+                                 "promptcache_fig_item_n_total{upstream=\"a:1\"} 5\n"
+                                 "promptcache_fig_item_n_total{upstream=\"b:2\"} 9\n");
+    pc_buf_free(&b);
+}
+
+/* The whole documents: the rows and families first, then each source in order. */
+static void test_documents(void)
+{
+    struct fig f = {.calls = 1};
+    struct stat_source src[] = {{&fig_group, &f}, {&item_group, &f}};
+    struct pc_buf b = PC_BUF_INIT;
+    stats_render_json(&b, src, 2, false);
+    const char *j = pc_buf_cstr(&b);
+    T_CHECK(j[0] == '{' && j[b.len - 1] == '}');
+    const char *calls = strstr(j, "\"fig_calls\":1"), *items = strstr(j, "\"items\":[");
+    T_CHECK(calls != NULL && items != NULL && calls < items);
+    T_CHECK(strstr(j, "\"money_partial\":false") < calls);
+    pc_buf_reset(&b);
+    stats_render_prometheus(&b, src, 2);
+    T_CHECK(has(&b, "promptcache_fig_calls_total 1\n"));
+    T_CHECK(has(&b, "promptcache_fig_item_n_total{upstream=\"b:2\"} 0\n"));
+    pc_buf_free(&b);
+}
+
+/* doc/metrics.md: a row per series, plain groups in one table, each per-item group in its own. */
+static void test_doc(void)
+{
+    const struct stat_group *groups[] = {&fig_group, &item_group};
+    struct pc_buf b = PC_BUF_INIT;
+    stats_render_doc(&b, groups, 2);
+    T_CHECK(has(&b, "| `fig_calls` | `fig_calls_total` | counter | Calls |\n"));
+    T_CHECK(has(&b, "| `fig_mode` | - | info | A name, when there is one |\n"));
+    T_CHECK(has(&b, "| - | `fig_hidden` | gauge | In /metrics only |\n"));
+    T_CHECK(has(&b, "Per item: in `/stats` in `items`"));
+    T_CHECK(has(&b, "| `n` | `fig_item_n_total` | counter | Per item |\n"));
+    pc_buf_free(&b);
+}
+
+int main(void)
+{
+    T_RUN(test_plain_group);
+    T_RUN(test_item_group);
+    T_RUN(test_documents);
+    T_RUN(test_doc);
+    T_DONE();
+}
