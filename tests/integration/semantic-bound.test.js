@@ -15,7 +15,7 @@
  */
 const assert = require('node:assert/strict');
 const h = require('./lib');
-const {createSemanticMock} = require('../mock/semantic');
+const {createSemanticMock, cosine} = require('../mock/semantic');
 
 const env = h.environment({proxy: false});
 const CHAT = '/v1/chat/completions';
@@ -40,12 +40,26 @@ async function boundProxy(db, extra = []) {
     return p;
 }
 
-const tag = () => h.uniq('t').split(' ')[1];
 const ask = (p, text, meaning, headers = {}) =>
     p.post(CHAT, h.chatBody(text), {'x-mock-meaning': meaning, ...headers});
 /* A question and rewordings of it (same words, so similarity 1); three words of its own keep
- * it far from every other test's question (under 0.75). */
+ * it far from every other test's question. */
 const question = (t) => `How do I reverse a list in Python ${t} ${t}b ${t}c?`;
+/* A tag whose question is under 0.85 from every question asked before in this file. Hashing
+ * words into 64 buckets puts two random tags' questions at 0.9 or more about once in 500
+ * pairs, and a test asks dozens of pairs: such a neighbour is a candidate nobody planned
+ * (it read the bound's counts once more and failed the forged-counts test in CI). */
+const asked = [];
+function tag() {
+    for (;;) {
+        const t = h.uniq('t').split(' ')[1];
+        const q = question(t);
+        if (asked.every((o) => cosine(q, o) < 0.85)) {
+            asked.push(q);
+            return t;
+        }
+    }
+}
 const rewording = (t) => `in python ${t} ${t}b ${t}c, how do i REVERSE a list`;
 const rewording2 = (t) => `reverse a list in python ${t}c ${t}b ${t} how do I`;
 
