@@ -87,11 +87,17 @@ h.test('DELETE /admin/cache/entries/ID: gone from Redis, from B\'s L1 and from B
     const body = h.chatBody(`how deep is the pacific ocean ${tag}`);
     const b0 = await B.stats();
     const key = await store(A, body);
-    /* B holds it in its L1 (read once from Redis) and in its vector index (the stream). */
-    h.assertHit(await B.post(CHAT, body));
-    await h.waitFor(async () => (await B.stats()).l1_items > b0.l1_items, {what: 'the entry in B\'s L1'});
+    /*
+     * B holds it in its vector index (the stream's "add") and in its L1 (read once from Redis).
+     * The vector first: A's "set" event, which drops every other instance's copy of the key,
+     * goes on the stream before the "add", so once B has the vector it has applied the "set"
+     * too. A read by B before that would be dropped when the "set" arrives (as it must: B
+     * cannot tell whether its read was older than A's write), and the L1 would never grow.
+     */
     await h.waitFor(async () => (await B.stats()).semantic_vectors > b0.semantic_vectors,
         {what: 'the vector in B\'s index'});
+    h.assertHit(await B.post(CHAT, body));
+    await h.waitFor(async () => (await B.stats()).l1_items > b0.l1_items, {what: 'the entry in B\'s L1'});
     const b1 = await B.stats();
     const gets = await getCalls();
     h.assertHit(await B.post(CHAT, body));
@@ -317,10 +323,16 @@ h.test('promptcache purge: the same operations from the command line', async () 
     assert.match(real.stdout, /^deleted 1 entry$/m);
     await assertGone(A, p, hdr);
 
-    /* --key: B's L1 drops it too (the del event) */
+    /*
+     * --key: B's L1 drops it too (the del event). First B reads q into its L1: a read made
+     * before A's "set" event for q reached B is dropped by that event, so B reads again until
+     * its L1 holds q.
+     */
     const b0 = await B.stats();
-    h.assertHit(await B.post(CHAT, q));
-    await h.waitFor(async () => (await B.stats()).l1_items > b0.l1_items, {what: 'q in B\'s L1'});
+    await h.waitFor(async () => {
+        h.assertHit(await B.post(CHAT, q));
+        return (await B.stats()).l1_items > b0.l1_items;
+    }, {what: 'q in B\'s L1'});
     const events = (await B.stats()).l1_events;
     const qId = `${qKey.slice(0, 16)}:${qKey.slice(16)}`;
     assert.equal((await listsOf(qId)).length, 1, 'q listed in its partition\'s member list');
