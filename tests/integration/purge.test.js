@@ -326,15 +326,15 @@ h.test('promptcache purge: the same operations from the command line', async () 
     const b0 = await B.stats();
     h.assertHit(await B.post(CHAT, q));
     await h.waitFor(async () => (await B.stats()).l1_items > b0.l1_items, {what: 'q in B\'s L1'});
-    const events = (await B.stats()).l1_events;
     const qId = `${qKey.slice(0, 16)}:${qKey.slice(16)}`;
     assert.equal((await listsOf(qId)).length, 1, 'q listed in its partition\'s member list');
     const one = await purge(['--key', qKey]);
     assert.equal(one.code, 0, one.output);
     assert.match(one.stdout, /^deleted 1 entry$/m);
     assert.deepEqual(await listsOf(qId), [], 'its member off the list');
-    await h.waitFor(async () => (await B.stats()).l1_events > events, {what: 'B reading the del event'});
-    await assertGone(B, q);
+    /* B read the del event when q is no longer in its L1: asked with no-store until the upstream
+     * answers (a count of events read is moved by the earlier writes' events arriving late). */
+    await h.eventually(() => assertGone(B, q));
 
     const bad = await purge(['--older-than', 'soon']);
     assert.equal(bad.code, 2);
