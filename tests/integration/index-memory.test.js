@@ -57,12 +57,19 @@ h.test('set up: a writer instance stores questions in many partitions', {timeout
     for (let p = 0; p < PARTITIONS; p++)
         for (let i = 0; i < PER_PARTITION; i++)
             assertMiss(await writer.post(CHAT, body(p, question(p, i))));
-    /* Each partition's member list lists its vectors. */
-    await h.waitFor(async () => (await env.redis.keys('pc:2:pm:*')).length >= PARTITIONS,
-        {what: 'a member list per partition'});
-    const lists = await env.redis.keys('pc:2:pm:*');
-    const sizes = await Promise.all(lists.map((k) => env.redis.command('ZCARD', k)));
-    assert.equal(sizes.map(Number).reduce((a, b) => a + b, 0), PARTITIONS * PER_PARTITION);
+    /* Each partition's member list lists its vectors: waited for until every member is listed
+     * (a list appears with its first member, the last ones may be added after their answers). */
+    const listed = async () => {
+        const lists = await env.redis.keys('pc:2:pm:*');
+        const sizes = await Promise.all(lists.map((k) => env.redis.command('ZCARD', k)));
+        return {lists: lists.length, members: sizes.map(Number).reduce((a, b) => a + b, 0)};
+    };
+    let seen = null;
+    const all = await h.waitFor(async () => {
+        seen = await listed();
+        return seen.members >= PARTITIONS * PER_PARTITION ? seen : null;
+    }, {what: () => `a member per vector (${JSON.stringify(seen)})`});
+    assert.deepEqual(all, {lists: PARTITIONS, members: PARTITIONS * PER_PARTITION});
 });
 
 h.test('with semantic-index-memory small, the index stays within it while many partitions are used, and an evicted partition hits again after its load', {timeout: 120000}, async () => {
