@@ -80,6 +80,7 @@
  *           ASK s A     ─▶ ASKING + sent again on A (the map is left as it is)
  *           TRYAGAIN    ─▶ sent again 10, 20, 40... ms later (5 hops at most in all)
  *           CLUSTERDOWN ─▶ STORE_ERR; the cluster is DOWN until a node answers
+ *                          (unless c was sent before a node last answered so)
  *
  *   cluster store: DISCOVER (the seeds, or any node: CLUSTER SHARDS, else
  *   CLUSTER SLOTS) ─▶ HANDSHAKE (GET pc:schema and the migrations, on the
@@ -297,6 +298,7 @@ struct store_cluster {
     uint64_t map_sent_ms;
     char map_asked[CLUSTER_HOST_MAX]; /* the host of the node asked for the map */
     bool clusterdown;                 /* CLUSTERDOWN came and no answer since */
+    uint64_t answered_us; /* when a node last answered after CLUSTERDOWN (clusterdown cleared) */
     char down_why[200];
     unsigned gen; /* attempts of the cluster store (conn_start): stale replies are dropped */
     unsigned schema_slot;
@@ -1236,6 +1238,7 @@ static void conn_note_reply(redisAsyncContext *ac, const struct store_cmd *c, co
     s->last_read_us = pc_mono_us();
     if (s->parent != NULL && s->parent->cl->clusterdown && r->type != REDIS_REPLY_ERROR) {
         s->parent->cl->clusterdown = false; /* a node answers again */
+        s->parent->cl->answered_us = s->last_read_us;
         cluster_health_check(s->parent);
     }
     if (s->url.kind == RURL_SENTINEL && sentinel_readonly(r)) {
@@ -2438,7 +2441,11 @@ static bool cluster_redirect(struct store_cmd *c, const redisReply *r)
     struct store *node = c->s, *top = node->parent;
     struct cluster_redirect red;
     enum cluster_redirect_kind k = cluster_reply_redirect(r, &red);
-    if (k == CLUSTER_DOWN)
+    /*
+     * A CLUSTERDOWN to a command sent before a node last answered after one is old news
+     * (the nodes see the cluster come back one by one): it fails the command, not the cache.
+     */
+    if (k == CLUSTER_DOWN && c->sent_us >= top->cl->answered_us)
         cluster_down_seen(top, r->str);
     if (k == CLUSTER_MOVED)
         cluster_want_map(top);

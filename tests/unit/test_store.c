@@ -1705,6 +1705,46 @@ static void test_cluster_redirects(void)
 }
 
 /*
+ * CLUSTERDOWN that is old news: three GETs go out together; the first is
+ * answered CLUSTERDOWN (the cache stops working: one warning), the second
+ * with a value (it works again: one notice), the third CLUSTERDOWN, but it
+ * was sent before that answer, as when the nodes see the cluster come back
+ * one by one: it fails that command only, with no second warning. A
+ * CLUSTERDOWN to a command sent after the answer is news again.
+ */
+static void test_cluster_down_stale(void)
+{
+    char out[8192], err[64], url[64];
+    struct fnode f;
+    static const char *const down = "-CLUSTERDOWN The cluster is down\r\n";
+    const char *script[] = {down, "$1\r\nv\r\n", down, down};
+    fnode_start(&f, script, PC_ARRAY_LEN(script));
+    snprintf(url, sizeof(url), "cluster://127.0.0.1:%d", f.port);
+    log_init(PC_LOG_NOTICE, NULL, NULL, err, sizeof(err));
+    struct stats st = {0};
+    struct store *s = mk_store(url, TEST_TIMEOUT_MS, false, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    struct capture cap;
+    capture_start(&cap);
+    struct got g[4] = {{0}};
+    static const char *const keys[] = {"k0", "k1", "k2", "k3"};
+    for (int i = 0; i < 3; i++)
+        T_CHECK(store_get(s, keys[i], 2, get_cb, &g[i]) != NULL);
+    T_CHECK(run_until(got_done, &g[2], 5000));
+    T_CHECK(g[0].st == STORE_ERR && g[1].st == STORE_OK && g[2].st == STORE_ERR);
+    capture_end(&cap, out, sizeof(out));
+    T_CHECK_INT(count_of(out, " W redis: the cache is not working ("), 1); /* k0 */
+    T_CHECK_INT(count_of(out, " N redis: the cache works again ("), 1);    /* k1; k2 old news */
+    T_CHECK(strstr(out, "CLUSTERDOWN") != NULL);
+    capture_start(&cap);
+    T_CHECK(get_wait(s, keys[3], 2, &g[3]) && g[3].st == STORE_ERR);
+    store_destroy(&s);
+    capture_end(&cap, out, sizeof(out));
+    T_CHECK_INT(count_of(out, " W redis: the cache is not working ("), 1); /* k3 */
+    fnode_stop(&f);
+}
+
+/*
  * The blocking client (pc_rcli.h) on the same fake node: TRYAGAIN and ASK
  * followed, a MOVED to a node that is not there is a failure that names it,
  * SCAN over the (one) primary ends with cursor "0".
@@ -1893,6 +1933,7 @@ int main(void)
     T_RUN(test_host_name);
     T_RUN(test_migrate_script);
     T_RUN(test_cluster_redirects);
+    T_RUN(test_cluster_down_stale);
     T_RUN(test_cluster_rcli);
     T_RUN(test_connect_timeout);
     T_RUN(test_timeout);
