@@ -111,7 +111,9 @@ h.test('an answer stored by another instance is read from Redis once, then from 
     assert.ok(r.status >= 200 && r.status < 300, `flush: ${r.status} ${r.text}`);
     await h.waitFor(async () => (await env.proxy.post(CHAT, body, {'cache-control': 'no-store'}))
         .headers['x-cache-status'] === 'MISS', {what: 'the flush applied to the first instance\'s L1'});
-    assert.ok((await stats(env.proxy)).l1_events > events, 'by the stream event');
+    /* by the stream event: its reader counts it once the whole L1 is cleared, a moment after
+     * the entry's shard (which the MISS saw) */
+    await h.waitFor(async () => (await stats(env.proxy)).l1_events > events, {what: 'the flush event counted'});
     const calls = env.mock.callCount(CHAT);
     h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
     assert.equal(env.mock.callCount(CHAT), calls + 1, 'flushed: the upstream answered');
@@ -133,7 +135,15 @@ h.test('a refresh through one instance replaces the answer in every instance\'s 
     await waitLive(other);
     await waitLive(env.proxy);
     const body = h.chatBody(h.uniq('l1 refresh'));
+    const seen = (await stats(other)).l1_events;
     const first = await stored(env.proxy, body);
+    /*
+     * B reads the answer into its L1 only after A's write event has reached it: a copy read
+     * before would be dropped by that event (B cannot tell its read from an older one), maybe
+     * after inL1 saw it hit, and B would answer the refreshed answer below whether or not the
+     * refresh's own event reached it.
+     */
+    await h.waitFor(async () => (await stats(other)).l1_events > seen, {what: 'the write event read by B'});
     const old = await inL1(other, body);
     assert.equal(old.json.id, first.json.id);
 

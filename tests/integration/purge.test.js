@@ -332,10 +332,19 @@ h.test('promptcache purge: the same operations from the command line', async () 
     await h.eventually(() => assertGone(A, p, hdr));
 
     /*
-     * --key: B's L1 drops it too (the del event). First B reads q into its L1: a read made
-     * before A's "set" event for q reached B is dropped by that event, so B reads again until
-     * its L1 holds q.
+     * --key: B's L1 drops it too (the del event). First B reads q into its L1, once A's "set"
+     * event for q has reached B: a read made before is dropped by that event, also after the
+     * L1 grew by it, and then the del below had nothing to drop (the test passed whether or
+     * not the del reached B's L1). q's own vector in B's index first, as in the test of one
+     * entry: the reworded question hits by meaning with q's key (no-store: a miss stores
+     * nothing), and the vector's "add" follows A's "set" on the stream.
      */
+    const qReword = h.chatBody(`${q.messages[1].content}?`);
+    await h.eventually(async () => {
+        const r = await B.post(CHAT, qReword, {'cache-control': 'no-store'});
+        assert.equal(r.headers['x-cache-match'], 'semantic', r.headers['x-cache-status']);
+        assert.equal(r.headers['x-cache-key'], qKey, 'the entry that answered');
+    });
     const b0 = await B.stats();
     await h.waitFor(async () => {
         h.assertHit(await B.post(CHAT, q));
