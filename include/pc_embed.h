@@ -28,8 +28,9 @@
 #include <stddef.h>
 
 #include "pc_conf.h"
+#include "pc_text.h"
 
-#define EMBED_MAX_TEXT  8192 /* bytes of a text that are embedded (head + tail) */
+#define EMBED_MAX_TEXT  TEXT_MAX_READ /* bytes of a text that are embedded (head + tail) */
 #define EMBED_MAX_DIM   1024
 #define EMBED_SPACE_MAX 64
 

@@ -10,7 +10,7 @@
  * reject: a pair that passes every enabled guard is decided by similarity.
  *
  * Contract: any bytes are accepted (texts are capped like the embedder's, see
- * EMBED_MAX_TEXT); synchronous, allocation of one scratch block per call,
+ * TEXT_MAX_READ); synchronous, allocation of one scratch block per call,
  * no shared mutable state: safe on any thread.
  */
 #ifndef PC_GUARD_H

@@ -17,7 +17,6 @@
  * WordNet lists are constant data.
  */
 #include "pc_guard.h"
-#include "pc_embed.h"
 #include "pc_text.h"
 #include "pc_util.h"
 #include "pc_wordnet.h"
@@ -583,7 +582,7 @@ static void prepare(struct gdoc *d, const char *s, size_t len)
 {
     d->text = s;
     d->len = len;
-    text_tokenize_capped(&d->t, s, len, EMBED_MAX_TEXT);
+    text_tokenize_capped(&d->t, s, len, TEXT_MAX_READ);
     memset(d->set, 0, sizeof d->set);
     for (size_t i = 0; i < d->t.n; i++) {
         char sing[TEXT_TOK_MAX + 1];
@@ -2031,7 +2030,7 @@ static void gap_capped(const struct gdoc *d, const char *at, const char *end, lo
                        struct syms *sy)
 {
     size_t head, tail;
-    text_cap(d->text, d->len, EMBED_MAX_TEXT, &head, &tail);
+    text_cap(d->text, d->len, TEXT_MAX_READ, &head, &tail);
     const char *cut = d->text + head, *resume = d->text + d->len - tail;
     if (tail > 0 && at < resume && end > cut) {
         gap_capped(d, at, PC_MIN(end, cut), l, -1, sy);

@@ -101,7 +101,7 @@ const char *pricing_format_name(enum pricing_format f)
 static struct price *entry_get(struct pricing *p, const char *model)
 {
     char name[TALLY_MODEL_MAX + 1];
-    tally_model(model, name);
+    model_clean(model, name);
     for (size_t i = 0; i < p->n; i++)
         if (strcmp(p->v[i].model, name) == 0)
             return &p->v[i]; /* a repeated name: the last one counts */
@@ -702,7 +702,7 @@ const struct price *pricing_find(const struct pricing *p, const char *model)
     if (p == NULL || model == NULL)
         return NULL;
     char name[TALLY_MODEL_MAX + 1];
-    tally_model(model, name);
+    model_clean(model, name);
     int idx;
     if (memo_get(p->memo, name, &idx))
         return idx >= 0 ? &p->v[idx] : NULL;
@@ -762,7 +762,7 @@ static size_t nwarned;
 bool pricing_warn_once(const char *model)
 {
     char name[TALLY_MODEL_MAX + 1];
-    tally_model(model, name);
+    model_clean(model, name);
     bool first = true;
     pthread_mutex_lock(&warn_mu);
     for (size_t i = 0; i < nwarned && first; i++)
