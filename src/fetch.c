@@ -25,7 +25,7 @@
 #include "pc_route.h"
 #include "pc_savings.h"
 #include "pc_tally.h"
-#include "pc_worker.h"
+#include "pc_context.h"
 
 #include <string.h>
 
@@ -137,7 +137,7 @@ static void fetch_free(struct fetch *f)
     w->fetches--;
     f->magic = 0;
     free(f);
-    worker_check_idle(w);
+    context_ended(w);
 }
 
 static void on_head(void *arg, int status, const struct xfer_header *h, size_t nh)
