@@ -70,6 +70,12 @@ const char *guard_what(enum guard_kind g);
  */
 int guard_parse(char *const *v, size_t n, unsigned *mask, char *err, size_t errlen);
 
+/* The mask of semantic-guards' names v[0..n); every guard when they are not valid. */
+unsigned guard_mask(char *const *v, size_t n);
+
+/* Register the checks of semantic-guards with the configuration (pc_conf.h). */
+int guard_add_conf_rules(void);
+
 /*
  * Check the texts a[0..alen) and b[0..blen) with the guards in mask: the
  * first guard (in enum order) that rejects the pair, or GUARD__COUNT when

@@ -417,7 +417,7 @@ struct semantic *semantic_create(const struct conf *c, struct stats *st, char *e
     memset(s->row, 0, sizeof(*s->row));
     stats_register(s->row);
     pthread_mutex_init(&s->mu, NULL);
-    s->guards = c->semantic_guard_mask;
+    s->guards = guard_mask(c->semantic_guards.v, c->semantic_guards.n);
     if (c->embedder == EMBEDDER_OPENAI) {
         rembed_space(c, s->space, sizeof(s->space));
         s->brk = breaker_for(s);
