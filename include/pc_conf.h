@@ -48,12 +48,6 @@
 
 #include "pc_util.h"
 
-enum embedder_kind {
-    EMBEDDER_BUILTIN = 0,
-    EMBEDDER_HASH,
-    EMBEDDER_OPENAI,
-};
-
 struct pricing;
 struct tenants;
 
@@ -124,7 +118,7 @@ struct conf {
     bool semantic;
     double semantic_threshold;        /* < 0 = auto: the embedder's tuned default */
     struct conf_list semantic_guards; /* guard names (pc_guard.h: guard_mask), "all" or "none" */
-    int embedder;                     /* enum embedder_kind */
+    int embedder;                     /* a position in src/embed/embedders.h (embed_id) */
     char *embedder_vectors; /* word-vector file of embedder builtin; "" = next to the binary */
     char *embedder_url;
     char *embedder_model;
@@ -216,6 +210,7 @@ struct conf *conf_merge_reload(const struct conf *cur, const struct conf *next,
  */
 struct conf_rule {
     const char *key;
+    const char *also[3]; /* other keys check_all reads: its error goes to whichever came last */
     int (*check)(const char *v, char *err, size_t errlen);
     int (*check_all)(const struct conf *c, char *err, size_t errlen);
     int (*load)(struct conf *c, struct pc_buf *warns, char *err, size_t errlen);

@@ -28,6 +28,7 @@
 #include "pc_secret.h"
 #include "backend/backends.h"
 #include "route/policies.h"
+#include "embed/embedders.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -99,12 +100,11 @@ static conf_check_fn check_upstream_url, check_embedder_url, check_redis_url, ch
 #define FAMILY_NAME(id, name) name,
 static const char *const upstream_type_names[] = {BACKEND_LIST(FAMILY_NAME) NULL};
 static const char *const routing_names[] = {ROUTE_POLICY_LIST(FAMILY_NAME) NULL};
-static const char *const embedder_names[] = {"builtin", "hash", "openai", NULL};
+static const char *const embedder_names[] = {EMBEDDER_LIST(FAMILY_NAME) NULL};
 static const char *const answer_cmp_names[] = BOUND_CMP_NAMES;
 /* Same order as enum pc_log_level (the unit test checks it against log_level_parse). */
 static const char *const log_level_names[] = {"error", "warn", "notice", "info", "debug", NULL};
 
-_Static_assert(EMBEDDER_OPENAI == 2, "embedder_names must follow enum embedder_kind");
 _Static_assert(PC_LOG_DEBUG == 4, "log_level_names must follow enum pc_log_level");
 
 /* clang-format off */
@@ -403,7 +403,7 @@ static const struct conf_key conf_keys[] = {
              "hold the busiest partitions only (see doc/redis.md, Scaling out)."},
     {.name = "embedder", .type = CONF_ENUM, FIELD(embedder), .def = "builtin",
      .names = embedder_names,
-     .help = "How messages are turned into vectors: builtin, hash or openai. builtin "
+     .help = "How messages are turned into vectors: " NAMES ". builtin "
              "combines GloVe word vectors (see embedder-vectors) with hashed word and "
              "character n-grams, without network calls: it catches rewordings of the same "
              "words (order, word forms, filler words, typos, close synonyms), not true "
@@ -1998,11 +1998,6 @@ static void check_cross(struct loader *ld)
         report_latest(ld, cmp, PC_ARRAY_LEN(cmp),
                       "semantic-verify-answers model needs semantic-verify-url (the judge)");
     }
-    if (c->semantic && c->embedder == EMBEDDER_OPENAI && c->embedder_url[0] == '\0') {
-        static const char *const emb[] = {"embedder-url", "embedder", "semantic"};
-        report_latest(ld, emb, PC_ARRAY_LEN(emb),
-                      "embedder openai needs embedder-url while semantic is yes");
-    }
     if ((c->prefix_kv_memory > 0) != (c->prefix_kv_model[0] != '\0') && c->prefix_capacity == 0) {
         static const char *const kv[] = {"prefix-kv-model", "prefix-kv-memory"};
         report_latest(ld, kv, PC_ARRAY_LEN(kv),
@@ -2010,8 +2005,18 @@ static void check_cross(struct loader *ld)
     }
     FOR_EACH_RULE(r)
     {
-        if (r->check_all != NULL && r->check_all(c, msg, sizeof msg) < 0)
+        if (r->check_all == NULL || r->check_all(c, msg, sizeof msg) == 0)
+            continue;
+        const char *keys[1 + PC_ARRAY_LEN(r->also)] = {r->key};
+        size_t n = 1;
+        while (n <= PC_ARRAY_LEN(r->also) && r->also[n - 1] != NULL) {
+            keys[n] = r->also[n - 1];
+            n++;
+        }
+        if (n == 1)
             report_at(ld, origin_of(ld, r->key), r->key, msg);
+        else
+            report_latest(ld, keys, n, msg);
     }
 }
 
@@ -2576,6 +2581,23 @@ static void doc_range(const struct conf_key *k, char *buf, size_t n)
         snprintf(buf + strlen(buf), n - strlen(buf), ", or off");
 }
 
+/*
+ * k's help as the documentation shows it: NAMES spelt out, like --help and
+ * the sample. Made once per key and kept for the process (the generators
+ * run on one thread).
+ */
+static const char *doc_help(const struct conf_key *k)
+{
+    static char *spelt[CONF_NKEYS];
+    size_t i = (size_t)(k - conf_keys);
+    if (spelt[i] == NULL) {
+        struct pc_buf b = PC_BUF_INIT;
+        help_text(&b, k);
+        spelt[i] = pc_buf_cstr(&b);
+    }
+    return spelt[i];
+}
+
 void conf_doc_key(size_t i, struct conf_key_doc *d)
 {
     const struct conf_key *k = &conf_keys[i];
@@ -2583,7 +2605,7 @@ void conf_doc_key(size_t i, struct conf_key_doc *d)
     *d = (struct conf_key_doc){
         .name = k->name,
         .section = k->section,
-        .help = k->help,
+        .help = doc_help(k),
         .def = k->def,
         .example = k->def[0] == '\0' && k->example != NULL && strcmp(k->example, "\"\"") != 0
                        ? k->example

@@ -13,6 +13,7 @@
 #include "pc_backend.h"
 #include "pc_conf.h"
 #include "pc_dash.h"
+#include "pc_embed.h"
 #include "pc_flight.h"
 #include "pc_follow.h"
 #include "pc_guard.h"
@@ -340,8 +341,10 @@ static void setup_labels(struct server *s)
 
 int server_add_conf_rules(void)
 {
-    /* In this order: the price list's load before the tenant names' (their messages' order). */
-    int (*const adds[])(void) = {guard_add_conf_rules, httpd_add_conf_rules, kvsize_add_conf_rules,
+    /* In this order: the embedder's check before the guards', the price list's load before the
+     * tenant names' (the order of their messages). */
+    int (*const adds[])(void) = {embed_add_conf_rules,   guard_add_conf_rules,
+                                 httpd_add_conf_rules,   kvsize_add_conf_rules,
                                  pricing_add_conf_rules, tenants_add_conf_rules};
     for (size_t i = 0; i < PC_ARRAY_LEN(adds); i++)
         if (adds[i]() < 0)

@@ -25,7 +25,8 @@
  * 0.82), a precision/recall table over thresholds, and the same figures with
  * each guard off in turn. Nothing is written to disk.
  *
- *   usage: semeval [--vectors PATH] [--data DIR] [--embedder builtin|hash|both]
+ *   usage: semeval [--vectors PATH] [--data DIR] [--embedder NAME|both]
+ *                  (--embedder both: every local embedder of src/embed/embedders.h)
  *                  [--set KNOB=VALUE]... [--guards LIST] [--threshold T] [--show N]
  *                  [--why GUARD] [--antonyms FILE] [--swap] [--synonyms FILE]
  *          semeval --pairs-out FILE          every pair as a JSON line ["a","b"]
@@ -1382,7 +1383,9 @@ static void speed(const char *vectors)
     mega[mlen] = '\0';
     const char *q = "What are the best coffee shops in Seattle for working remotely?";
     const char *q2 = "Which coffee shops in Seattle are best for remote work?";
-    for (int k = EMBEDDER_BUILTIN; k <= EMBEDDER_HASH; k++) {
+    for (int k = 0; k < embed_count(); k++) {
+        if (!embed_is_local(k)) /* a remote one is measured through the proxy */
+            continue;
         struct embed_opts o;
         embed_opts_default(&o, k);
         o.vectors = vectors;
@@ -1392,9 +1395,8 @@ static void speed(const char *vectors)
             continue;
         printf("speed %-8s question %.1f us, 8 KiB text %.1f us, 8 KiB unknown words %.1f us, "
                "1 MiB text %.1f us\n",
-               k == EMBEDDER_BUILTIN ? "builtin" : "hash", time_one(e, q, NULL, 2000),
-               time_one(e, normal, NULL, 200), time_one(e, unknown, NULL, 50),
-               time_one(e, mega, NULL, 50));
+               embed_name(k), time_one(e, q, NULL, 2000), time_one(e, normal, NULL, 200),
+               time_one(e, unknown, NULL, 50), time_one(e, mega, NULL, 50));
         embed_destroy(&e);
     }
     printf("speed guards   question pair %.1f us, 8 KiB pair %.1f us, 1 MiB pair %.1f us\n",
@@ -1524,8 +1526,8 @@ int main(int argc, char **argv)
         report("from --sims", nshow);
         return 0;
     }
-    for (int k = EMBEDDER_BUILTIN; k <= EMBEDDER_HASH; k++) {
-        if (strcmp(which, "both") != 0 && strcmp(which, k == EMBEDDER_BUILTIN ? "builtin" : "hash"))
+    for (int k = 0; k < embed_count(); k++) {
+        if (!embed_is_local(k) || (strcmp(which, "both") != 0 && strcmp(which, embed_name(k))))
             continue;
         struct embed_opts o;
         embed_opts_default(&o, k);
@@ -1543,7 +1545,7 @@ int main(int argc, char **argv)
         }
         embed_all(e);
         default_t = threshold > 0 ? (float)threshold : (float)embed_default_threshold(e);
-        report(k == EMBEDDER_BUILTIN ? "builtin" : "hash", nshow);
+        report(embed_name(k), nshow);
         embed_destroy(&e);
     }
     return 0;

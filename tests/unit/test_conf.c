@@ -7,6 +7,7 @@
  */
 #include "pc_backend.h"
 #include "pc_conf.h"
+#include "pc_embed.h"
 #include "pc_guard.h"
 #include "pc_log.h"
 #include "pc_secret.h"
@@ -100,7 +101,7 @@ static void test_defaults(void)
     T_CHECK(c->semantic_threshold < 0); /* auto: the embedder's own */
     T_CHECK_INT(c->semantic_guards.n, 1);
     T_CHECK_INT(guard_mask(c->semantic_guards.v, c->semantic_guards.n), GUARD_ALL);
-    T_CHECK_INT(c->embedder, EMBEDDER_BUILTIN);
+    T_CHECK_INT(c->embedder, embed_id("builtin"));
     T_CHECK_STR(c->embedder_vectors, "");
     T_CHECK_STR(c->embedder_url, "");
     T_CHECK_STR(c->embedder_model, "");
@@ -207,7 +208,7 @@ static void test_enum_forms(void)
     T_CHECK_INT(conf_set(c, "upstream-type", "bogus", err, sizeof err), -1);
     T_CHECK_STR(err, "\"bogus\" is not one of openai, anthropic, vllm or sglang");
     T_CHECK_INT(conf_set(c, "embedder", "hash", err, sizeof err), 0);
-    T_CHECK_INT(c->embedder, EMBEDDER_HASH);
+    T_CHECK_INT(c->embedder, embed_id("hash"));
     const char *levels[] = {"error", "warn", "notice", "info", "debug"};
     for (size_t i = 0; i < PC_ARRAY_LEN(levels); i++) {
         T_CHECK_INT(conf_set(c, "log-level", levels[i], err, sizeof err), 0);
@@ -349,7 +350,7 @@ static void test_file_parsing(void)
     T_CHECK_INT(c->cache_ttl, 120); /* the last occurrence wins */
     T_CHECK_INT(c->cache_max_ttl, 600);
     T_CHECK(c->semantic);
-    T_CHECK_INT(c->embedder, EMBEDDER_HASH);
+    T_CHECK_INT(c->embedder, embed_id("hash"));
     T_CHECK_INT(c->max_body_size, 1 << 20);
     pc_buf_free(&errs);
     conf_destroy(&c);
