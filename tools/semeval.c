@@ -969,7 +969,7 @@ static void sims_all(const char *path)
 
 /* ---- metrics ------------------------------------------------------------------------ */
 
-static unsigned guard_mask = GUARD_ALL;
+static unsigned guards_on = GUARD_ALL;
 static bool use_extra;
 
 /* The pair's score with the guards of mask: its similarity, or -2 when a guard rejects it. */
@@ -1231,34 +1231,34 @@ static void report(const char *name, int nshow)
 {
     printf("\n== embedder %s\n", name);
     printf("  ROC-AUC, similarity alone: hard %.4f  quora %.4f\n", auc(S_HARD, 0), auc(S_QUORA, 0));
-    printf("  ROC-AUC, guards on:        hard %.4f  quora %.4f\n", auc(S_HARD, guard_mask),
-           auc(S_QUORA, guard_mask));
-    float t1 = threshold_for(0.01, guard_mask), t2 = threshold_for(0.02, guard_mask);
-    figures("1% hard false hits", t1, guard_mask);
-    figures("2% hard false hits", t2, guard_mask);
-    figures("quora recall 10%", threshold_at_recall(0.10, guard_mask), guard_mask);
-    figures("default threshold", default_t, guard_mask);
-    figures("rule: 1%, quora P>=.82", threshold_rule(0.82, guard_mask), guard_mask);
-    figures("rule: 1%, quora P>=.80", threshold_rule(0.80, guard_mask), guard_mask);
-    per_kind(default_t, guard_mask);
-    guard_table(default_t, guard_mask);
+    printf("  ROC-AUC, guards on:        hard %.4f  quora %.4f\n", auc(S_HARD, guards_on),
+           auc(S_QUORA, guards_on));
+    float t1 = threshold_for(0.01, guards_on), t2 = threshold_for(0.02, guards_on);
+    figures("1% hard false hits", t1, guards_on);
+    figures("2% hard false hits", t2, guards_on);
+    figures("quora recall 10%", threshold_at_recall(0.10, guards_on), guards_on);
+    figures("default threshold", default_t, guards_on);
+    figures("rule: 1%, quora P>=.82", threshold_rule(0.82, guards_on), guards_on);
+    figures("rule: 1%, quora P>=.80", threshold_rule(0.80, guards_on), guards_on);
+    per_kind(default_t, guards_on);
+    guard_table(default_t, guards_on);
     printf("  one guard off (then none): at the default threshold, at the threshold rule's\n"
            "  threshold for the remaining guards, and at Quora recall 10%%:\n");
     for (int g = 0; g <= GUARD__COUNT; g++) {
-        if (g < GUARD__COUNT && !(guard_mask & GUARD_MASK(g)))
+        if (g < GUARD__COUNT && !(guards_on & GUARD_MASK(g)))
             continue;
-        unsigned m = g < GUARD__COUNT ? guard_mask & ~GUARD_MASK(g) : 0;
+        unsigned m = g < GUARD__COUNT ? guards_on & ~GUARD_MASK(g) : 0;
         figures(g < GUARD__COUNT ? guard_name((enum guard_kind)g) : "no guards", default_t, m);
         figures("  its own rule", threshold_rule(0.82, m), m);
         figures("  quora recall 10%", threshold_at_recall(0.10, m), m);
     }
     printf("  thresholds (guards on):\n");
     for (float t = 0.70f; t < 0.995f; t += 0.02f)
-        figures("", t, guard_mask);
+        figures("", t, guards_on);
     if (nshow > 0 && why_guard < 0)
-        show_failures(default_t, guard_mask, nshow);
+        show_failures(default_t, guards_on, nshow);
     if (why_guard >= 0)
-        show_rejected(default_t, why_guard, guard_mask, nshow > 0 ? nshow : 20);
+        show_rejected(default_t, why_guard, guards_on, nshow > 0 ? nshow : 20);
 }
 
 /* ---- running ------------------------------------------------------------------------ */
@@ -1481,7 +1481,7 @@ int main(int argc, char **argv)
         for (char *w = strtok_r(copy, ", ", &save); w && n < 64; w = strtok_r(NULL, ", ", &save))
             v[n++] = w;
         char err[256];
-        if (guard_parse(v, n, &guard_mask, err, sizeof err) < 0) {
+        if (guard_parse(v, n, &guards_on, err, sizeof err) < 0) {
             fprintf(stderr, "semeval: %s\n", err);
             return 2;
         }
