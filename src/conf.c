@@ -5,9 +5,16 @@
  * --help option list, the commented sample file and the effective dump.
  *
  *   conf_keys[] --+--> conf_create        (defaults)
- *                 +--> conf_load/conf_set (file lines, argv -> typed fields)
- *                 +--> check_cross        (rules that involve several keys)
+ *                 +--> conf_load/conf_set (file lines, argv -> typed fields;
+ *                 |                        each value also by the rules about its key)
+ *                 +--> check_cross        (rules that involve several keys, then the
+ *                 |                        rules' checks of whole values)
+ *                 +--> run_loads          (the rules' loads: price list, tenant names)
  *                 +--> conf_write_sample / conf_write_help / conf_write_effective
+ *
+ * The rules (struct conf_rule, pc_conf.h) are how a module that owns a key
+ * checks and loads it without conf depending on the module: conf keeps the
+ * registered tables (rule_tables) and runs them; it knows none of them.
  *
  * Nothing outside the table names a key, except the derived fields
  * (listen_host/listen_port from listen, workers 0 -> CPU count, the redis URL
@@ -1069,7 +1076,7 @@ int conf_add_rules(const struct conf_rule *rules, size_t n)
     return 0;
 }
 
-/* Calls fn(rule, arg) for every registered rule, in registration order. */
+/* r over every registered rule, in registration order. */
 #define FOR_EACH_RULE(r)                                    \
     for (size_t t_ = 0; t_ < n_rule_tables; t_++)           \
         for (const struct conf_rule *r = rule_tables[t_].v; \
