@@ -223,8 +223,8 @@ struct conf_rule {
 /*
  * Register rules[0..n) (a static table: kept, not copied); a table given
  * twice counts once. Call before any configuration is read, from one thread
- * (main does, through server_add_conf_rules). -1 if key is no config key or
- * too many tables were given (a programming error).
+ * (main does, through server_add_conf_rules). -1 if a key or an also key is
+ * no config key, or too many tables were given (a programming error).
  */
 int conf_add_rules(const struct conf_rule *rules, size_t n);
 

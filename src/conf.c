@@ -1066,9 +1066,13 @@ int conf_add_rules(const struct conf_rule *rules, size_t n)
     for (size_t t = 0; t < n_rule_tables; t++)
         if (rule_tables[t].v == rules)
             return 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (key_find(rules[i].key) == NULL)
             return -1;
+        for (size_t j = 0; j < PC_ARRAY_LEN(rules[i].also) && rules[i].also[j] != NULL; j++)
+            if (key_find(rules[i].also[j]) == NULL)
+                return -1;
+    }
     if (n_rule_tables == RULE_TABLES_MAX)
         return -1;
     rule_tables[n_rule_tables].v = rules;
