@@ -55,6 +55,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pc_bound_cmp.h"
 #include "pc_entry.h"
 #include "pc_util.h"
 
@@ -202,12 +203,6 @@ int bound_answer_text(const struct entry *e, struct pc_buf *out);
 /* Normalised for the exact comparator: lower case, one space between words, no outer punctuation.
  */
 void bound_normalise(const char *s, struct pc_buf *out);
-
-enum bound_comparator { BOUND_CMP_EXACT = 0, BOUND_CMP_EMBEDDING, BOUND_CMP_MODEL };
-#define BOUND_CMP_NAMES                     \
-    {                                       \
-        "exact", "embedding", "model", NULL \
-    }
 
 /* ---- runtime ------------------------------------------------------------------ */
 

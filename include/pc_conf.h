@@ -32,6 +32,12 @@
  * Reload (SIGHUP): conf_reload reads the same sources again and
  * conf_merge_reload takes over only the keys the table marks safe to change
  * at runtime; the others keep their running values until a restart.
+ *
+ * struct conf holds values. A module that owns a key and knows more about
+ * it than its type (the guard names, the price list a path names) checks
+ * and loads it through a struct conf_rule it registers (conf_add_rules,
+ * all of them at start-up: server_add_conf_rules), so the configuration
+ * depends on none of them.
  */
 #ifndef PC_CONF_H
 #define PC_CONF_H
@@ -41,12 +47,6 @@
 #include <stdio.h>
 
 #include "pc_util.h"
-
-enum embedder_kind {
-    EMBEDDER_BUILTIN = 0,
-    EMBEDDER_HASH,
-    EMBEDDER_OPENAI,
-};
 
 struct pricing;
 struct tenants;
@@ -117,9 +117,8 @@ struct conf {
     /* semantic cache */
     bool semantic;
     double semantic_threshold;        /* < 0 = auto: the embedder's tuned default */
-    struct conf_list semantic_guards; /* guard names (pc_guard.h), "all" or "none" */
-    unsigned semantic_guard_mask;     /* derived from semantic_guards (GUARD_MASK bits) */
-    int embedder;                     /* enum embedder_kind */
+    struct conf_list semantic_guards; /* guard names (pc_guard.h: guard_mask), "all" or "none" */
+    int embedder;                     /* a position in src/embed/embedders.h (embed_id) */
     char *embedder_vectors; /* word-vector file of embedder builtin; "" = next to the binary */
     char *embedder_url;
     char *embedder_model;
@@ -135,16 +134,16 @@ struct conf {
     double semantic_sure_threshold;
     double semantic_max_error;    /* the error bound's delta; 0 = off (pc_bound.h) */
     double semantic_explore_rate; /* most of the allowed candidates sent upstream to verify */
-    int semantic_verify_answers;  /* enum bound_comparator */
+    int semantic_verify_answers;  /* enum bound_comparator (pc_bound_cmp.h) */
     double semantic_verify_answers_threshold; /* embedding comparator: same answer at or above */
 
     /* admin and reporting */
     char *admin_token;       /* "" = admin endpoints disabled */
     char *pricing;           /* price list: a path, "" = the shipped one, "off" = none */
-    struct pricing *prices;  /* derived: the loaded list (shared, immutable), or NULL */
+    struct pricing *prices;  /* loaded by pricing's rule: the list (shared, immutable), or NULL */
     char *metrics_token;     /* "" = /metrics, /stats and /dashboard are open */
     char *tenant_names;      /* names for tenants: a path, or "" */
-    struct tenants *tenants; /* derived: the loaded names (shared), or NULL */
+    struct tenants *tenants; /* loaded by tenants' rule: the names (shared), or NULL */
     int metrics_models;      /* models with their own label in /metrics; the rest "other" */
 
     /* logging */
@@ -188,6 +187,53 @@ int conf_reload(const struct conf *c, struct conf **next, struct pc_buf *errs);
  */
 struct conf *conf_merge_reload(const struct conf *cur, const struct conf *next,
                                struct pc_buf *applied, struct pc_buf *restart);
+
+/*
+ * What a module that owns a key does with it, run by conf on every
+ * configuration it reads; any hook may be NULL.
+ *   check   each value of key as given (a list: each item); 0, or -1 with
+ *           err set (reported at the value's file line or option)
+ *   check_all  after every key is read, even if some failed: the key's
+ *           value as a whole (a list's items together); 0, or -1 with err
+ *           (reported at key)
+ *   load    after every key is read and none failed: load or derive what the
+ *           value names into c's field the module owns; 0, or -1 with err
+ *           (reported at key); warnings appended to warns, one a line
+ *   share   conf_dup: dst takes src's loaded object (a reference of its own)
+ *   drop    conf_destroy: release c's loaded object
+ *   changed conf_merge_reload: whether next's loaded object differs from
+ *           cur's although the key may not (a file read again); if so,
+ *           describe it in applied ("what (detail)", after a ", " when
+ *           applied is not empty)
+ *   merge   conf_merge_reload, when a merged conf m is made: take what
+ *           m should run with of next's loaded object (cur's is m's now)
+ */
+struct conf_rule {
+    const char *key;
+    const char *also[3]; /* other keys check_all reads: its error goes to whichever came last */
+    int (*check)(const char *v, char *err, size_t errlen);
+    int (*check_all)(const struct conf *c, char *err, size_t errlen);
+    int (*load)(struct conf *c, struct pc_buf *warns, char *err, size_t errlen);
+    void (*share)(struct conf *dst, const struct conf *src);
+    void (*drop)(struct conf *c);
+    bool (*changed)(const struct conf *cur, const struct conf *next, struct pc_buf *applied);
+    void (*merge)(struct conf *m, const struct conf *cur, const struct conf *next);
+};
+
+/*
+ * Register rules[0..n) (a static table: kept, not copied); a table given
+ * twice counts once. Call before any configuration is read, from one thread
+ * (main does, through server_add_conf_rules). -1 if a key or an also key is
+ * no config key, or too many tables were given (a programming error).
+ */
+int conf_add_rules(const struct conf_rule *rules, size_t n);
+
+/*
+ * A value as an error message shows it: quoted, escaped and cut to 60 bytes,
+ * so a stray line cannot flood the log; written into buf[0..n), returned.
+ * For the rules' messages.
+ */
+const char *conf_show(const char *v, char *buf, size_t n);
 
 /* A deep copy (values, origins, sources). */
 struct conf *conf_dup(const struct conf *c);

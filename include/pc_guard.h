@@ -10,7 +10,7 @@
  * reject: a pair that passes every enabled guard is decided by similarity.
  *
  * Contract: any bytes are accepted (texts are capped like the embedder's, see
- * EMBED_MAX_TEXT); synchronous, allocation of one scratch block per call,
+ * TEXT_MAX_READ); synchronous, allocation of one scratch block per call,
  * no shared mutable state: safe on any thread.
  */
 #ifndef PC_GUARD_H
@@ -69,6 +69,12 @@ const char *guard_what(enum guard_kind g);
  * Returns 0 with *mask set, or -1 with err naming the bad word.
  */
 int guard_parse(char *const *v, size_t n, unsigned *mask, char *err, size_t errlen);
+
+/* The mask of semantic-guards' names v[0..n); every guard when they are not valid. */
+unsigned guard_mask(char *const *v, size_t n);
+
+/* Register the checks of semantic-guards with the configuration (pc_conf.h). */
+int guard_add_conf_rules(void);
 
 /*
  * Check the texts a[0..alen) and b[0..blen) with the guards in mask: the

@@ -255,4 +255,7 @@ long httpd_parse_head(const char *buf, size_t len, struct httpd_head *head);
  */
 int httpd_head_check_host(const struct httpd_head *head);
 
+/* Register the check of max-connections-per-ip-exempt with the configuration (pc_conf.h). */
+int httpd_add_conf_rules(void);
+
 #endif

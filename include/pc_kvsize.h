@@ -79,4 +79,7 @@ uint64_t kvsize_tokens_in(double gib, uint64_t bytes_per_token);
  */
 int kvsize_cli(int argc, char **argv);
 
+/* Register the check of prefix-kv-model with the configuration (pc_conf.h). */
+int kvsize_add_conf_rules(void);
+
 #endif

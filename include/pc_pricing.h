@@ -159,4 +159,11 @@ bool pricing_warn_once(const char *model);
  */
 int pricing_default_path(char *out, size_t outlen);
 
+/*
+ * Register the key pricing with the configuration (pc_conf.h): a conf's
+ * prices are the list its pricing names, loaded with it and shared by its
+ * copies; a reload takes a list whose file changed.
+ */
+int pricing_add_conf_rules(void);
+
 #endif

@@ -11,4 +11,11 @@ struct conf;
 /* Run until a termination signal; returns the process exit status. */
 int server_run(const struct conf *conf);
 
+/*
+ * Register the configuration rules of the modules that own keys
+ * (pc_conf.h: embed, guard, httpd, kvsize, pricing, tenants). Once, before
+ * any configuration is read; -1 on a programming error (a rule names no key).
+ */
+int server_add_conf_rules(void);
+
 #endif

@@ -8,7 +8,8 @@
  * Redis layout: one hash per UTC hour, PC_KEY_PREFIX "r:YYYYMMDDHH", kept
  * TALLY_KEEP_DAYS; field "METRIC|TENANT|MODEL", value a count. TENANT is the
  * 16-hex tenant id of the access log; MODEL is the request's model with
- * characters outside [A-Za-z0-9._:/@+-] replaced by '_', at most 64 bytes.
+ * characters outside [A-Za-z0-9._:/@+-] replaced by '_', at most 64 bytes
+ * (model_clean, pc_model.h).
  *
  * Bounded by construction: only answered (2xx) requests get a row of their
  * own (model, tenant) pair; failed ones, and pairs beyond TALLY_MAX_ROWS per
@@ -22,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pc_model.h"
 #include "pc_util.h"
 
 struct event_base;
@@ -88,7 +90,7 @@ enum tally_metric {
 
 #define TALLY_KEEP_DAYS 90
 #define TALLY_HOUR_MS   (3600 * 1000)
-#define TALLY_MODEL_MAX 64
+#define TALLY_MODEL_MAX MODEL_NAME_MAX
 #define TALLY_FIELD_MAX (40 + 1 + 16 + 1 + TALLY_MODEL_MAX + 1)
 #define TALLY_KEY_MAX   64
 #define TALLY_MAX_ROWS  2000 /* distinct (model, tenant) pairs per hour and worker */
@@ -101,8 +103,6 @@ int tally_metric_parse(const char *name, size_t len);
 
 /* The hash key of the UTC hour containing wall_ms. */
 void tally_key(int64_t wall_ms, char out[TALLY_KEY_MAX]);
-/* The model as stored in field names (see above); NULL or "" becomes "-". */
-void tally_model(const char *model, char out[TALLY_MODEL_MAX + 1]);
 /* Whether s[0..n) is a model / tenant as the proxy writes them (TALLY_OTHER included). */
 bool tally_valid_model(const char *s, size_t n);
 bool tally_valid_tenant(const char *s, size_t n);

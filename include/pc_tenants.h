@@ -73,4 +73,12 @@ bool tenants_learn_fp(struct tenants *t, const char *tenant_id, size_t idlen, co
 /* "tenants":[{"id":..,"key":"…wxyz"|null,"name":..|null}, ...] for /stats (t may be NULL). */
 void tenants_render_json(struct tenants *t, struct pc_buf *out);
 
+/*
+ * Register the key tenant-names with the configuration (pc_conf.h): a
+ * conf's tenants are the names its file gives, loaded with it and shared by
+ * its copies; a reload takes them only when the file changed (what the
+ * table learned stays while it has not).
+ */
+int tenants_add_conf_rules(void);
+
 #endif

@@ -21,6 +21,8 @@
 
 #define TEXT_MAX_TOKENS 1024 /* tokens kept per document; the rest is ignored */
 #define TEXT_TOK_MAX    48   /* normalised bytes kept per token (longer ones are cut) */
+/* Bytes of a text the embedders and the guards read: the first and last half. */
+#define TEXT_MAX_READ 8192
 
 enum text_kind {
     TEXT_WORD = 0, /* letters, possibly with digits ("iphone16", "5km") */

@@ -35,7 +35,7 @@
 #include "pc_stats.h"
 #include "pc_tenants.h"
 #include "pc_cache.h"
-#include "pc_worker.h"
+#include "pc_context.h"
 
 #include <ctype.h>
 #include <stdio.h>

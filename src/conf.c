@@ -5,9 +5,16 @@
  * --help option list, the commented sample file and the effective dump.
  *
  *   conf_keys[] --+--> conf_create        (defaults)
- *                 +--> conf_load/conf_set (file lines, argv -> typed fields)
- *                 +--> check_cross        (rules that involve several keys)
+ *                 +--> conf_load/conf_set (file lines, argv -> typed fields;
+ *                 |                        each value also by the rules about its key)
+ *                 +--> check_cross        (rules that involve several keys, then the
+ *                 |                        rules' checks of whole values)
+ *                 +--> run_loads          (the rules' loads: price list, tenant names)
  *                 +--> conf_write_sample / conf_write_help / conf_write_effective
+ *
+ * The rules (struct conf_rule, pc_conf.h) are how a module that owns a key
+ * checks and loads it without conf depending on the module: conf keeps the
+ * registered tables (rule_tables) and runs them; it knows none of them.
  *
  * Nothing outside the table names a key, except the derived fields
  * (listen_host/listen_port from listen, workers 0 -> CPU count, the redis URL
@@ -22,17 +29,13 @@
  * and the load's warnings.
  */
 #include "pc_conf.h"
-#include "pc_bound.h"
-#include "pc_guard.h"
-#include "pc_httpd.h"
-#include "pc_kvsize.h"
+#include "pc_bound_cmp.h"
 #include "pc_log.h"
 #include "pc_rurl.h"
-#include "pc_pricing.h"
 #include "pc_secret.h"
-#include "pc_tenants.h"
 #include "backend/backends.h"
 #include "route/policies.h"
+#include "embed/embedders.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -98,18 +101,17 @@ struct conf_key {
 #define GIB      (MIB * 1024)
 
 static conf_check_fn check_upstream_url, check_embedder_url, check_redis_url, check_namespace,
-    check_guard, check_header_name, check_kv_model, check_cors_origin, check_net;
+    check_header_name, check_cors_origin;
 
 /* The families' names come from their lists: the value stored is the position there. */
 #define FAMILY_NAME(id, name) name,
 static const char *const upstream_type_names[] = {BACKEND_LIST(FAMILY_NAME) NULL};
 static const char *const routing_names[] = {ROUTE_POLICY_LIST(FAMILY_NAME) NULL};
-static const char *const embedder_names[] = {"builtin", "hash", "openai", NULL};
+static const char *const embedder_names[] = {EMBEDDER_LIST(FAMILY_NAME) NULL};
 static const char *const answer_cmp_names[] = BOUND_CMP_NAMES;
 /* Same order as enum pc_log_level (the unit test checks it against log_level_parse). */
 static const char *const log_level_names[] = {"error", "warn", "notice", "info", "debug", NULL};
 
-_Static_assert(EMBEDDER_OPENAI == 2, "embedder_names must follow enum embedder_kind");
 _Static_assert(PC_LOG_DEBUG == 4, "log_level_names must follow enum pc_log_level");
 
 /* clang-format off */
@@ -141,7 +143,7 @@ static const struct conf_key conf_keys[] = {
              "one NAT, load balancer or gateway share an address: list the gateway's address "
              "as exempt, or raise the limit."},
     {.name = "max-connections-per-ip-exempt", .type = CONF_LIST,
-     FIELD(max_connections_per_ip_exempt), .def = "127.0.0.0/8 ::1", .check = check_net,
+     FIELD(max_connections_per_ip_exempt), .def = "127.0.0.0/8 ::1",
      .arg = "ADDRESS[/BITS]",
      .help = "Client addresses that max-connections-per-ip leaves alone (max-connections still "
              "counts them), as IPv4 or IPv6 addresses or prefixes. The default, loopback, keeps a "
@@ -314,7 +316,7 @@ static const struct conf_key conf_keys[] = {
              "on an 80 GB GPU). vLLM logs its figure at start-up as \"GPU KV cache size: N "
              "tokens\"."},
     {.name = "prefix-kv-model", .type = CONF_STRING, FIELD(prefix_kv_model), .def = "",
-     .check = check_kv_model, .arg = "MODEL", .example = "llama-3.1-8b",
+     .arg = "MODEL", .example = "llama-3.1-8b",
      .help = "Model whose geometry (layers, KV heads, head size) sets the KV bytes per token "
              "for prefix-capacity 0; `promptcache kv-size --help` lists the known ones."},
     {.name = "prefix-kv-memory", .type = CONF_DOUBLE, FIELD(prefix_kv_memory), .def = "0",
@@ -382,7 +384,7 @@ static const struct conf_key conf_keys[] = {
              "to 0.95 for typical sentence-embedding models). With fewer guards, raise it "
              "(builtin with semantic-guards none: 0.975)."},
     {.name = "semantic-guards", .type = CONF_LIST, FIELD(semantic_guards), .def = "all",
-     .check = check_guard, .arg = "GUARD",
+     .arg = "GUARD",
      .help = "Checks that reject a semantic candidate whatever its similarity: numbers (a "
              "number, its sign, unit or currency differs), negation, entities (names, "
              "acronyms, products), antonyms (opposites and exclusive alternatives such as "
@@ -408,7 +410,7 @@ static const struct conf_key conf_keys[] = {
              "hold the busiest partitions only (see doc/redis.md, Scaling out)."},
     {.name = "embedder", .type = CONF_ENUM, FIELD(embedder), .def = "builtin",
      .names = embedder_names,
-     .help = "How messages are turned into vectors: builtin, hash or openai. builtin "
+     .help = "How messages are turned into vectors: " NAMES ". builtin "
              "combines GloVe word vectors (see embedder-vectors) with hashed word and "
              "character n-grams, without network calls: it catches rewordings of the same "
              "words (order, word forms, filler words, typos, close synonyms), not true "
@@ -736,7 +738,7 @@ static void write_token(struct pc_buf *out, const char *s)
  * A value as it appears in an error message: quoted, escaped and cut to 60
  * bytes, so a stray line cannot flood the log. Writes into buf[0..n).
  */
-static const char *show(const char *v, char *buf, size_t n)
+const char *conf_show(const char *v, char *buf, size_t n)
 {
     struct pc_buf b = PC_BUF_INIT;
     size_t len = strlen(v);
@@ -1012,7 +1014,7 @@ static int check_namespace(const char *v, char *err, size_t errlen)
     if (len == 0 || len > 64 || ok != len) {
         char b[80];
         seterr(err, errlen, "%s is not a namespace name (1 to 64 of A-Z a-z 0-9 . _ -)",
-               show(v, b, sizeof b));
+               conf_show(v, b, sizeof b));
         return -1;
     }
     return 0;
@@ -1031,33 +1033,9 @@ static int check_cors_origin(const char *v, char *err, size_t errlen)
     if (!ok) {
         char b[80];
         seterr(err, errlen, "%s is not an origin (scheme://host[:port], no path) or *",
-               show(v, b, sizeof b));
+               conf_show(v, b, sizeof b));
         return -1;
     }
-    return 0;
-}
-
-/* One value of max-connections-per-ip-exempt: an address, or a prefix of them. */
-static int check_net(const char *v, char *err, size_t errlen)
-{
-    struct httpd_net net;
-    if (httpd_net_parse(v, &net) < 0) {
-        char b[80];
-        seterr(err, errlen, "%s is not an IPv4 or IPv6 address or ADDRESS/BITS prefix",
-               show(v, b, sizeof b));
-        return -1;
-    }
-    return 0;
-}
-
-/* One word of semantic-guards: a guard name, all or none. */
-static int check_guard(const char *v, char *err, size_t errlen)
-{
-    char *one[] = {(char *)v};
-    unsigned mask;
-    if (!pc_strcaseeq(v, "all") && !pc_strcaseeq(v, "none") &&
-        guard_parse(one, 1, &mask, err, errlen) < 0)
-        return -1;
     return 0;
 }
 
@@ -1066,21 +1044,57 @@ static int check_header_name(const char *v, char *err, size_t errlen)
 {
     if (*v != '\0' && !pc_http_token(v, strlen(v))) {
         char b[80];
-        seterr(err, errlen, "%s is not a header name", show(v, b, sizeof b));
+        seterr(err, errlen, "%s is not a header name", conf_show(v, b, sizeof b));
         return -1;
     }
     return 0;
 }
 
-/* A model of the kv-size table, or empty. */
-static int check_kv_model(const char *v, char *err, size_t errlen)
+/* ---- the rules modules register ---------------------------------------- */
+
+#define RULE_TABLES_MAX 16
+
+/* Written at start-up only (conf_add_rules), read by every load after. */
+static struct {
+    const struct conf_rule *v;
+    size_t n;
+} rule_tables[RULE_TABLES_MAX];
+static size_t n_rule_tables;
+
+int conf_add_rules(const struct conf_rule *rules, size_t n)
 {
-    struct kvsize_geometry g;
-    if (*v != '\0' && kvsize_lookup(v, &g) < 0) {
-        char b[80];
-        seterr(err, errlen, "%s is not a model `promptcache kv-size --help` lists",
-               show(v, b, sizeof b));
+    for (size_t t = 0; t < n_rule_tables; t++)
+        if (rule_tables[t].v == rules)
+            return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (key_find(rules[i].key) == NULL)
+            return -1;
+        for (size_t j = 0; j < PC_ARRAY_LEN(rules[i].also) && rules[i].also[j] != NULL; j++)
+            if (key_find(rules[i].also[j]) == NULL)
+                return -1;
+    }
+    if (n_rule_tables == RULE_TABLES_MAX)
         return -1;
+    rule_tables[n_rule_tables].v = rules;
+    rule_tables[n_rule_tables++].n = n;
+    return 0;
+}
+
+/* r over every registered rule, in registration order. */
+#define FOR_EACH_RULE(r)                                    \
+    for (size_t t_ = 0; t_ < n_rule_tables; t_++)           \
+        for (const struct conf_rule *r = rule_tables[t_].v; \
+             r < rule_tables[t_].v + rule_tables[t_].n; r++)
+
+/* The key's own check, then those of the rules about it. */
+static int key_check(const struct conf_key *k, const char *v, char *err, size_t errlen)
+{
+    if (k->check != NULL && k->check(v, err, errlen) < 0)
+        return -1;
+    FOR_EACH_RULE(r)
+    {
+        if (r->check != NULL && strcmp(r->key, k->name) == 0 && r->check(v, err, errlen) < 0)
+            return -1;
     }
     return 0;
 }
@@ -1093,7 +1107,7 @@ static int set_bool(struct conf *c, const struct conf_key *k, const char *v, cha
     bool b;
     char s[80];
     if (parse_bool(v, &b) < 0) {
-        seterr(err, errlen, "%s is not yes or no", show(v, s, sizeof s));
+        seterr(err, errlen, "%s is not yes or no", conf_show(v, s, sizeof s));
         return -1;
     }
     *(bool *)field_ptr(c, k) = b;
@@ -1121,7 +1135,7 @@ static int set_int(struct conf *c, const struct conf_key *k, const char *v, char
     int64_t n;
     char s[80];
     if (pc_parse_i64(v, &n) < 0) {
-        seterr(err, errlen, "%s is not an integer", show(v, s, sizeof s));
+        seterr(err, errlen, "%s is not an integer", conf_show(v, s, sizeof s));
         return -1;
     }
     if (n < k->imin || n > k->imax) {
@@ -1144,7 +1158,7 @@ static int set_size(struct conf *c, const struct conf_key *k, const char *v, cha
     }
     if (parse_size(v, &n) < 0) {
         seterr(err, errlen, "%s is not a size (bytes, with an optional k, m or g suffix)",
-               show(v, s, sizeof s));
+               conf_show(v, s, sizeof s));
         return -1;
     }
     if (n < k->imin || n > k->imax) {
@@ -1171,7 +1185,7 @@ static int set_double(struct conf *c, const struct conf_key *k, const char *v, c
         return 0;
     }
     if (pc_parse_double(v, &d) < 0) {
-        seterr(err, errlen, "%s is not a number", show(v, s, sizeof s));
+        seterr(err, errlen, "%s is not a number", conf_show(v, s, sizeof s));
         return -1;
     }
     if (d < k->dmin || d > k->dmax) {
@@ -1191,7 +1205,7 @@ static int set_enum(struct conf *c, const struct conf_key *k, const char *v, cha
     if (i < 0) {
         char s[80], choices[128];
         enum_choices(k, choices, sizeof choices);
-        seterr(err, errlen, "%s is not one of %s", show(v, s, sizeof s), choices);
+        seterr(err, errlen, "%s is not one of %s", conf_show(v, s, sizeof s), choices);
         return -1;
     }
     *(int *)field_ptr(c, k) = i;
@@ -1201,7 +1215,7 @@ static int set_enum(struct conf *c, const struct conf_key *k, const char *v, cha
 static int set_string(struct conf *c, const struct conf_key *k, const char *v, char *err,
                       size_t errlen)
 {
-    if (k->check != NULL && k->check(v, err, errlen) < 0)
+    if (key_check(k, v, err, errlen) < 0)
         return -1;
     if ((k->flags & CONF_SECRET) && secret_has_ctl(v, strlen(v))) {
         seterr(err, errlen, "contains a control character or line break"); /* never the value */
@@ -1230,7 +1244,7 @@ static int set_list(struct conf *c, const struct conf_key *k, const char *v, cha
         list_clear(l);
         return 0;
     }
-    if (k->check != NULL && k->check(v, err, errlen) < 0)
+    if (key_check(k, v, err, errlen) < 0)
         return -1;
     l->v = pc_realloc(l->v, (l->n + 1) * sizeof *l->v);
     l->v[l->n++] = pc_strdup(v);
@@ -1355,21 +1369,12 @@ static void resolve_workers(struct conf *c)
     c->workers = (int)(n < 1 ? 1 : n > 256 ? 256 : n);
 }
 
-/* The guard mask of semantic-guards (validated by then; an invalid list keeps every guard). */
-static void resolve_guards(struct conf *c)
-{
-    if (guard_parse(c->semantic_guards.v, c->semantic_guards.n, &c->semantic_guard_mask, NULL, 0) <
-        0)
-        c->semantic_guard_mask = GUARD_ALL;
-}
-
 struct conf *conf_create(void)
 {
     struct conf *c = pc_calloc(1, sizeof *c);
     for (size_t i = 0; i < CONF_NKEYS; i++)
         apply_default(c, &conf_keys[i]);
     resolve_workers(c);
-    resolve_guards(c);
     return c;
 }
 
@@ -1449,8 +1454,11 @@ struct conf *conf_dup(const struct conf *src)
     for (size_t i = 0; i < CONF_NKEYS; i++)
         key_copy(c, src, &conf_keys[i]);
     c->meta = meta_dup(src->meta);
-    c->prices = pricing_ref(src->prices);
-    c->tenants = tenants_ref(src->tenants);
+    FOR_EACH_RULE(r)
+    {
+        if (r->share != NULL)
+            r->share(c, src);
+    }
     return c;
 }
 
@@ -1467,8 +1475,11 @@ void conf_destroy(struct conf **cp)
             free_wiped(field_ptr(c, k));
     }
     free(c->listen_host);
-    pricing_release(&c->prices);
-    tenants_release(&c->tenants);
+    FOR_EACH_RULE(r)
+    {
+        if (r->drop != NULL)
+            r->drop(c);
+    }
     meta_free(&c->meta);
     free(c);
     *cp = NULL;
@@ -1516,7 +1527,7 @@ static const char *where(const struct origin *o, const char *key, char *buf, siz
     char k[80];
     snprintf(k, sizeof k, "%s", key);
     if (strlen(key) > 60 || has_space_or_ctl(key))
-        show(key, k, sizeof k);
+        conf_show(key, k, sizeof k);
     if (o->file != NULL)
         snprintf(buf, n, "%s:%d: %s", o->file, o->line, k);
     else if (o->env != NULL)
@@ -1817,7 +1828,7 @@ static void load_option(struct loader *ld, int *i, int argc, char **argv)
     if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
         char s[80];
         report(ld, "command line: %s: unexpected argument (options are --KEY VALUE)",
-               show(arg, s, sizeof s));
+               conf_show(arg, s, sizeof s));
         return;
     }
     const char *eq = strchr(arg + 2, '=');
@@ -1939,7 +1950,7 @@ int conf_env_unknown(struct pc_buf *out)
         }
         char shown[80];
         if (strlen(var) > 60 || has_space_or_ctl(var))
-            show(var, shown, sizeof shown);
+            conf_show(var, shown, sizeof shown);
         else
             snprintf(shown, sizeof shown, "%.60s", var);
         pc_buf_printf(out, "environment: %s: not a configuration variable%s\n", shown, hint);
@@ -1998,20 +2009,26 @@ static void check_cross(struct loader *ld)
         report_latest(ld, cmp, PC_ARRAY_LEN(cmp),
                       "semantic-verify-answers model needs semantic-verify-url (the judge)");
     }
-    if (c->semantic && c->embedder == EMBEDDER_OPENAI && c->embedder_url[0] == '\0') {
-        static const char *const emb[] = {"embedder-url", "embedder", "semantic"};
-        report_latest(ld, emb, PC_ARRAY_LEN(emb),
-                      "embedder openai needs embedder-url while semantic is yes");
-    }
     if ((c->prefix_kv_memory > 0) != (c->prefix_kv_model[0] != '\0') && c->prefix_capacity == 0) {
         static const char *const kv[] = {"prefix-kv-model", "prefix-kv-memory"};
         report_latest(ld, kv, PC_ARRAY_LEN(kv),
                       "prefix-kv-model and prefix-kv-memory go together (or set prefix-capacity)");
     }
-    unsigned mask;
-    if (guard_parse(c->semantic_guards.v, c->semantic_guards.n, &mask, msg, sizeof msg) < 0)
-        report_at(ld, origin_of(ld, "semantic-guards"), "semantic-guards",
-                  "all and none must stand alone");
+    FOR_EACH_RULE(r)
+    {
+        if (r->check_all == NULL || r->check_all(c, msg, sizeof msg) == 0)
+            continue;
+        const char *keys[1 + PC_ARRAY_LEN(r->also)] = {r->key};
+        size_t n = 1;
+        while (n <= PC_ARRAY_LEN(r->also) && r->also[n - 1] != NULL) {
+            keys[n] = r->also[n - 1];
+            n++;
+        }
+        if (n == 1)
+            report_at(ld, origin_of(ld, r->key), r->key, msg);
+        else
+            report_latest(ld, keys, n, msg);
+    }
 }
 
 /*
@@ -2105,42 +2122,17 @@ static void fold_redis_auth(struct loader *ld)
     rurl_free(&u);
 }
 
-/*
- * Load the price list `pricing` names (pc_pricing.h): a broken file is an
- * error (so -t and a reload refuse it), a shipped list that cannot be found
- * only a warning (dollars are then unknown).
- */
-static void resolve_pricing(struct loader *ld)
+/* The rules' loads, in registration order, while none failed. */
+static void run_loads(struct loader *ld)
 {
-    struct conf *c = ld->c;
-    pricing_release(&c->prices);
-    if (strcmp(c->pricing, "off") == 0)
-        return;
-    char path[PATH_MAX + 128], err[512];
-    if (c->pricing[0] == '\0' && pricing_default_path(path, sizeof path) < 0) {
-        pc_buf_printf(&ld->warns,
-                      "pricing: the shipped price list was not found (looked in %s); dollars "
-                      "are unknown until pricing names a file\n",
-                      path);
-        return;
+    FOR_EACH_RULE(r)
+    {
+        if (r->load == NULL || ld->nerr > 0)
+            continue;
+        char err[512] = "";
+        if (r->load(ld->c, &ld->warns, err, sizeof err) < 0)
+            report_at(ld, origin_of(ld, r->key), r->key, err);
     }
-    const char *file = c->pricing[0] != '\0' ? c->pricing : path;
-    c->prices = pricing_load(file, err, sizeof err, &ld->warns);
-    if (c->prices == NULL)
-        report_at(ld, origin_of(ld, "pricing"), "pricing", err);
-}
-
-/* Load the tenant-names file: a broken one is an error (-t and a reload refuse it). */
-static void resolve_tenants(struct loader *ld)
-{
-    struct conf *c = ld->c;
-    tenants_release(&c->tenants);
-    if (c->tenant_names[0] == '\0')
-        return;
-    char err[512];
-    c->tenants = tenants_load(c->tenant_names, err, sizeof err);
-    if (c->tenants == NULL)
-        report_at(ld, origin_of(ld, "tenant-names"), "tenant-names", err);
 }
 
 /* Keep what a reload needs to read the same sources again. */
@@ -2169,19 +2161,15 @@ int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc
     if (ld->nerr == 0)
         fold_redis_auth(ld);
     if (ld->nerr == 0)
-        resolve_pricing(ld);
-    if (ld->nerr == 0)
-        resolve_tenants(ld);
+        run_loads(ld);
     int nerr = ld->nerr;
     if (ld->warns.len > 0)
         c->meta->warnings = pc_buf_cstr(&ld->warns);
     else
         pc_buf_free(&ld->warns);
     free(ld);
-    if (nerr == 0) {
+    if (nerr == 0)
         resolve_workers(c);
-        resolve_guards(c);
-    }
     return nerr;
 }
 
@@ -2604,6 +2592,23 @@ static void doc_range(const struct conf_key *k, char *buf, size_t n)
         snprintf(buf + strlen(buf), n - strlen(buf), ", or off");
 }
 
+/*
+ * k's help as the documentation shows it: NAMES spelt out, like --help and
+ * the sample. Made once per key and kept for the process (the generators
+ * run on one thread).
+ */
+static const char *doc_help(const struct conf_key *k)
+{
+    static char *spelt[CONF_NKEYS];
+    size_t i = (size_t)(k - conf_keys);
+    if (spelt[i] == NULL) {
+        struct pc_buf b = PC_BUF_INIT;
+        help_text(&b, k);
+        spelt[i] = pc_buf_cstr(&b);
+    }
+    return spelt[i];
+}
+
 void conf_doc_key(size_t i, struct conf_key_doc *d)
 {
     const struct conf_key *k = &conf_keys[i];
@@ -2611,7 +2616,7 @@ void conf_doc_key(size_t i, struct conf_key_doc *d)
     *d = (struct conf_key_doc){
         .name = k->name,
         .section = k->section,
-        .help = k->help,
+        .help = doc_help(k),
         .def = k->def,
         .example = k->def[0] == '\0' && k->example != NULL && strcmp(k->example, "\"\"") != 0
                        ? k->example
@@ -2834,26 +2839,17 @@ struct conf *conf_merge_reload(const struct conf *cur, const struct conf *next,
             m->meta->from[i] = next->meta->from[i] ? pc_strdup(next->meta->from[i]) : NULL;
         }
     }
-    /* The price list follows its file's content, not only its path (a reload re-reads it). */
-    if (!pricing_same(cur->prices, next->prices)) {
-        if (m == NULL)
+    /* What the rules loaded follows its file's content, not only its path (a reload re-reads it).
+     */
+    FOR_EACH_RULE(r)
+    {
+        if (r->changed != NULL && r->changed(cur, next, applied) && m == NULL)
             m = conf_dup(cur);
-        pc_buf_printf(applied, "%sprices (%s)", applied->len ? ", " : "",
-                      next->prices ? pricing_path(next->prices) : "none");
     }
-    if (m != NULL && m->prices != next->prices) {
-        pricing_release(&m->prices);
-        m->prices = pricing_ref(next->prices);
-    }
-    /* So do the tenant names (what the table learned stays while its file is unchanged). */
-    if (!tenants_same(cur->tenants, next->tenants)) {
-        if (m == NULL)
-            m = conf_dup(cur);
-        pc_buf_printf(applied, "%stenant names (%s, %zu)", applied->len ? ", " : "",
-                      next->tenants ? tenants_path(next->tenants) : "none",
-                      tenants_count(next->tenants));
-        tenants_release(&m->tenants);
-        m->tenants = tenants_ref(next->tenants);
+    FOR_EACH_RULE(r)
+    {
+        if (m != NULL && r->merge != NULL)
+            r->merge(m, cur, next);
     }
     return m;
 }

@@ -21,10 +21,11 @@
 #include "pc_flight.h"
 #include "pc_jskim.h"
 #include "pc_log.h"
+#include "pc_model.h"
 #include "pc_route.h"
 #include "pc_savings.h"
 #include "pc_tally.h"
-#include "pc_worker.h"
+#include "pc_context.h"
 
 #include <string.h>
 
@@ -136,7 +137,7 @@ static void fetch_free(struct fetch *f)
     w->fetches--;
     f->magic = 0;
     free(f);
-    worker_check_idle(w);
+    context_ended(w);
 }
 
 static void on_head(void *arg, int status, const struct xfer_header *h, size_t nh)
@@ -478,7 +479,7 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
     f->start_us = pc_mono_us();
     f->endpoint = req->endpoint;
     f->stream = req->stream;
-    tally_model(req->model, f->model);
+    model_clean(req->model, f->model);
     pc_strlcpy(f->tenant, req->tenant_id ? req->tenant_id : "", sizeof(f->tenant));
     f->ttl_ms = req->ttl_ms;
     if (req->ticket != NULL) {

@@ -17,7 +17,7 @@
  * WordNet lists are constant data.
  */
 #include "pc_guard.h"
-#include "pc_embed.h"
+#include "pc_conf.h"
 #include "pc_text.h"
 #include "pc_util.h"
 #include "pc_wordnet.h"
@@ -583,7 +583,7 @@ static void prepare(struct gdoc *d, const char *s, size_t len)
 {
     d->text = s;
     d->len = len;
-    text_tokenize_capped(&d->t, s, len, EMBED_MAX_TEXT);
+    text_tokenize_capped(&d->t, s, len, TEXT_MAX_READ);
     memset(d->set, 0, sizeof d->set);
     for (size_t i = 0; i < d->t.n; i++) {
         char sing[TEXT_TOK_MAX + 1];
@@ -2031,7 +2031,7 @@ static void gap_capped(const struct gdoc *d, const char *at, const char *end, lo
                        struct syms *sy)
 {
     size_t head, tail;
-    text_cap(d->text, d->len, EMBED_MAX_TEXT, &head, &tail);
+    text_cap(d->text, d->len, TEXT_MAX_READ, &head, &tail);
     const char *cut = d->text + head, *resume = d->text + d->len - tail;
     if (tail > 0 && at < resume && end > cut) {
         gap_capped(d, at, PC_MIN(end, cut), l, -1, sy);
@@ -2508,4 +2508,45 @@ int guard_check(const char *a, size_t alen, const char *b, size_t blen, unsigned
             rc = g;
     free(d);
     return rc;
+}
+
+/* ---- the semantic-guards key (pc_conf.h's rules) ---------------------------------- */
+
+unsigned guard_mask(char *const *v, size_t n)
+{
+    unsigned mask;
+    if (guard_parse(v, n, &mask, NULL, 0) < 0)
+        return GUARD_ALL; /* an invalid list (refused by the configuration) keeps every guard */
+    return mask;
+}
+
+/* One word of semantic-guards: a guard name, all or none. */
+static int check_word(const char *v, char *err, size_t errlen)
+{
+    char *one[] = {(char *)v};
+    unsigned mask;
+    if (!pc_strcaseeq(v, "all") && !pc_strcaseeq(v, "none") &&
+        guard_parse(one, 1, &mask, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+/* The words together: all and none alone. */
+static int check_list(const struct conf *c, char *err, size_t errlen)
+{
+    unsigned mask;
+    if (guard_parse(c->semantic_guards.v, c->semantic_guards.n, &mask, NULL, 0) < 0) {
+        snprintf(err, errlen, "all and none must stand alone");
+        return -1;
+    }
+    return 0;
+}
+
+static const struct conf_rule rules[] = {
+    {.key = "semantic-guards", .check = check_word, .check_all = check_list},
+};
+
+int guard_add_conf_rules(void)
+{
+    return conf_add_rules(rules, PC_ARRAY_LEN(rules));
 }

@@ -62,6 +62,7 @@
  *             reserve paths answered, else 503; close
  */
 #include "pc_httpd.h"
+#include "pc_conf.h"
 #include "pc_log.h"
 #include "pc_stats.h"
 #include "pc_util.h"
@@ -2668,4 +2669,28 @@ void httpd_set_close_cb(struct httpd_req *r, httpd_req_fn *fn, void *arg)
     PC_CHECK_OBJ(r, REQ_MAGIC);
     r->close_fn = fn;
     r->close_arg = arg;
+}
+
+/* ---- max-connections-per-ip-exempt (pc_conf.h's rules) ---------------------------- */
+
+/* One value: an address, or a prefix of them. */
+static int check_net(const char *v, char *err, size_t errlen)
+{
+    struct httpd_net net;
+    if (httpd_net_parse(v, &net) < 0) {
+        char b[80];
+        snprintf(err, errlen, "%s is not an IPv4 or IPv6 address or ADDRESS/BITS prefix",
+                 conf_show(v, b, sizeof b));
+        return -1;
+    }
+    return 0;
+}
+
+static const struct conf_rule rules[] = {
+    {.key = "max-connections-per-ip-exempt", .check = check_net},
+};
+
+int httpd_add_conf_rules(void)
+{
+    return conf_add_rules(rules, PC_ARRAY_LEN(rules));
 }

@@ -8,6 +8,7 @@
  *        ─▶ table or JSON on stdout
  */
 #include "pc_kvsize.h"
+#include "pc_conf.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -390,4 +391,28 @@ int kvsize_cli(int argc, char **argv)
     fwrite(out.data, 1, out.len, stdout);
     pc_buf_free(&out);
     return 0;
+}
+
+/* ---- prefix-kv-model (pc_conf.h's rules) ------------------------------------------ */
+
+/* A model of the table, or empty. */
+static int check_model(const char *v, char *err, size_t errlen)
+{
+    struct kvsize_geometry g;
+    if (*v != '\0' && kvsize_lookup(v, &g) < 0) {
+        char b[80];
+        snprintf(err, errlen, "%s is not a model `promptcache kv-size --help` lists",
+                 conf_show(v, b, sizeof b));
+        return -1;
+    }
+    return 0;
+}
+
+static const struct conf_rule rules[] = {
+    {.key = "prefix-kv-model", .check = check_model},
+};
+
+int kvsize_add_conf_rules(void)
+{
+    return conf_add_rules(rules, PC_ARRAY_LEN(rules));
 }

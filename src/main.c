@@ -332,6 +332,10 @@ static void set_http_limits(const struct conf *c)
 
 int main(int argc, char **argv)
 {
+    if (server_add_conf_rules() < 0) {
+        fprintf(stderr, "promptcache: a module's configuration rule names no key\n");
+        return 1;
+    }
     struct cli cli = {0};
     int status = parse_cli(argc, argv, &cli);
     if (status >= 0) {

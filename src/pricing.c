@@ -11,6 +11,7 @@
  */
 #include "pc_pricing.h"
 #include "pc_api.h"
+#include "pc_conf.h"
 #include "pc_tally.h"
 
 #include <ctype.h>
@@ -101,7 +102,7 @@ const char *pricing_format_name(enum pricing_format f)
 static struct price *entry_get(struct pricing *p, const char *model)
 {
     char name[TALLY_MODEL_MAX + 1];
-    tally_model(model, name);
+    model_clean(model, name);
     for (size_t i = 0; i < p->n; i++)
         if (strcmp(p->v[i].model, name) == 0)
             return &p->v[i]; /* a repeated name: the last one counts */
@@ -702,7 +703,7 @@ const struct price *pricing_find(const struct pricing *p, const char *model)
     if (p == NULL || model == NULL)
         return NULL;
     char name[TALLY_MODEL_MAX + 1];
-    tally_model(model, name);
+    model_clean(model, name);
     int idx;
     if (memo_get(p->memo, name, &idx))
         return idx >= 0 ? &p->v[idx] : NULL;
@@ -762,7 +763,7 @@ static size_t nwarned;
 bool pricing_warn_once(const char *model)
 {
     char name[TALLY_MODEL_MAX + 1];
-    tally_model(model, name);
+    model_clean(model, name);
     bool first = true;
     pthread_mutex_lock(&warn_mu);
     for (size_t i = 0; i < nwarned && first; i++)
@@ -886,4 +887,73 @@ int pricing_default_path(char *out, size_t outlen)
     snprintf(out, outlen, "%s", pc_buf_cstr(&looked));
     pc_buf_free(&looked);
     return -1;
+}
+
+/* ---- the pricing key (pc_conf.h's rules) -------------------------------------------- */
+
+/*
+ * Load the price list the key names: a broken file is an error (so -t and a
+ * reload refuse it), a shipped list that cannot be found only a warning
+ * (dollars are then unknown).
+ */
+static int conf_load_prices(struct conf *c, struct pc_buf *warns, char *err, size_t errlen)
+{
+    pricing_release(&c->prices);
+    if (strcmp(c->pricing, "off") == 0)
+        return 0;
+    char path[PATH_MAX + 128];
+    if (c->pricing[0] == '\0' && pricing_default_path(path, sizeof path) < 0) {
+        pc_buf_printf(warns,
+                      "pricing: the shipped price list was not found (looked in %s); dollars "
+                      "are unknown until pricing names a file\n",
+                      path);
+        return 0;
+    }
+    const char *file = c->pricing[0] != '\0' ? c->pricing : path;
+    c->prices = pricing_load(file, err, errlen, warns);
+    return c->prices == NULL ? -1 : 0;
+}
+
+static void conf_share_prices(struct conf *dst, const struct conf *src)
+{
+    dst->prices = pricing_ref(src->prices);
+}
+
+static void conf_drop_prices(struct conf *c)
+{
+    pricing_release(&c->prices);
+}
+
+/* The list follows its file's content, not only its path (a reload reads it again). */
+static bool conf_prices_changed(const struct conf *cur, const struct conf *next,
+                                struct pc_buf *applied)
+{
+    if (pricing_same(cur->prices, next->prices))
+        return false;
+    pc_buf_printf(applied, "%sprices (%s)", applied->len ? ", " : "",
+                  next->prices ? pricing_path(next->prices) : "none");
+    return true;
+}
+
+static void conf_merge_prices(struct conf *m, const struct conf *cur, const struct conf *next)
+{
+    (void)cur;
+    if (m->prices != next->prices) {
+        pricing_release(&m->prices);
+        m->prices = pricing_ref(next->prices);
+    }
+}
+
+static const struct conf_rule rules[] = {
+    {.key = "pricing",
+     .load = conf_load_prices,
+     .share = conf_share_prices,
+     .drop = conf_drop_prices,
+     .changed = conf_prices_changed,
+     .merge = conf_merge_prices},
+};
+
+int pricing_add_conf_rules(void)
+{
+    return conf_add_rules(rules, PC_ARRAY_LEN(rules));
 }

@@ -59,7 +59,7 @@
 #include "pc_store.h"
 #include "pc_tally.h"
 #include "pc_tenants.h"
-#include "pc_worker.h"
+#include "pc_context.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -307,7 +307,7 @@ static void preq_free_cb(evutil_socket_t fd, short what, void *arg)
     r->magic = 0;
     free(r);
     stats_add(&w->stats, STAT_requests_active, -1);
-    worker_check_idle(w);
+    context_ended(w);
 }
 
 /* Tokens, money, time to first byte and age: what the access log adds for API requests. */

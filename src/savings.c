@@ -8,7 +8,7 @@
 #include "pc_log.h"
 #include "pc_pricing.h"
 #include "pc_stats.h"
-#include "pc_worker.h"
+#include "pc_context.h"
 
 #include <string.h>
 

@@ -1,18 +1,18 @@
 /*
  * semantic.c - the semantic stage of the cache (see pc_semantic.h).
  *
- * Owns, for the process (struct semantic): the local embedder, the vector
- * index (pc_vindex.h, bounded by semantic-index-memory), the thread pool
- * that embeds and searches off the event loops, and the loader that brings
- * partitions in from Redis and keeps them in step (pc_vsync.h, fed by the
- * process's stream follower, pc_follow.h). Per worker (struct semantic_port): the pool's port,
- * the remote embedder client and the verifier, and every lookup and put in
- * progress (struct semantic_op, struct sput).
+ * Owns, for the process (struct semantic): the embedder (pc_embed.h), the
+ * vector index (pc_vindex.h, bounded by semantic-index-memory), the thread
+ * pool that embeds and searches off the event loops, and the loader that
+ * brings partitions in from Redis and keeps them in step (pc_vsync.h, fed by
+ * the process's stream follower, pc_follow.h). Per worker (struct
+ * semantic_port): the pool's port, the embedder's port and the verifier,
+ * and every lookup and put in progress (struct semantic_op, struct sput).
  *
  * A lookup, after an exact miss:
  *
- *   EMBED   local: pool job (embed + search at once)   remote: rembed batch,
- *     │                                                 then a pool job (search)
+ *   EMBED   embed_submit, whatever the embedder (a local one on the pool, a
+ *     │     remote one in its batch), then a pool job (search)
  *     ▼     the whole of it bounded by embedder-timeout (else: a miss)
  *   SEARCH  vindex_lookup(partition, vec, k, threshold) ─▶ candidates, best first;
  *     │     a partition not in memory: its load asked for and waited for at most
@@ -39,19 +39,19 @@
  * is in memory. A put over an existing entry that gets no vector
  * deletes the old one ("del" event), so no index keeps it with its old TTL.
  *
- * With embedder openai, a circuit breaker (pc_breaker.h, one per process)
+ * An embedder with a circuit breaker (embedder openai's, one per process)
  * stops the calls after embedder-breaker-failures failures in a row: then
- * lookups skip this stage (semantic_breaker_skips) and puts store no vector
- * (semantic_vectors_skipped), until a probe gets an answer: a put's
- * embedding, which no client waits on (a lookup only when no put came for
- * twice the cool-down).
+ * lookups skip this stage (semantic_breaker_skips: embed_shut) and puts
+ * store no vector (semantic_vectors_skipped), until a probe gets an answer:
+ * a put's embedding, which no client waits on (a lookup only when no put
+ * came for twice the cool-down).
  *
  * Ownership of an op that waits on a pool job: the job holds it; cancelling
- * only marks it (op->cancelled) and the job's done callback frees it.
+ * only marks it (op->cancelled) and the job's done callback frees it. An op
+ * that waits on its embedding holds the request and cancels it.
  */
 #include "pc_semantic.h"
 #include "pc_bound.h"
-#include "pc_breaker.h"
 #include "pc_conf.h"
 #include "pc_embed.h"
 #include "pc_follow.h"
@@ -59,7 +59,6 @@
 #include "pc_log.h"
 #include "pc_migrate.h"
 #include "pc_pool.h"
-#include "pc_rembed.h"
 #include "pc_stats.h"
 #include "pc_store.h"
 #include "pc_verify.h"
@@ -86,19 +85,6 @@
 
 #define SEMANTIC_K          4    /* candidates examined per lookup */
 #define SEMANTIC_POOL_QUEUE 4096 /* jobs waiting for a pool thread before lookups are shed */
-/*
- * With embedder openai and semantic-threshold auto. Measured through the proxy
- * (bench/semantic-quality, every guard on) with Universal Sentence Encoder
- * lite (tests/encoder): the lowest threshold on a 0.005 grid at which no hard
- * negative of the dev set hits (0.91), plus 0.01 because that set is small;
- * picked for precision, as a wrong answer costs more than a miss. Checked on
- * APT and SICK (issue 22): 0.92 serves 1.7% of APT's flipped rewrites at APT
- * recall 9.4%; 0.94 would serve 1.2% at 5.8%, below the 8.8% this encoder had
- * before those guards, so it stays. Cosines differ by model: other models
- * need their own (see doc/semantic.md).
- */
-#define SEMANTIC_REMOTE_AUTO 0.92
-#define BREAKER_COOLDOWN_MAX 60000 /* ms: the longest wait between probes of a sick embedder */
 /* No record expires later than cache-max-ttl (at most a year, conf.c) plus a day of clock skew. */
 #define RECORD_TTL_MAX_MS ((int64_t)366 * 86400 * 1000)
 /* semantic-index-memory auto: this part of the machine's memory (the answers stay in Redis). */
@@ -114,13 +100,12 @@ struct semantic {
     unsigned magic;
     const struct conf *conf;
     struct stats *row;    /* the process's own metrics (breaker, stream reader), registered */
-    struct breaker *brk;  /* embedder openai: shared by every worker's rembed */
-    struct embedder *emb; /* local embedder; NULL with embedder openai */
+    struct embedder *emb; /* the configured embedder */
     char space[EMBED_SPACE_MAX];
     unsigned guards;
     struct pool *pool;
-    pthread_mutex_t mu; /* guards the lazy creation of vx and sync (remote embedder) */
-    struct vindex *vx;  /* NULL until the dimension is known (remote embedder) */
+    pthread_mutex_t mu; /* guards the lazy creation of vx and sync (an embedder of unknown dim) */
+    struct vindex *vx;  /* NULL until the dimension is known (a remote embedder's first vector) */
     struct vsync *sync;
     struct follow *follow; /* the process's stream follower (NULL: none) */
     struct bound *bound;   /* semantic-max-error; NULL when off */
@@ -133,13 +118,13 @@ struct semantic_port {
     struct store *store;
     struct stats *st;
     struct pool_port *pport;
-    struct rembed *rembed;    /* embedder openai */
+    struct embed_port *eport; /* this worker's door to the embedder */
     struct verify *verify;    /* semantic-verify-url */
     struct bound_port *bport; /* semantic-max-error */
 };
 
 enum sop_state {
-    SOP_EMBED,  /* waiting for the vector (pool job or remote embedder) */
+    SOP_EMBED,  /* waiting for the vector (embed_submit), then the search (pool job) */
     SOP_FETCH,  /* waiting for a candidate's entry and record */
     SOP_VERIFY, /* waiting for the verifier */
 };
@@ -166,7 +151,7 @@ struct semantic_op {
 
     /* Embedding and search. */
     struct semantic_vec *vec; /* NULL until embedded */
-    struct rembed_req *rreq;
+    struct embed_req *ereq;   /* the embedding asked for, until it comes */
     struct event *deadline;
     struct vindex_hit hits[SEMANTIC_K];
     size_t nhits;
@@ -190,7 +175,7 @@ struct semantic_op {
     struct bound_probe *probe;
 };
 
-/* A put waiting for its vector from the pool. */
+/* A put waiting for its vector from the embedder. */
 struct sput {
     unsigned magic;
     struct semantic_port *p;
@@ -341,26 +326,6 @@ static int pool_threads(const struct conf *c)
     return c->workers > 1 ? c->workers : 1;
 }
 
-/* The remote embedder's breaker, counting in s->row. */
-static struct breaker *breaker_for(struct semantic *s)
-{
-    char name[160], url[128];
-    snprintf(url, sizeof(url), "%s", s->conf->embedder_url);
-    url[strcspn(url, "@?")] = '\0'; /* never a password or a query in a log line */
-    snprintf(name, sizeof(name), "embedder %s", url);
-    struct breaker_opts o = {
-        .name = name,
-        .failures = (unsigned)s->conf->embedder_breaker_failures,
-        .cooldown_ms = s->conf->embedder_breaker_cooldown,
-        .cooldown_max_ms = BREAKER_COOLDOWN_MAX,
-        .row = s->row,
-        .stat_open = STAT_embedder_breaker_open,
-        .stat_opens = STAT_embedder_breaker_opens,
-        .stat_probes = STAT_embedder_breaker_probes,
-    };
-    return breaker_create(&o);
-}
-
 /* The follower's calls, passed on to the loader once there is one (a remote embedder's index
  * comes with its first answer: until then there is nothing to keep in step). */
 static void on_follow_entry(void *arg, const redisReply *fields)
@@ -417,28 +382,18 @@ struct semantic *semantic_create(const struct conf *c, struct stats *st, char *e
     memset(s->row, 0, sizeof(*s->row));
     stats_register(s->row);
     pthread_mutex_init(&s->mu, NULL);
-    s->guards = c->semantic_guard_mask;
-    if (c->embedder == EMBEDDER_OPENAI) {
-        rembed_space(c, s->space, sizeof(s->space));
-        s->brk = breaker_for(s);
-    } else {
-        s->emb = embed_create(c, err, errlen);
-        if (s->emb == NULL)
-            goto fail;
-        snprintf(s->space, sizeof(s->space), "%s", embed_space(s->emb));
-    }
-    if (s->emb == NULL && c->semantic_threshold < 0)
-        log_warn("semantic-threshold auto with embedder openai: using %.3f, measured with "
-                 "Universal Sentence Encoder lite; cosines differ by model, so measure yours and "
-                 "set semantic-threshold",
-                 SEMANTIC_REMOTE_AUTO);
+    s->guards = guard_mask(c->semantic_guards.v, c->semantic_guards.n);
+    s->emb = embed_create(c, s->row, err, errlen);
+    if (s->emb == NULL)
+        goto fail;
+    snprintf(s->space, sizeof(s->space), "%s", embed_space(s->emb));
     s->pool = pool_create(pool_threads(c), SEMANTIC_POOL_QUEUE);
     if (s->pool == NULL) {
         snprintf(err, errlen, "cannot start the semantic cache's threads");
         goto fail;
     }
     s->bound = bound_create(c, s->space);
-    int dim = s->emb != NULL ? embed_dim(s->emb) : discover_dim(s);
+    int dim = embed_dim(s->emb) > 0 ? embed_dim(s->emb) : discover_dim(s);
     if (dim > 0 && index_for(s, dim) == NULL) {
         snprintf(err, errlen, "cannot create the vector index");
         goto fail;
@@ -456,9 +411,7 @@ const char *semantic_space(const struct semantic *s)
 
 double semantic_default_threshold(const struct semantic *s)
 {
-    if (s->emb != NULL)
-        return embed_threshold_for(s->emb, s->conf);
-    return s->conf->semantic_threshold >= 0 ? s->conf->semantic_threshold : SEMANTIC_REMOTE_AUTO;
+    return embed_threshold_for(s->emb, s->conf);
 }
 
 void semantic_stop(struct semantic *s)
@@ -484,7 +437,6 @@ void semantic_destroy(struct semantic **sp)
     vindex_destroy(&s->vx);
     embed_destroy(&s->emb);
     bound_destroy(&s->bound);
-    breaker_destroy(&s->brk);
     pthread_mutex_destroy(&s->mu);
     free(s->row); /* the registry is emptied right after (server_teardown) */
     s->magic = 0;
@@ -500,7 +452,7 @@ struct semantic_figures {
     struct vsync_counters ys;
     int64_t index_memory;
     size_t queued;
-    const char *breaker; /* NULL: no remote embedder */
+    const char *breaker; /* NULL: an embedder without a breaker */
 };
 
 static void semantic_snapshot(const void *obj, void *snap)
@@ -517,7 +469,7 @@ static void semantic_snapshot(const void *obj, void *snap)
     f->space = s->space;
     f->index_memory = semantic_index_memory_bytes(s->conf);
     f->queued = pool_queued(s->pool);
-    f->breaker = s->brk != NULL ? breaker_state_name(breaker_state(s->brk)) : NULL;
+    f->breaker = embed_breaker_state(s->emb);
 }
 
 #define SEMANTIC_SERIES(X)                                                                         \
@@ -582,26 +534,22 @@ struct bound *semantic_bound(const struct semantic *s)
 /* ---- two answers' cosine (the error bound's embedding comparator) ------------------ */
 
 /*
- * Both texts embedded with the configured embedder: a pool job for a local
- * one (then owned by the job while it runs, as lookups are), two requests to
- * the remote one. The callback never runs before pair_start returns.
+ * Both texts embedded with the configured embedder: two requests to it. The
+ * callback never runs before pair_start returns.
  */
 struct spair {
     unsigned magic;
     struct semantic_port *p;
     bound_cos_fn *cb;
     void *arg;
-    char *text[2];
     struct semantic_vec *vec[2];
-    struct rembed_req *rreq[2];
-    bool in_pool, cancelled;
+    struct embed_req *ereq[2];
 };
 
 static void pair_free(struct spair *sp)
 {
     for (int i = 0; i < 2; i++) {
-        rembed_cancel(&sp->rreq[i]);
-        free(sp->text[i]);
+        embed_cancel(&sp->ereq[i]);
         semantic_vec_free(&sp->vec[i]);
     }
     sp->magic = 0;
@@ -624,41 +572,14 @@ static void pair_end(struct spair *sp)
     cb(arg, cos);
 }
 
-static void work_embed_pair(void *arg)
-{
-    struct spair *sp = arg;
-    struct embedder *emb = sp->p->s->emb;
-    for (int i = 0; i < 2; i++) {
-        struct semantic_vec *v = vec_new(embed_dim(emb));
-        if (embed_text(emb, sp->text[i], strlen(sp->text[i]), v->v) == 0)
-            sp->vec[i] = v;
-        else
-            free(v);
-    }
-}
-
-static void done_embed_pair(void *arg, bool ran)
-{
-    struct spair *sp = arg;
-    PC_CHECK_OBJ(sp, PAIR_MAGIC);
-    sp->in_pool = false;
-    if (sp->cancelled) {
-        pair_free(sp);
-        return;
-    }
-    if (!ran) /* handed back at shutdown: no cosine */
-        semantic_vec_free(&sp->vec[0]);
-    pair_end(sp);
-}
-
 static void on_pair_vec(struct spair *sp, int i, const float *vec, int dim)
 {
-    sp->rreq[i] = NULL;
+    sp->ereq[i] = NULL;
     if (vec != NULL) {
         sp->vec[i] = vec_new(dim);
         memcpy(sp->vec[i]->v, vec, (size_t)dim * sizeof(float));
     }
-    if (sp->rreq[0] == NULL && sp->rreq[1] == NULL)
+    if (sp->ereq[0] == NULL && sp->ereq[1] == NULL)
         pair_end(sp);
 }
 
@@ -685,20 +606,9 @@ static void *pair_start(void *ctx, const char *a, const char *b, bound_cos_fn *c
     sp->p = p;
     sp->cb = cb;
     sp->arg = arg;
-    sp->text[0] = pc_strdup(a);
-    sp->text[1] = pc_strdup(b);
-    if (p->rembed == NULL) {
-        sp->in_pool = true;
-        if (pool_submit(p->s->pool, p->pport, work_embed_pair, done_embed_pair, sp) == 0)
-            return sp;
-        pair_free(sp);
-        return NULL;
-    }
-    sp->rreq[0] =
-        rembed_submit(p->rembed, sp->text[0], strlen(sp->text[0]), false, on_pair_vec0, sp);
-    sp->rreq[1] =
-        rembed_submit(p->rembed, sp->text[1], strlen(sp->text[1]), false, on_pair_vec1, sp);
-    if (sp->rreq[0] == NULL || sp->rreq[1] == NULL) {
+    sp->ereq[0] = embed_submit(p->eport, a, strlen(a), false, on_pair_vec0, sp);
+    sp->ereq[1] = embed_submit(p->eport, b, strlen(b), false, on_pair_vec1, sp);
+    if (sp->ereq[0] == NULL || sp->ereq[1] == NULL) {
         pair_free(sp);
         return NULL;
     }
@@ -712,10 +622,6 @@ static void pair_cancel(void **handle)
     if (sp == NULL)
         return;
     PC_CHECK_OBJ(sp, PAIR_MAGIC);
-    if (sp->in_pool) {
-        sp->cancelled = true; /* freed when the job comes back */
-        return;
-    }
     pair_free(sp);
 }
 
@@ -734,8 +640,7 @@ struct semantic_port *semantic_port_create(struct semantic *s, struct event_base
     p->store = store;
     p->st = st;
     p->pport = pool_port_create(base);
-    if (s->conf->embedder == EMBEDDER_OPENAI)
-        p->rembed = rembed_create(s->conf, base, up, st, s->brk);
+    p->eport = embed_port_create(s->emb, base, up, st, s->pool, p->pport);
     p->verify = verify_create(s->conf, base, up, st);
     static const struct bound_pair_ops pair_ops = {pair_start, pair_cancel};
     p->bport = bound_port_create(s->bound, store, st, p->verify, &pair_ops, p);
@@ -755,7 +660,7 @@ void semantic_port_destroy(struct semantic_port **pp)
     *pp = NULL;
     PC_CHECK_OBJ(p, PORT_MAGIC);
     pool_port_destroy(&p->pport); /* jobs still owed finish here, freeing their ops */
-    rembed_destroy(&p->rembed);
+    embed_port_destroy(&p->eport);
     bound_port_destroy(&p->bport);
     verify_destroy(&p->verify);
     p->magic = 0;
@@ -837,7 +742,7 @@ static void op_free(struct semantic_op *op)
 {
     store_cancel(&op->get_entry);
     store_cancel(&op->get_rec);
-    rembed_cancel(&op->rreq);
+    embed_cancel(&op->ereq);
     verify_cancel(&op->vop);
     bound_view_free(&op->bview);
     bound_probe_unref(&op->probe);
@@ -1042,20 +947,11 @@ static void next_candidate(struct semantic_op *op)
 
 /* ---- lookups: embedding and search -------------------------------------------- */
 
-/* Pool thread: embed (local embedder) if needed, then search. Touches only the op's own fields. */
-static void work_embed_search(void *arg)
+/* Pool thread: search with the op's vector. Touches only the op's own fields. */
+static void work_search(void *arg)
 {
     struct semantic_op *op = arg;
     struct semantic *s = op->p->s;
-    if (op->vec == NULL && s->emb != NULL) {
-        struct semantic_vec *v = vec_new(embed_dim(s->emb));
-        if (embed_text(s->emb, op->text, strlen(op->text), v->v) == 0)
-            op->vec = v;
-        else
-            free(v);
-    }
-    if (op->vec == NULL)
-        return;
     struct vindex *vx = index_for(s, op->vec->dim);
     if (vx == NULL)
         return;
@@ -1080,7 +976,7 @@ static void work_embed_search(void *arg)
             op->hits[op->nhits++] = hits[i];
 }
 
-static void done_embed_search(void *arg, bool ran)
+static void done_search(void *arg, bool ran)
 {
     struct semantic_op *op = arg;
     PC_CHECK_OBJ(op, SOP_MAGIC);
@@ -1110,7 +1006,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     struct semantic_op *op = arg;
     PC_CHECK_OBJ(op, SOP_MAGIC);
     stats_incr(op->p->st, STAT_semantic_shed);
-    rembed_cancel(&op->rreq);
+    embed_cancel(&op->ereq);
     if (!op->in_pool) {
         op_miss(op);
         return;
@@ -1126,18 +1022,18 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 static bool submit_search(struct semantic_op *op)
 {
     op->in_pool = true;
-    if (pool_submit(op->p->s->pool, op->p->pport, work_embed_search, done_embed_search, op) == 0)
+    if (pool_submit(op->p->s->pool, op->p->pport, work_search, done_search, op) == 0)
         return true;
     op->in_pool = false;
     stats_incr(op->p->st, STAT_semantic_shed);
     return false;
 }
 
-static void on_remote_vec(void *arg, const float *vec, int dim)
+static void on_vec(void *arg, const float *vec, int dim)
 {
     struct semantic_op *op = arg;
     PC_CHECK_OBJ(op, SOP_MAGIC);
-    op->rreq = NULL;
+    op->ereq = NULL;
     if (vec == NULL) {
         event_del(op->deadline);
         op_miss(op);
@@ -1157,7 +1053,7 @@ struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semant
     if (p == NULL)
         return NULL;
     PC_CHECK_OBJ(p, PORT_MAGIC);
-    if (p->rembed != NULL && rembed_shut(p->rembed, false)) {
+    if (embed_shut(p->eport, false)) {
         /* The embedder is sick: no client waits on it (the exact stage has run). */
         stats_incr(p->st, STAT_semantic_breaker_skips);
         return NULL;
@@ -1178,18 +1074,13 @@ struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semant
     op->bview = bound_view_create(p->bport, op->partition);
     stats_incr(p->st, STAT_semantic_lookups);
     op->deadline = event_new(p->base, -1, 0, on_deadline, op);
-    bool started;
-    if (p->rembed != NULL) {
-        op->rreq = rembed_submit(p->rembed, op->text, strlen(op->text), false, on_remote_vec, op);
-        started = op->rreq != NULL;
-    } else {
-        started = submit_search(op);
+    if (op->deadline == NULL) {
+        op_free(op);
+        return NULL;
     }
-    if (!started || op->deadline == NULL) {
-        if (op->in_pool) { /* cannot happen without a deadline event; be safe anyway */
-            op->cancelled = true;
-            return NULL;
-        }
+    op->ereq = embed_submit(p->eport, op->text, strlen(op->text), false, on_vec, op);
+    if (op->ereq == NULL) { /* the pool's queue is full (a breaker would have said so above) */
+        stats_incr(p->st, STAT_semantic_shed);
         op_free(op);
         return NULL;
     }
@@ -1268,28 +1159,6 @@ static void sput_free(struct sput *sp)
     free(sp);
 }
 
-static void work_embed_put(void *arg)
-{
-    struct sput *sp = arg;
-    struct embedder *emb = sp->p->s->emb;
-    struct semantic_vec *v = vec_new(embed_dim(emb));
-    if (embed_text(emb, sp->text, strlen(sp->text), v->v) == 0)
-        sp->vec = v;
-    else
-        free(v);
-}
-
-static void done_embed_put(void *arg, bool ran)
-{
-    struct sput *sp = arg;
-    PC_CHECK_OBJ(sp, SPUT_MAGIC);
-    if (ran && sp->vec != NULL)
-        put_write(sp->p, &sp->it, sp->vec);
-    else if (ran)
-        put_without_vector(sp->p, &sp->it);
-    sput_free(sp);
-}
-
 static void on_put_vec(void *arg, const float *vec, int dim)
 {
     struct sput *sp = arg;
@@ -1298,7 +1167,7 @@ static void on_put_vec(void *arg, const float *vec, int dim)
         sp->vec = vec_new(dim);
         memcpy(sp->vec->v, vec, (size_t)dim * sizeof(float));
         put_write(sp->p, &sp->it, sp->vec);
-    } else {
+    } else if (dim != EMBED_DROPPED) { /* dropped at shutdown: nothing is written then */
         put_without_vector(sp->p, &sp->it);
     }
     sput_free(sp);
@@ -1318,7 +1187,7 @@ void semantic_put(struct semantic_port *p, const struct semantic_item *it,
         return;
     }
     /* No vector from a lookup (no-cache, or the lookup's embedding failed): embed it now. */
-    if (p->rembed != NULL && rembed_shut(p->rembed, true)) {
+    if (embed_shut(p->eport, true)) {
         stats_incr(p->st, STAT_semantic_vectors_skipped);
         put_without_vector(p, it);
         return;
@@ -1335,13 +1204,7 @@ void semantic_put(struct semantic_port *p, const struct semantic_item *it,
     sp->it.exact = sp->exact;
     sp->it.partition = sp->partition;
     sp->it.text = sp->text;
-    bool started;
-    if (p->rembed != NULL)
-        started =
-            rembed_submit(p->rembed, sp->text, strlen(sp->text), true, on_put_vec, sp) != NULL;
-    else
-        started = pool_submit(p->s->pool, p->pport, work_embed_put, done_embed_put, sp) == 0;
-    if (!started) {
+    if (embed_submit(p->eport, sp->text, strlen(sp->text), true, on_put_vec, sp) == NULL) {
         put_without_vector(p, &sp->it);
         sput_free(sp);
     }

@@ -13,8 +13,12 @@
 #include "pc_backend.h"
 #include "pc_conf.h"
 #include "pc_dash.h"
+#include "pc_embed.h"
 #include "pc_flight.h"
 #include "pc_follow.h"
+#include "pc_guard.h"
+#include "pc_httpd.h"
+#include "pc_kvsize.h"
 #include "pc_l1.h"
 #include "pc_log.h"
 #include "pc_reload.h"
@@ -24,6 +28,7 @@
 #include "pc_pricing.h"
 #include "pc_semantic.h"
 #include "pc_stats.h"
+#include "pc_tenants.h"
 #include "pc_worker.h"
 
 #include <errno.h>
@@ -332,6 +337,19 @@ static void setup_labels(struct server *s)
                    pricing_format_name(pricing_format(p)), pricing_currency(p));
     else
         log_notice("prices: none (pricing off or not found): savings in tokens only");
+}
+
+int server_add_conf_rules(void)
+{
+    /* In this order: the embedder's check before the guards', the price list's load before the
+     * tenant names' (the order of their messages). */
+    int (*const adds[])(void) = {embed_add_conf_rules,   guard_add_conf_rules,
+                                 httpd_add_conf_rules,   kvsize_add_conf_rules,
+                                 pricing_add_conf_rules, tenants_add_conf_rules};
+    for (size_t i = 0; i < PC_ARRAY_LEN(adds); i++)
+        if (adds[i]() < 0)
+            return -1;
+    return 0;
 }
 
 int server_run(const struct conf *c)

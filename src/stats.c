@@ -11,7 +11,7 @@
  */
 #include "pc_stats.h"
 #include "pc_api.h"
-#include "pc_tally.h"
+#include "pc_model.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -136,7 +136,7 @@ void stats_observe(struct stats *st, enum stat_family f, const struct stat_label
 /* ---- the model and upstream labels -------------------------------------------- */
 
 static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
-static char slot_names[STATS_MODELS_MAX][TALLY_MODEL_MAX + 1];
+static char slot_names[STATS_MODELS_MAX][MODEL_NAME_MAX + 1];
 static int slot_count; /* atomic: names below it are complete */
 static int slot_limit = 10;
 static const char *const *upstream_names;
@@ -157,8 +157,8 @@ static int slot_find(const char *name, int n)
 
 int stats_model_slot(const char *model, bool admit)
 {
-    char name[TALLY_MODEL_MAX + 1];
-    tally_model(model, name);
+    char name[MODEL_NAME_MAX + 1];
+    model_clean(model, name);
     int n = __atomic_load_n(&slot_count, __ATOMIC_ACQUIRE);
     int i = slot_find(name, n);
     if (i >= 0 || !admit || n >= slot_limit)
@@ -179,8 +179,8 @@ void stats_seed_models(const char *const *models, size_t n)
 {
     pthread_mutex_lock(&slot_mu);
     for (size_t i = 0; i < n && slot_count < slot_limit; i++) {
-        char name[TALLY_MODEL_MAX + 1];
-        tally_model(models[i], name);
+        char name[MODEL_NAME_MAX + 1];
+        model_clean(models[i], name);
         if (slot_find(name, slot_count) >= 0)
             continue;
         snprintf(slot_names[slot_count], sizeof slot_names[slot_count], "%s", name);

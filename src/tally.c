@@ -16,6 +16,7 @@
 #include "pc_tally.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
+#include "pc_model.h"
 #include "pc_store.h"
 
 #include <stdio.h>
@@ -105,32 +106,11 @@ void tally_key(int64_t wall_ms, char out[TALLY_KEY_MAX])
              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour);
 }
 
-static bool model_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           (c != '\0' && strchr("._:/@+-", c) != NULL);
-}
-
-void tally_model(const char *model, char out[TALLY_MODEL_MAX + 1])
-{
-    size_t n = 0;
-    for (; model != NULL && model[n] != '\0' && n < TALLY_MODEL_MAX; n++)
-        out[n] = model_char(model[n]) ? model[n] : '_';
-    if (n == 0)
-        out[n++] = '-';
-    out[n] = '\0';
-}
-
 bool tally_valid_model(const char *s, size_t n)
 {
     if (n == strlen(TALLY_OTHER) && memcmp(s, TALLY_OTHER, n) == 0)
         return true;
-    if (n == 0 || n > TALLY_MODEL_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!model_char(s[i]))
-            return false;
-    return true;
+    return model_valid(s, n);
 }
 
 bool tally_valid_tenant(const char *s, size_t n)
@@ -202,7 +182,7 @@ void tally_add(struct tally *t, const char *model, const char *tenant, bool ok,
     PC_CHECK_OBJ(t, TALLY_MAGIC);
     int64_t hour = pc_wall_ms() / TALLY_HOUR_MS;
     char clean[TALLY_MODEL_MAX + 1];
-    tally_model(model, clean);
+    model_clean(model, clean);
     bool valid = ok && tenant != NULL && tally_valid_tenant(tenant, strlen(tenant));
     struct row *r =
         valid ? row_for(t, hour, clean, tenant) : row_for(t, hour, TALLY_OTHER, TALLY_OTHER);

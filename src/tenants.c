@@ -16,6 +16,7 @@
  *   label ─▶ tenants_name(id): the file's ids, then the learned ones
  */
 #include "pc_tenants.h"
+#include "pc_conf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -439,4 +440,61 @@ void tenants_render_json(struct tenants *t, struct pc_buf *out)
         pc_buf_append_char(out, '}');
     }
     pc_buf_append_char(out, ']');
+}
+
+/* ---- the tenant-names key (pc_conf.h's rules) --------------------------------------- */
+
+/* Load the file the key names: a broken one is an error (-t and a reload refuse it). */
+static int conf_load_names(struct conf *c, struct pc_buf *warns, char *err, size_t errlen)
+{
+    (void)warns;
+    tenants_release(&c->tenants);
+    if (c->tenant_names[0] == '\0')
+        return 0;
+    c->tenants = tenants_load(c->tenant_names, err, errlen);
+    return c->tenants == NULL ? -1 : 0;
+}
+
+static void conf_share_names(struct conf *dst, const struct conf *src)
+{
+    dst->tenants = tenants_ref(src->tenants);
+}
+
+static void conf_drop_names(struct conf *c)
+{
+    tenants_release(&c->tenants);
+}
+
+static bool conf_names_changed(const struct conf *cur, const struct conf *next,
+                               struct pc_buf *applied)
+{
+    if (tenants_same(cur->tenants, next->tenants))
+        return false;
+    pc_buf_printf(applied, "%stenant names (%s, %zu)", applied->len ? ", " : "",
+                  next->tenants ? tenants_path(next->tenants) : "none",
+                  tenants_count(next->tenants));
+    return true;
+}
+
+/* What the table learned stays while its file is unchanged. */
+static void conf_merge_names(struct conf *m, const struct conf *cur, const struct conf *next)
+{
+    if (tenants_same(cur->tenants, next->tenants))
+        return;
+    tenants_release(&m->tenants);
+    m->tenants = tenants_ref(next->tenants);
+}
+
+static const struct conf_rule rules[] = {
+    {.key = "tenant-names",
+     .load = conf_load_names,
+     .share = conf_share_names,
+     .drop = conf_drop_names,
+     .changed = conf_names_changed,
+     .merge = conf_merge_names},
+};
+
+int tenants_add_conf_rules(void)
+{
+    return conf_add_rules(rules, PC_ARRAY_LEN(rules));
 }

@@ -4,8 +4,10 @@
  * Redis connection; plus the stop/exit events used for graceful shutdown.
  *
  * Shutdown: the main thread activates stop_ev; the worker stops accepting,
- * lets in-flight requests and fetches finish, and leaves its loop when idle
- * or when shutdown-timeout has passed, whichever comes first.
+ * lets in-flight requests and fetches finish (each one's end reaches
+ * check_idle through the context's ended hook: proxy and fetch never call
+ * this file), and leaves its loop when idle or when shutdown-timeout has
+ * passed, whichever comes first.
  */
 #include "pc_worker.h"
 #include "pc_backend.h"
@@ -28,6 +30,8 @@
 
 #define EXIT_CHECK_MS 50
 
+static void check_idle(struct worker *w);
+
 static void on_exit_check(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -44,7 +48,7 @@ static void on_exit_check(evutil_socket_t fd, short what, void *arg)
         event_base_loopbreak(w->base);
         return;
     }
-    worker_check_idle(w);
+    check_idle(w);
 }
 
 static void on_stop(evutil_socket_t fd, short what, void *arg)
@@ -63,14 +67,14 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
         event_active(w->accept_stopped_ev, EV_TIMEOUT, 0);
     struct timeval tv = {0, EXIT_CHECK_MS * 1000};
     event_add(w->exit_ev, &tv);
-    worker_check_idle(w);
+    check_idle(w);
 }
 
 /*
  * Idle while stopping means: every client connection is gone (httpd closes
  * each one once its last reply has been flushed) and no upstream call runs.
  */
-void worker_check_idle(struct worker *w)
+static void check_idle(struct worker *w)
 {
     if (!w->stopping || w->httpd == NULL)
         return;
@@ -105,6 +109,7 @@ struct worker *worker_create(int id, const struct conf *conf, struct route *rout
 {
     struct worker *w = pc_calloc(1, sizeof(*w));
     w->magic = WORKER_MAGIC;
+    w->ended = check_idle;
     w->id = id;
     w->conf = conf;
     w->route = route;

@@ -25,7 +25,8 @@
  * 0.82), a precision/recall table over thresholds, and the same figures with
  * each guard off in turn. Nothing is written to disk.
  *
- *   usage: semeval [--vectors PATH] [--data DIR] [--embedder builtin|hash|both]
+ *   usage: semeval [--vectors PATH] [--data DIR] [--embedder NAME|both]
+ *                  (--embedder both: every local embedder of src/embed/embedders.h)
  *                  [--set KNOB=VALUE]... [--guards LIST] [--threshold T] [--show N]
  *                  [--why GUARD] [--antonyms FILE] [--swap] [--synonyms FILE]
  *          semeval --pairs-out FILE          every pair as a JSON line ["a","b"]
@@ -968,7 +969,7 @@ static void sims_all(const char *path)
 
 /* ---- metrics ------------------------------------------------------------------------ */
 
-static unsigned guard_mask = GUARD_ALL;
+static unsigned guards_on = GUARD_ALL;
 static bool use_extra;
 
 /* The pair's score with the guards of mask: its similarity, or -2 when a guard rejects it. */
@@ -1230,34 +1231,34 @@ static void report(const char *name, int nshow)
 {
     printf("\n== embedder %s\n", name);
     printf("  ROC-AUC, similarity alone: hard %.4f  quora %.4f\n", auc(S_HARD, 0), auc(S_QUORA, 0));
-    printf("  ROC-AUC, guards on:        hard %.4f  quora %.4f\n", auc(S_HARD, guard_mask),
-           auc(S_QUORA, guard_mask));
-    float t1 = threshold_for(0.01, guard_mask), t2 = threshold_for(0.02, guard_mask);
-    figures("1% hard false hits", t1, guard_mask);
-    figures("2% hard false hits", t2, guard_mask);
-    figures("quora recall 10%", threshold_at_recall(0.10, guard_mask), guard_mask);
-    figures("default threshold", default_t, guard_mask);
-    figures("rule: 1%, quora P>=.82", threshold_rule(0.82, guard_mask), guard_mask);
-    figures("rule: 1%, quora P>=.80", threshold_rule(0.80, guard_mask), guard_mask);
-    per_kind(default_t, guard_mask);
-    guard_table(default_t, guard_mask);
+    printf("  ROC-AUC, guards on:        hard %.4f  quora %.4f\n", auc(S_HARD, guards_on),
+           auc(S_QUORA, guards_on));
+    float t1 = threshold_for(0.01, guards_on), t2 = threshold_for(0.02, guards_on);
+    figures("1% hard false hits", t1, guards_on);
+    figures("2% hard false hits", t2, guards_on);
+    figures("quora recall 10%", threshold_at_recall(0.10, guards_on), guards_on);
+    figures("default threshold", default_t, guards_on);
+    figures("rule: 1%, quora P>=.82", threshold_rule(0.82, guards_on), guards_on);
+    figures("rule: 1%, quora P>=.80", threshold_rule(0.80, guards_on), guards_on);
+    per_kind(default_t, guards_on);
+    guard_table(default_t, guards_on);
     printf("  one guard off (then none): at the default threshold, at the threshold rule's\n"
            "  threshold for the remaining guards, and at Quora recall 10%%:\n");
     for (int g = 0; g <= GUARD__COUNT; g++) {
-        if (g < GUARD__COUNT && !(guard_mask & GUARD_MASK(g)))
+        if (g < GUARD__COUNT && !(guards_on & GUARD_MASK(g)))
             continue;
-        unsigned m = g < GUARD__COUNT ? guard_mask & ~GUARD_MASK(g) : 0;
+        unsigned m = g < GUARD__COUNT ? guards_on & ~GUARD_MASK(g) : 0;
         figures(g < GUARD__COUNT ? guard_name((enum guard_kind)g) : "no guards", default_t, m);
         figures("  its own rule", threshold_rule(0.82, m), m);
         figures("  quora recall 10%", threshold_at_recall(0.10, m), m);
     }
     printf("  thresholds (guards on):\n");
     for (float t = 0.70f; t < 0.995f; t += 0.02f)
-        figures("", t, guard_mask);
+        figures("", t, guards_on);
     if (nshow > 0 && why_guard < 0)
-        show_failures(default_t, guard_mask, nshow);
+        show_failures(default_t, guards_on, nshow);
     if (why_guard >= 0)
-        show_rejected(default_t, why_guard, guard_mask, nshow > 0 ? nshow : 20);
+        show_rejected(default_t, why_guard, guards_on, nshow > 0 ? nshow : 20);
 }
 
 /* ---- running ------------------------------------------------------------------------ */
@@ -1382,7 +1383,9 @@ static void speed(const char *vectors)
     mega[mlen] = '\0';
     const char *q = "What are the best coffee shops in Seattle for working remotely?";
     const char *q2 = "Which coffee shops in Seattle are best for remote work?";
-    for (int k = EMBEDDER_BUILTIN; k <= EMBEDDER_HASH; k++) {
+    for (int k = 0; k < embed_count(); k++) {
+        if (!embed_is_local(k)) /* a remote one is measured through the proxy */
+            continue;
         struct embed_opts o;
         embed_opts_default(&o, k);
         o.vectors = vectors;
@@ -1392,9 +1395,8 @@ static void speed(const char *vectors)
             continue;
         printf("speed %-8s question %.1f us, 8 KiB text %.1f us, 8 KiB unknown words %.1f us, "
                "1 MiB text %.1f us\n",
-               k == EMBEDDER_BUILTIN ? "builtin" : "hash", time_one(e, q, NULL, 2000),
-               time_one(e, normal, NULL, 200), time_one(e, unknown, NULL, 50),
-               time_one(e, mega, NULL, 50));
+               embed_name(k), time_one(e, q, NULL, 2000), time_one(e, normal, NULL, 200),
+               time_one(e, unknown, NULL, 50), time_one(e, mega, NULL, 50));
         embed_destroy(&e);
     }
     printf("speed guards   question pair %.1f us, 8 KiB pair %.1f us, 1 MiB pair %.1f us\n",
@@ -1479,7 +1481,7 @@ int main(int argc, char **argv)
         for (char *w = strtok_r(copy, ", ", &save); w && n < 64; w = strtok_r(NULL, ", ", &save))
             v[n++] = w;
         char err[256];
-        if (guard_parse(v, n, &guard_mask, err, sizeof err) < 0) {
+        if (guard_parse(v, n, &guards_on, err, sizeof err) < 0) {
             fprintf(stderr, "semeval: %s\n", err);
             return 2;
         }
@@ -1524,8 +1526,8 @@ int main(int argc, char **argv)
         report("from --sims", nshow);
         return 0;
     }
-    for (int k = EMBEDDER_BUILTIN; k <= EMBEDDER_HASH; k++) {
-        if (strcmp(which, "both") != 0 && strcmp(which, k == EMBEDDER_BUILTIN ? "builtin" : "hash"))
+    for (int k = 0; k < embed_count(); k++) {
+        if (!embed_is_local(k) || (strcmp(which, "both") != 0 && strcmp(which, embed_name(k))))
             continue;
         struct embed_opts o;
         embed_opts_default(&o, k);
@@ -1543,7 +1545,7 @@ int main(int argc, char **argv)
         }
         embed_all(e);
         default_t = threshold > 0 ? (float)threshold : (float)embed_default_threshold(e);
-        report(k == EMBEDDER_BUILTIN ? "builtin" : "hash", nshow);
+        report(embed_name(k), nshow);
         embed_destroy(&e);
     }
     return 0;

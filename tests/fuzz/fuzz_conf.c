@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "pc_conf.h"
+#include "pc_server.h"
 #include "pc_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -127,6 +128,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         argc = split_args((const char *)data + skip, size - skip, argv, store);
     }
     set_file((const char *)data, flen, path, sizeof(path));
+    if (server_add_conf_rules() < 0) /* the modules' checks, as main registers them */
+        fail("server_add_conf_rules", "a rule names no key");
     struct conf *c = conf_create();
     struct pc_buf errs = PC_BUF_INIT;
     int nerr = conf_load(c, path, argc, argv, &errs);

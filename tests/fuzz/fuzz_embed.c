@@ -35,11 +35,11 @@ static void setup(void)
     log_init(PC_LOG_ERROR, NULL, NULL, NULL, 0);
     struct embed_opts o;
     char err[256];
-    embed_opts_default(&o, EMBEDDER_HASH);
+    embed_opts_default(&o, embed_id("hash"));
     embedders[0] = embed_create_opts(&o, err, sizeof err);
     const char *path = getenv("PC_WORDVEC");
     if (path != NULL && *path) {
-        embed_opts_default(&o, EMBEDDER_BUILTIN);
+        embed_opts_default(&o, embed_id("builtin"));
         o.vectors = path;
         embedders[1] = embed_create_opts(&o, err, sizeof err);
     }

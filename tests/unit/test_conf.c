@@ -7,9 +7,11 @@
  */
 #include "pc_backend.h"
 #include "pc_conf.h"
+#include "pc_embed.h"
 #include "pc_guard.h"
 #include "pc_log.h"
 #include "pc_secret.h"
+#include "pc_server.h"
 #include "t.h"
 
 #include <sys/stat.h>
@@ -98,8 +100,8 @@ static void test_defaults(void)
     T_CHECK(!c->semantic);
     T_CHECK(c->semantic_threshold < 0); /* auto: the embedder's own */
     T_CHECK_INT(c->semantic_guards.n, 1);
-    T_CHECK_INT(c->semantic_guard_mask, GUARD_ALL);
-    T_CHECK_INT(c->embedder, EMBEDDER_BUILTIN);
+    T_CHECK_INT(guard_mask(c->semantic_guards.v, c->semantic_guards.n), GUARD_ALL);
+    T_CHECK_INT(c->embedder, embed_id("builtin"));
     T_CHECK_STR(c->embedder_vectors, "");
     T_CHECK_STR(c->embedder_url, "");
     T_CHECK_STR(c->embedder_model, "");
@@ -206,7 +208,7 @@ static void test_enum_forms(void)
     T_CHECK_INT(conf_set(c, "upstream-type", "bogus", err, sizeof err), -1);
     T_CHECK_STR(err, "\"bogus\" is not one of openai, anthropic, vllm or sglang");
     T_CHECK_INT(conf_set(c, "embedder", "hash", err, sizeof err), 0);
-    T_CHECK_INT(c->embedder, EMBEDDER_HASH);
+    T_CHECK_INT(c->embedder, embed_id("hash"));
     const char *levels[] = {"error", "warn", "notice", "info", "debug"};
     for (size_t i = 0; i < PC_ARRAY_LEN(levels); i++) {
         T_CHECK_INT(conf_set(c, "log-level", levels[i], err, sizeof err), 0);
@@ -348,7 +350,7 @@ static void test_file_parsing(void)
     T_CHECK_INT(c->cache_ttl, 120); /* the last occurrence wins */
     T_CHECK_INT(c->cache_max_ttl, 600);
     T_CHECK(c->semantic);
-    T_CHECK_INT(c->embedder, EMBEDDER_HASH);
+    T_CHECK_INT(c->embedder, embed_id("hash"));
     T_CHECK_INT(c->max_body_size, 1 << 20);
     pc_buf_free(&errs);
     conf_destroy(&c);
@@ -510,17 +512,19 @@ static void test_semantic_guards(void)
     struct pc_buf errs = PC_BUF_INIT;
     char *two[] = {"--semantic-guards", "numbers", "--semantic-guards", "Dates"};
     T_CHECK_INT(conf_load(c, NULL, 4, two, &errs), 0);
-    T_CHECK_INT(c->semantic_guard_mask, GUARD_MASK(GUARD_NUMBERS) | GUARD_MASK(GUARD_DATES));
+    T_CHECK_INT(guard_mask(c->semantic_guards.v, c->semantic_guards.n),
+                GUARD_MASK(GUARD_NUMBERS) | GUARD_MASK(GUARD_DATES));
     char *none[] = {"--semantic-guards", "none"};
     T_CHECK_INT(conf_load(c, NULL, 2, none, &errs), 0);
-    T_CHECK_INT(c->semantic_guard_mask, 0);
+    T_CHECK_INT(guard_mask(c->semantic_guards.v, c->semantic_guards.n), 0);
     conf_destroy(&c);
 
     c = conf_create();
     char *bad[] = {"--semantic-guards", "numbrs"};
     T_CHECK_INT(conf_load(c, NULL, 2, bad, &errs), 1);
     T_CHECK(strstr(pc_buf_cstr(&errs), "--semantic-guards: unknown guard \"numbrs\"") != NULL);
-    T_CHECK_INT(c->semantic_guard_mask, GUARD_ALL); /* a failed load keeps the old value */
+    char *invalid[] = {"all", "numbers"}; /* a list the load refuses: guard_mask keeps all */
+    T_CHECK_INT(guard_mask(invalid, 2), GUARD_ALL);
     conf_destroy(&c);
 
     c = conf_create();
@@ -1181,6 +1185,7 @@ static void test_scrub_argv(void)
 
 int main(void)
 {
+    T_CHECK_INT(server_add_conf_rules(), 0);
     T_RUN(test_defaults);
     T_RUN(test_bool_forms);
     T_RUN(test_size_forms);

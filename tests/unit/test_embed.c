@@ -36,8 +36,8 @@ static struct embedder *make(int kind, const char *vectors)
 /* The builtin embedder on the real vectors; the tests fail (not skip) without them. */
 static struct embedder *builtin(void)
 {
-    struct embedder *e = make(EMBEDDER_BUILTIN, vectors_path());
-    if (e == NULL || embed_kind(e) != EMBEDDER_BUILTIN) {
+    struct embedder *e = make(embed_id("builtin"), vectors_path());
+    if (e == NULL || embed_kind(e) != embed_id("builtin")) {
         fprintf(stderr, "no usable word vectors at %s: run `make vectors`\n", vectors_path());
         exit(1);
     }
@@ -427,7 +427,7 @@ static void check_unit_and_deterministic(const struct embedder *e)
 
 static void test_unit_length_deterministic(void)
 {
-    struct embedder *b = builtin(), *h = make(EMBEDDER_HASH, NULL);
+    struct embedder *b = builtin(), *h = make(embed_id("hash"), NULL);
     check_unit_and_deterministic(b);
     check_unit_and_deterministic(h);
     embed_destroy(&b);
@@ -437,7 +437,7 @@ static void test_unit_length_deterministic(void)
 
 static void test_no_features(void)
 {
-    struct embedder *b = builtin(), *h = make(EMBEDDER_HASH, NULL);
+    struct embedder *b = builtin(), *h = make(embed_id("hash"), NULL);
     static const char *const none[] = {"",        "   \n\t",      "?!... ---", "\xff\xfe\xfd",
                                        "Thanks!", "hello, please"};
     float v[EMBED_MAX_DIM];
@@ -504,7 +504,7 @@ static void test_builtin_variants_and_different(void)
 
 static void test_hash_variants_and_different(void)
 {
-    struct embedder *e = make(EMBEDDER_HASH, NULL);
+    struct embedder *e = make(embed_id("hash"), NULL);
     double t = embed_default_threshold(e);
     static const size_t robust[] = {0, 2, 3, 4, 8, 10}; /* hash has no typo correction */
     for (size_t i = 0; i < sizeof robust / sizeof robust[0]; i++)
@@ -516,14 +516,14 @@ static void test_hash_variants_and_different(void)
 
 static void test_spaces_and_dims(void)
 {
-    struct embedder *b = builtin(), *h = make(EMBEDDER_HASH, NULL);
+    struct embedder *b = builtin(), *h = make(embed_id("hash"), NULL);
     T_CHECK_STR(embed_space(b), "builtin-glove100-v1");
     T_CHECK_INT(embed_dim(b), 100 + 256);
     T_CHECK_STR(embed_space(h), "hash-v1");
     T_CHECK_INT(embed_dim(h), 256);
     T_CHECK(embed_default_threshold(b) != embed_default_threshold(h));
     struct embed_opts o;
-    embed_opts_default(&o, EMBEDDER_HASH);
+    embed_opts_default(&o, embed_id("hash"));
     o.w_bigram = 0.25f;
     char err[128];
     struct embedder *x = embed_create_opts(&o, err, sizeof err);
@@ -531,7 +531,7 @@ static void test_spaces_and_dims(void)
     embed_destroy(&x);
     o.hash_dim = 4; /* out of range */
     T_CHECK(embed_create_opts(&o, err, sizeof err) == NULL);
-    embed_opts_default(&o, EMBEDDER_OPENAI);
+    embed_opts_default(&o, embed_id("openai"));
     T_CHECK(embed_create_opts(&o, err, sizeof err) == NULL);
     embed_destroy(&b);
     embed_destroy(&h);
@@ -541,19 +541,19 @@ static void test_fallback_to_hash(void)
 {
     char path[128];
     snprintf(path, sizeof path, "%s/missing.bin", tmpdir);
-    struct embedder *e = make(EMBEDDER_BUILTIN, path);
+    struct embedder *e = make(embed_id("builtin"), path);
     T_CHECK(e != NULL);
     if (e == NULL)
         return;
-    T_CHECK_INT(embed_kind(e), EMBEDDER_HASH);
+    T_CHECK_INT(embed_kind(e), embed_id("hash"));
     T_CHECK_STR(embed_space(e), "hash-v1");
     float v[EMBED_MAX_DIM];
     T_CHECK_INT(embed_text(e, "still works", 11, v), 0);
     embed_destroy(&e);
     static unsigned char junk[4096];
     memset(junk, 'j', sizeof junk);
-    e = make(EMBEDDER_BUILTIN, write_tmp("junk.bin", junk, sizeof junk));
-    T_CHECK(e != NULL && embed_kind(e) == EMBEDDER_HASH);
+    e = make(embed_id("builtin"), write_tmp("junk.bin", junk, sizeof junk));
+    T_CHECK(e != NULL && embed_kind(e) == embed_id("hash"));
     embed_destroy(&e);
 }
 
@@ -562,18 +562,24 @@ static void test_create_from_conf(void)
     struct conf *c = conf_create();
     char err[256];
     T_CHECK_INT(conf_set(c, "embedder-vectors", vectors_path(), err, sizeof err), 0);
-    struct embedder *e = embed_create(c, err, sizeof err);
-    T_CHECK(e != NULL && embed_kind(e) == EMBEDDER_BUILTIN);
+    struct embedder *e = embed_create(c, NULL, err, sizeof err);
+    T_CHECK(e != NULL && embed_kind(e) == embed_id("builtin"));
     T_CHECK(embed_threshold_for(e, c) == embed_default_threshold(e)); /* auto */
     T_CHECK_INT(conf_set(c, "semantic-threshold", "0.7", err, sizeof err), 0);
     T_CHECK(embed_threshold_for(e, c) == 0.7);
     embed_destroy(&e);
     T_CHECK_INT(conf_set(c, "embedder", "hash", err, sizeof err), 0);
-    e = embed_create(c, err, sizeof err);
-    T_CHECK(e != NULL && embed_kind(e) == EMBEDDER_HASH);
+    e = embed_create(c, NULL, err, sizeof err);
+    T_CHECK(e != NULL && embed_kind(e) == embed_id("hash"));
     embed_destroy(&e);
     T_CHECK_INT(conf_set(c, "embedder", "openai", err, sizeof err), 0);
-    T_CHECK(embed_create(c, err, sizeof err) == NULL);
+    T_CHECK_INT(conf_set(c, "embedder-url", "http://127.0.0.1:9", err, sizeof err), 0);
+    e = embed_create(c, NULL, err, sizeof err); /* remote: no text is embedded in-process */
+    T_CHECK(e != NULL && embed_kind(e) == embed_id("openai") && embed_dim(e) == 0);
+    float v[4];
+    T_CHECK_INT(embed_text(e, "a text", 6, v), -1);
+    T_CHECK(embed_breaker_state(e) != NULL && !embed_is_local(embed_id("openai")));
+    embed_destroy(&e);
     conf_destroy(&c);
 }
 

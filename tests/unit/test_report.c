@@ -241,18 +241,18 @@ static void test_tally_forms(void)
     char key[TALLY_KEY_MAX], model[TALLY_MODEL_MAX + 1];
     tally_key(1764690000000, key); /* 2025-12-02 15:40 UTC */
     T_CHECK_STR(key, "pc:2:r:2025120215");
-    tally_model("gpt-4o-mini-2024-07-18", model);
+    model_clean("gpt-4o-mini-2024-07-18", model);
     T_CHECK_STR(model, "gpt-4o-mini-2024-07-18");
-    tally_model("a|b c\n", model); /* '|' would split report fields */
+    model_clean("a|b c\n", model); /* '|' would split report fields */
     T_CHECK_STR(model, "a_b_c_");
-    tally_model("(other)", model); /* a client cannot pose as the overflow row */
+    model_clean("(other)", model); /* a client cannot pose as the overflow row */
     T_CHECK_STR(model, "_other_");
-    tally_model(NULL, model);
+    model_clean(NULL, model);
     T_CHECK_STR(model, "-");
     char longname[200];
     memset(longname, 'x', sizeof(longname) - 1);
     longname[sizeof(longname) - 1] = '\0';
-    tally_model(longname, model);
+    model_clean(longname, model);
     T_CHECK_INT(strlen(model), TALLY_MODEL_MAX);
     for (int m = 0; m < TALLY__COUNT; m++) {
         const char *name = tally_metric_name((enum tally_metric)m);

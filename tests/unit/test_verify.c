@@ -5,7 +5,7 @@
  */
 #include "t.h"
 
-#include "pc_rembed.h"
+#include "pc_embed.h"
 #include "pc_verify.h"
 
 #include <cjson/cJSON.h>
@@ -13,13 +13,13 @@
 static void test_urls(void)
 {
     char out[256];
-    rembed_url("http://h:8081", out, sizeof out);
+    embed_url("http://h:8081", out, sizeof out);
     T_CHECK_STR(out, "http://h:8081/v1/embeddings");
-    rembed_url("https://api.openai.com/v1/", out, sizeof out);
+    embed_url("https://api.openai.com/v1/", out, sizeof out);
     T_CHECK_STR(out, "https://api.openai.com/v1/embeddings");
-    rembed_url("http://tei:80/v1/embeddings", out, sizeof out);
+    embed_url("http://tei:80/v1/embeddings", out, sizeof out);
     T_CHECK_STR(out, "http://tei:80/v1/embeddings");
-    rembed_url("http://ollama:11434/api/embeddings/", out, sizeof out);
+    embed_url("http://ollama:11434/api/embeddings/", out, sizeof out);
     T_CHECK_STR(out, "http://ollama:11434/api/embeddings");
     verify_url("http://judge:8000", out, sizeof out);
     T_CHECK_STR(out, "http://judge:8000/v1/chat/completions");
