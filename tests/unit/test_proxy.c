@@ -305,6 +305,8 @@ struct fake_fetch {
 
 static struct fake_fetch ff[FAKE_FETCHES];
 static int nff;
+/* Answers a fetch stored: as fetch.c's on_done, a call that ended well with a ticket. */
+static int nstores;
 static struct event_base *base;
 
 static void on_fetch_abort(evutil_socket_t fd, short what, void *arg)
@@ -355,6 +357,8 @@ static void upstream_end(struct fake_fetch *f, int result, const char *errmsg)
     struct api_usage u = {.present = true, .prompt = 11, .completion = 7};
     if (result == 0)
         flight_set_usage(f->fl, &u);
+    if (result == 0 && f->ticket != NULL && !f->abandoned)
+        nstores++;
     flight_finish(f->fl, result, errmsg);
     flight_fetch_bind(f->fl, NULL, NULL);
     flight_put(&f->fl);
@@ -414,6 +418,7 @@ static void world_up(int argc, char **argv)
     fc.ready = true;
     wk.cache = fc.real;
     nff = 0;
+    nstores = 0;
 }
 
 /* Deliver what the loop holds (flight news, deferred frees) until nothing is left. */
@@ -618,6 +623,61 @@ static void test_hit_unrenderable(void)
     fake_req_free(&hr);
 }
 
+/*
+ * One unrenderable L1 hit (answered before cache_lookup returns): no part of
+ * the hit reaches the client, it is counted as corrupt and as a miss, and the
+ * request is fetched (its ticket with the fetch) and answered as a MISS.
+ */
+static void check_unrenderable_at_once(const char *req_body, enum entry_kind kind,
+                                       const char *stored, const char *up_ctype,
+                                       const char *up_body)
+{
+    world_default();
+    struct entry e;
+    stored_answer(&e, stored);
+    e.kind = kind;
+    fc.mode = LOOKUP_AT_ONCE;
+    fc.at_once =
+        (struct cache_result){.outcome = CACHE_HIT, .match = CACHE_MATCH_EXACT, .entry = &e};
+    struct httpd_req hr;
+    chat_request(&hr, req_body);
+    proxy_serve(&wk, &hr, &fake_ops);
+    T_CHECK_INT(fc.lookups, 1);
+    T_CHECK(!hr.finished && !hr.started);
+    T_CHECK_INT(hr.out.len, 0);
+    T_CHECK(reply_header(&hr, "X-Cache-Status") == NULL); /* no header of the failed hit */
+    T_CHECK(reply_header(&hr, "Age") == NULL);
+    T_CHECK_INT(stat(STAT_cache_corrupt), 1);
+    T_CHECK_INT(stat(STAT_cache_hits), 0);
+    T_CHECK_INT(stat(STAT_cache_misses), 1);
+    T_CHECK_INT(nff, 1);
+    T_CHECK(ff[0].ticket != NULL); /* the at-once lookup's ticket: stored when it comes */
+    upstream_head(&ff[0], 200, up_ctype);
+    upstream_body(&ff[0], up_body);
+    upstream_end(&ff[0], 0, NULL);
+    settle();
+    T_CHECK(hr.finished && !hr.aborted);
+    T_CHECK_INT(hr.status, 200);
+    T_CHECK_STR(pc_buf_cstr(&hr.out), up_body);
+    T_CHECK_STR(reply_header(&hr, "X-Cache-Status"), "MISS");
+    T_CHECK(strstr(pc_buf_cstr(&hr.out_headers), "HIT") == NULL);
+    T_CHECK_INT(nstores, 1);
+    T_CHECK_INT(hr.violations, 0);
+    world_down();
+    fake_req_free(&hr);
+}
+
+/* test_hit_unrenderable's case when the L1 answers at once, and a malformed recorded stream. */
+static void test_hit_at_once_unrenderable(void)
+{
+    /* A stored JSON that is no answer cannot become the stream asked for. */
+    check_unrenderable_at_once(CHAT_STREAM_BODY, ENTRY_JSON, "{\"not\":\"an answer\"}",
+                               "text/event-stream", "data: {\"x\":1}\n\ndata: [DONE]\n\n");
+    /* A recorded stream whose events are not JSON cannot be assembled into an answer. */
+    check_unrenderable_at_once(CHAT_BODY, ENTRY_SSE, "data: {broken\n\ndata: [DONE]\n\n",
+                               "application/json", ANSWER_JSON);
+}
+
 /* ---- misses, bypasses, refreshes -------------------------------------------------- */
 
 static void test_miss_fetched_and_stored(void)
@@ -688,6 +748,67 @@ static void test_miss_streamed_backpressure(void)
     T_CHECK(!hr.aborted);
     T_CHECK_INT(hr.out.len, sent + strlen("data: [DONE]\n\n"));
     T_CHECK_INT(hr.violations, 0);
+    world_down();
+    fake_req_free(&hr);
+}
+
+/*
+ * The upstream ends while the client still has more than the high mark
+ * unread: the answer is stored as the call ends, but the reply is not
+ * finished, and nothing more is relayed (not even on a drain callback while
+ * still above the mark) until the client reads; then every byte arrives
+ * once, in order, and the reply ends once.
+ */
+static void test_streamed_slow_client_after_end(void)
+{
+    world_default();
+    struct httpd_req hr;
+    chat_request(&hr, CHAT_STREAM_BODY);
+    proxy_serve(&wk, &hr, &fake_ops);
+    struct cache_result res = {.outcome = CACHE_MISS};
+    lookup_complete(&res);
+    T_CHECK(ff[0].ticket != NULL);
+    upstream_head(&ff[0], 200, "text/event-stream");
+    struct pc_buf want = PC_BUF_INIT;
+    char ev[128];
+    for (int i = 0; want.len < 700 * 1024; i++) { /* numbered: order and duplicates show */
+        snprintf(ev, sizeof(ev),
+                 "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%07d\"}}]}\n\n", i);
+        upstream_body(&ff[0], ev);
+        pc_buf_append_str(&want, ev);
+    }
+    upstream_body(&ff[0], "data: [DONE]\n\n");
+    pc_buf_append_str(&want, "data: [DONE]\n\n");
+    upstream_end(&ff[0], 0, NULL);
+    T_CHECK_INT(nstores, 1);
+    settle();
+    T_CHECK(hr.started && !hr.finished);
+    size_t got = hr.out.len;
+    T_CHECK(hr.queued == got && got >= 256 * 1024 && got < want.len);
+    T_CHECK(memcmp(hr.out.data, want.data, got) == 0);
+    T_CHECK(hr.drain_fn != NULL && hr.drain_low > 0 && hr.drain_low < 256 * 1024);
+    /* The loop turning again, and a drain callback while still above the mark: nothing. */
+    settle();
+    if (hr.drain_fn != NULL)
+        hr.drain_fn(&hr, hr.drain_arg);
+    settle();
+    T_CHECK_INT(hr.out.len, got);
+    T_CHECK(!hr.finished);
+    int reads = 0;
+    while (!hr.finished && reads < 10) {
+        client_reads(&hr);
+        settle();
+        reads++;
+    }
+    T_CHECK(reads >= 2);
+    T_CHECK(hr.finished && !hr.aborted);
+    T_CHECK_INT(hr.out.len, want.len);
+    T_CHECK(hr.out.len == want.len && memcmp(hr.out.data, want.data, want.len) == 0);
+    T_CHECK_STR(reply_header(&hr, "X-Cache-Status"), "MISS");
+    T_CHECK_INT(hr.violations, 0);
+    T_CHECK_INT(nstores, 1);
+    T_CHECK_INT(nff, 1);
+    pc_buf_free(&want);
     world_down();
     fake_req_free(&hr);
 }
@@ -949,6 +1070,145 @@ static void test_abort_mid_fetch(void)
     fake_req_free(&hr);
 }
 
+#define EV1 "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
+#define EV2 "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" there\"}}]}\n\n"
+#define EVD "data: [DONE]\n\n"
+
+/* Two identical misses, a leading b's call; the upstream's head and first part are out. */
+static void coalesced_pair(struct httpd_req *a, struct httpd_req *b, bool stream)
+{
+    chat_request(a, stream ? CHAT_STREAM_BODY : CHAT_BODY);
+    chat_request(b, stream ? CHAT_STREAM_BODY : CHAT_BODY);
+    proxy_serve(&wk, a, &fake_ops);
+    struct cache_result miss = {.outcome = CACHE_MISS};
+    lookup_complete(&miss);
+    proxy_serve(&wk, b, &fake_ops);
+    struct cache_result miss2 = {.outcome = CACHE_MISS};
+    lookup_complete(&miss2);
+    T_CHECK_INT(nff, 1);
+    T_CHECK_INT(stat(STAT_coalesced), 1);
+    T_CHECK(ff[0].ticket != NULL);
+    upstream_head(&ff[0], 200, stream ? "text/event-stream" : "application/json");
+    upstream_body(&ff[0], stream ? EV1 : "{\"id\":\"c1\",");
+    settle();
+    T_CHECK(!a->finished && !b->finished);
+    T_CHECK_STR(pc_buf_cstr(&a->out), stream ? EV1 : "");
+    T_CHECK_STR(pc_buf_cstr(&b->out), stream ? EV1 : "");
+}
+
+/* The rest of the upstream's answer. */
+static void coalesced_rest(bool stream)
+{
+    if (stream) {
+        upstream_body(&ff[0], EV2);
+        upstream_body(&ff[0], EVD);
+    } else {
+        upstream_body(&ff[0], ANSWER_JSON + strlen("{\"id\":\"c1\","));
+    }
+    upstream_end(&ff[0], 0, NULL);
+    settle();
+}
+
+/*
+ * Coalesced: the joiner's client hangs up mid-fetch. The call goes on for
+ * the leader, who gets the whole answer, stored once; the joiner gets nothing
+ * after its hang-up.
+ */
+static void check_coalesced_joiner_aborts(bool stream)
+{
+    world_default();
+    struct httpd_req a, b;
+    coalesced_pair(&a, &b, stream);
+    size_t b_got = b.out.len;
+    client_leaves(&b);
+    settle();
+    T_CHECK(!ff[0].abandoned); /* the leader still waits for it */
+    T_CHECK_INT(stat(STAT_client_aborts), 1);
+    coalesced_rest(stream);
+    T_CHECK(a.finished && !a.aborted);
+    T_CHECK_INT(a.status, 200);
+    T_CHECK_STR(pc_buf_cstr(&a.out), stream ? EV1 EV2 EVD : ANSWER_JSON);
+    T_CHECK_STR(reply_header(&a, "X-Cache-Status"), "MISS");
+    T_CHECK_INT(a.violations, 0);
+    T_CHECK_INT(b.out.len, b_got);
+    T_CHECK_INT(b.violations, 0);
+    T_CHECK_INT(nstores, 1);
+    T_CHECK_INT(nff, 1);
+    world_down();
+    fake_req_free(&a);
+    fake_req_free(&b);
+}
+
+static void test_coalesced_joiner_aborts(void)
+{
+    check_coalesced_joiner_aborts(true);
+    check_coalesced_joiner_aborts(false);
+}
+
+/*
+ * Coalesced: the leader's client hangs up mid-fetch. The call is not
+ * abandoned while the joiner waits (flight_unsubscribe stops it only when
+ * nobody is left): the joiner gets the whole answer as a MISS, and it is
+ * stored once (the fetch holds the leader's ticket). The leader gets nothing
+ * after its hang-up.
+ */
+static void check_coalesced_leader_aborts(bool stream)
+{
+    world_default();
+    struct httpd_req a, b;
+    coalesced_pair(&a, &b, stream);
+    size_t a_got = a.out.len;
+    client_leaves(&a);
+    settle();
+    T_CHECK(!ff[0].abandoned);
+    T_CHECK(ff[0].ticket != NULL);
+    T_CHECK_INT(stat(STAT_client_aborts), 1);
+    coalesced_rest(stream);
+    T_CHECK(b.finished && !b.aborted);
+    T_CHECK_INT(b.status, 200);
+    T_CHECK_STR(pc_buf_cstr(&b.out), stream ? EV1 EV2 EVD : ANSWER_JSON);
+    T_CHECK_STR(reply_header(&b, "X-Cache-Status"), "MISS");
+    T_CHECK_STR(reply_header(&b, "X-Upstream"), "fake-upstream:1");
+    T_CHECK_INT(b.violations, 0);
+    T_CHECK_INT(a.out.len, a_got);
+    T_CHECK_INT(a.violations, 0);
+    T_CHECK_INT(nstores, 1);
+    T_CHECK_INT(nff, 1);
+    world_down();
+    fake_req_free(&a);
+    fake_req_free(&b);
+}
+
+/* ... and once both have left, the call is abandoned and nothing is stored. */
+static void check_coalesced_both_abort(bool stream)
+{
+    world_default();
+    struct httpd_req a, b;
+    coalesced_pair(&a, &b, stream);
+    client_leaves(&a);
+    settle();
+    T_CHECK(!ff[0].abandoned);
+    client_leaves(&b);
+    settle();
+    T_CHECK(ff[0].abandoned);
+    T_CHECK_INT(stat(STAT_client_aborts), 2);
+    coalesced_rest(stream);
+    T_CHECK_INT(nstores, 0);
+    T_CHECK_INT(a.violations, 0);
+    T_CHECK_INT(b.violations, 0);
+    world_down();
+    fake_req_free(&a);
+    fake_req_free(&b);
+}
+
+static void test_coalesced_leader_aborts(void)
+{
+    check_coalesced_leader_aborts(true);
+    check_coalesced_leader_aborts(false);
+    check_coalesced_both_abort(true);
+    check_coalesced_both_abort(false);
+}
+
 /* ---- the error bound's held-back candidates -------------------------------------------- */
 
 /*
@@ -1015,8 +1275,10 @@ int main(void)
     T_RUN(test_hit_as_stream);
     T_RUN(test_semantic_hit);
     T_RUN(test_hit_unrenderable);
+    T_RUN(test_hit_at_once_unrenderable);
     T_RUN(test_miss_fetched_and_stored);
     T_RUN(test_miss_streamed_backpressure);
+    T_RUN(test_streamed_slow_client_after_end);
     T_RUN(test_bypass_mode_off);
     T_RUN(test_refresh);
     T_RUN(test_cache_unavailable);
@@ -1026,6 +1288,8 @@ int main(void)
     T_RUN(test_upstream_failure);
     T_RUN(test_abort_during_lookup);
     T_RUN(test_abort_mid_fetch);
+    T_RUN(test_coalesced_joiner_aborts);
+    T_RUN(test_coalesced_leader_aborts);
     T_RUN(test_semantic_held_back);
     flight_table_destroy();
     T_DONE();
