@@ -79,8 +79,9 @@
  *     reply MOVED s A   ─▶ owner[s] = node A, map read again soon, sent again on A
  *           ASK s A     ─▶ ASKING + sent again on A (the map is left as it is)
  *           TRYAGAIN    ─▶ sent again 10, 20, 40... ms later (5 hops at most in all)
- *           CLUSTERDOWN ─▶ STORE_ERR; the cluster is DOWN until a node answers
- *                          (unless c was sent before a node last answered so)
+ *           CLUSTERDOWN ─▶ STORE_ERR; DOWN until that node serves keys again (a
+ *                          keyed answer; the tick asks an idle one), unless c
+ *                          was sent before it last did so (old news)
  *
  *   cluster store: DISCOVER (the seeds, or any node: CLUSTER SHARDS, else
  *   CLUSTER SLOTS) ─▶ HANDSHAKE (GET pc:schema and the migrations, on the
@@ -93,7 +94,7 @@
  * of nodes the map no longer names. store_delete_matching runs on every
  * primary at once (a SCAN per node; UNLINK one slot at a time, since a
  * cluster refuses keys of two slots in one command). Health is the cluster
- * store's: DOWN while a node owning slots is, or after CLUSTERDOWN, so the
+ * store's: DOWN while a node owning slots is, or says CLUSTERDOWN, so the
  * process logs one warning and one notice per outage as for one server.
  */
 #include "pc_store.h"
@@ -283,6 +284,8 @@ struct store {
     char migrate_err[160];
 
     struct store *parent;     /* a node of that cluster store (cluster://); else NULL */
+    bool clusterdown;         /* a node: it answered CLUSTERDOWN, and no keyed command since */
+    uint64_t serves_again_us; /* a node: when a keyed command last got an answer after that */
     struct store_cluster *cl; /* the cluster store of cluster://: its nodes and map; else NULL */
 };
 
@@ -297,9 +300,7 @@ struct store_cluster {
     bool map_inflight, map_want;
     uint64_t map_sent_ms;
     char map_asked[CLUSTER_HOST_MAX]; /* the host of the node asked for the map */
-    bool clusterdown;                 /* CLUSTERDOWN came and no answer since */
-    uint64_t answered_us; /* when a node last answered after CLUSTERDOWN (clusterdown cleared) */
-    char down_why[200];
+    char down_why[200];               /* the last CLUSTERDOWN, for the log */
     unsigned gen; /* attempts of the cluster store (conn_start): stale replies are dropped */
     unsigned schema_slot;
     struct event *tick; /* map refreshes, letting go of nodes, the check while degraded */
@@ -1236,9 +1237,14 @@ static void conn_note_reply(redisAsyncContext *ac, const struct store_cmd *c, co
         return;
     }
     s->last_read_us = pc_mono_us();
-    if (s->parent != NULL && s->parent->cl->clusterdown && r->type != REDIS_REPLY_ERROR) {
-        s->parent->cl->clusterdown = false; /* a node answers again */
-        s->parent->cl->answered_us = s->last_read_us;
+    /*
+     * A node that said CLUSTERDOWN serves keys again when a keyed command gets an answer
+     * (not PING nor CLUSTER SHARDS: a node answers those while it sees the cluster down).
+     */
+    if (s->parent != NULL && s->clusterdown && c->kind != CMD_INTERNAL &&
+        r->type != REDIS_REPLY_ERROR) {
+        s->clusterdown = false;
+        s->serves_again_us = s->last_read_us;
         cluster_health_check(s->parent);
     }
     if (s->url.kind == RURL_SENTINEL && sentinel_readonly(r)) {
@@ -2265,14 +2271,14 @@ static void cluster_start(struct store *s)
 static const char *cluster_trouble(const struct store *top, char *buf, size_t n)
 {
     const struct store_cluster *cl = top->cl;
-    if (cl->clusterdown)
-        return cl->down_why;
     size_t covered = 0;
     for (size_t i = 0; i < cl->nnodes; i++) {
         const struct store *node = cl->nodes[i];
         if (node == NULL || cl->owned[i] == 0)
             continue;
         covered += cl->owned[i];
+        if (node->clusterdown)
+            return cl->down_why;
         if (node->health == HEALTH_DOWN || node->state == ST_BLOCKED) {
             snprintf(buf, n, "%s is not usable", node->where);
             return buf;
@@ -2351,6 +2357,29 @@ static void nodes_prune(struct store *top)
     }
 }
 
+static void probe_done(void *arg, enum store_status st, long long n)
+{
+    (void)arg;
+    (void)st;
+    (void)n;
+}
+
+/*
+ * Node i said CLUSTERDOWN and no keyed command went there since (no traffic for its slots):
+ * ask it one (PTTL of a key of one of its slots) so that the outage ends when it does.
+ */
+static void probe_keys(struct store *top, size_t i)
+{
+    char key[32];
+    for (unsigned n = 0; n < 4096; n++) {
+        int len = snprintf(key, sizeof(key), "pc:probe:{%u}", n);
+        if (top->cl->owner[cluster_slot(key, (size_t)len)] == i) {
+            (void)store_pttl(top, key, (size_t)len, probe_done, NULL);
+            return;
+        }
+    }
+}
+
 static bool cluster_degraded(const struct store *top)
 {
     char buf[256];
@@ -2369,6 +2398,9 @@ static void cluster_tick_cb(evutil_socket_t fd, short what, void *arg)
         cl->map_inflight = false; /* its node was let go of, or lost, with it */
     nodes_prune(top);
     cluster_health_check(top);
+    for (size_t i = 0; i < cl->nnodes; i++)
+        if (cl->nodes[i] != NULL && cl->owned[i] > 0 && cl->nodes[i]->clusterdown)
+            probe_keys(top, i);
     bool degraded = cluster_degraded(top);
     if ((cl->map_want || degraded) && !cl->map_inflight)
         map_send(top);
@@ -2376,12 +2408,16 @@ static void cluster_tick_cb(evutil_socket_t fd, short what, void *arg)
         tick_in(top, MAP_DEGRADED_MS);
 }
 
-/* CLUSTERDOWN: the cluster serves nothing now; DOWN until a node answers again. */
-static void cluster_down_seen(struct store *top, const char *err)
+/*
+ * CLUSTERDOWN from node: it serves nothing now, and the cache is DOWN until every node that
+ * said so serves keys again (after a failover the nodes see the cluster come back one by
+ * one, some milliseconds apart: the first answer is not the end of the outage).
+ */
+static void cluster_down_seen(struct store *top, struct store *node, const char *err)
 {
     struct store_cluster *cl = top->cl;
-    cl->clusterdown = true;
-    snprintf(cl->down_why, sizeof(cl->down_why), "%.190s", err);
+    node->clusterdown = true;
+    snprintf(cl->down_why, sizeof(cl->down_why), "%s: %.150s", node->where, err);
     health_down(top, cl->down_why);
     cluster_want_map(top);
 }
@@ -2445,8 +2481,8 @@ static bool cluster_redirect(struct store_cmd *c, const redisReply *r)
      * A CLUSTERDOWN to a command sent before a node last answered after one is old news
      * (the nodes see the cluster come back one by one): it fails the command, not the cache.
      */
-    if (k == CLUSTER_DOWN && c->sent_us >= top->cl->answered_us)
-        cluster_down_seen(top, r->str);
+    if (k == CLUSTER_DOWN && c->sent_us >= node->serves_again_us)
+        cluster_down_seen(top, node, r->str);
     if (k == CLUSTER_MOVED)
         cluster_want_map(top);
     if (k == CLUSTER_REPLY_OTHER || k == CLUSTER_DOWN || k == CLUSTER_MALFORMED ||

@@ -346,6 +346,15 @@ static void capture_start(struct capture *cap)
 }
 
 /* Restore stdout and stderr; what was written in between goes to out (NUL-terminated). */
+/* What the log said so far, capture going on. */
+static void capture_peek(const struct capture *cap, char *out, size_t n)
+{
+    fflush(stdout);
+    fflush(stderr);
+    ssize_t got = pread(cap->fd, out, n - 1, 0);
+    out[got > 0 ? got : 0] = '\0';
+}
+
 static void capture_end(struct capture *cap, char *out, size_t n)
 {
     fflush(stdout);
@@ -1744,6 +1753,122 @@ static void test_cluster_down_stale(void)
     fnode_stop(&f);
 }
 
+/* Two fake nodes, a owning slots 0..8191 and b the rest: both answer this map. */
+static void fnode_pair_map(struct fnode *a, struct fnode *b)
+{
+    char map[512];
+    snprintf(map, sizeof(map),
+             "*2\r\n"
+             "*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:8191\r\n$5\r\nnodes\r\n*1\r\n*8\r\n"
+             "$4\r\nport\r\n:%d\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n"
+             "$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n"
+             "*4\r\n$5\r\nslots\r\n*2\r\n:8192\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n*8\r\n"
+             "$4\r\nport\r\n:%d\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n"
+             "$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n",
+             a->port, b->port);
+    memcpy(a->shards, map, sizeof(map));
+    memcpy(b->shards, map, sizeof(map));
+}
+
+/* A key whose slot is in [lo, hi]. */
+static void key_in(unsigned lo, unsigned hi, char *out, size_t n)
+{
+    for (unsigned i = 0;; i++) {
+        snprintf(out, n, "k%u", i);
+        unsigned slot = cluster_slot(out, strlen(out));
+        if (slot >= lo && slot <= hi)
+            return;
+    }
+}
+
+static bool map_read(void *arg)
+{
+    const struct stats *st = arg;
+    return st->v[STAT_redis_cluster_maps] >= 1;
+}
+
+/* Once the map is in, GET key until its node (connecting) answers it: the script's first. */
+static bool warm_up(struct store *s, const char *key)
+{
+    struct got g;
+    for (int i = 0; i < 500; i++) {
+        if (get_wait(s, key, strlen(key), &g) && g.st == STORE_OK)
+            return true;
+        run_for(10);
+    }
+    return false;
+}
+
+static bool notice_logged(void *arg)
+{
+    struct capture *cap = arg;
+    char out[8192];
+    capture_peek(cap, out, sizeof(out));
+    return strstr(out, " N redis: the cache works again (") != NULL;
+}
+
+/*
+ * After a failover the nodes see the cluster come back one by one: the
+ * outage ends when every node that said CLUSTERDOWN serves keys again, not
+ * at the first answer (one warning, one notice). A node that said so and
+ * gets no traffic for its slots is asked by the tick (PTTL of a key of its
+ * slots), so the outage still ends.
+ */
+static void test_cluster_down_until_every_node(void)
+{
+    char out[8192], err[64], url[96], ka[16], kb[16];
+    static const char *const down = "-CLUSTERDOWN The cluster is down\r\n";
+    static const char *const value = "$1\r\nv\r\n";
+    const char *sa[] = {down, value};
+    const char *sb[] = {value, down, down, value}; /* the first for warm_up */
+    struct fnode a, b;
+    fnode_start(&a, sa, PC_ARRAY_LEN(sa));
+    fnode_start(&b, sb, PC_ARRAY_LEN(sb));
+    fnode_pair_map(&a, &b);
+    key_in(0, 8191, ka, sizeof(ka));
+    key_in(8192, 16383, kb, sizeof(kb));
+    snprintf(url, sizeof(url), "cluster://127.0.0.1:%d", a.port);
+    log_init(PC_LOG_NOTICE, NULL, NULL, err, sizeof(err));
+    struct stats st = {0};
+    struct store *s = mk_store(url, TEST_TIMEOUT_MS, false, &st);
+    T_CHECK(run_until(is_ready, s, 5000) && run_until(map_read, &st, 5000) && warm_up(s, kb));
+    struct capture cap;
+    capture_start(&cap);
+    struct got g;
+    T_CHECK(get_wait(s, ka, strlen(ka), &g) && g.st == STORE_ERR); /* a: down */
+    T_CHECK(get_wait(s, kb, strlen(kb), &g) && g.st == STORE_ERR); /* b: down */
+    T_CHECK(get_wait(s, ka, strlen(ka), &g) && g.st == STORE_OK);  /* a serves again; b not */
+    T_CHECK(get_wait(s, kb, strlen(kb), &g) && g.st == STORE_ERR); /* b: still down */
+    T_CHECK(get_wait(s, kb, strlen(kb), &g) && g.st == STORE_OK);  /* b serves again */
+    capture_end(&cap, out, sizeof(out));
+    T_CHECK_INT(count_of(out, " W redis: the cache is not working ("), 1);
+    T_CHECK_INT(count_of(out, " N redis: the cache works again ("), 1);
+    store_destroy(&s);
+    fnode_stop(&a);
+    fnode_stop(&b);
+
+    /* b said CLUSTERDOWN and then gets nothing: the tick's probe ends the outage */
+    const char *sa2[] = {value};
+    const char *sb2[] = {value, down};
+    fnode_start(&a, sa2, PC_ARRAY_LEN(sa2));
+    fnode_start(&b, sb2, PC_ARRAY_LEN(sb2));
+    fnode_pair_map(&a, &b);
+    snprintf(url, sizeof(url), "cluster://127.0.0.1:%d", a.port);
+    memset(&st, 0, sizeof(st));
+    s = mk_store(url, TEST_TIMEOUT_MS, false, &st);
+    T_CHECK(run_until(is_ready, s, 5000) && run_until(map_read, &st, 5000) && warm_up(s, kb));
+    capture_start(&cap);
+    T_CHECK(get_wait(s, kb, strlen(kb), &g) && g.st == STORE_ERR);
+    T_CHECK(get_wait(s, ka, strlen(ka), &g) && g.st == STORE_OK);
+    T_CHECK(run_until(notice_logged, &cap, 5000));
+    T_CHECK(atomic_load(&b.next) >= 3); /* the probe went to b */
+    capture_end(&cap, out, sizeof(out));
+    T_CHECK_INT(count_of(out, " W redis: the cache is not working ("), 1);
+    store_destroy(&s);
+    fnode_stop(&a);
+    fnode_stop(&b);
+}
+
 /*
  * The blocking client (pc_rcli.h) on the same fake node: TRYAGAIN and ASK
  * followed, a MOVED to a node that is not there is a failure that names it,
@@ -1934,6 +2059,7 @@ int main(void)
     T_RUN(test_migrate_script);
     T_RUN(test_cluster_redirects);
     T_RUN(test_cluster_down_stale);
+    T_RUN(test_cluster_down_until_every_node);
     T_RUN(test_cluster_rcli);
     T_RUN(test_connect_timeout);
     T_RUN(test_timeout);
