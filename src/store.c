@@ -2478,8 +2478,8 @@ static bool cluster_redirect(struct store_cmd *c, const redisReply *r)
     struct cluster_redirect red;
     enum cluster_redirect_kind k = cluster_reply_redirect(r, &red);
     /*
-     * A CLUSTERDOWN to a command sent before a node last answered after one is old news
-     * (the nodes see the cluster come back one by one): it fails the command, not the cache.
+     * A CLUSTERDOWN to a command sent before this node last served keys again is old news:
+     * it fails the command, not the cache.
      */
     if (k == CLUSTER_DOWN && c->sent_us >= node->serves_again_us)
         cluster_down_seen(top, node, r->str);
