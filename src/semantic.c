@@ -108,6 +108,7 @@ struct semantic {
     struct vindex *vx;  /* NULL until the dimension is known (a remote embedder's first vector) */
     struct vsync *sync;
     struct follow *follow; /* the process's stream follower (NULL: none) */
+    bool following;        /* our handler was started (and not down since): under mu */
     struct bound *bound;   /* semantic-max-error; NULL when off */
 };
 
@@ -265,7 +266,7 @@ static struct vindex *index_for(struct semantic *s, int dim)
                 .index = s->vx,
                 .max_ttl_ms = RECORD_TTL_MAX_MS,
                 .row = s->row,
-                .following = follow_live(s->follow),
+                .following = s->following,
             };
             s->sync = vsync_start(&so);
         }
@@ -335,10 +336,25 @@ static void on_follow_entry(void *arg, const redisReply *fields)
         vsync_on_entry(y, fields);
 }
 
+/*
+ * Whether the follower reads the stream is noted under mu, where index_for creates the
+ * reader: an index created while the follower starts is then either created following or
+ * told so here (follow_live() turns true only after every handler started, so asking it
+ * left an index created in between out of step for good).
+ */
+static struct vsync *note_following(struct semantic *s, bool following)
+{
+    pthread_mutex_lock(&s->mu);
+    s->following = following;
+    struct vsync *y = s->sync;
+    pthread_mutex_unlock(&s->mu);
+    return y;
+}
+
 static int on_follow_start(void *arg, struct rcli *k)
 {
     (void)k;
-    struct vsync *y = sync_get(arg);
+    struct vsync *y = note_following(arg, true);
     if (y != NULL)
         vsync_on_start(y);
     return 0;
@@ -346,7 +362,7 @@ static int on_follow_start(void *arg, struct rcli *k)
 
 static void on_follow_down(void *arg)
 {
-    struct vsync *y = sync_get(arg);
+    struct vsync *y = note_following(arg, false);
     if (y != NULL)
         vsync_on_down(y);
 }
