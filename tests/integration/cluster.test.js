@@ -368,7 +368,7 @@ h.test('a primary killed under load: its replica takes over, no request fails, c
         }
         assert.ok(onHeir, 'an answer stored on the promoted replica');
         await h.eventually(async () => h.assertHit(await proxies[1].post(CHAT, onHeir)), {timeout: 10000});
-        await cluster.restart(victim.primary.port); /* it rejoins as the replica of its heir */
+        await cluster.replace(victim.primary.port, heir); /* a new replica for the heir */
         await cluster.waitHealthy();
     } finally {
         await load.stop();
