@@ -94,8 +94,10 @@
  * of nodes the map no longer names. store_delete_matching runs on every
  * primary at once (a SCAN per node; UNLINK one slot at a time, since a
  * cluster refuses keys of two slots in one command). Health is the cluster
- * store's: DOWN while a node owning slots is, or says CLUSTERDOWN, so the
- * process logs one warning and one notice per outage as for one server.
+ * store's: DOWN while a node owning slots is, or says CLUSTERDOWN, or is back
+ * after a loss but has answered no keyed command yet (a whole cluster
+ * restarting answers PING before it serves keys), so the process logs one
+ * warning and one notice per outage as for one server.
  */
 #include "pc_store.h"
 #include "pc_cluster.h"
@@ -284,7 +286,7 @@ struct store {
     char migrate_err[160];
 
     struct store *parent;     /* a node of that cluster store (cluster://); else NULL */
-    bool clusterdown;         /* a node: it answered CLUSTERDOWN, and no keyed command since */
+    bool clusterdown;         /* a node: it said CLUSTERDOWN or came back, no keyed answer since */
     uint64_t serves_again_us; /* a node: when a keyed command last got an answer after that */
     struct store_cluster *cl; /* the cluster store of cluster://: its nodes and map; else NULL */
 };
@@ -993,6 +995,15 @@ static void cluster_health_check(struct store *top);
 static void become_ready(struct store *s, long version)
 {
     bool first = s->health == HEALTH_UNKNOWN;
+    if (s->parent != NULL && s->health == HEALTH_DOWN && !s->clusterdown) {
+        /*
+         * A node back after it was lost answers before its cluster serves keys again (a
+         * whole cluster restarting): the outage goes on until it answers a keyed command.
+         */
+        s->clusterdown = true;
+        snprintf(s->parent->cl->down_why, sizeof(s->parent->cl->down_why),
+                 "%s is back but serves no key yet", s->where);
+    }
     s->backoff_ms = BACKOFF_MIN_MS;
     s->failures = 0;
     s->up = true;
@@ -1225,6 +1236,21 @@ static void cmd_overdue(struct store *s, struct store_cmd *c)
         watch_arm(s);
 }
 
+/*
+ * Whether c names a key: only a keyed answer says that a node serves keys (a node answers
+ * AUTH, PING and CLUSTER SHARDS while it sees the cluster down).
+ */
+static bool cmd_names_key(const struct store_cmd *c)
+{
+    static const char *const keyless[] = {"AUTH", "SELECT", "PING", "CLUSTER"};
+    if (c->kind != CMD_INTERNAL)
+        return true;
+    for (size_t i = 0; i < PC_ARRAY_LEN(keyless); i++)
+        if (strncmp(c->what, keyless[i], strlen(keyless[i])) == 0)
+            return false;
+    return true;
+}
+
 /* Track replies on the current connection; a NULL reply means hiredis is freeing it. */
 static void conn_note_reply(redisAsyncContext *ac, const struct store_cmd *c, const redisReply *r)
 {
@@ -1237,12 +1263,8 @@ static void conn_note_reply(redisAsyncContext *ac, const struct store_cmd *c, co
         return;
     }
     s->last_read_us = pc_mono_us();
-    /*
-     * A node that said CLUSTERDOWN serves keys again when a keyed command gets an answer
-     * (not PING nor CLUSTER SHARDS: a node answers those while it sees the cluster down).
-     */
-    if (s->parent != NULL && s->clusterdown && c->kind != CMD_INTERNAL &&
-        r->type != REDIS_REPLY_ERROR) {
+    /* A node that said CLUSTERDOWN, or came back, serves keys again with a keyed answer. */
+    if (s->parent != NULL && s->clusterdown && cmd_names_key(c) && r->type != REDIS_REPLY_ERROR) {
         s->clusterdown = false;
         s->serves_again_us = s->last_read_us;
         cluster_health_check(s->parent);
