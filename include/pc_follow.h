@@ -80,7 +80,5 @@ int follow_add(struct follow *f, const struct follow_handler *h);
 int follow_start(struct follow *f);
 /* Stop and join the thread (handlers are not called after), free everything; *f is NULLed. */
 void follow_destroy(struct follow **f);
-/* Whether every stream is being followed now. */
-bool follow_live(const struct follow *f);
 
 #endif

@@ -158,11 +158,6 @@ int follow_add(struct follow *f, const struct follow_handler *h)
     return 0;
 }
 
-bool follow_live(const struct follow *f)
-{
-    return f != NULL && atomic_load(&f->live);
-}
-
 /* --- connections ---------------------------------------------------------------------------- */
 
 static bool stopping(struct follow *f)

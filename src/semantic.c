@@ -339,8 +339,7 @@ static void on_follow_entry(void *arg, const redisReply *fields)
 /*
  * Whether the follower reads the stream is noted under mu, where index_for creates the
  * reader: an index created while the follower starts is then either created following or
- * told so here (follow_live() turns true only after every handler started, so asking it
- * left an index created in between out of step for good).
+ * told so here.
  */
 static struct vsync *note_following(struct semantic *s, bool following)
 {
