@@ -155,6 +155,13 @@ struct bound_decision {
     double threshold;         /* of that source; 1 when none */
 };
 
+/*
+ * The share of allowed candidates explored: rate while the allowing region's
+ * effective size n_eff is at most the comparisons delta needs, then
+ * rate * need / n_eff, never under a tenth of rate; a rate of 1 stays 1.
+ */
+double bound_explore_p(double rate, double n_eff, double delta);
+
 /* Decide for a candidate at similarity sim; u is uniform in [0, 1) (the sampling draw). */
 void bound_decide(const struct bound_inputs *in, double sim, double u, struct bound_decision *out);
 

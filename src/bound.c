@@ -46,9 +46,14 @@
 #define PROBE_MAGIC     0x424e5052u /* "BNPR" */
 #define CMP_MAGIC       0x424e434du /* "BNCM" */
 
-/* Exploration drops to a quarter of the rate once the allowing region holds this many times
- * the observations the bound needs at all: little known, more explored. */
-#define BOUND_WELL_KNOWN 20
+/*
+ * Exploration: the full rate while the allowing region holds no more than the
+ * observations the bound needs at all, then the rate times need / n_eff (so
+ * the comparisons keep growing, as the square root of the candidates rather
+ * than in proportion), never under this fraction of the rate (drift is still
+ * seen): little known, more explored.
+ */
+#define BOUND_EXPLORE_FLOOR 0.1
 
 /* ---- figures ----------------------------------------------------------------- */
 
@@ -258,6 +263,16 @@ static enum bound_source allowing_source(const struct bound_inputs *in, int b,
     return BOUND_SRC_GLOBAL;
 }
 
+double bound_explore_p(double rate, double n_eff, double delta)
+{
+    double need = (double)bound_min_n(delta, BOUND_CONFIDENCE);
+    if (!(rate > 0))
+        return 0;
+    if (rate >= 1 || !(n_eff > need)) /* 1: every candidate, however much is known (an audit) */
+        return rate;
+    return rate * PC_MAX(need / n_eff, BOUND_EXPLORE_FLOOR);
+}
+
 void bound_decide(const struct bound_inputs *in, double sim, double u, struct bound_decision *out)
 {
     int b = bound_bucket(sim);
@@ -271,10 +286,7 @@ void bound_decide(const struct bound_inputs *in, double sim, double u, struct bo
     if (out->source == BOUND_SRC_NONE)
         return; /* compared for free */
     out->threshold = cert.threshold;
-    double need = (double)bound_min_n(in->delta, BOUND_CONFIDENCE);
-    double p = in->explore_rate;
-    if (cert.region.n_eff >= BOUND_WELL_KNOWN * need)
-        p /= 4;
+    double p = bound_explore_p(in->explore_rate, cert.region.n_eff, in->delta);
     if (p > 0 && u < p) {
         out->verdict = BOUND_EXPLORE;
         return;

@@ -499,9 +499,11 @@ static const struct conf_key conf_keys[] = {
     {.name = "semantic-explore-rate", .type = CONF_DOUBLE, FIELD(semantic_explore_rate),
      .def = "0.05", .dmin = 0, .dmax = 1, .arg = "FRACTION",
      .help = "With semantic-max-error: the most of the candidates the bound allows that are "
-             "still sent upstream and compared, to keep measuring (a quarter of it once a "
-             "threshold rests on many comparisons). Each one costs the upstream call a hit "
-             "would have saved; 0 stops measuring once a threshold holds."},
+             "still sent upstream and compared, to keep measuring. The whole rate until a "
+             "threshold rests on the comparisons the bound needs (299 at 0.01), then less as "
+             "they grow (the rate times needed / held), never under a tenth of it; 1 verifies "
+             "every candidate. Each one costs the upstream call a hit would have saved; 0 "
+             "stops measuring once a threshold holds."},
     {.name = "semantic-verify-answers", .type = CONF_ENUM, FIELD(semantic_verify_answers),
      .def = "exact", .names = answer_cmp_names,
      .help = "How semantic-max-error tells whether a cached answer would have been right: exact "

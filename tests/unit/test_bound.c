@@ -202,15 +202,37 @@ static void test_decide(void)
     struct bound_inputs none = {.entry_floor = -1, .delta = 0.01, .explore_rate = 0.1};
     bound_decide(&none, 0.999, 0.5, &d);
     T_CHECK_INT(d.verdict, BOUND_WITHHOLD);
-    /* Well known: a quarter of the rate is explored. */
+    /* Well known: the rate falls as need / n_eff (here 299 / 1196: a quarter)... */
     struct bound_counts many = {0};
-    add_n(&many, 0.97, false, 20 * 299);
+    add_n(&many, 0.97, false, 4 * 299);
     struct bound_inputs w = {
         .global = &many, .entry_floor = -1, .delta = 0.01, .explore_rate = 0.1};
     bound_decide(&w, 0.97, 0.05, &d);
     T_CHECK_INT(d.verdict, BOUND_SERVE);
     bound_decide(&w, 0.97, 0.02, &d);
     T_CHECK_INT(d.verdict, BOUND_EXPLORE);
+    /* ...down to a tenth of it, never less. */
+    struct bound_counts lots = {0};
+    add_n(&lots, 0.97, false, 100 * 299);
+    w.global = &lots;
+    bound_decide(&w, 0.97, 0.011, &d);
+    T_CHECK_INT(d.verdict, BOUND_SERVE);
+    bound_decide(&w, 0.97, 0.009, &d);
+    T_CHECK_INT(d.verdict, BOUND_EXPLORE);
+}
+
+static void test_explore_p(void)
+{
+    /* Full rate up to the comparisons the bound needs (299 at 0.01), none at rate 0. */
+    T_CHECK(near(bound_explore_p(0.05, 0, 0.01), 0.05, 1e-12));
+    T_CHECK(near(bound_explore_p(0.05, 299, 0.01), 0.05, 1e-12));
+    T_CHECK(near(bound_explore_p(0.05, 598, 0.01), 0.025, 1e-12));
+    T_CHECK(near(bound_explore_p(0.05, 2990, 0.01), 0.005, 1e-12));
+    T_CHECK(near(bound_explore_p(0.05, 1e9, 0.01), 0.005, 1e-12));
+    T_CHECK(near(bound_explore_p(0.05, 1196, 0.005), 0.05 * 598 / 1196.0, 1e-12));
+    T_CHECK(bound_explore_p(0, 1e6, 0.01) == 0);
+    T_CHECK(near(bound_explore_p(1, 1e9, 0.01), 1, 1e-12)); /* an audit: every one */
+    T_CHECK(near(bound_explore_p(0.5, 1e9, 0.01), 0.05, 1e-12));
 }
 
 static void test_encoding(void)
@@ -394,6 +416,7 @@ int main(void)
     T_RUN(test_certify);
     T_RUN(test_strata);
     T_RUN(test_decide);
+    T_RUN(test_explore_p);
     T_RUN(test_encoding);
     T_RUN(test_marks);
     T_RUN(test_argv);
