@@ -34,7 +34,8 @@
 #define VSYNC_MAGIC     0x5653594eu /* "VSYN" */
 #define BACKOFF_MIN_MS  100
 #define BACKOFF_MAX_MS  5000
-#define SCHEMA_RETRY_MS 2000
+#define SCHEMA_RETRY_MS 2000 /* the longest wait between two reads of pc:schema */
+#define SCHEMA_FIRST_MS 25   /* the first: on a fresh Redis the store writes it at start */
 #define PROGRESS_MS     5000 /* bulk loads log their progress this often */
 
 #define STR_(x) #x
@@ -505,7 +506,10 @@ struct vsync {
     struct job *head, *tail;
     size_t queued, listing;
     bool stop;
-    int fd; /* the loader's socket (-1: none), shut down by vsync_stop */
+    bool schema_wait;      /* the loader waits for pc:schema (not for a lost connection) */
+    bool kicked;           /* a lookup asked it to read pc:schema again now */
+    uint64_t schema_reads; /* reads of pc:schema that found it not current */
+    int fd;                /* the loader's socket (-1: none), shut down by vsync_stop */
     atomic_bool stopping;
 
     /* The loader's own. */
@@ -765,10 +769,29 @@ int vsync_load_wait(struct vsync *s, const unsigned char tenant[VINDEX_TENANT_LE
     if (vindex_want(s->index, partition, tenant))
         queue_load(s, tenant, partition);
     int st = vindex_state(s->index, partition);
-    if (!atomic_load(&s->loader_up) || wait_ms <= 0)
+    if (wait_ms <= 0)
         return st;
     struct timespec until = pc_mono_after(wait_ms);
     pthread_mutex_lock(&s->mu);
+    if (!atomic_load(&s->loader_up)) {
+        /*
+         * Redis away: a miss now. Waiting for the schema (a fresh Redis, where this process's
+         * store writes it at start): the loader reads it again at once and the lookup waits.
+         */
+        if (s->schema_wait && !s->stop) {
+            uint64_t reads = s->schema_reads; /* one more read that fails: a miss */
+            s->kicked = true;
+            pthread_cond_broadcast(&s->work);
+            while (!atomic_load(&s->loader_up) && s->schema_wait && s->schema_reads == reads &&
+                   !s->stop && pthread_cond_timedwait(&s->done, &s->mu, &until) == 0) {
+            }
+        }
+        if (!atomic_load(&s->loader_up)) {
+            pthread_mutex_unlock(&s->mu);
+            return vindex_state(s->index, partition);
+        }
+        st = vindex_state(s->index, partition);
+    }
     while ((st == VINDEX_WANTED || st == VINDEX_LOADING) && !s->stop &&
            pthread_cond_timedwait(&s->done, &s->mu, &until) == 0)
         st = vindex_state(s->index, partition);
@@ -871,7 +894,11 @@ static int connect_redis(struct vsync *s)
     if (s->down_logged)
         log_info("vsync: loading vectors from Redis again at %s", s->k.where);
     s->down_logged = false;
+    pthread_mutex_lock(&s->mu);
     atomic_store(&s->loader_up, true);
+    s->schema_wait = false;
+    pthread_cond_broadcast(&s->done); /* lookups waiting for it */
+    pthread_mutex_unlock(&s->mu);
     if (s->was_up) /* reloads queued meanwhile were dropped with the connection */
         resync(s, "the loader reconnected");
     s->was_up = true;
@@ -1348,22 +1375,52 @@ static struct job *take_job(struct vsync *s, int64_t wait_ms)
     return j;
 }
 
+/*
+ * Wait for pc:schema: ms, or less once a lookup asks (vsync_load_wait), but
+ * never under SCHEMA_FIRST_MS, so lookups do not make the loader reconnect
+ * more often than that. Loads queued meanwhile stay queued.
+ */
+static void nap_schema(struct vsync *s, int64_t ms)
+{
+    struct timespec least = pc_mono_after(SCHEMA_FIRST_MS), until = pc_mono_after(ms);
+    pthread_mutex_lock(&s->mu);
+    s->schema_wait = true;
+    s->kicked = false;
+    s->schema_reads++;
+    pthread_cond_broadcast(&s->done); /* lookups that asked for this read: not yet */
+    while (!s->stop && pthread_cond_timedwait(&s->work, &s->mu, &least) == 0) {
+    }
+    while (!s->stop && !s->kicked && pthread_cond_timedwait(&s->work, &s->mu, &until) == 0) {
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void *loader_main(void *arg)
 {
     struct vsync *s = arg;
     struct build b = {0};
-    int64_t backoff = BACKOFF_MIN_MS;
+    int64_t backoff = BACKOFF_MIN_MS, schema_backoff = SCHEMA_FIRST_MS;
     while (!stopping(s)) {
         if (!s->connected) {
             int rc = connect_redis(s);
-            if (rc <= 0) {
+            if (rc == 0) { /* connected, but the schema is not (yet) this build's */
+                nap_schema(s, schema_backoff);
+                schema_backoff = PC_MIN(schema_backoff * 2, (int64_t)SCHEMA_RETRY_MS);
+                continue;
+            }
+            if (rc < 0) {
+                pthread_mutex_lock(&s->mu);
+                s->schema_wait = false; /* Redis away: lookups do not wait for the loader */
+                pthread_cond_broadcast(&s->done);
+                pthread_mutex_unlock(&s->mu);
                 fail_queued(s);
-                nap(s, rc == 0 ? SCHEMA_RETRY_MS : backoff);
-                backoff = rc == 0 ? backoff : PC_MIN(backoff * 2, (int64_t)BACKOFF_MAX_MS);
+                nap(s, backoff);
+                backoff = PC_MIN(backoff * 2, (int64_t)BACKOFF_MAX_MS);
                 b.running = false;
                 continue;
             }
             backoff = BACKOFF_MIN_MS; /* it connected: a new outage starts from the shortest wait */
+            schema_backoff = SCHEMA_FIRST_MS;
         }
         /* A build step only when no load waits: lookups come first. */
         pthread_mutex_lock(&s->mu);

@@ -326,6 +326,30 @@ h.test('the built-in embedders catch rewordings with their default thresholds', 
     }
 });
 
+h.test('on a fresh Redis, a rewording asked right after start is a hit (the index does not wait for a timer)', async () => {
+    /*
+     * The vector loader starts before the store has written pc:schema to an empty Redis; it
+     * used to read it again only 2 s later, and until then every partition was cold: a
+     * question's own vector was not kept, its rewording missed.
+     */
+    const redis = await h.startRedis();
+    try {
+        const p = await env.startProxy({redis: redis.url,
+            args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'builtin']});
+        await p.waitReady();
+        const t = tag();
+        assertMiss(await p.post(CHAT, chat(`How can I renew my library card online ${t}?`)));
+        /* This proxy's only question: its vector is in Redis once one is stored. */
+        await h.waitFor(async () => (await p.stats()).semantic_vectors_stored === 1,
+            {what: 'the question\'s vector stored'});
+        const hit = await p.post(CHAT, chat(`how can i renew my library card online ${t}`));
+        assertSemanticHit(hit);
+        await p.stop();
+    } finally {
+        await redis.stop();
+    }
+});
+
 h.test('tear down', async () => {
     await proxy.stop();
     await sem.close();
