@@ -34,6 +34,20 @@ async function twice(key, label) {
     return miss.headers['x-cache-key'].slice(0, 16);
 }
 
+/*
+ * /stats once a tenant's requests are all counted: a worker counts a request
+ * after its answer went out, so a read right after the answer can miss it.
+ */
+async function statsWhen(tenant, total) {
+    let s = null;
+    await h.waitFor(async () => {
+        s = await env.proxy.stats();
+        const r = s.tenant_requests && s.tenant_requests[tenant];
+        return r !== undefined && r.hit + r.miss + r.bypass + r.refresh >= total;
+    }, {what: `${total} requests of ${tenant} counted`});
+    return s;
+}
+
 function metric(text, name, labels) {
     const re = new RegExp(`^promptcache_${name}_total\\{${labels}\\} (\\S+)$`, 'm');
     const m = re.exec(text);
@@ -52,7 +66,8 @@ h.test('a tenant named by its key\'s hash is named once the key is used', async 
     const idB = await twice(KEY_B, 'names b');
     idA = await twice(KEY_A, 'names a');
     await twice(KEY_C, 'names c');
-    const s = await env.proxy.stats();
+    await statsWhen('billing service', 2);
+    const s = await statsWhen('other', 4);
     const byId = Object.fromEntries(s.tenants.map((t) => [t.id, t]));
     assert.deepEqual(byId[idB], {id: idB, key: '…b0b0', name: 'billing service'});
     assert.deepEqual(byId[idA], {id: idA, key: '…wxyz', name: null});
@@ -75,7 +90,7 @@ h.test('SIGHUP reloads the file: a tenant id gets its name', async () => {
     const out = await reload(env.proxy);
     assert.match(out, /reload: applied tenant names \(.*tenants, 2\)/);
     await twice(KEY_A, 'names a again');
-    const s = await env.proxy.stats();
+    const s = await statsWhen('search team', 2);
     assert.equal(s.tenants.find((t) => t.id === idA).name, 'search team');
     assert.deepEqual(s.tenant_requests['search team'], {hit: 1, miss: 1, bypass: 0, refresh: 0});
     const m = (await env.proxy.get('/metrics')).text;
