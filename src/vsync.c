@@ -36,6 +36,7 @@
 #define BACKOFF_MAX_MS  5000
 #define SCHEMA_RETRY_MS 2000 /* the longest wait between two reads of pc:schema */
 #define SCHEMA_FIRST_MS 25   /* the first: on a fresh Redis the store writes it at start */
+#define SCHEMA_KICK_MS  250  /* lookups ask for a read at most this often */
 #define PROGRESS_MS     5000 /* bulk loads log their progress this often */
 
 #define STR_(x) #x
@@ -1377,12 +1378,14 @@ static struct job *take_job(struct vsync *s, int64_t wait_ms)
 
 /*
  * Wait for pc:schema: ms, or less once a lookup asks (vsync_load_wait), but
- * never under SCHEMA_FIRST_MS, so lookups do not make the loader reconnect
- * more often than that. Loads queued meanwhile stay queued.
+ * never under SCHEMA_KICK_MS (nor ms), so lookups do not make the loader
+ * reconnect more often than that while the schema stays missing or old (an
+ * operator has to run `promptcache migrate`). Loads queued meanwhile stay.
  */
 static void nap_schema(struct vsync *s, int64_t ms)
 {
-    struct timespec least = pc_mono_after(SCHEMA_FIRST_MS), until = pc_mono_after(ms);
+    struct timespec least = pc_mono_after(PC_MIN(ms, (int64_t)SCHEMA_KICK_MS));
+    struct timespec until = pc_mono_after(ms);
     pthread_mutex_lock(&s->mu);
     s->schema_wait = true;
     s->kicked = false;
