@@ -494,7 +494,7 @@ static const struct conf_key conf_keys[] = {
              "semantic-verify-answers), in every partition and for all together, shared "
              "through Redis by every instance. Until enough comparisons agree (299 at 0.01), "
              "nothing is served by meaning. off: candidates above semantic-threshold that pass "
-             "the guards are served, unbounded (on the dev sets 21% of them were wrong with "
+             "the guards are served, unbounded (on the dev sets 13% of them were wrong with "
              "builtin; see doc/semantic.md)."},
     {.name = "semantic-explore-rate", .type = CONF_DOUBLE, FIELD(semantic_explore_rate),
      .def = "0.05", .dmin = 0, .dmax = 1, .arg = "FRACTION",
