@@ -1409,6 +1409,7 @@ static void *loader_main(void *arg)
             if (rc == 0) { /* connected, but the schema is not (yet) this build's */
                 nap_schema(s, schema_backoff);
                 schema_backoff = PC_MIN(schema_backoff * 2, (int64_t)SCHEMA_RETRY_MS);
+                b.running = false; /* the connection was dropped: a build starts again */
                 continue;
             }
             if (rc < 0) {
