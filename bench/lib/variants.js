@@ -9,6 +9,9 @@
  *
  *   buildVariants(questions, n) -> {variants: [{a, b, pos: true, kind}],
  *                                   counterfeits: [{a, b, pos: false, kind}]}
+ *   distinctQuestions(rows, columns) -> the distinct texts of those columns of
+ *                                   parsed CSV rows, 20 to 200 characters, in order
+ *   shuffle(xs, r) -> xs shuffled in place by the draws of r (rng(seed))
  */
 
 function rng(seed) {
@@ -170,4 +173,23 @@ function buildVariants(questions, n) {
     return {variants, counterfeits};
 }
 
-module.exports = {buildVariants, rng, VARIANT_KINDS, COUNTERFEIT_KINDS};
+function distinctQuestions(rows, columns) {
+    const seen = new Set(), qs = [];
+    for (const r of rows)
+        for (const c of columns) {
+            const q = (r[c] || '').trim();
+            if (q.length >= 20 && q.length <= 200 && !seen.has(q))
+                seen.add(q), qs.push(q);
+        }
+    return qs;
+}
+
+function shuffle(xs, r) {
+    for (let i = xs.length - 1; i > 0; i--) {
+        const j = Math.floor(r() * (i + 1));
+        [xs[i], xs[j]] = [xs[j], xs[i]];
+    }
+    return xs;
+}
+
+module.exports = {buildVariants, distinctQuestions, shuffle, rng, VARIANT_KINDS, COUNTERFEIT_KINDS};
