@@ -632,8 +632,10 @@ void bound_normalise(const char *s, struct pc_buf *out)
     size_t lead = 0;
     while (start + lead < out->len && outer_punct((unsigned char)out->data[start + lead]))
         lead++;
-    memmove(out->data + start, out->data + start + lead, out->len - start - lead);
-    out->len -= lead;
+    if (lead > 0) { /* an empty result may have no memory behind it yet */
+        memmove(out->data + start, out->data + start + lead, out->len - start - lead);
+        out->len -= lead;
+    }
     pc_buf_cstr(out);
 }
 

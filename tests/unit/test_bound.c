@@ -406,6 +406,14 @@ static void test_normalise(void)
     bound_normalise("...", &out);
     T_CHECK_STR(pc_buf_cstr(&out), "");
     pc_buf_free(&out);
+    /* An empty answer into a buffer that holds nothing yet (no memory at all). */
+    struct pc_buf empty = PC_BUF_INIT;
+    bound_normalise("", &empty);
+    T_CHECK_STR(pc_buf_cstr(&empty), "");
+    pc_buf_free(&empty);
+    bound_normalise(" \n\t", &empty);
+    T_CHECK_STR(pc_buf_cstr(&empty), "");
+    pc_buf_free(&empty);
 }
 
 int main(void)
