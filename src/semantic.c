@@ -284,9 +284,13 @@ static struct vindex *index_for(struct semantic *s, int dim)
  */
 static int discover_dim(struct semantic *s)
 {
-    struct rcli k;
-    if (rcli_connect(&k, s->conf, "semantic") < 0)
+    /* Zeroed: rcli_open leaves quiet (and next_sentinel) to the caller; a background probe at
+     * start is quiet (a failure is a dimension of 0, nothing to print). */
+    struct rcli k = {.quiet = true};
+    if (rcli_connect(&k, s->conf, "semantic") < 0) {
+        rcli_close(&k); /* a failed open keeps the URL and its name */
         return 0;
+    }
     int dim = 0;
     char cursor[32] = "0", pattern[ENTRY_KEY_MAX];
     semantic_vector_pattern(NULL, pattern);

@@ -7,6 +7,7 @@
  */
 const assert = require('node:assert/strict');
 const h = require('./lib');
+const {createSemanticMock} = require('../mock/semantic');
 
 /* The Redis path itself is under test: no L1 in front of it (l1.test.js covers the L1, which
  * answers hot entries through a freeze until its stream reader gives up). */
@@ -139,4 +140,38 @@ h.test('Redis frozen mid-run: requests bypass within redis-timeout, hits resume 
     assert.deepEqual(failed, [], `${failed.length} of ${results.length} requests failed`);
     const stats = await env.proxy.stats();
     assert.ok(stats.redis_timeouts > before.redis_timeouts, 'redis_timeouts counted');
+});
+
+/*
+ * embedder openai: at start the proxy reads a vector record to learn the dimension (a blocking
+ * probe, semantic.c discover_dim). With Redis down or frozen it must start and answer all the
+ * same: the probe's connection struct was not zeroed, so its failure message read an
+ * uninitialised flag (UBSan aborted the sanitizer build at start, or the message went to stderr)
+ * and the failed connection's URL leaked (LeakSanitizer failed the exit).
+ */
+h.test('semantic cache with a remote embedder: Redis down or frozen at start', async () => {
+    const sem = await createSemanticMock().listen();
+    const redis = await h.startRedis();
+    const args = ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', sem.url,
+        '--embedder-model', 'mock-bow', '--redis-timeout', '100'];
+    try {
+        for (const state of ['frozen', 'frozen', 'down']) {
+            if (state === 'frozen')
+                await redis.freeze();
+            else if (redis.alive)
+                await redis.stop();
+            const proxy = await env.startProxy({redis: redis.url, args});
+            const r = await proxy.post(CHAT, h.chatBody(h.uniq(`redis ${state} at start`)));
+            assert.equal(r.status, 200, r.text);
+            h.assertFromUpstream(r, env.mock, 'BYPASS');
+            assert.equal(await proxy.stop(), 0, `exit (${state}): ${proxy.proc.tail(10)}`);
+            assert.doesNotMatch(proxy.stderr, /promptcache semantic:/, 'the start probe is quiet');
+            redis.thaw();
+        }
+    } finally {
+        redis.thaw();
+        if (redis.alive)
+            await redis.stop();
+        await sem.close();
+    }
 });
