@@ -1014,6 +1014,15 @@ static int read_members(struct vsync *s, struct load *ld)
     redisReply *r = command(s, 8, argv, lens);
     if (r == NULL)
         return -1;
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "WRONGTYPE", 9) == 0) {
+        /* A key of another type where the list should be: input that is not a list, so no
+         * member of it is loaded (the partition is loaded empty). The connection is sound:
+         * dropping it failed every other load queued and read every partition again, at
+         * each lookup in this one. */
+        reject_member(s, "the member list is a key of another type");
+        freeReplyObject(r);
+        return 0;
+    }
     if (r->type == REDIS_REPLY_ERROR) {
         error_reply(s, r, "ZREVRANGEBYSCORE failed");
         return -1;

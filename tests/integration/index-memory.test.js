@@ -166,6 +166,44 @@ h.test('forged member lists are rejected and counted; a forged member answers no
     }
 });
 
+/*
+ * A member list that is a key of another type (a string where the sorted set should be) is input
+ * that is not a list: its partition loads empty, counted in semantic_members_rejected. The
+ * loader took the WRONGTYPE reply for a lost connection: every lookup in that partition dropped
+ * it, failing the loads of other partitions queued meanwhile (their first lookups missed) and
+ * reading every partition in memory again.
+ */
+h.test('a member list of another type is rejected; the loads of other partitions go on', async () => {
+    const sys = (text) => ({model: 'gpt-4o-mini', max_tokens: 4,
+        messages: [{role: 'system', content: `wrong type ${t}`}, {role: 'user', content: text}]});
+    const lists0 = new Set(await env.redis.keys('pc:2:pm:*'));
+    assertMiss(await writer.post(CHAT, sys(`which river is the longest ${t}`)));
+    const list = await h.waitFor(async () => {
+        const k = (await env.redis.keys('pc:2:pm:*')).filter((x) => !lists0.has(x));
+        return k.length === 1 ? k[0] : null;
+    }, {what: 'the member list'});
+    await env.redis.command('DEL', list);
+    await env.redis.command('SET', list, 'not a sorted set');
+
+    const fresh = await env.startProxy({args: semArgs()});
+    try {
+        await h.waitFor(async () => (await fresh.stats()).semantic_sync_ready === true,
+            {what: 'the follower on the vector stream'});
+        /* Each first lookup of a partition, right after a lookup in the one of the wrong type,
+         * waits for its load and hits. */
+        for (let p = 10; p < 16; p++) {
+            assertMiss(await fresh.post(CHAT, sys(`the longest river: which is ${t}`), NO_STORE));
+            assertSemanticHit(await fresh.post(CHAT, body(p, reworded(p, 1)), NO_STORE));
+        }
+        const st = await fresh.stats();
+        assert.equal(st.semantic_index_load_errors, 0, JSON.stringify(st));
+        assert.equal(st.semantic_members_rejected, 1, 'the list of the wrong type, loaded once');
+        assert.doesNotMatch(fresh.proc.output, /the loader reconnected/);
+    } finally {
+        await fresh.stop();
+    }
+});
+
 h.test('a tenant flush and a full flush delete the member lists with the vectors', async () => {
     const admin = await env.startProxy({args: semArgs(['--admin-token', 'secret'])});
     try {
