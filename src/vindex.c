@@ -904,7 +904,11 @@ int vindex_dim(const struct vindex *v)
 
 /* --- public: changes --------------------------------------------------------------------- */
 
-/* vec scaled to unit length into out; false if it is zero or not finite. */
+/*
+ * vec scaled to unit length into out; false if it is zero or not finite, or so short that
+ * its scale overflows a float (a vector of subnormal components, which a float32 record read
+ * from Redis can hold): scaled, it was inf and NaN, and a NaN similarity passed every threshold.
+ */
 static bool normalise(const float *vec, float *out, int d)
 {
     double n = 0;
@@ -913,6 +917,8 @@ static bool normalise(const float *vec, float *out, int d)
     if (!(n > 0) || !isfinite(n))
         return false;
     float inv = (float)(1.0 / sqrt(n));
+    if (!isfinite(inv))
+        return false;
     for (int i = 0; i < d; i++)
         out[i] = vec[i] * inv;
     return true;
@@ -1399,7 +1405,7 @@ static size_t flat_search(const struct vindex *v, const struct part *p, const fl
         const float *vecs = p->blocks[b].vecs;
         for (uint32_t j = 0; j < m; j++) {
             float sim = dot(vecs + (size_t)j * (size_t)v->o.dim, q, v->o.dim);
-            if (sim < thr || (n == k && sim <= thr))
+            if (!(sim >= thr) || (n == k && sim <= thr)) /* NaN: never a hit */
                 continue;
             const struct vslot *s = &p->blocks[b].slots[j];
             if (s->state != SLOT_LIVE || expired(s, now_ms))

@@ -237,6 +237,16 @@ static void test_add_search(void)
     struct vindex_item ie = item(5, 1, 0);
     T_CHECK_INT(vindex_add(v, p, &ie, zero), -1);
     T_CHECK_INT(vindex_add(v, p, &ie, nan_v), -1);
+    /* Too short to scale in float (what a forged float32 record can hold): 1 / |v| overflows,
+     * and the NaN vector it made matched every query whatever the threshold. Rejected. */
+    float tiny[8] = {1e-45f, 0, 0, 0, 0, 0, 0, 0}, small_v[8] = {1e-30f, 0, 0, 0, 0, 0, 0, 0};
+    T_CHECK_INT(vindex_add(v, p, &ie, tiny), -1);
+    T_CHECK_INT(vindex_search(v, p, q, 4, 0.99f, NOW, h), 1);
+    T_CHECK(key_is(h[0].key, 1));
+    struct vindex_item ig = item(6, 1, 0);
+    T_CHECK_INT(vindex_add(v, p, &ig, small_v), 0); /* small, but it has a direction */
+    T_CHECK_INT(vindex_search(v, p, q, 4, 0.99f, NOW, h), 2);
+    T_CHECK_INT(vindex_remove(v, ig.key), 1);
     T_CHECK_INT(nvectors(v), 4);
 
     unsigned char other[32];
