@@ -112,6 +112,12 @@ double report_net_saved(const struct report_row *row);
 double report_cost_per_1k(const struct report_row *row, bool with_cache);
 /* Quantile q (0..1) of a latency histogram in ms (linear within a bucket); NAN if empty. */
 double report_lat_quantile(const int64_t n[TALLY_LAT_BUCKETS], double q);
+
+/*
+ * The requests a latency histogram counts, saturated at INT64_MAX: each bucket is a count read
+ * from Redis (in range on its own, not summed with the others).
+ */
+int64_t report_lat_count(const int64_t n[TALLY_LAT_BUCKETS]);
 /*
  * Add one hash field of an hourly bucket: "METRIC|TENANT|MODEL" or the
  * latency histogram's "lat|KIND|B". -1 (and r->skipped counted) if it is

@@ -293,7 +293,7 @@ static void render_hours(struct dash *d, const struct pricing *p, int hours, int
         if (slot->hour == h)
             fill(&r, slot);
         const int64_t *v = r.total.v;
-        int64_t looked = v[TALLY_hits] + v[TALLY_misses];
+        double looked = (double)v[TALLY_hits] + (double)v[TALLY_misses]; /* read from Redis */
         char when[32];
         time_t secs = (time_t)(h * 3600);
         struct tm tm;
@@ -304,7 +304,7 @@ static void render_hours(struct dash *d, const struct pricing *p, int hours, int
                       "\"hit_rate\":%.4f,\"money_saved\":",
                       h > now_hour - hours + 1 ? "," : "", when, (long long)v[TALLY_requests],
                       (long long)v[TALLY_hits], (long long)v[TALLY_misses],
-                      looked ? (double)v[TALLY_hits] / (double)looked : 0.0);
+                      looked > 0 ? (double)v[TALLY_hits] / looked : 0.0);
         json_money(out, &r, true, r.total.money.saved);
         pc_buf_append_str(out, ",\"upstream_cost\":");
         json_money(out, &r, true, r.total.money.upstream);
@@ -378,9 +378,7 @@ static void render_latency(const struct report *r, struct pc_buf *out)
 {
     pc_buf_append_str(out, ",\"latency_ms\":{");
     for (int k = 0; k < TALLY_LAT__COUNT; k++) {
-        int64_t n = 0;
-        for (int b = 0; b < TALLY_LAT_BUCKETS; b++)
-            n += r->lat[k][b];
+        int64_t n = report_lat_count(r->lat[k]);
         pc_buf_printf(out, "%s\"%s\":{\"count\":%lld", k ? "," : "", tally_lat_kind_names[k],
                       (long long)n);
         static const double qs[] = {0.5, 0.9, 0.99};

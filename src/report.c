@@ -250,12 +250,20 @@ double report_cost_per_1k(const struct report_row *row, bool with_cache)
     return paid * 1000.0 / (double)n;
 }
 
+static void add_sat(int64_t *sum, int64_t n);
+
+int64_t report_lat_count(const int64_t n[TALLY_LAT_BUCKETS])
+{
+    int64_t total = 0;
+    for (int b = 0; b < TALLY_LAT_BUCKETS; b++)
+        add_sat(&total, n[b]);
+    return total;
+}
+
 double report_lat_quantile(const int64_t n[TALLY_LAT_BUCKETS], double q)
 {
     static const int64_t bounds[TALLY_LAT_BUCKETS] = TALLY_LAT_BOUNDS_MS;
-    int64_t total = 0;
-    for (int b = 0; b < TALLY_LAT_BUCKETS; b++)
-        total += n[b];
+    int64_t total = report_lat_count(n);
     if (total == 0)
         return NAN;
     double rank = q * (double)total, seen = 0;
@@ -273,8 +281,6 @@ double report_lat_quantile(const int64_t n[TALLY_LAT_BUCKETS], double q)
 }
 
 /* ---- aggregation -------------------------------------------------------------- */
-
-static void add_sat(int64_t *sum, int64_t n);
 
 /* "lat|KIND|B": a bucket of the hourly latency histogram. */
 static int add_lat(struct report *r, const char *field, size_t flen, int64_t count)
@@ -366,8 +372,9 @@ void report_sort(struct report *r)
 
 static double hit_rate(const struct report_row *row)
 {
-    int64_t looked = row->v[TALLY_hits] + row->v[TALLY_misses];
-    return looked > 0 ? (double)row->v[TALLY_hits] / (double)looked : 0.0;
+    /* In double: two counts read from Redis, each in range, may not sum in an int64_t. */
+    double looked = (double)row->v[TALLY_hits] + (double)row->v[TALLY_misses];
+    return looked > 0 ? (double)row->v[TALLY_hits] / looked : 0.0;
 }
 
 /*
@@ -472,9 +479,7 @@ static void json_latency(const struct report *r, struct pc_buf *out)
 {
     pc_buf_append_str(out, ",\"latency_ms\":{");
     for (int k = 0; k < TALLY_LAT__COUNT; k++) {
-        int64_t n = 0;
-        for (int b = 0; b < TALLY_LAT_BUCKETS; b++)
-            n += r->lat[k][b];
+        int64_t n = report_lat_count(r->lat[k]);
         pc_buf_printf(out, "%s\"%s\":{\"count\":%lld", k ? "," : "", tally_lat_kind_names[k],
                       (long long)n);
         static const double qs[] = {0.5, 0.9, 0.99};
@@ -639,9 +644,7 @@ static void table_summary(const struct report *r, struct pc_buf *out)
     }
     pc_buf_append_str(out, "\nrequest time (ms)       p50        p90        p99      count\n");
     for (int k = 0; k < TALLY_LAT__COUNT; k++) {
-        int64_t n = 0;
-        for (int b = 0; b < TALLY_LAT_BUCKETS; b++)
-            n += r->lat[k][b];
+        int64_t n = report_lat_count(r->lat[k]);
         pc_buf_printf(out, "  %-12s", tally_lat_kind_names[k]);
         if (n == 0)
             pc_buf_printf(out, " %10s %10s %10s", "-", "-", "-");

@@ -236,6 +236,40 @@ static void test_render(void)
     report_free(&r);
 }
 
+/*
+ * Counts read from Redis are each in range, but need not sum in an int64_t: the hit rate's
+ * hits + misses and a latency histogram's total overflowed (UBSan aborted `promptcache report`
+ * and the proxy's /dashboard/data on two forged hourly fields).
+ */
+static void test_render_huge_counts(void)
+{
+    struct report r;
+    report_init(&r, 0, TALLY_HOUR_MS);
+    add(&r, "requests|" TA "|m", INT64_MAX);
+    add(&r, "hits|" TA "|m", INT64_MAX - 1);
+    add(&r, "misses|" TA "|m", INT64_MAX - 1);
+    add(&r, "lat|hit|0", INT64_MAX - 1);
+    add(&r, "lat|hit|1", INT64_MAX - 1);
+    T_CHECK(report_lat_count(r.lat[TALLY_LAT_HIT]) == INT64_MAX);
+    T_CHECK(report_lat_quantile(r.lat[TALLY_LAT_HIT], 0.5) >= 0);
+    report_sort(&r);
+    struct pc_buf out = PC_BUF_INIT;
+    report_render(&r, REPORT_JSON, &out);
+    cJSON *j = cJSON_Parse(pc_buf_cstr(&out));
+    T_CHECK(j != NULL);
+    const cJSON *total = cJSON_GetObjectItem(j, "total");
+    T_CHECK(fabs(cJSON_GetObjectItem(total, "hit_rate")->valuedouble - 0.5) < 1e-9);
+    const cJSON *hit = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "latency_ms"), "hit");
+    T_CHECK(cJSON_GetObjectItem(hit, "count")->valuedouble > 9e18);
+    cJSON_Delete(j);
+    pc_buf_reset(&out);
+    report_render(&r, REPORT_TABLE, &out);
+    T_CHECK(strstr(pc_buf_cstr(&out), "50.0%") != NULL);
+    T_CHECK(strstr(pc_buf_cstr(&out), " 9223372036854775807\n") != NULL);
+    pc_buf_free(&out);
+    report_free(&r);
+}
+
 static void test_tally_forms(void)
 {
     char key[TALLY_KEY_MAX], model[TALLY_MODEL_MAX + 1];
@@ -300,6 +334,7 @@ int main(void)
     T_RUN(test_pricing);
     T_RUN(test_money_by_token_kind);
     T_RUN(test_render);
+    T_RUN(test_render_huge_counts);
     T_RUN(test_tally_forms);
     T_RUN(test_tally_rows);
     T_DONE();
