@@ -18,6 +18,7 @@
 
 #include "pc_api.h"
 #include "pc_entry.h"
+#include "pc_store.h"
 #include "pc_util.h"
 
 struct conf;
@@ -122,8 +123,10 @@ void semantic_members_pattern(const char *tenant_id, char out[ENTRY_KEY_MAX]);
 /*
  * After a flush: tell every instance (the Stream) and, with p, this process's
  * index at once. p may be NULL (semantic off here: other instances still listen).
+ * cb (store_write_cb's) says whether the stream took the event; NULL if not sent.
  */
-void semantic_publish_flush(struct semantic_port *p, struct store *store, const char *tenant_id);
+struct store_cmd *semantic_publish_flush(struct semantic_port *p, struct store *store,
+                                         const char *tenant_id, store_int_fn *cb, void *arg);
 /*
  * An entry was written over and gets no vector: delete the old vector record
  * and tell every instance (DEL + XADD del on store), and with p this

@@ -117,6 +117,13 @@ struct store_cmd *store_set_cb(struct store *s, const void *key, size_t klen, co
  */
 int store_write(struct store *s, int argc, const char **argv, const size_t *lens);
 /*
+ * The same write with a completion callback: STORE_OK once Redis answered anything but an
+ * error (an OOM refusal, WRONGTYPE... is STORE_ERR). NULL and no callback if not sent. For
+ * writes whose loss must be told, such as the stream events of a delete.
+ */
+struct store_cmd *store_write_cb(struct store *s, int argc, const char **argv, const size_t *lens,
+                                 store_int_fn *cb, void *arg);
+/*
  * Delete every key matching a glob pattern (SCAN + UNLINK in batches, each
  * step under the command timeout x 20). cb gets the number deleted. On a
  * cluster it runs on every primary at once (one UNLINK per slot), NULL

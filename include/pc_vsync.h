@@ -66,6 +66,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pc_store.h"
 #include "pc_vindex.h"
 
 struct stats;
@@ -166,6 +167,9 @@ int vsync_store_put(struct store *s, const unsigned char tenant[VINDEX_TENANT_LE
 int vsync_store_del(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
                     const unsigned char key[VINDEX_KEY_LEN], const unsigned char *partition);
 int vsync_store_flush(struct store *s, const unsigned char *tenant);
+/* The same, with store_write_cb's completion callback (NULL if not sent). */
+struct store_cmd *vsync_store_flush_cb(struct store *s, const unsigned char *tenant,
+                                       store_int_fn *cb, void *arg);
 /* XADD set: send it right after the entry's SET, on the same store. */
 int vsync_store_entry_set(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
                           const unsigned char key[VINDEX_KEY_LEN]);

@@ -94,6 +94,7 @@ enum op_kind {
     OP_FLUSH_VECTORS,
     OP_FLUSH_MEMBERS,
     OP_FLUSH_MARKS,
+    OP_FLUSH_PUBLISH, /* the stream event that tells every instance (their L1, their index) */
 };
 
 struct cache_op {
@@ -653,6 +654,19 @@ static void on_flush_step(void *arg, enum store_status st, long long n)
     } else if (op->kind == OP_FLUSH_MEMBERS) {
         op->kind = OP_FLUSH_MARKS;
         bound_entry_pattern(tenant, pattern);
+    } else if (op->kind == OP_FLUSH_MARKS) {
+        /*
+         * Every instance drops the flushed answers from its L1 and vectors from its index
+         * (this one at once). A flush whose event the stream refused (a full Redis refuses
+         * XADD, not the deletes) has not worked: the other instances' L1 would serve the
+         * answers for the rest of their TTL. It fails (503), and running it again tells them.
+         */
+        op->kind = OP_FLUSH_PUBLISH;
+        l1_clear(op->c->l1, tenant);
+        op->cmd = semantic_publish_flush(op->c->sem, op->c->store, tenant, on_flush_step, op);
+        if (op->cmd == NULL)
+            flush_finish(op, false);
+        return;
     }
     if (pattern[0] != '\0') {
         op->cmd = store_delete_matching(op->c->store, pattern, on_flush_step, op);
@@ -660,9 +674,6 @@ static void on_flush_step(void *arg, enum store_status st, long long n)
             flush_finish(op, false);
         return;
     }
-    /* Every instance drops the flushed vectors from its index (and this one at once). */
-    semantic_publish_flush(op->c->sem, op->c->store, tenant);
-    l1_clear(op->c->l1, tenant);
     flush_finish(op, true);
 }
 

@@ -349,6 +349,7 @@ struct purge_op {
     char tenant_hex[TENANT_ID_LEN + 1];
     bool has_part; /* its vector record named its partition: the member list drops it too */
     unsigned char partition[VINDEX_PART_LEN];
+    long long deleted; /* purge_entry: 1 if the entry was there */
 };
 
 static struct purge_op *op_new(struct store *s, struct l1 *l1, struct stats *st, purge_fn *cb,
@@ -388,19 +389,42 @@ static void finish(struct purge_op *op, enum store_status st, long long n)
     cb(arg, st == STORE_OK, n);
 }
 
+/* The entry's del event: the delete has worked once the stream took it. */
+static void on_published(void *arg, enum store_status st, long long n)
+{
+    (void)n;
+    struct purge_op *op = arg;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    op->cmd = NULL;
+    finish(op, st, op->deleted);
+}
+
 static void on_one(void *arg, enum store_status st, long long n)
 {
     struct purge_op *op = arg;
     PC_CHECK_OBJ(op, PURGE_MAGIC);
     op->cmd = NULL;
-    if (st == STORE_OK)
-        publish_del(op, op->tenant, op->exact, op->tenant_hex);
-    if (st == STORE_OK && op->has_part) { /* the list's own slot: a command of its own */
+    if (st != STORE_OK) {
+        finish(op, st, 0);
+        return;
+    }
+    op->deleted = n > 0 ? 1 : 0;
+    if (op->has_part) { /* the list's own slot: a command of its own */
         struct vsync_argv a;
         vsync_argv_member_del(&a, op->tenant, op->exact, op->partition);
         store_write(op->store, a.argc, a.argv, a.lens);
     }
-    finish(op, st, n > 0 ? 1 : 0);
+    /*
+     * Every instance drops it (XADD del: their L1 and vector index), this one's L1 at once. An
+     * event the stream refused (a full Redis refuses XADD, not the delete) fails the delete
+     * (503): the other instances' L1 would serve the answer for the rest of its TTL.
+     */
+    struct vsync_argv a;
+    vsync_argv_del(&a, op->tenant, op->exact);
+    l1_delete(op->l1, op->tenant_hex, op->exact);
+    op->cmd = store_write_cb(op->store, a.argc, a.argv, a.lens, on_published, op);
+    if (op->cmd == NULL)
+        finish(op, STORE_ERR, op->deleted);
 }
 
 /* EVAL the delete of the entry and its vector record. */

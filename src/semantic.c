@@ -718,7 +718,8 @@ static void tenant_hex(const unsigned char t[VINDEX_TENANT_LEN], char out[TENANT
     pc_hex(t, VINDEX_TENANT_LEN, out);
 }
 
-void semantic_publish_flush(struct semantic_port *p, struct store *store, const char *tenant_id)
+struct store_cmd *semantic_publish_flush(struct semantic_port *p, struct store *store,
+                                         const char *tenant_id, store_int_fn *cb, void *arg)
 {
     if (p != NULL) {
         struct vindex *vx = index_get(p->s);
@@ -733,7 +734,7 @@ void semantic_publish_flush(struct semantic_port *p, struct store *store, const 
     unsigned char t[VINDEX_TENANT_LEN];
     if (tenant_id != NULL)
         tenant_bytes(tenant_id, t);
-    vsync_store_flush(store, tenant_id != NULL ? t : NULL);
+    return vsync_store_flush_cb(store, tenant_id != NULL ? t : NULL, cb, arg);
 }
 
 static void forget(struct semantic_port *p, struct store *store, const char *tenant_id,

@@ -166,7 +166,7 @@ enum cmd_kind {
     CMD_UNLINK, /* store_delete_matching, UNLINK step */
     CMD_PICK,   /* store_delete_picked, EVAL step */
     CMD_INT,    /* store_call_int: integer reply */
-    CMD_WRITE,  /* store_write: any reply but an error is fine */
+    CMD_WRITE,  /* store_write(_cb): any reply but an error is fine */
     CMD_INTERNAL,
     CMD_FANOUT, /* cluster: store_delete_matching over every primary (never sent itself) */
 };
@@ -578,10 +578,10 @@ static void cmd_complete(struct store_cmd *c, enum store_status st, const char *
         c->cb.num(c->arg, st, n);
         break;
     case CMD_SET:
+    case CMD_WRITE:
         if (c->cb.num != NULL)
             c->cb.num(c->arg, st, 0);
         break;
-    case CMD_WRITE:
     case CMD_INTERNAL:
         break;
     }
@@ -1862,19 +1862,27 @@ int store_set(struct store *s, const void *key, size_t klen, const void *val, si
     return store_set_cb(s, key, klen, val, vlen, ttl_ms, NULL, NULL) != NULL ? 0 : -1;
 }
 
-int store_write(struct store *s, int argc, const char **argv, const size_t *lens)
+struct store_cmd *store_write_cb(struct store *s, int argc, const char **argv, const size_t *lens,
+                                 store_int_fn *cb, void *arg)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
     if ((s = route_argv(s, argc, argv, lens)) == NULL)
-        return -1;
+        return NULL;
     struct store_cmd *c = cmd_new(s, CMD_WRITE);
+    c->cb.num = cb;
+    c->arg = arg;
     snprintf(c->what, sizeof(c->what), "%.*s", (int)PC_MIN(lens[0], sizeof(c->what) - 1), argv[0]);
     if (cmd_send(c, argc, argv, lens, s->timeout_ms) < 0) {
         stats_incr(s->st, STAT_redis_errors);
         cmd_free(c);
-        return -1;
+        return NULL;
     }
-    return 0;
+    return c;
+}
+
+int store_write(struct store *s, int argc, const char **argv, const size_t *lens)
+{
+    return store_write_cb(s, argc, argv, lens, NULL, NULL) != NULL ? 0 : -1;
 }
 
 static struct store_cmd *fanout_delete(struct store *s, const char *pattern,

@@ -373,6 +373,14 @@ int vsync_store_flush(struct store *s, const unsigned char *tenant)
     return send_argv(s, &a);
 }
 
+struct store_cmd *vsync_store_flush_cb(struct store *s, const unsigned char *tenant,
+                                       store_int_fn *cb, void *arg)
+{
+    struct vsync_argv a;
+    vsync_argv_flush(&a, tenant);
+    return store_write_cb(s, a.argc, a.argv, a.lens, cb, arg);
+}
+
 int vsync_store_entry_set(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
                           const unsigned char key[VINDEX_KEY_LEN])
 {

@@ -176,6 +176,44 @@ h.test('a refresh through one instance replaces the answer in every instance\'s 
     await other.stop(5000);
 });
 
+/*
+ * A full Redis (maxmemory reached, noeviction) refuses XADD, not UNLINK: a delete or a flush
+ * whose stream event it refused reached Redis but not the other instances' L1, which served the
+ * deleted answer for the rest of its TTL while the admin API answered 200. Such a delete fails
+ * (503); run again once Redis takes writes, it tells every instance.
+ */
+h.test('a delete whose stream event Redis refuses fails; run again, it reaches every L1', async () => {
+    const other = await env.startProxy({args: ['--admin-token', ADMIN_TOKEN]});
+    await waitLive(other);
+    await waitLive(env.proxy);
+    const one = h.chatBody(h.uniq('l1 full redis entry'));
+    const all = h.chatBody(h.uniq('l1 full redis flush'));
+    const id = (await stored(other, one)).headers['x-cache-key'];
+    await stored(other, all);
+    await inL1(env.proxy, one);
+    await inL1(env.proxy, all);
+    const del = () => h.request(other.url, {method: 'DELETE', path: `/admin/cache/entries/${id}`,
+        headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
+    const [, policy] = await env.redis.command('CONFIG', 'GET', 'maxmemory-policy');
+    await env.redis.command('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+    await env.redis.command('CONFIG', 'SET', 'maxmemory', '1');
+    try {
+        const r1 = await del();
+        assert.equal(r1.status, 503, `delete of one entry: ${r1.text}`);
+        const r2 = await flush(other);
+        assert.equal(r2.status, 503, `flush: ${r2.text}`);
+    } finally {
+        await env.redis.command('CONFIG', 'SET', 'maxmemory', '0');
+        await env.redis.command('CONFIG', 'SET', 'maxmemory-policy', policy);
+    }
+    assert.equal((await del()).status, 200);
+    assert.equal((await flush(other)).status, 200);
+    for (const body of [one, all])
+        await h.waitFor(async () => (await env.proxy.post(CHAT, body, {'cache-control': 'no-store'}))
+            .headers['x-cache-status'] === 'MISS', {what: 'the delete applied to the other L1'});
+    await other.stop(5000);
+});
+
 h.test('a tenant flush drops only that tenant from the L1', async () => {
     await waitLive(env.proxy);
     const a = h.chatBody(h.uniq('l1 tenant a'));
