@@ -350,6 +350,10 @@ struct purge_op {
     bool has_part; /* its vector record named its partition: the member list drops it too */
     unsigned char partition[VINDEX_PART_LEN];
     long long deleted; /* purge_entry: 1 if the entry was there */
+    /* purge_matching: the del events not answered yet, whether one failed, the deletes' end */
+    size_t events;
+    bool event_failed, matched, cancelled;
+    enum store_status matched_st;
 };
 
 static struct purge_op *op_new(struct store *s, struct l1 *l1, struct stats *st, purge_fn *cb,
@@ -369,16 +373,6 @@ static void op_free(struct purge_op *op)
 {
     op->magic = 0;
     free(op);
-}
-
-/* Every instance drops the entry (XADD del: their L1 and vector index), this one's L1 at once. */
-static void publish_del(struct purge_op *op, const unsigned char tenant[VINDEX_TENANT_LEN],
-                        const unsigned char exact[PC_SHA256_LEN], const char *tenant_hex)
-{
-    struct vsync_argv a;
-    vsync_argv_del(&a, tenant, exact);
-    store_write(op->store, a.argc, a.argv, a.lens);
-    l1_delete(op->l1, tenant_hex, exact);
 }
 
 static void finish(struct purge_op *op, enum store_status st, long long n)
@@ -474,6 +468,33 @@ struct purge_op *purge_entry(struct store *s, struct l1 *l1, struct stats *st,
     return op;
 }
 
+/*
+ * purge_matching is over once the deletes are and every del event is answered: an event the
+ * stream refused (a full Redis refuses XADD, not the deletes) fails it (503), as the other
+ * instances' L1 would serve those answers for the rest of their TTL. A cancelled op is freed
+ * by its last event.
+ */
+static void matching_end(struct purge_op *op)
+{
+    if (!op->matched || op->events > 0)
+        return;
+    if (op->cancelled) {
+        op_free(op);
+        return;
+    }
+    finish(op, op->event_failed ? STORE_ERR : op->matched_st, op->deleted);
+}
+
+static void on_del_event(void *arg, enum store_status st, long long n)
+{
+    (void)n;
+    struct purge_op *op = arg;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    op->events--;
+    op->event_failed |= st != STORE_OK;
+    matching_end(op);
+}
+
 /* A picked entry (key), or key NULL and len entries the script could not read. */
 static void on_picked(void *arg, const char *key, size_t len)
 {
@@ -489,7 +510,13 @@ static void on_picked(void *arg, const char *key, size_t len)
         stats_incr(op->st, STAT_cache_corrupt); /* SCAN's pattern should have kept it out */
         return;
     }
-    publish_del(op, tenant, exact, tenant_hex);
+    struct vsync_argv a;
+    vsync_argv_del(&a, tenant, exact);
+    if (store_write_cb(op->store, a.argc, a.argv, a.lens, on_del_event, op) != NULL)
+        op->events++;
+    else
+        op->event_failed = true;
+    l1_delete(op->l1, tenant_hex, exact);
 }
 
 static void on_matching(void *arg, enum store_status st, long long n)
@@ -497,7 +524,10 @@ static void on_matching(void *arg, enum store_status st, long long n)
     struct purge_op *op = arg;
     PC_CHECK_OBJ(op, PURGE_MAGIC);
     op->cmd = NULL;
-    finish(op, st, n);
+    op->matched = true;
+    op->matched_st = st;
+    op->deleted = n;
+    matching_end(op);
 }
 
 struct purge_op *purge_matching(struct store *s, struct l1 *l1, struct stats *st,
@@ -532,6 +562,11 @@ void purge_cancel(struct purge_op **opp)
     *opp = NULL;
     PC_CHECK_OBJ(op, PURGE_MAGIC);
     store_cancel(&op->cmd);
+    if (op->events > 0) { /* its del events still to come: the last frees it */
+        op->cancelled = true;
+        op->matched = true;
+        return;
+    }
     op_free(op);
 }
 

@@ -188,10 +188,14 @@ h.test('a delete whose stream event Redis refuses fails; run again, it reaches e
     await waitLive(env.proxy);
     const one = h.chatBody(h.uniq('l1 full redis entry'));
     const all = h.chatBody(h.uniq('l1 full redis flush'));
+    const model = h.chatBody(h.uniq('l1 full redis model'), {model: 'l1-full-redis-model'});
     const id = (await stored(other, one)).headers['x-cache-key'];
     await stored(other, all);
-    await inL1(env.proxy, one);
-    await inL1(env.proxy, all);
+    await stored(other, model);
+    for (const body of [one, all, model])
+        await inL1(env.proxy, body);
+    const purge = () => h.request(other.url, {method: 'DELETE', path: '/admin/cache?model=l1-full-redis-model',
+        headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
     const del = () => h.request(other.url, {method: 'DELETE', path: `/admin/cache/entries/${id}`,
         headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
     const [, policy] = await env.redis.command('CONFIG', 'GET', 'maxmemory-policy');
@@ -200,6 +204,8 @@ h.test('a delete whose stream event Redis refuses fails; run again, it reaches e
     try {
         const r1 = await del();
         assert.equal(r1.status, 503, `delete of one entry: ${r1.text}`);
+        const r3 = await purge();
+        assert.equal(r3.status, 503, `purge by model: ${r3.text}`);
         const r2 = await flush(other);
         assert.equal(r2.status, 503, `flush: ${r2.text}`);
     } finally {
@@ -208,7 +214,7 @@ h.test('a delete whose stream event Redis refuses fails; run again, it reaches e
     }
     assert.equal((await del()).status, 200);
     assert.equal((await flush(other)).status, 200);
-    for (const body of [one, all])
+    for (const body of [one, all, model])
         await h.waitFor(async () => (await env.proxy.post(CHAT, body, {'cache-control': 'no-store'}))
             .headers['x-cache-status'] === 'MISS', {what: 'the delete applied to the other L1'});
     await other.stop(5000);
