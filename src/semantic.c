@@ -107,6 +107,12 @@ struct semantic {
     pthread_mutex_t mu; /* guards the lazy creation of vx and sync (an embedder of unknown dim) */
     struct vindex *vx;  /* NULL until the dimension is known (a remote embedder's first vector) */
     struct vsync *sync;
+    bool dim_seen; /* vx's dimension is the embedder's own, not read from Redis at start */
+    bool dim_warned;
+    /* An index made for the dimension found in Redis at start, which the embedder's vectors
+     * did not have: kept (threads may hold it) and idle until the end. */
+    struct vindex *old_vx;
+    struct vsync *old_sync;
     struct follow *follow; /* the process's stream follower (NULL: none) */
     bool following;        /* our handler was started (and not down since): under mu */
     struct bound *bound;   /* semantic-max-error; NULL when off */
@@ -246,10 +252,25 @@ int64_t semantic_index_memory_bytes(const struct conf *c)
     return (int64_t)pages * (int64_t)page / INDEX_MEMORY_FRACTION;
 }
 
-/* The index for vectors of dim (created on first use when the embedder is remote). */
-static struct vindex *index_for(struct semantic *s, int dim)
+/*
+ * The index for vectors of dim (created on first use when the embedder is remote). seen: dim
+ * is that of a vector the embedder gave, which overrules a dimension read from Redis at start
+ * (old records of the space from another model or server behind the same embedder-model name,
+ * or forged ones): the index is made again, once, for the embedder's.
+ */
+static struct vindex *index_for(struct semantic *s, int dim, bool seen)
 {
     pthread_mutex_lock(&s->mu);
+    if (seen && !s->dim_seen && s->vx != NULL && vindex_dim(s->vx) != dim && s->old_vx == NULL) {
+        log_warn("semantic: the embedder's vectors have %d dimensions, the vectors of space "
+                 "\"%s\" found in Redis at start %d: the index is made again for %d (the "
+                 "others are never candidates; they expire with their entries)",
+                 dim, s->space, vindex_dim(s->vx), dim);
+        s->old_vx = s->vx;
+        s->old_sync = s->sync;
+        s->vx = NULL;
+        s->sync = NULL;
+    }
     if (s->vx == NULL) {
         struct vindex_opts vo = {
             .dim = dim,
@@ -272,7 +293,18 @@ static struct vindex *index_for(struct semantic *s, int dim)
         }
     }
     struct vindex *vx = s->vx != NULL && vindex_dim(s->vx) == dim ? s->vx : NULL;
+    if (seen && vx != NULL)
+        s->dim_seen = true;
+    bool warn = seen && vx == NULL && s->vx != NULL && !s->dim_warned;
+    if (warn)
+        s->dim_warned = true;
+    int have = s->vx != NULL ? vindex_dim(s->vx) : 0;
     pthread_mutex_unlock(&s->mu);
+    if (warn)
+        log_warn("semantic: the embedder gave a vector of %d dimensions, the index holds %d: "
+                 "such vectors are neither searched nor indexed here (a restart takes the "
+                 "embedder's dimension)",
+                 dim, have);
     return vx;
 }
 
@@ -413,7 +445,7 @@ struct semantic *semantic_create(const struct conf *c, struct stats *st, char *e
     }
     s->bound = bound_create(c, s->space);
     int dim = embed_dim(s->emb) > 0 ? embed_dim(s->emb) : discover_dim(s);
-    if (dim > 0 && index_for(s, dim) == NULL) {
+    if (dim > 0 && index_for(s, dim, embed_dim(s->emb) > 0) == NULL) {
         snprintf(err, errlen, "cannot create the vector index");
         goto fail;
     }
@@ -439,10 +471,12 @@ void semantic_stop(struct semantic *s)
         return;
     pool_stop(s->pool);
     pthread_mutex_lock(&s->mu);
-    struct vsync *y = s->sync;
+    struct vsync *y = s->sync, *old = s->old_sync;
     s->sync = NULL; /* the follower, stopped before, calls in no more */
+    s->old_sync = NULL;
     pthread_mutex_unlock(&s->mu);
     vsync_stop(&y);
+    vsync_stop(&old);
 }
 
 void semantic_destroy(struct semantic **sp)
@@ -454,6 +488,7 @@ void semantic_destroy(struct semantic **sp)
     semantic_stop(s);
     pool_destroy(&s->pool);
     vindex_destroy(&s->vx);
+    vindex_destroy(&s->old_vx);
     embed_destroy(&s->emb);
     bound_destroy(&s->bound);
     pthread_mutex_destroy(&s->mu);
@@ -972,7 +1007,7 @@ static void work_search(void *arg)
 {
     struct semantic_op *op = arg;
     struct semantic *s = op->p->s;
-    struct vindex *vx = index_for(s, op->vec->dim);
+    struct vindex *vx = index_for(s, op->vec->dim, true);
     if (vx == NULL)
         return;
     /* Its own entry is not a candidate (the exact stage missed it: gone or too old). */
@@ -1158,7 +1193,7 @@ static void put_write(struct semantic_port *p, const struct semantic_item *it,
                         it->ttl_ms, expires) == 0)
         stats_incr(p->st, STAT_semantic_vectors_stored);
     pc_buf_free(&val);
-    struct vindex *vx = index_for(s, vec->dim);
+    struct vindex *vx = index_for(s, vec->dim, true);
     if (vx != NULL) /* ignored unless its partition is in memory: a load would read it */
         vindex_add(vx, it->partition, &item, vec->v);
 }

@@ -350,6 +350,41 @@ h.test('on a fresh Redis, a rewording asked right after start is a hit (the inde
     }
 });
 
+h.test('vectors of another dimension in Redis at start do not turn the semantic cache off', async () => {
+    /*
+     * With embedder openai the index takes its dimension at start from a vector record of the
+     * space found in Redis. The embedding server behind the same URL and model name now gives
+     * 32 numbers where the records hold 64: the embedder's own vectors decide, the index is made
+     * again for them (it used to stay at 64 and every question of this process missed).
+     */
+    const redis = await h.startRedis();
+    const other = createSemanticMock();
+    await other.listen();
+    const args = ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
+        '--embedder-url', other.url, '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9'];
+    try {
+        const old = await env.startProxy({redis: redis.url, args});
+        assertMiss(await old.post(CHAT, chat(`which report covers the budget ${tag()}`)));
+        await h.waitFor(async () => (await old.stats()).semantic_vectors_stored === 1,
+            {what: 'the 64-number vector stored'});
+        await old.stop();
+        other.dims = 32;
+        const p = await env.startProxy({redis: redis.url, args});
+        await p.waitReady();
+        const t = tag();
+        assertMiss(await p.post(CHAT, chat(`which report covers the travel costs ${t}`)));
+        await h.waitFor(async () => (await p.stats()).semantic_vectors_stored === 1,
+            {what: 'the 32-number vector stored'});
+        await h.eventually(async () => assertSemanticHit(await p.post(CHAT,
+            chat(`the travel costs ${t}: which report covers`), {'Cache-Control': 'no-store'})));
+        assert.match(p.proc.output, /the index is made again for 32/);
+        await p.stop();
+    } finally {
+        await other.close();
+        await redis.stop();
+    }
+});
+
 h.test('tear down', async () => {
     await proxy.stop();
     await sem.close();

@@ -25,11 +25,11 @@ const crypto = require('node:crypto');
 
 const DIMS = 64;
 
-function bagOfWords(text) {
-    const v = new Array(DIMS).fill(0);
+function bagOfWords(text, dims = DIMS) {
+    const v = new Array(dims).fill(0);
     for (const w of String(text).toLowerCase().match(/[\p{L}\p{N}]+/gu) || []) {
         const h = crypto.createHash('sha256').update(w).digest();
-        v[h.readUInt32LE(0) % DIMS] += h[4] & 1 ? 1 : -1;
+        v[h.readUInt32LE(0) % dims] += h[4] & 1 ? 1 : -1;
     }
     const n = Math.sqrt(v.reduce((s, x) => s + x * x, 0));
     return n > 0 ? v.map((x) => x / n) : v.map(() => 0);
@@ -43,6 +43,7 @@ function cosine(a, b) {
 class SemanticMock {
     constructor() {
         this.delayMs = 0;
+        this.dims = DIMS; /* another model behind the same URL and model name: set it */
         this.fail = false;
         this.verdict = () => 'yes';
         this.judge = (a, b) => (a.trim() === b.trim() ? 'yes' : 'no');
@@ -110,7 +111,7 @@ class SemanticMock {
         const input = body && body.input;
         const texts = Array.isArray(input) ? input : [input];
         this.embedInputs += texts.length;
-        const data = texts.map((t, index) => ({object: 'embedding', index, embedding: bagOfWords(t)}));
+        const data = texts.map((t, index) => ({object: 'embedding', index, embedding: bagOfWords(t, this.dims)}));
         const tokens = texts.reduce((n, t) => n + String(t).split(/\s+/).length, 0);
         this._send(res, 200, {object: 'list', data, model: body && body.model,
             usage: {prompt_tokens: tokens, total_tokens: tokens}});
