@@ -34,11 +34,12 @@
 
 #include <hiredis/hiredis.h>
 
-#define FOLLOW_MAGIC   0x464f4c57u /* "FOLW" */
-#define BACKOFF_MIN_MS 100
-#define BACKOFF_MAX_MS 5000
-#define STREAM_ID_MAX  48
-#define XREAD_ARGC_MAX (6 + 2 * FOLLOW_STREAMS_MAX)
+#define FOLLOW_MAGIC       0x464f4c57u /* "FOLW" */
+#define BACKOFF_MIN_MS     100
+#define BACKOFF_MAX_MS     5000
+#define FOREIGN_RECHECK_MS 10000 /* how often a key of another type is looked at again */
+#define STREAM_ID_MAX      48
+#define XREAD_ARGC_MAX     (6 + 2 * FOLLOW_STREAMS_MAX)
 
 struct fstream {
     char *key;
@@ -47,6 +48,12 @@ struct fstream {
     uint64_t base_added; /* the stream's entries-added when last_id was noted at its end */
     uint64_t nread;      /* entries read since */
     bool no_added;       /* Redis before 7: no entries-added, so the head's id is compared */
+    /*
+     * The key holds another type (WRONGTYPE): left out of the XREAD, its handlers down, the
+     * other streams followed; looked at again every FOREIGN_RECHECK_MS. Such a key is never a
+     * stream again by itself (XADD fails on it too) until someone deletes it.
+     */
+    bool foreign;
 };
 
 struct fgroup {
@@ -83,7 +90,8 @@ struct follow {
     int wake; /* eventfd: written by follow_destroy, polled with the sockets */
     atomic_bool live;
     bool down_logged;
-    char why[640]; /* the last failure, for the log: what, then rcli's errmsg (512) */
+    uint64_t recheck_ms; /* when the foreign streams are looked at again */
+    char why[640];       /* the last failure, for the log: what, then rcli's errmsg (512) */
 };
 
 /* --- set-up ------------------------------------------------------------------------------ */
@@ -291,7 +299,7 @@ struct stream_state {
     bool has_added;
 };
 
-/* XINFO STREAM of stream si into st; 0, or -1 (counted). */
+/* XINFO STREAM of stream si into st; 0, -1 (counted), or -2: the key is of another type. */
 static int stream_state(struct follow *f, size_t si, struct stream_state *st)
 {
     struct fgroup *g = &f->g[f->s[si].group];
@@ -307,6 +315,9 @@ static int stream_state(struct follow *f, size_t si, struct stream_state *st)
     if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "no such key") != NULL) {
         st->has_added = true; /* nothing was ever added, as far as anyone can tell */
         rc = 0;
+    } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "WRONGTYPE", 9) == 0) {
+        freeReplyObject(r);
+        return -2; /* the key is not a stream: the caller sets that stream aside */
     } else if (r->type == REDIS_REPLY_ARRAY) {
         const redisReply *id = xinfo_field(r, "last-generated-id");
         const redisReply *added = xinfo_field(r, "entries-added");
@@ -329,12 +340,13 @@ static int stream_state(struct follow *f, size_t si, struct stream_state *st)
     return rc;
 }
 
-/* Note stream si's end: following starts there. */
+/* Note stream si's end: following starts there. 0, -1, or -2: the key is of another type. */
 static int stream_note(struct follow *f, size_t si)
 {
     struct stream_state st;
-    if (stream_state(f, si, &st) < 0)
-        return -1;
+    int rc = stream_state(f, si, &st);
+    if (rc < 0)
+        return rc;
     struct fstream *s = &f->s[si];
     memcpy(s->last_id, st.last_id, sizeof(s->last_id));
     s->base_added = st.added;
@@ -370,14 +382,43 @@ static void down_stream(struct follow *f, size_t si)
             f->h[i].down(f->h[i].arg);
 }
 
+/* Stream si's key holds another type: its handlers down, the others followed; logged once. */
+static void set_aside(struct follow *f, size_t si)
+{
+    struct fstream *s = &f->s[si];
+    if (!s->foreign)
+        log_warn("follow: %s is a key of another type, not a stream: what it carries is not "
+                 "followed (the other streams are) until the key is deleted",
+                 s->key);
+    s->foreign = true;
+    stats_incr(f->row, STAT_stream_errors);
+    down_stream(f, si);
+}
+
 /* Note where each stream ends, then let the handlers catch up. */
 static int start_all(struct follow *f)
 {
-    for (size_t si = 0; si < f->ns; si++)
-        if (stream_note(f, si) < 0)
+    size_t followed = 0;
+    for (size_t si = 0; si < f->ns; si++) {
+        int rc = stream_note(f, si);
+        if (rc == -2) {
+            set_aside(f, si);
+            continue;
+        }
+        if (rc < 0)
             return -1;
+        if (f->s[si].foreign)
+            log_info("follow: %s is a stream again: followed", f->s[si].key);
+        f->s[si].foreign = false;
+        followed++;
+    }
+    if (followed == 0) {
+        snprintf(f->why, sizeof(f->why), "no stream key is a stream (keys of another type)");
+        return -1;
+    }
+    f->recheck_ms = pc_mono_ms() + FOREIGN_RECHECK_MS;
     for (size_t si = 0; si < f->ns; si++)
-        if (start_stream(f, si) < 0)
+        if (!f->s[si].foreign && start_stream(f, si) < 0)
             return -1;
     for (size_t i = 0; i < f->ng; i++)
         if (group_route(f, i) < 0) {
@@ -415,9 +456,11 @@ static int send_xread(struct follow *f, size_t gi)
     const char *argv[XREAD_ARGC_MAX] = {"XREAD", "COUNT", count_s, "BLOCK", block_s, "STREAMS"};
     int argc = 6;
     for (size_t j = 0; j < g->n; j++)
-        argv[argc++] = f->s[g->streams[j]].key;
+        if (!f->s[g->streams[j]].foreign)
+            argv[argc++] = f->s[g->streams[j]].key;
     for (size_t j = 0; j < g->n; j++)
-        argv[argc++] = f->s[g->streams[j]].last_id;
+        if (!f->s[g->streams[j]].foreign)
+            argv[argc++] = f->s[g->streams[j]].last_id;
     int done = 0;
     if (redisAppendCommandArgv(g->k.rc, argc, argv, NULL) != REDIS_OK)
         done = -1;
@@ -547,15 +590,68 @@ static int read_group(struct follow *f, size_t gi)
     return r == NULL ? 0 : take_reply(f, gi, r);
 }
 
+/* Whether group gi has a stream to read (not every one set aside). */
+static bool group_reads(const struct follow *f, size_t gi)
+{
+    for (size_t j = 0; j < f->g[gi].n; j++)
+        if (!f->s[f->g[gi].streams[j]].foreign)
+            return true;
+    return false;
+}
+
+/* Whether group gi has a stream set aside. */
+static bool group_sets_aside(const struct follow *f, size_t gi)
+{
+    for (size_t j = 0; j < f->g[gi].n; j++)
+        if (f->s[f->g[gi].streams[j]].foreign)
+            return true;
+    return false;
+}
+
+/*
+ * Look again at the set-aside streams of group gi (its connection idle): one that is a stream
+ * again (the key was deleted) is followed from its end. 0, or -1 (counted).
+ */
+static int recheck_group(struct follow *f, size_t gi)
+{
+    struct fgroup *g = &f->g[gi];
+    for (size_t j = 0; j < g->n; j++) {
+        size_t si = g->streams[j];
+        if (!f->s[si].foreign)
+            continue;
+        int rc = stream_note(f, si);
+        if (rc == -2)
+            continue;
+        if (rc < 0)
+            return -1;
+        log_info("follow: %s is a stream again: followed", f->s[si].key);
+        f->s[si].foreign = false;
+        if (start_stream(f, si) < 0 || group_route(f, gi) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* One wait: 0 go on, -1 failed, 1 stopping. */
 static int round_once(struct follow *f)
 {
     struct pollfd pf[FOLLOW_STREAMS_MAX + 1];
+    bool due = pc_mono_ms() >= f->recheck_ms, missed = false;
     for (size_t i = 0; i < f->ng; i++) {
-        if (!f->g[i].waiting && send_xread(f, i) < 0)
+        struct fgroup *g = &f->g[i];
+        if (due && group_sets_aside(f, i)) {
+            if (g->waiting) /* a reply half read: next round */
+                missed = true;
+            else if (recheck_group(f, i) < 0)
+                return -1;
+        }
+        if (!g->waiting && group_reads(f, i) && send_xread(f, i) < 0)
             return -1;
-        pf[i] = (struct pollfd){.fd = f->g[i].k.rc->fd, .events = POLLIN};
+        /* A group whose every stream is set aside sends nothing: its socket is not polled. */
+        pf[i] = (struct pollfd){.fd = g->waiting ? g->k.rc->fd : -1, .events = POLLIN};
     }
+    if (due && !missed)
+        f->recheck_ms = pc_mono_ms() + FOREIGN_RECHECK_MS;
     pf[f->ng] = (struct pollfd){.fd = f->wake, .events = POLLIN};
     int n = poll(pf, f->ng + 1, (int)(f->block_ms + f->timeout_ms));
     if (stopping(f))

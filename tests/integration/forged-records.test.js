@@ -156,3 +156,48 @@ h.test('forged prefix records are rejected and counted; routing by prefix goes o
         await Promise.all(reps.map((r) => r.close()));
     }
 });
+
+h.test('a stream key of another type is set aside: the other streams (the L1) are followed, and it is again once deleted', async () => {
+    /*
+     * One XREAD follows every stream of a server. The prefix stream's key replaced by a string
+     * made that XREAD (and XINFO) fail with WRONGTYPE, so the follower stayed down: the L1 was
+     * off and the vector index followed nobody until someone deleted the key. Now only the
+     * prefix handler is down; deleted, the key is a stream again within the recheck (10 s).
+     */
+    const reps = [];
+    const port = env.redis.port;
+    try {
+        for (let i = 0; i < 2; i++)
+            reps.push(await startVllmMock({name: `v${i}`, usPerToken: 0, usPerOutputToken: 0}));
+        await rawCommand(port, 'DEL', STREAM);
+        await rawCommand(port, 'SET', STREAM, 'not a stream');
+        const a = await env.startProxy({upstream: reps.map((r) => r.url), workers: 1,
+            args: ['--upstream-type', 'vllm']});
+        await h.waitFor(async () => (await a.stats()).l1_live === true,
+            {what: 'the L1 live beside a prefix stream of another type', timeout: 15000});
+        assert.match(a.proc.output, /pc:2:px is a key of another type/);
+        /* The L1 works: a repeat is answered from it (l1_hits, counted once the answer went out). */
+        const q = conversation(h.uniq('aside'), 1);
+        const first = await a.post(CHAT, q);
+        assert.equal(first.status, 200, first.text);
+        const home = first.headers['x-upstream'];
+        await h.eventually(async () => {
+            assert.equal((await a.post(CHAT, q, NO_STORE)).headers['x-cache-status'], 'HIT');
+            assert.ok((await a.stats()).l1_hits > 0, 'an L1 hit');
+        });
+        await rawCommand(port, 'DEL', STREAM);
+        await h.waitFor(async () => /pc:2:px is a stream again/.test(a.proc.output),
+            {what: 'the prefix stream followed again', timeout: 30000});
+        /* Followed from its end: a sound record of another instance is applied. */
+        await h.waitFor(async () => {
+            if ((await a.stats()).prefix_sync_applied > 0)
+                return true;
+            await rawCommand(port, 'XADD', STREAM, '*', 'd', record(Date.now(), home, [link(randomHash(), 50)]));
+            return false;
+        }, {what: 'a record of the prefix stream applied'});
+        assert.ok(a.alive);
+        await a.stop();
+    } finally {
+        await Promise.all(reps.map((r) => r.close()));
+    }
+});
