@@ -2643,6 +2643,14 @@ void httpd_reply_abort(struct httpd_req *r)
         return;
     r->started = true;
     r->keep_alive = false;
+    /*
+     * Write what is queued now, as httpd_reply_end does: a chunk queued this
+     * turn waits for the deferred flush, which writes it but never lingers,
+     * so a CLOSING connection whose output the socket took at once stayed
+     * open (no timer, no write callback) and the client hung.
+     */
+    if (!r->gone)
+        conn_flush(r->conn, true);
     req_finish(r);
 }
 

@@ -108,6 +108,28 @@ h.test('a stream the upstream cuts off is not cached', async () => {
     assert.ok(stats.upstream_errors >= 1, 'upstream_errors counted');
 });
 
+/*
+ * The mock writes a Responses stream's last piece and destroys the socket at
+ * once, so the proxy often relays those bytes and learns of the cut in one
+ * loop turn: the connection must still close (it stayed open, and the client
+ * hung, when the queued chunk was written by the deferred flush).
+ */
+h.test('a stream cut off right after its last bytes closes the client connection', async () => {
+    for (let i = 0; i < 10; i++) {
+        const body = {model: h.CHAT_MODEL, input: h.uniq('cut at once'), stream: true};
+        const {response} = env.proxy.begin('/v1/responses', body,
+            {'x-mock-cut': '1', 'x-mock-chunk-delay-ms': '20'});
+        const res = await response;
+        res.resume();
+        const closed = await Promise.race([
+            new Promise((resolve) => require('node:stream').finished(res, () => resolve(true))),
+            new Promise((resolve) => setTimeout(() => resolve(false), 3000)),
+        ]);
+        res.destroy();
+        assert.ok(closed, `attempt ${i + 1}: the connection of a cut-off stream is closed`);
+    }
+});
+
 h.test('the proxy keeps serving after upstream failures', async () => {
     assert.equal((await env.proxy.get('/healthz')).status, 200);
     const body = h.chatBody(h.uniq('still serving'));
