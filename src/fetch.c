@@ -289,6 +289,16 @@ static bool store_answer(struct fetch *f, uint64_t latency_us)
                   api_endpoint_name(f->endpoint));
         return false;
     }
+    /*
+     * A hit in the other mode (a stream assembled for a JSON client, a JSON
+     * answer turned into a stream) goes through cJSON, whose strings end at a
+     * decoded U+0000: the text after it would be lost. Such answers are
+     * relayed, never stored, as requests with "\u0000" are never cached.
+     */
+    if (memmem(body->data, body->len, "\\u0000", 6) != NULL) {
+        log_write(PC_LOG_INFO, f->reqid, "answer not cached: it contains \\u0000");
+        return false;
+    }
     const char *ctype =
         f->content_type ? f->content_type : (f->stream ? "text/event-stream" : "application/json");
     struct entry e = {

@@ -46,3 +46,23 @@ h.test('an Anthropic 200 of type error is not cached', async () => {
     assert.equal(again.headers['x-cache-status'], 'MISS');
     assert.equal(again.json.type, 'message');
 });
+
+/*
+ * A hit in the other mode goes through cJSON, whose strings end at a decoded
+ * U+0000: a JSON answer with "\u0000" in its text would stream to the next
+ * client cut at the NUL ("before tail" for "before\u0000after tail"). Such
+ * answers are relayed, never stored.
+ */
+h.test('an answer whose text contains \\u0000 is relayed but not cached', async () => {
+    const body = h.chatBody(h.uniq('nul answer'));
+    const text = '{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,' +
+        '"message":{"role":"assistant","content":"before\\u0000after tail"},"finish_reason":"stop"}]}';
+    const r = await env.proxy.post(CHAT, body, {'x-mock-body': text});
+    assert.equal(r.text, text, 'relayed as the upstream sent it');
+    const s = await env.proxy.post(CHAT, {...body, stream: true});
+    if (s.headers['x-cache-status'] === 'HIT') {
+        const streamed = h.assembleChat(h.parseSSE(s.text)).content;
+        assert.equal(streamed, 'before\u0000after tail', 'the whole text, if served from the cache');
+    }
+    assert.notEqual(s.headers['x-cache-status'], 'HIT', 'not served from the cache');
+});
