@@ -368,9 +368,10 @@ client-deps:
 # The integration and client files N times, one file at a time; prints each
 # test's pass count (passed/runs) and the files by duration (tests/repeat).
 # BUSY=K keeps K busy loops running beside them; FILES=... only those files.
+# What integration-test needs, it needs too (the encoder, the price list's package).
 N ?= 3
-test-repeat: $(BIN) $(VECTORS) client-deps
-	PROMPTCACHE_BIN=$(abspath $(BIN)) tests/repeat -n $(N) $(if $(BUSY),--busy $(BUSY)) $(FILES)
+test-repeat: $(BIN) $(VECTORS) $(ENCODER_STAMP) $(PRICES) client-deps
+	PROMPTCACHE_BIN=$(abspath $(BIN)) PC_GENAI_PRICES=$(abspath $(GENAI_PRICES_DIR)/package) tests/repeat -n $(N) $(if $(BUSY),--busy $(BUSY)) $(FILES)
 
 format-check:
 	@command -v clang-format >/dev/null || { echo "clang-format missing (make deps-test)"; exit 1; }
