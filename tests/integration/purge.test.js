@@ -37,6 +37,16 @@ async function store(proxy, body, headers = {}) {
     return r.headers['x-cache-key'];
 }
 
+/*
+ * Once the vector record of the entry with this id is in Redis: a MISS's vector is written
+ * after its answer was sent, so a flush right after the answer can come before it.
+ */
+async function vectorStored(id) {
+    const key = `pc:2:v:{${id.slice(0, 16)}:${id.slice(16)}}`;
+    await h.waitFor(async () => Number(await env.redis.command('EXISTS', key)) === 1,
+        {what: `the vector record ${key}`});
+}
+
 async function assertGone(proxy, body, headers = {}) {
     const calls = env.mock.callCount(CHAT);
     h.assertFromUpstream(await proxy.post(CHAT, body, {...headers, 'cache-control': 'no-store'}),
@@ -373,7 +383,10 @@ h.test('promptcache purge: the same operations from the command line', async () 
 h.test('promptcache purge --tenant and --all flush, and tell every L1', async () => {
     const t = h.bearer('sk-purge-cli-tenant');
     const key = await store(A, question('cli tenant'), t);
-    await store(A, question('cli other'));
+    const other = await store(A, question('cli other'));
+    /* both vectors written (after their answers) before the flushes that must delete them */
+    await vectorStored(key);
+    await vectorStored(other);
     const dry = await purge(['--tenant', key.slice(0, 16), '--dry-run']);
     assert.match(dry.stdout, /would delete 1 entry/);
     const r = await purge(['--tenant', key.slice(0, 16)]);
