@@ -414,8 +414,14 @@ h.test('a new instance loads a partition whose vectors live on every primary on 
 
 h.test('DELETE /admin/cache empties every primary', {timeout: 60000}, async () => {
     const q = body(h.uniq('before the flush'));
-    assertMiss(await proxies[0].post(CHAT, q));
+    const miss = await proxies[0].post(CHAT, q);
+    assertMiss(miss);
     await h.eventually(async () => h.assertHit(await proxies[1].post(CHAT, q)));
+    /* Its vector record is written after the answer went out: in Redis before the flush that
+     * must delete it (one written after would outlive it). */
+    const id = miss.headers['x-cache-key'];
+    const vkey = `pc:2:v:{${id.slice(0, 16)}:${id.slice(16)}}`;
+    await h.waitFor(async () => (await cluster.allKeys(vkey)).length === 1, {what: `the vector record ${vkey}`});
     const entries = (await cluster.allKeys()).length;
     const r = await h.request(proxies[2].url, {method: 'DELETE', path: '/admin/cache',
         headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
