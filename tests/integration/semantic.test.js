@@ -390,6 +390,7 @@ h.test('vectors of another dimension in Redis at start do not turn the semantic 
         '--embedder-url', other.url, '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9'];
     try {
         const old = await env.startProxy({redis: redis.url, args});
+        await old.waitReady();
         assertMiss(await old.post(CHAT, chat(`which report covers the budget ${tag()}`)));
         await h.waitFor(async () => (await old.stats()).semantic_vectors_stored === 1,
             {what: 'the 64-number vector stored'});
