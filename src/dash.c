@@ -49,7 +49,8 @@ struct dash {
     int want;                          /* hours the reader reads; under mu */
     bool reading;                      /* a reader thread runs; under mu */
     bool joinable;                     /* a thread was started and not joined yet */
-    bool stopping;                     /* dash_destroy waits: read no further hour; under mu */
+    bool stopping;                     /* dash_destroy was called: read no further hour; under mu */
+    bool orphaned;                     /* the reader frees d when it returns; under mu */
     pthread_t thread;
     struct field *fps; /* TENANTS_KEY_FP as read: tenant id -> key fingerprint (count 0) */
     size_t nfps;
@@ -87,18 +88,8 @@ static void hour_clear(struct hour *h)
     memset(h, 0, sizeof(*h));
 }
 
-void dash_destroy(struct dash **dp)
+static void dash_free(struct dash *d)
 {
-    struct dash *d = *dp;
-    if (d == NULL)
-        return;
-    *dp = NULL;
-    PC_CHECK_OBJ(d, DASH_MAGIC);
-    pthread_mutex_lock(&d->mu);
-    d->stopping = true; /* a read under way stops after its current hour */
-    pthread_mutex_unlock(&d->mu);
-    if (d->joinable)
-        pthread_join(d->thread, NULL);
     for (int i = 0; i < DASH_HOURS_MAX; i++)
         hour_clear(&d->hours[i]);
     fps_clear(d);
@@ -107,6 +98,32 @@ void dash_destroy(struct dash **dp)
     free(d->redis);
     d->magic = 0;
     free(d);
+}
+
+void dash_destroy(struct dash **dp)
+{
+    struct dash *d = *dp;
+    if (d == NULL)
+        return;
+    *dp = NULL;
+    PC_CHECK_OBJ(d, DASH_MAGIC);
+    /*
+     * A read under way may be blocked in a reply of a frozen Redis for its whole timeout (20
+     * times redis-timeout): a shutdown does not wait for it. It stops after its current hour
+     * and frees d itself; if the process ends first, nothing is lost (it only reads).
+     */
+    pthread_mutex_lock(&d->mu);
+    d->stopping = true;
+    bool orphan = d->reading;
+    d->orphaned = orphan;
+    pthread_mutex_unlock(&d->mu);
+    if (orphan) {
+        pthread_detach(d->thread);
+        return;
+    }
+    if (d->joinable)
+        pthread_join(d->thread, NULL); /* finished: it cleared reading */
+    dash_free(d);
 }
 
 /* ---- the reader thread -------------------------------------------------------- */
@@ -222,7 +239,7 @@ static void *reader(void *arg)
     }
     rcli_close(&k);
     pthread_mutex_lock(&d->mu);
-    bool seed = d->seed && error[0] == '\0';
+    bool seed = d->seed && error[0] == '\0' && !d->stopping; /* the metrics may be gone */
     d->seed = d->seed && !seed;
     pthread_mutex_unlock(&d->mu);
     if (seed)
@@ -231,7 +248,10 @@ static void *reader(void *arg)
     snprintf(d->error, sizeof d->error, "%s", error);
     d->read_ms = pc_wall_ms();
     d->reading = false;
+    bool orphaned = d->orphaned;
     pthread_mutex_unlock(&d->mu);
+    if (orphaned) /* dash_destroy left d to this thread */
+        dash_free(d);
     return NULL;
 }
 

@@ -95,6 +95,30 @@ h.test('SIGTERM exits 0 while Redis is frozen: no thread waits out a blocked rea
     }
 });
 
+h.test('SIGTERM exits 0 while a dashboard read waits on a frozen Redis', async () => {
+    /*
+     * The dashboard's reader thread reads the hourly counts with blocking commands bounded by
+     * 20 times redis-timeout; the shutdown joined it, so a read under way when Redis froze held
+     * the exit for that long (seen as a SIGTERM that did not end the process in 20 s, when the
+     * start-up read met the freeze). The read is left to finish on its own.
+     */
+    const proxy = await env.startProxy({args: ['--redis-timeout', '60000']});
+    await proxy.waitReady();
+    const pid = env.redis.proc.pid;
+    process.kill(pid, 'SIGSTOP');
+    try {
+        /* A read starts once the last one is 2 s old: asked until the answer says one runs. */
+        await h.waitFor(async () => {
+            const r = await proxy.get('/dashboard/data?hours=1');
+            assert.equal(r.status, 200, r.text);
+            return r.json.reading === true;
+        }, {what: 'a dashboard read under way against the frozen Redis', timeout: 15000});
+        assert.equal(await proxy.stop(20000), 0, 'exit code (SIGKILL after 20 s)');
+    } finally {
+        process.kill(pid, 'SIGCONT');
+    }
+});
+
 h.test('shutdown-timeout ends requests that outlast it, and still exits 0', async () => {
     const proxy = await env.startProxy({args: ['--shutdown-timeout', '0.5', '--workers', '4']});
     const streams = [];
