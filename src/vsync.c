@@ -515,8 +515,8 @@ struct vsync {
     struct job *head, *tail;
     size_t queued, listing;
     bool stop;
-    bool schema_wait;      /* the loader waits for pc:schema (not for a lost connection) */
-    bool kicked;           /* a lookup asked it to read pc:schema again now */
+    bool schema_wait; /* the loader waits for pc:schema or its first connect (not a lost one) */
+    bool kicked;      /* a lookup asked it to read pc:schema again now */
     uint64_t schema_reads; /* reads of pc:schema that found it not current */
     int fd;                /* the loader's socket (-1: none), shut down by vsync_stop */
     atomic_bool stopping;
@@ -1499,6 +1499,10 @@ struct vsync *vsync_start(const struct vsync_opts *o)
     s->load_max = PC_MIN(s->load_max, (size_t)LOAD_MEMBERS_MAX);
     s->vec = pc_malloc(VINDEX_DIM_MAX * sizeof(float));
     s->fd = -1;
+    /* Lookups wait for the first connect as for the schema: one that fails (Redis away) or
+     * finds no current schema ends their wait (a miss); they did not wait at all before, so a
+     * rewording asked right after start missed while the loader was still connecting. */
+    s->schema_wait = true;
     atomic_store(&s->ready, o->following);
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
