@@ -58,6 +58,7 @@ enum xfer_result {
     XFER_ERR_CONNECT = -2, /* could not connect / resolve / TLS -> 502 */
     XFER_ERR_IO = -3,      /* connection reset, truncated or malformed response -> 502 */
     XFER_ERR_INTERNAL = -4,
+    XFER_ERR_CONNECT_TIMEOUT = -5, /* no connection within a timeout, no request byte sent -> 504 */
 };
 
 /* Return values of on_data. */

@@ -352,7 +352,8 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
     PC_CHECK_OBJ(f, FETCH_MAGIC);
     f->x = NULL;
     const char *called = f->rep != NULL ? f->rep->name : NULL; /* replicas live as long as we do */
-    if (result == XFER_ERR_CONNECT && !f->got_head && retry_elsewhere(f, errmsg))
+    bool refused = result == XFER_ERR_CONNECT || result == XFER_ERR_CONNECT_TIMEOUT;
+    if (refused && !f->got_head && retry_elsewhere(f, errmsg))
         return;
     uint64_t latency = pc_mono_us() - f->start_us;
     bool wanted = f->ticket != NULL; /* cache_put consumes it */
@@ -367,7 +368,7 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
             flight_note_upstream(f->fl, called);
     }
     fetch_release(f, result == XFER_OK             ? ROUTE_OK
-                     : result == XFER_ERR_CONNECT  ? ROUTE_CONNECT_ERR
+                     : refused                     ? ROUTE_CONNECT_ERR
                      : result == XFER_ERR_INTERNAL ? ROUTE_ABORTED
                                                    : ROUTE_ERR);
     if (result == XFER_OK && f->status >= 200 && f->status <= 299 && store_answer(f, latency))

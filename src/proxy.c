@@ -970,7 +970,7 @@ static void deliver_failure(struct preq *r, const struct flight_view *v)
     if (v->upstream != NULL) /* the replica that failed, for the access log */
         pc_strlcpy(r->upstream, v->upstream, sizeof(r->upstream));
     int status = xfer_result_status((enum xfer_result)v->result);
-    if (v->result == XFER_ERR_TIMEOUT)
+    if (v->result == XFER_ERR_TIMEOUT || v->result == XFER_ERR_CONNECT_TIMEOUT)
         reply_error(r, status, "upstream did not answer in time (%s)",
                     v->errmsg ? v->errmsg : "timeout");
     else

@@ -264,7 +264,7 @@ static void xfer_finish(struct xfer *x, enum xfer_result r, const char *msg)
         text[--n] = '\0';
     if (r != XFER_OK)
         upstream_stat(u, STAT_upstream_errors, 1);
-    if (r == XFER_ERR_TIMEOUT)
+    if (r == XFER_ERR_TIMEOUT || r == XFER_ERR_CONNECT_TIMEOUT)
         upstream_stat(u, STAT_upstream_timeouts, 1);
     xfer_free(x);
     ops.on_done(arg, r, r == XFER_OK ? NULL : text);
@@ -313,7 +313,7 @@ static enum xfer_result xfer_map_code(CURLcode c)
 
 int xfer_result_status(enum xfer_result r)
 {
-    return r == XFER_ERR_TIMEOUT ? 504 : 502;
+    return r == XFER_ERR_TIMEOUT || r == XFER_ERR_CONNECT_TIMEOUT ? 504 : 502;
 }
 
 /* A transfer curl reported done (from upstream_drain, outside callbacks). */
@@ -327,7 +327,12 @@ static void xfer_complete(struct xfer *x, CURLcode code)
         xfer_finish(x, XFER_OK, NULL);
     } else {
         const char *msg = x->errbuf[0] != '\0' ? x->errbuf : curl_easy_strerror(code);
-        xfer_finish(x, xfer_map_code(code), msg);
+        enum xfer_result r = xfer_map_code(code);
+        /* Timed out before a request was ever written (TCP or TLS connect): the upstream never
+         * saw it, as with a refused connection (a dead host drops SYNs rather than refuse). */
+        if (r == XFER_ERR_TIMEOUT && x->attempts == 0)
+            r = XFER_ERR_CONNECT_TIMEOUT;
+        xfer_finish(x, r, msg);
     }
 }
 
@@ -598,7 +603,12 @@ static void xfer_on_timeout(evutil_socket_t fd, short what, void *arg)
     PC_CHECK_OBJ(x, XFER_MAGIC);
     if (x->aborted)
         return; /* cannot happen: abort deletes the timer; be safe anyway */
-    char msg[64];
+    char msg[80];
+    if (x->attempts == 0) { /* no request byte written: as a connect timeout (xfer_complete) */
+        snprintf(msg, sizeof msg, "upstream connection not made within %g s", x->timeout);
+        xfer_finish(x, XFER_ERR_CONNECT_TIMEOUT, msg);
+        return;
+    }
     snprintf(msg, sizeof msg, "upstream timed out after %g s", x->timeout);
     xfer_finish(x, XFER_ERR_TIMEOUT, msg);
 }

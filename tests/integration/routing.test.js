@@ -6,6 +6,7 @@
  * client never notices), and /stats and /metrics show every replica.
  */
 const assert = require('node:assert/strict');
+const net = require('node:net');
 const h = require('./lib');
 
 const env = h.environment({proxy: false});
@@ -94,6 +95,42 @@ h.test('a replica that refuses connections is skipped without failing a request'
     assert.equal(deadRep.connect_errors, st.upstream_failovers);
     assert.equal(deadRep.requests, deadRep.connect_errors);
     await proxy.stop();
+});
+
+h.test('a replica whose connection never completes is skipped too, without failing a request', async () => {
+    /* It takes the TCP connection but never answers the TLS handshake: like a dead host that drops
+     * SYNs, the call times out before any request byte is written, so the replica never saw it. */
+    const silent = [];
+    const server = net.createServer((s) => silent.push(s));
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const hung = `127.0.0.1:${server.address().port}`;
+    try {
+        /* Whichever runs out first: the connect timeout, or upstream-timeout before any byte. */
+        for (const timeouts of [['--upstream-connect-timeout', '0.5'],
+            ['--upstream-connect-timeout', '30', '--upstream-timeout', '0.5']]) {
+            const proxy = await env.startProxy({upstream: [`https://${hung}`, env.mock.url], workers: 1,
+                args: ['--routing', 'round-robin', ...timeouts]});
+            for (let i = 0; i < 4; i++) {
+                const r = await proxy.post(CHAT, h.chatBody(h.uniq('hung replica')), OFF);
+                assert.equal(r.status, 200, r.text);
+                assert.equal(r.headers['x-upstream'], replicaName(env.mock));
+            }
+            const st = await proxy.stats();
+            const rep = st.replicas.find((x) => x.name === hung);
+            assert.equal(rep.healthy, false, 'left out for upstream-fail-timeout');
+            assert.equal(rep.requests, 1, 'tried once, then left out');
+            assert.equal(st.upstream_failovers, 1);
+            await proxy.stop();
+        }
+        /* No other replica: still the 504 of a timeout. */
+        const alone = await env.startProxy({upstream: [`https://${hung}`], workers: 1,
+            args: ['--upstream-connect-timeout', '0.5']});
+        h.assertOpenAIError(await alone.post(CHAT, h.chatBody(h.uniq('hung alone')), OFF), 504);
+        await alone.stop();
+    } finally {
+        silent.forEach((s) => s.destroy());
+        await new Promise((resolve) => server.close(resolve));
+    }
 });
 
 h.test('every replica refusing gives 502 in the API shape', async () => {
