@@ -7,7 +7,8 @@
  * So the proxy marks only what pays: the end of a segment (tools, system,
  * an earlier turn - never the last message, which is new) whose prefix was
  * sent within the last 5 minutes and is long enough, at most two marks, and
- * never more than 4 counting the client's own, which stay where they are.
+ * never more than 4 counting the client's own (a tool_result's too), which
+ * stay where they are, and none before a client's mark with a longer ttl.
  *
  *   candidates (segment ends, not the last message)
  *     ─▶ seen within 5 min (fresh links) and >= the model's minimum tokens
@@ -81,15 +82,44 @@ static bool last_element(const struct backend_body *b, const struct jspan *arr, 
     return any;
 }
 
-/* Client marks in the blocks of an array (tools, system, a message's content). */
-static int marks_in(const struct backend_body *b, const struct jspan *arr)
+/*
+ * Client marks. Anthropic counts every block that carries one, those inside a
+ * block's own content (a tool_result's) too, and refuses a request where a
+ * mark with a longer lifetime (ttl "1h") comes after a shorter one (5 minutes,
+ * the proxy's): so the proxy only marks after the last such mark.
+ */
+struct client_marks {
+    int n;         /* blocks with a mark */
+    bool long_ttl; /* one of them with a ttl other than 5 minutes */
+};
+
+/* Whether the block's mark names a lifetime other than the default 5 minutes. */
+static bool long_mark(const struct backend_body *b, const struct jspan *block)
+{
+    struct jspan cc, ttl;
+    if (!jedit_member(b->text, block, "cache_control", NULL, &cc) ||
+        !jedit_member(b->text, &cc, "ttl", NULL, &ttl))
+        return false;
+    struct pc_buf t = PC_BUF_INIT;
+    bool five = jedit_string(b->text, &ttl, &t) && strcmp(pc_buf_cstr(&t), "5m") == 0;
+    pc_buf_free(&t);
+    return !five;
+}
+
+/* Client marks in the blocks of an array (tools, system, a message's content) and inside them. */
+static void marks_in(const struct backend_body *b, const struct jspan *arr, int depth,
+                     struct client_marks *cm)
 {
     size_t cur = 0;
-    int n = 0;
-    struct jspan el;
-    while (jedit_is_array(b->text, arr) && jedit_next(b->text, arr, &cur, NULL, &el))
-        n += has_mark(b, &el);
-    return n;
+    struct jspan el, inner;
+    while (jedit_is_array(b->text, arr) && jedit_next(b->text, arr, &cur, NULL, &el)) {
+        if (has_mark(b, &el)) {
+            cm->n++;
+            cm->long_ttl = cm->long_ttl || long_mark(b, &el);
+        }
+        if (depth < 4 && jedit_member(b->text, &el, "content", NULL, &inner))
+            marks_in(b, &inner, depth + 1, cm);
+    }
 }
 
 /* The content of message i, or false. */
@@ -103,19 +133,45 @@ static bool message_content(const struct msg_body *m, uint32_t i, struct jspan *
     return false;
 }
 
-static int client_marks(const struct msg_body *m)
+/*
+ * Every client mark, and the position of the last one with a longer lifetime
+ * (tools 0, system 1, message i 2 + i; -1 if none): the proxy's marks must
+ * come after it.
+ */
+static int client_marks(const struct msg_body *m, long *long_pos)
 {
-    int n = 0;
-    if (m->has_tools)
-        n += marks_in(m->b, &m->tools);
-    if (m->has_system)
-        n += marks_in(m->b, &m->system);
+    struct client_marks all = {0, false};
+    *long_pos = -1;
+    if (m->has_tools) {
+        marks_in(m->b, &m->tools, 0, &all);
+        if (all.long_ttl)
+            *long_pos = 0;
+    }
+    if (m->has_system) {
+        struct client_marks cm = {0, false};
+        marks_in(m->b, &m->system, 0, &cm);
+        all.n += cm.n;
+        if (cm.long_ttl)
+            *long_pos = 1;
+    }
     size_t cur = 0;
     struct jspan el, content;
-    while (m->has_messages && jedit_next(m->b->text, &m->messages, &cur, NULL, &el))
+    for (long i = 0; m->has_messages && jedit_next(m->b->text, &m->messages, &cur, NULL, &el);
+         i++) {
+        struct client_marks cm = {0, false};
         if (jedit_member(m->b->text, &el, "content", NULL, &content))
-            n += marks_in(m->b, &content);
-    return n;
+            marks_in(m->b, &content, 0, &cm);
+        all.n += cm.n;
+        if (cm.long_ttl)
+            *long_pos = 2 + i;
+    }
+    return all.n;
+}
+
+/* The position of a segment, as client_marks counts them. */
+static long segment_pos(const struct chain_seg *s)
+{
+    return s->kind == CHAIN_SEG_TOOLS ? 0 : s->kind == CHAIN_SEG_SYSTEM ? 1 : 2 + (long)s->item;
 }
 
 /* ---- marking a segment's end ------------------------------------------------------ */
@@ -205,7 +261,8 @@ static void anthropic_body_hints(const struct conf *c, const struct backend_in *
     m.has_tools = backend_body_member(b, "tools", NULL, &m.tools);
     m.has_system = backend_body_member(b, "system", NULL, &m.system);
     m.has_messages = backend_body_member(b, "messages", NULL, &m.messages);
-    int budget = PC_MIN(HINT_MARKS, MAX_BREAKPOINTS - client_marks(&m));
+    long long_pos;
+    int budget = PC_MIN(HINT_MARKS, MAX_BREAKPOINTS - client_marks(&m, &long_pos));
     if (backend_body_member(b, "model", NULL, &model))
         jedit_string(b->text, &model, &name);
     int64_t min_tokens = backend_anthropic_min_tokens(pc_buf_cstr(&name));
@@ -213,6 +270,8 @@ static void anthropic_body_hints(const struct conf *c, const struct backend_in *
     /* Every segment but the last (the new turn); the deepest first, then the shallowest. */
     long deepest = -1;
     for (long s = (long)ch->nseg - 2; s >= 0 && budget > 0; s--) {
+        if (segment_pos(&ch->seg[s]) <= long_pos)
+            break; /* a 5-minute mark before a longer one: refused */
         if (!eligible(h, &ch->seg[s], min_tokens) || !mark_segment(&m, &ch->seg[s], e))
             continue;
         deepest = s;
@@ -220,6 +279,8 @@ static void anthropic_body_hints(const struct conf *c, const struct backend_in *
         break;
     }
     for (long s = 0; s < deepest && budget > 0; s++) {
+        if (segment_pos(&ch->seg[s]) <= long_pos)
+            continue;
         if (eligible(h, &ch->seg[s], min_tokens) && mark_segment(&m, &ch->seg[s], e))
             break;
     }

@@ -218,6 +218,58 @@ h.test('anthropic: cache_control only on a prefix seen before, long enough; the 
     await proxy.stop();
 });
 
+/* The blocks carrying cache_control in the order Anthropic reads them, with their lifetimes. */
+function anthropicMarks(body) {
+    const marks = [];
+    const walk = (v) => {
+        if (v === null || typeof v !== 'object')
+            return;
+        if (!Array.isArray(v) && v.cache_control)
+            marks.push(v.cache_control.ttl || '5m');
+        Object.values(v).forEach(walk);
+    };
+    walk([body.tools, body.system, body.messages]);
+    return marks;
+}
+
+h.test('anthropic: never more than 4 marks counting a tool_result\'s, never a 5-minute one before a 1h one', async () => {
+    const proxy = await env.startProxy({workers: 1, args: ['--upstream-type', 'anthropic']});
+    const long = (what) => `${what} ${'clause '.repeat(900)}`;
+    const mark = {type: 'ephemeral'};
+    /* Four marks of the client's own, one inside a tool_result: Anthropic refuses a fifth. */
+    const tooling = (q) => ({model: 'claude-sonnet-4-5', max_tokens: 16,
+        tools: [{name: 'lookup', description: long('tool'), input_schema: {type: 'object'}, cache_control: mark}],
+        system: [{type: 'text', text: long('system'), cache_control: mark}],
+        messages: [
+            {role: 'user', content: [{type: 'text', text: long('first'), cache_control: mark}]},
+            {role: 'assistant', content: [{type: 'tool_use', id: 'tu1', name: 'lookup', input: {}}]},
+            {role: 'user', content: [{type: 'tool_result', tool_use_id: 'tu1',
+                content: [{type: 'text', text: long('result'), cache_control: mark}]}]},
+            {role: 'assistant', content: long('answer')},
+            {role: 'user', content: q},
+        ]});
+    for (const q of ['question 1', 'question 2']) {
+        assert.equal((await proxy.post(MESSAGES, tooling(q), NO_STORE)).status, 200);
+        assert.equal(anthropicMarks(JSON.parse(env.mock.lastRequest(MESSAGES).rawBody)).length, 4);
+    }
+    /* The client caches its conversation for an hour: a 5-minute mark before that one is refused. */
+    const hour = (n) => {
+        const messages = [{role: 'user', content: long('first question')}];
+        for (let i = 1; i < n; i++)
+            messages.push({role: 'assistant', content: `answer ${i}`}, {role: 'user', content: `question ${i + 1}`});
+        messages[messages.length - 1].content = [{type: 'text', text: messages[messages.length - 1].content,
+            cache_control: {type: 'ephemeral', ttl: '1h'}}];
+        return {model: 'claude-sonnet-4-5', max_tokens: 16, system: long('You review contracts.'), messages};
+    };
+    for (const n of [1, 2, 3]) {
+        assert.equal((await proxy.post(MESSAGES, hour(n), NO_STORE)).status, 200);
+        const marks = anthropicMarks(JSON.parse(env.mock.lastRequest(MESSAGES).rawBody));
+        assert.equal(marks.lastIndexOf('1h'), marks.length - 1, `the client's mark kept: ${marks}`);
+        assert.equal(marks.indexOf('5m'), -1, `a 5m mark before the 1h one: ${marks}`);
+    }
+    await proxy.stop();
+});
+
 h.test('streams ask upstream for usage; a client that did not ask never sees it', async () => {
     const proxy = await env.startProxy({workers: 1});
     const st0 = await proxy.stats();
