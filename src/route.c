@@ -87,6 +87,50 @@ out:
     return rc;
 }
 
+static bool name_taken(const struct route *r, size_t i)
+{
+    for (size_t j = 0; j < r->n; j++)
+        if (j != i && strcmp(r->reps[j].name, r->reps[i].name) == 0)
+            return true;
+    return false;
+}
+
+/* Add suffix to the replica's name. */
+static void rename_replica(struct replica *rp, const char *suffix)
+{
+    struct pc_buf name = PC_BUF_INIT;
+    pc_buf_printf(&name, "%s%s", rp->name, suffix);
+    free(rp->name);
+    rp->name = pc_buf_cstr(&name);
+    rp->pub.name = rp->name;
+}
+
+/*
+ * Names tell replicas apart in /stats, /metrics labels, X-Upstream and the
+ * shared prefix index: replicas behind one host:port (a gateway routing by
+ * path) are named with their path, and a URL listed twice with its place.
+ */
+static void unique_names(struct route *r)
+{
+    bool clash[ROUTE_MAX_REPLICAS];
+    for (size_t i = 0; i < r->n; i++)
+        clash[i] = name_taken(r, i);
+    for (size_t i = 0; i < r->n; i++) {
+        const char *u = r->reps[i].base_url, *host = strstr(u, "://");
+        const char *path = host != NULL ? strchr(host + 3, '/') : NULL;
+        if (clash[i] && path != NULL)
+            rename_replica(&r->reps[i], path);
+    }
+    for (size_t i = 0; i < r->n; i++)
+        clash[i] = name_taken(r, i);
+    for (size_t i = 0; i < r->n; i++) {
+        char place[24];
+        snprintf(place, sizeof(place), "#%zu", i + 1);
+        if (clash[i])
+            rename_replica(&r->reps[i], place);
+    }
+}
+
 /* Each replica's KV capacity in tokens: prefix-capacity, else from the model's geometry. */
 static int64_t capacity_of(const struct conf *c)
 {
@@ -124,6 +168,7 @@ struct route *route_create(const struct conf *c, char *err, size_t errlen)
             return NULL;
         }
     }
+    unique_names(r);
     int64_t cap[ROUTE_MAX_REPLICAS];
     for (size_t i = 0; i < r->n; i++)
         cap[i] = capacity_of(c);

@@ -6,6 +6,7 @@
  * client never notices), and /stats and /metrics show every replica.
  */
 const assert = require('node:assert/strict');
+const http = require('node:http');
 const net = require('node:net');
 const h = require('./lib');
 
@@ -156,6 +157,37 @@ h.test('/metrics has one series per replica', async () => {
         assert.ok(m.text.includes(`promptcache_replica_up{upstream="${replicaName(mock)}"} 1`));
     }
     await proxy.stop();
+});
+
+h.test('replicas behind one host:port (told apart by path) keep apart in /stats, /metrics and X-Upstream', async () => {
+    /* A gateway that routes /a/... and /b/... to two engines (here both to the mock). */
+    const gw = http.createServer((req, res) => {
+        const m = /^\/(a|b)(\/.*)$/.exec(req.url);
+        const up = http.request(env.mock.url + m[2], {method: req.method, headers: req.headers}, (ur) => {
+            res.writeHead(ur.statusCode, {...ur.headers, 'x-engine': m[1]});
+            ur.pipe(res);
+        });
+        req.pipe(up);
+    });
+    await new Promise((resolve) => gw.listen(0, '127.0.0.1', resolve));
+    const at = `127.0.0.1:${gw.address().port}`;
+    try {
+        const proxy = await env.startProxy({upstream: [`http://${at}/a`, `http://${at}/b`], workers: 1,
+            args: ['--routing', 'round-robin']});
+        for (let i = 0; i < 4; i++) {
+            const r = await proxy.post(CHAT, h.chatBody(h.uniq('by path')), OFF);
+            assert.equal(r.status, 200, r.text);
+            assert.equal(r.headers['x-upstream'], `${at}/${r.headers['x-engine']}`);
+        }
+        const st = await proxy.stats();
+        assert.deepEqual(st.replicas.map((x) => [x.name, x.requests]), [[`${at}/a`, 2], [`${at}/b`, 2]]);
+        const series = (await proxy.get('/metrics')).text.split('\n')
+            .filter((l) => l !== '' && !l.startsWith('#')).map((l) => l.replace(/ \S+$/, ''));
+        assert.deepEqual(series.filter((k, i) => series.indexOf(k) !== i), [], 'no series twice in /metrics');
+        await proxy.stop();
+    } finally {
+        await new Promise((resolve) => gw.close(resolve));
+    }
 });
 
 h.test('tear down the second mock', async () => {
