@@ -49,6 +49,10 @@ struct fetch_req {
     const unsigned char *kv_tenant; /* PC_SHA256_LEN bytes for cache_salt; NULL: shared KV */
     uint64_t session;               /* hash of the client's session key, 0 for none */
     bool ask_usage;                 /* add stream_options.include_usage upstream */
+
+    /* Names a response a replica stored (previous_response_id, /v1/responses/ID): a 404 from
+     * one replica is not the answer while another has not been asked (each keeps its own). */
+    bool stored_response;
 };
 
 /*

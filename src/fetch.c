@@ -47,6 +47,8 @@ struct fetch {
     struct route_query q;               /* the pick: what was matched on rep */
     struct backend_req breq;            /* kept for another replica until the head comes */
     bool got_head;
+    bool stored_response; /* fetch_req.stored_response */
+    bool skipping;        /* this replica's 404: another one is asked (on_done) */
     char reqid[32];
     uint64_t start_us;
 
@@ -140,10 +142,23 @@ static void fetch_free(struct fetch *f)
     context_ended(w);
 }
 
+/* Replicas not asked yet for this call (not tried, not the one being asked). */
+static bool replica_left(const struct fetch *f)
+{
+    size_t n = route_count(f->w->route);
+    uint64_t all = n >= 64 ? UINT64_MAX : (UINT64_C(1) << n) - 1;
+    uint64_t asked = f->tried | (f->rep != NULL ? UINT64_C(1) << f->rep->index : 0);
+    return (all & ~asked) != 0;
+}
+
 static void on_head(void *arg, int status, const struct xfer_header *h, size_t nh)
 {
     struct fetch *f = arg;
     PC_CHECK_OBJ(f, FETCH_MAGIC);
+    if (status == 404 && f->stored_response && f->breq.method != NULL && replica_left(f)) {
+        f->skipping = true; /* another replica may hold the response: its body is dropped */
+        return;
+    }
     const char *conn = NULL;
     bool own_cors = f->w->conf->cors_origins.n > 0;
     for (size_t i = 0; i < nh; i++)
@@ -186,6 +201,8 @@ static int on_data(void *arg, const char *data, size_t len)
 {
     struct fetch *f = arg;
     PC_CHECK_OBJ(f, FETCH_MAGIC);
+    if (f->skipping)
+        return XFER_CONTINUE;
     if (flight_append(f->fl, data, len) == FLIGHT_PAUSE)
         return XFER_PAUSE;
     f->received += len;
@@ -324,6 +341,23 @@ static bool store_answer(struct fetch *f, uint64_t latency_us)
 static bool fetch_attempt(struct fetch *f);
 
 /*
+ * The replica answered 404 for a response stored on a replica: ask one not
+ * asked yet, as when a replica refuses the connection. True if under way.
+ */
+static bool ask_another(struct fetch *f, enum xfer_result result)
+{
+    const struct route_replica *asked = f->rep;
+    f->skipping = false;
+    fetch_release(f, result == XFER_OK ? ROUTE_OK : ROUTE_ERR);
+    f->tried |= UINT64_C(1) << asked->index;
+    if (!fetch_attempt(f))
+        return false;
+    log_write(PC_LOG_INFO, f->reqid, "upstream %s: 404 for a stored response; asking %s",
+              asked->name, f->rep->name);
+    return true;
+}
+
+/*
  * The replica refused the connection, so it never saw the request: ask
  * another one (each at most once). True if a new attempt is under way.
  */
@@ -352,6 +386,8 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
     PC_CHECK_OBJ(f, FETCH_MAGIC);
     f->x = NULL;
     const char *called = f->rep != NULL ? f->rep->name : NULL; /* replicas live as long as we do */
+    if (f->skipping && ask_another(f, result))
+        return;
     bool refused = result == XFER_ERR_CONNECT || result == XFER_ERR_CONNECT_TIMEOUT;
     if (refused && !f->got_head && retry_elsewhere(f, errmsg))
         return;
@@ -490,6 +526,7 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
     f->start_us = pc_mono_us();
     f->endpoint = req->endpoint;
     f->stream = req->stream;
+    f->stored_response = req->stored_response;
     model_clean(req->model, f->model);
     pc_strlcpy(f->tenant, req->tenant_id ? req->tenant_id : "", sizeof(f->tenant));
     f->ttl_ms = req->ttl_ms;

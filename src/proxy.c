@@ -1495,6 +1495,21 @@ static const unsigned char *flight_key(const struct preq *r, unsigned char out[P
     return out;
 }
 
+/*
+ * Whether the call names a response a replica stored: a Responses request
+ * chaining on previous_response_id, or /v1/responses/ID (retrieve, cancel,
+ * delete, its input items). Each replica keeps its own responses.
+ */
+static bool names_stored_response(struct preq *r)
+{
+    if (r->ep == API_RESPONSES) {
+        const cJSON *prev = api_member(preq_body(r), "previous_response_id");
+        return prev != NULL && !cJSON_IsNull(prev);
+    }
+    const char *t = r->ops->req_target(r->hr);
+    return r->ep == API_NONE && t != NULL && strncmp(t, "/v1/responses/", 14) == 0 && t[14] != '\0';
+}
+
 /* Lead the call: what prefix reuse needs, then the fetch (which takes the ticket to store). */
 static void start_fetch(struct preq *r)
 {
@@ -1523,6 +1538,7 @@ static void start_fetch(struct preq *r)
         .kv_tenant = w->conf->prefix_share_tenants || r->ep == API_NONE ? NULL : r->credential,
         .session = r->session,
         .ask_usage = r->ask_usage,
+        .stored_response = names_stored_response(r),
     };
     if (r->ask_usage)
         stats_incr(&w->stats, STAT_stream_usage_added);

@@ -190,6 +190,24 @@ h.test('replicas behind one host:port (told apart by path) keep apart in /stats,
     }
 });
 
+h.test('a follow-up naming a response one replica stored reaches that replica', async () => {
+    /* Each replica (vLLM, SGLang) keeps the responses it created: the others answer 404. */
+    const proxy = await env.startProxy({upstream: [env.mock.url, second.url], workers: 1,
+        args: ['--routing', 'round-robin']});
+    for (let i = 0; i < 4; i++) {
+        const first = await proxy.post('/v1/responses', {model: 'm', input: h.uniq('stored turn')}, OFF);
+        assert.equal(first.status, 200, first.text);
+        const next = await proxy.post('/v1/responses',
+            {model: 'm', input: 'and then?', previous_response_id: first.json.id}, OFF);
+        assert.equal(next.status, 200, next.text);
+        assert.equal(next.headers['x-upstream'], first.headers['x-upstream'], 'the replica that holds it');
+    }
+    /* Held by none: the 404 once every replica said so. */
+    const none = await proxy.post('/v1/responses', {model: 'm', input: 'x', previous_response_id: 'resp_nowhere'}, OFF);
+    assert.equal(none.status, 404, none.text);
+    await proxy.stop();
+});
+
 h.test('tear down the second mock', async () => {
     await second.close();
 });
