@@ -288,4 +288,12 @@ int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct ent
 /* Nothing is recorded and cb never runs; *c is NULLed. */
 void bound_compare_cancel(struct bound_cmp **c);
 
+/*
+ * An answer was written over the entry (tenant_id, exact) with a life of
+ * ttl_ms: its marks, if any, take the same expiry (PEXPIRE), so a refreshed
+ * entry is not served where it was found wrong once the old one's life ends.
+ */
+void bound_entry_renewed(struct bound_port *bp, const char *tenant_id,
+                         const unsigned char exact[PC_SHA256_LEN], int64_t ttl_ms);
+
 #endif

@@ -1209,6 +1209,19 @@ int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct ent
     return 0;
 }
 
+void bound_entry_renewed(struct bound_port *bp, const char *tenant_id,
+                         const unsigned char exact[PC_SHA256_LEN], int64_t ttl_ms)
+{
+    if (bp == NULL)
+        return;
+    PC_CHECK_OBJ(bp, PORT_MAGIC);
+    char key[BOUND_KEY_MAX];
+    bound_entry_key(tenant_id, exact, key);
+    struct bound_argv a;
+    bound_argv_expire(&a, key, ttl_ms, false); /* no marks: nothing happens */
+    write_argv(bp, &a);
+}
+
 void bound_compare_cancel(struct bound_cmp **cp)
 {
     struct bound_cmp *c = *cp;

@@ -592,6 +592,9 @@ struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const 
     p->cmd = store_set_cb(c->store, t->key, strlen(t->key), val.data, val.len, ttl_ms, on_put, p);
     if (p->cmd != NULL)
         publish_set(c, t);
+    /* Marks found on the entry written over keep to the new one's life (same expiry). */
+    if (p->cmd != NULL && t->replaces)
+        bound_entry_renewed(semantic_bound_port(c->sem), t->tenant_id, t->exact, ttl_ms);
     if (p->cmd != NULL && l1_live(c->l1))
         p->l1_val = val; /* kept for the L1 (it judges the size) */
     else

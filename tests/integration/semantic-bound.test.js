@@ -263,6 +263,34 @@ h.test('forged counts and marks in Redis are rejected, counted and never serve',
     await p.stop();
 });
 
+h.test('an entry written over keeps its marks for its new life (same expiry as the entry)', async () => {
+    const db = nextDb++;
+    const a = await boundProxy(db);
+    const audit = await boundProxy(db, ['--semantic-explore-rate', '1']);
+    const ns = `renew-${tag()}`;
+    const H = {'X-Cache-Namespace': ns};
+    /* Enough agreement (through the auditing instance, which compares every candidate) that
+     * one difference found below still leaves the bound serving. */
+    await agreeingPairs(audit, ns, 2 * NEED);
+    const t = tag();
+    await ask(a, question(t), 'first', {...H, 'X-Cache-TTL': '3'});
+    /* Its rewording means something else: compared by the auditor, found different, marked
+     * (that answer itself is stored for a second only, so it is not an exact hit later). */
+    assertHeldBack(await ask(audit, rewording(t), 'second', {...H, 'X-Cache-TTL': '1'}), 'disagreed');
+    /* The question is asked again with no-cache: the same answer, written over the entry
+     * with a longer life. */
+    const again = await ask(a, question(t), 'first', {...H, 'Cache-Control': 'no-cache', 'X-Cache-TTL': '120'});
+    assert.equal(again.headers['x-cache-status'], 'REFRESH');
+    await h.sleep(3500); /* the first entry's life is over; the refreshed one lives */
+    const r = await ask(a, rewording(t), 'second', {...H, 'Cache-Control': 'no-store'});
+    assert.equal(r.status, 200, r.text);
+    assert.notEqual(r.headers['x-cache-status'], 'HIT', 'the entry found different is not served');
+    assert.equal(r.json.choices[0].message.content, 'mock answer by meaning second');
+    assert.equal((await a.stats()).semantic_bound_skipped, 1);
+    await a.stop();
+    await audit.stop();
+});
+
 h.test('the comparators: embeddings of the two answers, and the verifier model', async () => {
     const emb = await boundProxy(nextDb++, ['--semantic-verify-answers', 'embedding']);
     const t = tag();
