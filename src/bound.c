@@ -894,7 +894,10 @@ static void on_marks(void *arg, enum store_status st, const char *val, size_t le
     PC_CHECK_OBJ(v, VIEW_MAGIC);
     v->cmd[VR_MARKS] = NULL;
     v->floor = -1;
-    if (st == STORE_OK && val != NULL && bound_marks_decode(val, len, &v->floor) < 0) {
+    if (st != STORE_OK) {
+        /* Unread (a timeout, an error reply): the entry may have been found wrong, held back. */
+        v->floor = BOUND_BUCKETS - 1;
+    } else if (val != NULL && bound_marks_decode(val, len, &v->floor) < 0) {
         /* Marks only ever hold an entry back: a value too long to be ours holds it back too. */
         stats_incr(v->bp->st, STAT_semantic_bound_rejected);
         v->floor = BOUND_BUCKETS - 1;

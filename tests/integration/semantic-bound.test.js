@@ -291,6 +291,33 @@ h.test('an entry written over keeps its marks for its new life (same expiry as t
     await audit.stop();
 });
 
+h.test('marks that cannot be read hold their entry back', async () => {
+    const db = nextDb++;
+    const a = await boundProxy(db);
+    const audit = await boundProxy(db, ['--semantic-explore-rate', '1']);
+    const ns = `unread-${tag()}`;
+    const H = {'X-Cache-Namespace': ns};
+    await agreeingPairs(audit, ns, 2 * NEED);
+    const t = tag();
+    await ask(a, question(t), 'first', H);
+    assertHeldBack(await ask(audit, rewording(t), 'second', {...H, 'X-Cache-TTL': '1'}), 'disagreed');
+    await h.sleep(1500); /* that answer is gone: the only candidate is the marked entry */
+    /* The marks' GET fails (here WRONGTYPE; a redis-timeout on that reply alone does the
+     * same): nothing says the entry is fine, so it is not served. */
+    const [mk] = await boundKeys(db, 'pc:2:o:*');
+    const val = await onDb(db, 'GET', mk);
+    await onDb(db, 'DEL', mk);
+    await onDb(db, 'RPUSH', mk, val);
+    await onDb(db, 'PEXPIRE', mk, '60000');
+    const r = await ask(a, rewording(t), 'second', {...H, 'Cache-Control': 'no-store'});
+    assert.equal(r.status, 200, r.text);
+    assert.notEqual(r.headers['x-cache-status'], 'HIT', 'the entry found different is not served');
+    assert.equal(r.json.choices[0].message.content, 'mock answer by meaning second');
+    assert.equal((await a.stats()).semantic_bound_skipped, 1);
+    await a.stop();
+    await audit.stop();
+});
+
 h.test('the comparators: embeddings of the two answers, and the verifier model', async () => {
     const emb = await boundProxy(nextDb++, ['--semantic-verify-answers', 'embedding']);
     const t = tag();
