@@ -68,6 +68,7 @@ struct cache {
     struct semantic_port *sem;
     struct l1 *l1;
     struct l1_fill *fills;
+    struct cache_put_op *detached; /* puts told already, whose comparison still runs */
 };
 
 struct cache_ticket {
@@ -128,6 +129,13 @@ struct cache_put_op {
     void *arg;
     bool acked, stored;    /* Redis answered the SET, and how */
     struct bound_cmp *cmp; /* comparing the answer with the probe's, while it runs */
+    /*
+     * A streamed answer has gone out with its headers already: its caller is told once
+     * Redis has it, not made to wait for the verdict, which no header will carry. The op
+     * then lives on (in the cache's detached list) until the comparison ends.
+     */
+    bool streamed, told;
+    struct cache_put_op *prev, *next; /* detached */
 };
 
 const char *cache_match_name(enum cache_match m)
@@ -167,6 +175,15 @@ void cache_destroy(struct cache **cp)
         store_cancel(&f->cmd);
         f->magic = 0;
         free(f);
+    }
+    while (c->detached != NULL) {
+        struct cache_put_op *p = c->detached;
+        c->detached = p->next;
+        bound_compare_cancel(&p->cmp);
+        cache_ticket_free(&p->ticket);
+        pc_buf_free(&p->l1_val);
+        p->magic = 0;
+        free(p);
     }
     c->magic = 0;
     free(c);
@@ -486,6 +503,14 @@ void cache_cancel(struct cache_op **opp)
 
 static void put_free(struct cache_put_op *p)
 {
+    if (p->told) { /* in the detached list */
+        if (p->prev != NULL)
+            p->prev->next = p->next;
+        else
+            p->c->detached = p->next;
+        if (p->next != NULL)
+            p->next->prev = p->prev;
+    }
     cache_ticket_free(&p->ticket);
     pc_buf_free(&p->l1_val);
     p->magic = 0;
@@ -495,8 +520,13 @@ static void put_free(struct cache_put_op *p)
 /* The SET is acknowledged and the comparison (if any) done: tell the caller, then the rest. */
 static void put_done(struct cache_put_op *p)
 {
-    if (!p->acked || p->cmp != NULL)
+    if (!p->acked || (p->cmp != NULL && !p->streamed))
         return;
+    if (p->told) { /* the comparison of a streamed answer ended */
+        if (p->cmp == NULL)
+            put_free(p);
+        return;
+    }
     struct cache *c = p->c;
     bool ok = p->stored;
     struct cache_ticket *t = p->ticket;
@@ -530,7 +560,15 @@ static void put_done(struct cache_put_op *p)
         /* A vector of the entry written over would outlive it or keep its old TTL. */
         semantic_forget(c->sem, c->store, t->tenant_id, t->exact);
     }
-    put_free(p);
+    if (p->cmp == NULL) {
+        put_free(p);
+        return;
+    }
+    p->told = true; /* the caller has let go of p: the comparison ends it */
+    p->next = c->detached;
+    if (c->detached != NULL)
+        c->detached->prev = p;
+    c->detached = p;
 }
 
 static void on_put(void *arg, enum store_status st, long long n)
@@ -576,6 +614,7 @@ struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const 
     p->created_ms = e->created_ms;
     p->cb = cb;
     p->arg = arg;
+    p->streamed = e->kind == ENTRY_SSE;
     struct entry with_meta = *e; /* what targeted deletes filter on */
     if (t->ns != NULL) {
         with_meta.ns = t->ns;

@@ -362,6 +362,33 @@ h.test('a streamed answer is compared too (no header: it went out before the com
     await p.stop();
 });
 
+h.test('a streamed answer does not wait for a slow comparison to end', async () => {
+    const judge = await createSemanticMock().listen();
+    const p = await boundProxy(nextDb++, ['--semantic-verify-answers', 'model', '--semantic-verify-url',
+        judge.url, '--semantic-verify-model', 'judge', '--semantic-verify-timeout', '10000',
+        '--semantic-sure-threshold', '0.5']);
+    const t = tag();
+    await ask(p, question(t), 'slow');
+    judge.delayMs = 3000;
+    const started = Date.now();
+    const s = await p.openStream(CHAT, h.chatBody(rewording(t), {stream: true}), {'x-mock-meaning': 'slow'});
+    assert.equal(s.headers['x-cache-similarity'], '1.0000');
+    await s.rest();
+    const took = Date.now() - started;
+    assert.ok(took < 2000, `the stream ended ${took} ms after it began: it waited for the verdict`);
+    /* The comparison goes on and is counted; the answer is stored and hits meanwhile. */
+    h.assertHit(await ask(p, rewording(t), 'slow'));
+    await h.waitFor(async () => (await p.stats()).semantic_bound_agreed === 1, {timeout: 10000, what: 'the comparison'});
+    /* A stop while a comparison runs ends it (no leak, no late callback). */
+    await ask(p, question(tag()), 'slow2');
+    const u = tag();
+    await ask(p, question(u), 'slow3');
+    const s2 = await p.openStream(CHAT, h.chatBody(rewording(u), {stream: true}), {'x-mock-meaning': 'slow3'});
+    await s2.rest();
+    assert.equal(await p.stop(), 0);
+    await judge.close();
+});
+
 h.test('Redis down: requests are answered, nothing is served by meaning, no bound errors', async () => {
     const db = nextDb++;
     const p = await boundProxy(db);
