@@ -210,6 +210,11 @@ int bound_answer_text(const struct entry *e, struct pc_buf *out);
 /* Normalised for the exact comparator: lower case, one space between words, no outer punctuation.
  */
 void bound_normalise(const char *s, struct pc_buf *out);
+/*
+ * The exact comparator: the two answers are the same once normalised; two that normalise to
+ * nothing (only punctuation) are the same only when their texts are, white space aside.
+ */
+bool bound_same_text(const char *a, const char *b);
 
 /* ---- runtime ------------------------------------------------------------------ */
 

@@ -1150,12 +1150,24 @@ static void on_judged(void *arg, enum verify_answer a)
     cmp_end(c, a == VERIFY_YES ? 0 : a == VERIFY_NO ? 1 : -1);
 }
 
-static bool same_text(const char *a, const char *b)
+bool bound_same_text(const char *a, const char *b)
 {
     struct pc_buf na = PC_BUF_INIT, nb = PC_BUF_INIT;
     bound_normalise(a, &na);
     bound_normalise(b, &nb);
     bool same = na.len == nb.len && memcmp(pc_buf_cstr(&na), pc_buf_cstr(&nb), na.len) == 0;
+    /* Nothing left but punctuation ("..." / "!!!"): the texts themselves, white space aside. */
+    if (same && na.len == 0) {
+        pc_buf_reset(&na);
+        pc_buf_reset(&nb);
+        for (const char *p = a; *p; p++)
+            if (!isspace((unsigned char)*p))
+                pc_buf_append_char(&na, *p);
+        for (const char *p = b; *p; p++)
+            if (!isspace((unsigned char)*p))
+                pc_buf_append_char(&nb, *p);
+        same = na.len == nb.len && (na.len == 0 || memcmp(na.data, nb.data, na.len) == 0);
+    }
     pc_buf_free(&na);
     pc_buf_free(&nb);
     return same;
@@ -1191,7 +1203,7 @@ int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct ent
         return -1;
     }
     if (bp->b->cmp == BOUND_CMP_EXACT) {
-        record(bp, p, !same_text(p->answer, pc_buf_cstr(&text)));
+        record(bp, p, !bound_same_text(p->answer, pc_buf_cstr(&text)));
         pc_buf_free(&text);
         return 1;
     }

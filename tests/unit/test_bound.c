@@ -416,6 +416,16 @@ static void test_normalise(void)
     pc_buf_free(&empty);
 }
 
+static void test_same_text(void)
+{
+    T_CHECK(bound_same_text("Positive.", "  positive"));
+    T_CHECK(bound_same_text("The answer is 42!", "the answer is 42"));
+    T_CHECK(!bound_same_text("yes", "no"));
+    T_CHECK(!bound_same_text("...", "!!!")); /* only punctuation: the texts decide */
+    T_CHECK(bound_same_text("...", " ... "));
+    T_CHECK(!bound_same_text("...", "positive"));
+}
+
 int main(void)
 {
     T_RUN(test_beta);
@@ -430,5 +440,6 @@ int main(void)
     T_RUN(test_argv);
     T_RUN(test_answer_text);
     T_RUN(test_normalise);
+    T_RUN(test_same_text);
     T_DONE();
 }
