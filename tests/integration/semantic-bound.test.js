@@ -300,8 +300,14 @@ h.test('marks that cannot be read hold their entry back', async () => {
     await agreeingPairs(audit, ns, 2 * NEED);
     const t = tag();
     await ask(a, question(t), 'first', H);
-    assertHeldBack(await ask(audit, rewording(t), 'second', {...H, 'X-Cache-TTL': '1'}), 'disagreed');
-    await h.sleep(1500); /* that answer is gone: the only candidate is the marked entry */
+    const second = await ask(audit, rewording(t), 'second', {...H, 'X-Cache-TTL': '1'});
+    assertHeldBack(second, 'disagreed');
+    /* Until that answer's entry has expired, the only candidate then being the marked one. */
+    const id = second.headers['x-cache-key'];
+    assert.match(id || '', /^[0-9a-f]{80}$/, 'X-Cache-Key');
+    const entry = `pc:2:e:{${id.slice(0, 16)}:${id.slice(16)}}`;
+    await h.waitFor(async () => Number(await onDb(db, 'EXISTS', entry)) === 0,
+        {what: `${entry} expired`});
     /* The marks' GET fails (here WRONGTYPE; a redis-timeout on that reply alone does the
      * same): nothing says the entry is fine, so it is not served. */
     const [mk] = await boundKeys(db, 'pc:2:o:*');
