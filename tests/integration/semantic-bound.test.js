@@ -263,15 +263,21 @@ h.test('forged counts and marks in Redis are rejected, counted and never serve',
     await p.stop();
 });
 
-h.test('an entry written over keeps its marks for its new life (same expiry as the entry)', async () => {
+/*
+ * A proxy a and an auditing instance (it compares every candidate) on a fresh db, with enough
+ * agreement in namespace H that one difference found later still leaves the bound serving.
+ */
+async function servingWithAuditor(label) {
     const db = nextDb++;
     const a = await boundProxy(db);
     const audit = await boundProxy(db, ['--semantic-explore-rate', '1']);
-    const ns = `renew-${tag()}`;
-    const H = {'X-Cache-Namespace': ns};
-    /* Enough agreement (through the auditing instance, which compares every candidate) that
-     * one difference found below still leaves the bound serving. */
+    const ns = `${label}-${tag()}`;
     await agreeingPairs(audit, ns, 2 * NEED);
+    return {db, a, audit, H: {'X-Cache-Namespace': ns}};
+}
+
+h.test('an entry written over keeps its marks for its new life (same expiry as the entry)', async () => {
+    const {a, audit, H} = await servingWithAuditor('renew');
     const t = tag();
     await ask(a, question(t), 'first', {...H, 'X-Cache-TTL': '3'});
     /* Its rewording means something else: compared by the auditor, found different, marked
@@ -292,12 +298,7 @@ h.test('an entry written over keeps its marks for its new life (same expiry as t
 });
 
 h.test('marks that cannot be read hold their entry back', async () => {
-    const db = nextDb++;
-    const a = await boundProxy(db);
-    const audit = await boundProxy(db, ['--semantic-explore-rate', '1']);
-    const ns = `unread-${tag()}`;
-    const H = {'X-Cache-Namespace': ns};
-    await agreeingPairs(audit, ns, 2 * NEED);
+    const {db, a, audit, H} = await servingWithAuditor('unread');
     const t = tag();
     await ask(a, question(t), 'first', H);
     const second = await ask(audit, rewording(t), 'second', {...H, 'X-Cache-TTL': '1'});
