@@ -40,4 +40,11 @@ struct jcall *jcall_post(struct upstream *up, struct event_base *base, const str
 /* No callback after this; *j is NULLed (NULL ignored). */
 void jcall_cancel(struct jcall **j);
 
+/*
+ * A token count an answer reports (usage.prompt_tokens and the like): 0 unless
+ * v is a positive finite number, capped far beyond any real count, so that a
+ * forged 1e999 neither overflows a counter nor turns it negative.
+ */
+int64_t jcall_count(const cJSON *v);
+
 #endif

@@ -7,6 +7,7 @@
 #include "pc_jcall.h"
 #include "pc_util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -142,4 +143,11 @@ void jcall_cancel(struct jcall **jp)
     *jp = NULL;
     PC_CHECK_OBJ(j, JCALL_MAGIC);
     jcall_free(j);
+}
+
+int64_t jcall_count(const cJSON *v)
+{
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
+        return 0;
+    return (int64_t)fmin(v->valuedouble, 1e15); /* exact as a double, far beyond any count */
 }

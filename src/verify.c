@@ -180,13 +180,12 @@ static const char *answer_content(const cJSON *json)
 static void count_usage(struct verify *v, const cJSON *json)
 {
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(json, "usage");
-    const cJSON *tot = cJSON_GetObjectItemCaseSensitive(usage, "total_tokens");
-    const cJSON *out = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
-    if (cJSON_IsNumber(tot) && tot->valuedouble > 0)
-        stats_add(v->st, STAT_semantic_verify_tokens, (int64_t)tot->valuedouble);
-    if (cJSON_IsNumber(out) && out->valuedouble > 0 && cJSON_IsNumber(tot) &&
-        out->valuedouble <= tot->valuedouble)
-        stats_add(v->st, STAT_semantic_verify_completion_tokens, (int64_t)out->valuedouble);
+    int64_t tot = jcall_count(cJSON_GetObjectItemCaseSensitive(usage, "total_tokens"));
+    int64_t out = jcall_count(cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens"));
+    if (tot > 0)
+        stats_add(v->st, STAT_semantic_verify_tokens, tot);
+    if (out > 0 && out <= tot)
+        stats_add(v->st, STAT_semantic_verify_completion_tokens, out);
 }
 
 static void on_answer(void *arg, int status, const cJSON *json, const char *err)

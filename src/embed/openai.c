@@ -30,6 +30,7 @@
 #include "pc_stats.h"
 #include "pc_util.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -216,20 +217,27 @@ static int parse_vector(const cJSON *emb, float *out)
 {
     if (!cJSON_IsArray(emb))
         return -1;
+    /*
+     * Every number must be one a float holds (an embedding is float32): a
+     * larger one converted to float is undefined. The length is taken in
+     * double and each number divided by it there, so components of subnormal
+     * size neither overflow the scale nor come out infinite.
+     */
     int dim = 0;
     double norm = 0;
     for (const cJSON *x = emb->child; x != NULL; x = x->next) {
-        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || dim >= REMBED_MAX_DIM)
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || fabs(x->valuedouble) > FLT_MAX ||
+            dim >= REMBED_MAX_DIM)
             return -1;
-        out[dim] = (float)x->valuedouble;
         norm += x->valuedouble * x->valuedouble;
         dim++;
     }
-    if (dim == 0 || norm <= 0)
+    if (dim == 0 || !(norm > 0) || !isfinite(norm))
         return -1;
-    float inv = (float)(1.0 / sqrt(norm));
-    for (int i = 0; i < dim; i++)
-        out[i] *= inv;
+    double len = sqrt(norm);
+    int i = 0;
+    for (const cJSON *x = emb->child; x != NULL; x = x->next)
+        out[i++] = (float)(x->valuedouble / len);
     return dim;
 }
 
@@ -293,9 +301,9 @@ static void on_batch(void *arg, int status, const cJSON *json, const char *err)
     } else {
         snprintf(why, sizeof(why), "an answer without a vector for every input");
         const cJSON *usage = cJSON_GetObjectItemCaseSensitive(json, "usage");
-        const cJSON *tok = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens");
-        if (cJSON_IsNumber(tok) && tok->valuedouble > 0)
-            stats_add(r->st, STAT_semantic_embed_tokens, (int64_t)tok->valuedouble);
+        int64_t tok = jcall_count(cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens"));
+        if (tok > 0)
+            stats_add(r->st, STAT_semantic_embed_tokens, tok);
     }
     bool ok = batch_deliver(b, json);
     batch_outcome(b, ok, why);

@@ -412,6 +412,41 @@ h.test('vectors of another dimension in Redis at start do not turn the semantic 
     }
 });
 
+h.test('an embedder answering numbers no float holds: tiny vectors still hit, forged counts are not counted', async () => {
+    /*
+     * Numbers of subnormal size (a vector not of unit length, scaled far down) used to be
+     * made unit length in float, whose scale overflowed: every vector came out infinite and
+     * nothing hit. A usage count of 1e999 (infinite as a double) turned the token counter
+     * negative. Each is undefined behaviour in C.
+     */
+    const other = createSemanticMock();
+    await other.listen();
+    other.vectorScale = 1e-41;
+    other.rewrite = (text) => text.replace(/"prompt_tokens":\d+/, '"prompt_tokens":1e999');
+    const p = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off',
+        '--embedder', 'openai', '--embedder-url', other.url, '--embedder-model', 'mock-bow',
+        '--semantic-threshold', '0.9']});
+    try {
+        const t = tag();
+        assertMiss(await p.post(CHAT, chat(`which train leaves for the coast ${t}`)));
+        await h.eventually(async () => assertSemanticHit(await p.post(CHAT,
+            chat(`for the coast ${t}: which train leaves`), {'Cache-Control': 'no-store'})));
+        const st = await p.stats();
+        assert.equal(st.semantic_embed_tokens, 0, 'an infinite count is no count');
+        assert.equal(st.semantic_embed_errors, 0);
+
+        /* A number beyond a float's range is no float32 embedding: the lookup misses. */
+        other.vectorScale = 1e300;
+        const u = tag();
+        assertMiss(await p.post(CHAT, chat(`which bus leaves for the hills ${u}`)));
+        assertMiss(await p.post(CHAT, chat(`for the hills ${u}: which bus leaves`)));
+        assert.ok((await p.stats()).semantic_embed_errors >= 1, 'counted as an embedder error');
+    } finally {
+        await p.stop();
+        await other.close();
+    }
+});
+
 h.test('tear down', async () => {
     await proxy.stop();
     await sem.close();

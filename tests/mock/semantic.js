@@ -15,7 +15,9 @@
  *   comparator) it answers as `judge` says (by default: yes when equal).
  *
  * Controls (properties, changed by tests): delayMs (before answering), fail
- * (answer 500), verdict(a, b) and judge(a, b) -> 'yes' | 'no' | other text.
+ * (answer 500), verdict(a, b) and judge(a, b) -> 'yes' | 'no' | other text,
+ * vectorScale (multiplies every number of the embeddings: not unit length),
+ * rewrite(text) -> text (the embeddings answer as sent: forged numbers).
  * Bookkeeping: embedCalls, embedInputs, verifyCalls, judgeCalls, lastVerifyBody.
  *
  * CLI: node tests/mock/semantic.js [--port N] prints "listening HOST:PORT".
@@ -44,6 +46,8 @@ class SemanticMock {
     constructor() {
         this.delayMs = 0;
         this.dims = DIMS; /* another model behind the same URL and model name: set it */
+        this.vectorScale = 1;
+        this.rewrite = null;
         this.fail = false;
         this.verdict = () => 'yes';
         this.judge = (a, b) => (a.trim() === b.trim() ? 'yes' : 'no');
@@ -111,10 +115,16 @@ class SemanticMock {
         const input = body && body.input;
         const texts = Array.isArray(input) ? input : [input];
         this.embedInputs += texts.length;
-        const data = texts.map((t, index) => ({object: 'embedding', index, embedding: bagOfWords(t, this.dims)}));
+        const data = texts.map((t, index) => ({object: 'embedding', index,
+            embedding: bagOfWords(t, this.dims).map((x) => x * this.vectorScale)}));
         const tokens = texts.reduce((n, t) => n + String(t).split(/\s+/).length, 0);
-        this._send(res, 200, {object: 'list', data, model: body && body.model,
-            usage: {prompt_tokens: tokens, total_tokens: tokens}});
+        const answer = {object: 'list', data, model: body && body.model,
+            usage: {prompt_tokens: tokens, total_tokens: tokens}};
+        if (this.rewrite == null)
+            return this._send(res, 200, answer);
+        const text = this.rewrite(JSON.stringify(answer));
+        res.writeHead(200, {'content-type': 'application/json', 'content-length': Buffer.byteLength(text)});
+        res.end(text);
     }
 
     _verify(res, body) {
