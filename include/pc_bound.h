@@ -33,8 +33,9 @@
  *
  * Redis (Cluster-ready: each command names one key):
  *   PC_KEY_PREFIX "o:{tenant:exact}"  the entry's marks: a bitmap of the
- *       buckets where it was found wrong (SETBIT); same hash tag and expiry
- *       as the entry;
+ *       buckets where it was found wrong (SETBIT, in a script that gives it
+ *       the entry's PTTL); same hash tag and expiry as the entry (a refresh
+ *       carries them over, a flush deletes them with it);
  *   PC_KEY_PREFIX "bp:{id}"  a partition's counts, id from the embedder space
  *       and the partition; expires BOUND_PARTITION_TTL_MS after its last
  *       observation;
@@ -181,14 +182,19 @@ struct bound_argv {
     const char *argv[24];
     size_t lens[24];
     char key[BOUND_KEY_MAX];
+    char key2[BOUND_KEY_MAX];
     char num[8][24];
 };
 /* BITFIELD key SET header, OVERFLOW SAT, then INCRBY N of sim's bucket (a candidate seen). */
 void bound_argv_seen(struct bound_argv *a, const char *key, double sim);
 /* The same, INCRBY n and e of sim's bucket (a candidate compared). */
 void bound_argv_compared(struct bound_argv *a, const char *key, double sim, bool wrong);
-/* SETBIT key bucket 1 (the entry's mark of a disagreement at sim). */
-void bound_argv_mark(struct bound_argv *a, const char *key, double sim);
+/*
+ * The entry's mark of a disagreement at sim: EVAL of a script that sets the bucket's bit in
+ * marks_key and gives it the life entry_key has left (PTTL), nothing if the entry is gone.
+ */
+void bound_argv_mark(struct bound_argv *a, const char *entry_key, const char *marks_key,
+                     double sim);
 /* PEXPIREAT key ms / PEXPIRE key ms. */
 void bound_argv_expire(struct bound_argv *a, const char *key, int64_t ms, bool at);
 
@@ -265,14 +271,13 @@ int bound_view_fetch(struct bound_view *v, const char *tenant_id,
 void bound_view_decide(struct bound_view *v, double sim, struct bound_decision *out);
 /*
  * A probe for the candidate decided last (explore or withhold): its cached
- * answer, similarity, keys and the entry's expiry (wall ms). NULL if the
- * cached answer has no text to compare. One reference for the caller.
+ * answer, similarity and keys. NULL if the cached answer has no text to
+ * compare. One reference for the caller.
  */
 struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_decision *d,
                                        double sim, const struct entry *cand,
                                        const char *cand_tenant,
-                                       const unsigned char cand_exact[PC_SHA256_LEN],
-                                       int64_t cand_expires_ms);
+                                       const unsigned char cand_exact[PC_SHA256_LEN]);
 struct bound_probe *bound_probe_ref(struct bound_probe *p);
 void bound_probe_unref(struct bound_probe **p);
 double bound_probe_similarity(const struct bound_probe *p);

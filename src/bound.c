@@ -17,7 +17,8 @@
  *   fresh answer stored ─▶ bound_compare (exact | embedding | model)
  *               ▼
  *             record: BITFIELD partition counts, BITFIELD global counts,
- *                     SETBIT entry marks (when wrong); probe verdict for the header
+ *                     EVAL SETBIT entry marks + PEXPIRE to the entry's PTTL (when
+ *                     wrong); probe verdict for the header
  *
  * Nothing here blocks; Redis commands are the worker's store (pc_store.h),
  * writes fire and forget. A view or comparison is cancelled by its owner.
@@ -398,14 +399,30 @@ void bound_argv_compared(struct bound_argv *a, const char *key, double sim, bool
     argv_incr(a, 3, 3 + 3 * b, wrong ? 1 : 0);
 }
 
-void bound_argv_mark(struct bound_argv *a, const char *key, double sim)
+/*
+ * KEYS: the entry, its marks (one hash tag); ARGV: the bucket. The mark takes the entry's
+ * life as Redis has it now, whatever it was when the candidate was read (a refresh may have
+ * written it over since with another TTL): none for an entry gone, none of its own for one
+ * without a TTL. Returns 1 if marked.
+ */
+static const char mark_script[] =
+    "local ttl = redis.call('PTTL', KEYS[1])\n"
+    "if ttl == -2 then return 0 end\n"
+    "redis.call('SETBIT', KEYS[2], ARGV[1], 1)\n"
+    "if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) else redis.call('PERSIST', KEYS[2]) end\n"
+    "return 1\n";
+
+void bound_argv_mark(struct bound_argv *a, const char *entry_key, const char *marks_key, double sim)
 {
     a->argc = 0;
-    snprintf(a->key, sizeof(a->key), "%s", key);
-    argv_str(a, "SETBIT");
+    snprintf(a->key, sizeof(a->key), "%s", entry_key);
+    snprintf(a->key2, sizeof(a->key2), "%s", marks_key);
+    argv_str(a, "EVAL");
+    argv_push(a, mark_script, sizeof(mark_script) - 1);
+    argv_str(a, "2");
     argv_str(a, a->key);
+    argv_str(a, a->key2);
     argv_num(a, 0, bound_bucket(sim));
-    argv_str(a, "1");
 }
 
 void bound_argv_expire(struct bound_argv *a, const char *key, int64_t ms, bool at)
@@ -1017,14 +1034,13 @@ struct bound_probe {
     char part_key[BOUND_KEY_MAX];
     char global_key[BOUND_KEY_MAX];
     char marks_key[BOUND_KEY_MAX];
-    int64_t expires_ms; /* the candidate entry's */
+    char entry_key[ENTRY_KEY_MAX]; /* the candidate's: its marks take its life */
 };
 
 struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_decision *d,
                                        double sim, const struct entry *cand,
                                        const char *cand_tenant,
-                                       const unsigned char cand_exact[PC_SHA256_LEN],
-                                       int64_t cand_expires_ms)
+                                       const unsigned char cand_exact[PC_SHA256_LEN])
 {
     PC_CHECK_OBJ(v, VIEW_MAGIC);
     struct pc_buf text = PC_BUF_INIT;
@@ -1041,7 +1057,7 @@ struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_
     snprintf(p->part_key, sizeof(p->part_key), "%s", v->part_key);
     snprintf(p->global_key, sizeof(p->global_key), "%s", v->bp->b->global_key);
     bound_entry_key(cand_tenant, cand_exact, p->marks_key);
-    p->expires_ms = cand_expires_ms;
+    entry_key(cand_tenant, cand_exact, p->entry_key);
     return p;
 }
 
@@ -1091,10 +1107,8 @@ static void record(struct bound_port *bp, struct bound_probe *p, bool wrong)
     write_argv(bp, &a);
     bound_argv_compared(&a, p->global_key, p->sim, wrong);
     write_argv(bp, &a);
-    if (wrong && p->expires_ms > pc_wall_ms()) {
-        bound_argv_mark(&a, p->marks_key, p->sim);
-        write_argv(bp, &a);
-        bound_argv_expire(&a, p->marks_key, p->expires_ms, true);
+    if (wrong) {
+        bound_argv_mark(&a, p->entry_key, p->marks_key, p->sim);
         write_argv(bp, &a);
     }
     p->verdict = wrong ? "disagreed" : "agreed";

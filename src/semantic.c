@@ -173,7 +173,6 @@ struct semantic_op {
     struct pc_buf entry_buf; /* the candidate's entry bytes (the hit points into them) */
     struct entry entry;
     char *cand_text;
-    int64_t cand_expires_ms; /* from its vector record */
     struct verify_op *vop;
 
     /* The error bound (semantic-max-error): its reads, and a probe for the caller. */
@@ -869,8 +868,7 @@ static void candidate_accept(struct semantic_op *op, const struct vindex_hit *hi
     }
     char tenant[TENANT_ID_LEN + 1];
     tenant_hex(hit->tenant, tenant);
-    op->probe = bound_probe_create(op->bview, &d, hit->similarity, &op->entry, tenant, hit->key,
-                                   op->cand_expires_ms);
+    op->probe = bound_probe_create(op->bview, &d, hit->similarity, &op->entry, tenant, hit->key);
     op_miss(op);
 }
 
@@ -953,7 +951,6 @@ static void on_record(void *arg, enum store_status st, const char *val, size_t l
         memcmp(rec.partition, op->partition, PC_SHA256_LEN) == 0 &&
         strcmp(rec.space, op->p->s->space) == 0) {
         op->cand_text = pc_strndup(rec.text, rec.text_len);
-        op->cand_expires_ms = rec.expires_ms;
         op->rec_ok = true;
     }
     free(scratch);

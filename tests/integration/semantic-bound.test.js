@@ -325,6 +325,32 @@ h.test('marks that cannot be read hold their entry back', async () => {
     await audit.stop();
 });
 
+h.test('a mark written after its entry was refreshed takes the entry\'s new life', async () => {
+    const {db, a, audit, H} = await servingWithAuditor('late');
+    const t = tag();
+    const first = await ask(a, question(t), 'first', {...H, 'X-Cache-TTL': '5'});
+    const id = first.headers['x-cache-key'];
+    const entry = `pc:2:e:{${id.slice(0, 16)}:${id.slice(16)}}`;
+    const marks = `pc:2:o:{${id.slice(0, 16)}:${id.slice(16)}}`;
+    /* The auditor's rewording reads the entry as a candidate, then waits upstream... */
+    const hold = h.uniq('hold');
+    const pending = ask(audit, rewording(t), 'second', {...H, 'X-Cache-TTL': '1', 'x-mock-hold': hold});
+    await env.mock.waitForHold(hold);
+    /* ...while the question is asked again with no-cache: the entry written over, 120 s. */
+    const again = await ask(a, question(t), 'first', {...H, 'Cache-Control': 'no-cache', 'X-Cache-TTL': '120'});
+    assert.equal(again.headers['x-cache-status'], 'REFRESH');
+    env.mock.release(hold);
+    assertHeldBack(await pending, 'disagreed');
+    await h.waitFor(async () => Number(await onDb(db, 'EXISTS', marks)) === 1, {what: 'the mark'});
+    const entryTtl = Number(await onDb(db, 'PTTL', entry));
+    const markTtl = Number(await onDb(db, 'PTTL', marks));
+    assert.ok(entryTtl > 100000, `entry PTTL ${entryTtl}`);
+    assert.ok(markTtl > 100000 && markTtl <= entryTtl + 1000,
+        `the mark lives as long as the entry: PTTL ${markTtl} against ${entryTtl}`);
+    await a.stop();
+    await audit.stop();
+});
+
 h.test('the comparators: embeddings of the two answers, and the verifier model', async () => {
     const emb = await boundProxy(nextDb++, ['--semantic-verify-answers', 'embedding']);
     const t = tag();

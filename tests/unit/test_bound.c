@@ -322,9 +322,14 @@ static void test_argv(void)
     T_CHECK_STR(a.argv[15], "1");
     bound_argv_compared(&a, "pc:2:bg:{y}", 0.905, false);
     T_CHECK_STR(a.argv[15], "0");
-    bound_argv_mark(&a, "pc:2:o:{t:k}", 0.905);
-    T_CHECK_INT(a.argc, 4);
-    T_CHECK_STR(a.argv[2], "81");
+    bound_argv_mark(&a, "pc:2:e:{t:k}", "pc:2:o:{t:k}", 0.905);
+    T_CHECK_INT(a.argc, 6);
+    T_CHECK_STR(a.argv[0], "EVAL");
+    T_CHECK(strstr(a.argv[1], "PTTL") != NULL); /* the mark takes the entry's life */
+    T_CHECK_STR(a.argv[2], "2");
+    T_CHECK_STR(a.argv[3], "pc:2:e:{t:k}"); /* first: the key a cluster routes by */
+    T_CHECK_STR(a.argv[4], "pc:2:o:{t:k}");
+    T_CHECK_STR(a.argv[5], "81");
     bound_argv_expire(&a, "k", 1234, true);
     T_CHECK_STR(a.argv[0], "PEXPIREAT");
     T_CHECK_STR(a.argv[2], "1234");

@@ -1233,8 +1233,7 @@ static void test_semantic_held_back(void)
     struct bound_decision d = {.verdict = BOUND_WITHHOLD, .threshold = 1};
     unsigned char cand_exact[PC_SHA256_LEN] = {9};
     struct bound_probe *probe =
-        bound_probe_create(view, &d, 0.87, &cand, "0123456789abcdef0123456789abcdef", cand_exact,
-                           pc_wall_ms() + 60000);
+        bound_probe_create(view, &d, 0.87, &cand, "0123456789abcdef0123456789abcdef", cand_exact);
     T_CHECK(probe != NULL);
 
     struct httpd_req hr;
