@@ -272,7 +272,10 @@ void bound_view_decide(struct bound_view *v, double sim, struct bound_decision *
 /*
  * A probe for the candidate decided last (explore or withhold): its cached
  * answer, similarity and keys. NULL if the cached answer has no text to
- * compare. One reference for the caller.
+ * compare (counted in semantic_bound_uncompared). One reference for the
+ * caller. A probe whose last reference goes before it was compared (no full
+ * answer came: an upstream error, a cut stream...) is counted there too, so
+ * withheld + explored = compared + compare_errors + uncompared.
  */
 struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_decision *d,
                                        double sim, const struct entry *cand,

@@ -94,7 +94,8 @@ struct cache_result {
     int64_t age_ms;         /* on HIT: since the answer was stored */
     const struct entry *entry;
     /* On a MISS the error bound held back (pc_bound.h): the candidate whose answer the fresh
-     * one is compared with when stored (owned by the ticket; take a reference to keep it). */
+     * one is compared with (cache_put, or cache_compare when it is not stored; owned by the
+     * ticket; take a reference to keep it). */
     struct bound_probe *probe;
     const unsigned char *exact; /* on HIT: the exact key of the entry that answered (for a
                                    semantic hit another request's); valid during the callback */
@@ -141,6 +142,19 @@ void cache_ticket_free(struct cache_ticket **t);
  */
 struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **t, const struct entry *e,
                                int64_t ttl_ms, cache_put_fn *cb, void *arg);
+/*
+ * Compare answer e with the candidate the ticket's probe holds (a MISS the
+ * error bound held back or explored), without storing e: for a complete
+ * answer that is not cached (Cache-Control: no-store, an answer containing
+ * \u0000). Consumes *t. NULL (no callback) if there is nothing to wait for:
+ * no probe, compared at once (the exact comparator: the verdict is the
+ * probe's already), not comparable, or e is a stream (it has gone out: the
+ * comparison goes on without anyone waiting, cancelled by cache_destroy).
+ * Otherwise cb (stored false) runs once the comparison ended; cancel with
+ * cache_put_cancel.
+ */
+struct cache_put_op *cache_compare(struct cache *c, struct cache_ticket **t, const struct entry *e,
+                                   cache_put_fn *cb, void *arg);
 void cache_put_cancel(struct cache_put_op **op);
 
 /*

@@ -34,8 +34,11 @@ struct fetch_req {
     const char *reqid; /* for log lines */
 
     /* Storing the answer: the cache ticket, whose ownership passes to the
-     * fetch (NULL: never store). */
+     * fetch (NULL: never store). With compare_only, the ticket comes for the
+     * error bound's probe alone: a complete answer is compared with the
+     * held-back candidate's (cache_compare), never stored. */
     struct cache_ticket *ticket;
+    bool compare_only;
     int64_t ttl_ms;
     enum api_endpoint endpoint;
     bool stream;

@@ -121,6 +121,9 @@
            "semantic hits the bound allows")                                                       \
     ACTION(semantic_bound_compare_errors, counter,                                                 \
            "Comparisons that could not be made (no answer text, comparator failed or timed out)")  \
+    ACTION(semantic_bound_uncompared, counter,                                                     \
+           "Semantic candidates held back or explored that were never compared: no full answer "   \
+           "came (an upstream error, a cut stream, a request that joined another's call)")         \
     ACTION(semantic_bound_rejected, counter,                                                       \
            "Error-bound counts or marks read from Redis and rejected (out of range)")              \
     ACTION(semantic_explore_prompt_tokens, counter,                                                \

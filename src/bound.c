@@ -14,8 +14,8 @@
  *               ▼ EXPLORE (sampled) / WITHHOLD (not allowed yet)
  *             bound_probe_create (the candidate's answer text) ─▶ miss: upstream
  *               ▼
- *   fresh answer stored ─▶ bound_compare (exact | embedding | model)
- *               ▼
+ *   fresh whole answer (stored or not) ─▶ bound_compare (exact | embedding | model)
+ *               ▼                  (none came: the probe's last unref counts it uncompared)
  *             record: BITFIELD partition counts, BITFIELD global counts,
  *                     EVAL SETBIT entry marks + PEXPIRE to the entry's PTTL (when
  *                     wrong); probe verdict for the header
@@ -1035,6 +1035,8 @@ struct bound_probe {
     char global_key[BOUND_KEY_MAX];
     char marks_key[BOUND_KEY_MAX];
     char entry_key[ENTRY_KEY_MAX]; /* the candidate's: its marks take its life */
+    struct stats *st;              /* the worker's: a probe ends on its thread */
+    bool settled;                  /* compared, or counted as a comparison that failed */
 };
 
 struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_decision *d,
@@ -1046,6 +1048,8 @@ struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_
     struct pc_buf text = PC_BUF_INIT;
     if (bound_answer_text(cand, &text) < 0) {
         pc_buf_free(&text);
+        /* Counted held back or explored, and never to be compared. */
+        stats_incr(v->bp->st, STAT_semantic_bound_uncompared);
         return NULL;
     }
     struct bound_probe *p = pc_calloc(1, sizeof(*p));
@@ -1058,6 +1062,7 @@ struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_
     snprintf(p->global_key, sizeof(p->global_key), "%s", v->bp->b->global_key);
     bound_entry_key(cand_tenant, cand_exact, p->marks_key);
     entry_key(cand_tenant, cand_exact, p->entry_key);
+    p->st = v->bp->st;
     return p;
 }
 
@@ -1079,6 +1084,10 @@ void bound_probe_unref(struct bound_probe **pp)
     PC_CHECK_OBJ(p, PROBE_MAGIC);
     if (--p->refs > 0)
         return;
+    /* No full answer came to compare it with (an upstream error, a cut stream, a client
+     * gone, an answer in no shape to compare, a request that joined another's call). */
+    if (!p->settled)
+        stats_incr(p->st, STAT_semantic_bound_uncompared);
     free(p->answer);
     p->magic = 0;
     free(p);
@@ -1111,6 +1120,7 @@ static void record(struct bound_port *bp, struct bound_probe *p, bool wrong)
         bound_argv_mark(&a, p->entry_key, p->marks_key, p->sim);
         write_argv(bp, &a);
     }
+    p->settled = true;
     p->verdict = wrong ? "disagreed" : "agreed";
     stats_incr(bp->st, STAT_semantic_bound_compared);
     stats_incr(bp->st, wrong ? STAT_semantic_bound_disagreed : STAT_semantic_bound_agreed);
@@ -1138,9 +1148,10 @@ static void cmp_free(struct bound_cmp *c)
 /* The comparison ended: wrong 0/1, or -1 when it could not be made. */
 static void cmp_end(struct bound_cmp *c, int wrong)
 {
-    if (wrong < 0)
+    if (wrong < 0) {
         stats_incr(c->bp->st, STAT_semantic_bound_compare_errors);
-    else
+        c->probe->settled = true;
+    } else
         record(c->bp, c->probe, wrong == 1);
     bound_cmp_fn *cb = c->cb;
     void *arg = c->arg;
@@ -1210,10 +1221,13 @@ int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct ent
         return -1;
     PC_CHECK_OBJ(bp, PORT_MAGIC);
     PC_CHECK_OBJ(p, PROBE_MAGIC);
+    if (p->settled)
+        return -1; /* one observation per candidate */
     struct pc_buf text = PC_BUF_INIT;
     if (bound_answer_text(fresh, &text) < 0) {
         pc_buf_free(&text);
         stats_incr(bp->st, STAT_semantic_bound_compare_errors);
+        p->settled = true;
         return -1;
     }
     if (bp->b->cmp == BOUND_CMP_EXACT) {
@@ -1231,6 +1245,7 @@ int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct ent
     pc_buf_free(&text);
     if (!started) {
         stats_incr(bp->st, STAT_semantic_bound_compare_errors);
+        p->settled = true;
         cmp_free(c);
         return -1;
     }

@@ -19,6 +19,8 @@
  *            what it held; semantic_put (vector record + stream event, fire
  *            and forget), or the old vector dropped when a replaced entry
  *            gets none
+ *   compare: no SET (an answer not to be stored): the comparison alone, with
+ *            the same op, waited for unless the answer is a stream
  *   flush:   delete entries ─▶ delete vectors ─▶ delete the bound's entry
  *            marks ─▶ stream event, clear the L1 ─▶ callback
  *
@@ -85,7 +87,7 @@ struct cache_ticket {
     char *text;
     struct semantic_vec *vec;  /* computed by the lookup, or NULL (then put embeds) */
     char *ns, *model;          /* kept in the stored entry (targeted deletes), or NULL */
-    struct bound_probe *probe; /* a candidate the error bound held back: compared on put */
+    struct bound_probe *probe; /* held back by the error bound: compared by put or compare */
 };
 
 enum op_kind {
@@ -135,6 +137,7 @@ struct cache_put_op {
      * then lives on (in the cache's detached list) until the comparison ends.
      */
     bool streamed, told;
+    bool compare_only;                /* cache_compare: no SET, nothing for the L1 or the index */
     struct cache_put_op *prev, *next; /* detached */
 };
 
@@ -517,6 +520,18 @@ static void put_free(struct cache_put_op *p)
     free(p);
 }
 
+/* The caller has let go of p (told, or never to be): the comparison that still runs ends it. */
+static void put_detach(struct cache_put_op *p)
+{
+    struct cache *c = p->c;
+    p->told = true;
+    p->prev = NULL;
+    p->next = c->detached;
+    if (c->detached != NULL)
+        c->detached->prev = p;
+    c->detached = p;
+}
+
 /* The SET is acknowledged and the comparison (if any) done: tell the caller, then the rest. */
 static void put_done(struct cache_put_op *p)
 {
@@ -535,16 +550,20 @@ static void put_done(struct cache_put_op *p)
      * the new answer (a refresh must not be followed by the old one, from
      * any worker); the new answer goes in if stored (queued for the filler).
      */
-    l1_replace(c->l1, t->tenant_id, t->exact, ok && p->l1_val.len > 0 ? p->l1_val.data : NULL,
-               p->l1_val.len, p->sent_ms + p->ttl_ms, p->l1_gen);
+    if (!p->compare_only)
+        l1_replace(c->l1, t->tenant_id, t->exact, ok && p->l1_val.len > 0 ? p->l1_val.data : NULL,
+                   p->l1_val.len, p->sent_ms + p->ttl_ms, p->l1_gen);
     /*
      * Then the waiting clients get their answers: the semantic index is
      * filled by other threads, and waking them is not the clients' business.
      * Redis holds the entry already, so the next identical request hits
      * either way.
      */
-    p->cb(p->arg, ok);
-    if (ok && t->semantic && c->sem != NULL) {
+    if (p->cb != NULL)
+        p->cb(p->arg, ok);
+    if (p->compare_only) {
+        /* nothing was written */
+    } else if (ok && t->semantic && c->sem != NULL) {
         struct semantic_item it = {
             .endpoint = t->endpoint,
             .tenant_id = t->tenant_id,
@@ -564,11 +583,7 @@ static void put_done(struct cache_put_op *p)
         put_free(p);
         return;
     }
-    p->told = true; /* the caller has let go of p: the comparison ends it */
-    p->next = c->detached;
-    if (c->detached != NULL)
-        c->detached->prev = p;
-    c->detached = p;
+    put_detach(p);
 }
 
 static void on_put(void *arg, enum store_status st, long long n)
@@ -648,6 +663,34 @@ struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const 
     return p;
 }
 
+struct cache_put_op *cache_compare(struct cache *c, struct cache_ticket **tp, const struct entry *e,
+                                   cache_put_fn *cb, void *arg)
+{
+    PC_CHECK_OBJ(c, CACHE_MAGIC);
+    struct cache_ticket *t = *tp;
+    *tp = NULL;
+    PC_CHECK_OBJ(t, TICKET_MAGIC);
+    struct cache_put_op *p = pc_calloc(1, sizeof(*p));
+    p->magic = PUT_MAGIC;
+    p->c = c;
+    p->ticket = t;
+    p->cb = cb;
+    p->arg = arg;
+    p->acked = true; /* no SET to wait for */
+    p->compare_only = true;
+    p->streamed = e->kind == ENTRY_SSE;
+    /* Compared at once (the probe has its verdict), or not to be: nothing to wait for. */
+    if (t->probe == NULL ||
+        bound_compare(semantic_bound_port(c->sem), t->probe, e, on_compared, p, &p->cmp) != 0) {
+        put_free(p);
+        return NULL;
+    }
+    if (!p->streamed)
+        return p;
+    put_detach(p); /* the stream has gone out: nobody waits for the verdict */
+    return NULL;
+}
+
 void cache_put_cancel(struct cache_put_op **pp)
 {
     struct cache_put_op *p = *pp;
@@ -658,7 +701,8 @@ void cache_put_cancel(struct cache_put_op **pp)
     store_cancel(&p->cmd);
     bound_compare_cancel(&p->cmp);
     /* The SET may still be applied, and this process skips its own stream event. */
-    l1_delete(p->c->l1, p->ticket->tenant_id, p->ticket->exact);
+    if (!p->compare_only)
+        l1_delete(p->c->l1, p->ticket->tenant_id, p->ticket->exact);
     put_free(p);
 }
 

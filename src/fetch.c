@@ -10,7 +10,8 @@
  *                     └──── another replica (same request) ◀───────────────┘ any byte
  *                               xfer on_head ─▶ flight_set_head
  *                               on_data ─▶ flight_append (PAUSE ⇄ resume_ev)
- *                               on_done ─▶ flight_finish ─▶ store (2xx, complete)
+ *                               on_done ─▶ store (2xx, complete; else compare only, when the
+ *                                          error bound held a candidate back) ─▶ flight_finish
  *   abort_ev (last subscriber left) ─▶ xfer_abort ─▶ flight_finish(aborted)
  */
 #include "pc_fetch.h"
@@ -52,8 +53,9 @@ struct fetch {
     char reqid[32];
     uint64_t start_us;
 
+    bool want_store;             /* the request asked for its answer to be stored */
     bool store;                  /* still a candidate for the cache */
-    struct cache_ticket *ticket; /* its keys, while it is */
+    struct cache_ticket *ticket; /* its keys (and the error bound's probe), until used */
     int64_t ttl_ms;
     enum api_endpoint endpoint;
     bool stream;
@@ -284,37 +286,48 @@ static void on_stored(void *arg, bool stored)
     fetch_end(f, XFER_OK, NULL);
 }
 
+/* What became of a complete 2xx answer: stored, only compared (pc_bound.h), or neither. */
+enum answer_fate { FATE_NONE, FATE_STORING, FATE_COMPARING };
+
 /*
- * Account a complete 2xx answer and, if it may be cached, send it to Redis.
- * Returns true if a SET is on its way (on_stored finishes the flight).
+ * Account a complete 2xx answer; if it may be cached, send it to Redis,
+ * else (Cache-Control: no-store), if the error bound held a candidate back
+ * for it (the ticket's probe), compare it with that candidate's. FATE_STORING or FATE_COMPARING:
+ * on its way (on_stored finishes the flight); FATE_NONE: nothing to wait for
+ * (an answer compared at once has its verdict already).
  */
-static bool store_answer(struct fetch *f, uint64_t latency_us)
+static enum answer_fate store_answer(struct fetch *f, uint64_t latency_us)
 {
     if (f->endpoint == API_NONE)
-        return false; /* pass-through: neither accounted nor stored */
+        return FATE_NONE; /* pass-through: neither accounted nor stored */
     const struct pc_buf *body = flight_body(f->fl);
     struct api_usage usage;
     int fault = 0;
     bool usable = body != NULL && body->len > 0 && answer_usage(f, body, &usage, &fault);
     if (usable)
         account_usage(f, &usage);
-    if (!f->store || !usable)
-        return false;
+    if (f->ticket == NULL || !usable)
+        return FATE_NONE; /* cut off, too large to keep, not JSON: not an answer to compare */
     if (fault != 0) {
-        log_write(PC_LOG_INFO, f->reqid, "answer not cached: %s (not the shape a %s answer has)",
-                  api_answer_fault_name((enum api_answer_fault)fault),
-                  api_endpoint_name(f->endpoint));
-        return false;
+        if (f->store)
+            log_write(PC_LOG_INFO, f->reqid,
+                      "answer not cached: %s (not the shape a %s answer has)",
+                      api_answer_fault_name((enum api_answer_fault)fault),
+                      api_endpoint_name(f->endpoint));
+        return FATE_NONE; /* nor compared: an error in a 2xx is no answer to the question */
     }
     /*
      * A hit in the other mode (a stream assembled for a JSON client, a JSON
      * answer turned into a stream) goes through cJSON, whose strings end at a
      * decoded U+0000: the text after it would be lost. Such answers are
      * relayed, never stored, as requests with "\u0000" are never cached.
+     * Nor compared: the comparators read the text through cJSON too, and an
+     * answer cut at U+0000 could agree where the whole one differs.
      */
     if (memmem(body->data, body->len, "\\u0000", 6) != NULL) {
-        log_write(PC_LOG_INFO, f->reqid, "answer not cached: it contains \\u0000");
-        return false;
+        if (f->store)
+            log_write(PC_LOG_INFO, f->reqid, "answer not cached: it contains \\u0000");
+        return FATE_NONE;
     }
     const char *ctype =
         f->content_type ? f->content_type : (f->stream ? "text/event-stream" : "application/json");
@@ -334,8 +347,12 @@ static bool store_answer(struct fetch *f, uint64_t latency_us)
         e.headers[e.nheaders++] =
             (struct entry_header){f->replay[i].name, strlen(f->replay[i].name), f->replay[i].value,
                                   strlen(f->replay[i].value)};
-    f->put = cache_put(f->w->cache, &f->ticket, &e, f->ttl_ms, on_stored, f);
-    return f->put != NULL;
+    if (f->store) {
+        f->put = cache_put(f->w->cache, &f->ticket, &e, f->ttl_ms, on_stored, f);
+        return f->put != NULL ? FATE_STORING : FATE_NONE;
+    }
+    f->put = cache_compare(f->w->cache, &f->ticket, &e, on_stored, f);
+    return f->put != NULL ? FATE_COMPARING : FATE_NONE;
 }
 
 static bool fetch_attempt(struct fetch *f);
@@ -392,7 +409,6 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
     if (refused && !f->got_head && retry_elsewhere(f, errmsg))
         return;
     uint64_t latency = pc_mono_us() - f->start_us;
-    bool wanted = f->ticket != NULL; /* cache_put consumes it */
     if (f->rep != NULL) {
         struct stat_labels l = {.upstream = (int)f->rep->index};
         stats_observe(&f->w->stats, SF_upstream_latency_seconds, &l, (int64_t)latency);
@@ -407,11 +423,14 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
                      : refused                     ? ROUTE_CONNECT_ERR
                      : result == XFER_ERR_INTERNAL ? ROUTE_ABORTED
                                                    : ROUTE_ERR);
-    if (result == XFER_OK && f->status >= 200 && f->status <= 299 && store_answer(f, latency))
-        return;
-    if (wanted) /* wanted in the cache, but an error, cut off, too large or Redis away */
+    enum answer_fate fate = result == XFER_OK && f->status >= 200 && f->status <= 299
+                                ? store_answer(f, latency)
+                                : FATE_NONE;
+    /* Wanted in the cache, but an error, cut off, too large, not cacheable or Redis away. */
+    if (f->want_store && fate != FATE_STORING)
         stats_incr(&f->w->stats, STAT_cache_store_skipped);
-    fetch_end(f, result, errmsg);
+    if (fate == FATE_NONE)
+        fetch_end(f, result, errmsg);
 }
 
 static void on_resume(evutil_socket_t fd, short what, void *arg)
@@ -530,10 +549,9 @@ void fetch_start(struct worker *w, struct flight *fl, const struct fetch_req *re
     model_clean(req->model, f->model);
     pc_strlcpy(f->tenant, req->tenant_id ? req->tenant_id : "", sizeof(f->tenant));
     f->ttl_ms = req->ttl_ms;
-    if (req->ticket != NULL) {
-        f->store = true;
-        f->ticket = req->ticket;
-    }
+    f->ticket = req->ticket;
+    f->want_store = req->ticket != NULL && !req->compare_only;
+    f->store = f->want_store;
     f->resume_ev = event_new(w->base, -1, 0, on_resume, f);
     f->abort_ev = event_new(w->base, -1, 0, on_abort, f);
     if (f->resume_ev == NULL || f->abort_ev == NULL) {

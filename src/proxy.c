@@ -1528,7 +1528,9 @@ static void start_fetch(struct preq *r)
         .body = body,
         .body_len = blen,
         .reqid = r->id,
-        .ticket = r->store ? r->ticket : NULL,
+        /* Not to be stored, the ticket still carries the error bound's probe: compared. */
+        .ticket = r->store || r->probe != NULL ? r->ticket : NULL,
+        .compare_only = !r->store,
         .ttl_ms = r->ttl * 1000,
         .endpoint = r->ep,
         .stream = r->stream,
@@ -1542,7 +1544,7 @@ static void start_fetch(struct preq *r)
     };
     if (r->ask_usage)
         stats_incr(&w->stats, STAT_stream_usage_added);
-    if (r->store)
+    if (fr.ticket != NULL)
         r->ticket = NULL; /* the fetch owns it now */
     r->ops->fetch_start(w, flight_sub_flight(r->sub), &fr);
 }

@@ -325,6 +325,85 @@ h.test('marks that cannot be read hold their entry back', async () => {
     await audit.stop();
 });
 
+/* Every candidate held back or explored ends compared, failed to compare, or uncompared. */
+function assertSettled(st) {
+    assert.equal(st.semantic_bound_withheld + st.semantic_bound_explored,
+        st.semantic_bound_compared + st.semantic_bound_compare_errors + st.semantic_bound_uncompared,
+        `withheld ${st.semantic_bound_withheld} + explored ${st.semantic_bound_explored} = compared ` +
+        `${st.semantic_bound_compared} + errors ${st.semantic_bound_compare_errors} + uncompared ` +
+        `${st.semantic_bound_uncompared}`);
+}
+
+h.test('a held-back candidate is compared with a fresh answer that is not stored; never with one that is no full answer', async () => {
+    const p = await boundProxy(nextDb++);
+    const t = tag();
+    await ask(p, question(t), 'kept');
+    const NS = {'Cache-Control': 'no-store'};
+    /* no-store: the answer is not kept, but it is the whole answer to compare. */
+    assertHeldBack(await ask(p, rewording(t), 'kept', NS), 'agreed');
+    let st = await p.stats();
+    assert.equal(st.semantic_bound_withheld, 1);
+    assert.equal(st.semantic_bound_compared, 1);
+    assert.equal(st.cache_stores, 1, 'only the question was stored');
+    /* A streamed one too, after it went out. */
+    const s = await p.openStream(CHAT, h.chatBody(`python ${t}c how do I reverse ${t}b a list in ${t}`,
+        {stream: true}), {'x-mock-meaning': 'kept', ...NS});
+    assert.equal(s.headers['x-cache-similarity'], '1.0000');
+    await s.rest();
+    await h.waitFor(async () => (await p.stats()).semantic_bound_agreed === 2, {what: 'the comparison'});
+    assert.equal((await p.stats()).cache_stores, 1);
+    /* Not full answers: an error, a cut stream, a 2xx error body, an answer with \u0000 (the
+     * comparators read it through cJSON, which ends it there). No verdict, no observation. */
+    const texts = [`how do I reverse a list in python ${t} ${t}b ${t}c?`,
+        `How do I reverse a list in Python ${t} ${t}b ${t}c??`,
+        `How do I reverse a list in Python ${t} ${t}b ${t}c ?`,
+        `how do i reverse a list in python ${t} ${t}b ${t}c`];
+    const broken = [{'x-mock-status': '500'}, {'x-mock-cut': '1'}, {'x-mock-body': '{"error":{"message":"busy"}}'},
+        {'x-mock-body': JSON.stringify({id: 'x', object: 'chat.completion', created: 1, model: 'm',
+            choices: [{index: 0, message: {role: 'assistant', content: 'mock answer by meaning kept\u0000 not'},
+                finish_reason: 'stop'}]})}];
+    for (let i = 0; i < broken.length; i++) {
+        const r = await p.post(CHAT, h.chatBody(texts[i]), {'x-mock-meaning': 'kept', ...broken[i]}).catch((e) => e);
+        if (r && r.headers) {
+            assert.equal(r.headers['x-cache-verify'], undefined, `case ${i}`);
+            assert.equal(r.headers['x-cache-status'], 'MISS', `case ${i}`);
+        }
+    }
+    await h.waitFor(async () => (await p.stats()).semantic_bound_withheld === 6, {what: 'the lookups'});
+    await h.waitFor(async () => (await p.stats()).semantic_bound_uncompared === 4, {what: 'uncompared'});
+    assert.equal((await p.stats()).semantic_bound_compared, 2, 'nothing compared with what is no full answer');
+    /* Last (a difference marks the entry, which is then passed over): one that differs. */
+    assertHeldBack(await ask(p, rewording2(t), 'other', NS), 'disagreed');
+    st = await p.stats();
+    assert.equal(st.semantic_bound_compared, 3);
+    assert.equal(st.semantic_bound_disagreed, 1);
+    assert.equal(st.semantic_bound_compare_errors, 0);
+    assertSettled(st);
+    assert.ok(p.alive);
+    await p.stop();
+});
+
+h.test('a request that joined a held-back one\'s upstream call is counted uncompared', async () => {
+    const p = await boundProxy(nextDb++);
+    const t = tag();
+    await ask(p, question(t), 'joined');
+    const id = h.uniq('hold');
+    const first = ask(p, rewording(t), 'joined', {'x-mock-hold': id});
+    await env.mock.waitForHold(id);
+    const second = ask(p, rewording(t), 'joined', {'x-mock-hold': id});
+    await h.waitFor(async () => (await p.stats()).coalesced === 1, {what: 'the second request joining'});
+    env.mock.release(id);
+    const [a, b] = await Promise.all([first, second]);
+    assertHeldBack(a, 'agreed');
+    assert.equal(b.headers['x-cache-status'], 'MISS');
+    await h.waitFor(async () => (await p.stats()).semantic_bound_uncompared === 1, {what: 'the follower settled'});
+    const st = await p.stats();
+    assert.equal(st.semantic_bound_withheld, 2);
+    assert.equal(st.semantic_bound_compared, 1);
+    assertSettled(st);
+    await p.stop();
+});
+
 h.test('a mark written after its entry was refreshed takes the entry\'s new life', async () => {
     const {db, a, audit, H} = await servingWithAuditor('late');
     const t = tag();
