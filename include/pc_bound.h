@@ -35,7 +35,7 @@
  *   PC_KEY_PREFIX "o:{tenant:exact}"  the entry's marks: a bitmap of the
  *       buckets where it was found wrong (SETBIT, in a script that gives it
  *       the entry's PTTL); same hash tag and expiry as the entry (a refresh
- *       carries them over, a flush deletes them with it);
+ *       carries them over, a flush or purge deletes them with it);
  *   PC_KEY_PREFIX "bp:{id}"  a partition's counts, id from the embedder space
  *       and the partition; expires BOUND_PARTITION_TTL_MS after its last
  *       observation;

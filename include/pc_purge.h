@@ -2,7 +2,7 @@
  * pc_purge.h - targeted invalidation: delete one entry by its id (pc_entry.h,
  * what X-Cache-Key shows), or the entries that match a filter - X-Cache-
  * Namespace, model, created before a time, optionally within one tenant -
- * each with its vector record, and tell every instance through the vector
+ * each with its vector record and error-bound marks, and tell every instance through the vector
  * stream (op=del, pc_vsync.h), which every process's L1 and vector index
  * follow. The admin API runs it on a worker's store (asynchronous); the
  * `promptcache purge` command on a blocking connection (pc_rcli.h). Both
@@ -13,8 +13,10 @@
  *        │                       GETRANGE, never its body; UNLINKs the picked
  *        │                       entry and its vector, both of one hash tag)
  *        │                               │ {unreadable, position...}
- *        └──── next batch ◀── XADD vs op=del k=<tenant:key> per picked entry
- *                             (the stream is a key of its own: a separate command)
+ *        └──── next batch ◀── UNLINK pc:2:o:{tenant:key} (the entry's error-bound
+ *                             marks, its tag) and XADD vs op=del k=<tenant:key> per
+ *                             picked entry (the stream is a key of its own: a
+ *                             separate command)
  *
  * Entries carry their namespace and model since they are kept (entry.c,
  * section ENTRY_SEC_META); older ones carry neither, so a delete by
@@ -73,7 +75,8 @@ struct purge_op;
 typedef void purge_fn(void *arg, bool ok, long long deleted);
 
 /*
- * Delete the entry (tenant_id, exact) and its vector record, then publish
+ * Delete the entry (tenant_id, exact), its vector record and its error-bound
+ * marks (pc_bound.h), then publish
  * its del event (also when it was not there: an L1 may still hold it) and
  * drop it from l1 (may be NULL). NULL (no callback) if Redis is not ready;
  * else cb runs exactly once unless purge_cancel comes first.

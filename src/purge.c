@@ -13,6 +13,7 @@
  * nothing Redis sends is trusted as a key.
  */
 #include "pc_purge.h"
+#include "pc_bound.h"
 #include "pc_cluster.h"
 #include "pc_conf.h"
 #include "pc_l1.h"
@@ -102,9 +103,12 @@ static const char pick_script[] =
     "end\n"
     "return out\n";
 
-/* KEYS: an entry and its vector record (one hash tag). Returns 1 if the entry was there. */
+/*
+ * KEYS: an entry, its vector record and its error-bound marks (one hash tag). Returns 1 if
+ * the entry was there.
+ */
 static const char one_script[] = "local n = redis.call('UNLINK', KEYS[1])\n"
-                                 "redis.call('UNLINK', KEYS[2])\n"
+                                 "redis.call('UNLINK', KEYS[2], KEYS[3])\n"
                                  "return n\n";
 
 /* ---- filters ----------------------------------------------------------------- */
@@ -421,15 +425,16 @@ static void on_one(void *arg, enum store_status st, long long n)
         finish(op, STORE_ERR, op->deleted);
 }
 
-/* EVAL the delete of the entry and its vector record. */
+/* EVAL the delete of the entry, its vector record and its marks. */
 static int delete_one(struct purge_op *op)
 {
-    char ekey[ENTRY_KEY_MAX], vkey[VSYNC_KEY_MAX];
+    char ekey[ENTRY_KEY_MAX], vkey[VSYNC_KEY_MAX], mkey[BOUND_KEY_MAX];
     size_t elen = entry_key(op->tenant_hex, op->exact, ekey);
     size_t vlen = vsync_vector_key(op->tenant, op->exact, vkey);
-    const char *argv[] = {"EVAL", one_script, "2", ekey, vkey};
-    size_t lens[] = {4, sizeof(one_script) - 1, 1, elen, vlen};
-    op->cmd = store_call_int(op->store, 5, argv, lens, on_one, op);
+    bound_entry_key(op->tenant_hex, op->exact, mkey);
+    const char *argv[] = {"EVAL", one_script, "3", ekey, vkey, mkey};
+    size_t lens[] = {4, sizeof(one_script) - 1, 1, elen, vlen, strlen(mkey)};
+    op->cmd = store_call_int(op->store, 6, argv, lens, on_one, op);
     return op->cmd != NULL ? 0 : -1;
 }
 
@@ -495,6 +500,34 @@ static void on_del_event(void *arg, enum store_status st, long long n)
     matching_end(op);
 }
 
+/*
+ * The entry's error-bound marks went with it (or failed to: only counted, as running the
+ * purge again would not find the entry; marks left only hold back an answer stored again
+ * under that key, for their TTL at most).
+ */
+static void on_marks_deleted(void *arg, enum store_status st, long long n)
+{
+    (void)st;
+    (void)n;
+    struct purge_op *op = arg;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    op->events--;
+    matching_end(op);
+}
+
+/* UNLINK the marks of a picked entry: a key of its own (the pick script names only the entry
+ * and its vector record), one hash tag with the entry. */
+static void delete_marks(struct purge_op *op, const char *tenant_hex,
+                         const unsigned char exact[PC_SHA256_LEN])
+{
+    char mkey[BOUND_KEY_MAX];
+    bound_entry_key(tenant_hex, exact, mkey);
+    const char *argv[] = {"UNLINK", mkey};
+    size_t lens[] = {6, strlen(mkey)};
+    if (store_write_cb(op->store, 2, argv, lens, on_marks_deleted, op) != NULL)
+        op->events++;
+}
+
 /* A picked entry (key), or key NULL and len entries the script could not read. */
 static void on_picked(void *arg, const char *key, size_t len)
 {
@@ -510,6 +543,7 @@ static void on_picked(void *arg, const char *key, size_t len)
         stats_incr(op->st, STAT_cache_corrupt); /* SCAN's pattern should have kept it out */
         return;
     }
+    delete_marks(op, tenant_hex, exact);
     struct vsync_argv a;
     vsync_argv_del(&a, tenant, exact);
     if (store_write_cb(op->store, a.argc, a.argv, a.lens, on_del_event, op) != NULL)
@@ -650,7 +684,7 @@ static int cli_schema(struct rcli *k)
     return 0;
 }
 
-/* --key ID: that entry and its vector record (dry: whether the entry is there). */
+/* --key ID: that entry, its vector record and marks (dry: whether the entry is there). */
 static int cli_one(struct rcli *k, const char *id, bool dry, long long *n)
 {
     char tenant_hex[TENANT_ID_LEN + 1], ekey[ENTRY_KEY_MAX], vkey[VSYNC_KEY_MAX];
@@ -664,8 +698,10 @@ static int cli_one(struct rcli *k, const char *id, bool dry, long long *n)
     if (key_parse(ekey, elen, tenant, exact, tenant_hex) < 0)
         return -1;
     size_t vlen = vsync_vector_key(tenant, exact, vkey);
-    const char *argv[] = {"EVAL", one_script, "2", ekey, vkey};
-    size_t lens[] = {4, sizeof(one_script) - 1, 1, elen, vlen};
+    char mkey[BOUND_KEY_MAX];
+    bound_entry_key(tenant_hex, exact, mkey);
+    const char *argv[] = {"EVAL", one_script, "3", ekey, vkey, mkey};
+    size_t lens[] = {4, sizeof(one_script) - 1, 1, elen, vlen, strlen(mkey)};
     const char *exists[] = {"EXISTS", ekey};
     size_t exists_lens[] = {6, elen};
     const char *get[] = {"GET", vkey};
@@ -679,7 +715,7 @@ static int cli_one(struct rcli *k, const char *id, bool dry, long long *n)
     if (r != NULL)
         freeReplyObject(r);
     r = dry ? rcli_command(k, "EXISTS", 2, exists, exists_lens)
-            : rcli_command(k, "EVAL (delete one entry)", 5, argv, lens);
+            : rcli_command(k, "EVAL (delete one entry)", 6, argv, lens);
     if (r == NULL)
         return -1;
     *n = r->type == REDIS_REPLY_INTEGER && r->integer > 0 ? 1 : 0;
@@ -783,14 +819,19 @@ static int cli_pick_batch(struct rcli *k, const redisReply *keys, const char *co
             unsigned char tenant[VINDEX_TENANT_LEN], exact[PC_SHA256_LEN];
             char hex[TENANT_ID_LEN + 1];
             if (key_parse(e->str, e->len, tenant, exact, hex) < 0)
-                continue; /* not an entry key: SCAN's pattern keeps them out */
+                continue;             /* not an entry key: SCAN's pattern keeps them out */
+            char mkey[BOUND_KEY_MAX]; /* its error-bound marks go with it */
+            bound_entry_key(hex, exact, mkey);
+            const char *unlink[] = {"UNLINK", mkey};
+            size_t unlink_lens[] = {6, strlen(mkey)};
+            pipe_add(&p, 2, unlink, unlink_lens);
             struct vsync_argv a;
             vsync_argv_del(&a, tenant, exact);
             pipe_add(&p, a.argc, a.argv, a.lens);
         }
         *n += (long long)r->elements - 1;
         *unreadable += r->element[0]->integer;
-        rc = pipe_drain(&p, "XADD del");
+        rc = pipe_drain(&p, "UNLINK marks, XADD del");
     }
     if (r != NULL)
         freeReplyObject(r);
@@ -914,7 +955,10 @@ static int cli_flush_pattern(struct rcli *k, const char *pattern, bool dry, long
     return 0;
 }
 
-/* --tenant alone, or --all: the keys, their vector records, one flush event for every L1. */
+/*
+ * --tenant alone, or --all: the keys, their vector records, their member lists and marks, one
+ * flush event for every L1.
+ */
 static int cli_flush(struct rcli *k, const char *tenant_hex, bool dry, long long *n)
 {
     char pattern[ENTRY_KEY_MAX];
@@ -930,6 +974,11 @@ static int cli_flush(struct rcli *k, const char *tenant_hex, bool dry, long long
     long long lists = 0;
     vsync_members_pattern(tenant_hex, members); /* the partitions' member lists go with them */
     if (cli_flush_pattern(k, members, false, &lists) < 0)
+        return -1;
+    char marks[BOUND_KEY_MAX];
+    long long marked = 0;
+    bound_entry_pattern(tenant_hex, marks); /* and the error bound's marks of the entries */
+    if (cli_flush_pattern(k, marks, false, &marked) < 0)
         return -1;
     unsigned char t[VINDEX_TENANT_LEN];
     for (size_t i = 0; tenant_hex != NULL && i < VINDEX_TENANT_LEN; i++) {

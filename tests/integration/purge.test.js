@@ -380,6 +380,45 @@ h.test('promptcache purge: the same operations from the command line', async () 
     assert.equal(both.code, 2);
 });
 
+/* The error bound's marks of the entry with this id (pc_bound.h), as a comparison leaves them. */
+const marksKey = (id) => `pc:2:o:{${id.slice(0, 16)}:${id.slice(16)}}`;
+async function mark(id) {
+    await env.redis.command('SETBIT', marksKey(id), '99', '1');
+    await env.redis.command('PEXPIRE', marksKey(id), '600000');
+}
+const marked = async (id) => Number(await env.redis.command('EXISTS', marksKey(id))) === 1;
+
+h.test('every targeted purge deletes the error bound\'s marks of the entries it deletes, and only theirs', async () => {
+    const ns = h.uniq('marks').replace(/\W/g, '-');
+    const hdr = {'x-cache-namespace': ns};
+    const byNs = await store(A, question('marks ns'), hdr);
+    const kept = await store(A, question('marks kept'));
+    const byId = await store(A, question('marks id'));
+    const cliNs = `${ns}-cli`;
+    const byCliNs = await store(A, question('marks cli ns'), {'x-cache-namespace': cliNs});
+    const byCliKey = await store(A, question('marks cli key'));
+    const t = h.bearer('sk-purge-marks-tenant');
+    const byTenant = await store(A, question('marks tenant'), t);
+    for (const id of [byNs, kept, byId, byCliNs, byCliKey, byTenant])
+        await mark(id);
+    let r = await del(B, `/admin/cache?namespace=${ns}`);
+    assert.deepEqual(r.json, {deleted: 1});
+    assert.equal(await marked(byNs), false, 'DELETE /admin/cache?namespace=: its marks');
+    r = await del(B, `/admin/cache/entries/${byId}`);
+    assert.equal(r.status, 200, r.text);
+    assert.equal(await marked(byId), false, 'DELETE /admin/cache/entries/ID: its marks');
+    let c = await purge(['--namespace', cliNs]);
+    assert.equal(c.code, 0, c.output);
+    assert.equal(await marked(byCliNs), false, 'purge --namespace: its marks');
+    c = await purge(['--key', byCliKey]);
+    assert.equal(c.code, 0, c.output);
+    assert.equal(await marked(byCliKey), false, 'purge --key: its marks');
+    c = await purge(['--tenant', byTenant.slice(0, 16)]);
+    assert.equal(c.code, 0, c.output);
+    assert.equal(await marked(byTenant), false, 'purge --tenant: its marks');
+    assert.equal(await marked(kept), true, 'an entry not deleted keeps its marks');
+});
+
 h.test('promptcache purge --tenant and --all flush, and tell every L1', async () => {
     const t = h.bearer('sk-purge-cli-tenant');
     const key = await store(A, question('cli tenant'), t);
@@ -396,4 +435,5 @@ h.test('promptcache purge --tenant and --all flush, and tell every L1', async ()
     assert.equal(all.code, 0, all.output);
     assert.equal(await entryCount(), 0);
     assert.deepEqual(await env.redis.keys('pc:2:v:*'), [], 'vector records too');
+    assert.deepEqual(await env.redis.keys('pc:2:o:*'), [], 'and the error bound\'s marks');
 });
