@@ -447,6 +447,13 @@ h.test('targeted purges (admin API and `promptcache purge`) remove exactly their
     }
     const before = (await cluster.allKeys('pc:2:e:*')).length;
     assert.ok(before >= 3 * N, `${before} entries stored`);
+    /* Every entry marked by the error bound (pc_bound.h): the purges delete the marks of what
+     * they delete, each on the primary of its entry's tag. */
+    const entries = await cluster.allKeys('pc:2:e:*');
+    for (const e of entries) {
+        const m = e.replace('pc:2:e:', 'pc:2:o:');
+        await cluster.command((await cluster.ownerOf(m)).port, 'SET', m, '\x01', 'PX', '600000');
+    }
     const r = await h.request(proxies[1].url, {method: 'DELETE', path: '/admin/cache?namespace=drop',
         headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
     assert.equal(r.status, 200, r.text);
@@ -456,6 +463,8 @@ h.test('targeted purges (admin API and `promptcache purge`) remove exactly their
     assert.equal(cli.code, 0, cli.stderr);
     assert.match(cli.stdout, new RegExp(`deleted ${N} entries`));
     assert.equal((await cluster.allKeys('pc:2:e:*')).length, before - 2 * N);
+    const left = (await cluster.allKeys('pc:2:e:*')).map((e) => e.replace('pc:2:e:', 'pc:2:o:')).sort();
+    assert.deepEqual((await cluster.allKeys('pc:2:o:*')).sort(), left, 'the marks of the entries left, no others');
     for (const ns of ['drop', 'drop-cli']) {
         const again = await proxies[2].post(CHAT, texts[ns][0], {...EXACT_ONLY, ...NO_STORE, 'x-cache-namespace': ns});
         assert.notEqual(again.headers['x-cache-status'], 'HIT', `${ns}: purged`);
