@@ -978,6 +978,11 @@ int bound_view_fetch(struct bound_view *v, const char *tenant_id,
         store_cancel(&v->cmd[i]);
     v->pending = 0;
     v->cb = NULL;
+    /*
+     * The marks are unread as when their GET fails (on_marks): the entry is held back. The
+     * counts read for an earlier candidate are still there and may allow its similarity.
+     */
+    v->floor = BOUND_BUCKETS - 1;
     return 0;
 }
 

@@ -9,9 +9,16 @@
 #include "t.h"
 
 #include "pc_bound.h"
+#include "pc_conf.h"
 #include "pc_sse.h"
+#include "pc_stats.h"
+#include "pc_store.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
 
 static bool near(double a, double b, double tol)
 {
@@ -350,6 +357,58 @@ static struct entry json_entry(enum api_endpoint ep, const char *body)
         .kind = ENTRY_JSON, .endpoint = ep, .status = 200, .body = body, .body_len = strlen(body)};
 }
 
+/* A port on a store never started (its writes go nowhere) and the worker's counters. */
+struct port_world {
+    struct conf *conf;
+    struct event_base *base;
+    struct stats st;
+    struct store *store;
+    struct bound *b;
+    struct bound_port *bp;
+    struct bound_view *view;
+};
+
+static void port_up(struct port_world *w)
+{
+    memset(w, 0, sizeof(*w));
+    char *argv[] = {"--semantic", "yes", "--semantic-max-error", "0.05"};
+    w->conf = conf_create();
+    T_CHECK_INT(conf_load(w->conf, NULL, 4, argv, NULL), 0);
+    w->base = event_base_new();
+    struct store_opts so = {.url = "unix:/nonexistent/test_bound.sock", .timeout_ms = 50};
+    w->store = store_create(w->base, &so, &w->st);
+    w->b = bound_create(w->conf, "test-space");
+    w->bp = bound_port_create(w->b, w->store, &w->st, NULL, NULL, NULL);
+    unsigned char part[PC_SHA256_LEN] = {7};
+    w->view = bound_view_create(w->bp, part);
+}
+
+static void port_down(struct port_world *w)
+{
+    bound_view_free(&w->view);
+    bound_port_destroy(&w->bp);
+    bound_destroy(&w->b);
+    store_destroy(&w->store);
+    event_base_free(w->base);
+    conf_destroy(&w->conf);
+}
+
+/*
+ * Marks that could not even be asked for hold their entry back, also when the counts read
+ * for an earlier candidate would allow it (they were taken as none: served).
+ */
+static void test_marks_unsent(void)
+{
+    struct port_world w;
+    port_up(&w);
+    unsigned char exact[PC_SHA256_LEN] = {9};
+    T_CHECK_INT(bound_view_fetch(w.view, "0123456789abcdef", exact, NULL, NULL), 0);
+    struct bound_decision d;
+    bound_view_decide(w.view, 0.99, &d);
+    T_CHECK_INT(d.verdict, BOUND_SKIP);
+    port_down(&w);
+}
+
 static void test_answer_text(void)
 {
     struct pc_buf out = PC_BUF_INIT;
@@ -442,6 +501,7 @@ int main(void)
     T_RUN(test_explore_p);
     T_RUN(test_encoding);
     T_RUN(test_marks);
+    T_RUN(test_marks_unsent);
     T_RUN(test_argv);
     T_RUN(test_answer_text);
     T_RUN(test_normalise);
