@@ -209,8 +209,9 @@ int bound_marks_decode(const char *buf, size_t len, int *floor);
 
 /*
  * The text of a stored answer (assistant text, tool calls with their
- * arguments) as one string in out, at most BOUND_ANSWER_MAX bytes; -1 if the
- * answer has none (an error, an embedding) or does not parse.
+ * arguments) as one string in out, at most BOUND_ANSWER_MAX bytes: 0, or 1
+ * when the text was longer and is cut there; -1 if the answer has none (an
+ * error, an embedding) or does not parse.
  */
 int bound_answer_text(const struct entry *e, struct pc_buf *out);
 /* Normalised for the exact comparator: lower case, one space between words, no outer punctuation.
@@ -294,7 +295,9 @@ typedef void bound_cmp_fn(void *arg);
  * Compare the fresh answer with the probe's, record the observation in
  * Redis and set the probe's verdict. Returns 1 if done already (no
  * callback), 0 if under way (cb runs once, later, unless cancelled; *cmp
- * is the handle), -1 if it cannot be compared (no callback).
+ * is the handle), -1 if it cannot be compared (no callback): either answer
+ * without text or longer than BOUND_ANSWER_MAX (counted in
+ * semantic_bound_compare_errors), or the probe compared already.
  */
 int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct entry *fresh,
                   bound_cmp_fn *cb, void *arg, struct bound_cmp **cmp);

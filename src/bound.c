@@ -613,14 +613,15 @@ int bound_answer_text(const struct entry *e, struct pc_buf *out)
     cJSON_Delete(resp);
     while (out->len > start && out->data[out->len - 1] == '\n')
         out->len--; /* the separator after the last piece */
-    if (out->len - start > BOUND_ANSWER_MAX) {
+    bool cut = out->len - start > BOUND_ANSWER_MAX;
+    if (cut) {
         size_t n = BOUND_ANSWER_MAX; /* cut on a UTF-8 boundary */
         while (n > 0 && ((unsigned char)out->data[start + n] & 0xc0) == 0x80)
             n--;
         out->len = start + n;
     }
     pc_buf_cstr(out);
-    return out->len > start ? 0 : -1;
+    return out->len > start ? (cut ? 1 : 0) : -1;
 }
 
 static bool outer_punct(unsigned char c)
@@ -1036,6 +1037,7 @@ struct bound_probe {
     bool explored;
     const char *verdict; /* "agreed" / "disagreed" / NULL */
     char *answer;        /* the candidate's answer text */
+    bool cut;            /* ... its first BOUND_ANSWER_MAX bytes only */
     char part_key[BOUND_KEY_MAX];
     char global_key[BOUND_KEY_MAX];
     char marks_key[BOUND_KEY_MAX];
@@ -1051,7 +1053,8 @@ struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_
 {
     PC_CHECK_OBJ(v, VIEW_MAGIC);
     struct pc_buf text = PC_BUF_INIT;
-    if (bound_answer_text(cand, &text) < 0) {
+    int rc = bound_answer_text(cand, &text);
+    if (rc < 0) {
         pc_buf_free(&text);
         /* Counted held back or explored, and never to be compared. */
         stats_incr(v->bp->st, STAT_semantic_bound_uncompared);
@@ -1062,6 +1065,7 @@ struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_
     p->refs = 1;
     p->sim = sim;
     p->explored = d->verdict == BOUND_EXPLORE;
+    p->cut = rc == 1;
     p->answer = pc_buf_cstr(&text); /* the buffer's memory is the probe's now */
     snprintf(p->part_key, sizeof(p->part_key), "%s", v->part_key);
     snprintf(p->global_key, sizeof(p->global_key), "%s", v->bp->b->global_key);
@@ -1229,7 +1233,12 @@ int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct ent
     if (p->settled)
         return -1; /* one observation per candidate */
     struct pc_buf text = PC_BUF_INIT;
-    if (bound_answer_text(fresh, &text) < 0) {
+    int rc = bound_answer_text(fresh, &text);
+    /*
+     * No text, or one longer than what is compared: two answers alike in their first
+     * BOUND_ANSWER_MAX bytes may differ after them, and a false agreement serves more.
+     */
+    if (rc != 0 || p->cut) {
         pc_buf_free(&text);
         stats_incr(bp->st, STAT_semantic_bound_compare_errors);
         p->settled = true;

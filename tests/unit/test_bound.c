@@ -393,6 +393,73 @@ static void port_down(struct port_world *w)
     conf_destroy(&w->conf);
 }
 
+/* A chat answer whose text is n times c, then tail. */
+static char *long_answer(size_t n, char c, const char *tail)
+{
+    struct pc_buf b = PC_BUF_INIT;
+    pc_buf_append_str(&b, "{\"choices\":[{\"message\":{\"content\":\"");
+    for (size_t i = 0; i < n; i++)
+        pc_buf_append_char(&b, c);
+    pc_buf_append_str(&b, tail);
+    pc_buf_append_str(&b, "\"}}]}");
+    return pc_buf_cstr(&b);
+}
+
+/*
+ * Two answers alike in their first BOUND_ANSWER_MAX bytes and different after are not
+ * taken as the same (they were: agreed); the candidate's or the fresh one's text cut is no
+ * comparison. And every probe ends counted: compared, failed, or uncompared.
+ */
+static void test_compare_long(void)
+{
+    struct port_world w;
+    port_up(&w);
+    unsigned char exact[PC_SHA256_LEN] = {9};
+    struct bound_decision d = {.verdict = BOUND_WITHHOLD, .threshold = 1};
+    char *a = long_answer(BOUND_ANSWER_MAX + 10, 'a', " yes");
+    char *b = long_answer(BOUND_ANSWER_MAX + 10, 'a', " no");
+    struct entry ea = {.kind = ENTRY_JSON, .endpoint = API_CHAT, .body = a, .body_len = strlen(a)};
+    struct entry eb = {.kind = ENTRY_JSON, .endpoint = API_CHAT, .body = b, .body_len = strlen(b)};
+    struct pc_buf out = PC_BUF_INIT;
+    T_CHECK_INT(bound_answer_text(&ea, &out), 1); /* cut */
+    T_CHECK_INT(out.len, BOUND_ANSWER_MAX);
+    pc_buf_free(&out);
+    struct bound_probe *p = bound_probe_create(w.view, &d, 0.97, &ea, "0123456789abcdef", exact);
+    T_CHECK(p != NULL);
+    struct bound_cmp *cmp = NULL;
+    T_CHECK_INT(bound_compare(w.bp, p, &eb, NULL, NULL, &cmp), -1);
+    T_CHECK(bound_probe_verdict(p) == NULL);
+    T_CHECK_INT((int64_t)w.st.v[STAT_semantic_bound_compare_errors], 1);
+    T_CHECK_INT((int64_t)w.st.v[STAT_semantic_bound_compared], 0);
+    bound_probe_unref(&p);
+    /* A short candidate and a long fresh answer: no comparison either. */
+    struct entry es = json_entry(API_CHAT, "{\"choices\":[{\"message\":{\"content\":\"yes\"}}]}");
+    p = bound_probe_create(w.view, &d, 0.97, &es, "0123456789abcdef", exact);
+    T_CHECK_INT(bound_compare(w.bp, p, &eb, NULL, NULL, &cmp), -1);
+    T_CHECK_INT((int64_t)w.st.v[STAT_semantic_bound_compare_errors], 2);
+    bound_probe_unref(&p);
+    /* Compared once; a second comparison of the same probe is refused, not counted. */
+    p = bound_probe_create(w.view, &d, 0.97, &es, "0123456789abcdef", exact);
+    T_CHECK_INT(bound_compare(w.bp, p, &es, NULL, NULL, &cmp), 1);
+    T_CHECK_STR(bound_probe_verdict(p), "agreed");
+    T_CHECK_INT(bound_compare(w.bp, p, &es, NULL, NULL, &cmp), -1);
+    T_CHECK_INT((int64_t)w.st.v[STAT_semantic_bound_compared], 1);
+    bound_probe_unref(&p);
+    /* Never compared: counted when its last reference goes; a candidate without text at once. */
+    p = bound_probe_create(w.view, &d, 0.97, &es, "0123456789abcdef", exact);
+    struct bound_probe *ref = bound_probe_ref(p);
+    bound_probe_unref(&p);
+    T_CHECK_INT((int64_t)w.st.v[STAT_semantic_bound_uncompared], 0);
+    bound_probe_unref(&ref);
+    T_CHECK_INT((int64_t)w.st.v[STAT_semantic_bound_uncompared], 1);
+    struct entry none = json_entry(API_CHAT, "{\"choices\":[{\"message\":{\"content\":null}}]}");
+    T_CHECK(bound_probe_create(w.view, &d, 0.97, &none, "0123456789abcdef", exact) == NULL);
+    T_CHECK_INT((int64_t)w.st.v[STAT_semantic_bound_uncompared], 2);
+    free(a);
+    free(b);
+    port_down(&w);
+}
+
 /*
  * Marks that could not even be asked for hold their entry back, also when the counts read
  * for an earlier candidate would allow it (they were taken as none: served).
@@ -501,6 +568,7 @@ int main(void)
     T_RUN(test_explore_p);
     T_RUN(test_encoding);
     T_RUN(test_marks);
+    T_RUN(test_compare_long);
     T_RUN(test_marks_unsent);
     T_RUN(test_argv);
     T_RUN(test_answer_text);
