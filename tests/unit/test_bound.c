@@ -278,10 +278,12 @@ static void test_encoding(void)
         double seen, compared, wrong;
         int rc;
     } cases[] = {
-        {3, 5, 1, 0},     /* seen behind compared: a lost write, accepted */
-        {-1, 0, 0, -1},   /* negative */
-        {1e16, 1, 0, -1}, /* beyond BOUND_COUNT_MAX */
-        {10, 4, 5, -1},   /* more wrong than compared */
+        {3, 5, 1, 0},                       /* seen behind compared: a lost write, accepted */
+        {-1, 0, 0, -1},                     /* negative */
+        {1e16, 1, 0, -1},                   /* beyond BOUND_COUNT_MAX */
+        {0, 17179869184.0, 0, -1},          /* 2^34: where the bound's arithmetic gives way */
+        {8589934592.0, 8589934592.0, 0, 0}, /* 2^33: the most accepted */
+        {10, 4, 5, -1},                     /* more wrong than compared */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct bound_counts q = {0};
@@ -355,6 +357,28 @@ static struct entry json_entry(enum api_endpoint ep, const char *body)
 {
     return (struct entry){
         .kind = ENTRY_JSON, .endpoint = ep, .status = 200, .body = body, .body_len = strlen(body)};
+}
+
+/*
+ * At the most the decoder accepts in every bucket, the upper bound still stands about 1.645
+ * standard deviations above the rate (the 95% it promises); beyond, lgamma's precision went
+ * (2^50 in one bucket gave a bound 0.0002 of a deviation above a rate of 0.001).
+ */
+static void test_count_max_bound(void)
+{
+    struct bound_counts c = {0};
+    for (int b = 0; b < BOUND_BUCKETS; b++) {
+        c.seen[b] = c.compared[b] = (double)BOUND_COUNT_MAX;
+        c.wrong[b] = (double)BOUND_COUNT_MAX * 0.0099;
+    }
+    struct bound_region r;
+    bound_region_at(&c, 0, &r);
+    double sd = sqrt(r.rate * (1 - r.rate) / r.n_eff);
+    double up = bound_upper(r.x_eff, r.n_eff, 0.95);
+    T_CHECK((up - r.rate) / sd > 1.6 && (up - r.rate) / sd < 1.7);
+    double n = (double)(INT64_C(1) << 50);
+    sd = sqrt(0.001 * 0.999 / n);
+    T_CHECK((bound_upper(0.001 * n, n, 0.95) - 0.001) / sd < 1.6); /* why the cap */
 }
 
 /* A port on a store never started (its writes go nowhere) and the worker's counters. */
@@ -568,6 +592,7 @@ int main(void)
     T_RUN(test_explore_p);
     T_RUN(test_encoding);
     T_RUN(test_marks);
+    T_RUN(test_count_max_bound);
     T_RUN(test_compare_long);
     T_RUN(test_marks_unsent);
     T_RUN(test_argv);
