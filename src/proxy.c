@@ -1298,14 +1298,51 @@ static enum step step_recv(struct preq *r)
 /* ---- PARSE ------------------------------------------------------------------ */
 
 /*
- * The raw body's checks, before anything is built from it: media type, not
- * empty, no NUL byte, memory for its parse tree. False after an error reply.
+ * The first content coding other than identity among the request's
+ * Content-Encoding fields (every one of them, each a list), copied into buf;
+ * false if there is none. The body is never decoded: the key, the guards and
+ * the semantic text are made from the JSON, so a compressed body (gzip,
+ * deflate, br, ...) is refused with a 415 rather than read as JSON.
+ */
+static bool body_coding(const struct preq *r, char *buf, size_t size)
+{
+    for (size_t i = 0, n = req_header_count(r); i < n; i++) {
+        const struct httpd_header *hd = req_header_at(r, i);
+        if (!pc_strcaseeq(hd->name, "Content-Encoding"))
+            continue;
+        for (const char *p = hd->value; *p;) {
+            p += strspn(p, " \t,");
+            size_t len = strcspn(p, ",");
+            size_t end = len;
+            while (end > 0 && (p[end - 1] == ' ' || p[end - 1] == '\t'))
+                end--;
+            if (end > 0 && !(end == 8 && pc_strncaseeq(p, "identity", 8))) {
+                snprintf(buf, size, "%.*s", (int)PC_MIN(end, (size_t)64), p);
+                return true;
+            }
+            p += len;
+        }
+    }
+    return false;
+}
+
+/*
+ * The raw body's checks, before anything is built from it: media type,
+ * content coding, not empty, no NUL byte, memory for its parse tree. False
+ * after an error reply.
  */
 static bool body_acceptable(struct preq *r, const char **body, size_t *len)
 {
     const char *ct = req_header(r, "Content-Type");
     if (ct != NULL && !is_json_media_type(ct)) {
         reply_error(r, 415, "Content-Type must be application/json");
+        return false;
+    }
+    char coding[80];
+    if (body_coding(r, coding, sizeof(coding))) {
+        reply_error(r, 415,
+                    "Content-Encoding %s is not supported: send the request body uncompressed",
+                    coding);
         return false;
     }
     *body = req_body(r, len);

@@ -5,6 +5,7 @@
  * and the proxy keeps serving.
  */
 const assert = require('node:assert/strict');
+const zlib = require('node:zlib');
 const h = require('./lib');
 
 const MAX_BODY = 4096;
@@ -12,6 +13,8 @@ const env = h.environment({proxyArgs: ['--max-body-size', String(MAX_BODY)]});
 
 const CHAT = '/v1/chat/completions';
 const MESSAGES = '/v1/messages';
+
+const gzipped = (body) => zlib.gzipSync(JSON.stringify(body));
 
 /* Each case: what is wrong, the path, the body (object or raw text), headers, expected status. */
 const CASES = [
@@ -34,6 +37,12 @@ const CASES = [
     ['stream not a boolean', CHAT, {...h.chatBody('s'), stream: 'yes'}, {}, 400],
     ['a body over max-body-size', CHAT, h.chatBody('x'.repeat(MAX_BODY * 2)), {}, 413],
     ['a body over max-body-size', MESSAGES, h.messagesBody('x'.repeat(MAX_BODY * 2)), {}, 413],
+    ['a gzip body', CHAT, gzipped(h.chatBody('gz')), {'content-encoding': 'gzip'}, 415],
+    ['a deflate body', MESSAGES, zlib.deflateSync(JSON.stringify(h.messagesBody('df'))),
+        {'content-encoding': 'deflate'}, 415],
+    ['a br body', CHAT, zlib.brotliCompressSync(JSON.stringify(h.chatBody('br'))), {'content-encoding': 'br'}, 415],
+    ['an unknown coding after identity', CHAT, JSON.stringify(h.chatBody('xz')),
+        {'content-encoding': 'identity, x-unknown'}, 415],
 ];
 
 for (const [what, path, body, headers, status] of CASES) {
@@ -76,6 +85,20 @@ h.test('the proxy keeps serving and counts client errors', async () => {
     const ok = await env.proxy.post(CHAT, body);
     assert.equal(ok.status, 200);
     h.assertHit(await env.proxy.post(CHAT, body));
+});
+
+h.test('a compressed body is a 415 that names its Content-Encoding; identity is plain JSON', async () => {
+    const calls = env.mock.callCount();
+    const gz = await env.proxy.post(CHAT, gzipped(h.chatBody(h.uniq('gzip'))), {'content-encoding': 'GZip'});
+    h.assertOpenAIError(gz, 415);
+    assert.match(gz.json.error.message, /Content-Encoding GZip is not supported/);
+    const br = await env.proxy.post(MESSAGES, zlib.brotliCompressSync(JSON.stringify(h.messagesBody('b'))),
+        {'content-encoding': 'br'});
+    h.assertAnthropicError(br, 415);
+    assert.match(br.json.error.message, /Content-Encoding br is not supported/);
+    assert.equal(env.mock.callCount(), calls, 'nothing reached the upstream');
+    const plain = await env.proxy.post(CHAT, h.chatBody(h.uniq('identity')), {'content-encoding': 'identity'});
+    assert.equal(plain.status, 200);
 });
 
 h.test('a method other than POST on an API path does not reach the cache', async () => {
