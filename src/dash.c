@@ -5,8 +5,17 @@
  *
  *   GET /dashboard/data ─▶ dash_render: lock ─▶ stale? start the reader
  *        ─▶ reports per hour from the kept fields, priced now ─▶ JSON
- *   reader thread: rcli ─▶ HSCAN pc:2:r:<hour> for the hours wanted
- *        ─▶ lock, swap in the new fields, stamp the time ─▶ exit
+ *   reader thread: rcli ─▶ HSCAN pc:2:tk, then pc:2:r:<hour> for the hours
+ *        wanted, keeping the fields promptcache writes ─▶ lock, swap in the
+ *        new fields, stamp the time ─▶ exit
+ *
+ * Whatever is in Redis is untrusted, and a hash may have been filled by
+ * anyone: every read is bounded. A hash is read a page at a time and given up
+ * after SCAN_MAX fields (the rest noted in "error"); only well-formed fields
+ * are kept, FIELDS_MAX over all the hours held and FPS_MAX fingerprints; and a
+ * render sums at most RENDER_MODELS distinct models and RENDER_TENANTS
+ * tenants, the others under TALLY_OTHER (as a worker does past
+ * TALLY_MAX_ROWS), so its time on the worker's loop is bounded too.
  */
 #include "pc_dash.h"
 #include "pc_conf.h"
@@ -28,6 +37,13 @@
 #define DASH_MAGIC   0x44415348u /* "DASH" */
 #define DASH_MODELS  20          /* model rows shown; the rest summed under "(more)" */
 #define DASH_TENANTS 20          /* tenant rows shown, the busiest */
+
+#define SCAN_MAX       200000 /* fields of one hash read at most (valid or not) */
+#define SCAN_PAGE      "1000" /* HSCAN COUNT */
+#define FIELDS_MAX     100000 /* valid fields held over all hours */
+#define FPS_MAX        4096   /* key fingerprints kept (a tenants file names fewer keys) */
+#define RENDER_MODELS  500    /* distinct models one render sums by name */
+#define RENDER_TENANTS 5000   /* ... and tenants */
 
 struct field {
     char *name;
@@ -54,9 +70,13 @@ struct dash {
     pthread_t thread;
     struct field *fps; /* TENANTS_KEY_FP as read: tenant id -> key fingerprint (count 0) */
     size_t nfps;
-    bool seed;       /* the next read hands the busiest models to the metrics */
-    int64_t read_ms; /* when the last read finished (0: never) */
-    char error[512]; /* of the last read, "" if it went well */
+    uint64_t fps_gen;           /* bumped by every read of fps */
+    uint64_t applied_gen;       /* the fps_gen applied to applied_to */
+    struct tenants *applied_to; /* a reference: the table last taught the fps */
+    size_t nfields;             /* fields held in hours[] */
+    bool seed;                  /* the next read hands the busiest models to the metrics */
+    int64_t read_ms;            /* when the last read finished (0: never) */
+    char error[512];            /* of the last read, "" if it went well */
 };
 
 struct dash *dash_create(const struct conf *c)
@@ -82,6 +102,7 @@ static void fps_clear(struct dash *d)
 
 static void hour_clear(struct hour *h)
 {
+    /* Not under mu when h is a reader's fresh hour: nfields counts the slots only. */
     for (size_t i = 0; i < h->n; i++)
         free(h->f[i].name);
     free(h->f);
@@ -93,6 +114,7 @@ static void dash_free(struct dash *d)
     for (int i = 0; i < DASH_HOURS_MAX; i++)
         hour_clear(&d->hours[i]);
     fps_clear(d);
+    tenants_release(&d->applied_to);
     pthread_mutex_destroy(&d->mu);
     memset(d->redis, 0, strlen(d->redis)); /* it may hold a password */
     free(d->redis);
@@ -128,11 +150,25 @@ void dash_destroy(struct dash **dp)
 
 /* ---- the reader thread -------------------------------------------------------- */
 
-static void keep_field(void *arg, const char *field, size_t flen, int64_t count)
+/*
+ * Whether field is one promptcache writes: "METRIC|TENANT|MODEL" with names
+ * as the workers write them, or a latency bucket "lat|KIND|N" (checked in
+ * full when summed; its forms are few).
+ */
+static bool field_valid(const char *field, size_t flen)
 {
-    struct hour *h = arg;
-    if (count < 0 || flen == 0)
-        return;
+    if (flen > 4 && memcmp(field, "lat|", 4) == 0)
+        return flen <= 4 + 8 + 1 + 2;
+    const char *bar1 = memchr(field, '|', flen);
+    const char *bar2 = bar1 ? memchr(bar1 + 1, '|', (size_t)(field + flen - bar1 - 1)) : NULL;
+    if (bar2 == NULL || tally_metric_parse(field, (size_t)(bar1 - field)) < 0)
+        return false;
+    return tally_valid_tenant(bar1 + 1, (size_t)(bar2 - bar1 - 1)) &&
+           tally_valid_model(bar2 + 1, (size_t)(field + flen - bar2 - 1));
+}
+
+static void keep_field(struct hour *h, const char *field, size_t flen, int64_t count)
+{
     if (h->n == h->cap) {
         h->cap = h->cap ? h->cap * 2 : 64;
         h->f = pc_realloc(h->f, h->cap * sizeof(*h->f));
@@ -153,35 +189,134 @@ static bool wanted(struct dash *d, int64_t hour, int64_t now_hour)
 static void fill(struct report *r, const struct hour *h);
 
 /*
+ * One bounded HSCAN of key: fn(arg, field, value) for each string pair, at
+ * most SCAN_MAX fields read; fn returns false when it wants no more. 1 if
+ * the hash had more than was read, 0 if read through, -1 on a Redis error.
+ */
+typedef bool scan_fn(void *arg, const redisReply *field, const redisReply *value);
+
+static int scan_hash(struct rcli *k, const char *key, scan_fn *fn, void *arg)
+{
+    char cursor[32] = "0";
+    size_t seen = 0;
+    do {
+        const char *argv[] = {"HSCAN", key, cursor, "COUNT", SCAN_PAGE};
+        redisReply *rep = rcli_command(k, "HSCAN", 5, argv, NULL);
+        if (rep == NULL)
+            return -1;
+        bool ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+                  rep->element[0]->type == REDIS_REPLY_STRING && rep->element[0]->len < 32 &&
+                  rep->element[1]->type == REDIS_REPLY_ARRAY;
+        bool more = true;
+        if (ok) {
+            snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
+            const redisReply *page = rep->element[1];
+            for (size_t i = 0; more && i + 1 < page->elements; i += 2, seen++)
+                if (page->element[i]->type == REDIS_REPLY_STRING &&
+                    page->element[i + 1]->type == REDIS_REPLY_STRING)
+                    more = fn(arg, page->element[i], page->element[i + 1]);
+        }
+        freeReplyObject(rep);
+        if (!ok) {
+            rcli_error(k, "%s: unexpected HSCAN reply for %s", k->where, key);
+            return -1;
+        }
+        if (strcmp(cursor, "0") != 0 && (!more || seen >= SCAN_MAX))
+            return 1;
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}
+
+/* The reader's note of a hash read in part (the first one), for "error". */
+static void note_partial(char *note, size_t size, const char *key, const char *why)
+{
+    if (note[0] == '\0')
+        snprintf(note, size, "%s: %s; the rest was not read (fields not written by promptcache?)",
+                 key, why);
+}
+
+struct fps_read {
+    struct field *v;
+    size_t n;
+};
+
+static bool add_fp(void *arg, const redisReply *f, const redisReply *v)
+{
+    struct fps_read *fr = arg;
+    if (f->len != TENANT_ID_LEN || v->len != 16)
+        return true;
+    if (fr->n == FPS_MAX)
+        return false;
+    if (fr->n % 64 == 0)
+        fr->v = pc_realloc(fr->v, (fr->n + 64) * sizeof(*fr->v));
+    struct field *fp = &fr->v[fr->n++];
+    fp->name = pc_malloc(TENANT_ID_LEN + 1 + 16 + 1);
+    snprintf(fp->name, TENANT_ID_LEN + 1 + 16 + 1, "%.*s %.*s", TENANT_ID_LEN, f->str, 16, v->str);
+    fp->count = 0;
+    return true;
+}
+
+/*
  * The tenants named by key hash that some proxy learned (pc_tenants.h):
  * "ID FP" pairs, checked when applied (tenants_learn_fp). -1 on a Redis error.
  */
-static int read_fps(struct dash *d, struct rcli *k)
+static int read_fps(struct dash *d, struct rcli *k, char *note, size_t size)
 {
-    const char *argv[] = {"HGETALL", TENANTS_KEY_FP};
-    redisReply *rep = rcli_command(k, "HGETALL " TENANTS_KEY_FP, 2, argv, NULL);
-    if (rep == NULL)
+    struct fps_read fr = {0};
+    int rc = scan_hash(k, TENANTS_KEY_FP, add_fp, &fr);
+    if (rc < 0) {
+        for (size_t i = 0; i < fr.n; i++)
+            free(fr.v[i].name);
+        free(fr.v);
         return -1;
-    struct field *fps = NULL;
-    size_t n = 0;
-    for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2) {
-        const redisReply *f = rep->element[i], *v = rep->element[i + 1];
-        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
-            f->len != TENANT_ID_LEN || v->len != 16)
-            continue;
-        fps = pc_realloc(fps, (n + 1) * sizeof(*fps));
-        fps[n].name = pc_malloc(TENANT_ID_LEN + 1 + 16 + 1);
-        snprintf(fps[n].name, TENANT_ID_LEN + 1 + 16 + 1, "%.*s %.*s", TENANT_ID_LEN, f->str, 16,
-                 v->str);
-        fps[n++].count = 0;
     }
-    freeReplyObject(rep);
+    if (rc > 0)
+        note_partial(note, size, TENANTS_KEY_FP, "too many fields");
     pthread_mutex_lock(&d->mu);
     fps_clear(d);
-    d->fps = fps;
-    d->nfps = n;
+    d->fps = fr.v;
+    d->nfps = fr.n;
+    d->fps_gen++;
     pthread_mutex_unlock(&d->mu);
     return 0;
+}
+
+struct hour_read {
+    struct hour *h;
+    size_t budget; /* valid fields this hour may still keep (FIELDS_MAX over all) */
+    bool full;
+};
+
+static bool add_field(void *arg, const redisReply *f, const redisReply *v)
+{
+    struct hour_read *hr = arg;
+    int64_t count;
+    if (pc_parse_i64(v->str, &count) < 0 || count < 0 || !field_valid(f->str, f->len))
+        return true;
+    if (hr->h->n >= hr->budget) {
+        hr->full = true;
+        return false;
+    }
+    keep_field(hr->h, f->str, f->len, count);
+    return true;
+}
+
+/* Read hour h into fresh: 0, or -1 on a Redis error. A hash read in part is noted. */
+static int read_hour(struct dash *d, struct rcli *k, int64_t h, struct hour *fresh, char *note,
+                     size_t size)
+{
+    pthread_mutex_lock(&d->mu);
+    const struct hour *old = &d->hours[h % DASH_HOURS_MAX];
+    size_t held = d->nfields - old->n; /* what the other hours hold */
+    pthread_mutex_unlock(&d->mu);
+    struct hour_read hr = {.h = fresh, .budget = held < FIELDS_MAX ? FIELDS_MAX - held : 0};
+    char key[TALLY_KEY_MAX];
+    tally_key(h * TALLY_HOUR_MS, key);
+    int rc = scan_hash(k, key, add_field, &hr);
+    if (rc > 0)
+        note_partial(note, size, key,
+                     hr.full ? "more counters than the dashboard holds" : "too many fields");
+    return rc < 0 ? -1 : 0;
 }
 
 /* The busiest models of the hours read (by requests), for the metrics' model label. */
@@ -213,27 +348,30 @@ static void *reader(void *arg)
     struct dash *d = arg;
     PC_CHECK_OBJ(d, DASH_MAGIC);
     struct rcli k = {.quiet = true};
-    char error[sizeof(k.errmsg)] = "";
+    char error[sizeof(k.errmsg)] = "", note[sizeof(k.errmsg)] = "";
     pthread_mutex_lock(&d->mu);
     int want = d->want;
     pthread_mutex_unlock(&d->mu);
     int64_t now_hour = pc_wall_ms() / TALLY_HOUR_MS;
-    if (rcli_open(&k, d->redis, d->timeout_ms, "dashboard") < 0 || read_fps(d, &k) < 0) {
+    if (rcli_open(&k, d->redis, d->timeout_ms, "dashboard") < 0 ||
+        read_fps(d, &k, note, sizeof note) < 0) {
         snprintf(error, sizeof error, "%s", k.errmsg);
     } else {
         for (int64_t h = now_hour; h > now_hour - want; h--) {
             if (!wanted(d, h, now_hour))
                 continue;
             struct hour fresh = {.hour = h};
-            if (report_scan_hour(&k, h * TALLY_HOUR_MS, keep_field, &fresh) < 0) {
+            if (read_hour(d, &k, h, &fresh, note, sizeof note) < 0) {
                 snprintf(error, sizeof error, "%s", k.errmsg);
                 hour_clear(&fresh);
                 break;
             }
             pthread_mutex_lock(&d->mu);
             struct hour *slot = &d->hours[h % DASH_HOURS_MAX];
+            d->nfields -= slot->n;
             hour_clear(slot);
             *slot = fresh;
+            d->nfields += fresh.n;
             pthread_mutex_unlock(&d->mu);
         }
     }
@@ -245,7 +383,7 @@ static void *reader(void *arg)
     if (seed)
         seed_models(d, now_hour);
     pthread_mutex_lock(&d->mu);
-    snprintf(d->error, sizeof d->error, "%s", error);
+    snprintf(d->error, sizeof d->error, "%s", error[0] ? error : note);
     d->read_ms = pc_wall_ms();
     d->reading = false;
     bool orphaned = d->orphaned;
@@ -286,10 +424,90 @@ void dash_start(struct dash *d)
 
 /* ---- rendering ------------------------------------------------------------------- */
 
+/*
+ * The names one render sums by name (a set of [s, s + len) into the kept
+ * fields; open addressing, never more than half full); past max, the others
+ * are summed under TALLY_OTHER.
+ */
+struct names {
+    const char **s;
+    size_t *len;
+    size_t n, max, nslots;
+};
+
+static void names_init(struct names *ns, size_t max)
+{
+    ns->n = 0;
+    ns->max = max;
+    ns->nslots = 1;
+    while (ns->nslots < 2 * max)
+        ns->nslots *= 2;
+    ns->s = pc_calloc(ns->nslots, sizeof(*ns->s));
+    ns->len = pc_calloc(ns->nslots, sizeof(*ns->len));
+}
+
+static void names_free(struct names *ns)
+{
+    free(ns->s);
+    free(ns->len);
+    memset(ns, 0, sizeof(*ns));
+}
+
+/* Whether [s, s + len) is summed by its name: already in the set, or added to it. */
+static bool names_take(struct names *ns, const char *s, size_t len)
+{
+    size_t k = (size_t)pc_fnv1a(PC_FNV_SEED, s, len) & (ns->nslots - 1);
+    for (; ns->s[k] != NULL; k = (k + 1) & (ns->nslots - 1))
+        if (ns->len[k] == len && memcmp(ns->s[k], s, len) == 0)
+            return true;
+    if (ns->n == ns->max)
+        return false;
+    ns->s[k] = s;
+    ns->len[k] = len;
+    ns->n++;
+    return true;
+}
+
+/* Sum h's fields into r, the models past models' room (tenants: tenants', if not NULL) as other. */
+static void fill_names(struct report *r, const struct hour *h, struct names *models,
+                       struct names *tenants)
+{
+    for (size_t i = 0; i < h->n; i++) {
+        const char *f = h->f[i].name;
+        size_t flen = strlen(f);
+        const char *bar1 = memchr(f, '|', flen);
+        const char *bar2 = bar1 ? memchr(bar1 + 1, '|', (size_t)(f + flen - bar1 - 1)) : NULL;
+        if (bar2 == NULL || (flen > 4 && memcmp(f, "lat|", 4) == 0)) {
+            report_add_field(r, f, flen, h->f[i].count);
+            continue;
+        }
+        const char *tenant = bar1 + 1, *model = bar2 + 1;
+        size_t tlen = (size_t)(bar2 - tenant), mlen = (size_t)(f + flen - model);
+        bool keep_model = names_take(models, model, mlen);
+        bool keep_tenant = tenants == NULL || names_take(tenants, tenant, tlen);
+        if (keep_model && keep_tenant) {
+            report_add_field(r, f, flen, h->f[i].count);
+            continue;
+        }
+        char folded[TALLY_FIELD_MAX + 16];
+        int n = snprintf(
+            folded, sizeof folded, "%.*s|%.*s|%.*s", (int)(bar1 - f), f,
+            keep_tenant ? (int)tlen : (int)strlen(TALLY_OTHER), keep_tenant ? tenant : TALLY_OTHER,
+            keep_model ? (int)mlen : (int)strlen(TALLY_OTHER), keep_model ? model : TALLY_OTHER);
+        if (n > 0 && (size_t)n < sizeof folded)
+            report_add_field(r, folded, (size_t)n, h->f[i].count);
+    }
+}
+
+/* Sum h's fields into r (a report of its own: the names it holds are bounded here). */
 static void fill(struct report *r, const struct hour *h)
 {
-    for (size_t i = 0; i < h->n; i++)
-        report_add_field(r, h->f[i].name, strlen(h->f[i].name), h->f[i].count);
+    struct names models, tenants;
+    names_init(&models, RENDER_MODELS);
+    names_init(&tenants, RENDER_TENANTS);
+    fill_names(r, h, &models, r->no_tenants ? NULL : &tenants);
+    names_free(&models);
+    names_free(&tenants);
 }
 
 static void json_money(struct pc_buf *out, const struct report *r, bool known, double v)
@@ -423,15 +641,29 @@ void dash_render(struct dash *d, const struct pricing *p, struct tenants *t, int
     int64_t now_hour = pc_wall_ms() / TALLY_HOUR_MS;
     pthread_mutex_lock(&d->mu);
     maybe_read(d, hours);
-    for (size_t i = 0; i < d->nfps; i++) /* "ID FP", checked by tenants_learn_fp */
-        tenants_learn_fp(t, d->fps[i].name, TENANT_ID_LEN, d->fps[i].name + TENANT_ID_LEN + 1, 16);
+    if (t != NULL && (t != d->applied_to || d->applied_gen != d->fps_gen)) {
+        /* Once per read and table: what a table learned, it keeps. */
+        for (size_t i = 0; i < d->nfps; i++) /* "ID FP", checked by tenants_learn_fp */
+            tenants_learn_fp(t, d->fps[i].name, TENANT_ID_LEN, d->fps[i].name + TENANT_ID_LEN + 1,
+                             16);
+        if (t != d->applied_to) {
+            tenants_release(&d->applied_to);
+            d->applied_to = tenants_ref(t);
+        }
+        d->applied_gen = d->fps_gen;
+    }
     struct report r;
     report_init(&r, (now_hour - hours + 1) * TALLY_HOUR_MS, (now_hour + 1) * TALLY_HOUR_MS);
     report_set_prices(&r, (struct pricing *)p);
     report_set_tenants(&r, t);
+    struct names models, tenants;
+    names_init(&models, RENDER_MODELS);
+    names_init(&tenants, RENDER_TENANTS);
     for (int64_t h = now_hour - hours + 1; h <= now_hour; h++)
         if (d->hours[h % DASH_HOURS_MAX].hour == h)
-            fill(&r, &d->hours[h % DASH_HOURS_MAX]);
+            fill_names(&r, &d->hours[h % DASH_HOURS_MAX], &models, &tenants);
+    names_free(&models);
+    names_free(&tenants);
     report_sort(&r);
     pc_buf_printf(out, "{\"hours_shown\":%d,\"read_ms\":%lld,\"now_ms\":%lld,\"reading\":%s", hours,
                   (long long)d->read_ms, (long long)pc_wall_ms(), d->reading ? "true" : "false");

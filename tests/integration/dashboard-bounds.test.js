@@ -1,0 +1,66 @@
+'use strict';
+/*
+ * /dashboard/data reads hashes anyone with access to Redis may have filled:
+ * the hourly counters (pc:2:r:YYYYMMDDHH) and the key fingerprints (pc:2:tk).
+ * A read is bounded (fields read, fields kept, names summed by a render),
+ * the dashboard answers and says what it left out, and the proxy's own
+ * counts are still there.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const env = h.environment();
+const CHAT = '/v1/chat/completions';
+const FIELDS_MAX = 100000; /* src/dash.c */
+
+function hourKey(ms) {
+    const d = new Date(ms);
+    const p = (n) => String(n).padStart(2, '0');
+    return `pc:2:r:${d.getUTCFullYear()}${p(d.getUTCMonth() + 1)}${p(d.getUTCDate())}${p(d.getUTCHours())}`;
+}
+
+/* n fields written by a script in Redis itself: field(i) and value(i) are Lua expressions. */
+async function forge(key, n, field, value) {
+    await env.redis.command('EVAL', `for i = 1, ${n} do redis.call('HSET', KEYS[1], ${field}, ${value}) end`,
+        '1', key);
+}
+
+async function dashboardWhen(proxy, pred, what) {
+    return h.waitFor(async () => {
+        const r = await proxy.get('/dashboard/data?hours=2');
+        assert.equal(r.status, 200);
+        return pred(r.json) ? r.json : null;
+    }, {timeout: 60000, what});
+}
+
+h.test('an hour of 300k forged counters: a bounded part is read, the rest is noted', async () => {
+    const r = await env.proxy.post(CHAT, h.chatBody(h.uniq('real traffic')));
+    assert.equal(r.status, 200);
+    await dashboardWhen(env.proxy, (j) => j.total.requests === 1, 'the real request counted');
+    /* Hours are flushed by the workers; forge in the hour the dashboard reads last. */
+    const key = hourKey(Date.now());
+    await forge(key, 300000, `'requests|-|forged-model-' .. i`, '1');
+    await forge(key, 1000, `'junk ' .. i`, `'not a number'`);
+    await forge(key, 10, `'hits|-|negative-' .. i`, '-5');
+    const d = await dashboardWhen(env.proxy, (j) => j.hours[1].requests > 1000,
+        'the forged hour read');
+    assert.match(String(d.error), new RegExp(`^${key}: .*the rest was not read`));
+    assert.ok(d.total.requests <= FIELDS_MAX + 1, `${d.total.requests} requests read: at most ${FIELDS_MAX} kept`);
+    assert.ok(d.total.requests > 1000, 'a part of the hash was read');
+    assert.equal(d.total.hits, 0, 'negative counts are skipped');
+    assert.ok(d.models.length <= 20);
+    assert.equal(d.models[0].model, '(other)', 'models past the render\'s room are summed as other');
+    assert.equal(d.hours.reduce((s, x) => s + x.requests, 0), d.total.requests, 'hours add up to the total');
+    /* The proxy serves on. */
+    const after = await env.proxy.post(CHAT, h.chatBody(h.uniq('after the forgery')));
+    assert.equal(after.status, 200);
+});
+
+h.test('200k forged key fingerprints: a bounded part is read, the rest is noted', async () => {
+    await env.redis.command('DEL', hourKey(Date.now()), hourKey(Date.now() - 3600 * 1000));
+    await forge('pc:2:tk', 200000, `string.format('%016x', i)`, `string.format('%016x', i)`);
+    const proxy = await env.startProxy();
+    const d = await dashboardWhen(proxy, (j) => j.read_ms > 0 && !j.reading, 'a read ended');
+    assert.match(String(d.error), /^pc:2:tk: .*the rest was not read/);
+    assert.equal((await proxy.post(CHAT, h.chatBody(h.uniq('after fingerprints')))).status, 200);
+});
