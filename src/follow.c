@@ -38,6 +38,7 @@
 #define BACKOFF_MIN_MS     100
 #define BACKOFF_MAX_MS     5000
 #define FOREIGN_RECHECK_MS 10000 /* how often a key of another type is looked at again */
+#define GONE_CHECK_MS      1000  /* how often the streams are checked for a deletion */
 #define STREAM_ID_MAX      48
 #define XREAD_ARGC_MAX     (6 + 2 * FOLLOW_STREAMS_MAX)
 
@@ -91,6 +92,7 @@ struct follow {
     atomic_bool live;
     bool down_logged;
     uint64_t recheck_ms; /* when the foreign streams are looked at again */
+    uint64_t gone_ms;    /* when the streams are checked for a deletion again */
     char why[640];       /* the last failure, for the log: what, then rcli's errmsg (512) */
 };
 
@@ -503,6 +505,15 @@ static int entries_lost(struct follow *f, size_t si)
     return st.added - PC_MIN(st.length, st.added) > s->base_added + s->nread;
 }
 
+/* Stream si's readers start again at its end (what they hold from before is dropped). */
+static int restart_stream(struct follow *f, size_t si)
+{
+    down_stream(f, si);
+    if (stream_note(f, si) < 0 || start_stream(f, si) < 0)
+        return -1;
+    return group_route(f, f->s[si].group);
+}
+
 /* After a full batch: if entries were lost, the stream's readers start again at its end. */
 static int check_lost(struct follow *f, size_t si)
 {
@@ -514,10 +525,58 @@ static int check_lost(struct follow *f, size_t si)
     log_warn("follow: entries of %s were trimmed before this instance read them; its readers "
              "start again at its end",
              f->s[si].key);
-    down_stream(f, si);
-    if (stream_note(f, si) < 0 || start_stream(f, si) < 0)
-        return -1;
-    return group_route(f, f->s[si].group);
+    return restart_stream(f, si);
+}
+
+/*
+ * Whether stream si was deleted since it was noted (by FLUSHALL, FLUSHDB or
+ * DEL, then maybe made again by the next XADD): its entries-added is below
+ * what this follower counted, or, before Redis 7, its last id went back.
+ * XREAD from a position reads a new stream's entries as if nothing had
+ * happened, and a deleted one's never: without this, an L1 kept serving the
+ * answers of a Redis an operator had flushed. 1, 0, -1, or -2: the key is
+ * now of another type.
+ */
+static int stream_replaced(struct follow *f, size_t si)
+{
+    struct fstream *s = &f->s[si];
+    struct stream_state st;
+    int rc = stream_state(f, si, &st);
+    if (rc < 0)
+        return rc;
+    if (!s->no_added && st.has_added)
+        return st.added < s->base_added + s->nread;
+    uint64_t nm = 0, ns = 0, lm = 0, ls = 0;
+    vsync_parse_stream_id(st.last_id, strlen(st.last_id), &nm, &ns);
+    vsync_parse_stream_id(s->last_id, strlen(s->last_id), &lm, &ls);
+    return nm < lm || (nm == lm && ns < ls);
+}
+
+/* Check the streams of idle group gi for a deletion; a deleted one is followed anew. */
+static int check_gone(struct follow *f, size_t gi)
+{
+    struct fgroup *g = &f->g[gi];
+    for (size_t j = 0; j < g->n; j++) {
+        size_t si = g->streams[j];
+        if (f->s[si].foreign)
+            continue;
+        int rc = stream_replaced(f, si);
+        if (rc == -2) {
+            set_aside(f, si);
+            continue;
+        }
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            continue;
+        log_warn("follow: %s was deleted (FLUSHALL, FLUSHDB?) after this instance read it; its "
+                 "readers start again at its end (what they held from before is dropped)",
+                 f->s[si].key);
+        stats_incr(f->row, STAT_stream_errors);
+        if (restart_stream(f, si) < 0)
+            return -1;
+    }
+    return group_route(f, gi);
 }
 
 /*
@@ -637,6 +696,9 @@ static int round_once(struct follow *f)
 {
     struct pollfd pf[FOLLOW_STREAMS_MAX + 1];
     bool due = pc_mono_ms() >= f->recheck_ms, missed = false;
+    bool gone_due = pc_mono_ms() >= f->gone_ms;
+    if (gone_due)
+        f->gone_ms = pc_mono_ms() + GONE_CHECK_MS;
     for (size_t i = 0; i < f->ng; i++) {
         struct fgroup *g = &f->g[i];
         if (due && group_sets_aside(f, i)) {
@@ -645,6 +707,10 @@ static int round_once(struct follow *f)
             else if (recheck_group(f, i) < 0)
                 return -1;
         }
+        /* A group waiting for its reply is checked at a later round (it is idle at least every
+         * block_ms, when its XREAD ends). */
+        if (gone_due && group_reads(f, i) && !g->waiting && check_gone(f, i) < 0)
+            return -1;
         if (!g->waiting && group_reads(f, i) && send_xread(f, i) < 0)
             return -1;
         /* A group whose every stream is set aside sends nothing: its socket is not polled. */

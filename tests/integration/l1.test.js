@@ -372,6 +372,34 @@ h.test('a refreshed answer replaces the L1\'s at once, also one too large for th
     await p.stop(5000);
 });
 
+/*
+ * An operator's FLUSHALL (or FLUSHDB) in Redis itself deletes the stream too; its next XADD
+ * makes a new one, which XREAD reads on from the old position as if nothing had happened.
+ * The follower notices the deletion (entries-added below what it read) and the L1 starts
+ * again empty: it served the flushed answers until their TTL before.
+ */
+h.test('a FLUSHALL done in Redis empties the L1, also when a write made the stream again', async () => {
+    const redis = await h.startRedis();
+    try {
+        const p = await env.startProxy({redis});
+        await p.waitReady();
+        await waitLive(p);
+        for (const rewrite of [false, true]) {
+            const body = h.chatBody(h.uniq(`l1 flushall ${rewrite}`));
+            await stored(p, body);
+            await redis.command('FLUSHALL');
+            if (rewrite) /* a new answer at once: its XADD makes the stream again */
+                assert.equal((await p.post(CHAT, h.chatBody(h.uniq('l1 after flushall')))).status, 200);
+            await h.waitFor(async () => (await p.post(CHAT, body, {'cache-control': 'no-store'}))
+                .headers['x-cache-status'] === 'MISS', {what: 'the flushed answer gone from the L1', timeout: 15000});
+            await waitLive(p);
+        }
+        await p.stop(5000);
+    } finally {
+        await redis.stop();
+    }
+});
+
 h.test('l1-size 0 turns the L1 off', async () => {
     const off = await env.startProxy({args: ['--l1-size', '0']});
     const body = h.chatBody(h.uniq('l1 off'));
