@@ -10,6 +10,7 @@
 #define PC_SECRET_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include "pc_util.h"
 
@@ -26,6 +27,17 @@
  */
 int secret_read_file(const char *path, struct pc_buf *out, char *err, size_t errlen, char *warn,
                      size_t warnlen);
+
+/*
+ * Open path for reading, as every file that a reload (SIGHUP) reads again
+ * should be: a regular file only, and the open never blocks. A FIFO with no
+ * writer would block the reload (and with it the main thread, which then
+ * never sees SIGTERM); a pipe read at start (/dev/stdin, <(...)) reads as
+ * empty the second time. Returns the descriptor (O_CLOEXEC; O_NONBLOCK,
+ * which a regular file ignores) and fills st; -1 with errno when open or
+ * fstat fails; -2 when path is not a regular file.
+ */
+int secret_open_regular(const char *path, struct stat *st);
 
 /* Whether s holds a control character (which no header or AUTH may carry). */
 int secret_has_ctl(const char *s, size_t n);

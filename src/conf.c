@@ -1520,6 +1520,7 @@ struct loader {
     struct origin from[CONF_NKEYS];     /* last assignment of each key */
     char env[CONF_NKEYS][ENV_NAME_MAX]; /* variable names that from[].env point to */
     struct conf_meta *meta;             /* being filled for ld->c */
+    bool again;                         /* a reload: the sources are read a second time */
     struct pc_buf warns;
 };
 
@@ -1794,13 +1795,36 @@ static void load_line(struct loader *ld, char *line, size_t len)
     tokens_free(&t);
 }
 
-static void load_file(struct loader *ld, const char *path)
+/*
+ * The config file: at start as it is (a pipe such as /dev/stdin or <(...)
+ * works once); on a reload a regular file only, opened without blocking.
+ * NULL after reporting why not.
+ */
+static FILE *open_conf_file(struct loader *ld, const char *path)
 {
-    FILE *f = fopen(path, "r");
+    struct stat st;
+    int fd = ld->again ? secret_open_regular(path, &st) : -1;
+    if (fd == -2) {
+        report(ld,
+               "%s: not a regular file: a reload reads the file again, which a pipe or FIFO "
+               "cannot give (restart to read it)",
+               path);
+        return NULL;
+    }
+    FILE *f = !ld->again ? fopen(path, "r") : fd >= 0 ? fdopen(fd, "r") : NULL;
     if (f == NULL) {
         report(ld, "%s: cannot read: %s", path, strerror(errno));
-        return;
+        if (fd >= 0)
+            close(fd);
     }
+    return f;
+}
+
+static void load_file(struct loader *ld, const char *path)
+{
+    FILE *f = open_conf_file(ld, path);
+    if (f == NULL)
+        return;
     memset(ld->list_seen, 0, sizeof ld->list_seen);
     memset(ld->forms, 0, sizeof ld->forms);
     ld->cur = (struct origin){.file = path};
@@ -2147,11 +2171,14 @@ static void meta_sources(struct conf_meta *m, const char *path, int argc, char *
         m->argv[i] = pc_strdup(argv[i]);
 }
 
-int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc_buf *errs)
+/* conf_load's work; again: for conf_reload. */
+static int load_sources(struct conf *c, const char *path, int argc, char **argv,
+                        struct pc_buf *errs, bool again)
 {
     struct loader *ld = pc_calloc(1, sizeof *ld);
     ld->c = c;
     ld->errs = errs;
+    ld->again = again;
     meta_free(&c->meta);
     ld->meta = c->meta = pc_calloc(1, sizeof *c->meta);
     meta_sources(c->meta, path, argc, argv);
@@ -2175,11 +2202,16 @@ int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc
     return nerr;
 }
 
+int conf_load(struct conf *c, const char *path, int argc, char **argv, struct pc_buf *errs)
+{
+    return load_sources(c, path, argc, argv, errs, false);
+}
+
 int conf_reload(const struct conf *cur, struct conf **next, struct pc_buf *errs)
 {
     const struct conf_meta *m = cur->meta;
     struct conf *n = conf_create();
-    int nerr = conf_load(n, m ? m->path : NULL, m ? m->argc : 0, m ? m->argv : NULL, errs);
+    int nerr = load_sources(n, m ? m->path : NULL, m ? m->argc : 0, m ? m->argv : NULL, errs, true);
     if (nerr > 0)
         conf_destroy(&n);
     *next = n;

@@ -1,7 +1,8 @@
 /*
  * secret.c - secrets read from files (see pc_secret.h). Owns nothing beyond
  * one call: the file is opened, checked, read and closed; the caller owns
- * the buffer that receives the secret.
+ * the buffer that receives the secret. Also the opening of every file a
+ * reload reads again (secret_open_regular).
  */
 #include "pc_secret.h"
 
@@ -86,6 +87,25 @@ static int finish(struct pc_buf *out, const char *path, char *err, size_t errlen
     return 0;
 }
 
+int secret_open_regular(const char *path, struct stat *st)
+{
+    /* O_NONBLOCK: opening a FIFO with no writer must not block; it is refused below. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, st) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return -2;
+    }
+    return fd;
+}
+
 int secret_read_file(const char *path, struct pc_buf *out, char *err, size_t errlen, char *warn,
                      size_t warnlen)
 {
@@ -95,19 +115,16 @@ int secret_read_file(const char *path, struct pc_buf *out, char *err, size_t err
         snprintf(err, errlen, "empty file name");
         return -1;
     }
-    /* O_NONBLOCK: a FIFO must not hang the start; it is refused below. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return -1;
-    }
     struct stat st;
-    int rc = -1;
-    if (fstat(fd, &st) < 0)
-        snprintf(err, errlen, "cannot stat %s: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
+    int fd = secret_open_regular(path, &st);
+    if (fd == -2)
         snprintf(err, errlen, "%s is not a regular file", path);
-    else if (st.st_size > SECRET_FILE_MAX)
+    else if (fd < 0)
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    if (fd < 0)
+        return -1;
+    int rc = -1;
+    if (st.st_size > SECRET_FILE_MAX)
         snprintf(err, errlen, "%s is too large for a secret (%lld bytes, at most %d)", path,
                  (long long)st.st_size, SECRET_FILE_MAX);
     else if (read_capped(fd, out, err, errlen, path) == 0 && finish(out, path, err, errlen) == 0)

@@ -17,6 +17,7 @@
  */
 #include "pc_tenants.h"
 #include "pc_conf.h"
+#include "pc_secret.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TENANTS_MAGIC 0x544e4e54u /* "TNNT" */
 #define LEARNED_MAX   1024
@@ -222,11 +224,20 @@ static int parse(struct tenants *t, const char *text, size_t len, char *err, siz
     return check_duplicates(t, err, errlen);
 }
 
+/* The file, read again by every reload: a regular file only (pc_secret.h). */
 static int read_file(const char *path, struct pc_buf *out, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
+    struct stat st;
+    int fd = secret_open_regular(path, &st);
+    if (fd == -2) {
+        snprintf(err, errlen, "%s: not a regular file (a reload reads it again)", path);
+        return -1;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
     if (f == NULL) {
         snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
     char chunk[4096];

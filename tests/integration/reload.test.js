@@ -8,6 +8,7 @@
  * logged, and the proxy keeps serving with what it ran before.
  */
 const assert = require('node:assert/strict');
+const {execFileSync} = require('node:child_process');
 const fs = require('node:fs');
 const net = require('node:net');
 const path = require('node:path');
@@ -124,6 +125,25 @@ h.test('an invalid edit is refused and logged while the proxy keeps serving', as
         const t = await ttlOfNewEntry(proxy);
         assert.ok(t > 0 && t <= 40, `TTL ${t}`);
     }
+    assert.equal(await proxy.stop(), 0);
+});
+
+h.test('a config file that became a FIFO is refused on reload; the proxy keeps serving and stops', async () => {
+    /* A pipe read at start (/dev/stdin, <(...)) reads as empty the second time, and a FIFO with
+     * no writer blocked the reload's open on the main thread, which then never saw SIGTERM. */
+    const conf = path.join(h.tmpDir('pc-reload-fifo-'), 'promptcache.conf');
+    writeConf(conf, ['cache-ttl 700']);
+    const proxy = await env.startProxy({config: conf});
+    fs.unlinkSync(conf);
+    execFileSync('mkfifo', [conf]);
+    const mark = proxy.proc.output.length;
+    proxy.proc.signalIt('SIGHUP');
+    await h.waitFor(() => /reload refused: 1 configuration error/.test(proxy.proc.output.slice(mark)),
+        {what: 'the refusal in the log'});
+    assert.ok(proxy.proc.output.slice(mark).includes(`E reload: ${conf}: not a regular file`),
+        proxy.proc.output.slice(mark));
+    const ttl = await ttlOfNewEntry(proxy);
+    assert.ok(ttl > 600 && ttl <= 700, `TTL ${ttl}: the running cache-ttl 700 is kept`);
     assert.equal(await proxy.stop(), 0);
 });
 

@@ -8,6 +8,7 @@
  * tenant named by key hash, which a proxy learns when the key is used.
  */
 const assert = require('node:assert/strict');
+const {execFileSync} = require('node:child_process');
 const crypto = require('node:crypto');
 const fs = require('node:fs');
 const path = require('node:path');
@@ -141,4 +142,22 @@ h.test('a bad file is refused with FILE:LINE, at start and on reload', async () 
     assert.match(env.proxy.proc.output.slice(mark), /"other" is the label of every unnamed tenant/);
     const s = await env.proxy.stats();
     assert.equal(s.tenants.find((t) => t.id === idA).name, 'search team', 'the running names stay');
+});
+
+h.test('a names file that became a FIFO is refused on reload; the proxy keeps its names and stops', async () => {
+    /* Opening a FIFO with no writer blocked the reload on the main thread, which then never saw
+     * SIGTERM; a pipe read at start would read as empty on every reload. */
+    const fifo = path.join(h.tmpDir('pc-tenants-fifo-'), 'tenants');
+    fs.writeFileSync(fifo, `${idA} fifo team\n`);
+    const proxy = await env.startProxy({args: ['--tenant-names', fifo]});
+    fs.unlinkSync(fifo);
+    execFileSync('mkfifo', [fifo]);
+    const mark = proxy.proc.output.length;
+    proxy.proc.signalIt('SIGHUP');
+    await h.waitFor(() => /reload refused/.test(proxy.proc.output.slice(mark)), {what: 'the refusal'});
+    assert.ok(proxy.proc.output.slice(mark).includes(`${fifo}: not a regular file`), proxy.proc.output.slice(mark));
+    const r = await h.runCli(['-t', '--tenant-names', fifo], {timeout: 10000});
+    assert.notEqual(r.code, 0);
+    assert.match(r.stderr, /not a regular file/);
+    assert.equal(await proxy.stop(), 0);
 });
