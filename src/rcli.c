@@ -22,6 +22,7 @@
 #include "pc_conf.h"
 #include "pc_sentinel.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,19 @@ struct rcli_cluster {
     size_t nlinks;
     int64_t timeout_ms;
 };
+
+/*
+ * A blocking command. hiredis reports a read or write that ran past the
+ * context's timeout with errno's text, "Resource temporarily unavailable":
+ * errstr says it timed out instead, for every message made from it.
+ */
+static redisReply *command_argv(redisContext *rc, int argc, const char **argv, const size_t *lens)
+{
+    redisReply *r = redisCommandArgv(rc, argc, argv, lens);
+    if (r == NULL && rc->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK))
+        snprintf(rc->errstr, sizeof(rc->errstr), "timed out (no reply in time)");
+    return r;
+}
 
 void rcli_error(struct rcli *k, const char *fmt, ...)
 {
@@ -99,7 +113,7 @@ redisReply *rcli_command(struct rcli *k, const char *what, int argc, const char 
 static bool setup(redisContext *rc, int argc, const char **argv, const char *what, char *err,
                   size_t errlen)
 {
-    redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
+    redisReply *r = command_argv(rc, argc, argv, NULL);
     if (r == NULL) {
         snprintf(err, errlen, "%s: %s", what, rc->errstr[0] ? rc->errstr : "no reply");
         return false;
@@ -125,7 +139,8 @@ static bool setup_all(redisContext *rc, const struct rurl *u, char *err, size_t 
 /* ROLE says master; else false with err. */
 static bool is_primary(redisContext *rc, char *err, size_t errlen)
 {
-    redisReply *r = redisCommand(rc, "ROLE");
+    const char *argv[] = {"ROLE"};
+    redisReply *r = command_argv(rc, 1, argv, NULL);
     char role[64];
     bool ok = sentinel_role_ok(r, role, sizeof(role));
     if (r == NULL)
@@ -377,12 +392,15 @@ static int map_read(struct rcli_cluster *cl, redisContext *rc, const char *host,
     struct cluster_map m = {0};
     bool slots = false; /* CLUSTER SLOTS asked: Redis before 7 */
     const char *what = "CLUSTER SHARDS";
-    redisReply *r = redisCommand(rc, what);
+    const char *argv[] = {"CLUSTER", "SHARDS"};
+    redisReply *r = command_argv(rc, 2, argv, NULL);
     int rv = -1;
     if (r != NULL && cluster_shards_unknown(r)) {
         freeReplyObject(r);
         slots = true;
-        r = redisCommand(rc, what = "CLUSTER SLOTS");
+        argv[1] = "SLOTS";
+        what = "CLUSTER SLOTS";
+        r = command_argv(rc, 2, argv, NULL);
     }
     if (r == NULL) {
         snprintf(why, n, "%s: %s", what, rc->errstr[0] ? rc->errstr : "no reply");
@@ -500,7 +518,8 @@ static redisContext *follow(struct rcli *k, redisContext *rc, const struct clust
         return NULL;
     }
     if (red->kind == CLUSTER_ASK) {
-        redisReply *a = redisCommand(to, "ASKING");
+        const char *asking[] = {"ASKING"};
+        redisReply *a = command_argv(to, 1, asking, NULL);
         if (a == NULL) {
             snprintf(k->errmsg, sizeof(k->errmsg), "ASKING: %s",
                      to->errstr[0] ? to->errstr : "no reply");
@@ -518,7 +537,7 @@ static redisReply *routed(struct rcli *k, redisContext *rc, int argc, const char
     redisReply *r = NULL;
     for (int hop = 0; rc != NULL; hop++) {
         k->rc = rc;
-        r = redisCommandArgv(rc, argc, argv, lens);
+        r = command_argv(rc, argc, argv, lens);
         struct cluster_redirect red;
         enum cluster_redirect_kind kind = cluster_reply_redirect(r, &red);
         if (r == NULL) {
@@ -606,7 +625,7 @@ static redisReply *scan_all(struct rcli *k, int argc, const char **argv, const s
 static redisReply *call(struct rcli *k, int argc, const char **argv, const size_t *lens)
 {
     if (k->cl == NULL) {
-        redisReply *r = redisCommandArgv(k->rc, argc, argv, lens);
+        redisReply *r = command_argv(k->rc, argc, argv, lens);
         if (r == NULL)
             snprintf(k->errmsg, sizeof(k->errmsg), "%s",
                      k->rc->errstr[0] ? k->rc->errstr : "no reply");

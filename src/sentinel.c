@@ -27,6 +27,7 @@
 #include "pc_rurl.h"
 #include "pc_util.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -362,11 +363,14 @@ void sentinel_ask_cancel(struct sentinel_ask **ap)
 
 /* --- blocking ------------------------------------------------------------------------ */
 
+/* A sentinel that ran past the timeout: hiredis says "Resource temporarily unavailable". */
 static redisReply *query_command(redisContext *rc, int argc, const char **argv, char *err,
                                  size_t errlen)
 {
     redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
-    if (r == NULL)
+    if (r == NULL && rc->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK))
+        snprintf(err, errlen, "timed out (no reply in time)");
+    else if (r == NULL)
         snprintf(err, errlen, "%s", rc->errstr[0] ? rc->errstr : "no reply");
     return r;
 }

@@ -5,6 +5,7 @@
  * the latest version) and is idempotent.
  */
 const assert = require('node:assert/strict');
+const net = require('node:net');
 const h = require('./lib');
 
 const env = h.environment({proxy: false});
@@ -45,6 +46,25 @@ h.test('migrate against an unreachable Redis fails', async () => {
     assert.ok(r.output.length > 0, 'with a message');
 });
 
+h.test('the tools say a server that never answers timed out (not "Resource temporarily unavailable")', async () => {
+    /* Accepts and reads, never answers: as a Redis, a sentinel or a cluster node. */
+    const silent = net.createServer((c) => c.on('error', () => {}));
+    await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const at = `127.0.0.1:${silent.address().port}`;
+    try {
+        for (const args of [['migrate', '--redis', `redis://${at}/0`],
+            ['report', '--redis', `redis://${at}/0`],
+            ['migrate', '--redis', `sentinel://${at}/mymaster`],
+            ['report', '--redis', `cluster://${at}`]]) {
+            const r = await h.runCli([...args, '--redis-timeout', '100']);
+            assert.notEqual(r.code, 0, r.output);
+            assert.match(r.stderr, /timed out \(no reply in time\)/, `${args.join(' ')}:\n${r.output}`);
+            assert.doesNotMatch(r.stderr, /Resource temporarily unavailable/);
+        }
+    } finally {
+        silent.close();
+    }
+});
 
 h.test('migration 0002 moves schema-1 entries and report counters to hash-tagged keys', async () => {
     await env.redis.command('FLUSHALL');
