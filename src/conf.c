@@ -1503,6 +1503,7 @@ struct origin {
 };
 
 #define ENV_PREFIX   "PROMPTCACHE_"
+#define UTF8_BOM     "\xef\xbb\xbf"
 #define ENV_NAME_MAX 80
 
 /* A secret given both as KEY and as KEY-file in one source is an error. */
@@ -1832,8 +1833,9 @@ static void load_file(struct loader *ld, const char *path)
     size_t cap = 0;
     ssize_t n;
     while ((n = getline(&line, &cap, f)) >= 0) {
-        ld->cur.line++;
-        load_line(ld, line, (size_t)n);
+        /* A UTF-8 byte order mark (Windows editors write one) is no part of the first key. */
+        size_t bom = ld->cur.line++ == 0 && n >= 3 && memcmp(line, UTF8_BOM, 3) == 0 ? 3 : 0;
+        load_line(ld, line + bom, (size_t)n - bom);
     }
     if (ferror(f))
         report(ld, "%s: read error: %s", path, strerror(errno));

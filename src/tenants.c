@@ -210,7 +210,9 @@ static int check_duplicates(struct tenants *t, char *err, size_t errlen)
 static int parse(struct tenants *t, const char *text, size_t len, char *err, size_t errlen)
 {
     int lineno = 0;
-    for (size_t at = 0; at < len;) {
+    /* A UTF-8 byte order mark (Windows editors write one) is no part of the first line. */
+    size_t start = len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+    for (size_t at = start; at < len;) {
         const char *nl = memchr(text + at, '\n', len - at);
         size_t n = nl ? (size_t)(nl - (text + at)) : len - at;
         if (memchr(text + at, '\0', n) != NULL) {

@@ -36,6 +36,18 @@ h.test('-t with options only exits 0', async () => {
     assert.equal(r.code, 0, r.output);
 });
 
+h.test('a config file and a tenant-names file saved with a UTF-8 byte order mark and CRLF are read', async () => {
+    /* Windows editors start a UTF-8 file with EF BB BF: it was taken as part of the first key. */
+    const dir = h.tmpDir('pc-conf-bom-');
+    const file = path.join(dir, 'promptcache.conf'), names = path.join(dir, 'tenants');
+    fs.writeFileSync(file, '\ufeffcache-ttl 3600\r\nlog-level info\r\n');
+    fs.writeFileSync(names, '\ufeff0123456789abcdef team a\r\n');
+    const r = await h.runCli(['-T', file, '--tenant-names', names]);
+    assert.equal(r.code, 0, r.output);
+    assert.match(r.stdout, new RegExp(`^cache-ttl 3600 +# ${file}:1$`, 'm'));
+    assert.match(r.stdout, /^log-level info /m);
+});
+
 h.test('-t on the committed sample config exits 0', async () => {
     const sample = path.join(h.REPO, 'conf', 'promptcache.conf');
     assert.ok(fs.existsSync(sample), 'conf/promptcache.conf exists');
