@@ -12,6 +12,7 @@
 #include "pc_pricing.h"
 #include "pc_api.h"
 #include "pc_conf.h"
+#include "pc_secret.h"
 #include "pc_tally.h"
 
 #include <ctype.h>
@@ -514,13 +515,20 @@ struct pricing *pricing_parse(const char *json, size_t len, const char *name, ch
 
 struct pricing *pricing_load(const char *path, char *err, size_t errlen, struct pc_buf *warns)
 {
-    FILE *f = fopen(path, "rb");
+    /* A regular file only: a reload reads it again (a FIFO would block it, pc_secret.h). */
+    struct stat st;
+    int fd = secret_open_regular(path, &st);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (f == NULL) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        if (fd == -2)
+            snprintf(err, errlen, "%s: not a regular file (a reload reads it again)", path);
+        else
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return NULL;
     }
-    struct stat st;
-    time_t mtime = fstat(fileno(f), &st) == 0 ? st.st_mtime : 0;
+    time_t mtime = st.st_mtime;
     struct pc_buf b = PC_BUF_INIT;
     char chunk[65536];
     size_t n;

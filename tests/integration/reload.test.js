@@ -147,6 +147,22 @@ h.test('a config file that became a FIFO is refused on reload; the proxy keeps s
     assert.equal(await proxy.stop(), 0);
 });
 
+h.test('a price list that became a FIFO is refused on reload; the proxy keeps serving and stops', async () => {
+    const prices = path.join(h.tmpDir('pc-reload-fifo-'), 'pricing.json');
+    fs.copyFileSync(path.join(h.REPO, 'conf', 'pricing.json'), prices);
+    const proxy = await env.startProxy({args: ['--pricing', prices]});
+    fs.unlinkSync(prices);
+    execFileSync('mkfifo', [prices]);
+    const mark = proxy.proc.output.length;
+    proxy.proc.signalIt('SIGHUP');
+    await h.waitFor(() => /reload refused: 1 configuration error/.test(proxy.proc.output.slice(mark)),
+        {what: 'the refusal in the log'});
+    assert.ok(proxy.proc.output.slice(mark).includes(`${prices}: not a regular file`),
+        proxy.proc.output.slice(mark));
+    assert.equal((await proxy.post(CHAT, h.chatBody(h.uniq('after the refusal')))).status, 200);
+    assert.equal(await proxy.stop(), 0);
+});
+
 h.test('SIGHUP re-reads secrets: a rotated admin-token file takes effect', async () => {
     const dir = h.tmpDir('pc-rotate-secret-');
     const file = path.join(dir, 'admin-token');
