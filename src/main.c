@@ -127,7 +127,8 @@ static int purge_option(char **argv, int argc, int *i, struct cli *cli)
         if (strncmp(a, opt, strlen(opt)) != 0 || (a[strlen(opt)] != '\0' && a[strlen(opt)] != '='))
             continue;
         const char *v = option_value(argv, argc, i, opt);
-        if (v == NULL) {
+        /* "--namespace --dry-run": an option is no value (it ran a purge for real). */
+        if (v == NULL || (v == argv[*i] && strncmp(v, "--", 2) == 0)) {
             fprintf(stderr, "promptcache purge: %s needs a value\n", opt);
             return -1;
         }

@@ -48,6 +48,17 @@ h.test('a config file and a tenant-names file saved with a UTF-8 byte order mark
     assert.match(r.stdout, /^log-level info /m);
 });
 
+h.test('purge refuses an option where a value belongs, before it reaches Redis', async () => {
+    /* "--namespace --dry-run" ran a real purge of namespace "--dry-run"; "--key --redis URL"
+     * took the URL for a config file. */
+    const port = await h.freePort();
+    for (const args of [['--namespace', '--dry-run'], ['--model', '--all'], ['--key', '--redis']]) {
+        const r = await h.runCli(['purge', ...args, '--redis', `redis://127.0.0.1:${port}/0`]);
+        assert.equal(r.code, 2, r.output);
+        assert.match(r.stderr, new RegExp(`^promptcache purge: ${args[0]} needs a value$`, 'm'));
+    }
+});
+
 h.test('-t on the committed sample config exits 0', async () => {
     const sample = path.join(h.REPO, 'conf', 'promptcache.conf');
     assert.ok(fs.existsSync(sample), 'conf/promptcache.conf exists');
