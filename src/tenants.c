@@ -5,9 +5,12 @@
  * the tenants learned by key (id -> name) and the tenants seen (for /stats).
  *
  * The lists are read without a lock on the request path: an entry is
- * complete before the count that covers it is published (release/acquire),
- * and never changes afterwards; writers append under the mutex. Both are
- * bounded, so a flood of tenants costs nothing beyond them.
+ * complete before the count (seen) or the hash slot (learned) that covers it
+ * is published (release/acquire), and never changes afterwards; writers
+ * append under the mutex. Both are bounded, so a flood of tenants costs
+ * nothing beyond them: the learned ones by LEARNED_PER_KEY per key the file
+ * names (a key presented in another header is another tenant id), found
+ * through an open-addressing index of twice as many slots.
  *
  *   request ─▶ tenants_note(id, key) ─▶ seen? no: append (id, "…wxyz")
  *                                  └──▶ key hash in the file? append (id, name),
@@ -27,10 +30,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TENANTS_MAGIC 0x544e4e54u /* "TNNT" */
-#define LEARNED_MAX   1024
-#define HINT_MIN_KEY  16 /* a key shorter than this shows no last characters */
-#define ELLIPSIS      "\xe2\x80\xa6"
+#define TENANTS_MAGIC   0x544e4e54u /* "TNNT" */
+#define LEARNED_PER_KEY 4           /* tenant ids learned per key the file names (headers, mixes) */
+#define FP_BYTES        8           /* a fingerprint: the first 8 bytes of the key's hash, in hex */
+#define HINT_MIN_KEY    16          /* a key shorter than this shows no last characters */
+#define ELLIPSIS        "\xe2\x80\xa6"
 
 enum ident_kind { IDENT_TENANT, IDENT_KEY };
 
@@ -62,8 +66,10 @@ struct tenants {
     char **names;
     size_t nnames;
     pthread_mutex_t mu;
-    struct learned learned[LEARNED_MAX];
-    size_t nlearned; /* atomic */
+    struct learned *learned; /* learned_cap entries, made at load (never moved) */
+    size_t learned_cap, nlearned;
+    size_t *learned_slots; /* learned_mask + 1 of them: index + 1 into learned, or 0; atomic */
+    size_t learned_mask;
     struct seen seen[TENANTS_SEEN_MAX];
     size_t nseen; /* atomic */
 };
@@ -255,6 +261,20 @@ static int read_file(const char *path, struct pc_buf *out, char *err, size_t err
     return rc < 0 || out->len > TENANTS_FILE_MAX ? -1 : 0;
 }
 
+/* Room for what the keys of the file may teach: a fixed array and its index, never moved. */
+static void learned_init(struct tenants *t)
+{
+    t->learned_cap = t->nkeys * LEARNED_PER_KEY;
+    if (t->learned_cap == 0)
+        return;
+    size_t slots = 1;
+    while (slots < 2 * t->learned_cap)
+        slots *= 2;
+    t->learned = pc_calloc(t->learned_cap, sizeof(*t->learned));
+    t->learned_slots = pc_calloc(slots, sizeof(*t->learned_slots));
+    t->learned_mask = slots - 1;
+}
+
 struct tenants *tenants_load(const char *path, char *err, size_t errlen)
 {
     struct pc_buf text = PC_BUF_INIT;
@@ -270,8 +290,11 @@ struct tenants *tenants_load(const char *path, char *err, size_t errlen)
     pthread_mutex_init(&t->mu, NULL);
     int rc = parse(t, text.data ? text.data : "", text.len, err, errlen);
     pc_buf_free(&text);
-    if (rc < 0)
+    if (rc < 0) {
         tenants_release(&t);
+        return NULL;
+    }
+    learned_init(t);
     return t;
 }
 
@@ -298,6 +321,8 @@ void tenants_release(struct tenants **tp)
     free(t->names);
     free(t->ids);
     free(t->keys);
+    free(t->learned);
+    free(t->learned_slots);
     free(t->path);
     pthread_mutex_destroy(&t->mu);
     t->magic = 0;
@@ -323,13 +348,23 @@ size_t tenants_count(const struct tenants *t)
 
 /* ---- serving ------------------------------------------------------------------------ */
 
+static size_t learned_home(const struct tenants *t, const char *id)
+{
+    return (size_t)pc_fnv1a(PC_FNV_SEED, id, TENANT_ID_LEN) & t->learned_mask;
+}
+
+/* The learned entry of id, or NULL. Lock-free: the index has an empty slot always. */
 static const struct learned *learned_find(struct tenants *t, const char *id)
 {
-    size_t n = __atomic_load_n(&t->nlearned, __ATOMIC_ACQUIRE);
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(t->learned[i].id, id, TENANT_ID_LEN) == 0)
-            return &t->learned[i];
-    return NULL;
+    if (t->learned_slots == NULL)
+        return NULL;
+    for (size_t h = learned_home(t, id);; h = (h + 1) & t->learned_mask) {
+        size_t v = __atomic_load_n(&t->learned_slots[h], __ATOMIC_ACQUIRE);
+        if (v == 0)
+            return NULL;
+        if (memcmp(t->learned[v - 1].id, id, TENANT_ID_LEN) == 0)
+            return &t->learned[v - 1];
+    }
 }
 
 const char *tenants_name(struct tenants *t, const char *tenant_id)
@@ -349,13 +384,16 @@ const char *tenants_name(struct tenants *t, const char *tenant_id)
 static bool learn(struct tenants *t, const char *id, const char *name)
 {
     pthread_mutex_lock(&t->mu);
-    bool add = learned_find(t, id) == NULL && t->nlearned < LEARNED_MAX;
+    bool add = learned_find(t, id) == NULL && t->nlearned < t->learned_cap;
     if (add) {
         struct learned *l = &t->learned[t->nlearned];
         memcpy(l->id, id, TENANT_ID_LEN);
         l->id[TENANT_ID_LEN] = '\0';
         l->name = name;
-        __atomic_store_n(&t->nlearned, t->nlearned + 1, __ATOMIC_RELEASE);
+        size_t h = learned_home(t, id);
+        while (t->learned_slots[h] != 0)
+            h = (h + 1) & t->learned_mask;
+        __atomic_store_n(&t->learned_slots[h], ++t->nlearned, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&t->mu);
     return add;
@@ -403,9 +441,14 @@ bool tenants_note(struct tenants *t, const char *tenant_id, const char *secret, 
     const struct ident *x = bsearch(&key, t->keys, t->nkeys, sizeof(key), ident_cmp);
     if (x == NULL || !learn(t, tenant_id, x->name))
         return false;
-    pc_hex(key.key, 8, fp);
+    pc_hex(key.key, FP_BYTES, fp);
     fp[16] = '\0';
     return true;
+}
+
+static int fp_cmp(const void *a, const void *b)
+{
+    return memcmp(((const struct ident *)a)->key, ((const struct ident *)b)->key, FP_BYTES);
 }
 
 bool tenants_learn_fp(struct tenants *t, const char *tenant_id, size_t idlen, const char *fp,
@@ -414,16 +457,19 @@ bool tenants_learn_fp(struct tenants *t, const char *tenant_id, size_t idlen, co
     if (t == NULL || idlen != TENANT_ID_LEN || fplen != 16 || !lower_hex(tenant_id, idlen) ||
         !lower_hex(fp, fplen))
         return false;
-    for (size_t i = 0; i < t->nkeys; i++) {
-        char hex[17];
-        pc_hex(t->keys[i].key, 8, hex);
-        if (memcmp(hex, fp, 16) == 0) {
-            char id[TENANT_ID_LEN + 1];
-            memcpy(id, tenant_id, TENANT_ID_LEN);
-            id[TENANT_ID_LEN] = '\0';
-            learn(t, id, t->keys[i].name);
-            return true;
-        }
+    if (learned_find(t, tenant_id) != NULL)
+        return true;
+    /* the keys are sorted by their hash, so by its first 8 bytes too */
+    struct ident want = {.kind = IDENT_KEY};
+    for (size_t i = 0; i < FP_BYTES; i++)
+        want.key[i] = (unsigned char)(hexval(fp[2 * i]) << 4 | hexval(fp[2 * i + 1]));
+    const struct ident *x =
+        t->nkeys ? bsearch(&want, t->keys, t->nkeys, sizeof(want), fp_cmp) : NULL;
+    if (x != NULL) {
+        char id[TENANT_ID_LEN + 1];
+        memcpy(id, tenant_id, TENANT_ID_LEN);
+        id[TENANT_ID_LEN] = '\0';
+        learn(t, id, x->name);
     }
     return true; /* a fingerprint the file no longer names: valid, and nothing to learn */
 }
