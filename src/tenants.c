@@ -391,7 +391,7 @@ static bool learn(struct tenants *t, const char *id, const char *name)
         l->id[TENANT_ID_LEN] = '\0';
         l->name = name;
         size_t h = learned_home(t, id);
-        while (t->learned_slots[h] != 0)
+        while (__atomic_load_n(&t->learned_slots[h], __ATOMIC_RELAXED) != 0)
             h = (h + 1) & t->learned_mask;
         __atomic_store_n(&t->learned_slots[h], ++t->nlearned, __ATOMIC_RELEASE);
     }
