@@ -85,6 +85,8 @@ void semantic_destroy(struct semantic **s);
  * none. */
 const char *semantic_space(const struct semantic *s);
 double semantic_default_threshold(const struct semantic *s);
+/* semantic-threshold as a reload set it (< 0: auto, the embedder's own); any thread. */
+void semantic_set_threshold(struct semantic *s, double t);
 /* Its series (pc_stats.h: index size, pool queue, stream reader), read from a struct semantic. */
 extern const struct stat_group semantic_series;
 /* The error bound (pc_bound.h: its series are bound_series), or NULL when off. */

@@ -116,6 +116,8 @@ struct semantic {
     struct follow *follow; /* the process's stream follower (NULL: none) */
     bool following;        /* our handler was started (and not down since): under mu */
     struct bound *bound;   /* semantic-max-error; NULL when off */
+    /* semantic-threshold in force (reloadable; < 0: auto), as the bits of a double: atomic */
+    uint64_t threshold_set;
 };
 
 struct semantic_port {
@@ -425,6 +427,7 @@ struct semantic *semantic_create(const struct conf *c, struct stats *st, char *e
     struct semantic *s = pc_calloc(1, sizeof(*s));
     s->magic = SEMANTIC_MAGIC;
     s->conf = c;
+    semantic_set_threshold(s, c->semantic_threshold);
     /* Registered before the workers' rows, as every row is (server.c). */
     s->row = aligned_alloc(64, sizeof(*s->row));
     if (s->row == NULL)
@@ -459,9 +462,19 @@ const char *semantic_space(const struct semantic *s)
     return s->space;
 }
 
+void semantic_set_threshold(struct semantic *s, double t)
+{
+    uint64_t bits;
+    memcpy(&bits, &t, sizeof(bits));
+    __atomic_store_n(&s->threshold_set, bits, __ATOMIC_RELAXED);
+}
+
 double semantic_default_threshold(const struct semantic *s)
 {
-    return embed_threshold_for(s->emb, s->conf);
+    uint64_t bits = __atomic_load_n(&s->threshold_set, __ATOMIC_RELAXED);
+    double t;
+    memcpy(&t, &bits, sizeof(t));
+    return t < 0 ? embed_default_threshold(s->emb) : t;
 }
 
 void semantic_stop(struct semantic *s)

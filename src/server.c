@@ -138,6 +138,10 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     struct server *s = arg;
     if (sig == SIGHUP) {
         reload_run(s->reload);
+        /* The semantic stage's default threshold (a request without X-Cache-Threshold, when
+         * semantic-threshold is auto; /stats) follows the configuration in force. */
+        if (s->sem != NULL)
+            semantic_set_threshold(s->sem, reload_current(s->reload)->semantic_threshold);
         return;
     }
     if (++s->signals > 1) {

@@ -98,6 +98,26 @@ h.test('a config edit + SIGHUP changes cache-ttl and log-level; restart-only key
     assert.equal(await proxy.stop(), 0);
 });
 
+h.test('semantic-threshold reloaded back to auto takes the embedder\'s own threshold again', async () => {
+    /* It kept the number the process started with: the lookups and /stats went on with 0.5. */
+    const conf = path.join(h.tmpDir('pc-reload-'), 'promptcache.conf');
+    writeConf(conf, ['semantic yes', 'semantic-max-error off', 'semantic-threshold 0.5']);
+    const proxy = await env.startProxy({config: conf});
+    assert.equal((await proxy.stats()).semantic_threshold, 0.5);
+    const reloaded = async (lines) => {
+        writeConf(conf, lines);
+        const mark = proxy.proc.output.length;
+        proxy.proc.signalIt('SIGHUP');
+        await h.waitFor(() => /reload: every worker runs the new configuration/.test(proxy.proc.output.slice(mark)),
+            {what: 'every worker on the new configuration'});
+    };
+    await reloaded(['semantic yes', 'semantic-max-error off', 'semantic-threshold auto']);
+    assert.equal((await proxy.stats()).semantic_threshold, 0.85, 'auto: the builtin embedder\'s threshold');
+    await reloaded(['semantic yes', 'semantic-max-error off', 'semantic-threshold 0.95']);
+    assert.equal((await proxy.stats()).semantic_threshold, 0.95);
+    assert.equal(await proxy.stop(), 0);
+});
+
 h.test('an invalid edit is refused and logged while the proxy keeps serving', async () => {
     const conf = path.join(h.tmpDir('pc-reload-'), 'promptcache.conf');
     writeConf(conf, ['cache-ttl 700']);
