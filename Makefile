@@ -8,6 +8,7 @@
 #                and the money saved (DEMO_KEEP=1: stays up for /dashboard)
 #   make SANITIZE=1 test   the same suite under ASan + UBSan
 #   make bench-vindex      the vector index's microbenchmark (not part of make test)
+#   make bench-bound       the semantic error bound's decision microbenchmark (the same)
 #   make bench-run / bench-soak / bench-conns   issue 10's benchmarks (on demand)
 #   make docs    regenerate the documentation made from the binary's tables
 #                (doc/configuration.md's keys, doc/metrics.md's tables, the
@@ -447,6 +448,11 @@ bench-conns: deps-test
 .PHONY: bench-vindex
 bench-vindex: deps $(BUILD)/bench/vindex-speed
 	$(BUILD)/bench/vindex-speed $(BENCH_ARGS)
+
+# The semantic error bound's decision microbenchmark (see bench/bound-speed.c).
+.PHONY: bench-bound
+bench-bound: $(BUILD)/bench/bound-speed
+	$(BUILD)/bench/bound-speed $(BENCH_ARGS)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libpc.a | $(BUILD)/bench
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libpc.a $(LDLIBS_ALL)
