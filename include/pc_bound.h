@@ -172,6 +172,26 @@ double bound_explore_p(double rate, double n_eff, double delta);
 /* Decide for a candidate at similarity sim; u is uniform in [0, 1) (the sampling draw). */
 void bound_decide(const struct bound_inputs *in, double sim, double u, struct bound_decision *out);
 
+/*
+ * What deciding computes from the counts alone (the thresholds they certify,
+ * the partition's veto at each bucket), kept for the next candidates decided
+ * on the same counts: a lookup's view reads them once for all its candidates.
+ * Filled in as decisions need it; the certificates' upper is not computed
+ * (NAN). bound_decide is bound_prepare then bound_decide_prepared: the same
+ * verdicts.
+ */
+#define PC_BOUND_PREPARED 1
+struct bound_prepared {
+    bool part_done, glob_done;
+    struct bound_cert part, glob;
+    signed char veto[BOUND_BUCKETS]; /* -1: not known yet */
+};
+/* Empty it: again whenever the inputs' counts or delta change. */
+void bound_prepare(struct bound_prepared *p);
+/* bound_decide, for in's counts and delta as they were when p was emptied. */
+void bound_decide_prepared(const struct bound_inputs *in, struct bound_prepared *p, double sim,
+                           double u, struct bound_decision *out);
+
 /* ---- Redis encoding -------------------------------------------------------- */
 
 void bound_entry_key(const char *tenant_id, const unsigned char exact[PC_SHA256_LEN],

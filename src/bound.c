@@ -98,30 +98,68 @@ static double beta_fraction(double a, double b, double x)
     return h;
 }
 
-double bound_beta_inc(double a, double b, double x)
+/*
+ * I_x(a, b) given lg = lgamma(a + b) - lgamma(a) - lgamma(b), which a bisection over x computes
+ * once (the same value, in the same order: every result is bit for bit bound_beta_inc's).
+ */
+static double beta_inc_lg(double a, double b, double lg, double x)
 {
     if (x <= 0)
         return 0;
     if (x >= 1)
         return 1;
-    double ln_front = lgamma(a + b) - lgamma(a) - lgamma(b) + a * log(x) + b * log1p(-x);
+    double ln_front = lg + a * log(x) + b * log1p(-x);
     if (x < (a + 1.0) / (a + b + 2.0))
         return exp(ln_front) * beta_fraction(a, b, x) / a;
     return 1.0 - exp(ln_front) * beta_fraction(b, a, 1.0 - x) / b;
 }
 
-/* The p in [0, 1] with I_p(a, b) = target (I is increasing in p): bisection. */
-static double beta_quantile(double a, double b, double target)
+static double beta_lg(double a, double b)
 {
+    return lgamma(a + b) - lgamma(a) - lgamma(b);
+}
+
+double bound_beta_inc(double a, double b, double x)
+{
+    if (x <= 0 || x >= 1)
+        return x <= 0 ? 0 : 1;
+    return beta_inc_lg(a, b, beta_lg(a, b), x);
+}
+
+/*
+ * The p in [0, 1] with I_p(a, b) = target (I is increasing in p): bisection,
+ * 80 halvings of [0, 1] at most. With against >= 0 it answers only whether
+ * that p is at most `against`, and stops as soon as that is known: the
+ * result lies in [lo, hi] at every step (the midpoint of two doubles rounds
+ * between them, and the interval only shrinks), so once hi <= against it is
+ * at most, once lo > against it is above. Either way it stops when the
+ * midpoint is lo or hi (adjacent doubles): every later step would evaluate
+ * that same point again and keep lo and hi as they are. The answer is the
+ * one the whole bisection gives, not an approximation of it.
+ */
+static double beta_bisect(double a, double b, double target, double against)
+{
+    double lg = beta_lg(a, b);
     double lo = 0, hi = 1;
     for (int i = 0; i < 80; i++) {
+        if (against >= 0 && (hi <= against || lo > against))
+            break;
         double mid = (lo + hi) / 2;
-        if (bound_beta_inc(a, b, mid) < target)
+        if (mid == lo || mid == hi)
+            break;
+        if (beta_inc_lg(a, b, lg, mid) < target)
             lo = mid;
         else
             hi = mid;
     }
+    if (against >= 0)
+        return hi <= against ? 0 : lo > against ? 1 : (lo + hi) / 2 <= against ? 0 : 1;
     return (lo + hi) / 2;
+}
+
+static double beta_quantile(double a, double b, double target)
+{
+    return beta_bisect(a, b, target, -1);
 }
 
 double bound_upper(double x, double n, double conf)
@@ -136,6 +174,26 @@ double bound_lower(double x, double n, double conf)
     if (x <= 0 || n <= 0)
         return 0;
     return beta_quantile(x, PC_MAX(n - x, 0.0) + 1.0, 1.0 - conf);
+}
+
+/* bound_upper(x, n, conf) <= delta, computed only as far as that needs. */
+static bool upper_at_most(double x, double n, double conf, double delta)
+{
+    if (n <= 0 || x >= n)
+        return 1 <= delta;
+    if (!(delta >= 0))
+        return bound_upper(x, n, conf) <= delta;
+    return beta_bisect(PC_MAX(x, 0.0) + 1.0, n - PC_MAX(x, 0.0), conf, delta) == 0;
+}
+
+/* bound_lower(x, n, conf) > delta, the same way. */
+static bool lower_above(double x, double n, double conf, double delta)
+{
+    if (x <= 0 || n <= 0)
+        return 0 > delta;
+    if (!(delta >= 0))
+        return bound_lower(x, n, conf) > delta;
+    return beta_bisect(x, PC_MAX(n - x, 0.0) + 1.0, 1.0 - conf, delta) == 1;
 }
 
 long bound_min_n(double delta, double conf)
@@ -205,8 +263,12 @@ void bound_region_at(const struct bound_counts *c, int b, struct bound_region *o
  * can pass, each is tested in turn and the scan stops at the first failure,
  * so the confidence holds without a correction for the many thresholds.
  * Only a similarity something was compared at can become the threshold.
+ * Each test asks only whether the bound is at most delta (upper_at_most);
+ * the certified threshold's own bound is computed once at the end, when
+ * want_upper (a decision does not need it: NAN then).
  */
-void bound_certify(const struct bound_counts *c, double delta, struct bound_cert *out)
+static void certify(const struct bound_counts *c, double delta, bool want_upper,
+                    struct bound_cert *out)
 {
     *out = (struct bound_cert){.bucket = BOUND_BUCKETS, .threshold = 1.0, .upper = 1.0};
     double need = (double)bound_min_n(delta, BOUND_CONFIDENCE);
@@ -222,17 +284,23 @@ void bound_certify(const struct bound_counts *c, double delta, struct bound_cert
                 break; /* unequal shares can shrink the effective size: stop there */
             continue;
         }
-        double up = bound_upper(r.x_eff, r.n_eff, BOUND_CONFIDENCE);
-        if (up > delta)
+        if (!upper_at_most(r.x_eff, r.n_eff, BOUND_CONFIDENCE, delta))
             break;
         *out = (struct bound_cert){
             .certified = true,
             .bucket = b,
             .threshold = bound_bucket_floor(b),
             .region = r,
-            .upper = up,
+            .upper = NAN,
         };
     }
+    if (out->certified && want_upper)
+        out->upper = bound_upper(out->region.x_eff, out->region.n_eff, BOUND_CONFIDENCE);
+}
+
+void bound_certify(const struct bound_counts *c, double delta, struct bound_cert *out)
+{
+    certify(c, delta, true, out);
 }
 
 /* Whether the partition's own observations at or above bucket b show an error above delta. */
@@ -240,27 +308,47 @@ static bool partition_vetoes(const struct bound_counts *part, int b, double delt
 {
     struct bound_region r;
     bound_region_at(part, b, &r);
-    return r.n_eff > 0 && bound_lower(r.x_eff, r.n_eff, BOUND_CONFIDENCE) > delta;
+    return r.n_eff > 0 && lower_above(r.x_eff, r.n_eff, BOUND_CONFIDENCE, delta);
+}
+
+void bound_prepare(struct bound_prepared *p)
+{
+    p->part_done = p->glob_done = false;
+    memset(p->veto, -1, sizeof(p->veto));
+}
+
+static const struct bound_cert *prepared_cert(const struct bound_counts *c, double delta,
+                                              struct bound_cert *cert, bool *done)
+{
+    if (!*done) {
+        certify(c, delta, false, cert);
+        *done = true;
+    }
+    return cert;
 }
 
 /* Which counts allow sim, if any: the partition's once they certify, else the global prior. */
-static enum bound_source allowing_source(const struct bound_inputs *in, int b,
-                                         struct bound_cert *cert)
+static enum bound_source allowing_source(const struct bound_inputs *in, struct bound_prepared *p,
+                                         int b, const struct bound_cert **cert)
 {
     /* Never where the counts compared nothing at sim's bucket: no evidence there. */
     if (in->partition != NULL) {
-        bound_certify(in->partition, in->delta, cert);
-        if (cert->certified)
-            return b >= cert->bucket && in->partition->compared[b] > 0 ? BOUND_SRC_PARTITION
-                                                                       : BOUND_SRC_NONE;
+        *cert = prepared_cert(in->partition, in->delta, &p->part, &p->part_done);
+        if ((*cert)->certified)
+            return b >= (*cert)->bucket && in->partition->compared[b] > 0 ? BOUND_SRC_PARTITION
+                                                                          : BOUND_SRC_NONE;
     }
     if (in->global == NULL)
         return BOUND_SRC_NONE;
-    bound_certify(in->global, in->delta, cert);
-    if (!cert->certified || b < cert->bucket || in->global->compared[b] <= 0)
+    *cert = prepared_cert(in->global, in->delta, &p->glob, &p->glob_done);
+    if (!(*cert)->certified || b < (*cert)->bucket || in->global->compared[b] <= 0)
         return BOUND_SRC_NONE;
-    if (in->partition != NULL && partition_vetoes(in->partition, b, in->delta))
-        return BOUND_SRC_NONE;
+    if (in->partition != NULL) {
+        if (p->veto[b] < 0)
+            p->veto[b] = partition_vetoes(in->partition, b, in->delta) ? 1 : 0;
+        if (p->veto[b] == 1)
+            return BOUND_SRC_NONE;
+    }
     return BOUND_SRC_GLOBAL;
 }
 
@@ -274,7 +362,8 @@ double bound_explore_p(double rate, double n_eff, double delta)
     return rate * PC_MAX(need / n_eff, BOUND_EXPLORE_FLOOR);
 }
 
-void bound_decide(const struct bound_inputs *in, double sim, double u, struct bound_decision *out)
+void bound_decide_prepared(const struct bound_inputs *in, struct bound_prepared *p, double sim,
+                           double u, struct bound_decision *out)
 {
     int b = bound_bucket(sim);
     *out = (struct bound_decision){.verdict = BOUND_WITHHOLD, .threshold = 1.0};
@@ -282,17 +371,24 @@ void bound_decide(const struct bound_inputs *in, double sim, double u, struct bo
         out->verdict = BOUND_SKIP;
         return;
     }
-    struct bound_cert cert;
-    out->source = allowing_source(in, b, &cert);
+    const struct bound_cert *cert = NULL;
+    out->source = allowing_source(in, p, b, &cert);
     if (out->source == BOUND_SRC_NONE)
         return; /* compared for free */
-    out->threshold = cert.threshold;
-    double p = bound_explore_p(in->explore_rate, cert.region.n_eff, in->delta);
-    if (p > 0 && u < p) {
+    out->threshold = cert->threshold;
+    double pe = bound_explore_p(in->explore_rate, cert->region.n_eff, in->delta);
+    if (pe > 0 && u < pe) {
         out->verdict = BOUND_EXPLORE;
         return;
     }
     out->verdict = BOUND_SERVE;
+}
+
+void bound_decide(const struct bound_inputs *in, double sim, double u, struct bound_decision *out)
+{
+    struct bound_prepared p;
+    bound_prepare(&p);
+    bound_decide_prepared(in, &p, sim, u, out);
 }
 
 /* ---- Redis encoding ----------------------------------------------------------- */
@@ -852,7 +948,8 @@ struct bound_view {
     bool part_ok, glob_ok;
     int floor; /* the current candidate's marks */
     struct bound_counts part, glob;
-    enum bound_verdict last; /* of the current candidate */
+    struct bound_prepared prep; /* from part and glob: emptied whenever either is read */
+    enum bound_verdict last;    /* of the current candidate */
 };
 
 struct bound_view *bound_view_create(struct bound_port *bp, const unsigned char *partition)
@@ -864,6 +961,7 @@ struct bound_view *bound_view_create(struct bound_port *bp, const unsigned char 
     v->magic = VIEW_MAGIC;
     v->bp = bp;
     v->floor = -1;
+    bound_prepare(&v->prep);
     bound_partition_key(bp->b->space, partition, v->part_key);
     return v;
 }
@@ -929,6 +1027,7 @@ static void on_partition(void *arg, enum store_status st, const char *val, size_
     PC_CHECK_OBJ(v, VIEW_MAGIC);
     v->cmd[VR_PARTITION] = NULL;
     v->part_ok = read_counts(v, st, val, len, &v->part);
+    bound_prepare(&v->prep);
     view_reply_done(v);
 }
 
@@ -938,6 +1037,7 @@ static void on_global(void *arg, enum store_status st, const char *val, size_t l
     PC_CHECK_OBJ(v, VIEW_MAGIC);
     v->cmd[VR_GLOBAL] = NULL;
     v->glob_ok = read_counts(v, st, val, len, &v->glob);
+    bound_prepare(&v->prep);
     if (v->glob_ok) {
         struct bound *b = v->bp->b;
         pthread_mutex_lock(&b->mu);
@@ -1015,7 +1115,8 @@ void bound_view_decide(struct bound_view *v, double sim, struct bound_decision *
         .delta = b->delta,
         .explore_rate = b->explore_rate,
     };
-    bound_decide(&in, sim, port_draw(v->bp), out);
+    /* The counts are read once per lookup: its later candidates reuse what the first computed. */
+    bound_decide_prepared(&in, &v->prep, sim, port_draw(v->bp), out);
     v->last = out->verdict;
     if (out->verdict != BOUND_SKIP) /* a skipped entry is out of the population served */
         write_seen(v, sim);
