@@ -33,7 +33,6 @@
 #include <hiredis/hiredis.h>
 
 #define PURGE_MAGIC     0x50555247u /* "PURG" */
-#define CLI_TIMEOUT_MS  60000       /* a batch's EVAL reads up to SCAN_COUNT entries' heads */
 #define SCAN_COUNT      "1000"
 #define DURATION_MAX_MS (INT64_C(100) * 366 * 24 * 3600 * 1000)
 
@@ -998,7 +997,8 @@ int purge_cli(const struct conf *c, const struct purge_cli *o)
     struct rcli k = {0};
     long long n = 0, unreadable = 0;
     int rc = -1;
-    if (rcli_open(&k, c->redis, CLI_TIMEOUT_MS, "purge") == 0 && cli_schema(&k) == 0) {
+    /* As migrate and report: SIGPIPE ignored, redis-timeout (at least 1 s) for every reply. */
+    if (rcli_connect(&k, c, "purge") == 0 && cli_schema(&k) == 0) {
         if (o->id != NULL)
             rc = cli_one(&k, o->id, o->dry_run, &n);
         else if (purge_filter_narrow(&o->filter))

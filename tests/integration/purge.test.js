@@ -437,3 +437,20 @@ h.test('promptcache purge --tenant and --all flush, and tell every L1', async ()
     assert.deepEqual(await env.redis.keys('pc:2:v:*'), [], 'vector records too');
     assert.deepEqual(await env.redis.keys('pc:2:o:*'), [], 'and the error bound\'s marks');
 });
+
+h.test('promptcache purge against a Redis that never answers says it timed out (redis-timeout, not 60 s a reply)', async () => {
+    const net = require('node:net');
+    /* Accepts and reads, never answers. */
+    const silent = net.createServer((c) => c.on('error', () => {}));
+    await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+        for (const args of [['--all'], ['--namespace', 'ns', '--dry-run'], ['--all', '--redis-timeout', '200']]) {
+            /* runCli gives up after 20 s: a purge that waited 60 s per reply fails here */
+            const r = await h.runCli(['purge', '--redis', `redis://127.0.0.1:${silent.address().port}/0`, ...args]);
+            assert.notEqual(r.code, 0, r.output);
+            assert.match(r.stderr, /promptcache purge: .*timed out \(no reply in time\)/, `${args.join(' ')}:\n${r.output}`);
+        }
+    } finally {
+        silent.close();
+    }
+});
