@@ -62,9 +62,11 @@ struct tenants {
     char *path;
     uint64_t digest;
     struct ident *ids, *keys; /* sorted by id / by key */
-    size_t nids, nkeys;
+    size_t nids, nkeys, ids_cap, keys_cap;
     char **names;
-    size_t nnames;
+    size_t nnames, names_cap;
+    size_t *name_slots; /* while loading: index + 1 into names, or 0 (open addressing) */
+    size_t name_mask;
     pthread_mutex_t mu;
     struct learned *learned; /* learned_cap entries, made at load (never moved) */
     size_t learned_cap, nlearned;
@@ -145,21 +147,50 @@ static int ident_cmp(const void *a, const void *b)
     return x->kind == IDENT_KEY ? memcmp(x->key, y->key, PC_SHA256_LEN) : strcmp(x->id, y->id);
 }
 
+/* Rebuild the names' index with twice the slots (at least 64), so it stays under half full. */
+static void names_reindex(struct tenants *t)
+{
+    size_t slots = t->name_slots != NULL ? 2 * (t->name_mask + 1) : 64;
+    free(t->name_slots);
+    t->name_slots = pc_calloc(slots, sizeof(*t->name_slots));
+    t->name_mask = slots - 1;
+    for (size_t i = 0; i < t->nnames; i++) {
+        size_t h = (size_t)pc_fnv1a(PC_FNV_SEED, t->names[i], strlen(t->names[i])) & t->name_mask;
+        while (t->name_slots[h] != 0)
+            h = (h + 1) & t->name_mask;
+        t->name_slots[h] = i + 1;
+    }
+}
+
+/* The one copy of name s[0..n), made if new: a hashed lookup (a file may hold 40,000 names). */
 static const char *name_intern(struct tenants *t, const char *s, size_t n)
 {
-    for (size_t i = 0; i < t->nnames; i++)
-        if (strlen(t->names[i]) == n && memcmp(t->names[i], s, n) == 0)
-            return t->names[i];
-    t->names = pc_realloc(t->names, (t->nnames + 1) * sizeof(*t->names));
+    if (t->name_slots == NULL || 2 * (t->nnames + 1) > t->name_mask + 1)
+        names_reindex(t);
+    size_t h = (size_t)pc_fnv1a(PC_FNV_SEED, s, n) & t->name_mask;
+    for (; t->name_slots[h] != 0; h = (h + 1) & t->name_mask) {
+        const char *name = t->names[t->name_slots[h] - 1];
+        if (strlen(name) == n && memcmp(name, s, n) == 0)
+            return name;
+    }
+    if (t->nnames == t->names_cap) {
+        t->names_cap = t->names_cap ? 2 * t->names_cap : 64;
+        t->names = pc_realloc(t->names, t->names_cap * sizeof(*t->names));
+    }
     t->names[t->nnames] = pc_strndup(s, n);
-    return t->names[t->nnames++];
+    t->name_slots[h] = ++t->nnames;
+    return t->names[t->nnames - 1];
 }
 
 static void add_ident(struct tenants *t, const struct ident *x)
 {
     struct ident **set = x->kind == IDENT_KEY ? &t->keys : &t->ids;
     size_t *n = x->kind == IDENT_KEY ? &t->nkeys : &t->nids;
-    *set = pc_realloc(*set, (*n + 1) * sizeof(**set));
+    size_t *cap = x->kind == IDENT_KEY ? &t->keys_cap : &t->ids_cap;
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        *set = pc_realloc(*set, *cap * sizeof(**set));
+    }
     (*set)[(*n)++] = *x;
 }
 
@@ -290,6 +321,8 @@ struct tenants *tenants_load(const char *path, char *err, size_t errlen)
     pthread_mutex_init(&t->mu, NULL);
     int rc = parse(t, text.data ? text.data : "", text.len, err, errlen);
     pc_buf_free(&text);
+    free(t->name_slots); /* the names are interned: the index is for loading only */
+    t->name_slots = NULL;
     if (rc < 0) {
         tenants_release(&t);
         return NULL;
@@ -319,6 +352,7 @@ void tenants_release(struct tenants **tp)
     for (size_t i = 0; i < t->nnames; i++)
         free(t->names[i]);
     free(t->names);
+    free(t->name_slots);
     free(t->ids);
     free(t->keys);
     free(t->learned);

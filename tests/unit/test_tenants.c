@@ -133,6 +133,47 @@ static void test_many_keys(void)
     pc_buf_free(&text);
 }
 
+/*
+ * A file near the size limit: 40,000 tenants, most with a name of their own
+ * and every tenth one sharing one name. Every id resolves to its name. (The
+ * names were interned by a linear search and the arrays grown one entry a
+ * line: minutes to load under ASan.)
+ */
+static void test_many_names(void)
+{
+    enum { N = 40000 };
+    struct pc_buf text = PC_BUF_INIT;
+    for (int i = 0; i < N; i++)
+        if (i % 10 == 0)
+            pc_buf_printf(&text, "%016x shared\n", 0x20000000u + (unsigned)i);
+        else
+            pc_buf_printf(&text, "%016x n%05d\n", 0x20000000u + (unsigned)i, i);
+    T_CHECK(text.len <= TENANTS_FILE_MAX);
+    char err[256] = "";
+    struct tenants *t = load(pc_buf_cstr(&text), err, sizeof err);
+    T_CHECK(t != NULL && tenants_count(t) == N);
+    int named = 0;
+    const char *shared = NULL;
+    bool one_copy = true;
+    for (int i = 0; t != NULL && i < N; i++) {
+        char id[17], want[16];
+        snprintf(id, sizeof id, "%016x", 0x20000000u + (unsigned)i);
+        snprintf(want, sizeof want, i % 10 == 0 ? "shared" : "n%05d", i);
+        const char *name = tenants_name(t, id);
+        if (name != NULL && strcmp(name, want) == 0)
+            named++;
+        if (i % 10 == 0 && name != NULL) {
+            one_copy = one_copy && (shared == NULL || shared == name);
+            shared = name;
+        }
+    }
+    T_CHECK(named == N);
+    T_CHECK(one_copy); /* a name given to many ids is held once */
+    T_CHECK(t == NULL || tenants_name(t, "000000001fffffff") == NULL);
+    tenants_release(&t);
+    pc_buf_free(&text);
+}
+
 static void test_refusals(void)
 {
     static const struct {
@@ -174,5 +215,6 @@ int main(void)
     T_RUN(test_forms);
     T_RUN(test_refusals);
     T_RUN(test_many_keys);
+    T_RUN(test_many_names);
     T_DONE();
 }
