@@ -31,6 +31,18 @@ enum report_format {
 #define REPORT_HOURS_DEFAULT 24
 #define REPORT_HOURS_MAX     (TALLY_KEEP_DAYS * 24)
 
+/*
+ * What `promptcache report` reads is bounded, whoever wrote the hashes (the
+ * dashboard's bounds, pc_dash.h): fields of one hash read at most (HSCAN,
+ * valid or not), key fingerprints taken from TENANTS_KEY_FP, and models and
+ * tenants summed by name (the others under TALLY_OTHER). It holds no field:
+ * each is summed as it is read, so the rows are all it keeps.
+ */
+#define REPORT_SCAN_MAX    200000
+#define REPORT_FPS_MAX     4096
+#define REPORT_MODELS_MAX  500
+#define REPORT_TENANTS_MAX 5000
+
 /* "table", "json", "csv"; -1 if none of them. */
 int report_format_parse(const char *s);
 
@@ -77,6 +89,12 @@ struct report {
     bool no_tenants;        /* do not keep rows per tenant (the dashboard) */
     int64_t lat[TALLY_LAT__COUNT][TALLY_LAT_BUCKETS]; /* request durations (pc_tally.h) */
     size_t skipped; /* fields that were not the proxy's (foreign or corrupt data) */
+    /* Rows kept by name (0: no bound); a field of a model or tenant past them goes to TALLY_OTHER.
+     */
+    size_t max_models, max_tenants;
+    size_t folded;          /* fields summed under TALLY_OTHER for want of a row */
+    size_t partial;         /* hashes read in part (report_note_partial) */
+    char partial_note[256]; /* the first of them and why, "" if none */
 };
 
 void report_init(struct report *r, int64_t from_ms, int64_t to_ms);
@@ -95,7 +113,9 @@ const char *report_tenant_name(const struct report *r, const struct report_row *
 /*
  * Read the key fingerprints the proxies recorded (TENANTS_KEY_FP, pc_tenants.h)
  * into r's names, so tenants named by key hash are named here too. Pairs that
- * are not what a proxy writes are skipped and counted. 0, or -1 after a message.
+ * are not what a proxy writes are skipped and counted. At most REPORT_SCAN_MAX
+ * fields are read and REPORT_FPS_MAX fingerprints taken; past them the hash
+ * is noted as read in part. 0, or -1 after a message.
  */
 struct rcli;
 int report_read_key_names(struct rcli *k, struct report *r);
@@ -133,8 +153,16 @@ void report_row_json(const struct report *r, const struct report_row *row, bool 
                      struct pc_buf *out);
 
 struct rcli;
-/* Each field of one hourly hash (HSCAN pages); 0, or -1 after an error message. */
+/*
+ * Each field of one hourly hash (HSCAN pages; a malformed one with count -1),
+ * at most REPORT_SCAN_MAX of them: 0 when read through, 1 when the hash had
+ * more (what was left is unread; r->partial and its note say so when r is not
+ * NULL), or -1 after an error message.
+ */
 typedef void report_field_fn(void *arg, const char *field, size_t flen, int64_t count);
-int report_scan_hour(struct rcli *k, int64_t hour_ms, report_field_fn *fn, void *arg);
+int report_scan_hour(struct rcli *k, int64_t hour_ms, report_field_fn *fn, void *arg,
+                     struct report *r);
+/* Note that hash key was read in part, and why (the first note is kept; all are counted). */
+void report_note_partial(struct report *r, const char *key, const char *why);
 
 #endif

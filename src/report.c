@@ -82,6 +82,20 @@ static void rows_reindex(struct report_rows *rows)
     }
 }
 
+/* The row named name[0..len), or NULL. */
+static struct report_row *rows_find(const struct report_rows *rows, const char *name, size_t len)
+{
+    if (rows->nslots == 0)
+        return NULL;
+    size_t k = name_hash(name, len) & (rows->nslots - 1);
+    for (; rows->slots[k] != 0; k = (k + 1) & (rows->nslots - 1)) {
+        struct report_row *row = &rows->v[rows->slots[k] - 1];
+        if (strlen(row->name) == len && memcmp(row->name, name, len) == 0)
+            return row;
+    }
+    return NULL;
+}
+
 /* The row named name[0..len), created if new. The index stays under half full. */
 static struct report_row *rows_get(struct report_rows *rows, const char *name, size_t len)
 {
@@ -304,6 +318,23 @@ static int add_lat(struct report *r, const char *field, size_t flen, int64_t cou
     return -1;
 }
 
+/*
+ * The row of name[0..len) in rows: its own while there is room for max names
+ * (0: no bound), else TALLY_OTHER's (a row more), counted in r->folded.
+ */
+static struct report_row *row_for(struct report *r, struct report_rows *rows, const char *name,
+                                  size_t len, size_t max)
+{
+    struct report_row *row = rows_find(rows, name, len);
+    if (row != NULL)
+        return row;
+    if (max > 0 && rows->n >= max) {
+        r->folded++;
+        return rows_get(rows, TALLY_OTHER, strlen(TALLY_OTHER));
+    }
+    return rows_get(rows, name, len);
+}
+
 int report_add_field(struct report *r, const char *field, size_t flen, int64_t count)
 {
     if (flen > 4 && memcmp(field, "lat|", 4) == 0)
@@ -319,8 +350,9 @@ int report_add_field(struct report *r, const char *field, size_t flen, int64_t c
         r->skipped++;
         return -1;
     }
-    struct report_row *rows[3] = {&r->total, rows_get(&r->models, model, mlen),
-                                  r->no_tenants ? NULL : rows_get(&r->tenants, tenant, tlen)};
+    struct report_row *rows[3] = {
+        &r->total, row_for(r, &r->models, model, mlen, r->max_models),
+        r->no_tenants ? NULL : row_for(r, &r->tenants, tenant, tlen, r->max_tenants)};
     struct report_money d = {0};
     bool unpriced = false;
     if (r->prices != NULL && count > 0 && priced_metric((enum tally_metric)m)) {
@@ -530,6 +562,11 @@ static void render_json(const struct report *r, struct pc_buf *out)
     json_rows(r, &r->models, "model", out);
     json_rows(r, &r->tenants, "tenant", out);
     json_latency(r, out);
+    pc_buf_append_str(out, ",\"partial\":"); /* a hash read in part: the first, and why */
+    if (r->partial > 0)
+        pc_buf_json_str(out, r->partial_note, strlen(r->partial_note));
+    else
+        pc_buf_append_str(out, "null");
     pc_buf_append_str(out, "}\n");
 }
 
@@ -711,6 +748,9 @@ static void render_table(const struct report *r, struct pc_buf *out)
     table_rows(r, &r->tenants, "by tenant", width, false, out);
     table_summary(r, out);
     table_bound(r, out);
+    if (r->partial > 0)
+        pc_buf_printf(out, "\n(read in part: %s%s; the figures sum what was read)\n",
+                      r->partial_note, r->partial > 1 ? ", and in other hashes" : "");
     if (r->prices == NULL)
         pc_buf_append_str(out, "\n(no prices: set `pricing` to report money saved)\n");
     else if (r->total.unpriced)
@@ -730,64 +770,115 @@ void report_render(const struct report *r, enum report_format f, struct pc_buf *
 
 /* ---- the command ------------------------------------------------------------------ */
 
-/* Hand each field of one HSCAN (or HGETALL) reply page to fn; malformed ones as count -1. */
-static void page_fields(const redisReply *page, report_field_fn *fn, void *arg)
+void report_note_partial(struct report *r, const char *key, const char *why)
 {
-    for (size_t i = 0; page->type == REDIS_REPLY_ARRAY && i + 1 < page->elements; i += 2) {
-        const redisReply *f = page->element[i], *v = page->element[i + 1];
-        int64_t count;
-        if (f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
-            pc_parse_i64(v->str, &count) == 0)
-            fn(arg, f->str, f->len, count);
-        else
-            fn(arg, "", 0, -1);
-    }
+    if (r->partial++ == 0)
+        snprintf(r->partial_note, sizeof r->partial_note, "%s: %s; the rest was not read", key,
+                 why);
 }
 
+/* One field and value pair of an HSCAN page; false: read no more. */
+typedef bool pair_fn(void *arg, const redisReply *field, const redisReply *value);
+
 /*
- * Read one hourly hash with HSCAN, a page at a time, so a big hash never
- * blocks Redis (and the proxies' lookups) the way one HGETALL would.
+ * HSCAN key a page at a time (a big hash never blocks Redis, and the proxies'
+ * lookups, the way one HGETALL would), handing each pair to fn, at most
+ * REPORT_SCAN_MAX of them: 0 read through, 1 stopped with more to read, -1
+ * after a message.
  */
-int report_scan_hour(struct rcli *k, int64_t hour_ms, report_field_fn *fn, void *arg)
+static int scan_hash(struct rcli *k, const char *key, pair_fn *fn, void *arg)
 {
-    char key[TALLY_KEY_MAX], cursor[32] = "0";
-    tally_key(hour_ms, key);
+    char cursor[32] = "0";
+    size_t seen = 0;
     do {
         const char *argv[] = {"HSCAN", key, cursor, "COUNT", "1000"};
         redisReply *rep = rcli_command(k, "HSCAN", 5, argv, NULL);
         if (rep == NULL)
             return -1;
         bool ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-                  rep->element[0]->type == REDIS_REPLY_STRING && rep->element[0]->len < 32;
+                  rep->element[0]->type == REDIS_REPLY_STRING && rep->element[0]->len < 32 &&
+                  rep->element[1]->type == REDIS_REPLY_ARRAY;
+        bool more = true;
         if (ok) {
             snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
-            page_fields(rep->element[1], fn, arg);
+            const redisReply *page = rep->element[1];
+            for (size_t i = 0; more && i + 1 < page->elements; i += 2, seen++)
+                more = fn(arg, page->element[i], page->element[i + 1]);
         }
         freeReplyObject(rep);
         if (!ok) {
             rcli_error(k, "%s: unexpected HSCAN reply for %s", k->where, key);
             return -1;
         }
+        if (strcmp(cursor, "0") != 0 && (!more || seen >= REPORT_SCAN_MAX))
+            return 1;
     } while (strcmp(cursor, "0") != 0);
     return 0;
+}
+
+struct hour_scan {
+    report_field_fn *fn;
+    void *arg;
+};
+
+/* A counter to fn; a malformed one (not two strings, or a count that is no number) as -1. */
+static bool hour_pair(void *arg, const redisReply *f, const redisReply *v)
+{
+    const struct hour_scan *hs = arg;
+    int64_t count;
+    if (f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
+        pc_parse_i64(v->str, &count) == 0)
+        hs->fn(hs->arg, f->str, f->len, count);
+    else
+        hs->fn(hs->arg, "", 0, -1);
+    return true;
+}
+
+int report_scan_hour(struct rcli *k, int64_t hour_ms, report_field_fn *fn, void *arg,
+                     struct report *r)
+{
+    char key[TALLY_KEY_MAX];
+    tally_key(hour_ms, key);
+    struct hour_scan hs = {fn, arg};
+    int rc = scan_hash(k, key, hour_pair, &hs);
+    if (rc > 0 && r != NULL)
+        report_note_partial(r, key, "more than 200000 fields (not written by promptcache?)");
+    return rc;
+}
+
+struct fps_scan {
+    struct report *r;
+    size_t taken; /* well-formed pairs given to the names */
+    bool full;
+};
+
+static bool fp_pair(void *arg, const redisReply *f, const redisReply *v)
+{
+    struct fps_scan *fs = arg;
+    bool valid = f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
+                 f->len == TENANT_ID_LEN && v->len == 16;
+    if (valid && fs->taken == REPORT_FPS_MAX) {
+        fs->full = true;
+        return false;
+    }
+    if (!valid || !tenants_learn_fp(fs->r->names, f->str, f->len, v->str, v->len))
+        fs->r->skipped++;
+    else
+        fs->taken++;
+    return true;
 }
 
 int report_read_key_names(struct rcli *k, struct report *r)
 {
     if (r->names == NULL)
         return 0;
-    const char *argv[] = {"HGETALL", TENANTS_KEY_FP};
-    redisReply *rep = rcli_command(k, "HGETALL " TENANTS_KEY_FP, 2, argv, NULL);
-    if (rep == NULL)
-        return -1;
-    for (size_t i = 0; rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements; i += 2) {
-        const redisReply *f = rep->element[i], *v = rep->element[i + 1];
-        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
-            !tenants_learn_fp(r->names, f->str, f->len, v->str, v->len))
-            r->skipped++;
-    }
-    freeReplyObject(rep);
-    return 0;
+    struct fps_scan fs = {.r = r};
+    int rc = scan_hash(k, TENANTS_KEY_FP, fp_pair, &fs);
+    if (rc > 0)
+        report_note_partial(r, TENANTS_KEY_FP,
+                            fs.full ? "more than 4096 key fingerprints"
+                                    : "more than 200000 fields (not written by promptcache?)");
+    return rc < 0 ? -1 : 0;
 }
 
 static void add_one(void *arg, const char *field, size_t flen, int64_t count)
@@ -802,17 +893,27 @@ int report_cli(const struct conf *c, enum report_format f, int hours)
     report_init(&r, now_hour - (int64_t)(hours - 1) * TALLY_HOUR_MS, now_hour + TALLY_HOUR_MS);
     report_set_prices(&r, c->prices);
     report_set_tenants(&r, c->tenants);
+    r.max_models = REPORT_MODELS_MAX;
+    r.max_tenants = REPORT_TENANTS_MAX;
     struct rcli k = {0};
     int rc = 1;
     if (rcli_connect(&k, c, "report") < 0 || report_read_key_names(&k, &r) < 0)
         goto out;
     for (int64_t h = r.from_ms; h < r.to_ms; h += TALLY_HOUR_MS)
-        if (report_scan_hour(&k, h, add_one, &r) < 0)
+        if (report_scan_hour(&k, h, add_one, &r, &r) < 0)
             goto out;
     if (r.skipped > 0)
         rcli_error(&k, "%zu field%s of %s %s not written by promptcache and %s skipped", r.skipped,
                    r.skipped == 1 ? "" : "s", k.where, r.skipped == 1 ? "was" : "were",
                    r.skipped == 1 ? "was" : "were");
+    if (r.folded > 0)
+        rcli_error(&k, "more than %d models or %d tenants: %zu field%s summed under %s",
+                   REPORT_MODELS_MAX, REPORT_TENANTS_MAX, r.folded, r.folded == 1 ? "" : "s",
+                   TALLY_OTHER);
+    if (r.partial > 0)
+        rcli_error(&k, "read in part: %s%s (%zu hash%s): the report sums what was read",
+                   r.partial_note, r.partial > 1 ? ", and more" : "", r.partial,
+                   r.partial == 1 ? "" : "es");
     report_sort(&r);
     struct pc_buf b = PC_BUF_INIT;
     report_render(&r, f, &b);

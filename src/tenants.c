@@ -15,7 +15,7 @@
  *   request ─▶ tenants_note(id, key) ─▶ seen? no: append (id, "…wxyz")
  *                                  └──▶ key hash in the file? append (id, name),
  *                                       caller HSETs TENANTS_KEY_FP id fp
- *   report, dashboard ─▶ HGETALL TENANTS_KEY_FP ─▶ tenants_learn_fp
+ *   report, dashboard ─▶ HSCAN TENANTS_KEY_FP (bounded) ─▶ tenants_learn_fp
  *   label ─▶ tenants_name(id): the file's ids, then the learned ones
  */
 #include "pc_tenants.h"

@@ -144,3 +144,62 @@ h.test('failed requests are counted as errors under (other), never as their own 
     assert.ok(j.tenants.some((t) => t.tenant === '(other)'));
     assert.equal(j.total.errors, otherBefore + 3);
 });
+
+function hourKey(ms) {
+    const d = new Date(ms);
+    const p = (n) => String(n).padStart(2, '0');
+    return `pc:2:r:${d.getUTCFullYear()}${p(d.getUTCMonth() + 1)}${p(d.getUTCDate())}${p(d.getUTCHours())}`;
+}
+
+/* n fields written by a script in Redis itself: field(i) and value(i) are Lua expressions. */
+async function forge(key, n, field, value) {
+    await env.redis.command('EVAL', `for i = 1, ${n} do redis.call('HSET', KEYS[1], ${field}, ${value}) end`,
+        '1', key);
+}
+
+const sum = (rows, m) => rows.reduce((s, x) => s + x[m], 0);
+
+h.test('a forged hour of 210k counters: report reads a bounded part, sums the models past 500 as (other) and says so', async () => {
+    const key = hourKey(Date.now() - 2 * 3600 * 1000); /* an hour no proxy writes now */
+    await forge(key, 210000, `'requests|-|forged-model-' .. i`, '1');
+    try {
+        const j = JSON.parse((await report('--hours', '3', '--format', 'json')).stdout);
+        assert.match(String(j.partial), new RegExp(`^${key}: .*the rest was not read`));
+        assert.ok(j.models.length <= 500 + 1, `${j.models.length} model rows`);
+        assert.ok(j.models.some((m) => m.model === '(other)' && m.requests > 100000), 'the rest under (other)');
+        assert.ok(j.total.requests > 100000 && j.total.requests < 210000 + 1000, `${j.total.requests} requests`);
+        for (const m of ['requests', 'hits', 'misses', 'errors']) {
+            assert.equal(sum(j.models, m), j.total[m], `models' ${m} add up to the total`);
+            assert.equal(sum(j.tenants, m), j.total[m], `tenants' ${m} add up to the total`);
+        }
+        const t = await report('--hours', '3');
+        assert.match(t.stdout, new RegExp(`\\(read in part: ${key}: .*the rest was not read`));
+        assert.ok(t.stdout.split('\n').filter((l) => l.startsWith('  forged-model-')).length <= 500);
+        assert.match(t.stderr, /read in part/);
+        const csv = await report('--hours', '3', '--format', 'csv');
+        const lines = csv.stdout.trim().split('\n');
+        assert.ok(lines.filter((l) => l.startsWith('model,')).length <= 501, 'CSV rows bounded');
+        assert.match(lines[0], /^scope,name,requests,/, 'the CSV format is unchanged');
+        assert.match(csv.stderr, new RegExp(`read in part: ${key}`));
+    } finally {
+        await env.redis.command('DEL', key);
+    }
+});
+
+h.test('200k forged key fingerprints: report takes a bounded part and says so', async () => {
+    const fs = require('node:fs');
+    const os = require('node:os');
+    const names = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'pc-report-')), 'tenant-names');
+    fs.writeFileSync(names, `sha256:${'ab'.repeat(32)} forged keys test\n`);
+    await forge('pc:2:tk', 200000, `string.format('%016x', i)`, `string.format('%016x', i)`);
+    try {
+        const r = await report('--tenant-names', names, '--format', 'json');
+        const j = JSON.parse(r.stdout);
+        assert.match(String(j.partial), /^pc:2:tk: .*the rest was not read/);
+        assert.equal(sum(j.tenants, 'requests'), j.total.requests);
+        assert.match(r.stderr, /read in part: pc:2:tk/);
+    } finally {
+        await env.redis.command('DEL', 'pc:2:tk');
+        fs.rmSync(path.dirname(names), {recursive: true, force: true});
+    }
+});

@@ -93,6 +93,36 @@ static void test_many_rows_and_saturation(void)
     report_free(&r);
 }
 
+/* With room for 3 models and 2 tenants, the rest go to (other) and the rows still sum to the total.
+ */
+static void test_bounded_rows(void)
+{
+    struct report r;
+    report_init(&r, 0, TALLY_HOUR_MS);
+    r.max_models = 3;
+    r.max_tenants = 2;
+    for (int i = 0; i < 10; i++) {
+        char field[TALLY_FIELD_MAX];
+        snprintf(field, sizeof(field), "requests|%016x|model-%d", i, i);
+        add(&r, field, i + 1);
+        add(&r, field, 1); /* a model or tenant with a row keeps it */
+    }
+    T_CHECK_INT(r.models.n, 3 + 1);
+    T_CHECK_INT(r.tenants.n, 2 + 1);
+    int64_t models = 0, tenants = 0;
+    for (size_t i = 0; i < r.models.n; i++)
+        models += r.models.v[i].v[TALLY_requests];
+    for (size_t i = 0; i < r.tenants.n; i++)
+        tenants += r.tenants.v[i].v[TALLY_requests];
+    T_CHECK_INT(r.total.v[TALLY_requests], 55 + 10);
+    T_CHECK_INT(models, r.total.v[TALLY_requests]);
+    T_CHECK_INT(tenants, r.total.v[TALLY_requests]);
+    T_CHECK(r.folded > 0);
+    report_sort(&r);
+    T_CHECK_STR(r.models.v[0].name, TALLY_OTHER); /* 7 models' 49 + 7 requests */
+    report_free(&r);
+}
+
 static void test_pricing(void)
 {
     struct report r;
@@ -331,6 +361,7 @@ int main(void)
 {
     T_RUN(test_fields_and_totals);
     T_RUN(test_many_rows_and_saturation);
+    T_RUN(test_bounded_rows);
     T_RUN(test_pricing);
     T_RUN(test_money_by_token_kind);
     T_RUN(test_render);
