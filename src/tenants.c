@@ -410,7 +410,8 @@ const char *tenants_name(struct tenants *t, const char *tenant_id)
     const struct ident *x = t->nids ? bsearch(&key, t->ids, t->nids, sizeof(key), ident_cmp) : NULL;
     if (x != NULL)
         return x->name;
-    const struct learned *l = learned_find(t, tenant_id);
+    /* key.id, not tenant_id: a row's id may be shorter ("-", "(other)"), key.id is padded */
+    const struct learned *l = learned_find(t, key.id);
     return l != NULL ? l->name : NULL;
 }
 
