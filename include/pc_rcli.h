@@ -87,6 +87,15 @@ bool rcli_redirected(const struct redisReply *r);
 /* A message on stderr ("promptcache TOOL: ..."), after whatever stdout holds so far. */
 void rcli_error(struct rcli *k, const char *fmt, ...) PC_PRINTF(2, 3);
 void rcli_close(struct rcli *k);
+/* One field and value pair of an HSCAN page (replies of any type); false: read no more. */
+typedef bool rcli_pair_fn(void *arg, const struct redisReply *field,
+                          const struct redisReply *value);
+/*
+ * HSCAN key a page at a time (a big hash never blocks Redis the way one
+ * HGETALL would), handing each pair to fn, at most max pairs: 0 read through,
+ * 1 stopped with more to read, -1 after a message.
+ */
+int rcli_hscan(struct rcli *k, const char *key, size_t max, rcli_pair_fn *fn, void *arg);
 /* Whether r is a string (or status) reply equal to s. */
 bool rcli_str_is(const struct redisReply *r, const char *s);
 

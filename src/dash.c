@@ -39,7 +39,6 @@
 #define DASH_TENANTS 20          /* tenant rows shown, the busiest */
 
 #define SCAN_MAX       200000 /* fields of one hash read at most (valid or not) */
-#define SCAN_PAGE      "1000" /* HSCAN COUNT */
 #define FIELDS_MAX     100000 /* valid fields held over all hours */
 #define FPS_MAX        4096   /* key fingerprints kept (a tenants file names fewer keys) */
 #define RENDER_MODELS  500    /* distinct models one render sums by name */
@@ -188,45 +187,6 @@ static bool wanted(struct dash *d, int64_t hour, int64_t now_hour)
 
 static void fill(struct report *r, const struct hour *h);
 
-/*
- * One bounded HSCAN of key: fn(arg, field, value) for each string pair, at
- * most SCAN_MAX fields read; fn returns false when it wants no more. 1 if
- * the hash had more than was read, 0 if read through, -1 on a Redis error.
- */
-typedef bool scan_fn(void *arg, const redisReply *field, const redisReply *value);
-
-static int scan_hash(struct rcli *k, const char *key, scan_fn *fn, void *arg)
-{
-    char cursor[32] = "0";
-    size_t seen = 0;
-    do {
-        const char *argv[] = {"HSCAN", key, cursor, "COUNT", SCAN_PAGE};
-        redisReply *rep = rcli_command(k, "HSCAN", 5, argv, NULL);
-        if (rep == NULL)
-            return -1;
-        bool ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-                  rep->element[0]->type == REDIS_REPLY_STRING && rep->element[0]->len < 32 &&
-                  rep->element[1]->type == REDIS_REPLY_ARRAY;
-        bool more = true;
-        if (ok) {
-            snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
-            const redisReply *page = rep->element[1];
-            for (size_t i = 0; more && i + 1 < page->elements; i += 2, seen++)
-                if (page->element[i]->type == REDIS_REPLY_STRING &&
-                    page->element[i + 1]->type == REDIS_REPLY_STRING)
-                    more = fn(arg, page->element[i], page->element[i + 1]);
-        }
-        freeReplyObject(rep);
-        if (!ok) {
-            rcli_error(k, "%s: unexpected HSCAN reply for %s", k->where, key);
-            return -1;
-        }
-        if (strcmp(cursor, "0") != 0 && (!more || seen >= SCAN_MAX))
-            return 1;
-    } while (strcmp(cursor, "0") != 0);
-    return 0;
-}
-
 /* The reader's note of a hash read in part (the first one), for "error". */
 static void note_partial(char *note, size_t size, const char *key, const char *why)
 {
@@ -243,7 +203,8 @@ struct fps_read {
 static bool add_fp(void *arg, const redisReply *f, const redisReply *v)
 {
     struct fps_read *fr = arg;
-    if (f->len != TENANT_ID_LEN || v->len != 16)
+    if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING || f->len != TENANT_ID_LEN ||
+        v->len != 16)
         return true;
     if (fr->n == FPS_MAX)
         return false;
@@ -263,7 +224,7 @@ static bool add_fp(void *arg, const redisReply *f, const redisReply *v)
 static int read_fps(struct dash *d, struct rcli *k, char *note, size_t size)
 {
     struct fps_read fr = {0};
-    int rc = scan_hash(k, TENANTS_KEY_FP, add_fp, &fr);
+    int rc = rcli_hscan(k, TENANTS_KEY_FP, SCAN_MAX, add_fp, &fr);
     if (rc < 0) {
         for (size_t i = 0; i < fr.n; i++)
             free(fr.v[i].name);
@@ -291,7 +252,8 @@ static bool add_field(void *arg, const redisReply *f, const redisReply *v)
 {
     struct hour_read *hr = arg;
     int64_t count;
-    if (pc_parse_i64(v->str, &count) < 0 || count < 0 || !field_valid(f->str, f->len))
+    if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
+        pc_parse_i64(v->str, &count) < 0 || count < 0 || !field_valid(f->str, f->len))
         return true;
     if (hr->h->n >= hr->budget) {
         hr->full = true;
@@ -312,7 +274,7 @@ static int read_hour(struct dash *d, struct rcli *k, int64_t h, struct hour *fre
     struct hour_read hr = {.h = fresh, .budget = held < FIELDS_MAX ? FIELDS_MAX - held : 0};
     char key[TALLY_KEY_MAX];
     tally_key(h * TALLY_HOUR_MS, key);
-    int rc = scan_hash(k, key, add_field, &hr);
+    int rc = rcli_hscan(k, key, SCAN_MAX, add_field, &hr);
     if (rc > 0)
         note_partial(note, size, key,
                      hr.full ? "more counters than the dashboard holds" : "too many fields");

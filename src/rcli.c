@@ -693,3 +693,33 @@ static int cluster_open(struct rcli *k, int64_t timeout_ms)
     }
     return 0;
 }
+
+int rcli_hscan(struct rcli *k, const char *key, size_t max, rcli_pair_fn *fn, void *arg)
+{
+    char cursor[32] = "0";
+    size_t seen = 0;
+    do {
+        const char *argv[] = {"HSCAN", key, cursor, "COUNT", "1000"};
+        redisReply *rep = rcli_command(k, "HSCAN", 5, argv, NULL);
+        if (rep == NULL)
+            return -1;
+        bool ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+                  rep->element[0]->type == REDIS_REPLY_STRING && rep->element[0]->len < 32 &&
+                  rep->element[1]->type == REDIS_REPLY_ARRAY;
+        bool more = true;
+        if (ok) {
+            snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
+            const redisReply *page = rep->element[1];
+            for (size_t i = 0; more && i + 1 < page->elements; i += 2, seen++)
+                more = fn(arg, page->element[i], page->element[i + 1]);
+        }
+        freeReplyObject(rep);
+        if (!ok) {
+            rcli_error(k, "%s: unexpected HSCAN reply for %s", k->where, key);
+            return -1;
+        }
+        if (strcmp(cursor, "0") != 0 && (!more || seen >= max))
+            return 1;
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}

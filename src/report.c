@@ -777,45 +777,6 @@ void report_note_partial(struct report *r, const char *key, const char *why)
                  why);
 }
 
-/* One field and value pair of an HSCAN page; false: read no more. */
-typedef bool pair_fn(void *arg, const redisReply *field, const redisReply *value);
-
-/*
- * HSCAN key a page at a time (a big hash never blocks Redis, and the proxies'
- * lookups, the way one HGETALL would), handing each pair to fn, at most
- * REPORT_SCAN_MAX of them: 0 read through, 1 stopped with more to read, -1
- * after a message.
- */
-static int scan_hash(struct rcli *k, const char *key, pair_fn *fn, void *arg)
-{
-    char cursor[32] = "0";
-    size_t seen = 0;
-    do {
-        const char *argv[] = {"HSCAN", key, cursor, "COUNT", "1000"};
-        redisReply *rep = rcli_command(k, "HSCAN", 5, argv, NULL);
-        if (rep == NULL)
-            return -1;
-        bool ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-                  rep->element[0]->type == REDIS_REPLY_STRING && rep->element[0]->len < 32 &&
-                  rep->element[1]->type == REDIS_REPLY_ARRAY;
-        bool more = true;
-        if (ok) {
-            snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
-            const redisReply *page = rep->element[1];
-            for (size_t i = 0; more && i + 1 < page->elements; i += 2, seen++)
-                more = fn(arg, page->element[i], page->element[i + 1]);
-        }
-        freeReplyObject(rep);
-        if (!ok) {
-            rcli_error(k, "%s: unexpected HSCAN reply for %s", k->where, key);
-            return -1;
-        }
-        if (strcmp(cursor, "0") != 0 && (!more || seen >= REPORT_SCAN_MAX))
-            return 1;
-    } while (strcmp(cursor, "0") != 0);
-    return 0;
-}
-
 struct hour_scan {
     report_field_fn *fn;
     void *arg;
@@ -840,7 +801,7 @@ int report_scan_hour(struct rcli *k, int64_t hour_ms, report_field_fn *fn, void 
     char key[TALLY_KEY_MAX];
     tally_key(hour_ms, key);
     struct hour_scan hs = {fn, arg};
-    int rc = scan_hash(k, key, hour_pair, &hs);
+    int rc = rcli_hscan(k, key, REPORT_SCAN_MAX, hour_pair, &hs);
     if (rc > 0 && r != NULL)
         report_note_partial(r, key, "more than 200000 fields (not written by promptcache?)");
     return rc;
@@ -873,7 +834,7 @@ int report_read_key_names(struct rcli *k, struct report *r)
     if (r->names == NULL)
         return 0;
     struct fps_scan fs = {.r = r};
-    int rc = scan_hash(k, TENANTS_KEY_FP, fp_pair, &fs);
+    int rc = rcli_hscan(k, TENANTS_KEY_FP, REPORT_SCAN_MAX, fp_pair, &fs);
     if (rc > 0)
         report_note_partial(r, TENANTS_KEY_FP,
                             fs.full ? "more than 4096 key fingerprints"
