@@ -614,8 +614,9 @@ static void publish_set(struct cache *c, const struct cache_ticket *t)
         vsync_store_entry_set(c->store, tenant, t->exact);
 }
 
-struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const struct entry *e,
-                               int64_t ttl_ms, cache_put_fn *cb, void *arg)
+/* A put (or compare) of e under the ticket *tp, which it takes. */
+static struct cache_put_op *put_new(struct cache *c, struct cache_ticket **tp,
+                                    const struct entry *e, cache_put_fn *cb, void *arg)
 {
     PC_CHECK_OBJ(c, CACHE_MAGIC);
     struct cache_ticket *t = *tp;
@@ -625,11 +626,19 @@ struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const 
     p->magic = PUT_MAGIC;
     p->c = c;
     p->ticket = t;
-    p->ttl_ms = ttl_ms;
-    p->created_ms = e->created_ms;
     p->cb = cb;
     p->arg = arg;
     p->streamed = e->kind == ENTRY_SSE;
+    return p;
+}
+
+struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const struct entry *e,
+                               int64_t ttl_ms, cache_put_fn *cb, void *arg)
+{
+    struct cache_put_op *p = put_new(c, tp, e, cb, arg);
+    struct cache_ticket *t = p->ticket;
+    p->ttl_ms = ttl_ms;
+    p->created_ms = e->created_ms;
     struct entry with_meta = *e; /* what targeted deletes filter on */
     if (t->ns != NULL) {
         with_meta.ns = t->ns;
@@ -666,19 +675,10 @@ struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const 
 struct cache_put_op *cache_compare(struct cache *c, struct cache_ticket **tp, const struct entry *e,
                                    cache_put_fn *cb, void *arg)
 {
-    PC_CHECK_OBJ(c, CACHE_MAGIC);
-    struct cache_ticket *t = *tp;
-    *tp = NULL;
-    PC_CHECK_OBJ(t, TICKET_MAGIC);
-    struct cache_put_op *p = pc_calloc(1, sizeof(*p));
-    p->magic = PUT_MAGIC;
-    p->c = c;
-    p->ticket = t;
-    p->cb = cb;
-    p->arg = arg;
+    struct cache_put_op *p = put_new(c, tp, e, cb, arg);
+    struct cache_ticket *t = p->ticket;
     p->acked = true; /* no SET to wait for */
     p->compare_only = true;
-    p->streamed = e->kind == ENTRY_SSE;
     /* Compared at once (the probe has its verdict), or not to be: nothing to wait for. */
     if (t->probe == NULL ||
         bound_compare(semantic_bound_port(c->sem), t->probe, e, on_compared, p, &p->cmp) != 0) {

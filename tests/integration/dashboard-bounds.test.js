@@ -13,18 +13,6 @@ const env = h.environment();
 const CHAT = '/v1/chat/completions';
 const FIELDS_MAX = 100000; /* src/dash.c */
 
-function hourKey(ms) {
-    const d = new Date(ms);
-    const p = (n) => String(n).padStart(2, '0');
-    return `pc:2:r:${d.getUTCFullYear()}${p(d.getUTCMonth() + 1)}${p(d.getUTCDate())}${p(d.getUTCHours())}`;
-}
-
-/* n fields written by a script in Redis itself: field(i) and value(i) are Lua expressions. */
-async function forge(key, n, field, value) {
-    await env.redis.command('EVAL', `for i = 1, ${n} do redis.call('HSET', KEYS[1], ${field}, ${value}) end`,
-        '1', key);
-}
-
 async function dashboardWhen(proxy, pred, what) {
     return h.waitFor(async () => {
         const r = await proxy.get('/dashboard/data?hours=2');
@@ -38,10 +26,10 @@ h.test('an hour of 300k forged counters: a bounded part is read, the rest is not
     assert.equal(r.status, 200);
     await dashboardWhen(env.proxy, (j) => j.total.requests === 1, 'the real request counted');
     /* Hours are flushed by the workers; forge in the hour the dashboard reads last. */
-    const key = hourKey(Date.now());
-    await forge(key, 300000, `'requests|-|forged-model-' .. i`, '1');
-    await forge(key, 1000, `'junk ' .. i`, `'not a number'`);
-    await forge(key, 10, `'hits|-|negative-' .. i`, '-5');
+    const key = h.tallyHourKey(Date.now());
+    await h.forgeHash(env.redis, key, 300000, `'requests|-|forged-model-' .. i`, '1');
+    await h.forgeHash(env.redis, key, 1000, `'junk ' .. i`, `'not a number'`);
+    await h.forgeHash(env.redis, key, 10, `'hits|-|negative-' .. i`, '-5');
     const d = await dashboardWhen(env.proxy, (j) => j.hours[1].requests > 1000,
         'the forged hour read');
     assert.match(String(d.error), new RegExp(`^${key}: .*the rest was not read`));
@@ -57,8 +45,8 @@ h.test('an hour of 300k forged counters: a bounded part is read, the rest is not
 });
 
 h.test('200k forged key fingerprints: a bounded part is read, the rest is noted', async () => {
-    await env.redis.command('DEL', hourKey(Date.now()), hourKey(Date.now() - 3600 * 1000));
-    await forge('pc:2:tk', 200000, `string.format('%016x', i)`, `string.format('%016x', i)`);
+    await env.redis.command('DEL', h.tallyHourKey(Date.now()), h.tallyHourKey(Date.now() - 3600 * 1000));
+    await h.forgeHash(env.redis, 'pc:2:tk', 200000, `string.format('%016x', i)`, `string.format('%016x', i)`);
     const proxy = await env.startProxy();
     const d = await dashboardWhen(proxy, (j) => j.read_ms > 0 && !j.reading, 'a read ended');
     assert.match(String(d.error), /^pc:2:tk: .*the rest was not read/);

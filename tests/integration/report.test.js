@@ -145,23 +145,11 @@ h.test('failed requests are counted as errors under (other), never as their own 
     assert.equal(j.total.errors, otherBefore + 3);
 });
 
-function hourKey(ms) {
-    const d = new Date(ms);
-    const p = (n) => String(n).padStart(2, '0');
-    return `pc:2:r:${d.getUTCFullYear()}${p(d.getUTCMonth() + 1)}${p(d.getUTCDate())}${p(d.getUTCHours())}`;
-}
-
-/* n fields written by a script in Redis itself: field(i) and value(i) are Lua expressions. */
-async function forge(key, n, field, value) {
-    await env.redis.command('EVAL', `for i = 1, ${n} do redis.call('HSET', KEYS[1], ${field}, ${value}) end`,
-        '1', key);
-}
-
 const sum = (rows, m) => rows.reduce((s, x) => s + x[m], 0);
 
 h.test('a forged hour of 210k counters: report reads a bounded part, sums the models past 500 as (other) and says so', async () => {
-    const key = hourKey(Date.now() - 2 * 3600 * 1000); /* an hour no proxy writes now */
-    await forge(key, 210000, `'requests|-|forged-model-' .. i`, '1');
+    const key = h.tallyHourKey(Date.now() - 2 * 3600 * 1000); /* an hour no proxy writes now */
+    await h.forgeHash(env.redis, key, 210000, `'requests|-|forged-model-' .. i`, '1');
     try {
         const j = JSON.parse((await report('--hours', '3', '--format', 'json')).stdout);
         assert.match(String(j.partial), new RegExp(`^${key}: .*the rest was not read`));
@@ -191,7 +179,7 @@ h.test('200k forged key fingerprints: report takes a bounded part and says so', 
     const os = require('node:os');
     const names = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'pc-report-')), 'tenant-names');
     fs.writeFileSync(names, `sha256:${'ab'.repeat(32)} forged keys test\n`);
-    await forge('pc:2:tk', 200000, `string.format('%016x', i)`, `string.format('%016x', i)`);
+    await h.forgeHash(env.redis, 'pc:2:tk', 200000, `string.format('%016x', i)`, `string.format('%016x', i)`);
     try {
         const r = await report('--tenant-names', names, '--format', 'json');
         const j = JSON.parse(r.stdout);

@@ -249,4 +249,17 @@ async function startRedis({port = 0, args = []} = {}) {
     return r;
 }
 
-module.exports = {startRedis, freePort, RespClient, redisCommand, parseResp};
+/* The key of the counters' hash of the hour holding ms (src/tally.c: pc:2:r:YYYYMMDDHH, UTC). */
+function tallyHourKey(ms) {
+    const d = new Date(ms);
+    const p = (n) => String(n).padStart(2, '0');
+    return `pc:2:r:${d.getUTCFullYear()}${p(d.getUTCMonth() + 1)}${p(d.getUTCDate())}${p(d.getUTCHours())}`;
+}
+
+/* n fields of hash key written by a script in Redis itself: field and value are Lua expressions of i. */
+async function forgeHash(redis, key, n, field, value) {
+    await redis.command('EVAL', `for i = 1, ${n} do redis.call('HSET', KEYS[1], ${field}, ${value}) end`,
+        '1', key);
+}
+
+module.exports = {startRedis, freePort, RespClient, redisCommand, parseResp, tallyHourKey, forgeHash};
