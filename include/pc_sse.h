@@ -36,8 +36,11 @@ struct sse_parser {
     struct pc_buf data;
     bool have_data;
     bool last_was_cr;
+    unsigned bom;     /* bytes of a leading UTF-8 BOM matched; SSE_BOM_PAST once decided */
     size_t max_event; /* bytes one event may hold; 0 = 16 MiB */
 };
+
+#define SSE_BOM_PAST 4u
 
 typedef int sse_event_fn(void *arg, const struct sse_event *ev);
 

@@ -117,9 +117,33 @@ static size_t line_end(const char *ev, size_t len, size_t p)
     return cr != NULL ? (size_t)(cr - ev) : eol;
 }
 
+/*
+ * The stream's first bytes: a UTF-8 byte order mark there is dropped, as
+ * the SSE standard says (browsers and the SDKs do; it would otherwise be
+ * read into the first field's name and that event lost). The mark may come
+ * split across feeds; bytes that turn out not to be one are kept as text.
+ * Returns how many bytes of buf were taken.
+ */
+static size_t parser_bom(struct sse_parser *p, const char *buf, size_t len)
+{
+    static const char bom[3] = {'\xEF', '\xBB', '\xBF'};
+    size_t i = 0;
+    while (p->bom < sizeof(bom) && i < len && buf[i] == bom[p->bom]) {
+        p->bom++;
+        i++;
+    }
+    if (p->bom == sizeof(bom)) {
+        p->bom = SSE_BOM_PAST;
+    } else if (i < len) { /* not a mark: what matched of it was text */
+        pc_buf_append(&p->line, bom, p->bom);
+        p->bom = SSE_BOM_PAST;
+    }
+    return i;
+}
+
 int sse_parser_feed(struct sse_parser *p, const char *buf, size_t len, sse_event_fn *cb, void *arg)
 {
-    size_t i = 0;
+    size_t i = p->bom == SSE_BOM_PAST ? 0 : parser_bom(p, buf, len);
     while (i < len) {
         char c = buf[i];
         if (c == '\r' || c == '\n') {

@@ -30,6 +30,9 @@
  *   x-mock-body: TEXT         answer exactly TEXT as application/json, with
  *                             x-mock-status (default 200): a gateway's odd 2xx
  *   x-mock-header: NAME: V    one more response header on the answer
+ *   x-mock-sse: BASE64        answer exactly these bytes as a 200 text/event-stream
+ *                             (odd framing: CR line ends, a BOM, unknown events),
+ *                             one byte per write with x-mock-sse-bytes: 1
  *   x-mock-prompt-tokens: N   usage: N prompt tokens read in full (else a word count)
  *   x-mock-completion-tokens: N  usage: N completion tokens (else a word count)
  *   x-mock-cache-read: N      usage: N more prompt tokens, read from the provider's
@@ -97,6 +100,8 @@ function readControls(headers) {
         cut: headers['x-mock-cut'] === '1',
         gzip: headers['x-mock-gzip'] === '1',
         body: headers['x-mock-body'],
+        sse: headers['x-mock-sse'],
+        sseBytes: headers['x-mock-sse-bytes'] === '1',
         size: int('x-mock-size') || 0,
         hold: headers['x-mock-hold'],
         header: headers['x-mock-header'],
@@ -329,6 +334,14 @@ class Mock extends EventEmitter {
         if (controls.body !== undefined)
             return {status: controls.status || 200, headers: {'content-type': 'application/json'},
                 parts: [controls.body]};
+        if (controls.sse !== undefined) {
+            const raw = Buffer.from(controls.sse, 'base64');
+            const parts = [];
+            for (let i = 0; controls.sseBytes && i < raw.length; i++)
+                parts.push(raw.subarray(i, i + 1));
+            return {status: 200, headers: {'content-type': 'text/event-stream'},
+                parts: controls.sseBytes ? parts : [raw]};
+        }
         if (controls.status >= 400)
             return errorAnswer(rec.path, controls.status, `mock error ${controls.status} (x-mock-status)`);
         if (rec.path === '/v1/models' && req.method === 'GET') {

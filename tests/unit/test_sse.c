@@ -412,6 +412,31 @@ static void test_parser_basics(void)
     free(ev);
 }
 
+/* A byte order mark opening the stream is dropped, in any split; elsewhere, or half of one, is
+ * text. */
+static void test_parser_bom(void)
+{
+    static const char bom[] = "\xEF\xBB\xBF"
+                              "data: a\n\ndata: b\n\n";
+    static const char half[] = "\xEF\xBB"
+                               "data: a\n\n:\xEF\xBB\xBF\n\n";
+    for (size_t step = 0; step <= 4; step++) {
+        int rc;
+        char *ev = parse_steps(bom, sizeof(bom) - 1, step, &rc);
+        T_CHECK_INT(rc, 0);
+        T_CHECK_STR(ev, "[|a][|b]");
+        free(ev);
+        ev = parse_steps(half, sizeof(half) - 1, step, &rc);
+        T_CHECK_INT(rc, 0);
+        T_CHECK_STR(ev, ""); /* "\xEF\xBBdata" is no field this parser knows */
+        free(ev);
+    }
+    char *ev = parse_all("data: a\n\n\xEF\xBB\xBF"
+                         "data: b\n\n");
+    T_CHECK_STR(ev, "[|a]"); /* only the stream's first bytes can be a mark */
+    free(ev);
+}
+
 static void test_parser_no_trailing_blank(void)
 {
     struct sse_parser p;
@@ -1277,6 +1302,7 @@ static void test_usage_filter(void)
 int main(void)
 {
     T_RUN(test_parser_basics);
+    T_RUN(test_parser_bom);
     T_RUN(test_parser_no_trailing_blank);
     T_RUN(test_parser_split_everywhere);
     T_RUN(test_parser_limits);
