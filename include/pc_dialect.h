@@ -57,6 +57,12 @@ struct dialect {
     void (*usage)(const cJSON *usage, struct api_usage *u);
     /* Append an error body for status with text (never NULL). */
     void (*error_body)(int status, const char *text, struct pc_buf *out);
+    /*
+     * Answers carry the caller's own JSON values (Anthropic's tool input):
+     * a stream is made of a JSON answer only if every number in it prints
+     * back as written (dialect_numbers_kept).
+     */
+    bool numbers_as_written;
 };
 
 /* The dialect of endpoint e: API_NONE and out-of-range values get openai. Never NULL. */

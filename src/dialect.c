@@ -136,6 +136,8 @@ int dialect_answer(enum api_endpoint e, bool recorded, const char *body, size_t 
     if (stream && recorded)
         return answer_replay(e, body, len, include_usage, out);
     if (stream) {
+        if (dialect_of(e)->numbers_as_written && !dialect_numbers_kept(body, len))
+            return -1; /* its stream would change numbers of the answer */
         cJSON *resp = cJSON_ParseWithLength(body, len);
         int rc = resp ? dialect_synthesize(e, resp, include_usage, out) : -1;
         cJSON_Delete(resp);
@@ -254,6 +256,58 @@ cJSON *dialect_parse_object(const char *s, size_t n)
         j = NULL;
     }
     return j;
+}
+
+/* Whether a number's text is written as an integer (no fraction, no exponent). */
+static bool integer_spelling(const char *t, size_t n)
+{
+    return memchr(t, '.', n) == NULL && memchr(t, 'e', n) == NULL && memchr(t, 'E', n) == NULL;
+}
+
+/* Whether the number written t[0..n) prints back (as cJSON prints it) as the same kind of number.
+ */
+static bool number_kept(const char *t, size_t n)
+{
+    char lit[64];
+    if (n >= sizeof(lit))
+        return false; /* longer than any double cJSON prints */
+    memcpy(lit, t, n);
+    lit[n] = '\0';
+    cJSON *num = cJSON_CreateNumber(strtod(lit, NULL));
+    char *printed = num != NULL ? cJSON_PrintUnformatted(num) : NULL;
+    cJSON_Delete(num);
+    if (printed == NULL)
+        dialect_oom();
+    size_t plen = strlen(printed);
+    bool kept = integer_spelling(t, n)
+                    ? plen == n && memcmp(printed, t, n) == 0
+                    : !integer_spelling(printed, plen) && strcmp(printed, "null") != 0;
+    cJSON_free(printed);
+    return kept;
+}
+
+bool dialect_numbers_kept(const char *s, size_t n)
+{
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t end = i;
+            while (end < n && strchr("0123456789+-.eE", s[end]) != NULL && s[end] != '\0')
+                end++;
+            if (!number_kept(s + i, end - i))
+                return false;
+            i = end - 1;
+        }
+    }
+    return true;
 }
 
 int dialect_index(const cJSON *v, size_t *out)

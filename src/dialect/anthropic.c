@@ -228,8 +228,9 @@ static int an_finish_block(struct an_block *b)
         v = chk(cJSON_CreateString(pc_buf_cstr(&b->acc)));
     else if (b->acc.len == 0)
         v = chk(cJSON_CreateObject());
-    else if ((v = dialect_parse_json(pc_buf_cstr(&b->acc), b->acc.len)) == NULL)
-        return -1;
+    else if (!dialect_numbers_kept(b->acc.data, b->acc.len) ||
+             (v = dialect_parse_json(pc_buf_cstr(&b->acc), b->acc.len)) == NULL)
+        return -1; /* not JSON, or the answer's JSON would not carry its numbers as written */
     if (!dialect_json_sane(v)) {
         cJSON_Delete(v);
         return -1;
@@ -523,4 +524,5 @@ const struct dialect dialect_anthropic = {
     .synthesize = an_synth,
     .usage = an_usage,
     .error_body = an_error_body,
+    .numbers_as_written = true,
 };

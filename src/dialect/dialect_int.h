@@ -36,6 +36,14 @@ cJSON *dialect_parse_json(const char *s, size_t n);
  * could not survive a cache round trip unchanged, so they count as malformed.
  */
 bool dialect_json_sane(const cJSON *j);
+/*
+ * Whether every number in the JSON text s[0..n) reads back as written once
+ * cJSON prints it: an integer keeps its digits (12345678901234567890 would
+ * print as 1.2345678901234567e+19) and a number written with a fraction or
+ * an exponent keeps one (1.0 would print as 1). Clients that read integers
+ * and floats apart (Python's json) see the difference.
+ */
+bool dialect_numbers_kept(const char *s, size_t n);
 /* An event's JSON object, or NULL if it is not one (or not dialect_json_sane). */
 cJSON *dialect_parse_object(const char *s, size_t n);
 /* A choice / tool-call / block index: an integral number in [0, DIALECT_MAX_INDEX); else -1. */

@@ -74,3 +74,61 @@ h.test('multi-line data and a doubled [DONE]', async () => {
     const r = await roundTrip(multi + 'data: [DONE]\n\ndata: [DONE]\n\n');
     h.assertHit(r.json);
 });
+
+/* ------------------------------------------------------------------------ */
+/* Anthropic tool input: numbers as the upstream wrote them                   */
+
+const MESSAGES = '/v1/messages';
+const INPUT = '{"account": 12345678901234567890, "ratio": 1.0, "count": 1e2, "n": 7}';
+
+function anEvent(name, obj) {
+    return `event: ${name}\ndata: ${JSON.stringify(obj)}\n\n`;
+}
+
+function toolStream() {
+    const delta = (part) => anEvent('content_block_delta', {type: 'content_block_delta', index: 0,
+        delta: {type: 'input_json_delta', partial_json: part}});
+    return anEvent('message_start', {type: 'message_start', message: {id: 'msg_numbers', type: 'message',
+        role: 'assistant', model: 'claude-x', content: [], stop_reason: null, stop_sequence: null,
+        usage: {input_tokens: 5, output_tokens: 1}}})
+        + anEvent('content_block_start', {type: 'content_block_start', index: 0,
+            content_block: {type: 'tool_use', id: 'toolu_n', name: 'lookup', input: {}}})
+        + delta(INPUT.slice(0, 20)) + delta(INPUT.slice(20))
+        + anEvent('content_block_stop', {type: 'content_block_stop', index: 0})
+        + anEvent('message_delta', {type: 'message_delta', delta: {stop_reason: 'tool_use', stop_sequence: null},
+            usage: {output_tokens: 9}})
+        + anEvent('message_stop', {type: 'message_stop'});
+}
+
+/* Every number of INPUT, spelled as written (Python reads 1.0 as a float, 12345678901234567890 exactly). */
+function assertNumbersKept(text, what) {
+    for (const lit of ['12345678901234567890', '1.0', '1e2', '7'])
+        assert.match(text, new RegExp(`:\\s*${lit.replace('.', '\\.')}[,}]`), `${what}: ${lit} as written`);
+}
+
+h.test('tool input numbers survive a stream served as JSON', async () => {
+    const body = h.messagesBody(h.uniq('tool numbers stream'));
+    const headers = {'x-mock-sse': Buffer.from(toolStream()).toString('base64')};
+    const s = await env.proxy.post(MESSAGES, {...body, stream: true}, headers);
+    assert.equal(s.status, 200, s.text.slice(0, 300));
+    const j = await env.proxy.post(MESSAGES, body);
+    if (j.headers['x-cache-status'] === 'HIT')
+        assertNumbersKept(j.text, 'JSON assembled from the stream');
+});
+
+h.test('tool input numbers survive a JSON answer served as a stream', async () => {
+    const body = h.messagesBody(h.uniq('tool numbers json'));
+    const raw = JSON.stringify({id: 'msg_numbers', type: 'message', role: 'assistant', model: 'claude-x',
+        content: [{type: 'tool_use', id: 'toolu_n', name: 'lookup', input: {}}], stop_reason: 'tool_use',
+        stop_sequence: null, usage: {input_tokens: 5, output_tokens: 9}}).replace('"input":{}', `"input":${INPUT}`);
+    const j = await env.proxy.post(MESSAGES, body, {'x-mock-body': raw});
+    assert.equal(j.status, 200, j.text.slice(0, 300));
+    h.assertHit(await env.proxy.post(MESSAGES, body));
+    const s = await env.proxy.post(MESSAGES, {...body, stream: true}, {'x-mock-body': raw});
+    assert.equal(s.status, 200, s.text.slice(0, 300));
+    if (s.headers['x-cache-status'] === 'HIT') {
+        const partial = h.parseSSE(s.text).map((e) => JSON.parse(e.data))
+            .filter((d) => d.delta && d.delta.type === 'input_json_delta').map((d) => d.delta.partial_json).join('');
+        assertNumbersKept(partial, 'stream made of the JSON answer');
+    }
+});
