@@ -21,6 +21,14 @@ function writeConf(file, lines) {
     fs.writeFileSync(file, lines.join('\n') + '\n');
 }
 
+/* SIGHUP, then wait for a log line matching done; the log written since the signal. */
+async function sighup(proxy, done, what) {
+    const mark = proxy.proc.output.length;
+    proxy.proc.signalIt('SIGHUP');
+    await h.waitFor(() => done.test(proxy.proc.output.slice(mark)), {what});
+    return proxy.proc.output.slice(mark);
+}
+
 const readText = (file) => (fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '');
 
 /* Send a malformed request straight to the socket; resolves once the proxy closed it. */
@@ -104,12 +112,9 @@ h.test('semantic-threshold reloaded back to auto takes the embedder\'s own thres
     writeConf(conf, ['semantic yes', 'semantic-max-error off', 'semantic-threshold 0.5']);
     const proxy = await env.startProxy({config: conf});
     assert.equal((await proxy.stats()).semantic_threshold, 0.5);
-    const reloaded = async (lines) => {
+    const reloaded = (lines) => {
         writeConf(conf, lines);
-        const mark = proxy.proc.output.length;
-        proxy.proc.signalIt('SIGHUP');
-        await h.waitFor(() => /reload: every worker runs the new configuration/.test(proxy.proc.output.slice(mark)),
-            {what: 'every worker on the new configuration'});
+        return sighup(proxy, /reload: every worker runs the new configuration/, 'every worker on the new configuration');
     };
     await reloaded(['semantic yes', 'semantic-max-error off', 'semantic-threshold auto']);
     assert.equal((await proxy.stats()).semantic_threshold, 0.85, 'auto: the builtin embedder\'s threshold');
@@ -156,12 +161,8 @@ h.test('a config file that became a FIFO is refused on reload; the proxy keeps s
     const proxy = await env.startProxy({config: conf});
     fs.unlinkSync(conf);
     execFileSync('mkfifo', [conf]);
-    const mark = proxy.proc.output.length;
-    proxy.proc.signalIt('SIGHUP');
-    await h.waitFor(() => /reload refused: 1 configuration error/.test(proxy.proc.output.slice(mark)),
-        {what: 'the refusal in the log'});
-    assert.ok(proxy.proc.output.slice(mark).includes(`E reload: ${conf}: not a regular file`),
-        proxy.proc.output.slice(mark));
+    const out = await sighup(proxy, /reload refused: 1 configuration error/, 'the refusal in the log');
+    assert.ok(out.includes(`E reload: ${conf}: not a regular file`), out);
     const ttl = await ttlOfNewEntry(proxy);
     assert.ok(ttl > 600 && ttl <= 700, `TTL ${ttl}: the running cache-ttl 700 is kept`);
     assert.equal(await proxy.stop(), 0);
@@ -173,12 +174,8 @@ h.test('a price list that became a FIFO is refused on reload; the proxy keeps se
     const proxy = await env.startProxy({args: ['--pricing', prices]});
     fs.unlinkSync(prices);
     execFileSync('mkfifo', [prices]);
-    const mark = proxy.proc.output.length;
-    proxy.proc.signalIt('SIGHUP');
-    await h.waitFor(() => /reload refused: 1 configuration error/.test(proxy.proc.output.slice(mark)),
-        {what: 'the refusal in the log'});
-    assert.ok(proxy.proc.output.slice(mark).includes(`${prices}: not a regular file`),
-        proxy.proc.output.slice(mark));
+    const out = await sighup(proxy, /reload refused: 1 configuration error/, 'the refusal in the log');
+    assert.ok(out.includes(`${prices}: not a regular file`), out);
     assert.equal((await proxy.post(CHAT, h.chatBody(h.uniq('after the refusal')))).status, 200);
     assert.equal(await proxy.stop(), 0);
 });
