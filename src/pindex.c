@@ -207,13 +207,24 @@ static void evict_tail(struct lru *l)
     l->free_head = idx;
 }
 
+/*
+ * What a link weighs in the index: its tokens, and at least one. A link of no
+ * tokens (an empty message, or a record from elsewhere that says 0) added
+ * nothing to held, so eviction never came for it and such links grew the
+ * index without bound; this way a replica holds at most capacity links.
+ */
+static uint32_t link_weight(uint32_t tokens)
+{
+    return tokens > 0 ? tokens : 1;
+}
+
 /* Hold link h stamped st: new, or moved to where st puts it if st is newer. */
 static void hold(struct lru *l, uint64_t h, uint32_t tokens, int64_t st)
 {
     size_t slot = l->nslots ? slot_find(l, h) : SIZE_MAX;
     uint32_t idx;
     if (slot == SIZE_MAX) {
-        idx = node_new(l, h, tokens);
+        idx = node_new(l, h, link_weight(tokens));
     } else {
         idx = l->slots[slot] - 1;
         if (st <= l->nodes[idx].stamp)
@@ -348,7 +359,7 @@ static bool record_ok(const struct pindex *px, size_t rep, const uint32_t *token
     for (size_t i = 0; i < n; i++) {
         if (tokens[i] > PINDEX_LINK_TOKENS_MAX)
             return false;
-        total += tokens[i];
+        total += link_weight(tokens[i]);
     }
     return total <= px->reps[rep].capacity;
 }

@@ -201,3 +201,45 @@ h.test('a stream key of another type is set aside: the other streams (the L1) ar
         await Promise.all(reps.map((r) => r.close()));
     }
 });
+
+h.test('records of links that weigh no tokens do not grow the prefix index past its capacity', async () => {
+    /*
+     * A link weighing 0 tokens added nothing to its replica's held tokens, so eviction (which
+     * runs while they exceed prefix-capacity) never came: records of 0-token links (forged, or
+     * of empty messages) grew the index by one node each, without bound. A link now weighs at
+     * least one token in the index, so a replica holds at most prefix-capacity links.
+     */
+    const reps = [];
+    const port = env.redis.port;
+    try {
+        for (let i = 0; i < 2; i++)
+            reps.push(await startVllmMock({name: `v${i}`, usPerToken: 0, usPerOutputToken: 0}));
+        const a = await env.startProxy({upstream: reps.map((r) => r.url), workers: 1,
+            args: ['--upstream-type', 'vllm', '--prefix-capacity', '1000']});
+        const home = (await a.stats()).replicas[0].name;
+        await h.waitFor(async () => {
+            if ((await a.stats()).prefix_sync_applied > 0)
+                return true;
+            await rawCommand(port, 'XADD', STREAM, '*', 'd', record(Date.now(), home, [link(randomHash(), 1)]));
+            return false;
+        }, {what: 'a sound record applied'});
+        const applied = (await a.stats()).prefix_sync_applied;
+        const records = 40, perRecord = 500;
+        for (let r = 0; r < records; r++) {
+            const links = [];
+            for (let i = 0; i < perRecord; i++)
+                links.push(link(randomHash(), 0));
+            await rawCommand(port, 'XADD', STREAM, '*', 'd', record(Date.now(), home, links));
+        }
+        await h.waitFor(async () => (await a.stats()).prefix_sync_applied === applied + records,
+            {what: 'every record applied', timeout: 15000});
+        const st = await a.stats();
+        const entries = Number((await a.get('/metrics')).text.match(/^promptcache_prefix_index_entries (\d+)$/m)[1]);
+        assert.ok(entries <= 1000, `prefix_index_entries ${entries} over prefix-capacity 1000`);
+        assert.ok(replicaOf(st, home).index_tokens <= 1000, JSON.stringify(replicaOf(st, home)));
+        assert.ok(a.alive);
+        await a.stop();
+    } finally {
+        await Promise.all(reps.map((r) => r.close()));
+    }
+});

@@ -1,7 +1,7 @@
 /*
  * test_pindex.c - the prefix index: leading-link matches per replica, fresh
  * links, exact LRU eviction to each replica's capacity (oldest first, prompt
- * tails before heads), records applied from elsewhere, the sink,
+ * tails before heads; a link of no tokens weighs one), records applied from elsewhere, the sink,
  * bytes-per-token calibration, and workers matching and recording at once.
  */
 #include "t.h"
@@ -152,6 +152,29 @@ static void test_apply_forged(void)
     pindex_destroy(&px);
 }
 
+/* Links of no tokens weigh one: a replica holds at most capacity links, whatever they say. */
+static void test_zero_tokens(void)
+{
+    int64_t cap[1] = {100};
+    struct pindex *px = pindex_create(1, cap);
+    static const uint32_t zero[16];
+    uint64_t h[16];
+    for (uint64_t k = 0; k < 100; k++) {
+        chain_of(100 + k, 16, h);
+        pindex_record(px, 0, h, zero, 16, 1000 + (int64_t)k);
+        T_CHECK_INT(pindex_apply(px, 0, h, zero, 16, 0, 1000 + (int64_t)k) == 0, 1);
+        T_CHECK(pindex_entries(px) <= 100);
+    }
+    T_CHECK_INT(pindex_entries(px), 100);
+    T_CHECK_INT(pindex_held(px, 0), 100);
+    /* A record of more zero-token links than the capacity describes no prompt it could keep. */
+    uint64_t many[101];
+    uint32_t none[101] = {0};
+    chain_of(7, 101, many);
+    T_CHECK_INT(pindex_apply(px, 0, many, none, 101, 0, 5000), -1);
+    pindex_destroy(&px);
+}
+
 struct heard {
     size_t calls, rep, n;
     int64_t ms;
@@ -249,6 +272,7 @@ int main(void)
     T_RUN(test_eviction);
     T_RUN(test_apply_stamps);
     T_RUN(test_apply_forged);
+    T_RUN(test_zero_tokens);
     T_RUN(test_sink);
     T_RUN(test_cpt);
     T_RUN(test_threads);
