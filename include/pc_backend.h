@@ -128,7 +128,8 @@ void backend_url(const struct backend_req *r, const struct route_replica *rep, s
 /* Whether a client request header carries a credential (Authorization, x-api-key, api-key). */
 bool backend_is_credential_header(const char *name);
 
-/* For the types' hint functions: add a header unless the client sent one of that name. */
+/* For the types' hint functions: add a header unless the client sent one of that name or it
+ * is there already. */
 void backend_hint_header(struct backend_req *r, const struct backend_in *in, const char *name,
                          const char *value);
 /* The routing key as text ("pc-" and 16 hex digits) into out[20]; false if there is none. */

@@ -83,6 +83,11 @@ void backend_hint_header(struct backend_req *r, const struct backend_in *in, con
     for (size_t i = 0; i < in->nheaders; i++)
         if (pc_strcaseeq(in->headers[i].name, name))
             return; /* the client's own goes upstream as it is */
+    /* Added already (the names are offsets until fix_pointers): prefix-routing-header naming
+     * the type's own header (x-user-id, x-smg-routing-key) sent it twice, "pc-1, pc-1". */
+    for (size_t i = 0; i < r->nhdrs; i++)
+        if (pc_strcaseeq(r->strings.data + (uintptr_t)r->hdrs[i].name, name))
+            return;
     add_header(r, name, value);
 }
 

@@ -171,6 +171,20 @@ h.test('sglang: the routing key in x-smg-routing-key, a salt per tenant', () => 
     await proxy.stop();
 }));
 
+h.test('prefix-routing-header naming a header the type sets already: sent once', () => withPool(1, async (reps) => {
+    /* vllm with prefix-routing-header x-user-id (or sglang with x-smg-routing-key) sent the
+     * header twice, which a router reads as "pc-..., pc-...": a key no other call has. */
+    for (const [type, header] of [['vllm', 'X-User-Id'], ['sglang', 'x-smg-routing-key']]) {
+        const proxy = await env.startProxy({upstream: reps[0].url, workers: 1,
+            args: ['--upstream-type', type, '--prefix-routing-header', header]});
+        const r = await proxy.post(CHAT, conversation(h.uniq('once'), 1), NO_STORE);
+        assert.equal(r.status, 200, r.text);
+        const rec = reps[0].requests().slice(-1)[0];
+        assert.match(rec.headers[header.toLowerCase()], /^pc-[0-9a-f]{16}$/, `${type} ${header}`);
+        await proxy.stop();
+    }
+}));
+
 h.test('openai: prompt_cache_key names the conversation; the client\'s own is kept; bytes kept', async () => {
     const proxy = await env.startProxy({workers: 1});
     const topic = h.uniq('pck');
