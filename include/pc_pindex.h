@@ -80,6 +80,13 @@ void pindex_record(struct pindex *px, size_t rep, const uint64_t *h, const uint3
 int pindex_apply(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens, size_t n,
                  size_t depth0, int64_t ms);
 
+/*
+ * Replica rep does not hold links h[0..n) after all (a call recorded on it
+ * never reached it): those it holds are dropped. Not published (the sink
+ * does not hear of it).
+ */
+void pindex_forget(struct pindex *px, size_t rep, const uint64_t *h, size_t n);
+
 size_t pindex_replicas(const struct pindex *px);
 int64_t pindex_capacity(const struct pindex *px, size_t rep);
 /* Tokens of the links replica rep holds; links held, summed over the replicas. */

@@ -107,6 +107,13 @@ const char *route_policy_name(const struct route *r);
  */
 const struct route_replica *route_pick(struct route *r, struct route_query *q);
 void route_end(struct route *r, const struct route_replica *rep, enum route_result res);
+/*
+ * The call picked with q never reached rep (a refused connection, or one that
+ * never completed), called before its route_end: the links of q's chain that
+ * the pick recorded on rep past the ones it held already are forgotten, so
+ * that the replica the call goes to next holds more of the conversation.
+ */
+void route_unsent(struct route *r, const struct route_replica *rep, const struct route_query *q);
 
 /*
  * A call's answer reported usage: the prompt and cached tokens the replica

@@ -107,6 +107,8 @@ static void keep_for_replay(struct fetch *f, const char *name, const char *value
 /* The call to f->rep ended: its in-flight count and health. */
 static void fetch_release(struct fetch *f, enum route_result res)
 {
+    if (f->rep != NULL && res == ROUTE_CONNECT_ERR) /* it never saw the prompt */
+        route_unsent(f->w->route, f->rep, &f->q);
     if (f->rep != NULL)
         route_end(f->w->route, f->rep, res);
     f->rep = NULL;

@@ -193,6 +193,16 @@ static uint32_t node_new(struct lru *l, uint64_t h, uint32_t tokens)
     return idx;
 }
 
+/* Drop node idx (its slot, slot_find's, deleted first by the caller). */
+static void node_drop(struct lru *l, uint32_t idx)
+{
+    list_unlink(l, idx);
+    __atomic_store_n(&l->count, l->count - 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->held, l->held - l->nodes[idx].tokens, __ATOMIC_RELAXED);
+    l->nodes[idx].next = l->free_head;
+    l->free_head = idx;
+}
+
 /* Drop the least recently used link. */
 static void evict_tail(struct lru *l)
 {
@@ -200,11 +210,7 @@ static void evict_tail(struct lru *l)
     size_t slot = slot_find(l, l->nodes[idx].h);
     if (slot != SIZE_MAX)
         slots_delete(l, slot);
-    list_unlink(l, idx);
-    __atomic_store_n(&l->count, l->count - 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&l->held, l->held - l->nodes[idx].tokens, __ATOMIC_RELAXED);
-    l->nodes[idx].next = l->free_head;
-    l->free_head = idx;
+    node_drop(l, idx);
 }
 
 /*
@@ -383,6 +389,24 @@ void pindex_record(struct pindex *px, size_t rep, const uint64_t *h, const uint3
     hold_links(px, rep, h, tokens, n, 0, ms);
     if (px->sink != NULL && n > 0)
         px->sink(px->sink_arg, rep, h, tokens, n, ms);
+}
+
+void pindex_forget(struct pindex *px, size_t rep, const uint64_t *h, size_t n)
+{
+    PC_CHECK_OBJ(px, PINDEX_MAGIC);
+    if (rep >= px->nrep)
+        return;
+    struct lru *l = &px->reps[rep];
+    pthread_mutex_lock(&l->mu);
+    for (size_t i = 0; i < n; i++) {
+        size_t slot = slot_find(l, h[i]);
+        if (slot == SIZE_MAX)
+            continue;
+        uint32_t idx = l->slots[slot] - 1;
+        slots_delete(l, slot);
+        node_drop(l, idx);
+    }
+    pthread_mutex_unlock(&l->mu);
 }
 
 /* ---- bytes per token ----------------------------------------------------------- */

@@ -12,7 +12,8 @@
  *                   prefix: session's replica, else longest match;
  *                           overloaded? best match among the rest
  *              ─▶ in_flight++, chain recorded on it ───────┴─▶ call ─▶ route_end:
- *                   in_flight--, counters, down on connect error; route_usage:
+ *                   in_flight--, counters, down on connect error (route_unsent
+ *                   first: the links the call added forgotten); route_usage:
  *                   predicted vs reported cached tokens
  */
 #include "pc_route.h"
@@ -360,6 +361,15 @@ void route_usage(struct route *r, const struct route_replica *rep, const char *m
     __atomic_fetch_add(&rp->prompt_reported, (uint64_t)u->prompt, __ATOMIC_RELAXED);
     __atomic_fetch_add(&rp->cached_reported, (uint64_t)u->cached, __ATOMIC_RELAXED);
     pindex_calibrate(r->index, model, bytes, u->prompt);
+}
+
+void route_unsent(struct route *r, const struct route_replica *rep, const struct route_query *q)
+{
+    PC_CHECK_OBJ(r, ROUTE_MAGIC);
+    const struct chain *c = q != NULL ? q->chain : NULL;
+    if (c == NULL || c->n <= q->matched_links)
+        return;
+    pindex_forget(r->index, rep->index, c->h + q->matched_links, c->n - q->matched_links);
 }
 
 void route_end(struct route *r, const struct route_replica *rep, enum route_result res)

@@ -140,6 +140,45 @@ h.test('a dead replica is avoided: the conversation moves on without an error', 
     await proxy.stop();
 }));
 
+h.test('a turn its replica refused is not believed held there: once back, the conversation stays where that turn went', () => withPool(2, async (reps) => {
+    /*
+     * The chain is recorded on a replica as the call is sent; one refused never saw it, yet the
+     * index went on saying it held the new turn, as much as the replica that took it: once back,
+     * the two tied and half of such conversations went back to the replica lacking that turn.
+     */
+    const proxy = await env.startProxy({upstream: reps.map((r) => r.url), workers: 1,
+        args: ['--upstream-type', 'vllm', '--upstream-fail-timeout', '0']});
+    const topics = [];
+    for (let i = 0; i < 6; i++)
+        topics.push(h.uniq(`back${i}`));
+    const home = {};
+    for (const t of topics)
+        home[t] = (await proxy.post(CHAT, conversation(t, 1), NO_STORE)).headers['x-upstream'];
+    const awayAt = reps.findIndex((m) => replicaName(m) === home[topics[0]]);
+    const away = reps[awayAt];
+    const awayName = replicaName(away);
+    const held = replicaStats(await proxy.stats(), away).index_tokens;
+    await away.close();
+    for (const t of topics.filter((x) => home[x] === awayName)) {
+        const r = await proxy.post(CHAT, conversation(t, 2), NO_STORE);
+        assert.equal(r.status, 200, r.text);
+        assert.notEqual(r.headers['x-upstream'], awayName);
+        home[t] = r.headers['x-upstream'];
+    }
+    const st = await proxy.stats();
+    assert.ok(st.upstream_failovers >= 1);
+    assert.equal(replicaStats(st, away).index_tokens, held, 'the refused turns are not held there');
+    reps[awayAt] = await startVllmMock({name: 'back', port: away.port, usPerToken: 0, usPerOutputToken: 0});
+    for (const t of topics) {
+        if (home[t] === awayName)
+            continue;
+        const r = await proxy.post(CHAT, conversation(t, 3), NO_STORE);
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers['x-upstream'], home[t], `${t}: turn 3 where turn 2 went`);
+    }
+    await proxy.stop();
+}));
+
 h.test('vllm: cache_salt per tenant and the routing key in x-user-id; the client\'s own kept', () => withPool(1, async (reps) => {
     const proxy = await env.startProxy({upstream: reps[0].url, workers: 1,
         args: ['--upstream-type', 'vllm', '--upstream-dp-size', '2', '--prefix-routing-header', 'x-router-key']});

@@ -1,8 +1,8 @@
 /*
  * test_pindex.c - the prefix index: leading-link matches per replica, fresh
  * links, exact LRU eviction to each replica's capacity (oldest first, prompt
- * tails before heads; a link of no tokens weighs one), records applied from elsewhere, the sink,
- * bytes-per-token calibration, and workers matching and recording at once.
+ * tails before heads; a link of no tokens weighs one), links forgotten, records applied from
+ * elsewhere, the sink, bytes-per-token calibration, and workers matching and recording at once.
  */
 #include "t.h"
 
@@ -175,6 +175,45 @@ static void test_zero_tokens(void)
     pindex_destroy(&px);
 }
 
+/* Forgotten links are no longer held; the rest (and eviction) go on as before. */
+static void test_forget(void)
+{
+    int64_t cap[2] = {1000, 1000};
+    struct pindex *px = pindex_create(2, cap);
+    uint64_t a[6], b[4];
+    chain_of(21, 6, a);
+    chain_of(22, 4, b);
+    pindex_record(px, 0, a, tok100, 6, 1000);
+    pindex_record(px, 1, a, tok100, 6, 1000);
+    pindex_forget(px, 0, a + 3, 3);
+    pindex_forget(px, 0, b, 4); /* not held: nothing */
+    pindex_forget(px, 5, a, 6); /* no replica 5 */
+    struct pindex_match m;
+    pindex_match(px, a, 6, 0, &m);
+    T_CHECK_INT(m.links[0], 3);
+    T_CHECK_INT(m.links[1], 6);
+    T_CHECK_INT(pindex_held(px, 0), 300);
+    T_CHECK_INT(pindex_entries(px), 9);
+    /* The list is sound: filling replica 0 evicts the oldest (a's), keeps b. */
+    pindex_record(px, 0, b, tok100, 4, 2000);
+    uint64_t c[4];
+    chain_of(23, 4, c);
+    pindex_record(px, 0, c, tok100, 4, 3000);
+    T_CHECK_INT(pindex_held(px, 0), 1000);
+    pindex_match(px, a, 6, 0, &m);
+    T_CHECK_INT(m.links[0], 2);
+    pindex_match(px, b, 4, 0, &m);
+    T_CHECK_INT(m.links[0], 4);
+    pindex_forget(px, 0, c, 4);
+    pindex_forget(px, 0, b, 4);
+    pindex_forget(px, 0, a, 6);
+    T_CHECK_INT(pindex_held(px, 0), 0);
+    pindex_record(px, 0, a, tok100, 6, 4000);
+    pindex_match(px, a, 6, 0, &m);
+    T_CHECK_INT(m.links[0], 6);
+    pindex_destroy(&px);
+}
+
 struct heard {
     size_t calls, rep, n;
     int64_t ms;
@@ -273,6 +312,7 @@ int main(void)
     T_RUN(test_apply_stamps);
     T_RUN(test_apply_forged);
     T_RUN(test_zero_tokens);
+    T_RUN(test_forget);
     T_RUN(test_sink);
     T_RUN(test_cpt);
     T_RUN(test_threads);
