@@ -342,7 +342,9 @@ static const struct conf_key conf_keys[] = {
      .help = "Add the hints that let the upstream reuse KV state: prompt_cache_key (openai), "
              "cache_control breakpoints on prefixes seen in the last 5 minutes (anthropic), "
              "cache_salt and routing headers (vllm, sglang). Fields and headers the client set "
-             "are never changed."},
+             "are never changed. An upstream that refuses fields it does not know needs no here "
+             "(some Azure OpenAI deployments answer 400 \"Unrecognized request argument "
+             "supplied: prompt_cache_key\")."},
     {.name = "prefix-share-tenants", .type = CONF_BOOL, FIELD(prefix_share_tenants),
      .def = "no",
      .help = "Let tenants (client credentials) share KV state on vLLM and SGLang replicas. With "
