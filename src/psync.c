@@ -116,6 +116,7 @@ struct psync {
     bool started;
     unsigned trims[PINDEX_MAX_REPLICAS]; /* writer only */
     uint64_t reject_logged_ms;           /* the follower's thread only */
+    uint64_t refused_logged_ms[2];       /* [0] the writer's, [1] the follower's thread */
 };
 
 /* ---- connections ------------------------------------------------------------ */
@@ -148,6 +149,25 @@ static void conn_failed_k(struct psync *ps, struct conn *c)
         msg += wl + 2;
     snprintf(why, sizeof(why), "%s", msg);
     conn_failed(ps, c, why);
+}
+
+/*
+ * Redis answered a command with an error (a key of another type: WRONGTYPE,
+ * out of memory: OOM): counted by the caller; said in the log at most once a
+ * minute per thread (who: 0 the writer, 1 the follower), or it would only show
+ * as prefix_sync_errors growing.
+ */
+static void refused(struct psync *ps, int who, const char *what, const char *key, size_t klen,
+                    const redisReply *r)
+{
+    uint64_t now = pc_mono_ms(), *last = &ps->refused_logged_ms[who];
+    if (*last != 0 && now - *last < LOG_EVERY_MS)
+        return;
+    *last = now;
+    log_warn("prefix index sharing: redis %s refused the %s of %.*s: %.*s (counted in "
+             "prefix_sync_errors)",
+             ps->where, what, (int)PC_MIN(klen, 300), key, (int)PC_MIN(r->len, 200),
+             r->str != NULL ? r->str : "");
 }
 
 /*
@@ -415,8 +435,11 @@ static bool pipeline(struct psync *ps, struct conn *c, const char *key, size_t k
             conn_failed(ps, c, rc->errstr[0] ? rc->errstr : "connection lost");
             return false;
         }
-        if (((redisReply *)reply)->type == REDIS_REPLY_ERROR)
+        if (((redisReply *)reply)->type == REDIS_REPLY_ERROR) {
+            if (*ok)
+                refused(ps, 0, "write", key, klen, reply);
             *ok = false;
+        }
         elsewhere = elsewhere || sentinel_readonly(reply) || rcli_redirected(reply);
         freeReplyObject(reply);
     }
@@ -555,13 +578,16 @@ static int restore_replica(struct psync *ps, struct rcli *k, size_t rep)
     const char *argv[] = {"ZRANGE", key.data, start, "-1", "WITHSCORES"};
     size_t lens[] = {6, key.len, strlen(start), 2, 10};
     redisReply *r = rcli_call(k, 5, argv, lens);
-    pc_buf_free(&key);
     if (r == NULL) {
+        pc_buf_free(&key);
         stats_incr(&ps->stats, STAT_prefix_sync_errors);
         return -1;
     }
-    if (r->type == REDIS_REPLY_ERROR)
+    if (r->type == REDIS_REPLY_ERROR) {
         stats_incr(&ps->stats, STAT_prefix_sync_errors);
+        refused(ps, 1, "read", key.data, key.len, r);
+    }
+    pc_buf_free(&key);
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
         apply_member(ps, rep, r->element[i], r->element[i + 1]);
     freeReplyObject(r);

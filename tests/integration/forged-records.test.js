@@ -243,3 +243,33 @@ h.test('records of links that weigh no tokens do not grow the prefix index past 
         await Promise.all(reps.map((r) => r.close()));
     }
 });
+
+h.test('a replica\'s set of another type: the read and the writes refused say so in the log', async () => {
+    /*
+     * Redis refusing the restore's ZRANGE or the writer's ZADDs (a key of another type: WRONGTYPE)
+     * only made prefix_sync_errors grow, with nothing in the log to say which key or why.
+     */
+    const reps = [];
+    const port = env.redis.port;
+    try {
+        for (let i = 0; i < 2; i++)
+            reps.push(await startVllmMock({name: `v${i}`, usPerToken: 0, usPerOutputToken: 0}));
+        const name = `127.0.0.1:${reps[0].port}`;
+        await rawCommand(port, 'SET', `pc:2:pz:{${name}}`, 'not a set');
+        const a = await env.startProxy({upstream: reps.map((r) => r.url), workers: 1,
+            args: ['--upstream-type', 'vllm', '--routing', 'round-robin']});
+        for (let i = 0; i < 2; i++) {
+            const r = await a.post(CHAT, conversation(h.uniq('wrongtype'), 1), NO_STORE);
+            assert.equal(r.status, 200, r.text);
+        }
+        const said = (what) => new RegExp(`refused the ${what} of pc:2:pz:\\{${name.replace(/\./g, '\\.')}\\}: WRONGTYPE`);
+        await h.waitFor(() => said('read').test(a.proc.output) && said('write').test(a.proc.output),
+            {what: 'the refused read and write in the log'});
+        assert.ok((await a.stats()).prefix_sync_errors >= 2);
+        assert.ok(a.alive);
+        await a.stop();
+        await rawCommand(port, 'DEL', `pc:2:pz:{${name}}`);
+    } finally {
+        await Promise.all(reps.map((r) => r.close()));
+    }
+});
