@@ -141,15 +141,20 @@ static void push_link(struct chain *c, uint64_t h, uint32_t end)
     c->n++;
 }
 
-/* Where the piece starting at from ends: CHAIN_CHUNK_BYTES on, moved back to a UTF-8 start. */
+/*
+ * Where the piece starting at from ends: CHAIN_CHUNK_BYTES on, moved back to a
+ * UTF-8 start. At most 3 bytes back (a character is at most 4 bytes): text
+ * that is not UTF-8 (a run of continuation bytes) was cut one byte a piece,
+ * 4 KiB of it a full chain of CHAIN_MAX_LINKS links.
+ */
 static size_t piece_end(const struct pc_buf *body, size_t from)
 {
-    size_t cut = from + CHAIN_CHUNK_BYTES;
+    size_t cut = from + CHAIN_CHUNK_BYTES, limit = cut - 3;
     if (cut >= body->len)
         return body->len;
-    while (cut > from + 1 && ((unsigned char)body->data[cut] & 0xc0) == 0x80)
+    while (cut > limit && ((unsigned char)body->data[cut] & 0xc0) == 0x80)
         cut--;
-    return cut;
+    return ((unsigned char)body->data[cut] & 0xc0) == 0x80 ? from + CHAIN_CHUNK_BYTES : cut;
 }
 
 /* Cut one segment into links; false once the chain is full. */

@@ -122,6 +122,17 @@ static void test_utf8_pieces(void)
     chain_free(&c);
     pc_buf_free(&j);
     free(euros);
+    /* Not UTF-8 (a run of continuation bytes): pieces stay whole, not one byte each. */
+    char *bad = repeat("\x80", 4000);
+    pc_buf_reset(&j);
+    pc_buf_printf(&j, "{\"model\":\"m\",\"prompt\":\"a%s\"}", bad);
+    build(API_COMPLETIONS, pc_buf_cstr(&j), NULL, &c);
+    T_CHECK_INT(c.n, 4);
+    T_CHECK(!c.truncated);
+    T_CHECK_INT(c.end[c.n - 1], 4001);
+    chain_free(&c);
+    pc_buf_free(&j);
+    free(bad);
 }
 
 static void test_completions_growth(void)
