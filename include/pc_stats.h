@@ -172,6 +172,8 @@
            "Prefix records this instance sent to the others through Redis")                        \
     ACTION(prefix_sync_applied, counter, "Prefix records of other instances applied to the index") \
     ACTION(prefix_sync_errors, counter, "Redis errors of the prefix index's sharing")              \
+    ACTION(prefix_sync_dropped, counter,                                                           \
+           "Prefix records not shared: the queue to Redis was full (also in prefix_sync_errors)")  \
     ACTION(prefix_records_rejected, counter,                                                       \
            "Prefix records and set members read from Redis and rejected (a field out of range)")   \
     ACTION(bytes_from_upstream, counter, "Response bytes received from upstreams")                 \

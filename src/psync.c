@@ -52,10 +52,13 @@
 
 #include <hiredis/hiredis.h>
 
-#define PSYNC_MAGIC   0x5053594eu /* "PSYN" */
-#define QUEUE_MAX     4096        /* records waiting; more are dropped (and counted) */
-#define BATCH_MAX     256         /* records per pipeline */
-#define STREAM_MAXLEN "20000" /* records kept in the stream (a reader further behind restores) */
+#define PSYNC_MAGIC 0x5053594eu /* "PSYN" */
+#define QUEUE_MAX   4096        /* records waiting; more are dropped (and counted) */
+/* Links waiting, over all records (12 bytes each, 3 MiB): a record of up to CHAIN_MAX_LINKS
+ * links each, QUEUE_MAX of them were 200 MB while Redis was away. */
+#define QUEUE_LINKS_MAX (1u << 18)
+#define BATCH_MAX       256     /* records per pipeline */
+#define STREAM_MAXLEN   "20000" /* records kept in the stream (a reader further behind restores) */
 /*
  * The writer's wait after a record came, so that one pipeline carries many:
  * each wake-up of the thread costs about as much CPU as the record it
@@ -110,6 +113,7 @@ struct psync {
     pthread_cond_t queue_cond; /* signalled when the queue stops being empty: wakes the writer */
     struct rec *head, *tail;
     size_t queued;
+    size_t queued_links;
     bool stopping;
 
     pthread_t writer;
@@ -283,10 +287,11 @@ static void sink(void *arg, size_t rep, const uint64_t *h, const uint32_t *token
     memcpy(r->h, h, n * sizeof(*h));
     memcpy(r->tok, tokens, n * sizeof(*tokens));
     pthread_mutex_lock(&ps->mu);
-    if (ps->queued >= QUEUE_MAX || ps->stopping) {
+    if (ps->queued >= QUEUE_MAX || ps->queued_links + n > QUEUE_LINKS_MAX || ps->stopping) {
         pthread_mutex_unlock(&ps->mu);
         rec_free(r);
         stats_incr(&ps->stats, STAT_prefix_sync_errors);
+        stats_incr(&ps->stats, STAT_prefix_sync_dropped);
         return;
     }
     bool was_empty = ps->head == NULL;
@@ -296,6 +301,7 @@ static void sink(void *arg, size_t rep, const uint64_t *h, const uint32_t *token
         ps->head = r;
     ps->tail = r;
     ps->queued++;
+    ps->queued_links += n;
     pthread_mutex_unlock(&ps->mu);
     /* Only the writer waits for records, and only on an empty queue: a wake-up per request
      * (and waking the pauses) cost more than the pass-through itself. Signalled after the
@@ -327,8 +333,10 @@ static struct rec *take_batch(struct psync *ps)
             ps->tail = NULL;
         last->next = NULL;
     }
-    for (struct rec *r = batch; r != NULL; r = r->next)
+    for (struct rec *r = batch; r != NULL; r = r->next) {
         ps->queued--;
+        ps->queued_links -= r->n;
+    }
     pthread_mutex_unlock(&ps->mu);
     return batch;
 }
@@ -487,7 +495,7 @@ static void *writer_main(void *arg)
     struct conn c = {.who = "writer"};
     struct rec *batch;
     while ((batch = take_batch(ps)) != NULL) {
-        /* Redis away: the batch is dropped rather than kept growing. */
+        /* Redis away: the batch waits for it (the queue behind it is bounded). */
         if (conn_ensure(ps, &c))
             publish(ps, &c, batch);
         while (batch != NULL) {

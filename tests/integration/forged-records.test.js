@@ -273,3 +273,42 @@ h.test('a replica\'s set of another type: the read and the writes refused say so
         await Promise.all(reps.map((r) => r.close()));
     }
 });
+
+h.test('with Redis away, the records waiting to be shared are bounded by their links, not only their count', {timeout: 120000}, async () => {
+    /*
+     * The writer keeps records while Redis is away (until it is back), up to 4096 of them, each
+     * up to 4096 links of 12 bytes: some 200 MB of prompts of many links. Now the queue also
+     * holds at most 2^18 links (3 MB); a record past that is dropped and counted in
+     * prefix_sync_dropped (and prefix_sync_errors, as one past the count was).
+     */
+    const reps = [];
+    try {
+        reps.push(await startVllmMock({name: 'v0', usPerToken: 0, usPerOutputToken: 0}));
+        const a = await env.startProxy({upstream: reps.map((r) => r.url), workers: 2,
+            args: ['--upstream-type', 'vllm', '--prefix-capacity', '100000000']});
+        await env.redis.stop();
+        const before = (await a.stats()).prefix_sync_dropped || 0;
+        /* 4096 short messages: a chain of 4096 links. */
+        const many = (k) => {
+            const messages = [];
+            for (let i = 0; i < 4096; i++)
+                messages.push({role: i % 2 ? 'assistant' : 'user', content: `${k}.${i}`});
+            return {model: 'mock-vllm', messages, max_tokens: 1};
+        };
+        const requests = 80;
+        for (let k = 0; k < requests; k++) {
+            const r = await a.post(CHAT, many(h.uniq('many')), NO_STORE);
+            assert.equal(r.status, 200, r.text);
+        }
+        const st = await a.stats();
+        const dropped = (st.prefix_sync_dropped || 0) - before;
+        /* 64 records fill 2^18 links; the writer holds the few that came first besides. */
+        assert.ok(dropped >= requests - 64 - 8, `${dropped} records dropped of ${requests}`);
+        assert.ok(st.prefix_sync_errors >= dropped, 'dropped records are errors too');
+        assert.ok(a.alive);
+        await a.stop();
+    } finally {
+        await env.redis.restart();
+        await Promise.all(reps.map((r) => r.close()));
+    }
+});
