@@ -8,12 +8,13 @@
  *   chain link hash ─▶ entry {tokens of the link, per replica: last use}
  *
  * Each replica's KV cache is modelled as an exact LRU of links with a
- * capacity in tokens (a link weighs at least one token, so a replica holds at
- * most capacity links, of 40 to 80 bytes of memory each): recording a chain on a replica makes its
- * links the most recently used (the deeper a link, the older its stamp within one record, so a
- * replica's prompt tails go first, as in an engine that frees the blocks of a finished request tail
- * first), and while a replica's links add up to more than its capacity, its least recently used
- * link is dropped.
+ * capacity in tokens: recording a chain on a replica makes its links the
+ * most recently used (the deeper a link, the older its stamp within one
+ * record, so a replica's prompt tails go first, as in an engine that frees
+ * the blocks of a finished request tail first), and while a replica's links
+ * add up to more than its capacity, its least recently used link is dropped.
+ * A link weighs at least one token, so a replica holds at most capacity
+ * links (40 to 80 bytes of memory each).
  *
  * Stamps are wall-clock milliseconds (times 4096, plus 4095 minus the depth)
  * so that records of other instances compare with ours; one from elsewhere
