@@ -117,9 +117,13 @@ int dialect_replay(enum api_endpoint e, const char *rec, size_t len, bool includ
  * client that asked for a stream or not, with usage or not: the JSON as it
  * is or assembled from the recording; the recording replayed (without the
  * usage the client did not ask for, sse_usage_filter) or a stream
- * synthesised from the JSON. Appends to out; 0, or -1 if the answer cannot
- * be served that way (malformed, or cut off).
+ * synthesised from the JSON. Appends to out; 0, -1 if the answer cannot
+ * be served that way (malformed, or cut off), or DIALECT_OTHER_MODE_ONLY
+ * if it is sound but would change in this mode (a Messages answer whose
+ * tool input holds numbers a stream would not carry as written,
+ * dialect_numbers_kept): it serves the mode it was stored in only.
  */
+#define DIALECT_OTHER_MODE_ONLY (-2)
 int dialect_answer(enum api_endpoint e, bool recorded, const char *body, size_t len, bool stream,
                    bool include_usage, struct pc_buf *out);
 

@@ -52,6 +52,10 @@
     ACTION(cache_corrupt, counter,                                                                 \
            "Entries read from Redis that failed to decode (a length or a field out of range) and " \
            "were ignored")                                                                         \
+    ACTION(cache_other_mode_only, counter,                                                         \
+           "Entries found but not served in the mode asked for, which would change them (a "       \
+           "Messages JSON answer whose tool input numbers a stream would not carry as written): "  \
+           "a miss")                                                                               \
     ACTION(coalesced, counter, "Requests that joined an identical in-flight upstream call")        \
     ACTION(semantic_lookups, counter, "Lookups that ran the semantic stage (after an exact miss)") \
     ACTION(semantic_candidates, counter, "Semantic candidates above the threshold examined")       \

@@ -137,7 +137,7 @@ int dialect_answer(enum api_endpoint e, bool recorded, const char *body, size_t 
         return answer_replay(e, body, len, include_usage, out);
     if (stream) {
         if (dialect_of(e)->numbers_as_written && !dialect_numbers_kept(body, len))
-            return -1; /* its stream would change numbers of the answer */
+            return DIALECT_OTHER_MODE_ONLY; /* its stream would change numbers of the answer */
         cJSON *resp = cJSON_ParseWithLength(body, len);
         int rc = resp ? dialect_synthesize(e, resp, include_usage, out) : -1;
         cJSON_Delete(resp);

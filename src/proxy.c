@@ -1073,7 +1073,10 @@ static enum step deliver_streamed(struct preq *r)
 
 /* ---- cache hits ----------------------------------------------------------- */
 
-/* Body for the client from a decoded entry, in the client's mode; -1 if unusable. */
+/*
+ * Body for the client from a decoded entry, in the client's mode; -1 if
+ * unusable, DIALECT_OTHER_MODE_ONLY if it serves only the other mode.
+ */
 static int hit_body(struct preq *r, const struct entry *e, struct pc_buf *out, const char **ctype)
 {
     *ctype = r->stream ? "text/event-stream" : "application/json";
@@ -1106,9 +1109,12 @@ static bool serve_hit(struct preq *r, const struct cache_result *res)
     struct pc_buf body = PC_BUF_INIT;
     const char *ctype = NULL;
     char stored_ctype[HIT_CTYPE_MAX];
-    if (hit_body(r, e, &body, &ctype) < 0) {
+    int rc = hit_body(r, e, &body, &ctype);
+    if (rc < 0) {
         pc_buf_free(&body);
-        stats_incr(&r->w->stats, STAT_cache_corrupt);
+        /* A sound entry that serves only the mode it was stored in is no corruption. */
+        stats_incr(&r->w->stats,
+                   rc == DIALECT_OTHER_MODE_ONLY ? STAT_cache_other_mode_only : STAT_cache_corrupt);
         return false;
     }
     struct worker *w = r->w;

@@ -124,8 +124,16 @@ h.test('tool input numbers survive a JSON answer served as a stream', async () =
     const j = await env.proxy.post(MESSAGES, body, {'x-mock-body': raw});
     assert.equal(j.status, 200, j.text.slice(0, 300));
     h.assertHit(await env.proxy.post(MESSAGES, body));
+    const s0 = await env.proxy.stats();
     const s = await env.proxy.post(MESSAGES, {...body, stream: true}, {'x-mock-body': raw});
     assert.equal(s.status, 200, s.text.slice(0, 300));
+    /* The entry is sound: a stream client is a miss, not a corrupt entry. */
+    const s1 = await env.proxy.stats();
+    assert.equal(s.headers['x-cache-status'], 'MISS');
+    assert.equal(s1.cache_corrupt, s0.cache_corrupt, 'not counted as corrupt');
+    assert.equal(s1.cache_other_mode_only, (s0.cache_other_mode_only || 0) + 1, 'counted as other mode only');
+    assert.equal(s1.cache_misses, s0.cache_misses + 1);
+    h.assertHit(await env.proxy.post(MESSAGES, body)); /* the JSON entry still serves JSON clients */
     if (s.headers['x-cache-status'] === 'HIT') {
         const partial = h.parseSSE(s.text).map((e) => JSON.parse(e.data))
             .filter((d) => d.delta && d.delta.type === 'input_json_delta').map((d) => d.delta.partial_json).join('');
