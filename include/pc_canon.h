@@ -9,25 +9,28 @@
  * Numbers. The rule is "every digit the upstream would read": the upstreams'
  * JSON parsers (Python's json, serde, ...) read a literal with a fraction or
  * an exponent as an IEEE double, and a literal of digits only as an exact
- * integer. So:
- *   - a value that is exactly a double is written in one form, whatever its
- *     spelling: integral values of magnitude below 2^53 as integers ("1.0",
- *     "1e0" and "1" are all "1"), others in the shortest form that
- *     round-trips through strtod, -0 as 0;
- *   - an integer literal whose value is NOT exactly a double (magnitude
- *     beyond 2^53 and not on the doubles' grid, e.g. 9007199254740993) keeps
- *     its digits (leading zeros dropped, sign kept), so it never shares a key
- *     with the neighbouring double (9007199254740992) or another integer;
- *   - a literal with a fraction or an exponent is its double, as before (the
- *     upstream reads 0.1000000000000000055511 as 0.1 too).
- * cJSON keeps only the double, so the digits come from the raw body text
- * (canon_input.raw), whose number literals are visited in document order -
- * the order of cJSON's children. Without the raw text (or if it does not
- * match the tree), a number that may have lost digits - an integral value of
- * magnitude 2^53 or more, or an overflow to infinity - cannot be told from
- * its neighbours: the keys are
- * then made unique (canon_keys.lossy), so such a request is never answered
- * with an entry stored for another number.
+ * integer, and tell the two apart (Python writes a tool schema's
+ * {"default": 1.0} into the prompt as 1.0, {"default": 1} as 1). So:
+ *   - an integer literal is its integer: below 2^53 in digits ("1", "-0" is
+ *     "0"); of magnitude 2^53 or more it keeps its digits (leading zeros
+ *     dropped, sign kept), so 9007199254740993 never shares a key with
+ *     9007199254740992, and 100000000000000000000 none with the float 1e20;
+ *   - a literal with a fraction or an exponent is its double, in the shortest
+ *     form that round-trips through strtod ("0.1000000000000000055511" is
+ *     "0.1", as the upstream reads it); an integral one is marked as a float
+ *     ("1.0", "1e0" and "10E-1" are all "1.0", "-0.0" stays "-0.0"), so it
+ *     never shares a key with the integer;
+ *   - except a number that is a member of the request's top level: that is
+ *     a parameter (temperature, top_p, max_tokens, seed...), which the
+ *     upstream reads as a value, so "1", "1.0" and "1e0" are all "1" there.
+ * cJSON keeps only the double, so the digits and the spelling come from the
+ * raw body text (canon_input.raw), whose number literals are visited in
+ * document order - the order of cJSON's children. Without the raw text (or
+ * if it does not match the tree), a number whose literal cannot be told from
+ * its neighbours - an integral value of magnitude 2^53 or more, an overflow
+ * to infinity, or any integral value below the top level - makes the keys
+ * unique (canon_keys.lossy), so such a request is never answered with an
+ * entry stored for another number.
  *
  * Exact key  = SHA-256("pc-exact-1" | tenant | namespace | endpoint |
  *              variant | canonical body without the excluded fields)

@@ -6,19 +6,22 @@
  * Keys are security-relevant: two requests that may deserve different answers
  * must never share a key. Hence the canonical form is injective on what the
  * upstream sees (modulo the documented equivalences: member order, white
- * space, string escapes, number spelling, duplicate keys where the last one
- * wins as it does in the upstreams' parsers), and the digest input is
- * length-prefixed so no field can be shifted into its neighbour:
+ * space, string escapes, the spellings of one integer or one float, an
+ * integer and a float of one value as top-level parameters, duplicate keys
+ * where the last one wins as it does in the upstreams' parsers), and the
+ * digest input is length-prefixed so no field can be shifted into its
+ * neighbour:
  *
  *   SHA-256( len|domain  len|tenant  len|namespace  len|endpoint
  *            len|variant  len|canonical-body )      len = 8 bytes big-endian
  *
  * Number literals (pc_canon.h, "Numbers"): before emitting, literals_collect
  * walks the tree in document order next to a scanner over the raw text, pairs
- * each number node with its literal, and keeps the few integer literals a
- * double cannot hold in a table sorted by node address, which emit_number
- * consults. The pairing is checked (same count, same value as cJSON read), so
- * a raw text that does not belong to the tree is noticed, never trusted.
+ * each number node with its literal, and keeps the few literals the double
+ * does not tell (integer literals of 2^53 or more, integral values spelled as
+ * floats) in a table sorted by node address, which emit_number consults. The pairing is checked
+ * (same count, same value as cJSON read), so a raw text that does not belong to the tree is
+ * noticed, never trusted.
  *
  *   raw text ──scanner──▶ literal ┐
  *                                  ├─ pair, check ─▶ lits (node → digits)
@@ -68,12 +71,18 @@ struct canon_member {
 /* Number literals up to this long are converted on the stack. */
 #define CANON_LITERAL_STACK 64
 
-/* An integer literal a double cannot hold: its digits, without sign and leading zeros. */
+/*
+ * A literal the double alone does not tell: an integer literal of magnitude
+ * 2^53 or more (its digits, without sign and leading zeros), or an integral
+ * value spelled with a fraction or an exponent ("1.0", "1e20": float_spelled,
+ * no digits kept).
+ */
 struct canon_literal {
     const cJSON *item;
     const char *digits;
     size_t len;
     bool negative;
+    bool float_spelled;
 };
 
 /*
@@ -104,6 +113,7 @@ static const char *const canon_excluded[] = {
 static const char *const canon_tool_transport[] = {"eager_input_streaming"};
 
 static void emit_value(struct canon_ctx *ctx, const cJSON *v, struct pc_buf *out);
+static void emit_number(struct canon_ctx *ctx, const cJSON *v, bool float_form, struct pc_buf *out);
 static void emit_object(struct canon_ctx *ctx, const cJSON *obj, struct pc_buf *out,
                         enum canon_filter f, enum api_endpoint e);
 
@@ -283,6 +293,15 @@ static bool integer_literal(const char *lit, size_t n)
     return true;
 }
 
+static void ctx_push(struct canon_ctx *ctx, struct canon_literal l)
+{
+    if (ctx->nlits == ctx->cap) {
+        ctx->cap = ctx->cap ? ctx->cap * 2 : 8;
+        ctx->lits = pc_realloc(ctx->lits, ctx->cap * sizeof(*ctx->lits));
+    }
+    ctx->lits[ctx->nlits++] = l;
+}
+
 static void ctx_add_literal(struct canon_ctx *ctx, const cJSON *item, const char *lit, size_t n)
 {
     struct canon_literal l = {.item = item, .negative = lit[0] == '-'};
@@ -291,32 +310,26 @@ static void ctx_add_literal(struct canon_ctx *ctx, const cJSON *item, const char
         i++;
     l.digits = lit + i;
     l.len = n - i;
-    if (ctx->nlits == ctx->cap) {
-        ctx->cap = ctx->cap ? ctx->cap * 2 : 8;
-        ctx->lits = pc_realloc(ctx->lits, ctx->cap * sizeof(*ctx->lits));
-    }
-    ctx->lits[ctx->nlits++] = l;
+    ctx_push(ctx, l);
 }
 
 /*
  * Pair number node v with literal lit: it must be what cJSON read for v.
- * An integer literal whose digits differ from the exact value of the double
- * (or that overflowed to infinity) is kept. 0, or -1 if they cannot belong
- * together.
+ * An integer literal of magnitude 2^53 or more (or that overflowed to
+ * infinity) keeps its digits; an integral value spelled with a fraction or an
+ * exponent is noted as a float. 0, or -1 if they cannot belong together.
  */
 static int literal_pair(struct canon_ctx *ctx, const cJSON *v, const char *lit, size_t n)
 {
     double d;
     if (!literal_value(lit, n, &d) || !(d == v->valuedouble || (isnan(d) && isnan(v->valuedouble))))
         return -1;
-    if (!integer_literal(lit, n) || (isfinite(d) && fabs(d) < CANON_EXACT_INT))
+    if (!integer_literal(lit, n)) {
+        if (isfinite(d) && d == trunc(d))
+            ctx_push(ctx, (struct canon_literal){.item = v, .float_spelled = true});
         return 0;
-    char exact[400]; /* every finite double's integer part fits */
-    int m = isfinite(d) ? snprintf(exact, sizeof(exact), "%.0f", fabs(d)) : -1;
-    size_t i = lit[0] == '-' ? 1 : 0;
-    while (i + 1 < n && lit[i] == '0')
-        i++;
-    if (m < 0 || (size_t)m != n - i || memcmp(exact, lit + i, n - i) != 0)
+    }
+    if (!(isfinite(d) && fabs(d) < CANON_EXACT_INT))
         ctx_add_literal(ctx, v, lit, n);
     return 0;
 }
@@ -500,7 +513,9 @@ static bool emit_member(struct canon_ctx *ctx, const cJSON *item, bool first, st
     pc_buf_append_char(out, ':');
     bool top = f == FILTER_EXACT || f == FILTER_PARTITION;
     bool turns = f == FILTER_PARTITION && (e == API_CHAT || e == API_MESSAGES);
-    if (turns && strcmp(key, "messages") == 0 && cJSON_IsArray(item))
+    if (top && cJSON_IsNumber(item))
+        emit_number(ctx, item, false, out); /* a parameter: 1 and 1.0 ask the same */
+    else if (turns && strcmp(key, "messages") == 0 && cJSON_IsArray(item))
         emit_messages_partition(ctx, item, out);
     else if (top && e == API_MESSAGES && strcmp(key, "tools") == 0 && cJSON_IsArray(item))
         emit_tools(ctx, item, out);
@@ -552,24 +567,38 @@ static void emit_array(struct canon_ctx *ctx, const cJSON *arr, struct pc_buf *o
 }
 
 /*
- * A kept literal, or the double's canonical form. Without the raw text, an
- * integral value of magnitude 2^53 or more (or infinity) may stand for
- * several literals: noted in ctx->lossy. Kept out of emit_value so the recursive frames stay small.
+ * A kept literal, or the double's canonical form; with float_form, an
+ * integral value spelled as a float is written as one ("1.0", "-0.0",
+ * "1e20"), never as an integer's digits. Without the raw text, an integral
+ * value of magnitude 2^53 or more (or infinity) may stand for several
+ * literals, and with float_form any integral value may have been a float:
+ * noted in ctx->lossy. Kept out of emit_value so the recursive frames stay
+ * small.
  */
-static void emit_number(struct canon_ctx *ctx, const cJSON *v, struct pc_buf *out)
+static void emit_number(struct canon_ctx *ctx, const cJSON *v, bool float_form, struct pc_buf *out)
 {
     char num[40];
     const struct canon_literal *lit = ctx != NULL ? ctx_literal(ctx, v) : NULL;
-    if (lit != NULL) {
+    if (lit != NULL && !lit->float_spelled) {
         if (lit->negative)
             pc_buf_append_char(out, '-');
         pc_buf_append(out, lit->digits, lit->len);
         return;
     }
     double d = v->valuedouble;
-    if (ctx != NULL && !ctx->have_raw && !isnan(d) && !(fabs(d) < CANON_EXACT_INT))
+    if (ctx != NULL && !ctx->have_raw && !isnan(d) &&
+        (!(fabs(d) < CANON_EXACT_INT) || (float_form && d == trunc(d))))
         ctx->lossy = true; /* infinity too: an overflowing literal of any digits */
-    pc_buf_append(out, num, canon_number(d, num));
+    size_t n = canon_number(d, num);
+    if (lit == NULL || !float_form) {
+        pc_buf_append(out, num, n);
+        return;
+    }
+    if (d == 0 && signbit(d))
+        pc_buf_append_char(out, '-');
+    pc_buf_append(out, num, n);
+    if (memchr(num, '.', n) == NULL && memchr(num, 'e', n) == NULL)
+        pc_buf_append_str(out, ".0");
 }
 
 /*
@@ -585,7 +614,7 @@ static void emit_value(struct canon_ctx *ctx, const cJSON *v, struct pc_buf *out
     } else if (cJSON_IsFalse(v)) {
         pc_buf_append_str(out, "false");
     } else if (cJSON_IsNumber(v)) {
-        emit_number(ctx, v, out);
+        emit_number(ctx, v, true, out);
     } else if (cJSON_IsString(v)) {
         const char *s = v->valuestring != NULL ? v->valuestring : "";
         pc_buf_json_str(out, s, strlen(s));

@@ -4,7 +4,10 @@
  * share a cache entry: seeds 9007199254740992 (2^53) and 9007199254740993 read
  * as the same double, and used to give MISS then HIT - the second caller got
  * an answer generated for another seed. Number spellings of one double
- * (1, 1.0, 1e0) still share one.
+ * (1, 1.0, 1e0) still share one as a parameter (top-level member); inside
+ * the body (a tool's schema, a tool input) an integer and a float of one
+ * value are two requests: the upstream reads them apart and writes them
+ * into the prompt as they are.
  */
 const assert = require('node:assert/strict');
 const h = require('./lib');
@@ -56,4 +59,28 @@ h.test('a big integer request is cached under every digit it has', async () => {
     assert.deepEqual(again.json, first.json);
     const other = await env.proxy.post(CHAT, withSeed(prompt, '9007199254740992'));
     assert.equal(other.cache, 'MISS');
+});
+
+/* A body with a tool whose schema default is the literal d, as raw JSON text. */
+function withDefault(prompt, d) {
+    const body = JSON.stringify({...h.chatBody(prompt), tools: [{type: 'function', function: {name: 'f',
+        parameters: {type: 'object', properties: {x: {type: 'number', default: 0}}}}}]});
+    return body.replace('"default":0', `"default":${d}`);
+}
+
+h.test('an integer and a float of one value inside the body never share an entry', async () => {
+    const pairs = [['1', '1.0'], ['100000000000000000000', '1e20'], ['9007199254740992', '9007199254740992.0']];
+    for (const [a, b] of pairs) {
+        const prompt = h.uniq('schema default');
+        const first = await env.proxy.post(CHAT, withDefault(prompt, a));
+        assert.equal(first.cache, 'MISS');
+        const second = await env.proxy.post(CHAT, withDefault(prompt, b));
+        assert.equal(second.status, 200, second.text);
+        assert.equal(second.cache, 'MISS', `default ${b} was answered with the entry of default ${a}`);
+        assert.ok(String(env.mock.requests.slice(-1)[0].rawBody).includes(`"default":${b}`));
+        h.assertHit(await env.proxy.post(CHAT, withDefault(prompt, b)));
+    }
+    const prompt = h.uniq('schema float spellings');
+    assert.equal((await env.proxy.post(CHAT, withDefault(prompt, '2.0'))).cache, 'MISS');
+    h.assertHit(await env.proxy.post(CHAT, withDefault(prompt, '2e0')));
 });

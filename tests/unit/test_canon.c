@@ -171,11 +171,20 @@ static void test_number_literals(void)
     T_CHECK(canon_text_is("[9007199254740993,-9007199254740993]",
                           "[9007199254740993,-9007199254740993]"));
     T_CHECK(canon_text_is("[9007199254740993.0,9.007199254740993e15]",
-                          "[9007199254740992,9007199254740992]"));
+                          "[9007199254740992.0,9007199254740992.0]"));
     T_CHECK(canon_text_is("[123456789012345678901234567890]", "[123456789012345678901234567890]"));
-    /* Exact doubles keep the documented equivalences, big or small. */
-    T_CHECK(canon_text_is("[1,1.0,1e0,-0,100000000000000000000,18014398509481984]",
-                          "[1,1,1,0,1e20,18014398509481984]"));
+    /*
+     * An integral value spelled as a float stays a float (Python's json reads
+     * 1 and 1.0 apart, and prints them apart into a prompt); its spellings are
+     * one float. Integer literals of 2^53 or more keep their digits, so they
+     * never meet a float's form.
+     */
+    T_CHECK(
+        canon_text_is("[1,1.0,1e0,10E-1,-0,-0.0,0.0,100000000000000000000,1e20,18014398509481984]",
+                      "[1,1.0,1.0,1.0,0,-0.0,0.0,100000000000000000000,1e20,18014398509481984]"));
+    T_CHECK(canon_text_is(
+        "[12345678901234568,12345678901234568.0,9007199254740992,9007199254740992e0]",
+        "[12345678901234568,12345678901234568.0,9007199254740992,9007199254740992.0]"));
     T_CHECK(canon_text_is("[0.1,0.100000000000000005551]", "[0.1,0.1]"));
     /* cJSON reads leading zeros; the kept digits lose them. */
     T_CHECK(canon_text_is("[-0009007199254740993,007]", "[-9007199254740993,7]"));
@@ -204,7 +213,7 @@ static void test_number_literals(void)
     T_CHECK_INT(canon_json_text(v, NULL, 0, &b), -1);
     T_CHECK_INT(b.len, 0);
     T_CHECK_INT(canon_json_text(v, "[1 , 2.0]", 9, &b), 0);
-    T_CHECK_STR(pc_buf_cstr(&b), "[1,2]");
+    T_CHECK_STR(pc_buf_cstr(&b), "[1,2.0]");
     pc_buf_free(&b);
     cJSON_Delete(v);
 }
@@ -231,6 +240,10 @@ static bool seed_same(const char *a, const char *b, bool raw)
     canon_keys_free(&kb);
     return same;
 }
+
+#define TOOL_RAWLESS                                                                             \
+    BASE_HEAD ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{" \
+              "\"default\":1}}}]}"
 
 /* The reported collision: seeds 2^53 and 2^53 + 1 gave MISS then HIT. */
 static void test_big_integer_keys(void)
@@ -272,6 +285,48 @@ static void test_big_integer_keys(void)
     T_CHECK(k.lossy);
     canon_keys_free(&k);
     cJSON_Delete(v);
+}
+
+/*
+ * An integer and a float of one value inside a body are two requests: a
+ * Python upstream reads them apart and renders tool schemas and tool inputs
+ * into the prompt as written ({"default": 1.0} vs {"default": 1}). A
+ * top-level parameter (temperature 1 or 1.0) asks the same either way.
+ */
+static void test_float_spelling_keys(void)
+{
+#define TOOL(d)                                                                  \
+    BASE_HEAD ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"," \
+              "\"parameters\":{\"type\":\"number\",\"default\":" d "}}}]}"
+    T_CHECK(!exact_eq(&chat, TOOL("1"), &chat, TOOL("1.0")));
+    T_CHECK(exact_eq(&chat, TOOL("1.0"), &chat, TOOL("1e0")));
+    T_CHECK(!exact_eq(&chat, TOOL("100000000000000000000"), &chat, TOOL("1e20")));
+    T_CHECK(!exact_eq(&chat, TOOL("9007199254740992"), &chat, TOOL("9007199254740992.0")));
+    T_CHECK(!exact_eq(&chat, TOOL("0.0"), &chat, TOOL("-0.0")));
+    T_CHECK(exact_eq(&chat, TOOL("0"), &chat, TOOL("-0")));
+    T_CHECK(!part_eq(&chat, TOOL("1"), TOOL("1.0")));
+#undef TOOL
+    const struct req msgs = {API_MESSAGES, NULL, NULL, NULL};
+#define INPUT(x)                                                                                 \
+    "{\"model\":\"claude\",\"max_tokens\":10,\"messages\":[{\"role\":\"assistant\",\"content\":" \
+    "[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{\"x\":" x "}}]},"            \
+    "{\"role\":\"user\",\"content\":\"go\"}]}"
+    T_CHECK(!exact_eq(&msgs, INPUT("2"), &msgs, INPUT("2.0")));
+#undef INPUT
+    /* Parameters: the documented equivalence holds. */
+    T_CHECK(
+        exact_eq(&chat, BASE_HEAD ",\"temperature\":1}", &chat, BASE_HEAD ",\"temperature\":1.0}"));
+    T_CHECK(exact_eq(&msgs,
+                     "{\"model\":\"claude\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\","
+                     "\"content\":\"go\"}],\"top_k\":5}",
+                     &msgs,
+                     "{\"model\":\"claude\",\"max_tokens\":1e1,\"messages\":[{\"role\":\"user\","
+                     "\"content\":\"go\"}],\"top_k\":5.0}"));
+    /* Without the raw text a nested integral value may have been either: unique keys. */
+    struct canon_keys k;
+    seed_keys(TOOL_RAWLESS, false, &k);
+    T_CHECK(k.lossy);
+    canon_keys_free(&k);
 }
 
 static void test_key_order(void)
@@ -732,7 +787,7 @@ static void test_last_user_text(void)
 static void test_odd_bodies(void)
 {
     T_CHECK(!exact_eq(&chat, "[1]", &chat, "[2]"));
-    T_CHECK(exact_eq(&chat, "[1.0]", &chat, "[1]"));
+    T_CHECK(!exact_eq(&chat, "[1.0]", &chat, "[1]"));
     T_CHECK(part_eq(&chat, "{\"messages\":5}", "{\"messages\":5}"));
     T_CHECK(!part_eq(&chat, "{\"messages\":[5]}", "{\"messages\":[6]}"));
     T_CHECK(text_is(API_CHAT, "{\"messages\":[5]}", NULL));
@@ -839,6 +894,7 @@ int main(void)
     T_RUN(test_numbers);
     T_RUN(test_number_literals);
     T_RUN(test_big_integer_keys);
+    T_RUN(test_float_spelling_keys);
     T_RUN(test_key_order);
     T_RUN(test_whitespace);
     T_RUN(test_strings);
