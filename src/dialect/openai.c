@@ -11,7 +11,8 @@
  *            pieces, tool calls, finish chunk (each choice), usage, [DONE]
  *
  * Accumulation follows the official SDKs' stream helpers: strings are
- * concatenated, ids/names/roles/finish reasons keep the last non-empty value.
+ * concatenated, objects (message.audio) merged member by member,
+ * ids/names/roles/finish reasons keep the last non-empty value.
  */
 #include "dialect_int.h"
 
@@ -49,12 +50,19 @@ static bool oa_usage_chunk(int kind, const cJSON *chunk)
 
 /* ---- assembly: chunks -> chat.completion / text_completion ---------------------- */
 
-/* One delta member accumulated across chunks: strings and arrays concatenate. */
+/*
+ * One delta member accumulated across chunks: strings and arrays
+ * concatenate, objects merge member by member (a stream's message.audio
+ * comes as {id, transcript}, {transcript}, ..., {data}, ..., {expires_at}).
+ */
 struct oa_acc {
     char *key;
-    cJSON *val; /* the value while it is not a string */
+    cJSON *val; /* the value while it is neither a string nor an object */
     struct pc_buf str;
     bool is_str;
+    bool is_obj;
+    struct oa_acc *kids; /* is_obj: its members, in order of first appearance */
+    size_t nkids;
 };
 
 struct oa_tool {
@@ -81,27 +89,93 @@ struct oa_asm {
     size_t nchoices;
 };
 
-static void acc_add(struct oa_acc *a, const cJSON *v)
+static struct oa_acc *acc_in(struct oa_acc **list, size_t *n, const char *key)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp((*list)[i].key, key) == 0)
+            return &(*list)[i];
+    if (*n == OA_MAX_KEYS)
+        return NULL;
+    *list = pc_realloc(*list, (*n + 1) * sizeof(**list));
+    struct oa_acc *a = &(*list)[(*n)++];
+    memset(a, 0, sizeof(*a));
+    a->key = pc_strdup(key);
+    return a;
+}
+
+static void acc_free(struct oa_acc *a)
+{
+    free(a->key);
+    cJSON_Delete(a->val);
+    pc_buf_free(&a->str);
+    for (size_t i = 0; i < a->nkids; i++)
+        acc_free(&a->kids[i]);
+    free(a->kids);
+}
+
+/* Forget what a holds (its key stays). */
+static void acc_clear(struct oa_acc *a)
+{
+    char *key = a->key;
+    a->key = NULL;
+    acc_free(a);
+    memset(a, 0, sizeof(*a));
+    a->key = key;
+}
+
+/*
+ * Add one delta value: a string is appended (to a string so far), an array
+ * appended to an array, an object merged into an object (depth levels deep,
+ * then taken whole), anything else replaces, null only an absent value.
+ * As the openai Python SDK's stream helper accumulates (accumulate_delta).
+ */
+static void acc_add_depth(struct oa_acc *a, const cJSON *v, int depth)
 {
     if (cJSON_IsString(v)) {
         if (!a->is_str) {
-            cJSON_Delete(a->val);
-            a->val = NULL;
+            acc_clear(a);
             a->is_str = true;
         }
         pc_buf_append_str(&a->str, v->valuestring);
     } else if (cJSON_IsArray(v) && cJSON_IsArray(a->val)) {
         append_items(a->val, v);
-    } else if (!cJSON_IsNull(v) || (!a->is_str && a->val == NULL)) {
-        cJSON_Delete(a->val);
+    } else if (cJSON_IsObject(v) && depth > 0) {
+        if (!a->is_obj) {
+            acc_clear(a);
+            a->is_obj = true;
+        }
+        const cJSON *k;
+        cJSON_ArrayForEach(k, v)
+        {
+            struct oa_acc *kid = acc_in(&a->kids, &a->nkids, k->string);
+            if (kid == NULL)
+                continue;
+            /* A member's "type" and "index" name it in every piece (as the SDKs read them). */
+            if (strcmp(k->string, "type") == 0 || strcmp(k->string, "index") == 0)
+                acc_clear(kid);
+            acc_add_depth(kid, k, depth - 1);
+        }
+    } else if (!cJSON_IsNull(v) || (!a->is_str && !a->is_obj && a->val == NULL)) {
+        acc_clear(a);
         a->val = json_dup(v);
-        a->is_str = false;
-        a->str.len = 0;
     }
+}
+
+#define OA_MERGE_DEPTH 8 /* object levels merged member by member */
+
+static void acc_add(struct oa_acc *a, const cJSON *v)
+{
+    acc_add_depth(a, v, OA_MERGE_DEPTH);
 }
 
 static cJSON *acc_value(struct oa_acc *a)
 {
+    if (a->is_obj) {
+        cJSON *o = chk(cJSON_CreateObject());
+        for (size_t i = 0; i < a->nkids; i++)
+            obj_set(o, a->kids[i].key, acc_value(&a->kids[i]));
+        return o;
+    }
     return a->is_str ? chk(cJSON_CreateString(pc_buf_cstr(&a->str))) : json_dup(a->val);
 }
 
@@ -116,14 +190,7 @@ static struct oa_acc *acc_find(struct oa_choice *c, const char *key)
 /* The accumulator for key, created on first use; NULL past OA_MAX_KEYS. */
 static struct oa_acc *acc_get(struct oa_choice *c, const char *key)
 {
-    struct oa_acc *a = acc_find(c, key);
-    if (a != NULL || c->naccs == OA_MAX_KEYS)
-        return a;
-    c->accs = pc_realloc(c->accs, (c->naccs + 1) * sizeof(*c->accs));
-    a = &c->accs[c->naccs++];
-    memset(a, 0, sizeof(*a));
-    a->key = pc_strdup(key);
-    return a;
+    return acc_in(&c->accs, &c->naccs, key);
 }
 
 /* null, "" or 0: what Azure's content-filter chunks carry in id, model and created. */
@@ -454,11 +521,8 @@ static void oa_choice_free(struct oa_choice *c)
 {
     if (c == NULL)
         return;
-    for (size_t i = 0; i < c->naccs; i++) {
-        free(c->accs[i].key);
-        cJSON_Delete(c->accs[i].val);
-        pc_buf_free(&c->accs[i].str);
-    }
+    for (size_t i = 0; i < c->naccs; i++)
+        acc_free(&c->accs[i]);
     for (size_t i = 0; i < c->ntools; i++)
         oa_tool_free(c->tools[i]);
     oa_tool_free(c->fcall);

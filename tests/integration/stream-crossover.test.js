@@ -260,3 +260,34 @@ h.test('messages with tools: eager_input_streaming does not split a stream from 
     const other = {...body, tools: [{...h.ANTHROPIC_TOOL, description: 'Weather, briefly'}]};
     h.assertFromUpstream(await env.proxy.post(MESSAGES, other), env.mock);
 });
+
+/*
+ * Audio output (gpt-4o-audio-preview, modalities ["text","audio"]): a live
+ * stream carries message.audio in pieces (id and transcript first, then the
+ * transcript and the base64 data in fragments, a last piece with expires_at
+ * alone). A JSON client served from that recording gets the whole audio, as
+ * the upstream's JSON answer would have it.
+ */
+h.test('chat with audio: stream first, then JSON from the cache has the whole audio', async () => {
+    const chunk = (delta, finish = null) => `data: ${JSON.stringify({id: 'chatcmpl-audio',
+        object: 'chat.completion.chunk', created: 1, model: 'gpt-4o-audio-preview',
+        choices: [{index: 0, delta, finish_reason: finish}]})}\n\n`;
+    const sse = chunk({role: 'assistant', content: null, refusal: null})
+        + chunk({audio: {id: 'audio_abc', transcript: 'Hello'}})
+        + chunk({audio: {transcript: ', world.'}})
+        + chunk({audio: {data: 'UklGRg'}})
+        + chunk({audio: {data: 'AAAA'}})
+        + chunk({audio: {expires_at: 1760000000}})
+        + chunk({}, 'stop')
+        + 'data: [DONE]\n\n';
+    const body = h.chatBody(h.uniq('audio stream'));
+    const headers = {'x-mock-sse': Buffer.from(sse).toString('base64')};
+    const s = await env.proxy.post(CHAT, {...body, stream: true}, headers);
+    assert.equal(s.status, 200, s.text.slice(0, 300));
+    const j = await env.proxy.post(CHAT, body, headers);
+    h.assertHit(j);
+    assert.deepEqual(j.json.choices[0].message.audio,
+        {id: 'audio_abc', transcript: 'Hello, world.', data: 'UklGRgAAAA', expires_at: 1760000000});
+    assert.equal(j.json.choices[0].message.content, null);
+    assert.equal(j.json.choices[0].finish_reason, 'stop');
+});
