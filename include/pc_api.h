@@ -69,7 +69,11 @@ int api_validate(enum api_endpoint e, const cJSON *body, char *msg, size_t msgle
  * "background": true (the answer is a queued response to poll, not the
  * generation) nor with a "conversation" (the provider appends each turn to
  * it, so the same body means a longer context every time, and an answer from
- * the cache would leave the conversation without its turn).
+ * the cache would leave the conversation without its turn). Nor a request
+ * that names an existing container by its id (Messages API "container", a
+ * Responses API tool's "container" string): the code run there reads and
+ * writes the files earlier requests left, so the same body may deserve
+ * another answer, and a hit would leave the container without its run.
  */
 bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **why);
 

@@ -35,7 +35,8 @@
     ACTION(requests_passthrough, counter, "Requests forwarded untouched (other paths)")            \
     ACTION(requests_admin, counter, "Requests to the proxy's own endpoints")                       \
     ACTION(requests_uncacheable, counter,                                                          \
-           "Requests the API says never to cache (Responses API background or conversation)")      \
+           "Requests the API says never to cache (Responses API background or conversation, a "    \
+           "named container)")                                                                     \
     ACTION(cors_preflights, counter, "CORS preflight requests answered by the proxy")              \
     ACTION(cache_hits, counter, "Requests answered from the cache")                                \
     ACTION(cache_hits_exact, counter, "Cache hits on the exact key")                               \

@@ -147,6 +147,29 @@ int api_validate(enum api_endpoint e, const cJSON *body, char *msg, size_t msgle
     return -1;
 }
 
+/*
+ * A container named by its id: a string, or an object with a non-null "id"
+ * (an object without one, such as {"skills": [...]}, asks for a new one).
+ */
+static bool names_container(const cJSON *c)
+{
+    if (cJSON_IsString(c))
+        return true;
+    const cJSON *id = api_member(c, "id");
+    return cJSON_IsObject(c) && id != NULL && !cJSON_IsNull(id);
+}
+
+/* A Responses API tool run in a container named by its id (code_interpreter). */
+static bool tools_name_container(const cJSON *tools)
+{
+    if (!cJSON_IsArray(tools))
+        return false;
+    for (const cJSON *t = tools->child; t != NULL; t = t->next)
+        if (cJSON_IsString(api_member(t, "container")))
+            return true;
+    return false;
+}
+
 bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **why)
 {
     const char *reason = NULL;
@@ -155,6 +178,9 @@ bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **
     else if (e == API_RESPONSES && api_member(body, "conversation") != NULL &&
              !cJSON_IsNull(api_member(body, "conversation")))
         reason = "conversation state kept by the provider";
+    else if ((e == API_MESSAGES && names_container(api_member(body, "container"))) ||
+             (e == API_RESPONSES && tools_name_container(api_member(body, "tools"))))
+        reason = "container state kept by the provider";
     if (why != NULL)
         *why = reason;
     return reason == NULL;

@@ -157,3 +157,23 @@ h.test('the upstream receives every field of the client\'s request', async () =>
     for (const [k, v] of Object.entries(body))
         assert.deepEqual(got.body[k], v, `field ${k}`);
 });
+
+/*
+ * A request naming an existing container runs code against the files that
+ * earlier requests left there: the same body may deserve another answer, and
+ * a hit would leave the container without its run. Never cached; a request
+ * asking for a new container (no id) is cached as usual.
+ */
+h.test('a Messages request naming a container is never cached', async () => {
+    const s0 = await env.proxy.stats();
+    const named = {...h.messagesBody(h.uniq('container named')), container: 'container_011abc'};
+    const calls = env.mock.callCount('/v1/messages');
+    assert.equal((await env.proxy.post('/v1/messages', named)).cache, 'BYPASS');
+    assert.equal((await env.proxy.post('/v1/messages', named)).cache, 'BYPASS');
+    const byId = {...h.messagesBody(h.uniq('container by id')), container: {id: 'container_011abc', skills: []}};
+    assert.equal((await env.proxy.post('/v1/messages', byId)).cache, 'BYPASS');
+    assert.equal(env.mock.callCount('/v1/messages'), calls + 3);
+    assert.equal((await env.proxy.stats()).requests_uncacheable, s0.requests_uncacheable + 3);
+    const fresh = {...h.messagesBody(h.uniq('container fresh')), container: {skills: [{type: 'anthropic', skill_id: 'pptx'}]}};
+    await missThenHit('/v1/messages', fresh);
+});

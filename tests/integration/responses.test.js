@@ -133,6 +133,17 @@ h.test('background responses and conversations are never cached', async () => {
     assert.ok(s.requests_uncacheable >= 4);
 });
 
+h.test('a tool run in a named container is never cached; a new container is', async () => {
+    const calls = env.mock.callCount(RESP);
+    const named = body(h.uniq('code in cntr'), {tools: [{type: 'code_interpreter', container: 'cntr_abc'}]});
+    assert.equal((await env.proxy.post(RESP, named)).cache, 'BYPASS');
+    assert.equal((await env.proxy.post(RESP, named)).cache, 'BYPASS');
+    assert.equal(env.mock.callCount(RESP), calls + 2);
+    const auto = body(h.uniq('code in auto'), {tools: [{type: 'code_interpreter', container: {type: 'auto'}}]});
+    assert.equal((await env.proxy.post(RESP, auto)).cache, 'MISS');
+    assert.equal((await env.proxy.post(RESP, auto)).cache, 'HIT');
+});
+
 h.test('a queued or failed response sent with 200 is relayed but not stored', async () => {
     const b = body(h.uniq('odd 200'));
     const odd = JSON.stringify({id: 'resp_x', object: 'response', status: 'failed', output: [],

@@ -549,6 +549,26 @@ static void test_responses(void)
     T_CHECK(cacheable("{\"input\":\"x\",\"background\":true}", "background"));
     T_CHECK(cacheable("{\"input\":\"x\",\"conversation\":\"conv_1\"}", "conversation"));
     T_CHECK(cacheable("{\"input\":\"x\",\"conversation\":{\"id\":\"conv_1\"}}", "conversation"));
+    /* nor one that names an existing container (code execution state at the provider) */
+    T_CHECK(cacheable("{\"input\":\"x\",\"tools\":[{\"type\":\"code_interpreter\","
+                      "\"container\":\"cntr_1\"}]}",
+                      "container"));
+    T_CHECK(cacheable("{\"input\":\"x\",\"tools\":[{\"type\":\"code_interpreter\","
+                      "\"container\":{\"type\":\"auto\"}}]}",
+                      NULL));
+    const char *why = "unset";
+    cJSON *mc = cJSON_Parse("{\"container\":\"container_1\"}");
+    T_CHECK(!api_cacheable_request(API_MESSAGES, mc, &why) && strstr(why, "container") != NULL);
+    cJSON_Delete(mc);
+    mc = cJSON_Parse("{\"container\":{\"id\":\"container_1\",\"skills\":[]}}");
+    T_CHECK(!api_cacheable_request(API_MESSAGES, mc, NULL));
+    cJSON_Delete(mc);
+    mc = cJSON_Parse("{\"container\":{\"skills\":[{\"type\":\"anthropic\"}]}}");
+    T_CHECK(api_cacheable_request(API_MESSAGES, mc, NULL)); /* a new container each time */
+    cJSON_Delete(mc);
+    mc = cJSON_Parse("{\"container\":null}");
+    T_CHECK(api_cacheable_request(API_MESSAGES, mc, NULL));
+    cJSON_Delete(mc);
     cJSON *bg = cJSON_Parse("{\"background\":true}");
     T_CHECK(api_cacheable_request(API_CHAT, bg, NULL)); /* only the Responses API knows it */
     cJSON_Delete(bg);
