@@ -392,6 +392,25 @@ static int oa_choice_chunk(struct oa_asm *st, const cJSON *ch)
  * chunks with an empty id and model), usage its last non-null one; each
  * choice is merged into the choice of the same index.
  */
+/*
+ * Top-level members of an answer that are OpenAI's own (kept in the answer's
+ * key order by oa_build / oa_head), a stream's alone (object, obfuscation), or
+ * "error" (a chunk with a non-null one is an error; an answer with one is none).
+ * Others (Perplexity's citations, Azure's prompt_filter_results) are carried
+ * over as they come.
+ */
+static bool oa_own_key(const char *key)
+{
+    static const char *const keys[] = {
+        "id",          "object", "created",      "model",
+        "choices",     "usage",  "service_tier", "system_fingerprint",
+        "obfuscation", "error"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(keys); i++)
+        if (strcmp(key, keys[i]) == 0)
+            return true;
+    return false;
+}
+
 static int oa_on_event(void *arg, int k, const struct sse_event *ev, const cJSON *chunk)
 {
     static const char *const keys[] = {"id", "created", "model", "service_tier",
@@ -405,6 +424,13 @@ static int oa_on_event(void *arg, int k, const struct sse_event *ev, const cJSON
         return -1;
     for (size_t i = 0; i < PC_ARRAY_LEN(keys); i++)
         keep_last(st->top, keys[i], item(chunk, keys[i]));
+    const cJSON *x;
+    cJSON_ArrayForEach(x, chunk)
+    {
+        if (!oa_own_key(x->string) &&
+            (item(st->top, x->string) != NULL || cJSON_GetArraySize(st->top) < OA_MAX_KEYS))
+            keep_last(st->top, x->string, x);
+    }
     const cJSON *usage = item(chunk, "usage");
     if (usage != NULL && !cJSON_IsNull(usage))
         obj_set(st->top, "usage", json_dup(usage));
@@ -503,6 +529,12 @@ static cJSON *oa_build(struct oa_asm *st)
     copy_key(out, st->top, "usage");
     copy_key(out, st->top, "service_tier");
     copy_key(out, st->top, "system_fingerprint");
+    const cJSON *x;
+    cJSON_ArrayForEach(x, st->top)
+    {
+        if (!oa_own_key(x->string))
+            obj_set(out, x->string, json_dup(x));
+    }
     return out;
 }
 
@@ -551,9 +583,10 @@ static cJSON *oa_assemble(enum api_endpoint e, const char *rec, size_t len)
 
 struct synth {
     struct pc_buf *out;
-    struct pc_buf head; /* a chunk's members before "choices" */
-    uint32_t seed;      /* piece sizes (dialect_piece_len) */
-    bool usage_null;    /* include_usage: other chunks carry "usage":null, as live */
+    struct pc_buf head;  /* a chunk's members before "choices" */
+    struct pc_buf extra; /* the first chunk's more: the answer's members not OpenAI's own */
+    uint32_t seed;       /* piece sizes (dialect_piece_len) */
+    bool usage_null;     /* include_usage: other chunks carry "usage":null, as live */
 };
 
 static size_t piece_len(struct synth *s, const char *str, size_t n)
@@ -566,6 +599,8 @@ static void oa_emit(struct synth *s, const struct pc_buf *choice, const cJSON *u
 {
     pc_buf_append_str(s->out, "data: ");
     pc_buf_append(s->out, s->head.data, s->head.len);
+    pc_buf_append(s->out, s->extra.data, s->extra.len);
+    s->extra.len = 0;
     pc_buf_append_str(s->out, "\"choices\":[");
     if (choice != NULL)
         pc_buf_append(s->out, choice->data, choice->len);
@@ -593,6 +628,16 @@ static void oa_head(struct synth *s, const cJSON *resp, const char *object)
         pc_buf_printf(&s->head, "\"%s\":", keys[i]);
         dialect_buf_json(&s->head, item(resp, keys[i]));
         pc_buf_append_char(&s->head, ',');
+    }
+    const cJSON *x;
+    cJSON_ArrayForEach(x, resp)
+    {
+        if (oa_own_key(x->string))
+            continue;
+        buf_json_cstr(&s->extra, x->string);
+        pc_buf_append_char(&s->extra, ':');
+        dialect_buf_json(&s->extra, x);
+        pc_buf_append_char(&s->extra, ',');
     }
 }
 
@@ -819,7 +864,7 @@ static int oa_synth(enum api_endpoint e, const cJSON *resp, bool include_usage, 
     if (!cJSON_IsArray(choices) || cJSON_GetArraySize(choices) == 0)
         return -1;
     bool with_usage = include_usage && usage != NULL && !cJSON_IsNull(usage);
-    struct synth s = {out, PC_BUF_INIT, DIALECT_PIECE_SEED, with_usage};
+    struct synth s = {out, PC_BUF_INIT, PC_BUF_INIT, DIALECT_PIECE_SEED, with_usage};
     oa_head(&s, resp, e == API_CHAT ? "chat.completion.chunk" : "text_completion");
     int rc = 0;
     size_t pos = 0;
@@ -835,6 +880,7 @@ static int oa_synth(enum api_endpoint e, const cJSON *resp, bool include_usage, 
     if (rc == 0)
         pc_buf_append_str(out, "data: [DONE]\n\n");
     pc_buf_free(&s.head);
+    pc_buf_free(&s.extra);
     return rc;
 }
 

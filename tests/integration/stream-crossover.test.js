@@ -291,3 +291,44 @@ h.test('chat with audio: stream first, then JSON from the cache has the whole au
     assert.equal(j.json.choices[0].message.content, null);
     assert.equal(j.json.choices[0].finish_reason, 'stop');
 });
+
+/*
+ * OpenAI-compatible upstreams put more members at the top of an answer
+ * (Perplexity: "citations" and "search_results", which the text's [1] refers
+ * to; Azure: "prompt_filter_results"), in every chunk of a stream or in its
+ * first. Served in the other mode they are kept: a JSON client gets them
+ * from a recorded stream, a stream client in the first chunk of a stored
+ * JSON answer (where the SDKs' stream helpers keep them from).
+ */
+const CITATIONS = ['https://example.com/a', 'https://example.com/b'];
+
+h.test('chat: top-level members beyond OpenAI\'s survive a stream served as JSON', async () => {
+    const chunk = (delta, finish = null) => `data: ${JSON.stringify({id: 'chatcmpl-cite', model: 'sonar',
+        created: 1, citations: CITATIONS, search_results: [{title: 'A', url: CITATIONS[0]}],
+        object: 'chat.completion.chunk', choices: [{index: 0, delta, finish_reason: finish}]})}\n\n`;
+    const sse = chunk({role: 'assistant', content: 'Sunny [1]'}) + chunk({content: ' and warm [2].'})
+        + chunk({}, 'stop') + 'data: [DONE]\n\n';
+    const body = h.chatBody(h.uniq('citations stream'));
+    const headers = {'x-mock-sse': Buffer.from(sse).toString('base64')};
+    assert.equal((await env.proxy.post(CHAT, {...body, stream: true}, headers)).status, 200);
+    const j = await env.proxy.post(CHAT, body, headers);
+    h.assertHit(j);
+    assert.equal(j.json.choices[0].message.content, 'Sunny [1] and warm [2].');
+    assert.deepEqual(j.json.citations, CITATIONS);
+    assert.deepEqual(j.json.search_results, [{title: 'A', url: CITATIONS[0]}]);
+    assert.equal(j.json.object, 'chat.completion');
+});
+
+h.test('chat: top-level members beyond OpenAI\'s survive a JSON answer served as a stream', async () => {
+    const raw = JSON.stringify({id: 'chatcmpl-cite', object: 'chat.completion', created: 1, model: 'sonar',
+        citations: CITATIONS, choices: [{index: 0, message: {role: 'assistant', content: 'Sunny [1].'},
+            finish_reason: 'stop'}], usage: {prompt_tokens: 3, completion_tokens: 3, total_tokens: 6}});
+    const body = h.chatBody(h.uniq('citations json'));
+    assert.equal((await env.proxy.post(CHAT, body, {'x-mock-body': raw})).status, 200);
+    const s = await env.proxy.post(CHAT, {...body, stream: true});
+    h.assertHit(s);
+    const chunks = h.parseSSE(s.text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data));
+    assert.deepEqual(chunks[0].citations, CITATIONS, 'in the first chunk');
+    assert.ok(chunks.slice(1).every((c) => c.citations === undefined), 'once');
+    assert.equal(h.assembleChat(h.parseSSE(s.text)).content, 'Sunny [1].');
+});

@@ -663,10 +663,13 @@ static void test_assemble_chat_azure(void)
 {
     const char *s = chat_azure_stream;
     cJSON *a = assemble_q(API_CHAT, s, NULL);
+    /* prompt_filter_results is carried over, as in Azure's JSON answers. */
     T_CHECK(same_json(a, "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
                          "'model':'gpt-4o-mini-2024-07-18','service_tier':'default',"
                          "'system_fingerprint':'fp_0ba0d1','choices':[{'index':0,'message':"
-                         "{'role':'assistant','content':'Hi'},'finish_reason':'stop'}]}"));
+                         "{'role':'assistant','content':'Hi'},'finish_reason':'stop'}],"
+                         "'prompt_filter_results':[{'prompt_index':0,'content_filter_results':"
+                         "{'hate':{'filtered':false,'severity':'safe'}}}]}"));
     cJSON_Delete(a);
 }
 
