@@ -840,8 +840,13 @@ static void compute_keys(struct preq *r, const struct memo_input *mi, uint64_t h
     if (r->keys.lossy) /* a key that might not tell two requests apart: never cached */
         r->key_unsafe = true;
     r->have_keys = true;
-    /* The Responses API's tenant depends on the body ("store"): not an input the memo knows. */
-    if (r->key_unsafe || r->ep == API_RESPONSES)
+    /*
+     * The Responses API's tenant depends on the body ("store"): not an input
+     * the memo knows. A body never to cache (never_cache) is not memoised
+     * either: a repeat answered by the memo is not parsed, so it would not
+     * be judged again.
+     */
+    if (r->key_unsafe || r->never_cache || r->ep == API_RESPONSES)
         return;
     struct memo_facts f = {
         .stream = r->stream,

@@ -120,3 +120,17 @@ h.test('bad request headers are still refused when the body comes from the memo'
     h.assertOpenAIError(res, 400);
     assert.match(res.json.error.message, /X-Cache-Mode/);
 });
+
+/*
+ * A body the API says never to cache (a Messages request naming a container)
+ * is not memoised: a repeat answered by the memo would not be parsed and so
+ * not judged again, and went to the cache (MISS, then stored and HIT).
+ */
+h.test('a body never to cache is not memoised: every repeat bypasses the cache', async () => {
+    const body = {...h.messagesBody(h.uniq('memo container')), container: 'container_memo'};
+    for (let i = 0; i < 3; i++) {
+        const r = await postCounted(body, {}, '/v1/messages');
+        assert.equal(r.res.cache, 'BYPASS', `repeat ${i}`);
+        assert.equal(r.memo, 0, 'parsed and judged again');
+    }
+});
