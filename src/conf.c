@@ -299,7 +299,12 @@ static const struct conf_key conf_keys[] = {
              "headers, and OpenAI's organization and project (billing and model access "
              "differ). Add any header your gateway or upstream answers differently for (a "
              "team or region header, say); every other header goes upstream but is not in "
-             "the key. The query string is always in the key. \"\" empties the list."},
+             "the key. Setting the key replaces the defaults, so list them again beside "
+             "your own (cache-key-headers anthropic-version anthropic-beta openai-beta "
+             "openai-organization openai-project x-team): a header left out of the list no "
+             "longer splits entries, and a request with an anthropic-beta header could be "
+             "answered with an entry fetched without it. The query string is always in the "
+             "key. \"\" empties the list."},
     {.name = "shared-namespaces", .type = CONF_LIST, FIELD(shared_namespaces), .def = "",
      .check = check_namespace, .arg = "NAME", .example = "public-docs", .flags = CONF_RELOAD,
      .help = "X-Cache-Namespace values whose entries are shared by all tenants. Entries of "

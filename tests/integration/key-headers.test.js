@@ -31,6 +31,14 @@ h.test('the list is configurable', async () => {
     assert.equal((await p.post(CHAT, body, {'X-Team': 'blue'})).headers['x-cache-status'], 'MISS');
     h.assertHit(await p.post(CHAT, body, {'X-Team': 'red', 'OpenAI-Organization': 'org-z'}));
     await p.stop();
+    /* A list replaces the defaults (doc/configuration.md): kept only when listed again. */
+    const both = await env.startProxy({args: ['anthropic-version', 'anthropic-beta', 'openai-beta',
+        'openai-organization', 'openai-project', 'x-team'].flatMap((v) => ['--cache-key-headers', v])});
+    const msg = h.messagesBody(h.uniq('beta scoped'));
+    assert.equal((await both.post('/v1/messages', msg, {'X-Team': 'red'})).headers['x-cache-status'], 'MISS');
+    assert.equal((await both.post('/v1/messages', msg, {'X-Team': 'red', 'anthropic-beta': 'context-1m-2025-08-07'}))
+        .headers['x-cache-status'], 'MISS');
+    await both.stop();
     const bad = await h.runCli(['-t', '--cache-key-headers', 'not a header']);
     assert.notEqual(bad.code, 0);
     assert.match(bad.output, /cache-key-headers/);
