@@ -624,6 +624,44 @@ static void test_hit_unrenderable(void)
 }
 
 /*
+ * A sound Messages entry that serves JSON clients only (tool input numbers a
+ * stream would not carry as written): a stream client's hit is a miss,
+ * counted in cache_other_mode_only and not in cache_corrupt.
+ */
+static void test_hit_other_mode_only(void)
+{
+    world_default();
+    struct httpd_req hr;
+    fake_req_init(&hr, "POST", "/v1/messages",
+                  "{\"model\":\"claude\",\"max_tokens\":9,\"stream\":true,"
+                  "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    fake_req_header(&hr, "Content-Type", "application/json");
+    fake_req_header(&hr, "x-api-key", "sk-ant-test");
+    proxy_serve(&wk, &hr, &fake_ops);
+    struct entry e;
+    stored_answer(&e, "{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":"
+                      "[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":"
+                      "{\"ratio\":1.0}}],\"stop_reason\":\"tool_use\"}");
+    e.endpoint = API_MESSAGES;
+    struct cache_result res = {.outcome = CACHE_HIT, .match = CACHE_MATCH_EXACT, .entry = &e};
+    lookup_complete(&res);
+    T_CHECK(!hr.finished);
+    T_CHECK_INT(stat(STAT_cache_other_mode_only), 1);
+    T_CHECK_INT(stat(STAT_cache_corrupt), 0);
+    T_CHECK_INT(stat(STAT_cache_hits), 0);
+    T_CHECK_INT(stat(STAT_cache_misses), 1);
+    T_CHECK_INT(nff, 1);
+    upstream_head(&ff[0], 200, "application/json");
+    upstream_body(&ff[0], "{\"type\":\"message\",\"content\":[]}");
+    upstream_end(&ff[0], 0, NULL);
+    settle();
+    T_CHECK(hr.finished);
+    T_CHECK_STR(reply_header(&hr, "X-Cache-Status"), "MISS");
+    world_down();
+    fake_req_free(&hr);
+}
+
+/*
  * One unrenderable L1 hit (answered before cache_lookup returns): no part of
  * the hit reaches the client, it is counted as corrupt and as a miss, and the
  * request is fetched (its ticket with the fetch) and answered as a MISS.
@@ -1274,6 +1312,7 @@ int main(void)
     T_RUN(test_hit_as_stream);
     T_RUN(test_semantic_hit);
     T_RUN(test_hit_unrenderable);
+    T_RUN(test_hit_other_mode_only);
     T_RUN(test_hit_at_once_unrenderable);
     T_RUN(test_miss_fetched_and_stored);
     T_RUN(test_miss_streamed_backpressure);
