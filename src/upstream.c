@@ -316,6 +316,20 @@ int xfer_result_status(enum xfer_result r)
     return r == XFER_ERR_TIMEOUT || r == XFER_ERR_CONNECT_TIMEOUT ? 504 : 502;
 }
 
+/*
+ * libcurl's own cap on a header line (100 KiB), above XFER_MAX_HEAD_BYTES
+ * only for a single line: reported as CURLE_OUT_OF_MEMORY ("Out of memory",
+ * which reads as the proxy's trouble) before curl 8.6, CURLE_TOO_LARGE since.
+ */
+static bool head_over_curl_cap(CURLcode code)
+{
+#if LIBCURL_VERSION_NUM >= 0x080600
+    if (code == CURLE_TOO_LARGE)
+        return true;
+#endif
+    return code == CURLE_OUT_OF_MEMORY;
+}
+
 /* A transfer curl reported done (from upstream_drain, outside callbacks). */
 static void xfer_complete(struct xfer *x, CURLcode code)
 {
@@ -325,6 +339,8 @@ static void xfer_complete(struct xfer *x, CURLcode code)
         xfer_finish(x, XFER_ERR_IO, "upstream sent no response head");
     } else if (code == CURLE_OK) {
         xfer_finish(x, XFER_OK, NULL);
+    } else if (x->head != HEAD_DONE && head_over_curl_cap(code)) {
+        xfer_finish(x, XFER_ERR_IO, "upstream response head too large");
     } else {
         const char *msg = x->errbuf[0] != '\0' ? x->errbuf : curl_easy_strerror(code);
         enum xfer_result r = xfer_map_code(code);

@@ -130,6 +130,18 @@ h.test('a stream cut off right after its last bytes closes the client connection
     }
 });
 
+h.test('an answer head too large to read is a 502 that says so (was: "Out of memory")', async () => {
+    /* 64 KiB: the proxy's own cap on a head; 200 KiB: past libcurl's cap on one header line. */
+    for (const size of [70000, 200000]) {
+        const body = h.chatBody(h.uniq(`big head ${size}`));
+        const r = await env.proxy.post(CHAT, body, {'x-mock-header-size': String(size)});
+        h.assertOpenAIError(r, 502);
+        assert.match(r.json.error.message, /response head too large/, `${size}: ${r.text}`);
+        assert.doesNotMatch(r.json.error.message, /memory/i, `${size}: ${r.text}`);
+        h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
+    }
+});
+
 h.test('the proxy keeps serving after upstream failures', async () => {
     assert.equal((await env.proxy.get('/healthz')).status, 200);
     const body = h.chatBody(h.uniq('still serving'));

@@ -30,6 +30,8 @@
  *   x-mock-body: TEXT         answer exactly TEXT as application/json, with
  *                             x-mock-status (default 200): a gateway's odd 2xx
  *   x-mock-header: NAME: V    one more response header on the answer
+ *   x-mock-header-size: N     one more response header, x-mock-big, of N bytes
+ *                             (an answer head larger than any client may send)
  *   x-mock-sse: BASE64        answer exactly these bytes as a 200 text/event-stream
  *                             (odd framing: CR line ends, a BOM, unknown events),
  *                             one byte per write with x-mock-sse-bytes: 1
@@ -105,6 +107,7 @@ function readControls(headers) {
         size: int('x-mock-size') || 0,
         hold: headers['x-mock-hold'],
         header: headers['x-mock-header'],
+        headerSize: int('x-mock-header-size') || 0,
         promptTokens: int('x-mock-prompt-tokens'),
         completionTokens: int('x-mock-completion-tokens'),
         cacheRead: int('x-mock-cache-read') || 0,
@@ -324,6 +327,8 @@ class Mock extends EventEmitter {
         const extra = /^([^:]+):\s*(.*)$/.exec(controls.header || '');
         if (extra)
             answer.headers = {...answer.headers, [extra[1].toLowerCase()]: extra[2]};
+        if (controls.headerSize > 0)
+            answer.headers = {...answer.headers, 'x-mock-big': 'b'.repeat(controls.headerSize)};
         out.rec.status = answer.status;
         await this._send(out, answer, controls);
     }
