@@ -2,7 +2,9 @@
  * pc_route.h - the upstream replicas and the choice between them. One
  * struct route per process, shared by every worker: the replicas of the
  * `upstream` list, their load (calls in flight), their health (passive: a
- * replica that refused a connection is left alone for upstream-fail-timeout),
+ * replica that refused a connection, or sent nothing for upstream-timeout,
+ * is left alone for upstream-fail-timeout; after silence it is then given one
+ * call at a time until one is answered),
  * the prefix index (pc_pindex.h: which replica holds which prompt prefix)
  * and their counters for /stats and /metrics.
  *
@@ -64,7 +66,9 @@ enum route_reason {
 enum route_result {
     ROUTE_OK = 0,      /* an answer came (any status) */
     ROUTE_CONNECT_ERR, /* could not connect: nothing was sent; mark down, try another */
-    ROUTE_ERR,         /* reset, timeout, cut off */
+    ROUTE_ERR,         /* reset, cut off */
+    ROUTE_SILENT,      /* sent, then nothing for upstream-timeout: mark down, try no other
+                          (the replica may be working on it) */
     ROUTE_ABORTED,     /* we stopped it (clients gone, shutdown) */
 };
 

@@ -194,12 +194,14 @@ static const struct conf_key conf_keys[] = {
              "busier than the others; see the Prefix reuse keys), round-robin (each in turn) or "
              "least-loaded (the one with the fewest calls in flight from this proxy). A replica "
              "that refuses a connection is skipped for upstream-fail-timeout, and the call goes "
-             "to another one."},
+             "to another one; one that takes a call and then sends nothing for upstream-timeout "
+             "is skipped too, but that call ends in a 504 (it is not sent twice)."},
     {.name = "upstream-fail-timeout", .type = CONF_DOUBLE, FIELD(upstream_fail_timeout),
      .def = "10", .dmin = 0, .dmax = 3600, .arg = "SECONDS",
-     .help = "Seconds a replica that refused a connection is left out of routing (passive "
-             "health check). Calls still go to it when every replica is left out. 0 never "
-             "leaves a replica out."},
+     .help = "Seconds a replica that refused a connection, or sent nothing for "
+             "upstream-timeout, is left out of routing (passive health check); after such "
+             "silence it then gets one call at a time until one is answered. Calls still go to "
+             "it when every replica is left out. 0 never leaves a replica out."},
     {.name = "upstream-dp-size", .type = CONF_INT, FIELD(upstream_dp_size), .def = "1",
      .imin = 1, .imax = 1024, .arg = "N",
      .help = "Data-parallel ranks behind each upstream replica (vLLM --data-parallel-size). "

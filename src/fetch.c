@@ -421,8 +421,10 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
         if (called != NULL) /* the access log names the replica of an error too */
             flight_note_upstream(f->fl, called);
     }
+    /* Silent for upstream-timeout: left out like a refusal, but not asked again elsewhere. */
     fetch_release(f, result == XFER_OK             ? ROUTE_OK
                      : refused                     ? ROUTE_CONNECT_ERR
+                     : result == XFER_ERR_TIMEOUT  ? ROUTE_SILENT
                      : result == XFER_ERR_INTERNAL ? ROUTE_ABORTED
                                                    : ROUTE_ERR);
     enum answer_fate fate = result == XFER_OK && f->status >= 200 && f->status <= 299

@@ -13,7 +13,7 @@
  *                           overloaded? best match among the rest
  *              ─▶ in_flight++, chain recorded on it ───────┴─▶ call ─▶ route_end:
  *                   in_flight--, counters, down on connect error (route_unsent
- *                   first: the links the call added forgotten); route_usage:
+ *                   first: the links the call added forgotten) or silence; route_usage:
  *                   predicted vs reported cached tokens
  */
 #include "pc_route.h"
@@ -215,9 +215,10 @@ const struct route_replica *route_replica(const struct route *r, size_t i)
 
 /* ---- picking ---------------------------------------------------------------- */
 
+/* Left out: refused or silent within upstream-fail-timeout, or silent and a call is on it. */
 static bool is_down(const struct replica *rp, int64_t now)
 {
-    return LOAD(&rp->down_until_ms) > now;
+    return LOAD(&rp->down_until_ms) > now || (LOAD(&rp->silent) && LOAD(&rp->in_flight) > 0);
 }
 
 /* Candidates: not excluded and up; if that leaves none, not excluded at all. */
@@ -378,7 +379,8 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
     struct replica *rp = &r->reps[rep->index];
     __atomic_fetch_sub(&rp->in_flight, 1, __ATOMIC_RELAXED);
     if (res == ROUTE_OK) {
-        if (LOAD(&rp->down_until_ms) != 0) {
+        bool was_silent = __atomic_exchange_n(&rp->silent, 0, __ATOMIC_RELAXED) != 0;
+        if (LOAD(&rp->down_until_ms) != 0 || was_silent) {
             __atomic_store_n(&rp->down_until_ms, 0, __ATOMIC_RELAXED);
             log_notice("upstream %s answers again", rp->name);
         }
@@ -387,16 +389,25 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
     if (res == ROUTE_ABORTED)
         return;
     __atomic_fetch_add(&rp->errors, 1, __ATOMIC_RELAXED);
-    if (res != ROUTE_CONNECT_ERR)
+    if (res != ROUTE_CONNECT_ERR && res != ROUTE_SILENT)
         return;
-    __atomic_fetch_add(&rp->connect_errors, 1, __ATOMIC_RELAXED);
+    if (res == ROUTE_CONNECT_ERR)
+        __atomic_fetch_add(&rp->connect_errors, 1, __ATOMIC_RELAXED);
     if (r->fail_timeout_ms <= 0)
         return; /* upstream-fail-timeout 0: never left out */
     int64_t now = (int64_t)pc_mono_ms();
     __atomic_store_n(&rp->failed_ms, now, __ATOMIC_RELAXED);
+    if (res == ROUTE_SILENT)
+        __atomic_store_n(&rp->silent, 1, __ATOMIC_RELAXED);
     int64_t was =
         __atomic_exchange_n(&rp->down_until_ms, now + r->fail_timeout_ms, __ATOMIC_RELAXED);
-    if (was <= now && r->n > 1)
+    if (was > now || r->n < 2)
+        return;
+    if (res == ROUTE_SILENT)
+        log_warn("upstream %s sent nothing for upstream-timeout: other replicas take its calls "
+                 "for %.1f s, then it gets one call at a time until it answers",
+                 rp->name, (double)r->fail_timeout_ms / 1000.0);
+    else
         log_warn("upstream %s refused a connection: other replicas take its calls for %.1f s",
                  rp->name, (double)r->fail_timeout_ms / 1000.0);
 }
@@ -449,7 +460,7 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
       "KV-cache capacity of the replica assumed by the prefix index",                            \
       (uint64_t)pindex_capacity(r->index, i))
 
-/* Healthy (/stats) or up (/metrics, 1): not refused a connection within upstream-fail-timeout. */
+/* Healthy (/stats) or up (/metrics, 1): not left out (is_down). */
 static void route_read_up(const void *snap, size_t i, struct stat_val *v)
 {
     const struct route *r = snap;
@@ -469,7 +480,9 @@ ROUTE_REPLICA_FIGURES(ROUTE_READ)
 
 static const struct stat_row replica_rows[] = {
     {"healthy", "replica_up", "gauge", 0,
-     "1 unless the replica refused a connection within upstream-fail-timeout", route_read_up},
+     "1 unless the replica refused a connection or sent nothing for upstream-timeout within "
+     "upstream-fail-timeout, or a call to such a replica is in progress",
+     route_read_up},
 #define ROUTE_ROW(field, fam, type, help, expr) {#field, fam, type, 0, help, route_read_##field},
     ROUTE_REPLICA_FIGURES(ROUTE_ROW)
 #undef ROUTE_ROW

@@ -29,7 +29,8 @@ struct replica {
     uint64_t errors;
     uint64_t connect_errors;
     int64_t down_until_ms; /* monotonic; 0 = up */
-    int64_t failed_ms;     /* monotonic time of the last connect failure */
+    int64_t failed_ms;     /* monotonic time of the last connect failure or silence */
+    int silent;            /* left out for silence: back one call at a time until it answers */
     /* Prefix reuse (atomics). */
     uint64_t chained;         /* picks with a prefix chain */
     uint64_t by_prefix;       /* picked for holding the longest prefix */

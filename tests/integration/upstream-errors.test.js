@@ -6,6 +6,7 @@
  * stalls) is not cached.
  */
 const assert = require('node:assert/strict');
+const net = require('node:net');
 const h = require('./lib');
 
 const UPSTREAM_TIMEOUT = 0.5;
@@ -147,6 +148,59 @@ h.test('the proxy keeps serving after upstream failures', async () => {
     const body = h.chatBody(h.uniq('still serving'));
     assert.equal((await env.proxy.post(CHAT, body)).status, 200);
     h.assertHit(await env.proxy.post(CHAT, body));
+});
+
+/*
+ * A replica that takes connections and requests but never answers (a hung
+ * server behind a live socket): its first call ends in the 504 of
+ * upstream-timeout and is not sent again (the replica may be working on it),
+ * but the replica is then left out as one that refuses connections is, and
+ * afterwards let back one call at a time until it answers.
+ */
+h.test('a replica that reads requests and never answers is left out after one timeout', async () => {
+    const received = [];
+    const held = [];
+    const hole = net.createServer((s) => {
+        held.push(s);
+        s.on('data', (d) => received.push(d.toString('latin1')));
+        s.on('error', () => {});
+    });
+    await new Promise((resolve) => hole.listen(0, '127.0.0.1', resolve));
+    const holeName = `127.0.0.1:${hole.address().port}`;
+    const posts = () => received.join('').split('POST /').length - 1;
+    const proxy = await env.startProxy({
+        upstream: [`http://${holeName}`, env.mock.url], workers: 1,
+        args: ['--routing', 'round-robin', '--upstream-timeout', String(UPSTREAM_TIMEOUT),
+            '--upstream-fail-timeout', '1'],
+    });
+    try {
+        const send = (i) => proxy.post(CHAT, h.chatBody(h.uniq(`black hole ${i}`)));
+        const statuses = [];
+        for (let i = 0; i < 6; i++)
+            statuses.push((await send(i)).status);
+        assert.deepEqual(statuses.filter((s) => s === 504).length, 1, `one timeout, then elsewhere: ${statuses}`);
+        assert.equal(statuses.filter((s) => s === 200).length, 5);
+        await h.waitFor(() => posts() === 1, {what: 'the one request the replica read'});
+        let rep = (await proxy.stats()).replicas.find((x) => x.name === holeName);
+        assert.equal(rep.healthy, false, 'left out for upstream-fail-timeout');
+        assert.equal(rep.errors, 1);
+        assert.equal(rep.connect_errors, 0, 'it never refused a connection');
+        assert.match(proxy.stderr, new RegExp(`upstream ${holeName} .*upstream-timeout`));
+
+        /* Back after upstream-fail-timeout, but only one call at a time until it answers. */
+        await h.waitFor(async () => (await proxy.stats()).replicas.find((x) => x.name === holeName).healthy,
+            {what: 'the replica to be tried again'});
+        const again = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => send(`again ${i}`)));
+        const timedOut = again.filter((r) => r.status === 504).length;
+        assert.equal(timedOut, 1, `one probe: ${again.map((r) => r.status)}`);
+        assert.equal(posts(), 2, 'the replica read two requests in all');
+        rep = (await proxy.stats()).replicas.find((x) => x.name === holeName);
+        assert.equal(rep.errors, 2);
+    } finally {
+        await proxy.stop();
+        held.forEach((s) => s.destroy());
+        await new Promise((resolve) => hole.close(resolve));
+    }
 });
 
 /* A separate proxy whose upstream is a port nobody listens on. */
