@@ -2,7 +2,8 @@
 /*
  * Concurrent identical misses coalesce: one upstream call, the other
  * requests wait for it and get the same answer (streams are teed to the
- * waiters). Requests of different tenants never coalesce.
+ * waiters), errors included; one of them hanging up leaves the others their
+ * answer. Requests of different tenants never coalesce.
  */
 const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
@@ -125,4 +126,52 @@ h.test('streams that differ in include_usage do not share a call: each gets what
     assert.equal(env.mock.callCount(CHAT), calls + 2, 'two upstream calls');
     assert.ok(h.assembleChat(h.parseSSE(a.text)).usage, 'the include_usage stream has usage');
     assert.ok(!h.assembleChat(h.parseSSE(b.text)).usage, 'the other has none');
+});
+
+h.test('the first client hangs up mid-stream: the clients that joined its call get the whole answer', async () => {
+    const body = h.chatBody(h.uniq('leader leaves'), h.STREAM_WITH_USAGE);
+    const id = holdId();
+    const calls = env.mock.callCount(CHAT);
+    const before = (await env.proxy.stats()).coalesced;
+    const aborted = env.mock.aborted;
+    const leader = await env.proxy.openStream(CHAT, body, {'x-mock-hold': id, 'x-mock-chunks': '8'});
+    await leader.nextEvent(5000);
+    await env.mock.waitForHold(id);
+    const followers = [0, 1, 2].map(() => env.proxy.post(CHAT, body));
+    await h.waitFor(async () => (await env.proxy.stats()).coalesced - before >= 3,
+        {what: 'three requests joining the call in flight'});
+    leader.destroy();
+    env.mock.release(id);
+    const answers = (await Promise.all(followers)).map((r) => {
+        assert.equal(r.status, 200, r.text);
+        return h.assembleChat(h.parseSSE(r.text));
+    });
+    for (const a of answers) {
+        assert.ok(a.done, 'every follower\'s stream ends with [DONE]');
+        assert.equal(a.content, answers[0].content);
+    }
+    assert.match(answers[0].content, /^mock answer #\d+ to: leader leaves/);
+    assert.equal(env.mock.callCount(CHAT), calls + 1, 'one upstream call');
+    assert.equal(env.mock.aborted, aborted, 'the call was not aborted for the one who left');
+    h.assertHit(await env.proxy.post(CHAT, body));
+});
+
+h.test('an upstream 429 reaches every client waiting on the call, and is not stored', async () => {
+    const body = h.chatBody(h.uniq('shared 429'));
+    const results = await concurrently((hold) => env.proxy.post(CHAT, body, {'x-mock-status': '429', ...hold}));
+    for (const r of results) {
+        h.assertOpenAIError(r, 429);
+        assert.match(r.text, /mock error 429/);
+    }
+    h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
+});
+
+h.test('requests with Cache-Control: no-store or no-cache make a call of their own', async () => {
+    const body = h.chatBody(h.uniq('own call'));
+    const calls = env.mock.callCount(CHAT);
+    const results = await allInFlight([(hold) => env.proxy.post(CHAT, body, hold),
+        (hold) => env.proxy.post(CHAT, body, {'cache-control': 'no-store', ...hold}),
+        (hold) => env.proxy.post(CHAT, body, {'cache-control': 'no-cache', ...hold})]);
+    assert.equal(env.mock.callCount(CHAT), calls + 3, 'three upstream calls');
+    assert.equal(new Set(results.map((r) => h.chatText(r.json))).size, 3, 'three answers');
 });
