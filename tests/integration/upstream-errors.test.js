@@ -218,3 +218,24 @@ h.test('an upstream that is down gives 502 in each API\'s shape', async () => {
     await h.eventually(async () => assert.ok((await proxy.stats()).upstream_errors >= 4));
     assert.equal(await proxy.stop(), 0);
 });
+
+/* doc/operations.md: the proxy variables of the environment apply to upstream calls, as in libcurl. */
+h.test('upstream calls follow http_proxy, and NO_PROXY exempts a replica', async () => {
+    const relay = await h.startMock(); /* takes the proxy's absolute-form requests and answers them */
+    try {
+        const via = await env.startProxy({env: {http_proxy: relay.url, NO_PROXY: ''}});
+        const calls = [env.mock.callCount(CHAT), relay.callCount(CHAT)];
+        assert.equal((await via.post(CHAT, h.chatBody(h.uniq('via http_proxy')))).status, 200);
+        assert.deepEqual([env.mock.callCount(CHAT), relay.callCount(CHAT)], [calls[0], calls[1] + 1],
+            'answered by the proxy of http_proxy');
+        assert.match(relay.lastRequest(CHAT).url, /^http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions$/);
+        await via.stop();
+        const direct = await env.startProxy({env: {http_proxy: relay.url, NO_PROXY: '127.0.0.1'}});
+        assert.equal((await direct.post(CHAT, h.chatBody(h.uniq('NO_PROXY')))).status, 200);
+        assert.deepEqual([env.mock.callCount(CHAT), relay.callCount(CHAT)], [calls[0] + 1, calls[1] + 1],
+            'NO_PROXY: straight to the upstream');
+        await direct.stop();
+    } finally {
+        await relay.close();
+    }
+});
