@@ -305,6 +305,7 @@ static enum xfer_result xfer_map_code(CURLcode c)
     case CURLE_HTTP2_STREAM:
     case CURLE_HTTP3:
     case CURLE_BAD_CONTENT_ENCODING:
+    case CURLE_UNSUPPORTED_PROTOCOL: /* an answer that is not HTTP (HTTP/0.9), or status 000 */
         return XFER_ERR_IO;
     default:
         return XFER_ERR_INTERNAL;

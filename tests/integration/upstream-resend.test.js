@@ -26,7 +26,8 @@ const ANSWER = JSON.stringify({
 /*
  * The misbehaving upstream. Every complete request is recorded (its body);
  * what happens next is decided by behave(req, conn): 'answer' (200,
- * keep-alive), 'hold' (answer later, see releaseHeld), 'reset' (RST at once)
+ * keep-alive), 'hold' (answer later, see releaseHeld), 'reset' (RST at once),
+ * 'not-http' (a line of another protocol, then close)
  * or 'answer-close' (200, then close the connection: an idle keep-alive
  * connection closed just before it is reused).
  */
@@ -83,6 +84,9 @@ function handle(up, conn, req, what) {
     up.requests.push(req);
     if (what === 'hold') {
         up.held.push(conn);
+    } else if (what === 'not-http') {
+        /* Another protocol on that port (a wrong port in the upstream URL). */
+        conn.sock.end('SSH-2.0-OpenSSH_9.2\r\n');
     } else if (what === 'reset') {
         conn.sock.resetAndDestroy();
     } else if (what === 'answer-close') {
@@ -177,6 +181,21 @@ h.test('an idle keep-alive connection reset just before reuse costs nothing eith
             });
         }
         assert.equal((await proxy.stats()).upstream_errors, 0);
+    } finally {
+        await up.close();
+    }
+});
+
+h.test('an upstream that answers in another protocol is a 502 counted against that replica', async () => {
+    const up = await rawUpstream(() => 'not-http').listen();
+    try {
+        const proxy = await startProxyFor(up);
+        const r = await post(proxy, h.uniq('wrong port'));
+        h.assertOpenAIError(r, 502);
+        assert.match(r.json.error.message, /HTTP\/0\.9/, r.text);
+        const st = await proxy.stats();
+        assert.equal(st.upstream_errors, 1);
+        assert.equal(st.replicas[0].errors, 1, 'the replica\'s error, not one of the proxy\'s own');
     } finally {
         await up.close();
     }
