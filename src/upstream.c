@@ -318,9 +318,10 @@ int xfer_result_status(enum xfer_result r)
 }
 
 /*
- * libcurl's own cap on a header line (100 KiB), above XFER_MAX_HEAD_BYTES
- * only for a single line: reported as CURLE_OUT_OF_MEMORY ("Out of memory",
- * which reads as the proxy's trouble) before curl 8.6, CURLE_TOO_LARGE since.
+ * A header line over libcurl's own cap (100 KiB) is refused before the header
+ * callback (and its XFER_MAX_HEAD_BYTES) sees it: CURLE_OUT_OF_MEMORY ("Out of
+ * memory", which reads as the proxy's trouble) before curl 8.6, CURLE_TOO_LARGE
+ * since.
  */
 static bool head_over_curl_cap(CURLcode code)
 {
