@@ -171,7 +171,7 @@ h.test('a replica that reads requests and never answers is left out after one ti
     const proxy = await env.startProxy({
         upstream: [`http://${holeName}`, env.mock.url], workers: 1,
         args: ['--routing', 'round-robin', '--upstream-timeout', String(UPSTREAM_TIMEOUT),
-            '--upstream-fail-timeout', '1'],
+            '--upstream-fail-timeout', '3'],
     });
     try {
         const send = (i) => proxy.post(CHAT, h.chatBody(h.uniq(`black hole ${i}`)));
