@@ -65,6 +65,7 @@ struct fetch {
     size_t nreplay;
     size_t received;
     bool trimming;                   /* over cache-max-entry-size: no longer recorded */
+    struct usage_scan *scan;         /* trimming a JSON answer: its usage, read as it passes */
     char model[TALLY_MODEL_MAX + 1]; /* for the per-model/tenant usage counts */
     char tenant[TENANT_ID_LEN + 1];
     struct cache_put_op *put; /* storing the answer, while Redis acknowledges it */
@@ -104,6 +105,123 @@ static void keep_for_replay(struct fetch *f, const char *name, const char *value
     f->nreplay++;
 }
 
+/*
+ * The root "usage" member of a JSON answer too large to keep (trimming):
+ * its bytes are picked out as the answer passes, so its tokens are still
+ * counted. Tracks strings and nesting only; what it picks is parsed at the
+ * end like any answer (an invalid or cut-off answer yields nothing usable).
+ */
+#define USAGE_SCAN_MAX 4096
+
+struct usage_scan {
+    unsigned depth; /* open objects and arrays */
+    bool in_str;    /* inside a string */
+    bool esc;       /* ... after a backslash */
+    bool want_key;  /* the root object's next string is a member name */
+    bool key;       /* reading a member name of the root object */
+    bool is_usage;  /* the name just read is "usage" (its value follows the ':') */
+    bool taking;    /* copying the value of the root's "usage" */
+    bool overflow;  /* that value was longer than USAGE_SCAN_MAX: not kept */
+    size_t keylen;  /* bytes of the member name so far (compared up to 5) */
+    char name[5];
+    struct pc_buf value; /* the value's text, the last "usage" seen */
+};
+
+static void usage_scan_free(struct usage_scan **sp)
+{
+    if (*sp == NULL)
+        return;
+    pc_buf_free(&(*sp)->value);
+    free(*sp);
+    *sp = NULL;
+}
+
+static void usage_take(struct usage_scan *s, char c)
+{
+    if (s->value.len < USAGE_SCAN_MAX)
+        pc_buf_append_char(&s->value, c);
+    else
+        s->overflow = true;
+}
+
+static void usage_scan_feed(struct usage_scan *s, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (s->in_str) {
+            if (s->taking)
+                usage_take(s, c);
+            if (s->esc) {
+                s->esc = false;
+            } else if (c == '\\') {
+                s->esc = true;
+            } else if (c == '"') {
+                s->in_str = false;
+                s->is_usage = s->key && s->keylen == 5 && memcmp(s->name, "usage", 5) == 0;
+                s->key = false;
+            } else if (s->key) {
+                if (s->keylen < sizeof(s->name))
+                    s->name[s->keylen] = c;
+                s->keylen++;
+            }
+            continue;
+        }
+        if (s->taking && s->depth == 1 && (c == ',' || c == '}'))
+            s->taking = false; /* the value ended; c is the root's again */
+        else if (s->taking)
+            usage_take(s, c);
+        switch (c) {
+        case '"':
+            s->in_str = true;
+            s->key = s->depth == 1 && s->want_key;
+            s->keylen = 0;
+            s->want_key = false;
+            break;
+        case '{':
+        case '[':
+            s->depth++;
+            s->want_key = s->depth == 1 && c == '{';
+            break;
+        case '}':
+        case ']':
+            s->depth = s->depth > 0 ? s->depth - 1 : 0;
+            break;
+        case ',':
+            s->want_key = s->depth == 1;
+            break;
+        case ':':
+            if (s->depth == 1 && s->is_usage) {
+                pc_buf_reset(&s->value);
+                s->overflow = false;
+                s->taking = true;
+            }
+            s->is_usage = false;
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+/* The usage the scan picked out, into u; false if it found none that parses. */
+static bool usage_scan_result(const struct fetch *f, struct api_usage *u)
+{
+    memset(u, 0, sizeof(*u));
+    const struct usage_scan *s = f->scan;
+    if (s == NULL || s->taking || s->overflow || s->value.len == 0)
+        return false;
+    cJSON *value = cJSON_ParseWithLength(s->value.data, s->value.len);
+    if (!cJSON_IsObject(value)) {
+        cJSON_Delete(value);
+        return false;
+    }
+    cJSON *resp = cJSON_CreateObject();
+    cJSON_AddItemToObject(resp, "usage", value);
+    dialect_usage(f->endpoint, resp, u);
+    cJSON_Delete(resp);
+    return u->present;
+}
+
 /* The call to f->rep ended: its in-flight count and health. */
 static void fetch_release(struct fetch *f, enum route_result res)
 {
@@ -129,6 +247,7 @@ static void fetch_free(struct fetch *f)
         event_free(f->abort_ev);
     flight_put(&f->fl);
     free(f->content_type);
+    usage_scan_free(&f->scan);
     for (size_t i = 0; i < f->nreplay; i++) {
         free(f->replay[i].name);
         free(f->replay[i].value);
@@ -210,10 +329,20 @@ static int on_data(void *arg, const char *data, size_t len)
     if (flight_append(f->fl, data, len) == FLIGHT_PAUSE)
         return XFER_PAUSE;
     f->received += len;
-    if (!f->trimming && f->received > (size_t)f->w->conf->cache_max_entry_size) {
+    if (f->scan != NULL) {
+        usage_scan_feed(f->scan, data, len);
+    } else if (!f->trimming && f->received > (size_t)f->w->conf->cache_max_entry_size) {
         /* Too big to cache or share: relay it, and let the log shrink as it is read. */
         f->store = false;
         f->trimming = true;
+        if (!f->stream && f->endpoint != API_NONE) {
+            /* Its usage is read as it passes, from the start the log still holds. */
+            const struct pc_buf *body = flight_body(f->fl);
+            if (body != NULL) {
+                f->scan = pc_calloc(1, sizeof(*f->scan));
+                usage_scan_feed(f->scan, body->data, body->len);
+            }
+        }
         flight_stop_recording(f->fl);
     }
     return XFER_CONTINUE;
@@ -308,6 +437,8 @@ static enum answer_fate store_answer(struct fetch *f, uint64_t latency_us)
     bool usable = body != NULL && body->len > 0 && answer_usage(f, body, &usage, &fault);
     if (usable)
         account_usage(f, &usage);
+    else if (body == NULL && usage_scan_result(f, &usage))
+        account_usage(f, &usage); /* too large to keep: counted, nothing else */
     if (f->ticket == NULL || !usable)
         return FATE_NONE; /* cut off, too large to keep, not JSON: not an answer to compare */
     if (fault != 0) {

@@ -98,3 +98,31 @@ h.test('the proxy still serves after the big stream', async () => {
     assert.equal((await env.proxy.post(CHAT, body)).status, 200);
     h.assertHit(await env.proxy.post(CHAT, body));
 });
+
+/*
+ * An answer over cache-max-entry-size is relayed whole and not stored, and what it cost is
+ * still counted: its usage (at the end of the JSON, after the part the proxy let go) was
+ * lost with the rest, so /stats counted no tokens for it.
+ */
+h.test('a JSON answer over cache-max-entry-size is relayed, not stored, and its tokens are counted', async () => {
+    const proxy = await env.startProxy({args: ['--cache-max-entry-size', '64k']});
+    try {
+        for (const [path, makeBody] of [[CHAT, h.chatBody], [MESSAGES, h.messagesBody]]) {
+            const before = await proxy.stats();
+            const body = makeBody(h.uniq(`over the entry size ${path}`));
+            const usage = {'x-mock-size': '300000', 'x-mock-prompt-tokens': '1234',
+                'x-mock-completion-tokens': '77'};
+            const r = await proxy.post(path, body, usage);
+            assert.equal(r.status, 200, r.text);
+            const text = path === CHAT ? h.chatText(r.json) : r.json.content[0].text;
+            assert.equal(sha(text), env.mock.lastRequest(path).answer.sha256, 'relayed whole');
+            const after = await proxy.stats();
+            assert.equal(after.tokens_upstream_prompt - before.tokens_upstream_prompt, 1234, path);
+            assert.equal(after.tokens_upstream_completion - before.tokens_upstream_completion, 77, path);
+            assert.equal(after.cache_stores, before.cache_stores, 'not stored');
+            h.assertFromUpstream(await proxy.post(path, body, usage), env.mock);
+        }
+    } finally {
+        await proxy.stop();
+    }
+});
