@@ -63,8 +63,10 @@ struct worker {
     pthread_t thread;
     struct event *stop_ev;           /* activated from the main thread: begin shutdown */
     struct event *exit_ev;           /* periodic check while stopping */
-    struct event *accept_stopped_ev; /* the server's: activated once this worker stops accepting */
+    struct event *accept_stopped_ev; /* the server's: activated once this worker stops accepting,
+                                        and again once it has left its loop */
     bool stopping;
+    bool exited; /* atomic: the loop has been left (the server stops waiting once all have) */
     uint64_t shutdown_deadline_ms;
 
     uint64_t seq;             /* request ids */

@@ -156,8 +156,11 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 /*
  * Every worker has let go of the listening socket: close it, so new clients
- * are refused at once instead of waiting in the backlog, and leave the main
- * loop to wait for the workers to finish.
+ * are refused at once instead of waiting in the backlog. Every worker has
+ * left its loop (idle, or shutdown-timeout passed): leave the main loop too.
+ * Until then the main loop runs, so a second SIGTERM or SIGINT during the
+ * drain still ends the process at once (it went unanswered when the loop was
+ * left as soon as the workers stopped accepting).
  */
 static void on_accept_stopped(evutil_socket_t fd, short what, void *arg)
 {
@@ -165,16 +168,18 @@ static void on_accept_stopped(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct server *s = arg;
     /* Activations from several workers may coalesce into one run: count them all. */
+    int exited = 0;
     s->stopped_accepting = 0;
-    for (int i = 0; i < s->nworkers; i++)
+    for (int i = 0; i < s->nworkers; i++) {
         s->stopped_accepting += __atomic_load_n(&s->workers[i]->stopping, __ATOMIC_ACQUIRE) ? 1 : 0;
-    if (s->stopped_accepting < s->nworkers)
-        return;
-    if (s->listen_fd >= 0) {
+        exited += __atomic_load_n(&s->workers[i]->exited, __ATOMIC_ACQUIRE) ? 1 : 0;
+    }
+    if (s->stopped_accepting == s->nworkers && s->listen_fd >= 0) {
         close(s->listen_fd);
         s->listen_fd = -1;
     }
-    event_base_loopbreak(s->base);
+    if (exited == s->nworkers)
+        event_base_loopbreak(s->base);
 }
 
 /*

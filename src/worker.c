@@ -166,6 +166,9 @@ static void *worker_main(void *arg)
     log_debug("worker %d running", w->id);
     event_base_dispatch(w->base);
     log_debug("worker %d stopped", w->id);
+    __atomic_store_n(&w->exited, true, __ATOMIC_RELEASE);
+    if (w->accept_stopped_ev != NULL)
+        event_active(w->accept_stopped_ev, EV_TIMEOUT, 0);
     return NULL;
 }
 

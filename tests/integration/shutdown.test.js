@@ -136,3 +136,29 @@ h.test('shutdown-timeout ends requests that outlast it, and still exits 0', asyn
         env.mock.release(id);
     }
 });
+
+h.test('a second signal during the drain exits at once, the stream still held', async () => {
+    /*
+     * The main loop was left as soon as every worker stopped accepting, so a second SIGTERM or
+     * SIGINT while requests drained went unanswered: the process waited out the whole
+     * shutdown-timeout (here 120 s), although the operator asked it to stop now.
+     */
+    const proxy = await env.startProxy({args: ['--shutdown-timeout', '120']});
+    const id = h.uniq('hold').replace(' ', '-');
+    const s = await proxy.openStream(CHAT, h.chatBody(h.uniq('second signal'), h.STREAM_WITH_USAGE),
+        {'x-mock-hold': id});
+    try {
+        await s.nextEvent(5000);
+        proxy.proc.signalIt('SIGTERM');
+        await h.waitFor(() => /SIGTERM received/.test(proxy.stderr), {what: 'the first signal logged'});
+        await waitRefused(proxy.port);
+        assert.ok(proxy.alive, 'draining: still running');
+        proxy.proc.signalIt('SIGINT');
+        assert.ok(await proxy.proc.waitExit(15000), 'exited after the second signal');
+        assert.equal(proxy.proc.exitStatus(), 1, 'exit code');
+        assert.match(proxy.stderr, /second signal: exiting without waiting/);
+    } finally {
+        env.mock.release(id);
+        await proxy.kill();
+    }
+});
