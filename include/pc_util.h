@@ -71,6 +71,13 @@ void pc_buf_printf(struct pc_buf *b, const char *fmt, ...) PC_PRINTF(2, 3);
 void pc_buf_vprintf(struct pc_buf *b, const char *fmt, va_list ap);
 /* Append s[0..n) as a JSON string literal (quotes included, RFC 8259 escapes). */
 void pc_buf_json_str(struct pc_buf *b, const char *s, size_t n);
+/*
+ * The same for text that must be valid UTF-8 (a log line: a log shipper
+ * refuses or mangles a line that is not): at most max bytes of s[0..n), cut
+ * before a character the cut would split, and each byte that is no part of a
+ * well-formed UTF-8 character written as \ufffd (U+FFFD).
+ */
+void pc_buf_json_text(struct pc_buf *b, const char *s, size_t n, size_t max);
 /* Remove the first n bytes. */
 void pc_buf_consume(struct pc_buf *b, size_t n);
 /* NUL-terminate (the NUL is not counted in len) and return data; never NULL. */

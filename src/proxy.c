@@ -346,13 +346,14 @@ static void access_log(const struct preq *r)
     const char *model = r->model;
     pc_buf_printf(&b, "{\"ts\":\"%s\",\"id\":\"%s\",\"tenant\":", ts, r->id);
     pc_buf_json_str(&b, r->tenant_id[0] ? r->tenant_id : "-", r->tenant_id[0] ? TENANT_ID_LEN : 1);
+    /* What the client sent is written as valid UTF-8, the model cut on a character. */
     pc_buf_append_str(&b, ",\"method\":");
-    pc_buf_json_str(&b, method, strlen(method));
+    pc_buf_json_text(&b, method, strlen(method), SIZE_MAX);
     pc_buf_append_str(&b, ",\"path\":");
-    pc_buf_json_str(&b, path, strlen(path));
+    pc_buf_json_text(&b, path, strlen(path), SIZE_MAX);
     pc_buf_printf(&b, ",\"endpoint\":\"%s\",\"model\":", api_endpoint_name(r->ep));
     if (model != NULL)
-        pc_buf_json_str(&b, model, PC_MIN(strlen(model), 200));
+        pc_buf_json_text(&b, model, strlen(model), 200);
     else
         pc_buf_append_str(&b, "null");
     pc_buf_printf(&b, ",\"status\":%d,\"cache\":\"%s\",", r->status,

@@ -123,10 +123,9 @@ void pc_buf_printf(struct pc_buf *b, const char *fmt, ...)
 
 static const char hexd[] = "0123456789abcdef";
 
-void pc_buf_json_str(struct pc_buf *b, const char *s, size_t n)
+/* s[0..n) with the JSON string escapes, no quotes. */
+static void json_escape(struct pc_buf *b, const char *s, size_t n)
 {
-    pc_buf_reserve(b, n + 2);
-    pc_buf_append_char(b, '"');
     size_t run = 0; /* start of the current run of bytes that need no escape */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -167,6 +166,69 @@ void pc_buf_json_str(struct pc_buf *b, const char *s, size_t n)
         pc_buf_append(b, esc, elen);
     }
     pc_buf_append(b, s + run, n - run);
+}
+
+void pc_buf_json_str(struct pc_buf *b, const char *s, size_t n)
+{
+    pc_buf_reserve(b, n + 2);
+    pc_buf_append_char(b, '"');
+    json_escape(b, s, n);
+    pc_buf_append_char(b, '"');
+}
+
+/* The length of the well-formed UTF-8 character at s[0..n) (RFC 3629), or 0. */
+static size_t utf8_char_len(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xbf; /* the range of the second byte */
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        if (c == 0xe0)
+            lo = 0xa0; /* overlong */
+        else if (c == 0xed)
+            hi = 0x9f; /* surrogates */
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        if (c == 0xf0)
+            lo = 0x90; /* overlong */
+        else if (c == 0xf4)
+            hi = 0x8f; /* beyond U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return len;
+}
+
+void pc_buf_json_text(struct pc_buf *b, const char *s, size_t n, size_t max)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t end = PC_MIN(n, max);
+    pc_buf_reserve(b, end + 2);
+    pc_buf_append_char(b, '"');
+    size_t run = 0, i = 0;
+    while (i < end) {
+        size_t len = utf8_char_len(u + i, n - i);
+        if (len > 0 && i + len > end)
+            break; /* a character the cut would split: left out whole */
+        if (len > 0) {
+            i += len;
+            continue;
+        }
+        json_escape(b, s + run, i - run);
+        pc_buf_append_str(b, "\\ufffd");
+        run = ++i;
+    }
+    json_escape(b, s + run, i - run);
     pc_buf_append_char(b, '"');
 }
 

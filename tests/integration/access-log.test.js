@@ -92,3 +92,25 @@ h.test('no credential and no prompt text in the access log or the daemon log', a
         assert.ok(!text.includes('Bearer'), `an Authorization value appears in the ${what}`);
     }
 });
+
+h.test('every line is valid UTF-8, whatever bytes the request carried', async () => {
+    /*
+     * The model was written as it came, cut at 200 bytes: a cut through a character, or raw
+     * bytes that are no UTF-8 at all (cJSON takes them), put invalid UTF-8 in a line that
+     * log shippers refuse or mangle. Now the cut falls before the character and such bytes
+     * are written as U+FFFD.
+     */
+    const fs = require('node:fs');
+    const strict = new TextDecoder('utf-8', {fatal: true});
+    const long = `${'a'.repeat(199)}\u00e9`;
+    const cut = await logged(() => env.proxy.post(CHAT, h.chatBody(h.uniq('utf8 cut'), {model: long})));
+    assert.equal(cut.line.model, 'a'.repeat(199), 'cut before the two-byte character');
+    const raw = Buffer.concat([Buffer.from('{"model":"bad'), Buffer.from([0xff, 0xc3, 0x01]),
+        Buffer.from(`","messages":[{"role":"user","content":"${h.uniq('utf8 raw')}"}]}`)]);
+    const bad = await logged(() => env.proxy.post(CHAT, raw));
+    assert.equal(bad.line.model, 'bad\ufffd\ufffd\u0001');
+    for (const line of fs.readFileSync(env.proxy.accessLogPath).toString('latin1').split('\n')) {
+        const bytes = Buffer.from(line, 'latin1');
+        assert.doesNotThrow(() => strict.decode(bytes), `not UTF-8: ${line.slice(0, 300)}`);
+    }
+});

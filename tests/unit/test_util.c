@@ -58,10 +58,43 @@ static void test_append_i64(void)
     pc_buf_free(&want);
 }
 
+/* pc_buf_json_text: valid UTF-8 out, whatever came in; a cut never splits a character. */
+static void test_json_text(void)
+{
+    static const struct {
+        const char *in;
+        size_t max;
+        const char *want;
+    } cases[] = {
+        {"plain", 100, "\"plain\""},
+        {"a\"b\\c\n\x01", 100, "\"a\\\"b\\\\c\\n\\u0001\""},
+        {"caf\xc3\xa9", 100, "\"caf\xc3\xa9\""},
+        {"caf\xc3\xa9", 4, "\"caf\""}, /* the cut would split the e-acute */
+        {"caf\xc3\xa9", 5, "\"caf\xc3\xa9\""},
+        {"\xf0\x9f\x98\x80!", 3, "\"\""},
+        {"\xf0\x9f\x98\x80!", 4, "\"\xf0\x9f\x98\x80\""},
+        {"bad\xff\xfe", 100, "\"bad\\ufffd\\ufffd\""},
+        {"x\xc3", 100, "\"x\\ufffd\""},                                /* truncated sequence */
+        {"\xc0\xaf", 100, "\"\\ufffd\\ufffd\""},                       /* overlong '/' */
+        {"\xe0\x80\xaf", 100, "\"\\ufffd\\ufffd\\ufffd\""},            /* overlong */
+        {"\xed\xa0\x80", 100, "\"\\ufffd\\ufffd\\ufffd\""},            /* a surrogate */
+        {"\xf4\x90\x80\x80", 100, "\"\\ufffd\\ufffd\\ufffd\\ufffd\""}, /* > U+10FFFF */
+        {"\xef\xbf\xbf\xf4\x8f\xbf\xbf", 100, "\"\xef\xbf\xbf\xf4\x8f\xbf\xbf\""},
+        {"", 100, "\"\""},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct pc_buf b = PC_BUF_INIT;
+        pc_buf_json_text(&b, cases[i].in, strlen(cases[i].in), cases[i].max);
+        T_CHECK_STR(pc_buf_cstr(&b), cases[i].want);
+        pc_buf_free(&b);
+    }
+}
+
 int main(void)
 {
     T_RUN(test_u64_text);
     T_RUN(test_strlcpy);
     T_RUN(test_append_i64);
+    T_RUN(test_json_text);
     T_DONE();
 }
