@@ -36,7 +36,8 @@ static int log_level = PC_LOG_NOTICE; /* enum pc_log_level, atomic */
 static char *log_path;                /* the files behind log_fd / access_fd, NULL if none */
 static char *access_path;
 
-#define LOG_STAMP_LEN 80 /* "2025-01-02T03:04:05.678Z": room for any year, as PC_ISO8601_LEN */
+#define PC_LOG_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LOG_STAMP_LEN    80 /* "2025-01-02T03:04:05.678Z": room for any year, as PC_ISO8601_LEN */
 
 static const char level_char[] = {'E', 'W', 'N', 'I', 'D'};
 static const char *const level_names[] = {"error", "warn", "notice", "info", "debug"};
@@ -148,18 +149,96 @@ bool log_enabled(enum pc_log_level level)
     return (int)level <= __atomic_load_n(&log_level, __ATOMIC_RELAXED);
 }
 
-static void write_all(int fd, const char *p, size_t n)
+/* 0, or the errno of the write that failed (the rest of the line is dropped). */
+static int write_all(int fd, const char *p, size_t n)
 {
     while (n > 0) {
         ssize_t w = write(fd, p, n);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            return;
+            return errno;
         }
         p += w;
         n -= (size_t)w;
     }
+    return 0;
+}
+
+/*
+ * A log that cannot be written (a full disk, /dev/full, a closed pipe): its
+ * lines are lost, and a line nobody reads cannot say so. The first failure
+ * is said once where it can be read (a failing log file on stderr, a failing
+ * access log in the daemon log), and so is the first line written again,
+ * with the count lost in between. Never blocks, never retries.
+ */
+struct sink_health {
+    int err;       /* atomic: errno of the failure under way, 0 while lines are written */
+    uint64_t lost; /* atomic: lines lost since it began */
+};
+
+static struct sink_health log_health, access_health;
+
+static const char *sink_name(const char *path, int fd)
+{
+    return path != NULL ? path : fd == STDOUT_FILENO ? "stdout" : "stderr";
+}
+
+static void log_stamp(char out[LOG_STAMP_LEN]);
+
+/* The failing daemon log's own message: straight to stderr, unless it is stderr. */
+static void say_on_stderr(const char *name, int err)
+{
+    if (log_fd == STDERR_FILENO)
+        return;
+    char line[1024], ts[LOG_STAMP_LEN];
+    log_stamp(ts);
+    int n = snprintf(line, sizeof(line),
+                     "%s %d E cannot write to log-file %.512s: %s; its lines are lost until it "
+                     "can\n",
+                     ts, (int)getpid(), name, strerror(err));
+    if (n > 0)
+        (void)write_all(STDERR_FILENO, line, PC_LOG_MIN((size_t)n, sizeof(line) - 1));
+}
+
+/* After a write to the daemon log: rc is write_all's result. */
+static void log_file_result(int rc)
+{
+    struct sink_health *h = &log_health;
+    const char *name = sink_name(log_path, log_fd);
+    if (rc != 0) {
+        __atomic_add_fetch(&h->lost, 1, __ATOMIC_RELAXED);
+        if (__atomic_exchange_n(&h->err, rc, __ATOMIC_ACQ_REL) == 0)
+            say_on_stderr(name, rc);
+        return;
+    }
+    if (__atomic_load_n(&h->err, __ATOMIC_RELAXED) == 0 ||
+        __atomic_exchange_n(&h->err, 0, __ATOMIC_ACQ_REL) == 0)
+        return;
+    unsigned long long lost = __atomic_exchange_n(&h->lost, 0, __ATOMIC_RELAXED);
+    log_write(PC_LOG_NOTICE, NULL, "log-file %s: written again (%llu line%s lost)", name, lost,
+              lost == 1 ? "" : "s");
+}
+
+/* After a write to the access log: said in the daemon log. */
+static void access_result(int rc)
+{
+    struct sink_health *h = &access_health;
+    const char *name = sink_name(access_path, access_fd);
+    if (rc != 0) {
+        __atomic_add_fetch(&h->lost, 1, __ATOMIC_RELAXED);
+        if (__atomic_exchange_n(&h->err, rc, __ATOMIC_ACQ_REL) == 0)
+            log_write(PC_LOG_ERROR, NULL,
+                      "cannot write to access-log %s: %s; its lines are lost until it can", name,
+                      strerror(rc));
+        return;
+    }
+    if (__atomic_load_n(&h->err, __ATOMIC_RELAXED) == 0 ||
+        __atomic_exchange_n(&h->err, 0, __ATOMIC_ACQ_REL) == 0)
+        return;
+    unsigned long long lost = __atomic_exchange_n(&h->lost, 0, __ATOMIC_RELAXED);
+    log_write(PC_LOG_NOTICE, NULL, "access-log %s: written again (%llu line%s lost)", name, lost,
+              lost == 1 ? "" : "s");
 }
 
 /* The time now as pc_iso8601 writes it (UTC, milliseconds). */
@@ -198,7 +277,7 @@ void log_write(enum pc_log_level level, const char *reqid, const char *fmt, ...)
     if ((size_t)n >= sizeof(line) - 1)
         n = (int)sizeof(line) - 2; /* truncated: keep the newline */
     line[n++] = '\n';
-    write_all(log_fd, line, (size_t)n);
+    log_file_result(write_all(log_fd, line, (size_t)n));
 }
 
 bool log_access_enabled(void)
@@ -214,7 +293,7 @@ void log_access(const char *line, size_t len)
     if (len + 1 <= sizeof(stackbuf)) {
         memcpy(stackbuf, line, len);
         stackbuf[len] = '\n';
-        write_all(access_fd, stackbuf, len + 1);
+        access_result(write_all(access_fd, stackbuf, len + 1));
         return;
     }
     char *tmp = malloc(len + 1);
@@ -224,6 +303,7 @@ void log_access(const char *line, size_t len)
     }
     memcpy(tmp, line, len);
     tmp[len] = '\n';
-    write_all(access_fd, tmp, len + 1);
+    int rc = write_all(access_fd, tmp, len + 1);
     free(tmp);
+    access_result(rc);
 }

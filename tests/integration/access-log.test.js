@@ -114,3 +114,48 @@ h.test('every line is valid UTF-8, whatever bytes the request carried', async ()
         assert.doesNotThrow(() => strict.decode(bytes), `not UTF-8: ${line.slice(0, 300)}`);
     }
 });
+
+/* A port nothing listens on now (the proxy's own log cannot tell it when that log is lost). */
+function freePort() {
+    const net = require('node:net');
+    return new Promise((resolve, reject) => {
+        const srv = net.createServer().listen(0, '127.0.0.1', () => {
+            const {port} = srv.address();
+            srv.close(() => resolve(port));
+        });
+        srv.once('error', reject);
+    });
+}
+
+h.test('a log that cannot be written is said once, where it can be read; requests are answered', async () => {
+    /*
+     * A full disk (here /dev/full) took every line of a log file without a word: the proxy
+     * ran and served, its log empty, nothing said anywhere. The daemon log's failure is now
+     * said on stderr, the access log's in the daemon log, each once.
+     */
+    const access = await env.startProxy({args: ['--access-log', '/dev/full']});
+    try {
+        for (let i = 0; i < 3; i++) {
+            const r = await access.post(CHAT, h.chatBody(h.uniq(`full disk ${i}`)));
+            assert.equal(r.status, 200, r.text);
+        }
+        await h.waitFor(() => /cannot write to access-log \/dev\/full: No space left on device/.test(access.stderr),
+            {what: 'the access log failure in the daemon log'});
+        assert.equal(access.stderr.match(/cannot write to access-log/g).length, 1, 'said once');
+    } finally {
+        await access.stop();
+    }
+    const port = await freePort();
+    const proc = h.spawnTracked('promptcache log-file /dev/full', h.proxyBin(), [
+        '--listen', `127.0.0.1:${port}`, '--upstream', env.mock.url, '--redis', env.redis.url,
+        '--log-file', '/dev/full', '--access-log', 'off'], {cwd: h.tmpDir('pc-full-')});
+    try {
+        await h.waitFor(async () => (await h.request(`http://127.0.0.1:${port}`, {path: '/healthz'})
+            .catch(() => ({status: 0}))).status === 200, {what: 'GET /healthz == 200'});
+        await h.waitFor(() => /cannot write to log-file \/dev\/full: No space left on device/.test(proc.stderr),
+            {what: 'the log file failure on stderr'});
+        assert.equal(proc.stderr.match(/cannot write to log-file/g).length, 1, 'said once');
+    } finally {
+        assert.equal(await proc.terminate(15000), 0, 'exit code');
+    }
+});
