@@ -106,7 +106,10 @@ static int listen_socket(const struct conf *c, char *err, size_t errlen)
     }
     freeaddrinfo(res);
     if (fd < 0)
-        snprintf(err, errlen, "listen %s: %s", c->listen, strerror(saved ? saved : EINVAL));
+        snprintf(err, errlen, "listen %s: %s%s", c->listen, strerror(saved ? saved : EINVAL),
+                 saved == EADDRINUSE ? " (another process listens there: stop it, or choose "
+                                       "another port with listen or --listen)"
+                                     : "");
     return fd;
 }
 

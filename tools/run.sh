@@ -25,6 +25,20 @@ var=${RUN_VAR:-$top/var/redis}
 sock=$var/redis.sock
 mkdir -p "$var"
 
+host=${LISTEN%:*}
+port=${LISTEN##*:}
+# A port already taken: said before anything starts (the banner below would
+# tell the user to point clients at someone else's server).
+probe_host=${host#[}
+probe_host=${probe_host%]}
+[ "$probe_host" = 0.0.0.0 ] && probe_host=127.0.0.1
+[ "$probe_host" = :: ] && probe_host=::1
+if [ "$port" != 0 ] && (exec 3<>"/dev/tcp/$probe_host/$port") 2>/dev/null; then
+    echo "make run: something already listens on $LISTEN (an earlier make run?);" \
+        "stop it, or choose another address: make run LISTEN=$host:$((port + 1))" >&2
+    exit 1
+fi
+
 redis_alive() {
     [ -S "$sock" ] && redis-cli -s "$sock" ping 2>/dev/null | grep -q PONG
 }
@@ -84,8 +98,6 @@ if [ "$UPSTREAM" = mock ]; then
     upstream_shown="the mock upstream ($UPSTREAM: OpenAI and Anthropic APIs, any key works)"
 fi
 
-host=${LISTEN%:*}
-port=${LISTEN##*:}
 key_hint='$OPENAI_API_KEY'
 [ -n "$mock_pid" ] && key_hint='sk-anything'
 cat <<MSG

@@ -79,3 +79,29 @@ h.test('UPSTREAM=mock answers without an API key, and the cache survives a resta
         await stop(proc);
     }
 });
+
+h.test('a port already taken is said before anything starts, and run.sh exits 1', async () => {
+    /*
+     * run.sh started the private Redis and the mock and printed "promptcache on http://...
+     * Point a client at it" before the proxy found the port taken, so the last words a user
+     * read before the error told them to send requests to whatever held the port.
+     */
+    const net = require('node:net');
+    const other = net.createServer((s) => s.destroy());
+    await new Promise((resolve) => other.listen(0, '127.0.0.1', resolve));
+    port = other.address().port;
+    const dir = h.tmpDir('pc-make-run-taken-');
+    try {
+        const proc = h.spawnTracked('tools/run.sh', 'bash', [RUN], {
+            env: {...process.env, UPSTREAM: 'mock', LISTEN: `127.0.0.1:${port}`, RUN_VAR: dir,
+                PROMPTCACHE_BIN: h.proxyBin()},
+        });
+        assert.ok(await proc.waitExit(20000), 'run.sh exits');
+        assert.equal(proc.exitStatus(), 1, 'exit code');
+        assert.match(proc.output, new RegExp(`already listens on 127\\.0\\.0\\.1:${port}`));
+        assert.doesNotMatch(proc.output, /Point a client at it/);
+        assert.ok(!fs.existsSync(path.join(dir, 'redis.sock')), 'no private Redis started');
+    } finally {
+        other.close();
+    }
+});
