@@ -115,18 +115,6 @@ h.test('every line is valid UTF-8, whatever bytes the request carried', async ()
     }
 });
 
-/* A port nothing listens on now (the proxy's own log cannot tell it when that log is lost). */
-function freePort() {
-    const net = require('node:net');
-    return new Promise((resolve, reject) => {
-        const srv = net.createServer().listen(0, '127.0.0.1', () => {
-            const {port} = srv.address();
-            srv.close(() => resolve(port));
-        });
-        srv.once('error', reject);
-    });
-}
-
 h.test('a log that cannot be written is said once, where it can be read; requests are answered', async () => {
     /*
      * A full disk (here /dev/full) took every line of a log file without a word: the proxy
@@ -145,7 +133,7 @@ h.test('a log that cannot be written is said once, where it can be read; request
     } finally {
         await access.stop();
     }
-    const port = await freePort();
+    const port = await h.freePort(); /* its own log cannot name it: that log is lost */
     const proc = h.spawnTracked('promptcache log-file /dev/full', h.proxyBin(), [
         '--listen', `127.0.0.1:${port}`, '--upstream', env.mock.url, '--redis', env.redis.url,
         '--log-file', '/dev/full', '--access-log', 'off'], {cwd: h.tmpDir('pc-full-')});
