@@ -68,6 +68,7 @@ struct worker {
     bool stopping;
     bool exited; /* atomic: the loop has been left (the server stops waiting once all have) */
     uint64_t shutdown_deadline_ms;
+    bool cutting; /* shutdown-timeout passed: the calls left were ended, their answers go out */
 
     uint64_t seq;             /* request ids */
     size_t fetches;           /* upstream calls led by this worker, incl. ones without clients */

@@ -180,7 +180,9 @@ static const struct conf_key conf_keys[] = {
     {.name = "shutdown-timeout", .type = CONF_DOUBLE, FIELD(shutdown_timeout), .def = "10",
      .dmin = 0, .dmax = 3600, .arg = "SECONDS", .flags = CONF_RELOAD,
      .help = "Seconds in-flight requests may take to finish after SIGTERM or SIGINT. "
-             "Connections still open after that are closed; 0 closes them at once."},
+             "Then the upstream calls still running are ended (a client still waiting for its "
+             "answer gets a 502 in its API's shape) and, 0.2 s later, the connections still "
+             "open are closed; 0 does so at once."},
 
     {.name = "upstream", .type = CONF_LIST, FIELD(upstream), .def = "https://api.openai.com",
      .check = check_upstream_url, .flags = CONF_URL_PASS, .arg = "URL", .section = "Upstream",

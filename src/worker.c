@@ -7,7 +7,9 @@
  * lets in-flight requests and fetches finish (each one's end reaches
  * check_idle through the context's ended hook: proxy and fetch never call
  * this file), and leaves its loop when idle or when shutdown-timeout has
- * passed, whichever comes first.
+ * passed, whichever comes first; at shutdown-timeout it first ends the
+ * upstream calls left (their waiting clients get error answers) and gives
+ * those answers CUT_GRACE_MS to go out.
  */
 #include "pc_worker.h"
 #include "pc_backend.h"
@@ -29,6 +31,7 @@
 #include <event2/event.h>
 
 #define EXIT_CHECK_MS 50
+#define CUT_GRACE_MS  200 /* after shutdown-timeout: the error answers of the calls cut */
 
 static void check_idle(struct worker *w);
 
@@ -40,12 +43,26 @@ static void on_exit_check(evutil_socket_t fd, short what, void *arg)
     PC_CHECK_OBJ(w, WORKER_MAGIC);
     if (w->httpd == NULL)
         return; /* teardown */
+    if (pc_mono_ms() >= w->shutdown_deadline_ms && w->cutting) {
+        event_base_loopbreak(w->base);
+        return;
+    }
     if (pc_mono_ms() >= w->shutdown_deadline_ms) {
         size_t reqs = httpd_active_requests(w->httpd);
-        log_warn("worker %d: %zu request%s and %zu upstream call%s still running after "
-                 "shutdown-timeout; closing them",
-                 w->id, reqs, reqs == 1 ? "" : "s", w->fetches, w->fetches == 1 ? "" : "s");
-        event_base_loopbreak(w->base);
+        if (reqs > 0 || w->fetches > 0)
+            log_warn("worker %d: %zu request%s and %zu upstream call%s still running after "
+                     "shutdown-timeout; closing them",
+                     w->id, reqs, reqs == 1 ? "" : "s", w->fetches, w->fetches == 1 ? "" : "s");
+        /*
+         * End the upstream calls first, as failed calls: a client still waiting for its
+         * answer's head gets an error in its API's shape (the SDK retries it elsewhere) rather
+         * than a reset connection, logged as what it was, not as a client that went away.
+         * A short grace lets those answers out; then every connection left is closed.
+         */
+        w->cutting = true;
+        fetch_abort_all(w);
+        w->shutdown_deadline_ms = pc_mono_ms() + CUT_GRACE_MS;
+        check_idle(w);
         return;
     }
     check_idle(w);

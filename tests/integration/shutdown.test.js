@@ -162,3 +162,30 @@ h.test('a second signal during the drain exits at once, the stream still held', 
         await proxy.kill();
     }
 });
+
+h.test('shutdown-timeout: a client still waiting for its answer gets an error in its API shape', async () => {
+    /*
+     * At shutdown-timeout every connection was closed as it stood: a JSON client whose upstream
+     * call still ran met a reset connection (no status, no body), and the access log called it
+     * 499, aborted, as if the client had hung up. The calls are now ended first, as failed
+     * upstream calls: the client gets a 502 in its API's shape, and the log says 502.
+     */
+    const proxy = await env.startProxy({args: ['--shutdown-timeout', '0.5']});
+    const id = h.uniq('held json').replace(' ', '-');
+    const calls = env.mock.callCount(CHAT);
+    const pending = proxy.post(CHAT, h.chatBody(h.uniq('cut json')), {'x-mock-hold': id});
+    try {
+        await env.mock.waitForCalls(calls + 1, CHAT);
+        assert.equal(await proxy.stop(15000), 0, 'exit code');
+        const r = await pending;
+        assert.equal(r.status, 502, r.text);
+        assert.equal(r.json.error.type, 'server_error', r.text);
+        assert.match(r.json.error.message, /shutting down/);
+        const line = proxy.accessLog().find((l) => l.id === r.headers['x-promptcache-request-id']);
+        assert.ok(line, 'logged');
+        assert.equal(line.status, 502);
+        assert.equal(line.aborted, false);
+    } finally {
+        env.mock.release(id);
+    }
+});
