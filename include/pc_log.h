@@ -29,6 +29,13 @@ enum pc_log_level {
  */
 int log_init(enum pc_log_level level, const char *path, const char *access_path, char *errbuf,
              size_t errlen);
+/*
+ * For -t: 0 if path (the value of key log-file or access-log) could be opened
+ * as log_init opens it (stderr, stdout and off always can), else -1 with
+ * errbuf set ("log-file PATH: cannot open for appending: REASON"). Writes
+ * nothing and creates no file: a missing file needs a writable directory.
+ */
+int log_check(const char *key, const char *path, char *errbuf, size_t errlen);
 void log_teardown(void);
 /*
  * Reopen the log files (not stderr/stdout) by path, for log rotation: lines

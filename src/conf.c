@@ -2455,7 +2455,9 @@ static const struct conf_form conf_form_table[] = {
                "the options, the secret files, the price list and the tenant-names file), "
                "prints \"configuration OK\" and exits 0, or prints every error as FILE:LINE: "
                "key: message and exits 1. A PROMPTCACHE_ variable that is no key is an error "
-               "here (a running proxy only warns)."},
+               "here (a running proxy only warns), and so is a `log-file` or `access-log` "
+               "that a start could not open for appending (checked without writing to it or "
+               "creating it)."},
     {.synopsis = "-T [CONFIG-FILE] [--KEY VALUE ...]",
      .summary = "print the effective configuration\nand where each value came from",
      .detail = "Prints the effective configuration, one \"key value\" line per key, each "

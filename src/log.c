@@ -89,6 +89,40 @@ int log_init(enum pc_log_level level, const char *path, const char *apath, char 
     return 0;
 }
 
+int log_check(const char *key, const char *path, char *errbuf, size_t errlen)
+{
+    if (path == NULL || *path == '\0' || strcmp(path, "stderr") == 0 ||
+        strcmp(path, "stdout") == 0 || strcmp(path, "off") == 0)
+        return 0;
+    /* An existing file: opened for appending as a start would, nothing written. Non-blocking:
+     * a FIFO without a reader must not hang the check. */
+    int f = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (f >= 0) {
+        close(f);
+        return 0;
+    }
+    if (errno == ENXIO)
+        return 0; /* a FIFO nobody reads yet */
+    int err = errno;
+    if (err == ENOENT) {
+        /* Not there yet: a start creates it, if its directory lets it. Not created here (a
+         * check run by another user would leave a file the proxy's user cannot write). */
+        char *dir = strdup(path);
+        if (dir == NULL)
+            abort();
+        char *slash = strrchr(dir, '/');
+        const char *d = slash == NULL ? "." : slash == dir ? "/" : dir;
+        if (slash != NULL && slash != dir)
+            *slash = '\0';
+        err = access(d, W_OK | X_OK) == 0 ? 0 : errno;
+        free(dir);
+        if (err == 0)
+            return 0;
+    }
+    snprintf(errbuf, errlen, "%s %s: cannot open for appending: %s", key, path, strerror(err));
+    return -1;
+}
+
 void log_teardown(void)
 {
     if (log_fd > STDERR_FILENO)

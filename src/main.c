@@ -283,12 +283,23 @@ static void print_sources(const struct conf *c)
     pc_buf_free(&b);
 }
 
-/* -t: the configuration loaded; a PROMPTCACHE_* variable that is no key is an error too. */
-static int check_result(const struct cli *cli, const struct pc_buf *env, int nenv)
+/*
+ * -t: the configuration loaded; a PROMPTCACHE_* variable that is no key is an error too, and
+ * so is a log file a start could not open (the start would fail on it).
+ */
+static int check_result(const struct cli *cli, const struct conf *c, const struct pc_buf *env,
+                        int nenv)
 {
-    if (nenv > 0) {
+    char err[2][1200];
+    int nlog = (log_check("log-file", c->log_file, err[0], sizeof(err[0])) < 0 ? 1 : 0);
+    if (log_check("access-log", c->access_log, err[nlog], sizeof(err[nlog])) < 0)
+        nlog++;
+    if (nenv + nlog > 0) {
         fwrite(env->data, 1, env->len, stderr);
-        fprintf(stderr, "promptcache: %d configuration error%s\n", nenv, nenv == 1 ? "" : "s");
+        for (int i = 0; i < nlog; i++)
+            fprintf(stderr, "%s\n", err[i]);
+        fprintf(stderr, "promptcache: %d configuration error%s\n", nenv + nlog,
+                nenv + nlog == 1 ? "" : "s");
         return 1;
     }
     printf("configuration OK%s%s\n", cli->config ? ": " : "", cli->config ? cli->config : "");
@@ -353,7 +364,7 @@ int main(int argc, char **argv)
     if (cli.cmd != CMD_RUN && cli.cmd != CMD_CHECK)
         print_warnings(pc_buf_cstr(&env));
     if (cli.cmd == CMD_CHECK) {
-        status = check_result(&cli, &env, nenv);
+        status = check_result(&cli, c, &env, nenv);
     } else if (cli.cmd == CMD_DUMP) {
         print_sources(c);
         status = 0;

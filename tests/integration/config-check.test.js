@@ -130,3 +130,22 @@ h.test('a misspelt key in the file or an option is named with the closest real o
     assert.match(r.output, new RegExp(`${file}:9: redis-timout: unknown key; did you mean redis-timeout\\?`));
     assert.match(r.output, /command line: --semantic-treshold: unknown option; did you mean --semantic-threshold\?/);
 });
+
+h.test('-t fails on a log file a start could not open, and creates none', async () => {
+    /*
+     * -t said "configuration OK" for a log-file in a directory that does not exist, and the
+     * start then failed on it ("cannot open log file"): systemd's ExecStartPre=promptcache -t
+     * let the unit start and fail. -t now opens the files as a start would, writing nothing.
+     */
+    const dir = h.tmpDir('pc-logcheck-');
+    const bad = await h.runCli(['-t', '--log-file', path.join(dir, 'missing', 'promptcache.log'),
+        '--access-log', dir]);
+    assert.equal(bad.code, 1, bad.output);
+    assert.match(bad.output, /log-file \S+\/missing\/promptcache\.log: cannot open for appending: No such file or directory/);
+    assert.match(bad.output, /access-log \S+: cannot open for appending: Is a directory/);
+    assert.match(bad.output, /2 configuration errors/);
+    const good = await h.runCli(['-t', '--log-file', path.join(dir, 'promptcache.log'),
+        '--access-log', path.join(dir, 'access.log')]);
+    assert.equal(good.code, 0, good.output);
+    assert.deepEqual(fs.readdirSync(dir), [], 'no file created by the check');
+});
