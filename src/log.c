@@ -42,7 +42,7 @@ static char *access_path;
 static const char level_char[] = {'E', 'W', 'N', 'I', 'D'};
 static const char *const level_names[] = {"error", "warn", "notice", "info", "debug"};
 
-static int open_target(const char *path, int *fd, char *errbuf, size_t errlen)
+static int open_target(const char *key, const char *path, int *fd, char *errbuf, size_t errlen)
 {
     if (strcmp(path, "stderr") == 0) {
         *fd = STDERR_FILENO;
@@ -54,7 +54,7 @@ static int open_target(const char *path, int *fd, char *errbuf, size_t errlen)
     }
     int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
     if (f < 0) {
-        snprintf(errbuf, errlen, "cannot open log file %s: %s", path, strerror(errno));
+        snprintf(errbuf, errlen, "cannot open %s %s: %s", key, path, strerror(errno));
         return -1;
     }
     *fd = f;
@@ -77,12 +77,12 @@ int log_init(enum pc_log_level level, const char *path, const char *apath, char 
 {
     log_set_level(level);
     if (path != NULL && *path != '\0') {
-        if (open_target(path, &log_fd, errbuf, errlen) < 0)
+        if (open_target("log-file", path, &log_fd, errbuf, errlen) < 0)
             return -1;
         log_path = file_path(path, log_fd);
     }
     if (apath != NULL && *apath != '\0' && strcmp(apath, "off") != 0) {
-        if (open_target(apath, &access_fd, errbuf, errlen) < 0)
+        if (open_target("access-log", apath, &access_fd, errbuf, errlen) < 0)
             return -1;
         access_path = file_path(apath, access_fd);
     }

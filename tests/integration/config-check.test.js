@@ -149,3 +149,10 @@ h.test('-t fails on a log file a start could not open, and creates none', async 
     assert.equal(good.code, 0, good.output);
     assert.deepEqual(fs.readdirSync(dir), [], 'no file created by the check');
 });
+
+h.test('a start that cannot open a log names which one', async () => {
+    /* Both said "cannot open log file PATH": an access log was reported as the log file. */
+    const r = await h.runCli(['--listen', '127.0.0.1:0', '--cache', 'no', '--access-log', '/nonexistent/access.log']);
+    assert.equal(r.code, 1, r.output);
+    assert.match(r.output, /cannot open access-log \/nonexistent\/access\.log: No such file or directory/);
+});
