@@ -58,8 +58,17 @@ h.test('the unit runs as a dedicated user and reloads with SIGHUP', () => {
 
 h.test('TimeoutStopSec outlasts shutdown-timeout; LimitNOFILE covers max-connections', async () => {
     assert.ok(Number(one('TimeoutStopSec')) > Number(await effective('shutdown-timeout')));
-    /* 16 workers at the default max-connections, plus upstream and Redis sockets */
-    assert.ok(Number(one('LimitNOFILE')) >= 16 * Number(await effective('max-connections')) + 1024);
+    /*
+     * What the proxy asks for (server.c raise_fd_limit, doc/operations.md): max-connections
+     * counts all workers together, a client and an upstream connection each, plus 1024. The
+     * unit's comment said max-connections was per worker (workers x max-connections + 1024).
+     */
+    const max = Number(await effective('max-connections'));
+    assert.ok(Number(one('LimitNOFILE')) >= 2 * max + 1024);
+    assert.doesNotMatch(text, /max-connections is per worker/);
+    assert.match(text, /2 x max-connections \+ 1024/);
+    assert.match(fs.readFileSync(path.join(h.REPO, 'doc', 'operations.md'), 'utf8'),
+        /`max-connections` counts \*\*all workers together\*\*.*about `2 × max-connections \+ 1024` open files/);
 });
 
 h.test('secrets come from an EnvironmentFile, not the command line', () => {
