@@ -42,6 +42,26 @@ static char *access_path;
 static const char level_char[] = {'E', 'W', 'N', 'I', 'D'};
 static const char *const level_names[] = {"error", "warn", "notice", "info", "debug"};
 
+/*
+ * Open path for appending, creating it. Non-blocking, so that a FIFO nobody
+ * reads fails at once (ENXIO) instead of holding the start or a SIGHUP
+ * forever; the writes then block as on any log file.
+ */
+static int open_log(const char *path)
+{
+    int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0640);
+    if (f < 0)
+        return -1;
+    int fl = fcntl(f, F_GETFL);
+    if (fl < 0 || fcntl(f, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int e = errno;
+        close(f);
+        errno = e;
+        return -1;
+    }
+    return f;
+}
+
 static int open_target(const char *key, const char *path, int *fd, char *errbuf, size_t errlen)
 {
     if (strcmp(path, "stderr") == 0) {
@@ -52,9 +72,10 @@ static int open_target(const char *key, const char *path, int *fd, char *errbuf,
         *fd = STDOUT_FILENO;
         return 0;
     }
-    int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    int f = open_log(path);
     if (f < 0) {
-        snprintf(errbuf, errlen, "cannot open %s %s: %s", key, path, strerror(errno));
+        snprintf(errbuf, errlen, "cannot open %s %s: %s%s", key, path, strerror(errno),
+                 errno == ENXIO ? " (a FIFO nobody reads)" : "");
         return -1;
     }
     *fd = f;
@@ -94,15 +115,13 @@ int log_check(const char *key, const char *path, char *errbuf, size_t errlen)
     if (path == NULL || *path == '\0' || strcmp(path, "stderr") == 0 ||
         strcmp(path, "stdout") == 0 || strcmp(path, "off") == 0)
         return 0;
-    /* An existing file: opened for appending as a start would, nothing written. Non-blocking:
-     * a FIFO without a reader must not hang the check. */
+    /* An existing file: opened for appending as a start would (a FIFO nobody reads fails),
+     * nothing written. */
     int f = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (f >= 0) {
         close(f);
         return 0;
     }
-    if (errno == ENXIO)
-        return 0; /* a FIFO nobody reads yet */
     int err = errno;
     if (err == ENOENT) {
         /* Not there yet: a start creates it, if its directory lets it. Not created here (a
@@ -119,7 +138,8 @@ int log_check(const char *key, const char *path, char *errbuf, size_t errlen)
         if (err == 0)
             return 0;
     }
-    snprintf(errbuf, errlen, "%s %s: cannot open for appending: %s", key, path, strerror(err));
+    snprintf(errbuf, errlen, "%s %s: cannot open for appending: %s%s", key, path, strerror(err),
+             err == ENXIO ? " (a FIFO nobody reads)" : "");
     return -1;
 }
 
@@ -139,10 +159,10 @@ void log_teardown(void)
 /* Open path anew and put it in place of fd (same number). */
 static int reopen_one(const char *path, int fd, char *errbuf, size_t errlen)
 {
-    int f = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    int f = open_log(path);
     if (f < 0) {
-        snprintf(errbuf, errlen, "cannot reopen %s: %s (still writing to the old file)", path,
-                 strerror(errno));
+        snprintf(errbuf, errlen, "cannot reopen %s: %s%s (still writing to the old file)", path,
+                 strerror(errno), errno == ENXIO ? ", a FIFO nobody reads" : "");
         return -1;
     }
     int rc = 0;

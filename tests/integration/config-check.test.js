@@ -156,3 +156,19 @@ h.test('a start that cannot open a log names which one', async () => {
     assert.equal(r.code, 1, r.output);
     assert.match(r.output, /cannot open access-log \/nonexistent\/access\.log: No such file or directory/);
 });
+
+h.test('a log-file that is a FIFO nobody reads fails the start and -t at once', async () => {
+    /*
+     * open(2) of a FIFO for writing waits for a reader: the start hung there for good, before
+     * its first log line, with nothing said (and -t called it OK). It is opened non-blocking.
+     */
+    const {spawnSync} = require('node:child_process');
+    const fifo = path.join(h.tmpDir('pc-fifo-'), 'log.fifo');
+    assert.equal(spawnSync('mkfifo', [fifo]).status, 0, 'mkfifo');
+    const start = await h.runCli(['--listen', '127.0.0.1:0', '--cache', 'no', '--log-file', fifo], {timeout: 10000});
+    assert.equal(start.code, 1, start.output);
+    assert.match(start.output, /cannot open log-file \S+log\.fifo: No such device or address \(a FIFO nobody reads\)/);
+    const check = await h.runCli(['-t', '--log-file', fifo], {timeout: 10000});
+    assert.equal(check.code, 1, check.output);
+    assert.match(check.output, /log-file \S+log\.fifo: cannot open for appending: No such device or address/);
+});
