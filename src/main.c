@@ -295,7 +295,8 @@ static int check_result(const struct cli *cli, const struct conf *c, const struc
     if (log_check("access-log", c->access_log, err[nlog], sizeof(err[nlog])) < 0)
         nlog++;
     if (nenv + nlog > 0) {
-        fwrite(env->data, 1, env->len, stderr);
+        if (env->len > 0) /* data is NULL while empty */
+            fwrite(env->data, 1, env->len, stderr);
         for (int i = 0; i < nlog; i++)
             fprintf(stderr, "%s\n", err[i]);
         fprintf(stderr, "promptcache: %d configuration error%s\n", nenv + nlog,
