@@ -121,7 +121,8 @@ static const struct conf_key conf_keys[] = {
      .help = "Address and port the proxy accepts client connections on. The host may be an IPv4 "
              "address, an IPv6 address in brackets ([::1]:8080) or a host name; 0.0.0.0:8080 "
              "listens on every IPv4 interface. Port 0 picks a free port, which the startup "
-             "log line \"listening on HOST:PORT\" names."},
+             "log line \"listening on HOST:PORT\" names. A host name listens on the first of "
+             "its addresses that can be bound (one socket); unix sockets are not supported."},
     {.name = "workers", .type = CONF_INT, FIELD(workers), .def = "0", .imin = 0, .imax = 256,
      .help = "Number of worker threads, each running its own event loop. 0 starts one per "
              "online CPU core."},
@@ -1270,6 +1271,11 @@ static int set_hostport(struct conf *c, const struct conf_key *k, const char *v,
 {
     char *host = NULL;
     int port = 0;
+    /* "unix:/path" or "/path" read as a host and a port: say what is wrong with it. */
+    if (strncmp(v, "unix:", 5) == 0 || v[0] == '/') {
+        seterr(err, errlen, "unix sockets are not supported: expected HOST:PORT");
+        return -1;
+    }
     if (parse_authority(v, strlen(v), true, &host, &port, err, errlen) < 0)
         return -1;
     if (port < 0) {

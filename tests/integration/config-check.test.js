@@ -172,3 +172,12 @@ h.test('a log-file that is a FIFO nobody reads fails the start and -t at once', 
     assert.equal(check.code, 1, check.output);
     assert.match(check.output, /log-file \S+log\.fifo: cannot open for appending: No such device or address/);
 });
+
+h.test('listen on a unix socket is refused as such', async () => {
+    /* "unix:/path" was read as host "unix" and port "/path": "port must be a number from 0 to 65535". */
+    for (const v of ['unix:/run/promptcache.sock', '/run/promptcache.sock']) {
+        const r = await h.runCli(['-t', '--listen', v]);
+        assert.equal(r.code, 1, r.output);
+        assert.match(r.output, /--listen: unix sockets are not supported: expected HOST:PORT/);
+    }
+});
