@@ -86,7 +86,9 @@ if [ "$UPSTREAM" = mock ]; then
     command -v node >/dev/null || { echo "UPSTREAM=mock needs node (make deps-node)" >&2; exit 1; }
     out=$var/mock-upstream.out
     : >"$out"
-    node tests/mock/upstream.js --port 0 >"$out" 2>&1 &
+    # In a session of its own: Ctrl-C reaches the proxy, which finishes the
+    # requests in flight, not the mock they wait on (stop_all ends it after).
+    setsid node tests/mock/upstream.js --port 0 >"$out" 2>&1 &
     mock_pid=$!
     for _ in $(seq 1 100); do
         grep -q '^listening ' "$out" && break

@@ -105,3 +105,39 @@ h.test('a port already taken is said before anything starts, and run.sh exits 1'
         other.close();
     }
 });
+
+h.test('Ctrl-C lets a request in flight to the mock finish', async () => {
+    /*
+     * README: "Ctrl-C: in-flight requests finish first". The terminal's SIGINT reached the mock
+     * upstream too (same process group), which died at once: the proxy drained, but the request
+     * it waited for got a 502 from a dead upstream. The mock now runs in a session of its own.
+     */
+    port = await h.freePort();
+    const proc = start();
+    try {
+        const url = await ready(proc);
+        const pending = h.request(url, {method: 'POST', path: CHAT,
+            body: JSON.stringify(h.chatBody(h.uniq('make run ctrl-c'))),
+            headers: {'content-type': 'application/json', 'authorization': 'Bearer sk-anything',
+                'x-mock-delay-ms': '1500'}});
+        await h.waitFor(async () => (await h.request(url, {method: 'GET', path: '/stats'})).json.cache_misses >= 1,
+            {what: 'the request in flight'});
+        process.kill(-proc.pid, 'SIGINT');
+        const r = await pending;
+        assert.equal(r.status, 200, r.text);
+        assert.match(JSON.parse(r.text).choices[0].message.content, /mock answer/);
+    } finally {
+        await stop(proc);
+    }
+    /* and the mock is stopped once run.sh is done */
+    const m = /listening (127\.0\.0\.1:\d+)/.exec(fs.readFileSync(path.join(varDir, 'mock-upstream.out'), 'utf8'));
+    assert.ok(m, 'the mock said where it listens');
+    await h.waitFor(async () => {
+        try {
+            await h.request(`http://${m[1]}`, {method: 'GET', path: '/v1/models'});
+            return false;
+        } catch (e) {
+            return true;
+        }
+    }, {what: 'the mock upstream stopped'});
+});
