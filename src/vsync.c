@@ -534,6 +534,10 @@ struct vsync {
         size_t total, done;
     } rs;
 
+    /* The follower's own decode buffer (VINDEX_DIM_MAX floats): events are decoded on its
+     * thread while the loader decodes records into vec. */
+    float *evec;
+
     atomic_bool ready, loader_up;
     atomic_uint_fast64_t loaded, events, loads, errors, corrupt, skipped, ignored;
 };
@@ -587,14 +591,17 @@ int vsync_record_partition(const char *rec, size_t len, unsigned char partition[
     return 0;
 }
 
-/* Decode a record and add it (load_gen 0: an event) to the index. */
-static enum applied apply_record(struct vsync *s, const unsigned char *tenant,
+/*
+ * Decode a record into buf (VINDEX_DIM_MAX floats: the calling thread's own, the loader's or
+ * the follower's) and add it (load_gen 0: an event) to the index.
+ */
+static enum applied apply_record(struct vsync *s, float *buf, const unsigned char *tenant,
                                  const unsigned char *key, const char *data, size_t len,
                                  const unsigned char *want_partition, uint32_t load_gen)
 {
     struct vrec r;
     char err[96];
-    if (vrec_decode(data, len, &r, s->vec, VINDEX_DIM_MAX, err, sizeof(err)) < 0) {
+    if (vrec_decode(data, len, &r, buf, VINDEX_DIM_MAX, err, sizeof(err)) < 0) {
         log_debug("vsync: corrupt vector record skipped: %s", err);
         return CORRUPT;
     }
@@ -700,7 +707,7 @@ static enum applied apply_add(struct vsync *s, const struct vsync_event *ev)
         count(&s->ignored, 1);
         return IGNORED;
     }
-    enum applied a = apply_record(s, ev->tenant, ev->key, ev->rec, ev->rec_len, NULL, 0);
+    enum applied a = apply_record(s, s->evec, ev->tenant, ev->key, ev->rec, ev->rec_len, NULL, 0);
     if (a == SKIPPED)
         count(&s->skipped, 1);
     return a;
@@ -1064,8 +1071,8 @@ static int take_record(struct vsync *s, struct load *ld, size_t i, const redisRe
         count(&s->errors, 1);
         return 0;
     }
-    ld->counts[apply_record(s, ld->j->tenant, ld->m[i].key, r->str, r->len, ld->j->partition,
-                            ld->gen)]++;
+    ld->counts[apply_record(s, s->vec, ld->j->tenant, ld->m[i].key, r->str, r->len,
+                            ld->j->partition, ld->gen)]++;
     return 0;
 }
 
@@ -1498,6 +1505,7 @@ struct vsync *vsync_start(const struct vsync_opts *o)
                       : LOAD_MEMBERS_MAX;
     s->load_max = PC_MIN(s->load_max, (size_t)LOAD_MEMBERS_MAX);
     s->vec = pc_malloc(VINDEX_DIM_MAX * sizeof(float));
+    s->evec = pc_malloc(VINDEX_DIM_MAX * sizeof(float));
     s->fd = -1;
     /* Lookups wait for the first connect as for the schema: one that fails (Redis away) or
      * finds no current schema ends their wait (a miss); they did not wait at all before, so a
@@ -1519,6 +1527,7 @@ struct vsync *vsync_start(const struct vsync_opts *o)
         pthread_cond_destroy(&s->done);
         s->magic = 0;
         free(s->vec);
+        free(s->evec);
         free(s->url);
         free(s->space);
         free(s);
@@ -1548,6 +1557,7 @@ void vsync_stop(struct vsync **sp)
     pthread_cond_destroy(&s->done);
     s->magic = 0;
     free(s->vec);
+    free(s->evec);
     if (s->url != NULL) /* it may hold a password */
         explicit_bzero(s->url, strlen(s->url));
     free(s->url);

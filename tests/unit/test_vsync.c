@@ -1238,6 +1238,122 @@ static void test_l1_reader(void)
     redisFree(c);
 }
 
+/*
+ * Loads and stream events at once: the loader decodes the records it reads while the
+ * follower decodes the events it reads. Both decoded into one buffer, so a vector was now and
+ * then stored under another record's key (a key found by another's vector, and not by its
+ * own). Each round reads the partition again while this thread, as the follower would, hands
+ * the handler add events of the same keys; once the reload is over every key must be found by
+ * its own vector. Vectors of 1024 components (a remote embedder's size): each decode takes a
+ * while.
+ */
+#define RACE_DIM    1024
+#define RACE_KEYS   300
+#define RACE_ROUNDS 20
+
+static void race_record(unsigned n, struct pc_buf *out)
+{
+    static float v[RACE_DIM];
+    vec_of(n, v, RACE_DIM);
+    struct vrec r = {.dim = RACE_DIM,
+                     .created_ms = pc_wall_ms(),
+                     .expires_ms = pc_wall_ms() + 3600000,
+                     .vec = v,
+                     .text = "q",
+                     .text_len = 1};
+    snprintf(r.space, sizeof(r.space), "%s", SPACE);
+    part_of(1, r.partition);
+    T_CHECK(vrec_encode(&r, VREC_F16, out) == 0);
+}
+
+/* An add event of key n, as XREAD gives it. */
+struct race_event {
+    struct pc_buf rec;
+    char id[VSYNC_ID_LEN + 1];
+    redisReply arr, items[8];
+    redisReply *ptrs[8];
+};
+
+static void race_event(struct race_event *e, unsigned n)
+{
+    unsigned char key[VINDEX_KEY_LEN], tenant[VINDEX_TENANT_LEN];
+    key_of(n, key);
+    tenant_of(1, tenant);
+    vsync_id(tenant, key, e->id);
+    race_record(n, &e->rec);
+    const char *kv[8] = {"op", "add", "k", e->id, "r", e->rec.data, "m", "1"};
+    for (int i = 0; i < 8; i++) {
+        e->items[i].type = REDIS_REPLY_STRING;
+        e->items[i].str = (char *)kv[i];
+        e->items[i].len = i == 5 ? e->rec.len : strlen(kv[i]);
+        e->ptrs[i] = &e->items[i];
+    }
+    e->arr.type = REDIS_REPLY_ARRAY;
+    e->arr.elements = 8;
+    e->arr.element = e->ptrs;
+}
+
+static void test_decode_race(void)
+{
+    redisContext *c = admin();
+    run_fmt(c, "FLUSHALL");
+    set_schema(c, migrate_latest());
+    run_fmt(c, "SET %spm-ready 1", PC_KEY_PREFIX);
+    unsigned char tenant[VINDEX_TENANT_LEN], part[VINDEX_PART_LEN], key[VINDEX_KEY_LEN];
+    tenant_of(1, tenant);
+    part_of(1, part);
+    struct race_event *ev = pc_calloc(RACE_KEYS, sizeof(*ev));
+    for (unsigned n = 0; n < RACE_KEYS; n++) {
+        race_event(&ev[n], n);
+        key_of(n, key);
+        struct vsync_argv a;
+        vsync_argv_set(&a, tenant, key, ev[n].rec.data, ev[n].rec.len, 3600000);
+        run(c, a.argc, a.argv, a.lens);
+        vsync_argv_member_add(&a, tenant, key, part, pc_wall_ms() + 3600000);
+        run(c, a.argc, a.argv, a.lens);
+    }
+    struct vindex_opts vo = {.dim = RACE_DIM, .lazy = true};
+    struct vindex *v = vindex_create(&vo);
+    struct vsync_opts o = {.url = R.url, .space = SPACE, .index = v};
+    struct vsync *s = vsync_start(&o);
+    T_CHECK(s != NULL);
+    T_CHECK_INT(vsync_load_wait(s, tenant, part, DEADLINE), VINDEX_RESIDENT);
+    T_CHECK_INT(nvec(v), RACE_KEYS);
+    static float q[RACE_DIM];
+    unsigned lost = 0, events = 0;
+    for (int round = 0; round < RACE_ROUNDS; round++) {
+        struct vsync_counters k;
+        vsync_get_counters(s, &k);
+        uint64_t loads = k.loads;
+        vsync_on_start(s); /* what is in memory is read again */
+        uint64_t t0 = pc_mono_ms();
+        for (unsigned i = 0; k.loads == loads && pc_mono_ms() - t0 < DEADLINE; i++) {
+            vsync_on_entry(s, &ev[i % RACE_KEYS].arr);
+            events++;
+            if (i % 8 == 0)
+                vsync_get_counters(s, &k);
+        }
+        T_CHECK(await(loads_reach, s, loads + 1, NULL));
+        for (unsigned n = 0; n < RACE_KEYS; n++) {
+            struct vindex_hit hit[1];
+            vec_of(n, q, RACE_DIM);
+            key_of(n, key);
+            size_t got = vindex_search(v, part, q, 1, 0.999f, pc_wall_ms(), hit);
+            lost += got == 0 || memcmp(hit[0].key, key, VINDEX_KEY_LEN) != 0;
+        }
+    }
+    fprintf(stderr, "    %u events during %d reloads; %u keys not found by their own vector\n",
+            events, RACE_ROUNDS, lost);
+    T_CHECK_INT(lost, 0);
+    T_CHECK_INT(nvec(v), RACE_KEYS);
+    vsync_stop(&s);
+    vindex_destroy(&v);
+    for (unsigned n = 0; n < RACE_KEYS; n++)
+        pc_buf_free(&ev[n].rec);
+    free(ev);
+    redisFree(c);
+}
+
 static void test_invalid(void)
 {
     struct vindex_opts vo = {.dim = DIM};
@@ -1266,5 +1382,6 @@ int main(void)
     T_RUN(test_budget);
     T_RUN(test_lists_built);
     T_RUN(test_l1_reader);
+    T_RUN(test_decode_race);
     T_DONE();
 }
