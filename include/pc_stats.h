@@ -85,7 +85,8 @@
            "Calls let through to the remote embedder as the open breaker's probe")                 \
     ACTION(semantic_sync_rejected, counter,                                                        \
            "Vector records and pc:2:vs stream events the vector index's reader rejected "          \
-           "(malformed or out of range)")                                                          \
+           "(malformed or out of range), and vectors of another tenant a lookup found in a "       \
+           "partition (forged)")                                                                   \
     ACTION(semantic_index_loads, counter,                                                          \
            "Partitions loaded into the vector index from their member lists in Redis")             \
     ACTION(semantic_index_loaded_vectors, counter, "Vectors those loads added to the index")       \

@@ -147,7 +147,8 @@ struct semantic_op {
     bool cancelled; /* by the caller while a pool job holds the op */
     bool in_pool;
     bool timed_out;
-    bool cold; /* the partition was not in memory in time (counted on the worker) */
+    bool cold;        /* the partition was not in memory in time (counted on the worker) */
+    unsigned foreign; /* vectors of another tenant found in the partition (counted there too) */
 
     /* The query (copied). */
     enum api_endpoint endpoint;
@@ -1036,9 +1037,19 @@ static void work_search(void *arg)
                               pc_wall_ms(), hits, &st);
         op->cold = st != VINDEX_RESIDENT;
     }
-    for (size_t i = 0; i < n && op->nhits < SEMANTIC_K; i++)
-        if (memcmp(hits[i].key, op->exact, PC_SHA256_LEN) != 0)
+    /* A partition is one tenant's (its hash names the tenant): a vector of another tenant in
+     * it was forged (a record and an add event naming another tenant's entry) and would serve
+     * that tenant's answer. Never a candidate, and out of the index. */
+    unsigned char tenant[VINDEX_TENANT_LEN];
+    tenant_bytes(op->tenant_id, tenant);
+    for (size_t i = 0; i < n && op->nhits < SEMANTIC_K; i++) {
+        if (memcmp(hits[i].tenant, tenant, VINDEX_TENANT_LEN) != 0) {
+            vindex_remove(vx, hits[i].key);
+            op->foreign++;
+        } else if (memcmp(hits[i].key, op->exact, PC_SHA256_LEN) != 0) {
             op->hits[op->nhits++] = hits[i];
+        }
+    }
 }
 
 static void done_search(void *arg, bool ran)
@@ -1052,6 +1063,8 @@ static void done_search(void *arg, bool ran)
     }
     if (op->cold)
         stats_incr(op->p->st, STAT_semantic_index_cold);
+    if (op->foreign > 0)
+        stats_add(op->p->st, STAT_semantic_sync_rejected, op->foreign);
     if (op->timed_out) /* the caller has had its miss */
         return;
     if (op->deadline != NULL)
