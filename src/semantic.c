@@ -84,6 +84,7 @@
 #define PAIR_MAGIC     0x53504152u /* "SPAR" */
 
 #define SEMANTIC_K          4    /* candidates examined per lookup */
+#define REC_SIM_SLACK       0.01 /* the index's similarity against its record's, at most off */
 #define SEMANTIC_POOL_QUEUE 4096 /* jobs waiting for a pool thread before lookups are shed */
 /* No record expires later than cache-max-ttl (at most a year, conf.c) plus a day of clock skew. */
 #define RECORD_TTL_MAX_MS ((int64_t)366 * 86400 * 1000)
@@ -172,7 +173,8 @@ struct semantic_op {
     struct store_cmd *get_rec;
     int replies;
     bool entry_ok, rec_ok;
-    bool unread; /* a reply did not come (timeout, error): the candidate may well be there */
+    bool rec_differs; /* the index's vector is not the record's: put right, not a candidate */
+    bool unread;      /* a reply did not come (timeout, error): the candidate may well be there */
     struct pc_buf entry_buf; /* the candidate's entry bytes (the hit points into them) */
     struct entry entry;
     char *cand_text;
@@ -908,6 +910,11 @@ static void examine_candidate(struct semantic_op *op)
         next_candidate(op);
         return;
     }
+    if (op->rec_differs) { /* see recheck */
+        stats_incr(op->p->st, STAT_semantic_stale);
+        next_candidate(op);
+        return;
+    }
     int g = guard_check(op->text, strlen(op->text), op->cand_text, strlen(op->cand_text),
                         op->p->s->guards);
     if (g != GUARD__COUNT) {
@@ -948,12 +955,51 @@ static void on_entry(void *arg, enum store_status st, const char *val, size_t le
         examine_candidate(op);
 }
 
+/* The cosine of the record's vector and the query's (unit length); -2 if it has no direction. */
+static double record_similarity(const struct vrec *rec, const struct semantic_vec *q)
+{
+    double dot = 0, norm = 0;
+    for (unsigned i = 0; i < rec->dim; i++) {
+        dot += (double)rec->vec[i] * q->v[i];
+        norm += (double)rec->vec[i] * rec->vec[i];
+    }
+    return norm > 0 && isfinite(dot) && isfinite(norm) ? dot / sqrt(norm) : -2;
+}
+
+/*
+ * The index's vector of a candidate is a copy of its record's, which counts: one that is not
+ * (an add event whose vector was another's: forged, or a writer's bug) made the entry a
+ * candidate for questions it does not answer. The two similarities differ by the float16
+ * rounding only (under 0.001 for unit vectors); past REC_SIM_SLACK the index takes the
+ * record's vector and the candidate is not one (the next lookup finds it, or not, by that).
+ */
+static void recheck(struct semantic_op *op, const struct vrec *rec)
+{
+    const struct vindex_hit *hit = &op->hits[op->next - 1];
+    double sim = record_similarity(rec, op->vec);
+    op->rec_differs = fabs(sim - (double)hit->similarity) > REC_SIM_SLACK;
+    if (!op->rec_differs)
+        return;
+    log_debug("semantic candidate: similarity %.4f in the index, %.4f with its record: the "
+              "index takes the record's vector",
+              (double)hit->similarity, sim);
+    struct vindex *vx = index_get(op->p->s);
+    if (vx != NULL && vindex_dim(vx) != (int)rec->dim)
+        vx = NULL; /* made again for another dimension since the search */
+    struct vindex_item it = {.expires_ms = rec->expires_ms};
+    memcpy(it.key, hit->key, VINDEX_KEY_LEN);
+    memcpy(it.tenant, hit->tenant, VINDEX_TENANT_LEN);
+    if (vx != NULL && vindex_add(vx, rec->partition, &it, rec->vec) < 0)
+        vindex_remove(vx, hit->key); /* not a vector the index takes: out, at least */
+}
+
 static void on_record(void *arg, enum store_status st, const char *val, size_t len)
 {
     struct semantic_op *op = arg;
     PC_CHECK_OBJ(op, SOP_MAGIC);
     op->get_rec = NULL;
     op->rec_ok = false;
+    op->rec_differs = false;
     op->unread |= st != STORE_OK;
     PC_FREE(&op->cand_text);
     struct vrec rec;
@@ -963,9 +1009,10 @@ static void on_record(void *arg, enum store_status st, const char *val, size_t l
     if (st == STORE_OK && val != NULL &&
         vrec_decode(val, len, &rec, scratch, cap, err, sizeof(err)) == 0 &&
         memcmp(rec.partition, op->partition, PC_SHA256_LEN) == 0 &&
-        strcmp(rec.space, op->p->s->space) == 0) {
+        strcmp(rec.space, op->p->s->space) == 0 && rec.dim == cap) {
         op->cand_text = pc_strndup(rec.text, rec.text_len);
         op->rec_ok = true;
+        recheck(op, &rec);
     }
     free(scratch);
     if (++op->replies == op->expect)

@@ -80,6 +80,54 @@ h.test('a forged record and event naming another tenant\'s entry never serve it 
     assert.ok((await proxy.stats()).semantic_sync_rejected >= 1, 'counted');
 });
 
+/*
+ * An add event is only a hint: the vector that counts is the record's, which the fetch reads
+ * anyway. An event naming a real entry with another question's vector (the record of another
+ * entry of the partition) made the entry a candidate at similarity 1 for that other question;
+ * with the guards off (or a pair they let through) its answer was served, with a similarity
+ * above semantic-sure-threshold that also skips the verifier.
+ */
+h.test('an add event whose vector is not its record\'s never makes its entry a candidate', async () => {
+    const t = h.uniq('t').split(' ')[1];
+    const q1 = `how do I bake sourdough bread ${t}`;
+    const q2 = `what is the capital city of france ${t}`;
+    const loose = await env.startProxy({args: semArgs(['--semantic-guards', 'none'])});
+    const before = new Set(await env.redis.keys('pc:2:v:*'));
+    const fresh = async (n) => h.waitFor(async () => {
+        const keys = (await env.redis.keys('pc:2:v:*')).filter((k) => !before.has(k));
+        return keys.length === n ? keys : null;
+    }, {what: `${n} new vector records`});
+    assert.equal((await loose.post(CHAT, chat(q1), A)).headers['x-cache-status'], 'MISS');
+    const [v1] = await fresh(1);
+    assert.equal((await loose.post(CHAT, chat(q2), A)).headers['x-cache-status'], 'MISS');
+    const v2 = (await fresh(2)).find((k) => k !== v1);
+    const [, ta, k1] = tenantOf(v1);
+    const [, , k2] = tenantOf(v2);
+    await h.eventually(async () => {
+        const r = await loose.post(CHAT, chat(`${q2}?`), {...A, ...NO_STORE});
+        assert.equal(r.headers['x-cache-match'], 'semantic');
+    });
+    /* q2's record (the same partition) announced as q1's entry's; q2's own answer goes. */
+    const ev0 = (await loose.stats()).semantic_sync_events;
+    await env.redis.command('EVAL', "return redis.call('XADD', KEYS[1], '*', 'op', 'add', 'k', ARGV[1], " +
+        "'r', redis.call('GET', KEYS[2]), 'm', '1')", 2, 'pc:2:vs', v2, `${ta}:${k1}`);
+    await env.redis.command('DEL', `pc:2:e:{${ta}:${k2}}`, v2);
+    await h.waitFor(async () => (await loose.stats()).semantic_sync_events > ev0, {what: 'the forged event applied'});
+    for (let i = 0; i < 3; i++) {
+        const r = await loose.post(CHAT, chat(`${q2}!`), {...A, ...NO_STORE});
+        assert.equal(r.status, 200, r.text);
+        assert.doesNotMatch(text(r), /sourdough/, `q1's answer served for q2 (${r.headers['x-cache-similarity']})`);
+        assert.equal(r.headers['x-cache-status'], 'MISS');
+    }
+    /* q1 itself still hits by meaning: the index took its record's vector back. */
+    await h.eventually(async () => {
+        const r = await loose.post(CHAT, chat(`${q1}?`), {...A, ...NO_STORE});
+        assert.equal(r.headers['x-cache-match'], 'semantic');
+        assert.match(text(r), /sourdough/);
+    });
+    await loose.stop();
+});
+
 h.test('tear down', async () => {
     if (sem)
         await sem.close();
