@@ -174,7 +174,7 @@ static void batch_free(struct rbatch *b)
     free(b);
 }
 
-static void deliver(struct rembed_req *q, const float *vec, int dim);
+static bool deliver(struct rembed_req *q, const float *vec, int dim);
 
 static void rembed_destroy(struct rembed **rp)
 {
@@ -241,13 +241,15 @@ static int parse_vector(const cJSON *emb, float *out)
     return dim;
 }
 
-static void deliver(struct rembed_req *q, const float *vec, int dim)
+/* q's callback, once; whether this call ran it. */
+static bool deliver(struct rembed_req *q, const float *vec, int dim)
 {
-    if (q->cb != NULL) {
-        embed_fn *cb = q->cb;
-        q->cb = NULL;
-        cb(q->arg, vec, dim);
-    }
+    if (q->cb == NULL)
+        return false;
+    embed_fn *cb = q->cb;
+    q->cb = NULL;
+    cb(q->arg, vec, dim);
+    return true;
 }
 
 /*
@@ -269,8 +271,9 @@ static bool batch_deliver(struct rbatch *b, const cJSON *json)
         if (dim < 0 || (dim0 != 0 && dim != dim0))
             continue;
         dim0 = dim;
-        got++;
-        deliver(b->reqs[(size_t)i], vec, dim);
+        /* Counted once per input: an answer naming one index twice (and another none) is
+         * not an answer for every input, nor one that repeats an item a failure. */
+        got += deliver(b->reqs[(size_t)i], vec, dim);
     }
     free(vec);
     for (size_t i = 0; i < b->n; i++)

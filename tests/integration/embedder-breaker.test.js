@@ -24,8 +24,9 @@ const NO_STORE = {'cache-control': 'no-store'};
 /*
  * An embedder on one port that does what mode says: 'stall' (raw TCP: the
  * connection is accepted and what is sent is read, never answered), 'fail'
- * (HTTP 500) or 'ok' (OpenAI-shaped bag-of-words embeddings, as
- * tests/mock/semantic.js makes them). A connection keeps the mode it was
+ * (HTTP 500), 'ok' (OpenAI-shaped bag-of-words embeddings, as
+ * tests/mock/semantic.js makes them) or 'repeat' (the same, each data item
+ * twice: a vector for every input all the same). A connection keeps the mode it was
  * accepted in. Counts connections, requests (in every mode) and inputs.
  */
 class Embedder {
@@ -80,13 +81,14 @@ class Embedder {
                 res.writeHead(status, {'content-type': 'application/json', 'content-length': Buffer.byteLength(text)});
                 res.end(text);
             };
-            if (this.mode !== 'ok')
+            if (this.mode !== 'ok' && this.mode !== 'repeat')
                 return send(500, {error: {message: 'embedder failure', type: 'server_error'}});
             const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
             const texts = Array.isArray(body.input) ? body.input : [body.input];
             this.inputs += texts.length;
+            const data = texts.map((t, index) => ({object: 'embedding', index, embedding: bagOfWords(t)}));
             send(200, {object: 'list', model: body.model,
-                data: texts.map((t, index) => ({object: 'embedding', index, embedding: bagOfWords(t)})),
+                data: this.mode === 'repeat' ? data.flatMap((d) => [d, d]) : data,
                 usage: {prompt_tokens: texts.length, total_tokens: texts.length}});
         });
     }
@@ -228,6 +230,32 @@ h.test('traffic that stores nothing: a lookup probes once no stored answer has f
     const s = await p.stats();
     assert.ok(s.embedder_breaker_probes >= 1);
     assert.equal(s.semantic_vectors_skipped, 0, 'nothing was stored');
+}));
+
+/*
+ * Items are matched to inputs by their index, and an answer is whole when every input got
+ * its vector: items were counted instead, so an embedder (or a gateway in front of it) that
+ * repeats each item had every call of one input counted as a failure, and its breaker opened
+ * after three, although every lookup got its vector.
+ */
+h.test('an answer that repeats its items is not a failure: every input got its vector',
+    () => withEmbedder('repeat', async (emb) => {
+    const p = await start(emb, []);
+    for (let i = 0; i < 6; i++)
+        assertMiss(await p.post(CHAT, question('what is the capital of chile'), NO_STORE));
+    const s = await h.waitFor(async () => {
+        const st = await p.stats();
+        return st.semantic_embed_calls === emb.requests ? st : null;
+    }, {what: () => `the proxy's count of calls to match the embedder's ${emb.requests}`});
+    assert.equal(s.semantic_embed_errors, 0);
+    assert.equal(s.embedder_breaker, 'closed');
+    assert.equal(s.embedder_breaker_opens, 0);
+    const q = `what is the capital of bolivia ${h.uniq('q').split(' ')[1]}`;
+    assertMiss(await p.post(CHAT, h.chatBody(q)));
+    await h.eventually(async () => {
+        const r = await p.post(CHAT, h.chatBody(`${q}?`), NO_STORE);
+        assert.equal(r.headers['x-cache-match'], 'semantic');
+    });
 }));
 
 h.test('embedder-breaker-failures 0: the breaker never opens, each failure still counted once',
