@@ -513,6 +513,7 @@ struct vsync {
     pthread_cond_t work; /* the loader: a job came, or stop */
     pthread_cond_t done; /* the waiters: a load ended */
     struct job *head, *tail;
+    struct job *utail; /* the last of the lookups' loads, which come first (NULL: none) */
     size_t queued, listing;
     bool stop;
     bool schema_wait; /* the loader waits for pc:schema or its first connect (not a lost one) */
@@ -645,14 +646,37 @@ static void enqueue(struct vsync *s, struct job *j)
     pthread_cond_signal(&s->work);
 }
 
-static void queue_load(struct vsync *s, const unsigned char *tenant, const unsigned char *partition)
+/*
+ * Under mu: j ahead of every job but the lookups' loads queued before it. A lookup waits for
+ * its load (redis-timeout at most); a re-sync (after a reconnect, a trim) queues every
+ * partition in memory, which serve meanwhile: behind them, a lookup of a partition not in
+ * memory missed until they were all read again, seconds with thousands of partitions.
+ */
+static void enqueue_urgent(struct vsync *s, struct job *j)
+{
+    struct job **at = s->utail != NULL ? &s->utail->next : &s->head;
+    j->next = *at;
+    *at = j;
+    if (j->next == NULL)
+        s->tail = j;
+    s->utail = j;
+    s->queued++;
+    pthread_cond_signal(&s->work);
+}
+
+/* A partition to load: urgent, a lookup waits for it; else a re-sync's. */
+static void queue_load(struct vsync *s, const unsigned char *tenant, const unsigned char *partition,
+                       bool urgent)
 {
     struct job *j = pc_calloc(1, sizeof(*j));
     j->kind = JOB_LOAD;
     memcpy(j->tenant, tenant, VINDEX_TENANT_LEN);
     memcpy(j->partition, partition, VINDEX_PART_LEN);
     pthread_mutex_lock(&s->mu);
-    enqueue(s, j);
+    if (urgent)
+        enqueue_urgent(s, j);
+    else
+        enqueue(s, j);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -663,6 +687,8 @@ static struct job *dequeue(struct vsync *s)
         s->head = j->next;
         if (s->head == NULL)
             s->tail = NULL;
+        if (s->utail == j)
+            s->utail = NULL;
         s->queued--;
         if (j->kind == JOB_LIST)
             s->listing--;
@@ -748,7 +774,7 @@ void vsync_on_entry(struct vsync *s, const struct redisReply *kv)
 
 static void queue_reload(void *arg, const unsigned char *partition, const unsigned char *tenant)
 {
-    queue_load(arg, tenant, partition);
+    queue_load(arg, tenant, partition, false);
 }
 
 /* What is in memory is read again, in the background (events were, or may have been, missed). */
@@ -783,7 +809,7 @@ int vsync_load_wait(struct vsync *s, const unsigned char tenant[VINDEX_TENANT_LE
 {
     PC_CHECK_OBJ(s, VSYNC_MAGIC);
     if (vindex_want(s->index, partition, tenant))
-        queue_load(s, tenant, partition);
+        queue_load(s, tenant, partition, true);
     int st = vindex_state(s->index, partition);
     if (wait_ms <= 0)
         return st;
@@ -1190,7 +1216,7 @@ static void fail_queued(struct vsync *s)
 {
     pthread_mutex_lock(&s->mu);
     struct job *j = s->head;
-    s->head = s->tail = NULL;
+    s->head = s->tail = s->utail = NULL;
     s->queued = s->listing = 0;
     s->rs.total = s->rs.done = 0;
     pthread_cond_broadcast(&s->done);

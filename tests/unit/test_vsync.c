@@ -860,7 +860,10 @@ static void test_restart(void)
     T_CHECK(await(schema_read, c, 0, NULL)); /* the loader has looked at the schema ... */
     vsync_get_counters(g.s, &k);
     T_CHECK(!k.loader_up); /* ... and waits */
-    T_CHECK_INT(nvec(g.v), 50);
+    /* What was loaded stays meanwhile (the follower, back on the stream, may have applied the
+     * new Redis's 30 add events already: an exact count of 50 failed now and then). */
+    T_CHECK(found(g.v, 3, 1));
+    T_CHECK(nvec(g.v) >= 50);
     set_schema(c, migrate_latest());
     T_CHECK(await(loads_reach, g.s, loads + 1, NULL));
     T_CHECK(await(has_n, g.v, 30, NULL));
@@ -911,6 +914,53 @@ static void test_budget(void)
     T_CHECK_INT(budget_row.v[STAT_semantic_index_loads], vs.loads);
     T_CHECK(vs.loads >= 80 - vs.loaded);
     rig_down_all(&g);
+    redisFree(c);
+}
+
+/*
+ * A lookup's load goes ahead of a re-sync's: after a reconnect every partition in memory is
+ * read again (they serve meanwhile), and a lookup of one not in memory, queued behind them,
+ * waited for them all and missed. Here 300 partitions are read again when a lookup asks for
+ * another: it must be loaded before most of them (loads are counted before the waiters wake).
+ */
+#define FIRST_PARTS 300
+
+static void test_lookups_first(void)
+{
+    redisContext *c = admin();
+    run_fmt(c, "FLUSHALL");
+    set_schema(c, migrate_latest());
+    run_fmt(c, "SET %spm-ready 1", PC_KEY_PREFIX);
+    for (unsigned p = 1; p <= FIRST_PARTS + 1; p++) {
+        struct rec_opts o = DEFAULT;
+        o.part = p;
+        put(c, 9000 + p, &o, false);
+    }
+    struct vindex_opts vo = {.dim = DIM, .lazy = true};
+    struct vindex *v = vindex_create(&vo);
+    struct vsync_opts o = {.url = R.url, .space = SPACE, .index = v};
+    struct vsync *s = vsync_start(&o);
+    T_CHECK(s != NULL);
+    unsigned char tenant[VINDEX_TENANT_LEN], part[VINDEX_PART_LEN];
+    tenant_of(1, tenant);
+    for (unsigned p = 1; p <= FIRST_PARTS; p++) {
+        part_of(p, part);
+        T_CHECK_INT(vsync_load_wait(s, tenant, part, DEADLINE), VINDEX_RESIDENT);
+    }
+    struct vsync_counters k;
+    vsync_get_counters(s, &k);
+    T_CHECK_INT(k.loads, FIRST_PARTS);
+    vsync_on_start(s); /* the 300 are read again */
+    part_of(FIRST_PARTS + 1, part);
+    T_CHECK_INT(vsync_load_wait(s, tenant, part, DEADLINE), VINDEX_RESIDENT);
+    vsync_get_counters(s, &k);
+    fprintf(stderr, "    the lookup's partition loaded after %llu of %d reloads\n",
+            (unsigned long long)(k.loads - 1 - FIRST_PARTS), FIRST_PARTS);
+    T_CHECK(k.loads < 2 * FIRST_PARTS);
+    T_CHECK(found(v, 9000 + FIRST_PARTS + 1, FIRST_PARTS + 1));
+    T_CHECK(await(loads_reach, s, 2 * FIRST_PARTS + 1, NULL));
+    vsync_stop(&s);
+    vindex_destroy(&v);
     redisFree(c);
 }
 
@@ -1380,6 +1430,7 @@ int main(void)
     T_RUN(test_trimmed_events);
     T_RUN(test_restart);
     T_RUN(test_budget);
+    T_RUN(test_lookups_first);
     T_RUN(test_lists_built);
     T_RUN(test_l1_reader);
     T_RUN(test_decode_race);
