@@ -273,6 +273,39 @@ h.test('two instances on one Redis share semantic hits', async () => {
     await b.stop();
 });
 
+/*
+ * Events trimmed before an instance read them (here an operator's XTRIM while the instance is
+ * paused) are noticed within about a second, whatever the size of what comes after: the
+ * partitions in memory are read again. The check ran only after a full batch (the proxy's own
+ * trim keeps far more entries than a batch), so after a trim to less than a batch the paused
+ * instance never had the answers stored meanwhile.
+ */
+h.test('events trimmed before an instance read them: its partitions are read again', async () => {
+    const t = tag();
+    const q = (i) => `which port does service ${i} listen on ${t}`;
+    const rq = (i) => `service ${i} ${t}: which port does it listen on`;
+    assertMiss(await proxy.post(CHAT, chat(q(0))));
+    /* Started after a vector is in Redis: its index has the dimension from the start. */
+    const b = await env.startProxy({args: semArgs()});
+    await h.waitFor(async () => (await b.stats()).semantic_sync_ready === true,
+        {what: 'the second instance in step with Redis'});
+    await h.eventually(async () => assertSemanticHit(await b.post(CHAT, chat(rq(0)), {'Cache-Control': 'no-store'})),
+        {timeout: 15000});
+    process.kill(b.pid, 'SIGSTOP');
+    try {
+        for (let i = 1; i <= 5; i++)
+            assertMiss(await proxy.post(CHAT, chat(q(i))));
+        await env.redis.command('XTRIM', 'pc:2:vs', 'MAXLEN', '0');
+    } finally {
+        process.kill(b.pid, 'SIGCONT');
+    }
+    for (let i = 1; i <= 5; i++)
+        await h.eventually(async () => assertSemanticHit(await b.post(CHAT, chat(rq(i)), {'Cache-Control': 'no-store'})),
+            {timeout: 10000});
+    assert.match(b.stderr, /entries of pc:2:vs were trimmed before this instance read them/);
+    await b.stop();
+});
+
 h.test('an embedder that is down or slow never fails or holds a request', async () => {
     const deadPort = await h.freePort();
     const down = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
