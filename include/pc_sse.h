@@ -102,4 +102,28 @@ void sse_usage_filter_feed(struct sse_usage_filter *f, const char *in, size_t le
                            struct pc_buf *out);
 void sse_usage_filter_end(struct sse_usage_filter *f, struct pc_buf *out);
 
+/*
+ * The usage a live stream reports, read as its bytes pass (a stream too
+ * large to record: pc_fetch.h), for the dialect to interpret
+ * (dialect_usage). Each event whose data names "usage" is parsed, and the
+ * non-null members of its usage object are merged into one, later ones
+ * replacing earlier ones: the object's "usage" (OpenAI's usage chunk,
+ * Anthropic's message_delta), "message"."usage" (Anthropic's message_start)
+ * or "response"."usage" (the Responses API's response.completed). Events
+ * after the terminator are read too (they would not change what the
+ * upstreams send last). An event larger than the parser's bound stops the
+ * reading: nothing is reported then (failed).
+ */
+struct sse_usage_scan {
+    struct sse_parser p;
+    cJSON *usage; /* the members merged so far, or NULL */
+    bool failed;
+};
+
+void sse_usage_scan_init(struct sse_usage_scan *s);
+void sse_usage_scan_free(struct sse_usage_scan *s);
+void sse_usage_scan_feed(struct sse_usage_scan *s, const char *buf, size_t len);
+/* The merged usage object (owned by s), or NULL if none was seen or the reading failed. */
+const cJSON *sse_usage_scan_result(const struct sse_usage_scan *s);
+
 #endif

@@ -66,6 +66,7 @@ struct fetch {
     size_t received;
     bool trimming;                   /* over cache-max-entry-size: no longer recorded */
     struct usage_scan *scan;         /* trimming a JSON answer: its usage, read as it passes */
+    struct sse_usage_scan *sse_scan; /* trimming a stream: the same, event by event (pc_sse.h) */
     char model[TALLY_MODEL_MAX + 1]; /* for the per-model/tenant usage counts */
     char tenant[TENANT_ID_LEN + 1];
     struct cache_put_op *put; /* storing the answer, while Redis acknowledges it */
@@ -203,10 +204,35 @@ static void usage_scan_feed(struct usage_scan *s, const char *p, size_t n)
     }
 }
 
+static void sse_scan_free(struct sse_usage_scan **sp)
+{
+    if (*sp == NULL)
+        return;
+    sse_usage_scan_free(*sp);
+    free(*sp);
+    *sp = NULL;
+}
+
+/* The usage a stream's events reported as they passed, into u; false if none. */
+static bool sse_scan_result(const struct fetch *f, struct api_usage *u)
+{
+    memset(u, 0, sizeof(*u));
+    const cJSON *usage = sse_usage_scan_result(f->sse_scan);
+    if (usage == NULL)
+        return false;
+    cJSON *resp = cJSON_CreateObject();
+    cJSON_AddItemReferenceToObject(resp, "usage", (cJSON *)usage);
+    dialect_usage(f->endpoint, resp, u);
+    cJSON_Delete(resp);
+    return u->present;
+}
+
 /* The usage the scan picked out, into u; false if it found none that parses. */
 static bool usage_scan_result(const struct fetch *f, struct api_usage *u)
 {
     memset(u, 0, sizeof(*u));
+    if (f->sse_scan != NULL)
+        return sse_scan_result(f, u);
     const struct usage_scan *s = f->scan;
     if (s == NULL || s->taking || s->overflow || s->value.len == 0)
         return false;
@@ -248,6 +274,7 @@ static void fetch_free(struct fetch *f)
     flight_put(&f->fl);
     free(f->content_type);
     usage_scan_free(&f->scan);
+    sse_scan_free(&f->sse_scan);
     for (size_t i = 0; i < f->nreplay; i++) {
         free(f->replay[i].name);
         free(f->replay[i].value);
@@ -331,17 +358,21 @@ static int on_data(void *arg, const char *data, size_t len)
     f->received += len;
     if (f->scan != NULL) {
         usage_scan_feed(f->scan, data, len);
+    } else if (f->sse_scan != NULL) {
+        sse_usage_scan_feed(f->sse_scan, data, len);
     } else if (!f->trimming && f->received > (size_t)f->w->conf->cache_max_entry_size) {
         /* Too big to cache or share: relay it, and let the log shrink as it is read. */
         f->store = false;
         f->trimming = true;
-        if (!f->stream && f->endpoint != API_NONE) {
-            /* Its usage is read as it passes, from the start the log still holds. */
-            const struct pc_buf *body = flight_body(f->fl);
-            if (body != NULL) {
-                f->scan = pc_calloc(1, sizeof(*f->scan));
-                usage_scan_feed(f->scan, body->data, body->len);
-            }
+        /* Its usage is read as it passes, from the start the log still holds. */
+        const struct pc_buf *body = f->endpoint != API_NONE ? flight_body(f->fl) : NULL;
+        if (body != NULL && !f->stream) {
+            f->scan = pc_calloc(1, sizeof(*f->scan));
+            usage_scan_feed(f->scan, body->data, body->len);
+        } else if (body != NULL) {
+            f->sse_scan = pc_calloc(1, sizeof(*f->sse_scan));
+            sse_usage_scan_init(f->sse_scan);
+            sse_usage_scan_feed(f->sse_scan, body->data, body->len);
         }
         flight_stop_recording(f->fl);
     }

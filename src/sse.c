@@ -350,3 +350,81 @@ void sse_usage_filter_end(struct sse_usage_filter *f, struct pc_buf *out)
     pc_buf_append(out, f->pending.data, f->pending.len);
     pc_buf_reset(&f->pending);
 }
+
+/* ---- usage of a live stream ----------------------------------------------------- */
+
+void sse_usage_scan_init(struct sse_usage_scan *s)
+{
+    memset(s, 0, sizeof(*s));
+    sse_parser_init(&s->p);
+}
+
+void sse_usage_scan_free(struct sse_usage_scan *s)
+{
+    sse_parser_free(&s->p);
+    cJSON_Delete(s->usage);
+    s->usage = NULL;
+}
+
+/* The last member named key of obj, or NULL (as the upstreams' readers take duplicates). */
+static const cJSON *last_member(const cJSON *obj, const char *key)
+{
+    const cJSON *found = NULL, *k;
+    if (!cJSON_IsObject(obj))
+        return NULL;
+    cJSON_ArrayForEach(k, obj)
+    {
+        if (k->string != NULL && strcmp(k->string, key) == 0)
+            found = k;
+    }
+    return found;
+}
+
+static void usage_merge(struct sse_usage_scan *s, const cJSON *usage)
+{
+    const cJSON *k;
+    if (!cJSON_IsObject(usage))
+        return;
+    if (s->usage == NULL && (s->usage = cJSON_CreateObject()) == NULL)
+        return;
+    cJSON_ArrayForEach(k, usage)
+    {
+        if (k->string == NULL || cJSON_IsNull(k))
+            continue;
+        cJSON *copy = cJSON_Duplicate(k, true);
+        if (copy == NULL)
+            continue;
+        if (cJSON_GetObjectItemCaseSensitive(s->usage, k->string) != NULL)
+            cJSON_ReplaceItemInObjectCaseSensitive(s->usage, k->string, copy);
+        else
+            cJSON_AddItemToObject(s->usage, k->string, copy);
+    }
+}
+
+static int scan_event(void *arg, const struct sse_event *ev)
+{
+    struct sse_usage_scan *s = arg;
+    if (memmem(ev->data, ev->data_len, "\"usage\"", 7) == NULL)
+        return 0; /* the cheap test: most events are pieces of text */
+    cJSON *j = cJSON_ParseWithLength(ev->data, ev->data_len);
+    if (cJSON_IsObject(j)) {
+        usage_merge(s, last_member(j, "usage"));
+        usage_merge(s, last_member(last_member(j, "message"), "usage"));
+        usage_merge(s, last_member(last_member(j, "response"), "usage"));
+    }
+    cJSON_Delete(j);
+    return 0;
+}
+
+void sse_usage_scan_feed(struct sse_usage_scan *s, const char *buf, size_t len)
+{
+    if (!s->failed && sse_parser_feed(&s->p, buf, len, scan_event, s) < 0) {
+        s->failed = true; /* an event over the bound: the framing is lost from here */
+        sse_parser_free(&s->p);
+    }
+}
+
+const cJSON *sse_usage_scan_result(const struct sse_usage_scan *s)
+{
+    return s->failed ? NULL : s->usage;
+}

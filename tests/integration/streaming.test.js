@@ -126,3 +126,42 @@ h.test('a JSON answer over cache-max-entry-size is relayed, not stored, and its 
         await proxy.stop();
     }
 });
+
+/*
+ * A stream over cache-max-entry-size is relayed, not stored, and its usage is still counted: the
+ * proxy let go of the recording once it passed the size, and the usage (in the last events) was
+ * read from the recording only, so /stats and the report counted no tokens and no money for the
+ * largest (dearest) streams.
+ */
+h.test('a stream over cache-max-entry-size is relayed, not stored, and its tokens are counted', async () => {
+    const proxy = await env.startProxy({args: ['--cache-max-entry-size', '64k']});
+    const RESPONSES = '/v1/responses';
+    try {
+        const cases = [
+            [CHAT, h.chatBody, h.STREAM_WITH_USAGE, 0],
+            [CHAT, h.chatBody, {stream: true}, 0], /* the proxy asks for the usage itself */
+            [MESSAGES, h.messagesBody, {stream: true}, 40],
+            [RESPONSES, (text, extra) => ({model: 'gpt-4o-mini', input: text, ...extra}), {stream: true}, 0],
+        ];
+        for (const [path, makeBody, extra, write] of cases) {
+            const before = await proxy.stats();
+            const body = makeBody(h.uniq(`stream over the entry size ${path}`), extra);
+            const headers = {'x-mock-size': '300000', 'x-mock-prompt-tokens': '1234',
+                'x-mock-completion-tokens': '77', 'x-mock-cache-read': '100',
+                'x-mock-cache-write': String(write)};
+            const s = await proxy.openStream(path, body, headers);
+            assert.equal(s.status, 200);
+            const end = await s.rest(30000);
+            assert.ok(end.complete, `${path}: the stream ended normally`);
+            const after = await proxy.stats();
+            const what = `${path} ${JSON.stringify(extra)}`;
+            assert.equal(after.tokens_upstream_prompt - before.tokens_upstream_prompt, 1234 + 100 + write, what);
+            assert.equal(after.tokens_upstream_cached - before.tokens_upstream_cached, 100, what);
+            assert.equal(after.tokens_upstream_completion - before.tokens_upstream_completion, 77, what);
+            assert.equal(after.tokens_upstream_cache_write - before.tokens_upstream_cache_write, write, what);
+            assert.equal(after.cache_stores, before.cache_stores, 'not stored');
+        }
+    } finally {
+        await proxy.stop();
+    }
+});

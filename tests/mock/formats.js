@@ -427,11 +427,14 @@ function messageStream(call) {
 /* ------------------------------------------------------------------------ */
 /* Responses API                                                             */
 
+/* As OpenAI's chat usage: cached input tokens within input_tokens, reasoning within output_tokens. */
 function responsesUsage(call, outputTokens, reasoningTokens) {
+    const cached = call.controls.cacheRead;
+    outputTokens = completionCount(call, outputTokens);
     return {
-        input_tokens: call.promptTokens, input_tokens_details: {cached_tokens: 0},
+        input_tokens: call.promptTokens + cached, input_tokens_details: {cached_tokens: cached},
         output_tokens: outputTokens, output_tokens_details: {reasoning_tokens: reasoningTokens},
-        total_tokens: call.promptTokens + outputTokens,
+        total_tokens: call.promptTokens + cached + outputTokens,
     };
 }
 

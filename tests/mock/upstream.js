@@ -39,7 +39,8 @@
  *   x-mock-completion-tokens: N  usage: N completion tokens (else a word count)
  *   x-mock-cache-read: N      usage: N more prompt tokens, read from the provider's
  *                             prompt cache (OpenAI prompt_tokens_details.cached_tokens,
- *                             Anthropic cache_read_input_tokens)
+ *                             Responses input_tokens_details.cached_tokens, Anthropic
+ *                             cache_read_input_tokens)
  *   x-mock-cache-write: N     usage: N more prompt tokens written to it (Anthropic
  *                             cache_creation_input_tokens; ignored for OpenAI)
  *   x-mock-meaning: ID        answer by meaning (below): "mock answer by meaning ID"

@@ -1302,6 +1302,81 @@ static void test_usage_filter(void)
     free(got);
 }
 
+/* The usage of a stream read as it passes: the same as its assembled answer's, fed in any pieces.
+ */
+static void scan_usage(enum api_endpoint e, const char *rec, size_t step, size_t max_event,
+                       struct api_usage *u)
+{
+    struct sse_usage_scan s;
+    sse_usage_scan_init(&s);
+    s.p.max_event = max_event;
+    size_t len = strlen(rec);
+    for (size_t at = 0; at < len; at += step)
+        sse_usage_scan_feed(&s, rec + at, PC_MIN(step, len - at));
+    const cJSON *usage = sse_usage_scan_result(&s);
+    cJSON *resp = cJSON_CreateObject();
+    if (usage != NULL)
+        cJSON_AddItemReferenceToObject(resp, "usage", (cJSON *)usage);
+    dialect_usage(e, resp, u);
+    cJSON_Delete(resp);
+    sse_usage_scan_free(&s);
+}
+
+static void test_usage_scan(void)
+{
+    /* Anthropic: message_start's input counts, message_delta's final (cumulative) output. */
+    const char *an =
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\","
+        "\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude\",\"content\":[],"
+        "\"stop_reason\":null,\"usage\":{\"input_tokens\":12,\"cache_creation_input_tokens\":5,"
+        "\"cache_read_input_tokens\":288,\"output_tokens\":1}}}\n\n"
+        "event: ping\ndata: {\"type\":\"ping\"}\n\n"
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"
+        "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+        "\"delta\":{\"type\":\"text_delta\",\"text\":\"the \\\"usage\\\" is\"}}\n\n"
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
+        "\"end_turn\"},\"usage\":{\"input_tokens\":12,\"cache_read_input_tokens\":null,"
+        "\"output_tokens\":40}}\n\n"
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    struct api_usage want, got;
+    cJSON *resp = dialect_assemble(API_MESSAGES, an, strlen(an), &want);
+    T_CHECK(resp != NULL);
+    cJSON_Delete(resp);
+    T_CHECK(want.present && want.prompt == 305 && want.completion == 40 && want.cached == 288 &&
+            want.cache_write == 5);
+    size_t steps[] = {1, 3, 17, 100000};
+    for (size_t i = 0; i < PC_ARRAY_LEN(steps); i++) {
+        scan_usage(API_MESSAGES, an, steps[i], 0, &got);
+        T_CHECK(memcmp(&got, &want, sizeof(got)) == 0);
+    }
+    /* An event over the bound: the framing is lost, nothing is reported. */
+    scan_usage(API_MESSAGES, an, 7, 64, &got);
+    T_CHECK(!got.present);
+    /* OpenAI: the usage chunk (the others' "usage": null changes nothing). */
+    const char *oa =
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}],"
+        "\"usage\":null}\n\n"
+        "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,"
+        "\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\n"
+        "data: [DONE]\n\n";
+    scan_usage(API_CHAT, oa, 5, 0, &got);
+    T_CHECK(got.present && got.prompt == 9 && got.completion == 3 && got.cached == 8);
+    /* Responses: response.completed's response.usage. */
+    const char *rs = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":"
+                     "{\"id\":\"r\",\"status\":\"in_progress\",\"usage\":null}}\n\n"
+                     "event: response.completed\ndata: {\"type\":\"response.completed\","
+                     "\"response\":{\"id\":\"r\",\"status\":\"completed\",\"usage\":{"
+                     "\"input_tokens\":20,\"input_tokens_details\":{\"cached_tokens\":16},"
+                     "\"output_tokens\":7}}}\n\n";
+    scan_usage(API_RESPONSES, rs, 11, 0, &got);
+    T_CHECK(got.present && got.prompt == 20 && got.completion == 7 && got.cached == 16);
+    /* No usage at all. */
+    scan_usage(API_CHAT, "data: {\"choices\":[]}\n\ndata: [DONE]\n\n", 2, 0, &got);
+    T_CHECK(!got.present);
+}
+
 int main(void)
 {
     T_RUN(test_parser_basics);
@@ -1327,6 +1402,7 @@ int main(void)
     T_RUN(test_synth_rejects);
     T_RUN(test_replay);
     T_RUN(test_usage_filter);
+    T_RUN(test_usage_scan);
     T_RUN(test_responses_assemble);
     T_RUN(test_responses_refused);
     T_RUN(test_responses_synth);
