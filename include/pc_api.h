@@ -35,6 +35,8 @@ struct api_usage {
     int64_t cached;      /* OpenAI prompt_tokens_details.cached_tokens (Responses:
                             input_tokens_details.cached_tokens); Anthropic cache_read_input_tokens */
     int64_t cache_write; /* Anthropic cache_creation_input_tokens (written at a premium) */
+    int64_t cache_write_1h; /* of cache_write, those written for an hour (Anthropic
+                               cache_creation.ephemeral_1h_input_tokens), at a higher premium */
 };
 
 /*

@@ -43,9 +43,10 @@
 
 /* Section tags (format 2). Append only: a tag's meaning never changes once released. */
 enum entry_section {
-    ENTRY_SEC_HEADERS = 1, /* response headers replayed on a hit */
-    ENTRY_SEC_USAGE = 2,   /* usage beyond the fixed fields: cache writes */
-    ENTRY_SEC_META = 3,    /* what targeted deletes filter on: namespace, model */
+    ENTRY_SEC_HEADERS = 1,  /* response headers replayed on a hit */
+    ENTRY_SEC_USAGE = 2,    /* usage beyond the fixed fields: cache writes */
+    ENTRY_SEC_META = 3,     /* what targeted deletes filter on: namespace, model */
+    ENTRY_SEC_USAGE_1H = 4, /* of the cache writes, those kept for an hour */
 };
 
 #define ENTRY_META_MAX 255 /* bytes of a namespace or model name kept in ENTRY_SEC_META */

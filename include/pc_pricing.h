@@ -5,17 +5,20 @@
  * their shape:
  *   - the project's own: {"currency": "USD", "source": "...", "date":
  *     "YYYY-MM-DD", "models": {NAME: {"input": N, "output": N, "cache_read":
- *     N, "cache_write": N, "match": RULE}}}, prices per million tokens
- *     ("output", "cache_read", "cache_write", "match", "source", "date"
- *     optional). tools/prices.js writes @pydantic/genai-prices in this
- *     format (`make prices`: build/prices.json);
+ *     N, "cache_write": N, "cache_write_1h": N, "match": RULE}}}, prices per
+ *     million tokens ("output", "cache_read", "cache_write",
+ *     "cache_write_1h", "match", "source", "date" optional).
+ *     tools/prices.js writes @pydantic/genai-prices in this format (`make
+ *     prices`: build/prices.json);
  *   - LiteLLM's model_prices_and_context_window.json: {NAME: {
  *     "input_cost_per_token", "output_cost_per_token",
- *     "cache_read_input_token_cost", "cache_creation_input_token_cost", ...}},
+ *     "cache_read_input_token_cost", "cache_creation_input_token_cost",
+ *     "cache_creation_input_token_cost_above_1hr", ...}},
  *     prices per token in USD; "sample_spec" and entries without a token
  *     price (images, audio) are skipped.
  * A cache price that is not given is the input price (the provider charges
- * cached tokens in full). Implausible entries - a negative or non-finite
+ * cached tokens in full); an hour's write that is not given is the
+ * 5-minute write's price. Implausible entries - a negative or non-finite
  * price, more than PRICING_MAX per million, a cache read dearer than input -
  * are refused: in the project's format the file is refused (an error naming
  * the file and the model), in LiteLLM's (thousands of entries kept by
@@ -70,10 +73,14 @@ enum pricing_format {
 
 struct pricing_rule;
 
-/* One model's prices, per million tokens, in the list's currency. */
+/*
+ * One model's prices, per million tokens, in the list's currency;
+ * cache_write_1h is a write kept for an hour (Anthropic), cache_write the
+ * 5-minute one.
+ */
 struct price {
     char *model;
-    double input, output, cache_read, cache_write;
+    double input, output, cache_read, cache_write, cache_write_1h;
     struct pricing_rule *match; /* the names it also prices, or NULL (owned by the list) */
 };
 
@@ -82,7 +89,8 @@ struct pricing_tokens {
     int64_t input;       /* prompt tokens read in full (neither read from nor written to a cache) */
     int64_t cache_read;  /* prompt tokens read from the provider's prompt cache */
     int64_t cache_write; /* prompt tokens written to it (Anthropic, at a premium) */
-    int64_t output;      /* completion tokens */
+    int64_t cache_write_1h; /* of cache_write, those written for an hour (a higher premium) */
+    int64_t output;         /* completion tokens */
 };
 
 /*

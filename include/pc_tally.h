@@ -65,7 +65,10 @@ struct tally;
     ACTION(semantic_explored, "of semantic_compared, allowed candidates sent upstream to verify") \
     ACTION(semantic_explored_disagreed, "of semantic_explored, a different answer")               \
     ACTION(explore_prompt_tokens, "of upstream_prompt_tokens, spent on explored candidates")      \
-    ACTION(explore_completion_tokens, "of upstream_completion_tokens, on explored candidates")
+    ACTION(explore_completion_tokens, "of upstream_completion_tokens, on explored candidates")    \
+    ACTION(saved_cache_write_1h_tokens, "of saved_cache_write_tokens, kept for an hour")          \
+    ACTION(semantic_saved_cache_write_1h_tokens, "of saved_cache_write_1h_tokens, by meaning")    \
+    ACTION(upstream_cache_write_1h_tokens, "of upstream_cache_write_tokens, kept for an hour")
 
 /*
  * Request durations per hour by cache status, for percentiles over every

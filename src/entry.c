@@ -33,6 +33,10 @@
  *                             layout in Lua too); written when either is set.
  *                             Without it (older entries) both are unknown: a delete
  *                             by namespace or model leaves such an entry alone.
+ *   tag 4 ENTRY_SEC_USAGE_1H  i64 cache_write_1h (of cache_write, the tokens written
+ *                             for an hour, at a higher premium); written when not 0.
+ *                             Without it (older entries, older readers) every write
+ *                             is priced as a 5-minute one.
  */
 #include "pc_entry.h"
 #include "pc_migrate.h"
@@ -120,6 +124,14 @@ static void put_usage(struct pc_buf *out, const struct entry *e)
     put_u(out, (uint64_t)e->usage.cache_write, 8);
 }
 
+/* Section ENTRY_SEC_USAGE_1H: the cache writes kept for an hour. */
+static void put_usage_1h(struct pc_buf *out, const struct entry *e)
+{
+    put_u(out, ENTRY_SEC_USAGE_1H, 1);
+    put_u(out, 8, 4);
+    put_u(out, (uint64_t)e->usage.cache_write_1h, 8);
+}
+
 /* The length of a meta name as stored: 0 when absent or too long to keep. */
 static size_t meta_len(const char *s, size_t len)
 {
@@ -144,7 +156,8 @@ void entry_encode(const struct entry *e, struct pc_buf *out)
     bool usage = e->usage.present && e->usage.cache_write > 0;
     size_t nl = meta_len(e->ns, e->ns_len), ml = meta_len(e->model, e->model_len);
     bool meta = nl > 0 || ml > 0;
-    int nsec = (nh > 0) + usage + meta;
+    bool usage_1h = usage && e->usage.cache_write_1h > 0;
+    int nsec = (nh > 0) + usage + meta + usage_1h;
     pc_buf_reserve(out, 64 + ctlen + e->body_len);
     pc_buf_append(out, entry_magic, sizeof(entry_magic));
     put_u(out, nsec > 0 ? ENTRY_FORMAT_SECTIONS : ENTRY_FORMAT_PLAIN, 1);
@@ -170,6 +183,8 @@ void entry_encode(const struct entry *e, struct pc_buf *out)
         put_usage(out, e);
     if (meta)
         put_meta(out, e, nl, ml);
+    if (usage_1h)
+        put_usage_1h(out, e);
 }
 
 /* A bounds-checked reader over the value. */
@@ -259,6 +274,12 @@ static int get_sections(struct reader *r, struct entry *e)
         }
         if (tag == ENTRY_SEC_META && get_meta(&sec, e) < 0)
             return -1;
+        if (tag == ENTRY_SEC_USAGE_1H) {
+            e->usage.cache_write_1h = (int64_t)get_u(&sec, 8);
+            if (sec.bad || sec.left != 0 || e->usage.cache_write_1h < 0 ||
+                e->usage.cache_write_1h > e->usage.cache_write)
+                return -1;
+        }
     }
     return r->bad ? -1 : 0;
 }

@@ -253,14 +253,18 @@ bool pricing_rule_match(const struct pricing_rule *r, const char *name)
 }
 
 struct keys {
-    const char *input, *output, *cache_read, *cache_write;
+    const char *input, *output, *cache_read, *cache_write, *cache_write_1h;
     bool per_token;
 };
 
-static const struct keys own_keys = {"input", "output", "cache_read", "cache_write", false};
-static const struct keys litellm_keys = {"input_cost_per_token", "output_cost_per_token",
+static const struct keys own_keys = {"input",       "output",         "cache_read",
+                                     "cache_write", "cache_write_1h", false};
+static const struct keys litellm_keys = {"input_cost_per_token",
+                                         "output_cost_per_token",
                                          "cache_read_input_token_cost",
-                                         "cache_creation_input_token_cost", true};
+                                         "cache_creation_input_token_cost",
+                                         "cache_creation_input_token_cost_above_1hr",
+                                         true};
 
 /* Read one entry into pr; -1 with the reason in why. */
 static int read_entry(const cJSON *m, const struct keys *k, struct price *pr, char *why,
@@ -270,7 +274,9 @@ static int read_entry(const cJSON *m, const struct keys *k, struct price *pr, ch
     if (!cJSON_IsNumber(in) || price_member(m, k->input, k->per_token, 0, &pr->input) < 0 ||
         price_member(m, k->output, k->per_token, 0, &pr->output) < 0 ||
         price_member(m, k->cache_read, k->per_token, pr->input, &pr->cache_read) < 0 ||
-        price_member(m, k->cache_write, k->per_token, pr->input, &pr->cache_write) < 0) {
+        price_member(m, k->cache_write, k->per_token, pr->input, &pr->cache_write) < 0 ||
+        price_member(m, k->cache_write_1h, k->per_token, pr->cache_write, &pr->cache_write_1h) <
+            0) {
         snprintf(why, wlen,
                  "\"%s\" must be a number and every price a number from 0 to %g per million "
                  "tokens",
@@ -433,7 +439,7 @@ static void digest(struct pricing *p)
     for (size_t i = 0; i < p->n; i++) {
         const struct price *e = &p->v[i];
         h = pc_fnv1a(h, e->model, strlen(e->model) + 1);
-        double d[4] = {e->input, e->output, e->cache_read, e->cache_write};
+        double d[5] = {e->input, e->output, e->cache_read, e->cache_write, e->cache_write_1h};
         h = pc_fnv1a(h, d, sizeof d);
     }
     h = pc_fnv1a(h, &p->rules_digest, sizeof p->rules_digest);
@@ -734,6 +740,7 @@ void pricing_tokens_of(const struct api_usage *u, struct pricing_tokens *t)
         return;
     t->cache_read = PC_MAX(u->cached, 0);
     t->cache_write = PC_MAX(u->cache_write, 0);
+    t->cache_write_1h = PC_MIN(PC_MAX(u->cache_write_1h, 0), t->cache_write);
     t->input = PC_MAX(u->prompt - t->cache_read - t->cache_write, 0);
     t->output = PC_MAX(u->completion, 0);
 }
@@ -741,7 +748,8 @@ void pricing_tokens_of(const struct api_usage *u, struct pricing_tokens *t)
 double pricing_cost(const struct price *pr, const struct pricing_tokens *t)
 {
     return ((double)t->input * pr->input + (double)t->cache_read * pr->cache_read +
-            (double)t->cache_write * pr->cache_write + (double)t->output * pr->output) /
+            (double)(t->cache_write - t->cache_write_1h) * pr->cache_write +
+            (double)t->cache_write_1h * pr->cache_write_1h + (double)t->output * pr->output) /
            1e6;
 }
 
@@ -752,7 +760,10 @@ double pricing_cache_saving(const struct price *pr, const struct pricing_tokens 
 
 double pricing_write_premium(const struct price *pr, const struct pricing_tokens *t)
 {
-    return (double)t->cache_write * PC_MAX(pr->cache_write - pr->input, 0.0) / 1e6;
+    return ((double)(t->cache_write - t->cache_write_1h) *
+                PC_MAX(pr->cache_write - pr->input, 0.0) +
+            (double)t->cache_write_1h * PC_MAX(pr->cache_write_1h - pr->input, 0.0)) /
+           1e6;
 }
 
 int64_t pricing_nano(double amount)

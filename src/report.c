@@ -167,6 +167,9 @@ static void money_of(enum tally_metric m, int64_t count, const struct price *pr,
     case TALLY_saved_cache_write_tokens:
         d->saved = n * (pr->cache_write - pr->input);
         break;
+    case TALLY_saved_cache_write_1h_tokens:
+        d->saved = n * (pr->cache_write_1h - pr->cache_write);
+        break;
     case TALLY_saved_completion_tokens:
         d->saved = n * pr->output;
         break;
@@ -178,6 +181,9 @@ static void money_of(enum tally_metric m, int64_t count, const struct price *pr,
         break;
     case TALLY_semantic_saved_cache_write_tokens:
         d->saved_semantic = n * (pr->cache_write - pr->input);
+        break;
+    case TALLY_semantic_saved_cache_write_1h_tokens:
+        d->saved_semantic = n * (pr->cache_write_1h - pr->cache_write);
         break;
     case TALLY_semantic_saved_completion_tokens:
         d->saved_semantic = n * pr->output;
@@ -192,6 +198,11 @@ static void money_of(enum tally_metric m, int64_t count, const struct price *pr,
     case TALLY_upstream_cache_write_tokens:
         d->upstream = n * (pr->cache_write - pr->input);
         d->write_premium = n * PC_MAX(pr->cache_write - pr->input, 0.0);
+        break;
+    case TALLY_upstream_cache_write_1h_tokens:
+        d->upstream = n * (pr->cache_write_1h - pr->cache_write);
+        d->write_premium = n * (PC_MAX(pr->cache_write_1h - pr->input, 0.0) -
+                                PC_MAX(pr->cache_write - pr->input, 0.0));
         break;
     case TALLY_upstream_completion_tokens:
         d->upstream = n * pr->output;
@@ -220,14 +231,17 @@ static bool priced_metric(enum tally_metric m)
     case TALLY_saved_prompt_tokens:
     case TALLY_saved_cached_tokens:
     case TALLY_saved_cache_write_tokens:
+    case TALLY_saved_cache_write_1h_tokens:
     case TALLY_saved_completion_tokens:
     case TALLY_semantic_saved_prompt_tokens:
     case TALLY_semantic_saved_cached_tokens:
     case TALLY_semantic_saved_cache_write_tokens:
+    case TALLY_semantic_saved_cache_write_1h_tokens:
     case TALLY_semantic_saved_completion_tokens:
     case TALLY_upstream_prompt_tokens:
     case TALLY_upstream_cached_tokens:
     case TALLY_upstream_cache_write_tokens:
+    case TALLY_upstream_cache_write_1h_tokens:
     case TALLY_upstream_completion_tokens:
     case TALLY_own_prompt_tokens:
     case TALLY_own_completion_tokens:

@@ -62,11 +62,13 @@ void savings_hit(struct worker *w, const char *model, enum cache_match match,
     }
     v[TALLY_saved_cached_tokens] += t.cache_read;
     v[TALLY_saved_cache_write_tokens] += t.cache_write;
+    v[TALLY_saved_cache_write_1h_tokens] += t.cache_write_1h;
     v[TALLY_latency_saved_ms] += out->latency_saved_ms;
     if (semantic) {
         v[TALLY_semantic_saved_prompt_tokens] += u->present ? u->prompt : 0;
         v[TALLY_semantic_saved_cached_tokens] += t.cache_read;
         v[TALLY_semantic_saved_cache_write_tokens] += t.cache_write;
+        v[TALLY_semantic_saved_cache_write_1h_tokens] += t.cache_write_1h;
         v[TALLY_semantic_saved_completion_tokens] += t.output;
         v[TALLY_semantic_latency_saved_ms] += out->latency_saved_ms;
     }
@@ -92,6 +94,7 @@ void savings_upstream(struct worker *w, const char *model, const struct api_usag
     }
     v[TALLY_upstream_cached_tokens] += t.cache_read;
     v[TALLY_upstream_cache_write_tokens] += t.cache_write;
+    v[TALLY_upstream_cache_write_1h_tokens] += t.cache_write_1h;
 }
 
 void savings_price(const struct worker *w, const char *model, const struct api_usage *u,

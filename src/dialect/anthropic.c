@@ -474,11 +474,18 @@ static int an_synth(enum api_endpoint e, const cJSON *resp, bool include_usage, 
 
 /* ---- usage and errors ----------------------------------------------------------- */
 
-/* Anthropic counts cache reads and writes apart from input_tokens. */
+/*
+ * Anthropic counts cache reads and writes apart from input_tokens; of the
+ * writes, those kept for an hour (cache_creation.ephemeral_1h_input_tokens)
+ * cost more than the 5-minute ones.
+ */
 static void an_usage(const cJSON *usage, struct api_usage *u)
 {
     int64_t written = dialect_tokens(api_member(usage, "cache_creation_input_tokens"));
     int64_t read = dialect_tokens(api_member(usage, "cache_read_input_tokens"));
+    int64_t hour = dialect_tokens(
+        api_member(api_member(usage, "cache_creation"), "ephemeral_1h_input_tokens"));
+    u->cache_write_1h = PC_MIN(hour, written);
     u->present = cJSON_IsNumber(api_member(usage, "input_tokens"));
     u->prompt = dialect_tokens(api_member(usage, "input_tokens")) + written + read;
     u->completion = dialect_tokens(api_member(usage, "output_tokens"));

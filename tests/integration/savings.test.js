@@ -26,14 +26,14 @@ const MESSAGES = '/v1/messages';
 /* Prices per million tokens; the same list in both formats. */
 const PRICES = {
     'gpt-4o-mini': {input: 0.15, cache_read: 0.075, cache_write: 0.15, output: 0.6},
-    'claude-sonnet-4-5': {input: 3, cache_read: 0.3, cache_write: 3.75, output: 15},
+    'claude-sonnet-4-5': {input: 3, cache_read: 0.3, cache_write: 3.75, cache_write_1h: 6, output: 15},
 };
 const dir = h.tmpDir('pc-savings-');
 const OWN = path.join(dir, 'pricing.json');
 const LITELLM = path.join(dir, 'model_prices_and_context_window.json');
 fs.writeFileSync(OWN, JSON.stringify({currency: 'USD', models: {
     'gpt-4o-mini': {input: 0.15, cache_read: 0.075, output: 0.6},
-    'claude-sonnet-4-5': {input: 3, cache_read: 0.3, cache_write: 3.75, output: 15},
+    'claude-sonnet-4-5': {input: 3, cache_read: 0.3, cache_write: 3.75, cache_write_1h: 6, output: 15},
 }}));
 fs.writeFileSync(LITELLM, JSON.stringify({
     sample_spec: {max_tokens: 'LEGACY parameter', input_cost_per_token: 0, output_cost_per_token: 0,
@@ -41,21 +41,32 @@ fs.writeFileSync(LITELLM, JSON.stringify({
     'openai/gpt-4o-mini': {input_cost_per_token: 1.5e-7, cache_read_input_token_cost: 7.5e-8,
         output_cost_per_token: 6e-7, litellm_provider: 'openai', mode: 'chat', max_tokens: 16384},
     'claude-sonnet-4-5': {input_cost_per_token: 3e-6, cache_read_input_token_cost: 3e-7,
-        cache_creation_input_token_cost: 3.75e-6, output_cost_per_token: 1.5e-5,
+        cache_creation_input_token_cost: 3.75e-6, cache_creation_input_token_cost_above_1hr: 6e-6,
+        output_cost_per_token: 1.5e-5,
         litellm_provider: 'anthropic', mode: 'chat'},
     'dall-e-3': {input_cost_per_pixel: 1e-8, litellm_provider: 'openai', mode: 'image_generation'},
 }));
 
 const env = h.environment({proxyArgs: ['--pricing', OWN]});
 
-/* Money in billionths of a dollar, as the proxy counts it: exact integers. */
+/*
+ * Money in billionths of a dollar, as the proxy counts it: exact integers. Of the cache writes
+ * (u.write), u.hour are kept for an hour, at their own price (Anthropic: 2x input, not 1.25x).
+ */
 function nano(model, u) {
     const p = PRICES[model];
     if (!p)
         return null;
-    const input = u.prompt - u.read - u.write;
-    return Math.round(1000 * (input * p.input + u.read * p.cache_read + u.write * p.cache_write +
+    const input = u.prompt - u.read - u.write, hour = u.hour || 0;
+    return Math.round(1000 * (input * p.input + u.read * p.cache_read +
+        (u.write - hour) * p.cache_write + hour * (p.cache_write_1h || p.cache_write) +
         u.output * p.output));
+}
+/* What writing to the provider's cache cost beyond the input price. */
+function premium(model, u) {
+    const p = PRICES[model], hour = u.hour || 0;
+    return Math.round(1000 * ((u.write - hour) * (p.cache_write - p.input) +
+        hour * ((p.cache_write_1h || p.cache_write) - p.input)));
 }
 const toNano = (v) => Math.round(v * 1e9);
 /* The day the list was written (the test wrote it): its date, since it says none. */
@@ -65,6 +76,7 @@ const OWN_DAY = new Date(fs.statSync(OWN).mtimeMs).toISOString().slice(0, 10);
 function usageHeaders(u) {
     return {'x-mock-prompt-tokens': String(u.prompt - u.read - u.write),
         'x-mock-cache-read': String(u.read), 'x-mock-cache-write': String(u.write),
+        'x-mock-cache-write-1h': String(u.hour || 0),
         'x-mock-completion-tokens': String(u.output)};
 }
 
@@ -118,12 +130,15 @@ async function workload(proxy, tag) {
         want.saved += hits * c;
         want.upstream += c;
         want.cacheSaved += Math.round(1000 * u.read * (p.input - p.cache_read));
-        want.premium += Math.round(1000 * u.write * (p.cache_write - p.input));
+        want.premium += premium(model, u);
         want.savedRead += hits * u.read;
         want.savedWrite += hits * u.write;
     };
-    /* The issue's case: 12 input + 288 cache-read tokens (and a cache write), Anthropic. */
-    const a = {prompt: 12 + 288 + 100, read: 288, write: 100, output: 50};
+    /*
+     * The issue's case: 12 input + 288 cache-read tokens (and cache writes, 40 of them kept for
+     * an hour), Anthropic.
+     */
+    const a = {prompt: 12 + 288 + 100, read: 288, write: 100, hour: 40, output: 50};
     await missThenHits(proxy, MESSAGES, h.messagesBody(text('anthropic')), a, 1);
     count('claude-sonnet-4-5', a, 1);
     /* OpenAI cached_tokens, hit twice. */
@@ -196,7 +211,8 @@ h.test('a hit saves what the original call cost: /stats, priced per token kind',
     const log = await env.proxy.waitAccessLog((l) => l.cache === 'HIT' && l.model === 'claude-sonnet-4-5');
     assert.equal(log.cached_tokens, 288);
     assert.equal(log.cache_write_tokens, 100);
-    assert.equal(toNano(log.saved), nano('claude-sonnet-4-5', {prompt: 400, read: 288, write: 100, output: 50}));
+    assert.equal(toNano(log.saved),
+        nano('claude-sonnet-4-5', {prompt: 400, read: 288, write: 100, hour: 40, output: 50}));
     assert.equal(typeof log.age, 'number');
     const miss = env.proxy.accessLog().find((l) => l.cache === 'MISS' && l.model === 'claude-sonnet-4-5');
     assert.equal(toNano(miss.cost), toNano(log.saved), 'the miss cost what the hit saved');
@@ -217,7 +233,7 @@ h.test('/metrics: promtool accepts it; labelled money and tokens agree with /sta
     assert.equal(toNano(sum(m, 'promptcache_saved_cost_total')), want.saved);
     assert.equal(toNano(sum(m, 'promptcache_saved_cost_total',
         (l) => l.model === 'claude-sonnet-4-5' && l.match === 'exact')),
-    nano('claude-sonnet-4-5', {prompt: 400, read: 288, write: 100, output: 50}));
+    nano('claude-sonnet-4-5', {prompt: 400, read: 288, write: 100, hour: 40, output: 50}));
     assert.equal(toNano(sum(m, 'promptcache_upstream_cost_total')), want.upstream);
     assert.equal(sum(m, 'promptcache_saved_tokens_total', (l) => l.token === 'cache_read'),
         want.savedRead);

@@ -366,12 +366,14 @@ function messageOutcome(call) {
     return {blocks, stop: tool ? 'tool_use' : 'end_turn', outputTokens};
 }
 
-/* Anthropic counts cache reads and writes apart from input_tokens. */
+/* Anthropic counts cache reads and writes apart from input_tokens; writes by how long they are kept. */
 function anthropicUsage(call, outputTokens) {
+    const write = call.controls.cacheWrite, hour = Math.min(call.controls.cacheWrite1h, write);
     return {
-        input_tokens: call.promptTokens, cache_creation_input_tokens: call.controls.cacheWrite,
-        cache_read_input_tokens: call.controls.cacheRead, output_tokens: outputTokens,
-        service_tier: 'standard',
+        input_tokens: call.promptTokens, cache_creation_input_tokens: write,
+        cache_read_input_tokens: call.controls.cacheRead,
+        cache_creation: {ephemeral_5m_input_tokens: write - hour, ephemeral_1h_input_tokens: hour},
+        output_tokens: outputTokens, service_tier: 'standard',
     };
 }
 

@@ -43,6 +43,9 @@
  *                             cache_read_input_tokens)
  *   x-mock-cache-write: N     usage: N more prompt tokens written to it (Anthropic
  *                             cache_creation_input_tokens; ignored for OpenAI)
+ *   x-mock-cache-write-1h: N  of those, N kept for an hour (Anthropic
+ *                             cache_creation.ephemeral_1h_input_tokens; the rest
+ *                             are ephemeral_5m_input_tokens)
  *   x-mock-meaning: ID        answer by meaning (below): "mock answer by meaning ID"
  *   x-mock-stamp: 1           a stream's events each open with an SSE comment
  *                             ": t=NS", the machine's monotonic clock in ns when
@@ -113,6 +116,7 @@ function readControls(headers) {
         completionTokens: int('x-mock-completion-tokens'),
         cacheRead: int('x-mock-cache-read') || 0,
         cacheWrite: int('x-mock-cache-write') || 0,
+        cacheWrite1h: int('x-mock-cache-write-1h') || 0,
         stamp: headers['x-mock-stamp'] === '1',
     };
 }

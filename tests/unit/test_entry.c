@@ -77,6 +77,30 @@ static void test_cache_write_section(void)
     pc_buf_free(&plain);
 }
 
+/* The writes kept for an hour: a section of their own, after the others; never more than the
+ * writes. */
+static void test_cache_write_1h_section(void)
+{
+    struct entry e = sample(), d;
+    e.usage.cache_write = 17;
+    e.usage.cache_write_1h = 9;
+    struct pc_buf b = PC_BUF_INIT, no1h = PC_BUF_INIT;
+    entry_encode(&e, &b);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK_INT(d.usage.cache_write, 17);
+    T_CHECK_INT(d.usage.cache_write_1h, 9);
+    e.usage.cache_write_1h = 0;
+    entry_encode(&e, &no1h);
+    T_CHECK_INT(no1h.len + 1 + 4 + 8, b.len); /* tag, length, i64 */
+    T_CHECK_INT(entry_decode(no1h.data, no1h.len, &d), 0);
+    T_CHECK_INT(d.usage.cache_write_1h, 0);
+    /* More hour-long writes than writes: refused. */
+    b.data[b.len - 8] = 18;
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    pc_buf_free(&b);
+    pc_buf_free(&no1h);
+}
+
 static void test_rejects_malformed(void)
 {
     struct entry e = sample(), d;
@@ -153,7 +177,11 @@ static void test_forged_fields(void)
     }
     /* The largest counts are accepted, and their arithmetic stays in range. */
     struct entry big = sample();
-    big.usage = (struct api_usage){true, ENTRY_TOKENS_MAX, ENTRY_TOKENS_MAX, ENTRY_TOKENS_MAX,
+    big.usage = (struct api_usage){true,
+                                   ENTRY_TOKENS_MAX,
+                                   ENTRY_TOKENS_MAX,
+                                   ENTRY_TOKENS_MAX,
+                                   ENTRY_TOKENS_MAX,
                                    ENTRY_TOKENS_MAX};
     T_CHECK_INT(decode_use(&big), 0);
     /* The usage flag is 0 or 1. */
@@ -446,6 +474,7 @@ int main(void)
     T_RUN(test_rejects_malformed);
     T_RUN(test_forged_fields);
     T_RUN(test_cache_write_section);
+    T_RUN(test_cache_write_1h_section);
     T_RUN(test_keys);
     T_RUN(test_headers_round_trip);
     T_RUN(test_format_1_compatible);

@@ -63,6 +63,34 @@ static void test_formats_agree(void)
     T_CHECK_INT(pricing_nano(pricing_cost(c, &t)), 1247400);
     T_CHECK_INT(pricing_nano(pricing_cache_saving(c, &t)), 777600);
     T_CHECK_INT(pricing_nano(pricing_write_premium(c, &t)), 75000);
+    /* Of the 100 writes, 40 kept for an hour: at 6, not 3.75 (the own list); LiteLLM the same. */
+    struct pricing *a1 = parse("{\"models\":{\"claude-sonnet-4-5\":{\"input\":3,\"cache_read\":0.3,"
+                               "\"cache_write\":3.75,\"cache_write_1h\":6,\"output\":15}}}",
+                               NULL);
+    struct pricing *b1 = parse("{\"claude-sonnet-4-5\":{\"input_cost_per_token\":3e-6,"
+                               "\"cache_read_input_token_cost\":3e-7,"
+                               "\"cache_creation_input_token_cost\":3.75e-6,"
+                               "\"cache_creation_input_token_cost_above_1hr\":6e-6,"
+                               "\"output_cost_per_token\":1.5e-5}}",
+                               NULL);
+    u.cache_write_1h = 40;
+    struct pricing_tokens t1;
+    pricing_tokens_of(&u, &t1);
+    T_CHECK_INT(t1.cache_write_1h, 40);
+    T_CHECK(a1 != NULL && b1 != NULL);
+    if (a1 != NULL && b1 != NULL) {
+        const struct price *x = pricing_find(a1, "claude-sonnet-4-5");
+        T_CHECK_INT(pricing_nano(pricing_cost(x, &t1)), 1247400 + 40 * 2250);
+        T_CHECK_INT(pricing_nano(pricing_write_premium(x, &t1)), 75000 + 40 * 2250);
+        T_CHECK_INT(pricing_nano(pricing_cost(pricing_find(b1, "claude-sonnet-4-5"), &t1)),
+                    1247400 + 40 * 2250);
+    }
+    /* A list without an hour's price: those writes cost the 5-minute price. */
+    T_CHECK(c->cache_write_1h == 3.75);
+    T_CHECK_INT(pricing_nano(pricing_cost(c, &t1)), 1247400);
+    pricing_release(&a1);
+    pricing_release(&b1);
+    u.cache_write_1h = 0;
     /* OpenAI: no write price given, cache writes cost input. */
     T_CHECK(pricing_find(a, "gpt-4o-mini")->cache_write == 0.15);
     T_CHECK(pricing_find(a, "claude-opus-4") == NULL);
