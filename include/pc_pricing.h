@@ -29,8 +29,10 @@
  * else by an entry it only extends with a date or tag
  * ("gpt-4o-mini-2024-07-18" by "gpt-4o-mini": -YYYY-MM-DD, -YYYYMMDD,
  * -latest, @..., :...), never by a different model that starts the same
- * ("claude-opus-4-5" is not "claude-opus-4"); else, when it carries a
- * provider prefix ("openai/gpt-4o"), the same for the name without it.
+ * ("claude-opus-4-5" is not "claude-opus-4"). A name with a vendor's
+ * prefix ("openai/gpt-4o", "anthropic/claude-sonnet-4.5") is priced by the
+ * entry of its own name, else as the name without the prefix, and only then
+ * as above (another provider's rule may take the prefixed name).
  * LiteLLM entries named "openai/X" or "anthropic/X" also price "X" when the
  * file has no entry "X" itself.
  *

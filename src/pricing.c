@@ -721,12 +721,21 @@ const struct price *pricing_find(const struct pricing *p, const char *model)
     int idx;
     if (memo_get(p->memo, name, &idx))
         return idx >= 0 ? &p->v[idx] : NULL;
-    const struct price *e = by_name(p, name);
+    /*
+     * A vendor's prefix (a gateway's name: openai/X, anthropic/X) names the
+     * vendor's own model: after an entry of that very name, the bare name is
+     * matched first, or another provider's rule that takes the prefixed name
+     * (Vertex's claude-sonnet-4-5 takes anthropic/claude-sonnet-4.5) would
+     * price it.
+     */
+    const struct price *e = exact(p, name);
     for (size_t j = 0; e == NULL && j < PC_ARRAY_LEN(bare_providers); j++) {
         size_t pl = strlen(bare_providers[j]);
         if (strncmp(name, bare_providers[j], pl) == 0 && name[pl] != '\0')
             e = by_name(p, name + pl);
     }
+    if (e == NULL)
+        e = by_name(p, name);
     memo_put(p->memo, name, e != NULL ? (int)(e - p->v) : -1);
     return e;
 }

@@ -183,6 +183,9 @@ static void test_rules(void)
     T_CHECK_STR(priced_as(p, "gemini-2.5-pro-preview-tts"), "(unpriced)"); /* and + not */
     T_CHECK_STR(priced_as(p, "vertex/claude-3-5-sonnet@20240620"), "google/claude-3-5-sonnet");
     T_CHECK_STR(priced_as(p, "openai/gpt-4o-2024-11-20"), "gpt-4o"); /* provider prefix */
+    /* The vendor's prefix names the vendor's model, not another provider's that takes it too. */
+    T_CHECK_STR(priced_as(p, "anthropic/claude-3-5-sonnet-20241022"), "claude-3-5-sonnet");
+    T_CHECK_STR(priced_as(p, "anthropic/claude-3.5-sonnet"), "claude-3-5-sonnet");
     T_CHECK_STR(priced_as(p, "text-embedding-3-small"), "text-embedding-3-small");
     T_CHECK_STR(priced_as(p, "gpt-4o-mini-2099-01-01"), "gpt-4o-mini"); /* a date the list lacks */
     T_CHECK_STR(priced_as(p, "gpt-4o-mini-turbo"), "(unpriced)");
