@@ -35,8 +35,10 @@ struct api_usage {
     int64_t cached;      /* OpenAI prompt_tokens_details.cached_tokens (Responses:
                             input_tokens_details.cached_tokens); Anthropic cache_read_input_tokens */
     int64_t cache_write; /* Anthropic cache_creation_input_tokens (written at a premium) */
-    int64_t cache_write_1h; /* of cache_write, those written for an hour (Anthropic
-                               cache_creation.ephemeral_1h_input_tokens), at a higher premium */
+    int64_t cache_write_1h;   /* of cache_write, those written for an hour (Anthropic
+                                 cache_creation.ephemeral_1h_input_tokens), at a higher premium */
+    int64_t audio_prompt;     /* of prompt, audio (OpenAI prompt_tokens_details.audio_tokens) */
+    int64_t audio_completion; /* of completion, audio (completion_tokens_details.audio_tokens) */
 };
 
 /*

@@ -47,6 +47,7 @@ enum entry_section {
     ENTRY_SEC_USAGE = 2,    /* usage beyond the fixed fields: cache writes */
     ENTRY_SEC_META = 3,     /* what targeted deletes filter on: namespace, model */
     ENTRY_SEC_USAGE_1H = 4, /* of the cache writes, those kept for an hour */
+    ENTRY_SEC_AUDIO = 5,    /* of the prompt and completion tokens, audio */
 };
 
 #define ENTRY_META_MAX 255 /* bytes of a namespace or model name kept in ENTRY_SEC_META */

@@ -5,21 +5,22 @@
  * their shape:
  *   - the project's own: {"currency": "USD", "source": "...", "date":
  *     "YYYY-MM-DD", "models": {NAME: {"input": N, "output": N, "cache_read":
- *     N, "cache_write": N, "cache_write_1h": N, "match": RULE}}}, prices per
- *     million tokens ("output", "cache_read", "cache_write",
- *     "cache_write_1h", "match", "source", "date" optional).
+ *     N, "cache_write": N, "cache_write_1h": N, "input_audio": N,
+ *     "output_audio": N, "match": RULE}}}, prices per million tokens (all
+ *     but "input" optional, as are "source" and "date").
  *     tools/prices.js writes @pydantic/genai-prices in this format (`make
  *     prices`: build/prices.json);
  *   - LiteLLM's model_prices_and_context_window.json: {NAME: {
  *     "input_cost_per_token", "output_cost_per_token",
  *     "cache_read_input_token_cost", "cache_creation_input_token_cost",
- *     "cache_creation_input_token_cost_above_1hr", ...}},
+ *     "cache_creation_input_token_cost_above_1hr", "input_cost_per_audio_token",
+ *     "output_cost_per_audio_token", ...}},
  *     prices per token in USD; "sample_spec" and entries without a token
  *     price (images, audio) are skipped.
  * A cache price that is not given is the input price (the provider charges
  * cached tokens in full); an hour's write that is not given is the
- * 5-minute write's price. Implausible entries - a negative or non-finite
- * price, more than PRICING_MAX per million, a cache read dearer than input -
+ * 5-minute write's price; an audio price not given is the text one. Implausible entries - a
+ * negative or non-finite price, more than PRICING_MAX per million, a cache read dearer than input -
  * are refused: in the project's format the file is refused (an error naming
  * the file and the model), in LiteLLM's (thousands of entries kept by
  * others) the entry is left out with a warning naming both.
@@ -83,7 +84,8 @@ struct pricing_rule;
 struct price {
     char *model;
     double input, output, cache_read, cache_write, cache_write_1h;
-    struct pricing_rule *match; /* the names it also prices, or NULL (owned by the list) */
+    double input_audio, output_audio; /* audio tokens in and out (OpenAI's audio models) */
+    struct pricing_rule *match;       /* the names it also prices, or NULL (owned by the list) */
 };
 
 /* A call's tokens as they are billed: prompt tokens split by how they were read. */
@@ -92,6 +94,8 @@ struct pricing_tokens {
     int64_t cache_read;  /* prompt tokens read from the provider's prompt cache */
     int64_t cache_write; /* prompt tokens written to it (Anthropic, at a premium) */
     int64_t cache_write_1h; /* of cache_write, those written for an hour (a higher premium) */
+    int64_t audio_input;    /* of input, audio tokens (their own price) */
+    int64_t audio_output;   /* of output, audio tokens */
     int64_t output;         /* completion tokens */
 };
 

@@ -36,39 +36,45 @@ struct tally;
  * the parts of them the provider read from or wrote to its prompt cache,
  * since each part has its own price (pc_pricing.h).
  */
-#define PC_TALLY_METRICS(ACTION)                                                                  \
-    ACTION(requests, "cacheable requests")                                                        \
-    ACTION(hits, "looked up and answered from the cache")                                         \
-    ACTION(misses, "looked up, not found, sent upstream (or joined a call already there)")        \
-    ACTION(coalesced, "answered by sharing another request's upstream call")                      \
-    ACTION(bypasses, "not looked up (BYPASS, REFRESH)")                                           \
-    ACTION(errors, "of the requests, not answered with a 2xx (upstream error, client gone)")      \
-    ACTION(saved_prompt_tokens, "prompt tokens of answers served from the cache")                 \
-    ACTION(saved_completion_tokens, "completion tokens of answers served from the cache")         \
-    ACTION(upstream_prompt_tokens, "prompt tokens the upstream reported")                         \
-    ACTION(upstream_completion_tokens, "completion tokens the upstream reported")                 \
-    ACTION(semantic_hits, "of the hits, those found by meaning (semantic stage)")                 \
-    ACTION(saved_cached_tokens, "of saved_prompt_tokens, read from the provider's cache")         \
-    ACTION(saved_cache_write_tokens, "of saved_prompt_tokens, written to the provider's cache")   \
-    ACTION(semantic_saved_prompt_tokens, "of saved_prompt_tokens, saved by meaning")              \
-    ACTION(semantic_saved_cached_tokens, "of saved_cached_tokens, saved by meaning")              \
-    ACTION(semantic_saved_cache_write_tokens, "of saved_cache_write_tokens, saved by meaning")    \
-    ACTION(semantic_saved_completion_tokens, "of saved_completion_tokens, saved by meaning")      \
-    ACTION(latency_saved_ms, "upstream time of the answers served minus the hits' own time")      \
-    ACTION(semantic_latency_saved_ms, "of latency_saved_ms, saved by meaning")                    \
-    ACTION(upstream_cached_tokens, "of upstream_prompt_tokens, read from the provider's cache")   \
-    ACTION(upstream_cache_write_tokens, "of upstream_prompt_tokens, written to its cache")        \
-    ACTION(own_prompt_tokens, "input tokens of the proxy's own calls (embedder, verifier)")       \
-    ACTION(own_completion_tokens, "output tokens of the proxy's own calls (verifier)")            \
-    ACTION(semantic_compared, "answers compared with a candidate the error bound held back")      \
-    ACTION(semantic_disagreed, "of semantic_compared, a different answer")                        \
-    ACTION(semantic_explored, "of semantic_compared, allowed candidates sent upstream to verify") \
-    ACTION(semantic_explored_disagreed, "of semantic_explored, a different answer")               \
-    ACTION(explore_prompt_tokens, "of upstream_prompt_tokens, spent on explored candidates")      \
-    ACTION(explore_completion_tokens, "of upstream_completion_tokens, on explored candidates")    \
-    ACTION(saved_cache_write_1h_tokens, "of saved_cache_write_tokens, kept for an hour")          \
-    ACTION(semantic_saved_cache_write_1h_tokens, "of saved_cache_write_1h_tokens, by meaning")    \
-    ACTION(upstream_cache_write_1h_tokens, "of upstream_cache_write_tokens, kept for an hour")
+#define PC_TALLY_METRICS(ACTION)                                                                   \
+    ACTION(requests, "cacheable requests")                                                         \
+    ACTION(hits, "looked up and answered from the cache")                                          \
+    ACTION(misses, "looked up, not found, sent upstream (or joined a call already there)")         \
+    ACTION(coalesced, "answered by sharing another request's upstream call")                       \
+    ACTION(bypasses, "not looked up (BYPASS, REFRESH)")                                            \
+    ACTION(errors, "of the requests, not answered with a 2xx (upstream error, client gone)")       \
+    ACTION(saved_prompt_tokens, "prompt tokens of answers served from the cache")                  \
+    ACTION(saved_completion_tokens, "completion tokens of answers served from the cache")          \
+    ACTION(upstream_prompt_tokens, "prompt tokens the upstream reported")                          \
+    ACTION(upstream_completion_tokens, "completion tokens the upstream reported")                  \
+    ACTION(semantic_hits, "of the hits, those found by meaning (semantic stage)")                  \
+    ACTION(saved_cached_tokens, "of saved_prompt_tokens, read from the provider's cache")          \
+    ACTION(saved_cache_write_tokens, "of saved_prompt_tokens, written to the provider's cache")    \
+    ACTION(semantic_saved_prompt_tokens, "of saved_prompt_tokens, saved by meaning")               \
+    ACTION(semantic_saved_cached_tokens, "of saved_cached_tokens, saved by meaning")               \
+    ACTION(semantic_saved_cache_write_tokens, "of saved_cache_write_tokens, saved by meaning")     \
+    ACTION(semantic_saved_completion_tokens, "of saved_completion_tokens, saved by meaning")       \
+    ACTION(latency_saved_ms, "upstream time of the answers served minus the hits' own time")       \
+    ACTION(semantic_latency_saved_ms, "of latency_saved_ms, saved by meaning")                     \
+    ACTION(upstream_cached_tokens, "of upstream_prompt_tokens, read from the provider's cache")    \
+    ACTION(upstream_cache_write_tokens, "of upstream_prompt_tokens, written to its cache")         \
+    ACTION(own_prompt_tokens, "input tokens of the proxy's own calls (embedder, verifier)")        \
+    ACTION(own_completion_tokens, "output tokens of the proxy's own calls (verifier)")             \
+    ACTION(semantic_compared, "answers compared with a candidate the error bound held back")       \
+    ACTION(semantic_disagreed, "of semantic_compared, a different answer")                         \
+    ACTION(semantic_explored, "of semantic_compared, allowed candidates sent upstream to verify")  \
+    ACTION(semantic_explored_disagreed, "of semantic_explored, a different answer")                \
+    ACTION(explore_prompt_tokens, "of upstream_prompt_tokens, spent on explored candidates")       \
+    ACTION(explore_completion_tokens, "of upstream_completion_tokens, on explored candidates")     \
+    ACTION(saved_cache_write_1h_tokens, "of saved_cache_write_tokens, kept for an hour")           \
+    ACTION(semantic_saved_cache_write_1h_tokens, "of saved_cache_write_1h_tokens, by meaning")     \
+    ACTION(upstream_cache_write_1h_tokens, "of upstream_cache_write_tokens, kept for an hour")     \
+    ACTION(saved_audio_prompt_tokens, "of saved_prompt_tokens, audio read in full")                \
+    ACTION(saved_audio_completion_tokens, "of saved_completion_tokens, audio")                     \
+    ACTION(semantic_saved_audio_prompt_tokens, "of saved_audio_prompt_tokens, by meaning")         \
+    ACTION(semantic_saved_audio_completion_tokens, "of saved_audio_completion_tokens, by meaning") \
+    ACTION(upstream_audio_prompt_tokens, "of upstream_prompt_tokens, audio read in full")          \
+    ACTION(upstream_audio_completion_tokens, "of upstream_completion_tokens, audio")
 
 /*
  * Request durations per hour by cache status, for percentiles over every

@@ -37,6 +37,9 @@
  *                             for an hour, at a higher premium); written when not 0.
  *                             Without it (older entries, older readers) every write
  *                             is priced as a 5-minute one.
+ *   tag 5 ENTRY_SEC_AUDIO     i64 audio_prompt, i64 audio_completion (of the prompt and
+ *                             completion tokens, audio, at their own prices); written
+ *                             when either is not 0. Without it audio counts as text.
  */
 #include "pc_entry.h"
 #include "pc_migrate.h"
@@ -132,6 +135,15 @@ static void put_usage_1h(struct pc_buf *out, const struct entry *e)
     put_u(out, (uint64_t)e->usage.cache_write_1h, 8);
 }
 
+/* Section ENTRY_SEC_AUDIO: the audio tokens in and out. */
+static void put_audio(struct pc_buf *out, const struct entry *e)
+{
+    put_u(out, ENTRY_SEC_AUDIO, 1);
+    put_u(out, 16, 4);
+    put_u(out, (uint64_t)e->usage.audio_prompt, 8);
+    put_u(out, (uint64_t)e->usage.audio_completion, 8);
+}
+
 /* The length of a meta name as stored: 0 when absent or too long to keep. */
 static size_t meta_len(const char *s, size_t len)
 {
@@ -157,7 +169,8 @@ void entry_encode(const struct entry *e, struct pc_buf *out)
     size_t nl = meta_len(e->ns, e->ns_len), ml = meta_len(e->model, e->model_len);
     bool meta = nl > 0 || ml > 0;
     bool usage_1h = usage && e->usage.cache_write_1h > 0;
-    int nsec = (nh > 0) + usage + meta + usage_1h;
+    bool audio = e->usage.present && (e->usage.audio_prompt > 0 || e->usage.audio_completion > 0);
+    int nsec = (nh > 0) + usage + meta + usage_1h + audio;
     pc_buf_reserve(out, 64 + ctlen + e->body_len);
     pc_buf_append(out, entry_magic, sizeof(entry_magic));
     put_u(out, nsec > 0 ? ENTRY_FORMAT_SECTIONS : ENTRY_FORMAT_PLAIN, 1);
@@ -185,6 +198,8 @@ void entry_encode(const struct entry *e, struct pc_buf *out)
         put_meta(out, e, nl, ml);
     if (usage_1h)
         put_usage_1h(out, e);
+    if (audio)
+        put_audio(out, e);
 }
 
 /* A bounds-checked reader over the value. */
@@ -278,6 +293,14 @@ static int get_sections(struct reader *r, struct entry *e)
             e->usage.cache_write_1h = (int64_t)get_u(&sec, 8);
             if (sec.bad || sec.left != 0 || e->usage.cache_write_1h < 0 ||
                 e->usage.cache_write_1h > e->usage.cache_write)
+                return -1;
+        }
+        if (tag == ENTRY_SEC_AUDIO) {
+            e->usage.audio_prompt = (int64_t)get_u(&sec, 8);
+            e->usage.audio_completion = (int64_t)get_u(&sec, 8);
+            if (sec.bad || sec.left != 0 || e->usage.audio_prompt < 0 ||
+                e->usage.audio_prompt > e->usage.prompt || e->usage.audio_completion < 0 ||
+                e->usage.audio_completion > e->usage.completion)
                 return -1;
         }
     }

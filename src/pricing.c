@@ -253,17 +253,20 @@ bool pricing_rule_match(const struct pricing_rule *r, const char *name)
 }
 
 struct keys {
-    const char *input, *output, *cache_read, *cache_write, *cache_write_1h;
+    const char *input, *output, *cache_read, *cache_write, *cache_write_1h, *input_audio,
+        *output_audio;
     bool per_token;
 };
 
-static const struct keys own_keys = {"input",       "output",         "cache_read",
-                                     "cache_write", "cache_write_1h", false};
+static const struct keys own_keys = {"input",          "output",      "cache_read",   "cache_write",
+                                     "cache_write_1h", "input_audio", "output_audio", false};
 static const struct keys litellm_keys = {"input_cost_per_token",
                                          "output_cost_per_token",
                                          "cache_read_input_token_cost",
                                          "cache_creation_input_token_cost",
                                          "cache_creation_input_token_cost_above_1hr",
+                                         "input_cost_per_audio_token",
+                                         "output_cost_per_audio_token",
                                          true};
 
 /* Read one entry into pr; -1 with the reason in why. */
@@ -276,7 +279,9 @@ static int read_entry(const cJSON *m, const struct keys *k, struct price *pr, ch
         price_member(m, k->cache_read, k->per_token, pr->input, &pr->cache_read) < 0 ||
         price_member(m, k->cache_write, k->per_token, pr->input, &pr->cache_write) < 0 ||
         price_member(m, k->cache_write_1h, k->per_token, pr->cache_write, &pr->cache_write_1h) <
-            0) {
+            0 ||
+        price_member(m, k->input_audio, k->per_token, pr->input, &pr->input_audio) < 0 ||
+        price_member(m, k->output_audio, k->per_token, pr->output, &pr->output_audio) < 0) {
         snprintf(why, wlen,
                  "\"%s\" must be a number and every price a number from 0 to %g per million "
                  "tokens",
@@ -439,7 +444,8 @@ static void digest(struct pricing *p)
     for (size_t i = 0; i < p->n; i++) {
         const struct price *e = &p->v[i];
         h = pc_fnv1a(h, e->model, strlen(e->model) + 1);
-        double d[5] = {e->input, e->output, e->cache_read, e->cache_write, e->cache_write_1h};
+        double d[7] = {e->input,          e->output,      e->cache_read,  e->cache_write,
+                       e->cache_write_1h, e->input_audio, e->output_audio};
         h = pc_fnv1a(h, d, sizeof d);
     }
     h = pc_fnv1a(h, &p->rules_digest, sizeof p->rules_digest);
@@ -752,13 +758,18 @@ void pricing_tokens_of(const struct api_usage *u, struct pricing_tokens *t)
     t->cache_write_1h = PC_MIN(PC_MAX(u->cache_write_1h, 0), t->cache_write);
     t->input = PC_MAX(u->prompt - t->cache_read - t->cache_write, 0);
     t->output = PC_MAX(u->completion, 0);
+    t->audio_input = PC_MIN(PC_MAX(u->audio_prompt, 0), t->input);
+    t->audio_output = PC_MIN(PC_MAX(u->audio_completion, 0), t->output);
 }
 
 double pricing_cost(const struct price *pr, const struct pricing_tokens *t)
 {
-    return ((double)t->input * pr->input + (double)t->cache_read * pr->cache_read +
+    return ((double)(t->input - t->audio_input) * pr->input +
+            (double)t->audio_input * pr->input_audio + (double)t->cache_read * pr->cache_read +
             (double)(t->cache_write - t->cache_write_1h) * pr->cache_write +
-            (double)t->cache_write_1h * pr->cache_write_1h + (double)t->output * pr->output) /
+            (double)t->cache_write_1h * pr->cache_write_1h +
+            (double)(t->output - t->audio_output) * pr->output +
+            (double)t->audio_output * pr->output_audio) /
            1e6;
 }
 

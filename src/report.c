@@ -173,6 +173,24 @@ static void money_of(enum tally_metric m, int64_t count, const struct price *pr,
     case TALLY_saved_completion_tokens:
         d->saved = n * pr->output;
         break;
+    case TALLY_saved_audio_prompt_tokens:
+        d->saved = n * (pr->input_audio - pr->input);
+        break;
+    case TALLY_saved_audio_completion_tokens:
+        d->saved = n * (pr->output_audio - pr->output);
+        break;
+    case TALLY_semantic_saved_audio_prompt_tokens:
+        d->saved_semantic = n * (pr->input_audio - pr->input);
+        break;
+    case TALLY_semantic_saved_audio_completion_tokens:
+        d->saved_semantic = n * (pr->output_audio - pr->output);
+        break;
+    case TALLY_upstream_audio_prompt_tokens:
+        d->upstream = n * (pr->input_audio - pr->input);
+        break;
+    case TALLY_upstream_audio_completion_tokens:
+        d->upstream = n * (pr->output_audio - pr->output);
+        break;
     case TALLY_semantic_saved_prompt_tokens:
         d->saved_semantic = n * pr->input;
         break;
@@ -243,6 +261,12 @@ static bool priced_metric(enum tally_metric m)
     case TALLY_upstream_cache_write_tokens:
     case TALLY_upstream_cache_write_1h_tokens:
     case TALLY_upstream_completion_tokens:
+    case TALLY_saved_audio_prompt_tokens:
+    case TALLY_saved_audio_completion_tokens:
+    case TALLY_semantic_saved_audio_prompt_tokens:
+    case TALLY_semantic_saved_audio_completion_tokens:
+    case TALLY_upstream_audio_prompt_tokens:
+    case TALLY_upstream_audio_completion_tokens:
     case TALLY_own_prompt_tokens:
     case TALLY_own_completion_tokens:
     case TALLY_explore_prompt_tokens:

@@ -63,12 +63,16 @@ void savings_hit(struct worker *w, const char *model, enum cache_match match,
     v[TALLY_saved_cached_tokens] += t.cache_read;
     v[TALLY_saved_cache_write_tokens] += t.cache_write;
     v[TALLY_saved_cache_write_1h_tokens] += t.cache_write_1h;
+    v[TALLY_saved_audio_prompt_tokens] += t.audio_input;
+    v[TALLY_saved_audio_completion_tokens] += t.audio_output;
     v[TALLY_latency_saved_ms] += out->latency_saved_ms;
     if (semantic) {
         v[TALLY_semantic_saved_prompt_tokens] += u->present ? u->prompt : 0;
         v[TALLY_semantic_saved_cached_tokens] += t.cache_read;
         v[TALLY_semantic_saved_cache_write_tokens] += t.cache_write;
         v[TALLY_semantic_saved_cache_write_1h_tokens] += t.cache_write_1h;
+        v[TALLY_semantic_saved_audio_prompt_tokens] += t.audio_input;
+        v[TALLY_semantic_saved_audio_completion_tokens] += t.audio_output;
         v[TALLY_semantic_saved_completion_tokens] += t.output;
         v[TALLY_semantic_latency_saved_ms] += out->latency_saved_ms;
     }
@@ -95,6 +99,8 @@ void savings_upstream(struct worker *w, const char *model, const struct api_usag
     v[TALLY_upstream_cached_tokens] += t.cache_read;
     v[TALLY_upstream_cache_write_tokens] += t.cache_write;
     v[TALLY_upstream_cache_write_1h_tokens] += t.cache_write_1h;
+    v[TALLY_upstream_audio_prompt_tokens] += t.audio_input;
+    v[TALLY_upstream_audio_completion_tokens] += t.audio_output;
 }
 
 void savings_price(const struct worker *w, const char *model, const struct api_usage *u,

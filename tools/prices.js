@@ -21,7 +21,8 @@
  *     price per model); a tiered price (dearer past a prompt length) keeps
  *     its base;
  *   - input_mtok, output_mtok, cache_read_mtok, cache_write_mtok (the
- *     5-minute write), cache_write_1h_mtok (a write kept for an hour); models priced only per page, hour or request are
+ *     5-minute write), cache_write_1h_mtok (a write kept for an hour),
+ *     input_audio_mtok and output_audio_mtok (audio tokens); models priced only per page, hour or request are
  *     left out, and so is a model whose cache read is dearer than its input;
  *   - the match rule, as it is: genai-prices' vocabulary is the project's,
  *     but its regular expressions are JavaScript's and the proxy's are POSIX
@@ -46,7 +47,8 @@ const DEFAULT_PROVIDERS = ['openai', 'anthropic', 'google', 'mistral', 'deepseek
     'moonshotai', 'zhipuai', 'minimax', 'voyageai'];
 const PRICING_MAX = 10000; /* per million: what pc_pricing.h accepts */
 const KEYS = {input: 'input_mtok', output: 'output_mtok', cache_read: 'cache_read_mtok',
-    cache_write: 'cache_write_mtok', cache_write_1h: 'cache_write_1h_mtok'};
+    cache_write: 'cache_write_mtok', cache_write_1h: 'cache_write_1h_mtok',
+    input_audio: 'input_audio_mtok', output_audio: 'output_audio_mtok'};
 
 function usage(msg) {
     process.stderr.write(`prices: ${msg}\nusage: node tools/prices.js --package DIR --date YYYY-MM-DD ` +

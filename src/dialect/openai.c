@@ -894,6 +894,13 @@ static void oa_usage(const cJSON *usage, struct api_usage *u)
         dialect_tokens(api_member(usage, "completion_tokens")); /* absent for embeddings */
     u->cached =
         dialect_tokens(api_member(api_member(usage, "prompt_tokens_details"), "cached_tokens"));
+    /* Audio in and out, priced apart (within prompt_tokens and completion_tokens). */
+    u->audio_prompt = PC_MIN(
+        dialect_tokens(api_member(api_member(usage, "prompt_tokens_details"), "audio_tokens")),
+        u->prompt);
+    u->audio_completion = PC_MIN(
+        dialect_tokens(api_member(api_member(usage, "completion_tokens_details"), "audio_tokens")),
+        u->completion);
 }
 
 /* Error type and code by status; a row with status 0 is the fallback of its class. */

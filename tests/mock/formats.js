@@ -234,9 +234,9 @@ function openaiUsage(prompt, completion, call) {
         prompt_tokens: prompt + cached,
         completion_tokens: completion,
         total_tokens: prompt + cached + completion,
-        prompt_tokens_details: {cached_tokens: cached, audio_tokens: 0},
+        prompt_tokens_details: {cached_tokens: cached, audio_tokens: call ? call.controls.audioPrompt : 0},
         completion_tokens_details: {
-            reasoning_tokens: 0, audio_tokens: 0,
+            reasoning_tokens: 0, audio_tokens: call ? call.controls.audioCompletion : 0,
             accepted_prediction_tokens: 0, rejected_prediction_tokens: 0,
         },
     };

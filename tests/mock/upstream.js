@@ -46,6 +46,9 @@
  *   x-mock-cache-write-1h: N  of those, N kept for an hour (Anthropic
  *                             cache_creation.ephemeral_1h_input_tokens; the rest
  *                             are ephemeral_5m_input_tokens)
+ *   x-mock-audio-prompt-tokens: N      usage: of the prompt tokens, N audio (OpenAI
+ *   x-mock-audio-completion-tokens: N  prompt_tokens_details / completion_tokens_details
+ *                                      audio_tokens)
  *   x-mock-meaning: ID        answer by meaning (below): "mock answer by meaning ID"
  *   x-mock-stamp: 1           a stream's events each open with an SSE comment
  *                             ": t=NS", the machine's monotonic clock in ns when
@@ -117,6 +120,8 @@ function readControls(headers) {
         cacheRead: int('x-mock-cache-read') || 0,
         cacheWrite: int('x-mock-cache-write') || 0,
         cacheWrite1h: int('x-mock-cache-write-1h') || 0,
+        audioPrompt: int('x-mock-audio-prompt-tokens') || 0,
+        audioCompletion: int('x-mock-audio-completion-tokens') || 0,
         stamp: headers['x-mock-stamp'] === '1',
     };
 }

@@ -101,6 +101,23 @@ static void test_cache_write_1h_section(void)
     pc_buf_free(&no1h);
 }
 
+/* Audio tokens in and out: their own section; never more than the prompt or the completion. */
+static void test_audio_section(void)
+{
+    struct entry e = sample(), d;
+    e.usage.audio_prompt = 100;
+    e.usage.audio_completion = 20;
+    struct pc_buf b = PC_BUF_INIT;
+    entry_encode(&e, &b);
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), 0);
+    T_CHECK_INT(d.usage.audio_prompt, 100);
+    T_CHECK_INT(d.usage.audio_completion, 20);
+    T_CHECK_INT(d.usage.prompt, 120);
+    b.data[b.len - 8] = 34; /* more audio out than the 33 completion tokens */
+    T_CHECK_INT(entry_decode(b.data, b.len, &d), -1);
+    pc_buf_free(&b);
+}
+
 static void test_rejects_malformed(void)
 {
     struct entry e = sample(), d;
@@ -177,12 +194,14 @@ static void test_forged_fields(void)
     }
     /* The largest counts are accepted, and their arithmetic stays in range. */
     struct entry big = sample();
-    big.usage = (struct api_usage){true,
-                                   ENTRY_TOKENS_MAX,
-                                   ENTRY_TOKENS_MAX,
-                                   ENTRY_TOKENS_MAX,
-                                   ENTRY_TOKENS_MAX,
-                                   ENTRY_TOKENS_MAX};
+    big.usage = (struct api_usage){.present = true,
+                                   .prompt = ENTRY_TOKENS_MAX,
+                                   .completion = ENTRY_TOKENS_MAX,
+                                   .cached = ENTRY_TOKENS_MAX,
+                                   .cache_write = ENTRY_TOKENS_MAX,
+                                   .cache_write_1h = ENTRY_TOKENS_MAX,
+                                   .audio_prompt = ENTRY_TOKENS_MAX,
+                                   .audio_completion = ENTRY_TOKENS_MAX};
     T_CHECK_INT(decode_use(&big), 0);
     /* The usage flag is 0 or 1. */
     struct entry e = sample();
@@ -475,6 +494,7 @@ int main(void)
     T_RUN(test_forged_fields);
     T_RUN(test_cache_write_section);
     T_RUN(test_cache_write_1h_section);
+    T_RUN(test_audio_section);
     T_RUN(test_keys);
     T_RUN(test_headers_round_trip);
     T_RUN(test_format_1_compatible);

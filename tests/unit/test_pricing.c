@@ -91,6 +91,22 @@ static void test_formats_agree(void)
     pricing_release(&a1);
     pricing_release(&b1);
     u.cache_write_1h = 0;
+    /* Audio in and out at their own prices (gpt-audio: 32 and 64 per million); the text rest. */
+    struct pricing *au = parse("{\"models\":{\"gpt-audio\":{\"input\":2.5,\"output\":10,"
+                               "\"input_audio\":32,\"output_audio\":64}}}",
+                               NULL);
+    struct api_usage ua = {.present = true,
+                           .prompt = 1000,
+                           .completion = 100,
+                           .audio_prompt = 400,
+                           .audio_completion = 60};
+    struct pricing_tokens ta;
+    pricing_tokens_of(&ua, &ta);
+    T_CHECK(au != NULL);
+    if (au != NULL) /* 600 x 2.5 + 400 x 32 + 40 x 10 + 60 x 64 */
+        T_CHECK_INT(pricing_nano(pricing_cost(pricing_find(au, "gpt-audio"), &ta)), 18540000);
+    T_CHECK(c->input_audio == c->input && c->output_audio == c->output); /* not given: text's */
+    pricing_release(&au);
     /* OpenAI: no write price given, cache writes cost input. */
     T_CHECK(pricing_find(a, "gpt-4o-mini")->cache_write == 0.15);
     T_CHECK(pricing_find(a, "claude-opus-4") == NULL);

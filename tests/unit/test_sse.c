@@ -749,7 +749,7 @@ static void check_cut(enum api_endpoint e, const char *stream)
 {
     char *full = q(stream);
     char *cut = drop_last_event(full);
-    struct api_usage u = {true, 1, 1, 1, 0, 0};
+    struct api_usage u = {true, 1, 1, 1, 0, 0, 0, 0};
     T_CHECK(dialect_complete(e, full, strlen(full)));
     T_CHECK(!dialect_complete(e, cut, strlen(cut)));
     cJSON *a = dialect_assemble(e, cut, strlen(cut), &u);
