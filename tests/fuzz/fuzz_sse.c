@@ -9,7 +9,9 @@
  *   - a recording that assembles is complete, and its replay assembles to
  *     the same answer;
  *   - synthesize(assemble(x)) succeeds, is complete and assembles to
- *     assemble(x) with the same usage.
+ *     assemble(x) with the same usage;
+ *   - the usage read as the bytes pass (sse_usage_scan) is the same fed in
+ *     random-sized pieces as fed at once.
  * Seed corpus: tests/fuzz/corpus/sse/ (files start with '0'..'4' and a newline).
  */
 #include <stdint.h>
@@ -121,7 +123,9 @@ static bool json_same(const cJSON *a, const cJSON *b)
 static bool same_usage(const struct api_usage *a, const struct api_usage *b)
 {
     return a->present == b->present && a->prompt == b->prompt && a->completion == b->completion &&
-           a->cached == b->cached;
+           a->cached == b->cached && a->cache_write == b->cache_write &&
+           a->cache_write_1h == b->cache_write_1h && a->audio_prompt == b->audio_prompt &&
+           a->audio_completion == b->audio_completion;
 }
 
 /* Replays succeed only on complete recordings and keep the answer. */
@@ -155,6 +159,32 @@ static void check_synthesis(enum api_endpoint e, const cJSON *a, const struct ap
     pc_buf_free(&out);
 }
 
+/* The usage object the scan merged from s, printed ("" if none), fed at once or in pieces. */
+static char *scanned(const char *s, size_t len, uint32_t seed, bool pieces)
+{
+    struct sse_usage_scan sc;
+    sse_usage_scan_init(&sc);
+    for (size_t pos = 0, k; pos < len; pos += k) {
+        seed = seed * 1103515245u + 12345u;
+        k = pieces ? 1 + (seed >> 16) % 13 : len;
+        k = k < len - pos ? k : len - pos;
+        sse_usage_scan_feed(&sc, s + pos, k);
+    }
+    const cJSON *u = sse_usage_scan_result(&sc);
+    char *out = u != NULL ? cJSON_PrintUnformatted(u) : NULL;
+    sse_usage_scan_free(&sc);
+    return out;
+}
+
+static void check_usage_scan(const char *s, size_t len, uint32_t seed)
+{
+    char *whole = scanned(s, len, seed, false), *split = scanned(s, len, seed, true);
+    CHECK((whole == NULL) == (split == NULL));
+    CHECK(whole == NULL || strcmp(whole, split) == 0);
+    cJSON_free(whole);
+    cJSON_free(split);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
@@ -166,6 +196,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     check_parser(rec, len, 0, seed);
     check_parser(rec, len, 1 + seed, seed);
+    check_usage_scan(rec, len, seed);
 
     bool complete = dialect_complete(e, rec, len);
     struct api_usage ua;
