@@ -165,7 +165,8 @@ struct store_cmd *store_delete_picked(struct store *s, const char *pattern,
 /*
  * Any command with an integer reply (EVAL of a script returning a number,
  * UNLINK...): the callback gets the integer, as store_pttl. Arguments are
- * binary-safe and copied.
+ * binary-safe and copied. On a cluster it goes to the primary of its first
+ * key's slot (its keys must share that slot); NULL for a keyless command.
  */
 struct store_cmd *store_call_int(struct store *s, int argc, const char **argv, const size_t *lens,
                                  store_int_fn *cb, void *arg);

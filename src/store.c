@@ -1962,7 +1962,8 @@ struct store_cmd *store_call_int(struct store *s, int argc, const char **argv, c
                                  store_int_fn *cb, void *arg)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
-    if (s->state != ST_READY || argc < 1 || cb == NULL)
+    /* a cluster store has no connection of its own: the node of the first key's slot */
+    if (cb == NULL || (s = route_argv(s, argc, argv, lens)) == NULL)
         return NULL;
     struct store_cmd *c = cmd_new(s, CMD_INT);
     c->cb.num = cb;

@@ -22,6 +22,7 @@
  *   on its first use (its member list on one node, its records on all);
  * - DELETE /admin/cache empties every primary; a purge by namespace, through
  *   the admin API and `promptcache purge`, removes exactly its entries there;
+ *   one entry deleted by its id (both ways) goes with its vector record;
  * - `promptcache report` and the dashboard read the hourly counters through
  *   the cluster;
  * - the whole cluster down: every request is still answered (BYPASS), and
@@ -470,6 +471,32 @@ h.test('targeted purges (admin API and `promptcache purge`) remove exactly their
         assert.notEqual(again.headers['x-cache-status'], 'HIT', `${ns}: purged`);
     }
     h.assertHit(await proxies[2].post(CHAT, texts.keep[N - 1], {...EXACT_ONLY, 'x-cache-namespace': 'keep'}));
+});
+
+/* One EVAL of the entry's three keys (entry, vector record, marks: one tag) on the primary of their slot. */
+h.test('one entry deleted by its id (admin API and `promptcache purge --key`) on its primary', {timeout: 60000}, async () => {
+    const ids = [];
+    for (let i = 0; i < 2; i++) {
+        const miss = await proxies[0].post(CHAT, body(h.uniq(`delete by id ${i}`)));
+        assertMiss(miss);
+        const id = miss.headers['x-cache-key'];
+        const vkey = `pc:2:v:{${id.slice(0, 16)}:${id.slice(16)}}`;
+        await h.waitFor(async () => (await cluster.allKeys(vkey)).length === 1, {what: `the vector record ${vkey}`});
+        ids.push(id);
+    }
+    const tagged = (id) => cluster.allKeys(`pc:2:*{${id.slice(0, 16)}:${id.slice(16)}}`);
+    const r = await h.request(proxies[1].url, {method: 'DELETE', path: `/admin/cache/entries/${ids[0]}`,
+        headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.deleted, 1);
+    assert.deepEqual(await tagged(ids[0]), [], 'its entry and vector record deleted');
+    const cli = await h.runCli(['purge', '--redis', cluster.url(), '--key', ids[1]]);
+    assert.equal(cli.code, 0, cli.output);
+    assert.deepEqual(await tagged(ids[1]), [], 'its entry and vector record deleted');
+    const again = await h.request(proxies[2].url, {method: 'DELETE', path: `/admin/cache/entries/${ids[0]}`,
+        headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
+    assert.equal(again.status, 200, again.text);
+    assert.equal(again.json.deleted, 0, 'not there any more');
 });
 
 h.test('`promptcache report` and the dashboard read the counters through the cluster', {timeout: 60000}, async () => {
