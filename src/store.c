@@ -127,6 +127,7 @@
 #define BACKOFF_MAX_MS      5000
 #define BACKOFF_SENTINEL_MS 1000  /* sentinel://: a failover takes seconds; look again soon */
 #define RECHECK_MS          5000  /* re-read pc:schema this often while BLOCKED */
+#define READONLY_GAP_MS     10000 /* redis://: READONLY makes it connect again this far apart */
 #define LOG_EVERY_MS        60000 /* repeated failures are logged at most this often */
 #define CONNECT_MIN_MS      1000  /* connect timeout: max(this, 10 x command timeout) */
 #define STEP_TIMEOUT_MULT   20    /* SCAN / UNLINK / EVAL steps get 20 x the timeout */
@@ -263,6 +264,7 @@ struct store {
     bool up;                /* READY was reached on the current connection */
     int64_t backoff_ms;
     uint64_t last_read_us; /* last reply (or the connect) on the current connection */
+    uint64_t ro_drop_us;   /* redis:// or unix:: when a READONLY last made it connect again */
     uint64_t rng;
 
     /* stall watch, for the current connection */
@@ -1274,6 +1276,19 @@ static void conn_note_reply(redisAsyncContext *ac, const struct store_cmd *c, co
         snprintf(why, sizeof(why),
                  "it turned into a replica (READONLY); asking the sentinels again");
         conn_drop_later(s, why);
+    } else if (s->parent == NULL && s->cl == NULL && sentinel_readonly(r) &&
+               (s->ro_drop_us == 0 ||
+                s->last_read_us - s->ro_drop_us >= (uint64_t)READONLY_GAP_MS * 1000)) {
+        /*
+         * A failover behind a name (a managed Redis's primary endpoint, a
+         * Kubernetes service) leaves this connection on the old primary, now a
+         * replica: connecting again resolves the name anew. At most once per
+         * READONLY_GAP_MS, so a server that stays a replica costs a short gap
+         * now and then, not one per write.
+         */
+        s->ro_drop_us = s->last_read_us;
+        conn_drop_later(s, "it answered READONLY (a replica now: a failover behind its name?); "
+                           "connecting again");
     }
     if (c->overdue) {
         s->owed--;

@@ -6,6 +6,7 @@
  * migrates the empty store) by itself and hits resume.
  */
 const assert = require('node:assert/strict');
+const net = require('node:net');
 const h = require('./lib');
 const {createSemanticMock} = require('../mock/semantic');
 
@@ -108,6 +109,58 @@ h.test('Redis not there at start: requests bypass, then the proxy connects by it
     } finally {
         assert.equal(await proxy.stop(), 0);
         await redis.stop();
+    }
+});
+
+/*
+ * A failover behind a name (a managed Redis's primary endpoint, a Kubernetes
+ * service): connections made before it stay on the old primary, now a
+ * replica that answers every write READONLY; new ones reach the new primary.
+ * A TCP forwarder stands in for the name. The proxy connects again on
+ * READONLY, so its stores reach the new primary; it kept the old connection
+ * and failed every store until restarted.
+ */
+h.test('a failover behind the URL\'s name: READONLY makes the proxy connect again and store on the new primary', async () => {
+    const a = await h.startRedis();
+    const b = await h.startRedis();
+    let target = a.port;
+    const sockets = new Set();
+    const fwd = net.createServer((c) => {
+        const up = net.connect(target, '127.0.0.1');
+        sockets.add(c);
+        sockets.add(up);
+        c.pipe(up).pipe(c);
+        const end = () => { c.destroy(); up.destroy(); };
+        c.on('error', end).on('close', end);
+        up.on('error', end).on('close', end);
+    });
+    await new Promise((resolve) => fwd.listen(0, '127.0.0.1', resolve));
+    const proxy = await env.startProxy({redis: `redis://127.0.0.1:${fwd.address().port}/0`});
+    try {
+        await proxy.waitReady(200, 20000);
+        const before = h.uniq('before the failover');
+        h.assertFromUpstream(await proxy.post(CHAT, h.chatBody(before)), env.mock, 'MISS');
+        await h.eventually(async () => h.assertHit(await proxy.post(CHAT, h.chatBody(before))));
+        /* The failover: b is the primary now, a its replica; new connections reach b. */
+        target = b.port;
+        await a.command('REPLICAOF', '127.0.0.1', String(b.port));
+        await h.waitFor(async () => (await a.command('ROLE'))[3] === 'connected',
+            {timeout: 20000, what: 'a to follow b'});
+        await h.eventually(async () => {
+            const p = h.uniq('after the failover');
+            const r = await proxy.post(CHAT, h.chatBody(p));
+            assert.equal(r.status, 200, r.text);
+            h.assertHit(await proxy.post(CHAT, h.chatBody(p)));
+        }, {timeout: 30000, interval: 200});
+        assert.ok((await b.command('DBSIZE')) >= 1, 'entries written on the new primary');
+        assert.match(proxy.stderr, /READONLY.*connecting again/);
+    } finally {
+        assert.equal(await proxy.stop(), 0);
+        for (const s of sockets)
+            s.destroy();
+        await new Promise((resolve) => fwd.close(resolve));
+        await a.stop();
+        await b.stop();
     }
 });
 
