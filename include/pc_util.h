@@ -174,4 +174,16 @@ bool pc_http_field_value(const char *s, size_t n);
 int pc_parse_i64(const char *s, int64_t *out);
 int pc_parse_double(const char *s, double *out);
 
+/*
+ * RFC 8259's rules that cJSON does not keep, checked over a text cJSON has
+ * accepted (structure is cJSON's to check): white space is only space, tab,
+ * LF and CR; strings hold no raw control character (U+0000..U+001F), only
+ * well-formed UTF-8 and escapes with four hex digits (a surrogate escape
+ * paired); numbers are -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?.
+ * A UTF-8 byte order mark at the start is allowed (the RFC lets a parser
+ * ignore it; cJSON does). True if s[0..n) keeps them; otherwise false with
+ * what is wrong and its byte offset written to msg.
+ */
+bool pc_json_strict(const char *s, size_t n, char *msg, size_t msglen);
+
 #endif

@@ -1372,8 +1372,8 @@ static bool body_acceptable(struct preq *r, const char **body, size_t *len)
 
 /*
  * The body parsed (strictly: nothing but white space may follow the value;
- * httpd NUL-terminates bodies) and validated, the controls read, model,
- * stream and usage noted. False after an error reply.
+ * httpd NUL-terminates bodies; then RFC 8259's rules: pc_json_strict) and validated, the controls
+ * read, model, stream and usage noted. False after an error reply.
  */
 static bool parse_body(struct preq *r, const char *body, size_t len)
 {
@@ -1385,8 +1385,22 @@ static bool parse_body(struct preq *r, const char *body, size_t len)
                     end ? (size_t)(end - body) : (size_t)0);
         return false;
     }
-    /* cJSON cuts strings at \u0000, so such bodies could share a key: never cache them. */
-    r->key_unsafe = memmem(body, len, "\\u0000", 6) != NULL;
+    /*
+     * What cJSON lets through but RFC 8259 (and the upstreams' parsers) do
+     * not: refused, so that `007` never shares `7`'s key and cached answer.
+     */
+    if (!pc_json_strict(body, len, msg, sizeof(msg))) {
+        reply_error(r, 400, "request body is not valid JSON: %s", msg);
+        return false;
+    }
+    /*
+     * cJSON cuts strings at \u0000, so such bodies could share a key: never
+     * cache them. Nor a body with a byte order mark, which upstreams' parsers
+     * ignore or refuse (RFC 8259 allows both): it shares the key of the body
+     * without it, whose answer must not be served for it. The upstream decides.
+     */
+    r->key_unsafe = memmem(body, len, "\\u0000", 6) != NULL ||
+                    (len >= 3 && memcmp(body, "\xEF\xBB\xBF", 3) == 0);
     if (api_validate(r->ep, r->body, msg, sizeof(msg)) < 0 ||
         parse_controls(r, msg, sizeof(msg)) < 0) {
         reply_error(r, 400, "%s", msg);

@@ -547,3 +547,186 @@ int pc_parse_double(const char *s, double *out)
     *out = v;
     return 0;
 }
+
+/* ---- strict JSON (pc_json_strict) --------------------------------------- */
+
+static bool js_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static int js_hexval(unsigned char c)
+{
+    if (js_digit(c))
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* The four hex digits at p (p + 4 <= end), or -1. */
+static long js_hex4(const unsigned char *p, const unsigned char *end)
+{
+    if (end - p < 4)
+        return -1;
+    long v = 0;
+    for (int i = 0; i < 4; i++) {
+        int d = js_hexval(p[i]);
+        if (d < 0)
+            return -1;
+        v = v << 4 | d;
+    }
+    return v;
+}
+
+/* The length of the UTF-8 sequence at p (RFC 3629: no overlong form, no surrogate), or 0. */
+static size_t js_utf8(const unsigned char *p, const unsigned char *end)
+{
+    unsigned char c = p[0];
+    size_t need;
+    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range */
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else
+        return 0;
+    if ((size_t)(end - p) <= need || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i <= need; i++)
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+    return need + 1;
+}
+
+#define JS_FAIL(at, ...)                                                                          \
+    do {                                                                                          \
+        char why_[160];                                                                           \
+        snprintf(why_, sizeof(why_), __VA_ARGS__);                                                \
+        snprintf(msg, msglen, "%s at byte %zu", why_, (size_t)((at) - (const unsigned char *)s)); \
+        return false;                                                                             \
+    } while (0)
+
+/* A string's body from p (after its opening quote); *pp is left after its closing quote. */
+static bool js_string(const char *s, const unsigned char **pp, const unsigned char *end, char *msg,
+                      size_t msglen)
+{
+    const unsigned char *p = *pp;
+    for (;;) {
+        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+            p++;
+        if (p >= end)
+            break; /* unterminated: cJSON's to refuse */
+        unsigned char c = *p;
+        if (c == '"') {
+            p++;
+            break;
+        }
+        if (c < 0x20)
+            JS_FAIL(p, "a control character (U+%04X) not escaped in a string", c);
+        if (c >= 0x80) {
+            size_t l = js_utf8(p, end);
+            if (l == 0)
+                JS_FAIL(p, "a byte (0x%02X) that is not UTF-8 in a string", c);
+            p += l;
+            continue;
+        }
+        /* a backslash */
+        if (end - p < 2)
+            JS_FAIL(p, "an escape cut short");
+        unsigned char e = p[1];
+        if (strchr("\"\\/bfnrt", e) != NULL && e != '\0') {
+            p += 2;
+            continue;
+        }
+        if (e != 'u')
+            JS_FAIL(p, "an invalid escape in a string");
+        long cp = js_hex4(p + 2, end);
+        if (cp < 0)
+            JS_FAIL(p, "a \\u escape without four hex digits");
+        if (cp >= 0xDC00 && cp <= 0xDFFF)
+            JS_FAIL(p, "a low surrogate escape (\\u%04lX) without a high one", (unsigned long)cp);
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            long lo = end - p >= 12 && p[6] == '\\' && p[7] == 'u' ? js_hex4(p + 8, end) : -1;
+            if (lo < 0xDC00 || lo > 0xDFFF)
+                JS_FAIL(p, "a high surrogate escape (\\u%04lX) without a low one",
+                        (unsigned long)cp);
+            p += 12;
+        } else
+            p += 6;
+    }
+    *pp = p;
+    return true;
+}
+
+/* A number from p (a '-' or a digit); *pp is left after it. */
+static bool js_number(const char *s, const unsigned char **pp, const unsigned char *end, char *msg,
+                      size_t msglen)
+{
+    const unsigned char *start = *pp, *p = start;
+    if (*p == '-')
+        p++;
+    if (p >= end || !js_digit(*p))
+        JS_FAIL(start, "a '-' not followed by a digit");
+    if (*p == '0') {
+        p++;
+        if (p < end && js_digit(*p))
+            JS_FAIL(start, "a number with a leading zero");
+    } else
+        while (p < end && js_digit(*p))
+            p++;
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || !js_digit(*p))
+            JS_FAIL(p - 1, "a decimal point not followed by a digit");
+        while (p < end && js_digit(*p))
+            p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        const unsigned char *ex = p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= end || !js_digit(*p))
+            JS_FAIL(ex, "an exponent without digits");
+        while (p < end && js_digit(*p))
+            p++;
+    }
+    *pp = p;
+    return true;
+}
+
+bool pc_json_strict(const char *s, size_t n, char *msg, size_t msglen)
+{
+    const unsigned char *p = (const unsigned char *)s, *end = p + n;
+    if (n >= 3 && p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF)
+        p += 3;
+    while (p < end) {
+        unsigned char c = *p;
+        if (c == '"') {
+            p++;
+            if (!js_string(s, &p, end, msg, msglen))
+                return false;
+        } else if (c == '-' || js_digit(c)) {
+            if (!js_number(s, &p, end, msg, msglen))
+                return false;
+        } else if (c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r')
+            JS_FAIL(p, "a control character (U+%04X) outside a string", c);
+        else if (c == '+' || c == '.')
+            JS_FAIL(p, "a number starting with '%c'", c);
+        else
+            p++;
+    }
+    return true;
+}

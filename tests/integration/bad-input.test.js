@@ -199,3 +199,135 @@ h.test('a burst beyond max-request-memory: 503 with Retry-After for some, answer
     await memoryIdle(proxy);
     assert.equal(proxy.alive, true);
 });
+
+/*
+ * RFC 8259's rules that cJSON does not keep. A body cJSON accepted but the
+ * upstreams' parsers refuse used to get the cached answer of the
+ * well-formed body with the same key: `"temperature": 007` was `7`, a raw
+ * control character was its escape, "\uZZZZ..." (read as U+0000, where
+ * cJSON cuts the string) was "". Each case: what is wrong, the malformed
+ * body's text, its well-formed twin (or null), the error's words and byte.
+ */
+const strictBody = (question, extra) =>
+    `{"model":"gpt-4o-mini","messages":[{"role":"user","content":${question}}]${extra}}`;
+const STRICT_CASES = (() => {
+    const q = (what) => JSON.stringify(h.uniq(`strict ${what}`));
+    const at = (text, needle) => Buffer.from(text.slice(0, text.indexOf(needle)), 'utf8').length;
+    const cases = [];
+    const add = (what, bad, twin, words, needle) =>
+        cases.push({what, bad, twin, words, byte: at(bad, needle)});
+    let s = q('leading zero');
+    add('a number with a leading zero', strictBody(s, ',"temperature":007'),
+        strictBody(s, ',"temperature":7'), /a number with a leading zero/, '007');
+    s = q('negative leading zero');
+    add('a negative number with a leading zero', strictBody(s, ',"seed":-01'),
+        strictBody(s, ',"seed":-1'), /a number with a leading zero/, '-01');
+    s = q('trailing point');
+    add('a number ending in a decimal point', strictBody(s, ',"temperature":1.'),
+        strictBody(s, ',"temperature":1'), /a decimal point not followed by a digit/, '.}');
+    s = q('point exponent');
+    add('a decimal point before an exponent', strictBody(s, ',"temperature":1.e0'),
+        strictBody(s, ',"temperature":1'), /a decimal point not followed by a digit/, '.e0');
+    s = q('minus point');
+    add('a fraction without its integer part', strictBody(s, ',"top_p":-.5'),
+        strictBody(s, ',"top_p":-0.5'), /a '-' not followed by a digit/, '-.5');
+    const raw = h.uniq('strict raw control');
+    add('a raw control character in a string', strictBody(JSON.stringify(raw).replace(/"$/, '\u0001"'), ''),
+        strictBody(JSON.stringify(raw + '\u0001'), ''), /a control character \(U\+0001\) not escaped in a string/,
+        '\u0001');
+    const tab = h.uniq('strict raw tab');
+    add('a raw tab in a string', strictBody(`"${tab}\tx"`, ''), strictBody(JSON.stringify(`${tab}\tx`), ''),
+        /a control character \(U\+0009\) not escaped in a string/, '\t');
+    const zz = h.uniq('strict bad escape');
+    add('a \\u escape with bad hex', strictBody(`"${zz}\\uZZZZ secret"`, ''), strictBody(`"${zz}"`, ''),
+        /a \\u escape without four hex digits/, '\\uZZZZ');
+    s = q('control outside');
+    add('a control character between tokens', strictBody(s, ',\u000b"seed":1'), strictBody(s, ',"seed":1'),
+        /a control character \(U\+000B\) outside a string/, '\u000b');
+    s = q('control after');
+    add('a control character after the value', strictBody(s, '') + '\u0001', strictBody(s, ''),
+        /a control character \(U\+0001\) outside a string/, '\u0001');
+    return cases;
+})();
+
+for (const c of STRICT_CASES) {
+    h.test(`${c.what}: a 400 naming it and its byte, not its twin's cached answer`, async () => {
+        const twin = await env.proxy.post(CHAT, c.twin);
+        assert.equal(twin.status, 200, `the twin: ${twin.text.slice(0, 200)}`);
+        h.assertHit(await env.proxy.post(CHAT, c.twin));
+        const calls = env.mock.callCount();
+        const bad = await env.proxy.post(CHAT, c.bad);
+        h.assertOpenAIError(bad, 400);
+        assert.match(bad.json.error.message, /^request body is not valid JSON: /);
+        assert.match(bad.json.error.message, c.words);
+        assert.match(bad.json.error.message, new RegExp(` at byte ${c.byte}$`));
+        assert.equal(bad.headers['x-cache-status'] === 'HIT', false);
+        assert.equal(env.mock.callCount(), calls, 'nothing reached the upstream');
+        h.assertHit(await env.proxy.post(CHAT, c.twin));
+    });
+}
+
+h.test('bytes that are not UTF-8 in a string are a 400 in either API\'s shape, never stored', async () => {
+    const calls = env.mock.callCount();
+    const before = (await env.proxy.stats()).cache_stores;
+    const bad = [
+        [Buffer.from([0xff]), 0], [Buffer.from([0xc0, 0xaf]), 0], /* overlong '/' */
+        [Buffer.from([0xed, 0xa0, 0x80]), 0], /* an encoded surrogate */
+        [Buffer.from([0xf4, 0x90, 0x80, 0x80]), 0], /* past U+10FFFF */
+        [Buffer.from([0x61, 0xe2, 0x82]), 1], /* cut short */
+    ];
+    for (const [bytes, skip] of bad) {
+        for (const path of [CHAT, MESSAGES]) {
+            const head = path === CHAT ? '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"'
+                : '{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"';
+            const body = Buffer.concat([Buffer.from(head), bytes, Buffer.from('"}]}')]);
+            for (let i = 0; i < 2; i++) {
+                const r = await env.proxy.post(path, body);
+                h.assertApiError(r, path, 400);
+                const msg = path === CHAT ? r.json.error.message : r.json.error.message;
+                assert.match(msg, new RegExp(`a byte \\(0x${bytes[skip].toString(16).toUpperCase()}\\) ` +
+                    `that is not UTF-8 in a string at byte ${head.length + skip}$`));
+            }
+        }
+    }
+    assert.equal(env.mock.callCount(), calls, 'nothing reached the upstream');
+    assert.equal((await env.proxy.stats()).cache_stores, before, 'nothing stored');
+});
+
+h.test('valid JSON is answered and cached as before: escapes, pairs, UTF-8, numbers, deep nesting', async () => {
+    const u = h.uniq('strict valid');
+    const bodies = [
+        strictBody(JSON.stringify(u + ' \ud83d\ude00 é \u007f'), ''),
+        strictBody(`"${u} \\ud83d\\ude00 \\u00e9 \\u007F \\/ \\b\\f\\n\\r\\t \\"q\\" \\\\"`, ''),
+        strictBody(JSON.stringify(u + ' numbers'),
+            ',"temperature":0.5e-3,"top_p":1E+0,"seed":-0,"n":1,"x":12345678901234567890123,"y":-1.25e-7'),
+        ' \t\r\n' + strictBody(JSON.stringify(u + ' white'), ' \t\r\n') + ' \n',
+        strictBody(JSON.stringify(u + ' deep'), `,"metadata_deep":${'['.repeat(900)}0${']'.repeat(900)}`),
+    ];
+    for (const body of bodies) {
+        const first = await env.proxy.post(CHAT, body);
+        assert.equal(first.status, 200, `${body.slice(0, 120)}: ${first.text.slice(0, 200)}`);
+        h.assertHit(await env.proxy.post(CHAT, body));
+    }
+});
+
+/*
+ * A byte order mark: RFC 8259 lets a parser ignore it (cJSON, Python's
+ * json.loads of bytes) or refuse it (Go, JavaScript). The upstream decides:
+ * the body is relayed as sent, never looked up nor stored, so the answer of
+ * the same body without the mark is not served for it.
+ */
+h.test('a body with a byte order mark goes to the upstream as sent, never from nor into the cache', async () => {
+    const plain = strictBody(JSON.stringify(h.uniq('strict bom')), '');
+    assert.equal((await env.proxy.post(CHAT, plain)).status, 200);
+    h.assertHit(await env.proxy.post(CHAT, plain));
+    for (let i = 0; i < 2; i++) {
+        const calls = env.mock.callCount();
+        const r = await env.proxy.post(CHAT, '\ufeff' + plain);
+        assert.equal(env.mock.callCount(), calls + 1, 'the upstream was asked');
+        /* The mock's JSON.parse refuses the mark: its own 400 is relayed. */
+        h.assertOpenAIError(r, 400);
+        assert.match(r.json.error.message, /^mock: /);
+        assert.notEqual(r.headers['x-cache-status'], 'HIT');
+    }
+});

@@ -6,6 +6,7 @@
 #include "t.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "pc_util.h"
@@ -90,11 +91,86 @@ static void test_json_text(void)
     }
 }
 
+/*
+ * pc_json_strict: RFC 8259's rules over texts cJSON accepts. Each text is
+ * copied to a buffer of exactly its length, so a read past the end shows
+ * under SANITIZE=1; every prefix of each is checked the same way.
+ */
+static bool strict_exact(const char *s, size_t n, char *msg, size_t msglen)
+{
+    char *copy = malloc(n > 0 ? n : 1);
+    memcpy(copy, s, n);
+    bool ok = pc_json_strict(copy, n, msg, msglen);
+    free(copy);
+    return ok;
+}
+
+static void test_json_strict(void)
+{
+    static const struct {
+        const char *text;
+        const char *want; /* NULL: kept */
+    } cases[] = {
+        {"{\"a\":[0,-0,1,-1,10,0.5,-0.25,1e5,1E+5,1e-5,-1.5E-07,123456789012345678901234]}", NULL},
+        {"{\"a\":\"x\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\u00E9\\ud83d\\ude00\\uFFFF\\u0000\"}", NULL},
+        {"{\"a\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf\xef\xbf\xbf\x7f\"}", NULL},
+        {" \t\r\n{ \"a\" : true , \"b\" : [ null , false ] } \r\n", NULL},
+        {"\xef\xbb\xbf{}", NULL},
+        {"{\"a\":007}", "a number with a leading zero at byte 5"},
+        {"{\"a\":-01}", "a number with a leading zero at byte 5"},
+        {"{\"a\":00}", "a number with a leading zero at byte 5"},
+        {"{\"a\":1.}", "a decimal point not followed by a digit at byte 6"},
+        {"{\"a\":1.e5}", "a decimal point not followed by a digit at byte 6"},
+        {"{\"a\":-.5}", "a '-' not followed by a digit at byte 5"},
+        {"{\"a\":+1}", "a number starting with '+' at byte 5"},
+        {"{\"a\":.5}", "a number starting with '.' at byte 5"},
+        {"{\"a\":1e}", "an exponent without digits at byte 6"},
+        {"{\"a\":1e+}", "an exponent without digits at byte 6"},
+        {"{\"a\":\"x\x01y\"}", "a control character (U+0001) not escaped in a string at byte 7"},
+        {"{\"a\":\"\t\"}", "a control character (U+0009) not escaped in a string at byte 6"},
+        {"{\"a\":\"\x1f\"}", "a control character (U+001F) not escaped in a string at byte 6"},
+        {"{\x0b\"a\":1}", "a control character (U+000B) outside a string at byte 1"},
+        {"{\"a\":1}\x01", "a control character (U+0001) outside a string at byte 7"},
+        {"{\"a\":\"\\uZZZZ\"}", "a \\u escape without four hex digits at byte 6"},
+        {"{\"a\":\"\\u12\"}", "a \\u escape without four hex digits at byte 6"},
+        {"{\"a\":\"\\x\"}", "an invalid escape in a string at byte 6"},
+        {"{\"a\":\"\\udc00\"}", "a low surrogate escape (\\uDC00) without a high one at byte 6"},
+        {"{\"a\":\"\\ud800x\"}", "a high surrogate escape (\\uD800) without a low one at byte 6"},
+        {"{\"a\":\"\\ud800\\u0041\"}",
+         "a high surrogate escape (\\uD800) without a low one at byte 6"},
+        {"{\"a\":\"\xff\"}", "a byte (0xFF) that is not UTF-8 in a string at byte 6"},
+        {"{\"a\":\"\x80\"}", "a byte (0x80) that is not UTF-8 in a string at byte 6"},
+        {"{\"a\":\"\xc0\xaf\"}", "a byte (0xC0) that is not UTF-8 in a string at byte 6"},
+        {"{\"a\":\"\xe0\x80\xaf\"}", "a byte (0xE0) that is not UTF-8 in a string at byte 6"},
+        {"{\"a\":\"\xed\xa0\x80\"}", "a byte (0xED) that is not UTF-8 in a string at byte 6"},
+        {"{\"a\":\"\xf0\x80\x80\x80\"}", "a byte (0xF0) that is not UTF-8 in a string at byte 6"},
+        {"{\"a\":\"\xf4\x90\x80\x80\"}", "a byte (0xF4) that is not UTF-8 in a string at byte 6"},
+        {"{\"a\":\"\xe2\x82\"}", "a byte (0xE2) that is not UTF-8 in a string at byte 6"},
+        {"{\"a\":\"\xc3\"}", "a byte (0xC3) that is not UTF-8 in a string at byte 6"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char msg[200] = "";
+        size_t n = strlen(cases[i].text);
+        bool ok = strict_exact(cases[i].text, n, msg, sizeof(msg));
+        if (cases[i].want == NULL) {
+            T_CHECK(ok);
+            if (!ok)
+                fprintf(stderr, "  case %zu: %s\n", i, msg);
+        } else {
+            T_CHECK(!ok);
+            T_CHECK_STR(msg, cases[i].want);
+        }
+        for (size_t k = 0; k < n; k++) /* cut anywhere: no read past the end, no crash */
+            (void)strict_exact(cases[i].text, k, msg, sizeof(msg));
+    }
+}
+
 int main(void)
 {
     T_RUN(test_u64_text);
     T_RUN(test_strlcpy);
     T_RUN(test_append_i64);
     T_RUN(test_json_text);
+    T_RUN(test_json_strict);
     T_DONE();
 }
