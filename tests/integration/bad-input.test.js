@@ -331,3 +331,29 @@ h.test('a body with a byte order mark goes to the upstream as sent, never from n
         assert.notEqual(r.headers['x-cache-status'], 'HIT');
     }
 });
+
+/*
+ * A model's name is any JSON string: the proxy checks only that it is one
+ * and not empty, and sends the body on (the upstream knows its models). The
+ * mock puts the name in its openai-model header, percent-encoded when it is
+ * not printable ASCII (Node threw on the newline: the mock's handler
+ * failed and the request hung). /metrics and the access log stay one line
+ * per entry.
+ */
+h.test('a model name with a newline, a quote or non-ASCII is sent on; the answers come back', async () => {
+    for (const model of ['gpt-4o-mini\nX-Injected: 1', 'gpt "4o"\r', 'gpt-4o-mini-ü\u2028']) {
+        const body = {...h.chatBody(h.uniq('odd model')), model};
+        const r = await env.proxy.post(CHAT, body);
+        assert.equal(r.status, 200, r.text.slice(0, 200));
+        assert.equal(r.json.model, model);
+        assert.equal(r.headers['x-injected'], undefined);
+        assert.equal(r.headers['openai-model'], encodeURIComponent(`${model}-2025-01-01`));
+        h.assertHit(await env.proxy.post(CHAT, body));
+    }
+    const metrics = await env.proxy.get('/metrics');
+    assert.equal(metrics.status, 200);
+    for (const line of metrics.text.split('\n').filter((l) => l !== '' && !l.startsWith('#')))
+        assert.match(line, /^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})? \S+$/, `a /metrics line: ${line.slice(0, 120)}`);
+    for (const entry of env.proxy.accessLog())
+        assert.equal(typeof entry, 'object');
+});

@@ -132,6 +132,15 @@ function readControls(headers) {
 /* Thrown inside a response writer when the client went away. */
 class ClientGone extends Error {}
 
+/*
+ * A text made from the request (the model's name) as a header value: Node
+ * throws on a CR, LF or other control character there, and a name is any
+ * JSON string. Printable ASCII is kept; anything else is percent-encoded.
+ */
+function headerSafe(text) {
+    return /^[\x20-\x7e]*$/.test(text) ? text : encodeURIComponent(text);
+}
+
 /* Split a whole body into slices so that hold/cut have a middle to act on. */
 function sliceBody(body, parts) {
     const buf = Buffer.from(body);
@@ -414,7 +423,7 @@ class Mock extends EventEmitter {
             openaiHeaders: {
                 'x-request-id': `req_mock${rec.seq}`, 'openai-processing-ms': String(100 + rec.seq),
                 'openai-version': '2020-10-01', 'openai-model': typeof rec.body.model === 'string'
-                    ? `${rec.body.model}-2025-01-01` : 'unknown',
+                    ? headerSafe(`${rec.body.model}-2025-01-01`) : 'unknown',
                 'openai-organization': 'mock-org', 'x-ratelimit-remaining-requests': String(10000 - rec.seq),
                 'set-cookie': `__cf_bm=mock${rec.seq}; path=/; HttpOnly`,
             },
