@@ -416,10 +416,20 @@ install: $(BIN)
 	install -m 0644 README.md LICENSE conf/promptcache.conf $(DESTDIR)$(DOCDIR)/
 	install -m 0644 doc/*.md $(DESTDIR)$(DOCDIR)/doc/
 
+# Only what install put there, by name (whether or not build/ still holds
+# it), then the folders it made if they are left empty: DATADIR or DOCDIR
+# may be a shared folder (DATADIR=/usr/share), never removed whole.
+INSTALLED_DATA_NAMES = $(notdir conf/pricing.json $(PRICES) $(VECTORS))
+INSTALLED_DOC_NAMES = README.md LICENSE promptcache.conf
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/promptcache $(DESTDIR)$(MANDIR)/man1/promptcache.1 \
 		$(DESTDIR)$(MANDIR)/man5/promptcache.conf.5
-	rm -rf $(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR)
+	rm -f $(addprefix $(DESTDIR)$(DATADIR)/,$(INSTALLED_DATA_NAMES)) \
+		$(addprefix $(DESTDIR)$(DOCDIR)/,$(INSTALLED_DOC_NAMES)) \
+		$(addprefix $(DESTDIR)$(DOCDIR)/doc/,$(notdir $(wildcard doc/*.md)))
+	@for d in $(DESTDIR)$(DOCDIR)/doc $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR); do \
+		if [ -d "$$d" ]; then rmdir "$$d" 2>/dev/null || echo "uninstall: $$d kept (not empty)"; fi; \
+	done
 
 .PHONY: bench
 bench: deps
