@@ -625,6 +625,17 @@ static bool js_string(const char *s, const unsigned char **pp, const unsigned ch
 {
     const unsigned char *p = *pp;
     for (;;) {
+        /* Eight plain bytes at a time: none below 0x20, none a quote, backslash or past 0x7F. */
+        const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+        while (end - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+            uint64_t special = ((w - ones * 0x20) | (q - ones) | (b - ones)) & ~w & highs;
+            if ((special | (w & highs)) != 0)
+                break;
+            p += 8;
+        }
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
             p++;
         if (p >= end)

@@ -163,6 +163,30 @@ static void test_json_strict(void)
         for (size_t k = 0; k < n; k++) /* cut anywhere: no read past the end, no crash */
             (void)strict_exact(cases[i].text, k, msg, sizeof(msg));
     }
+    /* Each byte that stops the eight-at-a-time scan, at every place of a long string. */
+    static const unsigned char stops[] = {0x00, 0x01, 0x1f, '"', '\\', 0x80, 0xff};
+    static const char *const why[] = {"a control character (U+0000) not escaped",
+                                      "a control character (U+0001) not escaped",
+                                      "a control character (U+001F) not escaped",
+                                      NULL, /* ends the string early: then a letter outside */
+                                      "an invalid escape",
+                                      "a byte (0x80) that is not UTF-8",
+                                      "a byte (0xFF) that is not UTF-8"};
+    for (size_t j = 0; j < sizeof(stops); j++)
+        for (size_t k = 0; k < 40; k++) {
+            char text[48], msg[200] = "", want[200];
+            memset(text, 'a', sizeof(text));
+            text[0] = '"';
+            text[42] = '"';
+            text[1 + k] = (char)stops[j];
+            bool ok = strict_exact(text, 43, msg, sizeof(msg));
+            if (why[j] == NULL)
+                continue; /* cJSON's to refuse: "aa"aaa" */
+            snprintf(want, sizeof(want), " at byte %zu", 1 + k);
+            T_CHECK(!ok);
+            T_CHECK(strncmp(msg, why[j], strlen(why[j])) == 0);
+            T_CHECK(strstr(msg, want) != NULL);
+        }
 }
 
 int main(void)
