@@ -112,6 +112,9 @@ uint64_t pc_fnv1a(uint64_t h, const void *p, size_t n);
 /* Lower-case hex of in[0..n) into out, which must hold 2n+1 bytes. */
 void pc_hex(const unsigned char *in, size_t n, char *out);
 
+/* The value of hex digit c (either case), or -1. */
+int pc_hex_digit(int c);
+
 /* Lower-case hex text of v into out (NUL-terminated, at most 16 digits); returns its length. */
 size_t pc_u64_hex(uint64_t v, char out[17]);
 /*

@@ -428,15 +428,6 @@ static void op_started(struct admin_op *op)
     httpd_set_close_cb(op->hr, op_closed, op);
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /*
  * Percent-decode s[0..n) into out (NUL-terminated). '+' stays '+' (RFC 3986:
  * an offset in an RFC 3339 date is one). -1 if malformed, NUL or too long.
@@ -447,8 +438,8 @@ static int url_decode(const char *s, size_t n, char *out, size_t outlen)
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (c == '%') {
-            int hi = i + 2 < n ? hex_value(s[i + 1]) : -1;
-            int lo = i + 2 < n ? hex_value(s[i + 2]) : -1;
+            int hi = i + 2 < n ? pc_hex_digit((unsigned char)s[i + 1]) : -1;
+            int lo = i + 2 < n ? pc_hex_digit((unsigned char)s[i + 2]) : -1;
             if (hi < 0 || lo < 0)
                 return -1;
             c = (char)(hi << 4 | lo);

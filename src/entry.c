@@ -393,29 +393,21 @@ void entry_id(const char *tenant_id, const unsigned char key[PC_SHA256_LEN],
     out[ENTRY_ID_LEN] = '\0';
 }
 
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 int entry_id_parse(const char *id, size_t len, char tenant_id[TENANT_ID_LEN + 1],
                    unsigned char key[PC_SHA256_LEN])
 {
     if (id == NULL || len != ENTRY_ID_LEN)
         return -1;
     for (size_t i = 0; i < ENTRY_ID_LEN; i++)
-        if (hex_digit(id[i]) < 0)
+        if (pc_hex_digit((unsigned char)id[i]) < 0)
             return -1;
     for (size_t i = 0; i < TENANT_ID_LEN; i++)
-        tenant_id[i] = (char)("0123456789abcdef"[hex_digit(id[i])]);
+        tenant_id[i] = (char)("0123456789abcdef"[pc_hex_digit((unsigned char)id[i])]);
     tenant_id[TENANT_ID_LEN] = '\0';
     for (size_t i = 0; i < PC_SHA256_LEN; i++) {
         const char *h = id + TENANT_ID_LEN + 2 * i;
-        key[i] = (unsigned char)(hex_digit(h[0]) << 4 | hex_digit(h[1]));
+        key[i] = (unsigned char)(pc_hex_digit((unsigned char)h[0]) << 4 |
+                                 pc_hex_digit((unsigned char)h[1]));
     }
     return 0;
 }

@@ -30,14 +30,6 @@ static int fail(char *err, size_t errlen, const char *msg)
     return -1;
 }
 
-static int hex_val(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = (char)tolower((unsigned char)c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /* Percent-decode s[0..n) into a new string; NULL if an escape is invalid or decodes to NUL. */
 static char *pct_decode(const char *s, size_t n)
 {
@@ -47,8 +39,8 @@ static char *pct_decode(const char *s, size_t n)
             *o++ = s[i];
             continue;
         }
-        int hi = i + 2 < n ? hex_val(s[i + 1]) : -1;
-        int lo = i + 2 < n ? hex_val(s[i + 2]) : -1;
+        int hi = i + 2 < n ? pc_hex_digit((unsigned char)s[i + 1]) : -1;
+        int lo = i + 2 < n ? pc_hex_digit((unsigned char)s[i + 2]) : -1;
         if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
             free(out);
             return NULL;

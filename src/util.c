@@ -366,6 +366,15 @@ size_t pc_u64_dec(uint64_t v, char out[21])
     return u64_digits(v, 10, out);
 }
 
+int pc_hex_digit(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
 size_t pc_u64_hex(uint64_t v, char out[17])
 {
     return u64_digits(v, 16, out);
@@ -555,17 +564,6 @@ static bool js_digit(unsigned char c)
     return c >= '0' && c <= '9';
 }
 
-static int js_hexval(unsigned char c)
-{
-    if (js_digit(c))
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* The four hex digits at p (p + 4 <= end), or -1. */
 static long js_hex4(const unsigned char *p, const unsigned char *end)
 {
@@ -573,7 +571,7 @@ static long js_hex4(const unsigned char *p, const unsigned char *end)
         return -1;
     long v = 0;
     for (int i = 0; i < 4; i++) {
-        int d = js_hexval(p[i]);
+        int d = pc_hex_digit(p[i]);
         if (d < 0)
             return -1;
         v = v << 4 | d;
