@@ -332,7 +332,7 @@ static const struct conf_key conf_keys[] = {
     {.name = "prefix-kv-memory", .type = CONF_DOUBLE, FIELD(prefix_kv_memory), .def = "0",
      .dmin = 0, .dmax = 1048576, .arg = "GIB",
      .help = "GiB of GPU memory each replica leaves for its KV cache (for prefix-capacity 0 "
-             "with prefix-kv-model)."},
+             "with prefix-kv-model); one that holds no token of the model is an error."},
     {.name = "prefix-balance-abs", .type = CONF_INT, FIELD(prefix_balance_abs), .def = "4",
      .imin = 0, .imax = 100000, .arg = "CALLS",
      .help = "Load bound of prefix routing: the replica holding the longest prefix is passed "

@@ -12,6 +12,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -408,8 +409,28 @@ static int check_model(const char *v, char *err, size_t errlen)
     return 0;
 }
 
+/* prefix-kv-memory too small for one token of the model: the capacity would fall back unsaid. */
+static int check_memory(const struct conf *c, char *err, size_t errlen)
+{
+    struct kvsize_geometry g;
+    if (c->prefix_capacity > 0 || c->prefix_kv_memory <= 0 || c->prefix_kv_model[0] == '\0' ||
+        kvsize_lookup(c->prefix_kv_model, &g) < 0)
+        return 0;
+    uint64_t per = kvsize_bytes_per_token(&g);
+    if (kvsize_tokens_in(c->prefix_kv_memory, per) > 0)
+        return 0;
+    snprintf(err, errlen,
+             "%g GiB holds no token of %s (%" PRIu64 " bytes each): give the GiB the replica "
+             "leaves for its KV cache",
+             c->prefix_kv_memory, c->prefix_kv_model, per);
+    return -1;
+}
+
 static const struct conf_rule rules[] = {
     {.key = "prefix-kv-model", .check = check_model},
+    {.key = "prefix-kv-memory",
+     .also = {"prefix-kv-model", "prefix-capacity"},
+     .check_all = check_memory},
 };
 
 int kvsize_add_conf_rules(void)

@@ -181,3 +181,14 @@ h.test('listen on a unix socket is refused as such', async () => {
         assert.match(r.output, /--listen: unix sockets are not supported: expected HOST:PORT/);
     }
 });
+
+h.test('prefix-kv-memory too small for one token of prefix-kv-model is refused, not replaced', async () => {
+    /* It fell back to the 500000-token default without a word. */
+    const r = await h.runCli(['-t', '--prefix-kv-model', 'llama-3.1-8b', '--prefix-kv-memory', '0.0000001']);
+    assert.equal(r.code, 1, r.output);
+    assert.match(r.output, /--prefix-kv-memory: 1e-07 GiB holds no token of llama-3\.1-8b \(131072 bytes each\)/);
+    for (const extra of [['--prefix-kv-memory', '10'], ['--prefix-kv-memory', '0.0000001', '--prefix-capacity', '5000']]) {
+        const ok = await h.runCli(['-t', '--prefix-kv-model', 'llama-3.1-8b', ...extra]);
+        assert.equal(ok.code, 0, ok.output);
+    }
+});
