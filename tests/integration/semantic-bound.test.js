@@ -449,7 +449,7 @@ h.test('the comparators: embeddings of the two answers, and the verifier model',
     assertHeldBack(await ask(model, rewording(u), 'one'), 'agreed');
     assertHeldBack(await ask(model, rewording2(u), 'two'), 'disagreed');
     assert.equal(sem.judgeCalls, judged + 2);
-    assert.match(JSON.stringify(sem.lastVerifyBody), /Answer A: mock answer by meaning one/);
+    assert.match(sem.lastVerifyBody.messages[1].content, /^Answer A: "mock answer by meaning one/);
     /* A judge that cannot say: no observation, no header, the answer still goes out. */
     sem.judge = () => 'maybe';
     const w = tag();

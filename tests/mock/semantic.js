@@ -10,8 +10,9 @@
  *
  *   a chat completions endpoint playing the grey-zone verifier
  *   (POST /v1/chat/completions): it answers "yes" or "no" as `verdict` says
- *   (a function of the two requests it is shown), with usage; shown two
- *   answers ("Answer A: ... Answer B: ...", the error bound's model
+ *   (a function of the two requests it is shown, each quoted as a JSON
+ *   string: 'Request A: "..."\nRequest B: "..."'), with usage; shown two
+ *   answers ('Answer A: "..."\nAnswer B: "..."', the error bound's model
  *   comparator) it answers as `judge` says (by default: yes when equal).
  *
  * Controls (properties, changed by tests): delayMs (before answering), fail
@@ -132,11 +133,14 @@ class SemanticMock {
         this.lastVerifyBody = body;
         const user = body && body.messages && body.messages[body.messages.length - 1];
         const text = user ? String(user.content) : '';
-        const m = /^Request A: ([\s\S]*)\nRequest B: ([\s\S]*)$/.exec(text);
-        const j = /^Answer A: ([\s\S]*)\nAnswer B: ([\s\S]*)$/.exec(text);
+        /* Each text a JSON string literal: what lies outside the two quotes is the proxy's. */
+        const quoted = String.raw`("(?:[^"\\\n]|\\.)*")`;
+        const m = new RegExp(`^Request A: ${quoted}\\nRequest B: ${quoted}$`).exec(text);
+        const j = new RegExp(`^Answer A: ${quoted}\\nAnswer B: ${quoted}$`).exec(text);
         if (j)
             this.judgeCalls++;
-        const answer = m ? this.verdict(m[1], m[2]) : j ? this.judge(j[1], j[2]) : 'unclear';
+        const answer = m ? this.verdict(JSON.parse(m[1]), JSON.parse(m[2]))
+            : j ? this.judge(JSON.parse(j[1]), JSON.parse(j[2])) : 'unclear';
         this._send(res, 200, {
             id: 'chatcmpl-verify', object: 'chat.completion', model: body && body.model,
             choices: [{index: 0, message: {role: 'assistant', content: answer}, finish_reason: 'length'}],
