@@ -744,8 +744,14 @@ void bound_normalise(const char *s, struct pc_buf *out)
     while (out->len > start && outer_punct((unsigned char)out->data[out->len - 1]))
         out->len--;
     size_t lead = 0;
-    while (start + lead < out->len && outer_punct((unsigned char)out->data[start + lead]))
+    while (start + lead < out->len && outer_punct((unsigned char)out->data[start + lead])) {
+        unsigned char c = (unsigned char)out->data[start + lead];
+        /* ".5" is a number (0.5), not "5" after a sentence end */
+        if ((c == '.' || c == ',') && start + lead + 1 < out->len &&
+            isdigit((unsigned char)out->data[start + lead + 1]))
+            break;
         lead++;
+    }
     if (lead > 0) { /* an empty result may have no memory behind it yet */
         memmove(out->data + start, out->data + start + lead, out->len - start - lead);
         out->len -= lead;

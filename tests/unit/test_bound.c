@@ -927,6 +927,10 @@ static void test_same_text(void)
     T_CHECK(!bound_same_text("yes", "no"));
     T_CHECK(!bound_same_text("...", "!!!")); /* only punctuation: the texts decide */
     T_CHECK(bound_same_text("...", " ... "));
+    /* A leading point or comma before a digit is the number's: 0.5 is not 5. */
+    T_CHECK(!bound_same_text(".5", "5"));
+    T_CHECK(!bound_same_text(",5", "5"));
+    T_CHECK(bound_same_text("0.5.", "0.5"));
     T_CHECK(!bound_same_text("...", "positive"));
 }
 
