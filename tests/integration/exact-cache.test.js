@@ -67,6 +67,20 @@ h.test('a full-size embedding (1536 floats) is stored and hit whole', async () =
     assert.deepEqual(second.json, first.json);
 });
 
+h.test('embeddings asked as base64, as float, with other dimensions or as token arrays are cached apart', async () => {
+    const text = h.uniq('encoding apart');
+    const float = h.embeddingBody(text, {encoding_format: 'float'});
+    await missThenHit('/v1/embeddings', float);
+    for (const other of [h.embeddingBody(text, {encoding_format: 'base64'}), h.embeddingBody(text),
+        h.embeddingBody(text, {encoding_format: 'float', dimensions: 8}),
+        h.embeddingBody([text, text], {encoding_format: 'float'}),
+        {...float, input: [[1, 2, 3]]}]) {
+        const r = await env.proxy.post('/v1/embeddings', other);
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers['x-cache-status'], 'MISS', JSON.stringify(other).slice(0, 120));
+    }
+});
+
 h.test('a HIT returns the earlier call\'s answer, not a new one', async () => {
     const body = h.chatBody(h.uniq('which call answers'));
     const first = await env.proxy.post(CHAT, body);
