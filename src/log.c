@@ -255,35 +255,22 @@ static void say_on_stderr(const char *name, int err)
         (void)write_all(STDERR_FILENO, line, PC_LOG_MIN((size_t)n, sizeof(line) - 1));
 }
 
-/* After a write to the daemon log: rc is write_all's result. */
-static void log_file_result(int rc)
+/*
+ * After a write to a log (rc: write_all's result): its first failure is said
+ * once (the daemon log's on stderr, the access log's in the daemon log), and
+ * the first line written again says how many were lost.
+ */
+static void sink_result(struct sink_health *h, const char *key, const char *name, int rc)
 {
-    struct sink_health *h = &log_health;
-    const char *name = sink_name(log_path, log_fd);
     if (rc != 0) {
         __atomic_add_fetch(&h->lost, 1, __ATOMIC_RELAXED);
-        if (__atomic_exchange_n(&h->err, rc, __ATOMIC_ACQ_REL) == 0)
+        if (__atomic_exchange_n(&h->err, rc, __ATOMIC_ACQ_REL) != 0)
+            return;
+        if (h == &log_health)
             say_on_stderr(name, rc);
-        return;
-    }
-    if (__atomic_load_n(&h->err, __ATOMIC_RELAXED) == 0 ||
-        __atomic_exchange_n(&h->err, 0, __ATOMIC_ACQ_REL) == 0)
-        return;
-    unsigned long long lost = __atomic_exchange_n(&h->lost, 0, __ATOMIC_RELAXED);
-    log_write(PC_LOG_NOTICE, NULL, "log-file %s: written again (%llu line%s lost)", name, lost,
-              lost == 1 ? "" : "s");
-}
-
-/* After a write to the access log: said in the daemon log. */
-static void access_result(int rc)
-{
-    struct sink_health *h = &access_health;
-    const char *name = sink_name(access_path, access_fd);
-    if (rc != 0) {
-        __atomic_add_fetch(&h->lost, 1, __ATOMIC_RELAXED);
-        if (__atomic_exchange_n(&h->err, rc, __ATOMIC_ACQ_REL) == 0)
+        else
             log_write(PC_LOG_ERROR, NULL,
-                      "cannot write to access-log %s: %s; its lines are lost until it can", name,
+                      "cannot write to %s %s: %s; its lines are lost until it can", key, name,
                       strerror(rc));
         return;
     }
@@ -291,8 +278,18 @@ static void access_result(int rc)
         __atomic_exchange_n(&h->err, 0, __ATOMIC_ACQ_REL) == 0)
         return;
     unsigned long long lost = __atomic_exchange_n(&h->lost, 0, __ATOMIC_RELAXED);
-    log_write(PC_LOG_NOTICE, NULL, "access-log %s: written again (%llu line%s lost)", name, lost,
+    log_write(PC_LOG_NOTICE, NULL, "%s %s: written again (%llu line%s lost)", key, name, lost,
               lost == 1 ? "" : "s");
+}
+
+static void log_file_result(int rc)
+{
+    sink_result(&log_health, "log-file", sink_name(log_path, log_fd), rc);
+}
+
+static void access_result(int rc)
+{
+    sink_result(&access_health, "access-log", sink_name(access_path, access_fd), rc);
 }
 
 /* The time now as pc_iso8601 writes it (UTC, milliseconds). */
