@@ -1829,6 +1829,18 @@ static FILE *open_conf_file(struct loader *ld, const char *path)
                path);
         return NULL;
     }
+    if (fd >= 0 && st.st_size == 0) {
+        /* An editor or a config tool that truncates the file and then writes it leaves it empty
+         * for a moment: a SIGHUP then would set every reloadable key (admin-token,
+         * metrics-token, upstream-key, cache-ttl, ...) back to its default. */
+        report(ld,
+               "%s: the file is empty: a reload would set every key back to its default "
+               "(write the new file elsewhere and rename it over this one; to run on the "
+               "defaults, keep one comment line in it)",
+               path);
+        close(fd);
+        return NULL;
+    }
     FILE *f = !ld->again ? fopen(path, "r") : fd >= 0 ? fdopen(fd, "r") : NULL;
     if (f == NULL) {
         report(ld, "%s: cannot read: %s", path, strerror(errno));

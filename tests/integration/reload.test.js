@@ -168,6 +168,26 @@ h.test('a config file that became a FIFO is refused on reload; the proxy keeps s
     assert.equal(await proxy.stop(), 0);
 });
 
+h.test('a config file that is empty at the SIGHUP is refused; the tokens and TTL are kept', async () => {
+    /* A tool that truncates the file and then writes it leaves it empty for a moment; a reload
+     * then set every reloadable key to its default: metrics-token empty opened /metrics. */
+    const conf = path.join(h.tmpDir('pc-reload-empty-'), 'promptcache.conf');
+    writeConf(conf, ['cache-ttl 700', 'metrics-token reload-metrics-secret']);
+    const proxy = await env.startProxy({config: conf});
+    assert.equal((await proxy.get('/metrics')).status, 401, 'metrics-token set');
+    fs.writeFileSync(conf, '');
+    const out = await sighup(proxy, /reload refused: 1 configuration error/, 'the refusal in the log');
+    assert.ok(out.includes(`E reload: ${conf}: the file is empty`), out);
+    assert.equal((await proxy.get('/metrics')).status, 401, 'metrics-token kept');
+    const ttl = await ttlOfNewEntry(proxy);
+    assert.ok(ttl > 600 && ttl <= 700, `TTL ${ttl}: the running cache-ttl 700 is kept`);
+    /* a comment line is a file on purpose: the defaults are taken */
+    fs.writeFileSync(conf, '# defaults\n');
+    await sighup(proxy, /reload: every worker runs the new configuration/, 'every worker on the defaults');
+    assert.equal((await proxy.get('/metrics')).status, 200, 'metrics-token back to its default (none)');
+    assert.equal(await proxy.stop(), 0);
+});
+
 h.test('a price list that became a FIFO is refused on reload; the proxy keeps serving and stops', async () => {
     const prices = path.join(h.tmpDir('pc-reload-fifo-'), 'pricing.json');
     fs.copyFileSync(path.join(h.REPO, 'conf', 'pricing.json'), prices);
