@@ -43,11 +43,12 @@
 
 /* Section tags (format 2). Append only: a tag's meaning never changes once released. */
 enum entry_section {
-    ENTRY_SEC_HEADERS = 1,  /* response headers replayed on a hit */
-    ENTRY_SEC_USAGE = 2,    /* usage beyond the fixed fields: cache writes */
-    ENTRY_SEC_META = 3,     /* what targeted deletes filter on: namespace, model */
-    ENTRY_SEC_USAGE_1H = 4, /* of the cache writes, those kept for an hour */
-    ENTRY_SEC_AUDIO = 5,    /* of the prompt and completion tokens, audio */
+    ENTRY_SEC_HEADERS = 1,   /* response headers replayed on a hit */
+    ENTRY_SEC_USAGE = 2,     /* usage beyond the fixed fields: cache writes */
+    ENTRY_SEC_META = 3,      /* what targeted deletes filter on: namespace, model */
+    ENTRY_SEC_USAGE_1H = 4,  /* of the cache writes, those kept for an hour */
+    ENTRY_SEC_AUDIO = 5,     /* of the prompt and completion tokens, audio */
+    ENTRY_SEC_PARTITION = 6, /* the semantic partition of the request that stored it */
 };
 
 #define ENTRY_META_MAX 255 /* bytes of a namespace or model name kept in ENTRY_SEC_META */
@@ -95,6 +96,11 @@ struct entry {
     size_t ns_len;
     const char *model;
     size_t model_len;
+    /* The semantic partition (PC_SHA256_LEN bytes: tenant, namespace, model, parameters,
+     * history...) of the request that stored it, when that request could be found by
+     * meaning; NULL otherwise, or for an entry stored before it was kept. A semantic hit
+     * serves only an entry whose own partition is the request's (pc_semantic.h). */
+    const unsigned char *partition;
 };
 
 /* Format 1 when e has no section to write (older binaries read it), else format 2. */

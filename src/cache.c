@@ -648,6 +648,8 @@ struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const 
         with_meta.model = t->model;
         with_meta.model_len = strlen(t->model);
     }
+    /* Whom it may answer by meaning (a vector record naming it is not to be believed). */
+    with_meta.partition = t->semantic ? t->partition : NULL;
     struct pc_buf val = PC_BUF_INIT;
     entry_encode(&with_meta, &val);
     p->sent_ms = pc_wall_ms();

@@ -40,6 +40,14 @@
  *   tag 5 ENTRY_SEC_AUDIO     i64 audio_prompt, i64 audio_completion (of the prompt and
  *                             completion tokens, audio, at their own prices); written
  *                             when either is not 0. Without it audio counts as text.
+ *   tag 6 ENTRY_SEC_PARTITION 32 bytes: the semantic partition of the request that
+ *                             stored the entry (written when it could be found by
+ *                             meaning). A semantic hit serves only an entry whose
+ *                             partition is the request's: the vector record that
+ *                             names the entry can be forged, the entry's own
+ *                             identity is what counts. Without it (older entries,
+ *                             requests never matched by meaning) the entry is not
+ *                             served by meaning, only exactly. Older readers skip it.
  */
 #include "pc_entry.h"
 #include "pc_migrate.h"
@@ -144,6 +152,14 @@ static void put_audio(struct pc_buf *out, const struct entry *e)
     put_u(out, (uint64_t)e->usage.audio_completion, 8);
 }
 
+/* Section ENTRY_SEC_PARTITION: the partition's bytes. */
+static void put_partition(struct pc_buf *out, const struct entry *e)
+{
+    put_u(out, ENTRY_SEC_PARTITION, 1);
+    put_u(out, PC_SHA256_LEN, 4);
+    pc_buf_append(out, e->partition, PC_SHA256_LEN);
+}
+
 /* The length of a meta name as stored: 0 when absent or too long to keep. */
 static size_t meta_len(const char *s, size_t len)
 {
@@ -170,7 +186,8 @@ void entry_encode(const struct entry *e, struct pc_buf *out)
     bool meta = nl > 0 || ml > 0;
     bool usage_1h = usage && e->usage.cache_write_1h > 0;
     bool audio = e->usage.present && (e->usage.audio_prompt > 0 || e->usage.audio_completion > 0);
-    int nsec = (nh > 0) + usage + meta + usage_1h + audio;
+    bool partition = e->partition != NULL;
+    int nsec = (nh > 0) + usage + meta + usage_1h + audio + partition;
     pc_buf_reserve(out, 64 + ctlen + e->body_len);
     pc_buf_append(out, entry_magic, sizeof(entry_magic));
     put_u(out, nsec > 0 ? ENTRY_FORMAT_SECTIONS : ENTRY_FORMAT_PLAIN, 1);
@@ -200,6 +217,8 @@ void entry_encode(const struct entry *e, struct pc_buf *out)
         put_usage_1h(out, e);
     if (audio)
         put_audio(out, e);
+    if (partition)
+        put_partition(out, e);
 }
 
 /* A bounds-checked reader over the value. */
@@ -301,6 +320,11 @@ static int get_sections(struct reader *r, struct entry *e)
             if (sec.bad || sec.left != 0 || e->usage.audio_prompt < 0 ||
                 e->usage.audio_prompt > e->usage.prompt || e->usage.audio_completion < 0 ||
                 e->usage.audio_completion > e->usage.completion)
+                return -1;
+        }
+        if (tag == ENTRY_SEC_PARTITION) {
+            e->partition = (const unsigned char *)get_bytes(&sec, PC_SHA256_LEN);
+            if (sec.bad || sec.left != 0)
                 return -1;
         }
     }

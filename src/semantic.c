@@ -19,7 +19,8 @@
  *     │     redis-timeout (vsync_load_wait), then searched, or a miss
  *     ▼
  *   FETCH   GET the candidate's entry and vector record (two keys, one hash
- *     │     tag); gone or unusable ─▶ drop it from the index, next candidate
+ *     │     tag); gone, unusable, or an entry that is not of the query's
+ *     │     partition (its own, stored in it) ─▶ drop it from the index, next
  *     ▼
  *   GUARDS  guard_check(this text, the candidate's text) ─▶ rejected: next
  *     ▼
@@ -947,8 +948,13 @@ static void on_entry(void *arg, enum store_status st, const char *val, size_t le
     if (st == STORE_OK && val != NULL) {
         pc_buf_append(&op->entry_buf, val, len);
         struct entry *e = &op->entry;
+        /* Its own partition, not the record's (which names it, and may be forged), says
+         * whom it answers: one of another partition (model, parameters, system prompt,
+         * tools, history...) or of none (stored before entries kept it, or by a request
+         * never matched by meaning) is not a candidate. */
         op->entry_ok = entry_decode(op->entry_buf.data, op->entry_buf.len, e) == 0 &&
-                       e->endpoint == op->endpoint &&
+                       e->endpoint == op->endpoint && e->partition != NULL &&
+                       memcmp(e->partition, op->partition, PC_SHA256_LEN) == 0 &&
                        (op->max_age_ms < 0 || entry_age_ms(e) <= op->max_age_ms);
     }
     if (++op->replies == op->expect)

@@ -142,6 +142,113 @@ h.test('an add event whose vector is not its record\'s never makes its entry a c
     await loose.stop();
 });
 
+/*
+ * A partition is more than a tenant: the model, the parameters, the system prompt, the tools
+ * and the cache-key-headers values. Within one tenant, a record of partition P2 copied under
+ * the entry of another partition P1 (and announced on the stream) made P1's entry a candidate
+ * for P2's questions, and its answer (another model's, another temperature's...) was served:
+ * the fetch checked the record's partition, which the forger wrote, and the entry had none to
+ * check. The entry now carries its partition, and a candidate whose entry is of another
+ * partition (or says none) is never served.
+ */
+const ACROSS = [
+    ['another model', {model: 'gpt-4o'}, {}],
+    ['another temperature', {temperature: 1.3}, {}],
+    ['another system prompt', {system: 'You are a pirate.'}, {}],
+    ['other tools', {tools: [h.OPENAI_TOOL]}, {}],
+    ['another cache-key-headers value', {}, {'openai-beta': 'assistants=v2'}],
+];
+for (const [what, extra, headers] of ACROSS) {
+    h.test(`a forged record never serves an entry of ${what} (same tenant)`, async () => {
+        const t = h.uniq('t').split(' ')[1];
+        const secret = `the launch code of the other partition is ${t}`;
+        const qb = `what is the capital city of france ${t}`;
+        const body1 = extra.system !== undefined
+            ? h.chatBody(secret, {messages: [{role: 'system', content: extra.system}, {role: 'user', content: secret}]})
+            : h.chatBody(secret, extra);
+        const before = new Set(await env.redis.keys('pc:2:v:*'));
+        const fresh = async (n) => h.waitFor(async () => {
+            const keys = (await env.redis.keys('pc:2:v:*')).filter((k) => !before.has(k));
+            return keys.length === n ? keys : null;
+        }, {what: `${n} new vector records`});
+        const r1 = await proxy.post(CHAT, body1, {...A, ...headers});
+        assert.equal(r1.headers['x-cache-status'], 'MISS', r1.text);
+        const [v1] = await fresh(1);
+        assert.equal((await proxy.post(CHAT, chat(qb), A)).headers['x-cache-status'], 'MISS');
+        const v2 = (await fresh(2)).find((k) => k !== v1);
+        const [, ta, k1] = tenantOf(v1);
+        const [, t2, k2] = tenantOf(v2);
+        assert.equal(ta, t2, 'one tenant');
+        /* qb's partition is in memory (its own lookup loaded it): the forged add is applied. */
+        await h.eventually(async () => {
+            const r = await proxy.post(CHAT, chat(`${qb}?`), {...A, ...NO_STORE});
+            assert.equal(r.headers['x-cache-match'], 'semantic');
+        });
+        /* qb's record (its partition, vector and text) under the other partition's entry. */
+        await env.redis.command('COPY', v2, v1, 'REPLACE');
+        await env.redis.command('EVAL', "return redis.call('XADD', KEYS[1], '*', 'op', 'add', 'k', ARGV[1], " +
+            "'r', redis.call('GET', KEYS[2]), 'm', '1')", 2, 'pc:2:vs', v1, `${ta}:${k1}`);
+        /* qb's own answer goes: the other partition's entry would be the only candidate. */
+        await env.redis.command('DEL', `pc:2:e:{${ta}:${k2}}`, v2);
+        await forgedApplied(proxy, writer, A);
+        for (let i = 0; i < 3; i++) {
+            const r = await proxy.post(CHAT, chat(`${qb}!`), {...A, ...NO_STORE});
+            assert.equal(r.status, 200, r.text);
+            assert.notEqual(r.json.id, r1.json.id,
+                `an entry of ${what} was served (${r.headers['x-cache-match']} ${r.headers['x-cache-similarity']})`);
+            assert.equal(r.headers['x-cache-status'], 'MISS');
+        }
+        /* The entry itself is untouched: its own partition still hits it exactly. */
+        const again = await proxy.post(CHAT, body1, {...A, ...headers});
+        assert.equal(again.headers['x-cache-match'], 'exact');
+        assert.equal(again.json.id, r1.json.id);
+    });
+}
+
+/* The entry at KEYS[1] as a version before the partition section wrote it (the section is
+ * the last one: dropped, and the count with it, format 1 when it was alone). */
+const STRIP_PARTITION = `
+local v = redis.call('GET', KEYS[1])
+local function num(at, n) local x = 0 for i = at + n - 1, at, -1 do x = x * 256 + string.byte(v, i) end return x end
+local ctlen = num(46, 2)
+local at = 52 + ctlen + num(48 + ctlen, 4)
+local count = string.byte(v, at)
+if string.byte(v, 4) ~= 2 or string.byte(v, #v - 36) ~= 6 or num(#v - 35, 4) ~= 32 then
+  return redis.error_reply('no partition section last')
+end
+local old
+if count == 1 then old = 'PCE' .. string.char(1) .. string.sub(v, 5, at - 1)
+else old = string.sub(v, 1, at - 1) .. string.char(count - 1) .. string.sub(v, at + 1, #v - 37) end
+redis.call('SET', KEYS[1], old, 'KEEPTTL')
+return count`;
+
+h.test('an entry stored without its partition (an older version) is an exact hit, never a semantic one', async () => {
+    const t = h.uniq('t').split(' ')[1];
+    const q = `which river flows through vienna ${t}`;
+    const before = new Set(await env.redis.keys('pc:2:v:*'));
+    const r1 = await proxy.post(CHAT, chat(q), A);
+    assert.equal(r1.headers['x-cache-status'], 'MISS');
+    const v = await h.waitFor(async () => {
+        const keys = (await env.redis.keys('pc:2:v:*')).filter((k) => !before.has(k));
+        return keys.length === 1 ? keys[0] : null;
+    }, {what: 'the vector record'});
+    const [, ta, k] = tenantOf(v);
+    await h.eventually(async () => {
+        const r = await proxy.post(CHAT, chat(`${q}?`), {...A, ...NO_STORE});
+        assert.equal(r.headers['x-cache-match'], 'semantic');
+    });
+    assert.ok(await env.redis.command('EVAL', STRIP_PARTITION, 1, `pc:2:e:{${ta}:${k}}`) >= 1);
+    const stale = (await proxy.stats()).semantic_stale;
+    const r = await proxy.post(CHAT, chat(`${q}?`), {...A, ...NO_STORE});
+    assert.equal(r.headers['x-cache-status'], 'MISS', 'no partition: not served by meaning');
+    assert.notEqual(r.json.id, r1.json.id);
+    assert.equal((await proxy.stats()).semantic_stale, stale + 1, 'dropped as unusable');
+    /* An exact hit still: through another instance, whose L1 never held it. */
+    const exact = await writer.post(CHAT, chat(q), A);
+    assert.equal(exact.headers['x-cache-match'], 'exact');
+    assert.equal(exact.json.id, r1.json.id);
+});
+
 h.test('tear down', async () => {
     if (sem)
         await sem.close();
