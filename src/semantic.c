@@ -176,6 +176,7 @@ struct semantic_op {
     bool entry_ok, rec_ok;
     bool rec_differs; /* the index's vector is not the record's: put right, not a candidate */
     bool unread;      /* a reply did not come (timeout, error): the candidate may well be there */
+    bool too_old;     /* older than this request's max-age: not for it, still good for others */
     struct pc_buf entry_buf; /* the candidate's entry bytes (the hit points into them) */
     struct entry entry;
     char *cand_text;
@@ -911,6 +912,10 @@ static void examine_candidate(struct semantic_op *op)
         next_candidate(op);
         return;
     }
+    if (op->too_old) { /* not for this request; the others' candidate still */
+        next_candidate(op);
+        return;
+    }
     if (op->rec_differs) { /* see recheck */
         stats_incr(op->p->st, STAT_semantic_stale);
         next_candidate(op);
@@ -954,8 +959,8 @@ static void on_entry(void *arg, enum store_status st, const char *val, size_t le
          * never matched by meaning) is not a candidate. */
         op->entry_ok = entry_decode(op->entry_buf.data, op->entry_buf.len, e) == 0 &&
                        e->endpoint == op->endpoint && e->partition != NULL &&
-                       memcmp(e->partition, op->partition, PC_SHA256_LEN) == 0 &&
-                       (op->max_age_ms < 0 || entry_age_ms(e) <= op->max_age_ms);
+                       memcmp(e->partition, op->partition, PC_SHA256_LEN) == 0;
+        op->too_old = op->entry_ok && op->max_age_ms >= 0 && entry_age_ms(e) > op->max_age_ms;
     }
     if (++op->replies == op->expect)
         examine_candidate(op);
@@ -1050,6 +1055,7 @@ static void next_candidate(struct semantic_op *op)
     op->state = SOP_FETCH;
     op->replies = 0;
     op->unread = false;
+    op->too_old = false;
     op->expect = 2;
     op->get_entry = store_get(op->p->store, ekey, strlen(ekey), on_entry, op);
     op->get_rec = store_get(op->p->store, vkey, strlen(vkey), on_record, op);

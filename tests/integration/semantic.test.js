@@ -233,6 +233,25 @@ h.test('an expired or flushed entry stops matching', async () => {
     await admin.stop();
 });
 
+/*
+ * A candidate too old for one request's max-age is still a good answer for the others: it
+ * was dropped from the index like an entry that is gone, so after one request with
+ * Cache-Control: max-age=0 no other found it by meaning until its partition was loaded again.
+ */
+h.test('a candidate too old for one request\'s max-age still serves the others by meaning', async () => {
+    const t = tag();
+    const q = `how many moons does jupiter have ${t}`;
+    const stored = await proxy.post(CHAT, chat(q));
+    assertMiss(stored);
+    await ownVector(proxy, q);
+    const old = await proxy.post(CHAT, chat(`${q}?`), {'Cache-Control': 'max-age=0, no-store'});
+    assertMiss(old);
+    assert.notEqual(old.json.id, stored.json.id, 'an answer older than max-age=0 was served');
+    const hit = await proxy.post(CHAT, chat(`${q}!`), {'Cache-Control': 'no-store'});
+    assertSemanticHit(hit);
+    assert.equal(hit.json.id, stored.json.id);
+});
+
 h.test('a restarted proxy finds the vectors in Redis (their partition loaded on first use)', async () => {
     const t = tag();
     assertMiss(await proxy.post(CHAT, chat(`what is a monad in haskell ${t}`)));
