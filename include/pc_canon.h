@@ -91,7 +91,8 @@ struct canon_input {
 struct canon_keys {
     unsigned char exact[PC_SHA256_LEN];
     unsigned char partition[PC_SHA256_LEN];
-    char *last_user_text; /* text of the last user turn (for embedding), or NULL; owned */
+    char *last_user_text; /* text of the last user turn (for embedding), or NULL (none, or an
+                             answer that repeats the prompt: echo, prompt_logprobs); owned */
     bool lossy;           /* a number may have lost digits and raw was missing or did not match: the
                              keys are unique to this call (never hit, never shared); better bypass */
 };

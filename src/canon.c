@@ -786,6 +786,26 @@ static char *last_user_text(enum api_endpoint e, const cJSON *body)
     return text != NULL ? pc_strdup(text) : NULL;
 }
 
+/* A flag that is on: present and neither false, null nor the number 0 (servers coerce). */
+static bool flag_on(const cJSON *v)
+{
+    return v != NULL && !cJSON_IsFalse(v) && !cJSON_IsNull(v) &&
+           !(cJSON_IsNumber(v) && v->valuedouble == 0);
+}
+
+/*
+ * Whether the answer repeats the prompt itself: "echo" (a completion's prompt before its
+ * text, and with logprobs the prompt tokens' log probabilities; vLLM's chat "echo"), vLLM's
+ * "prompt_logprobs" (even 0 asks for them) and "return_token_ids" (the prompt's token ids).
+ * Another prompt's answer is wrong there however alike the two mean: never matched by meaning.
+ */
+static bool repeats_prompt(const cJSON *body)
+{
+    const cJSON *pl = api_member(body, "prompt_logprobs");
+    return flag_on(api_member(body, "echo")) || (pl != NULL && !cJSON_IsNull(pl)) ||
+           flag_on(api_member(body, "return_token_ids"));
+}
+
 /*
  * Callers: a request body containing "\u0000" canonicalises as if its string
  * ended there (see the top of this file); refuse to cache such bodies if that
@@ -816,7 +836,7 @@ int canon_keys(const struct canon_input *in, struct canon_keys *k)
     }
     pc_buf_free(&b);
     ctx_free(&ctx);
-    if (!in->exact_only)
+    if (!in->exact_only && !repeats_prompt(in->body))
         k->last_user_text = last_user_text(in->endpoint, in->body);
     if (k->last_user_text != NULL && blank(k->last_user_text))
         PC_FREE(&k->last_user_text);

@@ -252,6 +252,43 @@ h.test('a candidate too old for one request\'s max-age still serves the others b
     assert.equal(hit.json.id, stored.json.id);
 });
 
+/*
+ * Some answers repeat the prompt itself: a completion with "echo" (the prompt, then the
+ * completion; with logprobs, the prompt's tokens' log probabilities: how evaluation
+ * harnesses score a text), vLLM's "prompt_logprobs" and "return_token_ids" (the prompt's
+ * tokens). Another prompt's answer is the wrong answer there however alike the two mean:
+ * such a request was served by meaning the answer of a reworded prompt, repeating that one.
+ */
+h.test('a request whose answer repeats its prompt (echo, prompt_logprobs, return_token_ids) is never matched by meaning', async () => {
+    const cases = [
+        ['/v1/completions', (q) => h.completionBody(q, {echo: true, logprobs: 1, max_tokens: 0})],
+        ['/v1/completions', (q) => h.completionBody(q, {echo: 1})],
+        ['/v1/completions', (q) => h.completionBody(q, {prompt_logprobs: 0})],
+        [CHAT, (q) => chat(q, {prompt_logprobs: 1})],
+        [CHAT, (q) => chat(q, {return_token_ids: true})],
+    ];
+    for (const [path, body] of cases) {
+        const q = `the quick brown fox jumps over the lazy dog ${tag()}`;
+        const what = JSON.stringify(body(q)).slice(0, 120);
+        const stored = await proxy.post(path, body(q));
+        assertMiss(stored);
+        /* stored and hit exactly, as any answer */
+        const exact = await proxy.post(path, body(q));
+        assert.equal(exact.headers['x-cache-match'], 'exact', what);
+        /* no vector: nothing to find by meaning, and no lookup by meaning either */
+        for (const other of [`${q}?`, `${q} `, `${q}!`]) {
+            const r = await proxy.post(path, body(other), {'Cache-Control': 'no-store'});
+            assertMiss(r);
+            assert.notEqual(r.json.id, stored.json.id, `${what}: another prompt's answer served`);
+        }
+    }
+    /* the same requests without those fields are matched as usual */
+    const q = `the quick brown fox jumps over the lazy dog ${tag()}`;
+    assertMiss(await proxy.post('/v1/completions', h.completionBody(q, {echo: false})));
+    await h.eventually(async () => assertSemanticHit(await proxy.post('/v1/completions',
+        h.completionBody(`${q}?`, {echo: false}), {'Cache-Control': 'no-store'})));
+});
+
 h.test('a restarted proxy finds the vectors in Redis (their partition loaded on first use)', async () => {
     const t = tag();
     assertMiss(await proxy.post(CHAT, chat(`what is a monad in haskell ${t}`)));

@@ -781,6 +781,32 @@ static void test_last_user_text(void)
     T_CHECK(text_is(API_EMBEDDINGS, "{\"model\":\"e\",\"input\":\"vec me\"}", "vec me"));
     T_CHECK(text_is(API_EMBEDDINGS, "{\"model\":\"e\",\"input\":[1,2]}", NULL));
     T_CHECK(text_is(API_NONE, CHAT(U1, ""), NULL));
+    /* An answer that repeats the prompt is never another prompt's: no text to match on. */
+    static const char *const repeats[] = {
+        "\"echo\":true",         "\"echo\":1",
+        "\"echo\":\"yes\"",      "\"prompt_logprobs\":0",
+        "\"prompt_logprobs\":5", "\"return_token_ids\":true",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(repeats); i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"prompt\":\"once upon\",%s}", repeats[i]);
+        T_CHECK(text_is(API_COMPLETIONS, body, NULL));
+        snprintf(body, sizeof body, "{\"model\":\"m\",%s,\"messages\":[" U1 "]}", repeats[i]);
+        T_CHECK(text_is(API_CHAT, body, NULL));
+    }
+    static const char *const plain[] = {
+        "\"echo\":false",
+        "\"echo\":0",
+        "\"echo\":null",
+        "\"prompt_logprobs\":null",
+        "\"return_token_ids\":false",
+        "\"logprobs\":true",
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(plain); i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"model\":\"m\",\"prompt\":\"once upon\",%s}", plain[i]);
+        T_CHECK(text_is(API_COMPLETIONS, body, "once upon"));
+    }
 }
 
 /* Bodies that are not objects still get keys (validation is api.c's job). */
