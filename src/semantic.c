@@ -84,7 +84,15 @@
 #define SPUT_MAGIC     0x53505554u /* "SPUT" */
 #define PAIR_MAGIC     0x53504152u /* "SPAR" */
 
-#define SEMANTIC_K          4    /* candidates examined per lookup */
+#define SEMANTIC_K 4 /* candidates examined per lookup */
+/*
+ * The longest text matched by meaning. The guards (and the verifier) must see the whole of
+ * both texts, and a vector record keeps a text whole up to VREC_TEXT_MAX bytes: a longer one
+ * was cut (on a character boundary, so to 4093..4096 bytes) by versions that stored it, and
+ * the embedders and guards read 8 KiB of a text, its head and tail. A longer text is looked
+ * up and stored exactly only; a record whose text may have been cut is not a candidate.
+ */
+#define SEMANTIC_TEXT_MAX   (VREC_TEXT_MAX - 4)
 #define REC_SIM_SLACK       0.01 /* the index's similarity against its record's, at most off */
 #define SEMANTIC_POOL_QUEUE 4096 /* jobs waiting for a pool thread before lookups are shed */
 /* No record expires later than cache-max-ttl (at most a year, conf.c) plus a day of clock skew. */
@@ -1019,6 +1027,7 @@ static void on_record(void *arg, enum store_status st, const char *val, size_t l
     float *scratch = pc_malloc((cap > 0 ? cap : 1) * sizeof(float));
     if (st == STORE_OK && val != NULL &&
         vrec_decode(val, len, &rec, scratch, cap, err, sizeof(err)) == 0 &&
+        rec.text_len <= SEMANTIC_TEXT_MAX &&
         memcmp(rec.partition, op->partition, PC_SHA256_LEN) == 0 &&
         strcmp(rec.space, op->p->s->space) == 0 && rec.dim == cap) {
         op->cand_text = pc_strndup(rec.text, rec.text_len);
@@ -1190,6 +1199,8 @@ struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semant
     if (p == NULL)
         return NULL;
     PC_CHECK_OBJ(p, PORT_MAGIC);
+    if (strlen(q->text) > SEMANTIC_TEXT_MAX)
+        return NULL; /* more than the comparison would see: exact only */
     if (embed_shut(p->eport, false)) {
         /* The embedder is sick: no client waits on it (the exact stage has run). */
         stats_incr(p->st, STAT_semantic_breaker_skips);
@@ -1250,12 +1261,7 @@ static void put_write(struct semantic_port *p, const struct semantic_item *it,
 {
     struct semantic *s = p->s;
     int64_t expires = it->created_ms + it->ttl_ms;
-    size_t text_len = strlen(it->text);
-    if (text_len > VREC_TEXT_MAX) { /* the guards see the start; cut on a UTF-8 boundary */
-        text_len = VREC_TEXT_MAX;
-        while (text_len > 0 && ((unsigned char)it->text[text_len] & 0xc0) == 0x80)
-            text_len--;
-    }
+    size_t text_len = strlen(it->text); /* whole: at most SEMANTIC_TEXT_MAX (semantic_put) */
     struct vrec rec = {
         .dim = (unsigned)vec->dim,
         .created_ms = it->created_ms,
@@ -1318,6 +1324,11 @@ void semantic_put(struct semantic_port *p, const struct semantic_item *it,
         return;
     }
     PC_CHECK_OBJ(p, PORT_MAGIC);
+    if (strlen(it->text) > SEMANTIC_TEXT_MAX) { /* never matched by meaning: no vector */
+        semantic_vec_free(vec);
+        put_without_vector(p, it);
+        return;
+    }
     if (*vec != NULL) {
         put_write(p, it, *vec);
         semantic_vec_free(vec);

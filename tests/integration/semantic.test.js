@@ -289,6 +289,52 @@ h.test('a request whose answer repeats its prompt (echo, prompt_logprobs, return
         h.completionBody(`${q}?`, {echo: false}), {'Cache-Control': 'no-store'})));
 });
 
+/*
+ * The comparison must see the whole of both texts. The vector record keeps the first 4 KiB
+ * of a text for the guards (and the embedders and guards read 8 KiB of one, its head and
+ * tail): a question at the end of a longer turn was compared with the start of the
+ * candidate's alone, and two long texts differing in their middle were the same text. With
+ * the default embedder and every guard on, "<5.7 KiB of a leaflet> Summarize the dosage for
+ * children." was served the answer to "... for adults." at similarity 1.0000.
+ */
+h.test('a text longer than the comparison sees is never matched by meaning', async () => {
+    const p = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off']});
+    /* letters only: the numbers guard would count a tag's digits */
+    const t = tag().replace(/[0-9]/g, (d) => 'ghijklmnop'[d]);
+    const para = `Patient leaflet ${t}. The daily dosage for adults differs from the daily dosage for ` +
+        'children. Read the leaflet before you summarize the dosage for adults or the dosage for children. ';
+    /* the record's 4096 bytes end on a whole paragraph: the texts share every word of it */
+    const ctx = ' '.repeat(4096 % para.length) + para.repeat(Math.ceil(5600 / para.length));
+    const adults = await p.post(CHAT, chat(`${ctx}Summarize the dosage for adults.`));
+    assertMiss(adults);
+    /* its vector written, unless the text was not looked up by meaning at all */
+    await h.waitFor(async () => {
+        const st = await p.stats();
+        return st.semantic_lookups === 0 || st.semantic_vectors_stored >= 1;
+    }, {what: 'the vector of the first text'});
+    for (let i = 0; i < 3; i++) {
+        const r = await p.post(CHAT, chat(`${ctx}Summarize the dosage for children.`), {'Cache-Control': 'no-store'});
+        assertMiss(r);
+        assert.notEqual(r.json.id, adults.json.id, 'the adults\' dosage served for the children');
+    }
+    /* over 8 KiB: the same head and tail, another middle */
+    const head = para.repeat(30), tail = para.repeat(30);
+    const one = await p.post(CHAT, chat(`${head}The dosage for adults is the one to give.${tail}`));
+    assertMiss(one);
+    for (let i = 0; i < 3; i++) {
+        const r = await p.post(CHAT, chat(`${head}The dosage for children is the one to give.${tail}`),
+            {'Cache-Control': 'no-store'});
+        assertMiss(r);
+        assert.notEqual(r.json.id, one.json.id);
+    }
+    /* a text the comparison sees whole still hits */
+    const short = `${para.repeat(3)}Summarize the dosage for adults.`;
+    assertMiss(await p.post(CHAT, chat(short)));
+    await h.eventually(async () => assertSemanticHit(await p.post(CHAT, chat(`${short} `),
+        {'Cache-Control': 'no-store'})));
+    await p.stop();
+});
+
 h.test('a restarted proxy finds the vectors in Redis (their partition loaded on first use)', async () => {
     const t = tag();
     assertMiss(await proxy.post(CHAT, chat(`what is a monad in haskell ${t}`)));
