@@ -62,6 +62,7 @@
 #include "pc_pool.h"
 #include "pc_stats.h"
 #include "pc_store.h"
+#include "pc_text.h"
 #include "pc_verify.h"
 #include "pc_rcli.h"
 #include "pc_vindex.h"
@@ -89,8 +90,9 @@
  * The longest text matched by meaning. The guards (and the verifier) must see the whole of
  * both texts, and a vector record keeps a text whole up to VREC_TEXT_MAX bytes: a longer one
  * was cut (on a character boundary, so to 4093..4096 bytes) by versions that stored it, and
- * the embedders and guards read 8 KiB of a text, its head and tail. A longer text is looked
- * up and stored exactly only; a record whose text may have been cut is not a candidate.
+ * the embedders and guards read 8 KiB of a text, its head and tail, and TEXT_MAX_TOKENS of
+ * its words (text_whole). A longer text is looked up and stored exactly only; a record whose
+ * text may have been cut is not a candidate.
  */
 #define SEMANTIC_TEXT_MAX   (VREC_TEXT_MAX - 4)
 #define REC_SIM_SLACK       0.01 /* the index's similarity against its record's, at most off */
@@ -816,6 +818,26 @@ void semantic_forget(struct semantic_port *p, struct store *store, const char *t
     forget(p, store, tenant_id, exact, NULL); /* its member goes at its partition's next load */
 }
 
+/*
+ * Whether the embedders and the guards read all of s: at most SEMANTIC_TEXT_MAX bytes and
+ * TEXT_MAX_TOKENS tokens (about 4 KiB of ideographs or of short words hold more: the rest
+ * was never compared, so two texts differing there were the same text). A token takes a byte
+ * at least (a contraction three for two), so a short text is not tokenized here.
+ */
+static bool text_whole(const char *s, size_t len)
+{
+    if (len > SEMANTIC_TEXT_MAX)
+        return false;
+    if (len <= TEXT_MAX_TOKENS / 2)
+        return true;
+    struct text_doc *d = pc_malloc(sizeof(*d));
+    text_doc_reset(d);
+    text_tokenize(d, s, len);
+    bool whole = !d->truncated;
+    free(d);
+    return whole;
+}
+
 /* ---- lookups: ending -------------------------------------------------------- */
 
 static void op_free(struct semantic_op *op)
@@ -1027,9 +1049,9 @@ static void on_record(void *arg, enum store_status st, const char *val, size_t l
     float *scratch = pc_malloc((cap > 0 ? cap : 1) * sizeof(float));
     if (st == STORE_OK && val != NULL &&
         vrec_decode(val, len, &rec, scratch, cap, err, sizeof(err)) == 0 &&
-        rec.text_len <= SEMANTIC_TEXT_MAX &&
         memcmp(rec.partition, op->partition, PC_SHA256_LEN) == 0 &&
-        strcmp(rec.space, op->p->s->space) == 0 && rec.dim == cap) {
+        strcmp(rec.space, op->p->s->space) == 0 && rec.dim == cap &&
+        text_whole(rec.text, rec.text_len)) {
         op->cand_text = pc_strndup(rec.text, rec.text_len);
         op->rec_ok = true;
         recheck(op, &rec);
@@ -1199,7 +1221,7 @@ struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semant
     if (p == NULL)
         return NULL;
     PC_CHECK_OBJ(p, PORT_MAGIC);
-    if (strlen(q->text) > SEMANTIC_TEXT_MAX)
+    if (!text_whole(q->text, strlen(q->text)))
         return NULL; /* more than the comparison would see: exact only */
     if (embed_shut(p->eport, false)) {
         /* The embedder is sick: no client waits on it (the exact stage has run). */
@@ -1261,7 +1283,7 @@ static void put_write(struct semantic_port *p, const struct semantic_item *it,
 {
     struct semantic *s = p->s;
     int64_t expires = it->created_ms + it->ttl_ms;
-    size_t text_len = strlen(it->text); /* whole: at most SEMANTIC_TEXT_MAX (semantic_put) */
+    size_t text_len = strlen(it->text); /* whole: text_whole (semantic_put) */
     struct vrec rec = {
         .dim = (unsigned)vec->dim,
         .created_ms = it->created_ms,
@@ -1324,7 +1346,7 @@ void semantic_put(struct semantic_port *p, const struct semantic_item *it,
         return;
     }
     PC_CHECK_OBJ(p, PORT_MAGIC);
-    if (strlen(it->text) > SEMANTIC_TEXT_MAX) { /* never matched by meaning: no vector */
+    if (!text_whole(it->text, strlen(it->text))) { /* never matched by meaning: no vector */
         semantic_vec_free(vec);
         put_without_vector(p, it);
         return;

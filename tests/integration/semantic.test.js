@@ -327,6 +327,25 @@ h.test('a text longer than the comparison sees is never matched by meaning', asy
         assertMiss(r);
         assert.notEqual(r.json.id, one.json.id);
     }
+    /* under 4 KiB but more words than the embedders and guards read (1024): the end unseen */
+    const many = (last) => `Which word comes last ${t}: ${'red ox '.repeat(540)}${last}?`;
+    const words = await p.post(CHAT, chat(many('nine')));
+    assertMiss(words);
+    const cjk = (last) => `${t} ${'\u5929\u6c14'.repeat(520)}${last}`;
+    const ideographs = await p.post(CHAT, chat(cjk('\u660e\u5929')));
+    assertMiss(ideographs);
+    await h.waitFor(async () => {
+        const st = await p.stats();
+        return st.semantic_vectors_stored >= st.semantic_lookups; /* every one looked up stored */
+    }, {what: 'the vectors of the long texts'});
+    for (let i = 0; i < 3; i++) {
+        const r = await p.post(CHAT, chat(many('ten')), {'Cache-Control': 'no-store'});
+        assertMiss(r);
+        assert.notEqual(r.json.id, words.json.id, 'the answer to another last word served');
+        const c = await p.post(CHAT, chat(cjk('\u4eca\u5929')), {'Cache-Control': 'no-store'});
+        assertMiss(c);
+        assert.notEqual(c.json.id, ideographs.json.id, 'the answer to another last word served');
+    }
     /* a text the comparison sees whole still hits */
     const short = `${para.repeat(3)}Summarize the dosage for adults.`;
     assertMiss(await p.post(CHAT, chat(short)));
