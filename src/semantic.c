@@ -818,22 +818,40 @@ void semantic_forget(struct semantic_port *p, struct store *store, const char *t
     forget(p, store, tenant_id, exact, NULL); /* its member goes at its partition's next load */
 }
 
+/* The longest run of bytes without ASCII white space in s (a token never spans one). */
+static size_t longest_run(const char *s, size_t len)
+{
+    size_t best = 0, run = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        run = c == ' ' || (c >= '\t' && c <= '\r') ? 0 : run + 1;
+        best = PC_MAX(best, run);
+    }
+    return best;
+}
+
 /*
- * Whether the embedders and the guards read all of s: at most SEMANTIC_TEXT_MAX bytes and
- * TEXT_MAX_TOKENS tokens (about 4 KiB of ideographs or of short words hold more: the rest
- * was never compared, so two texts differing there were the same text). A token takes a byte
- * at least (a contraction three for two), so a short text is not tokenized here.
+ * Whether the embedders and the guards read all of s: at most SEMANTIC_TEXT_MAX bytes,
+ * TEXT_MAX_TOKENS tokens (about 4 KiB of ideographs or of short words hold more) and no
+ * token cut at the TEXT_TOK_MAX bytes one keeps (a key, a hash, a long word): what they do
+ * not read was never compared, so two texts differing there were the same text. A token
+ * takes a byte at least (a contraction three for two) and never spans white space, so a
+ * short text without a long run is not tokenized here.
  */
 static bool text_whole(const char *s, size_t len)
 {
     if (len > SEMANTIC_TEXT_MAX)
         return false;
-    if (len <= TEXT_MAX_TOKENS / 2)
+    if (len <= TEXT_MAX_TOKENS / 2 && longest_run(s, len) <= TEXT_TOK_MAX)
         return true;
     struct text_doc *d = pc_malloc(sizeof(*d));
     text_doc_reset(d);
     text_tokenize(d, s, len);
     bool whole = !d->truncated;
+    /* cut: its raw form longer than what is kept, and as much kept as fits (less a character
+     * that did not fit whole, or a trailing point or apostrophe) */
+    for (size_t i = 0; i < d->n && whole; i++)
+        whole = !(d->tok[i].raw_len > TEXT_TOK_MAX && d->tok[i].len + 4 > TEXT_TOK_MAX);
     free(d);
     return whole;
 }

@@ -346,6 +346,19 @@ h.test('a text longer than the comparison sees is never matched by meaning', asy
         assertMiss(c);
         assert.notEqual(c.json.id, ideographs.json.id, 'the answer to another last word served');
     }
+    /* a word longer than the 48 bytes a token keeps: two differing after those were one */
+    const id = (end) => `What is stored under the key ${t}${'q'.repeat(50)}${end} in the vault?`;
+    const key = await p.post(CHAT, chat(id('alpha')));
+    assertMiss(key);
+    await h.waitFor(async () => {
+        const st = await p.stats();
+        return st.semantic_vectors_stored >= st.semantic_lookups;
+    }, {what: 'the vector of the key'});
+    for (let i = 0; i < 3; i++) {
+        const r = await p.post(CHAT, chat(id('omega')), {'Cache-Control': 'no-store'});
+        assertMiss(r);
+        assert.notEqual(r.json.id, key.json.id, 'the answer for another key served');
+    }
     /* a text the comparison sees whole still hits */
     const short = `${para.repeat(3)}Summarize the dosage for adults.`;
     assertMiss(await p.post(CHAT, chat(short)));
