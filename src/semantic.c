@@ -1364,8 +1364,8 @@ void semantic_put(struct semantic_port *p, const struct semantic_item *it,
         return;
     }
     PC_CHECK_OBJ(p, PORT_MAGIC);
-    if (!text_whole(it->text, strlen(it->text))) { /* never matched by meaning: no vector */
-        semantic_vec_free(vec);
+    /* Never matched by meaning: no vector. A vector from the lookup says it was whole. */
+    if (*vec == NULL && !text_whole(it->text, strlen(it->text))) {
         put_without_vector(p, it);
         return;
     }
