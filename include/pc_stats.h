@@ -63,8 +63,9 @@
     ACTION(semantic_guard_rejects, counter, "Semantic candidates rejected by a guard")             \
     GUARD_ROWS(PC_GUARD_METRIC_, ACTION)                                                           \
     ACTION(semantic_stale, counter,                                                                \
-           "Semantic candidates whose entry had gone (expired, evicted), or whose vector in the "  \
-           "index was not its record's")                                                           \
+           "Semantic candidates whose entry had gone (expired, evicted) or is not of the "         \
+           "request's partition, whose text the comparison cannot read whole, or whose vector in " \
+           "the index was not its record's")                                                       \
     ACTION(semantic_shed, counter, "Semantic lookups skipped: pool queue full or timed out")       \
     ACTION(semantic_embed_calls, counter, "Calls to the remote embedder (embedder openai)")        \
     ACTION(semantic_embed_errors, counter, "Remote embedder calls that failed or timed out")       \
