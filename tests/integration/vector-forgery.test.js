@@ -5,7 +5,9 @@
  * tenant's (its hash names the tenant), so a vector of another tenant found
  * in it can only be forged, and is never a candidate: a record copied under
  * tenant A's entry with tenant B's partition, announced on the stream, used
- * to serve A's stored answer to B's question.
+ * to serve A's stored answer to B's question. Within one tenant, a record of one partition
+ * copied under the entry of another (another model, temperature, system prompt, tool set,
+ * cache-key-headers value) served that entry too: the entry now names its own partition.
  */
 const assert = require('node:assert/strict');
 const h = require('./lib');
