@@ -32,9 +32,10 @@
  * httpd answers some requests itself, in the API's JSON error shape, and
  * closes the connection: 400, 431, 501, 505 for malformed heads (400 also for
  * an HTTP/1.1 request without exactly one valid Host header, or any request
- * with two, RFC 9112 section 3.2), 417 for an Expect other than 100-continue,
- * and 503 (with Retry-After) when the request-body budget or the connection
- * limits below are reached.
+ * with two, RFC 9112 section 3.2; bytes that cannot begin a request, a TLS
+ * ClientHello say, get theirs as soon as they arrive), 417 for an Expect
+ * other than 100-continue, and 503 (with Retry-After) when the request-body
+ * budget or the connection limits below are reached.
  *
  * Limits are process-wide: every httpd of the process (one per worker thread)
  * counts into the same totals.

@@ -94,6 +94,7 @@
 #define LINGER_SECONDS  2.0                /* lingering close: how long to discard input */
 #define LINGER_BYTES    (4u * 1024 * 1024) /* ... and how much of it */
 #define CHUNK_LINE_MAX  4096               /* chunk-size and trailer lines */
+#define HEAD_PROBE      256                /* first bytes of an unfinished head checked early */
 #define BODY_MIN_ALLOC  (16u * 1024)       /* first allocation of a request body */
 #define BUDGET_WARN_US  (60u * 1000000)    /* at most one budget warning a minute */
 #define ACCEPT_PAUSE_US 100000             /* after EMFILE and friends */
@@ -187,6 +188,7 @@ struct httpd_conn {
     struct httpd_req *req; /* being read or handled; owned */
     size_t scan_off;       /* head bytes already searched for the blank line */
     int scan_state;
+    size_t probed;      /* bytes of the unfinished head checked by conn_probe_head */
     uint64_t body_left; /* Content-Length or current chunk bytes still to read */
     size_t body_limit;  /* capacity the body buffer may grow to (its length + NUL) */
     bool first_req;     /* reading the connection's first request: timed from the accept */
@@ -1492,6 +1494,7 @@ static int conn_start_head(struct httpd_conn *c)
     c->state = C_HEAD;
     c->scan_off = 0;
     c->scan_state = 0;
+    c->probed = 0;
     /* A new connection's first request stays on the timer armed at the accept. */
     if (!c->first_req)
         conn_arm_timer(c, c->h->conf.read_timeout);
@@ -1624,6 +1627,32 @@ static int conn_reserve_request(struct httpd_conn *c, const struct framing *fr)
     return 0;
 }
 
+/*
+ * A head not complete yet: its first HEAD_PROBE bytes are parsed as they
+ * arrive, so that what is no HTTP/1.x request at all (a TLS ClientHello or
+ * another protocol on the plain port, binary noise) gets its 400 at once. It
+ * has no blank line to end it, so it used to wait, unanswered, for
+ * read_timeout. The parser says "need more" for every prefix of a valid head
+ * and fails a prefix only where the whole head would fail, with the same
+ * status.
+ */
+static void conn_probe_head(struct httpd_conn *c)
+{
+    struct httpd *h = c->h;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t n = PC_MIN(evbuffer_get_length(in), (size_t)HEAD_PROBE);
+    if (n <= c->probed)
+        return;
+    c->probed = n;
+    char buf[HEAD_PROBE];
+    evbuffer_copyout(in, buf, n);
+    struct httpd_head hd = {.headers = h->spans, .max_headers = h->conf.max_headers};
+    struct framing fr;
+    long rc = parse_head(buf, n, &hd, &fr);
+    if (rc < 0)
+        conn_error(c, own_error_of(rc));
+}
+
 /* HEAD: parse once the blank line arrived; 1 when moving on to the body. */
 static int conn_read_head(struct httpd_conn *c)
 {
@@ -1633,6 +1662,8 @@ static int conn_read_head(struct httpd_conn *c)
     if (end == 0) {
         if (evbuffer_get_length(in) >= h->conf.max_header_size)
             conn_error(c, OWN_HEADERS);
+        else
+            conn_probe_head(c);
         return 0;
     }
     const char *p = (const char *)evbuffer_pullup(in, (ev_ssize_t)end);

@@ -357,3 +357,34 @@ h.test('a model name with a newline, a quote or non-ASCII is sent on; the answer
     for (const entry of env.proxy.accessLog())
         assert.equal(typeof entry, 'object');
 });
+
+h.test('TLS or HTTP/2 sent to the plain port: an error at once, not a hang', async () => {
+    /*
+     * A ClientHello has no blank line to end a request head, so the proxy waited for more
+     * (client-timeout, 60 s by default) and the client hung without a word. The first bytes
+     * that cannot start an HTTP/1.x request now get a 400 and the connection closes.
+     */
+    const hello = Buffer.from('16030100c4010000c00303' + '5a'.repeat(32) + '00', 'hex');
+    const c = await h.RawConnection.open(env.proxy.port);
+    c.send(hello);
+    const r = await c.response();
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.message, 'Malformed HTTP request.');
+    assert.ok(await c.closedByServer());
+    c.close();
+    /* A real TLS client fails its handshake at once instead of waiting. */
+    const tls = require('node:tls');
+    const err = await h.withDeadline(new Promise((resolve) => {
+        const s = tls.connect({port: env.proxy.port, host: '127.0.0.1', rejectUnauthorized: false});
+        s.on('error', (e) => { s.destroy(); resolve(e); });
+        s.on('secureConnect', () => { s.destroy(); resolve(null); });
+    }), 10000, 'the TLS client\'s handshake error');
+    assert.ok(err instanceof Error, 'the handshake fails');
+    /* HTTP/2 with prior knowledge: its preface is a request line of version 2.0. */
+    const c2 = await h.RawConnection.open(env.proxy.port);
+    const r2 = await c2.roundtrip('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+    assert.equal(r2.status, 505);
+    assert.ok(await c2.closedByServer());
+    c2.close();
+    assert.equal((await env.proxy.get('/healthz')).status, 200, 'the proxy serves on');
+});

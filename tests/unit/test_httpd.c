@@ -1108,6 +1108,56 @@ static void test_protocol_errors(void)
     srv_stop(s);
 }
 
+/*
+ * What is no HTTP/1.x request gets its 400 as soon as that shows, not after
+ * read_timeout: a TLS ClientHello on the plain port, another protocol's
+ * banner, a bad byte in a request line still coming. None ends in a blank
+ * line, so they waited unanswered (the clients hung) for the 60 s default.
+ */
+static void check_rejected_unfinished(struct srv *s, const char *req, size_t len, int status)
+{
+    struct cli c;
+    struct resp r;
+    cli_open(s, &c);
+    cli_send(&c, req, len);
+    T_CHECK_INT(cli_response(&c, &r, false), 0); /* was -1: nothing within WAIT_SECONDS */
+    T_CHECK_INT(r.status, status);
+    T_CHECK(cli_eof(&c));
+    resp_free(&r);
+    cli_close(&c);
+}
+
+static void check_rejected_str(struct srv *s, const char *req, int status)
+{
+    check_rejected_unfinished(s, req, strlen(req), status);
+}
+
+static void test_not_http_rejected_at_once(void)
+{
+    static const unsigned char hello[] = {0x16, 0x03, 0x01, 0x00, 0xc4, 0x01, 0x00, 0x00,
+                                          0xc0, 0x03, 0x03, 0x5a, 0x00, 0x00, 0x00, 0x00};
+    struct srv *s = srv_start(NULL);
+    int before = s->nreq;
+    check_rejected_unfinished(s, (const char *)hello, sizeof(hello), 400);
+    check_rejected_str(s, "SSH-2.0-OpenSSH_9.6\r\n", 400);
+    check_rejected_str(s, "GET /a\001b", 400);
+    check_rejected_str(s, "GET / HTTP/1.1\r\nBad Name: x\r\n", 400);
+    check_rejected_str(s, "GET / HTTP/3.0\r\n", 505);
+    T_CHECK_INT(s->nreq, before);
+    /* A valid head that comes in pieces is not refused on the way. */
+    struct cli c;
+    cli_open(s, &c);
+    cli_sends(&c, "GET /piece");
+    run_on_loop(s, cmd_noop);
+    cli_sends(&c, "s HTTP/1.1\r\nHo");
+    run_on_loop(s, cmd_noop);
+    cli_sends(&c, "st: t\r\n\r");
+    run_on_loop(s, cmd_noop);
+    roundtrip(&c, "\n", 200, "w1 GET /pieces q=- v=1 body=");
+    cli_close(&c);
+    srv_stop(s);
+}
+
 static void test_http10(void)
 {
     struct srv *s = srv_start(NULL);
@@ -2162,6 +2212,7 @@ int main(void)
     T_RUN(test_too_large);
     T_RUN(test_expect_continue);
     T_RUN(test_protocol_errors);
+    T_RUN(test_not_http_rejected_at_once);
     T_RUN(test_http10);
     T_RUN(test_head);
     T_RUN(test_stream);
