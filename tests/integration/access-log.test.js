@@ -117,6 +117,37 @@ h.test('every line is valid UTF-8, whatever bytes the request carried', async ()
     }
 });
 
+h.test('a raw non-ASCII request target is answered and logged as valid UTF-8', async () => {
+    /*
+     * A request target may carry raw bytes above 0x7f (obs-text; clients that do not
+     * percent-encode): the request is answered like any other, its path logged with each byte
+     * that is not UTF-8 as U+FFFD, and UTF-8 in it kept as it is.
+     */
+    const fs = require('node:fs');
+    const strict = new TextDecoder('utf-8', {fatal: true});
+    const cases = [
+        [Buffer.from([0x2f, 0x76, 0x31, 0x2f, 0x6d, 0x6f, 0x64, 0xe9, 0x6c, 0x73, 0x2f, 0xff, 0xfe]),
+            '/v1/mod\ufffdls/\ufffd\ufffd'],
+        [Buffer.from('/v1/caf\u00e9/\u4e2d', 'utf8'), '/v1/caf\u00e9/\u4e2d'],
+        [Buffer.concat([Buffer.from('/v1/x'), Buffer.from([0xe4, 0xb8]), Buffer.from('/y')]), '/v1/x\ufffd\ufffd/y'],
+    ];
+    for (const [target, want] of cases) {
+        const c = await h.RawConnection.open(env.proxy.port);
+        c.send(Buffer.concat([Buffer.from('GET '), target,
+            Buffer.from(' HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-raw-target\r\nConnection: close\r\n\r\n')]));
+        const r = await c.response();
+        c.close();
+        assert.equal(r.status, 404, `the mock upstream's answer to an unknown path: ${r.body}`);
+        const id = r.headers['x-promptcache-request-id'];
+        assert.ok(id, 'answered by the proxy');
+        const line = await env.proxy.waitAccessLog((l) => l.id === id);
+        assert.equal(line.path, want);
+        assert.equal(line.status, 404);
+    }
+    for (const line of fs.readFileSync(env.proxy.accessLogPath).toString('latin1').split('\n'))
+        assert.doesNotThrow(() => strict.decode(Buffer.from(line, 'latin1')), `not UTF-8: ${line.slice(0, 300)}`);
+});
+
 h.test('a log that cannot be written is said once, where it can be read; requests are answered', async () => {
     /*
      * A full disk (here /dev/full) took every line of a log file without a word: the proxy
