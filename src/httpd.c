@@ -329,6 +329,13 @@ static int parse_version(const char *v)
     return v[7] - '0';
 }
 
+/* "OPTIONS *": the asterisk form, which RFC 9112 section 3.2.4 allows for OPTIONS alone. */
+static bool is_options_asterisk(const struct httpd_head *hd)
+{
+    return hd->method_len == 7 && memcmp(hd->method, "OPTIONS", 7) == 0 && hd->target_len == 1 &&
+           hd->target[0] == '*';
+}
+
 /* method SP request-target SP HTTP-version EOL, starting at pos. */
 static long parse_request_line(const char *buf, size_t len, size_t pos, struct httpd_head *hd)
 {
@@ -364,9 +371,11 @@ static long parse_request_line(const char *buf, size_t len, size_t pos, struct h
     /*
      * Origin form only ("/path?query"): the proxy appends the target to an
      * upstream base URL, so anything else ("@host/x", ".evil.com/x",
-     * "http://...", "*") could send the call to another host.
+     * "http://...") could send the call to another host. The one exception,
+     * "OPTIONS *" (asterisk form, a ping of the server itself), never
+     * reaches the handler: httpd answers it (conn_options_asterisk).
      */
-    if (buf[t] != '/')
+    if (buf[t] != '/' && !is_options_asterisk(hd))
         return -400;
     hd->minor_version = minor;
     return end;
@@ -1653,6 +1662,32 @@ static void conn_probe_head(struct httpd_conn *c)
         conn_error(c, own_error_of(rc));
 }
 
+/*
+ * "OPTIONS *" asks about the server in general (RFC 9110 section 9.3.7); load
+ * balancers send it as a health check. The handler is never given it (its
+ * target is no path to append to an upstream URL), and a 400 marked the
+ * proxy down: httpd answers 200 with an empty body itself. The connection
+ * stays open unless a body was announced (it is not read) or the request
+ * closes it.
+ */
+static void conn_options_asterisk(struct httpd_conn *c, const struct framing *fr)
+{
+    struct httpd_req *r = c->req;
+    bool bodiless = !fr->chunked && (!fr->has_length || fr->length == 0);
+    bool keep_alive = r->keep_alive && bodiless && c->regular && !c->h->stopping;
+    pc_buf_reset(&c->hdrs);
+    write_head(c, 200, FRAME_LENGTH, 0, keep_alive, 0);
+    conn_flush(c, true);
+    r->finished = true; /* never dispatched: the deferred event frees it */
+    conn_schedule(c);
+    if (c->state == C_DEAD)
+        return;
+    if (keep_alive)
+        c->state = C_NEXT;
+    else
+        conn_start_close(c);
+}
+
 /* HEAD: parse once the blank line arrived; 1 when moving on to the body. */
 static int conn_read_head(struct httpd_conn *c)
 {
@@ -1683,6 +1718,10 @@ static int conn_read_head(struct httpd_conn *c)
     }
     if (c->req->expect_bad) {
         conn_error(c, OWN_EXPECT);
+        return 0;
+    }
+    if (strcmp(c->req->target, "*") == 0) { /* "OPTIONS *": the parser allows no other */
+        conn_options_asterisk(c, &fr);
         return 0;
     }
     if (!c->regular)

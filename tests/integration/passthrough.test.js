@@ -158,3 +158,20 @@ h.test('a WebSocket upgrade is refused with 501, not left hanging', async () => 
     assert.match(r.json.error.message, /WebSocket/);
     assert.equal(env.mock.callCount(), calls);
 });
+
+h.test('OPTIONS * is answered by the proxy itself, never forwarded; the connection serves on', async () => {
+    /* A load balancer's ping (RFC 9110 section 9.3.7): it was a 400, which marked the proxy down. */
+    const calls = env.mock.callCount();
+    const c = await h.RawConnection.open(env.proxy.port);
+    const r = await c.roundtrip('OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n');
+    assert.equal(r.status, 200);
+    assert.equal(r.headers['content-length'], '0');
+    assert.equal(r.headers.connection, 'keep-alive');
+    const next = await c.roundtrip('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+    assert.equal(next.status, 200);
+    c.close();
+    assert.equal(env.mock.callCount(), calls, 'nothing reached the upstream');
+    /* Any other method with the asterisk is still refused. */
+    const {lines} = await rawExchange(env.proxy.port, 'GET * HTTP/1.1\r\nHost: x\r\n\r\n', 1);
+    assert.match(lines[0] || '', /^HTTP\/1\.1 400 /);
+});

@@ -87,7 +87,13 @@ static void test_parse_valid(void)
     T_CHECK_INT(parse_str("GET http://x/y HTTP/1.1\r\n\r\n"), -400);
     T_CHECK_INT(parse_str("GET @evil.example/x HTTP/1.1\r\n\r\n"), -400);
     T_CHECK_INT(parse_str("GET .evil.example/x HTTP/1.1\r\n\r\n"), -400);
-    T_CHECK_INT(parse_str("OPTIONS * HTTP/1.1\r\n\r\n"), -400);
+    /* The asterisk form for OPTIONS alone (httpd answers it itself). */
+    T_CHECK_INT(parse_str("OPTIONS * HTTP/1.1\r\n\r\n"), 22);
+    T_CHECK_INT(parse_str("GET * HTTP/1.1\r\n\r\n"), -400);
+    T_CHECK_INT(parse_str("POST * HTTP/1.1\r\n\r\n"), -400);
+    T_CHECK_INT(parse_str("options * HTTP/1.1\r\n\r\n"), -400);
+    T_CHECK_INT(parse_str("OPTIONS *x HTTP/1.1\r\n\r\n"), -400);
+    T_CHECK_INT(parse_str("OPTIONS *?x HTTP/1.1\r\n\r\n"), -400);
 }
 
 static void test_parse_incomplete(void)
@@ -1158,6 +1164,49 @@ static void test_not_http_rejected_at_once(void)
     srv_stop(s);
 }
 
+/*
+ * "OPTIONS *" (a load balancer's health check) is answered by httpd itself:
+ * 200, no body, the connection kept; it was a 400 that marked the proxy down.
+ * The handler never sees it: its target is no path.
+ */
+static void test_options_asterisk(void)
+{
+    struct srv *s = srv_start(NULL);
+    struct cli c;
+    struct resp r;
+    char v[64];
+    int before = s->nreq;
+    cli_open(s, &c);
+    cli_sends(&c, "OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n");
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_INT(r.status, 200); /* was 400 */
+    T_CHECK(resp_header(&r, "content-length", v, sizeof(v)) && strcmp(v, "0") == 0);
+    T_CHECK(resp_header(&r, "connection", v, sizeof(v)) && strcmp(v, "keep-alive") == 0);
+    resp_free(&r);
+    /* The connection serves on, pipelined requests included. */
+    roundtrip(&c,
+              "OPTIONS * HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+              "GET /after HTTP/1.1\r\nHost: t\r\n\r\n",
+              200, "");
+    T_CHECK_INT(cli_response(&c, &r, false), 0);
+    T_CHECK_STR(r.body, "w1 GET /after q=- v=1 body=");
+    resp_free(&r);
+    T_CHECK_INT(s->nreq, before + 1); /* /after only */
+    /* Closed as asked, and when a body was announced (it is never read). */
+    roundtrip(&c, "OPTIONS * HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", 200, "");
+    T_CHECK(cli_eof(&c));
+    cli_close(&c);
+    cli_open(s, &c);
+    roundtrip(&c, "OPTIONS * HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc", 200, "");
+    T_CHECK(cli_eof(&c));
+    cli_close(&c);
+    /* Other methods with the asterisk, and the Host rule, are refused as before. */
+    check_protocol_error(s, "GET * HTTP/1.1\r\nHost: t\r\n\r\n", 400);
+    check_protocol_error(s, "OPTIONS * HTTP/1.1\r\n\r\n", 400);
+    T_CHECK_INT(s->nreq, before + 1);
+    srv_stop(s);
+}
+
 static void test_http10(void)
 {
     struct srv *s = srv_start(NULL);
@@ -1565,6 +1614,10 @@ static void test_max_connections(void)
     cli_close(&c);
     cli_open(s, &c);
     check_conn_busy(s, &c, "GET /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nx");
+    cli_close(&c);
+    cli_open(s, &c); /* a load balancer's ping: answered, then closed */
+    roundtrip(&c, "OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n", 200, "");
+    T_CHECK(cli_eof(&c));
     T_CHECK_INT(stat_of(s, STAT_connections_refused), 3);
     T_CHECK_INT(stat_of(s, STAT_connections_refused_per_ip), 0);
 
@@ -2213,6 +2266,7 @@ int main(void)
     T_RUN(test_expect_continue);
     T_RUN(test_protocol_errors);
     T_RUN(test_not_http_rejected_at_once);
+    T_RUN(test_options_asterisk);
     T_RUN(test_http10);
     T_RUN(test_head);
     T_RUN(test_stream);
