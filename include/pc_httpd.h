@@ -35,7 +35,9 @@
  * with two, RFC 9112 section 3.2; bytes that cannot begin a request, a TLS
  * ClientHello say, get theirs as soon as they arrive), 417 for an Expect
  * other than 100-continue, and 503 (with Retry-After) when the request-body
- * budget or the connection limits below are reached.
+ * budget or the connection limits below are reached. It also answers
+ * "OPTIONS *" (200, no body; the connection kept): handlers only ever see
+ * origin-form targets ("/path?query").
  *
  * Limits are process-wide: every httpd of the process (one per worker thread)
  * counts into the same totals.
