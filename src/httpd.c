@@ -1343,7 +1343,11 @@ static void conn_error(struct httpd_conn *c, enum own_error e)
 /*
  * Search p[0..n) for the blank line ending a head, continuing from *state
  * (0: inside a line, 1: after LF, 2: after LF CR). Returns the offset after
- * the final LF, or 0 if not found.
+ * the final LF, or 0 if not found. A CR that begins a line and is not
+ * followed by LF ends the search too (the offset after the byte that follows
+ * it): no head goes on from there, and the parser refuses it. Past the
+ * bytes conn_probe_head checks, such a head ("...\r\n\r\r\n") waited for
+ * read_timeout.
  */
 static size_t scan_head_end(int *state, const char *p, size_t n)
 {
@@ -1359,11 +1363,11 @@ static size_t scan_head_end(int *state, const char *p, size_t n)
             continue;
         }
         char ch = p[i++];
-        if (ch == '\n') {
+        if (ch == '\n' || s == 2) {
             *state = 0;
             return i;
         }
-        s = (s == 1 && ch == '\r') ? 2 : 0;
+        s = ch == '\r' ? 2 : 0;
     }
     *state = s;
     return 0;

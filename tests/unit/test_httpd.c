@@ -1149,6 +1149,12 @@ static void test_not_http_rejected_at_once(void)
     check_rejected_str(s, "GET /a\001b", 400);
     check_rejected_str(s, "GET / HTTP/1.1\r\nBad Name: x\r\n", 400);
     check_rejected_str(s, "GET / HTTP/3.0\r\n", 505);
+    /* A bare CR where the blank line should be, past the first bytes: it was no head end. */
+    char pad[600];
+    snprintf(pad, sizeof(pad), "GET / HTTP/1.1\r\nHost: t\r\nX-Pad: %0400d\r\n\r\r\n", 0);
+    check_rejected_str(s, pad, 400);
+    snprintf(pad, sizeof(pad), "GET / HTTP/1.1\r\nHost: t\r\nX-Pad: %0400d\n\rX", 0);
+    check_rejected_str(s, pad, 400);
     T_CHECK_INT(s->nreq, before);
     /* A valid head that comes in pieces is not refused on the way. */
     struct cli c;
