@@ -34,8 +34,8 @@ bool backend_is_credential_header(const char *name)
            pc_strcaseeq(name, "api-key");
 }
 
-/* Request headers that are not forwarded upstream. */
-static bool header_dropped(const char *name, const char *conn_tokens, bool replace_creds)
+/* Request headers that are not forwarded upstream (name as sent). */
+static bool header_dropped_as(const char *name, const char *conn_tokens, bool replace_creds)
 {
     /* Set by curl from the URL and body, or negotiated per hop, or ours. */
     static const char *const dropped[] = {
@@ -49,6 +49,28 @@ static bool header_dropped(const char *name, const char *conn_tokens, bool repla
     if (replace_creds && backend_is_credential_header(name))
         return true;
     return pc_token_list_has(conn_tokens, name);
+}
+
+/*
+ * Also dropped: a name that is one of those, or a credential, with '_' for
+ * '-'. CGI and WSGI gateways (and servers that read headers as they do) take
+ * both spellings for one header: "Transfer_Encoding: chunked" or
+ * "Content_Length" sent on beside curl's own Content-Length could frame the
+ * body differently on the upstream's side of a shared connection (request
+ * smuggling), and "X_Api_Key" would be a credential there that the tenant
+ * (made of the credential headers) never saw, or slip past --upstream-key.
+ */
+static bool header_dropped(const char *name, const char *conn_tokens, bool replace_creds)
+{
+    char alt[64];
+    size_t n = strlen(name);
+    if (strchr(name, '_') != NULL && n < sizeof(alt)) {
+        for (size_t i = 0; i <= n; i++)
+            alt[i] = name[i] == '_' ? '-' : name[i];
+        if (header_dropped_as(alt, conn_tokens, true))
+            return true;
+    }
+    return header_dropped_as(name, conn_tokens, replace_creds);
 }
 
 /*

@@ -71,6 +71,27 @@ h.test('hop-by-hop headers are not forwarded', async () => {
         `the client's Connection header was forwarded: ${got.connection}`);
 });
 
+h.test('framing, hop-by-hop and credential headers spelled with underscores are not forwarded', async () => {
+    /*
+     * CGI and WSGI gateways read "Transfer_Encoding" as Transfer-Encoding: sent on beside the
+     * proxy's own Content-Length it could split the body differently upstream, on a connection
+     * other clients share; "X_Api_Key" would be a credential there the tenant never saw.
+     */
+    const body = JSON.stringify(h.chatBody(h.uniq('underscores')));
+    const c = await h.RawConnection.open(env.proxy.port);
+    const r = await c.roundtrip(`POST ${CHAT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-under\r\n` +
+        'Content-Type: application/json\r\nTransfer_Encoding: chunked\r\nContent_Length: 3\r\n' +
+        'Keep_Alive: 1\r\nX_Api_Key: sk-someone-else\r\nX_Trace_Id: t-42\r\n' +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    c.close();
+    assert.equal(r.status, 200, r.body);
+    const got = env.mock.lastRequest(CHAT).headers;
+    for (const name of ['transfer_encoding', 'content_length', 'keep_alive', 'x_api_key'])
+        assert.equal(got[name], undefined, `${name} was forwarded: ${got[name]}`);
+    assert.equal(got.x_trace_id, 't-42', 'other names with underscores go on');
+    assert.equal(got.authorization, 'Bearer sk-under');
+});
+
 h.test('the response carries the upstream\'s own headers', async () => {
     const r = await env.proxy.post(CHAT, h.chatBody(h.uniq('resp headers')));
     assert.match(String(r.headers['x-request-id']), /^req_mock\d+$/);

@@ -189,6 +189,36 @@ static void test_sglang_and_extra_header(void)
     conf_destroy(&c);
 }
 
+/*
+ * What is dropped under its own name is dropped spelled with '_' too: CGI and
+ * WSGI gateways read "Transfer_Encoding" as Transfer-Encoding, so sent on
+ * beside curl's own framing it could split the body differently upstream.
+ * Other names with '_' go on.
+ */
+static void test_underscore_names(void)
+{
+    struct conf *c = mk_conf("openai", NULL, NULL);
+    struct backend_hints h = {.enabled = false, .tenant = tenant_a};
+    const struct xfer_header hdrs[] = {
+        {"Transfer_Encoding", "chunked"}, {"content_length", "5"},
+        {"Connection", "close"},          {"Proxy_Connection", "x"},
+        {"X_Api_Key", "sk-other"},        {"api_key", "sk-other"},
+        {"x_cache_mode", "off"},          {"Keep_Alive", "1"},
+        {"X_Custom_Trace", "t-1"},        {"Authorization", "Bearer sk-mine"},
+    };
+    struct built b;
+    prepare(c, API_CHAT, chat, hdrs, PC_ARRAY_LEN(hdrs), &h, &b);
+    for (size_t i = 0; i < PC_ARRAY_LEN(hdrs) - 2; i++) {
+        if (header(&b, hdrs[i].name) != NULL)
+            fprintf(stderr, "forwarded: %s\n", hdrs[i].name);
+        T_CHECK(header(&b, hdrs[i].name) == NULL); /* were forwarded */
+    }
+    T_CHECK_STR(header(&b, "X_Custom_Trace"), "t-1");
+    T_CHECK_STR(header(&b, "Authorization"), "Bearer sk-mine");
+    built_free(&b);
+    conf_destroy(&c);
+}
+
 /* ---- anthropic -------------------------------------------------------------------- */
 
 /* A Messages request: a long system prompt, two earlier turns, a new question. */
@@ -336,6 +366,7 @@ int main(void)
     T_RUN(test_openai);
     T_RUN(test_vllm);
     T_RUN(test_sglang_and_extra_header);
+    T_RUN(test_underscore_names);
     T_RUN(test_anthropic);
     T_RUN(test_anthropic_client_marks);
     T_RUN(test_anthropic_min_tokens);
