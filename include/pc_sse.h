@@ -126,4 +126,30 @@ void sse_usage_scan_feed(struct sse_usage_scan *s, const char *buf, size_t len);
 /* The merged usage object (owned by s), or NULL if none was seen or the reading failed. */
 const cJSON *sse_usage_scan_result(const struct sse_usage_scan *s);
 
+/*
+ * Whether a live stream was ended by its sender, read as its bytes pass: an
+ * event that classify names SSE_DONE (the API's terminator) or SSE_ERROR (an
+ * error event, after which the API sends nothing more) was seen, whole (its
+ * blank line included). For an upstream whose answer ends when it closes
+ * the connection (HTTP/1.0, no Content-Length), that close is otherwise the
+ * same whether the answer was finished or broken off. Events are classified
+ * only up to the end. An event larger than the parser's bound stops the
+ * reading (failed): the stream can then not be judged.
+ */
+struct sse_end_scan {
+    struct sse_parser p;
+    sse_classify_fn *classify;
+    bool ended;
+    bool failed;
+};
+
+void sse_end_scan_init(struct sse_end_scan *s, sse_classify_fn *classify);
+void sse_end_scan_free(struct sse_end_scan *s);
+void sse_end_scan_feed(struct sse_end_scan *s, const char *buf, size_t len);
+/* Whether an event ended the stream (false: cut off, or not judged: failed). */
+static inline bool sse_end_scan_ended(const struct sse_end_scan *s)
+{
+    return s->ended;
+}
+
 #endif

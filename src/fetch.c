@@ -67,6 +67,9 @@ struct fetch {
     bool trimming;                   /* over cache-max-entry-size: no longer recorded */
     struct usage_scan *scan;         /* trimming a JSON answer: its usage, read as it passes */
     struct sse_usage_scan *sse_scan; /* trimming a stream: the same, event by event (pc_sse.h) */
+    bool until_close;                /* a 2xx API answer that ends when the connection closes */
+    struct sse_end_scan *end_scan;   /* ... an event stream: whether an event ended it */
+    struct json_end *json_end;       /* ... else: whether its JSON closed */
     char model[TALLY_MODEL_MAX + 1]; /* for the per-model/tenant usage counts */
     char tenant[TENANT_ID_LEN + 1];
     struct cache_put_op *put; /* storing the answer, while Redis acknowledges it */
@@ -204,6 +207,55 @@ static void usage_scan_feed(struct usage_scan *s, const char *p, size_t n)
     }
 }
 
+/*
+ * Whether a JSON answer that ends when the connection closes (until_close)
+ * arrived whole: its root object or array closed. Tracks strings and
+ * nesting only (whether it is valid JSON is the parse's business). A body
+ * that does not open with '{' or '[' is no JSON to judge; one with nothing
+ * but white space, or whose root is still open at the close, was cut off.
+ */
+struct json_end {
+    unsigned depth;
+    bool in_str, esc;
+    bool opened; /* the first byte that is not white space came: '{' or '[' */
+    bool other;  /* ... something else: not judged */
+    bool closed; /* the root value closed */
+};
+
+static bool json_blank(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+static void json_end_feed(struct json_end *j, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n && !j->closed && !j->other; i++) {
+        char c = p[i];
+        if (!j->opened) {
+            if (json_blank(c))
+                continue;
+            j->opened = c == '{' || c == '[';
+            j->other = !j->opened;
+            j->depth = j->opened;
+            continue;
+        }
+        if (j->in_str) {
+            if (j->esc)
+                j->esc = false;
+            else if (c == '\\')
+                j->esc = true;
+            else if (c == '"')
+                j->in_str = false;
+        } else if (c == '"') {
+            j->in_str = true;
+        } else if (c == '{' || c == '[') {
+            j->depth++;
+        } else if (c == '}' || c == ']') {
+            j->closed = --j->depth == 0;
+        }
+    }
+}
+
 static void sse_scan_free(struct sse_usage_scan **sp)
 {
     if (*sp == NULL)
@@ -275,6 +327,10 @@ static void fetch_free(struct fetch *f)
     free(f->content_type);
     usage_scan_free(&f->scan);
     sse_scan_free(&f->sse_scan);
+    if (f->end_scan != NULL)
+        sse_end_scan_free(f->end_scan);
+    free(f->end_scan);
+    free(f->json_end);
     for (size_t i = 0; i < f->nreplay; i++) {
         free(f->replay[i].name);
         free(f->replay[i].value);
@@ -301,6 +357,35 @@ static bool replica_left(const struct fetch *f)
     return (all & ~asked) != 0;
 }
 
+/*
+ * A 2xx answer of an API endpoint with neither Content-Length nor chunked
+ * framing (HTTP/1.0, or "Connection: close" without a length) ends when the
+ * upstream closes the connection, and a close mid-answer reads the same to
+ * libcurl. Its bytes are watched for its end: an event stream's terminator
+ * or error event, a JSON answer's closing brace (on_done).
+ */
+static void watch_close(struct fetch *f)
+{
+    f->until_close = true;
+    if (f->content_type != NULL && pc_strncaseeq(f->content_type, "text/event-stream", 17)) {
+        f->end_scan = pc_calloc(1, sizeof(*f->end_scan));
+        sse_end_scan_init(f->end_scan, dialect_of(f->endpoint)->classify);
+    } else {
+        f->json_end = pc_calloc(1, sizeof(*f->json_end));
+    }
+}
+
+/* An answer that ends at the close (until_close) and ended with its connection only. */
+static bool cut_at_close(const struct fetch *f)
+{
+    if (!f->until_close)
+        return false;
+    if (f->end_scan != NULL)
+        return !sse_end_scan_ended(f->end_scan) && !f->end_scan->failed;
+    const struct json_end *j = f->json_end;
+    return !j->other && !j->closed;
+}
+
 static void on_head(void *arg, int status, const struct xfer_header *h, size_t nh)
 {
     struct fetch *f = arg;
@@ -321,15 +406,20 @@ static void on_head(void *arg, int status, const struct xfer_header *h, size_t n
     struct flight_header *hdrs = pc_malloc((nh ? nh : 1) * sizeof(*hdrs) + text);
     char *at = (char *)(hdrs + (nh ? nh : 1));
     size_t n = 0;
+    bool framed = false;  /* Content-Length or chunked: curl tells a short body from a whole one */
+    bool encoded = false; /* gzip, br...: stored without its encoding header, it would be garbage */
     for (size_t i = 0; i < nh; i++) {
+        if (pc_strcaseeq(h[i].name, "content-length") ||
+            (pc_strcaseeq(h[i].name, "transfer-encoding") &&
+             pc_token_list_has(h[i].value, "chunked")))
+            framed = true;
         if (response_header_dropped(h[i].name, conn, own_cors))
             continue;
         keep_for_replay(f, h[i].name, h[i].value);
         if (pc_strcaseeq(h[i].name, "content-type") && f->content_type == NULL)
             f->content_type = pc_strdup(h[i].value);
-        /* An encoded body would be stored without its encoding header. */
         if (pc_strcaseeq(h[i].name, "content-encoding") && !pc_strcaseeq(h[i].value, "identity"))
-            f->store = false;
+            encoded = true;
         hdrs[n].name = at;
         at = stpcpy(at, h[i].name) + 1;
         hdrs[n].value = at;
@@ -344,6 +434,12 @@ static void on_head(void *arg, int status, const struct xfer_header *h, size_t n
         f->store = false;
     if (status >= 500)
         stats_incr(&f->w->stats, STAT_upstream_5xx);
+    if (encoded)
+        f->store = false;
+    /* An encoded body is not read: relayed as it came, its end not judged. */
+    if (!framed && !encoded && status >= 200 && status <= 299 && status != 204 &&
+        f->endpoint != API_NONE)
+        watch_close(f);
     flight_set_head(f->fl, status, hdrs, n, f->rep->name);
 }
 
@@ -356,6 +452,10 @@ static int on_data(void *arg, const char *data, size_t len)
     if (flight_append(f->fl, data, len) == FLIGHT_PAUSE)
         return XFER_PAUSE;
     f->received += len;
+    if (f->end_scan != NULL)
+        sse_end_scan_feed(f->end_scan, data, len);
+    else if (f->json_end != NULL)
+        json_end_feed(f->json_end, data, len);
     if (f->scan != NULL) {
         usage_scan_feed(f->scan, data, len);
     } else if (f->sse_scan != NULL) {
@@ -431,6 +531,31 @@ static void account_usage(struct fetch *f, const struct api_usage *u)
     flight_set_usage(f->fl, u); /* for every waiter's access log line */
 }
 
+/*
+ * A 2xx answer that is no whole answer (a stream with an error event, or
+ * broken off, a JSON answer cut off) or too large to keep: the usage it
+ * reported as far as it came is counted (a stream's usage chunk before the
+ * cut, Anthropic's message_start before an error event), as the provider
+ * counts it. The recorded bytes are read by the scan a trimmed answer uses.
+ */
+static void account_partial(struct fetch *f)
+{
+    const struct pc_buf *body = flight_body(f->fl);
+    if (body != NULL && f->scan == NULL && f->sse_scan == NULL && f->endpoint != API_NONE) {
+        if (f->stream) {
+            f->sse_scan = pc_calloc(1, sizeof(*f->sse_scan));
+            sse_usage_scan_init(f->sse_scan);
+            sse_usage_scan_feed(f->sse_scan, body->data, body->len);
+        } else {
+            f->scan = pc_calloc(1, sizeof(*f->scan));
+            usage_scan_feed(f->scan, body->data, body->len);
+        }
+    }
+    struct api_usage usage;
+    if (usage_scan_result(f, &usage))
+        account_usage(f, &usage);
+}
+
 /* The one way a fetch ends: stop the call, tell every waiter, free. */
 static void fetch_end(struct fetch *f, int result, const char *errmsg)
 {
@@ -468,8 +593,8 @@ static enum answer_fate store_answer(struct fetch *f, uint64_t latency_us)
     bool usable = body != NULL && body->len > 0 && answer_usage(f, body, &usage, &fault);
     if (usable)
         account_usage(f, &usage);
-    else if (body == NULL && usage_scan_result(f, &usage))
-        account_usage(f, &usage); /* too large to keep: counted, nothing else */
+    else
+        account_partial(f); /* too large to keep, or no whole answer: what it reported */
     if (f->ticket == NULL || !usable)
         return FATE_NONE; /* cut off, too large to keep, not JSON: not an answer to compare */
     if (fault != 0) {
@@ -572,6 +697,11 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
     bool refused = result == XFER_ERR_CONNECT || result == XFER_ERR_CONNECT_TIMEOUT;
     if (refused && !f->got_head && retry_elsewhere(f, errmsg))
         return;
+    if (result == XFER_OK && cut_at_close(f)) { /* to its waiters as any cut: 502, broken stream */
+        result = XFER_ERR_IO;
+        errmsg = "upstream closed the connection before its answer was complete";
+        stats_incr(&f->w->stats, STAT_upstream_errors);
+    }
     uint64_t latency = pc_mono_us() - f->start_us;
     if (f->rep != NULL) {
         struct stat_labels l = {.upstream = (int)f->rep->index};
@@ -589,9 +719,12 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
                      : result == XFER_ERR_TIMEOUT  ? ROUTE_SILENT
                      : result == XFER_ERR_INTERNAL ? ROUTE_ABORTED
                                                    : ROUTE_ERR);
-    enum answer_fate fate = result == XFER_OK && f->status >= 200 && f->status <= 299
-                                ? store_answer(f, latency)
-                                : FATE_NONE;
+    bool ok2xx = f->got_head && f->status >= 200 && f->status <= 299;
+    enum answer_fate fate = FATE_NONE;
+    if (ok2xx && result == XFER_OK)
+        fate = store_answer(f, latency);
+    else if (ok2xx && f->endpoint != API_NONE && result != XFER_ERR_INTERNAL)
+        account_partial(f); /* broken off or timed out: what it reported before */
     /* Wanted in the cache, but an error, cut off, too large, not cacheable or Redis away. */
     if (f->want_store && fate != FATE_STORING)
         stats_incr(&f->w->stats, STAT_cache_store_skipped);

@@ -428,3 +428,38 @@ const cJSON *sse_usage_scan_result(const struct sse_usage_scan *s)
 {
     return s->failed ? NULL : s->usage;
 }
+
+/* ---- the end of a live stream ----------------------------------------------------- */
+
+void sse_end_scan_init(struct sse_end_scan *s, sse_classify_fn *classify)
+{
+    memset(s, 0, sizeof(*s));
+    sse_parser_init(&s->p);
+    s->classify = classify;
+}
+
+void sse_end_scan_free(struct sse_end_scan *s)
+{
+    sse_parser_free(&s->p);
+}
+
+static int end_event(void *arg, const struct sse_event *ev)
+{
+    struct sse_end_scan *s = arg;
+    cJSON *json = NULL;
+    int k = s->classify(ev, &json);
+    cJSON_Delete(json);
+    if (k == SSE_DONE || k == SSE_ERROR)
+        s->ended = true;
+    return s->ended ? -1 : 0; /* stop: nothing after the end is read */
+}
+
+void sse_end_scan_feed(struct sse_end_scan *s, const char *buf, size_t len)
+{
+    if (s->ended || s->failed)
+        return;
+    if (sse_parser_feed(&s->p, buf, len, end_event, s) < 0 && !s->ended)
+        s->failed = true; /* an event over the bound */
+    if (s->ended || s->failed)
+        sse_parser_free(&s->p);
+}

@@ -1377,6 +1377,77 @@ static void test_usage_scan(void)
     T_CHECK(!got.present);
 }
 
+/* Whether the end scan, fed rec[0..len) step bytes at a time, saw the stream end. */
+static bool scan_end(enum api_endpoint e, const char *rec, size_t len, size_t step)
+{
+    struct sse_end_scan s;
+    sse_end_scan_init(&s, dialect_of(e)->classify);
+    for (size_t at = 0; at < len; at += step)
+        sse_end_scan_feed(&s, rec + at, PC_MIN(step, len - at));
+    bool ended = sse_end_scan_ended(&s);
+    sse_end_scan_free(&s);
+    return ended;
+}
+
+/* A stream ended by its sender: the terminator or an error event, whole; any cut before is not. */
+static void test_end_scan(void)
+{
+    const struct {
+        enum api_endpoint e;
+        const char *rec;
+    } cases[] = {
+        {API_CHAT, chat_stream},
+        {API_COMPLETIONS, cmpl_stream},
+        {API_MESSAGES, an_stream},
+        /* an error event, the API's last */
+        {API_CHAT, CHAT_CHUNK("{'index':0,'delta':{'content':'Hi'},'finish_reason':"
+                              "null}") "data: "
+                                       "{'error':{'message':'The server had an "
+                                       "error','type':'server_error'}}\n\n"},
+        {API_MESSAGES,
+         AN("message_start", "{'type':'message_start','message':{'id':'m','type':'message',"
+                             "'role':'assistant','model':'c','content':[],'usage':{}}}")
+             AN("error", "{'type':'error','error':{'type':'overloaded_error','message':'O'}}")},
+    };
+    size_t steps[] = {1, 5, 64, 100000};
+    for (size_t i = 0; i < PC_ARRAY_LEN(cases); i++) {
+        char *full = q(cases[i].rec);
+        size_t len = strlen(full);
+        for (size_t k = 0; k < PC_ARRAY_LEN(steps); k++) {
+            T_CHECK(scan_end(cases[i].e, full, len, steps[k]));
+            /* the last event without its blank line is not dispatched: not ended */
+            T_CHECK(!scan_end(cases[i].e, full, len - 1, steps[k]));
+        }
+        char *cut = drop_last_event(full);
+        T_CHECK(!scan_end(cases[i].e, cut, strlen(cut), 3));
+        for (size_t n = 0; n + 1 < len; n += 29)
+            T_CHECK(!scan_end(cases[i].e, full, n, 7));
+        free(cut);
+        free(full);
+    }
+    /* the recordings with more after their error event end there */
+    char *err = q(chat_error_stream);
+    T_CHECK(scan_end(API_CHAT, err, strlen(err), 9));
+    free(err);
+    err = q(an_error_stream);
+    T_CHECK(scan_end(API_MESSAGES, err, strlen(err), 9));
+    free(err);
+    /* events after the end change nothing; nor does a bad event before it */
+    const char *more = "data: {\"choices\":[]}\n\ndata: [DONE]\n\ndata: {\n\n";
+    T_CHECK(scan_end(API_CHAT, more, strlen(more), 4));
+    const char *bad = "data: not json\n\ndata: [DONE]\n\n";
+    T_CHECK(scan_end(API_CHAT, bad, strlen(bad), 100));
+    T_CHECK(!scan_end(API_CHAT, "", 0, 1));
+    /* an event over the bound: not judged (failed), never "ended" */
+    struct sse_end_scan s;
+    sse_end_scan_init(&s, dialect_of(API_CHAT)->classify);
+    s.p.max_event = 8;
+    const char *big = "data: {\"choices\":[{\"index\":0}]}\n\ndata: [DONE]\n\n";
+    sse_end_scan_feed(&s, big, strlen(big));
+    T_CHECK(s.failed && !sse_end_scan_ended(&s));
+    sse_end_scan_free(&s);
+}
+
 int main(void)
 {
     T_RUN(test_parser_basics);
@@ -1403,6 +1474,7 @@ int main(void)
     T_RUN(test_replay);
     T_RUN(test_usage_filter);
     T_RUN(test_usage_scan);
+    T_RUN(test_end_scan);
     T_RUN(test_responses_assemble);
     T_RUN(test_responses_refused);
     T_RUN(test_responses_synth);
