@@ -64,13 +64,28 @@ enum route_reason {
 
 /* How a call to a replica ended (route_end). */
 enum route_result {
-    ROUTE_OK = 0,      /* an answer came (any status) */
+    ROUTE_OK = 0,      /* an answer came (any status but a server error) */
     ROUTE_CONNECT_ERR, /* could not connect: nothing was sent; mark down, try another */
     ROUTE_ERR,         /* reset, cut off */
     ROUTE_SILENT,      /* sent, then nothing for upstream-timeout: mark down, try no other
                           (the replica may be working on it) */
     ROUTE_ABORTED,     /* we stopped it (clients gone, shutdown) */
+    ROUTE_5XX,         /* answered with a server error (route_server_error): ROUTE_5XX_IN_A_ROW
+                          in a row mark it down, then one call at a time until it answers */
 };
+
+/* Server errors in a row (nothing else answered between) that leave a replica out. */
+#define ROUTE_5XX_IN_A_ROW 3
+
+/*
+ * Whether an answer's status says the replica is unwell rather than the
+ * request wrong: 500, 502, 503, 504 and the others from 500 up, except 501
+ * (not implemented) and 505 (HTTP version), which are about the request.
+ */
+static inline bool route_server_error(int status)
+{
+    return status >= 500 && status <= 599 && status != 501 && status != 505;
+}
 
 /* A replica as the rest of the proxy sees it (immutable after route_create). */
 struct route_replica {

@@ -198,13 +198,16 @@ static const struct conf_key conf_keys[] = {
              "least-loaded (the one with the fewest calls in flight from this proxy). A replica "
              "that refuses a connection is skipped for upstream-fail-timeout, and the call goes "
              "to another one; one that takes a call and then sends nothing for upstream-timeout "
-             "is skipped too, but that call ends in a 504 (it is not sent twice)."},
+             "is skipped too, but that call ends in a 504 (it is not sent twice), and so is one "
+             "that answers 3 calls in a row with a server error (5xx but 501 and 505)."},
     {.name = "upstream-fail-timeout", .type = CONF_DOUBLE, FIELD(upstream_fail_timeout),
      .def = "10", .dmin = 0, .dmax = 3600, .arg = "SECONDS",
-     .help = "Seconds a replica that refused a connection, or sent nothing for "
-             "upstream-timeout, is left out of routing (passive health check); after such "
-             "silence it then gets one call at a time until one is answered. Calls still go to "
-             "it when every replica is left out. 0 never leaves a replica out."},
+     .help = "Seconds a replica that refused a connection, sent nothing for upstream-timeout "
+             "or answered 3 calls in a row with a server error is left out of routing (passive "
+             "health check); after such silence or errors it then gets one call at a time until "
+             "one is answered without a server error. Calls still go to it when every replica is "
+             "left out. "
+             "0 never leaves a replica out."},
     {.name = "upstream-dp-size", .type = CONF_INT, FIELD(upstream_dp_size), .def = "1",
      .imin = 1, .imax = 1024, .arg = "N",
      .help = "Data-parallel ranks behind each upstream replica (vLLM --data-parallel-size). "

@@ -714,11 +714,13 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
             flight_note_upstream(f->fl, called);
     }
     /* Silent for upstream-timeout: left out like a refusal, but not asked again elsewhere. */
-    fetch_release(f, result == XFER_OK             ? ROUTE_OK
-                     : refused                     ? ROUTE_CONNECT_ERR
-                     : result == XFER_ERR_TIMEOUT  ? ROUTE_SILENT
-                     : result == XFER_ERR_INTERNAL ? ROUTE_ABORTED
-                                                   : ROUTE_ERR);
+    bool server_error = f->got_head && route_server_error(f->status);
+    fetch_release(f, result == XFER_OK && server_error ? ROUTE_5XX
+                     : result == XFER_OK               ? ROUTE_OK
+                     : refused                         ? ROUTE_CONNECT_ERR
+                     : result == XFER_ERR_TIMEOUT      ? ROUTE_SILENT
+                     : result == XFER_ERR_INTERNAL     ? ROUTE_ABORTED
+                                                       : ROUTE_ERR);
     bool ok2xx = f->got_head && f->status >= 200 && f->status <= 299;
     enum answer_fate fate = FATE_NONE;
     if (ok2xx && result == XFER_OK)

@@ -13,7 +13,8 @@
  *                           overloaded? best match among the rest
  *              ─▶ in_flight++, chain recorded on it ───────┴─▶ call ─▶ route_end:
  *                   in_flight--, counters, down on connect error (route_unsent
- *                   first: the links the call added forgotten) or silence; route_usage:
+ *                   first: the links the call added forgotten), silence or 5xx in a
+ *                   row; route_usage:
  *                   predicted vs reported cached tokens
  */
 #include "pc_route.h"
@@ -215,10 +216,13 @@ const struct route_replica *route_replica(const struct route *r, size_t i)
 
 /* ---- picking ---------------------------------------------------------------- */
 
-/* Left out: refused or silent within upstream-fail-timeout, or silent and a call is on it. */
+/*
+ * Left out: refused, silent or answering 5xx within upstream-fail-timeout,
+ * or on probation (silent or 5xx before) and a call is on it.
+ */
 static bool is_down(const struct replica *rp, int64_t now)
 {
-    return LOAD(&rp->down_until_ms) > now || (LOAD(&rp->silent) && LOAD(&rp->in_flight) > 0);
+    return LOAD(&rp->down_until_ms) > now || (LOAD(&rp->probation) && LOAD(&rp->in_flight) > 0);
 }
 
 /* Candidates: not excluded and up; if that leaves none, not excluded at all. */
@@ -373,14 +377,43 @@ void route_unsent(struct route *r, const struct route_replica *rep, const struct
     pindex_forget(r->index, rep->index, c->h + q->matched_links, c->n - q->matched_links);
 }
 
+/*
+ * An answer with a server error: the replica is reachable but unwell (an
+ * engine that died behind its HTTP server, a gateway whose backend is gone,
+ * a model still loading). ROUTE_5XX_IN_A_ROW of them with no other answer
+ * between leave it out for upstream-fail-timeout, then on probation as after
+ * silence: one call at a time, and the next 5xx leaves it out again at once
+ * (the run is not reset). One 5xx never does: it may be the request's (a
+ * prompt that breaks the tokenizer), and the calls between reset the run.
+ */
+static void server_error(struct route *r, struct replica *rp)
+{
+    __atomic_fetch_add(&rp->server_errors, 1, __ATOMIC_RELAXED);
+    uint64_t run = __atomic_add_fetch(&rp->errors_5xx_run, 1, __ATOMIC_RELAXED);
+    if (run < ROUTE_5XX_IN_A_ROW || r->fail_timeout_ms <= 0)
+        return;
+    int64_t now = (int64_t)pc_mono_ms();
+    __atomic_store_n(&rp->failed_ms, now, __ATOMIC_RELAXED);
+    __atomic_store_n(&rp->probation, 1, __ATOMIC_RELAXED);
+    int64_t was =
+        __atomic_exchange_n(&rp->down_until_ms, now + r->fail_timeout_ms, __ATOMIC_RELAXED);
+    if (was > now || r->n < 2)
+        return;
+    log_warn("upstream %s answered %llu calls in a row with a server error (5xx): other "
+             "replicas take its calls for %.1f s, then it gets one call at a time until it "
+             "answers without one",
+             rp->name, (unsigned long long)run, (double)r->fail_timeout_ms / 1000.0);
+}
+
 void route_end(struct route *r, const struct route_replica *rep, enum route_result res)
 {
     PC_CHECK_OBJ(r, ROUTE_MAGIC);
     struct replica *rp = &r->reps[rep->index];
     __atomic_fetch_sub(&rp->in_flight, 1, __ATOMIC_RELAXED);
     if (res == ROUTE_OK) {
-        bool was_silent = __atomic_exchange_n(&rp->silent, 0, __ATOMIC_RELAXED) != 0;
-        if (LOAD(&rp->down_until_ms) != 0 || was_silent) {
+        __atomic_store_n(&rp->errors_5xx_run, 0, __ATOMIC_RELAXED);
+        bool was_probation = __atomic_exchange_n(&rp->probation, 0, __ATOMIC_RELAXED) != 0;
+        if (LOAD(&rp->down_until_ms) != 0 || was_probation) {
             __atomic_store_n(&rp->down_until_ms, 0, __ATOMIC_RELAXED);
             log_notice("upstream %s answers again", rp->name);
         }
@@ -388,6 +421,10 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
     }
     if (res == ROUTE_ABORTED)
         return;
+    if (res == ROUTE_5XX) {
+        server_error(r, rp);
+        return;
+    }
     __atomic_fetch_add(&rp->errors, 1, __ATOMIC_RELAXED);
     if (res != ROUTE_CONNECT_ERR && res != ROUTE_SILENT)
         return;
@@ -398,7 +435,7 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
     int64_t now = (int64_t)pc_mono_ms();
     __atomic_store_n(&rp->failed_ms, now, __ATOMIC_RELAXED);
     if (res == ROUTE_SILENT)
-        __atomic_store_n(&rp->silent, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&rp->probation, 1, __ATOMIC_RELAXED);
     int64_t was =
         __atomic_exchange_n(&rp->down_until_ms, now + r->fail_timeout_ms, __ATOMIC_RELAXED);
     if (was > now || r->n < 2)
@@ -428,6 +465,9 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
       "Calls to the replica that failed (connect, reset, timeout)", LOAD(&rp->errors))           \
     X(connect_errors, "replica_connect_errors_total", "counter",                                 \
       "Connections the replica refused", LOAD(&rp->connect_errors))                              \
+    X(server_errors, "replica_server_errors_total", "counter",                                   \
+      "Answers of the replica with a server error (5xx but 501 and 505)",                        \
+      LOAD(&rp->server_errors))                                                                  \
     X(prefix_requests, "replica_prefix_requests_total", "counter",                               \
       "Calls to the replica with a prefix chain", LOAD(&rp->chained))                            \
     X(routed_by_prefix, "replica_routed_by_prefix_total", "counter",                             \
@@ -480,8 +520,9 @@ ROUTE_REPLICA_FIGURES(ROUTE_READ)
 
 static const struct stat_row replica_rows[] = {
     {"healthy", "replica_up", "gauge", 0,
-     "1 unless the replica refused a connection or sent nothing for upstream-timeout within "
-     "upstream-fail-timeout, or a call to such a replica is in progress",
+     "1 unless the replica refused a connection, sent nothing for upstream-timeout or answered "
+     "3 calls in a row with a server error within upstream-fail-timeout, or a call to such a "
+     "replica is in progress",
      route_read_up},
 #define ROUTE_ROW(field, fam, type, help, expr) {#field, fam, type, 0, help, route_read_##field},
     ROUTE_REPLICA_FIGURES(ROUTE_ROW)

@@ -28,9 +28,11 @@ struct replica {
     uint64_t requests;
     uint64_t errors;
     uint64_t connect_errors;
-    int64_t down_until_ms; /* monotonic; 0 = up */
-    int64_t failed_ms;     /* monotonic time of the last connect failure or silence */
-    int silent;            /* left out for silence: back one call at a time until it answers */
+    uint64_t server_errors;  /* answers with a server error (route_server_error) */
+    uint64_t errors_5xx_run; /* ... in a row: reset by any other answer */
+    int64_t down_until_ms;   /* monotonic; 0 = up */
+    int64_t failed_ms;       /* monotonic time of the last connect failure, silence or 5xx run */
+    int probation; /* left out for silence or 5xx: back one call at a time until it answers */
     /* Prefix reuse (atomics). */
     uint64_t chained;         /* picks with a prefix chain */
     uint64_t by_prefix;       /* picked for holding the longest prefix */

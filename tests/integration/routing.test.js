@@ -98,6 +98,62 @@ h.test('a replica that refuses connections is skipped without failing a request'
     await proxy.stop();
 });
 
+/*
+ * doc/routing.md: a replica that answers server errors (500, 502, 503, 504)
+ * three calls in a row is left out for upstream-fail-timeout, then gets one
+ * call at a time until it answers without one; a 429 or any 4xx never
+ * leaves a replica out. (Before, a replica answering 503 to everything kept
+ * its share of the calls: half of them failed.)
+ */
+h.test('a replica that answers every call with a 5xx is left out after three, a 429 never', async () => {
+    const proxy = await env.startProxy({upstream: [second.url, env.mock.url], workers: 1,
+        args: ['--routing', 'round-robin', '--upstream-fail-timeout', '1']});
+    const name = replicaName(second);
+    const rep = async () => (await proxy.stats()).replicas.find((x) => x.name === name);
+    const send = (tag) => proxy.post(CHAT, h.chatBody(h.uniq(tag)), OFF);
+    try {
+        second.failWith = 503;
+        const statuses = [];
+        for (let i = 0; i < 12; i++)
+            statuses.push((await send('broken replica')).status);
+        assert.equal(statuses.filter((s) => s === 503).length, 3, `three 503s, then elsewhere: ${statuses}`);
+        assert.equal(statuses.filter((s) => s === 200).length, 9);
+        let r = await rep();
+        assert.equal(r.healthy, false, 'left out for upstream-fail-timeout');
+        assert.equal(r.server_errors, 3);
+        assert.equal(r.errors, 0, 'it answered: no failed call');
+        assert.match(proxy.stderr, new RegExp(`upstream ${name} answered 3 calls in a row with a server error`));
+
+        /* Back after upstream-fail-timeout, one call at a time: still broken, left out again. */
+        await h.waitFor(async () => (await rep()).healthy, {what: 'the replica to be tried again'});
+        const again = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => send(`again ${i}`)));
+        assert.equal(again.filter((x) => x.status === 503).length, 1, `one probe: ${again.map((x) => x.status)}`);
+        assert.equal((await rep()).server_errors, 4);
+
+        /* Mended: the next probe is answered, and it takes its share again. */
+        second.failWith = null;
+        await h.waitFor(async () => (await rep()).healthy, {what: 'the replica to be tried again'});
+        const b0 = second.callCount(CHAT);
+        for (let i = 0; i < 6; i++)
+            assert.equal((await send('mended')).status, 200);
+        assert.equal(second.callCount(CHAT) - b0, 3, 'its turn again');
+        assert.match(proxy.stderr, new RegExp(`upstream ${name} answers again`));
+
+        /* 429 (and any 4xx) is the caller's or the quota's, not the replica's health. */
+        second.failWith = 429;
+        const limited = [];
+        for (let i = 0; i < 10; i++)
+            limited.push((await send('rate limited')).status);
+        assert.equal(limited.filter((s) => s === 429).length, 5, `${limited}`);
+        r = await rep();
+        assert.equal(r.healthy, true);
+        assert.equal(r.server_errors, 4);
+    } finally {
+        second.failWith = null;
+        await proxy.stop();
+    }
+});
+
 h.test('a replica whose connection never completes is skipped too, without failing a request', async () => {
     /* It takes the TCP connection but never answers the TLS handshake: like a dead host that drops
      * SYNs, the call times out before any request byte is written, so the replica never saw it. */

@@ -70,6 +70,9 @@
  * mock.forgetResponse(id), as when the provider's retention ends) gets the
  * API's 404.
  *
+ * A broken replica: with mock.failWith set to a status (503), every call
+ * without an x-mock-status of its own is answered with that error.
+ *
  * Answers carry the headers the real APIs send: request ids
  * (x-request-id, request-id), openai-processing-ms / -model / -version,
  * the organisation, rate-limit headers and a Set-Cookie.
@@ -164,6 +167,7 @@ class Mock extends EventEmitter {
         this._released = new Set(); /* ids released (possibly before their request came) */
         this._stored = new Map(); /* Responses API: stored response id -> credential */
         this.meaningOf = null; /* by-meaning mode: (question, body) -> id or null */
+        this.failWith = null; /* a status every call is answered with (a broken replica), or null */
         this.reset();
     }
 
@@ -293,7 +297,10 @@ class Mock extends EventEmitter {
         const rec = this._record(req, url, raw);
         const out = this._output(res, rec);
         try {
-            await this._respond(req, out, readControls(req.headers));
+            const controls = readControls(req.headers);
+            if (this.failWith && controls.status === undefined)
+                controls.status = this.failWith;
+            await this._respond(req, out, controls);
         } catch (e) {
             if (!(e instanceof ClientGone))
                 throw e;

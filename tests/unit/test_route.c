@@ -8,6 +8,8 @@
  */
 #include "t.h"
 
+#include <unistd.h>
+
 #include "pc_api.h"
 #include "pc_chain.h"
 #include "pc_conf.h"
@@ -148,6 +150,83 @@ static void test_passive_health(void)
     T_CHECK(strstr(pc_buf_cstr(&b), "\"healthy\":true") != NULL);
     T_CHECK(strstr(pc_buf_cstr(&b), "\"healthy\":false") != NULL);
     pc_buf_free(&b);
+    route_destroy(&r);
+}
+
+/* Replica want, whatever its health (all others excluded). */
+static const struct route_replica *pick_index(struct route *r, size_t want)
+{
+    struct route_query q = {.exclude = ~(UINT64_C(1) << want)};
+    const struct route_replica *rep = route_pick(r, &q);
+    T_CHECK_INT(rep->index, want);
+    return rep;
+}
+
+/* Whether n picks all avoid replica i (each ended at once: answered, or aborted if i's). */
+static bool avoided(struct route *r, size_t i, int n)
+{
+    bool ok = true;
+    for (int k = 0; k < n; k++) {
+        const struct route_replica *x = route_pick(r, NULL);
+        ok = ok && x->index != i;
+        route_end(r, x, x->index == i ? ROUTE_ABORTED : ROUTE_OK);
+    }
+    return ok;
+}
+
+/* Server errors: ROUTE_5XX_IN_A_ROW with no other answer between leave a replica out. */
+static void test_server_errors(void)
+{
+    T_CHECK(route_server_error(500) && route_server_error(502) && route_server_error(503) &&
+            route_server_error(504) && route_server_error(529));
+    T_CHECK(!route_server_error(501) && !route_server_error(505) && !route_server_error(429) &&
+            !route_server_error(404) && !route_server_error(200) && !route_server_error(600));
+    struct route *r = mk_route("round-robin", 2, 10);
+    /* Two, an answer, two: the run starts again, the replica keeps its turn. */
+    route_end(r, pick_index(r, 0), ROUTE_5XX);
+    route_end(r, pick_index(r, 0), ROUTE_5XX);
+    route_end(r, pick_index(r, 0), ROUTE_OK);
+    route_end(r, pick_index(r, 0), ROUTE_5XX);
+    route_end(r, pick_index(r, 0), ROUTE_5XX);
+    T_CHECK(!avoided(r, 0, 4));
+    /* Other failures neither count in the run nor end it. */
+    route_end(r, pick_index(r, 0), ROUTE_ERR);
+    T_CHECK(!avoided(r, 0, 4));
+    /* The third in a row: left out. */
+    route_end(r, pick_index(r, 0), ROUTE_5XX);
+    T_CHECK(avoided(r, 0, 6));
+    struct pc_buf b = PC_BUF_INIT;
+    stats_render_source_json(&b, &(struct stat_source){&route_replica_series, r});
+    T_CHECK(strstr(pc_buf_cstr(&b), "\"healthy\":false") != NULL);
+    T_CHECK(strstr(pc_buf_cstr(&b), "\"server_errors\":5") != NULL);
+    T_CHECK(strstr(pc_buf_cstr(&b), "\"errors\":1,") != NULL); /* the reset only */
+    pc_buf_free(&b);
+    route_destroy(&r);
+
+    /* upstream-fail-timeout 0: never left out. */
+    r = mk_route("round-robin", 2, 0);
+    for (int i = 0; i < 5; i++)
+        route_end(r, pick_index(r, 1), ROUTE_5XX);
+    T_CHECK(!avoided(r, 1, 4));
+    route_destroy(&r);
+
+    /* After upstream-fail-timeout, on probation: one call at a time until one is answered. */
+    r = mk_route("round-robin", 2, 0.001);
+    for (int i = 0; i < ROUTE_5XX_IN_A_ROW; i++)
+        route_end(r, pick_index(r, 0), ROUTE_5XX);
+    usleep(5000); /* the 1 ms of upstream-fail-timeout pass */
+    const struct route_replica *probe = NULL;
+    for (int i = 0; i < 2 && probe == NULL; i++) {
+        const struct route_replica *x = route_pick(r, NULL);
+        if (x->index == 0)
+            probe = x;
+        else
+            route_end(r, x, ROUTE_OK);
+    }
+    T_CHECK(probe != NULL);
+    T_CHECK(avoided(r, 0, 4)); /* while the probe is in flight */
+    route_end(r, probe, ROUTE_OK);
+    T_CHECK(!avoided(r, 0, 4)); /* answered: its turn again */
     route_destroy(&r);
 }
 
@@ -397,6 +476,7 @@ int main(void)
     T_RUN(test_policy_names);
     T_RUN(test_names);
     T_RUN(test_round_robin);
+    T_RUN(test_server_errors);
     T_RUN(test_least_loaded);
     T_RUN(test_exclude);
     T_RUN(test_passive_health);
