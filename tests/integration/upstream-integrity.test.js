@@ -11,6 +11,7 @@
  */
 const assert = require('node:assert/strict');
 const net = require('node:net');
+const zlib = require('node:zlib');
 const h = require('./lib');
 
 const CHAT = '/v1/chat/completions';
@@ -130,6 +131,45 @@ const script = {
     'msg-close-whole': (seq) => ({bytes: [SSE_HEAD10, ...messageEvents(seq)]}),
     'msg-close-cut': (seq) => ({bytes: [SSE_HEAD10, ...messageEvents(seq).slice(0, 5)]}),
     'sse-close-held': (seq) => ({bytes: [SSE_HEAD10, ...chatEvents(seq).slice(0, 2)], end: 'hold'}),
+    /* framing the body does not keep */
+    'cl-long': (seq) => {
+        const b = chatJson(seq);
+        return {bytes: [`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${b.length + 40}\r\n\r\n${b}`]};
+    },
+    'cl-short': (seq) => {
+        const b = chatJson(seq);
+        return {bytes: [`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${b.length - 12}\r\n\r\n${b}`],
+            end: 'keep'};
+    },
+    'chunk-cut': (seq) => {
+        const b = chatJson(seq);
+        return {bytes: ['HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n',
+            `${b.length.toString(16)}\r\n${b.slice(0, 50)}`]};
+    },
+    'chunk-no-last': (seq) => {
+        const b = chatJson(seq);
+        return {bytes: ['HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n',
+            `${b.length.toString(16)}\r\n${b}\r\n`]};
+    },
+    /* interim heads before the answer; a redirect; bodies that are no answer */
+    'interim': (seq) => ({bytes: ['HTTP/1.1 100 Continue\r\n\r\n',
+        'HTTP/1.1 103 Early Hints\r\nLink: </hint>; rel=preload\r\nX-Interim: 1\r\n\r\n',
+        withLength(chatJson(seq))], end: 'keep'}),
+    'redirect': () => ({bytes: ['HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:9/elsewhere\r\n' +
+        'Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}'], end: 'keep'}),
+    'redirect-308': () => ({bytes: ['HTTP/1.1 308 Permanent Redirect\r\nLocation: /v2/chat\r\n' +
+        'Content-Length: 0\r\n\r\n'], end: 'keep'}),
+    'html-200': () => ({bytes: [withLength('<html><body>gateway says hi</body></html>', 'text/html')],
+        end: 'keep'}),
+    'json-as-text': (seq) => ({bytes: [withLength(chatJson(seq), 'text/plain')], end: 'keep'}),
+    'gzip': (seq) => {
+        const z = zlib.gzipSync(chatJson(seq));
+        return {bytes: [`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: ${z.length}\r\n\r\n`, z],
+            end: 'keep'};
+    },
+    'gzip-close': (seq) => ({bytes: ['HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n\r\n',
+        zlib.gzipSync(chatJson(seq))]}),
+    'ok': (seq) => ({bytes: [withLength(chatJson(seq))], end: 'keep'}),
     /* framed 200 streams that carry an error event */
     'sse-error-event': (seq) => ({bytes: [withLength([...chatEvents(seq).slice(0, 2),
         `data: ${JSON.stringify({error: {message: 'overloaded', type: 'server_error'}})}\n\n`].join(''),
@@ -280,6 +320,72 @@ h.test('an HTTP/1.0 Anthropic stream with message_stop is stored', async () => {
     assert.ok(end.complete);
     const again = await post(MESSAGES, body, 'msg-close-whole');
     assert.equal(again.headers['x-cache-status'], 'HIT');
+});
+
+/* Two identical calls: {first, second, calls} (a stored answer makes the second a HIT). */
+async function twice(name) {
+    const body = h.chatBody(h.uniq(name));
+    const calls = up.count(name);
+    const first = await post(CHAT, body, name);
+    const second = await post(CHAT, body, name);
+    return {first, second, calls: up.count(name) - calls};
+}
+
+h.test('a body shorter than its Content-Length or its chunks is a 502, never stored', async () => {
+    for (const name of ['cl-long', 'chunk-cut', 'chunk-no-last']) {
+        const {first, second, calls} = await twice(name);
+        h.assertOpenAIError(first, 502);
+        h.assertOpenAIError(second, 502);
+        assert.equal(calls, 2, name);
+    }
+});
+
+h.test('a body longer than its Content-Length is cut there and never stored; the next call is unharmed', async () => {
+    const {first, second, calls} = await twice('cl-short');
+    assert.equal(first.status, 200);
+    assert.equal(first.json, null, 'the answer as framed: not whole JSON');
+    assert.notEqual(second.headers['x-cache-status'], 'HIT');
+    assert.equal(calls, 2);
+    /* The extra bytes are not read as the next answer's start. */
+    const ok = await twice('ok');
+    assert.equal(ok.first.status, 200, ok.first.text);
+    h.assertHit(ok.second);
+});
+
+h.test('interim 1xx heads are dropped with their fields; the answer after them is stored', async () => {
+    const {first, second, calls} = await twice('interim');
+    assert.equal(first.status, 200);
+    assert.equal(first.headers.link, undefined);
+    assert.equal(first.headers['x-interim'], undefined);
+    h.assertHit(second);
+    assert.equal(second.headers.link, undefined);
+    assert.equal(calls, 1);
+});
+
+h.test('a redirect is relayed, never followed and never stored', async () => {
+    for (const [name, status] of [['redirect', 302], ['redirect-308', 308]]) {
+        const {first, second, calls} = await twice(name);
+        assert.equal(first.status, status);
+        assert.ok(first.headers.location, 'Location relayed');
+        assert.equal(second.status, status);
+        assert.notEqual(second.headers['x-cache-status'], 'HIT');
+        assert.equal(calls, 2, `${name}: each call reaches the upstream (and only it)`);
+    }
+});
+
+h.test('a 200 that is no JSON answer, or an encoded one, is relayed as it came and never stored', async () => {
+    const html = await twice('html-200');
+    assert.equal(html.first.status, 200);
+    assert.match(html.first.headers['content-type'], /text\/html/);
+    assert.equal(html.calls, 2);
+    for (const name of ['gzip', 'gzip-close']) {
+        const {first, second, calls} = await twice(name);
+        assert.equal(first.status, 200, name);
+        assert.equal(first.headers['content-encoding'], 'gzip', `${name}: relayed with its encoding`);
+        assert.match(zlib.gunzipSync(first.body).toString(), /raw answer #\d+/, name);
+        assert.notEqual(second.headers['x-cache-status'], 'HIT', name);
+        assert.equal(calls, 2, name);
+    }
 });
 
 h.test('tear down', async () => {
