@@ -11,7 +11,9 @@
  *   - synthesize(assemble(x)) succeeds, is complete and assembles to
  *     assemble(x) with the same usage;
  *   - the usage read as the bytes pass (sse_usage_scan) is the same fed in
- *     random-sized pieces as fed at once.
+ *     random-sized pieces as fed at once;
+ *   - so is whether the stream ended (sse_end_scan), and a complete
+ *     recording has ended.
  * Seed corpus: tests/fuzz/corpus/sse/ (files start with '0'..'4' and a newline).
  */
 #include <stdint.h>
@@ -185,6 +187,22 @@ static void check_usage_scan(const char *s, size_t len, uint32_t seed)
     cJSON_free(split);
 }
 
+/* Whether the end scan saw the stream end (-1: failed), fed at once or in pieces. */
+static int ended(enum api_endpoint e, const char *s, size_t len, uint32_t seed, bool pieces)
+{
+    struct sse_end_scan sc;
+    sse_end_scan_init(&sc, dialect_of(e)->classify);
+    for (size_t pos = 0, k; pos < len; pos += k) {
+        seed = seed * 1103515245u + 12345u;
+        k = pieces ? 1 + (seed >> 16) % 13 : len;
+        k = k < len - pos ? k : len - pos;
+        sse_end_scan_feed(&sc, s + pos, k);
+    }
+    int r = sc.failed ? -1 : sse_end_scan_ended(&sc);
+    sse_end_scan_free(&sc);
+    return r;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
@@ -199,6 +217,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_usage_scan(rec, len, seed);
 
     bool complete = dialect_complete(e, rec, len);
+    int end = ended(e, rec, len, seed, false);
+    CHECK(end == ended(e, rec, len, seed, true));
+    CHECK(!complete || end == 1);
     struct api_usage ua;
     cJSON *a = dialect_assemble(e, rec, len, &ua);
     CHECK(a == NULL || complete);
