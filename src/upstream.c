@@ -361,7 +361,7 @@ static bool is_blank(char c)
     return c == ' ' || c == '\t';
 }
 
-/* "HTTP/1.1 200 OK" or "HTTP/2 200": the status code, or -1. */
+/* "HTTP/1.1 200 OK" or "HTTP/2 200": the status code (100 to 599, RFC 9110 15), or -1. */
 static int head_parse_status(const char *line, size_t len)
 {
     if (len < 10 || memcmp(line, "HTTP/", 5) != 0)
@@ -377,7 +377,7 @@ static int head_parse_status(const char *line, size_t len)
     }
     if (line + len > sp + 4 && sp[4] != ' ')
         return -1;
-    return code;
+    return code >= 100 && code <= 599 ? code : -1; /* no client knows what 999 would mean */
 }
 
 /*

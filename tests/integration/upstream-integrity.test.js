@@ -169,6 +169,9 @@ const script = {
     },
     'gzip-close': (seq) => ({bytes: ['HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n\r\n',
         zlib.gzipSync(chatJson(seq))]}),
+    'status-999': () => ({bytes: ['HTTP/1.1 999 Weird\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}'],
+        end: 'keep'}),
+    'status-600': () => ({bytes: ['HTTP/1.1 600 Beyond\r\nContent-Length: 0\r\n\r\n'], end: 'keep'}),
     'ok': (seq) => ({bytes: [withLength(chatJson(seq))], end: 'keep'}),
     /* framed 200 streams that carry an error event */
     'sse-error-event': (seq) => ({bytes: [withLength([...chatEvents(seq).slice(0, 2),
@@ -350,6 +353,14 @@ h.test('a body longer than its Content-Length is cut there and never stored; the
     const ok = await twice('ok');
     assert.equal(ok.first.status, 200, ok.first.text);
     h.assertHit(ok.second);
+});
+
+h.test('a status outside 100 to 599 is a 502, not relayed', async () => {
+    for (const name of ['status-999', 'status-600']) {
+        const {first} = await twice(name);
+        h.assertOpenAIError(first, 502);
+        assert.match(first.json.error.message, /malformed status line/, name);
+    }
 });
 
 h.test('interim 1xx heads are dropped with their fields; the answer after them is stored', async () => {
