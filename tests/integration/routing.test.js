@@ -107,7 +107,7 @@ h.test('a replica that refuses connections is skipped without failing a request'
  */
 h.test('a replica that answers every call with a 5xx is left out after three, a 429 never', async () => {
     const proxy = await env.startProxy({upstream: [second.url, env.mock.url], workers: 1,
-        args: ['--routing', 'round-robin', '--upstream-fail-timeout', '1']});
+        args: ['--routing', 'round-robin', '--upstream-fail-timeout', '4']});
     const name = replicaName(second);
     const rep = async () => (await proxy.stats()).replicas.find((x) => x.name === name);
     const send = (tag) => proxy.post(CHAT, h.chatBody(h.uniq(tag)), OFF);
