@@ -234,11 +234,30 @@ int bound_marks_decode(const char *buf, size_t len, int *floor);
 /* ---- answers ----------------------------------------------------------------- */
 
 /*
- * The text of a stored answer (assistant text, tool calls with their
- * arguments) as one string in out, at most BOUND_ANSWER_MAX bytes: 0, or 1
- * when the text was longer and is cut there; -1 if the answer has none (an
- * error, an embedding) or does not parse.
+ * What the comparators read of a stored answer:
+ *   text: the assistant text, refusals and tool calls ("name(arguments)"), one piece a line,
+ *     at most BOUND_ANSWER_MAX bytes (cut: longer); what the embedding and model
+ *     comparators judge;
+ *   form: what no comparator judges by meaning, compared byte for byte by every one: the
+ *     endpoint, the choices (their number, order, index and finish reason), each piece's kind
+ *     in order (content, refusal, a tool call with its name and exact arguments, a thinking
+ *     block, anything else as its JSON), the stop reason or status;
+ *   key: each text piece normalised on its own (bound_same_text's rule), for the exact
+ *     comparator;
+ *   choices: how many (1 for an API without choices).
  */
+struct bound_answer {
+    struct pc_buf text, form, key;
+    int choices;
+    bool cut;
+};
+/*
+ * 0, or -1 (a freed) if the answer has no text (an error, an embedding, only thinking),
+ * does not parse, or holds "\u0000" (cJSON would end its text there).
+ */
+int bound_answer_read(const struct entry *e, struct bound_answer *a);
+void bound_answer_free(struct bound_answer *a);
+/* Its text alone into out: 0, 1 when cut, -1 as bound_answer_read. */
 int bound_answer_text(const struct entry *e, struct pc_buf *out);
 /* Normalised for the exact comparator: lower case, one space between words, no outer punctuation.
  */

@@ -26,6 +26,12 @@ enum verify_answer {
 
 typedef void verify_fn(void *arg, enum verify_answer a);
 
+/*
+ * Bytes of each answer the answers' question shows (each request is cut to fewer): answers
+ * compared by the model must be no longer, or it would judge their beginnings only.
+ */
+#define VERIFY_ANSWER_MAX 8192
+
 /* The endpoint URL: as given if it ends in /chat/completions, else + /v1/chat/completions. */
 void verify_url(const char *configured, char *out, size_t outlen);
 /* The request body asking about a and b (for tests and the note's token count). */

@@ -26,6 +26,7 @@
 #include "pc_bound.h"
 #include "pc_conf.h"
 #include "pc_dialect.h"
+#include "pc_embed.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
 #include "pc_stats.h"
@@ -611,113 +612,330 @@ int bound_marks_decode(const char *buf, size_t len, int *floor_out)
 
 /* ---- answers ------------------------------------------------------------------- */
 
-/* A string member, or the text parts of an array of content parts. */
-static void append_content(struct pc_buf *out, const cJSON *content)
+/*
+ * Reading an answer into a struct bound_answer. Each piece of text (a content string or text
+ * part, a refusal, an Anthropic text block, an output_text part) goes three ways: its kind
+ * into the form, its text into the text (one piece a line), and its normalised text into the
+ * exact comparator's key, piece by piece: a word moved from one piece to the next (one choice
+ * to another, a text block to the next) is another answer.
+ */
+/* JSON of a value as the form holds it; "-" for none. */
+static void form_json(struct pc_buf *form, const cJSON *v)
 {
-    if (cJSON_IsString(content)) {
-        pc_buf_append_str(out, content->valuestring);
-        pc_buf_append_char(out, '\n');
+    if (v == NULL) {
+        pc_buf_append_char(form, '-');
         return;
     }
-    const cJSON *part, *parts = cJSON_IsArray(content) ? content : NULL;
+    char *s = cJSON_PrintUnformatted(v);
+    pc_buf_append_str(form, s != NULL ? s : "?");
+    cJSON_free(s);
+}
+
+/* One text piece's normalised form in the key (bound_same_text's rule, one piece at a time). */
+static void key_piece(struct pc_buf *key, const char *s)
+{
+    struct pc_buf n = PC_BUF_INIT;
+    bound_normalise(s, &n);
+    char tag = 'N';
+    if (n.len == 0) { /* punctuation only: the characters themselves, white space aside */
+        tag = 'R';
+        for (const char *p = s; *p; p++)
+            if (!isspace((unsigned char)*p))
+                pc_buf_append_char(&n, *p);
+    }
+    pc_buf_printf(key, "%c%zu:", tag, n.len);
+    if (n.len > 0)
+        pc_buf_append(key, n.data, n.len);
+    pc_buf_append_char(key, '\n');
+    pc_buf_free(&n);
+}
+
+/* A piece of text of a kind ("content", "refusal", ...); an empty string is no piece. */
+static void piece(struct bound_answer *a, const char *kind, const char *s)
+{
+    if (s == NULL || *s == '\0')
+        return;
+    pc_buf_printf(&a->form, "%s\n", kind);
+    pc_buf_append_str(&a->text, s);
+    pc_buf_append_char(&a->text, '\n');
+    key_piece(&a->key, s);
+}
+
+/* v if it is an array (cJSON_ArrayForEach walks an object's members too), else NULL. */
+static const cJSON *array_of(const cJSON *v)
+{
+    return cJSON_IsArray(v) ? v : NULL;
+}
+
+/* Whether v says nothing: null, "", [] or {}. */
+static bool json_empty(const cJSON *v)
+{
+    return v == NULL || cJSON_IsNull(v) || (cJSON_IsString(v) && v->valuestring[0] == '\0') ||
+           ((cJSON_IsArray(v) || cJSON_IsObject(v)) && v->child == NULL);
+}
+
+/* Something the comparators cannot read as text: compared as its JSON, in the form only. */
+static void opaque(struct bound_answer *a, const char *what, const cJSON *v)
+{
+    pc_buf_printf(&a->form, "%s ", what);
+    form_json(&a->form, v);
+    pc_buf_append_char(&a->form, '\n');
+}
+
+/*
+ * A string member, or the text parts of an array of content parts (a part of another kind is
+ * compared as its JSON).
+ */
+static void content(struct bound_answer *a, const char *kind, const cJSON *c)
+{
+    if (cJSON_IsString(c)) {
+        piece(a, kind, c->valuestring);
+        return;
+    }
+    const cJSON *part, *parts = array_of(c);
     cJSON_ArrayForEach(part, parts)
     {
         const cJSON *text = api_member(part, "text");
-        if (cJSON_IsString(text)) {
-            pc_buf_append_str(out, text->valuestring);
-            pc_buf_append_char(out, '\n');
+        const char *type = cJSON_GetStringValue(api_member(part, "type"));
+        if (cJSON_IsString(text) &&
+            (type == NULL || strcmp(type, "text") == 0 || strcmp(type, "output_text") == 0))
+            piece(a, kind, text->valuestring);
+        else if (type != NULL && strcmp(type, "refusal") == 0 &&
+                 cJSON_IsString(api_member(part, "refusal")))
+            piece(a, "refusal", api_member(part, "refusal")->valuestring);
+        else
+            opaque(a, "part", part);
+    }
+    if (c != NULL && !cJSON_IsString(c) && !cJSON_IsArray(c) && !cJSON_IsNull(c))
+        opaque(a, kind, c);
+}
+
+/* JSON text without the white space between its tokens (it must parse). */
+static void minify(struct pc_buf *out, const char *s)
+{
+    bool in_str = false;
+    for (const char *p = s; *p; p++) {
+        if (in_str) {
+            pc_buf_append_char(out, *p);
+            if (*p == '\\' && p[1] != '\0')
+                pc_buf_append_char(out, *++p);
+            else if (*p == '"')
+                in_str = false;
+        } else if (*p == '"') {
+            in_str = true;
+            pc_buf_append_char(out, *p);
+        } else if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            pc_buf_append_char(out, *p);
         }
     }
 }
 
-/* A tool call as "name(arguments)": arguments are a JSON string (OpenAI) or an object. */
-static void append_call(struct pc_buf *out, const cJSON *name, const cJSON *args)
+/*
+ * A tool call: "name(arguments)" in the text, and in the form its name and arguments exactly
+ * (case, numbers, paths: what the client runs): arguments are a JSON string (OpenAI, compared
+ * without the white space between tokens when it parses as JSON, else as it is) or an object.
+ */
+static void call(struct bound_answer *a, const char *kind, const cJSON *name, const cJSON *args)
 {
-    pc_buf_append_str(out, cJSON_IsString(name) ? name->valuestring : "?");
-    pc_buf_append_char(out, '(');
+    struct pc_buf arg = PC_BUF_INIT;
     if (cJSON_IsString(args)) {
-        pc_buf_append_str(out, args->valuestring);
-    } else if (args != NULL) {
-        char *s = cJSON_PrintUnformatted(args);
-        if (s != NULL)
-            pc_buf_append_str(out, s);
-        cJSON_free(s);
+        cJSON *parsed = cJSON_Parse(args->valuestring);
+        if (parsed != NULL) {
+            pc_buf_append_char(&arg, '=');
+            minify(&arg, args->valuestring);
+        } else {
+            pc_buf_append_char(&arg, '~');
+            pc_buf_append_str(&arg, args->valuestring);
+        }
+        cJSON_Delete(parsed);
+    } else {
+        pc_buf_append_char(&arg, '=');
+        form_json(&arg, args);
     }
-    pc_buf_append_str(out, ")\n");
+    pc_buf_printf(&a->form, "%s ", kind);
+    form_json(&a->form, name);
+    pc_buf_append_char(&a->form, ' ');
+    pc_buf_append(&a->form, arg.data, arg.len);
+    pc_buf_append_char(&a->form, '\n');
+    pc_buf_append_str(&a->text, cJSON_IsString(name) ? name->valuestring : "?");
+    pc_buf_append_char(&a->text, '(');
+    if (cJSON_IsString(args))
+        pc_buf_append_str(&a->text, args->valuestring);
+    else if (args != NULL)
+        form_json(&a->text, args);
+    pc_buf_append_str(&a->text, ")\n");
+    pc_buf_free(&arg);
 }
 
-static void text_chat(const cJSON *resp, bool legacy, struct pc_buf *out)
+/* The last member of obj named c->string is c (api_member's rule for a duplicated key). */
+static bool member_counts(const cJSON *obj, const cJSON *c)
 {
-    const cJSON *choice;
-    cJSON_ArrayForEach(choice, api_member(resp, "choices"))
+    return c->string != NULL && api_member(obj, c->string) == c;
+}
+
+static void chat_message(struct bound_answer *a, const cJSON *msg)
+{
+    content(a, "content", api_member(msg, "content"));
+    content(a, "refusal", api_member(msg, "refusal"));
+    const cJSON *tc, *calls = array_of(api_member(msg, "tool_calls"));
+    cJSON_ArrayForEach(tc, calls)
     {
-        if (legacy) {
-            append_content(out, api_member(choice, "text"));
-            continue;
-        }
-        const cJSON *msg = api_member(choice, "message");
-        append_content(out, api_member(msg, "content"));
-        append_content(out, api_member(msg, "refusal"));
-        const cJSON *call;
-        cJSON_ArrayForEach(call, api_member(msg, "tool_calls"))
-        {
-            const cJSON *fn = api_member(call, "function");
-            append_call(out, api_member(fn, "name"), api_member(fn, "arguments"));
+        const cJSON *fn = api_member(tc, "function");
+        if (cJSON_IsObject(fn))
+            call(a, "call", api_member(fn, "name"), api_member(fn, "arguments"));
+        else
+            opaque(a, "call", tc); /* another kind of call ("custom"): all of it */
+    }
+    const cJSON *fc = api_member(msg, "function_call"); /* the legacy single call */
+    if (cJSON_IsObject(fc))
+        call(a, "function_call", api_member(fc, "name"), api_member(fc, "arguments"));
+    /* Anything else the message says (audio, annotations...), but not its reasoning. */
+    static const char *const known[] = {
+        "role",          "content",   "refusal",          "tool_calls",
+        "function_call", "reasoning", "reasoning_content"};
+    const cJSON *m, *members = cJSON_IsObject(msg) ? msg : NULL;
+    cJSON_ArrayForEach(m, members)
+    {
+        bool skip = !member_counts(msg, m) || json_empty(m);
+        for (size_t i = 0; !skip && i < PC_ARRAY_LEN(known); i++)
+            skip = strcmp(m->string, known[i]) == 0;
+        if (!skip) {
+            pc_buf_append_str(&a->form, "member ");
+            pc_buf_json_str(&a->form, m->string, strlen(m->string));
+            pc_buf_append_char(&a->form, ' ');
+            form_json(&a->form, m);
+            pc_buf_append_char(&a->form, '\n');
         }
     }
 }
 
-static void text_messages(const cJSON *resp, struct pc_buf *out)
+/* Each choice in order, with its index and finish reason ("length": a cut answer). */
+static void read_chat(struct bound_answer *a, const cJSON *resp, bool legacy)
 {
-    const cJSON *block;
-    cJSON_ArrayForEach(block, api_member(resp, "content"))
+    const cJSON *choices = array_of(api_member(resp, "choices")), *choice;
+    a->choices = choices != NULL ? cJSON_GetArraySize(choices) : 0;
+    pc_buf_printf(&a->form, "choices %d\n", a->choices);
+    cJSON_ArrayForEach(choice, choices)
+    {
+        pc_buf_append_str(&a->form, "choice ");
+        form_json(&a->form, api_member(choice, "index"));
+        pc_buf_append_char(&a->form, ' ');
+        form_json(&a->form, api_member(choice, "finish_reason"));
+        pc_buf_append_char(&a->form, '\n');
+        if (legacy)
+            content(a, "text", api_member(choice, "text"));
+        else
+            chat_message(a, api_member(choice, "message"));
+    }
+}
+
+static void read_messages(struct bound_answer *a, const cJSON *resp)
+{
+    pc_buf_append_str(&a->form, "stop ");
+    form_json(&a->form, api_member(resp, "stop_reason"));
+    pc_buf_append_char(&a->form, ' ');
+    form_json(&a->form, api_member(resp, "stop_sequence"));
+    pc_buf_append_char(&a->form, '\n');
+    const cJSON *blocks = array_of(api_member(resp, "content")), *block;
+    cJSON_ArrayForEach(block, blocks)
     {
         const char *type = cJSON_GetStringValue(api_member(block, "type"));
-        if (type != NULL && strcmp(type, "tool_use") == 0)
-            append_call(out, api_member(block, "name"), api_member(block, "input"));
+        const cJSON *text = api_member(block, "text");
+        if (type != NULL && strcmp(type, "text") == 0 && cJSON_IsString(text))
+            piece(a, "text", text->valuestring);
+        else if (type != NULL && strcmp(type, "tool_use") == 0)
+            call(a, "tool_use", api_member(block, "name"), api_member(block, "input"));
+        else if (type != NULL &&
+                 (strcmp(type, "thinking") == 0 || strcmp(type, "redacted_thinking") == 0))
+            pc_buf_printf(&a->form, "%s\n", type); /* how it got there, not the answer */
         else
-            append_content(out, api_member(block, "text"));
+            opaque(a, "block", block);
     }
 }
 
-static void text_responses(const cJSON *resp, struct pc_buf *out)
+static void read_responses(struct bound_answer *a, const cJSON *resp)
 {
-    const cJSON *item;
-    cJSON_ArrayForEach(item, api_member(resp, "output"))
+    pc_buf_append_str(&a->form, "status ");
+    form_json(&a->form, api_member(resp, "status"));
+    pc_buf_append_char(&a->form, ' ');
+    form_json(&a->form, api_member(api_member(resp, "incomplete_details"), "reason"));
+    pc_buf_append_char(&a->form, '\n');
+    const cJSON *items = array_of(api_member(resp, "output")), *it;
+    cJSON_ArrayForEach(it, items)
     {
-        const char *type = cJSON_GetStringValue(api_member(item, "type"));
-        if (type != NULL && strcmp(type, "function_call") == 0)
-            append_call(out, api_member(item, "name"), api_member(item, "arguments"));
-        else if (type != NULL && strcmp(type, "message") == 0)
-            append_content(out, api_member(item, "content"));
+        const char *type = cJSON_GetStringValue(api_member(it, "type"));
+        if (type != NULL && strcmp(type, "message") == 0) {
+            pc_buf_append_str(&a->form, "message\n");
+            content(a, "output_text", api_member(it, "content"));
+        } else if (type != NULL && strcmp(type, "function_call") == 0) {
+            call(a, "function_call", api_member(it, "name"), api_member(it, "arguments"));
+        } else if (type != NULL && strcmp(type, "reasoning") == 0) {
+            pc_buf_append_str(&a->form, "reasoning\n");
+        } else {
+            opaque(a, "item", it);
+        }
     }
 }
 
-int bound_answer_text(const struct entry *e, struct pc_buf *out)
+void bound_answer_free(struct bound_answer *a)
 {
+    pc_buf_free(&a->text);
+    pc_buf_free(&a->form);
+    pc_buf_free(&a->key);
+    *a = (struct bound_answer){0};
+}
+
+int bound_answer_read(const struct entry *e, struct bound_answer *a)
+{
+    *a = (struct bound_answer){.text = PC_BUF_INIT, .form = PC_BUF_INIT, .key = PC_BUF_INIT};
+    /* cJSON ends a string at a decoded U+0000: what follows would not be compared. */
+    if (memmem(e->body, e->body_len, "\\u0000", 6) != NULL)
+        return -1;
     cJSON *resp = e->kind == ENTRY_SSE ? dialect_assemble(e->endpoint, e->body, e->body_len, NULL)
                                        : cJSON_ParseWithLength(e->body, e->body_len);
     if (resp == NULL)
         return -1;
-    size_t start = out->len;
+    a->choices = 1;
+    pc_buf_printf(&a->form, "%s\n", api_endpoint_name(e->endpoint));
     if (e->endpoint == API_CHAT || e->endpoint == API_COMPLETIONS)
-        text_chat(resp, e->endpoint == API_COMPLETIONS, out);
+        read_chat(a, resp, e->endpoint == API_COMPLETIONS);
     else if (e->endpoint == API_MESSAGES)
-        text_messages(resp, out);
+        read_messages(a, resp);
     else if (e->endpoint == API_RESPONSES)
-        text_responses(resp, out);
+        read_responses(a, resp);
     cJSON_Delete(resp);
-    while (out->len > start && out->data[out->len - 1] == '\n')
-        out->len--; /* the separator after the last piece */
-    bool cut = out->len - start > BOUND_ANSWER_MAX;
-    if (cut) {
+    struct pc_buf *t = &a->text;
+    while (t->len > 0 && t->data[t->len - 1] == '\n')
+        t->len--; /* the separator after the last piece */
+    a->cut = t->len > BOUND_ANSWER_MAX;
+    if (a->cut) {
         size_t n = BOUND_ANSWER_MAX; /* cut on a UTF-8 boundary */
-        while (n > 0 && ((unsigned char)out->data[start + n] & 0xc0) == 0x80)
+        while (n > 0 && ((unsigned char)t->data[n] & 0xc0) == 0x80)
             n--;
-        out->len = start + n;
+        t->len = n;
     }
+    pc_buf_cstr(t);
+    pc_buf_cstr(&a->form);
+    pc_buf_cstr(&a->key);
+    if (t->len == 0) {
+        bound_answer_free(a);
+        return -1;
+    }
+    return 0;
+}
+
+int bound_answer_text(const struct entry *e, struct pc_buf *out)
+{
+    struct bound_answer a;
+    if (bound_answer_read(e, &a) < 0) {
+        pc_buf_cstr(out);
+        return -1;
+    }
+    pc_buf_append(out, a.text.data, a.text.len);
     pc_buf_cstr(out);
-    return out->len > start ? (cut ? 1 : 0) : -1;
+    int rc = a.cut ? 1 : 0;
+    bound_answer_free(&a);
+    return rc;
 }
 
 static bool outer_punct(unsigned char c)
@@ -1142,9 +1360,8 @@ struct bound_probe {
     int refs;
     double sim;
     bool explored;
-    const char *verdict; /* "agreed" / "disagreed" / NULL */
-    char *answer;        /* the candidate's answer text */
-    bool cut;            /* ... its first BOUND_ANSWER_MAX bytes only */
+    const char *verdict;     /* "agreed" / "disagreed" / NULL */
+    struct bound_answer ans; /* the candidate's */
     char part_key[BOUND_KEY_MAX];
     char global_key[BOUND_KEY_MAX];
     char marks_key[BOUND_KEY_MAX];
@@ -1159,10 +1376,8 @@ struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_
                                        const unsigned char cand_exact[PC_SHA256_LEN])
 {
     PC_CHECK_OBJ(v, VIEW_MAGIC);
-    struct pc_buf text = PC_BUF_INIT;
-    int rc = bound_answer_text(cand, &text);
-    if (rc < 0) {
-        pc_buf_free(&text);
+    struct bound_answer ans;
+    if (bound_answer_read(cand, &ans) < 0) {
         /* Counted held back or explored, and never to be compared. */
         stats_incr(v->bp->st, STAT_semantic_bound_uncompared);
         return NULL;
@@ -1172,8 +1387,7 @@ struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_
     p->refs = 1;
     p->sim = sim;
     p->explored = d->verdict == BOUND_EXPLORE;
-    p->cut = rc == 1;
-    p->answer = pc_buf_cstr(&text); /* the buffer's memory is the probe's now */
+    p->ans = ans; /* its buffers are the probe's now */
     snprintf(p->part_key, sizeof(p->part_key), "%s", v->part_key);
     snprintf(p->global_key, sizeof(p->global_key), "%s", v->bp->b->global_key);
     bound_entry_key(cand_tenant, cand_exact, p->marks_key);
@@ -1204,7 +1418,7 @@ void bound_probe_unref(struct bound_probe **pp)
      * gone, an answer in no shape to compare, a request that joined another's call). */
     if (!p->settled)
         stats_incr(p->st, STAT_semantic_bound_uncompared);
-    free(p->answer);
+    bound_answer_free(&p->ans);
     p->magic = 0;
     free(p);
 }
@@ -1280,7 +1494,10 @@ static void on_cosine(void *arg, double cosine)
     struct bound_cmp *c = arg;
     PC_CHECK_OBJ(c, CMP_MAGIC);
     c->pair = NULL;
-    cmp_end(c, isnan(cosine) ? -1 : cosine < c->bp->b->answer_bar);
+    /* Two unit vectors' cosine is in [-1, 1] (with a float's rounding): anything else (NaN: the
+     * embedder failed) says nothing about the answers, and is no agreement. */
+    bool cosine_ok = cosine >= -1.001 && cosine <= 1.001;
+    cmp_end(c, !cosine_ok ? -1 : cosine < c->bp->b->answer_bar);
 }
 
 static void on_judged(void *arg, enum verify_answer a)
@@ -1318,15 +1535,29 @@ bool bound_same_text(const char *a, const char *b)
 static bool cmp_start(struct bound_cmp *c, const char *fresh)
 {
     struct bound_port *bp = c->bp;
+    const char *cached = c->probe->ans.text.data;
     if (bp->b->cmp == BOUND_CMP_EMBEDDING && bp->pair.start != NULL) {
-        c->pair = bp->pair.start(bp->pair_ctx, c->probe->answer, fresh, on_cosine, c);
+        c->pair = bp->pair.start(bp->pair_ctx, cached, fresh, on_cosine, c);
         return c->pair != NULL;
     }
     if (bp->b->cmp == BOUND_CMP_MODEL && bp->verify != NULL) {
-        c->vop = verify_ask_answers(bp->verify, c->probe->answer, fresh, on_judged, c);
+        c->vop = verify_ask_answers(bp->verify, cached, fresh, on_judged, c);
         return c->vop != NULL;
     }
     return false;
+}
+
+static bool buf_same(const struct pc_buf *a, const struct pc_buf *b)
+{
+    return a->len == b->len && (a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
+}
+
+/* Either answer cannot be compared: counted, and the probe is settled. */
+static int compare_failed(struct bound_port *bp, struct bound_probe *p)
+{
+    stats_incr(bp->st, STAT_semantic_bound_compare_errors);
+    p->settled = true;
+    return -1;
 }
 
 int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct entry *fresh,
@@ -1339,22 +1570,38 @@ int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct ent
     PC_CHECK_OBJ(p, PROBE_MAGIC);
     if (p->settled)
         return -1; /* one observation per candidate */
-    struct pc_buf text = PC_BUF_INIT;
-    int rc = bound_answer_text(fresh, &text);
+    struct bound_answer fa;
+    int rc = bound_answer_read(fresh, &fa);
     /*
      * No text, or one longer than what is compared: two answers alike in their first
      * BOUND_ANSWER_MAX bytes may differ after them, and a false agreement serves more.
      */
-    if (rc != 0 || p->cut) {
-        pc_buf_free(&text);
-        stats_incr(bp->st, STAT_semantic_bound_compare_errors);
-        p->settled = true;
-        return -1;
+    if (rc < 0 || fa.cut || p->ans.cut) {
+        if (rc == 0)
+            bound_answer_free(&fa);
+        return compare_failed(bp, p);
     }
-    if (bp->b->cmp == BOUND_CMP_EXACT) {
-        record(bp, p, !bound_same_text(p->answer, pc_buf_cstr(&text)));
-        pc_buf_free(&text);
+    /* Another form (a tool call for a text, a refusal, another choice, a cut answer...) is
+     * another answer, whatever the comparator makes of the words. */
+    if (!buf_same(&fa.form, &p->ans.form)) {
+        bound_answer_free(&fa);
+        record(bp, p, true);
         return 1;
+    }
+    bool same_text = buf_same(&fa.key, &p->ans.key);
+    /* The comparators by meaning read one text of a bounded length: several choices are
+     * compared by their texts (a bag of words cannot tell which choice said what), and so are
+     * texts longer than what they read, which are not compared when their texts differ. */
+    size_t limit = bp->b->cmp == BOUND_CMP_MODEL ? VERIFY_ANSWER_MAX : EMBED_MAX_TEXT;
+    bool too_long = fa.text.len > limit || p->ans.text.len > limit;
+    if (bp->b->cmp == BOUND_CMP_EXACT || p->ans.choices > 1 || (too_long && same_text)) {
+        bound_answer_free(&fa);
+        record(bp, p, !same_text);
+        return 1;
+    }
+    if (too_long) {
+        bound_answer_free(&fa);
+        return compare_failed(bp, p);
     }
     struct bound_cmp *c = pc_calloc(1, sizeof(*c));
     c->magic = CMP_MAGIC;
@@ -1362,8 +1609,8 @@ int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct ent
     c->probe = bound_probe_ref(p);
     c->cb = cb;
     c->arg = arg;
-    bool started = cmp_start(c, pc_buf_cstr(&text));
-    pc_buf_free(&text);
+    bool started = cmp_start(c, fa.text.data);
+    bound_answer_free(&fa);
     if (!started) {
         stats_incr(bp->st, STAT_semantic_bound_compare_errors);
         p->settled = true;

@@ -833,6 +833,304 @@ static void test_compare_long(void)
     port_down(&w);
 }
 
+/* A port like port_up's, with the comparator named and a pair of answers' cosines faked. */
+struct fake_pair {
+    int starts;
+    bound_cos_fn *cb;
+    void *arg;
+};
+
+static void *fake_pair_start(void *ctx, const char *a, const char *b, bound_cos_fn *cb, void *arg)
+{
+    (void)a;
+    (void)b;
+    struct fake_pair *f = ctx;
+    f->starts++;
+    f->cb = cb;
+    f->arg = arg;
+    return f;
+}
+
+static void fake_pair_cancel(void **handle)
+{
+    *handle = NULL;
+}
+
+static void port_up_cmp(struct port_world *w, const char *cmp, struct fake_pair *fp)
+{
+    memset(w, 0, sizeof(*w));
+    char *argv[] = {
+        "--semantic", "yes", "--semantic-max-error", "0.05", "--semantic-verify-answers",
+        (char *)cmp};
+    w->conf = conf_create();
+    T_CHECK_INT(conf_load(w->conf, NULL, 6, argv, NULL), 0);
+    w->base = event_base_new();
+    struct store_opts so = {.url = "unix:/nonexistent/test_bound.sock", .timeout_ms = 50};
+    w->store = store_create(w->base, &so, &w->st);
+    w->b = bound_create(w->conf, "test-space");
+    static const struct bound_pair_ops ops = {fake_pair_start, fake_pair_cancel};
+    w->bp = bound_port_create(w->b, w->store, &w->st, NULL, &ops, fp);
+    unsigned char part[PC_SHA256_LEN] = {7};
+    w->view = bound_view_create(w->bp, part);
+}
+
+static int cmp_done;
+static void on_cmp_done(void *arg)
+{
+    (void)arg;
+    cmp_done++;
+}
+
+/*
+ * The verdict of comparing a cached answer with a fresh one (both bodies of endpoint ep) on
+ * w's port; a comparator by meaning that started answers cosine (NAN: none started).
+ * "error" when it could not be compared.
+ */
+static const char *verdict_cos(struct port_world *w, struct fake_pair *fp, enum api_endpoint ep,
+                               const char *cached, const char *fresh, double cosine)
+{
+    static char out[32];
+    unsigned char exact[PC_SHA256_LEN] = {9};
+    struct bound_decision d = {.verdict = BOUND_WITHHOLD, .threshold = 1};
+    struct entry ec = json_entry(ep, cached), ef = json_entry(ep, fresh);
+    struct bound_probe *p = bound_probe_create(w->view, &d, 0.97, &ec, "0123456789abcdef", exact);
+    if (p == NULL)
+        return "no probe";
+    struct bound_cmp *cmp = NULL;
+    int starts = fp != NULL ? fp->starts : 0;
+    int rc = bound_compare(w->bp, p, &ef, on_cmp_done, NULL, &cmp);
+    if (rc == 0 && fp != NULL && fp->starts > starts && fp->cb != NULL) {
+        bound_cos_fn *cb = fp->cb;
+        fp->cb = NULL;
+        cb(fp->arg, cosine);
+    } else if (rc == 0) {
+        bound_compare_cancel(&cmp);
+    }
+    snprintf(out, sizeof(out), "%s",
+             rc < 0                   ? "error"
+             : bound_probe_verdict(p) ? bound_probe_verdict(p)
+                                      : "none");
+    bound_probe_unref(&p);
+    return out;
+}
+
+static const char *verdict(struct port_world *w, enum api_endpoint ep, const char *cached,
+                           const char *fresh)
+{
+    return verdict_cos(w, NULL, ep, cached, fresh, NAN);
+}
+
+#define CHAT_TEXT(t)                                                                \
+    "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":" t \
+    "},\"finish_reason\":\"stop\"}]}"
+#define CHAT_CALL(name, args)                                                                   \
+    "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":null,"          \
+    "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"" name "\"," \
+    "\"arguments\":" args "}}]},\"finish_reason\":\"tool_calls\"}]}"
+
+/*
+ * The exact comparator: two answers of another form are different answers whatever their
+ * words: a text reading like a tool call and the call, a refusal and the same words as
+ * content, two choices and one holding both, choices in another order, a cut answer and a
+ * complete one; tool calls' arguments are compared as the client runs them (case kept).
+ * Each pair here was "agreed" before.
+ */
+static void test_compare_forms(void)
+{
+    struct port_world w;
+    port_up(&w);
+    /* The same answer, and the same call with other white space between its tokens. */
+    T_CHECK_STR(verdict(&w, API_CHAT, CHAT_TEXT("\"Paris.\""), CHAT_TEXT("\"paris\"")), "agreed");
+    T_CHECK_STR(verdict(&w, API_CHAT, CHAT_CALL("get", "\"{\\\"a\\\": 1}\""),
+                        CHAT_CALL("get", "\"{\\\"a\\\":1}\"")),
+                "agreed");
+    /* A text that reads f({...}) against the tool call f with those arguments. */
+    T_CHECK_STR(verdict(&w, API_CHAT, CHAT_TEXT("\"get({\\\"a\\\":1})\""),
+                        CHAT_CALL("get", "\"{\\\"a\\\":1}\"")),
+                "disagreed");
+    T_CHECK_STR(verdict(&w, API_CHAT, CHAT_CALL("get", "\"{\\\"a\\\":1}\""),
+                        CHAT_TEXT("\"get({\\\"a\\\":1})\"")),
+                "disagreed");
+    /* Arguments differing in case only: another file. */
+    T_CHECK_STR(verdict(&w, API_CHAT, CHAT_CALL("open", "\"{\\\"path\\\":\\\"/Foo\\\"}\""),
+                        CHAT_CALL("open", "\"{\\\"path\\\":\\\"/foo\\\"}\"")),
+                "disagreed");
+    T_CHECK_STR(verdict(&w, API_CHAT, CHAT_CALL("Open", "\"{}\""), CHAT_CALL("open", "\"{}\"")),
+                "disagreed");
+    /* A refusal against the same words as an answer. */
+    T_CHECK_STR(verdict(&w, API_CHAT,
+                        "{\"choices\":[{\"index\":0,\"message\":{\"content\":null,\"refusal\":"
+                        "\"I cannot help with that.\"},\"finish_reason\":\"stop\"}]}",
+                        CHAT_TEXT("\"I cannot help with that.\"")),
+                "disagreed");
+    /* Two choices against one choice holding both lines; choices in another order. */
+    const char *two = "{\"choices\":[{\"index\":0,\"message\":{\"content\":\"yes\"},"
+                      "\"finish_reason\":\"stop\"},{\"index\":1,\"message\":{\"content\":\"no\"},"
+                      "\"finish_reason\":\"stop\"}]}";
+    T_CHECK_STR(verdict(&w, API_CHAT, two, CHAT_TEXT("\"yes\\nno\"")), "disagreed");
+    T_CHECK_STR(verdict(&w, API_CHAT, CHAT_TEXT("\"yes\\nno\""), two), "disagreed");
+    T_CHECK_STR(verdict(&w, API_CHAT, two, two), "agreed");
+    T_CHECK_STR(verdict(&w, API_CHAT, two,
+                        "{\"choices\":[{\"index\":0,\"message\":{\"content\":\"yes no\"},"
+                        "\"finish_reason\":\"stop\"},{\"index\":1,\"message\":{\"content\":\"\"},"
+                        "\"finish_reason\":\"stop\"}]}"),
+                "disagreed");
+    T_CHECK_STR(verdict(&w, API_CHAT, two,
+                        "{\"choices\":[{\"index\":1,\"message\":{\"content\":\"yes\"},"
+                        "\"finish_reason\":\"stop\"},{\"index\":0,\"message\":{\"content\":\"no\"},"
+                        "\"finish_reason\":\"stop\"}]}"),
+                "disagreed");
+    /* A word moved from one choice to the next. */
+    T_CHECK_STR(verdict(&w, API_CHAT,
+                        "{\"choices\":[{\"index\":0,\"message\":{\"content\":\"a b\"}},"
+                        "{\"index\":1,\"message\":{\"content\":\"c\"}}]}",
+                        "{\"choices\":[{\"index\":0,\"message\":{\"content\":\"a\"}},"
+                        "{\"index\":1,\"message\":{\"content\":\"b c\"}}]}"),
+                "disagreed");
+    /* Cut by max_tokens against complete, the same words. */
+    T_CHECK_STR(verdict(&w, API_CHAT, CHAT_TEXT("\"The answer is\""),
+                        "{\"choices\":[{\"index\":0,\"message\":{\"content\":\"The answer is\"},"
+                        "\"finish_reason\":\"length\"}]}"),
+                "disagreed");
+    /* A custom tool call (no function member) and the legacy function_call are compared. */
+    T_CHECK_STR(verdict(&w, API_CHAT,
+                        "{\"choices\":[{\"message\":{\"content\":\"ok\",\"tool_calls\":[{\"type\":"
+                        "\"custom\",\"custom\":{\"name\":\"rm\",\"input\":\"/tmp/a\"}}]}}]}",
+                        "{\"choices\":[{\"message\":{\"content\":\"ok\",\"tool_calls\":[{\"type\":"
+                        "\"custom\",\"custom\":{\"name\":\"rm\",\"input\":\"/\"}}]}}]}"),
+                "disagreed");
+    T_CHECK_STR(verdict(&w, API_CHAT,
+                        "{\"choices\":[{\"message\":{\"content\":\"ok\",\"function_call\":{"
+                        "\"name\":\"a\",\"arguments\":\"{}\"}}}]}",
+                        "{\"choices\":[{\"message\":{\"content\":\"ok\",\"function_call\":{"
+                        "\"name\":\"b\",\"arguments\":\"{}\"}}}]}"),
+                "disagreed");
+    /* Completions: the finish reason too. */
+    T_CHECK_STR(
+        verdict(&w, API_COMPLETIONS,
+                "{\"choices\":[{\"index\":0,\"text\":\"42\",\"finish_reason\":\"stop\"}]}",
+                "{\"choices\":[{\"index\":0,\"text\":\"42\",\"finish_reason\":\"length\"}]}"),
+        "disagreed");
+    /* Anthropic: a text block against a tool_use; the stop reason; thinking is not the answer;
+     * a block of another type is compared as its JSON. */
+    T_CHECK_STR(
+        verdict(&w, API_MESSAGES,
+                "{\"content\":[{\"type\":\"text\",\"text\":\"f({\\\"x\\\":2})\"}],"
+                "\"stop_reason\":\"end_turn\"}",
+                "{\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":"
+                "{\"x\":2}}],\"stop_reason\":\"end_turn\"}"),
+        "disagreed");
+    T_CHECK_STR(verdict(&w, API_MESSAGES,
+                        "{\"content\":[{\"type\":\"text\",\"text\":\"Hi\"}],\"stop_reason\":"
+                        "\"end_turn\"}",
+                        "{\"content\":[{\"type\":\"text\",\"text\":\"Hi\"}],\"stop_reason\":"
+                        "\"max_tokens\"}"),
+                "disagreed");
+    T_CHECK_STR(verdict(&w, API_MESSAGES,
+                        "{\"content\":[{\"type\":\"thinking\",\"thinking\":\"hmm\"},{\"type\":"
+                        "\"text\",\"text\":\"Hi\"}],\"stop_reason\":\"end_turn\"}",
+                        "{\"content\":[{\"type\":\"thinking\",\"thinking\":\"well\"},{\"type\":"
+                        "\"text\",\"text\":\"hi\"}],\"stop_reason\":\"end_turn\"}"),
+                "agreed");
+    T_CHECK_STR(verdict(&w, API_MESSAGES,
+                        "{\"content\":[{\"type\":\"server_tool_use\",\"name\":\"web_search\","
+                        "\"input\":{\"q\":\"a\"}},{\"type\":\"text\",\"text\":\"Hi\"}]}",
+                        "{\"content\":[{\"type\":\"server_tool_use\",\"name\":\"web_search\","
+                        "\"input\":{\"q\":\"b\"}},{\"type\":\"text\",\"text\":\"Hi\"}]}"),
+                "disagreed");
+    /* Responses: a message against a function call; incomplete against completed. */
+    T_CHECK_STR(verdict(&w, API_RESPONSES,
+                        "{\"status\":\"completed\",\"output\":[{\"type\":\"message\",\"content\":"
+                        "[{\"type\":\"output_text\",\"text\":\"f({})\"}]}]}",
+                        "{\"status\":\"completed\",\"output\":[{\"type\":\"function_call\","
+                        "\"name\":\"f\",\"arguments\":\"{}\"}]}"),
+                "disagreed");
+    T_CHECK_STR(verdict(&w, API_RESPONSES,
+                        "{\"status\":\"completed\",\"output\":[{\"type\":\"message\",\"content\":"
+                        "[{\"type\":\"output_text\",\"text\":\"ok\"}]}]}",
+                        "{\"status\":\"incomplete\",\"incomplete_details\":{\"reason\":"
+                        "\"max_output_tokens\"},\"output\":[{\"type\":\"message\",\"content\":"
+                        "[{\"type\":\"output_text\",\"text\":\"ok\"}]}]}"),
+                "disagreed");
+    T_CHECK_STR(verdict(&w, API_RESPONSES,
+                        "{\"status\":\"completed\",\"output\":[{\"type\":\"message\",\"content\":"
+                        "[{\"type\":\"refusal\",\"refusal\":\"no\"},{\"type\":\"output_text\","
+                        "\"text\":\"ok\"}]}]}",
+                        "{\"status\":\"completed\",\"output\":[{\"type\":\"message\",\"content\":"
+                        "[{\"type\":\"output_text\",\"text\":\"no\"},{\"type\":\"output_text\","
+                        "\"text\":\"ok\"}]}]}"),
+                "disagreed");
+    /* An answer holding \u0000 (cJSON would end its text there) is no comparison. */
+    T_CHECK_STR(verdict(&w, API_CHAT, CHAT_TEXT("\"a\\u0000b\""), CHAT_TEXT("\"a\\u0000c\"")),
+                "no probe");
+    T_CHECK_STR(verdict(&w, API_CHAT, CHAT_TEXT("\"a\""), CHAT_TEXT("\"a\\u0000c\"")), "error");
+    port_down(&w);
+}
+
+/* A chat answer of one choice whose text is n times c, then tail (JSON-escaped already). */
+static char *chat_of(size_t n, char c, const char *tail)
+{
+    return long_answer(n, c, tail);
+}
+
+/*
+ * The embedding comparator: an embedder's cosine that is no cosine (infinite, beyond 1) is no
+ * agreement; texts longer than the embedder reads (it embeds their head and tail) are not
+ * judged by it, nor are answers of several choices (a bag of words cannot tell which choice
+ * said what): compared by their texts. Each was "agreed" before.
+ */
+static void test_compare_embedding(void)
+{
+    struct port_world w;
+    struct fake_pair fp = {0};
+    port_up_cmp(&w, "embedding", &fp);
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"a\""), CHAT_TEXT("\"b\""), 0.95),
+                "agreed");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"a\""), CHAT_TEXT("\"b\""), 0.5),
+                "disagreed");
+    T_CHECK_INT(fp.starts, 2);
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"a\""), CHAT_TEXT("\"b\""), INFINITY),
+                "none");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"a\""), CHAT_TEXT("\"b\""), 1.5),
+                "none");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"a\""), CHAT_TEXT("\"b\""), NAN),
+                "none");
+    T_CHECK_INT((int64_t)w.st.v[STAT_semantic_bound_compare_errors], 3);
+    /* Alike in their heads and tails, different in the middle, longer than the embedder reads. */
+    struct pc_buf ca = PC_BUF_INIT, cb = PC_BUF_INIT;
+    for (int i = 0; i < 1000; i++)
+        pc_buf_append_str(&ca, "word ");
+    pc_buf_append_str(&cb, ca.data);
+    pc_buf_append_str(&ca, " yes ");
+    pc_buf_append_str(&cb, " no ");
+    for (int i = 0; i < 1000; i++) {
+        pc_buf_append_str(&ca, "word ");
+        pc_buf_append_str(&cb, "word ");
+    }
+    char *la = chat_of(0, 'x', pc_buf_cstr(&ca)), *lb = chat_of(0, 'x', pc_buf_cstr(&cb));
+    int starts = fp.starts;
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, la, lb, 1.0), "error");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, la, la, 1.0), "agreed"); /* the same text */
+    T_CHECK_INT(fp.starts, starts);
+    /* Two choices swapped: the same words in one text. */
+    const char *yn = "{\"choices\":[{\"index\":0,\"message\":{\"content\":\"yes\"}},"
+                     "{\"index\":1,\"message\":{\"content\":\"no\"}}]}";
+    const char *ny = "{\"choices\":[{\"index\":0,\"message\":{\"content\":\"no\"}},"
+                     "{\"index\":1,\"message\":{\"content\":\"yes\"}}]}";
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, yn, ny, 1.0), "disagreed");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, yn, yn, 1.0), "agreed");
+    /* A text against a tool call, whatever the embedder says. */
+    T_CHECK_STR(
+        verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"get({})\""), CHAT_CALL("get", "\"{}\""), 1.0),
+        "disagreed");
+    T_CHECK_INT(fp.starts, starts);
+    free(la);
+    free(lb);
+    pc_buf_free(&ca);
+    pc_buf_free(&cb);
+    port_down(&w);
+}
+
 /*
  * Marks that could not even be asked for hold their entry back, also when the counts read
  * for an earlier candidate would allow it (they were taken as none: served).
@@ -948,6 +1246,8 @@ int main(void)
     T_RUN(test_count_max_bound);
     T_RUN(test_fast_matches_reference);
     T_RUN(test_compare_long);
+    T_RUN(test_compare_forms);
+    T_RUN(test_compare_embedding);
     T_RUN(test_marks_unsent);
     T_RUN(test_argv);
     T_RUN(test_answer_text);

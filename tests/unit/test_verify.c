@@ -10,6 +10,9 @@
 
 #include <cjson/cJSON.h>
 
+#include <stdlib.h>
+#include <string.h>
+
 static void test_urls(void)
 {
     char out[256];
@@ -88,10 +91,40 @@ static void test_body(void)
     free(body);
 }
 
+/*
+ * Answers are shown whole up to VERIFY_ANSWER_MAX bytes each (the error bound does not ask
+ * about longer ones): they were cut at 2000 bytes like a request, so two answers alike in
+ * their first 2000 bytes and different after were judged by their beginnings ("yes").
+ */
+static void test_answers_body(void)
+{
+    char *body = NULL;
+    size_t len = 0;
+    char *a = malloc(VERIFY_ANSWER_MAX + 1), *b = malloc(VERIFY_ANSWER_MAX + 1);
+    memset(a, 'a', VERIFY_ANSWER_MAX);
+    memcpy(b, a, VERIFY_ANSWER_MAX);
+    a[VERIFY_ANSWER_MAX] = b[VERIFY_ANSWER_MAX] = '\0';
+    a[VERIFY_ANSWER_MAX - 1] = 'y';
+    b[VERIFY_ANSWER_MAX - 1] = 'n';
+    verify_answers_body("judge-1", a, b, &body, &len);
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    const cJSON *msgs = cJSON_GetObjectItem(j, "messages");
+    const char *user =
+        cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(msgs, 1), "content"));
+    T_CHECK(user != NULL && strstr(user, "ay\"\nAnswer B: \"aaa") != NULL);
+    T_CHECK(user != NULL && strlen(user) > 2 * VERIFY_ANSWER_MAX);
+    T_CHECK(user != NULL && user[strlen(user) - 2] == 'n');
+    cJSON_Delete(j);
+    free(body);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     T_RUN(test_urls);
     T_RUN(test_parse);
     T_RUN(test_body);
+    T_RUN(test_answers_body);
     T_DONE();
 }
