@@ -313,7 +313,11 @@ typedef void bound_ready_fn(void *arg);
  */
 int bound_view_fetch(struct bound_view *v, const char *tenant_id,
                      const unsigned char exact[PC_SHA256_LEN], bound_ready_fn *cb, void *arg);
-/* Decide for the candidate fetched last, at similarity sim (counted in the metrics). */
+/*
+ * Decide for the candidate fetched last, at similarity sim (counted in the metrics). Partition
+ * counts that could not be read (or were rejected) allow nothing: the global prior needs
+ * them, for their veto.
+ */
 void bound_view_decide(struct bound_view *v, double sim, struct bound_decision *out);
 /*
  * A probe for the candidate decided last (explore or withhold): its cached

@@ -1332,9 +1332,14 @@ void bound_view_decide(struct bound_view *v, double sim, struct bound_decision *
 {
     PC_CHECK_OBJ(v, VIEW_MAGIC);
     struct bound *b = v->bp->b;
+    /*
+     * The global counts are the partition's prior only where its own counts do not veto them:
+     * with those unread (an error reply, a timeout, a value rejected), the veto is unknown, and
+     * the global counts alone would serve a partition whose answers were found different.
+     */
     struct bound_inputs in = {
         .partition = v->part_ok ? &v->part : NULL,
-        .global = v->glob_ok ? &v->glob : NULL,
+        .global = v->glob_ok && v->part_ok ? &v->glob : NULL,
         .entry_floor = v->floor,
         .delta = b->delta,
         .explore_rate = b->explore_rate,

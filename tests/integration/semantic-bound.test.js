@@ -263,6 +263,56 @@ h.test('forged counts and marks in Redis are rejected, counted and never serve',
     await p.stop();
 });
 
+/* Counts as the proxy writes them: in bucket 99 (similarity 0.995..1), seen, compared, wrong. */
+async function forgeCounts(db, key, seen, compared, wrong) {
+    await onDb(db, 'DEL', key);
+    await onDb(db, 'BITFIELD', key, 'SET', 'i64', '#0', MAGIC,
+        'SET', 'i64', `#${1 + 3 * 99}`, String(seen), 'SET', 'i64', `#${2 + 3 * 99}`, String(compared),
+        'SET', 'i64', `#${3 + 3 * 99}`, String(wrong));
+}
+
+h.test('partition counts that cannot be read serve nothing, whatever the global counts allow', async () => {
+    const db = nextDb++;
+    const p = await boundProxy(db);
+    const H = {'X-Cache-Namespace': `veto-${tag()}`};
+    const t = tag();
+    await ask(p, question(t), `m-${t}`, H);
+    assertHeldBack(await ask(p, rewording(t), `m-${t}`, H), 'agreed');
+    const [bp] = await boundKeys(db, 'pc:2:bp:*');
+    const [bg] = await boundKeys(db, 'pc:2:bg:*');
+    assert.ok(bp && bg, 'partition and global counts written');
+    /* The global counts allow similarity 1; this partition's own say its answers differ. */
+    await forgeCounts(db, bg, 100, 100, 0);
+    await forgeCounts(db, bp, 20, 20, 20);
+    const u = tag();
+    await ask(p, question(u), `m-${u}`, H);
+    assertHeldBack(await ask(p, rewording(u), `m-${u}`, H), 'agreed');
+    /* The partition's GET fails (WRONGTYPE here; a timeout or a node of a cluster away does
+     * the same): its veto is unknown, so the global prior must not serve. */
+    const val = await onDb(db, 'GET', bp);
+    await onDb(db, 'DEL', bp);
+    await onDb(db, 'RPUSH', bp, val);
+    const v = tag();
+    await ask(p, question(v), `m-${v}`, H);
+    const res = await ask(p, rewording(v), `m-${v}`, H);
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.headers['x-cache-status'], 'MISS', 'not served without the partition\'s counts');
+    /* Counts out of range (rejected, counted) are unknown the same way. */
+    await onDb(db, 'DEL', bp);
+    await forgeCounts(db, bp, 20, 10, 20);
+    const x = tag();
+    await ask(p, question(x), `m-${x}`, H);
+    const res2 = await ask(p, rewording(x), `m-${x}`, H);
+    assert.equal(res2.headers['x-cache-status'], 'MISS', 'not served with the partition\'s counts rejected');
+    assert.equal((await p.stats()).semantic_bound_rejected, 1);
+    /* Readable again and no longer vetoing: the global prior serves. */
+    await forgeCounts(db, bp, 1, 1, 0);
+    const y = tag();
+    await ask(p, question(y), `m-${y}`, H);
+    assertServed(await ask(p, rewording(y), `m-${y}`, H));
+    await p.stop();
+});
+
 /*
  * A proxy a and an auditing instance (it compares every candidate) on a fresh db, with enough
  * agreement in namespace H that one difference found later still leaves the bound serving.
