@@ -274,7 +274,9 @@ static void certify(const struct bound_counts *c, double delta, bool want_upper,
     *out = (struct bound_cert){.bucket = BOUND_BUCKETS, .threshold = 1.0, .upper = 1.0};
     double need = (double)bound_min_n(delta, BOUND_CONFIDENCE);
     struct region_sums s = {0};
-    for (int b = BOUND_BUCKETS - 1; b >= 0; b--) {
+    /* Not bucket 0: it holds every similarity below BOUND_SIM_MIN, down to -1 (a threshold may
+     * go to 0), so what was compared there says nothing of the rest of it. */
+    for (int b = BOUND_BUCKETS - 1; b >= 1; b--) {
         if (c->compared[b] <= 0)
             continue; /* no evidence at this similarity: neither tested nor served */
         sums_add(&s, c, b);

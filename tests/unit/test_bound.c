@@ -226,6 +226,28 @@ static void test_decide(void)
     T_CHECK_INT(d.verdict, BOUND_SERVE);
     bound_decide(&w, 0.97, 0.009, &d);
     T_CHECK_INT(d.verdict, BOUND_EXPLORE);
+    /*
+     * Bucket 0 holds every similarity below 0.505 (X-Cache-Threshold or semantic-threshold may
+     * go to 0): comparisons at 0.49 say nothing of a candidate at 0.1, so it is never served
+     * (it was: 1000 agreements at 0.49 served -0.9 and 0.2), nor shown as the threshold.
+     */
+    struct bound_counts low = {0};
+    add_n(&low, 0.49, false, 1000);
+    struct bound_inputs lw = {.global = &low, .entry_floor = -1, .delta = 0.01};
+    bound_decide(&lw, 0.2, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_WITHHOLD);
+    bound_decide(&lw, -0.9, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_WITHHOLD);
+    bound_decide(&lw, 0.49, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_WITHHOLD);
+    struct bound_cert lc;
+    bound_certify(&low, 0.01, &lc);
+    T_CHECK(!lc.certified);
+    add_n(&low, 0.51, false, 1000);
+    bound_decide(&lw, 0.51, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_SERVE);
+    bound_decide(&lw, 0.49, 0.5, &d);
+    T_CHECK_INT(d.verdict, BOUND_WITHHOLD);
 }
 
 static void test_explore_p(void)
@@ -479,7 +501,7 @@ static void ref_certify(const struct bound_counts *c, double delta, struct bound
     *out = (struct bound_cert){.bucket = BOUND_BUCKETS, .threshold = 1.0, .upper = 1.0};
     double need = (double)bound_min_n(delta, BOUND_CONFIDENCE);
     struct ref_sums s = {0};
-    for (int b = BOUND_BUCKETS - 1; b >= 0; b--) {
+    for (int b = BOUND_BUCKETS - 1; b >= 1; b--) { /* bucket 0 is never a threshold */
         if (c->compared[b] <= 0)
             continue;
         ref_sums_add(&s, c, b);
