@@ -27,6 +27,7 @@
 #include "pc_conf.h"
 #include "pc_dialect.h"
 #include "pc_embed.h"
+#include "pc_guard.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
 #include "pc_stats.h"
@@ -56,6 +57,16 @@
  * seen): little known, more explored.
  */
 #define BOUND_EXPLORE_FLOOR 0.1
+
+/*
+ * The guards the embedding comparator applies to two answers first: a number or its sign, a
+ * negation, a symbol or a date differing makes another answer whatever the cosine (the
+ * builtin embedder puts "returns 5" and "returns -5" at 1.000). The others judge wording,
+ * which a right answer may change.
+ */
+#define BOUND_ANSWER_GUARDS                                                               \
+    (GUARD_MASK(GUARD_NUMBERS) | GUARD_MASK(GUARD_NEGATION) | GUARD_MASK(GUARD_SYMBOLS) | \
+     GUARD_MASK(GUARD_DATES))
 
 /* ---- figures ----------------------------------------------------------------- */
 
@@ -1609,6 +1620,14 @@ int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct ent
     if (too_long) {
         bound_answer_free(&fa);
         return compare_failed(bp, p);
+    }
+    /* What an embedder does not see: a fact changed with the words kept. */
+    if (bp->b->cmp == BOUND_CMP_EMBEDDING &&
+        guard_check(p->ans.text.data, p->ans.text.len, fa.text.data, fa.text.len,
+                    BOUND_ANSWER_GUARDS) < GUARD__COUNT) {
+        bound_answer_free(&fa);
+        record(bp, p, true);
+        return 1;
     }
     struct bound_cmp *c = pc_calloc(1, sizeof(*c));
     c->magic = CMP_MAGIC;

@@ -1146,6 +1146,32 @@ static void test_compare_embedding(void)
         verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"get({})\""), CHAT_CALL("get", "\"{}\""), 1.0),
         "disagreed");
     T_CHECK_INT(fp.starts, starts);
+    /*
+     * What an embedder cannot tell apart (the builtin one puts "returns 5" and "returns -5" at
+     * 1.000, "2 million" and "3 million" at 0.91): a number, its sign, a negation, a symbol,
+     * a date differing is a different answer, before any embedding.
+     */
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"The function returns 5.\""),
+                            CHAT_TEXT("\"The function returns -5.\""), 1.0),
+                "disagreed");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"Paris has 2 million people.\""),
+                            CHAT_TEXT("\"Paris has 3 million people.\""), 1.0),
+                "disagreed");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"Take it with food.\""),
+                            CHAT_TEXT("\"Do not take it with food.\""), 1.0),
+                "disagreed");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"The meeting is on Monday.\""),
+                            CHAT_TEXT("\"The meeting is on Tuesday.\""), 1.0),
+                "disagreed");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"Keep x > 5.\""),
+                            CHAT_TEXT("\"Keep x < 5.\""), 1.0),
+                "disagreed");
+    T_CHECK_INT(fp.starts, starts);
+    /* A rewording with the same facts is still the embedder's to judge. */
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"Paris has 2 million people.\""),
+                            CHAT_TEXT("\"About 2 million people live in Paris.\""), 0.95),
+                "agreed");
+    T_CHECK_INT(fp.starts, starts + 1);
     free(la);
     free(lb);
     pc_buf_free(&ca);
