@@ -632,10 +632,10 @@ int bound_marks_decode(const char *buf, size_t len, int *floor_out)
  * exact comparator's key, piece by piece: a word moved from one piece to the next (one choice
  * to another, a text block to the next) is another answer.
  */
-/* JSON of a value as the form holds it; "-" for none. */
+/* JSON of a value as the form holds it; "-" for none (absent and null are one). */
 static void form_json(struct pc_buf *form, const cJSON *v)
 {
-    if (v == NULL) {
+    if (v == NULL || cJSON_IsNull(v)) {
         pc_buf_append_char(form, '-');
         return;
     }

@@ -1060,6 +1060,13 @@ static void test_compare_forms(void)
                         "{\"content\":[{\"type\":\"server_tool_use\",\"name\":\"web_search\","
                         "\"input\":{\"q\":\"b\"}},{\"type\":\"text\",\"text\":\"Hi\"}]}"),
                 "disagreed");
+    /* A member absent and the same member null are one (servers differ in what they send). */
+    T_CHECK_STR(verdict(&w, API_MESSAGES,
+                        "{\"content\":[{\"type\":\"text\",\"text\":\"Hi\"}],\"stop_reason\":"
+                        "\"end_turn\",\"stop_sequence\":null}",
+                        "{\"content\":[{\"type\":\"text\",\"text\":\"Hi\"}],\"stop_reason\":"
+                        "\"end_turn\"}"),
+                "agreed");
     /* Responses: a message against a function call; incomplete against completed. */
     T_CHECK_STR(verdict(&w, API_RESPONSES,
                         "{\"status\":\"completed\",\"output\":[{\"type\":\"message\",\"content\":"
