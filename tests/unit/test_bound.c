@@ -1173,12 +1173,43 @@ static void test_compare_embedding(void)
     T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"Keep x > 5.\""),
                             CHAT_TEXT("\"Keep x < 5.\""), 1.0),
                 "disagreed");
+    /* Opposites in the same place: "first"/"second" (0.906), "all"/"some" (0.928), "into"/
+     * "out of" (0.953), "won"/"lost" with the builtin embedder. */
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"The first one is correct.\""),
+                            CHAT_TEXT("\"The second one is correct.\""), 1.0),
+                "disagreed");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"All tests pass.\""),
+                            CHAT_TEXT("\"Some tests pass.\""), 1.0),
+                "disagreed");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"Move the file into the folder.\""),
+                            CHAT_TEXT("\"Move the file out of the folder.\""), 1.0),
+                "disagreed");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"He won the match.\""),
+                            CHAT_TEXT("\"He lost the match.\""), 1.0),
+                "disagreed");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"Sort in ascending order.\""),
+                            CHAT_TEXT("\"Sort in descending order.\""), 1.0),
+                "disagreed");
     T_CHECK_INT(fp.starts, starts);
     /* A rewording with the same facts is still the embedder's to judge. */
     T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT, CHAT_TEXT("\"Paris has 2 million people.\""),
                             CHAT_TEXT("\"About 2 million people live in Paris.\""), 0.95),
                 "agreed");
-    T_CHECK_INT(fp.starts, starts + 1);
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT,
+                            CHAT_TEXT("\"You should not mix bleach with ammonia because it makes "
+                                      "toxic gas.\""),
+                            CHAT_TEXT("\"Never mix bleach and ammonia: the combination produces a "
+                                      "toxic gas.\""),
+                            0.95),
+                "agreed");
+    T_CHECK_STR(verdict_cos(&w, &fp, API_CHAT,
+                            CHAT_TEXT("\"To reset the router, hold the reset button for 10 "
+                                      "seconds, then wait for it to restart.\""),
+                            CHAT_TEXT("\"Hold the reset button for 10 seconds to reset your "
+                                      "router; it will then restart.\""),
+                            0.95),
+                "agreed");
+    T_CHECK_INT(fp.starts, starts + 3);
     free(la);
     free(lb);
     pc_buf_free(&ca);
