@@ -1060,6 +1060,26 @@ static void test_compare_forms(void)
                         "{\"content\":[{\"type\":\"server_tool_use\",\"name\":\"web_search\","
                         "\"input\":{\"q\":\"b\"}},{\"type\":\"text\",\"text\":\"Hi\"}]}"),
                 "disagreed");
+    /* Tool inputs whose numbers a double does not hold (two ids 1 apart at 10^19) are no
+     * comparison: read through cJSON they were the same number. */
+    T_CHECK_STR(verdict(&w, API_MESSAGES,
+                        "{\"content\":[{\"type\":\"tool_use\",\"name\":\"del\",\"input\":"
+                        "{\"id\":12345678901234567891}}],\"stop_reason\":\"tool_use\"}",
+                        "{\"content\":[{\"type\":\"tool_use\",\"name\":\"del\",\"input\":"
+                        "{\"id\":12345678901234567890}}],\"stop_reason\":\"tool_use\"}"),
+                "no probe");
+    T_CHECK_STR(verdict(&w, API_MESSAGES,
+                        "{\"content\":[{\"type\":\"tool_use\",\"name\":\"del\",\"input\":"
+                        "{\"id\":123,\"x\":0.5}}],\"stop_reason\":\"tool_use\"}",
+                        "{\"content\":[{\"type\":\"tool_use\",\"name\":\"del\",\"input\":"
+                        "{\"id\":12345678901234567890}}],\"stop_reason\":\"tool_use\"}"),
+                "error");
+    T_CHECK_STR(verdict(&w, API_MESSAGES,
+                        "{\"content\":[{\"type\":\"tool_use\",\"name\":\"del\",\"input\":"
+                        "{\"id\":123,\"x\":0.5}}],\"stop_reason\":\"tool_use\"}",
+                        "{\"content\":[{\"type\":\"tool_use\",\"name\":\"del\",\"input\":"
+                        "{\"id\":123, \"x\":0.5}}],\"stop_reason\":\"tool_use\"}"),
+                "agreed");
     /* A member absent and the same member null are one (servers differ in what they send). */
     T_CHECK_STR(verdict(&w, API_MESSAGES,
                         "{\"content\":[{\"type\":\"text\",\"text\":\"Hi\"}],\"stop_reason\":"
