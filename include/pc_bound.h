@@ -250,11 +250,11 @@ struct bound_answer {
     struct pc_buf text, form, key;
     int choices;
     bool cut;
+    bool rounded; /* a number has more than 15 significant digits: the form holds it rounded */
 };
 /*
  * 0, or -1 (a freed) if the answer has no text (an error, an embedding, only thinking),
- * does not parse, holds "\u0000" (cJSON would end its text there) or a number of more than
- * 15 significant digits (read through a double, two such ids could compare equal).
+ * does not parse, or holds "\u0000" (cJSON would end its text there).
  */
 int bound_answer_read(const struct entry *e, struct bound_answer *a);
 void bound_answer_free(struct bound_answer *a);
