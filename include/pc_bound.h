@@ -250,7 +250,7 @@ struct bound_answer {
     struct pc_buf text, form, key;
     int choices;
     bool cut;
-    bool rounded; /* a number has more than 15 significant digits: the form holds it rounded */
+    bool rounded; /* the form holds a number rounded (an integer of 2^53 or more) */
 };
 /*
  * 0, or -1 (a freed) if the answer has no text (an error, an embedding, only thinking),

@@ -636,6 +636,23 @@ int bound_marks_decode(const char *buf, size_t len, int *floor_out)
  * exact comparator's key, piece by piece: a word moved from one piece to the next (one choice
  * to another, a text block to the next) is another answer.
  */
+/*
+ * Whether v holds a number a double does not hold exactly as an integer (2^53 and beyond: two
+ * ids 1 apart at 10^19 read the same through cJSON).
+ */
+static bool json_rounded(const cJSON *v)
+{
+    if (cJSON_IsNumber(v))
+        return !(fabs(v->valuedouble) < 9007199254740992.0);
+    const cJSON *c, *kids = cJSON_IsArray(v) || cJSON_IsObject(v) ? v : NULL;
+    cJSON_ArrayForEach(c, kids)
+    {
+        if (json_rounded(c))
+            return true;
+    }
+    return false;
+}
+
 /* JSON of a value as the form holds it; "-" for none (absent and null are one). */
 static void form_json(struct pc_buf *form, const cJSON *v)
 {
@@ -646,6 +663,13 @@ static void form_json(struct pc_buf *form, const cJSON *v)
     char *s = cJSON_PrintUnformatted(v);
     pc_buf_append_str(form, s != NULL ? s : "?");
     cJSON_free(s);
+}
+
+/* The same into out for the answer a, which takes note of a number rounded. */
+static void form_value(struct bound_answer *a, struct pc_buf *out, const cJSON *v)
+{
+    form_json(out, v);
+    a->rounded = a->rounded || json_rounded(v);
 }
 
 /* One text piece's normalised form in the key (bound_same_text's rule, one piece at a time). */
@@ -695,7 +719,7 @@ static bool json_empty(const cJSON *v)
 static void opaque(struct bound_answer *a, const char *what, const cJSON *v)
 {
     pc_buf_printf(&a->form, "%s ", what);
-    form_json(&a->form, v);
+    form_value(a, &a->form, v);
     pc_buf_append_char(&a->form, '\n');
 }
 
@@ -767,10 +791,10 @@ static void call(struct bound_answer *a, const char *kind, const cJSON *name, co
         cJSON_Delete(parsed);
     } else {
         pc_buf_append_char(&arg, '=');
-        form_json(&arg, args);
+        form_value(a, &arg, args);
     }
     pc_buf_printf(&a->form, "%s ", kind);
-    form_json(&a->form, name);
+    form_value(a, &a->form, name);
     pc_buf_append_char(&a->form, ' ');
     pc_buf_append(&a->form, arg.data, arg.len);
     pc_buf_append_char(&a->form, '\n');
@@ -820,7 +844,7 @@ static void chat_message(struct bound_answer *a, const cJSON *msg)
             pc_buf_append_str(&a->form, "member ");
             pc_buf_json_str(&a->form, m->string, strlen(m->string));
             pc_buf_append_char(&a->form, ' ');
-            form_json(&a->form, m);
+            form_value(a, &a->form, m);
             pc_buf_append_char(&a->form, '\n');
         }
     }
@@ -835,9 +859,9 @@ static void read_chat(struct bound_answer *a, const cJSON *resp, bool legacy)
     cJSON_ArrayForEach(choice, choices)
     {
         pc_buf_append_str(&a->form, "choice ");
-        form_json(&a->form, api_member(choice, "index"));
+        form_value(a, &a->form, api_member(choice, "index"));
         pc_buf_append_char(&a->form, ' ');
-        form_json(&a->form, api_member(choice, "finish_reason"));
+        form_value(a, &a->form, api_member(choice, "finish_reason"));
         pc_buf_append_char(&a->form, '\n');
         if (legacy)
             content(a, "text", api_member(choice, "text"));
@@ -849,9 +873,9 @@ static void read_chat(struct bound_answer *a, const cJSON *resp, bool legacy)
 static void read_messages(struct bound_answer *a, const cJSON *resp)
 {
     pc_buf_append_str(&a->form, "stop ");
-    form_json(&a->form, api_member(resp, "stop_reason"));
+    form_value(a, &a->form, api_member(resp, "stop_reason"));
     pc_buf_append_char(&a->form, ' ');
-    form_json(&a->form, api_member(resp, "stop_sequence"));
+    form_value(a, &a->form, api_member(resp, "stop_sequence"));
     pc_buf_append_char(&a->form, '\n');
     const cJSON *blocks = array_of(api_member(resp, "content")), *block;
     cJSON_ArrayForEach(block, blocks)
@@ -873,9 +897,9 @@ static void read_messages(struct bound_answer *a, const cJSON *resp)
 static void read_responses(struct bound_answer *a, const cJSON *resp)
 {
     pc_buf_append_str(&a->form, "status ");
-    form_json(&a->form, api_member(resp, "status"));
+    form_value(a, &a->form, api_member(resp, "status"));
     pc_buf_append_char(&a->form, ' ');
-    form_json(&a->form, api_member(api_member(resp, "incomplete_details"), "reason"));
+    form_value(a, &a->form, api_member(api_member(resp, "incomplete_details"), "reason"));
     pc_buf_append_char(&a->form, '\n');
     const cJSON *items = array_of(api_member(resp, "output")), *it;
     cJSON_ArrayForEach(it, items)
@@ -892,40 +916,6 @@ static void read_responses(struct bound_answer *a, const cJSON *resp)
             opaque(a, "item", it);
         }
     }
-}
-
-/*
- * Whether every number of the JSON text s[0..n) (outside its strings) has at most 15
- * significant digits, which a double holds exactly and cJSON prints back: a longer one (an id
- * of 19 digits) would be compared rounded.
- */
-static bool numbers_held(const char *s, size_t n)
-{
-    bool in_str = false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (in_str) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_str = false;
-        } else if (c == '"') {
-            in_str = true;
-        } else if (c >= '0' && c <= '9') {
-            int digits = 0;
-            bool lead = true, mantissa = true;
-            for (; i < n && strchr("0123456789+-.eE", s[i]) != NULL && s[i] != '\0'; i++) {
-                if (s[i] == 'e' || s[i] == 'E')
-                    mantissa = false;
-                else if (mantissa && s[i] >= '0' && s[i] <= '9' && !(lead && s[i] == '0'))
-                    digits++, lead = false;
-            }
-            if (digits > 15)
-                return false;
-            i--;
-        }
-    }
-    return true;
 }
 
 void bound_answer_free(struct bound_answer *a)
@@ -947,7 +937,6 @@ int bound_answer_read(const struct entry *e, struct bound_answer *a)
     if (resp == NULL)
         return -1;
     a->choices = 1;
-    a->rounded = !numbers_held(e->body, e->body_len);
     pc_buf_printf(&a->form, "%s\n", api_endpoint_name(e->endpoint));
     if (e->endpoint == API_CHAT || e->endpoint == API_COMPLETIONS)
         read_chat(a, resp, e->endpoint == API_COMPLETIONS);

@@ -1080,6 +1080,20 @@ static void test_compare_forms(void)
                         "{\"content\":[{\"type\":\"tool_use\",\"name\":\"del\",\"input\":"
                         "{\"id\":123, \"x\":0.5}}],\"stop_reason\":\"tool_use\"}"),
                 "agreed");
+    /* Only what the form holds counts: long numbers elsewhere (logprobs) or in OpenAI's
+     * arguments (compared as written) leave the answers comparable. */
+    T_CHECK_STR(verdict(&w, API_CHAT,
+                        "{\"choices\":[{\"index\":0,\"message\":{\"content\":\"ok\"},"
+                        "\"logprobs\":{\"content\":[{\"logprob\":-0.31326165795326233,"
+                        "\"n\":12345678901234567891}]},\"finish_reason\":\"stop\"}]}",
+                        CHAT_TEXT("\"ok\"")),
+                "agreed");
+    T_CHECK_STR(verdict(&w, API_CHAT, CHAT_CALL("del", "\"{\\\"id\\\":12345678901234567891}\""),
+                        CHAT_CALL("del", "\"{\\\"id\\\":12345678901234567890}\"")),
+                "disagreed");
+    T_CHECK_STR(verdict(&w, API_CHAT, CHAT_CALL("del", "\"{\\\"id\\\":12345678901234567891}\""),
+                        CHAT_CALL("del", "\"{\\\"id\\\":12345678901234567891}\"")),
+                "agreed");
     /* A member absent and the same member null are one (servers differ in what they send). */
     T_CHECK_STR(verdict(&w, API_MESSAGES,
                         "{\"content\":[{\"type\":\"text\",\"text\":\"Hi\"}],\"stop_reason\":"
