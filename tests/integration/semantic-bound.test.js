@@ -25,6 +25,14 @@ const MAGIC = '5783539250392793090'; /* the counts' header word (pc_bound.h BOUN
 let sem = null;
 let nextDb = 1;
 
+/* A database of its own for a scenario. Redis has 16 (0-15): past them, one used by a scenario
+ * that has ended is emptied and used again. */
+async function freshDb() {
+    const db = 1 + (nextDb++ - 1) % 15;
+    await onDb(db, 'FLUSHDB');
+    return db;
+}
+
 function dbUrl(db) {
     return env.redis.url.replace(/\/\d+$/, `/${db}`);
 }
@@ -93,7 +101,7 @@ h.test('set up: mock embedder', async () => {
 });
 
 h.test('a candidate the bound does not allow yet is answered from upstream and verified', async () => {
-    const p = await boundProxy(nextDb++);
+    const p = await boundProxy(await freshDb());
     const t = tag();
     const first = await ask(p, question(t), 'reverse');
     assert.equal(first.headers['x-cache-status'], 'MISS');
@@ -122,7 +130,7 @@ h.test('a candidate the bound does not allow yet is answered from upstream and v
 });
 
 h.test('an agreeing population starts being served; a disagreeing pair stops it; a second instance shares both', async () => {
-    const db = nextDb++;
+    const db = await freshDb();
     const a = await boundProxy(db);
     const ns = `pop-${tag()}`;
     const pairs = await agreeingPairs(a, ns, NEED);
@@ -167,7 +175,7 @@ h.test('an agreeing population starts being served; a disagreeing pair stops it;
 });
 
 h.test('observations survive a restart and are shared with a new instance', async () => {
-    const db = nextDb++;
+    const db = await freshDb();
     const a = await boundProxy(db);
     const ns = `restart-${tag()}`;
     await agreeingPairs(a, ns, NEED);
@@ -207,7 +215,7 @@ async function onDb(db, ...cmd) {
 }
 
 h.test('forged counts and marks in Redis are rejected, counted and never serve', async () => {
-    const db = nextDb++;
+    const db = await freshDb();
     const p = await boundProxy(db);
     const ns = `forged-${tag()}`;
     await agreeingPairs(p, ns, NEED);
@@ -263,6 +271,32 @@ h.test('forged counts and marks in Redis are rejected, counted and never serve',
     await p.stop();
 });
 
+h.test('an answer of another form is another answer: a tool call and a text that reads like it, a refusal and content, a cut answer and a complete one', async () => {
+    const p = await boundProxy(await freshDb());
+    const chat = (message, finish = 'stop') => JSON.stringify({
+        id: 'chatcmpl-x', object: 'chat.completion', created: 1, model: 'm',
+        choices: [{index: 0, message: {role: 'assistant', ...message}, finish_reason: finish}],
+    });
+    const call = chat({content: null, tool_calls: [{id: 'c1', type: 'function',
+        function: {name: 'get_weather', arguments: '{"city":"Paris"}'}}]}, 'tool_calls');
+    const pairs = [
+        /* cached, fresh */
+        [call, chat({content: 'get_weather({"city":"Paris"})'})],
+        [chat({content: null, refusal: 'I cannot help with that.'}), chat({content: 'I cannot help with that.'})],
+        [chat({content: 'The answer is'}, 'length'), chat({content: 'The answer is'})],
+    ];
+    for (const [cached, fresh] of pairs) {
+        const t = tag();
+        await ask(p, question(t), 'x', {'x-mock-body': cached});
+        assertHeldBack(await ask(p, rewording(t), 'x', {'x-mock-body': fresh}), 'disagreed');
+    }
+    /* The same call again agrees. */
+    const t = tag();
+    await ask(p, question(t), 'x', {'x-mock-body': call});
+    assertHeldBack(await ask(p, rewording(t), 'x', {'x-mock-body': call}), 'agreed');
+    await p.stop();
+});
+
 /* Counts as the proxy writes them: in bucket 99 (similarity 0.995..1), seen, compared, wrong. */
 async function forgeCounts(db, key, seen, compared, wrong) {
     await onDb(db, 'DEL', key);
@@ -272,7 +306,7 @@ async function forgeCounts(db, key, seen, compared, wrong) {
 }
 
 h.test('partition counts that cannot be read serve nothing, whatever the global counts allow', async () => {
-    const db = nextDb++;
+    const db = await freshDb();
     const p = await boundProxy(db);
     const H = {'X-Cache-Namespace': `veto-${tag()}`};
     const t = tag();
@@ -318,7 +352,7 @@ h.test('partition counts that cannot be read serve nothing, whatever the global 
  * agreement in namespace H that one difference found later still leaves the bound serving.
  */
 async function servingWithAuditor(label) {
-    const db = nextDb++;
+    const db = await freshDb();
     const a = await boundProxy(db);
     const audit = await boundProxy(db, ['--semantic-explore-rate', '1']);
     const ns = `${label}-${tag()}`;
@@ -387,7 +421,7 @@ function assertSettled(st) {
 }
 
 h.test('a held-back candidate is compared with a fresh answer that is not stored; never with one that is no full answer', async () => {
-    const p = await boundProxy(nextDb++);
+    const p = await boundProxy(await freshDb());
     const t = tag();
     await ask(p, question(t), 'kept');
     const NS = {'Cache-Control': 'no-store'};
@@ -436,7 +470,7 @@ h.test('a held-back candidate is compared with a fresh answer that is not stored
 });
 
 h.test('a request that joined a held-back one\'s upstream call is counted uncompared', async () => {
-    const p = await boundProxy(nextDb++);
+    const p = await boundProxy(await freshDb());
     const t = tag();
     await ask(p, question(t), 'joined');
     const id = h.uniq('hold');
@@ -483,7 +517,7 @@ h.test('a mark written after its entry was refreshed takes the entry\'s new life
 });
 
 h.test('the comparators: embeddings of the two answers, and the verifier model', async () => {
-    const emb = await boundProxy(nextDb++, ['--semantic-verify-answers', 'embedding']);
+    const emb = await boundProxy(await freshDb(), ['--semantic-verify-answers', 'embedding']);
     const t = tag();
     await ask(emb, question(t), 'same');
     assertHeldBack(await ask(emb, rewording(t), 'same'), 'agreed');
@@ -491,7 +525,7 @@ h.test('the comparators: embeddings of the two answers, and the verifier model',
     assertHeldBack(await ask(emb, rewording2(t), 'different words here entirely'), 'disagreed');
     await emb.stop();
 
-    const model = await boundProxy(nextDb++, ['--semantic-verify-answers', 'model',
+    const model = await boundProxy(await freshDb(), ['--semantic-verify-answers', 'model',
         '--semantic-verify-url', sem.url, '--semantic-verify-model', 'judge']);
     const judged = sem.judgeCalls;
     const u = tag();
@@ -515,7 +549,7 @@ h.test('the comparators: embeddings of the two answers, and the verifier model',
 });
 
 h.test('a streamed answer is compared too (no header: it went out before the comparison)', async () => {
-    const p = await boundProxy(nextDb++);
+    const p = await boundProxy(await freshDb());
     const t = tag();
     await ask(p, question(t), 'streamed');
     const s = await p.openStream(CHAT, h.chatBody(rewording(t), {stream: true}), {'x-mock-meaning': 'streamed'});
@@ -528,7 +562,7 @@ h.test('a streamed answer is compared too (no header: it went out before the com
 
 h.test('a streamed answer does not wait for a slow comparison to end', async () => {
     const judge = await createSemanticMock().listen();
-    const p = await boundProxy(nextDb++, ['--semantic-verify-answers', 'model', '--semantic-verify-url',
+    const p = await boundProxy(await freshDb(), ['--semantic-verify-answers', 'model', '--semantic-verify-url',
         judge.url, '--semantic-verify-model', 'judge', '--semantic-verify-timeout', '10000',
         '--semantic-sure-threshold', '0.5']);
     const t = tag();
@@ -554,7 +588,7 @@ h.test('a streamed answer does not wait for a slow comparison to end', async () 
 });
 
 h.test('Redis down: requests are answered, nothing is served by meaning, no bound errors', async () => {
-    const db = nextDb++;
+    const db = await freshDb();
     const p = await boundProxy(db);
     const t = tag();
     await ask(p, question(t), 'down');
