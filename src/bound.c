@@ -827,13 +827,17 @@ static void chat_message(struct bound_answer *a, const cJSON *msg)
         else
             opaque(a, "call", tc); /* another kind of call ("custom"): all of it */
     }
-    const cJSON *fc = api_member(msg, "function_call"); /* the legacy single call */
+    if (calls == NULL && !json_empty(api_member(msg, "tool_calls")))
+        opaque(a, "tool_calls", api_member(msg, "tool_calls")); /* not a list: all of it */
+    const cJSON *fc = api_member(msg, "function_call");         /* the legacy single call */
     if (cJSON_IsObject(fc))
         call(a, "function_call", api_member(fc, "name"), api_member(fc, "arguments"));
+    else if (!json_empty(fc))
+        opaque(a, "function_call", fc);
     /* Anything else the message says (audio, annotations...), but not its reasoning. */
     static const char *const known[] = {
-        "role",          "content",   "refusal",          "tool_calls",
-        "function_call", "reasoning", "reasoning_content"};
+        "role",          "content",   "refusal",           "tool_calls",
+        "function_call", "reasoning", "reasoning_content", "reasoning_details"};
     const cJSON *m, *members = cJSON_IsObject(msg) ? msg : NULL;
     cJSON_ArrayForEach(m, members)
     {

@@ -1027,6 +1027,25 @@ static void test_compare_forms(void)
                         "{\"choices\":[{\"message\":{\"content\":\"ok\",\"function_call\":{"
                         "\"name\":\"b\",\"arguments\":\"{}\"}}}]}"),
                 "disagreed");
+    /* Calls in no shape the reader knows are compared as their JSON; reasoning is not. */
+    T_CHECK_STR(verdict(&w, API_CHAT,
+                        "{\"choices\":[{\"message\":{\"content\":\"ok\",\"tool_calls\":{"
+                        "\"name\":\"a\"}}}]}",
+                        "{\"choices\":[{\"message\":{\"content\":\"ok\",\"tool_calls\":{"
+                        "\"name\":\"b\"}}}]}"),
+                "disagreed");
+    T_CHECK_STR(verdict(&w, API_CHAT,
+                        "{\"choices\":[{\"message\":{\"content\":\"ok\",\"function_call\":"
+                        "\"a()\"}}]}",
+                        "{\"choices\":[{\"message\":{\"content\":\"ok\",\"function_call\":"
+                        "\"b()\"}}]}"),
+                "disagreed");
+    T_CHECK_STR(verdict(&w, API_CHAT,
+                        "{\"choices\":[{\"message\":{\"content\":\"ok\",\"tool_calls\":[],"
+                        "\"reasoning_content\":\"hmm\",\"reasoning_details\":[{\"t\":1}]}}]}",
+                        "{\"choices\":[{\"message\":{\"content\":\"ok\",\"reasoning_content\":"
+                        "\"well\",\"reasoning_details\":[{\"t\":2}]}}]}"),
+                "agreed");
     /* Completions: the finish reason too. */
     T_CHECK_STR(
         verdict(&w, API_COMPLETIONS,
