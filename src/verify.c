@@ -4,8 +4,10 @@
  * verify_op around one jcall).
  *
  * The question is short on purpose (a few dozen tokens plus the two texts,
- * each cut to VERIFY_MAX_TEXT bytes), and the answer is one token, so a
- * verification costs a small fraction of the generation it saves.
+ * each cut to VERIFY_MAX_TEXT bytes; two answers are shown up to
+ * VERIFY_ANSWER_MAX bytes each, which the error bound never exceeds), and the
+ * answer is one token, so a verification costs a small fraction of the
+ * generation it saves.
  */
 #include "pc_verify.h"
 #include "pc_conf.h"
