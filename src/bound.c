@@ -636,6 +636,7 @@ int bound_marks_decode(const char *buf, size_t len, int *floor_out)
  * exact comparator's key, piece by piece: a word moved from one piece to the next (one choice
  * to another, a text block to the next) is another answer.
  */
+
 /*
  * Whether v holds a number a double does not hold exactly as an integer (2^53 and beyond: two
  * ids 1 apart at 10^19 read the same through cJSON).
