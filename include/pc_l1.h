@@ -98,11 +98,22 @@ void l1_put(struct l1 *l, const char tenant[L1_TENANT_LEN],
  * acknowledged; gen read before it was sent): the item held so far is
  * dropped at once and nothing read earlier can come back; val goes in, as
  * l1_put, unless the key changed since gen (then which write Redis kept is
- * unknown) or val is NULL (the write failed or is not kept).
+ * unknown) or val is NULL (it is not kept; a write that failed is l1_unsure's).
  */
 void l1_replace(struct l1 *l, const char tenant[L1_TENANT_LEN],
                 const unsigned char exact[PC_SHA256_LEN], const void *val, size_t len,
                 int64_t deadline_ms, uint64_t gen);
+
+/*
+ * This process sent a write of (tenant, exact) whose outcome it does not
+ * know (it failed, timed out or was cancelled): Redis may still apply it,
+ * late, after another worker read the old value into the table. The item
+ * held is dropped at once (as l1_delete), and the write's own stream event,
+ * when it comes, is applied as another instance's would be (this process
+ * skips its own otherwise), so that what was read before it is dropped.
+ */
+void l1_unsure(struct l1 *l, const char tenant[L1_TENANT_LEN],
+               const unsigned char exact[PC_SHA256_LEN]);
 
 /* Remove one item / every item (tenant NULL) or one tenant's. Both bump the generation. */
 void l1_delete(struct l1 *l, const char tenant[L1_TENANT_LEN],

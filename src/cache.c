@@ -550,9 +550,11 @@ static void put_done(struct cache_put_op *p)
      * the new answer (a refresh must not be followed by the old one, from
      * any worker); the new answer goes in if stored (queued for the filler).
      */
-    if (!p->compare_only)
-        l1_replace(c->l1, t->tenant_id, t->exact, ok && p->l1_val.len > 0 ? p->l1_val.data : NULL,
+    if (!p->compare_only && ok)
+        l1_replace(c->l1, t->tenant_id, t->exact, p->l1_val.len > 0 ? p->l1_val.data : NULL,
                    p->l1_val.len, p->sent_ms + p->ttl_ms, p->l1_gen);
+    else if (!p->compare_only) /* failed, or timed out: Redis may apply it later */
+        l1_unsure(c->l1, t->tenant_id, t->exact);
     /*
      * Then the waiting clients get their answers: the semantic index is
      * filled by other threads, and waking them is not the clients' business.
@@ -702,9 +704,9 @@ void cache_put_cancel(struct cache_put_op **pp)
     PC_CHECK_OBJ(p, PUT_MAGIC);
     store_cancel(&p->cmd);
     bound_compare_cancel(&p->cmp);
-    /* The SET may still be applied, and this process skips its own stream event. */
+    /* The SET may still be applied: its stream event must then reach this process's L1. */
     if (!p->compare_only)
-        l1_delete(p->c->l1, p->ticket->tenant_id, p->ticket->exact);
+        l1_unsure(p->c->l1, p->ticket->tenant_id, p->ticket->exact);
     put_free(p);
 }
 

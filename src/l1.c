@@ -70,6 +70,14 @@ struct stamp {
     uint64_t last;  /* generation of the last change, of the key with fingerprint fp */
     uint64_t other; /* the latest change of any other key */
     uint32_t fp;
+    /*
+     * This process's writes of keys here whose outcome it does not know (l1_unsure): their
+     * own stream events are applied like another instance's. Of the key with fingerprint
+     * doubt_fp, or of any key here when two such keys met (doubt_any).
+     */
+    uint32_t doubts;
+    uint32_t doubt_fp;
+    bool doubt_any;
 };
 
 struct shard {
@@ -525,6 +533,44 @@ void l1_replace(struct l1 *l, const char tenant[L1_TENANT_LEN],
         enqueue(l, tenant, exact, val, len, deadline_ms, now);
 }
 
+void l1_unsure(struct l1 *l, const char tenant[L1_TENANT_LEN],
+               const unsigned char exact[PC_SHA256_LEN])
+{
+    if (l == NULL)
+        return;
+    bool was_stale;
+    change(l, tenant, exact, 0, &was_stale);
+    uint64_t h = hash_of(exact);
+    struct shard *s = shard_of(l, h);
+    pthread_mutex_lock(&s->mu);
+    struct stamp *st = stamp_of(s, h);
+    uint32_t fp = fingerprint(exact);
+    if (st->doubts == 0)
+        st->doubt_fp = fp;
+    else if (st->doubt_fp != fp)
+        st->doubt_any = true;
+    if (st->doubts < UINT32_MAX)
+        st->doubts++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/*
+ * This process's own write event of (tenant, exact): whether it may be a write l1_unsure
+ * doubted (then it is applied as another instance's would be; one doubt is used up).
+ */
+static bool own_write_doubted(struct l1 *l, const unsigned char exact[PC_SHA256_LEN])
+{
+    uint64_t h = hash_of(exact);
+    struct shard *s = shard_of(l, h);
+    pthread_mutex_lock(&s->mu);
+    struct stamp *st = stamp_of(s, h);
+    bool doubted = st->doubts > 0 && (st->doubt_any || st->doubt_fp == fingerprint(exact));
+    if (doubted && --st->doubts == 0)
+        st->doubt_any = false;
+    pthread_mutex_unlock(&s->mu);
+    return doubted;
+}
+
 void l1_delete(struct l1 *l, const char tenant[L1_TENANT_LEN],
                const unsigned char exact[PC_SHA256_LEN])
 {
@@ -654,7 +700,8 @@ static void reject(struct l1 *l)
 /*
  * Apply one stream event: a flush clears, a delete or another process's
  * write (op=set) drops the key (this process's own writes are in its table
- * already). op=add concerns the vector index only.
+ * already, unless it did not learn whether one worked: l1_unsure). op=add
+ * concerns the vector index only.
  */
 static void on_entry(void *arg, const redisReply *kv)
 {
@@ -671,7 +718,7 @@ static void on_entry(void *arg, const redisReply *kv)
         l1_clear(l, ev.has_tenant ? tenant : NULL);
         break;
     case VSYNC_OP_SET:
-        if (vsync_event_is_mine(&ev))
+        if (vsync_event_is_mine(&ev) && !own_write_doubted(l, ev.key))
             return;
         l1_delete(l, tenant, ev.key);
         break;

@@ -400,6 +400,117 @@ h.test('a FLUSHALL done in Redis empties the L1, also when a write made the stre
     }
 });
 
+/*
+ * A relay between the proxy and Redis that can hold one connection: the first connection to
+ * send a SET of an entry once armed keeps its bytes (that SET and what follows) until
+ * release(), as a lost packet does on a real link; the other connections pass.
+ */
+async function startRelay(redisPort) {
+    const net = require('node:net');
+    const held = [];
+    let armed = false;
+    const sockets = new Set();
+    const server = net.createServer((client) => {
+        const up = net.connect(redisPort, '127.0.0.1');
+        sockets.add(client).add(up);
+        const conn = {queue: null, up};
+        client.on('data', (chunk) => {
+            if (conn.queue === null && armed && chunk.includes('\r\nSET\r\n') && chunk.includes('pc:2:e:')) {
+                armed = false;
+                conn.queue = [];
+                held.push(conn);
+            }
+            if (conn.queue !== null)
+                conn.queue.push(chunk);
+            else
+                up.write(chunk);
+        });
+        up.on('data', (chunk) => client.write(chunk));
+        /* A closed client's bytes still reach Redis, as TCP delivers what was sent before FIN. */
+        client.on('close', () => {
+            for (const chunk of conn.queue || [])
+                up.write(chunk);
+            conn.queue = null;
+            up.end();
+        }).on('error', () => client.destroy());
+        up.on('close', () => client.destroy()).on('error', () => up.destroy());
+    });
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return {
+        url: `redis://127.0.0.1:${server.address().port}/0`,
+        arm() { armed = true; },
+        holding() { return held.length; },
+        release() {
+            for (const conn of held.splice(0)) {
+                for (const chunk of conn.queue)
+                    conn.up.write(chunk);
+                conn.queue = null;
+            }
+        },
+        async close() {
+            for (const sk of sockets)
+                sk.destroy();
+            await new Promise((resolve) => server.close(resolve));
+        },
+    };
+}
+
+/*
+ * A write of this process that timed out is not known to have failed: Redis may apply it
+ * later (its packet was lost and sent again, its connection was slow). Meanwhile another
+ * worker read the old answer into the L1. Once the write lands, its stream event is this
+ * process's own, which the L1 skipped: the old answer stayed in the L1, served for the rest
+ * of its TTL while Redis (and every other instance) had the refreshed one.
+ */
+h.test('a refresh whose store timed out and landed later does not leave the old answer in the L1', async () => {
+    const relay = await startRelay(env.redis.port);
+    const pending = [];
+    try {
+        /* Two workers: one waits on its held write, the other reads. */
+        const p = await env.startProxy({args: ['--redis', relay.url, '--workers', '2', '--redis-timeout', '1500']});
+        await waitLive(p);
+        const body = h.chatBody(h.uniq('l1 late write'));
+        const old = await stored(p, body);
+        const skipped = (await stats(p)).cache_store_skipped;
+        relay.arm();
+        let fresh;
+        try {
+            fresh = await p.post(CHAT, body, {'cache-control': 'no-cache'});
+            h.assertFromUpstream(fresh, env.mock, 'REFRESH');
+            assert.notEqual(h.chatText(fresh.json), h.chatText(old.json));
+            assert.equal(relay.holding(), 1, 'its SET held');
+            assert.equal((await stats(p)).cache_store_skipped, skipped + 1, 'the store timed out');
+            /* The other worker reads the old answer from Redis, into the L1 again. (A request
+             * on the waiting worker waits with it: not awaited here.) */
+            const inserts = (await stats(p)).l1_inserts;
+            await h.waitFor(async () => {
+                pending.push(p.post(CHAT, body, {'cache-control': 'no-store'}));
+                return (await stats(p)).l1_inserts > inserts;
+            }, {what: 'the old answer read into the L1', interval: 20});
+            /* Those that reached the waiting worker's GET time out: none reads the new answer. */
+            for (const r of await Promise.all(pending))
+                assert.equal(r.status, 200, r.text);
+        } finally {
+            relay.release();
+        }
+        /* Redis has the refreshed answer now (the SET landed: an instance without an L1 reads
+         * it); so must this instance, within a moment. */
+        const direct = await env.startProxy({args: ['--l1-size', '0']});
+        await h.waitFor(async () => h.chatText((await direct.post(CHAT, body, {'cache-control': 'no-store'})).json)
+            === h.chatText(fresh.json), {what: 'the late SET applied in Redis'});
+        await direct.stop(5000);
+        await h.waitFor(async () => {
+            const r = await p.post(CHAT, body, {'cache-control': 'no-store'});
+            h.assertHit(r);
+            return h.chatText(r.json) === h.chatText(fresh.json);
+        }, {what: 'the refreshed answer served, not the old one from the L1', timeout: 10000});
+        await p.stop(5000);
+    } finally {
+        await Promise.allSettled(pending);
+        await relay.close();
+    }
+});
+
 h.test('l1-size 0 turns the L1 off', async () => {
     const off = await env.startProxy({args: ['--l1-size', '0']});
     const body = h.chatBody(h.uniq('l1 off'));
