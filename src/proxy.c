@@ -676,10 +676,15 @@ static int parse_controls(struct preq *r, char *msg, size_t msglen)
     r->max_age = -1;
     r->ttl = c->cache_ttl;
     r->threshold = -1; /* the semantic stage's default unless X-Cache-Threshold says */
-    const char *v = req_header(r, "Cache-Control");
-    if (v != NULL && parse_cache_control(r, v, msg, msglen) < 0)
-        return -1;
+    /* A list: every line counts, as if joined with commas (RFC 9110, section 5.3). */
+    for (size_t i = 0; i < req_header_count(r); i++) {
+        const struct httpd_header *h = req_header_at(r, i);
+        if (pc_strcaseeq(h->name, "Cache-Control") &&
+            parse_cache_control(r, h->value, msg, msglen) < 0)
+            return -1;
+    }
     /* HTTP/1.0 clients say no-cache with Pragma (ignored when Cache-Control is present). */
+    const char *v = req_header(r, "Cache-Control");
     const char *pragma = req_header(r, "Pragma");
     if (v == NULL && pragma != NULL && pc_strcaseeq(pragma, "no-cache"))
         r->no_cache = true;

@@ -164,3 +164,22 @@ h.test('the query string is part of the key (it reaches the upstream too)', asyn
     h.assertHit(await env.proxy.post(v1, body));
     h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
 });
+
+/*
+ * Cache-Control is a list: a client (or a gateway on its way) may send it on several lines,
+ * which mean the same as one line joined with commas (RFC 9110, section 5.3). Only the first
+ * line was read: a no-store or no-cache on the second was ignored, and the answer the client
+ * asked not to keep was stored, or a cached answer served to a client that asked for a fresh one.
+ */
+h.test('Cache-Control sent on several lines: every line counts', async () => {
+    const body = h.chatBody(h.uniq('cache-control lines'));
+    h.assertFromUpstream(await env.proxy.post(CHAT, body, {'cache-control': ['max-age=600', 'no-store']}), env.mock);
+    h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock, 'MISS');
+    const cached = await env.proxy.post(CHAT, body);
+    h.assertHit(cached);
+    const fresh = await env.proxy.post(CHAT, body, {'cache-control': ['max-age=600', 'no-cache']});
+    h.assertFromUpstream(fresh, env.mock, 'REFRESH');
+    /* the second line's max-age is read too: an invalid one is a 400 there as on the first */
+    const bad = await env.proxy.post(CHAT, body, {'cache-control': ['no-transform', 'max-age=abc']});
+    h.assertOpenAIError(bad, 400);
+});
