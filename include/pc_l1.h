@@ -71,8 +71,15 @@ bool l1_live(const struct l1 *l);
 uint64_t l1_generation(const struct l1 *l);
 
 /*
- * The item of (tenant, exact) if it is there and before its deadline (wall
- * clock, ms), with a reference the caller drops with l1_release. NULL when
+ * The clock of the items' deadlines, in ms: monotonic, not the wall clock,
+ * so that a step of the wall clock (an NTP step, a VM restored) never lets
+ * an item outlive its Redis key, whose TTL runs on Redis's own clock.
+ */
+int64_t l1_now_ms(void);
+
+/*
+ * The item of (tenant, exact) if it is there and before its deadline
+ * (l1_now_ms), with a reference the caller drops with l1_release. NULL when
  * not there, expired or not live.
  */
 struct l1_item *l1_get(struct l1 *l, const char tenant[L1_TENANT_LEN],
@@ -81,7 +88,7 @@ const char *l1_item_data(const struct l1_item *it, size_t *len);
 void l1_release(struct l1_item **it);
 
 /*
- * Insert (or replace) the encoded entry val until deadline_ms (wall clock),
+ * Insert (or replace) the encoded entry val until deadline_ms (l1_now_ms),
  * soon: val is copied and the item is made on the L1's filler thread, in its
  * own malloc arena (long-lived items among a worker's short-lived
  * allocations fragment its arena). For a value read from Redis (gen read

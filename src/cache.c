@@ -54,7 +54,7 @@ struct l1_fill {
     struct store_cmd *cmd;
     struct l1_fill *prev, *next; /* the cache's fills, cancelled by cache_destroy */
     uint64_t gen;
-    int64_t sent_ms;
+    int64_t sent_ms; /* l1_now_ms when the PTTL was sent */
     char tenant[TENANT_ID_LEN];
     unsigned char exact[PC_SHA256_LEN];
     size_t len;
@@ -124,7 +124,7 @@ struct cache_put_op {
     struct cache_ticket *ticket;
     int64_t ttl_ms;
     int64_t created_ms;
-    int64_t sent_ms;
+    int64_t sent_ms; /* l1_now_ms when the SET was sent */
     uint64_t l1_gen;
     struct pc_buf l1_val; /* the encoded entry, kept for the L1 until Redis acknowledges it */
     cache_put_fn *cb;
@@ -342,7 +342,7 @@ static void l1_fill(struct cache *c, const struct cache_ticket *t, uint64_t gen,
     f->magic = FILL_MAGIC;
     f->c = c;
     f->gen = gen;
-    f->sent_ms = pc_wall_ms();
+    f->sent_ms = l1_now_ms();
     memcpy(f->tenant, t->tenant_id, TENANT_ID_LEN);
     memcpy(f->exact, t->exact, PC_SHA256_LEN);
     f->len = len;
@@ -428,7 +428,7 @@ static void on_exact(void *arg, enum store_status st, const char *val, size_t le
  */
 static bool lookup_l1(struct cache *c, const struct cache_query *q, cache_lookup_fn *cb, void *arg)
 {
-    int64_t now = pc_wall_ms();
+    int64_t now = l1_now_ms();
     struct l1_item *it = l1_get(c->l1, q->tenant_id, q->exact, now);
     if (it == NULL)
         return false;
@@ -654,7 +654,7 @@ struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const 
     with_meta.partition = t->semantic ? t->partition : NULL;
     struct pc_buf val = PC_BUF_INIT;
     entry_encode(&with_meta, &val);
-    p->sent_ms = pc_wall_ms();
+    p->sent_ms = l1_now_ms(); /* the L1's clock: its deadline */
     p->l1_gen = l1_generation(c->l1);
     p->cmd = store_set_cb(c->store, t->key, strlen(t->key), val.data, val.len, ttl_ms, on_put, p);
     if (p->cmd != NULL)

@@ -196,6 +196,11 @@ static void stamp(struct shard *s, const unsigned char exact[PC_SHA256_LEN], uin
 
 static void *filler_main(void *arg);
 
+int64_t l1_now_ms(void)
+{
+    return (int64_t)pc_mono_ms();
+}
+
 struct l1 *l1_create(int64_t max_bytes)
 {
     if (max_bytes <= 0)
@@ -349,7 +354,7 @@ void l1_release(struct l1_item **itp)
 /* On the filler thread: the item is allocated here, in this thread's malloc arena. */
 static void insert_now(struct l1 *l, const struct l1_job *j)
 {
-    if (!atomic_load(&l->live) || j->deadline_ms <= pc_wall_ms())
+    if (!atomic_load(&l->live) || j->deadline_ms <= l1_now_ms())
         return;
     const char *tenant = j->tenant;
     const unsigned char *exact = j->exact;
@@ -449,7 +454,7 @@ static void *filler_main(void *arg)
 /* Whether an item of len bytes until deadline_ms would be taken now. */
 static bool wanted(const struct l1 *l, size_t len, int64_t deadline_ms)
 {
-    return l->filling && atomic_load(&l->live) && deadline_ms > pc_wall_ms() &&
+    return l->filling && atomic_load(&l->live) && deadline_ms > l1_now_ms() &&
            item_size(len) <= l->shard_bytes / 8;
 }
 

@@ -511,6 +511,71 @@ h.test('a refresh whose store timed out and landed later does not leave the old 
     }
 });
 
+/*
+ * The wall clock stepped back (an NTP step, a VM restored from a snapshot): an L1 deadline
+ * on the wall clock moved an hour away, and the L1 served the answer for an hour after its
+ * Redis key (whose TTL runs on Redis's own clock) had expired. A shim (LD_PRELOAD) moves
+ * the proxy's CLOCK_REALTIME by the milliseconds written in a file.
+ */
+const CLOCK_SHIM = `#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static long long offset_ms(void)
+{
+    const char *path = getenv("PC_TEST_CLOCK_FILE");
+    long long v = 0;
+    FILE *f = path != NULL ? fopen(path, "r") : NULL;
+    if (f != NULL) {
+        if (fscanf(f, "%lld", &v) != 1)
+            v = 0;
+        fclose(f);
+    }
+    return v;
+}
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+    static int (*real)(clockid_t, struct timespec *);
+    if (real == NULL)
+        real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+    int rc = real(id, ts);
+    if (rc == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) {
+        long long ns = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec + offset_ms() * 1000000LL;
+        ts->tv_sec = ns / 1000000000LL;
+        ts->tv_nsec = ns % 1000000000LL;
+    }
+    return rc;
+}
+`;
+
+h.test('an L1 entry lives no longer than its Redis key when the wall clock steps back', async () => {
+    const fs = require('node:fs');
+    const path = require('node:path');
+    const {execFileSync} = require('node:child_process');
+    const dir = h.tmpDir('pc-clock-');
+    const src = path.join(dir, 'clock.c'), so = path.join(dir, 'clock.so'), file = path.join(dir, 'offset');
+    fs.writeFileSync(src, CLOCK_SHIM);
+    execFileSync('cc', ['-shared', '-fPIC', '-O1', '-o', so, src, '-ldl']);
+    fs.writeFileSync(file, '0');
+    const asan = process.env.ASAN_OPTIONS ? `${process.env.ASAN_OPTIONS}:` : '';
+    const p = await env.startProxy({env: {LD_PRELOAD: so, PC_TEST_CLOCK_FILE: file,
+        ASAN_OPTIONS: `${asan}verify_asan_link_order=0`}});
+    await waitLive(p);
+    const body = h.chatBody(h.uniq('l1 clock step'));
+    const old = new Set(await env.redis.keys('pc:2:e:*'));
+    await stored(p, body, {'x-cache-ttl': '2'});
+    const keys = (await env.redis.keys('pc:2:e:*')).filter((k) => !old.has(k));
+    assert.equal(keys.length, 1, 'one new entry');
+    fs.writeFileSync(file, String(-3600 * 1000)); /* an hour back */
+    await h.waitFor(async () => Number(await env.redis.command('EXISTS', keys[0])) === 0,
+        {what: 'the Redis key to expire'});
+    h.assertFromUpstream(await p.post(CHAT, body, {'cache-control': 'no-store'}), env.mock);
+    await p.stop(5000);
+});
+
 h.test('l1-size 0 turns the L1 off', async () => {
     const off = await env.startProxy({args: ['--l1-size', '0']});
     const body = h.chatBody(h.uniq('l1 off'));
