@@ -543,8 +543,7 @@ void l1_unsure(struct l1 *l, const char tenant[L1_TENANT_LEN],
 {
     if (l == NULL)
         return;
-    bool was_stale;
-    change(l, tenant, exact, 0, &was_stale);
+    /* The doubt first: an own event coming before the change below is applied too. */
     uint64_t h = hash_of(exact);
     struct shard *s = shard_of(l, h);
     pthread_mutex_lock(&s->mu);
@@ -557,6 +556,8 @@ void l1_unsure(struct l1 *l, const char tenant[L1_TENANT_LEN],
     if (st->doubts < UINT32_MAX)
         st->doubts++;
     pthread_mutex_unlock(&s->mu);
+    bool was_stale;
+    change(l, tenant, exact, 0, &was_stale);
 }
 
 /*
