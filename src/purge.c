@@ -43,7 +43,11 @@ static const char vector_prefix[] = PC_KEY_PREFIX "v:";
  * KEYS: entry, vector record, entry, vector record ... (each pair one hash
  * tag). ARGV: dry-run (1: delete nothing), namespace, model, created-before
  * (ms), each "" for any. Returns {unreadable, position of each picked entry
- * in KEYS}. A key gone since SCAN (expired) is skipped quietly.
+ * in KEYS}. A key gone since SCAN (expired) is skipped quietly. A Redis out
+ * of memory (noeviction) takes UNLINK but refuses the XADD del events that
+ * follow: the batch's first pick writes nothing with a command Redis refuses
+ * then, so the script fails before it deletes (and a purge run again once
+ * Redis takes writes finds the entries, and tells every instance).
  */
 static const char pick_script[] =
     "-- promptcache purge: pick entries by namespace, model and age (entry.c layout)\n"
@@ -78,7 +82,7 @@ static const char pick_script[] =
     "  end\n"
     "  return '', ''\n"
     "end\n"
-    "local out = {0}\n"
+    "local out, guarded = {0}, dry\n"
     "for i = 1, #KEYS, 2 do\n"
     "  -- a key of another type (a WRONGTYPE error) is unreadable, not the end of the batch\n"
     "  local h = redis.pcall('GETRANGE', KEYS[i], 0, 46)\n"
@@ -95,6 +99,10 @@ static const char pick_script[] =
     "      pick = n ~= nil and (ns == '' or n == ns) and (model == '' or m == model)\n"
     "    end\n"
     "    if pick then\n"
+    "      -- a write Redis refuses when full (UNLINK it lets through, the del events not): a\n"
+    "      -- full Redis fails the batch before anything is deleted (an empty SETRANGE of a\n"
+    "      -- string changes nothing)\n"
+    "      if not guarded then redis.call('SETRANGE', KEYS[i], 0, ''); guarded = true end\n"
     "      if not dry then redis.call('UNLINK', KEYS[i], KEYS[i + 1]) end\n"
     "      out[#out + 1] = i\n"
     "    end\n"

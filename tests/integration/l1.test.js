@@ -220,6 +220,44 @@ h.test('a delete whose stream event Redis refuses fails; run again, it reaches e
     await other.stop(5000);
 });
 
+/*
+ * A delete by filter (namespace, model, older-than) picks and unlinks its entries in one
+ * script: a full Redis (noeviction) let the UNLINKs through and refused the del events, so
+ * the 503 came after the entries were gone, and running it again (as the 503 asks) found
+ * nothing to delete and told no instance: their L1 served the deleted answers until their
+ * TTL. A full Redis now refuses the script before it deletes anything.
+ */
+h.test('a delete by filter that a full Redis refuses deletes nothing; run again, it reaches every L1', async () => {
+    const other = await env.startProxy({args: ['--admin-token', ADMIN_TOKEN]});
+    await waitLive(other);
+    await waitLive(env.proxy);
+    const model = `l1-full-filter-${h.uniq('m').split(' ')[1]}`;
+    const body = h.chatBody(h.uniq('l1 full redis filter'), {model});
+    const id = (await stored(other, body)).headers['x-cache-key'];
+    const key = `pc:2:e:{${id.slice(0, 16)}:${id.slice(16)}}`;
+    assert.equal(Number(await env.redis.command('EXISTS', key)), 1);
+    await inL1(env.proxy, body);
+    const purge = () => h.request(other.url, {method: 'DELETE', path: `/admin/cache?model=${model}`,
+        headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
+    const [, policy] = await env.redis.command('CONFIG', 'GET', 'maxmemory-policy');
+    await env.redis.command('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+    await env.redis.command('CONFIG', 'SET', 'maxmemory', '1');
+    try {
+        const r = await purge();
+        assert.equal(r.status, 503, r.text);
+    } finally {
+        await env.redis.command('CONFIG', 'SET', 'maxmemory', '0');
+        await env.redis.command('CONFIG', 'SET', 'maxmemory-policy', policy);
+    }
+    assert.equal(Number(await env.redis.command('EXISTS', key)), 1, 'nothing deleted by the refused purge');
+    const again = await purge();
+    assert.equal(again.status, 200, again.text);
+    assert.equal(again.json.deleted, 1, 'run again, it deletes the entry');
+    await h.waitFor(async () => (await env.proxy.post(CHAT, body, {'cache-control': 'no-store'}))
+        .headers['x-cache-status'] === 'MISS', {what: 'the delete applied to the other L1', timeout: 10000});
+    await other.stop(5000);
+});
+
 h.test('a tenant flush drops only that tenant from the L1', async () => {
     await waitLive(env.proxy);
     const a = h.chatBody(h.uniq('l1 tenant a'));
