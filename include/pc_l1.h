@@ -67,6 +67,8 @@ int l1_follow(struct l1 *l, struct follow *f);
 
 /* Whether lookups may use the table now (the follower follows the stream). */
 bool l1_live(const struct l1 *l);
+/* Whether an entry of len bytes would be taken now (live, and not over l1-size / 128). */
+bool l1_keeps(const struct l1 *l, size_t len);
 /* Read before sending the Redis command whose answer may be inserted. */
 uint64_t l1_generation(const struct l1 *l);
 

@@ -331,11 +331,11 @@ static void on_fill_pttl(void *arg, enum store_status st, long long ms)
     fill_free(f);
 }
 
-/* A hit read from Redis goes into the L1 once its key's TTL is known. */
+/* A hit read from Redis goes into the L1 once its key's TTL is known (unless it never would). */
 static void l1_fill(struct cache *c, const struct cache_ticket *t, uint64_t gen, const char *val,
                     size_t len)
 {
-    if (!l1_live(c->l1))
+    if (!l1_keeps(c->l1, len))
         return;
     struct l1_fill *f = pc_malloc(sizeof(*f) + len);
     memset(f, 0, sizeof(*f));
@@ -662,8 +662,8 @@ struct cache_put_op *cache_put(struct cache *c, struct cache_ticket **tp, const 
     /* Marks found on the entry written over keep to the new one's life (same expiry). */
     if (p->cmd != NULL && t->replaces)
         bound_entry_renewed(semantic_bound_port(c->sem), t->tenant_id, t->exact, ttl_ms);
-    if (p->cmd != NULL && l1_live(c->l1))
-        p->l1_val = val; /* kept for the L1 (it judges the size) */
+    if (p->cmd != NULL && l1_keeps(c->l1, val.len))
+        p->l1_val = val; /* kept for the L1 */
     else
         pc_buf_free(&val);
     if (p->cmd == NULL) {

@@ -458,6 +458,11 @@ static bool wanted(const struct l1 *l, size_t len, int64_t deadline_ms)
            item_size(len) <= l->shard_bytes / 8;
 }
 
+bool l1_keeps(const struct l1 *l, size_t len)
+{
+    return l != NULL && wanted(l, len, INT64_MAX);
+}
+
 /* Hand the insert to the filler (dropped, and counted, when its queue is full). */
 static void enqueue(struct l1 *l, const char tenant[L1_TENANT_LEN],
                     const unsigned char exact[PC_SHA256_LEN], const void *val, size_t len,

@@ -392,6 +392,42 @@ h.test('the L1 stays within l1-size, evicting the least recently used', async ()
     await p.stop(5000);
 });
 
+/* Commands of one kind Redis has served so far (INFO commandstats). */
+async function redisCalls(cmd) {
+    const info = String(await env.redis.command('INFO', 'commandstats'));
+    const m = new RegExp(`cmdstat_${cmd}:calls=(\\d+)`).exec(info);
+    return m ? Number(m[1]) : 0;
+}
+
+/*
+ * A hit read from Redis is copied and its key's PTTL asked, to put it into the L1: also for
+ * an answer the L1 never keeps (larger than l1-size / 128), a copy and a round trip per hit
+ * for nothing.
+ */
+h.test('a hit too large for the L1 is not copied for it nor its TTL asked', async () => {
+    const p = await env.startProxy({args: ['--l1-size', '1m']});
+    await waitLive(p);
+    const big = h.chatBody(h.uniq('l1 too large'));
+    h.assertFromUpstream(await p.post(CHAT, big, {'x-mock-size': '20000'}), env.mock);
+    const small = h.chatBody(h.uniq('l1 small enough'));
+    await stored(p, small);
+    /* a small entry read from Redis (stored through another instance) asks its TTL once */
+    const other = await env.startProxy();
+    const smallOther = h.chatBody(h.uniq('l1 small other'));
+    h.assertFromUpstream(await other.post(CHAT, smallOther), env.mock);
+    await other.stop(5000);
+    const pttl0 = await redisCalls('pttl');
+    h.assertHit(await p.post(CHAT, smallOther));
+    await h.waitFor(async () => (await redisCalls('pttl')) === pttl0 + 1, {what: 'the PTTL of a small hit'});
+    const pttl1 = await redisCalls('pttl');
+    for (let i = 0; i < 3; i++)
+        h.assertHit(await p.post(CHAT, big));
+    /* the hits are answered after their GET; a PTTL would have been sent with them */
+    h.assertHit(await p.post(CHAT, smallOther));
+    assert.equal(await redisCalls('pttl'), pttl1, 'no PTTL for an answer the L1 does not keep');
+    await p.stop(5000);
+});
+
 h.test('a refreshed answer replaces the L1\'s at once, also one too large for the L1', async () => {
     /* l1-size 1m: items up to 8 KiB; the refreshed answer (20 KB) never goes in. */
     const p = await env.startProxy({args: ['--l1-size', '1m']});
