@@ -495,9 +495,27 @@ static void pause_ms(int64_t ms)
     nanosleep(&ts, NULL);
 }
 
-/* After a redirection: the connection to try next (ASK: with ASKING sent), or NULL. */
+/* ASKING on to: the next command there is for a slot it imports; false with errmsg. */
+static bool asking_send(struct rcli *k, redisContext *to)
+{
+    const char *asking[] = {"ASKING"};
+    redisReply *a = command_argv(to, 1, asking, NULL);
+    if (a == NULL) {
+        snprintf(k->errmsg, sizeof(k->errmsg), "ASKING: %s",
+                 to->errstr[0] ? to->errstr : "no reply");
+        return false;
+    }
+    freeReplyObject(a);
+    return true;
+}
+
+/*
+ * After a redirection: the connection to try next, or NULL. *asking says the
+ * command is on the node an ASK named: ASKING goes before every try there,
+ * also after a TRYAGAIN from it (without it that node answers MOVED back).
+ */
 static redisContext *follow(struct rcli *k, redisContext *rc, const struct cluster_redirect *red,
-                            int hop)
+                            int hop, bool *asking)
 {
     char why[320], host[CLUSTER_HOST_MAX];
     struct rcli_link *from = NULL;
@@ -506,7 +524,7 @@ static redisContext *follow(struct rcli *k, redisContext *rc, const struct clust
             from = &k->cl->links[i];
     if (red->kind == CLUSTER_TRYAGAIN) {
         pause_ms((int64_t)TRYAGAIN_MS << hop);
-        return rc;
+        return !*asking || asking_send(k, rc) ? rc : NULL;
     }
     /* an empty host in the redirection: the same host as the node that sent it */
     snprintf(host, sizeof(host), "%s", red->host[0] || from == NULL ? red->host : from->host);
@@ -517,24 +535,20 @@ static redisContext *follow(struct rcli *k, redisContext *rc, const struct clust
         snprintf(k->errmsg, sizeof(k->errmsg), "%s", why);
         return NULL;
     }
-    if (red->kind == CLUSTER_ASK) {
-        const char *asking[] = {"ASKING"};
-        redisReply *a = command_argv(to, 1, asking, NULL);
-        if (a == NULL) {
-            snprintf(k->errmsg, sizeof(k->errmsg), "ASKING: %s",
-                     to->errstr[0] ? to->errstr : "no reply");
-            return NULL;
-        }
-        freeReplyObject(a);
-    }
-    return to;
+    *asking = red->kind == CLUSTER_ASK;
+    return !*asking || asking_send(k, to) ? to : NULL;
 }
 
-/* One command on rc, following redirections; k->rc is the context of the last attempt. */
-static redisReply *routed(struct rcli *k, redisContext *rc, int argc, const char **argv,
+/*
+ * One command on rc, following redirections; k->rc is the context of the
+ * last attempt. slot is its key's (-1: none): a MOVED or ASK naming another
+ * is not about this command and is returned as it is, not followed.
+ */
+static redisReply *routed(struct rcli *k, redisContext *rc, int slot, int argc, const char **argv,
                           const size_t *lens)
 {
     redisReply *r = NULL;
+    bool asking = false;
     for (int hop = 0; rc != NULL; hop++) {
         k->rc = rc;
         r = command_argv(rc, argc, argv, lens);
@@ -546,11 +560,12 @@ static redisReply *routed(struct rcli *k, redisContext *rc, int argc, const char
             return NULL;
         }
         if (kind == CLUSTER_REPLY_OTHER || kind == CLUSTER_DOWN || kind == CLUSTER_MALFORMED ||
-            hop >= REDIRECTS_MAX)
+            hop >= REDIRECTS_MAX ||
+            ((kind == CLUSTER_MOVED || kind == CLUSTER_ASK) && (int)red.slot != slot))
             return r;
         freeReplyObject(r);
         r = NULL;
-        rc = follow(k, rc, &red, hop);
+        rc = follow(k, rc, &red, hop, &asking);
     }
     return r;
 }
@@ -604,7 +619,7 @@ static redisReply *scan_all(struct rcli *k, int argc, const char **argv, const s
         av[i] = i == 1 ? cursor : argv[i];
         lv[i] = i == 1 ? strlen(cursor) : lens ? lens[i] : strlen(argv[i]);
     }
-    redisReply *r = routed(k, rc, argc, av, lv);
+    redisReply *r = routed(k, rc, -1, argc, av, lv);
     free(av);
     free(lv);
     if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
@@ -634,10 +649,9 @@ static redisReply *call(struct rcli *k, int argc, const char **argv, const size_
     if (argc >= 2 && strcasecmp(argv[0], "SCAN") == 0)
         return scan_all(k, argc, argv, lens);
     int ki = cluster_key_index(argc, argv, lens);
-    redisContext *rc =
-        ki < 0 ? any_context(k)
-               : slot_context(k, cluster_slot(argv[ki], lens ? lens[ki] : strlen(argv[ki])));
-    return rc != NULL ? routed(k, rc, argc, argv, lens) : NULL;
+    int slot = ki < 0 ? -1 : (int)cluster_slot(argv[ki], lens ? lens[ki] : strlen(argv[ki]));
+    redisContext *rc = slot < 0 ? any_context(k) : slot_context(k, (unsigned)slot);
+    return rc != NULL ? routed(k, rc, slot, argc, argv, lens) : NULL;
 }
 
 /* Put "WHERE: what: " before the reason k->errmsg holds. */

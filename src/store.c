@@ -206,6 +206,8 @@ struct store_cmd {
     char *wire; /* the command as sent (RESP), kept to send it again elsewhere */
     size_t wire_len;
     unsigned hops;           /* redirections followed */
+    int slot;                /* its key's slot; -1: it names no key (never redirected) */
+    bool asking;             /* sent on after ASK: every send there goes after ASKING */
     struct event *retry;     /* TRYAGAIN: sends it again later (made on first use) */
     bool parked;             /* waiting for retry: hiredis does not hold it meanwhile */
     struct store *top;       /* CMD_INTERNAL of a cluster store: the reply goes there */
@@ -516,6 +518,8 @@ static int cmd_send(struct store_cmd *c, int argc, const char **argv, const size
         if (n < 0 || wire_send(s, cmd_reply_cb, c, c->wire, (size_t)n) < 0)
             return -1;
         c->wire_len = (size_t)n;
+        int k = cluster_key_index(argc, argv, lens);
+        c->slot = k < 0 ? -1 : (int)cluster_slot(argv[k], lens ? lens[k] : strlen(argv[k]));
     } else {
         size_t before = sdslen(s->ac->c.obuf);
         if (redisAsyncCommandArgv(s->ac, cmd_reply_cb, c, argc, argv, lens) != REDIS_OK)
@@ -2468,12 +2472,19 @@ static void cluster_down_seen(struct store *top, struct store *node, const char 
     cluster_want_map(top);
 }
 
-/* Send c (not done, not held by hiredis) on to, within what is left of its time. */
+/*
+ * Send c (not done, not held by hiredis) on to, within what is left of its
+ * time; after ASKING if an ASK sent it there (a TRYAGAIN from the importing
+ * node is tried there again, and without ASKING that node answers MOVED).
+ */
 static int cmd_resend(struct store_cmd *c, struct store *to)
 {
+    static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
     cmd_unlink(c);
     cmd_link(to, c);
     c->overdue = false;
+    if (c->asking && wire_send(to, NULL, NULL, asking, sizeof(asking) - 1) < 0)
+        return -1;
     if (wire_send(to, cmd_reply_cb, c, c->wire, c->wire_len) < 0)
         return -1;
     int64_t left = c->timeout_us - (int64_t)(pc_mono_us() - c->sent_us);
@@ -2529,6 +2540,9 @@ static bool cluster_redirect(struct store_cmd *c, const redisReply *r)
      */
     if (k == CLUSTER_DOWN && c->sent_us >= node->serves_again_us)
         cluster_down_seen(top, node, r->str);
+    /* a MOVED or ASK names the slot of the key it refused: another slot is not about c */
+    if ((k == CLUSTER_MOVED || k == CLUSTER_ASK) && (c->slot < 0 || red.slot != (unsigned)c->slot))
+        return false;
     if (k == CLUSTER_MOVED)
         cluster_want_map(top);
     if (k == CLUSTER_REPLY_OTHER || k == CLUSTER_DOWN || k == CLUSTER_MALFORMED ||
@@ -2548,9 +2562,7 @@ static bool cluster_redirect(struct store_cmd *c, const redisReply *r)
         slot_own(top->cl, red.slot, idx);
     if (to == NULL || to->state != ST_READY)
         return false;
-    static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
-    if (k == CLUSTER_ASK && wire_send(to, NULL, NULL, asking, sizeof(asking) - 1) < 0)
-        return false;
+    c->asking = k == CLUSTER_ASK; /* a MOVED after it: the slot is there now */
     return cmd_resend(c, to) == 0;
 }
 

@@ -1870,6 +1870,66 @@ static void test_cluster_down_until_every_node(void)
 }
 
 /*
+ * A redirection is checked against the command it answers, and ASK holds for
+ * the command's retries: a TRYAGAIN from the importing node (keys of the slot
+ * half-way there) is sent there again after ASKING, as the first try was
+ * (without it the node answers MOVED back: the command went round until its
+ * hops ran out). A MOVED naming another slot than the key's is not followed
+ * (a forged or garbled reply must not move slots in the map, nor the command
+ * to an address of its choosing). The blocking client (pc_rcli.h) alike.
+ */
+static void test_cluster_redirect_checks(void)
+{
+    char ka[16], kb[16], ask[80], moved[80], url[96];
+    static const char *const value = "$1\r\nv\r\n";
+    static const char *const tryagain = "-TRYAGAIN Multiple keys request during rehashing\r\n";
+    struct fnode a, b;
+    key_in(0, 8191, ka, sizeof(ka));
+    key_in(8192, 16383, kb, sizeof(kb));
+    const char *sa[] = {value, ask, moved, ask, moved};
+    const char *sb[] = {value, tryagain, value, tryagain, value};
+    fnode_start(&a, sa, PC_ARRAY_LEN(sa));
+    fnode_start(&b, sb, PC_ARRAY_LEN(sb));
+    fnode_pair_map(&a, &b);
+    snprintf(ask, sizeof(ask), "-ASK %u 127.0.0.1:%d\r\n", cluster_slot(ka, strlen(ka)), b.port);
+    snprintf(moved, sizeof(moved), "-MOVED %u 127.0.0.1:%d\r\n",
+             (cluster_slot(ka, strlen(ka)) + 1) % CLUSTER_SLOTS, b.port);
+    snprintf(url, sizeof(url), "cluster://127.0.0.1:%d", a.port);
+    struct stats st = {0};
+    struct store *s = mk_store(url, TEST_TIMEOUT_MS, false, &st);
+    T_CHECK(run_until(is_ready, s, 5000) && run_until(map_read, &st, 5000) && warm_up(s, ka) &&
+            warm_up(s, kb));
+    struct got g;
+    T_CHECK(get_wait(s, ka, strlen(ka), &g) && g.st == STORE_OK && g.len == 1);
+    T_CHECK_INT(atomic_load(&b.askings), 2); /* before the GET, and before it again */
+    T_CHECK_INT(st.v[STAT_redis_ask], 1);
+    T_CHECK_INT(st.v[STAT_redis_tryagain], 1);
+    int on_b = atomic_load(&b.commands);
+    T_CHECK(get_wait(s, ka, strlen(ka), &g) && g.st == STORE_ERR); /* MOVED, another slot */
+    T_CHECK_INT(atomic_load(&b.commands), on_b);
+    T_CHECK_INT(st.v[STAT_redis_moved], 0);
+    store_destroy(&s);
+
+    struct rcli k = {.quiet = true};
+    T_CHECK_INT(rcli_open(&k, url, 1000, "test"), 0);
+    const char *get[] = {"GET", ka};
+    redisReply *r = rcli_call(&k, 2, get, NULL);
+    T_CHECK(r != NULL && r->type == REDIS_REPLY_STRING && strcmp(r->str, "v") == 0);
+    T_CHECK_INT(atomic_load(&b.askings), 4);
+    if (r != NULL)
+        freeReplyObject(r);
+    on_b = atomic_load(&b.commands);
+    r = rcli_call(&k, 2, get, NULL);
+    T_CHECK(r != NULL && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MOVED", 5) == 0);
+    T_CHECK_INT(atomic_load(&b.commands), on_b);
+    if (r != NULL)
+        freeReplyObject(r);
+    rcli_close(&k);
+    fnode_stop(&a);
+    fnode_stop(&b);
+}
+
+/*
  * The blocking client (pc_rcli.h) on the same fake node: TRYAGAIN and ASK
  * followed, a MOVED to a node that is not there is a failure that names it,
  * SCAN over the (one) primary ends with cursor "0".
@@ -2061,6 +2121,7 @@ int main(void)
     T_RUN(test_cluster_down_stale);
     T_RUN(test_cluster_down_until_every_node);
     T_RUN(test_cluster_rcli);
+    T_RUN(test_cluster_redirect_checks);
     T_RUN(test_connect_timeout);
     T_RUN(test_timeout);
     T_RUN(test_setup_timeout_message);
