@@ -772,19 +772,76 @@ void vsync_on_entry(struct vsync *s, const struct redisReply *kv)
     count(&s->events, 1);
 }
 
-static void queue_reload(void *arg, const unsigned char *partition, const unsigned char *tenant)
+struct reloads {
+    struct job *head, *tail;
+};
+
+static void collect_reload(void *arg, const unsigned char *partition, const unsigned char *tenant)
 {
-    queue_load(arg, tenant, partition, false);
+    struct reloads *rl = arg;
+    struct job *j = pc_calloc(1, sizeof(*j));
+    j->kind = JOB_LOAD;
+    memcpy(j->tenant, tenant, VINDEX_TENANT_LEN);
+    memcpy(j->partition, partition, VINDEX_PART_LEN);
+    if (rl->tail != NULL)
+        rl->tail->next = j;
+    else
+        rl->head = j;
+    rl->tail = j;
 }
 
-/* What is in memory is read again, in the background (events were, or may have been, missed). */
+/*
+ * Under mu: take the earlier re-syncs' reads still queued off the queue (returned as a
+ * chain). Those are the loads behind the lookups' (utail); a new re-sync reads every
+ * partition in memory again, so they would be read twice.
+ */
+static struct job *unqueue_reloads(struct vsync *s)
+{
+    struct job **at = s->utail != NULL ? &s->utail->next : &s->head, *gone = NULL;
+    s->tail = s->utail;
+    while (*at != NULL) {
+        struct job *j = *at;
+        if (j->kind != JOB_LOAD) {
+            s->tail = j;
+            at = &j->next;
+            continue;
+        }
+        *at = j->next;
+        j->next = gone;
+        gone = j;
+        s->queued--;
+    }
+    return gone;
+}
+
+/*
+ * What is in memory is read again, in the background (events were, or may have been, missed).
+ * A reconnect comes here twice (the loader's, the follower's) one right after the other: what
+ * the first queued and the loader has not read yet is replaced, not read twice.
+ */
 static void resync(struct vsync *s, const char *why)
 {
-    size_t n = vindex_each_loaded(s->index, queue_reload, s);
+    struct reloads rl = {0};
+    size_t n = vindex_each_loaded(s->index, collect_reload, &rl);
     pthread_mutex_lock(&s->mu);
+    struct job *gone = unqueue_reloads(s);
+    if (rl.head != NULL) {
+        if (s->tail != NULL)
+            s->tail->next = rl.head;
+        else
+            s->head = rl.head;
+        s->tail = rl.tail;
+        s->queued += n;
+        pthread_cond_signal(&s->work);
+    }
     s->rs = (struct resync_log){.t0 = pc_mono_ms(), .total = n};
     s->rs.last_log = s->rs.t0;
     pthread_mutex_unlock(&s->mu);
+    while (gone != NULL) {
+        struct job *next = gone->next;
+        free(gone);
+        gone = next;
+    }
     if (n > 0)
         log_notice("vsync: %s: the %zu partitions in memory are read again from Redis", why, n);
 }
