@@ -68,6 +68,12 @@
  *      └──fails──────▶ DOWN ───────────────────────────────────┘
  *   process: down 0 ─▶ 1 logs "not working"; 1 ─▶ 0 logs "works again"
  *
+ * Writes (SET, store_write, store_call_int, deletes) go on a second store of
+ * the same kind, s->wr (its owner: s), made when s is READY and pointed at
+ * the server s is on: a write Redis holds (CLIENT PAUSE ... WRITE) would hold
+ * every GET queued after it on one connection. Its health is not counted
+ * (reads still hit without it); until it is READY writes go on s.
+ *
  * cluster:// (pc_cluster.h): the store a worker holds has no connection of
  * its own. It routes, and owns one store per primary (a "node": s->parent
  * set), each the state machine above without SELECT nor schema (AUTH, then
@@ -289,6 +295,8 @@ struct store {
     long migrate_failed; /* version whose migration failed on this connection, or -1 */
     char migrate_err[160];
 
+    struct store *wr;         /* redis://, unix:, sentinel://: the writes' connection, or NULL */
+    struct store *owner;      /* the writes' connection of that store; else NULL */
     struct store *parent;     /* a node of that cluster store (cluster://); else NULL */
     bool clusterdown;         /* a node: it said CLUSTERDOWN or came back, no keyed answer since */
     uint64_t serves_again_us; /* a node: when a keyed command last got an answer after that */
@@ -333,6 +341,8 @@ static void health_down(struct store *s, const char *why)
     if (s->health == HEALTH_DOWN)
         return;
     s->health = HEALTH_DOWN;
+    if (s->owner != NULL) /* writes only: reads still hit, the cache works (info lines say it) */
+        return;
     if (s->parent != NULL) {
         node_health(s, false, why);
         return;
@@ -364,7 +374,7 @@ static void health_up(struct store *s)
     s->timeouts_since_us = 0;
     if (s->parent != NULL)
         node_health(s, true, NULL);
-    else if (was_down)
+    else if (was_down && s->owner == NULL)
         health_leave_down(s, true);
 }
 
@@ -622,7 +632,7 @@ static void schema_read(struct store *s);
 /* Enter a state: keep the redis_connected gauge right, (re)arm the state timer (< 0: none). */
 static void state_enter(struct store *s, enum store_state st, int64_t timer_ms)
 {
-    if (s->parent != NULL) /* a cluster's node: the gauge counts the cluster store */
+    if (s->parent != NULL || s->owner != NULL) /* the gauge counts the store a worker holds */
         ;
     else if (s->state == ST_READY && st != ST_READY)
         stats_add(s->st, STAT_redis_connected, -1);
@@ -657,7 +667,9 @@ static int64_t backoff_next(struct store *s)
     s->rng ^= s->rng >> 7;
     s->rng ^= s->rng << 17;
     int64_t delay = s->backoff_ms + (int64_t)(s->rng % (uint64_t)(s->backoff_ms / 4 + 1));
-    int64_t max = s->url.kind == RURL_SENTINEL ? BACKOFF_SENTINEL_MS : BACKOFF_MAX_MS;
+    /* sentinel://, and a writes' connection whose store's server answers: soon */
+    bool soon = s->url.kind == RURL_SENTINEL || (s->owner != NULL && s->owner->state == ST_READY);
+    int64_t max = soon ? BACKOFF_SENTINEL_MS : BACKOFF_MAX_MS;
     s->backoff_ms = PC_MIN(s->backoff_ms * 2, max);
     return delay;
 }
@@ -738,7 +750,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
         conn_down(s, why); /* hiredis frees ac */
         return;
     }
-    stats_incr(s->st, STAT_redis_reconnects);
+    if (s->owner == NULL)
+        stats_incr(s->st, STAT_redis_reconnects);
     s->last_read_us = pc_mono_us();
     s->blocked_logged = false;
     s->migrate_failed = -1;
@@ -997,6 +1010,8 @@ static void block(struct store *s, const char *why)
 static void node_ready(struct store *node);
 static void cluster_health_check(struct store *top);
 
+static void writer_ensure(struct store *s);
+
 /* The first connection is a notice; reconnects are info (health_up says it once). */
 static void become_ready(struct store *s, long version)
 {
@@ -1019,6 +1034,12 @@ static void become_ready(struct store *s, long version)
         node_ready(s);
         return;
     }
+    if (s->owner != NULL) {
+        log_debug("redis: %s: connected", s->where);
+        health_up(s);
+        return;
+    }
+    writer_ensure(s);
     if (s->url.kind == RURL_SENTINEL)
         log_write(first ? PC_LOG_NOTICE : PC_LOG_INFO, NULL,
                   "redis: connected to %s (%s; schema version %ld)", s->target_where, s->where,
@@ -1082,7 +1103,7 @@ static void handshake_send(struct store *s)
         const char *argv[] = {"ROLE"};
         internal_send(s, role_reply, "ROLE", 1, argv, NULL, s->timeout_ms);
     }
-    if (s->parent != NULL) {
+    if (s->parent != NULL || s->owner != NULL) {
         const char *argv[] = {"PING"};
         internal_send(s, ping_reply, "PING", 1, argv, NULL, s->timeout_ms);
         return;
@@ -1257,6 +1278,35 @@ static bool cmd_names_key(const struct store_cmd *c)
     return true;
 }
 
+/*
+ * A write on s (a store, or its writes' connection) was answered READONLY:
+ * the server is a replica now. Both connections of the store start again.
+ */
+static void readonly_seen(struct store *s)
+{
+    struct store *m = s->owner != NULL ? s->owner : s;
+    const char *why;
+    uint64_t now = pc_mono_us();
+    if (m->url.kind == RURL_SENTINEL) {
+        why = "it turned into a replica (READONLY); asking the sentinels again";
+    } else if (m->ro_drop_us == 0 || now - m->ro_drop_us >= (uint64_t)READONLY_GAP_MS * 1000) {
+        /*
+         * A failover behind a name (a managed Redis's primary endpoint, a
+         * Kubernetes service) leaves this connection on the old primary, now a
+         * replica: connecting again resolves the name anew. At most once per
+         * READONLY_GAP_MS, so a server that stays a replica costs a short gap
+         * now and then, not one per write.
+         */
+        m->ro_drop_us = now;
+        why = "it answered READONLY (a replica now: a failover behind its name?); connecting again";
+    } else {
+        return;
+    }
+    conn_drop_later(m, why);
+    if (m->wr != NULL)
+        conn_drop_later(m->wr, why);
+}
+
 /* Track replies on the current connection; a NULL reply means hiredis is freeing it. */
 static void conn_note_reply(redisAsyncContext *ac, const struct store_cmd *c, const redisReply *r)
 {
@@ -1275,25 +1325,8 @@ static void conn_note_reply(redisAsyncContext *ac, const struct store_cmd *c, co
         s->serves_again_us = s->last_read_us;
         cluster_health_check(s->parent);
     }
-    if (s->url.kind == RURL_SENTINEL && sentinel_readonly(r)) {
-        char why[256];
-        snprintf(why, sizeof(why),
-                 "it turned into a replica (READONLY); asking the sentinels again");
-        conn_drop_later(s, why);
-    } else if (s->parent == NULL && s->cl == NULL && sentinel_readonly(r) &&
-               (s->ro_drop_us == 0 ||
-                s->last_read_us - s->ro_drop_us >= (uint64_t)READONLY_GAP_MS * 1000)) {
-        /*
-         * A failover behind a name (a managed Redis's primary endpoint, a
-         * Kubernetes service) leaves this connection on the old primary, now a
-         * replica: connecting again resolves the name anew. At most once per
-         * READONLY_GAP_MS, so a server that stays a replica costs a short gap
-         * now and then, not one per write.
-         */
-        s->ro_drop_us = s->last_read_us;
-        conn_drop_later(s, "it answered READONLY (a replica now: a failover behind its name?); "
-                           "connecting again");
-    }
+    if (s->parent == NULL && s->cl == NULL && sentinel_readonly(r))
+        readonly_seen(s);
     if (c->overdue) {
         s->owed--;
         return;
@@ -1681,6 +1714,63 @@ static void cmd_timeout_cb(evutil_socket_t fd, short what, void *arg)
     cmd_complete(c, STORE_TIMEOUT, NULL, 0, 0);
 }
 
+/* --- the writes' connection -------------------------------------------------------- */
+
+static void store_init(struct store *s, struct event_base *base, struct stats *st,
+                       int64_t timeout_ms);
+
+/*
+ * Writes go on a connection of their own (s->wr), reads on s's: Redis runs a
+ * client's commands in order, so a write that waits (CLIENT PAUSE ... WRITE,
+ * as a failover or an operator does) held up every GET sent after it on the
+ * same connection, and the cache missed for as long as the pause lasted. The
+ * writes' connection is made once s is READY (so the schema is known to be
+ * this build's), to the server s is on (sentinel://: the primary named, and
+ * made again when another one is); until it is READY, and on a cluster, writes
+ * go on s's. Its health is not the cache's: reads still hit without it.
+ */
+static void writer_ensure(struct store *s)
+{
+    if (s->cl != NULL || s->parent != NULL || s->owner != NULL)
+        return;
+    bool tcp = s->url.kind != RURL_UNIX;
+    const char *host = s->url.kind == RURL_SENTINEL ? s->target_host : s->url.tcp.host;
+    int port = s->url.kind == RURL_SENTINEL ? s->target_port : s->url.tcp.port;
+    struct store *w = s->wr;
+    if (w != NULL && (!tcp || (w->url.tcp.port == port && strcmp(w->url.tcp.host, host) == 0))) {
+        if (w->state == ST_BACKOFF) { /* the server answers s again: no need to wait */
+            w->backoff_ms = BACKOFF_MIN_MS;
+            state_enter(w, ST_BACKOFF, 0);
+        }
+        return;
+    }
+    store_destroy(&s->wr); /* on the old primary: its writes fail as they would there */
+    w = pc_calloc(1, sizeof(*w));
+    w->url.kind = s->url.kind == RURL_UNIX ? RURL_UNIX : RURL_TCP;
+    if (tcp) {
+        w->url.tcp.host = pc_strdup(host);
+        w->url.tcp.port = port;
+    } else {
+        w->url.unix_path = pc_strdup(s->url.unix_path);
+    }
+    w->url.user = s->url.user != NULL ? pc_strdup(s->url.user) : NULL;
+    w->url.password = s->url.password != NULL ? pc_strdup(s->url.password) : NULL;
+    w->url.db = s->url.db;
+    struct pc_buf b = PC_BUF_INIT;
+    pc_buf_printf(&b, "%s (writes)", s->target_where != NULL ? s->target_where : s->where);
+    w->where = pc_buf_cstr(&b);
+    store_init(w, s->base, s->st, s->timeout_ms);
+    w->owner = s;
+    s->wr = w;
+    store_start(w);
+}
+
+/* Where a write routed to s goes: s's writes' connection when it is READY. */
+static struct store *writer_of(struct store *s)
+{
+    return s != NULL && s->wr != NULL && s->wr->state == ST_READY ? s->wr : s;
+}
+
 /* --- public API ------------------------------------------------------------------ */
 
 static const struct timeval *common_timeout(struct event_base *base, int64_t ms,
@@ -1765,8 +1855,9 @@ void store_destroy(struct store **sp)
         ac->data = NULL;
     s->ac = NULL;
     state_enter(s, ST_CLOSED, -1);
-    if (s->health == HEALTH_DOWN && s->parent == NULL)
+    if (s->health == HEALTH_DOWN && s->parent == NULL && s->owner == NULL)
         health_leave_down(s, false); /* gone, not back: no notice */
+    store_destroy(&s->wr);           /* its commands complete: route() finds s CLOSED */
     if (s->cl != NULL)
         cluster_destroy(s); /* its nodes complete their commands (and the fan-outs) */
     while (s->cmds != NULL) {
@@ -1844,7 +1935,7 @@ struct store_cmd *store_set_cb(struct store *s, const void *key, size_t klen, co
                                size_t vlen, int64_t ttl_ms, store_int_fn *cb, void *arg)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
-    if (ttl_ms <= 0 || (s = route(s, key, klen)) == NULL)
+    if (ttl_ms <= 0 || (s = writer_of(route(s, key, klen))) == NULL)
         return NULL;
     char px[24];
     snprintf(px, sizeof(px), "%lld", (long long)ttl_ms);
@@ -1885,7 +1976,7 @@ struct store_cmd *store_write_cb(struct store *s, int argc, const char **argv, c
                                  store_int_fn *cb, void *arg)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
-    if ((s = route_argv(s, argc, argv, lens)) == NULL)
+    if ((s = writer_of(route_argv(s, argc, argv, lens))) == NULL)
         return NULL;
     struct store_cmd *c = cmd_new(s, CMD_WRITE);
     c->cb.num = cb;
@@ -1942,6 +2033,7 @@ static struct store_cmd *delete_start(struct store *s, const char *pattern,
         return NULL;
     if (s->cl != NULL)
         return fanout_delete(s, pattern, pick, each_arg, cb, arg);
+    s = writer_of(s);
     struct store_cmd *c = cmd_new(s, CMD_SCAN);
     c->cb.num = cb;
     c->arg = arg;
@@ -1982,7 +2074,7 @@ struct store_cmd *store_call_int(struct store *s, int argc, const char **argv, c
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
     /* a cluster store has no connection of its own: the node of the first key's slot */
-    if (cb == NULL || (s = route_argv(s, argc, argv, lens)) == NULL)
+    if (cb == NULL || (s = writer_of(route_argv(s, argc, argv, lens))) == NULL)
         return NULL;
     struct store_cmd *c = cmd_new(s, CMD_INT);
     c->cb.num = cb;

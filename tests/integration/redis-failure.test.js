@@ -196,6 +196,49 @@ h.test('Redis frozen mid-run: requests bypass within redis-timeout, hits resume 
 });
 
 /*
+ * CLIENT PAUSE ... WRITE (a failover, an operator) holds every write, and
+ * Redis runs a connection's commands in order: the GETs sent after a held SET
+ * on the same connection waited with it, so every request bypassed the cache
+ * for as long as the pause lasted (and the connection was dropped as stalled,
+ * again and again). Writes have a connection of their own: reads still hit, a
+ * miss is answered after redis-timeout at most, and answers are stored again
+ * once the pause ends.
+ */
+h.test('CLIENT PAUSE WRITE: cached answers still hit, misses are answered, stores resume after it', async () => {
+    const redis = await h.startRedis();
+    const proxy = await env.startProxy({redis: redis.url});
+    try {
+        const old = h.uniq('stored before the pause');
+        await proxy.waitReady(200, 20000);
+        await proxy.post(CHAT, h.chatBody(old));
+        await h.eventually(async () => h.assertHit(await proxy.post(CHAT, h.chatBody(old))));
+        const before = await proxy.stats();
+        await redis.command('CLIENT', 'PAUSE', '60000', 'WRITE');
+        const during = [];
+        try {
+            for (let i = 0; i < 20; i++) {
+                const r = await proxy.post(CHAT, h.chatBody(i % 2 ? old : h.uniq('new during the pause')));
+                during.push({status: r.status, cache: r.cache, old: i % 2 === 1});
+            }
+        } finally {
+            await redis.command('CLIENT', 'UNPAUSE');
+        }
+        assert.deepEqual(during.filter((r) => r.status !== 200), [], 'every request answered');
+        assert.deepEqual(during.filter((r) => r.old && r.cache !== 'HIT'), [], 'the stored answer hit all along');
+        const stats = await proxy.stats();
+        assert.ok(stats.cache_store_skipped > before.cache_store_skipped, 'the held stores were skipped');
+        const after = h.uniq('stored after the pause');
+        await h.eventually(async () => {
+            await proxy.post(CHAT, h.chatBody(after));
+            h.assertHit(await proxy.post(CHAT, h.chatBody(after)));
+        }, {timeout: 20000, interval: 100});
+    } finally {
+        assert.equal(await proxy.stop(), 0);
+        await redis.stop();
+    }
+});
+
+/*
  * embedder openai: at start the proxy reads a vector record to learn the dimension (a blocking
  * probe, semantic.c discover_dim). With Redis down or frozen it must start and answer all the
  * same: the probe's connection struct was not zeroed, so its failure message read an
