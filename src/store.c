@@ -192,7 +192,9 @@ struct store_cmd {
     uint64_t sent_us;   /* when the command (or its current step) was queued */
     int64_t timeout_us; /* its (current step's) timeout, from sent_us */
     char what[64];      /* CMD_INTERNAL: what it is, for log lines ("GET pc:schema") */
-    struct store *s;    /* non-NULL exactly while on the store's list (not done) */
+    bool keyed;         /* on a writes' connection: khash is its (first) key's */
+    uint64_t khash;
+    struct store *s; /* non-NULL exactly while on the store's list (not done) */
     struct store_cmd *prev, *next;
     struct event *timer;
     union {
@@ -531,6 +533,10 @@ static int cmd_send(struct store_cmd *c, int argc, const char **argv, const size
         int k = cluster_key_index(argc, argv, lens);
         c->slot = k < 0 ? -1 : (int)cluster_slot(argv[k], lens ? lens[k] : strlen(argv[k]));
     } else {
+        int k = s->owner != NULL ? cluster_key_index(argc, argv, lens) : -1;
+        c->keyed = k >= 0;
+        if (c->keyed)
+            c->khash = pc_fnv1a(PC_FNV_SEED, argv[k], lens ? lens[k] : strlen(argv[k]));
         size_t before = sdslen(s->ac->c.obuf);
         if (redisAsyncCommandArgv(s->ac, cmd_reply_cb, c, argc, argv, lens) != REDIS_OK)
             return -1;
@@ -1765,6 +1771,23 @@ static void writer_ensure(struct store *s)
     store_start(w);
 }
 
+/*
+ * Where a read of key routed to s goes: s's own connection, unless a write of
+ * the same key is on its way on the writes' connection (store_set and then
+ * store_get see the value written, as on one connection: the read queues
+ * behind the write).
+ */
+static struct store *reader_of(struct store *s, const void *key, size_t klen)
+{
+    if (s == NULL || s->wr == NULL || s->wr->state != ST_READY || s->wr->cmds == NULL)
+        return s;
+    uint64_t h = pc_fnv1a(PC_FNV_SEED, key, klen);
+    for (const struct store_cmd *c = s->wr->cmds; c != NULL; c = c->next)
+        if (c->keyed && c->khash == h)
+            return s->wr;
+    return s;
+}
+
 /* Where a write routed to s goes: s's writes' connection when it is READY. */
 static struct store *writer_of(struct store *s)
 {
@@ -1923,7 +1946,7 @@ struct store_cmd *store_get(struct store *s, const void *key, size_t klen, store
                             void *arg)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
-    if (cb == NULL || (s = route(s, key, klen)) == NULL)
+    if (cb == NULL || (s = reader_of(route(s, key, klen), key, klen)) == NULL)
         return NULL;
     struct store_cmd *c = cmd_new(s, CMD_GET);
     c->cb.get = cb;
@@ -1958,7 +1981,7 @@ struct store_cmd *store_pttl(struct store *s, const void *key, size_t klen, stor
                              void *arg)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
-    if (cb == NULL || (s = route(s, key, klen)) == NULL)
+    if (cb == NULL || (s = reader_of(route(s, key, klen), key, klen)) == NULL)
         return NULL;
     struct store_cmd *c = cmd_new(s, CMD_PTTL);
     c->cb.num = cb;

@@ -556,6 +556,42 @@ static void test_get_set(void)
     store_destroy(&s);
 }
 
+/* The store's writes' connection is up: a client whose last command was its PING. */
+static bool writer_up(void *arg)
+{
+    (void)arg;
+    redisReply *r = rcmd_db(0, "CLIENT LIST");
+    bool up = r->str != NULL && strstr(r->str, " cmd=ping ") != NULL;
+    freeReplyObject(r);
+    return up;
+}
+
+/*
+ * Writes have a connection of their own: while Redis holds writes (CLIENT
+ * PAUSE WRITE) a GET of another key is answered at once, and a GET of a key
+ * whose SET is held waits for it (the value written is read, as on one
+ * connection: before, it overtook the SET and found nothing).
+ */
+static void test_writes_held(void)
+{
+    struct stats st = {0};
+    struct store *s = mk_store(R.unix_url, 3000, true, &st);
+    /* Redis answered its PING; a GET's answer, which comes after, has the PONG read too */
+    T_CHECK(run_until(is_ready, s, 5000) && run_until(writer_up, NULL, 5000) && get_ok(s));
+    struct got g, set = {0};
+    freeReplyObject(rcmd_db(0, "SET pc:held:other x"));
+    freeReplyObject(rcmd_db(0, "CLIENT PAUSE 1000 WRITE"));
+    T_CHECK(store_set_cb(s, "pc:held", 7, "v1", 2, 60000, int_cb, &set) != NULL);
+    T_CHECK(get_wait(s, "pc:held:other", 13, &g) && g.st == STORE_OK && g.len == 1);
+    T_CHECK(!set.done); /* answered while the SET is held */
+    T_CHECK(get_wait(s, "pc:held", 7, &g) && g.st == STORE_OK && g.len == 2 &&
+            memcmp(g.val, "v1", 2) == 0);
+    T_CHECK(set.done && set.st == STORE_OK);
+    freeReplyObject(rcmd_db(0, "CLIENT UNPAUSE"));
+    freeReplyObject(rcmd_db(0, "DEL pc:held pc:held:other"));
+    store_destroy(&s);
+}
+
 static void test_cancel(void)
 {
     struct stats st = {0};
@@ -1896,7 +1932,7 @@ static void test_cluster_redirect_checks(void)
              (cluster_slot(ka, strlen(ka)) + 1) % CLUSTER_SLOTS, b.port);
     snprintf(url, sizeof(url), "cluster://127.0.0.1:%d", a.port);
     struct stats st = {0};
-    struct store *s = mk_store(url, TEST_TIMEOUT_MS, false, &st);
+    struct store *s = mk_store(url, 5000, false, &st); /* no timeout shifts the scripts */
     T_CHECK(run_until(is_ready, s, 5000) && run_until(map_read, &st, 5000) && warm_up(s, ka) &&
             warm_up(s, kb));
     struct got g;
@@ -1911,7 +1947,7 @@ static void test_cluster_redirect_checks(void)
     store_destroy(&s);
 
     struct rcli k = {.quiet = true};
-    T_CHECK_INT(rcli_open(&k, url, 1000, "test"), 0);
+    T_CHECK_INT(rcli_open(&k, url, 5000, "test"), 0);
     const char *get[] = {"GET", ka};
     redisReply *r = rcli_call(&k, 2, get, NULL);
     T_CHECK(r != NULL && r->type == REDIS_REPLY_STRING && strcmp(r->str, "v") == 0);
@@ -2104,6 +2140,7 @@ int main(void)
     T_RUN(test_concurrent_migration);
     T_RUN(test_newer_schema);
     T_RUN(test_get_set);
+    T_RUN(test_writes_held);
     T_RUN(test_cancel);
     T_RUN(test_destroy_pending);
     T_RUN(test_destroy_in_callback);
