@@ -272,6 +272,7 @@ struct store {
     struct event *timer;    /* what it does depends on the state, see state_timer_cb */
     struct store_cmd *cmds; /* commands not done yet */
     bool up;                /* READY was reached on the current connection */
+    bool answered;          /* the current connection brought a reply */
     int64_t backoff_ms;
     uint64_t last_read_us; /* last reply (or the connect) on the current connection */
     uint64_t ro_drop_us;   /* redis:// or unix:: when a READONLY last made it connect again */
@@ -694,6 +695,13 @@ static void target_forget(struct store *s, bool worked)
  */
 static void conn_down(struct store *s, const char *why)
 {
+    char hinted[320];
+    if (s->state == ST_HANDSHAKE && s->ac != NULL && !s->answered) {
+        /* a TLS-only port resets a plain-text client without a word, as a proxy may */
+        snprintf(hinted, sizeof(hinted),
+                 "%s, before any reply (a TLS-only port? TLS to Redis is not supported)", why);
+        why = hinted;
+    }
     if (s->ac != NULL) {
         s->ac->data = NULL;
         s->ac = NULL;
@@ -759,6 +767,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
     if (s->owner == NULL)
         stats_incr(s->st, STAT_redis_reconnects);
     s->last_read_us = pc_mono_us();
+    s->answered = false;
     s->blocked_logged = false;
     s->migrate_failed = -1;
     state_enter(s, ST_HANDSHAKE, -1);
@@ -1325,6 +1334,7 @@ static void conn_note_reply(redisAsyncContext *ac, const struct store_cmd *c, co
         return;
     }
     s->last_read_us = pc_mono_us();
+    s->answered = true;
     /* A node that said CLUSTERDOWN, or came back, serves keys again with a keyed answer. */
     if (s->parent != NULL && s->clusterdown && cmd_names_key(c) && r->type != REDIS_REPLY_ERROR) {
         s->clusterdown = false;

@@ -1330,6 +1330,44 @@ static void test_migrate_cli_sigpipe(void)
     T_CHECK(strstr(out, "migration 0001 initial: Broken pipe") != NULL);
 }
 
+static void *fake_thread(void *arg)
+{
+    return fake_serve(arg);
+}
+
+static bool log_says_tls(void *arg)
+{
+    char out[4096];
+    capture_peek(arg, out, sizeof(out));
+    return strstr(out, "before any reply (a TLS-only port?") != NULL;
+}
+
+/*
+ * A server that closes the connection without a word before the handshake's
+ * first reply - a TLS-only port, to which the store speaks plain text - is
+ * named as such in the log: it said only "Connection reset by peer".
+ */
+static void test_closed_before_reply(void)
+{
+    struct fake f = {.replies = NULL, .nreplies = 0};
+    char url[200], out[4096], err[64];
+    fake_listen(&f);
+    snprintf(url, sizeof(url), "unix:%s", f.path);
+    pthread_t th;
+    T_CHECK_INT(pthread_create(&th, NULL, fake_thread, &f), 0);
+    log_init(PC_LOG_INFO, NULL, NULL, err, sizeof(err));
+    struct capture cap;
+    capture_start(&cap);
+    struct stats st = {0};
+    struct store *s = mk_store(url, TEST_TIMEOUT_MS, false, &st);
+    bool said = run_until(log_says_tls, &cap, 5000);
+    store_destroy(&s);
+    capture_end(&cap, out, sizeof(out));
+    log_init(PC_LOG_NOTICE, NULL, NULL, err, sizeof(err));
+    pthread_join(th, NULL);
+    T_CHECK(said);
+}
+
 /* Another instance applied the migration between our GET and our EVAL: still a success. */
 static void test_migrate_cli_lost_race(void)
 {
@@ -2157,6 +2195,7 @@ int main(void)
     T_RUN(test_migrate_cli_errors);
     T_RUN(test_migrate_cli_sigpipe);
     T_RUN(test_migrate_cli_lost_race);
+    T_RUN(test_closed_before_reply);
     T_RUN(test_concurrent_migration);
     T_RUN(test_newer_schema);
     T_RUN(test_get_set);
