@@ -1968,11 +1968,12 @@ static void test_cluster_down_until_every_node(void)
  * (without it the node answers MOVED back: the command went round until its
  * hops ran out). A MOVED naming another slot than the key's is not followed
  * (a forged or garbled reply must not move slots in the map, nor the command
- * to an address of its choosing). The blocking client (pc_rcli.h) alike.
+ * to an address of its choosing); a MOVED loop ends after five hops. The
+ * blocking client (pc_rcli.h) alike.
  */
 static void test_cluster_redirect_checks(void)
 {
-    char ka[16], kb[16], wa[16], wb[16], ask[80], moved[80], url[96];
+    char ka[16], kb[16], wa[16], wb[16], ask[80], moved[80], self[80], url[96];
     static const char *const value = "$1\r\nv\r\n";
     static const char *const tryagain = "-TRYAGAIN Multiple keys request during rehashing\r\n";
     struct fnode a, b;
@@ -1980,7 +1981,7 @@ static void test_cluster_redirect_checks(void)
     key_in(8192, 16383, kb, sizeof(kb));
     key_named("warm", 0, 8191, wa, sizeof(wa));
     key_named("warm", 8192, 16383, wb, sizeof(wb));
-    const char *sa[] = {ask, moved, ask, moved};
+    const char *sa[] = {ask, moved, self, self, self, self, self, self, ask, moved};
     const char *sb[] = {tryagain, value, tryagain, value};
     fnode_start(&a, sa, PC_ARRAY_LEN(sa));
     fnode_start(&b, sb, PC_ARRAY_LEN(sb));
@@ -1988,6 +1989,8 @@ static void test_cluster_redirect_checks(void)
     snprintf(ask, sizeof(ask), "-ASK %u 127.0.0.1:%d\r\n", cluster_slot(ka, strlen(ka)), b.port);
     snprintf(moved, sizeof(moved), "-MOVED %u 127.0.0.1:%d\r\n",
              (cluster_slot(ka, strlen(ka)) + 1) % CLUSTER_SLOTS, b.port);
+    snprintf(self, sizeof(self), "-MOVED %u 127.0.0.1:%d\r\n", cluster_slot(ka, strlen(ka)),
+             a.port);
     snprintf(url, sizeof(url), "cluster://127.0.0.1:%d", a.port);
     struct stats st = {0};
     struct store *s = mk_store(url, 5000, false, &st);
@@ -2002,6 +2005,10 @@ static void test_cluster_redirect_checks(void)
     T_CHECK(get_wait(s, ka, strlen(ka), &g) && g.st == STORE_ERR); /* MOVED, another slot */
     T_CHECK_INT(atomic_load(&b.commands), on_b);
     T_CHECK_INT(st.v[STAT_redis_moved], 0);
+    int on_a = atomic_load(&a.commands); /* a MOVED to itself, again and again: 5 hops */
+    T_CHECK(get_wait(s, ka, strlen(ka), &g) && g.st == STORE_ERR);
+    T_CHECK_INT(atomic_load(&a.commands), on_a + 6);
+    T_CHECK_INT(st.v[STAT_redis_moved], 5);
     store_destroy(&s);
 
     struct rcli k = {.quiet = true};
