@@ -1368,6 +1368,42 @@ static void test_closed_before_reply(void)
     T_CHECK(said);
 }
 
+/*
+ * A forged or broken server's replies of the wrong type are failures (the
+ * request bypasses), never values: an integer or a nested array to GET, a
+ * bulk string to PTTL; nil is a miss. A RESP3 type (this client never asks
+ * HELLO 3) is a protocol error: the connection is dropped, the commands on
+ * it fail, and the store connects again.
+ */
+static void test_forged_replies(void)
+{
+    static char schema[32];
+    snprintf(schema, sizeof(schema), "$%zu\r\n%s\r\n", strlen(latest), latest);
+    const char *replies[] = {schema,    ":7\r\n",       "*1\r\n*1\r\n$1\r\nx\r\n",
+                             "$-1\r\n", "$2\r\n12\r\n", "%1\r\n+a\r\n+b\r\n"};
+    struct fake f = {.replies = replies, .nreplies = PC_ARRAY_LEN(replies)};
+    char url[200];
+    fake_listen(&f);
+    snprintf(url, sizeof(url), "unix:%s", f.path);
+    pthread_t th;
+    T_CHECK_INT(pthread_create(&th, NULL, fake_thread, &f), 0);
+    struct stats st = {0};
+    struct store *s = mk_store(url, TEST_TIMEOUT_MS, false, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    struct got g;
+    T_CHECK(get_wait(s, "k1", 2, &g) && g.st == STORE_ERR && g.null); /* an integer */
+    T_CHECK(get_wait(s, "k2", 2, &g) && g.st == STORE_ERR && g.null); /* a nested array */
+    T_CHECK(get_wait(s, "k3", 2, &g) && g.st == STORE_OK && g.null);  /* nil: a miss */
+    memset(&g, 0, sizeof(g));
+    T_CHECK(store_pttl(s, "k4", 2, int_cb, &g) != NULL); /* a bulk string */
+    T_CHECK(run_until(got_done, &g, 5000) && g.st == STORE_ERR);
+    T_CHECK(get_wait(s, "k5", 2, &g) && g.st == STORE_ERR && g.null); /* RESP3: dropped */
+    T_CHECK(run_until(not_ready, s, 5000));
+    T_CHECK_INT(st.v[STAT_redis_errors], 4);
+    store_destroy(&s);
+    pthread_join(th, NULL);
+}
+
 /* Another instance applied the migration between our GET and our EVAL: still a success. */
 static void test_migrate_cli_lost_race(void)
 {
@@ -2203,6 +2239,7 @@ int main(void)
     T_RUN(test_migrate_cli_sigpipe);
     T_RUN(test_migrate_cli_lost_race);
     T_RUN(test_closed_before_reply);
+    T_RUN(test_forged_replies);
     T_RUN(test_concurrent_migration);
     T_RUN(test_newer_schema);
     T_RUN(test_get_set);
