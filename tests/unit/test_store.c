@@ -1373,7 +1373,8 @@ static void test_closed_before_reply(void)
  * request bypasses), never values: an integer or a nested array to GET, a
  * bulk string to PTTL; nil is a miss. A RESP3 type (this client never asks
  * HELLO 3) is a protocol error: the connection is dropped, the commands on
- * it fail, and the store connects again.
+ * it fail, and the store connects again. A huge bulk length that never comes
+ * is a timeout, then a dropped connection (nothing is allocated for it).
  */
 static void test_forged_replies(void)
 {
@@ -1400,6 +1401,19 @@ static void test_forged_replies(void)
     T_CHECK(get_wait(s, "k5", 2, &g) && g.st == STORE_ERR && g.null); /* RESP3: dropped */
     T_CHECK(run_until(not_ready, s, 5000));
     T_CHECK_INT(st.v[STAT_redis_errors], 4);
+    store_destroy(&s);
+    pthread_join(th, NULL);
+
+    /* a bulk string of a terabyte, announced and never sent: a timeout, then a new connection */
+    const char *huge[] = {schema, "$1000000000000\r\nabc", "$1\r\nv\r\n"};
+    struct fake f2 = {.replies = huge, .nreplies = PC_ARRAY_LEN(huge)};
+    fake_listen(&f2);
+    T_CHECK_INT(pthread_create(&th, NULL, fake_thread, &f2), 0);
+    memset(&st, 0, sizeof(st));
+    s = mk_store(url, 100, false, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    T_CHECK(get_wait(s, "k6", 2, &g) && g.st == STORE_TIMEOUT);
+    T_CHECK(run_until(not_ready, s, 5000)); /* no reply for a watch window: dropped */
     store_destroy(&s);
     pthread_join(th, NULL);
 }
