@@ -41,6 +41,7 @@ struct rcli {
     char *where;      /* the URL without its secrets (and the primary's address), for messages */
     const char *tool; /* "migrate", "report": prefixes messages */
     bool quiet;       /* messages only into errmsg, not on stderr */
+    bool answered;    /* not cluster://: rc brought a reply (a reset before one: a TLS port?) */
     char errmsg[512]; /* the last message */
     struct rcli_cluster *cl; /* cluster://: the slot map and a connection per node; else NULL */
 };

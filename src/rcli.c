@@ -65,6 +65,17 @@ static redisReply *command_argv(redisContext *rc, int argc, const char **argv, c
     return r;
 }
 
+/*
+ * What a connection lost before its first reply may be: a TLS-only port
+ * resets a plain-text client without a word. "" when rc failed otherwise.
+ */
+static const char *reset_hint(const redisContext *rc)
+{
+    bool reset = rc->err == REDIS_ERR_EOF ||
+                 (rc->err == REDIS_ERR_IO && strstr(rc->errstr, "reset by peer") != NULL);
+    return reset ? ", before any reply (a TLS-only port? TLS to Redis is not supported)" : "";
+}
+
 void rcli_error(struct rcli *k, const char *fmt, ...)
 {
     va_list ap;
@@ -109,13 +120,14 @@ redisReply *rcli_command(struct rcli *k, const char *what, int argc, const char 
     return r;
 }
 
-/* One setup command; false with err set on failure or an error reply. */
-static bool setup(redisContext *rc, int argc, const char **argv, const char *what, char *err,
-                  size_t errlen)
+/* One setup command (first: the connection's first); false with err set on failure or an error. */
+static bool setup(redisContext *rc, int argc, const char **argv, const char *what, bool first,
+                  char *err, size_t errlen)
 {
     redisReply *r = command_argv(rc, argc, argv, NULL);
     if (r == NULL) {
-        snprintf(err, errlen, "%s: %s", what, rc->errstr[0] ? rc->errstr : "no reply");
+        snprintf(err, errlen, "%s: %s%s", what, rc->errstr[0] ? rc->errstr : "no reply",
+                 first ? reset_hint(rc) : "");
         return false;
     }
     bool ok = r->type != REDIS_REPLY_ERROR;
@@ -132,8 +144,8 @@ static bool setup_all(redisContext *rc, const struct rurl *u, char *err, size_t 
     snprintf(db, sizeof(db), "%d", u->db);
     const char *auth[] = {"AUTH", u->user ? u->user : u->password, u->password};
     const char *sel[] = {"SELECT", db};
-    return (u->password == NULL || setup(rc, u->user ? 3 : 2, auth, "AUTH", err, errlen)) &&
-           (u->db == 0 || setup(rc, 2, sel, "SELECT", err, errlen));
+    return (u->password == NULL || setup(rc, u->user ? 3 : 2, auth, "AUTH", true, err, errlen)) &&
+           (u->db == 0 || setup(rc, 2, sel, "SELECT", u->password == NULL, err, errlen));
 }
 
 /* ROLE says master; else false with err. */
@@ -275,6 +287,7 @@ int rcli_open(struct rcli *k, const char *url, int64_t timeout_ms, const char *t
     k->tool = tool;
     k->rc = NULL; /* callers may hand in a struct they did not zero */
     k->cl = NULL;
+    k->answered = false;
     if (rurl_parse(url, 0, &k->url, err, sizeof(err)) < 0) {
         rcli_error(k, "invalid redis URL: %s", err);
         return -1;
@@ -292,6 +305,8 @@ int rcli_open(struct rcli *k, const char *url, int64_t timeout_ms, const char *t
             rcli_error(k, "%s", err);
         return -1;
     }
+    /* AUTH, SELECT or ROLE answered already */
+    k->answered = k->url.password != NULL || k->url.db != 0 || k->url.kind == RURL_SENTINEL;
     if (k->url.kind == RURL_SENTINEL) {
         struct pc_buf b = PC_BUF_INIT;
         pc_buf_printf(&b, "%s (primary at %s)", k->where, addr);
@@ -642,8 +657,10 @@ static redisReply *call(struct rcli *k, int argc, const char **argv, const size_
     if (k->cl == NULL) {
         redisReply *r = command_argv(k->rc, argc, argv, lens);
         if (r == NULL)
-            snprintf(k->errmsg, sizeof(k->errmsg), "%s",
-                     k->rc->errstr[0] ? k->rc->errstr : "no reply");
+            snprintf(k->errmsg, sizeof(k->errmsg), "%s%s",
+                     k->rc->errstr[0] ? k->rc->errstr : "no reply",
+                     k->answered ? "" : reset_hint(k->rc));
+        k->answered = true;
         return r;
     }
     if (argc >= 2 && strcasecmp(argv[0], "SCAN") == 0)

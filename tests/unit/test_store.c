@@ -1366,6 +1366,18 @@ static void test_closed_before_reply(void)
     log_init(PC_LOG_NOTICE, NULL, NULL, err, sizeof(err));
     pthread_join(th, NULL);
     T_CHECK(said);
+
+    /* the tools' and threads' blocking client says it too */
+    struct fake f2 = {.replies = NULL, .nreplies = 0};
+    fake_listen(&f2);
+    T_CHECK_INT(pthread_create(&th, NULL, fake_thread, &f2), 0);
+    struct rcli k = {.quiet = true};
+    T_CHECK_INT(rcli_open(&k, url, 1000, "test"), 0);
+    const char *argv[] = {"GET", "k"};
+    T_CHECK(rcli_call(&k, 2, argv, NULL) == NULL);
+    T_CHECK(strstr(k.errmsg, "before any reply (a TLS-only port?") != NULL);
+    rcli_close(&k);
+    pthread_join(th, NULL);
 }
 
 /*
