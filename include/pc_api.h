@@ -81,6 +81,19 @@ int api_validate(enum api_endpoint e, const cJSON *body, char *msg, size_t msgle
  */
 bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **why);
 
+/*
+ * Whether the answer to this request is its account's own at the provider,
+ * so that it is never shared with another credential, not even through a
+ * shared namespace. Responses API only (its tenant is decided after the body
+ * is read): the answer is stored upstream ("store" not false: its id resolves
+ * for its owner only), or it reads what the account keeps there: the
+ * response named by "previous_response_id", a stored "prompt", a file or
+ * vector store named by id anywhere in the body ("file_id",
+ * "vector_store_ids"). Another account's identical call is refused by the
+ * provider.
+ */
+bool api_account_bound(enum api_endpoint e, const cJSON *body);
+
 /* The request asks for an SSE stream ("stream": true; never for embeddings). */
 bool api_wants_stream(enum api_endpoint e, const cJSON *body);
 /* OpenAI: stream_options.include_usage is true. Anthropic and Responses streams always carry

@@ -186,6 +186,32 @@ bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **
     return reason == NULL;
 }
 
+/* A member of v's subtree naming a file or vector store by id ("file_id", "vector_store_ids"). */
+static bool names_stored_file(const cJSON *v)
+{
+    for (const cJSON *c = cJSON_IsArray(v) || cJSON_IsObject(v) ? v->child : NULL; c != NULL;
+         c = c->next) {
+        const char *k = c->string;
+        if (k != NULL &&
+            ((strcmp(k, "file_id") == 0 && cJSON_IsString(c)) ||
+             (strcmp(k, "vector_store_ids") == 0 && cJSON_IsArray(c) && c->child != NULL)))
+            return true;
+        if (names_stored_file(c))
+            return true;
+    }
+    return false;
+}
+
+bool api_account_bound(enum api_endpoint e, const cJSON *body)
+{
+    if (e != API_RESPONSES)
+        return false;
+    const cJSON *prev = api_member(body, "previous_response_id");
+    const cJSON *prompt = api_member(body, "prompt");
+    return !cJSON_IsFalse(api_member(body, "store")) || (prev != NULL && !cJSON_IsNull(prev)) ||
+           (prompt != NULL && !cJSON_IsNull(prompt)) || names_stored_file(body);
+}
+
 bool api_wants_stream(enum api_endpoint e, const cJSON *body)
 {
     return api_streams(e) && cJSON_IsTrue(api_member(body, "stream"));

@@ -774,9 +774,9 @@ static void compute_tenant(struct preq *r)
         memset(cred.data, 0, cred.cap);
     pc_buf_free(&cred);
 
-    /* A stored response's id resolves only for its owner at the provider: never shared. */
+    /* A stored response, or one drawing on the account's state: never shared (pc_api.h). */
     const char *ns = req_header(r, "X-Cache-Namespace");
-    bool owned = r->ep == API_RESPONSES && !cJSON_IsFalse(api_member(r->body, "store"));
+    bool owned = api_account_bound(r->ep, r->body);
     if (ns != NULL && namespace_shared(r->w->conf, ns) && !owned) {
         struct pc_buf b = PC_BUF_INIT;
         pc_buf_printf(&b, "namespace=%s\n", ns);

@@ -187,6 +187,40 @@ h.test('a cached response id resolves for its tenant; an expired one gets the pr
     assert.equal((await env.proxy.post(RESP, late, alice)).cache, 'MISS');
 });
 
+h.test('a follow-up on a stored response is never shared through a shared namespace', async () => {
+    /*
+     * store: false keeps nothing new upstream, but previous_response_id reads what the
+     * owner's account keeps: another tenant's call is refused by the provider, so it must
+     * never be answered with the owner's continuation from the namespace.
+     */
+    const alice = h.bearer('sk-alice-follow-up');
+    const bob = h.bearer('sk-bob-follow-up');
+    const ns = {'X-Cache-Namespace': 'public'};
+    const first = await env.proxy.post(RESP, body(h.uniq('my secret is tulip')), alice);
+    assert.equal(first.status, 200, first.text);
+    const follow = body(h.uniq('what is my secret?'), {previous_response_id: first.json.id, store: false});
+    const a = await env.proxy.post(RESP, follow, {...alice, ...ns});
+    assert.equal(a.status, 200, a.text);
+    assert.equal((await env.proxy.post(RESP, follow, {...alice, ...ns})).cache, 'HIT', 'its owner hits');
+    const b = await env.proxy.post(RESP, follow, {...bob, ...ns});
+    assert.notEqual(b.cache, 'HIT', 'bob was served alice\'s continuation');
+    assert.equal(b.status, 404, b.text);
+    assert.equal(b.json.error.code, 'previous_response_not_found');
+    /* A stored prompt belongs to its project too. */
+    const prompted = body(h.uniq('prompted'), {prompt: {id: 'pmpt_alice_only', version: '2'}, store: false});
+    await env.proxy.post(RESP, prompted, {...alice, ...ns});
+    assert.equal((await env.proxy.post(RESP, prompted, {...bob, ...ns})).cache, 'MISS');
+    /* So does a file named by its id. */
+    const filed = body([{role: 'user', content: [{type: 'input_file', file_id: 'file-alice-only'},
+        {type: 'input_text', text: h.uniq('summarise the file')}]}], {store: false});
+    await env.proxy.post(RESP, filed, {...alice, ...ns});
+    assert.equal((await env.proxy.post(RESP, filed, {...bob, ...ns})).cache, 'MISS');
+    /* A self-contained unstored request is still shared there. */
+    const plain = body(h.uniq('plain unstored'), {store: false});
+    await env.proxy.post(RESP, plain, {...alice, ...ns});
+    assert.equal((await env.proxy.post(RESP, plain, {...bob, ...ns})).cache, 'HIT');
+});
+
 h.test('every input shape the API accepts is cached; a bad input is a 400', async () => {
     /* Matching by meaning on the input's last user message: semantic.test.js. */
     for (const input of [h.uniq('plain string'),

@@ -624,6 +624,34 @@ static void test_replayable_headers(void)
     T_CHECK(!api_header_replayable(NULL));
 }
 
+static bool bound(enum api_endpoint e, const char *json)
+{
+    cJSON *v = cJSON_Parse(json);
+    bool b = api_account_bound(e, v);
+    cJSON_Delete(v);
+    return b;
+}
+
+/* What keeps a Responses answer with its credential, even in a shared namespace. */
+static void test_account_bound(void)
+{
+    T_CHECK(bound(API_RESPONSES, "{\"input\":\"hi\"}")); /* stored by default */
+    T_CHECK(bound(API_RESPONSES, "{\"input\":\"hi\",\"store\":null}"));
+    T_CHECK(!bound(API_RESPONSES, "{\"input\":\"hi\",\"store\":false}"));
+    T_CHECK(!bound(API_RESPONSES, "{\"store\":true,\"store\":false}")); /* the last one */
+    T_CHECK(bound(API_RESPONSES, "{\"store\":false,\"previous_response_id\":\"resp_1\"}"));
+    T_CHECK(!bound(API_RESPONSES, "{\"store\":false,\"previous_response_id\":null}"));
+    T_CHECK(bound(API_RESPONSES, "{\"store\":false,\"prompt\":{\"id\":\"pmpt_1\"}}"));
+    T_CHECK(bound(API_RESPONSES, "{\"store\":false,\"input\":[{\"role\":\"user\",\"content\":"
+                                 "[{\"type\":\"input_file\",\"file_id\":\"file-1\"}]}]}"));
+    T_CHECK(bound(API_RESPONSES, "{\"store\":false,\"tools\":[{\"type\":\"file_search\","
+                                 "\"vector_store_ids\":[\"vs_1\"]}]}"));
+    T_CHECK(!bound(API_RESPONSES, "{\"store\":false,\"input\":[{\"role\":\"user\","
+                                  "\"content\":\"file_id\"}],\"tools\":[]}"));
+    /* The other endpoints' tenant is decided before their body is read: never. */
+    T_CHECK(!bound(API_CHAT, "{\"messages\":[],\"store\":true}"));
+}
+
 int main(void)
 {
     T_RUN(test_paths);
@@ -639,6 +667,7 @@ int main(void)
     T_RUN(test_answer_streams);
     T_RUN(test_answer_fault_names);
     T_RUN(test_responses);
+    T_RUN(test_account_bound);
     T_RUN(test_replayable_headers);
     T_DONE();
 }
