@@ -70,7 +70,8 @@ struct tenants {
     pthread_mutex_t mu;
     struct learned *learned; /* learned_cap entries, made at load (never moved) */
     size_t learned_cap, nlearned;
-    size_t *learned_slots; /* learned_mask + 1 of them: index + 1 into learned, or 0; atomic */
+    unsigned char *key_learned; /* per key of the file (as sorted): the ids learned for it */
+    size_t *learned_slots;      /* learned_mask + 1 of them: index + 1 into learned, or 0; atomic */
     size_t learned_mask;
     struct seen seen[TENANTS_SEEN_MAX];
     size_t nseen; /* atomic */
@@ -302,6 +303,7 @@ static void learned_init(struct tenants *t)
     while (slots < 2 * t->learned_cap)
         slots *= 2;
     t->learned = pc_calloc(t->learned_cap, sizeof(*t->learned));
+    t->key_learned = pc_calloc(t->nkeys, sizeof(*t->key_learned));
     t->learned_slots = pc_calloc(slots, sizeof(*t->learned_slots));
     t->learned_mask = slots - 1;
 }
@@ -356,6 +358,7 @@ void tenants_release(struct tenants **tp)
     free(t->ids);
     free(t->keys);
     free(t->learned);
+    free(t->key_learned);
     free(t->learned_slots);
     free(t->path);
     pthread_mutex_destroy(&t->mu);
@@ -415,12 +418,20 @@ const char *tenants_name(struct tenants *t, const char *tenant_id)
     return l != NULL ? l->name : NULL;
 }
 
-/* Append (id, name) to the learned list unless there (or full); true if it was added. */
-static bool learn(struct tenants *t, const char *id, const char *name)
+/*
+ * Append (id, the name of key x) to the learned list unless there, or the key
+ * has its LEARNED_PER_KEY ids already (one holder mixing headers must not take
+ * the other keys' room); true if it was added.
+ */
+static bool learn(struct tenants *t, const char *id, const struct ident *x)
 {
+    const char *name = x->name;
+    unsigned char *count = &t->key_learned[x - t->keys];
     pthread_mutex_lock(&t->mu);
-    bool add = learned_find(t, id) == NULL && t->nlearned < t->learned_cap;
+    bool add =
+        learned_find(t, id) == NULL && *count < LEARNED_PER_KEY && t->nlearned < t->learned_cap;
     if (add) {
+        (*count)++;
         struct learned *l = &t->learned[t->nlearned];
         memcpy(l->id, id, TENANT_ID_LEN);
         l->id[TENANT_ID_LEN] = '\0';
@@ -474,7 +485,7 @@ bool tenants_note(struct tenants *t, const char *tenant_id, const char *secret, 
     struct ident key = {.kind = IDENT_KEY};
     pc_sha256(secret, len, key.key);
     const struct ident *x = bsearch(&key, t->keys, t->nkeys, sizeof(key), ident_cmp);
-    if (x == NULL || !learn(t, tenant_id, x->name))
+    if (x == NULL || !learn(t, tenant_id, x))
         return false;
     pc_hex(key.key, FP_BYTES, fp);
     fp[16] = '\0';
@@ -504,7 +515,7 @@ bool tenants_learn_fp(struct tenants *t, const char *tenant_id, size_t idlen, co
         char id[TENANT_ID_LEN + 1];
         memcpy(id, tenant_id, TENANT_ID_LEN);
         id[TENANT_ID_LEN] = '\0';
-        learn(t, id, x->name);
+        learn(t, id, x);
     }
     return true; /* a fingerprint the file no longer names: valid, and nothing to learn */
 }

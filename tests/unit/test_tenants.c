@@ -179,6 +179,57 @@ static void test_many_names(void)
     pc_buf_free(&text);
 }
 
+/*
+ * One key's holder presenting it beside ever other headers (each mix a tenant id of its
+ * own) learns at most LEARNED_PER_KEY names: the room of the other keys the file names
+ * stays theirs. It was one pool for all keys, so two keys' holders could take it all,
+ * and the third key's tenant stayed "other" in /metrics, the report and the dashboard.
+ */
+static void test_learned_per_key(void)
+{
+    const char *keys[] = {"sk-greedy-key-000000000", "sk-second-key-111111111",
+                          "sk-quiet-key-2222222222"};
+    struct pc_buf text = PC_BUF_INIT;
+    for (size_t i = 0; i < PC_ARRAY_LEN(keys); i++) {
+        char kh[65];
+        sha_hex(keys[i], kh);
+        pc_buf_printf(&text, "sha256:%s team %zu\n", kh, i);
+    }
+    char err[256], id[17], fp[17];
+    struct tenants *t = load(pc_buf_cstr(&text), err, sizeof err);
+    struct tenants *u = load(pc_buf_cstr(&text), err, sizeof err);
+    T_CHECK(t != NULL && u != NULL);
+    int greedy = 0, recorded = 0;
+    for (unsigned i = 0; t != NULL && u != NULL && i < 20; i++) {
+        snprintf(id, sizeof id, "%016x", 0x30000000u + i);
+        if (tenants_note(t, id, keys[i % 2], strlen(keys[i % 2]), fp)) {
+            greedy++;
+            T_CHECK(tenants_learn_fp(u, id, 16, fp, 16));
+        }
+    }
+    T_CHECK(greedy <= 8); /* 4 per key at most */
+    snprintf(id, sizeof id, "%016x", 0x3fffffffu);
+    T_CHECK(t == NULL || tenants_note(t, id, keys[2], strlen(keys[2]), fp));
+    T_CHECK(t == NULL ||
+            (tenants_name(t, id) != NULL && strcmp(tenants_name(t, id), "team 2") == 0));
+    /* a process learning from Redis's fingerprints keeps the quiet key's room too */
+    for (unsigned i = 0; u != NULL && i < 20; i++) {
+        char other[17];
+        snprintf(other, sizeof other, "%016x", 0x40000000u + i);
+        char kfp[65];
+        sha_hex(keys[i % 2], kfp);
+        kfp[16] = '\0';
+        recorded += tenants_learn_fp(u, other, 16, kfp, 16) && tenants_name(u, other) != NULL;
+    }
+    T_CHECK(recorded <= 8);
+    T_CHECK(u == NULL || tenants_learn_fp(u, id, 16, fp, 16));
+    T_CHECK(u == NULL ||
+            (tenants_name(u, id) != NULL && strcmp(tenants_name(u, id), "team 2") == 0));
+    tenants_release(&t);
+    tenants_release(&u);
+    pc_buf_free(&text);
+}
+
 static void test_refusals(void)
 {
     static const struct {
@@ -220,6 +271,7 @@ int main(void)
     T_RUN(test_forms);
     T_RUN(test_refusals);
     T_RUN(test_many_keys);
+    T_RUN(test_learned_per_key);
     T_RUN(test_many_names);
     T_DONE();
 }
