@@ -2,8 +2,9 @@
  * pc_canon.h - canonical form of a request and the cache keys derived from it.
  *
  * Canonical JSON: object members sorted by key (bytewise on UTF-8; duplicate
- * keys: the last one wins, as in most JSON parsers), no insignificant white
- * space, strings re-escaped from their decoded value (so "\u00e9" and "é" are
+ * keys: the last one wins, as in most JSON parsers, but the keys of a request
+ * that repeats a member name are unique to it: see canon_keys.repeated), no
+ * insignificant white space, strings re-escaped from their decoded value (so "\u00e9" and "é" are
  * equal), numbers in one form (below).
  *
  * Numbers. The rule is "every digit the upstream would read": the upstreams'
@@ -95,6 +96,10 @@ struct canon_keys {
                              answer that repeats the prompt: echo, prompt_logprobs); owned */
     bool lossy;           /* a number may have lost digits and raw was missing or did not match: the
                              keys are unique to this call (never hit, never shared); better bypass */
+    bool repeated;        /* an object of the body names a member twice: the keys are unique to this
+                             call too (which copy counts is the upstream parser's choice: the last
+                             for Python, Go and JavaScript, the first for RapidJSON, yyjson or gjson,
+                             an error for serde); better bypass */
 };
 
 /* Fill k from in. Returns 0 (k->last_user_text must be freed with canon_keys_free). */

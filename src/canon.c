@@ -7,8 +7,7 @@
  * must never share a key. Hence the canonical form is injective on what the
  * upstream sees (modulo the documented equivalences: member order, white
  * space, string escapes, the spellings of one integer or one float, an
- * integer and a float of one value as top-level parameters, duplicate keys
- * where the last one wins as it does in the upstreams' parsers), and the
+ * integer and a float of one value as top-level parameters), and the
  * digest input is length-prefixed so no field can be shifted into its
  * neighbour:
  *
@@ -56,7 +55,10 @@ enum canon_filter {
     FILTER_TOOL,      /* an Anthropic tool definition: canon_tool_transport */
 };
 
-/* One object member awaiting output; idx breaks ties so the last duplicate wins. */
+/*
+ * One object member awaiting output; idx breaks ties so the last duplicate wins
+ * in canon_json, while canon_keys makes the keys of such a body unique (ctx->repeated).
+ */
 struct canon_member {
     const cJSON *item;
     size_t idx;
@@ -95,6 +97,7 @@ struct canon_ctx {
     size_t nlits, cap;
     bool have_raw;
     bool lossy;
+    bool repeated; /* an object named a member twice (the key is unique to the call) */
 };
 
 /* Top-level fields that do not change the answer (see pc_canon.h). */
@@ -545,8 +548,11 @@ static void emit_object(struct canon_ctx *ctx, const cJSON *obj, struct pc_buf *
     bool first = true;
     for (size_t i = 0; i < n; i++) {
         /* Equal keys are adjacent, in input order: emit only the last. */
-        if (i + 1 < n && strcmp(member_key(m[i].item), member_key(m[i + 1].item)) == 0)
+        if (i + 1 < n && strcmp(member_key(m[i].item), member_key(m[i + 1].item)) == 0) {
+            if (ctx != NULL)
+                ctx->repeated = true;
             continue;
+        }
         if (emit_member(ctx, m[i].item, first, out, f, e))
             first = false;
     }
@@ -705,7 +711,7 @@ static void key_digest(struct canon_ctx *ctx, const char *domain, const struct c
     else
         emit_value(ctx, in->body, b);
     put_len(b, off, b->len - off - 8);
-    if (ctx->lossy)
+    if (ctx->lossy || ctx->repeated)
         put_nonce(b);
     pc_sha256(b->data, b->len, out);
 }
@@ -829,6 +835,7 @@ int canon_keys(const struct canon_input *in, struct canon_keys *k)
     literals_collect(&ctx, in->body, in->raw, in->raw_len);
     key_digest(&ctx, "pc-exact-1", in, tenant, FILTER_EXACT, &b, k->exact);
     k->lossy = ctx.lossy;
+    k->repeated = ctx.repeated;
     if (!in->exact_only) {
         ctx.lossy = false; /* the partition leaves parts out: judged on its own */
         key_digest(&ctx, "pc-part-1", in, tenant, FILTER_PARTITION, &b, k->partition);

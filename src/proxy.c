@@ -843,7 +843,7 @@ static void compute_keys(struct preq *r, const struct memo_input *mi, uint64_t h
         .raw_len = mi->raw_len,
     };
     canon_keys(&in, &r->keys);
-    if (r->keys.lossy) /* a key that might not tell two requests apart: never cached */
+    if (r->keys.lossy || r->keys.repeated) /* keys that might not tell two requests apart */
         r->key_unsafe = true;
     r->have_keys = true;
     /*

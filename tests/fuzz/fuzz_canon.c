@@ -9,7 +9,8 @@
  *     succeeds), and the literal-keeping form is idempotent too;
  *   - keys and last_user_text of the canonical body equal those of the
  *     original for every endpoint (canonicalising never changes a key), both
- *     with the raw text and, when nothing was lossy, without it.
+ *     with the raw text and, when nothing was lossy, without it (a body naming a
+ *     member twice has keys of its own: never those of its canonical form).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -73,7 +74,9 @@ static void check_keys(enum api_endpoint e, struct doc body, struct doc canon)
     canon_keys(&b, &kb);
     if (body.raw != NULL && (ka.lossy || kb.lossy))
         fail("keys lossy although the raw text was given");
-    if (ka.lossy || kb.lossy) { /* unique by design */
+    if (kb.repeated)
+        fail("a canonical body names a member twice");
+    if (ka.lossy || kb.lossy || ka.repeated) { /* unique by design */
         canon_keys_free(&ka);
         canon_keys_free(&kb);
         return;

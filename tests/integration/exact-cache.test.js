@@ -191,3 +191,32 @@ h.test('a Messages request naming a container is never cached', async () => {
     const fresh = {...h.messagesBody(h.uniq('container fresh')), container: {skills: [{type: 'anthropic', skill_id: 'pptx'}]}};
     await missThenHit('/v1/messages', fresh);
 });
+
+h.test('a body naming a member twice is never answered from the cache nor stored', async () => {
+    /*
+     * Which copy counts is the upstream parser's choice: Python's, Go's and JavaScript's
+     * take the last, serde's refuses, RapidJSON's, yyjson's and gjson's take the first.
+     * The key took the last, so a body whose first "messages" asked something else shared
+     * the key, and so the entry, of the plain body with the second (in a shared namespace,
+     * another tenant's entry): the upstream decides such a body, every time.
+     */
+    const q = h.uniq('the plain question');
+    const plain = h.chatBody(q);
+    const first = await env.proxy.post(CHAT, plain);
+    assert.equal(first.status, 200, first.text);
+    h.assertHit(await env.proxy.post(CHAT, plain));
+    const messages = JSON.stringify(plain.messages);
+    const other = JSON.stringify([{role: 'user', content: h.uniq('another question')}]);
+    const twice = `{"model":${JSON.stringify(plain.model)},"messages":${other},"messages":${messages}}`;
+    const calls = env.mock.callCount(CHAT);
+    const r = await env.proxy.post(CHAT, twice);
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.cache, 'BYPASS', 'answered with the plain body\'s entry');
+    assert.equal(env.mock.callCount(CHAT), calls + 1);
+    assert.equal((await env.proxy.post(CHAT, twice)).cache, 'BYPASS');
+    /* A repeat deeper down counts too; the plain body still hits its own entry. */
+    const deep = `{"model":${JSON.stringify(plain.model)},"messages":[{"role":"user","content":"x",` +
+        `"content":${JSON.stringify(q)}}]}`;
+    assert.equal((await env.proxy.post(CHAT, deep)).cache, 'BYPASS');
+    h.assertHit(await env.proxy.post(CHAT, plain));
+});
