@@ -58,3 +58,21 @@ h.test('a credential differing only in case is another tenant', async () => {
     await env.proxy.post(CHAT, body, h.bearer('sk-Case-Key'));
     h.assertFromUpstream(await env.proxy.post(CHAT, body, h.bearer('sk-case-key')), env.mock);
 });
+
+h.test('two credential headers make a tenant of their own; a key spoofed in another header does not reach its entries', async () => {
+    const body = h.chatBody(h.uniq('tenant two headers'));
+    const victim = h.bearer('sk-tenant-victim');
+    h.assertFromUpstream(await env.proxy.post(CHAT, body, victim), env.mock);
+    h.assertHit(await env.proxy.post(CHAT, body, victim));
+    /* the victim's key in another credential header, or beside another key, is another tenant */
+    for (const spoof of [{'x-api-key': 'sk-tenant-victim'}, {'api-key': 'Bearer sk-tenant-victim'},
+        {...victim, 'x-api-key': 'sk-tenant-attacker'},
+        {authorization: 'Bearer sk-tenant-victim', 'X-Cache-Namespace': 'private-ns'}]) {
+        const r = await env.proxy.post(CHAT, body, spoof);
+        assert.equal(r.status, 200, r.text);
+        assert.notEqual(r.cache, 'HIT', `served the victim's entry to ${JSON.stringify(Object.keys(spoof))}`);
+    }
+    /* header names are not case-sensitive, and white space around a value is not the value's */
+    h.assertHit(await env.proxy.post(CHAT, body, {AUTHORIZATION: 'Bearer sk-tenant-victim'}));
+    h.assertHit(await env.proxy.post(CHAT, body, {authorization: 'Bearer sk-tenant-victim  '}));
+});
