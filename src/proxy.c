@@ -776,8 +776,7 @@ static void compute_tenant(struct preq *r)
 
     /* A stored response, or one drawing on the account's state: never shared (pc_api.h). */
     const char *ns = req_header(r, "X-Cache-Namespace");
-    bool owned = api_account_bound(r->ep, r->body);
-    if (ns != NULL && namespace_shared(r->w->conf, ns) && !owned) {
+    if (ns != NULL && namespace_shared(r->w->conf, ns) && !api_account_bound(r->ep, r->body)) {
         struct pc_buf b = PC_BUF_INIT;
         pc_buf_printf(&b, "namespace=%s\n", ns);
         canon_tenant(pc_buf_cstr(&b), r->tenant);
