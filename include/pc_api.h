@@ -84,15 +84,18 @@ bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **
 /*
  * Whether the answer to this request is its account's own at the provider,
  * so that it is never shared with another credential, not even through a
- * shared namespace. Responses API only (its tenant is decided after the body
- * is read): the answer is stored upstream ("store" not false: its id resolves
- * for its owner only), or it reads what the account keeps there: the
- * response named by "previous_response_id", a stored "prompt", a file or
- * vector store named by id anywhere in the body ("file_id",
- * "vector_store_ids"). Another account's identical call is refused by the
- * provider.
+ * shared namespace: another account's identical call is refused by the
+ * provider. The Responses API's (body: the parsed request): the answer is
+ * stored upstream ("store" not false: its id resolves for its owner only),
+ * or it reads what the account keeps there: the response named by
+ * "previous_response_id", a stored "prompt", a file or vector store named by
+ * id anywhere in the body ("file_id", "vector_store_ids"). Chat completions
+ * and the Messages API (raw[0..len): the body's text, read before it is
+ * parsed, as their tenant is decided then): a "file_id" member, written as
+ * the clients write it (an escaped name, or the words in a text, may miss or
+ * match: the check is for the owner's own requests, made by its SDK).
  */
-bool api_account_bound(enum api_endpoint e, const cJSON *body);
+bool api_account_bound(enum api_endpoint e, const cJSON *body, const char *raw, size_t len);
 
 /* The request asks for an SSE stream ("stream": true; never for embeddings). */
 bool api_wants_stream(enum api_endpoint e, const cJSON *body);

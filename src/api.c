@@ -202,8 +202,10 @@ static bool names_stored_file(const cJSON *v)
     return false;
 }
 
-bool api_account_bound(enum api_endpoint e, const cJSON *body)
+bool api_account_bound(enum api_endpoint e, const cJSON *body, const char *raw, size_t len)
 {
+    if (e == API_CHAT || e == API_MESSAGES) /* a file part: {"file_id": ...} at some depth */
+        return raw != NULL && memmem(raw, len, "\"file_id\"", 9) != NULL;
     if (e != API_RESPONSES)
         return false;
     const cJSON *prev = api_member(body, "previous_response_id");

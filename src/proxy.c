@@ -774,9 +774,12 @@ static void compute_tenant(struct preq *r)
         memset(cred.data, 0, cred.cap);
     pc_buf_free(&cred);
 
-    /* A stored response, or one drawing on the account's state: never shared (pc_api.h). */
+    /* An answer its account owns at the provider: never shared (pc_api.h). */
     const char *ns = req_header(r, "X-Cache-Namespace");
-    if (ns != NULL && namespace_shared(r->w->conf, ns) && !api_account_bound(r->ep, r->body)) {
+    size_t len = 0;
+    const char *raw = req_body(r, &len);
+    if (ns != NULL && namespace_shared(r->w->conf, ns) &&
+        !api_account_bound(r->ep, r->body, raw, len)) {
         struct pc_buf b = PC_BUF_INIT;
         pc_buf_printf(&b, "namespace=%s\n", ns);
         canon_tenant(pc_buf_cstr(&b), r->tenant);

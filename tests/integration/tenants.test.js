@@ -76,3 +76,30 @@ h.test('two credential headers make a tenant of their own; a key spoofed in anot
     h.assertHit(await env.proxy.post(CHAT, body, {AUTHORIZATION: 'Bearer sk-tenant-victim'}));
     h.assertHit(await env.proxy.post(CHAT, body, {authorization: 'Bearer sk-tenant-victim  '}));
 });
+
+h.test('in a shared namespace, a request naming a file by its id stays with its credential', async () => {
+    /*
+     * A file id resolves only for the account that uploaded it: another account's identical
+     * call is refused by the provider, so it must not get the owner's answer from the
+     * namespace. Requests without one are shared there as before.
+     */
+    const proxy = await env.startProxy({args: ['--shared-namespaces', 'public']});
+    const ns = {'X-Cache-Namespace': 'public'};
+    const alice = {...h.bearer('sk-files-alice'), ...ns};
+    const bob = {...h.bearer('sk-files-bob'), ...ns};
+    const chat = h.chatBody(h.uniq('summarise'));
+    chat.messages[1].content = [{type: 'text', text: h.uniq('summarise this file')},
+        {type: 'file', file: {file_id: 'file-alice-only'}}];
+    const doc = h.messagesBody(h.uniq('summarise'));
+    doc.messages[0].content = [{type: 'document', source: {type: 'file', file_id: 'file_alice_only'}},
+        {type: 'text', text: h.uniq('summarise this document')}];
+    for (const [p, b] of [[CHAT, chat], [MESSAGES, doc]]) {
+        assert.equal((await proxy.post(p, b, alice)).status, 200);
+        h.assertHit(await proxy.post(p, b, alice));
+        assert.equal((await proxy.post(p, b, bob)).cache, 'MISS', `${p}: bob got alice's answer`);
+    }
+    const plain = h.chatBody(h.uniq('shared question'));
+    await proxy.post(CHAT, plain, alice);
+    h.assertHit(await proxy.post(CHAT, plain, bob));
+    assert.equal(await proxy.stop(), 0);
+});

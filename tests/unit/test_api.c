@@ -627,7 +627,7 @@ static void test_replayable_headers(void)
 static bool bound(enum api_endpoint e, const char *json)
 {
     cJSON *v = cJSON_Parse(json);
-    bool b = api_account_bound(e, v);
+    bool b = api_account_bound(e, v, json, json != NULL ? strlen(json) : 0);
     cJSON_Delete(v);
     return b;
 }
@@ -648,8 +648,16 @@ static void test_account_bound(void)
                                  "\"vector_store_ids\":[\"vs_1\"]}]}"));
     T_CHECK(!bound(API_RESPONSES, "{\"store\":false,\"input\":[{\"role\":\"user\","
                                   "\"content\":\"file_id\"}],\"tools\":[]}"));
-    /* The other endpoints' tenant is decided before their body is read: never. */
+    /* Chat and Messages: a file named by its id, read in the raw text (their tenant is
+     * decided before the body is parsed); nothing else there is the account's. */
     T_CHECK(!bound(API_CHAT, "{\"messages\":[],\"store\":true}"));
+    T_CHECK(bound(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"file\","
+                            "\"file\":{\"file_id\":\"file-1\"}}]}]}"));
+    T_CHECK(bound(API_MESSAGES,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                  "\"document\",\"source\":{\"type\":\"file\",\"file_id\":\"f\"}}]}]}"));
+    T_CHECK(!bound(API_COMPLETIONS, "{\"prompt\":\"x\",\"file_id\":\"f\"}"));
+    T_CHECK(!bound(API_EMBEDDINGS, "{\"input\":\"x\",\"file_id\":\"f\"}"));
 }
 
 int main(void)
