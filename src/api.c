@@ -186,15 +186,18 @@ bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **
     return reason == NULL;
 }
 
-/* A member of v's subtree naming a file or vector store by id ("file_id", "vector_store_ids"). */
+/*
+ * A member of v's subtree naming a file or vector store by id ("file_id", a code
+ * interpreter's "file_ids", "vector_store_ids").
+ */
 static bool names_stored_file(const cJSON *v)
 {
     for (const cJSON *c = cJSON_IsArray(v) || cJSON_IsObject(v) ? v->child : NULL; c != NULL;
          c = c->next) {
         const char *k = c->string;
-        if (k != NULL &&
-            ((strcmp(k, "file_id") == 0 && cJSON_IsString(c)) ||
-             (strcmp(k, "vector_store_ids") == 0 && cJSON_IsArray(c) && c->child != NULL)))
+        if (k != NULL && ((strcmp(k, "file_id") == 0 && cJSON_IsString(c)) ||
+                          ((strcmp(k, "vector_store_ids") == 0 || strcmp(k, "file_ids") == 0) &&
+                           cJSON_IsArray(c) && c->child != NULL)))
             return true;
         if (names_stored_file(c))
             return true;

@@ -646,6 +646,10 @@ static void test_account_bound(void)
                                  "[{\"type\":\"input_file\",\"file_id\":\"file-1\"}]}]}"));
     T_CHECK(bound(API_RESPONSES, "{\"store\":false,\"tools\":[{\"type\":\"file_search\","
                                  "\"vector_store_ids\":[\"vs_1\"]}]}"));
+    T_CHECK(bound(API_RESPONSES, "{\"store\":false,\"tools\":[{\"type\":\"code_interpreter\","
+                                 "\"container\":{\"type\":\"auto\",\"file_ids\":[\"file-1\"]}}]}"));
+    T_CHECK(!bound(API_RESPONSES, "{\"store\":false,\"tools\":[{\"type\":\"code_interpreter\","
+                                  "\"container\":{\"type\":\"auto\",\"file_ids\":[]}}]}"));
     T_CHECK(!bound(API_RESPONSES, "{\"store\":false,\"input\":[{\"role\":\"user\","
                                   "\"content\":\"file_id\"}],\"tools\":[]}"));
     /* Chat and Messages: a file named by its id, read in the raw text (their tenant is
