@@ -797,11 +797,20 @@ static void compute_tenant(struct preq *r)
 /*
  * Request inputs outside the body that change the answer: the headers of
  * cache-key-headers (every copy, in order, name lower-cased) and the query.
+ * Not one the client names in Connection: hop-by-hop, it is not forwarded
+ * (backend_prepare reads the last Connection header the same way), so the
+ * upstream answered without it.
  */
 static void compute_variant(struct preq *r, struct pc_buf *out)
 {
     const struct conf_list *names = &r->w->conf->cache_key_headers;
+    const char *conn = NULL;
+    for (size_t j = 0; j < req_header_count(r); j++)
+        if (pc_strcaseeq(req_header_at(r, j)->name, "connection"))
+            conn = req_header_at(r, j)->value;
     for (size_t i = 0; i < names->n; i++) {
+        if (pc_token_list_has(conn, names->v[i]))
+            continue;
         for (size_t j = 0; j < req_header_count(r); j++) {
             const struct httpd_header *h = req_header_at(r, j);
             if (pc_strcaseeq(h->name, names->v[i]))

@@ -43,3 +43,22 @@ h.test('the list is configurable', async () => {
     assert.notEqual(bad.code, 0);
     assert.match(bad.output, /cache-key-headers/);
 });
+
+h.test('a key header the client names in Connection is not the upstream\'s, nor the key\'s', async () => {
+    /*
+     * Connection's tokens name hop-by-hop headers, which the proxy does not forward: the
+     * upstream answered without the header, so that answer must not serve a request that
+     * sends it (it did: the key took the header in all the same).
+     */
+    const body = h.chatBody(h.uniq('hop by hop org'));
+    const hop = await env.proxy.post(CHAT, body,
+        {'OpenAI-Organization': 'org-hop', Connection: 'keep-alive, OpenAI-Organization'});
+    assert.equal(hop.status, 200, hop.text);
+    assert.equal(env.mock.requests[env.mock.requests.length - 1].headers['openai-organization'], undefined,
+        'the header went upstream');
+    const org = await env.proxy.post(CHAT, body, {'OpenAI-Organization': 'org-hop'});
+    assert.equal(org.headers['x-cache-status'], 'MISS', 'served the answer made without the organization');
+    assert.equal(env.mock.requests[env.mock.requests.length - 1].headers['openai-organization'], 'org-hop');
+    /* what the upstream saw is the key: the body without the header */
+    h.assertHit(await env.proxy.post(CHAT, body));
+});
