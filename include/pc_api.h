@@ -88,8 +88,10 @@ bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **
  * provider. The Responses API's (body: the parsed request): the answer is
  * stored upstream ("store" not false: its id resolves for its owner only),
  * or it reads what the account keeps there: the response named by
- * "previous_response_id", a stored "prompt", a file or vector store named by
- * id anywhere in the body ("file_id", "file_ids", "vector_store_ids"). Chat completions
+ * "previous_response_id", a stored "prompt", anywhere in the body a file or
+ * vector store named by id ("file_id", "file_ids", "vector_store_ids"), a
+ * stored item ("item_reference") or a reasoning item's "encrypted_content"
+ * (which only its organization can read). Chat completions
  * and the Messages API (raw[0..len): the body's text, read before it is
  * parsed, as their tenant is decided then): a "file_id" member, written as
  * the clients write it (an escaped name, or the words in a text, may miss or

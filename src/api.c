@@ -187,19 +187,24 @@ bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **
 }
 
 /*
- * A member of v's subtree naming a file or vector store by id ("file_id", a code
- * interpreter's "file_ids", "vector_store_ids").
+ * A member of v's subtree naming what an account keeps at the provider: a file or
+ * vector store by id ("file_id", a code interpreter's "file_ids",
+ * "vector_store_ids"), a stored item ({"type": "item_reference"}), or carrying
+ * what only that account can read ("encrypted_content" of a reasoning item).
  */
-static bool names_stored_file(const cJSON *v)
+static bool names_account_state(const cJSON *v)
 {
     for (const cJSON *c = cJSON_IsArray(v) || cJSON_IsObject(v) ? v->child : NULL; c != NULL;
          c = c->next) {
         const char *k = c->string;
         if (k != NULL && ((strcmp(k, "file_id") == 0 && cJSON_IsString(c)) ||
                           ((strcmp(k, "vector_store_ids") == 0 || strcmp(k, "file_ids") == 0) &&
-                           cJSON_IsArray(c) && c->child != NULL)))
+                           cJSON_IsArray(c) && c->child != NULL) ||
+                          (strcmp(k, "encrypted_content") == 0 && cJSON_IsString(c)) ||
+                          (strcmp(k, "type") == 0 && cJSON_IsString(c) &&
+                           strcmp(c->valuestring, "item_reference") == 0)))
             return true;
-        if (names_stored_file(c))
+        if (names_account_state(c))
             return true;
     }
     return false;
@@ -214,7 +219,7 @@ bool api_account_bound(enum api_endpoint e, const cJSON *body, const char *raw, 
     const cJSON *prev = api_member(body, "previous_response_id");
     const cJSON *prompt = api_member(body, "prompt");
     return !cJSON_IsFalse(api_member(body, "store")) || (prev != NULL && !cJSON_IsNull(prev)) ||
-           (prompt != NULL && !cJSON_IsNull(prompt)) || names_stored_file(body);
+           (prompt != NULL && !cJSON_IsNull(prompt)) || names_account_state(body);
 }
 
 bool api_wants_stream(enum api_endpoint e, const cJSON *body)

@@ -650,6 +650,12 @@ static void test_account_bound(void)
                                  "\"container\":{\"type\":\"auto\",\"file_ids\":[\"file-1\"]}}]}"));
     T_CHECK(!bound(API_RESPONSES, "{\"store\":false,\"tools\":[{\"type\":\"code_interpreter\","
                                   "\"container\":{\"type\":\"auto\",\"file_ids\":[]}}]}"));
+    T_CHECK(bound(API_RESPONSES, "{\"store\":false,\"input\":[{\"type\":\"item_reference\","
+                                 "\"id\":\"msg_1\"},{\"role\":\"user\",\"content\":\"go on\"}]}"));
+    T_CHECK(bound(API_RESPONSES, "{\"store\":false,\"input\":[{\"type\":\"reasoning\",\"id\":"
+                                 "\"rs_1\",\"summary\":[],\"encrypted_content\":\"gAAA\"}]}"));
+    T_CHECK(!bound(API_RESPONSES, "{\"store\":false,\"input\":[{\"role\":\"user\",\"content\":"
+                                  "\"item_reference\"}]}"));
     T_CHECK(!bound(API_RESPONSES, "{\"store\":false,\"input\":[{\"role\":\"user\","
                                   "\"content\":\"file_id\"}],\"tools\":[]}"));
     /* Chat and Messages: a file named by its id, read in the raw text (their tenant is
