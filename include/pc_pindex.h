@@ -50,8 +50,9 @@ struct pindex_match {
 };
 
 /*
- * Called after every local record (psync publishes it); must not block for
- * long. Registered once, before workers start.
+ * Called for every local record once its call was answered (pindex_publish;
+ * psync publishes it); must not block for long. Registered once, before
+ * workers start.
  */
 typedef void pindex_sink_fn(void *arg, size_t rep, const uint64_t *h, const uint32_t *tokens,
                             size_t n, int64_t ms);
@@ -66,9 +67,12 @@ void pindex_match(struct pindex *px, const uint64_t *h, size_t n, int64_t fresh_
                   struct pindex_match *m);
 /*
  * Replica rep holds links h[0..n) from now (ms: wall clock), tokens[i]
- * tokens each; the sink hears of it. pindex_apply is the same for a record
- * made elsewhere (another instance, or a restore from Redis): no sink.
- * depth0 is the depth of h[0] in its chain (stamps depend on it).
+ * tokens each. The sink hears of it only through pindex_publish, called
+ * once the replica answered the call (a call it never took, or refused,
+ * is forgotten instead: pindex_forget), so that other instances never
+ * learn of a prompt the replica did not compute. pindex_apply is the same
+ * for a record made elsewhere (another instance, or a restore from Redis):
+ * no sink. depth0 is the depth of h[0] in its chain (stamps depend on it).
  *
  * A record from elsewhere is input: pindex_apply applies nothing and returns
  * -1 unless rep is a replica, 0 <= ms <= PINDEX_MS_MAX, every link weighs at
@@ -80,6 +84,9 @@ void pindex_record(struct pindex *px, size_t rep, const uint64_t *h, const uint3
                    size_t n, int64_t ms);
 int pindex_apply(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens, size_t n,
                  size_t depth0, int64_t ms);
+/* The sink hears of a record made with pindex_record (same arguments). */
+void pindex_publish(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens,
+                    size_t n, int64_t ms);
 
 /*
  * Replica rep does not hold links h[0..n) after all (a call recorded on it

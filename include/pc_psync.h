@@ -3,7 +3,8 @@
  * Redis, without a Redis round trip on any request: each instance keeps its
  * own index (pc_pindex.h) and tells the others what it records.
  *
- *   worker: route_pick ─▶ pindex_record ─▶ sink: queue (mutex, bounded)
+ *   worker: route_pick ─▶ pindex_record; its 2xx head ─▶ pindex_publish ─▶
+ *           sink: queue (mutex, bounded)
  *   writer thread: queue ─▶ pipeline of
  *        XADD pc:2:px MAXLEN ~ N * d <instance, ms, replica, links>
  *        ZADD pc:2:pz:{<replica>} <stamp> <link> ...   (+ a trim now and then)

@@ -108,6 +108,7 @@ struct route_query {
     int64_t matched_tokens; /* tokens of the matched links */
     int64_t prompt_tokens;  /* tokens of the whole chain */
     enum route_reason reason;
+    int64_t recorded_ms; /* when the pick recorded the chain on it; 0 once answered */
 };
 
 /* NULL with err set if an upstream URL is invalid or there are none. */
@@ -133,6 +134,14 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
  * that the replica the call goes to next holds more of the conversation.
  */
 void route_unsent(struct route *r, const struct route_replica *rep, const struct route_query *q);
+/*
+ * The call picked with q was answered by rep with HTTP status (its head):
+ * a 2xx tells the other proxy instances (psync) that rep holds the chain
+ * the pick recorded, any other status means rep computed nothing, and the
+ * links the pick added are forgotten as by route_unsent. Once per pick.
+ */
+void route_answered(struct route *r, const struct route_replica *rep, struct route_query *q,
+                    int status);
 
 /*
  * A call's answer reported usage: the prompt and cached tokens the replica

@@ -390,6 +390,8 @@ static void on_head(void *arg, int status, const struct xfer_header *h, size_t n
 {
     struct fetch *f = arg;
     PC_CHECK_OBJ(f, FETCH_MAGIC);
+    if (f->rep != NULL) /* shared with the other instances only if it took the call */
+        route_answered(f->w->route, f->rep, &f->q, status);
     if (status == 404 && f->stored_response && f->breq.method != NULL && replica_left(f)) {
         f->skipping = true; /* another replica may hold the response: its body is dropped */
         return;

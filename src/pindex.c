@@ -387,6 +387,14 @@ void pindex_record(struct pindex *px, size_t rep, const uint64_t *h, const uint3
     if (rep >= px->nrep || ms < 0 || ms > PINDEX_MS_MAX)
         return; /* not a wall clock time: a bug of the caller, not worth a wrong stamp */
     hold_links(px, rep, h, tokens, n, 0, ms);
+}
+
+void pindex_publish(struct pindex *px, size_t rep, const uint64_t *h, const uint32_t *tokens,
+                    size_t n, int64_t ms)
+{
+    PC_CHECK_OBJ(px, PINDEX_MAGIC);
+    if (rep >= px->nrep || ms < 0 || ms > PINDEX_MS_MAX)
+        return;
     if (px->sink != NULL && n > 0)
         px->sink(px->sink_arg, rep, h, tokens, n, ms);
 }

@@ -303,6 +303,7 @@ static void note_chain(struct route *r, size_t i, struct route_query *q,
     __atomic_fetch_add(&rp->matched_tokens, (uint64_t)matched, __ATOMIC_RELAXED);
     __atomic_fetch_add(&rp->chain_tokens, (uint64_t)total, __ATOMIC_RELAXED);
     pindex_record(r->index, i, c->h, tok, c->n, wall_ms);
+    q->recorded_ms = wall_ms;
     free(tok);
 }
 
@@ -347,6 +348,7 @@ const struct route_replica *route_pick(struct route *r, struct route_query *q)
     __atomic_fetch_add(&rp->in_flight, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&rp->requests, 1, __ATOMIC_RELAXED);
     if (q != NULL) {
+        q->recorded_ms = 0;
         count_reason(rp, q->reason);
         if (q->chain != NULL && q->chain->n > 0)
             note_chain(r, i, q, &v, wall_ms);
@@ -375,6 +377,24 @@ void route_unsent(struct route *r, const struct route_replica *rep, const struct
     if (c == NULL || c->n <= q->matched_links)
         return;
     pindex_forget(r->index, rep->index, c->h + q->matched_links, c->n - q->matched_links);
+}
+
+void route_answered(struct route *r, const struct route_replica *rep, struct route_query *q,
+                    int status)
+{
+    PC_CHECK_OBJ(r, ROUTE_MAGIC);
+    if (q == NULL || q->chain == NULL || q->chain->n == 0 || q->recorded_ms == 0)
+        return;
+    int64_t ms = q->recorded_ms;
+    q->recorded_ms = 0;
+    if (status < 200 || status > 299) {
+        route_unsent(r, rep, q);
+        return;
+    }
+    const struct chain *c = q->chain;
+    uint32_t *tok = link_tokens(c, pindex_cpt(r->index, q->model));
+    pindex_publish(r->index, rep->index, c->h, tok, c->n, ms);
+    free(tok);
 }
 
 /*

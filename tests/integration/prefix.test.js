@@ -380,3 +380,39 @@ h.test('two proxy instances send the same prefix to the same replica', () => wit
     assert.ok(stB.prefix_sync_published >= 2 && stB.prefix_sync_errors === 0, JSON.stringify(stB));
     await Promise.all([a.stop(), b.stop(), c.stop()]);
 }));
+
+h.test('a turn a replica never took is not shared with the other instances', () => withPool(2, async (reps) => {
+    /*
+     * Each instance takes back from its own index a turn the replica refused, but the record
+     * went to the stream as the call was sent: the other instances believed the replica held
+     * a conversation it never saw (and one that answered 400 did not compute either).
+     */
+    const start = () => env.startProxy({upstream: reps.map((r) => r.url), workers: 1,
+        args: ['--upstream-type', 'vllm', '--upstream-fail-timeout', '0']});
+    const a = await start(), b = await start();
+    const away = reps[0], live = reps[1];
+    await away.close();
+    const held = async (p, m) => replicaStats(await p.stats(), m).index_tokens;
+    /* An answer of 400: the replica computed nothing. */
+    const bad = conversation(h.uniq('never-bad'), 1);
+    bad.max_tokens = 1e9;
+    const rb = await a.post(CHAT, bad, NO_STORE);
+    assert.equal(rb.status, 400, rb.text);
+    assert.equal(rb.headers['x-upstream'], replicaName(live));
+    assert.equal(await held(a, live), 0, 'the turn answered 400 is not held there');
+    for (let i = 0; i < 6; i++) {
+        const r = await a.post(CHAT, conversation(h.uniq(`never${i}`), 1), NO_STORE);
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers['x-upstream'], replicaName(live));
+    }
+    const stA = await a.stats();
+    assert.ok(stA.upstream_failovers >= 1, JSON.stringify(stA));
+    assert.equal(replicaStats(stA, away).index_tokens, 0);
+    const want = replicaStats(stA, live).index_tokens;
+    assert.ok(want > 0);
+    /* b has every record a published once it holds what a holds on the live replica. */
+    await h.waitFor(async () => (await held(b, live)) >= want, {what: 'b applying a\'s records'});
+    assert.equal(await held(b, away), 0, 'the refused turns are not held there');
+    assert.equal(await held(b, live), want, 'nor the turn answered 400');
+    await Promise.all([a.stop(), b.stop()]);
+}));

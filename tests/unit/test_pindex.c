@@ -239,7 +239,9 @@ static void test_sink(void)
     pindex_set_sink(px, sink, &s);
     uint64_t a[3];
     chain_of(5, 3, a);
-    pindex_record(px, 1, a, tok100, 3, 42);
+    pindex_record(px, 1, a, tok100, 3, 42); /* not told until the call is answered */
+    T_CHECK_INT(s.calls, 0);
+    pindex_publish(px, 1, a, tok100, 3, 42);
     T_CHECK_INT(s.calls, 1);
     T_CHECK_INT(s.rep, 1);
     T_CHECK_INT(s.n, 3);
