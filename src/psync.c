@@ -10,6 +10,9 @@
  * A stream entry has one field, d = instance (8 bytes) ‖ ms (8, big-endian)
  * ‖ replica name length (1) ‖ name ‖ links (12 bytes each): one field keeps
  * the reply small, and a reader skips its own records by their first bytes.
+ * A name longer than a length byte can say (a long DNS name, a gateway's
+ * path) is written as "sha256:" and the SHA-256 of the whole name in hex, so
+ * that names alike in their first 255 bytes stay apart (wire_name).
  * The writer formats its commands itself (RESP), which costs a fraction of
  * hiredis's formatting of many small arguments.
  *
@@ -77,7 +80,8 @@
 #define MIN_LINK_TOKENS 128 /* sets keep capacity / this many members */
 /* How far ahead of this clock a record's time may be: clocks of hosts differ by far less,
  * and a record from further ahead would stay the newest, unmoved, for that long. */
-#define FUTURE_MS 300000
+#define FUTURE_MS     300000
+#define WIRE_NAME_MAX 255 /* a record's name length is one byte */
 
 /* One local record waiting to be published. */
 struct rec {
@@ -104,9 +108,10 @@ struct psync {
     struct stats stats;
     unsigned char instance[8]; /* random id of this process, to skip its own records */
     struct rurl url;
-    char *redis; /* the URL, with its secrets: for rcli_open */
-    char *where; /* the URL without its secrets */
-    size_t keep; /* members kept per replica set */
+    char *redis;                     /* the URL, with its secrets: for rcli_open */
+    char *where;                     /* the URL without its secrets */
+    size_t keep;                     /* members kept per replica set */
+    char *wire[PINDEX_MAX_REPLICAS]; /* each replica's name in a record (wire_name) */
 
     pthread_mutex_t mu;        /* the queue, stopping */
     pthread_cond_t cond;       /* broadcast only on stop: wakes every pause */
@@ -365,8 +370,8 @@ static void resp_str(struct pc_buf *out, const char *s)
 /* XADD of one record into cmd (RESP). */
 static void format_xadd(struct psync *ps, const struct rec *r, struct pc_buf *cmd)
 {
-    const char *name = route_replica(ps->route, r->rep)->name;
-    size_t nlen = PC_MIN(strlen(name), 255);
+    const char *name = ps->wire[r->rep];
+    size_t nlen = strlen(name); /* at most WIRE_NAME_MAX */
     size_t dlen = 8 + 8 + 1 + nlen + r->n * LINK_BYTES;
     pc_buf_append_str(cmd, "*8\r\n");
     resp_str(cmd, "XADD");
@@ -513,7 +518,7 @@ static void *writer_main(void *arg)
 static size_t replica_named(const struct psync *ps, const char *name, size_t len)
 {
     for (size_t i = 0; i < route_count(ps->route); i++) {
-        const char *n = route_replica(ps->route, i)->name;
+        const char *n = ps->wire[i];
         if (strlen(n) == len && memcmp(n, name, len) == 0)
             return i;
     }
@@ -694,6 +699,25 @@ int psync_follow(struct psync *ps, struct follow *f)
 
 /* ---- lifecycle ---------------------------------------------------------------------- */
 
+/*
+ * A replica's name as records carry it: the name, or for one longer than
+ * WIRE_NAME_MAX bytes "sha256:" and the hex SHA-256 of all of it (cut to
+ * its first 255 bytes, two names alike that far were one replica to every
+ * reader, and a name of exactly that prefix took both's records). No name
+ * starts with "sha256:" (a name opens with a host).
+ */
+static char *wire_name(const char *name)
+{
+    if (strlen(name) <= WIRE_NAME_MAX)
+        return pc_strdup(name);
+    unsigned char d[PC_SHA256_LEN];
+    pc_sha256(name, strlen(name), d);
+    char *w = pc_malloc(sizeof("sha256:") + 2 * PC_SHA256_LEN);
+    memcpy(w, "sha256:", 7);
+    pc_hex(d, sizeof(d), w + 7);
+    return w;
+}
+
 struct psync *psync_create(const struct conf *c, struct route *route, char *err, size_t errlen)
 {
     struct psync *ps = pc_calloc(1, sizeof(*ps));
@@ -710,6 +734,8 @@ struct psync *psync_create(const struct conf *c, struct route *route, char *err,
         uint64_t x = pc_mono_us() ^ ((uint64_t)pc_wall_ms() << 20) ^ (uint64_t)getpid();
         memcpy(ps->instance, &x, sizeof(x));
     }
+    for (size_t i = 0; i < route_count(route); i++)
+        ps->wire[i] = wire_name(route_replica(route, i)->name);
     int64_t cap = pindex_capacity(ps->index, 0);
     ps->keep = (size_t)PC_MIN(PC_MAX(2 * cap / MIN_LINK_TOKENS, 1024), 1000000);
     pthread_mutex_init(&ps->mu, NULL);
@@ -768,6 +794,8 @@ void psync_destroy(struct psync **pp)
         pthread_cond_destroy(&ps->cond);
         pthread_cond_destroy(&ps->queue_cond);
     }
+    for (size_t i = 0; i < PINDEX_MAX_REPLICAS; i++)
+        free(ps->wire[i]);
     rurl_free(&ps->url);
     if (ps->redis != NULL) /* it may hold a password */
         explicit_bzero(ps->redis, strlen(ps->redis));

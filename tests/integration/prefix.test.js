@@ -416,3 +416,44 @@ h.test('a turn a replica never took is not shared with the other instances', () 
     assert.equal(await held(b, live), want, 'nor the turn answered 400');
     await Promise.all([a.stop(), b.stop()]);
 }));
+
+h.test('replicas whose names are alike in their first 255 bytes stay apart for the other instances', async () => {
+    /*
+     * A record carries the replica's name behind a length byte: cut to 255 bytes, two gateway
+     * paths alike that far were one name, which no replica had, so no other instance ever
+     * learned of a record on either.
+     */
+    const http = require('node:http');
+    const gateway = http.createServer((req, res) => {
+        req.resume();
+        req.on('end', () => {
+            const body = JSON.stringify({id: 'chatcmpl-gw', object: 'chat.completion', created: 1,
+                model: 'mock-vllm', choices: [{index: 0, message: {role: 'assistant', content: 'ok'},
+                    finish_reason: 'stop'}], usage: {prompt_tokens: 1200, completion_tokens: 1, total_tokens: 1201}});
+            res.writeHead(200, {'content-type': 'application/json', 'content-length': Buffer.byteLength(body)});
+            res.end(body);
+        });
+    });
+    await new Promise((resolve) => gateway.listen(0, '127.0.0.1', resolve));
+    try {
+        const base = `http://127.0.0.1:${gateway.address().port}/${'g'.repeat(300)}`;
+        const urls = [`${base}/a`, `${base}/b`];
+        const start = () => env.startProxy({upstream: urls, workers: 1, args: ['--upstream-type', 'vllm']});
+        const a = await start(), b = await start();
+        const names = (await a.stats()).replicas.map((x) => x.name);
+        assert.ok(names[0].length > 255 && names[0] !== names[1], names.join(' '));
+        const held = async (p, name) => (await p.stats()).replicas.find((x) => x.name === name).index_tokens;
+        const r = await a.post(CHAT, conversation(h.uniq('longname'), 1), NO_STORE);
+        assert.equal(r.status, 200, r.text);
+        /* X-Upstream is cut shorter than these names: the index says where the call went. */
+        const home = (await a.stats()).replicas.find((x) => x.index_tokens > 0).name;
+        const other = names.find((x) => x !== home);
+        const want = await held(a, home);
+        assert.equal(await held(a, other), 0);
+        await h.waitFor(async () => (await held(b, home)) === want, {what: 'b applying a\'s record'});
+        assert.equal(await held(b, other), 0);
+        await Promise.all([a.stop(), b.stop()]);
+    } finally {
+        gateway.close();
+    }
+});
