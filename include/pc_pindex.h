@@ -18,7 +18,10 @@
  *
  * Stamps are wall-clock milliseconds (times 4096, plus 4095 minus the depth)
  * so that records of other instances compare with ours; one from elsewhere
- * that is older than the newest links takes its place a little behind them.
+ * that is older than the newest links takes its place behind them (found
+ * from the head or from the tail, up to 64 links from either end; between,
+ * a little ahead of it), and one older than every link of a full replica is
+ * the next to go.
  *
  * Thread safety: each replica's LRU has its own mutex, held for one match or
  * one record of one chain; there is no global lock and no scan of the table.

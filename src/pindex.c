@@ -159,6 +159,10 @@ static void list_insert_after(struct lru *l, uint32_t at, uint32_t idx)
  * Where a node stamped st belongs: after the last of the first APPLY_WALK
  * nodes that are newer (NIL: the head). Local records are the newest, so
  * they go to the head at once; a record from elsewhere may be a little older.
+ * One older still (a set member restored at a reconnect, long evicted here)
+ * is placed from the tail's end, up to APPLY_WALK nodes from it, so that it
+ * does not push out links newer than itself: older than the tail, it is the
+ * next to go.
  */
 static uint32_t place_for(const struct lru *l, int64_t st)
 {
@@ -168,7 +172,15 @@ static uint32_t place_for(const struct lru *l, int64_t st)
         at = k;
         k = l->nodes[k].next;
     }
-    return at;
+    if (k == NIL || l->nodes[k].stamp <= st)
+        return at;
+    uint32_t t = l->tail;
+    for (int steps = 0; t != NIL && steps < APPLY_WALK; steps++) {
+        if (l->nodes[t].stamp > st)
+            return t;
+        t = l->nodes[t].prev;
+    }
+    return at; /* in the middle: a little ahead of its place */
 }
 
 static uint32_t node_new(struct lru *l, uint64_t h, uint32_t tokens)

@@ -114,6 +114,41 @@ static void test_apply_stamps(void)
  * replica's whole index) or links together beyond the replica's capacity are
  * refused whole; the index is as it was.
  */
+/*
+ * A record from elsewhere older than every link a full replica holds (a set
+ * member restored at a reconnect, evicted here long ago) is the first to go:
+ * it was placed at most APPLY_WALK links behind the newest and evicted the
+ * oldest link, newer than itself.
+ */
+static void test_apply_old(void)
+{
+    int64_t cap[1] = {200};
+    struct pindex *px = pindex_create(1, cap);
+    static const uint32_t one[1] = {1};
+    for (uint64_t k = 0; k < 200; k++) {
+        uint64_t h = 1000 + k;
+        pindex_record(px, 0, &h, one, 1, 5000 + (int64_t)k);
+    }
+    uint64_t stale = 77, oldest = 1000;
+    T_CHECK_INT(pindex_apply(px, 0, &stale, one, 1, 0, 10), 0);
+    struct pindex_match m;
+    pindex_match(px, &stale, 1, 0, &m);
+    T_CHECK_INT(m.links[0], 0); /* evicted at once */
+    pindex_match(px, &oldest, 1, 0, &m);
+    T_CHECK_INT(m.links[0], 1); /* the oldest of those newer than it stays */
+    /* Older than the oldest but one: it goes right before that one's turn. */
+    uint64_t mid = 78, second = 1001;
+    T_CHECK_INT(pindex_apply(px, 0, &mid, one, 1, 0, 5000), 0);
+    pindex_match(px, &mid, 1, 0, &m);
+    T_CHECK_INT(m.links[0], 1);
+    pindex_match(px, &oldest, 1, 0, &m);
+    T_CHECK_INT(m.links[0], 0); /* the oldest went for it */
+    pindex_match(px, &second, 1, 0, &m);
+    T_CHECK_INT(m.links[0], 1);
+    T_CHECK_INT(pindex_held(px, 0), 200);
+    pindex_destroy(&px);
+}
+
 static void test_apply_forged(void)
 {
     int64_t cap[2] = {10000, 10000};
@@ -315,6 +350,7 @@ int main(void)
     T_RUN(test_apply_forged);
     T_RUN(test_zero_tokens);
     T_RUN(test_forget);
+    T_RUN(test_apply_old);
     T_RUN(test_sink);
     T_RUN(test_cpt);
     T_RUN(test_threads);
