@@ -103,6 +103,12 @@ int64_t pindex_capacity(const struct pindex *px, size_t rep);
 /* Tokens of the links replica rep holds; links held, summed over the replicas. */
 int64_t pindex_held(const struct pindex *px, size_t rep);
 size_t pindex_entries(const struct pindex *px); /* links held, summed over replicas */
+/*
+ * The longest run of occupied slots in replica rep's hash table (a scan of
+ * the table, under its mutex: a diagnostic, for tests). A lookup walks at
+ * most that far.
+ */
+size_t pindex_longest_run(struct pindex *px, size_t rep);
 
 /*
  * Bytes of prompt per token for a model, calibrated from the usage upstream

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/random.h>
 
 #define PINDEX_MAGIC 0x50494458u /* "PIDX" */
 #define NIL          UINT32_MAX
@@ -56,6 +57,7 @@ struct lru {
     uint32_t head, tail;
     int64_t held; /* tokens (atomic for readers) */
     int64_t capacity;
+    uint64_t key; /* slot_home's, random */
 };
 
 struct cpt_slot {
@@ -74,9 +76,20 @@ struct pindex {
 
 /* ---- one replica's table and list (caller holds its mutex) ----------------------- */
 
+/*
+ * A link's home slot: its hash keyed with the process's random key, mixed
+ * (splitmix64's finalizer). Hashes come from other instances' records too,
+ * and with a fixed mix another writer could choose links that all share one
+ * home, which every lookup would then walk (minutes of a replica's mutex for
+ * a full replica's worth).
+ */
 static size_t slot_home(const struct lru *l, uint64_t h)
 {
-    return (size_t)((h * UINT64_C(0x9e3779b97f4a7c15)) >> 20) & (l->nslots - 1);
+    uint64_t x = h ^ l->key;
+    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+    x ^= x >> 31;
+    return (size_t)x & (l->nslots - 1);
 }
 
 /* The slot holding link h, or SIZE_MAX. */
@@ -262,8 +275,12 @@ struct pindex *pindex_create(size_t nrep, const int64_t *capacity)
     struct pindex *px = pc_calloc(1, sizeof(*px));
     px->magic = PINDEX_MAGIC;
     px->nrep = nrep;
+    uint64_t key;
+    if (getrandom(&key, sizeof(key), GRND_NONBLOCK) != (ssize_t)sizeof(key))
+        key = pc_mono_us() ^ ((uint64_t)pc_wall_ms() << 20) ^ (uint64_t)(uintptr_t)px;
     for (size_t i = 0; i < nrep; i++) {
         struct lru *l = &px->reps[i];
+        l->key = key + (uint64_t)i * UINT64_C(0x9e3779b97f4a7c15);
         pthread_mutex_init(&l->mu, NULL);
         l->capacity = capacity[i] > 0 ? capacity[i] : 1;
         l->head = l->tail = l->free_head = NIL;
@@ -314,6 +331,26 @@ size_t pindex_entries(const struct pindex *px)
     for (size_t i = 0; i < px->nrep; i++)
         n += __atomic_load_n(&px->reps[i].count, __ATOMIC_RELAXED);
     return n;
+}
+
+size_t pindex_longest_run(struct pindex *px, size_t rep)
+{
+    PC_CHECK_OBJ(px, PINDEX_MAGIC);
+    if (rep >= px->nrep)
+        return 0;
+    struct lru *l = &px->reps[rep];
+    size_t longest = 0, run = 0, wrap = 0;
+    pthread_mutex_lock(&l->mu);
+    for (size_t i = 0; i < l->nslots; i++) {
+        run = l->slots[i] != 0 ? run + 1 : 0;
+        if (run == i + 1)
+            wrap = run; /* the run at the start continues one at the end */
+        longest = PC_MAX(longest, run);
+    }
+    if (run < l->nslots)
+        longest = PC_MAX(longest, run + wrap);
+    pthread_mutex_unlock(&l->mu);
+    return longest;
 }
 
 /* ---- match and record ----------------------------------------------------------- */

@@ -149,6 +149,41 @@ static void test_apply_old(void)
     pindex_destroy(&px);
 }
 
+/*
+ * Links another writer chose so that they share a slot of the hash table
+ * under its old fixed mix (h times a known odd constant, its bits from 20
+ * up): every lookup walked one run of all of them, so a full replica's
+ * worth of such records held its mutex (every pick's match) for minutes.
+ * The mix is keyed per process now: such links spread like any others.
+ */
+static void test_apply_flood(void)
+{
+    int64_t cap[1] = {100000};
+    struct pindex *px = pindex_create(1, cap);
+    const uint64_t g = UINT64_C(0x9e3779b97f4a7c15);
+    uint64_t inv = g; /* g's inverse mod 2^64, by Newton's steps */
+    for (int i = 0; i < 6; i++)
+        inv *= 2 - g * inv;
+    static const uint32_t one[1] = {1};
+    const size_t n = 20000;
+    size_t applied = 0;
+    for (uint64_t k = 1; k <= n; k++) {
+        uint64_t h = (k << 44) * inv;
+        applied += pindex_apply(px, 0, &h, one, 1, 0, 1000 + (int64_t)k) == 0;
+    }
+    T_CHECK_INT(applied, n);
+    T_CHECK_INT(pindex_entries(px), n);
+    size_t run = pindex_longest_run(px, 0);
+    T_CHECK(run < 1000); /* random links: under 100 in 200 runs */
+    if (run >= 1000)
+        fprintf(stderr, "    longest run %zu of %zu links\n", run, n);
+    struct pindex_match m;
+    uint64_t first = (UINT64_C(1) << 44) * inv;
+    pindex_match(px, &first, 1, 0, &m);
+    T_CHECK_INT(m.links[0], 1);
+    pindex_destroy(&px);
+}
+
 static void test_apply_forged(void)
 {
     int64_t cap[2] = {10000, 10000};
@@ -351,6 +386,7 @@ int main(void)
     T_RUN(test_zero_tokens);
     T_RUN(test_forget);
     T_RUN(test_apply_old);
+    T_RUN(test_apply_flood);
     T_RUN(test_sink);
     T_RUN(test_cpt);
     T_RUN(test_threads);
