@@ -143,7 +143,13 @@ void pricing_render_json(const struct pricing *p, struct pc_buf *out);
 /* The promptcache_pricing_info series of /metrics (nothing with no list). */
 void pricing_render_prometheus(const struct pricing *p, struct pc_buf *out);
 
-/* Split a usage block into billed tokens (uncached input = prompt - read - written). */
+/*
+ * Split a usage block into billed tokens (uncached input = prompt - read -
+ * written). The one clamp rule of every money figure: negative counts are 0,
+ * cache reads are at most the prompt tokens, cache writes at most what is
+ * left of them, 1-hour writes at most the writes, audio at most the uncached
+ * input (output).
+ */
 void pricing_tokens_of(const struct api_usage *u, struct pricing_tokens *t);
 /* What the tokens cost at pr, in the list's currency. */
 double pricing_cost(const struct price *pr, const struct pricing_tokens *t);

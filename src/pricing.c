@@ -753,10 +753,18 @@ void pricing_tokens_of(const struct api_usage *u, struct pricing_tokens *t)
     memset(t, 0, sizeof(*t));
     if (u == NULL || !u->present)
         return;
-    t->cache_read = PC_MAX(u->cached, 0);
-    t->cache_write = PC_MAX(u->cache_write, 0);
+    /*
+     * The parts never exceed the whole: a usage block with more cache reads
+     * and writes than prompt tokens (inconsistent, or forged to inflate the
+     * savings) is read as prompt tokens all read from the cache, then
+     * written, so the report (which prices the hourly prompt, cached and
+     * written counts: pc_report.h) and /stats price the same tokens.
+     */
+    int64_t prompt = PC_MAX(u->prompt, 0);
+    t->cache_read = PC_MIN(PC_MAX(u->cached, 0), prompt);
+    t->cache_write = PC_MIN(PC_MAX(u->cache_write, 0), prompt - t->cache_read);
     t->cache_write_1h = PC_MIN(PC_MAX(u->cache_write_1h, 0), t->cache_write);
-    t->input = PC_MAX(u->prompt - t->cache_read - t->cache_write, 0);
+    t->input = prompt - t->cache_read - t->cache_write;
     t->output = PC_MAX(u->completion, 0);
     t->audio_input = PC_MIN(PC_MAX(u->audio_prompt, 0), t->input);
     t->audio_output = PC_MIN(PC_MAX(u->audio_completion, 0), t->output);

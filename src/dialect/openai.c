@@ -892,8 +892,10 @@ static void oa_usage(const cJSON *usage, struct api_usage *u)
     u->prompt = dialect_tokens(api_member(usage, "prompt_tokens"));
     u->completion =
         dialect_tokens(api_member(usage, "completion_tokens")); /* absent for embeddings */
-    u->cached =
-        dialect_tokens(api_member(api_member(usage, "prompt_tokens_details"), "cached_tokens"));
+    /* Within prompt_tokens (a count beyond it is cut to it, as pricing_tokens_of does). */
+    u->cached = PC_MIN(
+        dialect_tokens(api_member(api_member(usage, "prompt_tokens_details"), "cached_tokens")),
+        u->prompt);
     /* Audio in and out, priced apart (within prompt_tokens and completion_tokens). */
     u->audio_prompt = PC_MIN(
         dialect_tokens(api_member(api_member(usage, "prompt_tokens_details"), "audio_tokens")),

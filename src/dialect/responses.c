@@ -340,8 +340,9 @@ static void rs_usage(const cJSON *usage, struct api_usage *u)
     u->present = cJSON_IsNumber(api_member(usage, "input_tokens"));
     u->prompt = dialect_tokens(api_member(usage, "input_tokens"));
     u->completion = dialect_tokens(api_member(usage, "output_tokens"));
-    u->cached =
-        dialect_tokens(api_member(api_member(usage, "input_tokens_details"), "cached_tokens"));
+    u->cached = PC_MIN(
+        dialect_tokens(api_member(api_member(usage, "input_tokens_details"), "cached_tokens")),
+        u->prompt); /* within input_tokens, as pricing_tokens_of reads it */
 }
 
 const struct dialect dialect_responses = {

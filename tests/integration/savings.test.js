@@ -631,3 +631,41 @@ h.test('-t checks the price list; implausible entries are refused with file and 
     const shipped = await h.runCli(['-t']);
     assert.equal(shipped.code, 0, shipped.output);
 });
+
+h.test('cached tokens beyond the prompt tokens: /stats, the report and the dashboard price them alike', async () => {
+    /* A Redis database of its own: the report and the dashboard see this traffic only. */
+    const url = env.redis.url.replace(/\/\d+$/, '/8');
+    const p = await env.startProxy({redis: url, args: ['--pricing', OWN]});
+    await p.waitReady();
+    /* An inconsistent usage block: 300 cached of 100 prompt tokens (OpenAI counts them within). */
+    const odd = JSON.stringify({id: 'chatcmpl-odd', object: 'chat.completion', created: 1, model: 'gpt-4o-mini',
+        choices: [{index: 0, message: {role: 'assistant', content: 'odd usage'}, finish_reason: 'stop'}],
+        usage: {prompt_tokens: 100, completion_tokens: 10, total_tokens: 110,
+            prompt_tokens_details: {cached_tokens: 300}}});
+    const body = h.chatBody(h.uniq('odd usage'));
+    const miss = await p.post(CHAT, body, {'x-mock-body': odd});
+    assert.equal(miss.headers['x-cache-status'], 'MISS');
+    await h.eventually(async () => assert.equal((await p.stats()).cache_stores, 1));
+    h.assertHit(await p.post(CHAT, body));
+    await settle(p, 2);
+    /* The parts never exceed the whole: the 100 prompt tokens are all cache reads. */
+    const want = nano('gpt-4o-mini', {prompt: 100, read: 100, write: 0, output: 10});
+    const s = await p.stats();
+    const r = await h.waitFor(async () => {
+        const out = await h.runCli(['report', '--redis', url, '--format', 'json', '--hours', '2',
+            '--pricing', OWN]);
+        const j = JSON.parse(out.stdout);
+        return j.total.requests === 2 ? j : null;
+    }, {timeout: 15000, what: 'the report to show the two requests'});
+    const d = await dashboardData(p, (j) => j.total.requests === 2);
+    assert.deepEqual({
+        statsSaved: toNano(s.saved_cost), statsUpstream: toNano(s.upstream_cost),
+        statsCached: s.tokens_saved_cached, reportSaved: toNano(r.total.money_saved),
+        reportUpstream: toNano(r.total.upstream_cost), reportSavedCached: r.total.saved_cached_tokens,
+        reportUpstreamCached: r.total.upstream_cached_tokens, dashboardSaved: toNano(d.total.money_saved),
+    }, {
+        statsSaved: want, statsUpstream: want, statsCached: 100, reportSaved: want, reportUpstream: want,
+        reportSavedCached: 100, reportUpstreamCached: 100, dashboardSaved: want,
+    });
+    await p.stop();
+});

@@ -264,7 +264,17 @@ static void test_usage_openai(void)
     T_CHECK(u.present);
     T_CHECK_INT(u.prompt, 0);
     T_CHECK_INT(u.completion, 0);
+    T_CHECK_INT(u.cached, 0); /* within prompt_tokens: cut to it (pricing_tokens_of's rule) */
+    u = usage(API_CHAT, "{\"usage\":{\"prompt_tokens\":1e300,"
+                        "\"prompt_tokens_details\":{\"cached_tokens\":1e300}}}");
+    T_CHECK_INT(u.prompt, 1000000000000000LL);
     T_CHECK_INT(u.cached, 1000000000000000LL);
+    u = usage(API_CHAT, "{\"usage\":{\"prompt_tokens\":100,"
+                        "\"prompt_tokens_details\":{\"cached_tokens\":300}}}");
+    T_CHECK_INT(u.cached, 100);
+    u = usage(API_RESPONSES, "{\"usage\":{\"input_tokens\":100,"
+                             "\"input_tokens_details\":{\"cached_tokens\":300}}}");
+    T_CHECK_INT(u.cached, 100);
     u = usage(API_CHAT, "{\"usage\":{\"prompt_tokens\":2.9,\"completion_tokens\":1e999}}");
     T_CHECK_INT(u.prompt, 2);
     T_CHECK_INT(u.completion, 0);

@@ -347,9 +347,37 @@ static void test_families(void)
     stats_unregister_all();
 }
 
+/* The parts of a usage block never exceed the whole (one rule for /stats and the report). */
+static void test_clamp(void)
+{
+    struct pricing_tokens t;
+    struct api_usage u = {.present = true, .prompt = 100, .completion = 10, .cached = 300};
+    pricing_tokens_of(&u, &t);
+    T_CHECK_INT(t.cache_read, 100);
+    T_CHECK_INT(t.input, 0);
+    T_CHECK_INT(t.cache_write, 0);
+    T_CHECK_INT(t.input + t.cache_read + t.cache_write, 100);
+    u = (struct api_usage){.present = true,
+                           .prompt = 100,
+                           .cached = 60,
+                           .cache_write = 100,
+                           .cache_write_1h = 90,
+                           .audio_prompt = 50};
+    pricing_tokens_of(&u, &t);
+    T_CHECK_INT(t.cache_read, 60);
+    T_CHECK_INT(t.cache_write, 40);
+    T_CHECK_INT(t.cache_write_1h, 40);
+    T_CHECK_INT(t.input, 0);
+    T_CHECK_INT(t.audio_input, 0);
+    u = (struct api_usage){.present = true, .prompt = -5, .completion = -1, .cached = 7};
+    pricing_tokens_of(&u, &t);
+    T_CHECK_INT(t.input + t.cache_read + t.cache_write + t.output, 0);
+}
+
 int main(void)
 {
     T_RUN(test_formats_agree);
+    T_RUN(test_clamp);
     T_RUN(test_refusals);
     T_RUN(test_rules);
     T_RUN(test_rule_refusals);
