@@ -109,12 +109,35 @@ static long series_of(enum stat_family f, const struct stat_labels *l)
     return idx;
 }
 
+/*
+ * Families saturate at INT64_MAX, in a worker's cell and in every sum of
+ * cells, rather than wrap: one answer's money may be pricing_nano's cap
+ * (9e18 billionths, an upstream that reports 1e15 tokens of a dear model),
+ * and two of them would wrap past 2^63 (read as negative) and 2^64.
+ */
+#define FAM_MAX ((uint64_t)INT64_MAX)
+
+static uint64_t fam_sat(uint64_t a, uint64_t b)
+{
+    a = PC_MIN(a, FAM_MAX);
+    return b > FAM_MAX - a ? FAM_MAX : a + b;
+}
+
 void stats_fam_add(struct stats *st, enum stat_family f, const struct stat_labels *l, int64_t n)
 {
     long s = series_of(f, l);
     if (s < 0 || fam[f].hist || n == 0)
         return;
-    __atomic_fetch_add(&st->cells[fam_off[f] + (size_t)s], (uint64_t)n, __ATOMIC_RELAXED);
+    uint64_t *cell = &st->cells[fam_off[f] + (size_t)s];
+    if (n < 0) { /* a correction of what was added before (never below what it was) */
+        __atomic_fetch_add(cell, (uint64_t)n, __ATOMIC_RELAXED);
+        return;
+    }
+    /* Only this worker adds to its cell: the exchange rarely retries. */
+    uint64_t old = __atomic_load_n(cell, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(cell, &old, fam_sat(old, (uint64_t)n), true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
 }
 
 void stats_observe(struct stats *st, enum stat_family f, const struct stat_labels *l, int64_t us)
@@ -314,7 +337,7 @@ uint64_t *stats_sum_cells(void)
     uint64_t *c = pc_calloc(STATS_CELLS, sizeof(*c));
     for (int r = 0; r < nrows; r++)
         for (size_t i = 0; i < STATS_CELLS; i++)
-            c[i] += __atomic_load_n(&rows[r]->cells[i], __ATOMIC_RELAXED);
+            c[i] = fam_sat(c[i], __atomic_load_n(&rows[r]->cells[i], __ATOMIC_RELAXED));
     return c;
 }
 
@@ -328,7 +351,7 @@ double stats_family_by(const uint64_t *cells, enum stat_family f, enum stat_labe
         series_labels(f, s, v);
         if ((int)label >= 0 && (fam[f].labels & (1u << label)) && v[label] != value)
             continue;
-        sum += cells[fam_off[f] + s];
+        sum = fam_sat(sum, cells[fam_off[f] + s]);
     }
     return (double)sum * fam[f].scale;
 }
@@ -386,7 +409,7 @@ static void json_hist(struct pc_buf *out, const uint64_t *cells, enum stat_famil
             continue;
         const uint64_t *src = &cells[fam_off[f] + s * (STATS_NBUCKETS + 3)];
         for (int i = 0; i < STATS_NBUCKETS + 3; i++)
-            c[i] += src[i];
+            c[i] = fam_sat(c[i], src[i]);
     }
     pc_buf_printf(out, "{\"count\":%llu,\"sum\":", (unsigned long long)c[STATS_NBUCKETS + 2]);
     json_double(out, (double)c[STATS_NBUCKETS + 1] / 1e6);
@@ -431,7 +454,7 @@ static void json_by_tenant(struct pc_buf *out, const uint64_t *cells, enum stat_
         uint64_t by[STATS_CACHE_N] = {0};
         for (size_t s = 0; s < fam[f].series; s++)
             if (series_labels(f, s, v) && v[SL_TENANT] == t)
-                by[v[SL_CACHE]] += cells[fam_off[f] + s];
+                by[v[SL_CACHE]] = fam_sat(by[v[SL_CACHE]], cells[fam_off[f] + s]);
         for (int c = 0; c < STATS_CACHE_N; c++)
             pc_buf_printf(out, "%s\"%s\":%llu", c ? "," : "{", cache_values[c],
                           (unsigned long long)by[c]);

@@ -169,11 +169,48 @@ static void test_doc(void)
     pc_buf_free(&b);
 }
 
+/*
+ * A family's sums saturate, never wrap: an upstream that reports 1e15 tokens of a dear model
+ * is priced at pricing_nano's cap (9e18 billionths) per answer, and two such answers on one
+ * worker, or on two, summed past 2^64 (and past INT64_MAX, which /metrics reads as negative).
+ */
+static void test_family_saturates(void)
+{
+    static struct stats a, b;
+    stats_unregister_all();
+    stats_register(&a);
+    stats_register(&b);
+    struct stat_labels l = {.match = 0, .model = STATS_MODEL_N - 1};
+    const int64_t cap = INT64_C(9000000000000000000);
+    for (int i = 0; i < 3; i++) {
+        stats_fam_add(&a, SF_saved_cost, &l, cap);
+        stats_fam_add(&b, SF_saved_cost, &l, cap);
+    }
+    l.match = 1;
+    stats_fam_add(&a, SF_saved_cost, &l, cap);
+    uint64_t *cells = stats_sum_cells();
+    double total = stats_family_total(cells, SF_saved_cost);
+    T_CHECK(total >= 9e9 && total <= (double)INT64_MAX * 1e-9 * 1.0000001);
+    T_CHECK(stats_family_by(cells, SF_saved_cost, SL_MATCH, 0) >= 9e9);
+    free(cells);
+    struct pc_buf out = PC_BUF_INIT;
+    stats_render_prometheus(&out, NULL, 0);
+    const char *t = pc_buf_cstr(&out);
+    const char *m = strstr(t, "promptcache_saved_cost_total{match=\"exact\",model=\"other\"} ");
+    T_CHECK(m != NULL);
+    if (m != NULL)
+        T_CHECK(strtod(m + strlen("promptcache_saved_cost_total{match=\"exact\",model=\"other\"} "),
+                       NULL) >= 9e9);
+    pc_buf_free(&out);
+    stats_unregister_all();
+}
+
 int main(void)
 {
     T_RUN(test_plain_group);
     T_RUN(test_item_group);
     T_RUN(test_documents);
     T_RUN(test_doc);
+    T_RUN(test_family_saturates);
     T_DONE();
 }
