@@ -52,3 +52,29 @@ h.test('200k forged key fingerprints: a bounded part is read, the rest is noted'
     assert.match(String(d.error), /^pc:2:tk: .*the rest was not read/);
     assert.equal((await proxy.post(CHAT, h.chatBody(h.uniq('after fingerprints')))).status, 200);
 });
+
+h.test('markup in a model name, from a client or forged in Redis, never reaches the page as markup', async () => {
+    const url = env.redis.url.replace(/\/\d+$/, '/9');
+    const proxy = await env.startProxy({redis: url});
+    await proxy.waitReady();
+    const evil = '<script>alert(1)</script><img src=x onerror=alert(2)>';
+    const r = await proxy.post(CHAT, h.chatBody(h.uniq('markup model'), {model: evil}));
+    assert.equal(r.status, 200);
+    /* A field in promptcache's form but for its model: not one promptcache writes, skipped. */
+    await env.redis.command('EVAL', "redis.call('SELECT', 9) redis.call('HSET', KEYS[1], ARGV[1], '7')",
+        '1', h.tallyHourKey(Date.now()), 'requests|-|<img src=x onerror=alert(3)>');
+    assert.equal(await env.redis.command('EVAL', "redis.call('SELECT', 9) return redis.call('HGET', KEYS[1], ARGV[1])",
+        '1', h.tallyHourKey(Date.now()), 'requests|-|<img src=x onerror=alert(3)>'), '7');
+    const d = await dashboardWhen(proxy, (j) => j.total.requests === 1, 'the request counted');
+    const text = JSON.stringify(d);
+    assert.ok(!/[<>]/.test(text), `no markup in /dashboard/data: ${text.slice(0, 300)}`);
+    assert.equal(d.models.length, 1);
+    assert.equal(d.models[0].model, '_script_alert_1__/script__img_src_x_onerror_alert_2__');
+    const page = await proxy.get('/dashboard');
+    assert.match(page.headers['content-security-policy'], /default-src 'none'/);
+    assert.ok(!/innerHTML|outerHTML|insertAdjacentHTML|document\.write/.test(page.text),
+        'the page writes names as text only');
+    const rep = await h.runCli(['report', '--redis', url, '--hours', '2', '--format', 'csv']);
+    assert.ok(!/[<>]/.test(rep.stdout), rep.stdout);
+    await proxy.stop();
+});
