@@ -718,6 +718,18 @@ static void memo_put(struct memo *m, const char *name, int idx)
     pthread_mutex_unlock(&m->mu);
 }
 
+/* After an entry of its very name: the bare name of a vendor's prefix first, then the rules. */
+static const struct price *by_spelling(const struct pricing *p, const char *name)
+{
+    const struct price *e = NULL;
+    for (size_t j = 0; e == NULL && j < PC_ARRAY_LEN(bare_providers); j++) {
+        size_t pl = strlen(bare_providers[j]);
+        if (strncmp(name, bare_providers[j], pl) == 0 && name[pl] != '\0')
+            e = by_name(p, name + pl);
+    }
+    return e != NULL ? e : by_name(p, name);
+}
+
 const struct price *pricing_find(const struct pricing *p, const char *model)
 {
     if (p == NULL || model == NULL)
@@ -735,13 +747,20 @@ const struct price *pricing_find(const struct pricing *p, const char *model)
      * price it.
      */
     const struct price *e = exact(p, name);
-    for (size_t j = 0; e == NULL && j < PC_ARRAY_LEN(bare_providers); j++) {
-        size_t pl = strlen(bare_providers[j]);
-        if (strncmp(name, bare_providers[j], pl) == 0 && name[pl] != '\0')
-            e = by_name(p, name + pl);
-    }
     if (e == NULL)
-        e = by_name(p, name);
+        e = by_spelling(p, name);
+    /*
+     * Then in lower case (the lists' names are; an upstream that answered
+     * GPT-4o billed gpt-4o), as every match rule takes it: only a name
+     * priced by no spelling of its own is looked up so.
+     */
+    char low[TALLY_MODEL_MAX + 1];
+    size_t n = 0;
+    for (; name[n] != '\0'; n++)
+        low[n] = (char)tolower((unsigned char)name[n]);
+    low[n] = '\0';
+    if (e == NULL && strcmp(low, name) != 0)
+        e = by_spelling(p, low);
     memo_put(p->memo, name, e != NULL ? (int)(e - p->v) : -1);
     return e;
 }

@@ -374,10 +374,37 @@ static void test_clamp(void)
     T_CHECK_INT(t.input + t.cache_read + t.cache_write + t.output, 0);
 }
 
+/*
+ * A name in other case than the list's is priced as the list's, whatever its format: an
+ * upstream that answered "GPT-4o-mini" billed gpt-4o-mini (genai-prices' rules already took
+ * the lower case; an entry of the project's format or LiteLLM's did not).
+ */
+static void test_case(void)
+{
+    struct pricing *a = parse(own, NULL), *b = parse(litellm, NULL);
+    T_CHECK(a != NULL && b != NULL);
+    if (a == NULL || b == NULL)
+        goto out;
+    const char *names[] = {"GPT-4o-mini", "gpt-4o-MINI-2024-07-18", "OpenAI/gpt-4o-mini",
+                           "Claude-Sonnet-4-5", "ANTHROPIC/claude-sonnet-4-5-20250929"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(names); i++) {
+        const struct price *x = pricing_find(a, names[i]), *y = pricing_find(b, names[i]);
+        T_CHECK(x != NULL && y != NULL);
+        if (x != NULL && y != NULL)
+            T_CHECK(x->input == y->input && x->output == y->output);
+    }
+    T_CHECK(pricing_find(a, "GPT-4o-mini") == pricing_find(a, "gpt-4o-mini"));
+    T_CHECK(pricing_find(a, "GPT-4o-mini-turbo") == NULL);
+out:
+    pricing_release(&a);
+    pricing_release(&b);
+}
+
 int main(void)
 {
     T_RUN(test_formats_agree);
     T_RUN(test_clamp);
+    T_RUN(test_case);
     T_RUN(test_refusals);
     T_RUN(test_rules);
     T_RUN(test_rule_refusals);

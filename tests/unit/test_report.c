@@ -357,12 +357,40 @@ static void test_tally_rows(void)
     tally_add(NULL, "m", TA, true, v); /* no tally: a no-op */
 }
 
+/*
+ * Rows are by the model's name as the client wrote it: spellings that price alike are rows of
+ * their own (they are different calls: a gateway routes openai/X apart from X), each priced.
+ */
+static void test_spellings(void)
+{
+    struct report r;
+    char err[160];
+    report_init(&r, 0, TALLY_HOUR_MS);
+    T_CHECK_INT(report_load_prices(&r, prices, strlen(prices), err, sizeof(err)), 0);
+    const char *names[] = {"gpt-4o", "GPT-4o", "openai/gpt-4o", "OpenAI/GPT-4o"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(names); i++) {
+        char f[128];
+        snprintf(f, sizeof f, "requests|" TA "|%s", names[i]);
+        add(&r, f, 1);
+        snprintf(f, sizeof f, "saved_prompt_tokens|" TA "|%s", names[i]);
+        add(&r, f, 1000000);
+    }
+    T_CHECK_INT(r.models.n, 4);
+    for (size_t i = 0; i < PC_ARRAY_LEN(names); i++) {
+        const struct report_row *row = find(&r.models, names[i]);
+        T_CHECK(row != NULL && !row->unpriced && fabs(row->money.saved - 2.5) < 1e-9);
+    }
+    T_CHECK(!r.total.unpriced && fabs(r.total.money.saved - 10.0) < 1e-9);
+    report_free(&r);
+}
+
 int main(void)
 {
     T_RUN(test_fields_and_totals);
     T_RUN(test_many_rows_and_saturation);
     T_RUN(test_bounded_rows);
     T_RUN(test_pricing);
+    T_RUN(test_spellings);
     T_RUN(test_money_by_token_kind);
     T_RUN(test_render);
     T_RUN(test_render_huge_counts);
