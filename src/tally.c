@@ -35,11 +35,25 @@
 #define COUNT_MAX   (INT64_C(1) << 53) /* far beyond any real count; sums cannot overflow */
 
 /* One EVAL per batch: every count of the batch, then the hash's lifetime. */
-static const char flush_script[] = "for i = 2, #ARGV, 2 do\n"
-                                   "  redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])\n"
-                                   "end\n"
-                                   "redis.call('EXPIRE', KEYS[1], ARGV[1])\n"
-                                   "return 1\n";
+/*
+ * Each count is added to its field; a field that cannot take it costs no
+ * other: one that would pass INT64_MAX stays at INT64_MAX, one that holds no
+ * integer (written by someone else) is replaced by the count.
+ */
+static const char flush_script[] =
+    "for i = 2, #ARGV, 2 do\n"
+    "  local r = redis.pcall('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])\n"
+    "  if type(r) == 'table' and r.err then\n"
+    "    local cur = redis.call('HGET', KEYS[1], ARGV[i])\n"
+    "    if type(cur) == 'string' and string.match(cur, '^%d+$') then\n"
+    "      redis.call('HSET', KEYS[1], ARGV[i], '9223372036854775807')\n"
+    "    else\n"
+    "      redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[1])\n"
+    "return 1\n";
 
 struct row {
     int64_t hour; /* wall_ms / TALLY_HOUR_MS */

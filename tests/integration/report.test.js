@@ -191,3 +191,31 @@ h.test('200k forged key fingerprints: report takes a bounded part and says so', 
         fs.rmSync(path.dirname(names), {recursive: true, force: true});
     }
 });
+
+h.test('a forged or saturated counter in Redis costs no other counter of the flush', async () => {
+    const db = 10;
+    const url = env.redis.url.replace(/\/\d+$/, `/${db}`);
+    const inDb = (script, ...args) => env.redis.command('EVAL', `redis.call('SELECT', ${db}) ${script}`, ...args);
+    const MAX = '9223372036854775807';
+    /* The hour the request will be counted in, and the next (should it turn meanwhile). */
+    const keys = [h.tallyHourKey(Date.now()), h.tallyHourKey(Date.now() + 3600 * 1000)];
+    for (const key of keys) {
+        await inDb("redis.call('HSET', KEYS[1], 'requests|(other)|(other)', 'not a number')", '1', key);
+        await inDb("redis.call('HSET', KEYS[1], 'misses|(other)|(other)', '9223372036854775807')", '1', key);
+    }
+    const p = await env.startProxy({redis: url});
+    await p.waitReady();
+    const r = await p.post(CHAT, h.chatBody(h.uniq('flush past junk')), {'x-mock-status': '502'});
+    assert.equal(r.status, 502);
+    const field = (key, f) => inDb("return redis.call('HGET', KEYS[1], ARGV[1])", '1', key, f);
+    const key = await h.waitFor(async () => {
+        for (const k of keys)
+            if (await field(k, 'errors|(other)|(other)') === '1')
+                return k;
+        return null;
+    }, {timeout: 10000, what: 'the error counted in Redis, past the junk and the full counter'});
+    assert.equal(await field(key, 'requests|(other)|(other)'), '1', 'junk replaced by the count');
+    assert.equal(await field(key, 'misses|(other)|(other)'), MAX, 'a full counter stays full');
+    assert.ok(await inDb("return redis.call('TTL', KEYS[1])", '1', key) > 0, 'the hour expires');
+    await p.stop();
+});
