@@ -107,6 +107,7 @@ enum lex_cat {
     L_INTENT,  /* undoes or avoids what is asked (prevent, stop, cancel...) */
     L_RANK,    /* an ordinal or rank word (second, last, next...) */
     L_QUANT,   /* a quantity word: val its group of alternatives; sub its side */
+    L_TENSE,   /* a tensed form of be or will: sub its tense (present, past, future) */
 };
 
 #define U_BIND_ONLY 0x1 /* counts only when bound to a number (am, second, day...) */
@@ -322,8 +323,19 @@ static const char *const ranks = "second third fourth fifth sixth seventh eighth
  * group by ' ', words of one side by '/' (the quantity guard).
  */
 static const char *const quantities =
-    "all/every/each some/several|many/numerous/lots/plenty few|both either/neither/single/one|"
-    "always usually/often/frequently sometimes/occasionally rarely/seldom";
+    "all/every/each most many/numerous/lots/plenty some/several few|"
+    "both either/neither/single/one|"
+    "always usually/often/frequently sometimes/occasionally rarely/seldom|"
+    "must can/could/may/might";
+
+/*
+ * Tenses of be and will, one group whose sides are now or then, and the
+ * future (the dates guard: "who is the president" / "who will be the
+ * president"). Past and present are one side: Quora's duplicates ask "who
+ * is Martin Luther" as "who was Martin Luther", "what is" as "what was your
+ * most embarrassing moment".
+ */
+static const char *const tenses = "is/are/am/was/were will";
 
 #define LEX_MAX 4096
 
@@ -458,6 +470,7 @@ static void lex_build(void)
     lex_add_words(intents, L_INTENT, false, 0);
     lex_add_words(ranks, L_RANK, false, 0);
     lex_add_words(quantities, L_QUANT, true, 0);
+    lex_add_words(tenses, L_TENSE, true, 0);
     qsort(lexicon, nlex, sizeof lexicon[0], lex_cmp);
     for (size_t i = nlex - 1; i-- > 0;)
         if (strcmp(lexicon[i].w, lexicon[i + 1].w) == 0)
@@ -682,10 +695,36 @@ static unsigned currency_before(const struct gdoc *d, const char *p)
                 {"\xc2\xa3", UNIT_GBP},
                 {"\xc2\xa5", UNIT_JPY},
                 {"\xe2\x82\xb9", UNIT_INR}};
-    for (size_t i = 0; i < PC_ARRAY_LEN(syms); i++) {
-        size_t n = strlen(syms[i].sym);
-        if (p - d->text >= (ptrdiff_t)n && memcmp(p - n, syms[i].sym, n) == 0)
-            return syms[i].unit;
+    for (int space = 0; space < 2; space++) {
+        if (space && !(p > d->text && p[-1] == ' '))
+            break;
+        const char *at = p - space;
+        for (size_t i = 0; i < PC_ARRAY_LEN(syms); i++) {
+            size_t n = strlen(syms[i].sym);
+            if (at - d->text >= (ptrdiff_t)n && memcmp(at - n, syms[i].sym, n) == 0)
+                return syms[i].unit;
+        }
+    }
+    return 0;
+}
+
+/*
+ * The currency whose symbol follows a number ending at end, written against it
+ * or after one space ("100€", "1000 $"); 0 when none.
+ */
+static unsigned currency_after(const struct gdoc *d, const char *end)
+{
+    const char *stop = d->text + d->len;
+    if (end < stop && *end == ' ')
+        end++;
+    if (end < stop && (*end == '$' || (unsigned char)*end >= 0x80)) {
+        const char *next = end + 1;
+        while (next < stop && ((unsigned char)*next & 0xc0) == 0x80)
+            next++;
+        /* the symbol stands alone: "100 $" or "100$?", not "100 $x" */
+        if (next == stop || !((*next >= 'a' && *next <= 'z') || (*next >= 'A' && *next <= 'Z') ||
+                              (*next >= '0' && *next <= '9')))
+            return currency_before(d, next);
     }
     return 0;
 }
@@ -813,6 +852,8 @@ static void numbers_of(const struct gdoc *d, struct qtys *qs)
             canon_number(text_str(&d->t, i), t->len, q->v + neg, sizeof q->v - neg);
         units_after(d, i, q);
         unsigned cur = currency_before(d, t->raw);
+        if (cur == 0)
+            cur = currency_after(d, t->raw + t->raw_len);
         if (cur != 0)
             qty_set_unit(q, cur);
         if (one && q->unit == 0 && q->mag == 0)
@@ -940,14 +981,66 @@ static bool appears_in(const struct gdoc *d, size_t i, const struct gdoc *o)
     return false;
 }
 
+/*
+ * A number with a unit or an ordinal ending written against it ("100km",
+ * "10am", "16GB", "1080p", "12th"): the numbers guard's, and "100 km" says
+ * the same.
+ */
+static bool number_with_suffix(const struct gdoc *d, size_t i)
+{
+    const char *w = text_str(&d->t, i);
+    size_t n = d->t.tok[i].len, k = 0;
+    while (k < n && ((w[k] >= '0' && w[k] <= '9') || w[k] == '.' || w[k] == ','))
+        k++;
+    if (k == 0 || k == n)
+        return false;
+    for (size_t j = k; j < n; j++)
+        if (!(w[j] >= 'a' && w[j] <= 'z'))
+            return false;
+    static const char *const endings[] = {"st", "nd", "rd", "th", "p", "k", "x", "s", "d"};
+    char suffix[TEXT_TOK_MAX + 1];
+    memcpy(suffix, w + k, n - k);
+    suffix[n - k] = '\0';
+    for (size_t j = 0; j < PC_ARRAY_LEN(endings); j++)
+        if (strcmp(suffix, endings[j]) == 0)
+            return true;
+    return lex_entry(suffix, L_UNIT) != NULL;
+}
+
+/*
+ * A token written like code or an id: letters and digits mixed ("a1b2c3d",
+ * "0xdeadbeef", "sha256"), or camelCase ("getUser", "readFile"). One letter changes what it names,
+ * so it must appear as it is (case aside), no typo allowed: "setUser" is not "getUser".
+ */
+static bool code_like(const struct gdoc *d, size_t i)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    if (t->kind != TEXT_WORD || (t->flags & TEXT_F_SYNTH) || t->len < 4)
+        return false;
+    if ((t->flags & TEXT_F_DIGIT) && (t->flags & TEXT_F_ALPHA))
+        return lex_of(d, i, L_UNIT) == NULL && !number_with_suffix(d, i);
+    if (!(t->flags & TEXT_F_MIXED))
+        return false;
+    /* camelCase: lower case first, a capital from the third letter on; not a brand (iPhone,
+     * YouTube: typos of those stay allowed) */
+    const char *w = t->raw;
+    if (!(w[0] >= 'a' && w[0] <= 'z'))
+        return false;
+    for (size_t k = 2; k < t->raw_len; k++)
+        if (w[k] >= 'A' && w[k] <= 'Z')
+            return true;
+    return false;
+}
+
 static bool has_unmatched_entity(const struct gdoc *d, const struct gdoc *o)
 {
     size_t checked = 0;
     for (size_t i = 0; i < d->t.n && checked < 64; i++) {
-        if (!entity_like(d, i))
+        bool code = code_like(d, i);
+        if (!code && !entity_like(d, i))
             continue;
         checked++;
-        if (!appears_in(d, i, o))
+        if (code ? !set_has(o->set, d->h[i]) : !appears_in(d, i, o))
             return true;
     }
     return false;
@@ -1083,11 +1176,28 @@ static size_t dates_of(const struct gdoc *d, unsigned *f)
     return k;
 }
 
+static bool slots_differ(const struct gdoc *a, const struct gdoc *b, enum lex_cat cat);
+static unsigned questions_of(const struct gdoc *d);
+
+/* A question: a question mark or a question word. */
+static bool is_question(const struct gdoc *d)
+{
+    return memchr(d->text, '?', d->len) != NULL || questions_of(d) != 0;
+}
+
+/*
+ * The date features differ; or two questions ask in one place, one of them
+ * of the future and the other not ("who will be the president" / "who is
+ * the president"). Only questions: a statement of a rule says the same in
+ * either tense ("the format will remain" / "the format remains").
+ */
 static bool guard_dates(const struct gdoc *a, const struct gdoc *b)
 {
     unsigned fa[DATES_MAX], fb[DATES_MAX];
     size_t na = dates_of(a, fa), nb = dates_of(b, fb);
-    return na != nb || memcmp(fa, fb, na * sizeof *fa) != 0;
+    if (na != nb || memcmp(fa, fb, na * sizeof *fa) != 0)
+        return true;
+    return is_question(a) && is_question(b) && slots_differ(a, b, L_TENSE);
 }
 
 /* ---- length ---------------------------------------------------------------------------- */
@@ -1528,9 +1638,47 @@ static bool roles_swapped(const struct gdoc *a, const struct gdoc *b)
 }
 
 /* "u to v" only in one text and "v to u" only in the other. */
+/* Words that join two things the same way round (X and Y, X like Y, X similar to Y). */
+static const char *const symmetric[] = {"and",     "or",      "nor",        "vs",       "versus",
+                                        "with",    "between", "like",       "similar",  "same",
+                                        "equal",   "equals",  "equivalent", "compared", "comparing",
+                                        "compare", "differ",  "different",  "related",  "married"};
+
+/*
+ * Two words trade places and nothing else changes, with a word between them
+ * (an article aside) that joins them one way round: "did Germany beat
+ * Brazil" / "did Brazil beat Germany", "does Microsoft own GitHub", "the
+ * tests pass locally but fail in CI" / "the tests fail locally but pass in
+ * CI". Not around a word that joins them either way round ("Python and
+ * Java" / "Java and Python", "x equals y"), nor next to each other
+ * ("quickly running" / "running quickly").
+ */
+static bool two_words_traded(const struct gdoc *a, const struct gdoc *b)
+{
+    if (a->t.n != b->t.n)
+        return false;
+    size_t at[3], n = 0;
+    for (size_t k = 0; k < a->t.n; k++)
+        if (a->h[k] != b->h[k]) {
+            if (n == 2)
+                return false;
+            at[n++] = k;
+        }
+    if (n != 2 || a->h[at[0]] != b->h[at[1]] || a->h[at[1]] != b->h[at[0]] || is_func(a, at[0]) ||
+        is_func(a, at[1]))
+        return false;
+    bool joined = false;
+    for (size_t k = at[0] + 1; k < at[1]; k++) {
+        if (word_in(a, k, symmetric, PC_ARRAY_LEN(symmetric)))
+            return false;
+        joined |= !text_is(&a->t, k, "the") && !text_is(&a->t, k, "a") && !text_is(&a->t, k, "an");
+    }
+    return joined;
+}
+
 static bool guard_direction(const struct gdoc *a, const struct gdoc *b)
 {
-    if (roles_swapped(a, b) || voice_flipped(a, b) || voice_flipped(b, a))
+    if (roles_swapped(a, b) || two_words_traded(a, b) || voice_flipped(a, b) || voice_flipped(b, a))
         return true;
     struct dir_fact *fa = pc_malloc(2 * 3 * DIR_MAX * sizeof *fa), *fb = fa + 3 * DIR_MAX;
     size_t na = directions_of(a, fa), nb = directions_of(b, fb);
@@ -2094,6 +2242,11 @@ static bool slot_word_at(const struct gdoc *d, size_t i, enum lex_cat cat, uint8
         return false;
     *group = (uint8_t)l->val;
     *side = l->sub;
+    if (cat == L_QUANT && text_is(&d->t, i, "most") && i > 0 &&
+        (text_is(&d->t, i - 1, "the") || text_is(&d->t, i - 1, "at")))
+        return false; /* "the most popular", "at most": a degree or a bound, no quantity */
+    if (cat == L_QUANT && text_is(&d->t, i, "few") && i > 0 && text_is(&d->t, i - 1, "a"))
+        *side = (uint8_t)(l->sub - 1); /* "a few" is some */
     return true;
 }
 

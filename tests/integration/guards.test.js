@@ -134,3 +134,52 @@ h.test('opposites (particles, roles, voice, verbs, ranks, intent, questions, qua
     }
     await q.stop();
 });
+
+/*
+ * Counterfeits of kinds the symbols and opposites above do not cover, from the hunt of
+ * doc/semantic.md ("Counterfeit hunt"): each scores above builtin's default threshold (0.85)
+ * and was served before its rule. [stored, asked, the guard that rejects]
+ */
+const HUNTED = [
+    ['Who is the president of France?', 'Who will be the president of France?', 'dates'],
+    ['You must wear a helmet on a bike', 'You may wear a helmet on a bike', 'quantity'],
+    ['Do all birds fly?', 'Do most birds fly?', 'quantity'],
+    ['Did Germany beat Brazil 7-1?', 'Did Brazil beat Germany 7-1?', 'direction'],
+    ['Revert commit a1b2c3d', 'Revert commit a1b2c3e', 'entities'],
+    ['Convert 1000 € to yen', 'Convert 1000 $ to yen', 'numbers'],
+];
+
+/* Rewordings next to those rules that keep the meaning: still served. */
+const KEPT = [
+    ['Who is Martin Luther?', 'Who was Martin Luther?'],
+    ['What should I do to make my parents understand me?', 'What can I do to make my parents understand me?'],
+    ['What is the difference between Python and Java?', 'What is the difference between Java and Python?'],
+    ['Is 100 $ a lot?', 'Is $100 a lot?'],
+];
+
+/* Store a, wait for its vector, ask b at the default threshold (no X-Cache-Threshold). */
+async function askAtDefault(p, a, b) {
+    const ns = {'X-Cache-Namespace': `guards-${tag()}`};
+    const first = await p.post(CHAT, h.chatBody(a), ns);
+    assert.equal(first.headers['x-cache-status'], 'MISS', a);
+    await ownVector(p, a, ns);
+    return p.post(CHAT, h.chatBody(b), ns);
+}
+
+h.test('hunted counterfeits (tense, modal, quantifier, traded roles, ids, currency) miss at the default threshold, their paraphrases hit', async () => {
+    const p = await startBuiltin([]);
+    for (const [a, b, guard] of HUNTED) {
+        const st0 = await p.stats();
+        const r = await askAtDefault(p, a, b);
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers['x-cache-status'], 'MISS', `"${a}" served for "${b}"`);
+        const key = `semantic_guard_rejects_${guard}`;
+        assert.equal((await p.stats())[key], st0[key] + 1, `${key} for "${a}" / "${b}"`);
+    }
+    for (const [a, b] of KEPT) {
+        const r = await askAtDefault(p, a, b);
+        assert.equal(r.headers['x-cache-status'], 'HIT', `"${a}" / "${b}" keep their meaning`);
+        assert.equal(r.headers['x-cache-match'], 'semantic');
+    }
+    await p.stop();
+});

@@ -59,6 +59,10 @@ static void test_numbers(void)
          "5 degrees?",
          "Is it cold at 5 degrees?"}, /* U+2212 */
         {"Should the oven be at minus 40?", "Should the oven be at 40?"},
+        /* a currency symbol after the number, against it or after a space */
+        {"Convert 1000 \xe2\x82\xac to yen", "Convert 1000 $ to yen"},
+        {"Is 100$ a lot?", "Is 100\xc2\xa3 a lot?"},
+        {"Is 100 $ a lot?", "Is 100 a lot?"},
         {"Is (-3) a root?", "Is (3) a root?"},
     };
     static const struct pair pass[] = {
@@ -77,6 +81,10 @@ static void test_numbers(void)
         {"What is 7 minus 5?", "What is 7 - 5?"}, /* minus after a number: the operator */
         {"COVID-19 symptoms", "COVID 19 symptoms"},
         {"pre-2000 cars", "pre 2000 cars"},
+        {"Is 100 $ a lot?", "Is $100 a lot?"},
+        {"Is $ 100 a lot?", "Is 100$ a lot?"},
+        {"Is 100 \xe2\x82\xac a lot?", "Is 100 EUR a lot?"},
+        {"echo 100 $HOME", "echo 100 $HOME"},
     };
     EXPECT(GUARD_NUMBERS, rej, pass);
 }
@@ -112,6 +120,11 @@ static void test_entities(void)
         {"how big is the NYC subway", "how big is the LA subway"},
         {"What is the difference between C# and Java?",
          "What is the difference between C++ and Java?"},
+        /* code and ids: one character changes what they name, no typo allowed */
+        {"Revert commit a1b2c3d", "Revert commit a1b2c3e"},
+        {"Look up transaction 0xdeadbeef", "Look up transaction 0xdeadbeee"},
+        {"Why does setUser() return null?", "Why does getUser() return null?"},
+        {"What does readFile do?", "What does readLine do?"},
     };
     static const struct pair pass[] = {
         {"weather in Berlin today", "what's the weather in berlin today"},
@@ -120,6 +133,14 @@ static void test_entities(void)
         {"How Do I Learn To Swim", "how do i learn to swim"},
         {"HOW DO I LEARN TO SWIM", "How do I learn to swim?"},
         {"Paris. Berlin", "Berlin and paris"},
+        /* code and ids match as written, case aside; brands keep their typos */
+        {"Revert commit a1b2c3d", "revert commit A1B2C3D"},
+        {"Why does getUser() return null?", "why does getuser() return null"},
+        {"Why won't my iPhone connect?", "Why won't my iPjone connect?"},
+        {"meet at 10am tomorrow", "meet at 10 am tomorrow"}, /* a number and its unit */
+        {"how far is 100km", "how far is 100 km"},
+        {"buy a 55inch tv", "buy a 55 inch tv"},
+        {"Why isn't Chrome playing YouTube videos?", "Why isn't Chrome playing YouTune videos?"},
     };
     EXPECT(GUARD_ENTITIES, rej, pass);
 }
@@ -164,6 +185,10 @@ static void test_dates(void)
         {"is the museum open on Monday?", "is the museum open on Friday?"},
         {"latest Kubernetes version", "Kubernetes version"},
         {"what is due in May 2024", "what is due in 2024"},
+        /* questions of the future and of now */
+        {"Who will be the president of France?", "Who is the president of France?"},
+        {"How much will a stamp cost?", "How much was a stamp?"},
+        {"What will the population of India be?", "What is the population of India?"},
     };
     static const struct pair pass[] = {
         {"restaurants open now near me", "restaurants currently open nearby"},
@@ -171,6 +196,11 @@ static void test_dates(void)
         {"May I ask a question?", "Can I ask a question?"},
         {"What is due on March 3?", "What is due on 3 March?"},
         {"news this week", "this week's news"},
+        /* past and present are one side, and statements of a rule say the same in either tense */
+        {"Who is Martin Luther?", "Who was Martin Luther?"},
+        {"The format will remain the same.", "The format remains the same."},
+        {"Who will be the next CEO?", "Who will become the next CEO?"},
+        {"What will happen if I quit?", "What happens if I quit, and what will I lose?"},
     };
     EXPECT(GUARD_DATES, rej, pass);
 }
@@ -213,6 +243,12 @@ static void test_direction(void)
         /* the same subject acts in one text and is acted on in the other */
         {"A dog with a ball is being chased in the grass", "A dog is chasing a ball in the grass"},
         {"The cat is being followed by the dog", "The cat is following the dog"},
+        /* two words traded and nothing else: the roles around a verb or a clause */
+        {"Did Germany beat Brazil 7-1?", "Did Brazil beat Germany 7-1?"},
+        {"Why did Apple sue Samsung?", "Why did Samsung sue Apple?"},
+        {"Can a lion kill a tiger?", "Can a tiger kill a lion?"},
+        {"Does Microsoft own GitHub?", "Does GitHub own Microsoft?"},
+        {"The tests pass locally but fail in CI", "The tests fail locally but pass in CI"},
     };
     static const struct pair pass[] = {
         {"What are the best things to do in Jaipur?", "In Jaipur, what are the best things to do?"},
@@ -236,6 +272,13 @@ static void test_direction(void)
         {"python logging to json examples", "examples of logging to json in python"},
         {"convert Markdown to HTML", "turn Markdown into HTML"},
         {"How do I go to the gym in the morning?", "In the morning, how do I go to the gym?"},
+        /* two words traded around a word that joins them either way round, or next to each
+         * other */
+        {"What is the difference between Python and Java?",
+         "What is the difference between Java and Python?"},
+        {"Which is better, Python or Java?", "Which is better, Java or Python?"},
+        {"Does x equal y in this code?", "Does y equal x in this code?"},
+        {"How do I learn Python quickly?", "How do I quickly learn Python?"},
     };
     EXPECT(GUARD_DIRECTION, rej, pass);
 }
@@ -500,6 +543,16 @@ static void test_quantity(void)
         {"A girl is standing on one leg", "A girl is standing on both legs"},
         {"Do all students pass the exam?", "Do some students pass the exam?"},
         {"Does it always rain in Seattle?", "Does it rarely rain in Seattle?"},
+        /* a scale: all, most, many, some, few */
+        {"Do most birds fly?", "Do all birds fly?"},
+        {"Are most snakes venomous?", "Are some snakes venomous?"},
+        {"Why do many people hate Mondays?", "Why do few people hate Mondays?"},
+        {"Delete some files in the folder", "Delete all files in the folder"},
+        {"Do few birds fly?", "Do a few birds fly?"},
+        /* a modal of obligation against one of permission or possibility */
+        {"You must wear a helmet on a bike", "You may wear a helmet on a bike"},
+        {"Must I report income from abroad?", "Can I report income from abroad?"},
+        {"Employees must work from home on Fridays", "Employees might work from home on Fridays"},
     };
     static const struct pair pass[] = {
         {"Kids are playing in front of lots of people", "Kids are playing in front of many people"},
@@ -507,6 +560,13 @@ static void test_quantity(void)
         {"Which one is better?", "Which is better, both?"}, /* not in the same place */
         {"Does it always rain in Seattle?", "Does it rain in Seattle all the time?"},
         {"some of the books", "some of the books"},
+        {"Do a few birds fly?", "Do several birds fly?"},
+        {"What is the most popular language?", "What are some popular languages?"},
+        {"Show at most 5 rows", "Show some 5 rows"}, /* a bound, the numbers guard's */
+        /* should is advice either way; can, may and might ask the same */
+        {"What should I do to prepare for the exam?", "What can I do to prepare for the exam?"},
+        {"How could I become an actor?", "How should I become an actor?"},
+        {"May I ask a question?", "Can I ask a question?"},
     };
     EXPECT(GUARD_QUANTITY, rej, pass);
 }
