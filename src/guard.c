@@ -2618,9 +2618,24 @@ static bool superlative_differs(const struct gdoc *a, const struct gdoc *b)
     return differs;
 }
 
+/*
+ * "only" before a word both texts use, in one text only: it restricts ("can
+ * only admins delete posts" / "can admins delete posts"). Not before a
+ * number, where it stresses ("lost only 1 cent"; the numbers guard's).
+ */
+static bool only_added(const struct gdoc *a, const struct gdoc *o)
+{
+    for (size_t i = 0; i + 1 < a->t.n; i++)
+        if (text_is(&a->t, i, "only") && !appears_in(a, i, o) && appears_in(a, i + 1, o) &&
+            !tok_is_number(a, i + 1) && lex_of(a, i + 1, L_NUMWORD) == NULL)
+            return true;
+    return false;
+}
+
 static bool guard_rank(const struct gdoc *a, const struct gdoc *b)
 {
-    return rank_added(a, b) || rank_added(b, a) || superlative_differs(a, b);
+    return rank_added(a, b) || rank_added(b, a) || superlative_differs(a, b) || only_added(a, b) ||
+           only_added(b, a);
 }
 
 /* ---- quantity ------------------------------------------------------------------------------ */

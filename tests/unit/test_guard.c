@@ -525,6 +525,10 @@ static void test_rank(void)
         {"Who was the last president of France?", "Who was the next president of France?"},
         {"largest city in Texas", "large city in Texas"},
         {"What is the third tallest mountain?", "What is the tallest mountain?"},
+        /* "only" restricts */
+        {"Can only admins delete posts?", "Can admins delete posts?"},
+        {"Only members can vote", "Members can vote"},
+        {"Do only adults need a visa?", "Do adults need a visa?"},
     };
     static const struct pair pass[] = {
         {"How does it feel to have sex for the first time?", "How does first time sex feel?"},
@@ -532,6 +536,8 @@ static void test_rank(void)
         {"What is the second closest star?", "Which star is the second closest?"},
         {"the biggest protest since 1989", "the greatest protest since 1989"},
         {"cheapest flights to Rome", "the cheapest flight to Rome"},
+        {"The stock lost only 1 cent", "The stock lost 1 cent"}, /* stress on a number */
+        {"Is it only me?", "Is it only me?"},
     };
     EXPECT(GUARD_RANK, rej, pass);
 }
