@@ -1032,15 +1032,50 @@ static bool code_like(const struct gdoc *d, size_t i)
     return false;
 }
 
+/*
+ * Whether o has token i of d as written, case aside, or with a plural s
+ * written in lower case ("CPU" / "CPUs"); no other singular form: "HTTPS"
+ * is not "HTTP".
+ */
+static bool written_in(const struct gdoc *d, size_t i, const struct gdoc *o)
+{
+    size_t n = d->t.tok[i].len;
+    for (size_t j = 0; j < o->t.n; j++) {
+        const struct text_tok *t = &o->t.tok[j];
+        if ((t->len == n || (t->len == n + 1 && t->raw[t->raw_len - 1] == 's')) &&
+            memcmp(text_str(&o->t, j), text_str(&d->t, i), n) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Most words of d written in capitals: shouting, not acronyms ("HE COULD NOT BELEIVE"). */
+static bool shouting(const struct gdoc *d)
+{
+    size_t words = 0, caps = 0;
+    for (size_t i = 0; i < d->t.n; i++)
+        if (d->t.tok[i].kind == TEXT_WORD && (d->t.tok[i].flags & TEXT_F_ALPHA)) {
+            words++;
+            caps += (d->t.tok[i].flags & TEXT_F_ALLCAPS) != 0;
+        }
+    return words >= 3 && 2 * caps >= words;
+}
+
+/*
+ * A name of d that o lacks, typos allowed; code, ids and acronyms (all
+ * capitals, where the text does not shout) exactly: "HTTP" is not "HTTPS".
+ */
 static bool has_unmatched_entity(const struct gdoc *d, const struct gdoc *o)
 {
     size_t checked = 0;
+    bool loud = shouting(d) || shouting(o);
     for (size_t i = 0; i < d->t.n && checked < 64; i++) {
         bool code = code_like(d, i);
         if (!code && !entity_like(d, i))
             continue;
         checked++;
-        if (code ? !set_has(o->set, d->h[i]) : !appears_in(d, i, o))
+        bool exact = code || (!loud && (d->t.tok[i].flags & TEXT_F_ALLCAPS));
+        if (exact ? !written_in(d, i, o) : !appears_in(d, i, o))
             return true;
     }
     return false;

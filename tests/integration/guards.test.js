@@ -148,6 +148,7 @@ const HUNTED = [
     ['Revert commit a1b2c3d', 'Revert commit a1b2c3e', 'entities'],
     ['Convert 1000 € to yen', 'Convert 1000 $ to yen', 'numbers'],
     ['Do only adults need a visa?', 'Do adults need a visa?', 'rank'],
+    ['How does HTTP work?', 'How does HTTPS work?', 'entities'],
 ];
 
 /* Rewordings next to those rules that keep the meaning: still served. */
@@ -167,7 +168,7 @@ async function askAtDefault(p, a, b) {
     return p.post(CHAT, h.chatBody(b), ns);
 }
 
-h.test('hunted counterfeits (tense, modal, quantifier, traded roles, ids, currency, only) miss at the default threshold, their paraphrases hit', async () => {
+h.test('hunted counterfeits (tense, modal, quantifier, traded roles, ids, acronyms, currency, only) miss at the default threshold, their paraphrases hit', async () => {
     const p = await startBuiltin([]);
     for (const [a, b, guard] of HUNTED) {
         const st0 = await p.stats();

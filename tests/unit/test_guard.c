@@ -125,6 +125,9 @@ static void test_entities(void)
         {"Look up transaction 0xdeadbeef", "Look up transaction 0xdeadbeee"},
         {"Why does setUser() return null?", "Why does getUser() return null?"},
         {"What does readFile do?", "What does readLine do?"},
+        /* acronyms exactly: a final S is a letter of the acronym, not a plural */
+        {"How does HTTP work?", "How does HTTPS work?"},
+        {"Is AES secure?", "Is DES secure?"},
     };
     static const struct pair pass[] = {
         {"weather in Berlin today", "what's the weather in berlin today"},
@@ -138,6 +141,9 @@ static void test_entities(void)
         {"Why does getUser() return null?", "why does getuser() return null"},
         {"Why won't my iPhone connect?", "Why won't my iPjone connect?"},
         {"meet at 10am tomorrow", "meet at 10 am tomorrow"}, /* a number and its unit */
+        {"How does HTTP work?", "how does http work"},
+        {"Which SSD is faster?", "Which SSDs are faster?"},
+        {"HE COULD NOT BELEIVE HE HAD BEEN FIRED", "He could not believe he had been fired"},
         {"how far is 100km", "how far is 100 km"},
         {"buy a 55inch tv", "buy a 55 inch tv"},
         {"Why isn't Chrome playing YouTube videos?", "Why isn't Chrome playing YouTune videos?"},
