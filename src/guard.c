@@ -1135,7 +1135,44 @@ static bool guard_antonyms(const struct gdoc *a, const struct gdoc *b)
 #define DATES_MAX 32
 
 /* Date features as small integers: kind << 8 | value. */
-enum date_kind { D_MONTH = 1, D_WEEKDAY, D_WHEN, D_PERIOD, D_YEAR };
+enum date_kind { D_MONTH = 1, D_WEEKDAY, D_WHEN, D_PERIOD, D_YEAR, D_RATE };
+
+/*
+ * Periods of a rate ("per day", "every week", "twice a month", "daily"):
+ * the index + 1 of the period (the dates guard: "3 times per day" / "3 times
+ * per week").
+ */
+static const char *const rate_periods[] = {"second", "minute", "hour",   "day",    "week",
+                                           "month",  "year",   "decade", "century"};
+static const char *const rate_adverbs[] = {"_",      "_",       "hourly", "daily",
+                                           "weekly", "monthly", "yearly"};
+
+static unsigned rate_at(const struct gdoc *d, size_t i)
+{
+    for (size_t k = 0; k < PC_ARRAY_LEN(rate_adverbs); k++)
+        if (text_is(&d->t, i, rate_adverbs[k]))
+            return (unsigned)k + 1;
+    if (text_is(&d->t, i, "annually") || text_is(&d->t, i, "annual"))
+        return 7;
+    if (i == 0)
+        return 0;
+    bool a = text_is(&d->t, i - 1, "a") || text_is(&d->t, i - 1, "an");
+    if (a) { /* "3 times a day", "$50 an hour"; not "wait a second", "have a minute" */
+        if (i < 2 || !(tok_is_number(d, i - 2) || lex_of(d, i - 2, L_NUMWORD) != NULL ||
+                       text_is(&d->t, i - 2, "times") || text_is(&d->t, i - 2, "once") ||
+                       text_is(&d->t, i - 2, "twice")))
+            return 0;
+    } else if (!(text_is(&d->t, i - 1, "per") || text_is(&d->t, i - 1, "every") ||
+                 text_is(&d->t, i - 1, "each"))) {
+        return 0;
+    }
+    char one[TEXT_TOK_MAX + 1];
+    one[singular_of(&d->t, i, one)] = '\0';
+    for (size_t k = 0; k < PC_ARRAY_LEN(rate_periods); k++)
+        if (strcmp(one, rate_periods[k]) == 0)
+            return (unsigned)k + 1;
+    return 0;
+}
 
 static bool number_near(const struct gdoc *d, size_t i)
 {
@@ -1167,6 +1204,9 @@ static unsigned date_feature(const struct gdoc *d, size_t i)
         unsigned m = lex_of(d, i, L_PMOD)->sub, p = lex_of(d, i + 1, L_PERIOD)->sub;
         return D_PERIOD << 8 | (m & 0xf) << 4 | (p & 0xf);
     }
+    unsigned rate = rate_at(d, i);
+    if (rate != 0)
+        return D_RATE << 8 | rate;
     const struct text_tok *t = &d->t.tok[i];
     if (t->kind == TEXT_NUM && t->len == 4) {
         const char *s = text_str(&d->t, i);
@@ -1221,7 +1261,9 @@ static bool is_question(const struct gdoc *d)
 }
 
 /*
- * The date features differ; or two questions ask in one place, one of them
+ * The date features differ (rates only when both texts give one: "3 times
+ * per day" / "3 times per week", but "how do I use time each day" / "how do
+ * I use time" pass); or two questions ask in one place, one of them
  * of the future and the other not ("who will be the president" / "who is
  * the president"). Only questions: a statement of a rule says the same in
  * either tense ("the format will remain" / "the format remains").
@@ -1230,6 +1272,16 @@ static bool guard_dates(const struct gdoc *a, const struct gdoc *b)
 {
     unsigned fa[DATES_MAX], fb[DATES_MAX];
     size_t na = dates_of(a, fa), nb = dates_of(b, fb);
+    /* rates sort last (D_RATE is the highest kind); they count only when both texts give one */
+    size_t ra = 0, rb = 0;
+    while (ra < na && fa[na - 1 - ra] >> 8 == D_RATE)
+        ra++;
+    while (rb < nb && fb[nb - 1 - rb] >> 8 == D_RATE)
+        rb++;
+    if (ra > 0 && rb > 0 && (ra != rb || memcmp(fa + na - ra, fb + nb - rb, ra * sizeof *fa) != 0))
+        return true;
+    na -= ra;
+    nb -= rb;
     if (na != nb || memcmp(fa, fb, na * sizeof *fa) != 0)
         return true;
     return is_question(a) && is_question(b) && slots_differ(a, b, L_TENSE);

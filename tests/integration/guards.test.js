@@ -149,6 +149,7 @@ const HUNTED = [
     ['Convert 1000 € to yen', 'Convert 1000 $ to yen', 'numbers'],
     ['Do only adults need a visa?', 'Do adults need a visa?', 'rank'],
     ['How does HTTP work?', 'How does HTTPS work?', 'entities'],
+    ['How many calories should I eat per day?', 'How many calories should I eat per week?', 'dates'],
 ];
 
 /* Rewordings next to those rules that keep the meaning: still served. */
@@ -168,7 +169,7 @@ async function askAtDefault(p, a, b) {
     return p.post(CHAT, h.chatBody(b), ns);
 }
 
-h.test('hunted counterfeits (tense, modal, quantifier, traded roles, ids, acronyms, currency, only) miss at the default threshold, their paraphrases hit', async () => {
+h.test('hunted counterfeits (tense, modal, quantifier, traded roles, ids, acronyms, currency, only, rates) miss at the default threshold, their paraphrases hit', async () => {
     const p = await startBuiltin([]);
     for (const [a, b, guard] of HUNTED) {
         const st0 = await p.stats();

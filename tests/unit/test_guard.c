@@ -195,6 +195,10 @@ static void test_dates(void)
         {"Who will be the president of France?", "Who is the president of France?"},
         {"How much will a stamp cost?", "How much was a stamp?"},
         {"What will the population of India be?", "What is the population of India?"},
+        /* the period of a rate */
+        {"How many calories should I eat per day?", "How many calories should I eat per week?"},
+        {"Take it 3 times a day", "Take it 3 times a week"},
+        {"Should I water tomatoes every day?", "Should I water tomatoes weekly?"},
     };
     static const struct pair pass[] = {
         {"restaurants open now near me", "restaurants currently open nearby"},
@@ -207,6 +211,11 @@ static void test_dates(void)
         {"The format will remain the same.", "The format remains the same."},
         {"Who will be the next CEO?", "Who will become the next CEO?"},
         {"What will happen if I quit?", "What happens if I quit, and what will I lose?"},
+        {"Take it 3 times a day", "Take it 3 times per day"},
+        {"Do you have a second?", "Do you have a minute?"}, /* no rate */
+        {"I earn $50 an hour", "I earn $50 per hour"},
+        {"Should I water tomatoes every day?", "Should I water tomatoes daily?"},
+        {"How do I use time more efficiently?", "How do I use time more efficiently each day?"},
     };
     EXPECT(GUARD_DATES, rej, pass);
 }
