@@ -654,6 +654,7 @@ struct qty {
     char v[24];   /* canonical digits */
     uint8_t unit; /* unit id or 0 */
     uint8_t mag;  /* magnitude unit id or 0 */
+    uint8_t rel;  /* the word before: 1 "by" (a change), 2 "to" (a target), 0 other */
 };
 
 struct qtys {
@@ -851,6 +852,8 @@ static void numbers_of(const struct gdoc *d, struct qtys *qs)
         else
             canon_number(text_str(&d->t, i), t->len, q->v + neg, sizeof q->v - neg);
         units_after(d, i, q);
+        if (i > 0)
+            q->rel = text_is(&d->t, i - 1, "by") ? 1 : text_is(&d->t, i - 1, "to") ? 2 : 0;
         unsigned cur = currency_before(d, t->raw);
         if (cur == 0)
             cur = currency_after(d, t->raw + t->raw_len);
@@ -891,6 +894,11 @@ static bool guard_numbers(const struct gdoc *a, const struct gdoc *b)
     qsort(qb.q, qb.n, sizeof qb.q[0], qty_cmp);
     for (size_t i = 0; i < qa.n; i++)
         if (qty_cmp(&qa.q[i], &qb.q[i]) != 0)
+            return true;
+    /* the same number as a change in one text and a target in the other ("increase by 5%" /
+     * "increase to 5%") */
+    for (size_t i = 0; i < qa.n; i++)
+        if (qa.q[i].rel != 0 && qb.q[i].rel != 0 && qa.q[i].rel != qb.q[i].rel)
             return true;
     return false;
 }

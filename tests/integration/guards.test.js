@@ -150,6 +150,7 @@ const HUNTED = [
     ['Do only adults need a visa?', 'Do adults need a visa?', 'rank'],
     ['How does HTTP work?', 'How does HTTPS work?', 'entities'],
     ['How many calories should I eat per day?', 'How many calories should I eat per week?', 'dates'],
+    ['Increase the budget by $500', 'Increase the budget to $500', 'numbers'],
 ];
 
 /* Rewordings next to those rules that keep the meaning: still served. */
@@ -169,7 +170,7 @@ async function askAtDefault(p, a, b) {
     return p.post(CHAT, h.chatBody(b), ns);
 }
 
-h.test('hunted counterfeits (tense, modal, quantifier, traded roles, ids, acronyms, currency, only, rates) miss at the default threshold, their paraphrases hit', async () => {
+h.test('hunted counterfeits (tense, modal, quantifier, traded roles, ids, acronyms, currency, by/to, only, rates) miss at the default threshold, their paraphrases hit', async () => {
     const p = await startBuiltin([]);
     for (const [a, b, guard] of HUNTED) {
         const st0 = await p.stats();

@@ -63,6 +63,9 @@ static void test_numbers(void)
         {"Convert 1000 \xe2\x82\xac to yen", "Convert 1000 $ to yen"},
         {"Is 100$ a lot?", "Is 100\xc2\xa3 a lot?"},
         {"Is 100 $ a lot?", "Is 100 a lot?"},
+        /* a change against a target */
+        {"Prices rose by 5% last year", "Prices rose to 5% last year"},
+        {"Increase the budget by $500", "Increase the budget to $500"},
         {"Is (-3) a root?", "Is (3) a root?"},
     };
     static const struct pair pass[] = {
@@ -85,6 +88,8 @@ static void test_numbers(void)
         {"Is $ 100 a lot?", "Is 100$ a lot?"},
         {"Is 100 \xe2\x82\xac a lot?", "Is 100 EUR a lot?"},
         {"echo 100 $HOME", "echo 100 $HOME"},
+        {"Prices rose by 5% last year", "Prices rose 5% last year"},
+        {"Set the limit to 100", "Set the limit at 100"},
     };
     EXPECT(GUARD_NUMBERS, rej, pass);
 }
