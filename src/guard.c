@@ -1057,16 +1057,21 @@ static bool written_in(const struct gdoc *d, size_t i, const struct gdoc *o)
     return false;
 }
 
-/* Most words of d written in capitals: shouting, not acronyms ("HE COULD NOT BELEIVE"). */
+/* Nine words in ten of d in capitals: shouting, not acronyms ("HE COULD NOT BELEIVE"). */
 static bool shouting(const struct gdoc *d)
 {
     size_t words = 0, caps = 0;
-    for (size_t i = 0; i < d->t.n; i++)
-        if (d->t.tok[i].kind == TEXT_WORD && (d->t.tok[i].flags & TEXT_F_ALPHA)) {
-            words++;
-            caps += (d->t.tok[i].flags & TEXT_F_ALLCAPS) != 0;
-        }
-    return words >= 3 && 2 * caps >= words;
+    for (size_t i = 0; i < d->t.n; i++) {
+        const struct text_tok *t = &d->t.tok[i];
+        if (t->kind != TEXT_WORD || !(t->flags & TEXT_F_ALPHA))
+            continue;
+        words++;
+        bool lower = false; /* "I" and "O." count as capitals too */
+        for (size_t k = 0; k < t->raw_len && !lower; k++)
+            lower = t->raw[k] >= 'a' && t->raw[k] <= 'z';
+        caps += !lower;
+    }
+    return words >= 3 && 10 * caps >= 9 * words;
 }
 
 /*
@@ -1079,7 +1084,9 @@ static bool has_unmatched_entity(const struct gdoc *d, const struct gdoc *o)
     bool loud = shouting(d) || shouting(o);
     for (size_t i = 0; i < d->t.n && checked < 64; i++) {
         bool code = code_like(d, i);
-        if (!code && !entity_like(d, i))
+        bool keyword = !loud && (d->t.tok[i].flags & TEXT_F_ALLCAPS) && is_func(d, i) &&
+                       !(d->t.tok[i].flags & TEXT_F_SYNTH); /* UNION ALL, IS NOT NULL */
+        if (!code && !keyword && !entity_like(d, i))
             continue;
         checked++;
         bool exact = code || (!loud && (d->t.tok[i].flags & TEXT_F_ALLCAPS));

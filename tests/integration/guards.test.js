@@ -149,6 +149,7 @@ const HUNTED = [
     ['Convert 1000 € to yen', 'Convert 1000 $ to yen', 'numbers'],
     ['Do only adults need a visa?', 'Do adults need a visa?', 'rank'],
     ['How does HTTP work?', 'How does HTTPS work?', 'entities'],
+    ['When should I use UNION in SQL?', 'When should I use UNION ALL in SQL?', 'entities'],
     ['How many calories should I eat per day?', 'How many calories should I eat per week?', 'dates'],
     ['Increase the budget by $500', 'Increase the budget to $500', 'numbers'],
 ];

@@ -133,6 +133,8 @@ static void test_entities(void)
         /* acronyms exactly: a final S is a letter of the acronym, not a plural */
         {"How does HTTP work?", "How does HTTPS work?"},
         {"Is AES secure?", "Is DES secure?"},
+        {"When should I use UNION in SQL?", "When should I use UNION ALL in SQL?"},
+        {"Explain GROUP BY in SQL", "Explain GROUP BY ALL in SQL"},
     };
     static const struct pair pass[] = {
         {"weather in Berlin today", "what's the weather in berlin today"},
@@ -149,6 +151,8 @@ static void test_entities(void)
         {"How does HTTP work?", "how does http work"},
         {"Which SSD is faster?", "Which SSDs are faster?"},
         {"HE COULD NOT BELEIVE HE HAD BEEN FIRED", "He could not believe he had been fired"},
+        {"I set him free.", "I SET HIM TO HIM FREE."},
+        {"Jobs in the US for engineers", "jobs in the us for engineers"},
         {"how far is 100km", "how far is 100 km"},
         {"buy a 55inch tv", "buy a 55 inch tv"},
         {"Why isn't Chrome playing YouTube videos?", "Why isn't Chrome playing YouTune videos?"},
