@@ -160,7 +160,8 @@ h.test('set up: `promptcache migrate` prepares a new cluster, three proxies on c
     proxies = [await startOne(), await startOne(), await startOne()];
     for (const p of proxies)
         await p.waitReady(200, 30000);
-    assert.match(proxies[0].proc.output, /slot map: 16384 slots on 3 primaries/);
+    await h.waitFor(() => /slot map: 16384 slots on 3 primaries/.test(proxies[0].proc.output),
+        {what: 'the slot map in the log'});
 });
 
 h.test('exact, semantic and prefix state is shared by the three instances', {timeout: 60000}, async () => {

@@ -175,7 +175,9 @@ h.test('a stream key of another type is set aside: the other streams (the L1) ar
             args: ['--upstream-type', 'vllm']});
         await h.waitFor(async () => (await a.stats()).l1_live === true,
             {what: 'the L1 live beside a prefix stream of another type', timeout: 15000});
-        assert.match(a.proc.output, /pc:2:px is a key of another type/);
+        /* said before the L1 went live; the log pipe may be read after /stats answered */
+        await h.waitFor(() => /pc:2:px is a key of another type/.test(a.proc.output),
+            {what: 'the prefix stream set aside in the log'});
         /* The L1 works: a repeat is answered from it (l1_hits, counted once the answer went out). */
         const q = conversation(h.uniq('aside'), 1);
         const first = await a.post(CHAT, q);

@@ -218,7 +218,8 @@ h.test('a hit saves what the original call cost: /stats, priced per token kind',
     assert.equal(toNano(miss.cost), toNano(log.saved), 'the miss cost what the hit saved');
     const stream = env.proxy.accessLog().find((l) => l.cache === 'MISS' && l.stream);
     assert.equal(typeof stream.ttfb_ms, 'number');
-    assert.match(env.proxy.proc.output, /has no price for model "mystery-model-1"/);
+    await h.waitFor(() => /has no price for model "mystery-model-1"/.test(env.proxy.proc.output),
+        {what: 'the unpriced model in the log'});
     assert.equal(env.proxy.proc.output.split('no price for model "mystery-model-1"').length, 2,
         'warned once');
 });

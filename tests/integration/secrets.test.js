@@ -66,8 +66,8 @@ h.test('admin-token from the environment (as a file) opens the admin endpoint', 
     assert.equal((await del('wrong')).status, 401);
     assert.equal((await del(token)).status, 200);
     assertNowhere(proxy, token);
-    assert.match(proxy.proc.output, /W environment: PROMPTCACHE_ADMIN_TOKEN_FILE: .*\(mode 0640\)/,
-        'a group-readable secret file is warned about');
+    await h.waitFor(() => /W environment: PROMPTCACHE_ADMIN_TOKEN_FILE: .*\(mode 0640\)/.test(proxy.proc.output),
+        {what: 'a group-readable secret file is warned about'});
     await proxy.stop();
 });
 
@@ -77,7 +77,8 @@ h.test('a secret on the command line works, is warned about and hidden from /pro
     const res = await h.request(proxy.url, {method: 'DELETE', path: '/admin/cache',
         headers: {authorization: `Bearer ${token}`}});
     assert.equal(res.status, 200);
-    assert.match(proxy.proc.output, /W command line: --admin-token: a secret on the command line/);
+    await h.waitFor(() => /W command line: --admin-token: a secret on the command line/.test(proxy.proc.output),
+        {what: 'the secret on the command line warned about'});
     assert.ok(cmdline(proxy.pid).includes('--admin-token'), 'the option itself is still there');
     assertNowhere(proxy, token);
     await proxy.stop();

@@ -170,7 +170,8 @@ h.test('set up: a primary, a replica, three sentinels, two proxies', {timeout: 9
     b = await start();
     await a.waitReady(200, 20000);
     await b.waitReady(200, 20000);
-    assert.match(a.proc.output, new RegExp(`connected to primary mymaster at 127\\.0\\.0\\.1:${group.primary.port}`));
+    const primaryLine = new RegExp(`connected to primary mymaster at 127\\.0\\.0\\.1:${group.primary.port}`);
+    await h.waitFor(() => primaryLine.test(a.proc.output), {what: 'the primary named in the log'});
 });
 
 h.test('the primary dies under load: no request fails, every client follows the new primary', {timeout: 150000}, async () => {
