@@ -200,6 +200,7 @@ h.test('a stream key of another type is set aside: the other streams (the L1) ar
         assert.ok(a.alive);
         await a.stop();
     } finally {
+        await rawCommand(port, 'DEL', STREAM); /* a stream again for the next tests, failed or not */
         await Promise.all(reps.map((r) => r.close()));
     }
 });
