@@ -212,7 +212,8 @@ const strictBody = (question, extra) =>
     `{"model":"gpt-4o-mini","messages":[{"role":"user","content":${question}}]${extra}}`;
 const STRICT_CASES = (() => {
     const q = (what) => JSON.stringify(h.uniq(`strict ${what}`));
-    const at = (text, needle) => Buffer.from(text.slice(0, text.indexOf(needle)), 'utf8').length;
+    /* the last: the unique question before it may hold the same digits (a "007" in its id) */
+    const at = (text, needle) => Buffer.from(text.slice(0, text.lastIndexOf(needle)), 'utf8').length;
     const cases = [];
     const add = (what, bad, twin, words, needle) =>
         cases.push({what, bad, twin, words, byte: at(bad, needle)});
