@@ -653,17 +653,23 @@ static bool version_suffix(const char *s)
            s[8] == '-' && all_digits(s + 9, 2); /* -YYYY-MM-DD */
 }
 
+/* name in lower case, at most TALLY_MODEL_MAX bytes of it. */
+static void lower_copy(const char *name, char low[TALLY_MODEL_MAX + 1])
+{
+    size_t i = 0;
+    for (; name[i] != '\0' && i < TALLY_MODEL_MAX; i++)
+        low[i] = (char)tolower((unsigned char)name[i]);
+    low[i] = '\0';
+}
+
 /* The first entry whose rule takes name, compared in lower case (as genai-prices does). */
 static const struct price *by_rule(const struct pricing *p, const char *name)
 {
     if (p->nrules == 0)
         return NULL;
     char low[TALLY_MODEL_MAX + 1];
-    size_t i = 0;
-    for (; name[i] != '\0' && i < TALLY_MODEL_MAX; i++)
-        low[i] = (char)tolower((unsigned char)name[i]);
-    low[i] = '\0';
-    for (i = 0; i < p->n; i++)
+    lower_copy(name, low);
+    for (size_t i = 0; i < p->n; i++)
         if (p->v[i].match != NULL && pricing_rule_match(p->v[i].match, low))
             return &p->v[i];
     return NULL;
@@ -754,13 +760,12 @@ const struct price *pricing_find(const struct pricing *p, const char *model)
      * GPT-4o billed gpt-4o), as every match rule takes it: only a name
      * priced by no spelling of its own is looked up so.
      */
-    char low[TALLY_MODEL_MAX + 1];
-    size_t n = 0;
-    for (; name[n] != '\0'; n++)
-        low[n] = (char)tolower((unsigned char)name[n]);
-    low[n] = '\0';
-    if (e == NULL && strcmp(low, name) != 0)
-        e = by_spelling(p, low);
+    if (e == NULL) {
+        char low[TALLY_MODEL_MAX + 1]; /* name is model_clean's: no longer */
+        lower_copy(name, low);
+        if (strcmp(low, name) != 0)
+            e = by_spelling(p, low);
+    }
     memo_put(p->memo, name, e != NULL ? (int)(e - p->v) : -1);
     return e;
 }
