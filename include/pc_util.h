@@ -87,6 +87,18 @@ void pc_buf_free(struct pc_buf *b);
 
 /* Clocks. Monotonic for durations and timers, wall clock for stored ages. */
 uint64_t pc_mono_us(void);
+
+/* splitmix64's finalizer: every input bit moves every output bit (hash table homes). */
+static inline uint64_t pc_mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= UINT64_C(0xbf58476d1ce4e5b9);
+    x ^= x >> 27;
+    x *= UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+/* A secret 64-bit seed: getrandom, or (no entropy yet) the clocks and salt mixed. */
+uint64_t pc_seed64(const void *salt);
 uint64_t pc_mono_ms(void);
 /* CLOCK_MONOTONIC now + ms: the deadline of a pthread_cond_timedwait on a condition made with
  * that clock (the background threads' naps). */

@@ -23,7 +23,6 @@
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/random.h>
 
 #define PINDEX_MAGIC 0x50494458u /* "PIDX" */
 #define NIL          UINT32_MAX
@@ -85,11 +84,7 @@ struct pindex {
  */
 static size_t slot_home(const struct lru *l, uint64_t h)
 {
-    uint64_t x = h ^ l->key;
-    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-    x ^= x >> 31;
-    return (size_t)x & (l->nslots - 1);
+    return (size_t)pc_mix64(h ^ l->key) & (l->nslots - 1);
 }
 
 /* The slot holding link h, or SIZE_MAX. */
@@ -275,9 +270,7 @@ struct pindex *pindex_create(size_t nrep, const int64_t *capacity)
     struct pindex *px = pc_calloc(1, sizeof(*px));
     px->magic = PINDEX_MAGIC;
     px->nrep = nrep;
-    uint64_t key;
-    if (getrandom(&key, sizeof(key), GRND_NONBLOCK) != (ssize_t)sizeof(key))
-        key = pc_mono_us() ^ ((uint64_t)pc_wall_ms() << 20) ^ (uint64_t)(uintptr_t)px;
+    uint64_t key = pc_seed64(px);
     for (size_t i = 0; i < nrep; i++) {
         struct lru *l = &px->reps[i];
         l->key = key + (uint64_t)i * UINT64_C(0x9e3779b97f4a7c15);

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include <openssl/evp.h>
@@ -738,4 +739,12 @@ bool pc_json_strict(const char *s, size_t n, char *msg, size_t msglen)
             p++;
     }
     return true;
+}
+
+uint64_t pc_seed64(const void *salt)
+{
+    uint64_t seed;
+    if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) == (ssize_t)sizeof(seed))
+        return seed;
+    return pc_mix64(pc_mono_us() ^ ((uint64_t)pc_wall_ms() << 20) ^ (uint64_t)(uintptr_t)salt);
 }

@@ -74,7 +74,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include <faiss/c_api/Clustering_c.h>
@@ -210,22 +209,13 @@ static void omp_single(void)
     }
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= UINT64_C(0xbf58476d1ce4e5b9);
-    x ^= x >> 27;
-    x *= UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
-
 /* Keys and partitions are SHA-256 outputs; a secret seed keeps their table positions
  * unpredictable to whoever chooses the requests. */
 static uint64_t hash32(const struct vindex *v, const unsigned char *b)
 {
     uint64_t x;
     memcpy(&x, b, sizeof(x));
-    return mix64(x ^ v->seed);
+    return pc_mix64(x ^ v->seed);
 }
 
 /*
@@ -837,8 +827,7 @@ struct vindex *vindex_create(const struct vindex_opts *o)
         v->o.nprobe = VINDEX_NPROBE;
     if (v->o.sweep_ms <= 0)
         v->o.sweep_ms = VINDEX_SWEEP_MS;
-    if (getrandom(&v->seed, sizeof(v->seed), GRND_NONBLOCK) != sizeof(v->seed))
-        v->seed = mix64(pc_mono_us() ^ (uint64_t)(uintptr_t)v);
+    v->seed = pc_seed64(v);
     for (size_t i = 0; i < NSHARDS; i++)
         pthread_mutex_init(&v->shards[i].mu, NULL);
     pthread_mutex_init(&v->wlock, NULL);
