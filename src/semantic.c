@@ -186,7 +186,6 @@ struct semantic_op {
     bool entry_ok, rec_ok;
     bool rec_differs; /* the index's vector is not the record's: put right, not a candidate */
     bool unread;      /* a reply did not come (timeout, error): the candidate may well be there */
-    bool too_old;     /* older than this request's max-age: not for it, still good for others */
     struct pc_buf entry_buf; /* the candidate's entry bytes (the hit points into them) */
     struct entry entry;
     char *cand_text;
@@ -960,7 +959,8 @@ static void examine_candidate(struct semantic_op *op)
         next_candidate(op);
         return;
     }
-    if (op->too_old) { /* not for this request; the others' candidate still */
+    /* older than this request's max-age: not for it, the others' candidate still */
+    if (op->max_age_ms >= 0 && entry_age_ms(&op->entry) > op->max_age_ms) {
         next_candidate(op);
         return;
     }
@@ -1008,7 +1008,6 @@ static void on_entry(void *arg, enum store_status st, const char *val, size_t le
         op->entry_ok = entry_decode(op->entry_buf.data, op->entry_buf.len, e) == 0 &&
                        e->endpoint == op->endpoint && e->partition != NULL &&
                        memcmp(e->partition, op->partition, PC_SHA256_LEN) == 0;
-        op->too_old = op->entry_ok && op->max_age_ms >= 0 && entry_age_ms(e) > op->max_age_ms;
     }
     if (++op->replies == op->expect)
         examine_candidate(op);
@@ -1104,7 +1103,6 @@ static void next_candidate(struct semantic_op *op)
     op->state = SOP_FETCH;
     op->replies = 0;
     op->unread = false;
-    op->too_old = false;
     op->expect = 2;
     op->get_entry = store_get(op->p->store, ekey, strlen(ekey), on_entry, op);
     op->get_rec = store_get(op->p->store, vkey, strlen(vkey), on_record, op);
