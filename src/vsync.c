@@ -664,19 +664,22 @@ static void enqueue_urgent(struct vsync *s, struct job *j)
     pthread_cond_signal(&s->work);
 }
 
-/* A partition to load: urgent, a lookup waits for it; else a re-sync's. */
-static void queue_load(struct vsync *s, const unsigned char *tenant, const unsigned char *partition,
-                       bool urgent)
+/* A job loading one partition (not queued yet). */
+static struct job *load_job(const unsigned char *tenant, const unsigned char *partition)
 {
     struct job *j = pc_calloc(1, sizeof(*j));
     j->kind = JOB_LOAD;
     memcpy(j->tenant, tenant, VINDEX_TENANT_LEN);
     memcpy(j->partition, partition, VINDEX_PART_LEN);
+    return j;
+}
+
+/* A partition a lookup waits for: ahead of the re-syncs' loads. */
+static void queue_load(struct vsync *s, const unsigned char *tenant, const unsigned char *partition)
+{
+    struct job *j = load_job(tenant, partition);
     pthread_mutex_lock(&s->mu);
-    if (urgent)
-        enqueue_urgent(s, j);
-    else
-        enqueue(s, j);
+    enqueue_urgent(s, j);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -779,10 +782,7 @@ struct reloads {
 static void collect_reload(void *arg, const unsigned char *partition, const unsigned char *tenant)
 {
     struct reloads *rl = arg;
-    struct job *j = pc_calloc(1, sizeof(*j));
-    j->kind = JOB_LOAD;
-    memcpy(j->tenant, tenant, VINDEX_TENANT_LEN);
-    memcpy(j->partition, partition, VINDEX_PART_LEN);
+    struct job *j = load_job(tenant, partition);
     if (rl->tail != NULL)
         rl->tail->next = j;
     else
@@ -866,7 +866,7 @@ int vsync_load_wait(struct vsync *s, const unsigned char tenant[VINDEX_TENANT_LE
 {
     PC_CHECK_OBJ(s, VSYNC_MAGIC);
     if (vindex_want(s->index, partition, tenant))
-        queue_load(s, tenant, partition, true);
+        queue_load(s, tenant, partition);
     int st = vindex_state(s->index, partition);
     if (wait_ms <= 0)
         return st;
