@@ -66,6 +66,12 @@ enum cluster_redirect_kind cluster_redirect_parse(const char *err, size_t len,
 /* The same for any reply: CLUSTER_REPLY_OTHER unless it is an error reply that redirects. */
 enum cluster_redirect_kind cluster_reply_redirect(const struct redisReply *r,
                                                   struct cluster_redirect *out);
+/*
+ * A MOVED or ASK (kind k) naming another slot than slot, the one of the refused command's key
+ * (-1: it had none): a forged or garbled reply, not about that command; never followed.
+ */
+bool cluster_redirect_elsewhere(enum cluster_redirect_kind k, const struct cluster_redirect *red,
+                                int slot);
 
 struct cluster_node {
     char host[CLUSTER_HOST_MAX];

@@ -30,6 +30,9 @@
 #define RURL_SENTINEL_PORT 26379
 #define RURL_SENTINELS_MAX 16
 #define RURL_SEEDS_MAX     16
+/* Said after why a connection closed before any reply: a TLS-only port resets a plain-text
+ * client without a word (rediss:// is refused). */
+#define RURL_TLS_HINT ", before any reply (a TLS-only port? TLS to Redis is not supported)"
 
 enum rurl_kind {
     RURL_TCP,      /* redis:// */

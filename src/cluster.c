@@ -186,6 +186,12 @@ enum cluster_redirect_kind cluster_redirect_parse(const char *err, size_t len,
     return out->kind;
 }
 
+bool cluster_redirect_elsewhere(enum cluster_redirect_kind k, const struct cluster_redirect *red,
+                                int slot)
+{
+    return (k == CLUSTER_MOVED || k == CLUSTER_ASK) && (slot < 0 || red->slot != (unsigned)slot);
+}
+
 enum cluster_redirect_kind cluster_reply_redirect(const redisReply *r, struct cluster_redirect *out)
 {
     if (r == NULL || r->type != REDIS_REPLY_ERROR || r->str == NULL) {

@@ -19,6 +19,7 @@
  */
 #include "pc_rcli.h"
 #include "pc_cluster.h"
+#include "pc_rurl.h"
 #include "pc_conf.h"
 #include "pc_sentinel.h"
 
@@ -73,7 +74,7 @@ static const char *reset_hint(const redisContext *rc)
 {
     bool reset = rc->err == REDIS_ERR_EOF ||
                  (rc->err == REDIS_ERR_IO && strstr(rc->errstr, "reset by peer") != NULL);
-    return reset ? ", before any reply (a TLS-only port? TLS to Redis is not supported)" : "";
+    return reset ? RURL_TLS_HINT : "";
 }
 
 void rcli_error(struct rcli *k, const char *fmt, ...)
@@ -575,8 +576,7 @@ static redisReply *routed(struct rcli *k, redisContext *rc, int slot, int argc, 
             return NULL;
         }
         if (kind == CLUSTER_REPLY_OTHER || kind == CLUSTER_DOWN || kind == CLUSTER_MALFORMED ||
-            hop >= REDIRECTS_MAX ||
-            ((kind == CLUSTER_MOVED || kind == CLUSTER_ASK) && (int)red.slot != slot))
+            hop >= REDIRECTS_MAX || cluster_redirect_elsewhere(kind, &red, slot))
             return r;
         freeReplyObject(r);
         r = NULL;

@@ -698,8 +698,7 @@ static void conn_down(struct store *s, const char *why)
     char hinted[320];
     if (s->state == ST_HANDSHAKE && s->ac != NULL && !s->answered) {
         /* a TLS-only port resets a plain-text client without a word, as a proxy may */
-        snprintf(hinted, sizeof(hinted),
-                 "%s, before any reply (a TLS-only port? TLS to Redis is not supported)", why);
+        snprintf(hinted, sizeof(hinted), "%s" RURL_TLS_HINT, why);
         why = hinted;
     }
     if (s->ac != NULL) {
@@ -2665,8 +2664,7 @@ static bool cluster_redirect(struct store_cmd *c, const redisReply *r)
      */
     if (k == CLUSTER_DOWN && c->sent_us >= node->serves_again_us)
         cluster_down_seen(top, node, r->str);
-    /* a MOVED or ASK names the slot of the key it refused: another slot is not about c */
-    if ((k == CLUSTER_MOVED || k == CLUSTER_ASK) && (c->slot < 0 || red.slot != (unsigned)c->slot))
+    if (cluster_redirect_elsewhere(k, &red, c->slot))
         return false;
     if (k == CLUSTER_MOVED)
         cluster_want_map(top);
