@@ -398,6 +398,24 @@ void route_answered(struct route *r, const struct route_replica *rep, struct rou
 }
 
 /*
+ * Leave rp out for upstream-fail-timeout (then, on probation, one call at a
+ * time). Whether that is news to say: it was not left out already, and other
+ * replicas take its calls. Never with upstream-fail-timeout 0.
+ */
+static bool leave_out(struct route *r, struct replica *rp, bool probation)
+{
+    if (r->fail_timeout_ms <= 0)
+        return false;
+    int64_t now = (int64_t)pc_mono_ms();
+    __atomic_store_n(&rp->failed_ms, now, __ATOMIC_RELAXED);
+    if (probation)
+        __atomic_store_n(&rp->probation, 1, __ATOMIC_RELAXED);
+    int64_t was =
+        __atomic_exchange_n(&rp->down_until_ms, now + r->fail_timeout_ms, __ATOMIC_RELAXED);
+    return was <= now && r->n >= 2;
+}
+
+/*
  * An answer with a server error: the replica is reachable but unwell (an
  * engine that died behind its HTTP server, a gateway whose backend is gone,
  * a model still loading). ROUTE_5XX_IN_A_ROW of them with no other answer
@@ -410,14 +428,7 @@ static void server_error(struct route *r, struct replica *rp)
 {
     __atomic_fetch_add(&rp->server_errors, 1, __ATOMIC_RELAXED);
     uint64_t run = __atomic_add_fetch(&rp->errors_5xx_run, 1, __ATOMIC_RELAXED);
-    if (run < ROUTE_5XX_IN_A_ROW || r->fail_timeout_ms <= 0)
-        return;
-    int64_t now = (int64_t)pc_mono_ms();
-    __atomic_store_n(&rp->failed_ms, now, __ATOMIC_RELAXED);
-    __atomic_store_n(&rp->probation, 1, __ATOMIC_RELAXED);
-    int64_t was =
-        __atomic_exchange_n(&rp->down_until_ms, now + r->fail_timeout_ms, __ATOMIC_RELAXED);
-    if (was > now || r->n < 2)
+    if (run < ROUTE_5XX_IN_A_ROW || !leave_out(r, rp, true))
         return;
     log_warn("upstream %s answered %llu calls in a row with a server error (5xx): other "
              "replicas take its calls for %.1f s, then it gets one call at a time until it "
@@ -450,15 +461,7 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
         return;
     if (res == ROUTE_CONNECT_ERR)
         __atomic_fetch_add(&rp->connect_errors, 1, __ATOMIC_RELAXED);
-    if (r->fail_timeout_ms <= 0)
-        return; /* upstream-fail-timeout 0: never left out */
-    int64_t now = (int64_t)pc_mono_ms();
-    __atomic_store_n(&rp->failed_ms, now, __ATOMIC_RELAXED);
-    if (res == ROUTE_SILENT)
-        __atomic_store_n(&rp->probation, 1, __ATOMIC_RELAXED);
-    int64_t was =
-        __atomic_exchange_n(&rp->down_until_ms, now + r->fail_timeout_ms, __ATOMIC_RELAXED);
-    if (was > now || r->n < 2)
+    if (!leave_out(r, rp, res == ROUTE_SILENT))
         return;
     if (res == ROUTE_SILENT)
         log_warn("upstream %s sent nothing for upstream-timeout: other replicas take its calls "
