@@ -1611,6 +1611,51 @@ static int compare_failed(struct bound_port *bp, struct bound_probe *p)
     return -1;
 }
 
+/*
+ * What fa (the fresh answer) and the candidate's answer settle without a
+ * comparator: -1 not comparable (counted), 1 an observation recorded, 0 the
+ * comparator is to judge their texts.
+ */
+static int judge(struct bound_port *bp, struct bound_probe *p, const struct bound_answer *fa)
+{
+    /*
+     * One longer than what is compared: two answers alike in their first
+     * BOUND_ANSWER_MAX bytes may differ after them, and a false agreement serves more.
+     */
+    if (fa->cut || p->ans.cut)
+        return compare_failed(bp, p);
+    /* Another form (a tool call for a text, a refusal, another choice, a cut answer...) is
+     * another answer, whatever the comparator makes of the words. */
+    if (!buf_same(&fa->form, &p->ans.form)) {
+        record(bp, p, true);
+        return 1;
+    }
+    /* Forms alike where a number was rounded (two ids 1 apart at 10^19 read the same): they
+     * may differ as written. Forms that differ did as written too. */
+    if (fa->rounded || p->ans.rounded)
+        return compare_failed(bp, p);
+    bool same_text = buf_same(&fa->key, &p->ans.key);
+    /* The comparators by meaning read one text of a bounded length: several choices are
+     * compared by their texts (a bag of words cannot tell which choice said what), and so are
+     * texts longer than what they read, which are not compared when their texts differ. */
+    size_t limit = bp->b->cmp == BOUND_CMP_MODEL ? VERIFY_ANSWER_MAX : EMBED_MAX_TEXT;
+    bool too_long = fa->text.len > limit || p->ans.text.len > limit;
+    if (bp->b->cmp == BOUND_CMP_EXACT || p->ans.choices > 1 || (too_long && same_text)) {
+        record(bp, p, !same_text);
+        return 1;
+    }
+    if (too_long)
+        return compare_failed(bp, p);
+    /* What an embedder does not see: a fact changed with the words kept. */
+    if (bp->b->cmp == BOUND_CMP_EMBEDDING &&
+        guard_check(p->ans.text.data, p->ans.text.len, fa->text.data, fa->text.len,
+                    BOUND_ANSWER_GUARDS) < GUARD__COUNT) {
+        record(bp, p, true);
+        return 1;
+    }
+    return 0;
+}
+
 int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct entry *fresh,
                   bound_cmp_fn *cb, void *arg, struct bound_cmp **out)
 {
@@ -1622,51 +1667,12 @@ int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct ent
     if (p->settled)
         return -1; /* one observation per candidate */
     struct bound_answer fa;
-    int rc = bound_answer_read(fresh, &fa);
-    /*
-     * No text, or one longer than what is compared: two answers alike in their first
-     * BOUND_ANSWER_MAX bytes may differ after them, and a false agreement serves more.
-     */
-    if (rc < 0 || fa.cut || p->ans.cut) {
-        if (rc == 0)
-            bound_answer_free(&fa);
+    if (bound_answer_read(fresh, &fa) < 0) /* no text */
         return compare_failed(bp, p);
-    }
-    /* Another form (a tool call for a text, a refusal, another choice, a cut answer...) is
-     * another answer, whatever the comparator makes of the words. */
-    if (!buf_same(&fa.form, &p->ans.form)) {
+    int verdict = judge(bp, p, &fa);
+    if (verdict != 0) {
         bound_answer_free(&fa);
-        record(bp, p, true);
-        return 1;
-    }
-    /* Forms alike where a number was rounded (two ids 1 apart at 10^19 read the same): they
-     * may differ as written. Forms that differ did as written too. */
-    if (fa.rounded || p->ans.rounded) {
-        bound_answer_free(&fa);
-        return compare_failed(bp, p);
-    }
-    bool same_text = buf_same(&fa.key, &p->ans.key);
-    /* The comparators by meaning read one text of a bounded length: several choices are
-     * compared by their texts (a bag of words cannot tell which choice said what), and so are
-     * texts longer than what they read, which are not compared when their texts differ. */
-    size_t limit = bp->b->cmp == BOUND_CMP_MODEL ? VERIFY_ANSWER_MAX : EMBED_MAX_TEXT;
-    bool too_long = fa.text.len > limit || p->ans.text.len > limit;
-    if (bp->b->cmp == BOUND_CMP_EXACT || p->ans.choices > 1 || (too_long && same_text)) {
-        bound_answer_free(&fa);
-        record(bp, p, !same_text);
-        return 1;
-    }
-    if (too_long) {
-        bound_answer_free(&fa);
-        return compare_failed(bp, p);
-    }
-    /* What an embedder does not see: a fact changed with the words kept. */
-    if (bp->b->cmp == BOUND_CMP_EMBEDDING &&
-        guard_check(p->ans.text.data, p->ans.text.len, fa.text.data, fa.text.len,
-                    BOUND_ANSWER_GUARDS) < GUARD__COUNT) {
-        bound_answer_free(&fa);
-        record(bp, p, true);
-        return 1;
+        return verdict;
     }
     struct bound_cmp *c = pc_calloc(1, sizeof(*c));
     c->magic = CMP_MAGIC;
@@ -1677,10 +1683,8 @@ int bound_compare(struct bound_port *bp, struct bound_probe *p, const struct ent
     bool started = cmp_start(c, fa.text.data);
     bound_answer_free(&fa);
     if (!started) {
-        stats_incr(bp->st, STAT_semantic_bound_compare_errors);
-        p->settled = true;
         cmp_free(c);
-        return -1;
+        return compare_failed(bp, p);
     }
     *out = c;
     return 0;
