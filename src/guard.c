@@ -1739,7 +1739,6 @@ static bool roles_swapped(const struct gdoc *a, const struct gdoc *b)
     return false;
 }
 
-/* "u to v" only in one text and "v to u" only in the other. */
 /* Words that join two things the same way round (X and Y, X like Y, X similar to Y). */
 static const char *const symmetric[] = {"and",     "or",      "nor",        "vs",       "versus",
                                         "with",    "between", "like",       "similar",  "same",
@@ -1778,6 +1777,7 @@ static bool two_words_traded(const struct gdoc *a, const struct gdoc *b)
     return joined;
 }
 
+/* "u to v" only in one text and "v to u" only in the other. */
 static bool guard_direction(const struct gdoc *a, const struct gdoc *b)
 {
     if (roles_swapped(a, b) || two_words_traded(a, b) || voice_flipped(a, b) || voice_flipped(b, a))
