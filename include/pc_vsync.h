@@ -158,12 +158,13 @@ void vsync_argv_member_trim(struct vsync_argv *a, const unsigned char tenant[VIN
  * the store); 0, or -1 if the store is not ready (nothing sent). put = SET
  * + the member list's ZADD, PEXPIREAT NX, PEXPIREAT GT and trim + XADD add;
  * del = DEL + ZREM (partition known; NULL: the member goes lazily) + XADD
- * del; flush = XADD flush.
+ * del; flush = XADD flush. put's cb (may be NULL) is store_write_cb's for the
+ * record's SET: called once if put returns 0, never if -1.
  */
 int vsync_store_put(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
                     const unsigned char key[VINDEX_KEY_LEN],
                     const unsigned char partition[VINDEX_PART_LEN], const void *rec, size_t rec_len,
-                    int64_t ttl_ms, int64_t expires_ms);
+                    int64_t ttl_ms, int64_t expires_ms, store_int_fn *cb, void *arg);
 int vsync_store_del(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
                     const unsigned char key[VINDEX_KEY_LEN], const unsigned char *partition);
 int vsync_store_flush(struct store *s, const unsigned char *tenant);

@@ -84,6 +84,7 @@
 #define SOP_MAGIC      0x534f5031u /* "SOP1" */
 #define SPUT_MAGIC     0x53505554u /* "SPUT" */
 #define PAIR_MAGIC     0x53504152u /* "SPAR" */
+#define SADD_MAGIC     0x53414444u /* "SADD" */
 
 #define SEMANTIC_K 4 /* candidates examined per lookup */
 /*
@@ -206,6 +207,15 @@ struct sput {
     unsigned char exact[PC_SHA256_LEN];
     unsigned char partition[PC_SHA256_LEN];
     char *text;
+    struct semantic_vec *vec;
+};
+
+/* A vector written, indexed here once Redis has its record (put_write). */
+struct sadd {
+    unsigned magic;
+    struct semantic *s;
+    unsigned char partition[PC_SHA256_LEN];
+    struct vindex_item item;
     struct semantic_vec *vec;
 };
 
@@ -1293,7 +1303,30 @@ void semantic_cancel(struct semantic_op **opp)
 
 /* ---- puts ------------------------------------------------------------------- */
 
-/* Write the record, tell the other instances, index it here. */
+/*
+ * The record's SET is answered: the vector goes in this process's index now, not before. Every
+ * worker searches that index, and one whose candidate's record is not in Redis yet takes the
+ * candidate for gone and drops it: the follower's add event, if it came first, was lost with
+ * it, and the question missed until the partition was read again (seen under load: another
+ * worker asked right after the answer was sent, before this one's SET was written). Failed or
+ * timed out: not indexed here (Redis may hold it: a load, or the add event, brings it).
+ */
+static void on_record_stored(void *arg, enum store_status st, long long n)
+{
+    (void)n;
+    struct sadd *a = arg;
+    PC_CHECK_OBJ(a, SADD_MAGIC);
+    if (st == STORE_OK) {
+        struct vindex *vx = index_for(a->s, a->vec->dim, true);
+        if (vx != NULL) /* ignored unless its partition is in memory: a load would read it */
+            vindex_add(vx, a->partition, &a->item, a->vec->v);
+    }
+    semantic_vec_free(&a->vec);
+    a->magic = 0;
+    free(a);
+}
+
+/* Write the record, tell the other instances, index it here once written (on_record_stored). */
 static void put_write(struct semantic_port *p, const struct semantic_item *it,
                       const struct semantic_vec *vec)
 {
@@ -1313,15 +1346,23 @@ static void put_write(struct semantic_port *p, const struct semantic_item *it,
     struct vindex_item item = {.expires_ms = expires};
     memcpy(item.key, it->exact, PC_SHA256_LEN);
     tenant_bytes(it->tenant_id, item.tenant);
+    struct sadd *a = pc_calloc(1, sizeof(*a));
+    a->magic = SADD_MAGIC;
+    a->s = s;
+    memcpy(a->partition, it->partition, PC_SHA256_LEN);
+    a->item = item;
+    a->vec = vec_new(vec->dim);
+    memcpy(a->vec->v, vec->v, (size_t)vec->dim * sizeof(float));
     struct pc_buf val = PC_BUF_INIT;
     if (vrec_encode(&rec, VREC_F16, &val) == 0 &&
         vsync_store_put(p->store, item.tenant, item.key, it->partition, val.data, val.len,
-                        it->ttl_ms, expires) == 0)
+                        it->ttl_ms, expires, on_record_stored, a) == 0) {
         stats_incr(p->st, STAT_semantic_vectors_stored);
+    } else {
+        semantic_vec_free(&a->vec);
+        free(a);
+    }
     pc_buf_free(&val);
-    struct vindex *vx = index_for(s, vec->dim, true);
-    if (vx != NULL) /* ignored unless its partition is in memory: a load would read it */
-        vindex_add(vx, it->partition, &item, vec->v);
 }
 
 /* The put gets no vector: a vector of the entry it wrote over must not stay (nor its member:

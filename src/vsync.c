@@ -338,17 +338,20 @@ static int members_put(struct store *s, const unsigned char *tenant, const unsig
 int vsync_store_put(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
                     const unsigned char key[VINDEX_KEY_LEN],
                     const unsigned char partition[VINDEX_PART_LEN], const void *rec, size_t rec_len,
-                    int64_t ttl_ms, int64_t expires_ms)
+                    int64_t ttl_ms, int64_t expires_ms, store_int_fn *cb, void *arg)
 {
     struct vsync_argv a;
     vsync_argv_set(&a, tenant, key, rec, rec_len, ttl_ms);
-    if (send_argv(s, &a) < 0)
+    if (cb != NULL ? store_write_cb(s, a.argc, a.argv, a.lens, cb, arg) == NULL
+                   : send_argv(s, &a) < 0)
         return -1;
-    /* Listed before the event: an instance loading the partition as it reads it finds it. */
-    if (members_put(s, tenant, key, partition, expires_ms) < 0)
-        return -1;
-    vsync_argv_add(&a, tenant, key, rec, rec_len);
-    return send_argv(s, &a);
+    /* Listed before the event: an instance loading the partition as it reads it finds it. The
+     * SET is sent: a failure after it is the SET's callback's to tell (the store is down). */
+    if (members_put(s, tenant, key, partition, expires_ms) == 0) {
+        vsync_argv_add(&a, tenant, key, rec, rec_len);
+        send_argv(s, &a);
+    }
+    return 0;
 }
 
 int vsync_store_del(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],

@@ -475,61 +475,6 @@ h.test('a FLUSHALL done in Redis empties the L1, also when a write made the stre
 });
 
 /*
- * A relay between the proxy and Redis that can hold one connection: the first connection to
- * send a SET of an entry once armed keeps its bytes (that SET and what follows) until
- * release(), as a lost packet does on a real link; the other connections pass.
- */
-async function startRelay(redisPort) {
-    const net = require('node:net');
-    const held = [];
-    let armed = false;
-    const sockets = new Set();
-    const server = net.createServer((client) => {
-        const up = net.connect(redisPort, '127.0.0.1');
-        sockets.add(client).add(up);
-        const conn = {queue: null, up};
-        client.on('data', (chunk) => {
-            if (conn.queue === null && armed && chunk.includes('\r\nSET\r\n') && chunk.includes('pc:2:e:')) {
-                armed = false;
-                conn.queue = [];
-                held.push(conn);
-            }
-            if (conn.queue !== null)
-                conn.queue.push(chunk);
-            else
-                up.write(chunk);
-        });
-        up.on('data', (chunk) => client.write(chunk));
-        /* A closed client's bytes still reach Redis, as TCP delivers what was sent before FIN. */
-        client.on('close', () => {
-            for (const chunk of conn.queue || [])
-                up.write(chunk);
-            conn.queue = null;
-            up.end();
-        }).on('error', () => client.destroy());
-        up.on('close', () => client.destroy()).on('error', () => up.destroy());
-    });
-    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-    return {
-        url: `redis://127.0.0.1:${server.address().port}/0`,
-        arm() { armed = true; },
-        holding() { return held.length; },
-        release() {
-            for (const conn of held.splice(0)) {
-                for (const chunk of conn.queue)
-                    conn.up.write(chunk);
-                conn.queue = null;
-            }
-        },
-        async close() {
-            for (const sk of sockets)
-                sk.destroy();
-            await new Promise((resolve) => server.close(resolve));
-        },
-    };
-}
-
-/*
  * A write of this process that timed out is not known to have failed: Redis may apply it
  * later (its packet was lost and sent again, its connection was slow). Meanwhile another
  * worker read the old answer into the L1. Once the write lands, its stream event is this
@@ -537,7 +482,7 @@ async function startRelay(redisPort) {
  * of its TTL while Redis (and every other instance) had the refreshed one.
  */
 h.test('a refresh whose store timed out and landed later does not leave the old answer in the L1', async () => {
-    const relay = await startRelay(env.redis.port);
+    const relay = await h.startRelay(env.redis.port);
     const pending = [];
     try {
         /* Two workers: one waits on its held write, the other reads. */

@@ -712,6 +712,46 @@ h.test('an embedder answering numbers no float holds: tiny vectors still hit, fo
     }
 });
 
+/*
+ * Every worker searches the process's one index. A vector put in it before its record was in
+ * Redis was a candidate whose record another worker did not find: taken for gone and dropped
+ * from the index. When the write's add event had come first, it was lost with it, and the
+ * question missed by meaning until the partition was read again (a CI run under load). The
+ * vector goes in once Redis has answered its record's SET.
+ */
+h.test('a vector whose record Redis does not hold yet is no candidate; once written it is', async () => {
+    const relay = await h.startRelay(env.redis.port);
+    try {
+        const p = await env.startProxy({args: semArgs(['--redis', relay.url, '--workers', '2',
+            '--redis-timeout', '1500'])});
+        const t = tag();
+        const ns = {'X-Cache-Namespace': `held-${t}`};
+        /* the partition in memory, and the writes' connections up */
+        const warm = `What is the boiling point of water ${t}?`;
+        assertMiss(await p.post(CHAT, chat(warm), ns));
+        await ownVector(p, warm, ns);
+        relay.arm('pc:2:v:');
+        const q = `How far away is the moon from the earth ${t}?`;
+        assertMiss(await p.post(CHAT, chat(q), ns));
+        await h.waitFor(() => relay.holding() === 1, {what: 'the SET of its vector record held'});
+        const st0 = await p.stats();
+        /* from both workers (each request has its own connection) */
+        const asked = await Promise.all(Array.from({length: 6}, () =>
+            p.post(CHAT, chat(`${q} `), {...ns, 'Cache-Control': 'no-store'})));
+        for (const r of asked)
+            assertMiss(r);
+        const st = await p.stats();
+        assert.equal(st.semantic_candidates, st0.semantic_candidates, 'a candidate without its record');
+        assert.equal(st.semantic_stale, st0.semantic_stale, 'a candidate taken for gone');
+        relay.release();
+        await ownVector(p, q, ns);
+        await p.stop(5000);
+    } finally {
+        relay.release();
+        await relay.close();
+    }
+});
+
 h.test('tear down', async () => {
     await proxy.stop();
     await sem.close();

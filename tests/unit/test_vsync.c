@@ -790,7 +790,8 @@ static void test_store_writers(void)
     tenant_of(1, tenant);
     part_of(1, part);
     int64_t exp = pc_wall_ms() + 60000;
-    T_CHECK_INT(vsync_store_put(store, tenant, key, part, rec.data, rec.len, 60000, exp), 0);
+    T_CHECK_INT(
+        vsync_store_put(store, tenant, key, part, rec.data, rec.len, 60000, exp, NULL, NULL), 0);
     T_CHECK(await(found_pumping, g.v, 77, NULL));
     char name[VSYNC_KEY_MAX], mkey[VSYNC_KEY_MAX], id[VSYNC_ID_LEN + 1];
     vsync_vector_key(tenant, key, name);
@@ -804,7 +805,8 @@ static void test_store_writers(void)
     T_CHECK(await(gone_pumping, g.v, 77, NULL));
     T_CHECK_INT(int_reply(c, "EXISTS %s", name), 0);
     T_CHECK_INT(int_reply(c, "EXISTS %s", mkey), 0); /* its one member gone: the list too */
-    T_CHECK_INT(vsync_store_put(store, tenant, key, part, rec.data, rec.len, 60000, exp), 0);
+    T_CHECK_INT(
+        vsync_store_put(store, tenant, key, part, rec.data, rec.len, 60000, exp, NULL, NULL), 0);
     T_CHECK(await(found_pumping, g.v, 77, NULL));
     T_CHECK_INT(vsync_store_flush(store, NULL), 0);
     T_CHECK(await(gone_pumping, g.v, 77, NULL));

@@ -21,6 +21,7 @@ const sse = require('./sse');
 const proxy = require('./proxy');
 const fixtures = require('./fixtures');
 const raw = require('./raw');
+const relay = require('./relay');
 const expect = require('./expect');
 
 const DEFAULT_TEST_TIMEOUT = 60000;
@@ -105,6 +106,6 @@ function environment({redis: wantRedis = true, proxy: wantProxy = true, proxyArg
 
 module.exports = {
     test, environment, startMock, reportFailure,
-    ...wait, ...redis, ...http, ...sse, ...proxy, ...fixtures, ...expect, ...raw,
+    ...wait, ...redis, ...http, ...sse, ...proxy, ...fixtures, ...expect, ...raw, ...relay,
     describeProcs: procs.describeProcs, tmpDir: procs.tmpDir, spawnTracked: procs.spawnTracked,
 };

@@ -1,0 +1,60 @@
+'use strict';
+/*
+ * A relay between the proxy and Redis that can hold one connection, as a lost packet does on a
+ * real link: once armed with a key prefix, the first connection to send a SET of a key with
+ * that prefix keeps its bytes (that SET and whatever follows on it) until release(); the other
+ * connections pass. A held connection that closes sends what it kept first, as TCP delivers
+ * what was sent before its FIN.
+ */
+const net = require('node:net');
+
+async function startRelay(redisPort) {
+    const held = [];
+    let armed = null;
+    const sockets = new Set();
+    const server = net.createServer((client) => {
+        const up = net.connect(redisPort, '127.0.0.1');
+        sockets.add(client).add(up);
+        const conn = {queue: null, up};
+        client.on('data', (chunk) => {
+            if (conn.queue === null && armed !== null && chunk.includes('\r\nSET\r\n') && chunk.includes(armed)) {
+                armed = null;
+                conn.queue = [];
+                held.push(conn);
+            }
+            if (conn.queue !== null)
+                conn.queue.push(chunk);
+            else
+                up.write(chunk);
+        });
+        up.on('data', (chunk) => client.write(chunk));
+        client.on('close', () => {
+            for (const chunk of conn.queue || [])
+                up.write(chunk);
+            conn.queue = null;
+            up.end();
+        }).on('error', () => client.destroy());
+        up.on('close', () => client.destroy()).on('error', () => up.destroy());
+    });
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return {
+        url: `redis://127.0.0.1:${server.address().port}/0`,
+        /* Hold the next connection that sends a SET of a key starting with prefix. */
+        arm(prefix = 'pc:2:e:') { armed = prefix; },
+        holding() { return held.length; },
+        release() {
+            for (const conn of held.splice(0)) {
+                for (const chunk of conn.queue)
+                    conn.up.write(chunk);
+                conn.queue = null;
+            }
+        },
+        async close() {
+            for (const sk of sockets)
+                sk.destroy();
+            await new Promise((resolve) => server.close(resolve));
+        },
+    };
+}
+
+module.exports = {startRelay};
