@@ -187,6 +187,7 @@ struct semantic_op {
     bool entry_ok, rec_ok;
     bool rec_differs; /* the index's vector is not the record's: put right, not a candidate */
     bool unread;      /* a reply did not come (timeout, error): the candidate may well be there */
+    bool rec_absent;  /* no record under its key (yet: see examine_candidate) */
     struct pc_buf entry_buf; /* the candidate's entry bytes (the hit points into them) */
     struct entry entry;
     char *cand_text;
@@ -963,8 +964,11 @@ static void examine_candidate(struct semantic_op *op)
 {
     const struct vindex_hit *hit = &op->hits[op->next - 1];
     if (!op->entry_ok || !op->rec_ok) {
-        /* Gone or unusable: forgotten here. Not read in time: kept, it may serve the next. */
-        if (!op->unread)
+        /* Gone or unusable: forgotten here. Not read in time: kept, it may serve the next. An
+         * entry of ours without its record yet is kept too: the entry is written first, the
+         * record next (on a cluster, on another node than the add event), so a vector can be
+         * searched before its record is readable; dropped, it would be lost for good. */
+        if (!op->unread && !(op->entry_ok && op->rec_absent))
             drop_candidate(op, hit);
         next_candidate(op);
         return;
@@ -1069,6 +1073,7 @@ static void on_record(void *arg, enum store_status st, const char *val, size_t l
     op->rec_ok = false;
     op->rec_differs = false;
     op->unread |= st != STORE_OK;
+    op->rec_absent = st == STORE_OK && val == NULL;
     PC_FREE(&op->cand_text);
     struct vrec rec;
     char err[128];

@@ -713,6 +713,30 @@ h.test('an embedder answering numbers no float holds: tiny vectors still hit, fo
 });
 
 /*
+ * The entry is written first, its record next (on a cluster the add event, on another node,
+ * can even come before the record): a candidate whose entry is there and whose record is not
+ * readable yet is passed over, not dropped from the index. Dropped, its vector was lost for
+ * good (no event brings it back) and the question never hit by meaning again.
+ */
+h.test('a candidate whose record is not readable yet is passed over, and hits once it is', async () => {
+    const t = tag();
+    const q = `Which planet has the most moons ${t}?`;
+    const before = new Set(await env.redis.keys('pc:2:v:*'));
+    assertMiss(await proxy.post(CHAT, chat(q)));
+    await ownVector(proxy, q);
+    const vkeys = (await env.redis.keys('pc:2:v:*')).filter((k) => !before.has(k));
+    assert.equal(vkeys.length, 1, 'its vector record');
+    await env.redis.command('RENAME', vkeys[0], `${vkeys[0]}:away`);
+    const st0 = await proxy.stats();
+    assertMiss(await proxy.post(CHAT, chat(`${q} `), {'Cache-Control': 'no-store'}));
+    const st = await proxy.stats();
+    assert.equal(st.semantic_candidates, st0.semantic_candidates + 1, 'it was the candidate');
+    assert.equal(st.semantic_stale, st0.semantic_stale, 'not taken for gone');
+    await env.redis.command('RENAME', `${vkeys[0]}:away`, vkeys[0]);
+    assertSemanticHit(await proxy.post(CHAT, chat(`${q} `), {'Cache-Control': 'no-store'}));
+});
+
+/*
  * Every worker searches the process's one index. A vector put in it before its record was in
  * Redis was a candidate whose record another worker did not find: taken for gone and dropped
  * from the index. When the write's add event had come first, it was lost with it, and the
