@@ -793,6 +793,7 @@ enum own_error {
     OWN_HOST,
     OWN_EXPECT,
     OWN_HEADERS,
+    OWN_TARGET,
     OWN_CODING,
     OWN_BODY_BUDGET,
     OWN_BUSY,
@@ -812,6 +813,7 @@ static const struct {
     [OWN_EXPECT] = {417, "Only the 100-continue expectation is supported.", "invalid_request_error",
                     false},
     [OWN_HEADERS] = {431, "Request header fields too large.", "invalid_request_error", false},
+    [OWN_TARGET] = {414, "Request target too long.", "invalid_request_error", false},
     [OWN_CODING] = {501, "Transfer coding not implemented.", "invalid_request_error", false},
     [OWN_BODY_BUDGET] = {503,
                          "server busy: the requests in flight use all of the request memory; "
@@ -1692,6 +1694,14 @@ static void conn_options_asterisk(struct httpd_conn *c, const struct framing *fr
         conn_start_close(c);
 }
 
+/* A head over max bytes: 414 when the request line has no end in them (the target is what is
+ * too long, as a client that built a URL from data needs to know), else 431. */
+static enum own_error head_too_large(struct evbuffer *in, size_t max)
+{
+    const unsigned char *p = evbuffer_pullup(in, (ev_ssize_t)max);
+    return p != NULL && memchr(p, '\n', max) == NULL ? OWN_TARGET : OWN_HEADERS;
+}
+
 /* HEAD: parse once the blank line arrived; 1 when moving on to the body. */
 static int conn_read_head(struct httpd_conn *c)
 {
@@ -1700,7 +1710,7 @@ static int conn_read_head(struct httpd_conn *c)
     size_t end = conn_scan_head(c);
     if (end == 0) {
         if (evbuffer_get_length(in) >= h->conf.max_header_size)
-            conn_error(c, OWN_HEADERS);
+            conn_error(c, head_too_large(in, h->conf.max_header_size));
         else
             conn_probe_head(c);
         return 0;

@@ -1102,6 +1102,9 @@ static void test_protocol_errors(void)
         s, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400);
     snprintf(big, sizeof(big), "GET / HTTP/1.1\r\nHost: t\r\nX-Big: %01500d\r\n\r\n", 0);
     check_protocol_error(s, big, 431);
+    /* a request line longer than the whole head may be: the target is too long (414) */
+    snprintf(big, sizeof(big), "GET /%01500d HTTP/1.1\r\nHost: t\r\n\r\n", 0);
+    check_protocol_error(s, big, 414);
     check_protocol_error(
         s, "GET / HTTP/1.1\r\nHost: t\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\n\r\n", 431);
     /* A bad request after a good one on the same connection. */
