@@ -212,8 +212,11 @@ static bool names_account_state(const cJSON *v)
 
 bool api_account_bound(enum api_endpoint e, const cJSON *body, const char *raw, size_t len)
 {
-    if (e == API_CHAT || e == API_MESSAGES) /* a file part: {"file_id": ...} at some depth */
-        return raw != NULL && memmem(raw, len, "\"file_id\"", 9) != NULL;
+    /* A file part ({"file_id": ...} at some depth), or a Messages container's skill (a custom
+     * skill is the account's upload, as a file is), read in the raw text. */
+    if (e == API_CHAT || e == API_MESSAGES)
+        return raw != NULL && (memmem(raw, len, "\"file_id\"", 9) != NULL ||
+                               (e == API_MESSAGES && memmem(raw, len, "\"skill_id\"", 10) != NULL));
     if (e != API_RESPONSES)
         return false;
     const cJSON *prev = api_member(body, "previous_response_id");

@@ -336,6 +336,25 @@ static bool is_options_asterisk(const struct httpd_head *hd)
            hd->target[0] == '*';
 }
 
+/*
+ * An absolute-form target "http://authority/path?query" (or https): the offset of its path, 0
+ * if it is no such target (another scheme, no path, an authority holding '?' or '#').
+ */
+static size_t absolute_path(const char *t, size_t n)
+{
+    size_t i;
+    if (n > 7 && pc_strncaseeq(t, "http://", 7))
+        i = 7;
+    else if (n > 8 && pc_strncaseeq(t, "https://", 8))
+        i = 8;
+    else
+        return 0;
+    size_t host = i;
+    while (i < n && t[i] != '/' && t[i] != '?' && t[i] != '#')
+        i++;
+    return i < n && i > host && t[i] == '/' ? i : 0;
+}
+
 /* method SP request-target SP HTTP-version EOL, starting at pos. */
 static long parse_request_line(const char *buf, size_t len, size_t pos, struct httpd_head *hd)
 {
@@ -369,14 +388,22 @@ static long parse_request_line(const char *buf, size_t len, size_t pos, struct h
     if (minor < 0)
         return minor;
     /*
-     * Origin form only ("/path?query"): the proxy appends the target to an
-     * upstream base URL, so anything else ("@host/x", ".evil.com/x",
-     * "http://...") could send the call to another host. The one exception,
-     * "OPTIONS *" (asterisk form, a ping of the server itself), never
-     * reaches the handler: httpd answers it (conn_options_asterisk).
+     * Origin form ("/path?query"): the proxy appends the target to an
+     * upstream base URL, so anything else ("@host/x", ".evil.com/x") could
+     * send the call to another host. The absolute form, which RFC 9112
+     * section 3.2.2 says a server must accept (a client configured to use
+     * the proxy as an HTTP proxy sends it), is taken as its path: its scheme
+     * and authority are dropped, never followed. "OPTIONS *" (asterisk form,
+     * a ping of the server itself) never reaches the handler: httpd answers
+     * it (conn_options_asterisk).
      */
-    if (buf[t] != '/' && !is_options_asterisk(hd))
-        return -400;
+    if (buf[t] != '/' && !is_options_asterisk(hd)) {
+        size_t at = absolute_path(hd->target, hd->target_len);
+        if (at == 0)
+            return -400;
+        hd->target += at;
+        hd->target_len -= at;
+    }
     hd->minor_version = minor;
     return end;
 }

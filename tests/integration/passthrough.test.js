@@ -162,7 +162,7 @@ h.test('a relayed 204 or 304 has no body framing, so keep-alive stays in step', 
 
 h.test('request targets that are not origin-form are refused, never forwarded', async () => {
     const calls = env.mock.callCount();
-    for (const target of ['@127.0.0.1:1/x', '.evil.example/x', 'http://127.0.0.1:1/x', '*']) {
+    for (const target of ['@127.0.0.1:1/x', '.evil.example/x', 'ftp://127.0.0.1:1/x', '*']) {
         const {lines} = await rawExchange(env.proxy.port,
             `GET ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-target\r\n\r\n`, 1);
         assert.match(lines[0] || '', /^HTTP\/1\.1 400 /, `target ${target}`);
@@ -178,6 +178,22 @@ h.test('a WebSocket upgrade is refused with 501, not left hanging', async () => 
     assert.equal(r.status, 501);
     assert.match(r.json.error.message, /WebSocket/);
     assert.equal(env.mock.callCount(), calls);
+});
+
+h.test('an absolute-form target is taken as its path: the call goes to the upstream, never to the named host', async () => {
+    /* RFC 9112 section 3.2.2: a server must accept it (a client told to use the proxy as an
+     * HTTP proxy sends it); it was a 400. */
+    const calls = env.mock.callCount('/v1/models');
+    const {lines} = await rawExchange(env.proxy.port, 'GET http://api.example.invalid/v1/models?limit=2 ' +
+        'HTTP/1.1\r\nHost: api.example.invalid\r\nAuthorization: Bearer sk-absolute\r\n\r\n', 1);
+    assert.match(lines[0] || '', /^HTTP\/1\.1 200 /);
+    assert.equal(env.mock.callCount('/v1/models'), calls + 1, 'the configured upstream answered');
+    assert.match(env.mock.lastRequest('/v1/models').url, /^\/v1\/models\?limit=2$/);
+    /* Not an absolute form of http or https: still refused. */
+    for (const target of ['ftp://x/v1/models', 'http://x', 'http://x?/v1/models', '@x/v1/models']) {
+        const {lines} = await rawExchange(env.proxy.port, `GET ${target} HTTP/1.1\r\nHost: x\r\n\r\n`, 1);
+        assert.match(lines[0] || '', /^HTTP\/1\.1 400 /, target);
+    }
 });
 
 h.test('OPTIONS * is answered by the proxy itself, never forwarded; the connection serves on', async () => {

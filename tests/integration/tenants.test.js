@@ -93,7 +93,10 @@ h.test('in a shared namespace, a request naming a file by its id stays with its 
     const doc = h.messagesBody(h.uniq('summarise'));
     doc.messages[0].content = [{type: 'document', source: {type: 'file', file_id: 'file_alice_only'}},
         {type: 'text', text: h.uniq('summarise this document')}];
-    for (const [p, b] of [[CHAT, chat], [MESSAGES, doc]]) {
+    /* a custom skill is the account's upload too (Messages container skills) */
+    const skill = h.messagesBody(h.uniq('make the quarterly deck'));
+    skill.container = {skills: [{type: 'custom', skill_id: 'skill_01AliceOnly', version: 'latest'}]};
+    for (const [p, b] of [[CHAT, chat], [MESSAGES, doc], [MESSAGES, skill]]) {
         assert.equal((await proxy.post(p, b, alice)).status, 200);
         h.assertHit(await proxy.post(p, b, alice));
         assert.equal((await proxy.post(p, b, bob)).cache, 'MISS', `${p}: bob got alice's answer`);

@@ -676,6 +676,9 @@ static void test_account_bound(void)
     T_CHECK(bound(API_MESSAGES,
                   "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
                   "\"document\",\"source\":{\"type\":\"file\",\"file_id\":\"f\"}}]}]}"));
+    T_CHECK(bound(API_MESSAGES, "{\"container\":{\"skills\":[{\"type\":\"custom\",\"skill_id\":"
+                                "\"skill_01\",\"version\":\"latest\"}]},\"messages\":[]}"));
+    T_CHECK(!bound(API_CHAT, "{\"skill_id\":\"skill_01\",\"messages\":[]}"));
     T_CHECK(!bound(API_COMPLETIONS, "{\"prompt\":\"x\",\"file_id\":\"f\"}"));
     T_CHECK(!bound(API_EMBEDDINGS, "{\"input\":\"x\",\"file_id\":\"f\"}"));
 }

@@ -83,8 +83,17 @@ static void test_parse_valid(void)
     T_CHECK(parse_str("PUT / HTTP/1.1\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\n") > 0);
     T_CHECK(parse_str("POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n") > 0);
     T_CHECK(parse_str("GET /y?z HTTP/1.1\r\nA: \x80\xff\r\n\r\n") > 0);
-    /* Only origin-form targets: the target is appended to an upstream URL. */
-    T_CHECK_INT(parse_str("GET http://x/y HTTP/1.1\r\n\r\n"), -400);
+    /* Origin-form targets (appended to an upstream URL); the absolute form is taken as its
+     * path, its scheme and authority dropped (RFC 9112 section 3.2.2: a server must take it). */
+    T_CHECK_INT(parse_str("GET http://x/y?q HTTP/1.1\r\n\r\n"), 29);
+    T_CHECK_INT(parse(("GET HTTPS://api.example:443/v1/models HTTP/1.1\r\n\r\n"), &hd, sp, 8), 50);
+    T_CHECK(hd.target_len == 10 && memcmp(hd.target, "/v1/models", 10) == 0);
+    T_CHECK_INT(parse_str("GET http://x HTTP/1.1\r\n\r\n"), -400);
+    T_CHECK_INT(parse_str("GET http:///y HTTP/1.1\r\n\r\n"), -400);
+    T_CHECK_INT(parse_str("GET http://x?y/z HTTP/1.1\r\n\r\n"), -400);
+    T_CHECK_INT(parse_str("GET http://x#y/z HTTP/1.1\r\n\r\n"), -400);
+    T_CHECK_INT(parse_str("GET ftp://x/y HTTP/1.1\r\n\r\n"), -400);
+    T_CHECK_INT(parse_str("GET http:/x/y HTTP/1.1\r\n\r\n"), -400);
     T_CHECK_INT(parse_str("GET @evil.example/x HTTP/1.1\r\n\r\n"), -400);
     T_CHECK_INT(parse_str("GET .evil.example/x HTTP/1.1\r\n\r\n"), -400);
     /* The asterisk form for OPTIONS alone (httpd answers it itself). */
