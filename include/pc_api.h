@@ -114,19 +114,22 @@ const char *api_model(const cJSON *body);
  * with {} or {"error": ...}. The faults, as an X-macro so that a labelled
  * metric (cache_store_skipped{reason=...}) can be generated from it:
  */
-#define API_ANSWER_FAULTS(X)                                                                 \
-    X(OK, "ok")                               /* the shape is right */                       \
-    X(NOT_OBJECT, "not_object")               /* no answer, or not a JSON object */          \
-    X(ERROR_MEMBER, "error_member")           /* an "error" member (any value), or an        \
-                                                 Anthropic {"type":"error"} */               \
-    X(WRONG_OBJECT, "wrong_object")           /* "object" / "type" names another answer */   \
-    X(NO_CHOICES, "no_choices")               /* chat, completions: no usable "choices" */   \
-    X(NO_DATA, "no_data")                     /* embeddings: no usable "data" */             \
-    X(NO_CONTENT, "no_content")               /* messages: no "content" array */             \
-    X(NOT_FINISHED, "not_finished")           /* responses: status not completed/incomplete  \
-                                                 (queued, in progress, failed, cancelled) */ \
-    X(NO_OUTPUT, "no_output")                 /* responses: no "output" array */             \
-    X(STREAM_INCOMPLETE, "stream_incomplete") /* a recorded stream that did not assemble */  \
+#define API_ANSWER_FAULTS(X)                                                                \
+    X(OK, "ok")                               /* the shape is right */                      \
+    X(NOT_OBJECT, "not_object")               /* no answer, or not a JSON object */         \
+    X(ERROR_MEMBER, "error_member")           /* an "error" member (any value), or an       \
+                                                 Anthropic {"type":"error"} */              \
+    X(WRONG_OBJECT, "wrong_object")           /* "object" / "type" names another answer */  \
+    X(NO_CHOICES, "no_choices")               /* chat, completions: no usable "choices" */  \
+    X(NO_DATA, "no_data")                     /* embeddings: no usable "data" */            \
+    X(NO_CONTENT, "no_content")               /* messages: no "content" array */            \
+    X(NOT_FINISHED, "not_finished")           /* no sign the generation ended: a choice's   \
+                                                 finish_reason or the stop_reason null or   \
+                                                 missing; responses: status not completed   \
+                                                 (queued, in progress, failed, cancelled),  \
+                                                 or incomplete with no reason given */      \
+    X(NO_OUTPUT, "no_output")                 /* responses: no "output" array */            \
+    X(STREAM_INCOMPLETE, "stream_incomplete") /* a recorded stream that did not assemble */ \
     X(NOT_CACHEABLE, "not_cacheable")         /* API_NONE: nothing to check against */
 
 enum api_answer_fault {
@@ -148,18 +151,24 @@ const char *api_answer_fault_name(enum api_answer_fault f);
  *   - never an "error" member (whatever its value), never Anthropic's
  *     {"type":"error"};
  *   - chat: a non-empty "choices" array of objects each with a "message"
- *     object; "object", when present, is "chat.completion";
+ *     object and a string "finish_reason" (null, or missing, is a generation
+ *     that never ended: an upstream failing mid-answer may still close its
+ *     stream or JSON in good order; "length" is a finished, cut answer);
+ *     "object", when present, is "chat.completion";
  *   - completions: a non-empty "choices" array of objects each with a string
- *     "text"; "object", when present, is "text_completion";
+ *     "text" and a string "finish_reason"; "object", when present, is
+ *     "text_completion";
  *   - embeddings: a non-empty "data" array of objects each with an
  *     "embedding" (array, or base64 string); "object", when present, is
  *     "list";
  *   - messages: "type" is "message", "content" is an array (it may be empty:
- *     a turn can end at once), "role", when present, is "assistant";
+ *     a turn can end at once), "stop_reason" is a string ("max_tokens"
+ *     included), "role", when present, is "assistant";
  *   - responses: "object" is "response", "status" is "completed" or
- *     "incomplete" (a turn cut at max_output_tokens is as final as a chat
- *     completion ending with "length"), "output" is an array. Here the
- *     "error" member is part of every answer and must be null.
+ *     "incomplete" with a string incomplete_details.reason (a turn cut at
+ *     max_output_tokens is as final as a chat completion ending with
+ *     "length"), "output" is an array. Here the "error" member is part of
+ *     every answer and must be null.
  * Pure; resp may be NULL.
  */
 int api_answer_check(enum api_endpoint e, const cJSON *resp, const char **reason);

@@ -49,7 +49,8 @@
     ACTION(cache_refreshes, counter, "Requests that skipped lookup but stored (no-cache)")         \
     ACTION(cache_expired, counter, "Entries found but older than the request's max-age")           \
     ACTION(cache_stores, counter, "Answers written to the cache")                                  \
-    ACTION(cache_store_skipped, counter, "Answers not stored (error, cut off, too large)")         \
+    ACTION(cache_store_skipped, counter,                                                           \
+           "Answers not stored (error, cut off or unfinished, too large)")                         \
     ACTION(cache_corrupt, counter,                                                                 \
            "Entries read from Redis that failed to decode (a length or a field out of range) and " \
            "were ignored")                                                                         \

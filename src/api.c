@@ -289,20 +289,57 @@ static bool text_choice_ok(const cJSON *ch)
     return cJSON_IsString(api_member(ch, "text"));
 }
 
+/*
+ * Why the generation stopped, as a string ("stop", "length", "tool_calls",
+ * "end_turn", ...; which one is not looked at: a skimmed answer has "" here).
+ * Null or missing: an upstream that failed mid-generation and still ended its
+ * stream ([DONE], message_stop) or its JSON in good order.
+ */
+static bool has_reason(const cJSON *obj, const char *key)
+{
+    return cJSON_IsString(api_member(obj, key));
+}
+
+/* Every choice says why it ended (for n > 1, each one: a choice may be cut alone). */
+static enum api_answer_fault choices_finished(const cJSON *choices)
+{
+    for (const cJSON *c = choices->child; c != NULL; c = c->next)
+        if (!has_reason(c, "finish_reason"))
+            return API_ANSWER_NOT_FINISHED;
+    return API_ANSWER_OK;
+}
+
+/* A well-formed "choices" array (no_choices), each one finished (not_finished). */
+static enum api_answer_fault choices_shape(const cJSON *resp, bool (*choice_ok)(const cJSON *ch))
+{
+    const cJSON *choices = api_member(resp, "choices");
+    if (!array_of(choices, choice_ok))
+        return API_ANSWER_NO_CHOICES;
+    return choices_finished(choices);
+}
+
 static bool embedding_ok(const cJSON *d)
 {
     const cJSON *v = api_member(d, "embedding");
     return cJSON_IsArray(v) || cJSON_IsString(v);
 }
 
-/* A Responses API answer: a finished "response" with an "output" array. */
+/*
+ * A Responses API answer: a finished "response" with an "output" array.
+ * "incomplete" is finished when incomplete_details names why
+ * (max_output_tokens, content_filter), as a chat choice's "length" is.
+ */
 static enum api_answer_fault response_shape(const cJSON *resp)
 {
     const char *object = cJSON_GetStringValue(api_member(resp, "object"));
     const char *status = cJSON_GetStringValue(api_member(resp, "status"));
     if (object == NULL || strcmp(object, "response") != 0)
         return API_ANSWER_WRONG_OBJECT;
-    if (status == NULL || (strcmp(status, "completed") != 0 && strcmp(status, "incomplete") != 0))
+    bool finished =
+        status != NULL && (strcmp(status, "completed") == 0 ||
+                           (strcmp(status, "incomplete") == 0 &&
+                            has_reason(api_member(resp, "incomplete_details"), "reason")));
+    if (!finished)
         return API_ANSWER_NOT_FINISHED;
     return cJSON_IsArray(api_member(resp, "output")) ? API_ANSWER_OK : API_ANSWER_NO_OUTPUT;
 }
@@ -314,13 +351,11 @@ static enum api_answer_fault answer_shape(enum api_endpoint e, const cJSON *resp
     case API_CHAT:
         if (!absent_or_string(resp, "object", "chat.completion"))
             return API_ANSWER_WRONG_OBJECT;
-        return array_of(api_member(resp, "choices"), chat_choice_ok) ? API_ANSWER_OK
-                                                                     : API_ANSWER_NO_CHOICES;
+        return choices_shape(resp, chat_choice_ok);
     case API_COMPLETIONS:
         if (!absent_or_string(resp, "object", "text_completion"))
             return API_ANSWER_WRONG_OBJECT;
-        return array_of(api_member(resp, "choices"), text_choice_ok) ? API_ANSWER_OK
-                                                                     : API_ANSWER_NO_CHOICES;
+        return choices_shape(resp, text_choice_ok);
     case API_EMBEDDINGS:
         if (!absent_or_string(resp, "object", "list"))
             return API_ANSWER_WRONG_OBJECT;
@@ -331,7 +366,9 @@ static enum api_answer_fault answer_shape(enum api_endpoint e, const cJSON *resp
         if (type == NULL || strcmp(type, "message") != 0 ||
             !absent_or_string(resp, "role", "assistant"))
             return API_ANSWER_WRONG_OBJECT;
-        return cJSON_IsArray(api_member(resp, "content")) ? API_ANSWER_OK : API_ANSWER_NO_CONTENT;
+        if (!cJSON_IsArray(api_member(resp, "content")))
+            return API_ANSWER_NO_CONTENT;
+        return has_reason(resp, "stop_reason") ? API_ANSWER_OK : API_ANSWER_NOT_FINISHED;
     }
     case API_RESPONSES:
         return response_shape(resp);

@@ -599,6 +599,15 @@ static enum answer_fate store_answer(struct fetch *f, uint64_t latency_us)
         account_partial(f); /* too large to keep, or no whole answer: what it reported */
     if (f->ticket == NULL || !usable)
         return FATE_NONE; /* cut off, too large to keep, not JSON: not an answer to compare */
+    if (fault == API_ANSWER_NOT_FINISHED) {
+        /* Counted (cache_store_skipped); an upstream failing mid-answer may do it every time. */
+        if (f->store && log_enabled(PC_LOG_DEBUG))
+            log_write(PC_LOG_DEBUG, f->reqid,
+                      "answer not cached: not_finished (the %s answer never says why its "
+                      "generation stopped: no finish_reason, stop_reason or final status)",
+                      api_endpoint_name(f->endpoint));
+        return FATE_NONE; /* nor compared: a part of an answer is no answer to compare */
+    }
     if (fault != 0) {
         if (f->store)
             log_write(PC_LOG_INFO, f->reqid,

@@ -393,11 +393,17 @@ static void test_answer_shapes_ok(void)
                  "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":1}}",
                  "ok");
     /* No "object" at all (some OpenAI-compatible servers): the choices decide. */
-    check_answer(API_CHAT, "{\"choices\":[{\"message\":{\"content\":null,\"tool_calls\":[]}}]}",
+    check_answer(API_CHAT,
+                 "{\"choices\":[{\"message\":{\"content\":null,\"tool_calls\":[]},"
+                 "\"finish_reason\":\"tool_calls\"}]}",
                  "ok");
+    /* Cut at max_tokens: finished ("length"), stored like any other. A skimmed answer has "". */
+    check_answer(API_CHAT, "{\"choices\":[{\"message\":{},\"finish_reason\":\"length\"}]}", "ok");
+    check_answer(API_CHAT, "{\"choices\":[{\"message\":{},\"finish_reason\":\"\"}]}", "ok");
     check_answer(API_COMPLETIONS,
-                 "{\"object\":\"text_completion\",\"choices\":[{\"text\":\"\",\"index\":0},"
-                 "{\"text\":\"b\",\"index\":1}]}",
+                 "{\"object\":\"text_completion\",\"choices\":[{\"text\":\"\",\"index\":0,"
+                 "\"finish_reason\":\"stop\"},{\"text\":\"b\",\"index\":1,\"finish_reason\":"
+                 "\"length\"}]}",
                  "ok");
     check_answer(API_EMBEDDINGS,
                  "{\"object\":\"list\",\"data\":[{\"object\":\"embedding\",\"embedding\":[0.1,"
@@ -409,7 +415,10 @@ static void test_answer_shapes_ok(void)
                  "\"type\":\"text\",\"text\":\"hi\"}],\"stop_reason\":\"end_turn\"}",
                  "ok");
     /* A turn may end at once with no content block. */
-    check_answer(API_MESSAGES, "{\"type\":\"message\",\"content\":[]}", "ok");
+    check_answer(API_MESSAGES, "{\"type\":\"message\",\"content\":[],\"stop_reason\":\"end_turn\"}",
+                 "ok");
+    check_answer(API_MESSAGES,
+                 "{\"type\":\"message\",\"content\":[],\"stop_reason\":\"max_tokens\"}", "ok");
 }
 
 static void test_answer_shapes_refused(void)
@@ -443,6 +452,24 @@ static void test_answer_shapes_refused(void)
     check_answer(API_MESSAGES, "{\"type\":\"message\",\"role\":\"user\",\"content\":[]}",
                  "wrong_object");
     check_answer(API_MESSAGES, "{\"type\":\"message\",\"content\":\"hi\"}", "no_content");
+    /*
+     * No sign the generation ended (an upstream failing mid-answer that still
+     * closed its JSON): a finish_reason or stop_reason null, missing or not a
+     * string; with n > 1, one choice without it is enough.
+     */
+    check_answer(API_CHAT, "{\"choices\":[{\"message\":{},\"finish_reason\":null}]}",
+                 "not_finished");
+    check_answer(API_CHAT, "{\"choices\":[{\"message\":{}}]}", "not_finished");
+    check_answer(API_CHAT, "{\"choices\":[{\"message\":{},\"finish_reason\":1}]}", "not_finished");
+    check_answer(API_CHAT,
+                 "{\"choices\":[{\"message\":{},\"finish_reason\":\"stop\"},{\"message\":{},"
+                 "\"finish_reason\":null}]}",
+                 "not_finished");
+    check_answer(API_COMPLETIONS, "{\"choices\":[{\"text\":\"a\",\"finish_reason\":null}]}",
+                 "not_finished");
+    check_answer(API_MESSAGES, "{\"type\":\"message\",\"content\":[],\"stop_reason\":null}",
+                 "not_finished");
+    check_answer(API_MESSAGES, "{\"type\":\"message\",\"content\":[]}", "not_finished");
     check_answer(API_NONE, "{\"choices\":[{\"message\":{}}]}", "not_cacheable");
     check_answer((enum api_endpoint)99, "{}", "not_cacheable");
     /* The shapes are per endpoint: a valid chat answer is no embeddings list. */
@@ -486,8 +513,46 @@ static void test_answer_streams(void)
         "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\","
         "\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{"
         "\"input_tokens\":3}}}\n\n"
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
+        "\"end_turn\"}}\n\n"
         "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
         "ok");
+    /* Ended in good order, but the stop_reason stayed null, or never came: not finished. */
+    check_stream(
+        API_MESSAGES,
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\","
+        "\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"stop_reason\":null}}\n\n"
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
+        "null}}\n\n"
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        "not_finished");
+    check_stream(
+        API_MESSAGES,
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\","
+        "\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\n"
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        "not_finished");
+    /* A chat stream ending with [DONE] whose choice never got a finish_reason. */
+    check_stream(API_CHAT,
+                 "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},"
+                 "\"finish_reason\":null}]}\n\ndata: [DONE]\n\n",
+                 "not_finished");
+    /* n = 2: the second choice never finished. */
+    check_stream(API_CHAT,
+                 "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}},{\"index\":1,"
+                 "\"delta\":{\"content\":\"b\"}}]}\n\n"
+                 "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
+                 "data: [DONE]\n\n",
+                 "not_finished");
+    check_stream(API_COMPLETIONS,
+                 "data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":null}]}\n\n"
+                 "data: [DONE]\n\n",
+                 "not_finished");
+    check_stream(API_COMPLETIONS,
+                 "data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":null}]}\n\n"
+                 "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}"
+                 "\n\ndata: [DONE]\n\n",
+                 "ok");
     /* A message_start whose message is not a message assembles, but is refused. */
     check_stream(
         API_MESSAGES,
@@ -597,8 +662,22 @@ static void test_responses(void)
     check_answer(API_RESPONSES,
                  "{\"object\":\"response\",\"status\":\"completed\",\"error\":null,\"output\":[]}",
                  "ok");
-    check_answer(API_RESPONSES, "{\"object\":\"response\",\"status\":\"incomplete\",\"output\":[]}",
+    /* incomplete with its reason: cut at max_output_tokens, finished as a chat "length" is */
+    check_answer(API_RESPONSES,
+                 "{\"object\":\"response\",\"status\":\"incomplete\",\"incomplete_details\":{"
+                 "\"reason\":\"max_output_tokens\"},\"output\":[]}",
                  "ok");
+    /* incomplete without a reason: nothing says the generation ended */
+    check_answer(API_RESPONSES, "{\"object\":\"response\",\"status\":\"incomplete\",\"output\":[]}",
+                 "not_finished");
+    check_answer(API_RESPONSES,
+                 "{\"object\":\"response\",\"status\":\"incomplete\",\"incomplete_details\":null,"
+                 "\"output\":[]}",
+                 "not_finished");
+    check_answer(
+        API_RESPONSES,
+        "{\"object\":\"response\",\"status\":\"in_progress\",\"error\":null,\"output\":[]}",
+        "not_finished");
     check_answer(API_RESPONSES,
                  "{\"object\":\"response\",\"status\":\"failed\",\"error\":{\"code\":\"x\"},"
                  "\"output\":[]}",
