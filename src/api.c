@@ -300,12 +300,20 @@ static bool has_reason(const cJSON *obj, const char *key)
     return cJSON_IsString(api_member(obj, key));
 }
 
-/* Every choice says why it ended (for n > 1, each one: a choice may be cut alone). */
+/*
+ * Every choice says why it ended (for n > 1, each one: a choice may be cut alone), and not
+ * that it was dropped: "abort" (vLLM's and SGLang's for a request the engine gave up on,
+ * after whatever it had made) or "error". Seen in streams, whose assembled choices are whole;
+ * a skimmed JSON choice's reason reads "" (such servers answer a dropped JSON request with an
+ * error status).
+ */
 static enum api_answer_fault choices_finished(const cJSON *choices)
 {
-    for (const cJSON *c = choices->child; c != NULL; c = c->next)
-        if (!has_reason(c, "finish_reason"))
+    for (const cJSON *c = choices->child; c != NULL; c = c->next) {
+        const char *why = cJSON_GetStringValue(api_member(c, "finish_reason"));
+        if (why == NULL || strcmp(why, "abort") == 0 || strcmp(why, "error") == 0)
             return API_ANSWER_NOT_FINISHED;
+    }
     return API_ANSWER_OK;
 }
 

@@ -173,6 +173,12 @@ h.test('n=2: a stream where one choice never got its finish_reason is not stored
     await notStored('chat2', true, sse(chatStream(['stop', null])), 'partial answer 1');
 });
 
+h.test('a stream whose choice ended with "abort" (vLLM, SGLang: the engine dropped the request) is not stored', async () => {
+    await notStored('chat', true, sse(chatStream(['abort'])), 'partial answer 0');
+    await notStored('completions', true, sse(completionStream('abort')), 'once upon');
+    await notStored('chat2', true, sse(chatStream(['stop', 'error'])), 'partial answer 1');
+});
+
 /* ---- JSON answers without a finish reason ------------------------------------ */
 
 h.test('a chat JSON answer with finish_reason null, or none, is not stored', async () => {

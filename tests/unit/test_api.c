@@ -467,6 +467,11 @@ static void test_answer_shapes_refused(void)
                  "not_finished");
     check_answer(API_COMPLETIONS, "{\"choices\":[{\"text\":\"a\",\"finish_reason\":null}]}",
                  "not_finished");
+    /* dropped by the engine (vLLM, SGLang) after whatever it had made */
+    check_answer(API_CHAT, "{\"choices\":[{\"message\":{},\"finish_reason\":\"abort\"}]}",
+                 "not_finished");
+    check_answer(API_COMPLETIONS, "{\"choices\":[{\"text\":\"a\",\"finish_reason\":\"error\"}]}",
+                 "not_finished");
     check_answer(API_MESSAGES, "{\"type\":\"message\",\"content\":[],\"stop_reason\":null}",
                  "not_finished");
     check_answer(API_MESSAGES, "{\"type\":\"message\",\"content\":[]}", "not_finished");
