@@ -259,15 +259,17 @@ static int64_t parse_duration(const char *v)
 
 int purge_parse_older_than(const char *v, int64_t now_ms, int64_t *cutoff_ms)
 {
-    int64_t ms = parse_duration(v);
-    if (ms > 0) {
-        *cutoff_ms = now_ms - ms;
-        return 0;
-    }
-    ms = parse_rfc3339(v);
-    if (ms < 0)
+    int64_t ms = parse_duration(v), at;
+    if (ms > 0)
+        at = now_ms - ms;
+    else if ((at = parse_rfc3339(v)) < 0)
         return -1;
-    *cutoff_ms = ms;
+    /*
+     * before_ms 0 is "no age filter" (purge_filter_narrow): the epoch itself (1970-01-01,
+     * or a time that is it in another offset) would turn "older than 1970" into a flush of
+     * everything. Nothing is stored before -1 ms either.
+     */
+    *cutoff_ms = at != 0 ? at : -1;
     return 0;
 }
 

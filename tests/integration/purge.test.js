@@ -243,6 +243,25 @@ h.test('?older-than= removes the entries stored before a date (or a duration ago
     await assertKept(A, young, t);
 });
 
+h.test('?older-than= of the epoch itself deletes nothing (it once read as no filter: a flush of everything)', async () => {
+    const t = h.bearer('sk-purge-epoch');
+    const body = question('epoch kept');
+    const key = await store(A, body, t);
+    const tenant = key.slice(0, 16);
+    for (const when of ['1970-01-01', '1970-01-01T00:00:00Z', '1970-01-01T00:00:00.000Z',
+        '1970-01-01T01:00:00+01:00']) {
+        const r = await del(A, `/admin/cache?older-than=${encodeURIComponent(when)}`);
+        assert.equal(r.status, 200, r.text);
+        assert.deepEqual(r.json, {deleted: 0}, `older-than=${when}: no entry is older`);
+        const mine = await del(A, `/admin/cache?older-than=${encodeURIComponent(when)}&tenant=${tenant}`);
+        assert.deepEqual(mine.json, {deleted: 0}, `older-than=${when}&tenant=: no entry is older`);
+        const cli = await purge(['--older-than', when]);
+        assert.equal(cli.code, 0, cli.output);
+        assert.match(cli.stdout, /^deleted 0 entries$/m, `purge --older-than ${when}`);
+    }
+    await assertKept(A, body, t);
+});
+
 h.test('a value that does not read as an entry is left alone and counted', async () => {
     const key = `pc:2:e:{${'0'.repeat(16)}:${'0'.repeat(64)}}`;
     await env.redis.command('SET', key, 'not an entry');

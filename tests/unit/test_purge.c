@@ -72,6 +72,19 @@ static void test_filters(void)
     T_CHECK_STR(f.ns, "docs-v1.2_x");
     T_CHECK_STR(f.model, "openai/gpt-4o mini");
     T_CHECK_INT(f.before_ms, NOW - 3600000);
+    /* The epoch is a cutoff that picks nothing, never "no age filter" (before_ms 0): an
+     * older-than=1970-01-01 alone was a flush of everything. */
+    static const char *const epoch[] = {"1970-01-01", "1970-01-01T01:00:00+01:00",
+                                        "1970-01-01T00:00:00.000Z"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(epoch); i++) {
+        struct purge_filter e = {0};
+        T_CHECK_INT(purge_filter_set(&e, "older-than", epoch[i], NOW, err, sizeof err), 0);
+        T_CHECK(purge_filter_narrow(&e));
+        T_CHECK(e.before_ms < 0);
+    }
+    struct purge_filter e = {0};
+    T_CHECK_INT(purge_filter_set(&e, "older-than", "1h", 3600000, err, sizeof err), 0);
+    T_CHECK(purge_filter_narrow(&e));
 
     static const struct {
         const char *name, *value, *says;
