@@ -94,8 +94,10 @@ typedef bool rcli_pair_fn(void *arg, const struct redisReply *field,
 /*
  * HSCAN key a page at a time (a big hash never blocks Redis the way one
  * HGETALL would), handing each pair to fn, at most max pairs: 0 read through,
- * 1 stopped with more to read, -1 after a message.
+ * 1 stopped with more to read, RCLI_NOT_A_HASH the key holds another type
+ * (what was read before stands; no message), -1 after a message.
  */
+#define RCLI_NOT_A_HASH 2
 int rcli_hscan(struct rcli *k, const char *key, size_t max, rcli_pair_fn *fn, void *arg);
 /* Whether r is a string (or status) reply equal to s. */
 bool rcli_str_is(const struct redisReply *r, const char *s);

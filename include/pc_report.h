@@ -157,7 +157,8 @@ struct rcli;
  * Each field of one hourly hash (HSCAN pages; a malformed one with count -1),
  * at most REPORT_SCAN_MAX of them: 0 when read through, 1 when the hash had
  * more (what was left is unread; r->partial and its note say so when r is not
- * NULL), or -1 after an error message.
+ * NULL), RCLI_NOT_A_HASH when the key holds another type (noted the same way),
+ * or -1 after an error message.
  */
 typedef void report_field_fn(void *arg, const char *field, size_t flen, int64_t count);
 int report_scan_hour(struct rcli *k, int64_t hour_ms, report_field_fn *fn, void *arg,

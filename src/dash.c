@@ -232,7 +232,8 @@ static int read_fps(struct dash *d, struct rcli *k, char *note, size_t size)
         return -1;
     }
     if (rc > 0)
-        note_partial(note, size, TENANTS_KEY_FP, "too many fields");
+        note_partial(note, size, TENANTS_KEY_FP,
+                     rc == RCLI_NOT_A_HASH ? "a key of another type" : "too many fields");
     pthread_mutex_lock(&d->mu);
     fps_clear(d);
     d->fps = fr.v;
@@ -277,7 +278,9 @@ static int read_hour(struct dash *d, struct rcli *k, int64_t h, struct hour *fre
     int rc = rcli_hscan(k, key, SCAN_MAX, add_field, &hr);
     if (rc > 0)
         note_partial(note, size, key,
-                     hr.full ? "more counters than the dashboard holds" : "too many fields");
+                     rc == RCLI_NOT_A_HASH ? "a key of another type"
+                     : hr.full             ? "more counters than the dashboard holds"
+                                           : "too many fields");
     return rc < 0 ? -1 : 0;
 }
 

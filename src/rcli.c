@@ -731,9 +731,23 @@ int rcli_hscan(struct rcli *k, const char *key, size_t max, rcli_pair_fn *fn, vo
     size_t seen = 0;
     do {
         const char *argv[] = {"HSCAN", key, cursor, "COUNT", "1000"};
-        redisReply *rep = rcli_command(k, "HSCAN", 5, argv, NULL);
-        if (rep == NULL)
+        redisReply *rep = call(k, 5, argv, NULL);
+        if (rep != NULL && rep->type == REDIS_REPLY_ERROR &&
+            strncmp(rep->str, "WRONGTYPE", 9) == 0) {
+            freeReplyObject(rep); /* a key of another type under the name: no hash to read */
+            return RCLI_NOT_A_HASH;
+        }
+        if (rep == NULL) {
+            char why[sizeof(k->errmsg)];
+            snprintf(why, sizeof(why), "%s", k->errmsg);
+            rcli_error(k, "%s: HSCAN: %s", k->where, why);
             return -1;
+        }
+        if (rep->type == REDIS_REPLY_ERROR) {
+            rcli_error(k, "%s: HSCAN failed: %s", k->where, rep->str);
+            freeReplyObject(rep);
+            return -1;
+        }
         bool ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
                   rep->element[0]->type == REDIS_REPLY_STRING && rep->element[0]->len < 32 &&
                   rep->element[1]->type == REDIS_REPLY_ARRAY;

@@ -841,7 +841,10 @@ int report_scan_hour(struct rcli *k, int64_t hour_ms, report_field_fn *fn, void 
     struct hour_scan hs = {fn, arg};
     int rc = rcli_hscan(k, key, REPORT_SCAN_MAX, hour_pair, &hs);
     if (rc > 0 && r != NULL)
-        report_note_partial(r, key, "more than 200000 fields (not written by promptcache?)");
+        report_note_partial(r, key,
+                            rc == RCLI_NOT_A_HASH
+                                ? "a key of another type, not a hash (not written by promptcache?)"
+                                : "more than 200000 fields (not written by promptcache?)");
     return rc;
 }
 
@@ -875,8 +878,9 @@ int report_read_key_names(struct rcli *k, struct report *r)
     int rc = rcli_hscan(k, TENANTS_KEY_FP, REPORT_SCAN_MAX, fp_pair, &fs);
     if (rc > 0)
         report_note_partial(r, TENANTS_KEY_FP,
-                            fs.full ? "more than 4096 key fingerprints"
-                                    : "more than 200000 fields (not written by promptcache?)");
+                            rc == RCLI_NOT_A_HASH ? "a key of another type, not a hash"
+                            : fs.full             ? "more than 4096 key fingerprints"
+                                      : "more than 200000 fields (not written by promptcache?)");
     return rc < 0 ? -1 : 0;
 }
 

@@ -78,3 +78,26 @@ h.test('markup in a model name, from a client or forged in Redis, never reaches 
     assert.ok(!/[<>]/.test(rep.stdout), rep.stdout);
     await proxy.stop();
 });
+
+h.test('a key of another type under an hour\'s name is noted, and the hours before it are still read', async () => {
+    const db = 8;
+    const url = env.redis.url.replace(/\/\d+$/, `/${db}`);
+    const inDb = (script, ...args) => env.redis.command('EVAL', `redis.call('SELECT', ${db}) ${script}`, ...args);
+    const HOUR = 3600 * 1000;
+    const bad = h.tallyHourKey(Date.now() - HOUR), older = h.tallyHourKey(Date.now() - 2 * HOUR);
+    await inDb("redis.call('SET', KEYS[1], 'a string someone else wrote')", '1', bad);
+    await inDb("redis.call('HSET', KEYS[1], 'requests|-|older-hour-model', '4')", '1', older);
+    await inDb("redis.call('RPUSH', KEYS[1], 'a list')", '1', 'pc:2:tk');
+    const proxy = await env.startProxy({redis: url});
+    await proxy.waitReady();
+    const d = await h.waitFor(async () => {
+        const r = await proxy.get('/dashboard/data?hours=3');
+        assert.equal(r.status, 200);
+        return r.json.read_ms > 0 && !r.json.reading ? r.json : null;
+    }, {timeout: 60000, what: 'a read ended'});
+    assert.match(String(d.error), /a key of another type/);
+    assert.equal(d.hours[0].requests, 4, `the hour before the foreign key is read: ${JSON.stringify(d.hours)}`);
+    assert.equal(d.models.find((m) => m.model === 'older-hour-model').requests, 4);
+    assert.equal((await proxy.post(CHAT, h.chatBody(h.uniq('after a foreign key')))).status, 200);
+    await proxy.stop();
+});

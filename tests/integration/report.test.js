@@ -219,3 +219,30 @@ h.test('a forged or saturated counter in Redis costs no other counter of the flu
     assert.ok(await inDb("return redis.call('TTL', KEYS[1])", '1', key) > 0, 'the hour expires');
     await p.stop();
 });
+
+h.test('a key of another type under an hour\'s name (or pc:2:tk) is skipped and noted; the other hours are reported', async () => {
+    const HOUR = 3600 * 1000;
+    const hour = (n) => h.tallyHourKey(Date.now() - n * HOUR); /* hours no proxy writes now */
+    const model = `wrongtype-${h.uniq('m').split(' ')[1]}`.replace(/[^A-Za-z0-9.-]/g, '');
+    const keys = [hour(3), hour(4), hour(5), hour(6), 'pc:2:tk'];
+    try {
+        await env.redis.command('DEL', ...keys);
+        await env.redis.command('HSET', hour(4), `requests|-|${model}`, '7');
+        await env.redis.command('HSET', hour(6), `requests|-|${model}`, '5');
+        await env.redis.command('SET', hour(3), 'a string someone else wrote');
+        await env.redis.command('RPUSH', hour(5), 'a list');
+        await env.redis.command('SET', 'pc:2:tk', 'not a hash either');
+        const j = JSON.parse((await report('--hours', '8', '--format', 'json')).stdout);
+        const row = j.models.find((m) => m.model === model);
+        assert.ok(row, `the model of the readable hours is reported: ${JSON.stringify(j.models.map((m) => m.model))}`);
+        assert.equal(row.requests, 12, 'both readable hours summed');
+        assert.match(String(j.partial), /not a hash/);
+        const t = await report('--hours', '8');
+        assert.match(t.stdout, /\(read in part: .*not a hash/);
+        assert.match(t.stderr, /read in part: .*not a hash/);
+        const csv = await report('--hours', '8', '--format', 'csv');
+        assert.match(csv.stdout, new RegExp(`^model,${model},12,`, 'm'));
+    } finally {
+        await env.redis.command('DEL', ...keys);
+    }
+});
