@@ -41,8 +41,15 @@
 #define REMBED_MAGIC 0x52454d42u /* "REMB" */
 #define RBATCH_MAGIC 0x52424154u /* "RBAT" */
 
-#define REMBED_MAX_TEXT  8192 /* bytes of a text sent (head and tail) */
-#define REMBED_MAX_DIM   4096
+#define REMBED_MAX_TEXT 8192 /* bytes of a text sent (head and tail) */
+#define REMBED_MAX_DIM  4096
+/*
+ * Fewer numbers are no embedding: a classifier's or reward model's score
+ * answered on /v1/embeddings (one number, the same sign for most texts)
+ * would make every question a semantic hit of every other. 16 is the least
+ * the local embedders allow (hash_dim).
+ */
+#define REMBED_MIN_DIM   16
 #define REMBED_MAX_REPLY (64 * 1024 * 1024) /* a batch of 4096-d float vectors fits */
 #define REMBED_URL_MAX   1024
 /*
@@ -212,7 +219,8 @@ static void rembed_destroy(struct rembed **rp)
 
 /* ---- answers ---------------------------------------------------------------- */
 
-/* One data[] item's embedding into out (unit length); its dimension, or -1. */
+/* One data[] item's embedding into out (unit length); its dimension, or -1 (also under
+ * REMBED_MIN_DIM numbers). */
 static int parse_vector(const cJSON *emb, float *out)
 {
     if (!cJSON_IsArray(emb))
@@ -232,7 +240,7 @@ static int parse_vector(const cJSON *emb, float *out)
         norm += x->valuedouble * x->valuedouble;
         dim++;
     }
-    if (dim == 0 || !(norm > 0) || !isfinite(norm))
+    if (dim < REMBED_MIN_DIM || !(norm > 0) || !isfinite(norm))
         return -1;
     double len = sqrt(norm);
     int i = 0;
@@ -302,13 +310,17 @@ static void on_batch(void *arg, int status, const cJSON *json, const char *err)
         log_info("embedder %s: %s; semantic lookups of this batch miss", r->url, why);
         json = NULL;
     } else {
-        snprintf(why, sizeof(why), "an answer without a vector for every input");
+        snprintf(why, sizeof(why),
+                 "an answer without a vector for every input (%d to %d finite numbers each)",
+                 REMBED_MIN_DIM, REMBED_MAX_DIM);
         const cJSON *usage = cJSON_GetObjectItemCaseSensitive(json, "usage");
         int64_t tok = jcall_count(cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens"));
         if (tok > 0)
             stats_add(r->st, STAT_semantic_embed_tokens, tok);
     }
     bool ok = batch_deliver(b, json);
+    if (!ok && json != NULL)
+        log_info("embedder %s: %s; semantic lookups of this batch miss", r->url, why);
     batch_outcome(b, ok, why);
     batch_free(b);
 }

@@ -712,6 +712,35 @@ h.test('an embedder answering numbers no float holds: tiny vectors still hit, fo
     }
 });
 
+h.test('an embedder answering one number per text (a reward model\'s score) is no embedder: nothing hits by meaning', async () => {
+    /*
+     * A one-number "vector" is +1 or -1 once made unit length: every question was a semantic
+     * hit of every stored answer of its partition with the same sign (a wrong answer served).
+     */
+    const other = createSemanticMock();
+    await other.listen();
+    other.rewrite = (text) => text.replace(/"embedding":\[[^\]]*\]/g, '"embedding":[0.73]');
+    const p = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off',
+        '--embedder', 'openai', '--embedder-url', other.url, '--embedder-model', 'reward-model',
+        '--semantic-threshold', '0.9', '--embedder-breaker-failures', '0']});
+    try {
+        const t = tag();
+        assertMiss(await p.post(CHAT, chat(`what is the capital of peru ${t}`)));
+        /* The stored answer's vector: written, or refused as an embedder error. */
+        await h.waitFor(async () => {
+            const st = await p.stats();
+            return st.semantic_vectors_stored >= 1 || st.semantic_embed_errors >= 2;
+        }, {what: 'the stored answer\'s vector written or refused'});
+        assertMiss(await p.post(CHAT, chat(`how do owls sleep at night ${t}`), {'Cache-Control': 'no-store'}));
+        const st = await p.stats();
+        assert.equal(st.semantic_vectors_stored, 0, 'no one-number vector stored');
+        assert.ok(st.semantic_embed_errors >= 3, `counted as embedder errors: ${st.semantic_embed_errors}`);
+    } finally {
+        await p.stop();
+        await other.close();
+    }
+});
+
 /*
  * The entry is written first, its record next (on a cluster the add event, on another node,
  * can even come before the record): a candidate whose entry is there and whose record is not
