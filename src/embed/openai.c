@@ -99,7 +99,8 @@ struct rembed {
     struct stats *st;
     struct breaker *brk; /* the process's, or NULL */
     char url[REMBED_URL_MAX];
-    char *auth; /* "Bearer <embedder-key>" or NULL */
+    char shown[REMBED_URL_MAX]; /* url for the log: no user:password@, no query */
+    char *auth;                 /* "Bearer <embedder-key>" or NULL */
     char *model;
     int64_t timeout_ms;
     size_t batch_max;
@@ -120,6 +121,21 @@ void embed_url(const char *configured, char *out, size_t outlen)
         snprintf(out, outlen, "%.*s/embeddings", (int)n, configured);
     else
         snprintf(out, outlen, "%.*s/v1/embeddings", (int)n, configured);
+}
+
+/*
+ * url as a log line may show it: scheme, host and path, without the
+ * user:password@ of its authority (embedder-url may hold a password, a
+ * secret -t masks) nor its query or fragment (a key in ?key=...).
+ */
+static void shown_url(const char *url, char *out, size_t outlen)
+{
+    const char *sep = strstr(url, "://");
+    size_t scheme = sep != NULL ? (size_t)(sep + 3 - url) : 0;
+    const char *rest = url + scheme;
+    const char *at = memrchr(rest, '@', strcspn(rest, "/?#"));
+    const char *host = at != NULL ? at + 1 : rest;
+    snprintf(out, outlen, "%.*s%.*s", (int)scheme, url, (int)strcspn(host, "?#"), host);
 }
 
 /* Names the vector space: "openai:" + embedder-model (+ the URL's host when no model). */
@@ -150,6 +166,7 @@ static struct rembed *rembed_create(const struct conf *c, struct event_base *bas
     r->st = st;
     r->brk = brk;
     embed_url(c->embedder_url, r->url, sizeof(r->url));
+    shown_url(r->url, r->shown, sizeof(r->shown));
     if (c->embedder_key[0] != '\0') {
         struct pc_buf b = PC_BUF_INIT;
         pc_buf_printf(&b, "Bearer %s", c->embedder_key);
@@ -307,7 +324,7 @@ static void on_batch(void *arg, int status, const cJSON *json, const char *err)
     char why[160];
     if (err != NULL || status < 200 || status > 299) {
         snprintf(why, sizeof(why), "%s (status %d)", err != NULL ? err : "error answer", status);
-        log_info("embedder %s: %s; semantic lookups of this batch miss", r->url, why);
+        log_info("embedder %s: %s; semantic lookups of this batch miss", r->shown, why);
         json = NULL;
     } else {
         snprintf(why, sizeof(why),
@@ -320,7 +337,7 @@ static void on_batch(void *arg, int status, const cJSON *json, const char *err)
     }
     bool ok = batch_deliver(b, json);
     if (!ok && json != NULL)
-        log_info("embedder %s: %s; semantic lookups of this batch miss", r->url, why);
+        log_info("embedder %s: %s; semantic lookups of this batch miss", r->shown, why);
     batch_outcome(b, ok, why);
     batch_free(b);
 }
@@ -454,8 +471,7 @@ static void remote_cancel(struct embed_req *h)
 static struct breaker *breaker_for(const struct conf *c, struct stats *row)
 {
     char name[160], url[128];
-    snprintf(url, sizeof(url), "%s", c->embedder_url);
-    url[strcspn(url, "@?")] = '\0'; /* never a password or a query in a log line */
+    shown_url(c->embedder_url, url, sizeof(url)); /* never a password or a query in a log line */
     snprintf(name, sizeof(name), "embedder %s", url);
     struct breaker_opts o = {
         .name = name,

@@ -276,3 +276,18 @@ h.test('embedder-breaker-failures 0: the breaker never opens, each failure still
     assert.equal(s.embedder_breaker_opens, 0);
     assert.equal(s.semantic_breaker_skips, 0);
 }));
+
+h.test('the log names the embedder without the password or query of embedder-url', () => withEmbedder('fail', async (emb) => {
+    const port = new URL(emb.url).port;
+    const p = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
+        '--embedder-url', `http://promptcache:s3cretpw@127.0.0.1:${port}/v1/embeddings?key=s3cretkey`,
+        '--embedder-model', 'mock-bow', '--embedder-timeout', '200', '--embedder-breaker-failures', '2',
+        '--log-level', 'info']});
+    await missUntil(p, 'open', 'the breaker to open');
+    const lines = logLines(p, /embedder /);
+    assert.ok(lines.some((l) => / W embedder http:\/\/127\.0\.0\.1:\d+\/v1\/embeddings: 2 calls in a row failed/.test(l)),
+        lines.join('\n'));
+    assert.ok(lines.some((l) => / I embedder http:\/\/127\.0\.0\.1:\d+\/v1\/embeddings: error answer/.test(l)), lines.join('\n'));
+    assert.doesNotMatch(p.stderr, /s3cret/, 'no secret of the URL in the log');
+    await p.stop();
+}));
