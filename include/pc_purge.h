@@ -87,7 +87,10 @@ struct purge_op *purge_entry(struct store *s, struct l1 *l1, struct stats *st,
 /* Delete what f selects (purge_filter_narrow must hold), as purge_entry does for one. */
 struct purge_op *purge_matching(struct store *s, struct l1 *l1, struct stats *st,
                                 const struct purge_filter *f, purge_fn *cb, void *arg);
-/* The callback of *op will not run; *op is NULLed (NULL *op is ignored). */
+/*
+ * The callback of *op will not run; *op is NULLed (NULL *op is ignored). The
+ * deletes run on to their end, with their del events (the op frees itself).
+ */
 void purge_cancel(struct purge_op **op);
 
 /* ---- the command ---------------------------------------------------------- */

@@ -365,7 +365,7 @@ struct purge_op {
     long long deleted; /* purge_entry: 1 if the entry was there */
     /* purge_matching: the del events not answered yet, whether one failed, the deletes' end */
     size_t events;
-    bool event_failed, matched, cancelled;
+    bool event_failed, matched;
     enum store_status matched_st;
 };
 
@@ -393,7 +393,8 @@ static void finish(struct purge_op *op, enum store_status st, long long n)
     purge_fn *cb = op->cb;
     void *arg = op->arg;
     op_free(op);
-    cb(arg, st == STORE_OK, n);
+    if (cb != NULL) /* NULL: purge_cancel came first */
+        cb(arg, st == STORE_OK, n);
 }
 
 /* The entry's del event: the delete has worked once the stream took it. */
@@ -485,17 +486,12 @@ struct purge_op *purge_entry(struct store *s, struct l1 *l1, struct stats *st,
 /*
  * purge_matching is over once the deletes are and every del event is answered: an event the
  * stream refused (a full Redis refuses XADD, not the deletes) fails it (503), as the other
- * instances' L1 would serve those answers for the rest of their TTL. A cancelled op is freed
- * by its last event.
+ * instances' L1 would serve those answers for the rest of their TTL.
  */
 static void matching_end(struct purge_op *op)
 {
     if (!op->matched || op->events > 0)
         return;
-    if (op->cancelled) {
-        op_free(op);
-        return;
-    }
     finish(op, op->event_failed ? STORE_ERR : op->matched_st, op->deleted);
 }
 
@@ -597,6 +593,13 @@ struct purge_op *purge_matching(struct store *s, struct l1 *l1, struct stats *st
     return op;
 }
 
+/*
+ * The operation runs on to its end, only its callback is dropped: a script or UNLINK on its
+ * way may already have deleted entries, and their del events must follow (left out, every
+ * other instance's L1 would serve the purged answers for the rest of their TTL, and a purge
+ * run again would not find them to tell it). The op frees itself when its commands end (the
+ * store completes every command, at the latest when it is destroyed).
+ */
 void purge_cancel(struct purge_op **opp)
 {
     struct purge_op *op = *opp;
@@ -604,13 +607,7 @@ void purge_cancel(struct purge_op **opp)
         return;
     *opp = NULL;
     PC_CHECK_OBJ(op, PURGE_MAGIC);
-    store_cancel(&op->cmd);
-    if (op->events > 0) { /* its del events still to come: the last frees it */
-        op->cancelled = true;
-        op->matched = true;
-        return;
-    }
-    op_free(op);
+    op->cb = NULL;
 }
 
 /* ---- the command ------------------------------------------------------------------ */

@@ -473,3 +473,85 @@ h.test('promptcache purge against a Redis that never answers says it timed out (
         silent.close();
     }
 });
+
+/*
+ * A relay to Redis that, once armed, holds Redis's replies to the connection that sends the
+ * purge's pick script (the script has run: its entries are gone) until release().
+ */
+async function startReplyHolder(redisPort) {
+    const net = require('node:net');
+    let armed = false;
+    const held = [];
+    const sockets = new Set();
+    const server = net.createServer((client) => {
+        const up = net.connect(redisPort, '127.0.0.1');
+        sockets.add(client).add(up);
+        const conn = {queue: null, client};
+        client.on('data', (chunk) => {
+            if (armed && conn.queue === null && chunk.includes('promptcache purge: pick')) {
+                armed = false;
+                conn.queue = [];
+                held.push(conn);
+            }
+            up.write(chunk);
+        });
+        up.on('data', (chunk) => (conn.queue !== null ? conn.queue.push(chunk) : client.write(chunk)));
+        client.on('close', () => up.destroy()).on('error', () => client.destroy());
+        up.on('close', () => client.destroy()).on('error', () => up.destroy());
+    });
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return {
+        url: `redis://127.0.0.1:${server.address().port}/0`,
+        arm() { armed = true; },
+        holding() { return held.length; },
+        release() {
+            for (const conn of held.splice(0)) {
+                for (const chunk of conn.queue)
+                    conn.client.write(chunk);
+                conn.queue = null;
+            }
+        },
+        async close() {
+            for (const s of sockets)
+                s.destroy();
+            await new Promise((resolve) => server.close(resolve));
+        },
+    };
+}
+
+h.test('a purge whose client hangs up still tells every instance what it deleted', async () => {
+    const holder = await startReplyHolder(env.redis.port);
+    const C = await env.startProxy({redis: holder.url, workers: 1, args: ['--admin-token', ADMIN_TOKEN]});
+    const D = await env.startProxy({workers: 1});
+    try {
+        const ns = h.uniq('hangup').replace(/\W/g, '-');
+        const body = question('hang up');
+        const key = await store(C, body, {'x-cache-namespace': ns});
+        const ekey = `pc:2:e:{${key.slice(0, 16)}:${key.slice(16)}}`;
+        /* D holds the entry in its L1 (a read of it before C's set event would be dropped). */
+        await h.waitFor(async () => {
+            h.assertHit(await D.post(CHAT, body, {'x-cache-namespace': ns}));
+            return (await D.stats()).l1_items === 1;
+        }, {what: 'the entry in D\'s L1'});
+        const baseline = (await C.stats()).connections_active;
+        holder.arm();
+        const sock = require('node:net').connect(Number(new URL(C.url).port), '127.0.0.1');
+        sock.on('error', () => {});
+        sock.write(`DELETE /admin/cache?namespace=${ns} HTTP/1.1\r\nHost: x\r\n` +
+            `Authorization: Bearer ${ADMIN_TOKEN}\r\n\r\n`);
+        await h.waitFor(async () => holder.holding() === 1 &&
+            Number(await env.redis.command('EXISTS', ekey)) === 0, {what: 'the pick run, its reply held'});
+        sock.destroy(); /* the admin leaves while the answer of Redis is on its way */
+        await h.waitFor(async () => (await C.stats()).connections_active === baseline,
+            {what: 'C to see the client gone'});
+        holder.release();
+        await h.waitFor(async () => (await D.stats()).l1_items === 0,
+            {what: 'D\'s L1 to drop the deleted entry (its del event)'});
+        await assertGone(D, body, {'x-cache-namespace': ns});
+    } finally {
+        holder.release();
+        await C.stop();
+        await D.stop();
+        await holder.close();
+    }
+});
