@@ -378,12 +378,17 @@ static void op_free(struct admin_op *op)
     free(op);
 }
 
+/*
+ * The client left: the flush or purge runs on to its end, unanswered. Stopped half way, its
+ * deletes would be done without their stream events, and every other instance's L1 (and a
+ * flush's own) would serve what was deleted for the rest of its TTL.
+ */
 static void op_closed(struct httpd_req *hr, void *arg)
 {
     (void)hr;
     struct admin_op *op = arg;
     PC_CHECK_OBJ(op, ADMIN_OP_MAGIC);
-    op_free(op);
+    op->hr = NULL;
 }
 
 /* A flush or purge is over: {"deleted":N}, or 503 if Redis failed. */
@@ -393,16 +398,20 @@ static void op_done(void *arg, bool ok, long long n)
     PC_CHECK_OBJ(op, ADMIN_OP_MAGIC);
     op->cmd = NULL;
     op->purge = NULL;
-    httpd_set_close_cb(op->hr, NULL, NULL);
+    if (op->hr != NULL)
+        httpd_set_close_cb(op->hr, NULL, NULL);
+    const char *left = op->hr == NULL ? " (its client had left)" : "";
     if (!ok) {
-        log_warn("admin: %s failed after deleting %lld entries: Redis error or timeout", op->what,
-                 n);
-        reply_error(op->hr, 503, "cache delete failed: Redis error or timeout");
+        log_warn("admin: %s failed after deleting %lld entries: Redis error or timeout%s", op->what,
+                 n, left);
+        if (op->hr != NULL)
+            reply_error(op->hr, 503, "cache delete failed: Redis error or timeout");
     } else {
         char body[64];
         snprintf(body, sizeof(body), "{\"deleted\":%lld}", n);
-        log_notice("admin: %s deleted %lld entr%s", op->what, n, n == 1 ? "y" : "ies");
-        reply_json(op->hr, 200, body);
+        log_notice("admin: %s deleted %lld entr%s%s", op->what, n, n == 1 ? "y" : "ies", left);
+        if (op->hr != NULL)
+            reply_json(op->hr, 200, body);
     }
     op_free(op);
 }

@@ -475,12 +475,13 @@ h.test('promptcache purge against a Redis that never answers says it timed out (
 });
 
 /*
- * A relay to Redis that, once armed, holds Redis's replies to the connection that sends the
- * purge's pick script (the script has run: its entries are gone) until release().
+ * A relay to Redis that, once armed with a text, holds Redis's replies to the connection that
+ * sends a command holding it (the command has run: e.g. the purge's pick script, its entries
+ * gone) until release().
  */
 async function startReplyHolder(redisPort) {
     const net = require('node:net');
-    let armed = false;
+    let armed = null;
     const held = [];
     const sockets = new Set();
     const server = net.createServer((client) => {
@@ -488,8 +489,8 @@ async function startReplyHolder(redisPort) {
         sockets.add(client).add(up);
         const conn = {queue: null, client};
         client.on('data', (chunk) => {
-            if (armed && conn.queue === null && chunk.includes('promptcache purge: pick')) {
-                armed = false;
+            if (armed !== null && conn.queue === null && chunk.includes(armed)) {
+                armed = null;
                 conn.queue = [];
                 held.push(conn);
             }
@@ -502,7 +503,7 @@ async function startReplyHolder(redisPort) {
     await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
     return {
         url: `redis://127.0.0.1:${server.address().port}/0`,
-        arm() { armed = true; },
+        arm(text) { armed = text; },
         holding() { return held.length; },
         release() {
             for (const conn of held.splice(0)) {
@@ -534,7 +535,7 @@ h.test('a purge whose client hangs up still tells every instance what it deleted
             return (await D.stats()).l1_items === 1;
         }, {what: 'the entry in D\'s L1'});
         const baseline = (await C.stats()).connections_active;
-        holder.arm();
+        holder.arm('promptcache purge: pick');
         const sock = require('node:net').connect(Number(new URL(C.url).port), '127.0.0.1');
         sock.on('error', () => {});
         sock.write(`DELETE /admin/cache?namespace=${ns} HTTP/1.1\r\nHost: x\r\n` +
@@ -548,6 +549,43 @@ h.test('a purge whose client hangs up still tells every instance what it deleted
         await h.waitFor(async () => (await D.stats()).l1_items === 0,
             {what: 'D\'s L1 to drop the deleted entry (its del event)'});
         await assertGone(D, body, {'x-cache-namespace': ns});
+    } finally {
+        holder.release();
+        await C.stop();
+        await D.stop();
+        await holder.close();
+    }
+});
+
+h.test('a flush whose client hangs up still runs to its end and tells every instance', async () => {
+    const holder = await startReplyHolder(env.redis.port);
+    const C = await env.startProxy({redis: holder.url, workers: 1, args: ['--admin-token', ADMIN_TOKEN]});
+    const D = await env.startProxy({workers: 1});
+    try {
+        const t = h.bearer('sk-purge-flush-hang-up');
+        const body = question('flush hang up');
+        const key = await store(C, body, t);
+        const tenant = key.slice(0, 16);
+        await h.waitFor(async () => {
+            h.assertHit(await D.post(CHAT, body, t));
+            return (await D.stats()).l1_items === 1;
+        }, {what: 'the entry in D\'s L1'});
+        const baseline = (await C.stats()).connections_active;
+        holder.arm('UNLINK');
+        const sock = require('node:net').connect(Number(new URL(C.url).port), '127.0.0.1');
+        sock.on('error', () => {});
+        sock.write(`DELETE /admin/cache?tenant=${tenant} HTTP/1.1\r\nHost: x\r\n` +
+            `Authorization: Bearer ${ADMIN_TOKEN}\r\n\r\n`);
+        await h.waitFor(async () => holder.holding() === 1 &&
+            (await env.redis.keys(`pc:2:e:{${tenant}:*`)).length === 0, {what: 'the UNLINK run, its reply held'});
+        sock.destroy();
+        await h.waitFor(async () => (await C.stats()).connections_active === baseline,
+            {what: 'C to see the client gone'});
+        holder.release();
+        await h.waitFor(async () => (await D.stats()).l1_items === 0,
+            {what: 'D\'s L1 to drop the flushed entry (the flush event)'});
+        await assertGone(D, body, t);
+        await assertGone(C, body, t);
     } finally {
         holder.release();
         await C.stop();
