@@ -330,8 +330,8 @@ static void favicon(struct pc_buf *out)
         pc_buf_append_char(out, 0); /* the AND mask: transparency comes from alpha */
 }
 
-/* The value of `name` in a query string (copied into out); false if absent. */
-static bool query_param(const char *query, const char *name, char *out, size_t outlen);
+/* The value of `name` in a query string (copied into out): 1, 0 if absent, -1 if too long. */
+static int query_param(const char *query, const char *name, char *out, size_t outlen);
 
 static void serve_dash_data(struct worker *w, struct httpd_req *hr)
 {
@@ -342,8 +342,9 @@ static void serve_dash_data(struct worker *w, struct httpd_req *hr)
     char hv[16];
     int64_t hours = 24;
     const char *q = httpd_req_query(hr);
-    if (q != NULL && query_param(q, "hours", hv, sizeof hv) &&
-        (pc_parse_i64(hv, &hours) < 0 || hours < 1 || hours > DASH_HOURS_MAX)) {
+    int found = q != NULL ? query_param(q, "hours", hv, sizeof hv) : 0;
+    if (found < 0 ||
+        (found > 0 && (pc_parse_i64(hv, &hours) < 0 || hours < 1 || hours > DASH_HOURS_MAX))) {
         reply_error(hr, 400, "hours must be from 1 to 168");
         return;
     }
@@ -353,21 +354,23 @@ static void serve_dash_data(struct worker *w, struct httpd_req *hr)
     pc_buf_free(&out);
 }
 
-/* The value of `name` in a query string (copied into out); false if absent. */
-static bool query_param(const char *query, const char *name, char *out, size_t outlen)
+/* A value longer than out holds is no value cut short ("0000000000000000024" is not 2). */
+static int query_param(const char *query, const char *name, char *out, size_t outlen)
 {
     size_t nl = strlen(name);
     for (const char *p = query; p != NULL && *p;) {
         size_t n = strcspn(p, "&");
         if (n > nl && strncmp(p, name, nl) == 0 && p[nl] == '=') {
+            if (n - nl - 1 >= outlen)
+                return -1;
             snprintf(out, outlen, "%.*s", (int)(n - nl - 1), p + nl + 1);
-            return true;
+            return 1;
         }
         p += n;
         if (*p == '&')
             p++;
     }
-    return false;
+    return 0;
 }
 
 static void op_free(struct admin_op *op)

@@ -101,3 +101,13 @@ h.test('a key of another type under an hour\'s name is noted, and the hours befo
     assert.equal((await proxy.post(CHAT, h.chatBody(h.uniq('after a foreign key')))).status, 200);
     await proxy.stop();
 });
+
+h.test('?hours= too long for its buffer is refused, never read cut short', async () => {
+    const ok = await env.proxy.get('/dashboard/data?hours=024');
+    assert.equal(ok.status, 200, ok.text);
+    assert.equal(ok.json.hours_shown, 24);
+    /* 16 characters: cut to 15 it read as 2 hours */
+    const long = await env.proxy.get('/dashboard/data?hours=0000000000000024');
+    assert.equal(long.status, 400, `${long.status} hours_shown ${long.json && long.json.hours_shown}`);
+    assert.match(long.json.error.message, /hours must be from 1 to 168/);
+});
