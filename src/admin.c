@@ -428,7 +428,7 @@ static struct admin_op *op_new(struct worker *w, struct httpd_req *hr)
     return op;
 }
 
-/* The operation is under way (the client may leave: it is cancelled then), or 503. */
+/* The operation is under way (the client may leave: it runs on, unanswered), or 503. */
 static void op_started(struct admin_op *op)
 {
     if (op->cmd == NULL && op->purge == NULL) {
