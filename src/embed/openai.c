@@ -150,8 +150,8 @@ static void rembed_space(const struct conf *c, char *out, size_t outlen)
     embed_url(c->embedder_url, url, sizeof(url));
     const char *host = strstr(url, "://");
     host = host != NULL ? host + 3 : url;
-    const char *at = strchr(host, '@'); /* never a password in a name */
-    if (at != NULL && at < host + strcspn(host, "/"))
+    const char *at = memrchr(host, '@', strcspn(host, "/?#")); /* never a password in a name */
+    if (at != NULL)
         host = at + 1;
     snprintf(out, outlen, "openai:@%.*s", (int)strcspn(host, "/"), host);
 }

@@ -291,3 +291,13 @@ h.test('the log names the embedder without the password or query of embedder-url
     assert.doesNotMatch(p.stderr, /s3cret/, 'no secret of the URL in the log');
     await p.stop();
 }));
+
+h.test('without embedder-model the space is named by the host, never by a part of the password', () => withEmbedder('ok', async (emb) => {
+    const port = new URL(emb.url).port;
+    const p = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
+        '--embedder-url', `http://promptcache:pw@s3cret@127.0.0.1:${port}`]});
+    const st = await p.stats();
+    assert.equal(st.semantic_space, `openai:@127.0.0.1:${port}`);
+    assert.doesNotMatch((await p.get('/metrics')).text, /s3cret/);
+    await p.stop();
+}));
