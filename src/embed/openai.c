@@ -138,11 +138,40 @@ static void shown_url(const char *url, char *out, size_t outlen)
     snprintf(out, outlen, "%.*s%.*s", (int)scheme, url, (int)strcspn(host, "?#"), host);
 }
 
+/*
+ * "openai:" + name[0..n) as a space name: as it is when it fits and is all
+ * visible ASCII (what a vector record holds); else its first visible bytes
+ * (others as '_'), '~' and a hash of all of it. Cut short, two models that
+ * differ only past the cut (...-cased-v1, ...-cased-v2) shared a space, and
+ * their vectors were compared; a blank or non-ASCII byte made every vector
+ * record unwritable.
+ */
+static void space_of(const char *name, size_t n, char *out, size_t outlen)
+{
+    static const char pre[] = "openai:";
+    bool plain = sizeof(pre) - 1 + n < outlen;
+    for (size_t i = 0; i < n && plain; i++)
+        plain = name[i] > 0x20 && name[i] < 0x7f;
+    if (plain) {
+        snprintf(out, outlen, "%s%.*s", pre, (int)n, name);
+        return;
+    }
+    char hash[24];
+    int hl = snprintf(hash, sizeof(hash), "~%016llx",
+                      (unsigned long long)pc_fnv1a(PC_FNV_SEED, name, n));
+    size_t o = 0, keep = outlen - (sizeof(pre) - 1) - (size_t)hl - 1;
+    memcpy(out, pre, sizeof(pre) - 1);
+    o += sizeof(pre) - 1;
+    for (size_t i = 0; i < n && i < keep; i++)
+        out[o++] = name[i] > 0x20 && name[i] < 0x7f ? name[i] : '_';
+    memcpy(out + o, hash, (size_t)hl + 1);
+}
+
 /* Names the vector space: "openai:" + embedder-model (+ the URL's host when no model). */
 static void rembed_space(const struct conf *c, char *out, size_t outlen)
 {
     if (c->embedder_model[0] != '\0') {
-        snprintf(out, outlen, "openai:%s", c->embedder_model);
+        space_of(c->embedder_model, strlen(c->embedder_model), out, outlen);
         return;
     }
     /* No model named: the server's one model; name the space by its URL. */
@@ -153,7 +182,9 @@ static void rembed_space(const struct conf *c, char *out, size_t outlen)
     const char *at = memrchr(host, '@', strcspn(host, "/?#")); /* never a password in a name */
     if (at != NULL)
         host = at + 1;
-    snprintf(out, outlen, "openai:@%.*s", (int)strcspn(host, "/"), host);
+    char name[REMBED_URL_MAX];
+    snprintf(name, sizeof(name), "@%.*s", (int)strcspn(host, "/?#"), host);
+    space_of(name, strlen(name), out, outlen);
 }
 
 static struct rembed *rembed_create(const struct conf *c, struct event_base *base,

@@ -741,6 +741,43 @@ h.test('an embedder answering one number per text (a reward model\'s score) is n
     }
 });
 
+h.test('embedder-model names too long or not plain ASCII each get a space of their own, and work', async () => {
+    /*
+     * The space was "openai:" + the model cut to 63 bytes: two models that differ only past the
+     * cut shared it, and their vectors were compared. A blank in the name made every vector
+     * record unwritable (a record's space is visible ASCII): nothing was ever matched by meaning.
+     */
+    const other = createSemanticMock();
+    await other.listen();
+    const stem = 'sentence-transformers/distiluse-base-multilingual-cased-';
+    const run = async (model, fn) => {
+        const p = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off',
+            '--embedder', 'openai', '--embedder-url', other.url, '--embedder-model', model,
+            '--semantic-threshold', '0.9']});
+        try {
+            return await fn(p);
+        } finally {
+            await p.stop();
+        }
+    };
+    try {
+        const space = (p) => p.stats().then((st) => st.semantic_space);
+        const v1 = await run(`${stem}v1`, space), v2 = await run(`${stem}v2`, space);
+        assert.notEqual(v1, v2, 'two models, two spaces');
+        for (const v of [v1, v2])
+            assert.match(v, /^openai:[!-~]{1,56}$/, v);
+        await run('mock bow model', async (p) => {
+            assert.match(await space(p), /^openai:mock_bow_model~[0-9a-f]{16}$/);
+            const t = tag();
+            assertMiss(await p.post(CHAT, chat(`which ferry crosses the bay ${t}`)));
+            await h.eventually(async () => assertSemanticHit(await p.post(CHAT,
+                chat(`the bay ${t}: which ferry crosses`), {'Cache-Control': 'no-store'})));
+        });
+    } finally {
+        await other.close();
+    }
+});
+
 /*
  * The entry is written first, its record next (on a cluster the add event, on another node,
  * can even come before the record): a candidate whose entry is there and whose record is not
