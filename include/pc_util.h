@@ -123,6 +123,12 @@ uint64_t pc_fnv1a(uint64_t h, const void *p, size_t n);
 
 /* Lower-case hex of in[0..n) into out, which must hold 2n+1 bytes. */
 void pc_hex(const unsigned char *in, size_t n, char *out);
+/*
+ * url as a log line may show it: scheme, host and path, without the user:password@ of its
+ * authority (the last '@' before the path ends it) nor its query or fragment (a key in
+ * ?key=...). Cut to outlen.
+ */
+void pc_url_shown(const char *url, char *out, size_t outlen);
 
 /* The value of hex digit c (either case), or -1. */
 int pc_hex_digit(int c);

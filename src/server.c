@@ -252,7 +252,9 @@ static void log_startup(const struct server *s)
                s->conf->workers == 1 ? "" : "s");
     for (size_t i = 0; i < route_count(s->route); i++) {
         const struct route_replica *rep = route_replica(s->route, i);
-        log_notice("upstream %s (%s, type %s)", rep->name, rep->base_url,
+        char shown[512]; /* never a password or a query key in a log line */
+        pc_url_shown(rep->base_url, shown, sizeof(shown));
+        log_notice("upstream %s (%s, type %s)", rep->name, shown,
                    backend_for(s->conf->upstream_type)->name);
     }
     if (route_count(s->route) > 1)

@@ -331,6 +331,16 @@ uint64_t pc_fnv1a(uint64_t h, const void *p, size_t n)
     return h;
 }
 
+void pc_url_shown(const char *url, char *out, size_t outlen)
+{
+    const char *sep = strstr(url, "://");
+    size_t scheme = sep != NULL ? (size_t)(sep + 3 - url) : 0;
+    const char *rest = url + scheme;
+    const char *at = memrchr(rest, '@', strcspn(rest, "/?#"));
+    const char *host = at != NULL ? at + 1 : rest;
+    snprintf(out, outlen, "%.*s%.*s", (int)scheme, url, (int)strcspn(host, "?#"), host);
+}
+
 void pc_hex(const unsigned char *in, size_t n, char *out)
 {
     for (size_t i = 0; i < n; i++) {

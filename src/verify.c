@@ -230,7 +230,9 @@ static void on_answer(void *arg, int status, const cJSON *json, const char *err)
     }
     if (a == VERIFY_FAILED) {
         stats_incr(v->st, STAT_semantic_verify_errors);
-        log_info("verifier %s: %s (status %d); the candidate is a miss", v->url,
+        char shown[VERIFY_URL_MAX]; /* never a password or a query key in a log line */
+        pc_url_shown(v->url, shown, sizeof(shown));
+        log_info("verifier %s: %s (status %d); the candidate is a miss", shown,
                  err != NULL ? err : "no yes/no answer", status);
     } else if (a == VERIFY_NO) {
         stats_incr(v->st, STAT_semantic_verify_rejects);

@@ -124,21 +124,6 @@ void embed_url(const char *configured, char *out, size_t outlen)
 }
 
 /*
- * url as a log line may show it: scheme, host and path, without the
- * user:password@ of its authority (embedder-url may hold a password, a
- * secret -t masks) nor its query or fragment (a key in ?key=...).
- */
-static void shown_url(const char *url, char *out, size_t outlen)
-{
-    const char *sep = strstr(url, "://");
-    size_t scheme = sep != NULL ? (size_t)(sep + 3 - url) : 0;
-    const char *rest = url + scheme;
-    const char *at = memrchr(rest, '@', strcspn(rest, "/?#"));
-    const char *host = at != NULL ? at + 1 : rest;
-    snprintf(out, outlen, "%.*s%.*s", (int)scheme, url, (int)strcspn(host, "?#"), host);
-}
-
-/*
  * "openai:" + name[0..n) as a space name: as it is when it fits and is all
  * visible ASCII (what a vector record holds); else its first visible bytes
  * (others as '_'), '~' and a hash of all of it. Cut short, two models that
@@ -197,7 +182,7 @@ static struct rembed *rembed_create(const struct conf *c, struct event_base *bas
     r->st = st;
     r->brk = brk;
     embed_url(c->embedder_url, r->url, sizeof(r->url));
-    shown_url(r->url, r->shown, sizeof(r->shown));
+    pc_url_shown(r->url, r->shown, sizeof(r->shown));
     if (c->embedder_key[0] != '\0') {
         struct pc_buf b = PC_BUF_INIT;
         pc_buf_printf(&b, "Bearer %s", c->embedder_key);
@@ -502,7 +487,7 @@ static void remote_cancel(struct embed_req *h)
 static struct breaker *breaker_for(const struct conf *c, struct stats *row)
 {
     char name[160], url[128];
-    shown_url(c->embedder_url, url, sizeof(url)); /* never a password or a query in a log line */
+    pc_url_shown(c->embedder_url, url, sizeof(url)); /* never a password or a query in a log line */
     snprintf(name, sizeof(name), "embedder %s", url);
     struct breaker_opts o = {
         .name = name,

@@ -84,6 +84,16 @@ h.test('a secret on the command line works, is warned about and hidden from /pro
     await proxy.stop();
 });
 
+h.test('a password in an upstream URL never shows in the log', async () => {
+    /* The start's "upstream ..." line printed the URL whole, user:password@ included. */
+    const u = new URL(env.mock.url);
+    const proxy = await env.startProxy({upstream: `http://promptcache:upw5ecret@${u.host}/`});
+    await h.waitFor(() => /N upstream \S+ \(http:\/\/127\.0\.0\.1:\d+, type /.test(proxy.proc.output),
+        {what: 'the upstream named at start, host and path only'});
+    assert.ok(!proxy.proc.output.includes('upw5ecret'), 'the password in the daemon log');
+    await proxy.stop();
+});
+
 h.test('redis-password from a file and from the environment authenticates to Redis', async () => {
     const password = 'redis pw/with@odd:chars';
     const locked = await h.startRedis();

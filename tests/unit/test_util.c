@@ -30,6 +30,26 @@ static void test_u64_text(void)
 }
 
 /* pc_strlcpy against snprintf "%s" for every size around the text's length. */
+/* A URL as a log line shows it: no user:password@, no query or fragment. */
+static void test_url_shown(void)
+{
+    static const char *cases[][2] = {
+        {"http://u:pw@host:8/v1?key=k#f", "http://host:8/v1"},
+        {"https://u:p@w@host/x", "https://host/x"},
+        {"http://host", "http://host"},
+        {"http://host/a@b", "http://host/a@b"},
+        {"http://host?x=@y", "http://host"},
+        {"unix:/run/s", "unix:/run/s"},
+    };
+    char out[64];
+    for (size_t i = 0; i < PC_ARRAY_LEN(cases); i++) {
+        pc_url_shown(cases[i][0], out, sizeof(out));
+        T_CHECK_STR(out, cases[i][1]);
+    }
+    pc_url_shown("http://host/long", out, 10);
+    T_CHECK_STR(out, "http://ho");
+}
+
 static void test_strlcpy(void)
 {
     const char *texts[] = {"", "a", "tenant-42", "a longer text of some thirty bytes"};
@@ -192,6 +212,7 @@ static void test_json_strict(void)
 int main(void)
 {
     T_RUN(test_u64_text);
+    T_RUN(test_url_shown);
     T_RUN(test_strlcpy);
     T_RUN(test_append_i64);
     T_RUN(test_json_text);
