@@ -68,6 +68,9 @@ struct oa_acc {
 struct oa_tool {
     char *id, *type, *name; /* last non-empty value */
     struct pc_buf args;
+    bool has_fn;         /* some delta had a "function" member */
+    struct oa_acc *accs; /* other members (a custom tool's "custom": name, input) */
+    size_t naccs;
 };
 
 struct oa_choice {
@@ -299,6 +302,25 @@ static int tool_index(const struct oa_choice *c, const cJSON *tc, size_t *idx)
     return *idx < DIALECT_MAX_INDEX ? 0 : -1;
 }
 
+/* Members of a tool call (a delta's or an answer's) with a meaning of their own here. */
+static bool tool_own_key(const char *key)
+{
+    return strcmp(key, "index") == 0 || strcmp(key, "id") == 0 || strcmp(key, "type") == 0 ||
+           strcmp(key, "function") == 0;
+}
+
+/* Whether a tool call has members beyond those (a custom tool call's "custom"). */
+static bool tool_has_more(const cJSON *tc)
+{
+    const cJSON *m;
+    cJSON_ArrayForEach(m, tc)
+    {
+        if (!tool_own_key(m->string))
+            return true;
+    }
+    return false;
+}
+
 static int oa_tools_delta(struct oa_choice *c, const cJSON *calls)
 {
     if (cJSON_IsNull(calls))
@@ -317,6 +339,19 @@ static int oa_tools_delta(struct oa_choice *c, const cJSON *calls)
         keep_str(&t->type, item(tc, "type"));
         keep_str(&t->name, item(fn, "name"));
         append_str(&t->args, item(fn, "arguments"));
+        if (fn != NULL && !cJSON_IsNull(fn))
+            t->has_fn = true;
+        /* Others as the SDKs merge them: strings concatenate ("custom": {"input": ...}). */
+        const cJSON *m;
+        cJSON_ArrayForEach(m, tc)
+        {
+            if (tool_own_key(m->string))
+                continue;
+            struct oa_acc *a = acc_in(&t->accs, &t->naccs, m->string);
+            if (a == NULL)
+                return -1;
+            acc_add(a, m);
+        }
     }
     return 0;
 }
@@ -443,16 +478,24 @@ static int oa_on_event(void *arg, int k, const struct sse_event *ev, const cJSON
     return 0;
 }
 
-/* {"id","type","function":{"name","arguments"}}: the non-stream tool-call shape. */
+/*
+ * {"id","type","function":{"name","arguments"}}: the non-stream tool-call
+ * shape; a call whose deltas had no "function" but other members (a custom
+ * tool's "custom": {"name","input"}) has those instead.
+ */
 static cJSON *oa_tool_json(struct oa_tool *t)
 {
-    cJSON *fn = chk(cJSON_CreateObject());
-    obj_set(fn, "name", chk(cJSON_CreateString(t->name ? t->name : "")));
-    obj_set(fn, "arguments", chk(cJSON_CreateString(pc_buf_cstr(&t->args))));
     cJSON *o = chk(cJSON_CreateObject());
     obj_set(o, "id", chk(cJSON_CreateString(t->id ? t->id : "")));
     obj_set(o, "type", chk(cJSON_CreateString(t->type ? t->type : "function")));
-    obj_set(o, "function", fn);
+    if (t->has_fn || t->naccs == 0) {
+        cJSON *fn = chk(cJSON_CreateObject());
+        obj_set(fn, "name", chk(cJSON_CreateString(t->name ? t->name : "")));
+        obj_set(fn, "arguments", chk(cJSON_CreateString(pc_buf_cstr(&t->args))));
+        obj_set(o, "function", fn);
+    }
+    for (size_t i = 0; i < t->naccs; i++)
+        obj_set(o, t->accs[i].key, acc_value(&t->accs[i]));
     return o;
 }
 
@@ -546,6 +589,9 @@ static void oa_tool_free(struct oa_tool *t)
     free(t->type);
     free(t->name);
     pc_buf_free(&t->args);
+    for (size_t i = 0; i < t->naccs; i++)
+        acc_free(&t->accs[i]);
+    free(t->accs);
     free(t);
 }
 
@@ -716,30 +762,66 @@ static void chat_role_chunk(struct oa_ctx *c, const cJSON *m)
     pc_buf_free(&d);
 }
 
-/* Tool call i: id/type/name with empty arguments, then the arguments in pieces. */
+/* Deltas {"tool_calls":[{"index":i,"MEMBER":{"FIELD":piece}}]} for each piece of str. */
+static void chat_tool_pieces(struct oa_ctx *c, size_t i, const char *member, const char *field,
+                             const char *str)
+{
+    struct pc_buf d = PC_BUF_INIT;
+    for (size_t n = str ? strlen(str) : 0, pos = 0, k; pos < n; pos += k) {
+        k = piece_len(c->s, str + pos, n - pos);
+        d.len = 0;
+        pc_buf_printf(&d, "{\"tool_calls\":[{\"index\":%zu,\"%s\":{\"%s\":", i, member, field);
+        pc_buf_json_str(&d, str + pos, k);
+        pc_buf_append_str(&d, "}}]}");
+        chat_chunk(c, &d, NULL);
+    }
+    pc_buf_free(&d);
+}
+
+/*
+ * Tool call i: id/type/name with empty arguments, then the arguments in
+ * pieces. A call with other members (a custom tool's "custom") has them in
+ * its first delta, a custom call's input emptied, then that input in pieces.
+ */
 static void chat_tool(struct oa_ctx *c, const cJSON *tc, size_t i)
 {
-    const cJSON *fn = item(tc, "function");
+    const cJSON *fn = item(tc, "function"), *custom = item(tc, "custom"), *m;
     const char *id = str_of(item(tc, "id")), *type = str_of(item(tc, "type"));
     const char *name = str_of(item(fn, "name")), *args = str_of(item(fn, "arguments"));
+    const char *input = cJSON_IsObject(custom) ? str_of(item(custom, "input")) : NULL;
+    bool has_fn = fn != NULL || !tool_has_more(tc);
     struct pc_buf d = PC_BUF_INIT;
     pc_buf_printf(&d, "{\"tool_calls\":[{\"index\":%zu,\"id\":", i);
     buf_json_cstr(&d, id ? id : "");
     pc_buf_append_str(&d, ",\"type\":");
     buf_json_cstr(&d, type ? type : "function");
-    pc_buf_append_str(&d, ",\"function\":{\"name\":");
-    buf_json_cstr(&d, name ? name : "");
-    pc_buf_append_str(&d, ",\"arguments\":\"\"}}]}");
-    chat_chunk(c, &d, NULL);
-    for (size_t n = args ? strlen(args) : 0, pos = 0, k; pos < n; pos += k) {
-        k = piece_len(c->s, args + pos, n - pos);
-        d.len = 0;
-        pc_buf_printf(&d, "{\"tool_calls\":[{\"index\":%zu,\"function\":{\"arguments\":", i);
-        pc_buf_json_str(&d, args + pos, k);
-        pc_buf_append_str(&d, "}}]}");
-        chat_chunk(c, &d, NULL);
+    if (has_fn) {
+        pc_buf_append_str(&d, ",\"function\":{\"name\":");
+        buf_json_cstr(&d, name ? name : "");
+        pc_buf_append_str(&d, ",\"arguments\":\"\"}");
     }
+    cJSON_ArrayForEach(m, tc)
+    {
+        if (tool_own_key(m->string))
+            continue;
+        pc_buf_append_char(&d, ',');
+        buf_json_cstr(&d, m->string);
+        pc_buf_append_char(&d, ':');
+        if (m == custom && input != NULL) {
+            cJSON *start = json_dup(custom);
+            obj_set(start, "input", chk(cJSON_CreateString("")));
+            dialect_buf_json(&d, start);
+            cJSON_Delete(start);
+        } else {
+            dialect_buf_json(&d, m);
+        }
+    }
+    pc_buf_append_str(&d, "}]}");
+    chat_chunk(c, &d, NULL);
     pc_buf_free(&d);
+    if (has_fn)
+        chat_tool_pieces(c, i, "function", "arguments", args);
+    chat_tool_pieces(c, i, "custom", "input", input);
 }
 
 /* Legacy function_call: name first, then the arguments in pieces. */

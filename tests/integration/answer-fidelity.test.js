@@ -1,0 +1,408 @@
+'use strict';
+/*
+ * A cached answer says exactly what the upstream said, in either mode: an
+ * answer first fetched as JSON and served to a stream client, and a stream
+ * assembled into the JSON answer served to a JSON client, carry the same
+ * text, tool calls (ids, names, arguments byte for byte, several per turn,
+ * across n choices), finish and stop reasons, refusals, logprobs, reasoning,
+ * Anthropic thinking with its signature, redacted thinking, citations and
+ * server tool blocks, Responses reasoning items and calls. The upstream's
+ * exact bytes come from x-mock-body / x-mock-sse; what the client gets is
+ * read as the SDKs' stream helpers read it (deltas accumulated: strings
+ * concatenated, objects merged, list entries merged by their "index").
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const env = h.environment();
+
+const CHAT = '/v1/chat/completions';
+const COMPLETIONS = '/v1/completions';
+const MESSAGES = '/v1/messages';
+const RESPONSES = '/v1/responses';
+
+const b64 = (s) => Buffer.from(s).toString('base64');
+/* JSON in ASCII (a header's value): every other character as its \\u escape. */
+const asciiJson = (v) => JSON.stringify(v).replace(/[\u007f-\uffff]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+const sse = (events) => events.map((e) => (typeof e === 'string' ? `data: ${e}\n\n`
+    : `${e.event ? `event: ${e.event}\n` : ''}data: ${JSON.stringify(e.data)}\n\n`)).join('');
+
+/* The openai Python SDK's accumulate_delta, numbers left as the last value. */
+function accumulate(acc, delta) {
+    for (const [k, v] of Object.entries(delta)) {
+        const have = acc[k];
+        if (have === undefined || have === null || k === 'index' || k === 'type') {
+            acc[k] = v === null || typeof v !== 'object' ? v : structuredClone(v);
+        } else if (typeof have === 'string' && typeof v === 'string') {
+            acc[k] = have + v;
+        } else if (Array.isArray(have) && Array.isArray(v)) {
+            if (v.every((x) => x && typeof x === 'object' && Number.isInteger(x.index))) {
+                for (const entry of v) {
+                    if (have[entry.index] === undefined)
+                        have[entry.index] = structuredClone(entry);
+                    else
+                        accumulate(have[entry.index], entry);
+                }
+            } else {
+                have.push(...structuredClone(v));
+            }
+        } else if (have && typeof have === 'object' && v && typeof v === 'object') {
+            accumulate(have, v);
+        } else if (v !== null) {
+            acc[k] = v;
+        }
+    }
+    return acc;
+}
+
+/* A chat or completions stream as its choices (by index) and the chunks' top members. */
+function assembleOpenAI(text) {
+    const events = h.parseSSE(text);
+    const out = {choices: [], usage: null, done: false, top: {}, chunks: []};
+    for (const ev of events) {
+        if (ev.data === '[DONE]') {
+            out.done = true;
+            continue;
+        }
+        const chunk = JSON.parse(ev.data);
+        out.chunks.push(chunk);
+        if (chunk.usage)
+            out.usage = chunk.usage;
+        for (const [k, v] of Object.entries(chunk))
+            if (!['choices', 'usage', 'object'].includes(k))
+                out.top[k] = v;
+        for (const ch of chunk.choices) {
+            const c = out.choices[ch.index] || (out.choices[ch.index] = {message: {}, text: '',
+                finish_reason: null, logprobs: undefined});
+            if (ch.delta)
+                accumulate(c.message, ch.delta);
+            if (typeof ch.text === 'string')
+                c.text += ch.text;
+            if (ch.finish_reason)
+                c.finish_reason = ch.finish_reason;
+            if (ch.logprobs !== undefined) {
+                if (c.logprobs === undefined || c.logprobs === null)
+                    c.logprobs = ch.logprobs === null ? null : structuredClone(ch.logprobs);
+                else if (ch.logprobs)
+                    accumulate(c.logprobs, ch.logprobs);
+            }
+        }
+    }
+    for (const c of out.choices)
+        for (const tc of (c && c.message.tool_calls) || [])
+            delete tc.index;
+    return out;
+}
+
+/* The members of a JSON chat message a stream carries (null ones are absent from deltas). */
+function streamedMessage(m) {
+    const out = {};
+    for (const [k, v] of Object.entries(m))
+        if (v !== null && !(k === 'content' && v === ''))
+            out[k] = v;
+    return out;
+}
+
+async function post(path, body, headers) {
+    const res = await env.proxy.post(path, body, headers);
+    assert.equal(res.status, 200, res.text.slice(0, 400));
+    return res;
+}
+
+/* JSON answer first (exact upstream bytes), then the same request as a stream: a HIT. */
+async function jsonThenStream(path, body, raw, streamExtra = {}) {
+    const j = await post(path, body, {'x-mock-body': raw});
+    h.assertFromUpstream(j, env.mock);
+    const s = await post(path, {...body, stream: true, ...streamExtra});
+    h.assertHit(s);
+    assert.match(String(s.headers['content-type']), /^text\/event-stream/);
+    return {json: JSON.parse(raw), stream: s.text};
+}
+
+/* A stream first (exact upstream bytes), then the same request as JSON and as a stream again. */
+async function streamThenJson(path, body, raw, streamExtra = {stream: true}) {
+    const s = await post(path, {...body, ...streamExtra}, {'x-mock-sse': b64(raw)});
+    h.assertFromUpstream(s, env.mock);
+    const j = await post(path, body);
+    h.assertHit(j);
+    const again = await post(path, {...body, ...streamExtra});
+    h.assertHit(again);
+    return {miss: s.text, json: j.json, again: again.text};
+}
+
+/* ------------------------------------------------------------------------ */
+/* OpenAI chat                                                               */
+
+const LOGPROBS = {content: [{token: 'Hi', logprob: -0.25, bytes: [72, 105], top_logprobs: []},
+    {token: ' \u{1F600}', logprob: -1.5e-7, bytes: [32, 240, 159, 152, 128], top_logprobs: []}],
+refusal: null};
+
+h.test('chat JSON served as a stream: n=2, reasoning, parallel tool calls, a refusal, logprobs', async () => {
+    const answer = {id: 'chatcmpl-fid1', object: 'chat.completion', created: 1700000000, model: 'gpt-x',
+        choices: [
+            {index: 0, message: {role: 'assistant', content: 'Checking \u{1F600} both \ud83c\udf0d cities.',
+                reasoning_content: 'The user wants two lookups; I call both at once.',
+                tool_calls: [
+                    {id: 'call_a', type: 'function', function: {name: 'get_weather', arguments: '{"city": "Paris", "unit":"c"}'}},
+                    {id: 'call_b', type: 'function', function: {name: 'get_time', arguments: '{"tz":"Europe/Rome","list":[1,2.50,"\\u00e9"]}'}},
+                ], refusal: null, annotations: []},
+            logprobs: LOGPROBS, finish_reason: 'tool_calls'},
+            {index: 1, message: {role: 'assistant', content: null, refusal: 'I can\u2019t help with that.'},
+                logprobs: null, finish_reason: 'stop'},
+        ],
+        usage: {prompt_tokens: 11, completion_tokens: 40, total_tokens: 51},
+        system_fingerprint: 'fp_x'};
+    const body = h.chatBody(h.uniq('fidelity chat json'), {n: 2, logprobs: true});
+    const {json, stream} = await jsonThenStream(CHAT, body, asciiJson(answer), h.STREAM_WITH_USAGE);
+    const a = assembleOpenAI(stream);
+    assert.ok(a.done);
+    assert.deepEqual(a.usage, json.usage);
+    assert.equal(a.choices.length, 2);
+    for (const ch of json.choices) {
+        const got = a.choices[ch.index];
+        assert.deepEqual(streamedMessage(got.message), streamedMessage(ch.message), `choice ${ch.index} message`);
+        assert.equal(got.finish_reason, ch.finish_reason);
+        assert.deepEqual(got.logprobs, ch.logprobs, `choice ${ch.index} logprobs`);
+    }
+    assert.equal(a.top.id, 'chatcmpl-fid1');
+    assert.equal(a.top.system_fingerprint, 'fp_x');
+});
+
+function chatChunk(choices, extra = {}) {
+    return JSON.stringify({id: 'chatcmpl-fid2', object: 'chat.completion.chunk', created: 1700000001,
+        model: 'gpt-x', choices, ...extra});
+}
+
+h.test('chat stream served as JSON: deltas merged by index, out of order, many pieces', async () => {
+    const raw = sse([
+        chatChunk([{index: 1, delta: {role: 'assistant', content: ''}, logprobs: null, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {role: 'assistant', content: null, reasoning_content: 'Two '}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {reasoning_content: 'calls.'}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {tool_calls: [{index: 0, id: 'call_1', type: 'function',
+            function: {name: 'get_weather', arguments: ''}}]}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {tool_calls: [{index: 0, function: {arguments: '{"ci'}}]}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {tool_calls: [{index: 1, id: 'call_2', type: 'function',
+            function: {name: 'get_time', arguments: '{"tz": '}}]}, finish_reason: null}]),
+        chatChunk([{index: 1, delta: {content: 'Hello \u{1F44B}'}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {tool_calls: [{index: 0, function: {arguments: 'ty":"Paris"}'}}]}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {tool_calls: [{index: 1, function: {arguments: '"UTC"}'}}]}, finish_reason: null}]),
+        chatChunk([{index: 1, delta: {content: ' there, w\u00f6rld'}, finish_reason: null}]),
+        chatChunk([{index: 1, delta: {}, finish_reason: 'stop'}]),
+        chatChunk([{index: 0, delta: {}, finish_reason: 'tool_calls'}]),
+        chatChunk([], {usage: {prompt_tokens: 9, completion_tokens: 30, total_tokens: 39}}),
+        '[DONE]',
+    ]);
+    const body = h.chatBody(h.uniq('fidelity chat stream'), {n: 2});
+    const {miss, json, again} = await streamThenJson(CHAT, body, raw, h.STREAM_WITH_USAGE);
+    const m = assembleOpenAI(miss);
+    assert.deepEqual(json.choices.map((c) => c.index), [0, 1], 'choices in index order');
+    for (const ch of json.choices) {
+        assert.deepEqual(streamedMessage(ch.message), streamedMessage(m.choices[ch.index].message),
+            `choice ${ch.index} as the stream said`);
+        assert.equal(ch.finish_reason, m.choices[ch.index].finish_reason);
+    }
+    assert.equal(json.choices[0].message.tool_calls[0].function.arguments, '{"city":"Paris"}');
+    assert.equal(json.choices[0].message.tool_calls[1].function.arguments, '{"tz": "UTC"}');
+    assert.deepEqual(json.usage, m.usage);
+    assert.deepEqual(h.parseSSE(again), h.parseSSE(miss), 'the stream replayed event for event');
+});
+
+/* OpenAI's custom tools (type "custom"): the call's name and input are under "custom". */
+h.test('chat JSON with a custom tool call served as a stream keeps its name and input', async () => {
+    const answer = {id: 'chatcmpl-fid3', object: 'chat.completion', created: 1700000002, model: 'gpt-x',
+        choices: [{index: 0, message: {role: 'assistant', content: null, refusal: null,
+            tool_calls: [{id: 'call_c', type: 'custom', custom: {name: 'run_sql', input: 'SELECT 1;\nSELECT "x";'}},
+                {id: 'call_f', type: 'function', function: {name: 'get_weather', arguments: '{}'}}]},
+        logprobs: null, finish_reason: 'tool_calls'}],
+        usage: {prompt_tokens: 5, completion_tokens: 12, total_tokens: 17}};
+    const body = h.chatBody(h.uniq('fidelity custom tool json'));
+    const {json, stream} = await jsonThenStream(CHAT, body, asciiJson(answer));
+    const a = assembleOpenAI(stream);
+    assert.deepEqual(a.choices[0].message.tool_calls, json.choices[0].message.tool_calls);
+});
+
+h.test('chat stream with a custom tool call served as JSON keeps its name and input', async () => {
+    const raw = sse([
+        chatChunk([{index: 0, delta: {role: 'assistant', content: null}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {tool_calls: [{index: 0, id: 'call_c', type: 'custom',
+            custom: {name: 'run_sql', input: ''}}]}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {tool_calls: [{index: 0, custom: {input: 'SELECT '}}]}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {tool_calls: [{index: 0, custom: {input: '1;'}}]}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {}, finish_reason: 'tool_calls'}]),
+        chatChunk([], {usage: {prompt_tokens: 5, completion_tokens: 12, total_tokens: 17}}),
+        '[DONE]',
+    ]);
+    const body = h.chatBody(h.uniq('fidelity custom tool stream'));
+    const {json} = await streamThenJson(CHAT, body, raw, h.STREAM_WITH_USAGE);
+    assert.deepEqual(json.choices[0].message.tool_calls,
+        [{id: 'call_c', type: 'custom', custom: {name: 'run_sql', input: 'SELECT 1;'}}]);
+});
+
+/* ------------------------------------------------------------------------ */
+/* Legacy completions                                                        */
+
+h.test('completions JSON served as a stream: n=2 with logprobs, in order', async () => {
+    const lp = (toks) => ({tokens: toks, token_logprobs: toks.map(() => -0.5),
+        top_logprobs: toks.map((t) => ({[t]: -0.5})), text_offset: toks.map((_, i) => i)});
+    const answer = {id: 'cmpl-fid', object: 'text_completion', created: 1700000003, model: 'gpt-3.5-turbo-instruct',
+        choices: [{text: ' one \u{1F600}', index: 0, logprobs: lp([' one', ' \u{1F600}']), finish_reason: 'length'},
+            {text: ' two', index: 1, logprobs: lp([' two']), finish_reason: 'stop'}],
+        usage: {prompt_tokens: 3, completion_tokens: 3, total_tokens: 6}};
+    const body = h.completionBody(h.uniq('fidelity completions'), {n: 2, logprobs: 1});
+    const {json, stream} = await jsonThenStream(COMPLETIONS, body, asciiJson(answer), h.STREAM_WITH_USAGE);
+    const a = assembleOpenAI(stream);
+    assert.deepEqual(a.usage, json.usage);
+    for (const ch of json.choices) {
+        assert.equal(a.choices[ch.index].text, ch.text);
+        assert.equal(a.choices[ch.index].finish_reason, ch.finish_reason);
+        assert.deepEqual(a.choices[ch.index].logprobs, ch.logprobs);
+    }
+});
+
+/* ------------------------------------------------------------------------ */
+/* Anthropic                                                                 */
+
+/* As the @anthropic-ai/sdk MessageStream accumulates events into its final message. */
+function assembleAnthropic(text) {
+    let msg = null;
+    const partial = [];
+    for (const ev of h.parseSSE(text)) {
+        const d = JSON.parse(ev.data);
+        if (d.type === 'message_start') {
+            msg = structuredClone(d.message);
+        } else if (d.type === 'content_block_start') {
+            msg.content[d.index] = structuredClone(d.content_block);
+            partial[d.index] = '';
+        } else if (d.type === 'content_block_delta') {
+            const b = msg.content[d.index];
+            const t = d.delta.type;
+            if (t === 'text_delta')
+                b.text += d.delta.text;
+            else if (t === 'thinking_delta')
+                b.thinking += d.delta.thinking;
+            else if (t === 'signature_delta')
+                b.signature = d.delta.signature;
+            else if (t === 'citations_delta')
+                b.citations = [...(b.citations || []), d.delta.citation];
+            else if (t === 'input_json_delta')
+                partial[d.index] += d.delta.partial_json;
+        } else if (d.type === 'content_block_stop') {
+            if (partial[d.index])
+                msg.content[d.index].input = JSON.parse(partial[d.index]);
+        } else if (d.type === 'message_delta') {
+            Object.assign(msg, d.delta);
+            for (const [k, v] of Object.entries(d.usage || {}))
+                if (v !== null)
+                    msg.usage[k] = v;
+        }
+    }
+    return msg;
+}
+
+const AN_CONTENT = [
+    {type: 'thinking', thinking: 'Let me search for this \u{1F50D} first.', signature: 'EqQBCkYIBhgCIkA0c2ln/+=='},
+    {type: 'redacted_thinking', data: 'EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP'},
+    {type: 'server_tool_use', id: 'srvtoolu_01', name: 'web_search', input: {query: 'weather Paris today'}},
+    {type: 'web_search_tool_result', tool_use_id: 'srvtoolu_01', content: [
+        {type: 'web_search_result', url: 'https://example.com/w', title: 'Weather', encrypted_content: 'Eq0x', page_age: null}]},
+    {type: 'text', text: 'It is sunny \u2600\ufe0f in Paris.', citations: [
+        {type: 'web_search_result_location', url: 'https://example.com/w', title: 'Weather',
+            encrypted_index: 'EpMB', cited_text: 'Sunny, 24 \u00b0C'}]},
+    {type: 'tool_use', id: 'toolu_02', name: 'get_time', input: {tz: 'Europe/Paris', list: [1, 'a\u00e9', null, true]}},
+];
+
+h.test('messages JSON served as a stream: thinking, redacted thinking, server tools, citations', async () => {
+    const answer = {id: 'msg_fid1', type: 'message', role: 'assistant', model: 'claude-x', content: AN_CONTENT,
+        stop_reason: 'tool_use', stop_sequence: null,
+        usage: {input_tokens: 20, cache_creation_input_tokens: 0, cache_read_input_tokens: 4, output_tokens: 90,
+            server_tool_use: {web_search_requests: 1}}};
+    const body = h.messagesBody(h.uniq('fidelity messages json'));
+    const {json, stream} = await jsonThenStream(MESSAGES, body, asciiJson(answer));
+    const m = assembleAnthropic(stream);
+    assert.deepEqual(m.content, json.content);
+    assert.equal(m.stop_reason, 'tool_use');
+    assert.equal(m.stop_sequence, null);
+    assert.deepEqual(m.usage, json.usage);
+    assert.equal(m.id, json.id);
+});
+
+function anEvent(data) {
+    return {event: data.type, data};
+}
+
+h.test('messages stream served as JSON: signature, citations and input JSON deltas merged', async () => {
+    const delta = (index, d) => anEvent({type: 'content_block_delta', index, delta: d});
+    const stop = (index) => anEvent({type: 'content_block_stop', index});
+    const start = (index, b) => anEvent({type: 'content_block_start', index, content_block: b});
+    const raw = sse([
+        anEvent({type: 'message_start', message: {id: 'msg_fid2', type: 'message', role: 'assistant', model: 'claude-x',
+            content: [], stop_reason: null, stop_sequence: null,
+            usage: {input_tokens: 20, cache_creation_input_tokens: 0, cache_read_input_tokens: 4, output_tokens: 1}}}),
+        start(0, {type: 'thinking', thinking: '', signature: ''}),
+        delta(0, {type: 'thinking_delta', thinking: 'Let me search for this '}),
+        delta(0, {type: 'thinking_delta', thinking: '\u{1F50D} first.'}),
+        delta(0, {type: 'signature_delta', signature: 'EqQBCkYIBhgCIkA0c2ln/+=='}),
+        stop(0),
+        start(1, {type: 'redacted_thinking', data: 'EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP'}),
+        stop(1),
+        start(2, {type: 'server_tool_use', id: 'srvtoolu_01', name: 'web_search', input: {}}),
+        delta(2, {type: 'input_json_delta', partial_json: ''}),
+        delta(2, {type: 'input_json_delta', partial_json: '{"query": "weather'}),
+        delta(2, {type: 'input_json_delta', partial_json: ' Paris today"}'}),
+        stop(2),
+        start(3, AN_CONTENT[3]),
+        stop(3),
+        start(4, {type: 'text', text: '', citations: []}),
+        delta(4, {type: 'citations_delta', citation: AN_CONTENT[4].citations[0]}),
+        delta(4, {type: 'text_delta', text: 'It is sunny \u2600'}),
+        delta(4, {type: 'text_delta', text: '\ufe0f in Paris.'}),
+        stop(4),
+        start(5, {type: 'tool_use', id: 'toolu_02', name: 'get_time', input: {}}),
+        delta(5, {type: 'input_json_delta', partial_json: '{"tz": "Europe/Paris", "list": [1, "a\\u00e9", nu'}),
+        delta(5, {type: 'input_json_delta', partial_json: 'll, true]}'}),
+        stop(5),
+        anEvent({type: 'message_delta', delta: {stop_reason: 'tool_use', stop_sequence: null},
+            usage: {output_tokens: 90, server_tool_use: {web_search_requests: 1}}}),
+        anEvent({type: 'message_stop'}),
+    ]);
+    const body = h.messagesBody(h.uniq('fidelity messages stream'));
+    const {miss, json, again} = await streamThenJson(MESSAGES, body, raw);
+    const m = assembleAnthropic(miss);
+    assert.deepEqual(json.content, m.content, 'the JSON answer holds what the stream said');
+    assert.deepEqual(json.content, AN_CONTENT);
+    assert.equal(json.stop_reason, 'tool_use');
+    assert.deepEqual(json.usage, m.usage);
+    assert.deepEqual(h.parseSSE(again), h.parseSSE(miss), 'the stream replayed event for event');
+});
+
+/* ------------------------------------------------------------------------ */
+/* Responses API                                                             */
+
+h.test('responses JSON served as a stream: reasoning item, message with annotations, function call', async () => {
+    const answer = {id: 'resp_fid1', object: 'response', created_at: 1700000004, status: 'completed', model: 'gpt-x',
+        output: [
+            {id: 'rs_1', type: 'reasoning', summary: [{type: 'summary_text', text: 'Thinking about \u{1F30D}.'}],
+                encrypted_content: 'gAAAAB...=='},
+            {id: 'msg_1', type: 'message', status: 'completed', role: 'assistant', content: [
+                {type: 'output_text', text: 'See the docs \u2014 here.', logprobs: [],
+                    annotations: [{type: 'url_citation', start_index: 0, end_index: 3, url: 'https://example.com', title: 'x'}]}]},
+            {id: 'fc_1', type: 'function_call', status: 'completed', call_id: 'call_r', name: 'get_weather',
+                arguments: '{"city":"Paris"}'},
+        ],
+        incomplete_details: null, usage: {input_tokens: 7, output_tokens: 30, total_tokens: 37,
+            input_tokens_details: {cached_tokens: 0}, output_tokens_details: {reasoning_tokens: 10}}};
+    const body = {model: 'gpt-x', input: h.uniq('fidelity responses json')};
+    const {json, stream} = await jsonThenStream(RESPONSES, body, asciiJson(answer));
+    const events = h.parseSSE(stream).map((e) => JSON.parse(e.data));
+    const last = events[events.length - 1];
+    assert.equal(last.type, 'response.completed');
+    assert.deepEqual(last.response, json);
+    const text = events.filter((e) => e.type === 'response.output_text.delta').map((e) => e.delta).join('');
+    assert.equal(text, 'See the docs \u2014 here.');
+    const args = events.filter((e) => e.type === 'response.function_call_arguments.delta').map((e) => e.delta).join('');
+    assert.equal(args, '{"city":"Paris"}');
+    const summary = events.filter((e) => e.type === 'response.reasoning_summary_text.delta').map((e) => e.delta).join('');
+    assert.equal(summary, 'Thinking about \u{1F30D}.');
+    assert.deepEqual(events.map((e) => e.sequence_number), events.map((_, i) => i));
+});
