@@ -121,7 +121,10 @@ int dialect_replay(enum api_endpoint e, const char *rec, size_t len, bool includ
  * be served that way (malformed, or cut off), or DIALECT_OTHER_MODE_ONLY
  * if it is sound but would change in this mode (a Messages answer whose
  * tool input holds numbers a stream would not carry as written,
- * dialect_numbers_kept): it serves the mode it was stored in only.
+ * dialect_numbers_kept): it serves the mode it was stored in only. A
+ * recording without usage is DIALECT_OTHER_MODE_ONLY for a client that asks
+ * for usage (include_usage, OpenAI chat and completions): it lacks what the
+ * upstream would send that client.
  */
 #define DIALECT_OTHER_MODE_ONLY (-2)
 int dialect_answer(enum api_endpoint e, bool recorded, const char *body, size_t len, bool stream,

@@ -68,40 +68,64 @@ struct replay {
     const struct dialect *d;
     bool include_usage;
     struct pc_buf *out;
+    bool usage_seen; /* an event carried a "usage" object */
 };
 
 static int replay_event(void *arg, int kind, const struct sse_event *ev, const cJSON *json)
 {
     struct replay *r = arg;
+    if (cJSON_IsObject(item(json, "usage")))
+        r->usage_seen = true;
     if (!r->include_usage && r->d->usage_chunk != NULL && r->d->usage_chunk(kind, json))
         return 0;
     sse_write_event(r->out, ev);
     return 0;
 }
 
-int dialect_replay(enum api_endpoint e, const char *rec, size_t len, bool include_usage,
-                   struct pc_buf *out)
+/* dialect_replay; *usage_seen (may be NULL): whether any event of it carried usage. */
+static int replay_usage(enum api_endpoint e, const char *rec, size_t len, bool include_usage,
+                        struct pc_buf *out, bool *usage_seen)
 {
-    struct replay r = {dialect_of(e), include_usage, out};
+    struct replay r = {dialect_of(e), include_usage, out, false};
     size_t mark = out->len;
     if (!api_streams(e) || sse_walk(r.d->classify, rec, len, replay_event, &r) < 0) {
         out->len = mark;
         return -1;
     }
+    if (usage_seen != NULL)
+        *usage_seen = r.usage_seen;
     return 0;
+}
+
+int dialect_replay(enum api_endpoint e, const char *rec, size_t len, bool include_usage,
+                   struct pc_buf *out)
+{
+    return replay_usage(e, rec, len, include_usage, out, NULL);
 }
 
 /*
  * A recorded stream for a client: without the usage chunk unless it asked
  * for usage, and then (dialects whose streams carry usage on request) also
  * without the "usage": null members that asking for usage put in the other
- * chunks.
+ * chunks. A recording without usage (its client did not ask, and the
+ * upstream was not asked: stream-usage no) is no answer for a client that
+ * asks: the upstream would have sent it usage.
  */
 static int answer_replay(enum api_endpoint e, const char *rec, size_t len, bool include_usage,
                          struct pc_buf *out)
 {
-    if (include_usage || !dialect_usage_on_request(dialect_of(e)))
+    if (!dialect_usage_on_request(dialect_of(e)))
         return dialect_replay(e, rec, len, include_usage, out);
+    if (include_usage) {
+        bool usage_seen = false;
+        size_t mark = out->len;
+        int rc = replay_usage(e, rec, len, true, out, &usage_seen);
+        if (rc == 0 && !usage_seen) {
+            out->len = mark;
+            return DIALECT_OTHER_MODE_ONLY;
+        }
+        return rc;
+    }
     struct pc_buf all = PC_BUF_INIT;
     int rc = dialect_replay(e, rec, len, false, &all);
     if (rc == 0) {

@@ -406,3 +406,34 @@ h.test('responses JSON served as a stream: reasoning item, message with annotati
     assert.equal(summary, 'Thinking about \u{1F30D}.');
     assert.deepEqual(events.map((e) => e.sequence_number), events.map((_, i) => i));
 });
+
+/* ------------------------------------------------------------------------ */
+/* Usage on request                                                          */
+
+/*
+ * With stream-usage no, a stream asked without include_usage is recorded
+ * without the usage chunk. A later client that asks for usage must get it,
+ * as the upstream would send it: not a replay without any usage. It goes
+ * to the upstream, and its answer (with usage) then serves both kinds.
+ */
+h.test('a stream recorded without usage is no answer for a client that asks for usage', async () => {
+    const proxy = await env.startProxy({args: ['--stream-usage', 'no']});
+    const body = h.chatBody(h.uniq('fidelity usage asked later'));
+    const first = await proxy.post(CHAT, {...body, stream: true});
+    assert.equal(first.status, 200);
+    assert.ok(assembleOpenAI(first.text).usage === null, 'the upstream was not asked for usage');
+    h.assertHit(await proxy.post(CHAT, {...body, stream: true}));
+    const calls = env.mock.callCount(CHAT);
+    const asked = await proxy.post(CHAT, {...body, ...h.STREAM_WITH_USAGE});
+    assert.equal(asked.status, 200);
+    const a = assembleOpenAI(asked.text);
+    assert.ok(a.done);
+    assert.ok(a.usage && a.usage.total_tokens > 0, 'a client that asked for usage gets it');
+    assert.equal(env.mock.callCount(CHAT), calls + 1, 'from the upstream');
+    const again = await proxy.post(CHAT, {...body, ...h.STREAM_WITH_USAGE});
+    h.assertHit(again);
+    assert.deepEqual(assembleOpenAI(again.text).usage, a.usage, 'then from the cache, with usage');
+    const plain = await proxy.post(CHAT, {...body, stream: true});
+    h.assertHit(plain);
+    assert.equal(assembleOpenAI(plain.text).usage, null, 'and without it for a client that did not ask');
+});
