@@ -11,8 +11,10 @@
  *            pieces, tool calls, finish chunk (each choice), usage, [DONE]
  *
  * Accumulation follows the official SDKs' stream helpers: strings are
- * concatenated, objects (message.audio) merged member by member,
- * ids/names/roles/finish reasons keep the last non-empty value.
+ * concatenated, objects (message.audio, a custom tool call's "custom")
+ * merged member by member, ids/names/roles/finish reasons keep the last
+ * non-empty value, a choice's other members (vLLM's stop_reason) the last
+ * non-null one.
  */
 #include "dialect_int.h"
 
@@ -83,6 +85,7 @@ struct oa_choice {
     cJSON *logprobs;
     bool logprobs_seen;
     cJSON *finish; /* last non-null finish_reason */
+    cJSON *extra;  /* other members of the choice (vLLM's stop_reason): last non-null value */
 };
 
 struct oa_asm {
@@ -393,6 +396,37 @@ static int oa_delta(struct oa_choice *c, const cJSON *delta)
     return 0;
 }
 
+/* Members of a choice (a chunk's or an answer's) with a meaning of their own here. */
+static bool choice_own_key(const char *key)
+{
+    static const char *const keys[] = {"index", "delta",    "message",
+                                       "text",  "logprobs", "finish_reason"};
+    for (size_t i = 0; i < PC_ARRAY_LEN(keys); i++)
+        if (strcmp(key, keys[i]) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * Other members of a choice (vLLM's stop_reason, SGLang's matched_stop,
+ * Azure's content_filter_results): the last non-null value, as the openai
+ * SDK's stream helper keeps them (null only until a value comes).
+ */
+static void choice_extras(struct oa_choice *c, const cJSON *ch)
+{
+    const cJSON *x;
+    cJSON_ArrayForEach(x, ch)
+    {
+        if (choice_own_key(x->string))
+            continue;
+        if (c->extra == NULL)
+            c->extra = chk(cJSON_CreateObject());
+        const cJSON *have = item(c->extra, x->string);
+        if (have == NULL ? cJSON_GetArraySize(c->extra) < OA_MAX_KEYS : !cJSON_IsNull(x))
+            obj_set(c->extra, x->string, json_dup(x));
+    }
+}
+
 static int oa_choice_chunk(struct oa_asm *st, const cJSON *ch)
 {
     size_t idx = 0;
@@ -410,6 +444,7 @@ static int oa_choice_chunk(struct oa_asm *st, const cJSON *ch)
         cJSON_Delete(c->finish);
         c->finish = json_dup(fr);
     }
+    choice_extras(c, ch);
     if (st->e == API_COMPLETIONS) {
         const cJSON *text = item(ch, "text");
         if (text != NULL)
@@ -541,6 +576,11 @@ static cJSON *oa_choice_json(struct oa_asm *st, struct oa_choice *c, size_t idx)
     if (c->logprobs_seen)
         obj_set(o, "logprobs", c->logprobs ? json_dup(c->logprobs) : chk(cJSON_CreateNull()));
     obj_set(o, "finish_reason", c->finish ? json_dup(c->finish) : chk(cJSON_CreateNull()));
+    const cJSON *x;
+    cJSON_ArrayForEach(x, c->extra)
+    {
+        obj_set(o, x->string, json_dup(x));
+    }
     return o;
 }
 
@@ -609,6 +649,7 @@ static void oa_choice_free(struct oa_choice *c)
     free(c->role);
     cJSON_Delete(c->logprobs);
     cJSON_Delete(c->finish);
+    cJSON_Delete(c->extra);
     free(c);
 }
 
@@ -687,12 +728,19 @@ static void oa_head(struct synth *s, const cJSON *resp, const char *object)
     }
 }
 
-/* One choice being streamed; logprobs ride on one chunk, null on the others. */
+/*
+ * One choice being streamed; logprobs ride on one chunk, null on the others.
+ * The choice's other members (vLLM's stop_reason) ride on its first chunk
+ * and on its finish chunk: readers that keep the first value and those that
+ * keep the last both get them.
+ */
 struct oa_ctx {
     struct synth *s;
     size_t index;
     const cJSON *logprobs; /* NULL: the answer's choice has no "logprobs" member */
     bool lp_pending;
+    const cJSON *choice; /* the answer's choice, for its other members */
+    bool extras_pending; /* its first chunk is still to come */
 };
 
 static size_t synth_index(const cJSON *ch, size_t pos)
@@ -701,9 +749,22 @@ static size_t synth_index(const cJSON *ch, size_t pos)
     return dialect_index(item(ch, "index"), &i) == 0 ? i : pos;
 }
 
-/* Close a choice body: logprobs (if the answer has them) and finish_reason. */
-static void oa_choice_tail(struct oa_ctx *c, struct pc_buf *b, const cJSON *finish)
+/* Close a choice body: other members, logprobs (if the answer has them) and finish_reason. */
+static void oa_choice_tail(struct oa_ctx *c, struct pc_buf *b, const cJSON *finish, bool last)
 {
+    const cJSON *x;
+    if (c->extras_pending || last) {
+        cJSON_ArrayForEach(x, c->choice)
+        {
+            if (choice_own_key(x->string))
+                continue;
+            pc_buf_append_char(b, ',');
+            buf_json_cstr(b, x->string);
+            pc_buf_append_char(b, ':');
+            dialect_buf_json(b, x);
+        }
+        c->extras_pending = false;
+    }
     if (c->logprobs != NULL) {
         pc_buf_append_str(b, ",\"logprobs\":");
         dialect_buf_json(b, c->lp_pending ? c->logprobs : NULL);
@@ -716,12 +777,18 @@ static void oa_choice_tail(struct oa_ctx *c, struct pc_buf *b, const cJSON *fini
     pc_buf_free(b);
 }
 
-static void chat_chunk(struct oa_ctx *c, const struct pc_buf *delta, const cJSON *finish)
+static void chat_chunk_end(struct oa_ctx *c, const struct pc_buf *delta, const cJSON *finish,
+                           bool last)
 {
     struct pc_buf b = PC_BUF_INIT;
     pc_buf_printf(&b, "{\"index\":%zu,\"delta\":", c->index);
     pc_buf_append(&b, delta->data, delta->len);
-    oa_choice_tail(c, &b, finish);
+    oa_choice_tail(c, &b, finish, last);
+}
+
+static void chat_chunk(struct oa_ctx *c, const struct pc_buf *delta, const cJSON *finish)
+{
+    chat_chunk_end(c, delta, finish, false);
 }
 
 /* Delta {"key":VALUE} for each piece of a string (at least one), or once for other values. */
@@ -875,7 +942,7 @@ static int chat_choice(struct synth *s, const cJSON *ch, size_t pos)
     const cJSON *m = item(ch, "message");
     if (!cJSON_IsObject(m))
         return -1;
-    struct oa_ctx c = {s, synth_index(ch, pos), item(ch, "logprobs"), false};
+    struct oa_ctx c = {s, synth_index(ch, pos), item(ch, "logprobs"), false, ch, true};
     chat_role_chunk(&c, m);
     c.lp_pending = true;
     const cJSON *k;
@@ -895,12 +962,12 @@ static int chat_choice(struct synth *s, const cJSON *ch, size_t pos)
     if (cJSON_IsObject(item(m, "function_call")))
         chat_fcall(&c, item(m, "function_call"));
     struct pc_buf empty = {"{}", 2, 2};
-    chat_chunk(&c, &empty, item(ch, "finish_reason"));
+    chat_chunk_end(&c, &empty, item(ch, "finish_reason"), true);
     return 0;
 }
 
-/* Completions chunk: text (omitted when NULL), index, logprobs, finish_reason. */
-static void cmpl_chunk(struct oa_ctx *c, const struct pc_buf *text, const cJSON *finish)
+/* Completions chunk: text (omitted when NULL), index, logprobs, finish_reason (last: the end). */
+static void cmpl_chunk(struct oa_ctx *c, const struct pc_buf *text, const cJSON *finish, bool last)
 {
     struct pc_buf b = PC_BUF_INIT;
     pc_buf_append_char(&b, '{');
@@ -910,7 +977,7 @@ static void cmpl_chunk(struct oa_ctx *c, const struct pc_buf *text, const cJSON 
         pc_buf_append_char(&b, ',');
     }
     pc_buf_printf(&b, "\"index\":%zu", c->index);
-    oa_choice_tail(c, &b, finish);
+    oa_choice_tail(c, &b, finish, last);
 }
 
 /* One completions choice: the text in pieces (a non-string text once), then a finish chunk. */
@@ -918,7 +985,7 @@ static int cmpl_choice(struct synth *s, const cJSON *ch, size_t pos)
 {
     if (!cJSON_IsObject(ch))
         return -1;
-    struct oa_ctx c = {s, synth_index(ch, pos), item(ch, "logprobs"), true};
+    struct oa_ctx c = {s, synth_index(ch, pos), item(ch, "logprobs"), true, ch, true};
     const cJSON *text = item(ch, "text");
     const char *str = str_of(text);
     struct pc_buf t = PC_BUF_INIT;
@@ -930,12 +997,12 @@ static int cmpl_choice(struct synth *s, const cJSON *ch, size_t pos)
             pc_buf_json_str(&t, str + off, k);
         else
             dialect_buf_json(&t, text);
-        cmpl_chunk(&c, text ? &t : NULL, NULL);
+        cmpl_chunk(&c, text ? &t : NULL, NULL, false);
         off += k;
     } while (off < n);
     t.len = 0;
     pc_buf_append_str(&t, "\"\"");
-    cmpl_chunk(&c, str ? &t : NULL, item(ch, "finish_reason"));
+    cmpl_chunk(&c, str ? &t : NULL, item(ch, "finish_reason"), true);
     pc_buf_free(&t);
     return 0;
 }

@@ -74,7 +74,11 @@ function assembleOpenAI(text) {
                 out.top[k] = v;
         for (const ch of chunk.choices) {
             const c = out.choices[ch.index] || (out.choices[ch.index] = {message: {}, text: '',
-                finish_reason: null, logprobs: undefined});
+                finish_reason: null, logprobs: undefined, extra: {}});
+            /* Other members of a choice (vLLM's stop_reason, Azure's filter results): the last. */
+            for (const [k, v] of Object.entries(ch))
+                if (!['index', 'delta', 'text', 'logprobs', 'finish_reason'].includes(k) && (v !== null || !(k in c.extra)))
+                    c.extra[k] = v;
             if (ch.delta)
                 accumulate(c.message, ch.delta);
             if (typeof ch.text === 'string')
@@ -237,6 +241,45 @@ h.test('chat stream with a custom tool call served as JSON keeps its name and in
     const {json} = await streamThenJson(CHAT, body, raw, h.STREAM_WITH_USAGE);
     assert.deepEqual(json.choices[0].message.tool_calls,
         [{id: 'call_c', type: 'custom', custom: {name: 'run_sql', input: 'SELECT 1;'}}]);
+});
+
+/* Members of a choice beyond OpenAI's: vLLM's stop_reason (the stop string or token), Azure's filter results. */
+const CHOICE_EXTRA = {stop_reason: '</answer>', content_filter_results: {hate: {filtered: false, severity: 'safe'}}};
+
+h.test('chat JSON served as a stream keeps a choice\'s other members (vLLM stop_reason)', async () => {
+    const answer = {id: 'chatcmpl-fid4', object: 'chat.completion', created: 1700000005, model: 'llama',
+        choices: [{index: 0, message: {role: 'assistant', content: 'Done.', tool_calls: []},
+            logprobs: null, finish_reason: 'stop', ...CHOICE_EXTRA}],
+        usage: {prompt_tokens: 5, completion_tokens: 2, total_tokens: 7}};
+    const body = h.chatBody(h.uniq('fidelity choice extras json'));
+    const {stream} = await jsonThenStream(CHAT, body, asciiJson(answer));
+    assert.deepEqual(assembleOpenAI(stream).choices[0].extra, CHOICE_EXTRA);
+});
+
+h.test('chat and completions streams served as JSON keep a choice\'s other members', async () => {
+    const raw = sse([
+        chatChunk([{index: 0, delta: {role: 'assistant', content: 'Do'}, logprobs: null, finish_reason: null,
+            stop_reason: null, content_filter_results: CHOICE_EXTRA.content_filter_results}]),
+        chatChunk([{index: 0, delta: {content: 'ne.'}, logprobs: null, finish_reason: 'stop', ...CHOICE_EXTRA}]),
+        '[DONE]',
+    ]);
+    const body = h.chatBody(h.uniq('fidelity choice extras stream'));
+    const {json} = await streamThenJson(CHAT, body, raw);
+    const {index, message, logprobs, finish_reason: fr, ...extra} = json.choices[0];
+    assert.equal(message.content, 'Done.');
+    assert.deepEqual(extra, CHOICE_EXTRA);
+    const craw = sse([
+        JSON.stringify({id: 'cmpl-x', object: 'text_completion', created: 1, model: 'llama',
+            choices: [{index: 0, text: 'Do', logprobs: null, finish_reason: null, stop_reason: null}]}),
+        JSON.stringify({id: 'cmpl-x', object: 'text_completion', created: 1, model: 'llama',
+            choices: [{index: 0, text: 'ne.', logprobs: null, finish_reason: 'stop', stop_reason: 128009}]}),
+        '[DONE]',
+    ]);
+    const cbody = h.completionBody(h.uniq('fidelity choice extras completions'));
+    const c = await streamThenJson(COMPLETIONS, cbody, craw);
+    assert.equal(c.json.choices[0].text, 'Done.');
+    assert.equal(c.json.choices[0].stop_reason, 128009);
+    assert.equal(assembleOpenAI(c.again).choices[0].extra.stop_reason, 128009, 'the stream replayed');
 });
 
 /* ------------------------------------------------------------------------ */

@@ -663,11 +663,17 @@ static void test_assemble_chat_azure(void)
 {
     const char *s = chat_azure_stream;
     cJSON *a = assemble_q(API_CHAT, s, NULL);
-    /* prompt_filter_results is carried over, as in Azure's JSON answers. */
+    /*
+     * prompt_filter_results is carried over, as in Azure's JSON answers, and
+     * so are the choice's filter members (the openai SDK's stream helper
+     * keeps a choice's other members too).
+     */
     T_CHECK(same_json(a, "{'id':'chatcmpl-AbC1','object':'chat.completion','created':1727000000,"
                          "'model':'gpt-4o-mini-2024-07-18','service_tier':'default',"
                          "'system_fingerprint':'fp_0ba0d1','choices':[{'index':0,'message':"
-                         "{'role':'assistant','content':'Hi'},'finish_reason':'stop'}],"
+                         "{'role':'assistant','content':'Hi'},'finish_reason':'stop',"
+                         "'content_filter_offsets':{'check_offset':0,'start_offset':0,"
+                         "'end_offset':2},'content_filter_results':{}}],"
                          "'prompt_filter_results':[{'prompt_index':0,'content_filter_results':"
                          "{'hate':{'filtered':false,'severity':'safe'}}}]}"));
     cJSON_Delete(a);
