@@ -10,7 +10,8 @@
  *            signatures) --an_build--> the answer
  *   answer --an_synth--> message_start, ping, each block (start, citations,
  *            its text / thinking / input in pieces, signature, stop),
- *            message_delta, message_stop
+ *            message_delta (stop reason and sequence, stop details,
+ *            container, context management, output tokens), message_stop
  *
  * Accumulation follows the official SDK's stream helper.
  */
@@ -164,7 +165,19 @@ static int an_block_delta(struct an_asm *st, const cJSON *j)
     return 0; /* a delta type newer than this code */
 }
 
-/* message_delta: delta members (stop_reason, ...) overwrite; non-null usage members merge. */
+/* msg[key] = copy of v, unless v is null and msg has a value there (as the SDK takes container). */
+static void an_msg_set(cJSON *msg, const cJSON *v)
+{
+    const cJSON *have = item(msg, v->string);
+    if (!cJSON_IsNull(v) || have == NULL || cJSON_IsNull(have))
+        obj_set(msg, v->string, json_dup(v));
+}
+
+/*
+ * message_delta: delta members (stop_reason, stop_details, container, ...)
+ * and the event's own (context_management) overwrite, but null never
+ * replaces a value; non-null usage members merge.
+ */
 static int an_msg_delta(struct an_asm *st, const cJSON *j)
 {
     const cJSON *k, *delta = item(j, "delta");
@@ -174,7 +187,13 @@ static int an_msg_delta(struct an_asm *st, const cJSON *j)
         delta = NULL;
     cJSON_ArrayForEach(k, delta)
     {
-        obj_set(st->msg, k->string, json_dup(k));
+        an_msg_set(st->msg, k);
+    }
+    cJSON_ArrayForEach(k, j)
+    {
+        if (strcmp(k->string, "type") != 0 && strcmp(k->string, "delta") != 0 &&
+            strcmp(k->string, "usage") != 0)
+            an_msg_set(st->msg, k);
     }
     const cJSON *usage = cJSON_IsObject(item(j, "usage")) ? item(j, "usage") : NULL;
     cJSON_ArrayForEach(k, usage)
@@ -317,6 +336,14 @@ static void an_provisional_usage(cJSON *m)
         obj_set(usage, "output_tokens", chk(cJSON_CreateNumber(1)));
 }
 
+/*
+ * What message_delta says of the message beyond its stop reason and
+ * sequence, as the live API: in its delta, the stop details and the
+ * container; beside it, the context edits.
+ */
+static const char *const an_delta_more[] = {"stop_details", "container"};
+static const char *const an_event_more[] = {"context_management"};
+
 /* message_start: the answer with empty content, no stop reason yet, provisional usage. */
 static void an_message_start(struct synth *s, const cJSON *resp)
 {
@@ -324,6 +351,8 @@ static void an_message_start(struct synth *s, const cJSON *resp)
     obj_set(m, "content", chk(cJSON_CreateArray()));
     obj_set(m, "stop_reason", chk(cJSON_CreateNull()));
     obj_set(m, "stop_sequence", chk(cJSON_CreateNull()));
+    if (item(m, "stop_details") != NULL)
+        obj_set(m, "stop_details", chk(cJSON_CreateNull()));
     an_provisional_usage(m);
     struct pc_buf b = PC_BUF_INIT;
     pc_buf_append_str(&b, "{\"type\":\"message_start\",\"message\":");
@@ -436,7 +465,19 @@ static void an_message_delta(struct synth *s, const cJSON *resp)
     dialect_buf_json(&b, item(resp, "stop_reason"));
     pc_buf_append_str(&b, ",\"stop_sequence\":");
     dialect_buf_json(&b, item(resp, "stop_sequence"));
+    for (size_t i = 0; i < PC_ARRAY_LEN(an_delta_more); i++) {
+        if (item(resp, an_delta_more[i]) == NULL)
+            continue;
+        pc_buf_printf(&b, ",\"%s\":", an_delta_more[i]);
+        dialect_buf_json(&b, item(resp, an_delta_more[i]));
+    }
     pc_buf_append_char(&b, '}');
+    for (size_t i = 0; i < PC_ARRAY_LEN(an_event_more); i++) {
+        if (item(resp, an_event_more[i]) == NULL)
+            continue;
+        pc_buf_printf(&b, ",\"%s\":", an_event_more[i]);
+        dialect_buf_json(&b, item(resp, an_event_more[i]));
+    }
     if (cJSON_IsObject(usage) && item(usage, "output_tokens") != NULL) {
         pc_buf_append_str(&b, ",\"usage\":{\"output_tokens\":");
         dialect_buf_json(&b, item(usage, "output_tokens"));

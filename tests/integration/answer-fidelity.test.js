@@ -334,7 +334,14 @@ function assembleAnthropic(text) {
             if (partial[d.index])
                 msg.content[d.index].input = JSON.parse(partial[d.index]);
         } else if (d.type === 'message_delta') {
-            Object.assign(msg, d.delta);
+            /* As the SDK: these three always, the container and context management when not null. */
+            msg.stop_reason = d.delta.stop_reason;
+            msg.stop_sequence = d.delta.stop_sequence;
+            msg.stop_details = d.delta.stop_details;
+            if (d.delta.container != null)
+                msg.container = d.delta.container;
+            if (d.context_management != null)
+                msg.context_management = d.context_management;
             for (const [k, v] of Object.entries(d.usage || {}))
                 if (v !== null)
                     msg.usage[k] = v;
@@ -357,7 +364,7 @@ const AN_CONTENT = [
 
 h.test('messages JSON served as a stream: thinking, redacted thinking, server tools, citations', async () => {
     const answer = {id: 'msg_fid1', type: 'message', role: 'assistant', model: 'claude-x', content: AN_CONTENT,
-        stop_reason: 'tool_use', stop_sequence: null,
+        stop_reason: 'tool_use', stop_sequence: null, stop_details: null,
         usage: {input_tokens: 20, cache_creation_input_tokens: 0, cache_read_input_tokens: 4, output_tokens: 90,
             server_tool_use: {web_search_requests: 1}}};
     const body = h.messagesBody(h.uniq('fidelity messages json'));
@@ -366,8 +373,26 @@ h.test('messages JSON served as a stream: thinking, redacted thinking, server to
     assert.deepEqual(m.content, json.content);
     assert.equal(m.stop_reason, 'tool_use');
     assert.equal(m.stop_sequence, null);
+    assert.equal(m.stop_details, null);
     assert.deepEqual(m.usage, json.usage);
     assert.equal(m.id, json.id);
+});
+
+/* The members message_delta carries besides the stop reason: refusal details, container, context edits. */
+const STOP_DETAILS = {type: 'refusal', category: 'cyber', explanation: 'The request could enable cyber harm.'};
+const CONTAINER = {id: 'container_011CPR5CNjB747bTd36fQLFk', expires_at: '2026-12-06T05:00:00Z'};
+const CONTEXT_MANAGEMENT = {applied_edits: [{type: 'clear_tool_uses_20250919', cleared_tool_uses: 2,
+    cleared_input_tokens: 500}]};
+
+h.test('messages JSON served as a stream keeps stop_details, container and context_management', async () => {
+    const answer = {id: 'msg_fid3', type: 'message', role: 'assistant', model: 'claude-x',
+        content: [{type: 'text', text: 'I can\u2019t help with that.'}], stop_reason: 'refusal', stop_sequence: null,
+        stop_details: STOP_DETAILS, container: CONTAINER, context_management: CONTEXT_MANAGEMENT,
+        usage: {input_tokens: 12, output_tokens: 8}};
+    const body = h.messagesBody(h.uniq('fidelity messages stop details json'));
+    const {json, stream} = await jsonThenStream(MESSAGES, body, asciiJson(answer));
+    const m = assembleAnthropic(stream);
+    assert.deepEqual(m, json, 'the message an SDK assembles is the JSON answer');
 });
 
 function anEvent(data) {
@@ -417,6 +442,24 @@ h.test('messages stream served as JSON: signature, citations and input JSON delt
     assert.equal(json.stop_reason, 'tool_use');
     assert.deepEqual(json.usage, m.usage);
     assert.deepEqual(h.parseSSE(again), h.parseSSE(miss), 'the stream replayed event for event');
+});
+
+h.test('messages stream served as JSON keeps stop_details, container and context_management', async () => {
+    const raw = sse([
+        anEvent({type: 'message_start', message: {id: 'msg_fid4', type: 'message', role: 'assistant', model: 'claude-x',
+            content: [], stop_reason: null, stop_sequence: null, stop_details: null, container: null,
+            usage: {input_tokens: 12, output_tokens: 1}}}),
+        anEvent({type: 'content_block_start', index: 0, content_block: {type: 'text', text: ''}}),
+        anEvent({type: 'content_block_delta', index: 0, delta: {type: 'text_delta', text: 'No.'}}),
+        anEvent({type: 'content_block_stop', index: 0}),
+        anEvent({type: 'message_delta', delta: {stop_reason: 'refusal', stop_sequence: null, stop_details: STOP_DETAILS,
+            container: CONTAINER}, context_management: CONTEXT_MANAGEMENT, usage: {output_tokens: 8}}),
+        anEvent({type: 'message_stop'}),
+    ]);
+    const body = h.messagesBody(h.uniq('fidelity messages stop details stream'));
+    const {miss, json} = await streamThenJson(MESSAGES, body, raw);
+    assert.deepEqual(json, assembleAnthropic(miss), 'the JSON answer is the message the stream made');
+    assert.deepEqual(json.context_management, CONTEXT_MANAGEMENT);
 });
 
 /* ------------------------------------------------------------------------ */
