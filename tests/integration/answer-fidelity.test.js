@@ -212,6 +212,28 @@ h.test('chat stream served as JSON: deltas merged by index, out of order, many p
     assert.deepEqual(h.parseSSE(again), h.parseSSE(miss), 'the stream replayed event for event');
 });
 
+h.test('chat stream served as JSON: parallel tool calls in two choices, interleaved', async () => {
+    const call = (ci, ti, d) => chatChunk([{index: ci, delta: {tool_calls: [{index: ti, ...d}]}, finish_reason: null}]);
+    const raw = sse([
+        chatChunk([{index: 0, delta: {role: 'assistant', content: null}, finish_reason: null},
+            {index: 1, delta: {role: 'assistant', content: null}, finish_reason: null}]),
+        call(1, 0, {id: 'call_1a', type: 'function', function: {name: 'f', arguments: ''}}),
+        call(0, 0, {id: 'call_0a', type: 'function', function: {name: 'g', arguments: '{"a":'}}),
+        call(1, 1, {id: 'call_1b', type: 'function', function: {name: 'h', arguments: '[1,'}}),
+        call(1, 0, {function: {arguments: '{"x":"\u00e9\ud83d\ude00"}'}}),
+        call(0, 0, {function: {arguments: '1}'}}),
+        call(1, 1, {function: {arguments: '2]'}}),
+        chatChunk([{index: 1, delta: {}, finish_reason: 'tool_calls'}, {index: 0, delta: {}, finish_reason: 'tool_calls'}]),
+        '[DONE]',
+    ]);
+    const body = h.chatBody(h.uniq('fidelity parallel choices'), {n: 2});
+    const {miss, json} = await streamThenJson(CHAT, body, raw);
+    const m = assembleOpenAI(miss);
+    assert.deepEqual(json.choices.map((c) => c.message.tool_calls), m.choices.map((c) => c.message.tool_calls));
+    assert.deepEqual(json.choices[1].message.tool_calls.map((t) => [t.id, t.function.name, t.function.arguments]),
+        [['call_1a', 'f', '{"x":"\u00e9\u{1F600}"}'], ['call_1b', 'h', '[1,2]']]);
+});
+
 /* OpenAI's custom tools (type "custom"): the call's name and input are under "custom". */
 h.test('chat JSON with a custom tool call served as a stream keeps its name and input', async () => {
     const answer = {id: 'chatcmpl-fid3', object: 'chat.completion', created: 1700000002, model: 'gpt-x',
@@ -522,4 +544,46 @@ h.test('a stream recorded without usage is no answer for a client that asks for 
     const plain = await proxy.post(CHAT, {...body, stream: true});
     h.assertHit(plain);
     assert.equal(assembleOpenAI(plain.text).usage, null, 'and without it for a client that did not ask');
+});
+
+/* ------------------------------------------------------------------------ */
+/* Savings                                                                   */
+
+/* Tokens saved by one hit: what the stored answer's usage says, once, in either mode. */
+async function savedBy(fn) {
+    const s0 = await env.proxy.stats();
+    await fn();
+    const s1 = await env.proxy.stats();
+    return {prompt: s1.tokens_saved_prompt - s0.tokens_saved_prompt,
+        completion: s1.tokens_saved_completion - s0.tokens_saved_completion};
+}
+
+h.test('a hit in the other mode saves the tokens the stored answer used, once', async () => {
+    const an = sse([
+        anEvent({type: 'message_start', message: {id: 'msg_fid5', type: 'message', role: 'assistant', model: 'claude-x',
+            content: [], stop_reason: null, stop_sequence: null,
+            usage: {input_tokens: 20, cache_creation_input_tokens: 7, cache_read_input_tokens: 4, output_tokens: 1}}}),
+        anEvent({type: 'content_block_start', index: 0, content_block: {type: 'text', text: ''}}),
+        anEvent({type: 'content_block_delta', index: 0, delta: {type: 'text_delta', text: 'Hi.'}}),
+        anEvent({type: 'content_block_stop', index: 0}),
+        anEvent({type: 'message_delta', delta: {stop_reason: 'end_turn', stop_sequence: null}, usage: {output_tokens: 90}}),
+        anEvent({type: 'message_stop'}),
+    ]);
+    const body = h.messagesBody(h.uniq('fidelity savings messages'));
+    await post(MESSAGES, {...body, stream: true}, {'x-mock-sse': b64(an)});
+    assert.deepEqual(await savedBy(async () => h.assertHit(await post(MESSAGES, body))), {prompt: 31, completion: 90});
+    assert.deepEqual(await savedBy(async () => h.assertHit(await post(MESSAGES, {...body, stream: true}))),
+        {prompt: 31, completion: 90});
+
+    const chat = sse([
+        chatChunk([{index: 0, delta: {role: 'assistant', content: 'Hi.'}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {}, finish_reason: 'stop'}]),
+        chatChunk([], {usage: {prompt_tokens: 13, completion_tokens: 3, total_tokens: 16}}),
+        '[DONE]',
+    ]);
+    const cbody = h.chatBody(h.uniq('fidelity savings chat'));
+    await post(CHAT, {...cbody, ...h.STREAM_WITH_USAGE}, {'x-mock-sse': b64(chat)});
+    assert.deepEqual(await savedBy(async () => h.assertHit(await post(CHAT, cbody))), {prompt: 13, completion: 3});
+    assert.deepEqual(await savedBy(async () => h.assertHit(await post(CHAT, {...cbody, stream: true}))),
+        {prompt: 13, completion: 3}, 'a client that did not ask for usage saves the same');
 });
