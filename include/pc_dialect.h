@@ -113,6 +113,16 @@ int dialect_replay(enum api_endpoint e, const char *rec, size_t len, bool includ
                    struct pc_buf *out);
 
 /*
+ * Whether a stream client asked for usage (OpenAI chat and completions:
+ * stream_options.include_usage), and, if it did, whether a recording
+ * without usage still answers it: ON when every stream is asked for usage
+ * upstream (stream-usage), so a recording without it is what the upstream
+ * sends anyone; REQUIRED when a recording may lack usage only because
+ * nobody asked for it. A bool true reads as ON.
+ */
+enum dialect_usage { DIALECT_USAGE_OFF, DIALECT_USAGE_ON, DIALECT_USAGE_REQUIRED };
+
+/*
  * A stored answer (a JSON body, or a recorded stream when recorded) for a
  * client that asked for a stream or not, with usage or not: the JSON as it
  * is or assembled from the recording; the recording replayed (without the
@@ -122,13 +132,13 @@ int dialect_replay(enum api_endpoint e, const char *rec, size_t len, bool includ
  * if it is sound but would change in this mode (a Messages answer whose
  * tool input holds numbers a stream would not carry as written,
  * dialect_numbers_kept): it serves the mode it was stored in only. A
- * recording without usage is DIALECT_OTHER_MODE_ONLY for a client that asks
- * for usage (include_usage, OpenAI chat and completions): it lacks what the
- * upstream would send that client.
+ * recording without usage is DIALECT_OTHER_MODE_ONLY too when usage is
+ * DIALECT_USAGE_REQUIRED: it may lack what the upstream would send that
+ * client.
  */
 #define DIALECT_OTHER_MODE_ONLY (-2)
 int dialect_answer(enum api_endpoint e, bool recorded, const char *body, size_t len, bool stream,
-                   bool include_usage, struct pc_buf *out);
+                   enum dialect_usage usage, struct pc_buf *out);
 
 /* Usage block of a complete (non-stream) JSON answer; u->present is false when it has none. */
 void dialect_usage(enum api_endpoint e, const cJSON *resp, struct api_usage *u);

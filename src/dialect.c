@@ -109,18 +109,19 @@ int dialect_replay(enum api_endpoint e, const char *rec, size_t len, bool includ
  * without the "usage": null members that asking for usage put in the other
  * chunks. A recording without usage (its client did not ask, and the
  * upstream was not asked: stream-usage no) is no answer for a client that
- * asks: the upstream would have sent it usage.
+ * asks (DIALECT_USAGE_REQUIRED): the upstream would have sent it usage.
  */
-static int answer_replay(enum api_endpoint e, const char *rec, size_t len, bool include_usage,
+static int answer_replay(enum api_endpoint e, const char *rec, size_t len, enum dialect_usage usage,
                          struct pc_buf *out)
 {
+    bool include_usage = usage != DIALECT_USAGE_OFF;
     if (!dialect_usage_on_request(dialect_of(e)))
         return dialect_replay(e, rec, len, include_usage, out);
     if (include_usage) {
         bool usage_seen = false;
         size_t mark = out->len;
         int rc = replay_usage(e, rec, len, true, out, &usage_seen);
-        if (rc == 0 && !usage_seen) {
+        if (rc == 0 && !usage_seen && usage == DIALECT_USAGE_REQUIRED) {
             out->len = mark;
             return DIALECT_OTHER_MODE_ONLY;
         }
@@ -155,10 +156,11 @@ static int answer_assemble(enum api_endpoint e, const char *rec, size_t len, str
 }
 
 int dialect_answer(enum api_endpoint e, bool recorded, const char *body, size_t len, bool stream,
-                   bool include_usage, struct pc_buf *out)
+                   enum dialect_usage usage, struct pc_buf *out)
 {
+    bool include_usage = usage != DIALECT_USAGE_OFF;
     if (stream && recorded)
-        return answer_replay(e, body, len, include_usage, out);
+        return answer_replay(e, body, len, usage, out);
     if (stream) {
         if (dialect_of(e)->numbers_as_written && !dialect_numbers_kept(body, len))
             return DIALECT_OTHER_MODE_ONLY; /* its stream would change numbers of the answer */

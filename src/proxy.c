@@ -1097,13 +1097,18 @@ static enum step deliver_streamed(struct preq *r)
 
 /*
  * Body for the client from a decoded entry, in the client's mode; -1 if
- * unusable, DIALECT_OTHER_MODE_ONLY if it serves only the other mode.
+ * unusable, DIALECT_OTHER_MODE_ONLY if it serves only the other mode (or,
+ * recorded without usage when streams are not all asked for it, not a
+ * client that asks for usage).
  */
 static int hit_body(struct preq *r, const struct entry *e, struct pc_buf *out, const char **ctype)
 {
+    enum dialect_usage usage = !r->include_usage ? DIALECT_USAGE_OFF
+                               : r->w->conf->stream_usage && r->w->backend->stream_usage
+                                   ? DIALECT_USAGE_ON
+                                   : DIALECT_USAGE_REQUIRED;
     *ctype = r->stream ? "text/event-stream" : "application/json";
-    return dialect_answer(r->ep, e->kind == ENTRY_SSE, e->body, e->body_len, r->stream,
-                          r->include_usage, out);
+    return dialect_answer(r->ep, e->kind == ENTRY_SSE, e->body, e->body_len, r->stream, usage, out);
 }
 
 /*

@@ -587,3 +587,22 @@ h.test('a hit in the other mode saves the tokens the stored answer used, once', 
     assert.deepEqual(await savedBy(async () => h.assertHit(await post(CHAT, {...cbody, stream: true}))),
         {prompt: 13, completion: 3}, 'a client that did not ask for usage saves the same');
 });
+
+/*
+ * With stream-usage yes every chat stream is asked for usage: a recording
+ * without it comes from an upstream that sends none even when asked, and is
+ * what that upstream would send a client asking for usage: a hit.
+ */
+h.test('a stream from an upstream that sends no usage even when asked serves clients that ask', async () => {
+    const raw = sse([
+        chatChunk([{index: 0, delta: {role: 'assistant', content: 'No usage here.'}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {}, finish_reason: 'stop'}]),
+        '[DONE]',
+    ]);
+    const body = h.chatBody(h.uniq('fidelity upstream without usage'));
+    const first = await post(CHAT, {...body, ...h.STREAM_WITH_USAGE}, {'x-mock-sse': b64(raw)});
+    h.assertFromUpstream(first, env.mock);
+    const again = await post(CHAT, {...body, ...h.STREAM_WITH_USAGE});
+    h.assertHit(again);
+    assert.deepEqual(h.parseSSE(again.text), h.parseSSE(first.text), 'what the upstream sent, as it sent it');
+});
