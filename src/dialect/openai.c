@@ -731,8 +731,9 @@ static void oa_head(struct synth *s, const cJSON *resp, const char *object)
 /*
  * One choice being streamed; logprobs ride on one chunk, null on the others.
  * The choice's other members (vLLM's stop_reason) ride on its first chunk
- * and on its finish chunk: readers that keep the first value and those that
- * keep the last both get them.
+ * only: readers that keep a member's first value get them, as do those that
+ * keep its last (no later chunk has it) and those that concatenate arrays
+ * (vLLM's token_ids).
  */
 struct oa_ctx {
     struct synth *s;
@@ -750,10 +751,10 @@ static size_t synth_index(const cJSON *ch, size_t pos)
 }
 
 /* Close a choice body: other members, logprobs (if the answer has them) and finish_reason. */
-static void oa_choice_tail(struct oa_ctx *c, struct pc_buf *b, const cJSON *finish, bool last)
+static void oa_choice_tail(struct oa_ctx *c, struct pc_buf *b, const cJSON *finish)
 {
     const cJSON *x;
-    if (c->extras_pending || last) {
+    if (c->extras_pending) {
         cJSON_ArrayForEach(x, c->choice)
         {
             if (choice_own_key(x->string))
@@ -777,18 +778,12 @@ static void oa_choice_tail(struct oa_ctx *c, struct pc_buf *b, const cJSON *fini
     pc_buf_free(b);
 }
 
-static void chat_chunk_end(struct oa_ctx *c, const struct pc_buf *delta, const cJSON *finish,
-                           bool last)
+static void chat_chunk(struct oa_ctx *c, const struct pc_buf *delta, const cJSON *finish)
 {
     struct pc_buf b = PC_BUF_INIT;
     pc_buf_printf(&b, "{\"index\":%zu,\"delta\":", c->index);
     pc_buf_append(&b, delta->data, delta->len);
-    oa_choice_tail(c, &b, finish, last);
-}
-
-static void chat_chunk(struct oa_ctx *c, const struct pc_buf *delta, const cJSON *finish)
-{
-    chat_chunk_end(c, delta, finish, false);
+    oa_choice_tail(c, &b, finish);
 }
 
 /* Delta {"key":VALUE} for each piece of a string (at least one), or once for other values. */
@@ -962,12 +957,12 @@ static int chat_choice(struct synth *s, const cJSON *ch, size_t pos)
     if (cJSON_IsObject(item(m, "function_call")))
         chat_fcall(&c, item(m, "function_call"));
     struct pc_buf empty = {"{}", 2, 2};
-    chat_chunk_end(&c, &empty, item(ch, "finish_reason"), true);
+    chat_chunk(&c, &empty, item(ch, "finish_reason"));
     return 0;
 }
 
-/* Completions chunk: text (omitted when NULL), index, logprobs, finish_reason (last: the end). */
-static void cmpl_chunk(struct oa_ctx *c, const struct pc_buf *text, const cJSON *finish, bool last)
+/* Completions chunk: text (omitted when NULL), index, logprobs, finish_reason. */
+static void cmpl_chunk(struct oa_ctx *c, const struct pc_buf *text, const cJSON *finish)
 {
     struct pc_buf b = PC_BUF_INIT;
     pc_buf_append_char(&b, '{');
@@ -977,7 +972,7 @@ static void cmpl_chunk(struct oa_ctx *c, const struct pc_buf *text, const cJSON 
         pc_buf_append_char(&b, ',');
     }
     pc_buf_printf(&b, "\"index\":%zu", c->index);
-    oa_choice_tail(c, &b, finish, last);
+    oa_choice_tail(c, &b, finish);
 }
 
 /* One completions choice: the text in pieces (a non-string text once), then a finish chunk. */
@@ -997,12 +992,12 @@ static int cmpl_choice(struct synth *s, const cJSON *ch, size_t pos)
             pc_buf_json_str(&t, str + off, k);
         else
             dialect_buf_json(&t, text);
-        cmpl_chunk(&c, text ? &t : NULL, NULL, false);
+        cmpl_chunk(&c, text ? &t : NULL, NULL);
         off += k;
     } while (off < n);
     t.len = 0;
     pc_buf_append_str(&t, "\"\"");
-    cmpl_chunk(&c, str ? &t : NULL, item(ch, "finish_reason"), true);
+    cmpl_chunk(&c, str ? &t : NULL, item(ch, "finish_reason"));
     pc_buf_free(&t);
     return 0;
 }

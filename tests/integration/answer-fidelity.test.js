@@ -268,14 +268,21 @@ h.test('chat stream with a custom tool call served as JSON keeps its name and in
 /* Members of a choice beyond OpenAI's: vLLM's stop_reason (the stop string or token), Azure's filter results. */
 const CHOICE_EXTRA = {stop_reason: '</answer>', content_filter_results: {hate: {filtered: false, severity: 'safe'}}};
 
+/* vLLM's token_ids (return_token_ids): each chunk carries those of its piece, a reader concatenates them. */
+function tokenIds(text) {
+    return h.parseSSE(text).filter((e) => e.data !== '[DONE]').flatMap((e) => JSON.parse(e.data).choices)
+        .flatMap((c) => c.token_ids || []);
+}
+
 h.test('chat JSON served as a stream keeps a choice\'s other members (vLLM stop_reason)', async () => {
     const answer = {id: 'chatcmpl-fid4', object: 'chat.completion', created: 1700000005, model: 'llama',
         choices: [{index: 0, message: {role: 'assistant', content: 'Done.', tool_calls: []},
-            logprobs: null, finish_reason: 'stop', ...CHOICE_EXTRA}],
+            logprobs: null, finish_reason: 'stop', ...CHOICE_EXTRA, token_ids: [7, 8]}],
         usage: {prompt_tokens: 5, completion_tokens: 2, total_tokens: 7}};
     const body = h.chatBody(h.uniq('fidelity choice extras json'));
     const {stream} = await jsonThenStream(CHAT, body, asciiJson(answer));
-    assert.deepEqual(assembleOpenAI(stream).choices[0].extra, CHOICE_EXTRA);
+    assert.deepEqual(assembleOpenAI(stream).choices[0].extra, {...CHOICE_EXTRA, token_ids: [7, 8]});
+    assert.deepEqual(tokenIds(stream), [7, 8], 'the token ids once');
 });
 
 h.test('chat and completions streams served as JSON keep a choice\'s other members', async () => {
