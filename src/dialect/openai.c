@@ -410,7 +410,8 @@ static bool choice_own_key(const char *key)
 /*
  * Other members of a choice (vLLM's stop_reason, SGLang's matched_stop,
  * Azure's content_filter_results): the last non-null value, as the openai
- * SDK's stream helper keeps them (null only until a value comes).
+ * SDK's stream helper keeps them (null only until a value comes); arrays
+ * concatenate (vLLM's token_ids: each chunk has those of its piece).
  */
 static void choice_extras(struct oa_choice *c, const cJSON *ch)
 {
@@ -421,8 +422,10 @@ static void choice_extras(struct oa_choice *c, const cJSON *ch)
             continue;
         if (c->extra == NULL)
             c->extra = chk(cJSON_CreateObject());
-        const cJSON *have = item(c->extra, x->string);
-        if (have == NULL ? cJSON_GetArraySize(c->extra) < OA_MAX_KEYS : !cJSON_IsNull(x))
+        cJSON *have = cJSON_GetObjectItemCaseSensitive(c->extra, x->string);
+        if (cJSON_IsArray(have) && cJSON_IsArray(x))
+            append_items(have, x);
+        else if (have == NULL ? cJSON_GetArraySize(c->extra) < OA_MAX_KEYS : !cJSON_IsNull(x))
             obj_set(c->extra, x->string, json_dup(x));
     }
 }

@@ -288,15 +288,16 @@ h.test('chat JSON served as a stream keeps a choice\'s other members (vLLM stop_
 h.test('chat and completions streams served as JSON keep a choice\'s other members', async () => {
     const raw = sse([
         chatChunk([{index: 0, delta: {role: 'assistant', content: 'Do'}, logprobs: null, finish_reason: null,
-            stop_reason: null, content_filter_results: CHOICE_EXTRA.content_filter_results}]),
-        chatChunk([{index: 0, delta: {content: 'ne.'}, logprobs: null, finish_reason: 'stop', ...CHOICE_EXTRA}]),
+            stop_reason: null, content_filter_results: CHOICE_EXTRA.content_filter_results, token_ids: [7]}]),
+        chatChunk([{index: 0, delta: {content: 'ne.'}, logprobs: null, finish_reason: 'stop', ...CHOICE_EXTRA,
+            token_ids: [8, 9]}]),
         '[DONE]',
     ]);
     const body = h.chatBody(h.uniq('fidelity choice extras stream'));
     const {json} = await streamThenJson(CHAT, body, raw);
     const {index, message, logprobs, finish_reason: fr, ...extra} = json.choices[0];
     assert.equal(message.content, 'Done.');
-    assert.deepEqual(extra, CHOICE_EXTRA);
+    assert.deepEqual(extra, {...CHOICE_EXTRA, token_ids: [7, 8, 9]}, 'token ids concatenated, the rest the last');
     const craw = sse([
         JSON.stringify({id: 'cmpl-x', object: 'text_completion', created: 1, model: 'llama',
             choices: [{index: 0, text: 'Do', logprobs: null, finish_reason: null, stop_reason: null}]}),
