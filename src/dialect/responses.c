@@ -135,9 +135,13 @@ static cJSON *rs_part_event(const cJSON *it, size_t out_idx, const char *key, si
     return ev;
 }
 
-/* One delta event per piece of str (none for an empty string): base + {member: piece}. */
+/*
+ * One delta event per piece of str (none for an empty string): base +
+ * {member: piece}. lp (output text: its logprobs, an array): the first
+ * piece carries them all, the others an empty "logprobs".
+ */
 static void rs_pieces(struct rs_synth *r, const char *type, const cJSON *base, const char *member,
-                      const char *str)
+                      const char *str, const cJSON *lp)
 {
     for (size_t n = strlen(str), pos = 0, k; pos < n; pos += k) {
         k = dialect_piece_len(&r->seed, str + pos, n - pos);
@@ -147,6 +151,8 @@ static void rs_pieces(struct rs_synth *r, const char *type, const cJSON *base, c
         cJSON *ev = json_dup(base);
         obj_set(ev, member, chk(cJSON_CreateString(piece)));
         free(piece);
+        if (lp != NULL)
+            obj_set(ev, "logprobs", pos == 0 ? json_dup(lp) : chk(cJSON_CreateArray()));
         rs_emit(r, type, ev);
     }
 }
@@ -207,19 +213,29 @@ static void rs_part(struct rs_synth *r, const cJSON *it, size_t out_idx, const c
         obj_set(start, rs_text_parts[kind].member, chk(cJSON_CreateString("")));
     if (cJSON_IsArray(item(part, "annotations")))
         obj_set(start, "annotations", chk(cJSON_CreateArray()));
+    if (cJSON_IsArray(item(part, "logprobs"))) /* they come with the text deltas */
+        obj_set(start, "logprobs", chk(cJSON_CreateArray()));
     ev = rs_part_event(it, out_idx, key, idx);
     obj_set(ev, "part", start);
     snprintf(name, sizeof(name), "%s.added", prefix);
     rs_emit(r, name, ev);
     cJSON *base = kind >= 0 ? rs_part_event(it, out_idx, key, idx) : NULL;
+    /* Output text events carry logprobs (an empty array when none were asked for). */
+    cJSON *lp = NULL;
+    if (kind >= 0 && strcmp(rs_text_parts[kind].part_type, "output_text") == 0)
+        lp = cJSON_IsArray(item(part, "logprobs")) ? json_dup(item(part, "logprobs"))
+                                                   : chk(cJSON_CreateArray());
     if (kind >= 0)
         rs_pieces(r, rs_text_parts[kind].delta, base, "delta",
-                  item(part, rs_text_parts[kind].member)->valuestring);
+                  item(part, rs_text_parts[kind].member)->valuestring, lp);
     rs_annotations(r, it, out_idx, part, idx);
     if (kind >= 0) {
         obj_set(base, rs_text_parts[kind].member, json_dup(item(part, rs_text_parts[kind].member)));
+        if (lp != NULL)
+            obj_set(base, "logprobs", json_dup(lp));
         rs_emit(r, rs_text_parts[kind].done, base);
     }
+    cJSON_Delete(lp);
     ev = rs_part_event(it, out_idx, key, idx);
     obj_set(ev, "part", json_dup(part));
     snprintf(name, sizeof(name), "%s.done", prefix);
@@ -239,14 +255,16 @@ static void rs_parts(struct rs_synth *r, const cJSON *it, size_t out_idx, const 
     }
 }
 
-/* A function call's arguments in pieces, then the whole. */
+/* A function call's arguments in pieces, then the whole (with the function's name). */
 static void rs_arguments(struct rs_synth *r, const cJSON *it, size_t out_idx)
 {
     const cJSON *args = item(it, "arguments");
     if (!cJSON_IsString(args))
         return;
     cJSON *base = rs_item_event(it, out_idx);
-    rs_pieces(r, "response.function_call_arguments.delta", base, "delta", args->valuestring);
+    rs_pieces(r, "response.function_call_arguments.delta", base, "delta", args->valuestring, NULL);
+    if (cJSON_IsString(item(it, "name")))
+        obj_set(base, "name", json_dup(item(it, "name")));
     obj_set(base, "arguments", json_dup(args));
     rs_emit(r, "response.function_call_arguments.done", base);
 }

@@ -521,6 +521,28 @@ h.test('responses JSON served as a stream: reasoning item, message with annotati
     const summary = events.filter((e) => e.type === 'response.reasoning_summary_text.delta').map((e) => e.delta).join('');
     assert.equal(summary, 'Thinking about \u{1F30D}.');
     assert.deepEqual(events.map((e) => e.sequence_number), events.map((_, i) => i));
+    /* Members the API's event types require (the SDKs' typed events read them). */
+    for (const e of events.filter((x) => x.type === 'response.output_text.delta' || x.type === 'response.output_text.done'))
+        assert.ok(Array.isArray(e.logprobs), `${e.type} has its logprobs`);
+    const done = events.find((e) => e.type === 'response.function_call_arguments.done');
+    assert.equal(done.name, 'get_weather', 'function_call_arguments.done names the function');
+});
+
+h.test('responses JSON with output_text logprobs served as a stream carries them in its text events', async () => {
+    const lp = [{token: 'Hi', logprob: -0.5, bytes: [72, 105], top_logprobs: []},
+        {token: ' there', logprob: -1.25, bytes: [32, 116, 104, 101, 114, 101], top_logprobs: []}];
+    const answer = {id: 'resp_fid2', object: 'response', created_at: 1700000006, status: 'completed', model: 'gpt-x',
+        output: [{id: 'msg_2', type: 'message', status: 'completed', role: 'assistant', content: [
+            {type: 'output_text', text: 'Hi there', logprobs: lp, annotations: []}]}],
+        incomplete_details: null, usage: {input_tokens: 3, output_tokens: 2, total_tokens: 5}};
+    const body = {model: 'gpt-x', input: h.uniq('fidelity responses logprobs'), include: ['message.output_text.logprobs']};
+    const {stream} = await jsonThenStream(RESPONSES, body, asciiJson(answer));
+    const events = h.parseSSE(stream).map((e) => JSON.parse(e.data));
+    const deltas = events.filter((e) => e.type === 'response.output_text.delta');
+    assert.deepEqual(deltas.flatMap((e) => e.logprobs), lp, 'the deltas carry the logprobs, once');
+    assert.deepEqual(events.find((e) => e.type === 'response.output_text.done').logprobs, lp);
+    assert.deepEqual(events.find((e) => e.type === 'response.content_part.added').part.logprobs, [],
+        'the part starts without them, as its text');
 });
 
 /* ------------------------------------------------------------------------ */
