@@ -312,6 +312,25 @@ h.test('chat and completions streams served as JSON keep a choice\'s other membe
     assert.equal(assembleOpenAI(c.again).choices[0].extra.stop_reason, 128009, 'the stream replayed');
 });
 
+/* Gemini's OpenAI-compatible API: a tool call's thought signature, which the next turn must send back. */
+h.test('a tool call\'s other members (Gemini\'s extra_content thought signature) survive both ways', async () => {
+    const extra = {google: {thought_signature: 'CiQB0e2Kb+sig=='}};
+    const call = {id: 'call_g', type: 'function', function: {name: 'get_weather', arguments: '{"city":"Oslo"}'},
+        extra_content: extra};
+    const answer = {id: 'chatcmpl-fid5', object: 'chat.completion', created: 1700000007, model: 'gemini-3-pro',
+        choices: [{index: 0, message: {role: 'assistant', content: null, tool_calls: [call]}, finish_reason: 'tool_calls'}],
+        usage: {prompt_tokens: 5, completion_tokens: 3, total_tokens: 8}};
+    const {stream} = await jsonThenStream(CHAT, h.chatBody(h.uniq('fidelity gemini json')), asciiJson(answer));
+    assert.deepEqual(assembleOpenAI(stream).choices[0].message.tool_calls, [call]);
+    const raw = sse([
+        chatChunk([{index: 0, delta: {role: 'assistant', tool_calls: [{index: 0, ...call}]}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {}, finish_reason: 'tool_calls'}]),
+        '[DONE]',
+    ]);
+    const {json} = await streamThenJson(CHAT, h.chatBody(h.uniq('fidelity gemini stream')), raw);
+    assert.deepEqual(json.choices[0].message.tool_calls, [call]);
+});
+
 /* ------------------------------------------------------------------------ */
 /* Legacy completions                                                        */
 
