@@ -7,7 +7,8 @@
  *
  *   events --an_on_event--> the message of message_start, its blocks by index
  *            (text, thinking, tool input as partial JSON, citations,
- *            signatures) --an_build--> the answer
+ *            signatures, compaction) --an_build--> the answer (none when a
+ *            delta's type is unknown: what it adds cannot be told)
  *   answer --an_synth--> message_start, ping, each block (start, citations,
  *            its text / thinking / input in pieces, signature, stop),
  *            message_delta (stop reason and sequence, stop details,
@@ -159,10 +160,25 @@ static int an_block_delta(struct an_asm *st, const cJSON *j)
     }
     if (strcmp(type, "citations_delta") == 0)
         return an_add_citation(b, item(d, "citation"));
+    if (strcmp(type, "compaction_delta") == 0) {
+        /* The block's final value (content, encrypted_content when sent): assigned, as the SDK. */
+        const cJSON *k;
+        cJSON_ArrayForEach(k, d)
+        {
+            if (strcmp(k->string, "type") != 0)
+                obj_set(b->block, k->string, json_dup(k));
+        }
+        return 0;
+    }
     for (size_t i = 0; i < PC_ARRAY_LEN(an_deltas); i++)
         if (strcmp(type, an_deltas[i].type) == 0)
             return an_accumulate(b, an_deltas[i].kind, item(d, an_deltas[i].member));
-    return 0; /* a delta type newer than this code */
+    /*
+     * A delta type newer than this code: what it adds to the block is not
+     * known, so no JSON answer can be made that says what the stream said
+     * (the stream is relayed, not stored).
+     */
+    return -1;
 }
 
 /* msg[key] = copy of v, unless v is null and msg has a value there (as the SDK takes container). */

@@ -379,6 +379,11 @@ function assembleAnthropic(text) {
                 b.citations = [...(b.citations || []), d.delta.citation];
             else if (t === 'input_json_delta')
                 partial[d.index] += d.delta.partial_json;
+            else if (t === 'compaction_delta') {
+                b.content = d.delta.content;
+                if ('encrypted_content' in d.delta)
+                    b.encrypted_content = d.delta.encrypted_content;
+            }
         } else if (d.type === 'content_block_stop') {
             if (partial[d.index])
                 msg.content[d.index].input = JSON.parse(partial[d.index]);
@@ -509,6 +514,48 @@ h.test('messages stream served as JSON keeps stop_details, container and context
     const {miss, json} = await streamThenJson(MESSAGES, body, raw);
     assert.deepEqual(json, assembleAnthropic(miss), 'the JSON answer is the message the stream made');
     assert.deepEqual(json.context_management, CONTEXT_MANAGEMENT);
+});
+
+/* The context compaction beta: the block's summary comes in a compaction_delta, which assigns it. */
+h.test('messages stream with a compaction block served as JSON keeps its summary', async () => {
+    const raw = sse([
+        anEvent({type: 'message_start', message: {id: 'msg_fid6', type: 'message', role: 'assistant', model: 'claude-x',
+            content: [], stop_reason: null, stop_sequence: null, usage: {input_tokens: 50, output_tokens: 1}}}),
+        anEvent({type: 'content_block_start', index: 0, content_block: {type: 'compaction', content: null}}),
+        anEvent({type: 'content_block_delta', index: 0, delta: {type: 'compaction_delta',
+            content: 'Summary: the user asked about Paris weather.', encrypted_content: 'EqABCz'}}),
+        anEvent({type: 'content_block_stop', index: 0}),
+        anEvent({type: 'content_block_start', index: 1, content_block: {type: 'text', text: ''}}),
+        anEvent({type: 'content_block_delta', index: 1, delta: {type: 'text_delta', text: 'Sunny.'}}),
+        anEvent({type: 'content_block_stop', index: 1}),
+        anEvent({type: 'message_delta', delta: {stop_reason: 'end_turn', stop_sequence: null}, usage: {output_tokens: 30}}),
+        anEvent({type: 'message_stop'}),
+    ]);
+    const body = h.messagesBody(h.uniq('fidelity compaction'));
+    const {miss, json} = await streamThenJson(MESSAGES, body, raw);
+    assert.deepEqual(json.content, assembleAnthropic(miss).content);
+    assert.deepEqual(json.content[0], {type: 'compaction', content: 'Summary: the user asked about Paris weather.',
+        encrypted_content: 'EqABCz'});
+});
+
+/* A delta this code does not know: its JSON answer cannot be made, so the stream is relayed but not stored. */
+h.test('a messages stream with a delta of an unknown type is relayed, not stored', async () => {
+    const raw = sse([
+        anEvent({type: 'message_start', message: {id: 'msg_fid7', type: 'message', role: 'assistant', model: 'claude-x',
+            content: [], stop_reason: null, stop_sequence: null, usage: {input_tokens: 5, output_tokens: 1}}}),
+        anEvent({type: 'content_block_start', index: 0, content_block: {type: 'text', text: ''}}),
+        anEvent({type: 'content_block_delta', index: 0, delta: {type: 'text_delta', text: 'Visible '}}),
+        anEvent({type: 'content_block_delta', index: 0, delta: {type: 'annotated_text_delta', text: 'and more.'}}),
+        anEvent({type: 'content_block_stop', index: 0}),
+        anEvent({type: 'message_delta', delta: {stop_reason: 'end_turn', stop_sequence: null}, usage: {output_tokens: 4}}),
+        anEvent({type: 'message_stop'}),
+    ]);
+    const body = h.messagesBody(h.uniq('fidelity unknown delta'));
+    const s = await post(MESSAGES, {...body, stream: true}, {'x-mock-sse': b64(raw)});
+    assert.deepEqual(h.parseSSE(s.text).map((e) => JSON.parse(e.data)), h.parseSSE(raw).map((e) => JSON.parse(e.data)),
+        'relayed as it came');
+    const j = await post(MESSAGES, body);
+    h.assertFromUpstream(j, env.mock);
 });
 
 /* ------------------------------------------------------------------------ */
