@@ -6,10 +6,12 @@
  * text, tool calls (ids, names, arguments byte for byte, several per turn,
  * across n choices), finish and stop reasons, refusals, logprobs, reasoning,
  * Anthropic thinking with its signature, redacted thinking, citations and
- * server tool blocks, Responses reasoning items and calls. The upstream's
- * exact bytes come from x-mock-body / x-mock-sse; what the client gets is
- * read as the SDKs' stream helpers read it (deltas accumulated: strings
- * concatenated, objects merged, list entries merged by their "index").
+ * server tool blocks, Responses reasoning items and calls; members beyond
+ * the APIs' own survive too. A replayed stream carries usage when its client
+ * asks for it, and a hit saves the tokens the stored answer used, once. The
+ * upstream's exact bytes come from x-mock-body / x-mock-sse; what the client
+ * gets is read as the SDKs' stream helpers read it (deltas accumulated:
+ * strings concatenated, objects merged, list entries merged by their "index").
  */
 const assert = require('node:assert/strict');
 const h = require('./lib');
@@ -609,6 +611,34 @@ h.test('responses JSON with output_text logprobs served as a stream carries them
     assert.deepEqual(events.find((e) => e.type === 'response.output_text.done').logprobs, lp);
     assert.deepEqual(events.find((e) => e.type === 'response.content_part.added').part.logprobs, [],
         'the part starts without them, as its text');
+});
+
+h.test('responses stream served as JSON is its final response; the stream replays event for event', async () => {
+    const resp = {id: 'resp_fid3', object: 'response', created_at: 1700000008, status: 'completed', model: 'gpt-x',
+        output: [{id: 'rs_3', type: 'reasoning', summary: [], encrypted_content: 'gAAA=='},
+            {id: 'msg_3', type: 'message', status: 'completed', role: 'assistant',
+                content: [{type: 'output_text', text: 'Hello \u{1F30D}', logprobs: [], annotations: []}]}],
+        incomplete_details: null, usage: {input_tokens: 4, output_tokens: 6, total_tokens: 10}};
+    const ev = (type, more) => ({event: type, data: {type, ...more}});
+    const raw = sse([
+        ev('response.created', {sequence_number: 0, response: {...resp, status: 'in_progress', output: [], usage: null}}),
+        ev('response.output_item.added', {sequence_number: 1, output_index: 0, item: resp.output[0]}),
+        ev('response.output_item.done', {sequence_number: 2, output_index: 0, item: resp.output[0]}),
+        ev('response.output_item.added', {sequence_number: 3, output_index: 1,
+            item: {...resp.output[1], status: 'in_progress', content: []}}),
+        ev('response.content_part.added', {sequence_number: 4, item_id: 'msg_3', output_index: 1, content_index: 0,
+            part: {type: 'output_text', text: '', logprobs: [], annotations: []}}),
+        ev('response.output_text.delta', {sequence_number: 5, item_id: 'msg_3', output_index: 1, content_index: 0,
+            delta: 'Hello ', logprobs: []}),
+        ev('response.output_text.delta', {sequence_number: 6, item_id: 'msg_3', output_index: 1, content_index: 0,
+            delta: '\u{1F30D}', logprobs: []}),
+        ev('response.output_item.done', {sequence_number: 7, output_index: 1, item: resp.output[1]}),
+        ev('response.completed', {sequence_number: 8, response: resp}),
+    ]);
+    const body = {model: 'gpt-x', input: h.uniq('fidelity responses stream')};
+    const {miss, json, again} = await streamThenJson(RESPONSES, body, raw);
+    assert.deepEqual(json, resp);
+    assert.deepEqual(h.parseSSE(again), h.parseSSE(miss));
 });
 
 /* ------------------------------------------------------------------------ */
