@@ -622,11 +622,15 @@ static enum answer_fate store_answer(struct fetch *f, uint64_t latency_us)
      * decoded U+0000: the text after it would be lost. Such answers are
      * relayed, never stored, as requests with "\u0000" are never cached.
      * Nor compared: the comparators read the text through cJSON too, and an
-     * answer cut at U+0000 could agree where the whole one differs.
+     * answer cut at U+0000 could agree where the whole one differs. A raw
+     * NUL byte (no JSON, but cJSON reads it and ends the string there) is
+     * the same (a stream's events with one never assemble).
      */
-    if (memmem(body->data, body->len, "\\u0000", 6) != NULL) {
+    if (memmem(body->data, body->len, "\\u0000", 6) != NULL ||
+        memchr(body->data, '\0', body->len) != NULL) {
         if (f->store)
-            log_write(PC_LOG_INFO, f->reqid, "answer not cached: it contains \\u0000");
+            log_write(PC_LOG_INFO, f->reqid,
+                      "answer not cached: it contains \\u0000 or a NUL byte");
         return FATE_NONE;
     }
     const char *ctype =

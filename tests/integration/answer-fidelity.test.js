@@ -14,6 +14,7 @@
  * strings concatenated, objects merged, list entries merged by their "index").
  */
 const assert = require('node:assert/strict');
+const http = require('node:http');
 const h = require('./lib');
 
 const env = h.environment();
@@ -639,6 +640,37 @@ h.test('responses stream served as JSON is its final response; the stream replay
     const {miss, json, again} = await streamThenJson(RESPONSES, body, raw);
     assert.deepEqual(json, resp);
     assert.deepEqual(h.parseSSE(again), h.parseSSE(miss));
+});
+
+/*
+ * A raw NUL byte inside a JSON answer's string (no JSON, but cJSON reads it,
+ * ending the string there): served as a stream it would be the text up to
+ * the NUL, a sound-looking answer the upstream never gave. Not stored, as
+ * the \u0000 escape is not.
+ */
+h.test('a JSON answer with a raw NUL byte in its text is relayed, not stored', async () => {
+    const answer = Buffer.concat([Buffer.from('{"id":"chatcmpl-nul","object":"chat.completion","created":1,'
+        + '"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"before'), Buffer.from([0]),
+    Buffer.from(' after"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}')]);
+    const upstream = http.createServer((req, res) => {
+        req.resume();
+        req.on('end', () => {
+            res.writeHead(200, {'content-type': 'application/json'});
+            res.end(answer);
+        });
+    });
+    await new Promise((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+    try {
+        const proxy = await env.startProxy({upstream: `http://127.0.0.1:${upstream.address().port}`});
+        const body = h.chatBody(h.uniq('fidelity raw nul'));
+        const first = await proxy.post(CHAT, body);
+        assert.ok(first.body.equals(answer), 'relayed byte for byte');
+        const s = await proxy.post(CHAT, {...body, stream: true});
+        assert.notEqual(s.headers['x-cache-status'], 'HIT', 'a stream cut at the NUL is never served');
+        assert.notEqual((await proxy.post(CHAT, body)).headers['x-cache-status'], 'HIT', 'not stored');
+    } finally {
+        upstream.close();
+    }
 });
 
 /* ------------------------------------------------------------------------ */
