@@ -57,8 +57,8 @@
     ACTION(cache_other_mode_only, counter,                                                         \
            "Entries found but not served in the mode asked for, which would change them (a "       \
            "Messages JSON answer whose tool input numbers a stream would not carry as written, "   \
-           "or, with stream-usage off, a stream recorded without usage for a client that asks "    \
-           "for it): a miss")                                                                      \
+           "a JSON answer naming a member twice, or, with stream-usage off, a stream recorded "    \
+           "without usage for a client that asks for it): a miss")                                 \
     ACTION(coalesced, counter, "Requests that joined an identical in-flight upstream call")        \
     ACTION(semantic_lookups, counter, "Lookups that ran the semantic stage (after an exact miss)") \
     ACTION(semantic_candidates, counter, "Semantic candidates above the threshold examined")       \

@@ -165,6 +165,12 @@ int dialect_answer(enum api_endpoint e, bool recorded, const char *body, size_t 
         if (dialect_of(e)->numbers_as_written && !dialect_numbers_kept(body, len))
             return DIALECT_OTHER_MODE_ONLY; /* its stream would change numbers of the answer */
         cJSON *resp = cJSON_ParseWithLength(body, len);
+        if (resp != NULL && !dialect_json_sane(resp)) {
+            /* A member named twice (clients read the last, cJSON the first) or 1e999: its
+             * stream would say what JSON clients of these bytes do not see. */
+            cJSON_Delete(resp);
+            return DIALECT_OTHER_MODE_ONLY;
+        }
         int rc = resp ? dialect_synthesize(e, resp, include_usage, out) : -1;
         cJSON_Delete(resp);
         return rc;

@@ -673,6 +673,35 @@ h.test('a JSON answer with a raw NUL byte in its text is relayed, not stored', a
     }
 });
 
+/*
+ * A JSON answer naming a member twice: JavaScript clients (and Python's json)
+ * read the last, the JSON library the first. Served as JSON it is the
+ * upstream's bytes; a stream made of it would say the other value. It serves
+ * JSON clients only (a stream client goes upstream: cache_other_mode_only).
+ */
+h.test('a JSON answer with a duplicate member serves JSON clients only', async () => {
+    const cases = [
+        [CHAT, h.chatBody(h.uniq('fidelity duplicate chat')), '{"id":"c","object":"chat.completion","created":1,'
+            + '"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"AAA","content":"BBB"},'
+            + '"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}'],
+        [MESSAGES, h.messagesBody(h.uniq('fidelity duplicate messages')), '{"id":"msg_d","type":"message",'
+            + '"role":"assistant","model":"m","content":[{"type":"text","text":"AAA","text":"BBB"}],'
+            + '"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}'],
+    ];
+    for (const [path, body, raw] of cases) {
+        await post(path, body, {'x-mock-body': raw});
+        const j = await post(path, body);
+        h.assertHit(j);
+        assert.equal(j.text, raw, `${path}: JSON clients get the upstream's bytes`);
+        const s0 = await env.proxy.stats();
+        const s = await post(path, {...body, stream: true});
+        const s1 = await env.proxy.stats();
+        assert.equal(s.headers['x-cache-status'], 'MISS', `${path}: no stream is made of it`);
+        assert.doesNotMatch(s.text, /AAA/, `${path}: the stream never says the value JSON clients do not see`);
+        assert.equal(s1.cache_other_mode_only, s0.cache_other_mode_only + 1);
+    }
+});
+
 /* ------------------------------------------------------------------------ */
 /* Usage on request                                                          */
 
