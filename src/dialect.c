@@ -232,9 +232,16 @@ void dialect_oom(void)
 
 cJSON *dialect_parse_json(const char *s, size_t n)
 {
+    char why[128];
     if (memchr(s, '\0', n) != NULL)
         return NULL;
-    return cJSON_ParseWithLengthOpts(s, n + 1, NULL, true);
+    cJSON *j = cJSON_ParseWithLengthOpts(s, n + 1, NULL, true);
+    /* What cJSON lets through but clients refuse ("\u00zz", which cJSON reads as U+0000). */
+    if (j != NULL && !pc_json_strict(s, n, why, sizeof(why))) {
+        cJSON_Delete(j);
+        j = NULL;
+    }
+    return j;
 }
 
 static int key_cmp(const void *a, const void *b)

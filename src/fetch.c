@@ -633,6 +633,19 @@ static enum answer_fate store_answer(struct fetch *f, uint64_t latency_us)
                       "answer not cached: it contains \\u0000 or a NUL byte");
         return FATE_NONE;
     }
+    /*
+     * Nor a JSON answer that breaks RFC 8259 where cJSON is lenient ("\u00zz",
+     * which cJSON reads as U+0000, a raw control character in a string): its
+     * clients cannot read it, and in the other mode it would be a readable
+     * answer the upstream never gave. (A stream's events are held to the
+     * same rules when it is assembled: dialect_parse_json.)
+     */
+    char why[128];
+    if (!f->stream && !pc_json_strict(body->data, body->len, why, sizeof(why))) {
+        if (f->store)
+            log_write(PC_LOG_INFO, f->reqid, "answer not cached: not valid JSON (%s)", why);
+        return FATE_NONE;
+    }
     const char *ctype =
         f->content_type ? f->content_type : (f->stream ? "text/event-stream" : "application/json");
     struct entry e = {

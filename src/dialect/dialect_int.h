@@ -27,7 +27,10 @@ void dialect_openai_error_body(int status, const char *text, struct pc_buf *out)
 /* cJSON ran out of memory: log and abort. */
 PC_NORETURN void dialect_oom(void);
 
-/* Parse s[0..n) as one JSON value with nothing after it (s[n] must be NUL); NULL if not. */
+/*
+ * Parse s[0..n) as one JSON value with nothing after it (s[n] must be NUL),
+ * keeping RFC 8259's rules cJSON does not (pc_json_strict); NULL if not.
+ */
 cJSON *dialect_parse_json(const char *s, size_t n);
 /*
  * Whether j is JSON every reader sees alike: all numbers finite (cJSON reads

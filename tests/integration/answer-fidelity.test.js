@@ -702,6 +702,34 @@ h.test('a JSON answer with a duplicate member serves JSON clients only', async (
     }
 });
 
+/*
+ * "\u00zz" is no JSON escape: clients refuse the answer, but cJSON reads it
+ * as U+0000 and ends the string there. Stored, the other mode would be the
+ * text cut before it, readable, an answer the upstream never gave.
+ */
+h.test('an answer with an invalid \\u escape is relayed, not stored, in either mode', async () => {
+    const text = 'before\\u00zzafter';
+    const raw = `{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":`
+        + `{"role":"assistant","content":"${text}"},"finish_reason":"stop"}],`
+        + '"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}';
+    const body = h.chatBody(h.uniq('fidelity bad escape json'));
+    assert.equal((await post(CHAT, body, {'x-mock-body': raw})).text, raw, 'relayed as it came');
+    const s = await post(CHAT, {...body, stream: true});
+    assert.equal(s.headers['x-cache-status'], 'MISS', 'no stream made of it');
+    assert.doesNotMatch(s.text, /"before"/);
+    const rec = sse([
+        chatChunk([{index: 0, delta: {role: 'assistant', content: 'x'}, finish_reason: null}]).replace('"x"', `"${text}"`),
+        chatChunk([{index: 0, delta: {}, finish_reason: 'stop'}]),
+        '[DONE]',
+    ]);
+    const sbody = h.chatBody(h.uniq('fidelity bad escape stream'));
+    const first = await post(CHAT, {...sbody, stream: true}, {'x-mock-sse': b64(rec)});
+    assert.equal(first.text, rec, 'relayed as it came');
+    const j = await post(CHAT, sbody);
+    assert.equal(j.headers['x-cache-status'], 'MISS', 'no JSON answer made of it');
+    assert.notEqual(j.json.choices[0].message.content, 'before');
+});
+
 /* ------------------------------------------------------------------------ */
 /* Usage on request                                                          */
 
