@@ -132,8 +132,9 @@ enum dialect_usage { DIALECT_USAGE_OFF, DIALECT_USAGE_ON, DIALECT_USAGE_REQUIRED
  * if it is sound but would change in this mode (a Messages answer whose
  * tool input holds numbers a stream would not carry as written,
  * dialect_numbers_kept; a JSON answer naming a member twice or holding a
- * number beyond a double, dialect_json_sane): it serves the mode it was
- * stored in only. A
+ * number beyond a double, dialect_json_sane; an entry from Redis with a NUL
+ * or what RFC 8259 refuses, whose text cJSON would end early): it serves the
+ * mode it was stored in only. A
  * recording without usage is DIALECT_OTHER_MODE_ONLY too when usage is
  * DIALECT_USAGE_REQUIRED: it may lack what the upstream would send that
  * client.

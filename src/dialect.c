@@ -140,9 +140,24 @@ static int answer_replay(enum api_endpoint e, const char *rec, size_t len, enum 
     return rc;
 }
 
+/*
+ * Whether cJSON would read text s[0..n) otherwise than its clients: a NUL
+ * (a raw byte, or the escape, which cJSON decodes and then ends the string
+ * at), or what RFC 8259 refuses and cJSON lets through ("\u00zz": U+0000).
+ * Never stored so; an entry read back from Redis may still hold it.
+ */
+static bool cut_by_cjson(const char *s, size_t n)
+{
+    char why[128];
+    return memchr(s, '\0', n) != NULL || memmem(s, n, "\\u0000", 6) != NULL ||
+           !pc_json_strict(s, n, why, sizeof(why));
+}
+
 /* A recorded stream as the JSON answer it assembles to. */
 static int answer_assemble(enum api_endpoint e, const char *rec, size_t len, struct pc_buf *out)
 {
+    if (memmem(rec, len, "\\u0000", 6) != NULL)
+        return DIALECT_OTHER_MODE_ONLY; /* its text would end there (events are checked else) */
     cJSON *resp = dialect_assemble(e, rec, len, NULL);
     if (resp == NULL)
         return -1;
@@ -164,6 +179,8 @@ int dialect_answer(enum api_endpoint e, bool recorded, const char *body, size_t 
     if (stream) {
         if (dialect_of(e)->numbers_as_written && !dialect_numbers_kept(body, len))
             return DIALECT_OTHER_MODE_ONLY; /* its stream would change numbers of the answer */
+        if (cut_by_cjson(body, len))
+            return DIALECT_OTHER_MODE_ONLY; /* its stream would say less than its bytes */
         cJSON *resp = cJSON_ParseWithLength(body, len);
         if (resp != NULL && !dialect_json_sane(resp)) {
             /* A member named twice (clients read the last, cJSON the first) or 1e999: its

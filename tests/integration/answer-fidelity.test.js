@@ -15,7 +15,9 @@
  */
 const assert = require('node:assert/strict');
 const http = require('node:http');
+const net = require('node:net');
 const h = require('./lib');
+const {parseResp} = require('./lib/redis');
 
 const env = h.environment();
 
@@ -728,6 +730,65 @@ h.test('an answer with an invalid \\u escape is relayed, not stored, in either m
     const j = await post(CHAT, sbody);
     assert.equal(j.headers['x-cache-status'], 'MISS', 'no JSON answer made of it');
     assert.notEqual(j.json.choices[0].message.content, 'before');
+});
+
+/* One Redis command with binary arguments and reply (the harness's client speaks strings). */
+function rawCommand(port, ...args) {
+    const parts = [Buffer.from(`*${args.length}\r\n`)];
+    for (const a of args) {
+        const b = Buffer.isBuffer(a) ? a : Buffer.from(String(a));
+        parts.push(Buffer.from(`$${b.length}\r\n`), b, Buffer.from('\r\n'));
+    }
+    return new Promise((resolve, reject) => {
+        const sock = net.connect({port, host: '127.0.0.1'});
+        let buf = Buffer.alloc(0);
+        sock.on('data', (d) => {
+            buf = Buffer.concat([buf, d]);
+            const r = parseResp(buf, 0);
+            if (!r)
+                return;
+            sock.end();
+            if (r.value instanceof Error)
+                reject(r.value);
+            else
+                resolve(buf.subarray(0, r.next));
+        });
+        sock.on('error', reject);
+        sock.write(Buffer.concat(parts));
+    });
+}
+
+/*
+ * An entry read back from Redis is input: one stored by an older version, or
+ * written by another hand, may hold what this version never stores (a JSON
+ * answer with "\u00zz" or a raw NUL byte). It serves JSON clients as its
+ * bytes, never a stream cut where cJSON ends the string.
+ */
+h.test('a JSON entry from Redis that cJSON would cut is never made into a stream', async () => {
+    const proxy = await env.startProxy({args: ['--l1-size', '0']});
+    for (const [name, bad] of [['escape', Buffer.from('\\u00zz')], ['nul', Buffer.from('\0_____')]]) {
+        const raw = '{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":'
+            + '{"role":"assistant","content":"before\\u00e9after"},"finish_reason":"stop"}],'
+            + '"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}';
+        const body = h.chatBody(h.uniq(`fidelity forged entry ${name}`));
+        const keys0 = new Set(await env.redis.keys('pc:2:e:*'));
+        await proxy.post(CHAT, body, {'x-mock-body': raw});
+        const key = (await env.redis.keys('pc:2:e:*')).find((k) => !keys0.has(k));
+        assert.ok(key, 'the answer was stored');
+        const reply = await rawCommand(env.redis.port, 'GET', key);
+        const start = reply.indexOf('\r\n') + 2;
+        const entry = Buffer.from(reply.subarray(start, reply.length - 2));
+        const at = entry.indexOf('\\u00e9');
+        assert.ok(at > 0);
+        bad.copy(entry, at);
+        await rawCommand(env.redis.port, 'SET', key, entry);
+        const j = await proxy.post(CHAT, body);
+        h.assertHit(j);
+        assert.ok(j.body.includes(bad), `${name}: JSON clients get the entry's bytes`);
+        const s = await proxy.post(CHAT, {...body, stream: true});
+        assert.notEqual(s.headers['x-cache-status'], 'HIT', `${name}: no stream is made of it`);
+        assert.doesNotMatch(s.text, /"before"/);
+    }
 });
 
 /* ------------------------------------------------------------------------ */
