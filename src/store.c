@@ -303,6 +303,7 @@ struct store {
     struct store *parent;     /* a node of that cluster store (cluster://); else NULL */
     bool clusterdown;         /* a node: it said CLUSTERDOWN or came back, no keyed answer since */
     uint64_t serves_again_us; /* a node: when a keyed command last got an answer after that */
+    uint64_t keyed_sent_ms;   /* a node: when a keyed command was last sent there (its traffic) */
     struct store_cluster *cl; /* the cluster store of cluster://: its nodes and map; else NULL */
 };
 
@@ -433,6 +434,7 @@ static void cmd_arm(struct store_cmd *c, int64_t us)
 }
 
 static void cmd_link(struct store *s, struct store_cmd *c);
+static bool cmd_names_key(const struct store_cmd *c);
 
 static struct store_cmd *cmd_new(struct store *s, enum cmd_kind kind)
 {
@@ -533,6 +535,8 @@ static int cmd_send(struct store_cmd *c, int argc, const char **argv, const size
         c->wire_len = (size_t)n;
         int k = cluster_key_index(argc, argv, lens);
         c->slot = k < 0 ? -1 : (int)cluster_slot(argv[k], lens ? lens[k] : strlen(argv[k]));
+        if (cmd_names_key(c))
+            s->keyed_sent_ms = pc_mono_ms(); /* traffic: the tick leaves the node unprobed */
     } else {
         int k = s->owner != NULL ? cluster_key_index(argc, argv, lens) : -1;
         c->keyed = k >= 0;
@@ -2539,8 +2543,9 @@ static void probe_done(void *arg, enum store_status st, long long n)
 }
 
 /*
- * Node i said CLUSTERDOWN and no keyed command went there since (no traffic for its slots):
- * ask it one (PTTL of a key of one of its slots) so that the outage ends when it does.
+ * Node i said CLUSTERDOWN and no keyed command went there for half a tick (no traffic for
+ * its slots): ask it one (PTTL of a key of one of its slots) so that the outage ends when
+ * it does. A node with traffic is not asked: its traffic's answers end the outage.
  */
 static void probe_keys(struct store *top, size_t i)
 {
@@ -2573,7 +2578,8 @@ static void cluster_tick_cb(evutil_socket_t fd, short what, void *arg)
     nodes_prune(top);
     cluster_health_check(top);
     for (size_t i = 0; i < cl->nnodes; i++)
-        if (cl->nodes[i] != NULL && cl->owned[i] > 0 && cl->nodes[i]->clusterdown)
+        if (cl->nodes[i] != NULL && cl->owned[i] > 0 && cl->nodes[i]->clusterdown &&
+            now - cl->nodes[i]->keyed_sent_ms >= MAP_DEGRADED_MS / 2)
             probe_keys(top, i);
     bool degraded = cluster_degraded(top);
     if ((cl->map_want || degraded) && !cl->map_inflight)
@@ -2611,6 +2617,8 @@ static int cmd_resend(struct store_cmd *c, struct store *to)
         return -1;
     if (wire_send(to, cmd_reply_cb, c, c->wire, c->wire_len) < 0)
         return -1;
+    if (cmd_names_key(c))
+        to->keyed_sent_ms = pc_mono_ms();
     int64_t left = c->timeout_us - (int64_t)(pc_mono_us() - c->sent_us);
     cmd_arm(c, PC_MAX(left, 1000));
     return 0;

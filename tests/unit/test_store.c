@@ -1621,7 +1621,12 @@ static void test_migrate_script(void)
  * A fake Redis Cluster node on a loopback TCP port: it says it serves every
  * slot (CLUSTER SHARDS), that the schema is current, answers PING and
  * ASKING, and answers every other command from its script, in order (then
- * "$1\r\nv"). Serves any number of connections until stopped.
+ * "$1\r\nv"). The store's probe of an idle node that said CLUSTERDOWN (PTTL
+ * pc:probe:{N}) is answered outside the script, as the node stands: down
+ * while its last scripted reply was CLUSTERDOWN and more of the script is to
+ * come (the probe's timing is the store's tick's: taking a scripted reply, it
+ * took the one a test meant for its own command, now and then). Serves any
+ * number of connections until stopped.
  */
 struct fnode {
     int lfd, port;
@@ -1631,6 +1636,8 @@ struct fnode {
     size_t nscript;
     atomic_size_t next;           /* script replies given */
     atomic_int askings, commands; /* ASKING seen; scripted commands answered */
+    atomic_int probes;            /* PTTL pc:probe:... answered */
+    bool down;                    /* the last scripted reply was CLUSTERDOWN, more to come */
     char shards[512];
     char schema[32]; /* GET pc:schema: the version this build needs */
 };
@@ -1670,9 +1677,15 @@ static const char *fnode_reply(struct fnode *f, const char *cmd)
         return f->schema;
     if (strcmp(name, "GET") == 0 && strncmp(arg, "warm", 4) == 0)
         return "$1\r\nw\r\n"; /* warm_key: the script is left as it is */
+    if (strcmp(name, "PTTL") == 0 && strncmp(arg, "pc:probe:", 9) == 0) {
+        atomic_fetch_add(&f->probes, 1);
+        return f->down ? "-CLUSTERDOWN The cluster is down\r\n" : ":-2\r\n";
+    }
     atomic_fetch_add(&f->commands, 1);
     size_t i = atomic_fetch_add(&f->next, 1);
-    return i < f->nscript ? f->script[i] : "$1\r\nv\r\n";
+    const char *r = i < f->nscript ? f->script[i] : "$1\r\nv\r\n";
+    f->down = i + 1 < f->nscript && strncmp(r, "-CLUSTERDOWN", 12) == 0;
+    return r;
 }
 
 /* Answer every complete command in a client's buffer; false once the client is gone. */
@@ -1953,6 +1966,11 @@ static bool warm_up(struct store *s, const char *key)
     return false;
 }
 
+static bool probed(void *arg)
+{
+    return atomic_load(&((struct fnode *)arg)->probes) >= 1;
+}
+
 static bool notice_logged(void *arg)
 {
     struct capture *cap = arg;
@@ -2015,12 +2033,50 @@ static void test_cluster_down_until_every_node(void)
     T_CHECK(get_wait(s, kb, strlen(kb), &g) && g.st == STORE_ERR);
     T_CHECK(get_wait(s, ka, strlen(ka), &g) && g.st == STORE_OK);
     T_CHECK(run_until(notice_logged, &cap, 5000));
-    T_CHECK(atomic_load(&b.next) >= 3); /* the probe went to b */
+    T_CHECK(atomic_load(&b.probes) >= 1); /* the probe went to b */
     capture_end(&cap, out, sizeof(out));
     T_CHECK_INT(count_of(out, " W redis: the cache is not working ("), 1);
     store_destroy(&s);
     fnode_stop(&a);
     fnode_stop(&b);
+}
+
+/*
+ * The tick asks a node that said CLUSTERDOWN a PTTL only while it gets no
+ * traffic: a node the lookups still go to is not probed (their answers end
+ * the outage). Lookups every 50 ms for 1.5 s: no probe (before, the tick
+ * probed it at once and every second, and the probe took the reply a test
+ * scripted for its own command); then idle, it is probed.
+ */
+static void test_cluster_down_busy_node_unprobed(void)
+{
+    static const char *const down = "-CLUSTERDOWN The cluster is down\r\n";
+    const char *script[64];
+    for (size_t i = 0; i < PC_ARRAY_LEN(script); i++)
+        script[i] = down;
+    char url[64];
+    struct fnode f;
+    fnode_start(&f, script, PC_ARRAY_LEN(script));
+    snprintf(url, sizeof(url), "cluster://127.0.0.1:%d", f.port);
+    struct stats st = {0};
+    struct store *s = mk_store(url, TEST_TIMEOUT_MS, false, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    struct got g;
+    uint64_t start = pc_mono_ms(), last = start, max_gap = 0;
+    while (pc_mono_ms() - start < 1500 && atomic_load(&f.next) + 1 < f.nscript) {
+        uint64_t now = pc_mono_ms();
+        max_gap = PC_MAX(max_gap, now - last);
+        last = now;
+        T_CHECK(get_wait(s, "k1", 2, &g) && g.st == STORE_ERR);
+        run_for(50 - (int)PC_MIN(pc_mono_ms() - now, 50));
+    }
+    int probes = atomic_load(&f.probes);
+    /* a stall of the test itself (a loaded machine) leaves the node idle long enough */
+    if (max_gap < 400)
+        T_CHECK_INT(probes, 0);
+    T_CHECK(run_until(probed, &f, 5000)); /* idle now */
+    store_destroy(&s);
+    fnode_stop(&f);
 }
 
 /*
@@ -2286,6 +2342,7 @@ int main(void)
     T_RUN(test_cluster_redirects);
     T_RUN(test_cluster_down_stale);
     T_RUN(test_cluster_down_until_every_node);
+    T_RUN(test_cluster_down_busy_node_unprobed);
     T_RUN(test_cluster_rcli);
     T_RUN(test_cluster_redirect_checks);
     T_RUN(test_connect_timeout);
