@@ -15,7 +15,8 @@
  *   answers ('Answer A: "..."\nAnswer B: "..."', the error bound's model
  *   comparator) it answers as `judge` says (by default: yes when equal).
  *
- * Controls (properties, changed by tests): delayMs (before answering), fail
+ * Controls (properties, changed by tests): delayMs (before answering), hold
+ * (true: every call is held, unanswered, until release(); `held` counts them), fail
  * (answer 500), verdict(a, b) and judge(a, b) -> 'yes' | 'no' | other text,
  * vectorScale (multiplies every number of the embeddings: not unit length),
  * rewrite(text) -> text (the embeddings answer as sent: forged numbers).
@@ -46,6 +47,8 @@ function cosine(a, b) {
 class SemanticMock {
     constructor() {
         this.delayMs = 0;
+        this.hold = false;
+        this._held = [];
         this.dims = DIMS; /* another model behind the same URL and model name: set it */
         this.vectorScale = 1;
         this.rewrite = null;
@@ -89,8 +92,23 @@ class SemanticMock {
             } catch (e) {
                 body = null;
             }
-            setTimeout(() => this._answer(req, res, body), this.delayMs);
+            if (this.hold)
+                this._held.push(() => this._answer(req, res, body));
+            else
+                setTimeout(() => this._answer(req, res, body), this.delayMs);
         });
+    }
+
+    /* Calls held (hold) and not answered yet. */
+    get held() {
+        return this._held.length;
+    }
+
+    /* Stop holding; the calls held are answered now. */
+    release() {
+        this.hold = false;
+        for (const answer of this._held.splice(0))
+            answer();
     }
 
     _send(res, status, obj) {
