@@ -6,13 +6,30 @@
  */
 const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
+const fs = require('node:fs');
 const h = require('./lib');
 
 const env = h.environment();
 
 const CHAT = '/v1/chat/completions';
 const MESSAGES = '/v1/messages';
-const BIG = 30000000;
+/*
+ * The big stream of the backpressure test: more than the kernel can hold for a paused client
+ * on the two loopback connections (mock -> proxy, proxy -> client; each a receive and a send
+ * buffer, which the kernel grows up to tcp_rmem's and tcp_wmem's largest), and the proxy's own
+ * queues (the flight's 1 MiB, the client's output) beside them. A fixed 30 MB was within
+ * reach where tcp_rmem allows 32 MiB: the mock then wrote the whole stream into the buffers
+ * and the test took that for the proxy buffering it (1 run in 2 under load).
+ */
+function kernelMax(name, fallback) {
+    try {
+        return Number(fs.readFileSync(`/proc/sys/net/ipv4/${name}`, 'utf8').trim().split(/\s+/)[2]) || fallback;
+    } catch (e) {
+        return fallback;
+    }
+}
+const BIG = Math.max(30000000,
+    2 * (kernelMax('tcp_rmem', 6 << 20) + kernelMax('tcp_wmem', 4 << 20)) + (8 << 20));
 
 const sha = (s) => crypto.createHash('sha256').update(s).digest('hex');
 const holdId = () => h.uniq('hold').replace(' ', '-');
@@ -81,7 +98,8 @@ h.test('backpressure: a paused client stalls the upstream; on resume every byte 
         return still;
     }, {timeout: 20000, interval: 1000, what: 'the mock\'s writes to stall while the client is paused'});
     const written = env.mock.backpressure.bytesWritten - before.bytesWritten;
-    assert.ok(written < BIG, `the mock stalled after ${written} bytes, short of the whole ${BIG}`);
+    assert.ok(written < BIG, `the mock stalled after ${written} bytes, short of the whole ${BIG} ` +
+        `(the paused client had read ${s.bytes}; backpressure waits ${env.mock.backpressure.waits - before.waits})`);
     t.diagnostic(`paused client: the mock stalled after ${written} of ${BIG} bytes, client read ${s.bytes}`);
 
     s.resume();
