@@ -33,5 +33,7 @@
 
 /* The tree of text cut at depth (free with cJSON_Delete), or NULL if text is not JSON. */
 cJSON *jskim_parse(const char *text, size_t len, unsigned depth);
+/* The same; *end (may be NULL) gets the offset just past the value, where text may go on. */
+cJSON *jskim_parse_end(const char *text, size_t len, unsigned depth, size_t *end);
 
 #endif

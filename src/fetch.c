@@ -501,13 +501,22 @@ static bool answer_usage(const struct fetch *f, const struct pc_buf *body, struc
         return true;
     }
     /* The content (and every float of an embedding) is checked, not built. */
-    cJSON *resp = jskim_parse(body->data, body->len, API_ANSWER_DEPTH);
+    size_t end = 0;
+    cJSON *resp = jskim_parse_end(body->data, body->len, API_ANSWER_DEPTH, &end);
     if (resp == NULL || !cJSON_IsObject(resp)) {
         cJSON_Delete(resp);
         return false;
     }
     dialect_usage(f->endpoint, resp, u);
     *fault = api_answer_check(f->endpoint, resp, NULL);
+    /* Text after the answer ("{...}{...}"): clients' parsers refuse it (Python's "Extra
+     * data"), cJSON reads the first value alone, and in the other mode a stream client would
+     * be served that first value as the whole answer. Relayed, never stored. */
+    while (end < body->len && (body->data[end] == ' ' || body->data[end] == '\t' ||
+                               body->data[end] == '\n' || body->data[end] == '\r'))
+        end++;
+    if (end < body->len && *fault == API_ANSWER_OK)
+        *fault = API_ANSWER_NOT_OBJECT;
     cJSON_Delete(resp);
     return true;
 }

@@ -386,6 +386,11 @@ static bool value(struct skim *k, unsigned depth, cJSON **node)
 
 cJSON *jskim_parse(const char *text, size_t len, unsigned depth)
 {
+    return jskim_parse_end(text, len, depth, NULL);
+}
+
+cJSON *jskim_parse_end(const char *text, size_t len, unsigned depth, size_t *end)
+{
     if (text == NULL || len == 0)
         return NULL;
     struct skim k = {(const unsigned char *)text, len, 0, 0, depth};
@@ -396,5 +401,7 @@ cJSON *jskim_parse(const char *text, size_t len, unsigned depth)
         cJSON_Delete(root);
         return NULL;
     }
+    if (end != NULL)
+        *end = k.pos;
     return root; /* what follows the value is not looked at, as in cJSON_ParseWithLength */
 }

@@ -676,6 +676,41 @@ h.test('a JSON answer with a raw NUL byte in its text is relayed, not stored', a
 });
 
 /*
+ * A JSON answer with text after it ("{...}{...}", a gateway writing two bodies): its clients'
+ * parsers refuse it (Python's "Extra data"), the JSON library reads the first value alone, and
+ * a stream made of it would serve that first value as the whole answer. Relayed, not stored.
+ */
+h.test('a JSON answer followed by more text is relayed, not stored', async () => {
+    const one = '{"id":"chatcmpl-two","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
+        + '"message":{"role":"assistant","content":"FIRST"},"finish_reason":"stop"}],'
+        + '"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}';
+    const answer = Buffer.from(`${one}\n${one.replace('FIRST', 'SECOND')}`);
+    const upstream = http.createServer((req, res) => {
+        req.resume();
+        req.on('end', () => {
+            res.writeHead(200, {'content-type': 'application/json'});
+            res.end(answer);
+        });
+    });
+    await new Promise((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+    try {
+        const proxy = await env.startProxy({upstream: `http://127.0.0.1:${upstream.address().port}`});
+        const body = h.chatBody(h.uniq('fidelity trailing text'));
+        const skipped = (await proxy.stats()).cache_store_skipped;
+        const first = await proxy.post(CHAT, body);
+        assert.ok(first.body.equals(answer), 'relayed byte for byte');
+        await h.waitFor(async () => (await proxy.stats()).cache_store_skipped === skipped + 1,
+            {what: 'the answer counted as not stored'});
+        const s = await proxy.post(CHAT, {...body, stream: true});
+        assert.notEqual(s.headers['x-cache-status'], 'HIT', 'the first value served as a whole stream');
+        assert.notEqual((await proxy.post(CHAT, body)).headers['x-cache-status'], 'HIT', 'not stored');
+        await proxy.stop();
+    } finally {
+        upstream.close();
+    }
+});
+
+/*
  * A JSON answer naming a member twice: JavaScript clients (and Python's json)
  * read the last, the JSON library the first. Served as JSON it is the
  * upstream's bytes; a stream made of it would say the other value. It serves

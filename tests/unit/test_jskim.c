@@ -107,6 +107,28 @@ static void test_answers(void)
 }
 
 /* What the skim keeps of a chat answer at API_ANSWER_DEPTH, and what it leaves out. */
+/* Where the value ends: what follows is the caller's to look at ("{...}{...}"). */
+static void test_end(void)
+{
+    static const struct {
+        const char *text;
+        size_t end;
+    } cases[] = {
+        {"{}", 2},
+        {" {\"a\":[1,2]}  ", 12},
+        {"{}{}", 2},
+        {"{\"a\":\"}\"} x", 9},
+        {"\xEF\xBB\xBF[1]\n", 6},
+    };
+    for (size_t i = 0; i < PC_ARRAY_LEN(cases); i++) {
+        size_t end = 0;
+        cJSON *j = jskim_parse_end(cases[i].text, strlen(cases[i].text), 1, &end);
+        T_CHECK(j != NULL);
+        T_CHECK_INT((long long)end, (long long)cases[i].end);
+        cJSON_Delete(j);
+    }
+}
+
 static void test_cut(void)
 {
     cJSON *r = jskim_parse(answers[0], strlen(answers[0]), API_ANSWER_DEPTH);
@@ -344,6 +366,7 @@ static void test_edits(void)
 int main(void)
 {
     T_RUN(test_answers);
+    T_RUN(test_end);
     T_RUN(test_cut);
     T_RUN(test_quirks);
     T_RUN(test_nesting);
