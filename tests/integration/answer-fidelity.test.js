@@ -644,6 +644,19 @@ h.test('responses stream served as JSON is its final response; the stream replay
     assert.deepEqual(h.parseSSE(again), h.parseSSE(miss));
 });
 
+/* An upstream that answers every request with these JSON bytes. */
+async function fixedUpstream(answer) {
+    const upstream = http.createServer((req, res) => {
+        req.resume();
+        req.on('end', () => {
+            res.writeHead(200, {'content-type': 'application/json'});
+            res.end(answer);
+        });
+    });
+    await new Promise((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+    return upstream;
+}
+
 /*
  * A raw NUL byte inside a JSON answer's string (no JSON, but cJSON reads it,
  * ending the string there): served as a stream it would be the text up to
@@ -654,14 +667,7 @@ h.test('a JSON answer with a raw NUL byte in its text is relayed, not stored', a
     const answer = Buffer.concat([Buffer.from('{"id":"chatcmpl-nul","object":"chat.completion","created":1,'
         + '"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"before'), Buffer.from([0]),
     Buffer.from(' after"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}')]);
-    const upstream = http.createServer((req, res) => {
-        req.resume();
-        req.on('end', () => {
-            res.writeHead(200, {'content-type': 'application/json'});
-            res.end(answer);
-        });
-    });
-    await new Promise((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+    const upstream = await fixedUpstream(answer);
     try {
         const proxy = await env.startProxy({upstream: `http://127.0.0.1:${upstream.address().port}`});
         const body = h.chatBody(h.uniq('fidelity raw nul'));
@@ -685,14 +691,7 @@ h.test('a JSON answer followed by more text is relayed, not stored', async () =>
         + '"message":{"role":"assistant","content":"FIRST"},"finish_reason":"stop"}],'
         + '"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}';
     const answer = Buffer.from(`${one}\n${one.replace('FIRST', 'SECOND')}`);
-    const upstream = http.createServer((req, res) => {
-        req.resume();
-        req.on('end', () => {
-            res.writeHead(200, {'content-type': 'application/json'});
-            res.end(answer);
-        });
-    });
-    await new Promise((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+    const upstream = await fixedUpstream(answer);
     try {
         const proxy = await env.startProxy({upstream: `http://127.0.0.1:${upstream.address().port}`});
         const body = h.chatBody(h.uniq('fidelity trailing text'));
