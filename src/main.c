@@ -355,6 +355,8 @@ int main(int argc, char **argv)
         free(cli.opts);
         return status;
     }
+    if (cli.cmd == CMD_RUN)
+        server_hold_sighup(); /* before anything takes time: the configuration, its files */
     struct conf *c = load_conf(&cli, argc, argv);
     if (c == NULL) {
         free(cli.opts);

@@ -135,6 +135,21 @@ static void bound_address(int fd, char *out, size_t outlen)
     snprintf(out, outlen, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
 }
 
+static volatile sig_atomic_t sighup_held;
+
+static void hold_sighup(int sig)
+{
+    (void)sig;
+    sighup_held = 1;
+}
+
+void server_hold_sighup(void)
+{
+    struct sigaction sa = {.sa_handler = hold_sighup};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
@@ -412,6 +427,11 @@ int server_run(const struct conf *c)
     }
     if (start_workers(&s, err, sizeof(err)) < 0)
         goto out;
+    /* A SIGHUP that came during the start: the main loop takes it once it runs. */
+    if (sighup_held) {
+        sighup_held = 0;
+        raise(SIGHUP);
+    }
     if (s.dash != NULL)
         dash_start(s.dash);
     if (s.psync != NULL && psync_start(s.psync) < 0) {

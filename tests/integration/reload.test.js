@@ -246,3 +246,31 @@ h.test('reloads under load: every request answered, snapshots freed, clean exit'
     assert.deepEqual([...new Set(statuses)], [200], 'every request answered 200');
     assert.equal(await proxy.stop(), 0, 'a clean exit (no leak reported under SANITIZE=1)');
 });
+
+h.test('a SIGHUP during the start is a reload once the proxy runs, not its end', async () => {
+    /* Until the main loop handled SIGHUP, the signal's default action ended the process: a
+     * logrotate or systemctl reload while the proxy started (the price list, the embedder's
+     * vectors) killed it. The line about the prices comes before the signals are set up. */
+    const conf = path.join(h.tmpDir('pc-reload-start-'), 'promptcache.conf');
+    writeConf(conf, ['cache-ttl 1000', 'semantic yes', 'embedder builtin']);
+    let signalled = null;
+    const proxy = await env.startProxy({config: conf, onSpawn: (proc) => {
+        signalled = (async () => {
+            await h.waitFor(() => /N prices: /.test(proc.output), {what: 'the prices line'});
+            writeConf(conf, ['cache-ttl 50', 'semantic yes', 'embedder builtin']);
+            /* Until it listens: some land before the main loop handles SIGHUP. */
+            do {
+                proc.signalIt('SIGHUP');
+                await new Promise((resolve) => setImmediate(resolve));
+            } while (proc.alive && !/listening on/.test(proc.output));
+        })();
+    }});
+    await signalled;
+    await h.waitFor(() => /reload: applied cache-ttl 1000 -> 50/.test(proxy.proc.output),
+        {what: 'the SIGHUP of the start applied'});
+    await h.waitFor(() => /reload: every worker runs the new configuration/.test(proxy.proc.output),
+        {what: 'every worker on the new configuration'});
+    const ttl = await ttlOfNewEntry(proxy);
+    assert.ok(ttl > 0 && ttl <= 50, `TTL ${ttl} after the reload (cache-ttl 50)`);
+    assert.equal(await proxy.stop(), 0);
+});

@@ -81,7 +81,8 @@ function upstreamArgs(upstream) {
  * upstream (URL or list, overrides mock), redis (startRedis() handle or URL),
  * args (extra --key value options, applied last), workers, logLevel (null:
  * none on the command line), config (a config file, read first), env (extra
- * environment variables), logFile (the daemon log goes there).
+ * environment variables), logFile (the daemon log goes there), onSpawn
+ * (called with the process as soon as it runs, before it listens).
  */
 async function startProxy(opts = {}) {
     const bin = requireBin();
@@ -102,6 +103,8 @@ async function startProxy(opts = {}) {
     ];
     const env = opts.env ? {...process.env, ...opts.env} : process.env;
     const proc = spawnTracked('promptcache', bin, args, {cwd: dir, env});
+    if (opts.onSpawn)
+        opts.onSpawn(proc);
     const port = await listeningPort(proc, opts.logFile);
     const proxy = new ProxyProcess(proc, port, accessLogPath);
     await waitFor(async () => (await proxy.get('/healthz')).status === 200,
