@@ -63,6 +63,7 @@ struct server {
     struct event *sigterm;
     struct event *sigint;
     struct event *sighup;
+    struct event *reload_ev;      /* activated by SIGHUP: many in a row make one reload */
     struct event *accept_stopped; /* activated by each worker once it stops accepting */
     int stopped_accepting;
     int signals;
@@ -150,16 +151,29 @@ void server_hold_sighup(void)
     sigaction(SIGHUP, &sa, NULL);
 }
 
+static void on_reload(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct server *s = arg;
+    reload_run(s->reload);
+    /* The semantic stage's default threshold (a request without X-Cache-Threshold, when
+     * semantic-threshold is auto; /stats) follows the configuration in force. */
+    if (s->sem != NULL)
+        semantic_set_threshold(s->sem, reload_current(s->reload)->semantic_threshold);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
     struct server *s = arg;
     if (sig == SIGHUP) {
-        reload_run(s->reload);
-        /* The semantic stage's default threshold (a request without X-Cache-Threshold, when
-         * semantic-threshold is auto; /stats) follows the configuration in force. */
-        if (s->sem != NULL)
-            semantic_set_threshold(s->sem, reload_current(s->reload)->semantic_threshold);
+        /*
+         * libevent calls this once per signal caught: a burst of SIGHUPs ran that many reloads
+         * in a row, and a SIGTERM behind them waited for all of them. One reload, after every
+         * signal so far, reads what they announced; a SIGHUP during it makes one more.
+         */
+        event_active(s->reload_ev, EV_TIMEOUT, 0);
         return;
     }
     if (++s->signals > 1) {
@@ -306,6 +320,8 @@ static void server_teardown(struct server *s)
         event_free(s->sigint);
     if (s->sighup != NULL)
         event_free(s->sighup);
+    if (s->reload_ev != NULL)
+        event_free(s->reload_ev);
     if (s->accept_stopped != NULL)
         event_free(s->accept_stopped);
     if (s->base != NULL)
@@ -417,11 +433,13 @@ int server_run(const struct conf *c)
     s.sigterm = evsignal_new(s.base, SIGTERM, on_signal, &s);
     s.sigint = evsignal_new(s.base, SIGINT, on_signal, &s);
     s.sighup = evsignal_new(s.base, SIGHUP, on_signal, &s);
+    s.reload_ev = event_new(s.base, -1, 0, on_reload, &s);
     s.accept_stopped = event_new(s.base, -1, 0, on_accept_stopped, &s);
     s.reload = s.base ? reload_create(s.base, c) : NULL;
     if (s.base == NULL || s.sigterm == NULL || s.sigint == NULL || s.sighup == NULL ||
-        s.accept_stopped == NULL || s.reload == NULL || event_add(s.sigterm, NULL) < 0 ||
-        event_add(s.sighup, NULL) < 0 || event_add(s.sigint, NULL) < 0) {
+        s.reload_ev == NULL || s.accept_stopped == NULL || s.reload == NULL ||
+        event_add(s.sigterm, NULL) < 0 || event_add(s.sighup, NULL) < 0 ||
+        event_add(s.sigint, NULL) < 0) {
         snprintf(err, sizeof(err), "cannot set up signal handling");
         goto out;
     }

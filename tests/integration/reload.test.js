@@ -274,3 +274,25 @@ h.test('a SIGHUP during the start is a reload once the proxy runs, not its end',
     assert.ok(ttl > 0 && ttl <= 50, `TTL ${ttl} after the reload (cache-ttl 50)`);
     assert.equal(await proxy.stop(), 0);
 });
+
+h.test('a storm of SIGHUPs through a shutdown: the SIGTERM is taken, exit 0', async () => {
+    /* libevent called the handler once per signal caught, and each ran a whole reload: a burst
+     * queued reloads for seconds, and the SIGTERM waited behind them (no exit in 20 s). Before
+     * that, once the teardown freed the SIGHUP event, the signal's default action ended it. */
+    const conf = path.join(h.tmpDir('pc-reload-stop-'), 'promptcache.conf');
+    writeConf(conf, ['cache-ttl 700', 'semantic yes', 'embedder builtin']);
+    const proxy = await env.startProxy({config: conf});
+    assert.equal((await proxy.post(CHAT, h.chatBody(h.uniq('before the stop')))).status, 200);
+    proxy.proc.signalIt('SIGTERM');
+    /* One after the other until the process is gone: some land in the teardown. */
+    const deadline = Date.now() + 20000;
+    let sent = 0;
+    while (proxy.alive && Date.now() < deadline) {
+        proxy.proc.signalIt('SIGHUP');
+        sent++;
+        await new Promise((resolve) => setImmediate(resolve));
+    }
+    assert.ok(!proxy.alive, 'the proxy exits');
+    assert.equal(proxy.proc.exitStatus(), 0, `exit status after ${sent} SIGHUPs:\n${proxy.proc.tail(20)}`);
+});
+
