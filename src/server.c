@@ -146,7 +146,8 @@ static void hold_sighup(int sig)
 
 void server_hold_sighup(void)
 {
-    struct sigaction sa = {.sa_handler = hold_sighup};
+    /* SA_RESTART as libevent's own handler: a read or write of the start is not cut short. */
+    struct sigaction sa = {.sa_handler = hold_sighup, .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGHUP, &sa, NULL);
 }
