@@ -136,8 +136,9 @@ struct store_cmd *store_delete_matching(struct store *s, const char *pattern, st
  * shape of store_delete_matching: SCAN in batches, and for each batch one
  * EVAL of pick->script whose KEYS are the batch's keys, each followed by its
  * twin when pick->twin_from is set (the key with that prefix replaced by
- * pick->twin_to, e.g. an entry's vector record: same hash tag), and whose
- * ARGV are pick->args. The script deletes what it picks and returns
+ * pick->twin_to, e.g. an entry's vector record: same hash tag) and, when
+ * pick->twin2_to is set too, by its second twin (that prefix replaced by
+ * twin2_to), and whose ARGV are pick->args. The script deletes what it picks and returns
  * {skipped, key, key, ...}: an integer (keys it could not judge, e.g.
  * unreadable values), then the picked keys, each named in KEYS. For every
  * batch pick->each runs once per picked key (key, len) and once with key
@@ -159,6 +160,7 @@ struct store_pick {
     const char *const *args;
     const char *twin_from, *twin_to; /* NULL: no twins */
     store_key_fn *each;
+    const char *twin2_to; /* NULL: one twin at most (needs twin_from) */
 };
 struct store_cmd *store_delete_picked(struct store *s, const char *pattern,
                                       const struct store_pick *pick, store_int_fn *cb, void *arg);

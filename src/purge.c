@@ -35,19 +35,30 @@
 #define PURGE_MAGIC     0x50555247u /* "PURG" */
 #define SCAN_COUNT      "1000"
 #define DURATION_MAX_MS (INT64_C(100) * 366 * 24 * 3600 * 1000)
+#define OWED_KEY_MAX    (ENTRY_KEY_MAX + 16)
 
 static const char entry_prefix[] = PC_KEY_PREFIX "e:";
 static const char vector_prefix[] = PC_KEY_PREFIX "v:";
+static const char owed_prefix[] = PC_KEY_PREFIX "pd:";
 
 /*
- * KEYS: entry, vector record, entry, vector record ... (each pair one hash
- * tag). ARGV: dry-run (1: delete nothing), namespace, model, created-before
- * (ms), each "" for any. Returns {unreadable, position of each picked entry
- * in KEYS}. A key gone since SCAN (expired) is skipped quietly. A Redis out
- * of memory (noeviction) takes UNLINK but refuses the XADD del events that
- * follow: the batch's first pick writes nothing with a command Redis refuses
- * then, so the script fails before it deletes (and a purge run again once
- * Redis takes writes finds the entries, and tells every instance).
+ * KEYS: entry, vector record, owed mark, entry, vector record, owed mark ...
+ * (each triple one hash tag). ARGV: dry-run (1: delete nothing), namespace,
+ * model, created-before (ms), each "" for any. Returns {unreadable, position
+ * of each picked entry in KEYS}. A key gone since SCAN (expired) is skipped
+ * quietly. A Redis out of memory (noeviction) takes UNLINK but refuses the
+ * XADD del events that follow: the batch's first pick writes nothing with a
+ * command Redis refuses then, so the script fails before it deletes (and a
+ * purge run again once Redis takes writes finds the entries, and tells every
+ * instance).
+ *
+ * Each entry deleted leaves its owed mark (PC_KEY_PREFIX "pd:{tenant:exact}",
+ * for the entry's remaining TTL, as long as an L1 may hold it), in the same
+ * script, so with the delete or not at all (a Redis that restarts keeps both
+ * or neither): the del event is owed until an instance has published it and
+ * then removed the mark. A reply that never comes (a timeout, a lost
+ * connection) leaves the marks, and the next targeted purge publishes their
+ * events first (owed_script).
  */
 static const char pick_script[] =
     "-- promptcache purge: pick entries by namespace, model and age (entry.c layout)\n"
@@ -83,7 +94,7 @@ static const char pick_script[] =
     "  return '', ''\n"
     "end\n"
     "local out, guarded = {0}, dry\n"
-    "for i = 1, #KEYS, 2 do\n"
+    "for i = 1, #KEYS, 3 do\n"
     "  -- a key of another type (a WRONGTYPE error) is unreadable, not the end of the batch\n"
     "  local h = redis.pcall('GETRANGE', KEYS[i], 0, 46)\n"
     "  if type(h) ~= 'string' then h = '?' end\n"
@@ -103,10 +114,31 @@ static const char pick_script[] =
     "      -- full Redis fails the batch before anything is deleted (an empty SETRANGE of a\n"
     "      -- string changes nothing)\n"
     "      if not guarded then redis.call('SETRANGE', KEYS[i], 0, ''); guarded = true end\n"
-    "      if not dry then redis.call('UNLINK', KEYS[i], KEYS[i + 1]) end\n"
+    "      if not dry then\n"
+    "        -- its del event is owed until an instance published it (the mark lives as long\n"
+    "        -- as the entry would have: no L1 holds it longer)\n"
+    "        local ttl = redis.call('PTTL', KEYS[i])\n"
+    "        redis.call('UNLINK', KEYS[i], KEYS[i + 1])\n"
+    "        redis.call('SET', KEYS[i + 2], '1', 'PX', ttl > 0 and ttl or 604800000)\n"
+    "      end\n"
     "      out[#out + 1] = i\n"
     "    end\n"
     "  end\n"
+    "end\n"
+    "return out\n";
+
+/*
+ * KEYS: owed mark, its entry, owed mark, its entry ... (each pair one hash tag), the marks SCAN
+ * found. Returns {0, position of each mark whose del event is still owed}. A mark whose entry
+ * is there again goes: the instance that stored it again published its set event, which every
+ * instance applies as the del would (the del now would only drop its new vector).
+ */
+static const char owed_script[] =
+    "-- promptcache purge: the del events a purge whose reply was lost still owes\n"
+    "local out = {0}\n"
+    "for i = 1, #KEYS, 2 do\n"
+    "  if redis.call('EXISTS', KEYS[i + 1]) == 1 then redis.call('UNLINK', KEYS[i])\n"
+    "  elseif redis.call('EXISTS', KEYS[i]) == 1 then out[#out + 1] = i end\n"
     "end\n"
     "return out\n";
 
@@ -334,6 +366,26 @@ static int key_parse(const char *key, size_t len, unsigned char tenant[VINDEX_TE
     return 0;
 }
 
+/*
+ * The entry key of key, an entry key or (owed) an owed mark: its tenant and exact key too,
+ * range-checked. Its length, 0 for anything else.
+ */
+static size_t entry_of(const char *key, size_t len, bool owed, char ekey[ENTRY_KEY_MAX + 8],
+                       unsigned char tenant[VINDEX_TENANT_LEN], unsigned char exact[PC_SHA256_LEN],
+                       char tenant_hex[TENANT_ID_LEN + 1])
+{
+    size_t from = owed ? sizeof(owed_prefix) - 1 : sizeof(entry_prefix) - 1;
+    size_t pl = sizeof(entry_prefix) - 1;
+    if (len < from || len - from + pl >= ENTRY_KEY_MAX + 8 ||
+        memcmp(key, owed ? owed_prefix : entry_prefix, from) != 0)
+        return 0;
+    memcpy(ekey, entry_prefix, pl);
+    memcpy(ekey + pl, key + from, len - from);
+    size_t elen = pl + len - from;
+    ekey[elen] = '\0';
+    return key_parse(ekey, elen, tenant, exact, tenant_hex) == 0 ? elen : 0;
+}
+
 /* The filter as the pick script's ARGV (after the dry-run flag); before holds the number. */
 static void pick_args(const struct purge_filter *f, bool dry, char before[24], const char *args[4])
 {
@@ -367,6 +419,8 @@ struct purge_op {
     size_t events;
     bool event_failed, matched;
     enum store_status matched_st;
+    struct purge_filter filter; /* purge_matching: what it picks once the owed events are out */
+    long long owed;             /* del events an earlier purge owed, published by this one */
 };
 
 static struct purge_op *op_new(struct store *s, struct l1 *l1, struct stats *st, purge_fn *cb,
@@ -486,29 +540,25 @@ struct purge_op *purge_entry(struct store *s, struct l1 *l1, struct stats *st,
 /*
  * purge_matching is over once the deletes are and every del event is answered: an event the
  * stream refused (a full Redis refuses XADD, not the deletes) fails it (503), as the other
- * instances' L1 would serve those answers for the rest of their TTL.
+ * instances' L1 would serve those answers for the rest of their TTL (their owed marks stay,
+ * and the purge run again publishes them).
  */
 static void matching_end(struct purge_op *op)
 {
     if (!op->matched || op->events > 0)
         return;
+    if (op->owed > 0)
+        log_notice("purge: published the del events of %lld entr%s an earlier purge deleted "
+                   "without telling the other instances (its reply from Redis was lost)",
+                   op->owed, op->owed == 1 ? "y" : "ies");
     finish(op, op->event_failed ? STORE_ERR : op->matched_st, op->deleted);
 }
 
-static void on_del_event(void *arg, enum store_status st, long long n)
-{
-    (void)n;
-    struct purge_op *op = arg;
-    PC_CHECK_OBJ(op, PURGE_MAGIC);
-    op->events--;
-    op->event_failed |= st != STORE_OK;
-    matching_end(op);
-}
-
 /*
- * The entry's error-bound marks went with it (or failed to: only counted, as running the
- * purge again would not find the entry; marks left only hold back an answer stored again
- * under that key, for their TTL at most).
+ * The entry's error-bound marks (and once its del event is on the stream, its owed mark) went
+ * with it (or failed to: only counted, as running the purge again would not find the entry;
+ * marks left only hold back an answer stored again under that key, for their TTL at most; an
+ * owed mark left only makes a later purge publish the event again).
  */
 static void on_marks_deleted(void *arg, enum store_status st, long long n)
 {
@@ -520,17 +570,62 @@ static void on_marks_deleted(void *arg, enum store_status st, long long n)
     matching_end(op);
 }
 
-/* UNLINK the marks of a picked entry: a key of its own (the pick script names only the entry
- * and its vector record), one hash tag with the entry. */
-static void delete_marks(struct purge_op *op, const char *tenant_hex,
-                         const unsigned char exact[PC_SHA256_LEN])
+/* A deleted entry's del event on its way, and what goes once the stream took it. */
+struct owed_ev {
+    struct purge_op *op;
+    char mkey[BOUND_KEY_MAX]; /* its error-bound marks */
+    char okey[OWED_KEY_MAX];  /* its owed mark */
+};
+
+/* UNLINK the marks of an entry, and its owed mark once its event is published (one tag). */
+static void delete_marks(struct purge_op *op, const struct owed_ev *ev, bool published)
 {
-    char mkey[BOUND_KEY_MAX];
-    bound_entry_key(tenant_hex, exact, mkey);
-    const char *argv[] = {"UNLINK", mkey};
-    size_t lens[] = {6, strlen(mkey)};
-    if (store_write_cb(op->store, 2, argv, lens, on_marks_deleted, op) != NULL)
+    const char *argv[] = {"UNLINK", ev->mkey, ev->okey};
+    size_t lens[] = {6, strlen(ev->mkey), strlen(ev->okey)};
+    if (store_write_cb(op->store, published ? 3 : 2, argv, lens, on_marks_deleted, op) != NULL)
         op->events++;
+}
+
+static void on_del_event(void *arg, enum store_status st, long long n)
+{
+    (void)n;
+    struct owed_ev *ev = arg;
+    struct purge_op *op = ev->op;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    op->event_failed |= st != STORE_OK;
+    delete_marks(op, ev, st == STORE_OK);
+    free(ev);
+    op->events--;
+    matching_end(op);
+}
+
+/*
+ * Tell every instance that the entry of key (an entry key, or with owed set an owed mark's)
+ * is gone: its del event, then its marks; this instance's L1 drops it at once.
+ */
+static void publish_del(struct purge_op *op, const char *key, size_t len, bool owed)
+{
+    unsigned char tenant[VINDEX_TENANT_LEN], exact[PC_SHA256_LEN];
+    char tenant_hex[TENANT_ID_LEN + 1], ekey[ENTRY_KEY_MAX + 8];
+    size_t pl = sizeof(entry_prefix) - 1;
+    if (entry_of(key, len, owed, ekey, tenant, exact, tenant_hex) == 0) {
+        stats_incr(op->st, STAT_cache_corrupt); /* SCAN's pattern should have kept it out */
+        return;
+    }
+    struct owed_ev *ev = pc_calloc(1, sizeof(*ev));
+    ev->op = op;
+    bound_entry_key(tenant_hex, exact, ev->mkey);
+    snprintf(ev->okey, sizeof ev->okey, "%s%s", owed_prefix, ekey + pl);
+    struct vsync_argv a;
+    vsync_argv_del(&a, tenant, exact);
+    if (store_write_cb(op->store, a.argc, a.argv, a.lens, on_del_event, ev) != NULL) {
+        op->events++;
+    } else {
+        op->event_failed = true;
+        delete_marks(op, ev, false);
+        free(ev);
+    }
+    l1_delete(op->l1, tenant_hex, exact);
 }
 
 /* A picked entry (key), or key NULL and len entries the script could not read. */
@@ -538,24 +633,21 @@ static void on_picked(void *arg, const char *key, size_t len)
 {
     struct purge_op *op = arg;
     PC_CHECK_OBJ(op, PURGE_MAGIC);
-    unsigned char tenant[VINDEX_TENANT_LEN], exact[PC_SHA256_LEN];
-    char tenant_hex[TENANT_ID_LEN + 1];
-    if (key == NULL) {
+    if (key == NULL)
         stats_add(op->st, STAT_cache_corrupt, (int64_t)len);
-        return;
-    }
-    if (key_parse(key, len, tenant, exact, tenant_hex) < 0) {
-        stats_incr(op->st, STAT_cache_corrupt); /* SCAN's pattern should have kept it out */
-        return;
-    }
-    delete_marks(op, tenant_hex, exact);
-    struct vsync_argv a;
-    vsync_argv_del(&a, tenant, exact);
-    if (store_write_cb(op->store, a.argc, a.argv, a.lens, on_del_event, op) != NULL)
-        op->events++;
     else
-        op->event_failed = true;
-    l1_delete(op->l1, tenant_hex, exact);
+        publish_del(op, key, len, false);
+}
+
+/* An owed mark still there: an earlier purge deleted its entry and did not publish that. */
+static void on_owed(void *arg, const char *key, size_t len)
+{
+    struct purge_op *op = arg;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    if (key == NULL)
+        return;
+    op->owed++;
+    publish_del(op, key, len, true);
 }
 
 static void on_matching(void *arg, enum store_status st, long long n)
@@ -569,23 +661,51 @@ static void on_matching(void *arg, enum store_status st, long long n)
     matching_end(op);
 }
 
-struct purge_op *purge_matching(struct store *s, struct l1 *l1, struct stats *st,
-                                const struct purge_filter *f, purge_fn *cb, void *arg)
+/* The owed events are on their way: now the entries the filter picks. */
+static void on_owed_done(void *arg, enum store_status st, long long n)
 {
+    (void)n;
+    struct purge_op *op = arg;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    op->cmd = NULL;
     char pattern[ENTRY_KEY_MAX], before[24];
     const char *args[4];
-    entry_pattern(f->tenant[0] ? f->tenant : NULL, pattern);
-    pick_args(f, false, before, args);
-    struct purge_op *op = op_new(s, l1, st, cb, arg);
+    entry_pattern(op->filter.tenant[0] ? op->filter.tenant : NULL, pattern);
+    pick_args(&op->filter, false, before, args);
     struct store_pick pick = {
         .script = pick_script,
         .nargs = 4,
         .args = args,
         .twin_from = entry_prefix,
         .twin_to = vector_prefix,
+        .twin2_to = owed_prefix,
         .each = on_picked,
     };
-    op->cmd = store_delete_picked(s, pattern, &pick, on_matching, op);
+    if (st == STORE_OK)
+        op->cmd = store_delete_picked(op->store, pattern, &pick, on_matching, op);
+    if (op->cmd == NULL)
+        on_matching(op, st == STORE_OK ? STORE_ERR : st, 0);
+}
+
+/*
+ * First the del events earlier purges still owe (their owed marks: the reply of their pick
+ * never came), then the entries the filter picks.
+ */
+struct purge_op *purge_matching(struct store *s, struct l1 *l1, struct stats *st,
+                                const struct purge_filter *f, purge_fn *cb, void *arg)
+{
+    static const char owed_pattern[] = PC_KEY_PREFIX "pd:*";
+    struct purge_op *op = op_new(s, l1, st, cb, arg);
+    op->filter = *f;
+    struct store_pick pick = {
+        .script = owed_script,
+        .nargs = 0,
+        .args = NULL,
+        .twin_from = owed_prefix,
+        .twin_to = entry_prefix,
+        .each = on_owed,
+    };
+    op->cmd = store_delete_picked(s, owed_pattern, &pick, on_owed_done, op);
     if (op->cmd == NULL) {
         op_free(op);
         return NULL;
@@ -739,16 +859,16 @@ static int cli_one(struct rcli *k, const char *id, bool dry, long long *n)
     return pipe_drain(&p, "ZREM, XADD del");
 }
 
-/* The pick's reply: {unreadable >= 0, odd positions <= nkeys}. */
+/* The pick's reply: {unreadable >= 0, positions of entries (1, 4, 7...) <= nkeys}. */
 static bool pick_reply_ok(const redisReply *r, size_t nkeys)
 {
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->elements > nkeys / 2 + 1 ||
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->elements > nkeys / 3 + 1 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[0]->integer < 0)
         return false;
     for (size_t i = 1; i < r->elements; i++) {
         const redisReply *e = r->element[i];
         if (e->type != REDIS_REPLY_INTEGER || e->integer < 1 || (size_t)e->integer > nkeys ||
-            e->integer % 2 != 1)
+            (e->integer - 1) % 3 != 0)
             return false;
     }
     return true;
@@ -757,8 +877,8 @@ static bool pick_reply_ok(const redisReply *r, size_t nkeys)
 struct cli_batch {
     const char **argv;
     size_t *lens;
-    char **twins;
-    size_t nkeys; /* entries and vector records */
+    char **twins; /* per entry: its vector record, its owed mark */
+    size_t nkeys; /* entries, vector records and owed marks */
     char num[24];
 };
 
@@ -769,43 +889,88 @@ static void batch_arg(struct cli_batch *b, size_t i, const char *s, size_t len)
     b->lens[i] = len;
 }
 
+/* key with the entry prefix (pl bytes) replaced by prefix: same tag. */
+static char *twin_of(const redisReply *e, size_t pl, const char *prefix)
+{
+    size_t rest = e->len > pl ? e->len - pl : 0, tl = strlen(prefix);
+    char *t = pc_malloc(tl + rest + 1);
+    memcpy(t, prefix, tl);
+    memcpy(t + tl, e->str + e->len - rest, rest);
+    t[tl + rest] = '\0';
+    return t;
+}
+
 /*
- * EVAL pick 2N entry vector ... args for one SCAN batch (keys: entries; the
- * vector record is the key with the e: prefix replaced by v:, the same tag).
+ * EVAL pick 3N entry vector owed ... args for one SCAN batch (keys: entries; the vector record
+ * and the owed mark are the key with the e: prefix replaced by v: and pd:, the same tag).
  */
 static void batch_build(struct cli_batch *b, const redisReply *keys, const char *const args[4])
 {
-    size_t n = keys->elements, argc = 3 + 2 * n + 4, pl = sizeof(entry_prefix) - 1;
-    size_t vl = sizeof(vector_prefix) - 1;
-    snprintf(b->num, sizeof b->num, "%zu", 2 * n);
+    size_t n = keys->elements, argc = 3 + 3 * n + 4, pl = sizeof(entry_prefix) - 1;
+    snprintf(b->num, sizeof b->num, "%zu", 3 * n);
     b->argv = pc_calloc(argc, sizeof(*b->argv));
     b->lens = pc_calloc(argc, sizeof(*b->lens));
-    b->twins = pc_calloc(n, sizeof(*b->twins));
-    b->nkeys = 2 * n;
+    b->twins = pc_calloc(2 * n, sizeof(*b->twins));
+    b->nkeys = 3 * n;
     batch_arg(b, 0, "EVAL", 4);
     batch_arg(b, 1, pick_script, sizeof(pick_script) - 1);
     batch_arg(b, 2, b->num, strlen(b->num));
     for (size_t i = 0; i < n; i++) {
         const redisReply *e = keys->element[i];
-        size_t rest = e->len > pl ? e->len - pl : 0;
-        b->twins[i] = pc_malloc(vl + rest + 1);
-        memcpy(b->twins[i], vector_prefix, vl);
-        memcpy(b->twins[i] + vl, e->str + e->len - rest, rest);
-        b->twins[i][vl + rest] = '\0';
-        batch_arg(b, 3 + 2 * i, e->str, e->len);
-        batch_arg(b, 4 + 2 * i, b->twins[i], vl + rest);
+        b->twins[2 * i] = twin_of(e, pl, vector_prefix);
+        b->twins[2 * i + 1] = twin_of(e, pl, owed_prefix);
+        batch_arg(b, 3 + 3 * i, e->str, e->len);
+        batch_arg(b, 4 + 3 * i, b->twins[2 * i], strlen(b->twins[2 * i]));
+        batch_arg(b, 5 + 3 * i, b->twins[2 * i + 1], strlen(b->twins[2 * i + 1]));
     }
     for (size_t i = 0; i < 4; i++)
-        batch_arg(b, 3 + 2 * n + i, args[i], strlen(args[i]));
+        batch_arg(b, 3 + 3 * n + i, args[i], strlen(args[i]));
 }
 
 static void batch_free(struct cli_batch *b, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < 2 * n; i++)
         free(b->twins[i]);
     free(b->twins);
     free(b->argv);
     free(b->lens);
+}
+
+/*
+ * The del events of entries deleted (keys, each an entry key or with owed set an owed mark's),
+ * then, once the stream took every one, their marks and owed marks (one tag each); with an
+ * event refused only the marks, the owed marks stay for the purge run again.
+ */
+static int cli_publish(struct rcli *k, const redisReply *const *keys, size_t n, bool owed)
+{
+    size_t pl = sizeof(entry_prefix) - 1;
+    struct cli_pipe p = {.k = k};
+    bool *ok = pc_calloc(n ? n : 1, sizeof(*ok));
+    char ekey[ENTRY_KEY_MAX + 8], hex[TENANT_ID_LEN + 1];
+    unsigned char tenant[VINDEX_TENANT_LEN], exact[PC_SHA256_LEN];
+    for (size_t i = 0; i < n; i++) {
+        if (entry_of(keys[i]->str, keys[i]->len, owed, ekey, tenant, exact, hex) == 0)
+            continue; /* not an entry's: SCAN's pattern keeps them out */
+        struct vsync_argv a;
+        vsync_argv_del(&a, tenant, exact);
+        pipe_add(&p, a.argc, a.argv, a.lens);
+        ok[i] = true;
+    }
+    int rc = pipe_drain(&p, "XADD del");
+    for (size_t i = 0; i < n; i++) {
+        if (!ok[i])
+            continue;
+        char okey[OWED_KEY_MAX], mkey[BOUND_KEY_MAX];
+        entry_of(keys[i]->str, keys[i]->len, owed, ekey, tenant, exact, hex);
+        bound_entry_key(hex, exact, mkey); /* its error-bound marks go with it */
+        snprintf(okey, sizeof okey, "%s%s", owed_prefix, ekey + pl);
+        const char *unlink[] = {"UNLINK", mkey, okey};
+        size_t unlink_lens[] = {6, strlen(mkey), strlen(okey)};
+        pipe_add(&p, rc == 0 ? 3 : 2, unlink, unlink_lens);
+    }
+    free(ok);
+    int rc2 = pipe_drain(&p, "UNLINK marks");
+    return rc < 0 ? rc : rc2;
 }
 
 /* One SCAN batch through the pick script, then a del event per picked entry. */
@@ -819,25 +984,14 @@ static int cli_pick_batch(struct rcli *k, const redisReply *keys, const char *co
     if (r != NULL && !pick_reply_ok(r, b.nkeys)) {
         rcli_error(k, "%s: the pick script's reply is not what it sends", k->where);
     } else if (r != NULL) {
-        struct cli_pipe p = {.k = k};
-        for (size_t i = 1; i < r->elements && !dry; i++) {
-            const redisReply *e = keys->element[(size_t)(r->element[i]->integer - 1) / 2];
-            unsigned char tenant[VINDEX_TENANT_LEN], exact[PC_SHA256_LEN];
-            char hex[TENANT_ID_LEN + 1];
-            if (key_parse(e->str, e->len, tenant, exact, hex) < 0)
-                continue;             /* not an entry key: SCAN's pattern keeps them out */
-            char mkey[BOUND_KEY_MAX]; /* its error-bound marks go with it */
-            bound_entry_key(hex, exact, mkey);
-            const char *unlink[] = {"UNLINK", mkey};
-            size_t unlink_lens[] = {6, strlen(mkey)};
-            pipe_add(&p, 2, unlink, unlink_lens);
-            struct vsync_argv a;
-            vsync_argv_del(&a, tenant, exact);
-            pipe_add(&p, a.argc, a.argv, a.lens);
-        }
+        size_t m = dry ? 0 : r->elements - 1;
+        const redisReply **picked = pc_calloc(m ? m : 1, sizeof(*picked));
+        for (size_t i = 0; i < m; i++)
+            picked[i] = keys->element[(size_t)(r->element[i + 1]->integer - 1) / 3];
         *n += (long long)r->elements - 1;
         *unreadable += r->element[0]->integer;
-        rc = pipe_drain(&p, "UNLINK marks, XADD del");
+        rc = cli_publish(k, picked, m, false);
+        free(picked);
     }
     if (r != NULL)
         freeReplyObject(r);
@@ -903,6 +1057,59 @@ static bool scan_ok(const redisReply *r, char cursor[32])
     return true;
 }
 
+/*
+ * The del events earlier purges owe: the entries their pick deleted, its reply lost (a
+ * timeout, a lost connection) before they were published. *owed: how many.
+ */
+static int cli_owed(struct rcli *k, long long *owed)
+{
+    char cursor[32] = "0";
+    size_t ol = sizeof(owed_prefix) - 1, el = sizeof(entry_prefix) - 1;
+    do {
+        const char *argv[] = {"SCAN", cursor, "MATCH", PC_KEY_PREFIX "pd:*", "COUNT", SCAN_COUNT};
+        redisReply *r = rcli_command(k, "SCAN", 6, argv, NULL);
+        if (r == NULL)
+            return -1;
+        int rc = scan_ok(r, cursor) ? 0 : -1;
+        if (rc < 0)
+            rcli_error(k, "%s: SCAN: unexpected reply", k->where);
+        size_t m = rc == 0 ? r->element[1]->elements : 0, n = 0;
+        const redisReply **due = pc_calloc(m ? m : 1, sizeof(*due));
+        /* Usually none: one EVAL each (a mark and its entry, one tag) */
+        for (size_t i = 0; i < m && rc == 0; i++) {
+            const redisReply *e = r->element[1]->element[i];
+            char ekey[OWED_KEY_MAX];
+            if (e->len < ol || e->len - ol + el >= sizeof ekey)
+                continue;
+            memcpy(ekey, entry_prefix, el);
+            memcpy(ekey + el, e->str + ol, e->len - ol);
+            const char *eargv[] = {"EVAL", owed_script, "2", e->str, ekey};
+            size_t elens[] = {4, sizeof(owed_script) - 1, 1, e->len, el + e->len - ol};
+            redisReply *o = rcli_command(k, "EVAL (owed)", 5, eargv, elens);
+            if (o == NULL) {
+                rc = -1;
+            } else if (o->type != REDIS_REPLY_ARRAY || o->elements < 1 || o->elements > 2) {
+                rcli_error(k, "%s: EVAL (owed): %s", k->where,
+                           o->type == REDIS_REPLY_ERROR ? o->str : "unexpected reply");
+                rc = -1;
+            } else if (o->elements == 2) {
+                due[n++] = e;
+            }
+            if (o != NULL)
+                freeReplyObject(o);
+        }
+        if (rc == 0 && n > 0)
+            rc = cli_publish(k, due, n, true);
+        if (rc == 0)
+            *owed += (long long)n;
+        free(due);
+        freeReplyObject(r);
+        if (rc < 0)
+            return -1;
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}
+
 /* Every entry the filter picks, batch by batch; *unreadable: values the script could not read. */
 static int cli_matching(struct rcli *k, const struct purge_filter *f, bool dry, long long *n,
                         long long *unreadable)
@@ -911,6 +1118,13 @@ static int cli_matching(struct rcli *k, const struct purge_filter *f, bool dry, 
     const char *args[4];
     entry_pattern(f->tenant[0] ? f->tenant : NULL, pattern);
     pick_args(f, dry, before, args);
+    long long owed = 0;
+    if (!dry && cli_owed(k, &owed) < 0)
+        return -1;
+    if (owed > 0)
+        printf("published the del events of %lld entr%s an earlier purge deleted without telling "
+               "the other instances\n",
+               owed, owed == 1 ? "y" : "ies");
     do {
         const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT};
         redisReply *r = rcli_command(k, "SCAN", 6, argv, NULL);

@@ -230,7 +230,7 @@ struct pick_state {
     char *script;
     int nargs;
     char **args;
-    char *twin_from, *twin_to;
+    char *twin_from, *twin_to, *twin2_to;
     store_key_fn *each;
     void *each_arg;     /* the caller's: also when a cluster's fan-out part runs it */
     struct pc_buf keys; /* the batch's keys, each NUL-terminated */
@@ -477,6 +477,7 @@ static void pick_free(struct pick_state **pp)
     free(p->args);
     free(p->twin_from);
     free(p->twin_to);
+    free(p->twin2_to);
     pc_buf_free(&p->keys);
     free(p->offs);
     free(p->order);
@@ -1484,14 +1485,20 @@ static const char *pick_key(const struct pick_state *p, size_t i)
 
 static void pick_group_by_slot(struct pick_state *p);
 
-/* The twin of key: its twin_from prefix replaced by twin_to; NULL if it lacks that prefix. */
-static char *pick_twin(const struct pick_state *p, const char *key, size_t len)
+/* Keys an EVAL names per batch key: the key and its twins. */
+static size_t pick_per(const struct pick_state *p)
 {
-    size_t tf = strlen(p->twin_from), tt = strlen(p->twin_to);
+    return 1 + (p->twin_from != NULL) + (p->twin2_to != NULL);
+}
+
+/* A twin of key: its twin_from prefix replaced by to; NULL if it lacks that prefix. */
+static char *pick_twin(const struct pick_state *p, const char *to, const char *key, size_t len)
+{
+    size_t tf = strlen(p->twin_from), tt = strlen(to);
     if (len < tf || memcmp(key, p->twin_from, tf) != 0)
         return NULL;
     char *t = pc_malloc(tt + len - tf + 1);
-    memcpy(t, p->twin_to, tt);
+    memcpy(t, to, tt);
     memcpy(t + tt, key + tf, len - tf);
     t[tt + len - tf] = '\0';
     return t;
@@ -1529,7 +1536,7 @@ static bool pick_send_group(struct store_cmd *c)
 {
     struct pick_state *p = c->pick;
     p->gend = pick_group_end(c, p);
-    size_t g = p->gend - p->gstart, per = p->twin_from != NULL ? 2 : 1, n = g * per;
+    size_t g = p->gend - p->gstart, per = pick_per(p), n = g * per;
     size_t argc = 3 + n + (size_t)p->nargs;
     if (argc > INT_MAX) {
         cmd_fail(c, NULL, "SCAN");
@@ -1537,7 +1544,7 @@ static bool pick_send_group(struct store_cmd *c)
     }
     const char **argv = pc_calloc(argc, sizeof(*argv));
     size_t *lens = pc_calloc(argc, sizeof(*lens));
-    char **twins = pc_calloc(g, sizeof(*twins));
+    char **twins = pc_calloc(2 * g, sizeof(*twins));
     char num[24];
     snprintf(num, sizeof(num), "%zu", n);
     set_arg(argv, lens, 0, "EVAL", 4);
@@ -1548,12 +1555,13 @@ static bool pick_send_group(struct store_cmd *c)
         const char *k = pick_key(p, p->order[p->gstart + j]);
         size_t klen = strlen(k);
         set_arg(argv, lens, 3 + j * per, k, klen);
-        if (per == 1)
-            continue;
-        twins[j] = pick_twin(p, k, klen);
-        ok = twins[j] != NULL;
-        if (ok)
-            set_arg(argv, lens, 4 + j * per, twins[j], strlen(twins[j]));
+        for (size_t t = 0; t + 1 < per && ok; t++) {
+            char **tw = &twins[2 * j + t];
+            *tw = pick_twin(p, t == 0 ? p->twin_to : p->twin2_to, k, klen);
+            ok = *tw != NULL;
+            if (ok)
+                set_arg(argv, lens, 4 + j * per + t, *tw, strlen(*tw));
+        }
     }
     for (int i = 0; i < p->nargs; i++)
         set_arg(argv, lens, 3 + n + (size_t)i, p->args[i], strlen(p->args[i]));
@@ -1563,7 +1571,7 @@ static bool pick_send_group(struct store_cmd *c)
         sent = step_send(c, (int)argc, argv, lens);
     else
         cmd_fail(c, NULL, "SCAN (a key without the twin prefix)");
-    for (size_t j = 0; j < g; j++)
+    for (size_t j = 0; j < 2 * g; j++)
         free(twins[j]);
     free(twins);
     free(argv);
@@ -1597,7 +1605,7 @@ static bool scan_reply(struct store_cmd *c, const redisReply *r)
 /* The pick's reply: {skipped, position, ...}, each position that of a batch key in KEYS. */
 static bool pick_reply_ok(const struct pick_state *p, const redisReply *r)
 {
-    size_t per = p->twin_from != NULL ? 2 : 1, g = p->gend - p->gstart;
+    size_t per = pick_per(p), g = p->gend - p->gstart;
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->elements > g + 1 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[0]->integer < 0)
         return false;
@@ -1618,7 +1626,7 @@ static bool pick_reply(struct store_cmd *c, const redisReply *r)
         cmd_fail(c, r, "EVAL (pick)");
         return false;
     }
-    size_t per = p->twin_from != NULL ? 2 : 1;
+    size_t per = pick_per(p);
     for (size_t i = 1; i < r->elements && !c->done; i++) {
         size_t k = p->order[p->gstart + (size_t)(r->element[i]->integer - 1) / per];
         const char *key = pick_key(p, k);
@@ -2051,6 +2059,7 @@ static struct pick_state *pick_new(const struct store_pick *pick, void *each_arg
         p->args[i] = pc_strdup(pick->args[i]);
     p->twin_from = dup_or_null(pick->twin_from);
     p->twin_to = dup_or_null(pick->twin_to);
+    p->twin2_to = dup_or_null(pick->twin2_to);
     p->each = pick->each;
     p->each_arg = each_arg;
     return p;
@@ -2100,7 +2109,8 @@ struct store_cmd *store_delete_picked(struct store *s, const char *pattern,
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
     if (pattern == NULL || pick == NULL || pick->script == NULL || pick->each == NULL ||
-        pick->nargs < 0 || (pick->twin_from == NULL) != (pick->twin_to == NULL) || cb == NULL)
+        pick->nargs < 0 || (pick->twin_from == NULL) != (pick->twin_to == NULL) ||
+        (pick->twin2_to != NULL && pick->twin_from == NULL) || cb == NULL)
         return NULL;
     return delete_start(s, pattern, pick, arg, cb, arg);
 }

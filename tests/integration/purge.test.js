@@ -593,3 +593,80 @@ h.test('a flush whose client hangs up still runs to its end and tells every inst
         await holder.close();
     }
 });
+
+h.test('a purge whose pick reply timed out: the failure is said, and a rerun tells every instance', async () => {
+    /*
+     * C waits 1 s (20 x 50 ms) for a pick step's reply: the holder keeps it, the script has run
+     * (the entry is gone from Redis), C gives up (503) and its connection is dropped. D holds
+     * the entry in its L1, and only a del event makes it let go.
+     */
+    const holder = await startReplyHolder(env.redis.port);
+    const C = await env.startProxy({redis: holder.url, workers: 1,
+        args: ['--admin-token', ADMIN_TOKEN, '--redis-timeout', '50']});
+    const D = await env.startProxy({workers: 1});
+    try {
+        const ns = h.uniq('timeout').replace(/\W/g, '-');
+        const body = question('pick timed out');
+        const key = await store(C, body, {'x-cache-namespace': ns});
+        const ekey = `pc:2:e:{${key.slice(0, 16)}:${key.slice(16)}}`;
+        await h.waitFor(async () => {
+            h.assertHit(await D.post(CHAT, body, {'x-cache-namespace': ns}));
+            return (await D.stats()).l1_items === 1;
+        }, {what: 'the entry in D\'s L1'});
+        holder.arm('promptcache purge: pick');
+        const first = await del(C, `/admin/cache?namespace=${ns}`);
+        assert.equal(first.status, 503, first.text);
+        assert.equal(Number(await env.redis.command('EXISTS', ekey)), 0, 'the script deleted it');
+        holder.release(); /* too late: C let go of that reply */
+        /* The failed purge run again finds what the first deleted, and tells D. */
+        const again = await h.eventually(async () => {
+            const r = await del(C, `/admin/cache?namespace=${ns}`);
+            assert.equal(r.status, 200, r.text);
+            return r;
+        });
+        assert.deepEqual(again.json, {deleted: 0}, 'nothing left to delete');
+        await h.waitFor(async () => (await D.stats()).l1_items === 0,
+            {what: 'D\'s L1 to drop the purged entry (its del event)'});
+        await assertGone(D, body, {'x-cache-namespace': ns});
+        assert.deepEqual(await env.redis.keys('pc:2:pd:*'), [], 'nothing owed any more');
+    } finally {
+        holder.release();
+        await C.stop();
+        await D.stop();
+        await holder.close();
+    }
+});
+
+h.test('promptcache purge whose pick reply timed out: run again, it tells every instance', async () => {
+    const holder = await startReplyHolder(env.redis.port);
+    const D = await env.startProxy({workers: 1});
+    try {
+        const ns = h.uniq('cli-timeout').replace(/\W/g, '-');
+        const body = question('cli pick timed out');
+        const key = await store(D, body, {'x-cache-namespace': ns});
+        const ekey = `pc:2:e:{${key.slice(0, 16)}:${key.slice(16)}}`;
+        await h.waitFor(async () => {
+            h.assertHit(await D.post(CHAT, body, {'x-cache-namespace': ns}));
+            return (await D.stats()).l1_items === 1;
+        }, {what: 'the entry in D\'s L1'});
+        holder.arm('promptcache purge: pick');
+        const first = await h.runCli(['purge', '--redis', holder.url, '--redis-timeout', '1000',
+            '--namespace', ns]);
+        assert.equal(first.code, 1, first.output);
+        assert.match(first.stderr, /timed out/);
+        assert.equal(Number(await env.redis.command('EXISTS', ekey)), 0, 'the script deleted it');
+        holder.release();
+        const again = await h.runCli(['purge', '--redis', env.redis.url, '--namespace', ns]);
+        assert.equal(again.code, 0, again.output);
+        assert.match(again.stdout, /^published the del events of 1 entry an earlier purge deleted/m);
+        assert.match(again.stdout, /^deleted 0 entries$/m);
+        await h.waitFor(async () => (await D.stats()).l1_items === 0,
+            {what: 'D\'s L1 to drop the purged entry (its del event)'});
+        await assertGone(D, body, {'x-cache-namespace': ns});
+        assert.deepEqual(await env.redis.keys('pc:2:pd:*'), [], 'nothing owed any more');
+    } finally {
+        holder.release();
+        await D.stop();
+        await holder.close();
+    }
+});

@@ -767,7 +767,7 @@ static void test_delete_picked(void)
     struct got g;
     T_CHECK(get_wait(s, "sync", 4, &g));
     const char *args[] = {"yes"};
-    struct store_pick pick = {pick_lua, 1, args, "pk:e:", "pk:v:", pick_each};
+    struct store_pick pick = {pick_lua, 1, args, "pk:e:", "pk:v:", pick_each, NULL};
     struct pick_run run = {0};
     T_CHECK(store_delete_picked(s, "pk:e:*", &pick, pick_done, &run) != NULL);
     T_CHECK(run_until(got_done, &run.g, 10000));
@@ -784,7 +784,7 @@ static void test_delete_picked(void)
     static const char *const liars[] = {"return {0, 2}", "return {0, 99999}", "return {-1}",
                                         "return 'no'"};
     for (size_t i = 0; i < PC_ARRAY_LEN(liars); i++) {
-        struct store_pick lie = {liars[i], 0, NULL, "pk:e:", "pk:v:", pick_each};
+        struct store_pick lie = {liars[i], 0, NULL, "pk:e:", "pk:v:", pick_each, NULL};
         memset(&run, 0, sizeof(run));
         T_CHECK(store_delete_picked(s, "pk:e:*", &lie, pick_done, &run) != NULL);
         T_CHECK(run_until(got_done, &run.g, 10000));
@@ -798,6 +798,33 @@ static void test_delete_picked(void)
     T_CHECK(store_call_int(s, 3, argv, NULL, int_cb, &g) != NULL);
     T_CHECK(run_until(got_done, &g, 5000));
     T_CHECK(g.st == STORE_OK && g.n == 2);
+
+    /* a second twin: each key named with both, in that order (a reply naming one is refused) */
+    static const char three_lua[] = "local out = {0}\n"
+                                    "for i = 1, #KEYS, 3 do\n"
+                                    "  if redis.call('GET', KEYS[i]) == ARGV[1] then\n"
+                                    "    redis.call('UNLINK', KEYS[i], KEYS[i + 1])\n"
+                                    "    redis.call('SET', KEYS[i + 2], KEYS[i + 1])\n"
+                                    "    out[#out + 1] = i\n"
+                                    "  end\n"
+                                    "end\n"
+                                    "return out\n";
+    const char *no[] = {"no"};
+    struct store_pick lie3 = {"return {0, 2}", 0, NULL, "pk:e:", "pk:v:", pick_each, "pk:m:"};
+    memset(&run, 0, sizeof(run));
+    T_CHECK(store_delete_picked(s, "pk:e:*", &lie3, pick_done, &run) != NULL);
+    T_CHECK(run_until(got_done, &run.g, 10000));
+    T_CHECK(run.g.st == STORE_ERR);
+    struct store_pick three = {three_lua, 1, no, "pk:e:", "pk:v:", pick_each, "pk:m:"};
+    memset(&run, 0, sizeof(run));
+    T_CHECK(store_delete_picked(s, "pk:e:*", &three, pick_done, &run) != NULL);
+    T_CHECK(run_until(got_done, &run.g, 10000));
+    T_CHECK(run.g.st == STORE_OK);
+    T_CHECK_INT(run.g.n, 1250);
+    T_CHECK_INT(run.p.keys, 1250);
+    T_CHECK(!run.p.bad_key);
+    T_CHECK_STR(rtext_db(0, "EXISTS pk:e:3 pk:v:3"), ":0");
+    T_CHECK_STR(rtext_db(0, "GET pk:m:3"), "pk:v:3");
     store_destroy(&s);
 }
 
