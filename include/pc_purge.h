@@ -7,17 +7,19 @@
  * follow. The admin API runs it on a worker's store (asynchronous); the
  * `promptcache purge` command on a blocking connection (pc_rcli.h). Both
  * run the same Lua script over each SCAN batch:
- *
- *   SCAN pc:2:e:[{tenant:]* ─▶ EVAL pick (KEYS: entry, vector, entry, vector ...;
+ *   SCAN pc:2:e:[{tenant:]* ─▶ EVAL pick (KEYS: entry, vector, owed mark, ...;
  *        ▲                       reads each entry's head and sections with
  *        │                       GETRANGE, never its body; UNLINKs the picked
- *        │                       entry and its vector, both of one hash tag)
+ *        │                       entry and its vector and sets its owed mark
+ *        │                       pc:2:pd:{tenant:key}, all of one hash tag)
  *        │                               │ {unreadable, position...}
- *        └──── next batch ◀── UNLINK pc:2:o:{tenant:key} (the entry's error-bound
- *                             marks, its tag) and XADD vs op=del k=<tenant:key> per
- *                             picked entry (the stream is a key of its own: a
- *                             separate command)
- *
+ *        └──── next batch ◀── XADD vs op=del k=<tenant:key> per picked entry (the
+ *                             stream is a key of its own: a separate command), then
+ *                             UNLINK pc:2:o:{tenant:key} (its error-bound marks) and,
+ *                             once the XADD was answered, its owed mark
+ * Before the batches, SCAN pc:2:pd:* and EVAL owed: the del events of entries an
+ * earlier purge deleted whose pick reply never came (a timeout, a lost
+ * connection) are published, then their marks go.
  * Entries carry their namespace and model since they are kept (entry.c,
  * section ENTRY_SEC_META); older ones carry neither, so a delete by
  * namespace or model leaves them alone (they still go by age, by tenant, or

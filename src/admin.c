@@ -50,6 +50,7 @@ struct admin_op {
     struct cache_op *cmd;          /* a flush */
     struct purge_op *purge;        /* or a targeted delete */
     char what[ENTRY_ID_LEN + 512]; /* for the log line */
+    bool narrow;                   /* by namespace, model or age: a rerun publishes what it owes */
 };
 
 #define ENTRIES_PATH "/admin/cache/entries/"
@@ -405,10 +406,16 @@ static void op_done(void *arg, bool ok, long long n)
         httpd_set_close_cb(op->hr, NULL, NULL);
     const char *left = op->hr == NULL ? " (its client had left)" : "";
     if (!ok) {
-        log_warn("admin: %s failed after deleting %lld entries: Redis error or timeout%s", op->what,
-                 n, left);
+        static const char rerun[] = "; run it again once Redis answers: it tells every instance "
+                                    "what this one deleted";
+        log_warn("admin: %s failed after deleting %lld entries: Redis error or timeout%s%s",
+                 op->what, n, left, op->narrow ? rerun : "");
         if (op->hr != NULL)
-            reply_error(op->hr, 503, "cache delete failed: Redis error or timeout");
+            reply_error(op->hr, 503,
+                        op->narrow ? "cache delete failed: Redis error or timeout; run it again "
+                                     "once Redis answers: it tells every instance what this one "
+                                     "deleted"
+                                   : "cache delete failed: Redis error or timeout");
     } else {
         char body[64];
         snprintf(body, sizeof(body), "{\"deleted\":%lld}", n);
@@ -522,6 +529,7 @@ static void admin_flush(struct worker *w, struct httpd_req *hr)
     struct admin_op *op = op_new(w, hr);
     if (purge_filter_narrow(&f)) {
         describe_filter(&f, op->what, sizeof op->what);
+        op->narrow = true;
         op->purge = purge_matching(w->store, w->l1, &w->stats, &f, op_done, op);
     } else {
         snprintf(op->what, sizeof op->what, "cache flush%s%s", f.tenant[0] ? " tenant=" : "",

@@ -616,6 +616,7 @@ h.test('a purge whose pick reply timed out: the failure is said, and a rerun tel
         holder.arm('promptcache purge: pick');
         const first = await del(C, `/admin/cache?namespace=${ns}`);
         assert.equal(first.status, 503, first.text);
+        assert.match(first.json.error.message, /run it again/, 'the way out is said');
         assert.equal(Number(await env.redis.command('EXISTS', ekey)), 0, 'the script deleted it');
         holder.release(); /* too late: C let go of that reply */
         /* The failed purge run again finds what the first deleted, and tells D. */
