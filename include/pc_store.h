@@ -86,6 +86,13 @@ void store_start(struct store *s);
 /* Connected, authenticated, db selected and schema at the current version. */
 bool store_ready(const struct store *s);
 /*
+ * Wait until s is READY (at once, on the next loop pass, if it is), at most timeout_ms: cb
+ * gets STORE_OK then, STORE_TIMEOUT after that long, STORE_ERR if s is destroyed first. No
+ * command is sent. Cancel with store_cancel.
+ */
+struct store_cmd *store_when_ready(struct store *s, int64_t timeout_ms, store_int_fn *cb,
+                                   void *arg);
+/*
  * Drop the connection; the callbacks of pending commands run with STORE_ERR
  * before this returns (they must not use the store any more). *s is NULLed.
  */

@@ -36,6 +36,8 @@
 #define SCAN_COUNT      "1000"
 #define DURATION_MAX_MS (INT64_C(100) * 366 * 24 * 3600 * 1000)
 #define OWED_KEY_MAX    (ENTRY_KEY_MAX + 16)
+#define OWED_RETRY_MS   3000 /* a failed purge waits this long for Redis to publish what it owes */
+#define OWED_TRIES      4    /* ... and publishes them at most this many times */
 
 static const char entry_prefix[] = PC_KEY_PREFIX "e:";
 static const char vector_prefix[] = PC_KEY_PREFIX "v:";
@@ -421,6 +423,10 @@ struct purge_op {
     enum store_status matched_st;
     struct purge_filter filter; /* purge_matching: what it picks once the owed events are out */
     long long owed;             /* del events an earlier purge owed, published by this one */
+    /* purge_matching that failed: publishing what it owes once Redis answers again */
+    bool retried;
+    unsigned tries;
+    uint64_t retry_until_ms;
 };
 
 static struct purge_op *op_new(struct store *s, struct l1 *l1, struct stats *st, purge_fn *cb,
@@ -543,10 +549,16 @@ struct purge_op *purge_entry(struct store *s, struct l1 *l1, struct stats *st,
  * instances' L1 would serve those answers for the rest of their TTL (their owed marks stay,
  * and the purge run again publishes them).
  */
+static void owed_retry_start(struct purge_op *op);
+
 static void matching_end(struct purge_op *op)
 {
     if (!op->matched || op->events > 0)
         return;
+    if ((op->event_failed || op->matched_st != STORE_OK) && !op->retried) {
+        owed_retry_start(op);
+        return;
+    }
     if (op->owed > 0)
         log_notice("purge: published the del events of %lld entr%s an earlier purge deleted "
                    "without telling the other instances (its reply from Redis was lost)",
@@ -687,6 +699,83 @@ static void on_owed_done(void *arg, enum store_status st, long long n)
         on_matching(op, st == STORE_OK ? STORE_ERR : st, 0);
 }
 
+static const char owed_pattern[] = PC_KEY_PREFIX "pd:*";
+
+static void owed_pick(struct store_pick *pick)
+{
+    *pick = (struct store_pick){
+        .script = owed_script,
+        .twin_from = owed_prefix,
+        .twin_to = entry_prefix,
+        .each = on_owed,
+    };
+}
+
+static void owed_retry_wait(struct purge_op *op);
+
+/* The retry's owed events are on their way: the purge ends (failed); its SCAN failed: again. */
+static void on_retry_done(void *arg, enum store_status st, long long n)
+{
+    (void)n;
+    struct purge_op *op = arg;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    op->cmd = NULL;
+    if (st != STORE_OK && op->tries < OWED_TRIES && pc_mono_ms() < op->retry_until_ms) {
+        owed_retry_wait(op);
+        return;
+    }
+    op->matched = true;
+    matching_end(op);
+}
+
+/* Redis answers again (a lost reply drops the connection first), or it did not in time. */
+static void on_retry_ready(void *arg, enum store_status st, long long n)
+{
+    (void)n;
+    struct purge_op *op = arg;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    op->cmd = NULL;
+    if (st == STORE_OK) {
+        struct store_pick pick;
+        owed_pick(&pick);
+        op->tries++;
+        op->cmd = store_delete_picked(op->store, owed_pattern, &pick, on_retry_done, op);
+        if (op->cmd != NULL)
+            return;
+    }
+    if (st != STORE_ERR && op->tries < OWED_TRIES && pc_mono_ms() < op->retry_until_ms) {
+        owed_retry_wait(op); /* READY, yet refused: the writes' connection is going */
+        return;
+    }
+    op->matched = true; /* Redis did not answer again: the owed marks wait for a rerun */
+    matching_end(op);
+}
+
+static void owed_retry_wait(struct purge_op *op)
+{
+    uint64_t now = pc_mono_ms();
+    int64_t left = now < op->retry_until_ms ? (int64_t)(op->retry_until_ms - now) : 0;
+    op->cmd = store_when_ready(op->store, left, on_retry_ready, op);
+    if (op->cmd == NULL) {
+        op->matched = true;
+        matching_end(op);
+    }
+}
+
+/*
+ * The purge failed: some of its picks may have deleted entries whose reply never came (their
+ * owed marks are in Redis). Before it says so, it publishes their events once Redis answers
+ * again (within OWED_RETRY_MS), so that no instance's L1 goes on serving them after the
+ * failure is reported; what is left waits for the purge run again.
+ */
+static void owed_retry_start(struct purge_op *op)
+{
+    op->retried = true;
+    op->matched = false;
+    op->retry_until_ms = pc_mono_ms() + OWED_RETRY_MS;
+    owed_retry_wait(op);
+}
+
 /*
  * First the del events earlier purges still owe (their owed marks: the reply of their pick
  * never came), then the entries the filter picks.
@@ -694,17 +783,10 @@ static void on_owed_done(void *arg, enum store_status st, long long n)
 struct purge_op *purge_matching(struct store *s, struct l1 *l1, struct stats *st,
                                 const struct purge_filter *f, purge_fn *cb, void *arg)
 {
-    static const char owed_pattern[] = PC_KEY_PREFIX "pd:*";
     struct purge_op *op = op_new(s, l1, st, cb, arg);
     op->filter = *f;
-    struct store_pick pick = {
-        .script = owed_script,
-        .nargs = 0,
-        .args = NULL,
-        .twin_from = owed_prefix,
-        .twin_to = entry_prefix,
-        .each = on_owed,
-    };
+    struct store_pick pick;
+    owed_pick(&pick);
     op->cmd = store_delete_picked(s, owed_pattern, &pick, on_owed_done, op);
     if (op->cmd == NULL) {
         op_free(op);
@@ -1226,6 +1308,20 @@ int purge_cli(const struct conf *c, const struct purge_cli *o)
             rc = cli_matching(&k, &o->filter, o->dry_run, &n, &unreadable);
         else
             rc = cli_flush(&k, o->filter.tenant[0] ? o->filter.tenant : NULL, o->dry_run, &n);
+    }
+    if (rc != 0 && o->id == NULL && purge_filter_narrow(&o->filter) && !o->dry_run &&
+        k.rc != NULL) {
+        /*
+         * A pick whose reply never came may have deleted entries (their owed marks are in
+         * Redis): on a new connection, their del events before the failure is told.
+         */
+        struct rcli again = {0};
+        long long owed = 0;
+        if (rcli_connect(&again, c, "purge") == 0 && cli_owed(&again, &owed) == 0 && owed > 0)
+            printf("published the del events of %lld entr%s this purge deleted before it "
+                   "failed\n",
+                   owed, owed == 1 ? "y" : "ies");
+        rcli_close(&again);
     }
     if (rc == 0) {
         printf(o->dry_run ? "would delete %lld entr%s (dry run: nothing deleted)\n"

@@ -176,6 +176,7 @@ enum cmd_kind {
     CMD_WRITE,  /* store_write(_cb): any reply but an error is fine */
     CMD_INTERNAL,
     CMD_FANOUT, /* cluster: store_delete_matching over every primary (never sent itself) */
+    CMD_WAIT,   /* store_when_ready: no command, the store's READY (never sent) */
 };
 
 struct store_cluster;
@@ -575,6 +576,7 @@ static const char *cmd_what(const struct store_cmd *c)
         return "write";
     case CMD_INTERNAL:
     case CMD_FANOUT:
+    case CMD_WAIT:
         break;
     }
     return c->what;
@@ -603,6 +605,7 @@ static void cmd_complete(struct store_cmd *c, enum store_status st, const char *
     case CMD_PTTL:
     case CMD_INT:
     case CMD_FANOUT:
+    case CMD_WAIT:
         c->cb.num(c->arg, st, n);
         break;
     case CMD_SET:
@@ -641,6 +644,20 @@ static void conn_start(struct store *s);
 static void handshake_send(struct store *s);
 static void schema_read(struct store *s);
 
+/*
+ * s is READY: its store_when_ready waits end, each on its own timer (0 s from now), so that
+ * their callbacks run outside the state change.
+ */
+static void waits_end(struct store *s)
+{
+    for (struct store_cmd *c = s->cmds; c != NULL; c = c->next)
+        if (c->kind == CMD_WAIT) {
+            c->timeout_us = 0;
+            evtimer_del(c->timer);
+            timer_add(s, c->timer, &(struct timeval){0, 0});
+        }
+}
+
 /* Enter a state: keep the redis_connected gauge right, (re)arm the state timer (< 0: none). */
 static void state_enter(struct store *s, enum store_state st, int64_t timer_ms)
 {
@@ -656,6 +673,8 @@ static void state_enter(struct store *s, enum store_state st, int64_t timer_ms)
         struct timeval tv = pc_timeval_ms(timer_ms);
         timer_add(s, s->timer, &tv);
     }
+    if (st == ST_READY)
+        waits_end(s);
 }
 
 /*
@@ -1700,6 +1719,7 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
         internal_reply(c, ac, r);
         break;
     case CMD_FANOUT: /* never sent */
+    case CMD_WAIT:
         break;
     }
     if (!goes_on)
@@ -1724,6 +1744,11 @@ static void cmd_timeout_cb(evutil_socket_t fd, short what, void *arg)
     int64_t waited = (int64_t)(pc_mono_us() - c->sent_us);
     if (waited < c->timeout_us) {
         cmd_arm(c, c->timeout_us - waited);
+        return;
+    }
+    if (c->kind == CMD_WAIT) { /* no reply is owed: nothing holds it but the store */
+        cmd_complete(c, s->state == ST_READY ? STORE_OK : STORE_TIMEOUT, NULL, 0, 0);
+        cmd_free(c);
         return;
     }
     if (c->parked) { /* waiting to be sent again after TRYAGAIN: no reply is owed */
@@ -1885,6 +1910,20 @@ bool store_ready(const struct store *s)
     return s != NULL && s->state == ST_READY;
 }
 
+struct store_cmd *store_when_ready(struct store *s, int64_t timeout_ms, store_int_fn *cb, void *arg)
+{
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    if (cb == NULL || s->state == ST_CLOSED)
+        return NULL;
+    struct store_cmd *c = cmd_new(s, CMD_WAIT);
+    c->cb.num = cb;
+    c->arg = arg;
+    c->sent_us = pc_mono_us();
+    c->timeout_us = s->state == ST_READY ? 0 : PC_MAX(timeout_ms, 0) * 1000;
+    cmd_arm(c, c->timeout_us);
+    return c;
+}
+
 static void cluster_destroy(struct store *s);
 
 void store_destroy(struct store **sp)
@@ -1913,7 +1952,8 @@ void store_destroy(struct store **sp)
         } else {
             cmd_complete(c, STORE_ERR, NULL, 0, 0);
         }
-        if (c->parked || c->kind == CMD_FANOUT) /* hiredis does not hold it: free it here */
+        if (c->parked || c->kind == CMD_FANOUT ||
+            c->kind == CMD_WAIT) /* hiredis does not hold it */
             cmd_free(c);
     }
     if (ac != NULL)
@@ -2150,6 +2190,8 @@ void store_cancel(struct store_cmd **cp)
     if (c->kind == CMD_FANOUT) { /* no one holds it but its parts: cancel them, free it */
         for (size_t i = 0; i < c->nkids; i++)
             store_cancel(&c->kids[i].cmd);
+        cmd_free(c);
+    } else if (c->kind == CMD_WAIT) {
         cmd_free(c);
     }
     /* parked (TRYAGAIN): its retry timer frees it */

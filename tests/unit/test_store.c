@@ -828,6 +828,35 @@ static void test_delete_picked(void)
     store_destroy(&s);
 }
 
+/* store_when_ready: at once when READY, a timeout when not, an error when destroyed first. */
+static void test_when_ready(void)
+{
+    struct stats st = {0};
+    struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    struct got g = {0};
+    T_CHECK(store_when_ready(s, 60000, int_cb, &g) != NULL);
+    T_CHECK(run_until(got_done, &g, 1000));
+    T_CHECK(g.st == STORE_OK && g.calls == 1);
+    store_destroy(&s);
+
+    struct store *dead = mk_store("unix:/nonexistent/redis.sock", TEST_TIMEOUT_MS, true, &st);
+    memset(&g, 0, sizeof(g));
+    T_CHECK(store_when_ready(dead, 200, int_cb, &g) != NULL);
+    T_CHECK(run_until(got_done, &g, 3000));
+    T_CHECK(g.st == STORE_TIMEOUT && g.calls == 1);
+    struct got g2 = {0}, g3 = {0};
+    T_CHECK(store_when_ready(dead, 60000, int_cb, &g2) != NULL);
+    struct store_cmd *c = store_when_ready(dead, 60000, int_cb, &g3);
+    T_CHECK(c != NULL);
+    store_cancel(&c);
+    run_for(50);
+    T_CHECK(!g2.done && !g3.done);
+    store_destroy(&dead);
+    T_CHECK(g2.done && g2.st == STORE_ERR && g2.calls == 1);
+    T_CHECK(!g3.done);
+}
+
 /* redis://:password@host:port/db over TCP: AUTH and SELECT are pipelined before the check. */
 static void test_tcp_auth_db(void)
 {
@@ -2358,6 +2387,7 @@ int main(void)
     T_RUN(test_destroy_in_callback);
     T_RUN(test_delete_matching);
     T_RUN(test_delete_picked);
+    T_RUN(test_when_ready);
     T_RUN(test_tcp_auth_db);
     T_RUN(test_acl_user);
     T_RUN(test_busy_loop);
