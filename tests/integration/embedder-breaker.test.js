@@ -303,10 +303,11 @@ h.test('the log names the embedder without the password or query of embedder-url
         '--embedder-model', 'mock-bow', '--embedder-timeout', '200', '--embedder-breaker-failures', '2',
         '--log-level', 'info']});
     await missUntil(p, 'open', 'the breaker to open');
-    const lines = logLines(p, /embedder /);
-    assert.ok(lines.some((l) => / W embedder http:\/\/127\.0\.0\.1:\d+\/v1\/embeddings: 2 calls in a row failed/.test(l)),
-        lines.join('\n'));
-    assert.ok(lines.some((l) => / I embedder http:\/\/127\.0\.0\.1:\d+\/v1\/embeddings: error answer/.test(l)), lines.join('\n'));
+    /* The lines are written before /stats says open, but the log pipe may be read after it. */
+    const wanted = [/ W embedder http:\/\/127\.0\.0\.1:\d+\/v1\/embeddings: 2 calls in a row failed/,
+        / I embedder http:\/\/127\.0\.0\.1:\d+\/v1\/embeddings: error answer/];
+    await h.waitFor(() => wanted.every((re) => logLines(p, /embedder /).some((l) => re.test(l))),
+        {what: () => `the breaker's and the batch's lines, host and path only:\n${logLines(p, /embedder /).join('\n')}`});
     assert.doesNotMatch(p.stderr, /s3cret/, 'no secret of the URL in the log');
     await p.stop();
 }));
