@@ -475,67 +475,28 @@ h.test('promptcache purge against a Redis that never answers says it timed out (
 });
 
 /*
- * A relay to Redis that, once armed with a text, holds Redis's replies to the connection that
- * sends a command holding it (the command has run: e.g. the purge's pick script, its entries
- * gone) until release().
+ * body stored through `via` (headers: its namespace or credential) and read into D's L1 (a read
+ * before via's set event would be dropped): its key and its entry's Redis key.
  */
-async function startReplyHolder(redisPort) {
-    const net = require('node:net');
-    let armed = null;
-    const held = [];
-    const sockets = new Set();
-    const server = net.createServer((client) => {
-        const up = net.connect(redisPort, '127.0.0.1');
-        sockets.add(client).add(up);
-        const conn = {queue: null, client};
-        client.on('data', (chunk) => {
-            if (armed !== null && conn.queue === null && chunk.includes(armed)) {
-                armed = null;
-                conn.queue = [];
-                held.push(conn);
-            }
-            up.write(chunk);
-        });
-        up.on('data', (chunk) => (conn.queue !== null ? conn.queue.push(chunk) : client.write(chunk)));
-        client.on('close', () => up.destroy()).on('error', () => client.destroy());
-        up.on('close', () => client.destroy()).on('error', () => up.destroy());
-    });
-    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-    return {
-        url: `redis://127.0.0.1:${server.address().port}/0`,
-        arm(text) { armed = text; },
-        holding() { return held.length; },
-        release() {
-            for (const conn of held.splice(0)) {
-                for (const chunk of conn.queue)
-                    conn.client.write(chunk);
-                conn.queue = null;
-            }
-        },
-        async close() {
-            for (const s of sockets)
-                s.destroy();
-            await new Promise((resolve) => server.close(resolve));
-        },
-    };
+async function storedInL1(via, D, body, headers) {
+    const key = await store(via, body, headers);
+    await h.waitFor(async () => {
+        h.assertHit(await D.post(CHAT, body, headers));
+        return (await D.stats()).l1_items === 1;
+    }, {what: 'the entry in D\'s L1'});
+    return {key, ekey: `pc:2:e:{${key.slice(0, 16)}:${key.slice(16)}}`};
 }
 
 h.test('a purge whose client hangs up still tells every instance what it deleted', async () => {
-    const holder = await startReplyHolder(env.redis.port);
+    const holder = await h.startRelay(env.redis.port);
     const C = await env.startProxy({redis: holder.url, workers: 1, args: ['--admin-token', ADMIN_TOKEN]});
     const D = await env.startProxy({workers: 1});
     try {
         const ns = h.uniq('hangup').replace(/\W/g, '-');
         const body = question('hang up');
-        const key = await store(C, body, {'x-cache-namespace': ns});
-        const ekey = `pc:2:e:{${key.slice(0, 16)}:${key.slice(16)}}`;
-        /* D holds the entry in its L1 (a read of it before C's set event would be dropped). */
-        await h.waitFor(async () => {
-            h.assertHit(await D.post(CHAT, body, {'x-cache-namespace': ns}));
-            return (await D.stats()).l1_items === 1;
-        }, {what: 'the entry in D\'s L1'});
+        const {ekey} = await storedInL1(C, D, body, {'x-cache-namespace': ns});
         const baseline = (await C.stats()).connections_active;
-        holder.arm('promptcache purge: pick');
+        holder.armReplies('promptcache purge: pick');
         const sock = require('node:net').connect(Number(new URL(C.url).port), '127.0.0.1');
         sock.on('error', () => {});
         sock.write(`DELETE /admin/cache?namespace=${ns} HTTP/1.1\r\nHost: x\r\n` +
@@ -558,20 +519,16 @@ h.test('a purge whose client hangs up still tells every instance what it deleted
 });
 
 h.test('a flush whose client hangs up still runs to its end and tells every instance', async () => {
-    const holder = await startReplyHolder(env.redis.port);
+    const holder = await h.startRelay(env.redis.port);
     const C = await env.startProxy({redis: holder.url, workers: 1, args: ['--admin-token', ADMIN_TOKEN]});
     const D = await env.startProxy({workers: 1});
     try {
         const t = h.bearer('sk-purge-flush-hang-up');
         const body = question('flush hang up');
-        const key = await store(C, body, t);
+        const {key} = await storedInL1(C, D, body, t);
         const tenant = key.slice(0, 16);
-        await h.waitFor(async () => {
-            h.assertHit(await D.post(CHAT, body, t));
-            return (await D.stats()).l1_items === 1;
-        }, {what: 'the entry in D\'s L1'});
         const baseline = (await C.stats()).connections_active;
-        holder.arm('UNLINK');
+        holder.armReplies('UNLINK');
         const sock = require('node:net').connect(Number(new URL(C.url).port), '127.0.0.1');
         sock.on('error', () => {});
         sock.write(`DELETE /admin/cache?tenant=${tenant} HTTP/1.1\r\nHost: x\r\n` +
@@ -601,20 +558,15 @@ h.test('a purge whose pick reply timed out tells every instance what it deleted 
      * entry in its L1, and only a del event makes it let go: C publishes it from the entry's
      * owed mark once Redis answers again, before its 503.
      */
-    const holder = await startReplyHolder(env.redis.port);
+    const holder = await h.startRelay(env.redis.port);
     const C = await env.startProxy({redis: holder.url, workers: 1,
         args: ['--admin-token', ADMIN_TOKEN, '--redis-timeout', '50']});
     const D = await env.startProxy({workers: 1});
     try {
         const ns = h.uniq('timeout').replace(/\W/g, '-');
         const body = question('pick timed out');
-        const key = await store(C, body, {'x-cache-namespace': ns});
-        const ekey = `pc:2:e:{${key.slice(0, 16)}:${key.slice(16)}}`;
-        await h.waitFor(async () => {
-            h.assertHit(await D.post(CHAT, body, {'x-cache-namespace': ns}));
-            return (await D.stats()).l1_items === 1;
-        }, {what: 'the entry in D\'s L1'});
-        holder.arm('promptcache purge: pick');
+        const {ekey} = await storedInL1(C, D, body, {'x-cache-namespace': ns});
+        holder.armReplies('promptcache purge: pick');
         const first = await del(C, `/admin/cache?namespace=${ns}`);
         assert.equal(first.status, 503, first.text);
         assert.match(first.json.error.message, /run it again/, 'the way out is said');
@@ -639,18 +591,13 @@ h.test('a purge whose pick reply timed out tells every instance what it deleted 
 });
 
 h.test('promptcache purge whose pick reply timed out tells every instance before it fails; marks left go with the next', async () => {
-    const holder = await startReplyHolder(env.redis.port);
+    const holder = await h.startRelay(env.redis.port);
     const D = await env.startProxy({workers: 1});
     try {
         const ns = h.uniq('cli-timeout').replace(/\W/g, '-');
         const body = question('cli pick timed out');
-        const key = await store(D, body, {'x-cache-namespace': ns});
-        const ekey = `pc:2:e:{${key.slice(0, 16)}:${key.slice(16)}}`;
-        await h.waitFor(async () => {
-            h.assertHit(await D.post(CHAT, body, {'x-cache-namespace': ns}));
-            return (await D.stats()).l1_items === 1;
-        }, {what: 'the entry in D\'s L1'});
-        holder.arm('promptcache purge: pick');
+        const {ekey} = await storedInL1(D, D, body, {'x-cache-namespace': ns});
+        holder.armReplies('promptcache purge: pick');
         const first = await h.runCli(['purge', '--redis', holder.url, '--redis-timeout', '1000',
             '--namespace', ns]);
         assert.equal(first.code, 1, first.output);
