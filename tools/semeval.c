@@ -23,12 +23,14 @@
  * paraphrases, neutral and one-way pairs served on a second line), the
  * threshold rule of pc_embed.h (1% hard false hits and Quora precision >=
  * 0.82), a precision/recall table over thresholds, and the same figures with
- * each guard off in turn. Nothing is written to disk.
+ * each guard off in turn. Nothing is written to disk but what --pairs-out
+ * and --dump name.
  *
  *   usage: semeval [--vectors PATH] [--data DIR] [--embedder NAME|both]
  *                  (--embedder both: every local embedder of src/embed/embedders.h)
  *                  [--set KNOB=VALUE]... [--guards LIST] [--threshold T] [--show N]
  *                  [--why GUARD] [--antonyms FILE] [--swap] [--synonyms FILE]
+ *                  [--dump FILE]
  *          semeval --pairs-out FILE          every pair as a JSON line ["a","b"]
  *          semeval --sims FILE [--threshold T] ...   another embedder's similarities
  *          semeval --speed [--vectors PATH]
@@ -50,7 +52,10 @@
  * text (tools/wnanto.c prints them): --antonyms FILE adds
  * word pairs ("a b" per line) as an extra guard; --swap a one-word swap guard
  * of its own, which with --synonyms FILE (one synset per line) lets swaps of
- * synonyms through. --speed times embedders and guards on typical and
+ * synonyms through. --dump FILE writes one JSON line per pair, [set, kind,
+ * label, similarity, guards' reject mask], in the same order every run, so
+ * that two runs (builtin, and --sims) join line by line to try ways of
+ * combining two embedders. --speed times embedders and guards on typical and
  * worst-case texts, and each guard alone on 8 KiB texts.
  */
 #include "pc_embed.h"
@@ -918,6 +923,24 @@ static void pairs_out(const char *path)
     printf("semeval: %zu pairs written to %s\n", npairs, path);
 }
 
+/* --dump FILE: one JSON line per pair, [set, kind, label, sim, reject mask], in pair order. */
+static const char *dump_path;
+
+static void dump_pairs(void)
+{
+    if (dump_path == NULL)
+        return;
+    FILE *f = fopen(dump_path, "w");
+    if (f == NULL) {
+        perror(dump_path);
+        exit(1);
+    }
+    for (size_t i = 0; i < npairs; i++)
+        fprintf(f, "[%d,%d,%d,%.5f,%u]\n", pairs[i].set, pairs[i].kind, pairs[i].label,
+                (double)pairs[i].sim, pairs[i].reject);
+    fclose(f);
+}
+
 static void load_sims(const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -1466,6 +1489,8 @@ int main(int argc, char **argv)
             load_antonyms(argv[++i]);
         else if (strcmp(argv[i], "--pairs-out") == 0 && i + 1 < argc)
             out_path = argv[++i];
+        else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc)
+            dump_path = argv[++i];
         else if (strcmp(argv[i], "--sims") == 0 && i + 1 < argc)
             sims_path = argv[++i];
         else if (strcmp(argv[i], "--threshold") == 0 && i + 1 < argc)
@@ -1523,6 +1548,7 @@ int main(int argc, char **argv)
         load_sims(sims_path);
         sims_all(sims_path);
         default_t = threshold > 0 ? (float)threshold : 0.92f;
+        dump_pairs();
         report("from --sims", nshow);
         return 0;
     }
@@ -1544,6 +1570,7 @@ int main(int argc, char **argv)
             return 1;
         }
         embed_all(e);
+        dump_pairs();
         default_t = threshold > 0 ? (float)threshold : (float)embed_default_threshold(e);
         report(embed_name(k), nshow);
         embed_destroy(&e);
