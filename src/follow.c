@@ -14,6 +14,7 @@
  */
 #include "pc_follow.h"
 #include "pc_log.h"
+#include "pc_migrate.h"
 #include "pc_rcli.h"
 #include "pc_stats.h"
 #include "pc_util.h"
@@ -49,6 +50,7 @@ struct fstream {
     uint64_t base_added; /* the stream's entries-added when last_id was noted at its end */
     uint64_t nread;      /* entries read since */
     bool no_added;       /* Redis before 7: no entries-added, so the head's id is compared */
+    bool existed;        /* the key was a stream when noted: its deletion alone tells a flush */
     /*
      * The key holds another type (WRONGTYPE): left out of the XREAD, its handlers down, the
      * other streams followed; looked at again every FOREIGN_RECHECK_MS. Such a key is never a
@@ -299,6 +301,7 @@ struct stream_state {
     char last_id[STREAM_ID_MAX]; /* last-generated-id: "0-0" when there is no stream */
     uint64_t added, length;      /* entries-added (Redis 7), length */
     bool has_added;
+    bool exists; /* the key is there (else "no such key": all else as for an empty stream) */
 };
 
 /* XINFO STREAM of stream si into st; 0, -1 (counted), or -2: the key is of another type. */
@@ -321,6 +324,7 @@ static int stream_state(struct follow *f, size_t si, struct stream_state *st)
         freeReplyObject(r);
         return -2; /* the key is not a stream: the caller sets that stream aside */
     } else if (r->type == REDIS_REPLY_ARRAY) {
+        st->exists = true;
         const redisReply *id = xinfo_field(r, "last-generated-id");
         const redisReply *added = xinfo_field(r, "entries-added");
         const redisReply *len = xinfo_field(r, "length");
@@ -342,14 +346,78 @@ static int stream_state(struct follow *f, size_t si, struct stream_state *st)
     return rc;
 }
 
+/*
+ * Whether pc:schema is this build's: 1, 0 (not, or not a version), -1 (connection lost,
+ * counted). A Redis that is not (yet) ours gets no key from the follower.
+ */
+static int schema_current(struct follow *f, struct fgroup *g)
+{
+    const char *argv[] = {"GET", PC_SCHEMA_KEY};
+    redisReply *r = rcli_call(&g->k, 2, argv, NULL);
+    if (r == NULL) {
+        trouble(f, "Redis connection lost", &g->k);
+        return -1;
+    }
+    long v;
+    char err[128];
+    int rc = r->type != REDIS_REPLY_ERROR && migrate_parse_version(r, &v, err, sizeof(err)) == 0 &&
+             v == migrate_latest();
+    freeReplyObject(r);
+    return rc;
+}
+
+/* One XGROUP command on stream si; -1 only when the connection is lost (counted). */
+static int xgroup(struct follow *f, size_t si, const char *const *args, int argc)
+{
+    struct fgroup *g = &f->g[f->s[si].group];
+    const char *argv[7] = {"XGROUP"};
+    for (int i = 0; i < argc && i < 6; i++)
+        argv[i + 1] = i == 1 ? f->s[si].key : args[i];
+    redisReply *r = rcli_call(&g->k, argc + 1, argv, NULL);
+    if (r == NULL) {
+        trouble(f, "Redis connection lost", &g->k);
+        return -1;
+    }
+    if (r->type == REDIS_REPLY_ERROR)
+        log_info("follow: XGROUP %s %s: %.200s", args[0], f->s[si].key, r->str);
+    freeReplyObject(r);
+    return 0;
+}
+
+/*
+ * Stream si is not there and the schema is this build's: make it, empty (a consumer group's
+ * MKSTREAM, the group dropped at once: no entry that another reader would count as trimmed).
+ * A follower that noted a stream that was never written tells its deletion (FLUSHALL) only
+ * by its absence: without the key, an L1 filled by reads kept answers Redis had dropped.
+ * 1 if made (or there now), 0 if not, -1 (counted) if the connection is lost.
+ */
+static int stream_make(struct follow *f, size_t si)
+{
+    int rc = schema_current(f, &f->g[f->s[si].group]);
+    if (rc <= 0)
+        return rc;
+    static const char *const create[] = {"CREATE", "", "pc-follow-mkstream", "$", "MKSTREAM"};
+    static const char *const destroy[] = {"DESTROY", "", "pc-follow-mkstream"};
+    if (xgroup(f, si, create, 5) < 0 || xgroup(f, si, destroy, 3) < 0)
+        return -1;
+    return 1;
+}
+
 /* Note stream si's end: following starts there. 0, -1, or -2: the key is of another type. */
 static int stream_note(struct follow *f, size_t si)
 {
     struct stream_state st;
     int rc = stream_state(f, si, &st);
+    if (rc == 0 && !st.exists) {
+        rc = stream_make(f, si);
+        if (rc < 0)
+            return rc;
+        rc = rc > 0 ? stream_state(f, si, &st) : 0;
+    }
     if (rc < 0)
         return rc;
     struct fstream *s = &f->s[si];
+    s->existed = st.exists;
     memcpy(s->last_id, st.last_id, sizeof(s->last_id));
     s->base_added = st.added;
     s->nread = 0;
@@ -546,6 +614,8 @@ static int stream_replaced(struct follow *f, size_t si)
     int rc = stream_state(f, si, &st);
     if (rc < 0)
         return rc;
+    if (s->existed && !st.exists)
+        return 1;
     if (!s->no_added && st.has_added) {
         if (st.added < s->base_added + s->nread)
             return 1;

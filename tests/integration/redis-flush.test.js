@@ -1,0 +1,82 @@
+'use strict';
+/*
+ * Redis changed behind the proxy's back: FLUSHALL / FLUSHDB, a key deleted by
+ * hand, an entry overwritten with something else. Whatever the proxy holds in
+ * memory (its L1) must follow: once Redis no longer has an answer, the next
+ * identical request goes upstream; nothing that is not a stored answer is
+ * ever served. Each file starts its own fresh redis-server, so the pc:2:vs
+ * stream does not exist when the proxy starts.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const env = h.environment();
+const CHAT = '/v1/chat/completions';
+
+async function waitLive(proxy) {
+    await h.waitFor(async () => (await proxy.stats()).l1_live === true, {what: 'l1_live', timeout: 15000});
+}
+
+/* Ask for body (stored, or a hit) and wait until a repeat is answered from the L1 (l1_hits moves). */
+async function storedInL1(proxy, body) {
+    const first = await proxy.post(CHAT, body);
+    assert.equal(first.status, 200, first.text);
+    await h.waitFor(async () => {
+        const hits = (await proxy.stats()).l1_hits;
+        const r = await proxy.post(CHAT, body);
+        return r.headers['x-cache-status'] === 'HIT' && (await proxy.stats()).l1_hits === hits + 1;
+    }, {what: 'the answer in the L1'});
+    return first;
+}
+
+/*
+ * Repeat body until a repeat goes upstream (the mock counts one more call);
+ * every answer before that must be the stored one. Returns the upstream answer.
+ */
+async function goesUpstream(proxy, body, stored) {
+    let r = null;
+    await h.waitFor(async () => {
+        const calls = env.mock.callCount(CHAT);
+        r = await proxy.post(CHAT, body);
+        assert.equal(r.status, 200, r.text);
+        if (env.mock.callCount(CHAT) === calls + 1)
+            return true;
+        assert.deepEqual(r.json, stored.json, 'a cached answer is the stored one');
+        return false;
+    }, {what: 'an identical request to go upstream', timeout: 15000});
+    h.assertFromUpstream(r, env.mock);
+    return r;
+}
+
+/*
+ * A proxy started while pc:2:vs is absent, whose L1 holds answers it read from Redis (it wrote
+ * nothing to the stream itself, so it has read no entry of it): FLUSHALL is told by the
+ * stream's disappearing alone, so the stream must be there to disappear.
+ */
+h.test('FLUSHALL after a start without the pc:2:vs stream: the next request goes upstream', async () => {
+    await waitLive(env.proxy);
+    const body = h.chatBody(h.uniq('flushall'));
+    const first = await env.proxy.post(CHAT, body);
+    h.assertFromUpstream(first, env.mock);
+    await env.redis.command('DEL', 'pc:2:vs');
+    const p = await env.startProxy();
+    try {
+        await waitLive(p);
+        const stored = await storedInL1(p, body);
+        assert.deepEqual(stored.json, first.json);
+        await env.redis.command('FLUSHALL');
+        await goesUpstream(p, body, stored);
+    } finally {
+        await p.stop();
+    }
+});
+
+h.test('FLUSHALL and FLUSHDB after answers stored through the proxy: the next request goes upstream', async () => {
+    for (const flush of ['FLUSHALL', 'FLUSHDB']) {
+        await waitLive(env.proxy);
+        const body = h.chatBody(h.uniq(flush));
+        const stored = await storedInL1(env.proxy, body);
+        await env.redis.command(flush);
+        await goesUpstream(env.proxy, body, stored);
+    }
+});
