@@ -51,6 +51,7 @@ struct l1_item;
 struct stat_group;
 
 #define L1_TENANT_LEN TENANT_ID_LEN /* hex characters */
+#define L1_CHECK_MS   1000          /* how often a hit item's Redis key is looked at */
 
 /* What a configured l1-size means in bytes (auto: 1/32 of the memory, at most 512 MiB). */
 int64_t l1_size_bytes(const struct conf *c);
@@ -87,6 +88,15 @@ int64_t l1_now_ms(void);
 struct l1_item *l1_get(struct l1 *l, const char tenant[L1_TENANT_LEN],
                        const unsigned char exact[PC_SHA256_LEN], int64_t now_ms);
 const char *l1_item_data(const struct l1_item *it, size_t *len);
+/*
+ * Whether the caller, having hit it, should look at its Redis key now: true at most once per
+ * L1_CHECK_MS per item (the first caller after that long gets it). A key changed by hand
+ * (DEL, a SET or a hash of something else, FLUSHALL unseen by the stream) writes no stream
+ * event: the caller compares the key's STRLEN with the item's length and l1_deletes the item
+ * when they differ, so an answer Redis no longer holds is served for about L1_CHECK_MS, not
+ * until its deadline.
+ */
+bool l1_item_check_due(struct l1_item *it, int64_t now_ms);
 void l1_release(struct l1_item **it);
 
 /*

@@ -42,6 +42,9 @@
     ACTION(cache_hits_exact, counter, "Cache hits on the exact key")                               \
     ACTION(cache_hits_semantic, counter, "Cache hits by meaning (semantic stage)")                 \
     ACTION(l1_hits, counter, "Of cache_hits_exact, answered from the in-process L1 (no Redis)")    \
+    ACTION(l1_checks_failed, counter,                                                              \
+           "L1 items dropped because their Redis key no longer held them (deleted or changed by "  \
+           "hand, seen by the look at a hit item's key once a second)")                            \
     ACTION(request_memo_hits, counter,                                                             \
            "Cacheable requests whose keys came from the worker's memo of bodies (no JSON parse)")  \
     ACTION(cache_misses, counter, "Cacheable requests looked up and not found")                    \

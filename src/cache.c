@@ -47,7 +47,10 @@
 #define TICKET_MAGIC 0x4354494bu /* "CTIK" */
 #define FILL_MAGIC   0x4346494cu /* "CFIL" */
 
-/* An entry read from Redis on its way into the L1: waits for the PTTL of its key. */
+/*
+ * An entry read from Redis on its way into the L1: waits for the PTTL of its key. Or (check)
+ * an L1 hit's look at its key: waits for its STRLEN (val empty, len the item's).
+ */
 struct l1_fill {
     unsigned magic;
     struct cache *c;
@@ -356,6 +359,42 @@ static void l1_fill(struct cache *c, const struct cache_ticket *t, uint64_t gen,
         fill_free(f);
 }
 
+/* An L1 item's key holds no longer what the item does (gone, another type or value): dropped. */
+static void on_check_strlen(void *arg, enum store_status st, long long n)
+{
+    struct l1_fill *f = arg;
+    PC_CHECK_OBJ(f, FILL_MAGIC);
+    f->cmd = NULL;
+    if (st == STORE_ERR || (st == STORE_OK && (n < 0 || (unsigned long long)n != f->len))) {
+        l1_delete(f->c->l1, f->tenant, f->exact);
+        stats_incr(f->c->stats, STAT_l1_checks_failed);
+    }
+    fill_free(f);
+}
+
+/* Look at the key of an L1 hit (STRLEN, in the background): see l1_item_check_due. */
+static void l1_check(struct cache *c, const struct cache_query *q, size_t len)
+{
+    struct l1_fill *f = pc_malloc(sizeof(*f));
+    memset(f, 0, sizeof(*f));
+    f->magic = FILL_MAGIC;
+    f->c = c;
+    memcpy(f->tenant, q->tenant_id, TENANT_ID_LEN);
+    memcpy(f->exact, q->exact, PC_SHA256_LEN);
+    f->len = len;
+    f->next = c->fills;
+    if (c->fills != NULL)
+        c->fills->prev = f;
+    c->fills = f;
+    char key[ENTRY_KEY_MAX];
+    size_t klen = entry_key(q->tenant_id, q->exact, key);
+    const char *argv[] = {"STRLEN", key};
+    const size_t lens[] = {6, klen};
+    f->cmd = store_call_int(c->store, 2, argv, lens, on_check_strlen, f);
+    if (f->cmd == NULL)
+        fill_free(f);
+}
+
 /*
  * Whether a stored value under the exact key answers this lookup: it decodes (into e), is of
  * the same endpoint and young enough for max-age. *age_ms is set when it decodes.
@@ -449,6 +488,8 @@ static bool lookup_l1(struct cache *c, const struct cache_query *q, cache_lookup
         .ticket = lookup_ticket(c, q),
     };
     stats_incr(c->stats, STAT_l1_hits);
+    if (l1_item_check_due(it, now))
+        l1_check(c, q, len);
     cb(arg, &res);
     l1_release(&it);
     return true;

@@ -42,6 +42,9 @@ struct l1_item {
     struct l1_item *hnext;       /* bucket chain */
     struct l1_item *prev, *next; /* LRU list: head = most recent */
     int64_t deadline_ms;
+    /* l1_now_ms when Redis last told what the key holds (the insert, or a check): see
+     * l1_item_check_due */
+    _Atomic int64_t checked_ms;
     size_t len;
     char tenant[L1_TENANT_LEN];
     unsigned char exact[PC_SHA256_LEN];
@@ -335,6 +338,14 @@ struct l1_item *l1_get(struct l1 *l, const char tenant[L1_TENANT_LEN],
     return it;
 }
 
+bool l1_item_check_due(struct l1_item *it, int64_t now_ms)
+{
+    int64_t was = atomic_load_explicit(&it->checked_ms, memory_order_relaxed);
+    return now_ms - was >= L1_CHECK_MS &&
+           atomic_compare_exchange_strong_explicit(&it->checked_ms, &was, now_ms,
+                                                   memory_order_relaxed, memory_order_relaxed);
+}
+
 const char *l1_item_data(const struct l1_item *it, size_t *len)
 {
     *len = it->len;
@@ -366,6 +377,7 @@ static void insert_now(struct l1 *l, const struct l1_job *j)
     it->magic = ITEM_MAGIC;
     atomic_init(&it->refs, 1);
     it->deadline_ms = j->deadline_ms;
+    atomic_init(&it->checked_ms, l1_now_ms());
     it->len = len;
     memcpy(it->tenant, tenant, L1_TENANT_LEN);
     memcpy(it->exact, exact, PC_SHA256_LEN);
