@@ -1,0 +1,132 @@
+'use strict';
+/*
+ * A Redis that misbehaves (lib/resp-fault.js, in front of a real redis-server):
+ * error replies to every command, an integer or nested arrays where a bulk is
+ * expected, a bulk of length 2^40, a reply cut in the middle and the
+ * connection closed, a connection that never answers. Whatever it does, the
+ * proxy stays up, every request is answered by the upstream (200, its
+ * answer), /healthz and /stats answer, and nothing that is not the stored
+ * answer of the same question is ever served. The fault meets connections
+ * already made and, after they are dropped, the handshake of new ones; once
+ * it is cleared, hits come back.
+ *
+ * Two proxies: an exact cache without L1 (every request reads Redis) and a
+ * semantic one with its L1 (the follower and the vector loader read Redis too).
+ */
+const assert = require('node:assert/strict');
+const crypto = require('node:crypto');
+const h = require('./lib');
+const {startRespFault} = require('./lib/resp-fault');
+const {createSemanticMock} = require('../mock/semantic');
+
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+const ROUNDS = 3;
+
+let fault = null;
+let sem = null;
+let proxies = [];
+const answers = new Map(); /* prompt -> Set of the answers the upstream gave for it */
+
+/* A question of its own words: no other question here is near it by meaning. */
+function prompt(what) {
+    const words = Array.from({length: 5}, () => `w${crypto.randomBytes(4).toString('hex')}`);
+    return `${what} ${words.join(' ')}`;
+}
+
+/* Ask p for text: 200; a hit is an answer the upstream gave for text, anything else the upstream's new one. */
+async function ask(p, text, what) {
+    const r = await p.post(CHAT, h.chatBody(text));
+    assert.equal(r.status, 200, `${what}: ${r.text.slice(0, 300)}`);
+    const content = h.chatText(r.json);
+    const seen = answers.get(text) || new Set();
+    answers.set(text, seen);
+    if (r.headers['x-cache-status'] === 'HIT') {
+        assert.ok(seen.has(content), `${what}: a hit serves an answer given for this question (${content})`);
+    } else {
+        assert.equal(r.headers['x-upstream'], `127.0.0.1:${env.mock.port}`, `${what}: from the upstream`);
+        assert.ok(!seen.has(content) && content.includes(text.slice(0, 20)), `${what}: the upstream's answer`);
+        seen.add(content);
+    }
+    return r;
+}
+
+async function assertAnswering(p, what) {
+    assert.ok(p.alive, `${what}: the proxy is running`);
+    assert.equal((await p.get('/healthz')).status, 200, `${what}: /healthz`);
+    const s = await p.get('/stats');
+    assert.equal(s.status, 200, `${what}: /stats`);
+    assert.ok(s.json && typeof s.json === 'object', `${what}: /stats is JSON`);
+}
+
+/* Until a fresh question stored through p is a hit: the cache works (again). */
+async function hitsWork(p) {
+    await p.waitReady(200, 30000);
+    await h.waitFor(async () => {
+        const text = prompt('works');
+        await ask(p, text, 'store');
+        return (await ask(p, text, 'repeat')).headers['x-cache-status'] === 'HIT';
+    }, {timeout: 30000, what: 'a repeat to hit'});
+}
+
+/* Every proxy, ROUNDS times: a stored question, a new one, /healthz and /stats. */
+async function underFault(stored, what) {
+    for (let i = 0; i < ROUNDS; i++) {
+        for (const [k, p] of proxies.entries()) {
+            await ask(p, stored[k], `${what}: stored question, round ${i}`);
+            await ask(p, prompt('new'), `${what}: new question, round ${i}`);
+            await assertAnswering(p, `${what}, round ${i}`);
+        }
+    }
+}
+
+async function misbehave(name, opts = {}) {
+    fault.clear();
+    const stored = [];
+    for (const p of proxies) {
+        await hitsWork(p);
+        const text = prompt('stored');
+        await ask(p, text, 'store');
+        await ask(p, text, 'repeat');
+        stored.push(text);
+    }
+    fault.set(name, opts);
+    await underFault(stored, `${name} on the connections made`);
+    fault.dropAll();
+    await underFault(stored, `${name} from the handshake`);
+    assert.ok(fault.answered(name) > 0, 'the fault was met');
+    fault.clear();
+    for (const p of proxies)
+        await hitsWork(p);
+}
+
+h.test('set up: a misbehaving Redis in front of a real one, an exact and a semantic proxy', async () => {
+    fault = await startRespFault(env.redis.port);
+    sem = await createSemanticMock().listen();
+    const common = ['--redis-timeout', '300'];
+    proxies = [
+        await env.startProxy({redis: fault.url, args: [...common, '--l1-size', '0']}),
+        await env.startProxy({redis: fault.url, args: [...common, '--semantic', 'yes',
+            '--semantic-max-error', 'off', '--embedder', 'openai', '--embedder-url', sem.url,
+            '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9']}),
+    ];
+});
+
+for (const name of ['error', 'integer', 'nested', 'hugebulk', 'hugearray', 'negarray', 'cut', 'silent'])
+    h.test(`Redis answers with "${name}": every request answered by the upstream`, {timeout: 120000},
+        () => misbehave(name));
+
+h.test('only GETs misbehave ("integer", "nested", "cut"): the rest of Redis works', {timeout: 120000}, async () => {
+    for (const name of ['integer', 'nested', 'cut'])
+        await misbehave(name, {only: ['GET']});
+});
+
+h.test('tear down', async () => {
+    for (const p of proxies)
+        assert.ok(p.alive, 'the proxy is running');
+    await Promise.all(proxies.map((p) => p.stop()));
+    if (sem)
+        await sem.close();
+    if (fault)
+        await fault.close();
+});
