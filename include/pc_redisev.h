@@ -20,10 +20,26 @@
 #ifndef PC_REDISEV_H
 #define PC_REDISEV_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 struct event_base;
 struct redisAsyncContext;
+struct redisReader;
 
-/* 0, or -1 if ac already has an adapter or memory ran out (ac is left as it was). */
-int redisev_attach(struct redisAsyncContext *ac, struct event_base *base);
+/*
+ * 0, or -1 if ac already has an adapter or memory ran out (ac is left as it was). A reply
+ * that grows past reply_max bytes not parsed yet (0: no cap) drops the connection: hiredis
+ * 0.14 buffers a bulk of whatever length Redis announces (2^40 and more) as long as bytes come.
+ */
+int redisev_attach(struct redisAsyncContext *ac, struct event_base *base, size_t reply_max);
+/* The cap of a context attached here, for the replies still to come. */
+void redisev_set_reply_max(struct redisAsyncContext *ac, size_t max);
+/*
+ * For a reader that is fed by hand (redisBufferRead): if more than max bytes (not 0) of a
+ * reply are waiting unparsed, fail r with a protocol error - its next feed or read fails
+ * and the caller drops the connection - and return true.
+ */
+bool redisev_reader_cap(struct redisReader *r, size_t max);
 
 #endif

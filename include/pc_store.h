@@ -61,6 +61,7 @@ struct store_opts {
     const char *url;    /* a Redis URL (pc_rurl.h): redis://, unix:, sentinel:// or cluster:// */
     int64_t timeout_ms; /* per command */
     bool auto_migrate;  /* apply pending migrations on connect */
+    int64_t max_entry;  /* cache-max-entry-size: the replies' cap follows (store_reply_max) */
 };
 
 /*
@@ -81,6 +82,17 @@ struct store_opts {
  */
 struct store *store_create(struct event_base *base, const struct store_opts *opts,
                            struct stats *st);
+/*
+ * The largest reply a store takes (larger ones, a bulk of 2^40 bytes that keeps coming,
+ * drop the connection rather than fill the memory): twice the largest entry (its headers
+ * and sections come on top of the answer), at least STORE_REPLY_FLOOR, plus
+ * STORE_REPLY_SLACK.
+ */
+#define STORE_REPLY_FLOOR (64u << 20)
+#define STORE_REPLY_SLACK (1u << 20)
+size_t store_reply_max(int64_t max_entry);
+/* After a reload: the cap for max_entry, on s's connections now and to come. */
+void store_set_reply_max(struct store *s, int64_t max_entry);
 /* Begin connecting (non-blocking). */
 void store_start(struct store *s);
 /* Connected, authenticated, db selected and schema at the current version. */

@@ -16,6 +16,7 @@
 #include "pc_log.h"
 #include "pc_migrate.h"
 #include "pc_rcli.h"
+#include "pc_redisev.h"
 #include "pc_stats.h"
 #include "pc_util.h"
 #include "pc_vsync.h"
@@ -42,6 +43,8 @@
 #define GONE_CHECK_MS      1000  /* how often the streams are checked for a deletion */
 #define STREAM_ID_MAX      48
 #define XREAD_ARGC_MAX     (6 + 2 * FOLLOW_STREAMS_MAX)
+/* An XREAD reply's bytes: COUNT (500) entries of records of a few KiB, with room to spare. */
+#define XREAD_REPLY_MAX (64u << 20)
 
 struct fstream {
     char *key;
@@ -723,6 +726,7 @@ static int read_group(struct follow *f, size_t gi)
 {
     struct fgroup *g = &f->g[gi];
     void *r = NULL;
+    redisev_reader_cap(g->k.rc->reader, XREAD_REPLY_MAX); /* the read below fails then */
     if (redisBufferRead(g->k.rc) != REDIS_OK || redisGetReplyFromReader(g->k.rc, &r) != REDIS_OK) {
         snprintf(g->k.errmsg, sizeof(g->k.errmsg), "%s: XREAD: %s", g->k.where,
                  g->k.rc->errstr[0] ? g->k.rc->errstr : "connection lost");

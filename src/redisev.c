@@ -1,11 +1,13 @@
 /*
  * redisev.c - hiredis async contexts on libevent (see pc_redisev.h). Owns
  * the three events of an attached context; hiredis frees them through the
- * cleanup hook when it frees the context.
+ * cleanup hook when it frees the context. Also the cap on a reply's size
+ * that hiredis 0.14 lacks (it buffers a bulk of any announced length).
  */
 #include "pc_redisev.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <event2/event.h>
@@ -17,6 +19,7 @@ struct redisev {
     struct event *rev;   /* EV_READ | EV_PERSIST, added once */
     struct event *wev;   /* EV_WRITE | EV_PERSIST: connecting, or the socket was full */
     struct event *flush; /* never added, only made active */
+    size_t reply_max;    /* 0: no cap */
     bool reading, writing;
 };
 
@@ -32,7 +35,18 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct redisev *e = arg;
+    redisev_reader_cap(e->ac->c.reader, e->reply_max); /* the read then drops the connection */
     redisAsyncHandleRead(e->ac);
+}
+
+bool redisev_reader_cap(redisReader *r, size_t max)
+{
+    if (max == 0 || r->err != 0 || r->buf == NULL || r->len - r->pos <= max)
+        return false;
+    /* Every later feed and read of r fails: hiredis then drops the connection, with this. */
+    r->err = REDIS_ERR_PROTOCOL;
+    snprintf(r->errstr, sizeof(r->errstr), "a reply larger than %zu bytes", max);
+    return true;
 }
 
 static void on_write(evutil_socket_t fd, short what, void *arg)
@@ -104,7 +118,7 @@ static void cleanup(void *arg)
     free(e);
 }
 
-int redisev_attach(redisAsyncContext *ac, struct event_base *base)
+int redisev_attach(redisAsyncContext *ac, struct event_base *base, size_t reply_max)
 {
     if (ac->ev.data != NULL)
         return -1;
@@ -112,6 +126,7 @@ int redisev_attach(redisAsyncContext *ac, struct event_base *base)
     if (e == NULL)
         return -1;
     e->ac = ac;
+    e->reply_max = reply_max;
     int fd = ac->c.fd;
     e->rev = event_new(base, fd, EV_READ | EV_PERSIST, on_read, e);
     e->wev = event_new(base, fd, EV_WRITE | EV_PERSIST, on_write, e);
@@ -131,4 +146,11 @@ int redisev_attach(redisAsyncContext *ac, struct event_base *base)
     e->writing = true;
     event_add(e->wev, NULL);
     return 0;
+}
+
+void redisev_set_reply_max(redisAsyncContext *ac, size_t max)
+{
+    struct redisev *e = ac->ev.data;
+    if (e != NULL && ac->ev.cleanup == cleanup)
+        e->reply_max = max;
 }

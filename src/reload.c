@@ -13,6 +13,7 @@
 #include "pc_reload.h"
 #include "pc_conf.h"
 #include "pc_log.h"
+#include "pc_store.h"
 #include "pc_worker.h"
 
 #include <stdint.h>
@@ -60,6 +61,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     if (snap == NULL)
         return;
     s->w->conf = snap->conf;
+    store_set_reply_max(s->w->store, snap->conf->cache_max_entry_size);
     __atomic_store_n(&s->acked, snap->gen, __ATOMIC_RELEASE);
     event_active(s->r->acked, EV_TIMEOUT, 0);
 }

@@ -35,7 +35,8 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 
-#define ASK_MAGIC 0x5e471e1au
+#define ASK_MAGIC          0x5e471e1au
+#define SENTINEL_REPLY_MAX (1u << 20) /* a sentinel answers with a few names and addresses */
 
 enum ask_state {
     A_RESOLVING, /* the sentinel's name is being resolved; timer = deadline */
@@ -241,7 +242,7 @@ static void ask_connect(struct sentinel_ask *a, const char *addr)
         ask_failed(a, why);
         return;
     }
-    if (redisev_attach(ac, a->base) != 0) {
+    if (redisev_attach(ac, a->base, SENTINEL_REPLY_MAX) != 0) {
         redisAsyncFree(ac);
         ask_failed(a, "out of memory");
         return;

@@ -254,6 +254,7 @@ struct store {
     struct rurl url;
     char *where; /* the URL without its secrets, for log lines */
     int64_t timeout_ms;
+    size_t reply_max; /* for redisev_attach: a reply larger drops the connection */
     bool auto_migrate;
     struct timeval cmd_tv_plain, step_tv_plain;
     const struct timeval *cmd_tv, *step_tv; /* libevent common timeouts when available */
@@ -829,7 +830,7 @@ static void conn_open(struct store *s, const char *addr, int port)
         conn_down(s, why);
         return;
     }
-    if (redisev_attach(ac, s->base) != 0) {
+    if (redisev_attach(ac, s->base, s->reply_max) != 0) {
         redisAsyncFree(ac);
         conn_down(s, "out of memory");
         return;
@@ -1812,6 +1813,7 @@ static void writer_ensure(struct store *s)
     pc_buf_printf(&b, "%s (writes)", s->target_where != NULL ? s->target_where : s->where);
     w->where = pc_buf_cstr(&b);
     store_init(w, s->base, s->st, s->timeout_ms);
+    w->reply_max = s->reply_max;
     w->owner = s;
     s->wr = w;
     store_start(w);
@@ -1892,10 +1894,29 @@ struct store *store_create(struct event_base *base, const struct store_opts *opt
     }
     s->where = rurl_format(&s->url, false);
     store_init(s, base, st, opts->timeout_ms);
+    s->reply_max = store_reply_max(opts->max_entry);
     s->auto_migrate = opts->auto_migrate;
     if (s->url.kind == RURL_CLUSTER)
         cluster_init(s);
     return s;
+}
+
+size_t store_reply_max(int64_t max_entry)
+{
+    return (size_t)PC_MAX(max_entry, STORE_REPLY_FLOOR / 2) * 2 + STORE_REPLY_SLACK;
+}
+
+void store_set_reply_max(struct store *s, int64_t max_entry)
+{
+    if (s == NULL)
+        return;
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    s->reply_max = store_reply_max(max_entry);
+    if (s->ac != NULL)
+        redisev_set_reply_max(s->ac, s->reply_max);
+    store_set_reply_max(s->wr, max_entry);
+    for (size_t i = 0; s->cl != NULL && i < s->cl->nnodes; i++)
+        store_set_reply_max(s->cl->nodes[i], max_entry);
 }
 
 void store_start(struct store *s)
@@ -2247,6 +2268,7 @@ static struct store *node_new(struct store *top, const char *host, int port)
     free(at);
     n->where = pc_buf_cstr(&b);
     store_init(n, top->base, top->st, top->timeout_ms);
+    n->reply_max = top->reply_max;
     n->parent = top;
     return n;
 }

@@ -146,7 +146,8 @@ struct worker *worker_create(int id, const struct conf *conf, struct route *rout
     httpd_conf_from(conf, &hc);
     w->httpd = httpd_create(w->base, listen_fd, &hc, proxy_handle, w, &w->stats);
     w->up = upstream_create(w->base, &w->stats);
-    struct store_opts so = {conf->redis, conf->redis_timeout, conf->redis_auto_migrate};
+    struct store_opts so = {conf->redis, conf->redis_timeout, conf->redis_auto_migrate,
+                            conf->cache_max_entry_size};
     w->store = store_create(w->base, &so, &w->stats);
     if (sem != NULL) {
         w->side = upstream_create(w->base, &w->side_stats);

@@ -16,7 +16,7 @@
 const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
 const h = require('./lib');
-const {startRespFault} = require('./lib/resp-fault');
+const {startRespFault, FLOOD_LIMIT} = require('./lib/resp-fault');
 const {createSemanticMock} = require('../mock/semantic');
 
 const env = h.environment({proxy: false});
@@ -119,6 +119,31 @@ for (const name of ['error', 'integer', 'nested', 'hugebulk', 'hugearray', 'nega
 h.test('only GETs misbehave ("integer", "nested", "cut"): the rest of Redis works', {timeout: 120000}, async () => {
     for (const name of ['integer', 'nested', 'cut'])
         await misbehave(name, {only: ['GET']});
+});
+
+/*
+ * hiredis 0.14 buffers a bulk of any announced length for as long as its bytes come: the
+ * store must drop the connection once a reply outgrows what it could ever be (twice
+ * cache-max-entry-size, at least 64 MiB), not read on until Redis stops. Only the exact
+ * proxy is asked (the semantic one stays idle, sending no GET).
+ */
+h.test('a 2^40 bulk whose bytes keep coming: the connection is dropped before it fills the memory', {timeout: 120000}, async () => {
+    const p = proxies[0];
+    fault.clear();
+    await hitsWork(p);
+    fault.set('flood', {only: ['GET']});
+    for (let i = 0; i < ROUNDS; i++) {
+        await ask(p, prompt('flood'), `flood, round ${i}`);
+        await assertAnswering(p, `flood, round ${i}`);
+    }
+    fault.clear();
+    const floods = await h.waitFor(() => {
+        const f = fault.floods();
+        return f.length > 0 && f.every((x) => x.closed || x.limitReached) && f;
+    }, {timeout: 60000, what: 'every flooded connection closed, or sent all the relay sends'});
+    assert.deepEqual(floods.filter((f) => f.limitReached), [],
+        `the proxy closed every flooded connection before ${FLOOD_LIMIT} bytes`);
+    await hitsWork(p);
 });
 
 h.test('tear down', async () => {

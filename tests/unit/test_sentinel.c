@@ -348,7 +348,7 @@ static bool not_ready(void *arg)
 
 static struct store *mk_store(const char *url, struct stats *st)
 {
-    struct store_opts o = {url, 200, true};
+    struct store_opts o = {url, 200, true, 0};
     struct store *s = store_create(base, &o, st);
     if (s != NULL)
         store_start(s);

@@ -268,7 +268,7 @@ static bool not_ready(void *arg)
 static struct store *mk_store(const char *url, int64_t timeout_ms, bool auto_migrate,
                               struct stats *st)
 {
-    struct store_opts o = {url, timeout_ms, auto_migrate};
+    struct store_opts o = {url, timeout_ms, auto_migrate, 0};
     struct store *s = store_create(base, &o, st);
     if (s != NULL)
         store_start(s);
@@ -388,9 +388,10 @@ static int run_cli(const char *url, bool dry_run, char *out, size_t n)
 /* An invalid URL (the grammar itself is test_rurl's): no store. */
 static void test_bad_url(void)
 {
-    T_CHECK(store_create(base, &(struct store_opts){"redis://h:0", 100, true}, NULL) == NULL);
-    T_CHECK(store_create(base, &(struct store_opts){"redis://alice@h", 100, true}, NULL) == NULL);
-    T_CHECK(store_create(base, &(struct store_opts){"sentinel://h", 100, true}, NULL) == NULL);
+    T_CHECK(store_create(base, &(struct store_opts){"redis://h:0", 100, true, 0}, NULL) == NULL);
+    T_CHECK(store_create(base, &(struct store_opts){"redis://alice@h", 100, true, 0}, NULL) ==
+            NULL);
+    T_CHECK(store_create(base, &(struct store_opts){"sentinel://h", 100, true, 0}, NULL) == NULL);
 }
 
 /* Redis is not running when the store starts: not ready, then ready once Redis is up. */
@@ -2302,13 +2303,34 @@ static int active_events(void)
     return event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE);
 }
 
+/* A reply that outgrows the cap fails the reader: its next feed fails, so hiredis drops the
+ * connection; one within the cap (or no cap) is read as always. */
+static void test_reader_cap(void)
+{
+    redisReader *r = redisReaderCreate();
+    const char head[] = "$1099511627776\r\n";
+    char part[64];
+    memset(part, 'x', sizeof(part));
+    T_CHECK_INT(redisReaderFeed(r, head, sizeof(head) - 1), REDIS_OK);
+    T_CHECK_INT(redisReaderFeed(r, part, sizeof(part)), REDIS_OK);
+    T_CHECK(!redisev_reader_cap(r, 0));
+    T_CHECK(!redisev_reader_cap(r, 4096));
+    T_CHECK(redisev_reader_cap(r, 32));
+    T_CHECK(strstr(r->errstr, "larger than 32 bytes") != NULL);
+    T_CHECK_INT(redisReaderFeed(r, part, sizeof(part)), REDIS_ERR);
+    void *reply = NULL;
+    T_CHECK_INT(redisReaderGetReply(r, &reply), REDIS_ERR);
+    T_CHECK(reply == NULL);
+    redisReaderFree(r);
+}
+
 static void test_redisev(void)
 {
     struct rev_state st = {0};
     redisAsyncContext *ac = redisAsyncConnectUnix(R.sock);
     T_CHECK(ac != NULL && ac->err == 0);
-    T_CHECK_INT(redisev_attach(ac, base), 0);
-    T_CHECK_INT(redisev_attach(ac, base), -1); /* one adapter per context */
+    T_CHECK_INT(redisev_attach(ac, base, 0), 0);
+    T_CHECK_INT(redisev_attach(ac, base, 0), -1); /* one adapter per context */
     ac->data = &st;
     redisAsyncSetConnectCallback(ac, rev_on_connect);
     /* queued before the connection is made: sent once it is */
@@ -2393,6 +2415,7 @@ int main(void)
     T_RUN(test_busy_loop);
     T_RUN(test_busy_loop_large_reply);
     T_RUN(test_set_large);
+    T_RUN(test_reader_cap);
     T_RUN(test_redisev);
     T_RUN(test_host_name);
     T_RUN(test_migrate_script);

@@ -13,6 +13,9 @@
  *   hugearray an array of 2^40 elements, two of them, then nothing more
  *   negarray  an array of -3 elements, in turn alone and inside another (hiredis 0.14 makes
  *             it an array of 2^64 - 3 elements without an element list)
+ *   flood     a bulk of length 2^40 whose bytes keep coming (as fast as the proxy reads),
+ *             up to FLOOD_LIMIT per connection, then nothing more; floods() tells for each
+ *             connection flooded how much was sent and whether the proxy closed it first
  *   cut       the command runs on Redis; half of its reply is sent, then the connection
  *             is closed
  *   silent    nothing: the command is swallowed, the connection stays open
@@ -25,6 +28,8 @@
 const net = require('node:net');
 
 const HUGE = 2 ** 40;
+const FLOOD_LIMIT = 256 * 1024 * 1024;
+const FLOOD_CHUNK = Buffer.alloc(64 * 1024, 'x');
 
 /* The end of the RESP value at buf[i], or -1 if the buffer does not hold all of it yet. */
 function respEnd(buf, i) {
@@ -77,11 +82,25 @@ async function startRespFault(redisPort) {
     let fault = null; /* {name, only} */
     const sockets = new Set();
     const seen = {}; /* commands answered by each fault */
+    const floods = []; /* {sent, limitReached, closed} per connection flooded */
 
     const server = net.createServer((client) => {
         const up = net.connect(redisPort, '127.0.0.1');
         sockets.add(client).add(up);
-        const conn = {inBuf: Buffer.alloc(0), upBuf: Buffer.alloc(0), slots: [], dead: false};
+        const conn = {inBuf: Buffer.alloc(0), upBuf: Buffer.alloc(0), slots: [], dead: false, flood: null};
+
+        /* Bytes of the 2^40 bulk while the proxy reads them, up to FLOOD_LIMIT. */
+        const flood = () => {
+            const f = conn.flood;
+            while (!conn.dead && f.sent < FLOOD_LIMIT) {
+                f.sent += FLOOD_CHUNK.length;
+                if (!client.write(FLOOD_CHUNK)) {
+                    client.once('drain', flood);
+                    return;
+                }
+            }
+            f.limitReached = f.sent >= FLOOD_LIMIT;
+        };
 
         /* Write out every slot at the head that can be answered now. */
         const pump = () => {
@@ -89,6 +108,14 @@ async function startRespFault(redisPort) {
                 const slot = conn.slots[0];
                 if (slot.kind === 'stuck')
                     return;
+                if (slot.kind === 'flood') {
+                    conn.slots[0] = {kind: 'stuck'};
+                    client.write(`$${HUGE}\r\n`);
+                    conn.flood = {sent: 0, limitReached: false, closed: false};
+                    floods.push(conn.flood);
+                    flood();
+                    return;
+                }
                 if (slot.kind === 'local') {
                     conn.slots.shift();
                     client.write(slot.bytes);
@@ -124,8 +151,8 @@ async function startRespFault(redisPort) {
                 if (f === null || f === 'cut') {
                     conn.slots.push({kind: f === 'cut' ? 'cut' : 'redis'});
                     up.write(cmd);
-                } else if (f === 'silent') {
-                    conn.slots.push({kind: 'stuck'});
+                } else if (f === 'silent' || f === 'flood') {
+                    conn.slots.push({kind: f === 'flood' ? 'flood' : 'stuck'});
                 } else {
                     conn.slots.push({kind: 'local', bytes: LOCAL[f](seen[f]),
                         then: STUCK.has(f) ? 'stuck' : null});
@@ -148,6 +175,8 @@ async function startRespFault(redisPort) {
         });
         client.on('close', () => {
             conn.dead = true;
+            if (conn.flood)
+                conn.flood.closed = true;
             up.destroy();
         }).on('error', () => client.destroy());
         up.on('close', () => client.destroy()).on('error', () => up.destroy());
@@ -159,11 +188,13 @@ async function startRespFault(redisPort) {
         url: `redis://127.0.0.1:${port}/0`,
         /* Answer the commands that arrive from now on with fault (null: pass them). */
         set(name, {only = null} = {}) {
-            if (name !== null && name !== 'cut' && name !== 'silent' && !LOCAL[name])
+            if (name !== null && !['cut', 'silent', 'flood'].includes(name) && !LOCAL[name])
                 throw new Error(`resp-fault: unknown fault ${name}`);
             fault = name === null ? null : {name, only};
         },
         clear() { fault = null; },
+        /* The connections flooded so far: {sent, limitReached, closed} each. */
+        floods: () => floods.map((f) => ({...f})),
         /* How many commands fault answered so far. */
         answered: (name) => seen[name] || 0,
         /* Close every connection (the proxy reconnects, meeting the fault from its handshake). */
@@ -179,4 +210,4 @@ async function startRespFault(redisPort) {
     };
 }
 
-module.exports = {startRespFault, respEnd};
+module.exports = {startRespFault, respEnd, FLOOD_LIMIT};
