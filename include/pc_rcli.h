@@ -78,6 +78,14 @@ struct redisReply *rcli_command(struct rcli *k, const char *what, int argc, cons
  */
 struct redisReply *rcli_call(struct rcli *k, int argc, const char **argv, const size_t *lens);
 /*
+ * redisGetReply for a blocking context, with a cap: a reply that grows past RCLI_REPLY_MAX
+ * bytes not parsed yet (a bulk of 2^40 bytes that keeps coming: hiredis 0.14 buffers any)
+ * fails the context with a protocol error instead of filling the memory.
+ */
+#define RCLI_REPLY_MAX (64u << 20)
+struct redisContext;
+int rcli_get_reply(struct redisContext *rc, void **reply);
+/*
  * Point k->rc at the connection that serves key (cluster://: the primary
  * owning its slot, connected if needed; else the one connection). 0, or -1
  * with the reason in k->errmsg (nothing printed).

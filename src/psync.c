@@ -444,7 +444,7 @@ static bool pipeline(struct psync *ps, struct conn *c, const char *key, size_t k
     bool elsewhere = false;
     for (int i = 0; i < n; i++) {
         void *reply = NULL;
-        if (redisGetReply(rc, &reply) != REDIS_OK) {
+        if (rcli_get_reply(rc, &reply) != REDIS_OK) {
             conn_failed(ps, c, rc->errstr[0] ? rc->errstr : "connection lost");
             return false;
         }

@@ -852,7 +852,7 @@ static int pipe_drain(struct cli_pipe *p, const char *what)
     }
     for (; p->queued > 0; p->queued--) {
         void *r = NULL;
-        if (redisGetReply(k->rc, &r) != REDIS_OK || r == NULL) {
+        if (rcli_get_reply(k->rc, &r) != REDIS_OK || r == NULL) {
             rcli_error(k, "%s: %s: %s", k->where, what,
                        k->rc->errstr[0] ? k->rc->errstr : "no reply");
             p->queued = 0;

@@ -18,6 +18,7 @@
  * connected anew, or the map no longer names its node.
  */
 #include "pc_rcli.h"
+#include "pc_redisev.h"
 #include "pc_cluster.h"
 #include "pc_rurl.h"
 #include "pc_conf.h"
@@ -58,9 +59,31 @@ struct rcli_cluster {
  * context's timeout with errno's text, "Resource temporarily unavailable":
  * errstr says it timed out instead, for every message made from it.
  */
+int rcli_get_reply(redisContext *rc, void **reply)
+{
+    void *r = NULL;
+    int done = 0;
+    *reply = NULL;
+    if (redisGetReplyFromReader(rc, &r) != REDIS_OK)
+        return REDIS_ERR;
+    while (r == NULL && !done)
+        if (redisBufferWrite(rc, &done) != REDIS_OK)
+            return REDIS_ERR;
+    while (r == NULL) {
+        redisev_reader_cap(rc->reader, RCLI_REPLY_MAX); /* the read below fails then */
+        if (redisBufferRead(rc) != REDIS_OK || redisGetReplyFromReader(rc, &r) != REDIS_OK)
+            return REDIS_ERR;
+    }
+    *reply = r;
+    return REDIS_OK;
+}
+
 static redisReply *command_argv(redisContext *rc, int argc, const char **argv, const size_t *lens)
 {
-    redisReply *r = redisCommandArgv(rc, argc, argv, lens);
+    void *reply = NULL;
+    if (redisAppendCommandArgv(rc, argc, argv, lens) == REDIS_OK)
+        rcli_get_reply(rc, &reply);
+    redisReply *r = reply;
     if (r == NULL && rc->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK))
         snprintf(rc->errstr, sizeof(rc->errstr), "timed out (no reply in time)");
     return r;

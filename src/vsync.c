@@ -1033,7 +1033,7 @@ static int run_batch(struct vsync *s, struct vsync_argv *a, size_t n)
         void *r = NULL;
         if (s->k.cl != NULL)
             r = rcli_call(&s->k, a[i].argc, a[i].argv, a[i].lens);
-        else if (redisGetReply(s->k.rc, &r) != REDIS_OK)
+        else if (rcli_get_reply(s->k.rc, &r) != REDIS_OK)
             r = NULL;
         if (r == NULL) {
             if (s->k.cl == NULL)
@@ -1178,7 +1178,7 @@ static int read_records(struct vsync *s, struct load *ld)
             const size_t lens[] = {3, ld->m[i].vlen};
             if (s->k.cl != NULL)
                 r = rcli_call(&s->k, 2, argv, lens);
-            else if (redisGetReply(s->k.rc, &r) != REDIS_OK)
+            else if (rcli_get_reply(s->k.rc, &r) != REDIS_OK)
                 r = NULL;
             if (r == NULL) {
                 if (s->k.cl == NULL)
@@ -1368,7 +1368,7 @@ static int build_batch(struct vsync *s, struct build *b, const redisReply *keys)
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < keys->elements; i++) {
         void *rp = NULL;
-        if (redisGetReply(s->k.rc, &rp) != REDIS_OK || rp == NULL) {
+        if (rcli_get_reply(s->k.rc, &rp) != REDIS_OK || rp == NULL) {
             snprintf(s->k.errmsg, sizeof(s->k.errmsg), "%s: GET: %s", s->k.where,
                      s->k.rc->errstr[0] ? s->k.rc->errstr : "no reply");
             trouble(s, "Redis connection lost while listing vectors");

@@ -124,8 +124,9 @@ h.test('only GETs misbehave ("integer", "nested", "cut"): the rest of Redis work
 /*
  * hiredis 0.14 buffers a bulk of any announced length for as long as its bytes come: the
  * store must drop the connection once a reply outgrows what it could ever be (twice
- * cache-max-entry-size, at least 64 MiB), not read on until Redis stops. Only the exact
- * proxy is asked (the semantic one stays idle, sending no GET).
+ * cache-max-entry-size, at least 64 MiB), not read on until Redis stops; so must the
+ * blocking readers (64 MiB), such as the semantic proxy's vector loader reading pc:schema
+ * again after the faults before. Only the exact proxy is asked.
  */
 h.test('a 2^40 bulk whose bytes keep coming: the connection is dropped before it fills the memory', {timeout: 120000}, async () => {
     const p = proxies[0];
