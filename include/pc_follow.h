@@ -14,6 +14,11 @@
  *          (from 100 ms again once      a full batch behind a trim: that
  *          it had followed)             stream's handlers down, then start
  *
+ * A stream that is not there when its end is noted is made, empty, if the
+ * Redis holds this build's schema: a stream deleted (FLUSHALL, FLUSHDB, DEL)
+ * is then told by its absence, even if nothing was ever written to it (an L1
+ * filled by reads has read no entry that a count could miss).
+ *
  * One XREAD names every stream on one Redis (or Sentinel-watched primary).
  * In a Redis Cluster the streams live on their own slots (a command may not
  * name two), so each has its own connection to the node of its slot, and the
