@@ -112,7 +112,7 @@ h.test('set up: a misbehaving Redis in front of a real one, an exact and a seman
     ];
 });
 
-for (const name of ['error', 'integer', 'nested', 'hugebulk', 'hugearray', 'negarray', 'cut', 'silent'])
+for (const name of ['error', 'integer', 'nested', 'hugebulk', 'hugearray', 'negarray', 'garbage', 'cut', 'silent'])
     h.test(`Redis answers with "${name}": every request answered by the upstream`, {timeout: 120000},
         () => misbehave(name));
 
@@ -145,6 +145,27 @@ h.test('a 2^40 bulk whose bytes keep coming: the connection is dropped before it
     assert.deepEqual(floods.filter((f) => f.limitReached), [],
         `the proxy closed every flooded connection before ${FLOOD_LIMIT} bytes`);
     await hitsWork(p);
+});
+
+/* A proxy that starts while Redis misbehaves from its first command: it listens and serves. */
+h.test('a proxy started on a Redis that never answers, errs or talks garbage serves from the upstream', {timeout: 120000}, async () => {
+    for (const name of ['silent', 'error', 'garbage']) {
+        fault.set(name);
+        const p = await env.startProxy({redis: fault.url, waitReady: false,
+            args: ['--redis-timeout', '300', '--l1-size', '0']});
+        try {
+            assert.equal((await p.get('/readyz')).status, 503, `${name}: not ready without Redis`);
+            for (let i = 0; i < ROUNDS; i++) {
+                const text = prompt(`start ${name}`);
+                await ask(p, text, `${name} from the start, round ${i}`);
+                await ask(p, text, `${name} from the start, round ${i}, again`);
+                await assertAnswering(p, `${name} from the start, round ${i}`);
+            }
+        } finally {
+            fault.clear();
+            await p.stop();
+        }
+    }
 });
 
 h.test('tear down', async () => {

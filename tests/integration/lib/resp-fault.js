@@ -16,6 +16,7 @@
  *   flood     a bulk of length 2^40 whose bytes keep coming (as fast as the proxy reads),
  *             up to FLOOD_LIMIT per connection, then nothing more; floods() tells for each
  *             connection flooded how much was sent and whether the proxy closed it first
+ *   garbage   no RESP: a RESP3 map, or a line without a type byte, in turn
  *   cut       the command runs on Redis; half of its reply is sent, then the connection
  *             is closed
  *   silent    nothing: the command is swallowed, the connection stays open
@@ -74,6 +75,7 @@ const LOCAL = {
     nested: () => Buffer.from(NESTED),
     hugebulk: () => Buffer.from(`$${HUGE}\r\n${'x'.repeat(4096)}`),
     hugearray: () => Buffer.from(`*${HUGE}\r\n$1\r\na\r\n:1\r\n`),
+    garbage: (n) => Buffer.from(n % 2 ? '%1\r\n+a\r\n:1\r\n' : 'hello\r\n'),
     negarray: (n) => Buffer.from(n % 2 ? '*-3\r\n' : '*2\r\n*-3\r\n$1\r\na\r\n'),
 };
 const STUCK = new Set(['hugebulk', 'hugearray']);
