@@ -1,0 +1,105 @@
+'use strict';
+/*
+ * Wrong answers a hostile review got served by meaning (a semantic hit for a
+ * question that means something else), through the real binary, a real
+ * redis-server and the mock upstream: each pair here was a HIT before its fix
+ * and must be a MISS now, counted where the fix counts it.
+ *
+ *   - the verifier was shown each text cut to 2000 bytes: a difference past
+ *     that was invisible to it, and it said yes;
+ *   - emoji carry meaning ("what does 🔥 mean" / "what does 💧 mean");
+ *   - one tenant's verifications moved the error bound's prior of every
+ *     tenant (semantic-max-error);
+ *   - long texts that differ in one or two replaced words (a name, an object)
+ *     are near 1 by any embedder;
+ *   - accents: "año" / "ano", "papá" / "papa" when both texts use accents.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+const {createSemanticMock, cosine} = require('../mock/semantic');
+
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+
+let sem = null;
+
+const tag = () => h.uniq('t').split(' ')[1];
+
+function assertMiss(res, what) {
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.headers['x-cache-status'], 'MISS', `${what}: X-Cache-Status (${res.headers['x-cache-match']})`);
+}
+
+function assertSemanticHit(res, what) {
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.headers['x-cache-status'], 'HIT', `${what}: X-Cache-Status`);
+    assert.equal(res.headers['x-cache-match'], 'semantic', `${what}: X-Cache-Match`);
+}
+
+/*
+ * Until text's own vector is in p's index: the same words with a trailing space (another
+ * exact key, similarity 1), asked with no-store until they hit by meaning.
+ */
+function ownVector(p, text, headers) {
+    return h.eventually(async () => {
+        const r = await p.post(CHAT, h.chatBody(`${text} `), {...headers, 'Cache-Control': 'no-store'});
+        assert.equal(r.headers['x-cache-match'], 'semantic',
+            `the vector of "${text.slice(0, 40)}..." in the index (${r.headers['x-cache-status']})`);
+    });
+}
+
+h.test('set up: mock embedder', async () => {
+    sem = await createSemanticMock().listen();
+});
+
+h.test('the verifier sees both texts whole: a difference near the end of a long question is a miss', async () => {
+    const verifier = createSemanticMock();
+    await verifier.listen();
+    /* Guards off: the verifier is the check under test; every pair below it is asked. */
+    const p = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off',
+        '--embedder', 'openai', '--embedder-url', sem.url, '--embedder-model', 'mock-bow',
+        '--semantic-threshold', '0.5', '--semantic-guards', 'none',
+        '--semantic-verify-url', verifier.url, '--semantic-verify-model', 'judge',
+        '--semantic-sure-threshold', '1']});
+    const t = tag();
+    const ns = {'X-Cache-Namespace': t};
+    /* A long question whose last part, past its first 2000 bytes, decides what it asks (a
+     * bag of words puts a single word changed there at 0.99996, which rounds to 1: a few
+     * dozen words change here). */
+    let body = `Here is the full context of my question ${t}.`;
+    while (body.length < 2100)
+        body += ' The background explains the setup in some detail.';
+    let red = '', blue = '';
+    for (let i = 0; i < 30; i++) {
+        red += ` red${i} apple`;
+        blue += ` blue${i} pear`;
+    }
+    const cached = `${body} Now the part that decides:${red}`;
+    const asked = `${body} Now the part that decides:${blue}`;
+    assert.ok(Buffer.byteLength(cached) > 2300 && Buffer.byteLength(cached) < 4000);
+    const sim = cosine(cached, asked);
+    assert.ok(sim > 0.5 && sim < 0.99, `a grey-zone pair for the mock embedder (${sim})`);
+    /* The verifier says yes only to two texts it sees equal (a model reading them closely). */
+    const seen = [];
+    verifier.verdict = (a, b) => {
+        seen.push([a, b]);
+        return a === b ? 'yes' : 'no';
+    };
+    assertMiss(await p.post(CHAT, h.chatBody(cached), ns), 'first ask');
+    await ownVector(p, cached, ns);
+    const calls = verifier.verifyCalls;
+    assertMiss(await p.post(CHAT, h.chatBody(asked), {...ns, 'Cache-Control': 'no-store'}),
+        'the red question served for the blue one');
+    assert.equal(verifier.verifyCalls, calls + 1, 'the verifier was asked');
+    const [a, b] = seen[seen.length - 1];
+    assert.equal(a, asked, 'the asked text whole');
+    assert.equal(b, cached, 'the cached text whole');
+    const st = await p.stats();
+    assert.equal(st.semantic_verify_rejects, 1);
+    await p.stop();
+    await verifier.close();
+});
+
+h.test('tear down', async () => {
+    await sem.close();
+});
