@@ -36,7 +36,9 @@
     X(A, QUESTION, question, "the kind of question: who, when, where, why, how many, yes/no...")   \
     X(A, EXTRA, extra, "one text adds words the other has no counterpart for, and not vice versa") \
     X(A, SWAP, swap, "a word or two replaced by others (\"nearest\" / \"cheapest\" gas station)")  \
-    X(A, SYMBOLS, symbols, "an operator, sign, path or other symbol (3+3 / 3*3, x > 5 / x < 5)")   \
+    X(A, SYMBOLS, symbols,                                                                         \
+      "an operator, sign, path or other symbol (3+3 / 3*3, x > 5 / x < 5); emoji when both have "  \
+      "some")                                                                                      \
     X(A, PARTICLES, particles, "an opposite particle in the same place (into / out of, on / off)") \
     X(A, WORDNET, wordnet, "a word swapped for its WordNet antonym (empty/full, sit/stand)")       \
     X(A, AFFIXES, affixes, "a word negated by an affix (safe/unsafe, oxygenated/deoxygenated)")    \

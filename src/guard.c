@@ -1243,6 +1243,12 @@ static int u32_cmp(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
+static int long_cmp(const void *x, const void *y)
+{
+    long a = *(const long *)x, b = *(const long *)y;
+    return (a > b) - (a < b);
+}
+
 static int u64_cmp(const void *x, const void *y)
 {
     uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
@@ -2308,6 +2314,71 @@ static void symbols_of(const struct gdoc *d, struct syms *sy)
     qsort(sy->f, sy->n, sizeof sy->f[0], u64_cmp);
 }
 
+/*
+ * Emoji: decoration where one text alone has them ("🤗 Datasets" / "Datasets"), but meaning
+ * where both do ("what does 🔥 mean in a text" / "what does 💧 mean in a text"): then the two
+ * texts must use the same ones (as a set: repeated or moved is the same; skin tones, variation
+ * selectors and joiners aside).
+ */
+#define EMOJI_MAX 64 /* distinct emoji kept per text; the rest are summed */
+
+struct emojis {
+    long c[EMOJI_MAX];
+    size_t n;
+    uint64_t more; /* sum of the code points past EMOJI_MAX (a text of many emoji) */
+};
+
+static bool is_emoji(long c)
+{
+    return (c >= 0x2600 && c <= 0x27bf) ||
+           (c >= 0x1f000 && c <= 0x1faff && !(c >= 0x1f3fb && c <= 0x1f3ff)) ||
+           (c >= 0x2b00 && c <= 0x2bff);
+}
+
+static void emojis_in(const char *s, size_t n, struct emojis *e)
+{
+    for (size_t i = 0; i < n;) {
+        long c;
+        i += utf8_cp(s + i, n - i, &c);
+        if (!is_emoji(c))
+            continue;
+        bool seen = false;
+        for (size_t k = 0; k < e->n && !seen; k++)
+            seen = e->c[k] == c;
+        if (seen)
+            continue;
+        if (e->n < EMOJI_MAX)
+            e->c[e->n++] = c;
+        else
+            e->more += (uint64_t)c; /* repeats past the cap count again: rare, and only rejects */
+    }
+}
+
+/* The emoji of the part of d that is read (a long text's head and tail), sorted. */
+static void emojis_of(const struct gdoc *d, struct emojis *e)
+{
+    e->n = 0;
+    e->more = 0;
+    size_t head, tail;
+    text_cap(d->text, d->len, TEXT_MAX_READ, &head, &tail);
+    emojis_in(d->text, head, e);
+    if (tail > 0)
+        emojis_in(d->text + d->len - tail, tail, e);
+    qsort(e->c, e->n, sizeof e->c[0], long_cmp);
+}
+
+static bool emojis_differ(const struct gdoc *a, const struct gdoc *b)
+{
+    struct emojis *e = pc_malloc(2 * sizeof *e);
+    emojis_of(a, &e[0]);
+    emojis_of(b, &e[1]);
+    bool both = (e[0].n > 0) && (e[1].n > 0);
+    bool differ = both && (e[0].n != e[1].n || e[0].more != e[1].more ||
+                           memcmp(e[0].c, e[1].c, e[0].n * sizeof e[0].c[0]) != 0);
+    free(e);
+    return differ;
+}
+
 static bool guard_symbols(const struct gdoc *a, const struct gdoc *b)
 {
     struct syms *s = pc_malloc(2 * sizeof *s);
@@ -2316,7 +2387,7 @@ static bool guard_symbols(const struct gdoc *a, const struct gdoc *b)
     bool differ = s[0].total != s[1].total || s[0].more != s[1].more ||
                   memcmp(s[0].f, s[1].f, s[0].n * sizeof s[0].f[0]) != 0;
     free(s);
-    return differ;
+    return differ || emojis_differ(a, b);
 }
 
 /* ---- particles ------------------------------------------------------------------------------ */

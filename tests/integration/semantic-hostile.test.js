@@ -100,6 +100,46 @@ h.test('the verifier sees both texts whole: a difference near the end of a long 
     await verifier.close();
 });
 
+let builtin = null;
+
+/*
+ * Store a through the builtin-embedder proxy (every guard on), wait until its vector is
+ * indexed, then ask b with a low threshold, so that only the guards can tell the two apart.
+ */
+async function askPair(a, b) {
+    const ns = {'X-Cache-Namespace': `hostile-${tag()}`};
+    assertMiss(await builtin.post(CHAT, h.chatBody(a), ns), a);
+    await ownVector(builtin, a, ns);
+    return builtin.post(CHAT, h.chatBody(b), {...ns, 'X-Cache-Threshold': '0.5', 'Cache-Control': 'no-store'});
+}
+
+/* b is a miss for a, rejected by guard (counted in /stats under its name). */
+async function assertRejected(a, b, guard) {
+    const key = `semantic_guard_rejects_${guard}`;
+    const st0 = await builtin.stats();
+    assertMiss(await askPair(a, b), `"${a}" served for "${b}"`);
+    const st = await builtin.stats();
+    assert.equal(st[key], st0[key] + 1, `${key} for "${a}" / "${b}"`);
+    assert.equal(st.semantic_guard_rejects, st0.semantic_guard_rejects + 1);
+}
+
+h.test('set up: a proxy with the builtin embedder and every guard', async () => {
+    builtin = await env.startProxy({args: ['--semantic', 'yes', '--semantic-max-error', 'off',
+        '--embedder', 'builtin']});
+    await h.waitFor(async () => (await builtin.stats()).semantic_sync_ready === true,
+        {what: 'the vector index in step with Redis'});
+});
+
+h.test('emoji carry meaning when both texts have some: another emoji is a miss', async () => {
+    await assertRejected('what does \u{1F525} mean in a text', 'what does \u{1F4A7} mean in a text', 'symbols');
+    await assertRejected('should I reply \u{1F44D} to my boss', 'should I reply \u{1F44E} to my boss', 'symbols');
+    /* Decoration on one side only, or the same emoji repeated or moved, still hits. */
+    assertSemanticHit(await askPair('\u{1F4F1} iPhone 15 price in Germany', 'iPhone 15 price in Germany'), 'one side');
+    assertSemanticHit(await askPair('what does \u{1F525} mean in a text', '\u{1F525}\u{1F525} what does it mean in a text'),
+        'the same emoji');
+});
+
 h.test('tear down', async () => {
+    await builtin.stop();
     await sem.close();
 });

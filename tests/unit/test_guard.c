@@ -402,6 +402,11 @@ static void test_symbols(void)
         {"What does ls ~/bin show?", "What does ls /bin show?"},
         {"Is 3:1 a good ratio?", "Is 1:3 a good ratio?"},
         {"What is 6 \xc3\x97 7?", "What is 6 + 7?"}, /* U+00D7 */
+        /* emoji, when both texts have some: fire / droplet, thumbs up / down, heart / fire */
+        {"what does \xf0\x9f\x94\xa5 mean in a text", "what does \xf0\x9f\x92\xa7 mean in a text"},
+        {"reply \xf0\x9f\x91\x8d to the invite", "reply \xf0\x9f\x91\x8e to the invite"},
+        {"what does \xe2\x9d\xa4\xef\xb8\x8f mean", "what does \xf0\x9f\x94\xa5 mean"},
+        {"is \xf0\x9f\x94\xa5\xf0\x9f\x92\xa7 a good combo", "is \xf0\x9f\x94\xa5 a good combo"},
     };
     static const struct pair pass[] = {
         {"What is 3+3?", "what is 3 + 3"},
@@ -419,7 +424,11 @@ static void test_symbols(void)
         {"How big is the U.S. economy?", "How big is the US economy?"},
         {"Hello!!! How are you???", "Hello, how are you?"},
         {"movie times for 'Oppenheimer'", "movie times for \"Oppenheimer\""},
-        {"\xf0\x9f\x93\xb1 iPhone 15 price", "iPhone 15 price"}, /* an emoji */
+        {"\xf0\x9f\x93\xb1 iPhone 15 price", "iPhone 15 price"}, /* an emoji on one side only */
+        {"what does \xf0\x9f\x94\xa5 mean", "\xf0\x9f\x94\xa5\xf0\x9f\x94\xa5 what does it mean"},
+        {"reply \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd to it",
+         "reply \xf0\x9f\x91\x8d to it"}, /* a skin tone */
+        {"what does \xe2\x9d\xa4\xef\xb8\x8f mean", "what does \xe2\x9d\xa4 mean"}, /* a selector */
         {"What is the max (or min) value?", "What is the max or min value?"},
         {"Is -5 degrees cold?", "Is it cold at -5 degrees?"},
         {"What is 3+3?", "Calculate 3+3."},
