@@ -46,7 +46,8 @@
       "an undoing added to one side (prevent, avoid, stop, cancel, fail to...)")                   \
     X(A, VERBS, verbs, "the action: a verb in the progressive (is running / is resting)")          \
     X(A, RANK, rank, "a rank or degree: first/second, closest/second closest, cheap/cheapest")     \
-    X(A, QUANTITY, quantity, "a quantity word in one place: all/some, many/few, both/one")
+    X(A, QUANTITY, quantity, "a quantity word in one place: all/some, many/few, both/one")         \
+    X(A, ACCENTS, accents, "a word's accents, when both texts use accents (año / ano, papá / papa)")
 
 #define GUARD_CALL_(A, e, name, what) A(e, name, what)
 #define GUARD_LIST(X)                 GUARD_ROWS(GUARD_CALL_, X)

@@ -2819,6 +2819,126 @@ static bool guard_quantity(const struct gdoc *a, const struct gdoc *b)
     return slots_differ(a, b, L_QUANT);
 }
 
+/* ---- accents ------------------------------------------------------------------------------- */
+
+/*
+ * The tokenizer folds accents, so "año" and "ano", "papá" and "papa" are one word to the
+ * embedders and to every other guard. Folding is right for a text typed on a plain keyboard
+ * ("cafe" for "café"); but where both texts use accents, a word that differs from the other's
+ * only by them is another word. Accents here are Latin-1 and Latin Extended-A letters that
+ * fold to one letter, and combining marks; ß, æ, þ and œ fold to two letters and are spellings,
+ * not accents ("Straße" / "Strasse").
+ */
+
+/* Whether cp is an accented Latin letter or a combining mark. */
+static bool accent_cp(long cp)
+{
+    if (cp >= 0x300 && cp <= 0x36f)
+        return true;
+    if (cp < 0xc0 || cp > 0x17f || cp == 0xd7 || cp == 0xf7)
+        return false;
+    /* ß (0xdf), æ/Æ (0xc6, 0xe6), þ/Þ (0xde, 0xfe), ð is an accent-less letter too, œ/Œ */
+    return cp != 0xdf && cp != 0xc6 && cp != 0xe6 && cp != 0xde && cp != 0xfe && cp != 0xd0 &&
+           cp != 0xf0 && cp != 0x152 && cp != 0x153 && cp != 0x131 && cp != 0x138 && cp != 0x149 &&
+           cp != 0x17f;
+}
+
+/* cp in lower case, as far as the accents need (ASCII, Latin-1, Latin Extended-A). */
+static long accent_lower(long cp)
+{
+    if ((cp >= 'A' && cp <= 'Z') || (cp >= 0xc0 && cp <= 0xde && cp != 0xd7))
+        return cp + 0x20;
+    if (cp == 0x178)
+        return 0xff;
+    if ((cp >= 0x100 && cp <= 0x137) || (cp >= 0x14a && cp <= 0x177))
+        return cp % 2 == 0 ? cp + 1 : cp;
+    if ((cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17e))
+        return cp % 2 == 1 ? cp + 1 : cp;
+    return cp;
+}
+
+struct accents {
+    uint64_t fold[TEXT_MAX_TOKENS]; /* the folded word (0: not a word) */
+    uint64_t form[TEXT_MAX_TOKENS]; /* the word as written, case aside, accents kept */
+    bool any;                       /* some word of the text has an accent */
+};
+
+/*
+ * Token i's accents: a hash of each accented letter or mark (lower case) and its place among
+ * the token's characters, and *accented if there is one. Letters without accents add nothing,
+ * so the folded word and this together tell "año" from "ano", "ano" from "Ano" not. (A letter
+ * written as a base and a combining mark is another accent than the same letter precomposed:
+ * a miss, never a wrong hit.)
+ */
+static uint64_t accent_form(const struct gdoc *d, size_t i, bool *accented)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    uint64_t h = PC_FNV_SEED;
+    *accented = false;
+    long at = 0;
+    for (size_t k = 0; k < t->raw_len; at++) {
+        long cp;
+        k += utf8_cp(t->raw + k, t->raw_len - k, &cp);
+        if (!accent_cp(cp))
+            continue;
+        *accented = true;
+        long mark[2] = {accent_lower(cp), at};
+        h = pc_fnv1a(h, mark, sizeof mark);
+    }
+    return h | 1;
+}
+
+static void accents_of(const struct gdoc *d, struct accents *ac)
+{
+    ac->any = false;
+    for (size_t i = 0; i < d->t.n; i++) {
+        const struct text_tok *t = &d->t.tok[i];
+        ac->fold[i] = ac->form[i] = 0;
+        /* a word written whole (not a part of a contraction, whose raw form is all of it) */
+        if (t->kind != TEXT_WORD || (t->flags & TEXT_F_SYNTH) ||
+            (i + 1 < d->t.n && d->t.tok[i + 1].raw == t->raw) ||
+            (i > 0 && d->t.tok[i - 1].raw == t->raw))
+            continue;
+        bool accented;
+        ac->form[i] = accent_form(d, i, &accented);
+        ac->fold[i] = pc_fnv1a(PC_FNV_SEED, text_str(&d->t, i), t->len) | 1;
+        ac->any = ac->any || accented;
+    }
+}
+
+/* A word of d that o writes with other accents only (the same folded word, never as d does). */
+static bool accents_unmatched(const struct gdoc *d, const struct accents *x, const struct gdoc *o,
+                              const struct accents *y)
+{
+    for (size_t i = 0; i < d->t.n; i++) {
+        if (x->fold[i] == 0)
+            continue;
+        bool other = false, same = false;
+        for (size_t j = 0; j < o->t.n && !same; j++) {
+            if (y->fold[j] != x->fold[i])
+                continue;
+            same = y->form[j] == x->form[i];
+            other = other || !same;
+        }
+        if (other && !same)
+            return true;
+    }
+    return false;
+}
+
+static bool guard_accents(const struct gdoc *a, const struct gdoc *b)
+{
+    struct accents *ac = pc_malloc(2 * sizeof *ac);
+    accents_of(a, &ac[0]);
+    accents_of(b, &ac[1]);
+    /* one side typed without any accent: folding is what it needs */
+    bool differ =
+        ac[0].any && ac[1].any &&
+        (accents_unmatched(a, &ac[0], b, &ac[1]) || accents_unmatched(b, &ac[1], a, &ac[0]));
+    free(ac);
+    return differ;
+}
+
 /* ---- the check ------------------------------------------------------------------------------ */
 
 typedef bool guard_fn(const struct gdoc *a, const struct gdoc *b);
@@ -2833,6 +2953,7 @@ static guard_fn *const guard_fns[GUARD__COUNT] = {
     [GUARD_WORDNET] = guard_wordnet,     [GUARD_AFFIXES] = guard_affixes,
     [GUARD_INTENT] = guard_intent,       [GUARD_VERBS] = guard_verbs,
     [GUARD_RANK] = guard_rank,           [GUARD_QUANTITY] = guard_quantity,
+    [GUARD_ACCENTS] = guard_accents,
 };
 
 int guard_check(const char *a, size_t alen, const char *b, size_t blen, unsigned mask)

@@ -139,6 +139,15 @@ h.test('emoji carry meaning when both texts have some: another emoji is a miss',
         'the same emoji');
 });
 
+h.test('accents: where both texts use them, a word that differs by its accents alone is a miss', async () => {
+    await assertRejected('¿Cuántos años tienes?', '¿Cuántos anos tienes?', 'accents');
+    await assertRejected('¿Qué significa papá en México?', '¿Qué significa papa en México?', 'accents');
+    /* Typed on a plain keyboard (no accent at all on one side): folded, a hit. */
+    assertSemanticHit(await askPair('¿Qué significa papá en México?', 'que significa papa en mexico'), 'no accents');
+    /* Case is no accent. */
+    assertSemanticHit(await askPair('¿Qué significa papá?', '¿QUÉ SIGNIFICA PAPÁ?'), 'capitals');
+});
+
 h.test('tear down', async () => {
     await builtin.stop();
     await sem.close();

@@ -610,6 +610,37 @@ static void test_quantity(void)
     EXPECT(GUARD_QUANTITY, rej, pass);
 }
 
+/* A word that differs by its accents alone, where both texts use accents. */
+static void test_accents(void)
+{
+    static const struct pair rej[] = {
+        {"\xc2\xbf"
+         "Cu\xc3\xa1ntos a\xc3\xb1os tienes?",
+         "\xc2\xbf"
+         "Cu\xc3\xa1ntos anos tienes?"},
+        {"\xc2\xbfQu\xc3\xa9 significa pap\xc3\xa1?", "\xc2\xbfQu\xc3\xa9 significa papa?"},
+        {"Send my r\xc3\xa9sum\xc3\xa9 to the caf\xc3\xa9", "Send my resume to the caf\xc3\xa9"},
+        {"\xc3\x89t\xc3\xa9 \xc3\xa0 la plage", "\xc3\x89t\xc3\xa9 a la plage"}, /* à / a */
+    };
+    static const struct pair pass[] = {
+        /* one side typed without any accent: folded */
+        {"\xc2\xbf"
+         "Cu\xc3\xa1ntos a\xc3\xb1os tienes?",
+         "cuantos anos tienes"},
+        {"\xc2\xbfQu\xc3\xa9 significa pap\xc3\xa1?", "que significa papa"},
+        /* case is no accent */
+        {"\xc2\xbfQu\xc3\xa9 significa pap\xc3\xa1?", "QU\xc3\x89 SIGNIFICA PAP\xc3\x81"},
+        /* \xc3\x9f is a spelling of ss, not an accent */
+        {"Die Stra\xc3\x9f"
+         "e in M\xc3\xbcnchen",
+         "Die Strasse in M\xc3\xbcnchen"},
+        /* the same word both ways in one text */
+        {"pap\xc3\xa1 o papa", "papa o pap\xc3\xa1, \xc2\xbfqu\xc3\xa9 es?"},
+        {"the caf\xc3\xa9 is open", "is the caf\xc3\xa9 open"},
+    };
+    EXPECT(GUARD_ACCENTS, rej, pass);
+}
+
 /* Near-duplicates that every guard lets through. */
 static void test_pass_all(void)
 {
@@ -786,6 +817,7 @@ int main(void)
     T_RUN(test_verbs);
     T_RUN(test_rank);
     T_RUN(test_quantity);
+    T_RUN(test_accents);
     T_RUN(test_pass_all);
     T_RUN(test_names_and_parse);
     T_RUN(test_hostile_input);
