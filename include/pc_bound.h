@@ -26,9 +26,11 @@
  * first threshold whose bound exceeds delta: the lowest passing threshold
  * is served, and never at a similarity nothing was compared at. A
  * partition's own counts decide once they certify a threshold; until then
- * the global counts (every partition of this embedder space) are the prior,
+ * the tenant's prior (every partition of this tenant and embedder space) is,
  * unless the partition's own comparisons show, at the same confidence, an
- * error above delta. An entry found wrong at similarity s is never served at
+ * error above delta. One prior per tenant: another tenant's verifications
+ * (its questions, its answers, or counts it forged by asking) never move
+ * this tenant's threshold. An entry found wrong at similarity s is never served at
  * s or below again.
  *
  * Redis (Cluster-ready: each command names one key):
@@ -39,7 +41,10 @@
  *   PC_KEY_PREFIX "bp:{id}"  a partition's counts, id from the embedder space
  *       and the partition; expires BOUND_PARTITION_TTL_MS after its last
  *       observation;
- *   PC_KEY_PREFIX "bg:{id}"  the global counts of an embedder space.
+ *   PC_KEY_PREFIX "bg:{id}"  a tenant's prior: its counts in an embedder space,
+ *       id from the space and the tenant (the anonymous tenant's from the
+ *       space alone: the key every tenant shared before, whose counts are
+ *       the anonymous traffic's).
  * Counts are one string each, written with BITFIELD (OVERFLOW SAT, signed 64
  * bit big-endian: a header word, then N, n, e per bucket) so every instance
  * adds to them atomically and a GET reads them back whole. Everything read is
@@ -198,7 +203,14 @@ void bound_entry_key(const char *tenant_id, const unsigned char exact[PC_SHA256_
                      char out[BOUND_KEY_MAX]);
 void bound_partition_key(const char *space, const unsigned char partition[PC_SHA256_LEN],
                          char out[BOUND_KEY_MAX]);
+/* The anonymous tenant's prior (the key of versions that kept one prior for every tenant). */
 void bound_global_key(const char *space, char out[BOUND_KEY_MAX]);
+/*
+ * The prior of tenant_id (TENANT_ID_LEN hex characters) in space; bound_global_key's for the
+ * anonymous tenant (anon_id, the same form) or a NULL tenant_id.
+ */
+void bound_prior_key(const char *space, const char *tenant_id, const char *anon_id,
+                     char out[BOUND_KEY_MAX]);
 /* SCAN pattern of every entry's marks (tenant_id NULL) or one tenant's. */
 void bound_entry_pattern(const char *tenant_id, char out[BOUND_KEY_MAX]);
 
@@ -300,8 +312,12 @@ struct bound_port *bound_port_create(struct bound *b, struct store *store, struc
                                      void *pair_ctx);
 void bound_port_destroy(struct bound_port **bp);
 
-/* A lookup's view, for candidates in partition (PC_SHA256_LEN bytes). */
-struct bound_view *bound_view_create(struct bound_port *bp, const unsigned char *partition);
+/*
+ * A lookup's view, for candidates in partition (PC_SHA256_LEN bytes) of the tenant tenant_id
+ * (TENANT_ID_LEN hex characters, whose prior it reads; NULL: the anonymous tenant).
+ */
+struct bound_view *bound_view_create(struct bound_port *bp, const char *tenant_id,
+                                     const unsigned char *partition);
 /* Cancels the reads in progress. */
 void bound_view_free(struct bound_view **v);
 

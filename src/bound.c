@@ -1,13 +1,13 @@
 /*
  * bound.c - the semantic cache's error bound (see pc_bound.h). Owns the
- * process's struct bound (settings, the last global counts any worker read,
+ * process's struct bound (settings, the last tenant's prior any worker read,
  * for /stats), each worker's struct bound_port (its random draws and the
  * comparators' clients), each lookup's struct bound_view (the counts and
  * marks read for it) and the probes and comparisons that follow a
  * candidate that was not served.
  *
  *   lookup ─▶ candidate passed the guards
- *               │ bound_view_fetch: GET marks (entry's tag), partition and global counts
+ *               │ bound_view_fetch: GET marks (entry's tag), partition and tenant's prior
  *               ▼
  *             bound_view_decide ── SERVE ─▶ hit
  *               │          └────── SKIP ──▶ next candidate (entry found wrong here before)
@@ -16,7 +16,7 @@
  *               ▼
  *   fresh whole answer (stored or not) ─▶ bound_compare (exact | embedding | model)
  *               ▼                  (none came: the probe's last unref counts it uncompared)
- *             record: BITFIELD partition counts, BITFIELD global counts,
+ *             record: BITFIELD partition counts, BITFIELD the tenant's prior,
  *                     EVAL SETBIT entry marks + PEXPIRE to the entry's PTTL (when
  *                     wrong); probe verdict for the header
  *
@@ -24,6 +24,7 @@
  * writes fire and forget. A view or comparison is cancelled by its owner.
  */
 #include "pc_bound.h"
+#include "pc_canon.h"
 #include "pc_conf.h"
 #include "pc_dialect.h"
 #include "pc_embed.h"
@@ -453,6 +454,19 @@ void bound_global_key(const char *space, char out[BOUND_KEY_MAX])
 {
     char id[33];
     key_id("global", space, NULL, 0, id);
+    snprintf(out, BOUND_KEY_MAX, PC_KEY_PREFIX "bg:{%s}", id);
+}
+
+void bound_prior_key(const char *space, const char *tenant_id, const char *anon_id,
+                     char out[BOUND_KEY_MAX])
+{
+    if (tenant_id == NULL || (anon_id != NULL && strncmp(tenant_id, anon_id, TENANT_ID_LEN) == 0)) {
+        bound_global_key(space, out); /* the anonymous traffic keeps its counts */
+        return;
+    }
+    char id[33];
+    key_id("global", space, (const unsigned char *)tenant_id, strnlen(tenant_id, TENANT_ID_LEN),
+           id);
     snprintf(out, BOUND_KEY_MAX, PC_KEY_PREFIX "bg:{%s}", id);
 }
 
@@ -1032,8 +1046,8 @@ struct bound {
     enum bound_comparator cmp;
     double answer_bar; /* embedding comparator: cosine that counts as the same answer */
     char space[128];
-    char global_key[BOUND_KEY_MAX];
-    pthread_mutex_t mu; /* guards the last global counts (any worker writes, /stats reads) */
+    char anon_id[TENANT_ID_LEN + 1]; /* the anonymous tenant, whose prior keeps the old key */
+    pthread_mutex_t mu; /* guards the last prior read (any worker writes, /stats reads) */
     struct bound_counts last_global;
     bool have_global;
 };
@@ -1060,7 +1074,11 @@ struct bound *bound_create(const struct conf *c, const char *space)
     b->cmp = (enum bound_comparator)c->semantic_verify_answers;
     b->answer_bar = c->semantic_verify_answers_threshold;
     snprintf(b->space, sizeof(b->space), "%s", space);
-    bound_global_key(b->space, b->global_key);
+    unsigned char anon[PC_SHA256_LEN];
+    char hex[2 * PC_SHA256_LEN + 1];
+    canon_tenant(NULL, anon); /* as proxy.c names a client without credentials */
+    pc_hex(anon, PC_SHA256_LEN, hex);
+    snprintf(b->anon_id, sizeof(b->anon_id), "%.*s", TENANT_ID_LEN, hex);
     pthread_mutex_init(&b->mu, NULL);
     return b;
 }
@@ -1210,6 +1228,7 @@ struct bound_view {
     unsigned magic;
     struct bound_port *bp;
     char part_key[BOUND_KEY_MAX];
+    char prior_key[BOUND_KEY_MAX]; /* the tenant's prior */
     struct store_cmd *cmd[VR__COUNT];
     int pending;
     bound_ready_fn *cb;
@@ -1222,7 +1241,8 @@ struct bound_view {
     enum bound_verdict last;    /* of the current candidate */
 };
 
-struct bound_view *bound_view_create(struct bound_port *bp, const unsigned char *partition)
+struct bound_view *bound_view_create(struct bound_port *bp, const char *tenant_id,
+                                     const unsigned char *partition)
 {
     if (bp == NULL)
         return NULL;
@@ -1233,6 +1253,7 @@ struct bound_view *bound_view_create(struct bound_port *bp, const unsigned char 
     v->floor = -1;
     bound_prepare(&v->prep);
     bound_partition_key(bp->b->space, partition, v->part_key);
+    bound_prior_key(bp->b->space, tenant_id, bp->b->anon_id, v->prior_key);
     return v;
 }
 
@@ -1341,7 +1362,7 @@ int bound_view_fetch(struct bound_view *v, const char *tenant_id,
     if (ok && !v->fetched_counts) {
         v->fetched_counts = true;
         ok = view_get(v, VR_PARTITION, v->part_key, on_partition) &&
-             view_get(v, VR_GLOBAL, v->bp->b->global_key, on_global);
+             view_get(v, VR_GLOBAL, v->prior_key, on_global);
     }
     if (ok)
         return 1;
@@ -1370,7 +1391,7 @@ static void write_seen(struct bound_view *v, double sim)
     write_argv(v->bp, &a);
     bound_argv_expire(&a, v->part_key, BOUND_PARTITION_TTL_MS, false);
     write_argv(v->bp, &a);
-    bound_argv_seen(&a, v->bp->b->global_key, sim);
+    bound_argv_seen(&a, v->prior_key, sim);
     write_argv(v->bp, &a);
 }
 
@@ -1440,7 +1461,7 @@ struct bound_probe *bound_probe_create(struct bound_view *v, const struct bound_
     p->explored = d->verdict == BOUND_EXPLORE;
     p->ans = ans; /* its buffers are the probe's now */
     snprintf(p->part_key, sizeof(p->part_key), "%s", v->part_key);
-    snprintf(p->global_key, sizeof(p->global_key), "%s", v->bp->b->global_key);
+    snprintf(p->global_key, sizeof(p->global_key), "%s", v->prior_key);
     bound_entry_key(cand_tenant, cand_exact, p->marks_key);
     entry_key(cand_tenant, cand_exact, p->entry_key);
     p->st = v->bp->st;

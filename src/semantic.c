@@ -1272,7 +1272,7 @@ struct semantic_op *semantic_lookup(struct semantic_port *p, const struct semant
     op->text = pc_strdup(q->text);
     op->max_age_ms = q->max_age_ms;
     op->threshold = q->threshold >= 0 ? q->threshold : semantic_default_threshold(p->s);
-    op->bview = bound_view_create(p->bport, op->partition);
+    op->bview = bound_view_create(p->bport, op->tenant_id, op->partition);
     stats_incr(p->st, STAT_semantic_lookups);
     op->deadline = event_new(p->base, -1, 0, on_deadline, op);
     if (op->deadline == NULL) {

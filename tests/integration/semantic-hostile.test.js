@@ -148,6 +148,81 @@ h.test('accents: where both texts use them, a word that differs by its accents a
     assertSemanticHit(await askPair('¿Qué significa papá?', '¿QUÉ SIGNIFICA PAPÁ?'), 'capitals');
 });
 
+/* ---- the error bound's prior, per tenant ---- */
+
+async function onDb(db, ...cmd) {
+    const c = await env.redis.client();
+    try {
+        await c.command('SELECT', String(db));
+        return await c.command(...cmd);
+    } finally {
+        c.close();
+    }
+}
+
+/* A question, its rewording with the same words (similarity 1 for the mock embedder). */
+const boundQuestion = (t) => `How do I reverse a list in Python ${t} ${t}b ${t}c?`;
+const boundRewording = (t) => `in python ${t} ${t}b ${t}c, how do i REVERSE a list`;
+const boundAsked = [];
+/* A tag whose question is under 0.85 from every other one here (no unplanned candidate). */
+function boundTag() {
+    for (;;) {
+        const t = tag();
+        const q = boundQuestion(t);
+        if (boundAsked.every((o) => cosine(q, o) < 0.85)) {
+            boundAsked.push(q);
+            return t;
+        }
+    }
+}
+
+h.test('one tenant\'s verifications never move another tenant\'s error bound', async () => {
+    /*
+     * With delta 0.3 the bound serves after 9 agreeing comparisons (semantic-bound.test.js).
+     * Tenant A makes them; its prior then serves A. Tenant B, who has verified nothing, was
+     * served on A's evidence too: the prior (pc:2:bg:...) was one for every tenant, so a
+     * tenant that asked agreeing pairs loosened every other tenant's bound.
+     */
+    const db = 1;
+    await onDb(db, 'FLUSHDB');
+    const p = await env.startProxy({redis: env.redis.url.replace(/\/\d+$/, `/${db}`), workers: 1,
+        args: ['--semantic', 'yes', '--embedder', 'openai', '--embedder-url', sem.url,
+            '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9',
+            '--semantic-max-error', '0.3', '--semantic-explore-rate', '0']});
+    await p.waitReady();
+    const A = {Authorization: 'Bearer sk-tenant-a'}, B = {Authorization: 'Bearer sk-tenant-b'};
+    const ask = (text, meaning, who) => p.post(CHAT, h.chatBody(text), {'x-mock-meaning': meaning, ...who});
+    for (let i = 0; i < 9; i++) {
+        const t = boundTag();
+        assertMiss(await ask(boundQuestion(t), `m-${t}`, A), 'A stores');
+        const r = await ask(boundRewording(t), `m-${t}`, A);
+        assertMiss(r, 'A is compared');
+        assert.equal(r.headers['x-cache-verify'], 'agreed');
+    }
+    let t = boundTag();
+    await ask(boundQuestion(t), `m-${t}`, A);
+    assertSemanticHit(await ask(boundRewording(t), `m-${t}`, A), 'A, on its own evidence');
+    const priorsA = await onDb(db, 'KEYS', 'pc:2:bg:*');
+    assert.equal(priorsA.length, 1, `A's prior: ${priorsA}`);
+    /* B: the same kind of pair, in its own partition, with no evidence of its own. */
+    t = boundTag();
+    await ask(boundQuestion(t), `m-${t}`, B);
+    const b = await ask(boundRewording(t), `m-${t}`, B);
+    assertMiss(b, 'B served on A\'s evidence');
+    assert.equal(b.headers['x-cache-verify'], 'agreed', 'B\'s candidate was compared for B');
+    const priors = await onDb(db, 'KEYS', 'pc:2:bg:*');
+    assert.equal(priors.length, 2, `a prior per tenant: ${priors}`);
+    /* B's prior read back is checked like any counts: a value not of the proxy's is rejected. */
+    const priorB = priors.find((k) => k !== priorsA[0]);
+    await onDb(db, 'SET', priorB, 'not the proxy\'s counts');
+    const st0 = await p.stats();
+    t = boundTag();
+    await ask(boundQuestion(t), `m-${t}`, B);
+    assertMiss(await ask(boundRewording(t), `m-${t}`, B), 'B with a forged prior');
+    assert.equal((await p.stats()).semantic_bound_rejected, st0.semantic_bound_rejected + 1);
+    await p.stop();
+});
+
 h.test('tear down', async () => {
     await builtin.stop();
     await sem.close();

@@ -373,6 +373,23 @@ static void test_argv(void)
     T_CHECK(strcmp(k1, k2) != 0); /* another space, other counts */
     bound_entry_key("0123456789abcdef", p1, k1);
     T_CHECK(strncmp(k1, "pc:2:o:{0123456789abcdef:01000000", 33) == 0);
+
+    /* The prior: one per tenant; the anonymous tenant's keeps the key every tenant shared. */
+    char g[BOUND_KEY_MAX], t1[BOUND_KEY_MAX], t2[BOUND_KEY_MAX], an[BOUND_KEY_MAX];
+    const char *anon = "00112233aabbccdd";
+    bound_global_key("builtin-x", g);
+    T_CHECK(strncmp(g, "pc:2:bg:{", 9) == 0);
+    bound_prior_key("builtin-x", "0123456789abcdef", anon, t1);
+    bound_prior_key("builtin-x", "fedcba9876543210", anon, t2);
+    T_CHECK(strncmp(t1, "pc:2:bg:{", 9) == 0 && strcmp(t1, t2) != 0); /* tenants apart */
+    T_CHECK(strcmp(t1, g) != 0 && strcmp(t2, g) != 0);
+    bound_prior_key("builtin-x", anon, anon, an);
+    T_CHECK_STR(an, g); /* anonymous traffic: today's data stays valid */
+    bound_prior_key("builtin-x", NULL, anon, an);
+    T_CHECK_STR(an, g);
+    bound_prior_key("openai:m", "0123456789abcdef", anon, t2);
+    T_CHECK(strcmp(t1, t2) != 0);                    /* the same tenant with another embedder */
+    T_CHECK(strstr(t1, "0123456789abcdef") == NULL); /* names no tenant */
 }
 
 static struct entry json_entry(enum api_endpoint ep, const char *body)
@@ -775,7 +792,7 @@ static void port_up(struct port_world *w)
     w->b = bound_create(w->conf, "test-space");
     w->bp = bound_port_create(w->b, w->store, &w->st, NULL, NULL, NULL);
     unsigned char part[PC_SHA256_LEN] = {7};
-    w->view = bound_view_create(w->bp, part);
+    w->view = bound_view_create(w->bp, NULL, part);
 }
 
 static void port_down(struct port_world *w)
@@ -893,7 +910,7 @@ static void port_up_cmp(struct port_world *w, const char *cmp, struct fake_pair 
     static const struct bound_pair_ops ops = {fake_pair_start, fake_pair_cancel};
     w->bp = bound_port_create(w->b, w->store, &w->st, NULL, &ops, fp);
     unsigned char part[PC_SHA256_LEN] = {7};
-    w->view = bound_view_create(w->bp, part);
+    w->view = bound_view_create(w->bp, NULL, part);
 }
 
 static int cmp_done;

@@ -1265,7 +1265,7 @@ static void test_semantic_held_back(void)
     struct bound *b = bound_create(conf, "test-space");
     struct bound_port *bp = bound_port_create(b, st, &wk.stats, NULL, NULL, NULL);
     unsigned char part[PC_SHA256_LEN] = {7};
-    struct bound_view *view = bound_view_create(bp, part);
+    struct bound_view *view = bound_view_create(bp, NULL, part);
     struct entry cand;
     stored_answer(&cand, ANSWER_JSON);
     struct bound_decision d = {.verdict = BOUND_WITHHOLD, .threshold = 1};
