@@ -47,7 +47,10 @@
     X(A, VERBS, verbs, "the action: a verb in the progressive (is running / is resting)")          \
     X(A, RANK, rank, "a rank or degree: first/second, closest/second closest, cheap/cheapest")     \
     X(A, QUANTITY, quantity, "a quantity word in one place: all/some, many/few, both/one")         \
-    X(A, ACCENTS, accents, "a word's accents, when both texts use accents (año / ano, papá / papa)")
+    X(A, ACCENTS, accents,                                                                         \
+      "a word's accents, when both texts use accents (año / ano, papá / papa)")                    \
+    X(A, REPLACED, replaced,                                                                       \
+      "one or two words replaced in a long text (32 content words or more), not by synonyms")
 
 #define GUARD_CALL_(A, e, name, what) A(e, name, what)
 #define GUARD_LIST(X)                 GUARD_ROWS(GUARD_CALL_, X)

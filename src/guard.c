@@ -2939,6 +2939,55 @@ static bool guard_accents(const struct gdoc *a, const struct gdoc *b)
     return differ;
 }
 
+/* ---- replaced words in a long text ------------------------------------------------------ */
+
+/*
+ * A long text changed in one or two words (a name, an object: "why did the travel expenses
+ * rise ... the hotel prices" / "why did the software expenses rise ... the license prices") is
+ * near 1 by any embedder: the change is a small part of its words. The swap guard catches one
+ * word replaced on each side, in a text of any length; two were left to the similarity, which
+ * is right in a short text (a rewording changes a few words) but not in a long one, where a
+ * rewording changes more than two. Rejected unless every replaced word has a counterpart of
+ * the same meaning among the other side's (a synonym, an inflection or a typo: words_alike).
+ */
+#define REPLACED_MIN_WORDS 32 /* content words of each text before two words replaced count */
+#define REPLACED_MAX       2  /* words replaced on a side; more is a rewording */
+
+/* The content words of d that o lacks, up to REPLACED_MAX + 1 of them: their count. */
+static size_t replaced_words(const struct gdoc *d, const struct gdoc *o, size_t *w)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->t.n && n <= REPLACED_MAX; i++)
+        if (is_content(d, i) && !appears_in(d, i, o))
+            w[n++] = i;
+    return n;
+}
+
+/* Every word of wa (in a) has one alike among wb (in b). */
+static bool replaced_alike(const struct gdoc *a, const size_t *wa, size_t na, const struct gdoc *b,
+                           const size_t *wb, size_t nb)
+{
+    for (size_t i = 0; i < na; i++) {
+        bool alike = false;
+        for (size_t j = 0; j < nb && !alike; j++)
+            alike = words_alike(a, wa[i], b, wb[j]);
+        if (!alike)
+            return false;
+    }
+    return true;
+}
+
+static bool guard_replaced(const struct gdoc *a, const struct gdoc *b)
+{
+    if (content_words(a) < REPLACED_MIN_WORDS || content_words(b) < REPLACED_MIN_WORDS)
+        return false;
+    size_t wa[REPLACED_MAX + 1], wb[REPLACED_MAX + 1];
+    size_t na = replaced_words(a, b, wa), nb = replaced_words(b, a, wb);
+    if (na == 0 || nb == 0 || na > REPLACED_MAX || nb > REPLACED_MAX)
+        return false; /* nothing replaced (extra's, if added), or a rewording */
+    return !(replaced_alike(a, wa, na, b, wb, nb) && replaced_alike(b, wb, nb, a, wa, na));
+}
+
 /* ---- the check ------------------------------------------------------------------------------ */
 
 typedef bool guard_fn(const struct gdoc *a, const struct gdoc *b);
@@ -2953,7 +3002,7 @@ static guard_fn *const guard_fns[GUARD__COUNT] = {
     [GUARD_WORDNET] = guard_wordnet,     [GUARD_AFFIXES] = guard_affixes,
     [GUARD_INTENT] = guard_intent,       [GUARD_VERBS] = guard_verbs,
     [GUARD_RANK] = guard_rank,           [GUARD_QUANTITY] = guard_quantity,
-    [GUARD_ACCENTS] = guard_accents,
+    [GUARD_ACCENTS] = guard_accents,     [GUARD_REPLACED] = guard_replaced,
 };
 
 int guard_check(const char *a, size_t alen, const char *b, size_t blen, unsigned mask)

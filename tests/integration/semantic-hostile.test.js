@@ -148,6 +148,23 @@ h.test('accents: where both texts use them, a word that differs by its accents a
     assertSemanticHit(await askPair('¿Qué significa papá?', '¿QUÉ SIGNIFICA PAPÁ?'), 'capitals');
 });
 
+h.test('a long text with one or two words replaced (an object, a name) is a miss unless they are synonyms', async () => {
+    const long = (x, y, name) => `My colleague ${name} asked me yesterday about the quarterly budget report for the ` +
+        `marketing department, and I need to explain why the ${x} expenses increased so much compared with ` +
+        `the previous quarter, given that the team attended fewer conferences and the ${y} prices were lower ` +
+        'overall this season. Please draft a short paragraph for the finance director that summarises the ' +
+        'main reasons, suggests two concrete savings measures and stays polite.';
+    await assertRejected(long('travel', 'hotel', 'Anna'), long('software', 'license', 'Anna'), 'replaced');
+    await assertRejected(long('office', 'rent', 'Anna'), long('equipment', 'energy', 'Anna'), 'replaced');
+    /* An inflection is no replacement. */
+    assertSemanticHit(await askPair(long('travel', 'hotel', 'Anna'), long('travel', 'hotels', 'Anna')), 'a plural');
+    assertSemanticHit(await askPair(long('travel', 'hotel', 'Anna'), long('travelling', 'hotel', 'Anna')), 'an inflection');
+    /* Counted in /metrics like every guard (accents' two of the test before too). */
+    const m = await builtin.get('/metrics');
+    assert.match(m.text, /^promptcache_semantic_guard_rejects_replaced_total 2$/m);
+    assert.match(m.text, /^promptcache_semantic_guard_rejects_accents_total 2$/m);
+});
+
 /* ---- the error bound's prior, per tenant ---- */
 
 async function onDb(db, ...cmd) {

@@ -641,6 +641,47 @@ static void test_accents(void)
     EXPECT(GUARD_ACCENTS, rej, pass);
 }
 
+/* Long texts (32 content words or more) with one or two words replaced. */
+#define LONG_HEAD                                                                          \
+    "My colleague asked me yesterday about the quarterly budget report for the marketing " \
+    "department, and I need to explain why the "
+#define LONG_MID                                                                           \
+    " expenses increased so much compared with the previous quarter, given that the team " \
+    "attended fewer conferences and the "
+#define LONG_TAIL                                                                             \
+    " prices were lower overall this season. Please draft a short paragraph for the finance " \
+    "director that summarises the main reasons, suggests two concrete savings measures and "  \
+    "stays polite."
+#define LONG(x, y) LONG_HEAD x LONG_MID y LONG_TAIL
+
+static void test_replaced(void)
+{
+    static const struct pair rej[] = {
+        {LONG("travel", "hotel"), LONG("software", "license")},            /* two objects */
+        {LONG("travel", "hotel"), LONG("software", "hotel") " And Maria"}, /* one, one added */
+        {LONG("travel", "hotel"), LONG("travel", "flight") " Thanks, Maria"},
+    };
+    static const struct pair pass[] = {
+        {LONG("travel", "hotel"), LONG("travel", "hotel")},
+        /* inflections and WordNet synonyms: no replacement */
+        {LONG("travel", "hotel"), LONG("travel", "hotels")},
+        {LONG("travel", "hotel"), LONG("travelling", "hotel")},
+        /* a rewording: more than two words on a side */
+        {LONG("travel", "hotel"), LONG("software and cloud", "license")},
+        /* short texts: two replaced words are the swap guard's to leave */
+        {"nearest cheap gas station", "closest petrol station"},
+        {"best pizza places in Chicago", "best taco places in Dallas"},
+    };
+    EXPECT(GUARD_REPLACED, rej, pass);
+    /* draft / compose and attended / attend are alike (WordNet), two of them too */
+    const char *a = LONG("travel", "hotel");
+    char b[1024];
+    snprintf(b, sizeof b, "%s", a);
+    char *d = strstr(b, "draft");
+    memcpy(d, "write", 5);
+    T_CHECK_INT(guard_check(a, strlen(a), b, strlen(b), GUARD_MASK(GUARD_REPLACED)), GUARD__COUNT);
+}
+
 /* Near-duplicates that every guard lets through. */
 static void test_pass_all(void)
 {
@@ -818,6 +859,7 @@ int main(void)
     T_RUN(test_rank);
     T_RUN(test_quantity);
     T_RUN(test_accents);
+    T_RUN(test_replaced);
     T_RUN(test_pass_all);
     T_RUN(test_names_and_parse);
     T_RUN(test_hostile_input);
