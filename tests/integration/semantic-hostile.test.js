@@ -79,11 +79,13 @@ h.test('the verifier sees both texts whole: a difference near the end of a long 
     assert.ok(Buffer.byteLength(cached) > 2300 && Buffer.byteLength(cached) < 4000);
     const sim = cosine(cached, asked);
     assert.ok(sim > 0.5 && sim < 0.99, `a grey-zone pair for the mock embedder (${sim})`);
-    /* The verifier says yes only to two texts it sees equal (a model reading them closely). */
+    /* The verifier says yes only to two texts it sees equal (a model reading them closely), white
+     * space at the ends aside: ownVector's rewording adds a space, and its similarity, rounded in
+     * the index, may fall under the sure threshold of 1, so it may be asked about it. */
     const seen = [];
     verifier.verdict = (a, b) => {
         seen.push([a, b]);
-        return a === b ? 'yes' : 'no';
+        return a.trim() === b.trim() ? 'yes' : 'no';
     };
     assertMiss(await p.post(CHAT, h.chatBody(cached), ns), 'first ask');
     await ownVector(p, cached, ns);
