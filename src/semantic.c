@@ -95,7 +95,9 @@
  * its words (text_whole). A longer text is looked up and stored exactly only; a record whose
  * text may have been cut is not a candidate.
  */
-#define SEMANTIC_TEXT_MAX   (VREC_TEXT_MAX - 4)
+#define SEMANTIC_TEXT_MAX (VREC_TEXT_MAX - 4)
+/* The verifier is shown both texts whole, and never asked about one it would not see whole. */
+_Static_assert(SEMANTIC_TEXT_MAX <= VERIFY_TEXT_MAX, "the verifier sees every text matched whole");
 #define REC_SIM_SLACK       0.01 /* the index's similarity against its record's, at most off */
 #define SEMANTIC_POOL_QUEUE 4096 /* jobs waiting for a pool thread before lookups are shed */
 /* No record expires later than cache-max-ttl (at most a year, conf.c) plus a day of clock skew. */
