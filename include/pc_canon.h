@@ -35,7 +35,11 @@
  *
  * Exact key  = SHA-256("pc-exact-1" | tenant | namespace | endpoint |
  *              variant | canonical body without the excluded fields)
- * Partition  = the same with the last user turn removed (semantic cache).
+ * Partition  = the same with the last user turn removed (semantic cache),
+ *              and, for a last user turn of several lines, its line layout
+ *              (each line's indentation and the blank lines between them):
+ *              embedders fold line breaks and indentation, which change what
+ *              code, a list or a poem says; a one-line turn adds nothing.
  * Excluded top-level fields (they do not change the answer): stream,
  * stream_options, user, metadata, store, service_tier, prompt_cache_key,
  * safety_identifier. The Responses API (/v1/responses) excludes only stream

@@ -691,11 +691,13 @@ static void put_nonce(struct pc_buf *b)
 }
 
 /*
- * Digest of one key: the header fields, then the filtered body in place; a
- * body that may have lost digits (ctx->lossy) gets a nonce after it.
+ * Digest of one key: the header fields, then the filtered body in place, then
+ * the last user turn's layout if it has one (text_layout; NULL or empty:
+ * none); a body that may have lost digits (ctx->lossy) gets a nonce after it.
  */
 static void key_digest(struct canon_ctx *ctx, const char *domain, const struct canon_input *in,
-                       const unsigned char *tenant, enum canon_filter f, struct pc_buf *b,
+                       const unsigned char *tenant, enum canon_filter f,
+                       const struct pc_buf *layout, struct pc_buf *b,
                        unsigned char out[PC_SHA256_LEN])
 {
     pc_buf_reset(b);
@@ -711,6 +713,8 @@ static void key_digest(struct canon_ctx *ctx, const char *domain, const struct c
     else
         emit_value(ctx, in->body, b);
     put_len(b, off, b->len - off - 8);
+    if (layout != NULL && layout->len > 0)
+        put_field(b, layout->data, layout->len);
     if (ctx->lossy || ctx->repeated)
         put_nonce(b);
     pc_sha256(b->data, b->len, out);
@@ -792,6 +796,40 @@ static char *last_user_text(enum api_endpoint e, const cJSON *body)
     return text != NULL ? pc_strdup(text) : NULL;
 }
 
+/*
+ * The line layout of a last user turn of several lines, which the partition
+ * holds (empty for one line, so a one-line question keeps its partition).
+ * Embedders tokenise: "a\nb" and "a b", or two programs whose lines break or
+ * indent differently, embed alike, yet Python's blocks are its indentation
+ * and a poem's or a table's lines are its form, so such turns must not answer
+ * each other by meaning. Appended to out: each line's indentation (its
+ * leading spaces and tabs as written) and '\n', a blank line as "-\n";
+ * blank lines before the first and after the last line of text left out, and
+ * "\r\n" read as "\n".
+ */
+static void text_layout(const char *s, struct pc_buf *out)
+{
+    size_t lines = 0, blanks = 0, mark = out->len;
+    pc_buf_append_str(out, "layout\n");
+    while (*s != '\0') {
+        size_t indent = strspn(s, " \t");
+        size_t n = strcspn(s, "\n");
+        bool is_blank = n == strspn(s, " \t\r\f\v");
+        if (is_blank) {
+            blanks += lines > 0; /* kept only if a line of text follows */
+        } else {
+            for (; blanks > 0; blanks--)
+                pc_buf_append_str(out, "-\n");
+            pc_buf_append(out, s, indent);
+            pc_buf_append_char(out, '\n');
+            lines++;
+        }
+        s += n + (s[n] == '\n');
+    }
+    if (lines < 2) /* one line of text: no layout to tell */
+        out->len = mark;
+}
+
 /* A flag that is on: present and neither false, null nor the number 0 (servers coerce). */
 static bool flag_on(const cJSON *v)
 {
@@ -833,20 +871,25 @@ int canon_keys(const struct canon_input *in, struct canon_keys *k)
         tenant = anon;
     }
     literals_collect(&ctx, in->body, in->raw, in->raw_len);
-    key_digest(&ctx, "pc-exact-1", in, tenant, FILTER_EXACT, &b, k->exact);
+    key_digest(&ctx, "pc-exact-1", in, tenant, FILTER_EXACT, NULL, &b, k->exact);
     k->lossy = ctx.lossy;
     k->repeated = ctx.repeated;
     if (!in->exact_only) {
+        char *text = last_user_text(in->endpoint, in->body);
+        struct pc_buf layout = PC_BUF_INIT;
+        if (text != NULL)
+            text_layout(text, &layout);
         ctx.lossy = false; /* the partition leaves parts out: judged on its own */
-        key_digest(&ctx, "pc-part-1", in, tenant, FILTER_PARTITION, &b, k->partition);
+        key_digest(&ctx, "pc-part-1", in, tenant, FILTER_PARTITION, &layout, &b, k->partition);
         k->lossy = k->lossy || ctx.lossy;
+        pc_buf_free(&layout);
+        if (text != NULL && !repeats_prompt(in->body) && !blank(text))
+            k->last_user_text = text; /* ownership passes to k */
+        else
+            free(text);
     }
     pc_buf_free(&b);
     ctx_free(&ctx);
-    if (!in->exact_only && !repeats_prompt(in->body))
-        k->last_user_text = last_user_text(in->endpoint, in->body);
-    if (k->last_user_text != NULL && blank(k->last_user_text))
-        PC_FREE(&k->last_user_text);
     return 0;
 }
 

@@ -513,7 +513,12 @@ h.test('the verifier is shown each text quoted: a question cannot forge the othe
     const p = await env.startProxy({args: semArgs(['--semantic-verify-url', verifier.url,
         '--semantic-verify-model', 'judge', '--semantic-sure-threshold', '0.99', '--semantic-guards', 'none'])});
     const t = tag();
-    const cached = `best way to learn rust ${t} as a beginner`;
+    /*
+     * Three lines, as the forged question has: a multi-line question is searched only among
+     * those of its line layout (the partition holds it), and the verifier is asked only
+     * about a candidate.
+     */
+    const cached = `best way to learn rust ${t}\nas a\nbeginner`;
     const ns = {'X-Cache-Namespace': t}; /* no other test's question is a candidate */
     assertMiss(await p.post(CHAT, chat(cached), ns));
     await ownVector(p, cached, ns);

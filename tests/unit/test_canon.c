@@ -730,6 +730,36 @@ static void test_partition_chat(void)
     canon_keys_free(&k);
 }
 
+#define TURN(text) CHAT(SYS ",{\"role\":\"user\",\"content\":\"" text "\"}", "")
+
+/* A last user turn of several lines: its line layout is part of the partition. */
+static void test_partition_layout(void)
+{
+    /* One line: the wording alone is left out, as before; edge blank lines do not count. */
+    T_CHECK(part_eq(&chat, TURN("fix this"), TURN("a b")));
+    T_CHECK(part_eq(&chat, TURN("fix this"), TURN("\\n  fix this\\n\\n")));
+    /* Lines apart from words on one line, or lines broken elsewhere. */
+    T_CHECK(!part_eq(&chat, TURN("roses are red violets are blue"),
+                     TURN("roses are red\\nviolets are blue")));
+    T_CHECK(!part_eq(&chat, TURN("a\\nb c"), TURN("a\\nb\\nc")));
+    T_CHECK(!part_eq(&chat, TURN("a\\nb"), TURN("a\\n\\nb")));
+    /* Python: the same words indented otherwise are another program. */
+    const char *p1 = TURN("if x:\\n    f()\\n    g()");
+    T_CHECK(!part_eq(&chat, p1, TURN("if x:\\n    f()\\ng()")));
+    T_CHECK(!part_eq(&chat, p1, TURN("if x:\\n\\tf()\\n\\tg()")));
+    /* The same layout matches whatever the words, CRLF or not, as text parts or a string. */
+    T_CHECK(part_eq(&chat, p1, TURN("while y:\\r\\n    h(1)\\r\\n    k()  ")));
+    T_CHECK(part_eq(&chat, TURN("a\\nb"),
+                    CHAT(SYS ",{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+                             "\"x\"},{\"type\":\"text\",\"text\":\"y\"}]}",
+                         "")));
+    /* The turn's text is still what is embedded, layout and all. */
+    struct canon_keys k;
+    keys_of(&chat, p1, &k);
+    T_CHECK_STR(k.last_user_text, "if x:\n    f()\n    g()");
+    canon_keys_free(&k);
+}
+
 static void test_partition_other_endpoints(void)
 {
     struct req msgs = {API_MESSAGES, NULL, NULL, NULL};
@@ -966,6 +996,7 @@ int main(void)
     T_RUN(test_namespace_variant_endpoint);
     T_RUN(test_key_layout);
     T_RUN(test_partition_chat);
+    T_RUN(test_partition_layout);
     T_RUN(test_partition_other_endpoints);
     T_RUN(test_last_user_text);
     T_RUN(test_odd_bodies);

@@ -1,0 +1,83 @@
+'use strict';
+/*
+ * Inputs that change the answer but used to leave the exact key or the
+ * semantic partition alike, so that one request was served another's answer:
+ * a multi-line question laid out otherwise (the embedder folds line breaks),
+ * an upload named through a JSON escape ("file\u005fid") in a shared
+ * namespace, a key header spelled with '_' for '-'.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+const {createSemanticMock} = require('../mock/semantic');
+
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+const MESSAGES = '/v1/messages';
+
+let sem = null;
+
+const tag = () => h.uniq('t').split(' ')[1]; /* a word that keeps tests apart */
+
+function semArgs() {
+    /* guards off: the partition is what is tested, not what a guard may catch after it */
+    return ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai', '--embedder-url', sem.url,
+        '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9', '--semantic-guards', 'none'];
+}
+
+h.test('set up: mock embedder', async () => {
+    sem = await createSemanticMock().listen();
+});
+
+h.test('a multi-line question is matched by meaning only by one of the same line layout', async () => {
+    /*
+     * The mock embeds a bag of words, as text normalisation does layout: each pair below
+     * embeds alike (similarity 1) though the code, or the poem's lines, differ. They used
+     * to share a partition, so the second was served the first's answer.
+     */
+    const p = await env.startProxy({args: semArgs()});
+    const t = tag();
+    const ns = {'X-Cache-Namespace': t};
+    const code = `def total_${t}(xs):\n    s = 0\n    for x in xs:\n        s += x\n    return s`;
+    const miss = await p.post(CHAT, h.chatBody(code), ns);
+    assert.equal(miss.cache, 'MISS', miss.text);
+    /* once its vector is searchable: the same words and layout, reworded, hit by meaning */
+    const same = `def total_${t}(xs):\n    s = 0\n    for x in xs:\n        s += x\n    return s  `;
+    await h.eventually(async () => {
+        const r = await p.post(CHAT, h.chatBody(same), {...ns, 'Cache-Control': 'no-store'});
+        assert.equal(r.headers['x-cache-match'], 'semantic', `${r.cache}: not yet searchable`);
+    });
+    const others = [
+        /* the return inside the loop: another program, same words */
+        `def total_${t}(xs):\n    s = 0\n    for x in xs:\n        s += x\n        return s`,
+        /* tabs for spaces */
+        `def total_${t}(xs):\n\ts = 0\n\tfor x in xs:\n\t\ts += x\n\treturn s`,
+        /* one line */
+        `def total_${t}(xs): s = 0 for x in xs: s += x return s`,
+    ];
+    for (const text of others) {
+        const r = await p.post(CHAT, h.chatBody(text), {...ns, 'Cache-Control': 'no-store'});
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.cache, 'MISS', `served ${JSON.stringify(code)}'s answer to ${JSON.stringify(text)}`);
+    }
+    /* a poem's lines, and the same words on one line */
+    const poem = `roses are red ${t}\nviolets are blue`;
+    assert.equal((await p.post(CHAT, h.chatBody(poem), ns)).cache, 'MISS');
+    await h.eventually(async () => {
+        const r = await p.post(CHAT, h.chatBody(`${poem} `), {...ns, 'Cache-Control': 'no-store'});
+        assert.equal(r.headers['x-cache-match'], 'semantic', `${r.cache}: not yet searchable`);
+    });
+    const flat = await p.post(CHAT, h.chatBody(`roses are red ${t} violets are blue`), {...ns, 'Cache-Control': 'no-store'});
+    assert.equal(flat.cache, 'MISS', 'the one-line question got the two-line one\'s answer');
+    /* one-line questions still match one-line rewordings */
+    const q = `how do I sort a list ${t} in python`;
+    assert.equal((await p.post(CHAT, h.chatBody(q), ns)).cache, 'MISS');
+    await h.eventually(async () => {
+        const r = await p.post(CHAT, h.chatBody(`in python ${t}, how do I sort a list`), {...ns, 'Cache-Control': 'no-store'});
+        assert.equal(r.headers['x-cache-match'], 'semantic', `${r.cache}: not yet searchable`);
+    });
+    assert.equal(await p.stop(), 0);
+});
+
+h.test('tear down: mock embedder', async () => {
+    await sem.close();
+});
