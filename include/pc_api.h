@@ -92,12 +92,20 @@ bool api_cacheable_request(enum api_endpoint e, const cJSON *body, const char **
  * vector store named by id ("file_id", "file_ids", "vector_store_ids"), a
  * stored item ("item_reference") or a reasoning item's "encrypted_content"
  * (which only its organization can read). Chat completions
- * and the Messages API (raw[0..len): the body's text, read before it is
- * parsed, as their tenant is decided then): a "file_id" member, written as
- * the clients write it (an escaped name, or the words in a text, may miss or
- * match: the check is for the owner's own requests, made by its SDK).
+ * and the Messages API: a "file_id" member anywhere, or for Messages a
+ * container's "skill_id", found in the raw text raw[0..len) (read before the
+ * body is parsed, so that the tenant is known to the memo) when it is spelled
+ * out there ("file_id" in quotes in a text matches too: kept with its
+ * credential), else by its decoded name in body (NULL if not parsed yet:
+ * see api_account_bound_needs_body), so that "file\u005fid" is one too.
  */
 bool api_account_bound(enum api_endpoint e, const cJSON *body, const char *raw, size_t len);
+/*
+ * Whether api_account_bound needs the parsed body to decide: always for the
+ * Responses API; for chat and Messages when the raw text does not spell a
+ * name out but holds a \u escape, which can spell one.
+ */
+bool api_account_bound_needs_body(enum api_endpoint e, const char *raw, size_t len);
 
 /* The request asks for an SSE stream ("stream": true; never for embeddings). */
 bool api_wants_stream(enum api_endpoint e, const cJSON *body);

@@ -210,13 +210,50 @@ static bool names_account_state(const cJSON *v)
     return false;
 }
 
+/*
+ * A member of v's subtree, by its decoded name, naming an upload of the account: a
+ * file part's "file_id" (chat, Messages), a Messages container's custom "skill_id".
+ */
+static bool names_upload(enum api_endpoint e, const cJSON *v)
+{
+    for (const cJSON *c = cJSON_IsArray(v) || cJSON_IsObject(v) ? v->child : NULL; c != NULL;
+         c = c->next) {
+        const char *k = c->string;
+        if (k != NULL &&
+            (strcmp(k, "file_id") == 0 || (e == API_MESSAGES && strcmp(k, "skill_id") == 0)))
+            return true;
+        if (names_upload(e, c))
+            return true;
+    }
+    return false;
+}
+
+/*
+ * The raw text of a chat or Messages body names an upload: "file_id" (or, for
+ * Messages, "skill_id") in quotes anywhere. Only a \u escape can spell one of
+ * their letters otherwise (api_account_bound_needs_body).
+ */
+static bool raw_names_upload(enum api_endpoint e, const char *raw, size_t len)
+{
+    return raw != NULL && (memmem(raw, len, "\"file_id\"", 9) != NULL ||
+                           (e == API_MESSAGES && memmem(raw, len, "\"skill_id\"", 10) != NULL));
+}
+
+bool api_account_bound_needs_body(enum api_endpoint e, const char *raw, size_t len)
+{
+    if (e == API_RESPONSES)
+        return true;
+    if (e != API_CHAT && e != API_MESSAGES)
+        return false;
+    return !raw_names_upload(e, raw, len) && raw != NULL && memmem(raw, len, "\\u", 2) != NULL;
+}
+
 bool api_account_bound(enum api_endpoint e, const cJSON *body, const char *raw, size_t len)
 {
     /* A file part ({"file_id": ...} at some depth), or a Messages container's skill (a custom
-     * skill is the account's upload, as a file is), read in the raw text. */
+     * skill is the account's upload, as a file is). */
     if (e == API_CHAT || e == API_MESSAGES)
-        return raw != NULL && (memmem(raw, len, "\"file_id\"", 9) != NULL ||
-                               (e == API_MESSAGES && memmem(raw, len, "\"skill_id\"", 10) != NULL));
+        return raw_names_upload(e, raw, len) || (body != NULL && names_upload(e, body));
     if (e != API_RESPONSES)
         return false;
     const cJSON *prev = api_member(body, "previous_response_id");

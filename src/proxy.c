@@ -147,9 +147,10 @@ struct preq {
     char tenant_id[TENANT_ID_LEN + 1];
     struct canon_keys keys;
     bool have_keys;
+    bool late_tenant;            /* the tenant depends on the parsed body: not memoised */
     struct pc_buf variant;       /* PARSE to KEYS: inputs beside the body (compute_variant) */
     struct memo_input memo;      /* PARSE to KEYS: the memo's view (memo_input_of) ... */
-    uint64_t memo_hash;          /* ... and its hash (0: none; the Responses API) */
+    uint64_t memo_hash;          /* ... and its hash (0: none, late_tenant) */
     struct cache_ticket *ticket; /* storing this request's answer, until a fetch takes it */
     struct bound_probe *probe;   /* a candidate the error bound held back (a reference) */
 
@@ -858,12 +859,12 @@ static void compute_keys(struct preq *r, const struct memo_input *mi, uint64_t h
         r->key_unsafe = true;
     r->have_keys = true;
     /*
-     * The Responses API's tenant depends on the body ("store"): not an input
-     * the memo knows. A body never to cache (never_cache) is not memoised
-     * either: a repeat answered by the memo is not parsed, so it would not
-     * be judged again.
+     * A tenant that depends on the body (late_tenant: the Responses API's
+     * "store", an escaped "file_id") is not an input the memo knows. A body
+     * never to cache (never_cache) is not memoised either: a repeat answered
+     * by the memo is not parsed, so it would not be judged again.
      */
-    if (r->key_unsafe || r->never_cache || r->ep == API_RESPONSES)
+    if (r->key_unsafe || r->never_cache || r->late_tenant)
         return;
     struct memo_facts f = {
         .stream = r->stream,
@@ -1453,10 +1454,25 @@ static void note_inputs(struct preq *r, bool memoise)
 }
 
 /*
+ * Whether the tenant depends on the parsed body: the Responses API's always
+ * ("store"); a chat or Messages request's in a shared namespace when its raw
+ * text cannot tell whether it names an upload (a \u escape may spell
+ * "file_id": api_account_bound_needs_body).
+ */
+static bool tenant_needs_body(struct preq *r, const char *body, size_t len)
+{
+    const char *ns = req_header(r, "X-Cache-Namespace");
+    if (r->ep == API_RESPONSES)
+        return true;
+    return ns != NULL && namespace_shared(r->w->conf, ns) &&
+           api_account_bound_needs_body(r->ep, body, len);
+}
+
+/*
  * PARSE: the body; or, for a body read before with the same tenant and
- * inputs, the memo's facts about it (then it stays unparsed: preq_body). The
- * Responses API's tenant depends on the body ("store"), so its inputs wait
- * for KEYS and are never memoised.
+ * inputs, the memo's facts about it (then it stays unparsed: preq_body). A
+ * tenant that depends on the body (tenant_needs_body) makes the inputs wait
+ * for KEYS, and they are never memoised.
  */
 static enum step step_parse(struct preq *r)
 {
@@ -1464,7 +1480,8 @@ static enum step step_parse(struct preq *r)
     size_t len = 0;
     if (!body_acceptable(r, &body, &len))
         return to(r, PREQ_DONE);
-    if (r->ep != API_RESPONSES) {
+    r->late_tenant = tenant_needs_body(r, body, len);
+    if (!r->late_tenant) {
         note_inputs(r, true);
         if (keys_from_memo(r, &r->memo, r->memo_hash)) {
             char msg[256];
@@ -1486,7 +1503,7 @@ static enum step step_keys(struct preq *r)
 {
     struct worker *w = r->w;
     if (!r->have_keys) {
-        if (r->ep == API_RESPONSES)
+        if (r->late_tenant)
             note_inputs(r, false);
         compute_keys(r, &r->memo, r->memo_hash);
     }

@@ -78,6 +78,48 @@ h.test('a multi-line question is matched by meaning only by one of the same line
     assert.equal(await p.stop(), 0);
 });
 
+/* body's JSON text with every "name" member spelled with \u005f for its '_'. */
+function escapedName(body, name) {
+    const text = JSON.stringify(body);
+    const spelled = JSON.stringify(name).replace('_', '\\u005f');
+    assert.ok(text.includes(JSON.stringify(name)));
+    return text.split(JSON.stringify(name)).join(spelled);
+}
+
+h.test('in a shared namespace, an upload named through a JSON escape stays with its credential', async () => {
+    /*
+     * "file\u005fid" is "file_id" to every JSON parser: the provider resolves Alice's file
+     * for Alice only. The check read the raw text for "file_id", so Bob was served Alice's
+     * answer about her file from the shared namespace.
+     */
+    const proxy = await env.startProxy({args: ['--shared-namespaces', 'public']});
+    const ns = {'X-Cache-Namespace': 'public'};
+    const alice = {...h.bearer('sk-escaped-alice'), ...ns};
+    const bob = {...h.bearer('sk-escaped-bob'), ...ns};
+    const chat = h.chatBody(h.uniq('summarise'));
+    chat.messages[1].content = [{type: 'text', text: h.uniq('summarise this file')},
+        {type: 'file', file: {file_id: 'file-alice-only'}}];
+    const doc = h.messagesBody(h.uniq('summarise'));
+    doc.messages[0].content = [{type: 'document', source: {type: 'file', file_id: 'file_alice_only'}},
+        {type: 'text', text: h.uniq('summarise this document')}];
+    const skill = h.messagesBody(h.uniq('make the quarterly deck'));
+    skill.container = {skills: [{type: 'custom', skill_id: 'skill_01AliceOnly', version: 'latest'}]};
+    for (const [p, raw] of [[CHAT, escapedName(chat, 'file_id')], [MESSAGES, escapedName(doc, 'file_id')],
+        [MESSAGES, escapedName(skill, 'skill_id')]]) {
+        assert.equal((await proxy.post(p, raw, alice)).status, 200);
+        h.assertHit(await proxy.post(p, raw, alice));
+        const b = await proxy.post(p, raw, bob);
+        assert.equal(b.status, 200, b.text);
+        assert.equal(b.cache, 'MISS', `${p}: bob got alice's answer (${raw})`);
+    }
+    /* an escape that names nothing of the account's is shared as before */
+    const plain = JSON.stringify(h.chatBody(`${h.uniq('shared question')} caf\u00e9`)).replace('\u00e9', '\\u00e9');
+    assert.equal((await proxy.post(CHAT, plain, alice)).cache, 'MISS');
+    h.assertHit(await proxy.post(CHAT, plain, bob));
+    h.assertHit(await proxy.post(CHAT, plain, bob));
+    assert.equal(await proxy.stop(), 0);
+});
+
 h.test('tear down: mock embedder', async () => {
     await sem.close();
 });
