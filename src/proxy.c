@@ -796,11 +796,29 @@ static void compute_tenant(struct preq *r)
 }
 
 /*
+ * Whether a header sent as name is the key header want, read as CGI and WSGI
+ * gateways read names: case aside, with '_' for '-' ("OpenAI_Organization"
+ * goes upstream, and such a gateway hands it to the application as the
+ * organization).
+ */
+static bool key_header_is(const char *name, const char *want)
+{
+    for (; *name != '\0' && *want != '\0'; name++, want++) {
+        char a = *name == '_' ? '-' : (char)tolower((unsigned char)*name);
+        char b = *want == '_' ? '-' : (char)tolower((unsigned char)*want);
+        if (a != b)
+            return false;
+    }
+    return *name == *want;
+}
+
+/*
  * Request inputs outside the body that change the answer: the headers of
- * cache-key-headers (every copy, in order, name lower-cased) and the query.
- * Not one the client names in Connection: hop-by-hop, it is not forwarded
- * (backend_prepare reads the last Connection header the same way), so the
- * upstream answered without it.
+ * cache-key-headers (every copy, in order, its name as sent, lower-cased, so
+ * that an underscore spelling, which only some upstreams read, is a key of
+ * its own) and the query. Not one the client names in Connection:
+ * hop-by-hop, it is not forwarded (backend_prepare reads the last Connection
+ * header the same way), so the upstream answered without it.
  */
 static void compute_variant(struct preq *r, struct pc_buf *out)
 {
@@ -814,8 +832,8 @@ static void compute_variant(struct preq *r, struct pc_buf *out)
             continue;
         for (size_t j = 0; j < req_header_count(r); j++) {
             const struct httpd_header *h = req_header_at(r, j);
-            if (pc_strcaseeq(h->name, names->v[i]))
-                append_header_input(out, names->v[i], h->value);
+            if (key_header_is(h->name, names->v[i]))
+                append_header_input(out, h->name, h->value);
         }
     }
     /* The query goes upstream too (Azure's api-version, gateways' keys). */

@@ -120,6 +120,27 @@ h.test('in a shared namespace, an upload named through a JSON escape stays with 
     assert.equal(await proxy.stop(), 0);
 });
 
+h.test('a key header spelled with _ for - is in the key', async () => {
+    /*
+     * Upstreams behind a CGI or WSGI gateway read "OpenAI_Organization" as the organization
+     * header. The key compared names exactly, so the answer fetched without the header (or
+     * for another organization) was served to a request that selected org-b this way.
+     */
+    const p = await env.startProxy();
+    const body = h.chatBody(h.uniq('underscore org'));
+    assert.equal((await p.post(CHAT, body)).cache, 'MISS');
+    const under = await p.post(CHAT, body, {'OpenAI_Organization': 'org-b'});
+    assert.equal(under.status, 200, under.text);
+    assert.equal(under.cache, 'MISS', 'served the answer fetched without the organization');
+    assert.equal(env.mock.requests[env.mock.requests.length - 1].headers['openai_organization'], 'org-b',
+        'the header went upstream');
+    h.assertHit(await p.post(CHAT, body, {'openai_organization': 'org-b'}));
+    /* hyphen and underscore spellings are not one key: only some upstreams read the latter */
+    assert.equal((await p.post(CHAT, body, {'OpenAI-Organization': 'org-b'})).cache, 'MISS');
+    h.assertHit(await p.post(CHAT, body));
+    assert.equal(await p.stop(), 0);
+});
+
 h.test('tear down: mock embedder', async () => {
     await sem.close();
 });
