@@ -311,7 +311,9 @@ static const struct conf_key conf_keys[] = {
              "your own (cache-key-headers anthropic-version anthropic-beta openai-beta "
              "openai-organization openai-project x-team): a header left out of the list no "
              "longer splits entries, and a request with an anthropic-beta header could be "
-             "answered with an entry fetched without it. The query string is always in the "
+             "answered with an entry fetched without it. A header sent with '_' for '-' "
+             "(OpenAI_Organization) is in the key too, apart from the '-' spelling: CGI and "
+             "WSGI gateways read it as that header. The query string is always in the "
              "key. \"\" empties the list."},
     {.name = "shared-namespaces", .type = CONF_LIST, FIELD(shared_namespaces), .def = "",
      .check = check_namespace, .arg = "NAME", .example = "public-docs", .flags = CONF_RELOAD,
