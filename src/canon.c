@@ -804,8 +804,8 @@ static char *last_user_text(enum api_endpoint e, const cJSON *body)
  * and a poem's or a table's lines are its form, so such turns must not answer
  * each other by meaning. Appended to out: each line's indentation (its
  * leading spaces and tabs as written) and '\n', a blank line as "-\n";
- * blank lines before the first and after the last line of text left out, and
- * "\r\n" read as "\n".
+ * blank lines before the first and after the last line of text left out; a
+ * line ends at "\n", "\r\n" or a lone "\r" (which breaks the line too).
  */
 static void text_layout(const char *s, struct pc_buf *out)
 {
@@ -813,8 +813,8 @@ static void text_layout(const char *s, struct pc_buf *out)
     pc_buf_append_str(out, "layout\n");
     while (*s != '\0') {
         size_t indent = strspn(s, " \t");
-        size_t n = strcspn(s, "\n");
-        bool is_blank = n == strspn(s, " \t\r\f\v");
+        size_t n = strcspn(s, "\r\n");
+        bool is_blank = n == strspn(s, " \t\f\v");
         if (is_blank) {
             blanks += lines > 0; /* kept only if a line of text follows */
         } else {
@@ -824,7 +824,7 @@ static void text_layout(const char *s, struct pc_buf *out)
             pc_buf_append_char(out, '\n');
             lines++;
         }
-        s += n + (s[n] == '\n');
+        s += n + (s[n] == '\r' && s[n + 1] == '\n') + (s[n] != '\0');
     }
     if (lines < 2) /* one line of text: no layout to tell */
         out->len = mark;

@@ -743,6 +743,9 @@ static void test_partition_layout(void)
                      TURN("roses are red\\nviolets are blue")));
     T_CHECK(!part_eq(&chat, TURN("a\\nb c"), TURN("a\\nb\\nc")));
     T_CHECK(!part_eq(&chat, TURN("a\\nb"), TURN("a\\n\\nb")));
+    T_CHECK(!part_eq(&chat, TURN("a b"), TURN("a\\rb"))); /* a lone CR breaks the line too */
+    T_CHECK(part_eq(&chat, TURN("a\\rb"), TURN("c\\r\\nd")));
+    T_CHECK(!part_eq(&chat, TURN("a\\r\\nb"), TURN("a\\r\\rb")));
     /* Python: the same words indented otherwise are another program. */
     const char *p1 = TURN("if x:\\n    f()\\n    g()");
     T_CHECK(!part_eq(&chat, p1, TURN("if x:\\n    f()\\ng()")));
