@@ -52,8 +52,13 @@
 #include "pc_stats.h"
 #include "pc_util.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <curl/curl.h>
 #include <event2/event.h>
@@ -65,6 +70,7 @@
 #define UPSTREAM_MAGIC 0x55505354u /* "UPST" */
 #define USOCK_MAGIC    0x55534f4bu /* "USOK" */
 #define XFER_MAGIC     0x58464552u /* "XFER" */
+#define UIDLE_MAGIC    0x5549444cu /* "UIDL" */
 
 #define UPSTREAM_MAXCONNECTS 256
 /* Caps on a response head (input from the network). */
@@ -77,8 +83,26 @@ struct usock {
     struct upstream *u;
     curl_socket_t fd;
     short flags; /* EV_READ|EV_WRITE currently armed */
+    bool rests;  /* its transfer ended and left it in the pool: idle once libcurl lets go */
     struct event *ev;
     struct usock *prev, *next;
+};
+
+/*
+ * A keep-alive connection resting in libcurl's pool between two transfers.
+ * Nothing may arrive on it: bytes there were sent unasked (a second answer
+ * after the first, a hostile or broken upstream) and would be read as the
+ * answer to whichever request reuses the connection next - maybe another
+ * tenant's. A read event watches it; data or its close shut it down, so that
+ * libcurl drops it (its liveness check sees the end) instead of reusing it.
+ */
+struct uidle {
+    unsigned magic;
+    struct upstream *u;
+    curl_socket_t fd;
+    int local_port; /* to find it again in the pre-request callback */
+    struct event *ev;
+    struct uidle *prev, *next;
 };
 
 #define EASY_POOL 32
@@ -92,6 +116,7 @@ struct upstream {
     struct event *kick;  /* one socket_action(TIMEOUT) pass after a resume */
     struct xfer *xfers;  /* every xfer not yet freed, aborted ones included */
     struct usock *socks;
+    struct uidle *idle;     /* pooled connections between transfers */
     size_t active;          /* started and neither finished nor aborted */
     unsigned cb_depth;      /* > 0 while on_head/on_data run (inside libcurl) */
     bool adding;            /* inside curl_multi_add_handle */
@@ -130,6 +155,7 @@ struct xfer {
     size_t last_field; /* hbuf offset of the last pair stored */
     bool fold_ok;      /* the last field line was stored: an obs-fold line continues it */
     size_t dropped;    /* invalid field lines dropped, this transfer */
+    bool bad_framing;  /* a Content-Length or Transfer-Encoding line was dropped as invalid */
 
     bool added;          /* the easy handle is in the multi handle */
     bool live;           /* counted in u->active / STAT_upstream_active */
@@ -380,6 +406,12 @@ static int head_parse_status(const char *line, size_t len)
     return code >= 100 && code <= 599 ? code : -1; /* no client knows what 999 would mean */
 }
 
+static bool head_is_framing(const char *name, size_t len)
+{
+    return (len == 14 && pc_strncaseeq(name, "content-length", 14)) ||
+           (len == 17 && pc_strncaseeq(name, "transfer-encoding", 17));
+}
+
 /*
  * An obs-fold line (leading blanks): continue the previous value after one
  * space (RFC 9112 5.2). A continuation with control characters drops the
@@ -428,6 +460,9 @@ static int head_add_field(struct xfer *x, const char *line, size_t len)
     while (v < end && is_blank(*v))
         v++;
     if (!pc_http_token(line, nlen) || !pc_http_field_value(v, (size_t)(end - v))) {
+        /* libcurl reads its framing from the line all the same: no dropping that one */
+        if (head_is_framing(line, nlen))
+            x->bad_framing = true;
         x->dropped++;
         return 0;
     }
@@ -441,6 +476,46 @@ static int head_add_field(struct xfer *x, const char *line, size_t len)
     x->nh++;
     x->fold_ok = true;
     return 0;
+}
+
+/* Content-Length values longer than this are refused (10^18 bytes is beyond any answer). */
+#define HEAD_MAX_LENGTH_DIGITS 18
+
+/*
+ * Whether the framing of the final response head can be trusted: every
+ * Content-Length is digits only (no sign, no list) and all of them agree;
+ * Transfer-Encoding, if any, is one field saying exactly "chunked"; not both
+ * (RFC 9112 6.1, 6.3: a message with both "ought to be handled as an error").
+ * libcurl is lenient here (it reads "12x" as 12, reads a body of unknown
+ * length on an overflowing one, takes the last of two values, and passes
+ * codings it does not decode), and a body framed wrongly is a body cut at
+ * the wrong place: another answer's bytes, or part of one. NULL if the
+ * framing is sound, else why not.
+ */
+static const char *head_framing_error(const struct xfer *x)
+{
+    const char *p = x->hbuf.data, *length = NULL;
+    size_t nte = 0;
+    if (x->bad_framing)
+        return "upstream sent an invalid Content-Length or Transfer-Encoding line";
+    for (size_t i = 0; i < x->nh; i++) {
+        const char *name = p, *value = p + strlen(p) + 1;
+        p = value + strlen(value) + 1;
+        if (pc_strcaseeq(name, "transfer-encoding")) {
+            if (++nte > 1 || !pc_strcaseeq(value, "chunked"))
+                return "upstream sent a Transfer-Encoding other than \"chunked\"";
+        } else if (pc_strcaseeq(name, "content-length")) {
+            size_t n = strlen(value);
+            if (n == 0 || n > HEAD_MAX_LENGTH_DIGITS || strspn(value, "0123456789") != n)
+                return "upstream sent an invalid Content-Length";
+            if (length != NULL && strcmp(length, value) != 0)
+                return "upstream sent two different Content-Length values";
+            length = value;
+        }
+    }
+    if (nte > 0 && length != NULL)
+        return "upstream sent both Content-Length and Transfer-Encoding";
+    return NULL;
 }
 
 /* Hand the collected head to on_head; the array and strings live only during the call. */
@@ -500,8 +575,14 @@ static int xfer_head_line(struct xfer *x, const char *line, size_t len)
         pc_buf_reset(&x->hbuf); /* interim response: forget it, wait for the next */
         x->nh = 0;
         x->fold_ok = false;
+        x->bad_framing = false;
         x->head = HEAD_STATUS;
         return 0;
+    }
+    const char *framing = head_framing_error(x);
+    if (framing != NULL) {
+        xfer_fail(x, XFER_ERR_IO, framing);
+        return -1;
     }
     xfer_deliver_head(x);
     return 0;
@@ -520,6 +601,157 @@ static size_t xfer_on_header(char *p, size_t size, size_t n, void *arg)
     if (xfer_head_line(x, p, len) < 0 || x->aborted)
         return 0;
     return len;
+}
+
+/* ---- pooled connections between transfers --------------------------------- */
+
+/* Bytes sitting in a kernel buffer are discarded in pieces of this, up to IDLE_DRAIN_MAX. */
+#define IDLE_DRAIN_PIECE 4096
+#define IDLE_DRAIN_MAX   (1024 * 1024)
+
+enum conn_look { CONN_QUIET, CONN_DATA, CONN_CLOSED };
+
+/* What waits on a connection no request is using: nothing, bytes, or its end (or an error). */
+static enum conn_look conn_look(curl_socket_t fd)
+{
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0)
+        return CONN_DATA;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return CONN_QUIET;
+    return CONN_CLOSED;
+}
+
+/*
+ * Make sure fd is never read as a response again: what arrived is thrown
+ * away (so that libcurl's liveness check, a one-byte peek, sees the end
+ * rather than data), then both directions are shut. libcurl still owns fd
+ * and closes it when it next looks (or when a request written on it fails:
+ * nothing of the request left, so it is resent, pc_upstream.h "Resending").
+ */
+static void conn_poison(curl_socket_t fd)
+{
+    char buf[IDLE_DRAIN_PIECE];
+    size_t total = 0;
+    ssize_t n;
+    while (total < IDLE_DRAIN_MAX && (n = recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+        total += (size_t)n;
+    shutdown(fd, SHUT_RDWR);
+}
+
+static int sock_local_port(curl_socket_t fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return -1;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return -1;
+}
+
+static void idle_free(struct uidle *i)
+{
+    struct upstream *u = i->u;
+    if (i->ev != NULL)
+        event_free(i->ev);
+    if (i->prev != NULL)
+        i->prev->next = i->next;
+    else
+        u->idle = i->next;
+    if (i->next != NULL)
+        i->next->prev = i->prev;
+    i->magic = 0;
+    free(i);
+}
+
+/* fd is in use again, or closed: stop watching it (if it was watched). */
+static void idle_forget(struct upstream *u, curl_socket_t fd)
+{
+    for (struct uidle *i = u->idle; i != NULL; i = i->next) {
+        if (i->fd == fd) {
+            idle_free(i);
+            return;
+        }
+    }
+}
+
+/* Something arrived on an idle pooled connection: its end, or bytes nobody asked for. */
+static void idle_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct uidle *i = arg;
+    (void)what;
+    PC_CHECK_OBJ(i, UIDLE_MAGIC);
+    enum conn_look look = conn_look(fd);
+    if (look == CONN_QUIET) {
+        event_add(i->ev, NULL); /* woken for nothing: watch on */
+        return;
+    }
+    if (look == CONN_DATA)
+        log_warn("upstream: bytes arrived on an idle keep-alive connection (sent unasked); "
+                 "closing it so that they never answer another request");
+    conn_poison(fd);
+    idle_free(i);
+}
+
+/*
+ * A transfer ended and left its connection fd in libcurl's pool: watch it
+ * until it is used again (the socket callback) or closed (the close-socket
+ * callback). If libcurl still watches fd, from when it stops (CURL_POLL_REMOVE).
+ */
+static void idle_watch(struct upstream *u, curl_socket_t fd)
+{
+    for (struct usock *s = u->socks; s != NULL; s = s->next) {
+        if (s->fd == fd) {
+            s->rests = true;
+            return;
+        }
+    }
+    idle_forget(u, fd);
+    struct uidle *i = pc_calloc(1, sizeof *i);
+    i->magic = UIDLE_MAGIC;
+    i->u = u;
+    i->fd = fd;
+    i->local_port = sock_local_port(fd);
+    i->ev = event_new(u->base, fd, EV_READ, idle_on_read, i);
+    i->next = u->idle;
+    if (u->idle != NULL)
+        u->idle->prev = i;
+    u->idle = i;
+    if (i->ev == NULL || event_add(i->ev, NULL) != 0)
+        idle_free(i);
+}
+
+/*
+ * Right before a request is written on a connection from the pool (found by
+ * its local port): if anything waits on it, it is poisoned, so the write
+ * fails and libcurl resends on another connection (nothing of the request
+ * was written). Catches what arrived after the last look of idle_on_read.
+ */
+static void idle_check_reuse(struct upstream *u, int local_port)
+{
+    struct uidle *i = u->idle, *next;
+    for (; i != NULL; i = next) {
+        next = i->next;
+        if (i->local_port != local_port || conn_look(i->fd) == CONN_QUIET)
+            continue;
+        log_warn("upstream: a pooled connection had bytes or its end waiting before a request "
+                 "was written on it; not reused");
+        conn_poison(i->fd);
+        idle_free(i);
+    }
+}
+
+/* CURLOPT_CLOSESOCKETFUNCTION: libcurl closes one of its sockets. */
+static int upstream_close_socket(void *clientp, curl_socket_t fd)
+{
+    struct upstream *u = clientp;
+    PC_CHECK_OBJ(u, UPSTREAM_MAGIC);
+    idle_forget(u, fd);
+    return close(fd);
 }
 
 /* ---- the gate before each attempt (pre-request callback) ----------------- */
@@ -544,6 +776,7 @@ static int xfer_on_prereq(void *arg, char *primary_ip, char *local_ip, int prima
     unsigned attempt = ++x->attempts;
     if (x->u->attempt_hook != NULL)
         x->u->attempt_hook(x->u->attempt_arg, attempt, local_port);
+    idle_check_reuse(x->u, local_port);
     if (attempt == 1)
         return CURL_PREREQFUNC_OK;
     curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &sent);
@@ -794,6 +1027,8 @@ static CURLcode xfer_set_options(struct xfer *x, const struct xfer_req *req, boo
     XFER_SETOPT(CURLOPT_HTTPHEADER, x->hdrs);
     XFER_SETOPT(CURLOPT_PREREQFUNCTION, xfer_on_prereq);
     XFER_SETOPT(CURLOPT_PREREQDATA, (void *)x);
+    XFER_SETOPT(CURLOPT_CLOSESOCKETFUNCTION, upstream_close_socket);
+    XFER_SETOPT(CURLOPT_CLOSESOCKETDATA, (void *)x->u);
     if (req->connect_timeout > 0)
         XFER_SETOPT(CURLOPT_CONNECTTIMEOUT_MS, (long)PC_MAX(1.0, req->connect_timeout * 1000.0));
 #undef XFER_SETOPT
@@ -921,6 +1156,11 @@ static void upstream_drain(struct upstream *u)
         curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
         struct xfer *x = (struct xfer *)priv;
         PC_CHECK_OBJ(x, XFER_MAGIC);
+        curl_socket_t fd = CURL_SOCKET_BAD; /* the connection, if libcurl kept it */
+        if (code == CURLE_OK && !x->aborted && !x->failed &&
+            curl_easy_getinfo(m->easy_handle, CURLINFO_ACTIVESOCKET, &fd) == CURLE_OK &&
+            fd != CURL_SOCKET_BAD)
+            idle_watch(u, fd);
         if (x->aborted)
             xfer_free(x);
         else
@@ -1005,10 +1245,15 @@ static int upstream_curl_socket(CURL *e, curl_socket_t fd, int what, void *userp
     struct usock *s = sockp;
     (void)e;
     PC_CHECK_OBJ(u, UPSTREAM_MAGIC);
+    if (what != CURL_POLL_REMOVE)
+        idle_forget(u, fd); /* a transfer uses it again */
     if (what == CURL_POLL_REMOVE) {
         if (s != NULL) {
             PC_CHECK_OBJ(s, USOCK_MAGIC);
+            bool rests = s->rests;
             usock_free(s);
+            if (rests)
+                idle_watch(u, fd);
         }
         return 0;
     }
@@ -1017,6 +1262,7 @@ static int upstream_curl_socket(CURL *e, curl_socket_t fd, int what, void *userp
         curl_multi_assign(u->multi, fd, s);
     }
     PC_CHECK_OBJ(s, USOCK_MAGIC);
+    s->rests = false; /* in use */
     usock_watch(s, what);
     return 0;
 }
@@ -1083,6 +1329,8 @@ void upstream_destroy(struct upstream **up)
         curl_multi_cleanup(u->multi); /* may still call our socket/timer callbacks */
     while (u->socks != NULL)
         usock_free(u->socks);
+    while (u->idle != NULL)
+        idle_free(u->idle);
     if (u->timer != NULL)
         event_free(u->timer);
     if (u->kick != NULL)
