@@ -386,6 +386,17 @@ static bool cut_at_close(const struct fetch *f)
     return !j->other && !j->closed;
 }
 
+/*
+ * Whether a 2xx status says the body is the answer: not 202 Accepted (the
+ * work is queued, its body a receipt: served from the cache it would claim
+ * work that never ran) nor 206 Partial Content (a part of a body). Those
+ * are relayed, never stored nor compared.
+ */
+static bool status_is_answer(int status)
+{
+    return status >= 200 && status <= 299 && status != 202 && status != 206;
+}
+
 static void on_head(void *arg, int status, const struct xfer_header *h, size_t nh)
 {
     struct fetch *f = arg;
@@ -432,7 +443,7 @@ static void on_head(void *arg, int status, const struct xfer_header *h, size_t n
     f->got_head = true;
     f->served = f->rep;
     backend_req_free(&f->breq); /* no other replica will be asked */
-    if (status < 200 || status > 299)
+    if (!status_is_answer(status))
         f->store = false;
     if (status >= 500)
         stats_incr(&f->w->stats, STAT_upstream_5xx);
@@ -606,8 +617,8 @@ static enum answer_fate store_answer(struct fetch *f, uint64_t latency_us)
         account_usage(f, &usage);
     else
         account_partial(f); /* too large to keep, or no whole answer: what it reported */
-    if (f->ticket == NULL || !usable)
-        return FATE_NONE; /* cut off, too large to keep, not JSON: not an answer to compare */
+    if (f->ticket == NULL || !usable || !status_is_answer(f->status))
+        return FATE_NONE; /* cut off, too large to keep, not JSON, 202/206: nothing to compare */
     if (fault == API_ANSWER_NOT_FINISHED) {
         /* Counted (cache_store_skipped); an upstream failing mid-answer may do it every time. */
         if (f->store && log_enabled(PC_LOG_DEBUG))
