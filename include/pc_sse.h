@@ -90,10 +90,18 @@ bool sse_field_is(const char *f, size_t flen, const char *name);
  * chunks is cut out of them. Everything else passes byte for byte.
  * Incremental: bytes may be fed in pieces of any size; an event is passed on
  * once its blank line has arrived, and sse_usage_filter_end passes on
- * whatever is left (a stream cut off mid-event stays cut off).
+ * whatever is left (a stream cut off mid-event stays cut off). At most
+ * SSE_FILTER_MAX_PENDING bytes of an unfinished event are held: an event
+ * that grows beyond passes on unfiltered as its bytes come, up to its blank
+ * line (no usage chunk is that large), and filtering resumes after it.
  */
+#define SSE_FILTER_MAX_PENDING ((size_t)1 << 20)
+
 struct sse_usage_filter {
     struct pc_buf pending; /* bytes of the event not complete yet */
+    bool passing;          /* inside an event over the cap: bytes pass until its blank line */
+    bool line_start;       /* passing: the last byte ended a line */
+    bool last_cr;          /* passing: ... and it was a CR (an LF next completes a CRLF) */
 };
 
 void sse_usage_filter_init(struct sse_usage_filter *f);
@@ -111,8 +119,8 @@ void sse_usage_filter_end(struct sse_usage_filter *f, struct pc_buf *out);
  * Anthropic's message_delta), "message"."usage" (Anthropic's message_start)
  * or "response"."usage" (the Responses API's response.completed). Events
  * after the terminator are read too (they would not change what the
- * upstreams send last). An event larger than the parser's bound stops the
- * reading: nothing is reported then (failed).
+ * upstreams send last). An event larger than SSE_FILTER_MAX_PENDING stops
+ * the reading: nothing is reported then (failed).
  */
 struct sse_usage_scan {
     struct sse_parser p;

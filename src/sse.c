@@ -324,10 +324,59 @@ static size_t event_end(const char *b, size_t len)
     return 0;
 }
 
+/*
+ * Passing an event over the cap: how many bytes of in belong to it (its
+ * blank line included); f->passing is cleared when its end is among them.
+ * A CR ending the event may be followed by the LF of a CRLF: that LF is
+ * then a blank "event" of its own, which passes as it is.
+ */
+static size_t filter_pass(struct sse_usage_filter *f, const char *in, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        char c = in[i];
+        if (c == '\n' && f->last_cr) {
+            f->last_cr = false; /* the LF of a CRLF: that line end was counted at its CR */
+            continue;
+        }
+        if (c != '\r' && c != '\n') {
+            f->line_start = false;
+            f->last_cr = false;
+            continue;
+        }
+        f->last_cr = c == '\r';
+        if (f->line_start) {
+            f->passing = false;
+            return i + 1;
+        }
+        f->line_start = true;
+    }
+    return len;
+}
+
+/* The pending event grew over the cap: out it goes as it is, and the rest of it after. */
+static void filter_overflow(struct sse_usage_filter *f, struct pc_buf *out)
+{
+    const char *p = f->pending.data;
+    size_t n = f->pending.len;
+    f->passing = true;
+    f->line_start = n > 0 && (p[n - 1] == '\r' || p[n - 1] == '\n');
+    f->last_cr = n > 0 && p[n - 1] == '\r';
+    pc_buf_append(out, p, n);
+    pc_buf_reset(&f->pending);
+}
+
 /* Complete events are filtered straight from in; only an unfinished one waits in pending. */
 void sse_usage_filter_feed(struct sse_usage_filter *f, const char *in, size_t len,
                            struct pc_buf *out)
 {
+    if (f->passing) {
+        size_t n = filter_pass(f, in, len);
+        pc_buf_append(out, in, n);
+        in += n;
+        len -= n;
+        if (f->passing || len == 0)
+            return;
+    }
     const char *text = in;
     size_t n, done = 0, total = len;
     if (f->pending.len > 0) {
@@ -343,6 +392,8 @@ void sse_usage_filter_feed(struct sse_usage_filter *f, const char *in, size_t le
         pc_buf_append(&f->pending, in + done, len - done);
     else
         pc_buf_consume(&f->pending, done);
+    if (f->pending.len > SSE_FILTER_MAX_PENDING)
+        filter_overflow(f, out);
 }
 
 void sse_usage_filter_end(struct sse_usage_filter *f, struct pc_buf *out)
@@ -357,6 +408,7 @@ void sse_usage_scan_init(struct sse_usage_scan *s)
 {
     memset(s, 0, sizeof(*s));
     sse_parser_init(&s->p);
+    s->p.max_event = SSE_FILTER_MAX_PENDING; /* usage events are small; a stream may not be */
 }
 
 void sse_usage_scan_free(struct sse_usage_scan *s)
