@@ -1018,12 +1018,29 @@ static void deliver_failure(struct preq *r, const struct flight_view *v)
         reply_error(r, status, "upstream unavailable: %s", v->errmsg ? v->errmsg : "error");
 }
 
-/* The whole answer once the flight is done; WAIT until then. */
+static enum step deliver_streamed(struct preq *r);
+static void stream_start(struct preq *r, const struct flight_view *v);
+static void relay(struct preq *r, const char *data, size_t n, bool end);
+
+/*
+ * The whole answer once the flight is done; WAIT until then. An answer that
+ * grows over cache-max-entry-size is never stored nor held whole: from
+ * there it is relayed as it comes (deliver_streamed), what arrived first.
+ */
 static enum step deliver_whole(struct preq *r)
 {
     struct flight_view v;
-    while (flight_sub_read(r->sub, &v, &r->resp, SIZE_MAX) > 0)
+    size_t cap = (size_t)r->w->conf->cache_max_entry_size;
+    while (flight_sub_read(r->sub, &v, &r->resp, RELAY_CHUNK) > 0 && r->resp.len <= cap)
         ;
+    bool failed = v.state == FLIGHT_DONE && (v.result != 0 || v.status == 0);
+    if (r->resp.len > cap && !failed) {
+        r->relay_streamed = true;
+        stream_start(r, &v);
+        relay(r, r->resp.data, r->resp.len, false);
+        pc_buf_free(&r->resp);
+        return deliver_streamed(r);
+    }
     if (v.state != FLIGHT_DONE)
         return STEP_WAIT;
     r->upstream_us = pc_mono_us() - r->upstream_start_us;
@@ -1058,6 +1075,19 @@ static void relay(struct preq *r, const char *data, size_t n, bool end)
     r->bytes_out += r->relay.len;
 }
 
+/* The head of an answer relayed as it comes. */
+static void stream_start(struct preq *r, const struct flight_view *v)
+{
+    add_upstream_headers(r, v);
+    r->status = v->status;
+    r->started = true;
+    /* Only a 2xx stream is events; an error body passes as it is. */
+    r->strip_usage = r->stream && !r->include_usage && dialect_usage_on_request(r->dialect) &&
+                     v->status >= 200 && v->status <= 299;
+    r->ops->set_drain_cb(r->hr, CLIENT_LOW, preq_on_drain, r);
+    r->ops->reply_start(r->hr, v->status);
+}
+
 /*
  * The stream as it comes: the head once known, then what arrived, as long
  * as the client keeps up (above CLIENT_HIGH queued, the drain callback
@@ -1074,14 +1104,7 @@ static enum step deliver_streamed(struct preq *r)
             deliver_failure(r, &v);
             return to(r, PREQ_DONE);
         }
-        add_upstream_headers(r, &v);
-        r->status = v.status;
-        r->started = true;
-        /* Only a 2xx stream is events; an error body passes as it is. */
-        r->strip_usage = r->stream && !r->include_usage && dialect_usage_on_request(r->dialect) &&
-                         v.status >= 200 && v.status <= 299;
-        r->ops->set_drain_cb(r->hr, CLIENT_LOW, preq_on_drain, r);
-        r->ops->reply_start(r->hr, v.status);
+        stream_start(r, &v);
     }
     for (;;) {
         if (r->ops->reply_queued(r->hr) >= CLIENT_HIGH)
