@@ -255,6 +255,14 @@ h.test('a stream with one endless event keeps flowing to the client and is not s
     }
 });
 
+/*
+ * The proxy closes the idle connection once the unasked bytes reach it (they
+ * may still be in the kernel's hands when the upstream's write returns, so
+ * the close is what the test waits for); the next request, from another
+ * tenant, is then answered by its own call. A request that reuses the
+ * connection before the close is checked right before its bytes are written
+ * (idle_check_reuse in src/upstream.c): what waits there makes it resend.
+ */
 h.test('bytes an upstream sends unasked on an idle connection never answer the next request', async () => {
     for (const [path, makeBody] of [[CHAT, h.chatBody], [MESSAGES, h.messagesBody]]) {
         const first = await post(path, makeBody(h.uniq('tenant a')), 'ok',
@@ -263,22 +271,14 @@ h.test('bytes an upstream sends unasked on an idle connection never answer the n
         const sock = up.last;
         /* A second, unasked answer on the now idle keep-alive connection. */
         await up.write(sock, withLength(chatJson(0, 'STRAY answer nobody asked for')));
+        await h.withDeadline(sock.gone, 10000, 'the proxy to close the connection the bytes came on');
         const second = await post(path, makeBody(h.uniq('tenant b')), 'ok',
             {authorization: 'Bearer sk-tenant-b', 'x-api-key': 'sk-tenant-b'});
         assert.equal(second.status, 200, second.text);
         assert.doesNotMatch(second.text, /STRAY/, 'not the bytes sent unasked');
         const text = path === CHAT ? second.json.choices[0].message.content : second.json.content[0].text;
         assert.match(text, /^raw answer #\d+$/);
-        assert.notEqual(text, path === CHAT ? first.json.choices[0].message.content : first.json.content[0].text);
     }
-});
-
-h.test('an idle connection the upstream writes on unasked is closed by the proxy', async () => {
-    const first = await post(CHAT, h.chatBody(h.uniq('idle watch')), 'ok');
-    assert.equal(first.status, 200, first.text);
-    const sock = up.last;
-    await up.write(sock, withLength(chatJson(0, 'STRAY')));
-    await h.withDeadline(sock.gone, 10000, 'the proxy to close the connection');
 });
 
 h.test('tear down', async () => {
