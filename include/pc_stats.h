@@ -151,7 +151,8 @@
     ACTION(upstream_timeouts, counter, "Upstream calls that hit upstream-timeout")                 \
     ACTION(upstream_5xx, counter, "Upstream answers with a 5xx status")                            \
     ACTION(upstream_retries, counter,                                                              \
-           "Upstream calls resent once: the reused connection died before the request was sent")   \
+           "Upstream calls resent once: the reused connection died, or had unasked bytes or its "  \
+           "end waiting (stale), before the request was sent")                                     \
     ACTION(client_errors, counter, "Requests rejected by the proxy with a 4xx")                    \
     ACTION(client_aborts, counter, "Clients that hung up before their answer was complete")        \
     ACTION(redis_errors, counter, "Redis commands that failed or timed out")                       \

@@ -34,6 +34,19 @@
  * call fails (XFER_ERR_IO, 502) and is never repeated: an upstream that read
  * the request may be generating (and billing) its answer. Resends are
  * counted in upstream_retries.
+ *
+ * Stale connections. Bytes on a pooled connection between two transfers
+ * were sent unasked and would be read as the next request's answer (maybe
+ * another tenant's). Idle pooled connections are watched: data or the close
+ * shuts one down, so libcurl drops it. Right before a request is written on
+ * a pooled connection, it is peeked: anything waiting shuts it down, the
+ * write fails with nothing of the request written, and the resend above
+ * takes a fresh connection.
+ *
+ * Framing. A response head whose Content-Length is not one plain number
+ * (all copies equal), whose Transfer-Encoding is anything but one plain
+ * "chunked", or that has both, fails the call (XFER_ERR_IO, 502): libcurl
+ * would read such bodies leniently, cut at the wrong place.
  */
 #ifndef PC_UPSTREAM_H
 #define PC_UPSTREAM_H
