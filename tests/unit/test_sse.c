@@ -1243,6 +1243,59 @@ static char *filtered(const char *in, size_t step)
     return pc_buf_cstr(&out);
 }
 
+/*
+ * An event longer than SSE_FILTER_MAX_PENDING: never held beyond the cap,
+ * passed on as it comes, byte for byte, and filtering resumes after its
+ * blank line (the usage-only chunk after it is still dropped), with LF and
+ * CRLF line ends.
+ */
+static void test_usage_filter_bound(void)
+{
+    static const char usage_chunk[] =
+        "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":9}}";
+    static const char *const nl[] = {"\n", "\r\n"};
+    size_t big = 3 * SSE_FILTER_MAX_PENDING;
+    char *piece = pc_malloc(64 * 1024);
+    memset(piece, 'x', 64 * 1024);
+    for (size_t k = 0; k < PC_ARRAY_LEN(nl); k++) {
+        struct sse_usage_filter f;
+        struct pc_buf out = PC_BUF_INIT, want = PC_BUF_INIT;
+        sse_usage_filter_init(&f);
+        sse_usage_filter_feed(&f, "data: \"", 7, &out);
+        pc_buf_append(&want, "data: \"", 7);
+        for (size_t sent = 0; sent < big; sent += 64 * 1024) {
+            sse_usage_filter_feed(&f, piece, 64 * 1024, &out);
+            pc_buf_append(&want, piece, 64 * 1024);
+            T_CHECK(f.pending.len <= SSE_FILTER_MAX_PENDING);
+        }
+        T_CHECK(out.len >= big - SSE_FILTER_MAX_PENDING); /* passed on while unfinished */
+        struct pc_buf tail = PC_BUF_INIT;
+        pc_buf_append_str(&tail, "\"");
+        for (int blank = 0; blank < 2; blank++)
+            pc_buf_append_str(&tail, nl[k]);
+        pc_buf_append(&want, tail.data, tail.len);
+        pc_buf_append_str(&tail, usage_chunk);
+        pc_buf_append_str(&tail, nl[k]);
+        pc_buf_append_str(&tail, nl[k]);
+        pc_buf_append_str(&tail, "data: [DONE]");
+        pc_buf_append_str(&tail, nl[k]);
+        pc_buf_append_str(&tail, nl[k]);
+        pc_buf_append_str(&want, "data: [DONE]");
+        pc_buf_append_str(&want, nl[k]);
+        pc_buf_append_str(&want, nl[k]);
+        for (size_t i = 0; i < tail.len; i++) /* byte by byte: line ends split across feeds */
+            sse_usage_filter_feed(&f, tail.data + i, 1, &out);
+        sse_usage_filter_end(&f, &out);
+        T_CHECK_INT(out.len, want.len);
+        T_CHECK(out.len == want.len && memcmp(out.data, want.data, out.len) == 0);
+        sse_usage_filter_free(&f);
+        pc_buf_free(&out);
+        pc_buf_free(&want);
+        pc_buf_free(&tail);
+    }
+    free(piece);
+}
+
 static void test_usage_filter(void)
 {
     const char *in =
@@ -1479,6 +1532,7 @@ int main(void)
     T_RUN(test_synth_rejects);
     T_RUN(test_replay);
     T_RUN(test_usage_filter);
+    T_RUN(test_usage_filter_bound);
     T_RUN(test_usage_scan);
     T_RUN(test_end_scan);
     T_RUN(test_responses_assemble);
