@@ -3,7 +3,9 @@
  * the worker's libevent event_base (see pc_upstream.h for the contract).
  *
  * Owns, per worker: one CURLM (and with it the keep-alive connection pool),
- * one libevent event per socket curl watches, curl's timer, a "kick" timer;
+ * one libevent event per socket curl watches, one per idle pooled
+ * connection (struct uidle: bytes or a close there end it), curl's timer, a
+ * "kick" timer;
  * per call: one easy handle, the copied request, an idle-timeout timer and a
  * zero-timeout "defer" timer.
  *
