@@ -355,6 +355,40 @@ static size_t absolute_path(const char *t, size_t n)
     return i < n && i > host && t[i] == '/' ? i : 0;
 }
 
+/*
+ * Whether the path of the origin-form target t (up to its '?') has a dot
+ * segment: "." or "..", a dot spelled "%2e" too, and '\' or '#' taken as a
+ * separator, as some servers and CDNs read them. The upstream, or what stands
+ * in front of it, removes dot segments (RFC 3986 section 5.2.4) from the URL
+ * the proxy made by appending the target to its base URL: "/../other/x"
+ * reached a path outside the base URL's path ("https://gw/acct/openai" ->
+ * "https://gw/acct/other/x"), with upstream-key's credential. Clients remove
+ * dot segments before they send (RFC 3986 section 5.2), so no API call has one.
+ */
+static bool has_dot_segment(const char *t, size_t n)
+{
+    size_t i = 0;
+    while (i < n && t[i] != '?') {
+        size_t dots = 0;
+        bool other = false;
+        for (i++; i < n && t[i] != '/' && t[i] != '\\' && t[i] != '?' && t[i] != '#';) {
+            if (t[i] == '.') {
+                dots++;
+                i++;
+            } else if (t[i] == '%' && n - i >= 3 && t[i + 1] == '2' && (t[i + 2] | 0x20) == 'e') {
+                dots++;
+                i += 3;
+            } else {
+                other = true;
+                i++;
+            }
+        }
+        if (!other && (dots == 1 || dots == 2))
+            return true;
+    }
+    return false;
+}
+
 /* method SP request-target SP HTTP-version EOL, starting at pos. */
 static long parse_request_line(const char *buf, size_t len, size_t pos, struct httpd_head *hd)
 {
@@ -395,7 +429,8 @@ static long parse_request_line(const char *buf, size_t len, size_t pos, struct h
      * the proxy as an HTTP proxy sends it), is taken as its path: its scheme
      * and authority are dropped, never followed. "OPTIONS *" (asterisk form,
      * a ping of the server itself) never reaches the handler: httpd answers
-     * it (conn_options_asterisk).
+     * it (conn_options_asterisk). Nor does a path with a dot segment, which
+     * would leave the base URL's path (has_dot_segment).
      */
     if (buf[t] != '/' && !is_options_asterisk(hd)) {
         size_t at = absolute_path(hd->target, hd->target_len);
@@ -404,6 +439,8 @@ static long parse_request_line(const char *buf, size_t len, size_t pos, struct h
         hd->target += at;
         hd->target_len -= at;
     }
+    if (hd->target[0] == '/' && has_dot_segment(hd->target, hd->target_len))
+        return -400;
     hd->minor_version = minor;
     return end;
 }
