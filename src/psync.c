@@ -82,6 +82,8 @@
  * and a record from further ahead would stay the newest, unmoved, for that long. */
 #define FUTURE_MS     300000
 #define WIRE_NAME_MAX 255 /* a record's name length is one byte */
+/* How long a replica's set too large to read (restore_replica) is left out of catching up. */
+#define UNREADABLE_SKIP_MS 600000
 
 /* One local record waiting to be published. */
 struct rec {
@@ -125,7 +127,9 @@ struct psync {
     bool started;
     unsigned trims[PINDEX_MAX_REPLICAS]; /* writer only */
     uint64_t reject_logged_ms;           /* the follower's thread only */
-    uint64_t refused_logged_ms[2];       /* [0] the writer's, [1] the follower's thread */
+    /* The follower's thread only: when a replica's set was too large to read (0: never). */
+    uint64_t unreadable_ms[PINDEX_MAX_REPLICAS];
+    uint64_t refused_logged_ms[2]; /* [0] the writer's, [1] the follower's thread */
 };
 
 /* ---- connections ------------------------------------------------------------ */
@@ -581,9 +585,40 @@ static void apply_member(struct psync *ps, size_t rep, const redisReply *m, cons
         reject(ps, bad);
 }
 
+/*
+ * Whether replica rep's set is left out of catching up: its read failed for
+ * a reply past RCLI_REPLY_MAX (a member of megabytes, put there by another
+ * writer, scored to stay on top through every trim) within
+ * UNREADABLE_SKIP_MS. Reading it again at every start failed every start, so
+ * the follower never followed: the L1 stayed off and no instance's records
+ * were applied.
+ */
+static bool set_unreadable(const struct psync *ps, size_t rep)
+{
+    uint64_t at = ps->unreadable_ms[rep];
+    return at != 0 && pc_mono_ms() - at < UNREADABLE_SKIP_MS;
+}
+
+/*
+ * A failed read of replica rep's set: one whose reply broke the protocol or
+ * the cap on its size (hiredis's REDIS_ERR_PROTOCOL; a lost connection is
+ * not the set's doing) leaves the set out of the next starts.
+ */
+static void read_failed(struct psync *ps, const struct rcli *k, size_t rep)
+{
+    stats_incr(&ps->stats, STAT_prefix_sync_errors);
+    if (k->rc == NULL || k->rc->err != REDIS_ERR_PROTOCOL)
+        return;
+    ps->unreadable_ms[rep] = pc_mono_ms();
+    reject(ps, "a replica's set is too large to read (a member of another writer's): catching "
+               "up from it is left out for 10 minutes");
+}
+
 /* Catch up from a replica's set: its newest members, read on the follower's connection. */
 static int restore_replica(struct psync *ps, struct rcli *k, size_t rep)
 {
+    if (set_unreadable(ps, rep))
+        return 0;
     struct pc_buf key = PC_BUF_INIT;
     set_key(ps, rep, &key);
     char start[24];
@@ -593,7 +628,7 @@ static int restore_replica(struct psync *ps, struct rcli *k, size_t rep)
     redisReply *r = rcli_call(k, 5, argv, lens);
     if (r == NULL) {
         pc_buf_free(&key);
-        stats_incr(&ps->stats, STAT_prefix_sync_errors);
+        read_failed(ps, k, rep);
         return -1;
     }
     if (r->type == REDIS_REPLY_ERROR) {
