@@ -401,9 +401,36 @@ static void format_xadd(struct psync *ps, const struct rec *r, struct pc_buf *cm
     pc_buf_append(cmd, "\r\n", 2);
 }
 
-/* ZADD of a record's links to its replica's set into cmd (RESP); true if a trim follows. */
-static bool format_zadd(struct psync *ps, const struct rec *r, struct pc_buf *key,
-                        struct pc_buf *cmd)
+/*
+ * The trim of a replica's set into cmd (RESP): members scored further ahead
+ * than a record's time may be (FUTURE_MS) first, then all but the newest
+ * keep. Ranked above every sound member, those stayed through every trim by
+ * rank, which took the sound members instead: a few thousand of them (an
+ * instance whose clock runs fast, another writer) and every instance that
+ * started restored only members it rejects. 2, the commands added.
+ */
+static int format_trim(struct psync *ps, const struct pc_buf *key, struct pc_buf *cmd)
+{
+    char min[24], stop[24];
+    int64_t latest = (pc_wall_ms() + FUTURE_MS) * PINDEX_DEPTH_STEPS + (PINDEX_DEPTH_STEPS - 1);
+    snprintf(min, sizeof(min), "(%lld", (long long)latest);
+    pc_buf_append_str(cmd, "*4\r\n");
+    resp_str(cmd, "ZREMRANGEBYSCORE");
+    resp_arg(cmd, key->data, key->len);
+    resp_str(cmd, min);
+    resp_str(cmd, "+inf");
+    snprintf(stop, sizeof(stop), "-%zu", ps->keep + 1);
+    pc_buf_append_str(cmd, "*4\r\n");
+    resp_str(cmd, "ZREMRANGEBYRANK");
+    resp_arg(cmd, key->data, key->len);
+    resp_str(cmd, "0");
+    resp_str(cmd, stop);
+    return 2;
+}
+
+/* ZADD of a record's links to its replica's set into cmd (RESP); the commands added. */
+static int format_zadd(struct psync *ps, const struct rec *r, struct pc_buf *key,
+                       struct pc_buf *cmd)
 {
     set_key(ps, r->rep, key);
     resp_count(cmd, '*', 2 + 2 * r->n);
@@ -420,15 +447,8 @@ static bool format_zadd(struct psync *ps, const struct rec *r, struct pc_buf *ke
         resp_arg(cmd, link, sizeof(link));
     }
     if (++ps->trims[r->rep] % TRIM_EVERY != 0)
-        return false;
-    char stop[24];
-    snprintf(stop, sizeof(stop), "-%zu", ps->keep + 1);
-    pc_buf_append_str(cmd, "*4\r\n");
-    resp_str(cmd, "ZREMRANGEBYRANK");
-    resp_arg(cmd, key->data, key->len);
-    resp_str(cmd, "0");
-    resp_str(cmd, stop);
-    return true;
+        return 1;
+    return 1 + format_trim(ps, key, cmd);
 }
 
 /*
@@ -481,7 +501,7 @@ static bool publish(struct psync *ps, struct conn *c, const struct rec *batch)
         n = 0;
         for (const struct rec *r = batch; r != NULL; r = r->next)
             if (r->rep == rep)
-                n += 1 + format_zadd(ps, r, &key, &cmd);
+                n += format_zadd(ps, r, &key, &cmd);
         if (n > 0) {
             set_key(ps, rep, &key);
             sent = pipeline(ps, c, key.data, key.len, &cmd, n, &ok);

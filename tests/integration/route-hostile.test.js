@@ -100,3 +100,51 @@ h.test('a huge member in a replica\'s set does not stop the follower: the L1 and
         await Promise.all(reps.map((r) => r.close()));
     }
 });
+
+h.test('members of a replica\'s set scored in the future do not push the sound ones out of it', {timeout: 120000}, async () => {
+    /*
+     * A replica's set is trimmed to its newest members by rank. Members scored ahead of every
+     * clock (an instance whose clock runs a year fast, or another writer) ranked above every
+     * sound one, so each trim removed the sound members and kept those, which every instance
+     * rejects when it restores: a new instance caught up on nothing. A trim now drops members
+     * scored further ahead than a record's time may be.
+     */
+    const reps = [];
+    const port = env.redis.port;
+    let set = null;
+    try {
+        reps.push(await startVllmMock({name: 'v0', usPerToken: 0, usPerOutputToken: 0}));
+        const home = new URL(reps[0].url).host;
+        set = `pc:2:pz:{${home}}`;
+        await rawCommand(port, 'DEL', set);
+        /* prefix-capacity 1000: the set keeps its newest 1024 members; 1100 of them a year ahead. */
+        const ahead = BigInt(Date.now() + 365 * 86400000) * 4096n;
+        const args = [];
+        for (let i = 0; i < 1100; i++)
+            args.push(String(ahead + BigInt(i)), link(randomHash(), 1));
+        await rawCommand(port, 'ZADD', set, ...args);
+        const start = () => env.startProxy({upstream: reps.map((r) => r.url), workers: 1,
+            args: ['--upstream-type', 'vllm', '--prefix-capacity', '1000']});
+        const a = await start();
+        /* TRIM_EVERY (64) records of a on the replica: its set trimmed once at least. */
+        for (let i = 0; i < 70; i++) {
+            const r = await a.post(CHAT, {model: 'mock-vllm', max_tokens: 4,
+                messages: [{role: 'user', content: `${h.uniq('future')} ${'word '.repeat(8)}`}]}, NO_STORE);
+            assert.equal(r.status, 200, r.text);
+        }
+        await h.waitFor(async () => (await a.stats()).prefix_sync_published >= 70,
+            {what: 'a\'s records published'});
+        await h.waitFor(async () => Number(await rawCommand(port, 'ZCOUNT', set, String(ahead), '+inf')) === 0,
+            {what: 'the members a year ahead trimmed'});
+        assert.ok(Number(await rawCommand(port, 'ZCARD', set)) > 0, 'a\'s members kept');
+        /* A new instance catches up on them. */
+        const b = await start();
+        await h.waitFor(async () => (await b.stats()).replicas[0].index_tokens > 0,
+            {what: 'b restoring sound members', timeout: 10000});
+        await Promise.all([a.stop(), b.stop()]);
+    } finally {
+        if (set !== null)
+            await rawCommand(port, 'DEL', set);
+        await Promise.all(reps.map((r) => r.close()));
+    }
+});
