@@ -356,6 +356,20 @@ const struct route_replica *route_pick(struct route *r, struct route_query *q)
     return &rp->pub;
 }
 
+/*
+ * Add n (a count a replica reported, up to 1e15 each: dialect_tokens) to a
+ * counter, stopping at INT64_MAX: wrapped, /stats and /metrics read it as
+ * negative after some thousands of answers of a replica that says so.
+ */
+static void add_reported(uint64_t *ctr, int64_t n)
+{
+    uint64_t add = (uint64_t)PC_MAX(n, 0), old = LOAD(ctr), sum;
+    do
+        sum = old > (uint64_t)INT64_MAX - PC_MIN(add, (uint64_t)INT64_MAX) ? (uint64_t)INT64_MAX
+                                                                           : old + add;
+    while (!__atomic_compare_exchange_n(ctr, &old, sum, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
 void route_usage(struct route *r, const struct route_replica *rep, const char *model, size_t bytes,
                  int64_t predicted, const struct api_usage *u)
 {
@@ -364,9 +378,9 @@ void route_usage(struct route *r, const struct route_replica *rep, const char *m
         return;
     struct replica *rp = &r->reps[rep->index];
     __atomic_fetch_add(&rp->usage_answers, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&rp->predicted, (uint64_t)PC_MAX(predicted, 0), __ATOMIC_RELAXED);
-    __atomic_fetch_add(&rp->prompt_reported, (uint64_t)u->prompt, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&rp->cached_reported, (uint64_t)u->cached, __ATOMIC_RELAXED);
+    add_reported(&rp->predicted, predicted);
+    add_reported(&rp->prompt_reported, u->prompt);
+    add_reported(&rp->cached_reported, u->cached);
     pindex_calibrate(r->index, model, bytes, u->prompt);
 }
 

@@ -339,6 +339,40 @@ static void test_prefix_follows(void)
     route_destroy(&r);
 }
 
+/*
+ * A replica that reports 1e15 prompt and cached tokens (dialect_tokens' cap)
+ * in every answer: its reported counters stop at INT64_MAX. They wrapped,
+ * after 9224 such answers, and /stats and /metrics showed them negative.
+ */
+static void test_usage_saturates(void)
+{
+    struct route *r = mk_prefix_route(2, "4", "1.5");
+    struct chain t1;
+    conversation(&t1, 1, "liar");
+    struct route_query q;
+    struct api_usage u = {
+        .present = true, .prompt = INT64_C(1000000000000000), .cached = INT64_C(1000000000000000)};
+    const struct route_replica *rep = NULL;
+    for (int i = 0; i < 10000; i++) {
+        rep = pick_chain(r, &t1, &q);
+        route_usage(r, rep, "m", 4000, q.matched_tokens, &u);
+        route_end(r, rep, ROUTE_OK);
+    }
+    struct pc_buf b = PC_BUF_INIT;
+    stats_render_source_prometheus(&b, &(struct stat_source){&route_replica_series, r});
+    T_CHECK(strstr(pc_buf_cstr(&b), "} -") == NULL);
+    char want[160];
+    snprintf(want, sizeof want,
+             "reported_prompt_tokens_total{upstream=\"%s\"} 9223372036854775807\n", rep->name);
+    T_CHECK(strstr(pc_buf_cstr(&b), want) != NULL);
+    snprintf(want, sizeof want,
+             "reported_cached_tokens_total{upstream=\"%s\"} 9223372036854775807\n", rep->name);
+    T_CHECK(strstr(pc_buf_cstr(&b), want) != NULL);
+    pc_buf_free(&b);
+    chain_free(&t1);
+    route_destroy(&r);
+}
+
 static void test_prefix_spread(void)
 {
     struct route *r = mk_prefix_route(3, "4", "1.5");
@@ -483,6 +517,7 @@ int main(void)
     T_RUN(test_fail_timeout_zero);
     T_RUN(test_prometheus);
     T_RUN(test_prefix_follows);
+    T_RUN(test_usage_saturates);
     T_RUN(test_prefix_spread);
     T_RUN(test_prefix_load_bound);
     T_RUN(test_prefix_dead_replica);
