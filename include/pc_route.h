@@ -66,15 +66,18 @@ enum route_reason {
 enum route_result {
     ROUTE_OK = 0,      /* an answer came (any status but a server error) */
     ROUTE_CONNECT_ERR, /* could not connect: nothing was sent; mark down, try another */
-    ROUTE_ERR,         /* reset, cut off */
+    ROUTE_ERR,         /* reset or cut off after the response head */
     ROUTE_SILENT,      /* sent, then nothing for upstream-timeout: mark down, try no other
                           (the replica may be working on it) */
     ROUTE_ABORTED,     /* we stopped it (clients gone, shutdown) */
     ROUTE_5XX,         /* answered with a server error (route_server_error): ROUTE_5XX_IN_A_ROW
                           in a row mark it down, then one call at a time until it answers */
+    ROUTE_NO_ANSWER,   /* sent, then closed, reset or garbled before any response head: a
+                          failed call that counts in the run of ROUTE_5XX */
 };
 
-/* Server errors in a row (nothing else answered between) that leave a replica out. */
+/* Server errors or calls with no answer in a row (nothing answered between) that leave a
+ * replica out. */
 #define ROUTE_5XX_IN_A_ROW 3
 
 /*

@@ -199,11 +199,13 @@ static const struct conf_key conf_keys[] = {
              "that refuses a connection is skipped for upstream-fail-timeout, and the call goes "
              "to another one; one that takes a call and then sends nothing for upstream-timeout "
              "is skipped too, but that call ends in a 504 (it is not sent twice), and so is one "
-             "that answers 3 calls in a row with a server error (5xx but 501 and 505)."},
+             "that answers 3 calls in a row with a server error (5xx but 501 and 505) or with "
+             "none (the connection closed or reset before a response head)."},
     {.name = "upstream-fail-timeout", .type = CONF_DOUBLE, FIELD(upstream_fail_timeout),
      .def = "10", .dmin = 0, .dmax = 3600, .arg = "SECONDS",
      .help = "Seconds a replica that refused a connection, sent nothing for upstream-timeout "
-             "or answered 3 calls in a row with a server error is left out of routing (passive "
+             "or answered 3 calls in a row with a server error or none is left out of routing "
+             "(passive "
              "health check); after such silence or errors it then gets one call at a time until "
              "one is answered without a server error. Calls still go to it when every replica is "
              "left out. "

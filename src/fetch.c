@@ -303,7 +303,8 @@ static bool usage_scan_result(const struct fetch *f, struct api_usage *u)
 /* The call to f->rep ended: its in-flight count and health. */
 static void fetch_release(struct fetch *f, enum route_result res)
 {
-    if (f->rep != NULL && res == ROUTE_CONNECT_ERR) /* it never saw the prompt */
+    /* It never saw the prompt, or gave no answer to it: not believed held there. */
+    if (f->rep != NULL && (res == ROUTE_CONNECT_ERR || res == ROUTE_NO_ANSWER))
         route_unsent(f->w->route, f->rep, &f->q);
     if (f->rep != NULL)
         route_end(f->w->route, f->rep, res);
@@ -768,6 +769,7 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
                      : refused                         ? ROUTE_CONNECT_ERR
                      : result == XFER_ERR_TIMEOUT      ? ROUTE_SILENT
                      : result == XFER_ERR_INTERNAL     ? ROUTE_ABORTED
+                     : !f->got_head                    ? ROUTE_NO_ANSWER
                                                        : ROUTE_ERR);
     bool ok2xx = f->got_head && f->status >= 200 && f->status <= 299;
     enum answer_fate fate = FATE_NONE;

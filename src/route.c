@@ -430,24 +430,35 @@ static bool leave_out(struct route *r, struct replica *rp, bool probation)
 }
 
 /*
- * An answer with a server error: the replica is reachable but unwell (an
- * engine that died behind its HTTP server, a gateway whose backend is gone,
- * a model still loading). ROUTE_5XX_IN_A_ROW of them with no other answer
+ * An answer with a server error, or a call with none (answered is false: the
+ * connection closed, was reset or carried no HTTP before a response head):
+ * the replica is reachable but unwell (an engine that died behind its HTTP
+ * server, a gateway whose backend is gone, a model still loading, a server
+ * that crashes on every call). ROUTE_5XX_IN_A_ROW of them with no answer
  * between leave it out for upstream-fail-timeout, then on probation as after
- * silence: one call at a time, and the next 5xx leaves it out again at once
- * (the run is not reset). One 5xx never does: it may be the request's (a
- * prompt that breaks the tokenizer), and the calls between reset the run.
+ * silence: one call at a time, and the next one leaves it out again at once
+ * (the run is not reset). One never does: it may be the request's (a prompt
+ * that breaks the tokenizer), and the calls between reset the run. Calls
+ * with no answer were never counted: a replica that reset every call it took
+ * kept its share of them, and a conversation it took stayed there, failing.
  */
-static void server_error(struct route *r, struct replica *rp)
+static void server_error(struct route *r, struct replica *rp, bool answered)
 {
-    __atomic_fetch_add(&rp->server_errors, 1, __ATOMIC_RELAXED);
+    if (answered)
+        __atomic_fetch_add(&rp->server_errors, 1, __ATOMIC_RELAXED);
+    else
+        __atomic_fetch_add(&rp->errors, 1, __ATOMIC_RELAXED);
     uint64_t run = __atomic_add_fetch(&rp->errors_5xx_run, 1, __ATOMIC_RELAXED);
     if (run < ROUTE_5XX_IN_A_ROW || !leave_out(r, rp, true))
         return;
-    log_warn("upstream %s answered %llu calls in a row with a server error (5xx): other "
-             "replicas take its calls for %.1f s, then it gets one call at a time until it "
-             "answers without one",
-             rp->name, (unsigned long long)run, (double)r->fail_timeout_ms / 1000.0);
+    const char *what = answered ? "answered %llu calls in a row with a server error (5xx)"
+                                : "gave %llu calls in a row no answer (closed, reset or not "
+                                  "HTTP before a response head) or a server error (5xx)";
+    char said[160];
+    snprintf(said, sizeof(said), what, (unsigned long long)run);
+    log_warn("upstream %s %s: other replicas take its calls for %.1f s, then it gets one call at "
+             "a time until it answers without one",
+             rp->name, said, (double)r->fail_timeout_ms / 1000.0);
 }
 
 void route_end(struct route *r, const struct route_replica *rep, enum route_result res)
@@ -466,8 +477,8 @@ void route_end(struct route *r, const struct route_replica *rep, enum route_resu
     }
     if (res == ROUTE_ABORTED)
         return;
-    if (res == ROUTE_5XX) {
-        server_error(r, rp);
+    if (res == ROUTE_5XX || res == ROUTE_NO_ANSWER) {
+        server_error(r, rp, res == ROUTE_5XX);
         return;
     }
     __atomic_fetch_add(&rp->errors, 1, __ATOMIC_RELAXED);
@@ -558,8 +569,8 @@ ROUTE_REPLICA_FIGURES(ROUTE_READ)
 static const struct stat_row replica_rows[] = {
     {"healthy", "replica_up", "gauge", 0,
      "1 unless the replica refused a connection, sent nothing for upstream-timeout or answered "
-     "3 calls in a row with a server error within upstream-fail-timeout, or a call to such a "
-     "replica is in progress",
+     "3 calls in a row with a server error or none within upstream-fail-timeout, or a call to "
+     "such a replica is in progress",
      route_read_up},
 #define ROUTE_ROW(field, fam, type, help, expr) {#field, fam, type, 0, help, route_read_##field},
     ROUTE_REPLICA_FIGURES(ROUTE_ROW)

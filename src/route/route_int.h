@@ -29,7 +29,7 @@ struct replica {
     uint64_t errors;
     uint64_t connect_errors;
     uint64_t server_errors;  /* answers with a server error (route_server_error) */
-    uint64_t errors_5xx_run; /* ... in a row: reset by any other answer */
+    uint64_t errors_5xx_run; /* ... or calls with no answer, in a row: reset by any answer */
     int64_t down_until_ms;   /* monotonic; 0 = up */
     int64_t failed_ms;       /* monotonic time of the last connect failure, silence or 5xx run */
     int probation; /* left out for silence or 5xx: back one call at a time until it answers */

@@ -148,3 +148,62 @@ h.test('members of a replica\'s set scored in the future do not push the sound o
         await Promise.all(reps.map((r) => r.close()));
     }
 });
+
+/*
+ * A replica that reads every call and resets the connection before any answer head (a server
+ * that crashes on each request, a gateway whose backend is gone): those calls end in a 502, as
+ * they may have run and are not sent twice. Such calls were never held against the replica: it
+ * kept its share of the calls, all failing, and a conversation it took was believed held there.
+ * Now they count in the run that three server errors make, and what they added to the index is
+ * forgotten.
+ */
+h.test('a replica that resets every call before answering is left out after three, as a 5xx one', {timeout: 60000}, async () => {
+    const good = await startVllmMock({name: 'good', usPerToken: 0, usPerOutputToken: 0});
+    const socks = new Set();
+    let calls = 0;
+    const bad = net.createServer((sock) => {
+        socks.add(sock);
+        sock.on('error', () => { /* resets are what it is for */ });
+        sock.on('close', () => socks.delete(sock));
+        let buf = Buffer.alloc(0);
+        sock.on('data', (d) => {
+            buf = Buffer.concat([buf, d]);
+            const end = buf.indexOf('\r\n\r\n');
+            if (end < 0)
+                return;
+            const m = /\r\ncontent-length:\s*(\d+)/i.exec(buf.subarray(0, end).toString('latin1'));
+            if (buf.length < end + 4 + (m ? Number(m[1]) : 0))
+                return;
+            calls++;
+            sock.resetAndDestroy(); /* the whole request read, no answer */
+        });
+    });
+    await new Promise((resolve) => bad.listen(0, '127.0.0.1', resolve));
+    const badUrl = `http://127.0.0.1:${bad.address().port}`;
+    const name = `127.0.0.1:${bad.address().port}`;
+    try {
+        const a = await env.startProxy({upstream: [badUrl, good.url], workers: 1,
+            args: ['--upstream-type', 'vllm', '--routing', 'round-robin', '--upstream-fail-timeout', '300']});
+        const statuses = [];
+        for (let i = 0; i < 10; i++) {
+            const topic = h.uniq('reset');
+            const r = await a.post(CHAT, {model: 'mock-vllm', max_tokens: 4,
+                messages: [{role: 'user', content: `${topic}: ${'context '.repeat(600)}`}]}, NO_STORE);
+            statuses.push(r.status);
+        }
+        assert.equal(statuses.filter((s) => s === 502).length, 3, `three 502s, then elsewhere: ${statuses}`);
+        assert.equal(calls, 3);
+        const rep = (await a.stats()).replicas.find((x) => x.name === name);
+        assert.equal(rep.healthy, false, 'left out for upstream-fail-timeout');
+        assert.equal(rep.errors, 3);
+        assert.equal(rep.server_errors, 0, 'it never answered');
+        assert.equal(rep.index_tokens, 0, 'what those calls added to the index forgotten');
+        assert.match(a.proc.output, new RegExp(`upstream ${name} gave 3 calls in a row no answer`));
+        assert.ok(a.alive);
+        await a.stop();
+    } finally {
+        socks.forEach((s) => s.destroy());
+        await new Promise((resolve) => bad.close(resolve));
+        await good.close();
+    }
+});
