@@ -203,6 +203,22 @@ static void test_server_errors(void)
     pc_buf_free(&b);
     route_destroy(&r);
 
+    /* Calls with no answer (reset before a head) count in the run with server errors. */
+    r = mk_route("round-robin", 2, 10);
+    route_end(r, pick_index(r, 1), ROUTE_NO_ANSWER);
+    route_end(r, pick_index(r, 1), ROUTE_5XX);
+    route_end(r, pick_index(r, 1), ROUTE_OK);
+    route_end(r, pick_index(r, 1), ROUTE_NO_ANSWER);
+    route_end(r, pick_index(r, 1), ROUTE_NO_ANSWER);
+    T_CHECK(!avoided(r, 1, 4));
+    route_end(r, pick_index(r, 1), ROUTE_NO_ANSWER);
+    T_CHECK(avoided(r, 1, 6));
+    stats_render_source_json(&b, &(struct stat_source){&route_replica_series, r});
+    T_CHECK(strstr(pc_buf_cstr(&b), "\"errors\":4,") != NULL); /* each call with no answer */
+    T_CHECK(strstr(pc_buf_cstr(&b), "\"server_errors\":1,") != NULL);
+    pc_buf_free(&b);
+    route_destroy(&r);
+
     /* upstream-fail-timeout 0: never left out. */
     r = mk_route("round-robin", 2, 0);
     for (int i = 0; i < 5; i++)
