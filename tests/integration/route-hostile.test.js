@@ -1,9 +1,11 @@
 'use strict';
 /*
- * Hostile data read back for routing: what another writer (an old version, a
+ * Hostile data read back for routing. What another writer (an old version, a
  * broken instance, an attacker with access to Redis) leaves in a replica's
- * set of the shared prefix index (pc:2:pz:{replica}) is input, and must not
- * keep the proxy from following the streams other instances write.
+ * set of the shared prefix index (pc:2:pz:{replica}) is input: it must not
+ * keep the proxy from following the streams other instances write, nor push
+ * the sound members out of the set. A replica that takes every call and
+ * answers none must not keep its share of the calls.
  */
 const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
