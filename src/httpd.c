@@ -357,8 +357,9 @@ static size_t absolute_path(const char *t, size_t n)
 
 /*
  * Whether the path of the origin-form target t (up to its '?') has a dot
- * segment: "." or "..", a dot spelled "%2e" too, and '\' or '#' taken as a
- * separator, as some servers and CDNs read them. The upstream, or what stands
+ * segment: "." or "..", a dot spelled "%2e" too, and '\', '#' or ';' taken as a
+ * separator, as some servers and CDNs read them (Java servlet containers read
+ * "/..;/" as "/../": a path parameter after the dots). The upstream, or what stands
  * in front of it, removes dot segments (RFC 3986 section 5.2.4) from the URL
  * the proxy made by appending the target to its base URL: "/../other/x"
  * reached a path outside the base URL's path ("https://gw/acct/openai" ->
@@ -371,7 +372,8 @@ static bool has_dot_segment(const char *t, size_t n)
     while (i < n && t[i] != '?') {
         size_t dots = 0;
         bool other = false;
-        for (i++; i < n && t[i] != '/' && t[i] != '\\' && t[i] != '?' && t[i] != '#';) {
+        for (i++;
+             i < n && t[i] != '/' && t[i] != '\\' && t[i] != '?' && t[i] != '#' && t[i] != ';';) {
             if (t[i] == '.') {
                 dots++;
                 i++;

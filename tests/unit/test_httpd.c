@@ -116,11 +116,12 @@ static void test_parse_dot_segments(void)
         "/..",      "/../x",     "/.",        "/./v1/models", "/v1/..",        "/v1/../../x",
         "/a/./b",   "/%2e%2e/x", "/%2E%2e/x", "/.%2e/x",      "/%2e/x",        "/a\\..\\b",
         "/a/..\\b", "/..?q=1",   "/..#f",     "/a//../b",     "http://h/../x", "https://h/a/%2e%2E",
+        "/..;/x",   "/a/..;p/b", "/.;x",
     };
     static const char *const allowed[] = {
         "/",          "/...",    "/..a",        "/a..",       "/.well-known/x", "/a.b/c",
         "/%2e%2e%2e", "/%2ex",   "/%2f..%2f",   "/x?p=/../y", "/x?/./",         "/v1/models",
-        "/a/.../b",   "/..%2fx", "/%252e%252e", "//x",
+        "/a/.../b",   "/..%2fx", "/%252e%252e", "//x",        "/a;b/c",         "/..x;/y",
     };
     char req[256];
     for (size_t i = 0; i < PC_ARRAY_LEN(refused); i++) {
