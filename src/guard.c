@@ -2651,8 +2651,8 @@ static bool words_alike(const struct gdoc *a, size_t i, const struct gdoc *b, si
     return false;
 }
 
-/* Every verb of va (in a) has one alike in vb (in b). */
-static bool verbs_covered(const struct gdoc *a, const size_t *va, size_t na, const struct gdoc *b,
+/* Every word of va (in a) has one alike in vb (in b): verbs, replaced words. */
+static bool words_covered(const struct gdoc *a, const size_t *va, size_t na, const struct gdoc *b,
                           const size_t *vb, size_t nb)
 {
     for (size_t i = 0; i < na; i++) {
@@ -2712,7 +2712,7 @@ static bool guard_verbs(const struct gdoc *a, const struct gdoc *b)
     size_t va[VERBS_MAX], vb[VERBS_MAX];
     size_t na = verbs_of(a, va), nb = verbs_of(b, vb);
     if (na == nb && na > 0 &&
-        !(verbs_covered(a, va, na, b, vb, nb) && verbs_covered(b, vb, nb, a, va, na)))
+        !(words_covered(a, va, na, b, vb, nb) && words_covered(b, vb, nb, a, va, na)))
         return true;
     return verb_of_subject_differs(a, va, na, b, vb, nb);
 }
@@ -2963,20 +2963,6 @@ static size_t replaced_words(const struct gdoc *d, const struct gdoc *o, size_t 
     return n;
 }
 
-/* Every word of wa (in a) has one alike among wb (in b). */
-static bool replaced_alike(const struct gdoc *a, const size_t *wa, size_t na, const struct gdoc *b,
-                           const size_t *wb, size_t nb)
-{
-    for (size_t i = 0; i < na; i++) {
-        bool alike = false;
-        for (size_t j = 0; j < nb && !alike; j++)
-            alike = words_alike(a, wa[i], b, wb[j]);
-        if (!alike)
-            return false;
-    }
-    return true;
-}
-
 static bool guard_replaced(const struct gdoc *a, const struct gdoc *b)
 {
     if (content_words(a) < REPLACED_MIN_WORDS || content_words(b) < REPLACED_MIN_WORDS)
@@ -2985,7 +2971,7 @@ static bool guard_replaced(const struct gdoc *a, const struct gdoc *b)
     size_t na = replaced_words(a, b, wa), nb = replaced_words(b, a, wb);
     if (na == 0 || nb == 0 || na > REPLACED_MAX || nb > REPLACED_MAX)
         return false; /* nothing replaced (extra's, if added), or a rewording */
-    return !(replaced_alike(a, wa, na, b, wb, nb) && replaced_alike(b, wb, nb, a, wa, na));
+    return !(words_covered(a, wa, na, b, wb, nb) && words_covered(b, wb, nb, a, wa, na));
 }
 
 /* ---- the check ------------------------------------------------------------------------------ */
