@@ -345,14 +345,28 @@ struct stats {
     uint64_t cells[STATS_CELLS]; /* the families */
 } __attribute__((aligned(64)));
 
+/*
+ * Add n to a row's value, read as signed (a gauge may go down): a counter an
+ * upstream's reported usage feeds (1e15 tokens an answer) stops at INT64_MAX
+ * rather than wrap, as the families do; stats_sum saturates the same way.
+ */
 static inline void stats_add(struct stats *st, enum stat_id id, int64_t n)
 {
-    __atomic_fetch_add(&st->v[id], (uint64_t)n, __ATOMIC_RELAXED);
+    if (n <= 0) {
+        __atomic_fetch_add(&st->v[id], (uint64_t)n, __ATOMIC_RELAXED);
+        return;
+    }
+    /* Only this worker adds to its row: the exchange rarely retries. */
+    uint64_t old = __atomic_load_n(&st->v[id], __ATOMIC_RELAXED), sum;
+    do
+        sum = (int64_t)old > INT64_MAX - n ? (uint64_t)INT64_MAX : old + (uint64_t)n;
+    while (!__atomic_compare_exchange_n(&st->v[id], &old, sum, true, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED));
 }
 
 static inline void stats_incr(struct stats *st, enum stat_id id)
 {
-    stats_add(st, id, 1);
+    __atomic_fetch_add(&st->v[id], 1, __ATOMIC_RELAXED);
 }
 
 /* Add n to a counter family's series. */

@@ -324,12 +324,23 @@ void stats_unregister_all(void)
     nrows = 0;
 }
 
+/* a + b of two rows' values read as signed, kept within int64_t (as stats_add does). */
+static uint64_t row_sat(uint64_t a, uint64_t b)
+{
+    int64_t x = (int64_t)a, y = (int64_t)b;
+    if (y > 0 && x > INT64_MAX - y)
+        return (uint64_t)INT64_MAX;
+    if (y < 0 && x < INT64_MIN - y)
+        return (uint64_t)INT64_MIN;
+    return a + b;
+}
+
 void stats_sum(uint64_t out[STAT__COUNT])
 {
     memset(out, 0, sizeof(uint64_t) * STAT__COUNT);
     for (int r = 0; r < nrows; r++)
         for (int i = 0; i < STAT__COUNT; i++)
-            out[i] += __atomic_load_n(&rows[r]->v[i], __ATOMIC_RELAXED);
+            out[i] = row_sat(out[i], __atomic_load_n(&rows[r]->v[i], __ATOMIC_RELAXED));
 }
 
 uint64_t *stats_sum_cells(void)

@@ -205,6 +205,40 @@ static void test_family_saturates(void)
     stats_unregister_all();
 }
 
+/*
+ * The flat counters an upstream's usage feeds saturate too: one that reports 1e15 prompt
+ * tokens (dialect_tokens' cap) per answer took tokens_upstream_prompt past 2^64 on two
+ * workers after 10000 answers each, and /stats and /metrics showed it wrapped (smaller than
+ * before). A gauge still goes down as well as up.
+ */
+static void test_counter_saturates(void)
+{
+    static struct stats a, b;
+    stats_unregister_all();
+    stats_register(&a);
+    stats_register(&b);
+    for (int i = 0; i < 10000; i++) {
+        stats_add(&a, STAT_tokens_upstream_prompt, INT64_C(1000000000000000));
+        stats_add(&b, STAT_tokens_upstream_prompt, INT64_C(1000000000000000));
+    }
+    stats_add(&a, STAT_requests_active, 3);
+    stats_add(&b, STAT_requests_active, 2);
+    stats_add(&a, STAT_requests_active, -4);
+    uint64_t v[STAT__COUNT];
+    stats_sum(v);
+    T_CHECK(v[STAT_tokens_upstream_prompt] == (uint64_t)INT64_MAX);
+    T_CHECK((int64_t)v[STAT_requests_active] == 1);
+    struct pc_buf out = PC_BUF_INIT;
+    stats_render_prometheus(&out, NULL, 0);
+    T_CHECK(strstr(pc_buf_cstr(&out), "\npromptcache_tokens_upstream_prompt_total "
+                                      "9223372036854775807\n") != NULL);
+    pc_buf_reset(&out);
+    stats_render_json(&out, NULL, 0, false);
+    T_CHECK(strstr(pc_buf_cstr(&out), "\"tokens_upstream_prompt\":9223372036854775807,") != NULL);
+    pc_buf_free(&out);
+    stats_unregister_all();
+}
+
 int main(void)
 {
     T_RUN(test_plain_group);
@@ -212,5 +246,6 @@ int main(void)
     T_RUN(test_documents);
     T_RUN(test_doc);
     T_RUN(test_family_saturates);
+    T_RUN(test_counter_saturates);
     T_DONE();
 }
