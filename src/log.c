@@ -305,28 +305,53 @@ static void log_stamp(char out[LOG_STAMP_LEN])
              tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
 }
 
+/*
+ * src[0..n) into out (room for outlen bytes and a newline), each control
+ * character as \xNN: a client's string in a message (a model name, an
+ * upstream's error text) can neither end the line and write one of its own
+ * nor move a terminal's cursor. Cut where out is full. Returns the length.
+ */
+static size_t log_escape(const char *src, size_t n, char *out, size_t outlen)
+{
+    static const char hexd[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)src[i];
+        bool ctl = c < 0x20 || c == 0x7f;
+        if (o + (ctl ? 4 : 1) > outlen)
+            break;
+        if (!ctl) {
+            out[o++] = (char)c;
+            continue;
+        }
+        out[o++] = '\\';
+        out[o++] = 'x';
+        out[o++] = hexd[c >> 4];
+        out[o++] = hexd[c & 15];
+    }
+    return o;
+}
+
 void log_write(enum pc_log_level level, const char *reqid, const char *fmt, ...)
 {
     if (!log_enabled(level))
         return;
-    char line[2048];
+    char line[2048], msg[2048];
     char ts[LOG_STAMP_LEN];
     log_stamp(ts);
     int n = snprintf(line, sizeof(line), "%s %d %c ", ts, (int)getpid(), level_char[level]);
     if (reqid != NULL && n > 0 && (size_t)n < sizeof(line))
         n += snprintf(line + n, sizeof(line) - (size_t)n, "[%s] ", reqid);
-    if (n > 0 && (size_t)n < sizeof(line)) {
-        va_list ap;
-        va_start(ap, fmt);
-        int m = vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
-        va_end(ap);
-        if (m > 0)
-            n += m;
-    }
     if (n < 0)
         return;
-    if ((size_t)n >= sizeof(line) - 1)
-        n = (int)sizeof(line) - 2; /* truncated: keep the newline */
+    n = (int)PC_LOG_MIN((size_t)n, sizeof(line) - 1);
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (m > 0) /* truncated at the buffers' size, with room for the newline */
+        n += (int)log_escape(msg, PC_LOG_MIN((size_t)m, sizeof(msg) - 1), line + n,
+                             sizeof(line) - 1 - (size_t)n);
     line[n++] = '\n';
     log_file_result(write_all(log_fd, line, (size_t)n));
 }

@@ -180,3 +180,30 @@ h.test('a log that cannot be written is said once, where it can be read; request
         assert.equal(await proc.terminate(15000), 0, 'exit code');
     }
 });
+
+h.test('a client-chosen string never forges a line of the daemon log', async () => {
+    /*
+     * The model a request names reached the daemon log as it came: a second instance (or this
+     * one after a restart) serving a hit of a model the price list lacks warned with it raw,
+     * so a model with a line break wrote a line of the client's choosing. Control characters
+     * of any message are now written as \xNN.
+     */
+    const forged = `2026-01-01T00:00:00.000Z 1 E FORGED-${h.uniq('line').replace(/\W/g, '')}`;
+    const body = h.chatBody(h.uniq('forged log line'), {model: `no-such-model\n${forged}\r\u001b[2J`});
+    const miss = await env.proxy.post(CHAT, body);
+    assert.equal(miss.status, 200, miss.text);
+    const other = await env.startProxy();
+    try {
+        const hit = await other.post(CHAT, body);
+        assert.equal(hit.status, 200, hit.text);
+        assert.equal(hit.headers['x-cache-status'], 'HIT');
+        await h.waitFor(() => other.stderr.includes(forged.slice(25)), {what: 'the warning naming the model'});
+        for (const line of other.stderr.split('\n')) {
+            assert.ok(!line.startsWith(forged.slice(0, 30)), `a forged line: ${line}`);
+            assert.ok(!/[\u0000-\u0008\u000b-\u001f\u007f]/.test(line), `a control character: ${JSON.stringify(line)}`);
+        }
+        assert.ok(other.stderr.includes('no-such-model\\x0a2026-01-01T'), 'the line break written as \\x0a');
+    } finally {
+        await other.stop();
+    }
+});
