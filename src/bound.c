@@ -1049,6 +1049,7 @@ struct bound {
     char anon_id[TENANT_ID_LEN + 1]; /* the anonymous tenant, whose prior keeps the old key */
     pthread_mutex_t mu; /* guards the last prior read (any worker writes, /stats reads) */
     struct bound_counts last_global;
+    char last_tenant[TENANT_ID_LEN + 1]; /* whose prior last_global is */
     bool have_global;
 };
 
@@ -1095,9 +1096,14 @@ void bound_destroy(struct bound **bp)
     free(b);
 }
 
-/* What /stats and /metrics show: the global threshold at delta and its figures. */
+/*
+ * What /stats and /metrics show: the threshold at delta of the prior read
+ * last and its figures. Each tenant has its own prior, so these are the
+ * figures of whichever tenant's lookup read one last: tenant says whose.
+ */
 struct bound_figures {
     bool known;
+    char tenant[TENANT_ID_LEN + 1];
     struct bound_cert cert;
     struct bound_region all;
 };
@@ -1108,6 +1114,7 @@ static void figures(struct bound *b, struct bound_figures *f)
     pthread_mutex_lock(&b->mu);
     f->known = b->have_global;
     memcpy(g, &b->last_global, sizeof(*g));
+    memcpy(f->tenant, b->last_tenant, sizeof(f->tenant));
     pthread_mutex_unlock(&b->mu);
     bound_certify(g, b->delta, &f->cert);
     bound_region_at(g, 0, &f->all);
@@ -1145,8 +1152,14 @@ static void bound_snapshot(const void *obj, void *snap)
       stat_str(v, s->verify))                                                                    \
     X(confidence, "semantic_bound_confidence", NULL, "gauge", 2,                                 \
       "The confidence of every bound stated (one-sided)", stat_real(v, BOUND_CONFIDENCE))        \
+    X(prior_tenant, "semantic_bound_prior_tenant", NULL, "info", 0,                              \
+      "The tenant whose prior the figures below are of: each tenant has its own, and they are "  \
+      "of the one a lookup read last (null until one is read)",                                  \
+      stat_str(v, s->f.tenant);                                                                  \
+      if (!s->f.known) v->type = SV_NULL)                                                        \
     X(threshold, "semantic_bound_threshold", "semantic_bound_threshold", "gauge", 6,             \
-      "Lowest similarity the global counts allow at semantic-max-error",                         \
+      "Lowest similarity the prior read last (semantic_bound_prior_tenant's) allows at "         \
+      "semantic-max-error",                                                                      \
       stat_real_or_null(v, s->f.cert.certified, s->f.cert.threshold))                            \
     X(error_observed, "semantic_bound_error_observed", "semantic_bound_error_observed", "gauge", \
       6, "Weighted error rate of the comparisons at or above that threshold",                    \
@@ -1228,7 +1241,8 @@ struct bound_view {
     unsigned magic;
     struct bound_port *bp;
     char part_key[BOUND_KEY_MAX];
-    char prior_key[BOUND_KEY_MAX]; /* the tenant's prior */
+    char prior_key[BOUND_KEY_MAX];  /* the tenant's prior */
+    char tenant[TENANT_ID_LEN + 1]; /* whose */
     struct store_cmd *cmd[VR__COUNT];
     int pending;
     bound_ready_fn *cb;
@@ -1254,6 +1268,8 @@ struct bound_view *bound_view_create(struct bound_port *bp, const char *tenant_i
     bound_prepare(&v->prep);
     bound_partition_key(bp->b->space, partition, v->part_key);
     bound_prior_key(bp->b->space, tenant_id, bp->b->anon_id, v->prior_key);
+    snprintf(v->tenant, sizeof v->tenant, "%.*s", TENANT_ID_LEN,
+             tenant_id != NULL ? tenant_id : bp->b->anon_id);
     return v;
 }
 
@@ -1333,6 +1349,7 @@ static void on_global(void *arg, enum store_status st, const char *val, size_t l
         struct bound *b = v->bp->b;
         pthread_mutex_lock(&b->mu);
         memcpy(&b->last_global, &v->glob, sizeof(v->glob));
+        memcpy(b->last_tenant, v->tenant, sizeof(b->last_tenant));
         b->have_global = true;
         pthread_mutex_unlock(&b->mu);
     }

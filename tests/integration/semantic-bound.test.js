@@ -618,6 +618,38 @@ h.test('Redis down: requests are answered, nothing is served by meaning, no boun
     await p.stop();
 });
 
+h.test('the bound\'s figures in /stats name the tenant whose prior they are of', async () => {
+    /*
+     * Each tenant has its own prior, and /stats shows the one a lookup read last: after the
+     * anonymous tenant's threshold (0.995), another tenant's lookup made it null, and nothing
+     * said that these were another tenant's figures. semantic_bound_prior_tenant names it.
+     */
+    const p = await boundProxy(await freshDb());
+    const ns = `whose-${tag()}`;
+    await agreeingPairs(p, ns, NEED);
+    const t = tag();
+    await ask(p, question(t), `m-${t}`, {'X-Cache-Namespace': ns});
+    const hit = await ask(p, rewording(t), `m-${t}`, {'X-Cache-Namespace': ns});
+    assertServed(hit);
+    const tenantOf = async (res) =>
+        (await p.waitAccessLog((l) => l.id === res.headers['x-promptcache-request-id'])).tenant;
+    const anon = await tenantOf(hit);
+    let st = await p.stats();
+    assert.equal(st.semantic_bound_threshold, 0.995);
+    assert.equal(st.semantic_bound_prior_tenant, anon);
+    const key = h.bearer('sk-bound-another-tenant-0001');
+    const u = tag();
+    await ask(p, question(u), `m-${u}`, {'X-Cache-Namespace': ns, ...key});
+    const held = await ask(p, rewording(u), `m-${u}`, {'X-Cache-Namespace': ns, ...key});
+    assertHeldBack(held, 'agreed');
+    const other = await tenantOf(held);
+    assert.notEqual(other, anon);
+    st = await p.stats();
+    assert.equal(st.semantic_bound_threshold, null, 'the other tenant has no evidence of its own');
+    assert.equal(st.semantic_bound_prior_tenant, other);
+    await p.stop();
+});
+
 h.test('tear down', async () => {
     await sem.close();
 });
