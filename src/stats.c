@@ -178,10 +178,22 @@ static int slot_find(const char *name, int n)
     return -1;
 }
 
+/*
+ * "other" is the label of every model without a slot: a model of that name
+ * (a client's) is counted there rather than given a second label "other",
+ * whose two series with the same labels would make Prometheus refuse the scrape.
+ */
+static bool slot_name_taken(const char *name)
+{
+    return strcmp(name, "other") == 0;
+}
+
 int stats_model_slot(const char *model, bool admit)
 {
     char name[MODEL_NAME_MAX + 1];
     model_clean(model, name);
+    if (slot_name_taken(name))
+        return STATS_MODEL_N - 1;
     int n = __atomic_load_n(&slot_count, __ATOMIC_ACQUIRE);
     int i = slot_find(name, n);
     if (i >= 0 || !admit || n >= slot_limit)
@@ -204,7 +216,7 @@ void stats_seed_models(const char *const *models, size_t n)
     for (size_t i = 0; i < n && slot_count < slot_limit; i++) {
         char name[MODEL_NAME_MAX + 1];
         model_clean(models[i], name);
-        if (slot_find(name, slot_count) >= 0)
+        if (slot_name_taken(name) || slot_find(name, slot_count) >= 0)
             continue;
         snprintf(slot_names[slot_count], sizeof slot_names[slot_count], "%s", name);
         __atomic_store_n(&slot_count, slot_count + 1, __ATOMIC_RELEASE);

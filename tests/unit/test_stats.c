@@ -239,6 +239,41 @@ static void test_counter_saturates(void)
     stats_unregister_all();
 }
 
+/*
+ * A model named "other" (a client's, answered by an upstream that takes any name, as
+ * llama.cpp's server does) took a label of its own, named "other" like the label of every
+ * model past metrics-models: /metrics carried two series with the same labels, and
+ * Prometheus refuses a whole scrape that has one ("duplicate sample for timestamp"). Such a
+ * model is counted under that one label now, admitted or seeded alike.
+ */
+static void test_model_named_other(void)
+{
+    static struct stats a;
+    stats_unregister_all();
+    stats_register(&a);
+    stats_set_model_limit(10);
+    const char *const seeded[] = {"other", "m1"};
+    stats_seed_models(seeded, 2);
+    int slot = stats_model_slot("other", true);
+    T_CHECK_INT(slot, STATS_MODEL_N - 1);
+    T_CHECK(stats_model_slot("m1", false) != STATS_MODEL_N - 1);
+    struct stat_labels l = {.model = slot, .token = 0};
+    stats_fam_add(&a, SF_upstream_tokens, &l, 5);
+    l.model = STATS_MODEL_N - 1;
+    stats_fam_add(&a, SF_upstream_tokens, &l, 7);
+    struct pc_buf out = PC_BUF_INIT;
+    stats_render_prometheus(&out, NULL, 0);
+    const char *series = "promptcache_upstream_tokens_total{model=\"other\",token=\"input\"} ";
+    const char *first = strstr(pc_buf_cstr(&out), series);
+    T_CHECK(first != NULL);
+    if (first != NULL) {
+        T_CHECK(strncmp(first + strlen(series), "12\n", 3) == 0);
+        T_CHECK(strstr(first + 1, series) == NULL);
+    }
+    pc_buf_free(&out);
+    stats_unregister_all();
+}
+
 int main(void)
 {
     T_RUN(test_plain_group);
@@ -247,5 +282,6 @@ int main(void)
     T_RUN(test_doc);
     T_RUN(test_family_saturates);
     T_RUN(test_counter_saturates);
+    T_RUN(test_model_named_other);
     T_DONE();
 }
