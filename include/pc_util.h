@@ -78,6 +78,8 @@ void pc_buf_json_str(struct pc_buf *b, const char *s, size_t n);
  * well-formed UTF-8 character written as \ufffd (U+FFFD).
  */
 void pc_buf_json_text(struct pc_buf *b, const char *s, size_t n, size_t max);
+/* The length of the well-formed UTF-8 character at s[0..n) (RFC 3629), or 0 if none is. */
+size_t pc_utf8_char_len(const char *s, size_t n);
 /* Remove the first n bytes. */
 void pc_buf_consume(struct pc_buf *b, size_t n);
 /* NUL-terminate (the NUL is not counted in len) and return data; never NULL. */

@@ -318,19 +318,29 @@ static int read_match(struct pricing *p, const cJSON *m, struct price *pr, char 
     return 0;
 }
 
-/* "source" (any text, kept to PRICING_SOURCE_MAX bytes, control characters as spaces). */
+/*
+ * "source" (any text) as /metrics' label and the JSON take it: control
+ * characters as spaces, each byte that is no part of a UTF-8 character as
+ * U+FFFD (Prometheus refuses a scrape with an invalid UTF-8 label value),
+ * kept to PRICING_SOURCE_MAX bytes, cut before a whole character.
+ */
 static char *clean_source(const char *s)
 {
-    size_t n = strlen(s);
-    if (n > PRICING_SOURCE_MAX) {
-        n = PRICING_SOURCE_MAX;
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-            n--; /* cut before a whole UTF-8 character */
+    size_t n = strlen(s), o = 0;
+    char *out = pc_malloc(PRICING_SOURCE_MAX + 1);
+    for (size_t i = 0; i < n;) {
+        size_t len = pc_utf8_char_len(s + i, n - i);
+        const char *c = len > 0 ? s + i : "\xef\xbf\xbd";
+        size_t clen = len > 0 ? len : 3;
+        if (o + clen > PRICING_SOURCE_MAX)
+            break;
+        memcpy(out + o, c, clen);
+        if (clen == 1 && ((unsigned char)*c < 0x20 || *c == 0x7f))
+            out[o] = ' ';
+        o += clen;
+        i += len > 0 ? len : 1;
     }
-    char *out = pc_strndup(s, n);
-    for (char *c = out; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f)
-            *c = ' ';
+    out[o] = '\0';
     return out;
 }
 

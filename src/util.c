@@ -210,6 +210,11 @@ static size_t utf8_char_len(const unsigned char *s, size_t n)
     return len;
 }
 
+size_t pc_utf8_char_len(const char *s, size_t n)
+{
+    return n > 0 ? utf8_char_len((const unsigned char *)s, n) : 0;
+}
+
 void pc_buf_json_text(struct pc_buf *b, const char *s, size_t n, size_t max)
 {
     const unsigned char *u = (const unsigned char *)s;

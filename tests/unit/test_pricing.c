@@ -400,6 +400,57 @@ out:
     pricing_release(&b);
 }
 
+/* Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong form, surrogate, or beyond U+10FFFF).
+ */
+static bool utf8_ok(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t len = u[i] < 0x80                    ? 1
+                     : u[i] >= 0xc2 && u[i] <= 0xdf ? 2
+                     : u[i] >= 0xe0 && u[i] <= 0xef ? 3
+                     : u[i] >= 0xf0 && u[i] <= 0xf4 ? 4
+                                                    : 0;
+        if (len == 0 || i + len > n)
+            return false;
+        for (size_t k = 1; k < len; k++)
+            if ((u[i + k] & 0xc0) != 0x80)
+                return false;
+        if ((u[i] == 0xe0 && u[i + 1] < 0xa0) || (u[i] == 0xed && u[i + 1] > 0x9f) ||
+            (u[i] == 0xf0 && u[i + 1] < 0x90) || (u[i] == 0xf4 && u[i + 1] > 0x8f))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+/*
+ * A list's "source" with bytes that are no UTF-8 (cJSON takes them as they are): /metrics
+ * carried them in pricing_info's source label, and Prometheus refuses a whole scrape with an
+ * invalid UTF-8 label value; /stats and the dashboard's JSON carried them too. Each such byte
+ * is U+FFFD now.
+ */
+static void test_source_utf8(void)
+{
+    static const char json[] = "{\"source\":\"bad \xff\xfe list \xc3\x28 \xed\xa0\x80 "
+                               "\xe9\xa9\",\"models\":{\"m\":{\"input\":1}}}";
+    struct pricing *p = parse(json, NULL);
+    T_CHECK(p != NULL);
+    if (p == NULL)
+        return;
+    const char *src = pricing_source(p);
+    T_CHECK(utf8_ok(src, strlen(src)));
+    T_CHECK(strncmp(src, "bad \xef\xbf\xbd\xef\xbf\xbd list \xef\xbf\xbd(", 15) == 0);
+    struct pc_buf out = PC_BUF_INIT;
+    pricing_render_prometheus(p, &out);
+    T_CHECK(utf8_ok(out.data, out.len));
+    pc_buf_reset(&out);
+    pricing_render_json(p, &out);
+    T_CHECK(utf8_ok(out.data, out.len));
+    pc_buf_free(&out);
+    pricing_release(&p);
+}
+
 int main(void)
 {
     T_RUN(test_formats_agree);
@@ -409,6 +460,7 @@ int main(void)
     T_RUN(test_rules);
     T_RUN(test_rule_refusals);
     T_RUN(test_origin);
+    T_RUN(test_source_utf8);
     T_RUN(test_families);
     T_DONE();
 }
