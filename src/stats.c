@@ -304,6 +304,25 @@ static bool series_labels(enum stat_family f, size_t s, int v[SL__COUNT])
     return true;
 }
 
+/*
+ * name="v" with v escaped as the exposition format wants (backslash, double
+ * quote, line feed): no value, whoever chose it, ends the series early or
+ * writes one of its own.
+ */
+static void prom_label(struct pc_buf *out, const char *name, const char *v)
+{
+    pc_buf_printf(out, "%s=\"", name);
+    for (size_t run; *v != '\0'; v += run) {
+        run = strcspn(v, "\\\"\n");
+        pc_buf_append(out, v, run);
+        if (v[run] == '\0')
+            break;
+        pc_buf_append_str(out, v[run] == '\n' ? "\\n" : v[run] == '"' ? "\\\"" : "\\\\");
+        run++;
+    }
+    pc_buf_append_char(out, '"');
+}
+
 /* {a="x",b="y"} (with extra, e.g. le="0.1", last); nothing for no labels and no extra. */
 static void append_labels(struct pc_buf *out, enum stat_family f, const int v[SL__COUNT],
                           const char *extra)
@@ -312,7 +331,8 @@ static void append_labels(struct pc_buf *out, enum stat_family f, const int v[SL
     for (int k = 0; k < SL__COUNT; k++) {
         if (!(fam[f].labels & (1u << k)))
             continue;
-        pc_buf_printf(out, "%s%s=\"%s\"", any ? "," : "{", label_names[k], label_text(k, v[k]));
+        pc_buf_append_char(out, any ? ',' : '{');
+        prom_label(out, label_names[k], label_text(k, v[k]));
         any = true;
     }
     if (extra != NULL) {
@@ -747,7 +767,9 @@ static void prom_items(struct pc_buf *out, const struct stat_group *g, const str
         struct stat_val v = {0};
         row->read(snap, i, &v);
         pc_buf_reset(&line);
-        pc_buf_printf(&line, "promptcache_%s{%s=\"%s\"} ", row->prom, g->label, g->item(snap, i));
+        pc_buf_printf(&line, "promptcache_%s{", row->prom);
+        prom_label(&line, g->label, g->item(snap, i));
+        pc_buf_append_str(&line, "} ");
         if (prom_val(&line, row, &v)) {
             pc_buf_append(out, line.data, line.len);
             pc_buf_append_char(out, '\n');

@@ -136,6 +136,33 @@ static void test_item_group(void)
     pc_buf_free(&b);
 }
 
+/*
+ * An item's name is a label value as Prometheus reads it whatever it holds: a backslash, a
+ * double quote and a line feed escaped. Written as they were, a name with a quote and a line
+ * feed ended the series and wrote one of its own (promptcache_fig_item_n_total{upstream="x"} 1e9).
+ */
+static const char *odd_name(const void *snap, size_t i)
+{
+    (void)snap;
+    return i ? "b\\" : "x\"} 1000000000\npromptcache_fig_item_n_total{upstream=\"y";
+}
+
+static void test_item_names_escaped(void)
+{
+    struct stat_group g = item_group;
+    g.item = odd_name;
+    struct fig f = {.per = {5, 9}};
+    struct stat_source src = {&g, &f};
+    struct pc_buf b = PC_BUF_INIT;
+    stats_render_source_prometheus(&b, &src);
+    T_CHECK_STR(pc_buf_cstr(&b), "# HELP promptcache_fig_item_n_total Per item\n"
+                                 "# TYPE promptcache_fig_item_n_total counter\n"
+                                 "promptcache_fig_item_n_total{upstream=\"x\\\"} 1000000000\\n"
+                                 "promptcache_fig_item_n_total{upstream=\\\"y\"} 5\n"
+                                 "promptcache_fig_item_n_total{upstream=\"b\\\\\"} 9\n");
+    pc_buf_free(&b);
+}
+
 /* The whole documents: the rows and families first, then each source in order. */
 static void test_documents(void)
 {
@@ -278,6 +305,7 @@ int main(void)
 {
     T_RUN(test_plain_group);
     T_RUN(test_item_group);
+    T_RUN(test_item_names_escaped);
     T_RUN(test_documents);
     T_RUN(test_doc);
     T_RUN(test_family_saturates);
