@@ -487,7 +487,9 @@ static void json_by_tenant(struct pc_buf *out, const uint64_t *cells, enum stat_
         const char *name = label_text(SL_TENANT, t);
         if (name == NULL)
             continue;
-        pc_buf_printf(out, "%s\"%s\":", first ? "" : ",", name);
+        pc_buf_append_str(out, first ? "" : ",");
+        pc_buf_json_str(out, name, strlen(name));
+        pc_buf_append_char(out, ':');
         first = false;
         if (!(fam[f].labels & SL(CACHE))) {
             json_figure(out, f, priced, stats_family_by(cells, f, SL_TENANT, t));
