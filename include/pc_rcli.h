@@ -83,6 +83,14 @@ struct redisReply *rcli_call(struct rcli *k, int argc, const char **argv, const 
  * fails the context with a protocol error instead of filling the memory.
  */
 #define RCLI_REPLY_MAX (64u << 20)
+/*
+ * The elements one reply on a blocking connection may announce, added up (more fail it,
+ * see redisev_guard; each costs about 72 bytes of reply objects): the largest read is the
+ * prefix follower's catching up, ZRANGE WITHSCORES of up to 1,000,000 members (2,000,001
+ * elements, psync.c checks); an XREAD of COUNT entries, a member list of a vector
+ * partition or a SCAN page are far below.
+ */
+#define RCLI_REPLY_ELEMENTS (1u << 21)
 struct redisContext;
 int rcli_get_reply(struct redisContext *rc, void **reply);
 /*

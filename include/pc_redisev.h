@@ -27,12 +27,20 @@ struct event_base;
 struct redisAsyncContext;
 struct redisReader;
 
+/* What one reply on a connection may hold (0: no cap); a reply past either fails it. */
+struct redisev_caps {
+    size_t bytes;    /* its bytes waiting unparsed; its strings parsed, together */
+    size_t elements; /* the element counts its arrays announce, added up */
+};
+
 /*
  * 0, or -1 if ac already has an adapter or memory ran out (ac is left as it was). A reply
  * that grows past reply_max bytes not parsed yet (0: no cap) drops the connection: hiredis
  * 0.14 buffers a bulk of whatever length Redis announces (2^40 and more) as long as bytes come.
+ * So does one past the caps of redisev_guard (reply_max, elements_max), installed here.
  */
-int redisev_attach(struct redisAsyncContext *ac, struct event_base *base, size_t reply_max);
+int redisev_attach(struct redisAsyncContext *ac, struct event_base *base, size_t reply_max,
+                   size_t elements_max);
 /* The cap of a context attached here, for the replies still to come. */
 void redisev_set_reply_max(struct redisAsyncContext *ac, size_t max);
 /*
@@ -41,5 +49,15 @@ void redisev_set_reply_max(struct redisAsyncContext *ac, size_t max);
  * and the caller drops the connection - and return true.
  */
 bool redisev_reader_cap(struct redisReader *r, size_t max);
+/*
+ * Make r refuse a reply past caps as it parses it: hiredis 0.14 makes an object per
+ * element and callocs the element list an array announces ("*2000000000": 16 GB), while
+ * what it parsed leaves the buffer that redisev_reader_cap watches. An array whose count
+ * takes the counts announced in its reply past caps->elements, or a
+ * string that takes the reply's strings past caps->bytes fails r with REDIS_ERR_PROTOCOL
+ * (its next reads fail: the caller drops the connection), never allocating for it. Call
+ * it before r reads a reply; caps is read, never written, and must outlive r.
+ */
+void redisev_guard(struct redisReader *r, const struct redisev_caps *caps);
 
 #endif

@@ -90,6 +90,12 @@ struct store *store_create(struct event_base *base, const struct store_opts *opt
  */
 #define STORE_REPLY_FLOOR (64u << 20)
 #define STORE_REPLY_SLACK (1u << 20)
+/*
+ * The elements one reply on a store connection may announce, added up (more drop the
+ * connection, see redisev_guard): a SCAN page (COUNT 1000), a script's list of keys, a
+ * cluster's CLUSTER SHARDS or SLOTS (16,384 slot ranges at most) are far below.
+ */
+#define STORE_REPLY_ELEMENTS (1u << 20)
 size_t store_reply_max(int64_t max_entry);
 /* After a reload: the cap for max_entry, on s's connections now and to come. */
 void store_set_reply_max(struct store *s, int64_t max_entry);

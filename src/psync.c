@@ -75,9 +75,12 @@
 #define BACKOFF_MIN_MS  100
 #define BACKOFF_MAX_MS  5000
 #define LOG_EVERY_MS    60000
-#define TRIM_EVERY      64  /* ZADDs to a replica's set between trims */
-#define LINK_BYTES      12  /* 8-byte hash, 4-byte tokens */
-#define MIN_LINK_TOKENS 128 /* sets keep capacity / this many members */
+#define TRIM_EVERY      64      /* ZADDs to a replica's set between trims */
+#define LINK_BYTES      12      /* 8-byte hash, 4-byte tokens */
+#define MIN_LINK_TOKENS 128     /* sets keep capacity / this many members */
+#define KEEP_MAX        1000000 /* members a set keeps at most */
+/* Catching up reads a set WITHSCORES: a member and its score, in one reply. */
+_Static_assert(2 * KEEP_MAX + 1 <= RCLI_REPLY_ELEMENTS, "a set's ZRANGE fits a blocking reply");
 /* How far ahead of this clock a record's time may be: clocks of hosts differ by far less,
  * and a record from further ahead would stay the newest, unmoved, for that long. */
 #define FUTURE_MS     300000
@@ -792,7 +795,7 @@ struct psync *psync_create(const struct conf *c, struct route *route, char *err,
     for (size_t i = 0; i < route_count(route); i++)
         ps->wire[i] = wire_name(route_replica(route, i)->name);
     int64_t cap = pindex_capacity(ps->index, 0);
-    ps->keep = (size_t)PC_MIN(PC_MAX(2 * cap / MIN_LINK_TOKENS, 1024), 1000000);
+    ps->keep = (size_t)PC_MIN(PC_MAX(2 * cap / MIN_LINK_TOKENS, 1024), KEEP_MAX);
     pthread_mutex_init(&ps->mu, NULL);
     pthread_cond_init(&ps->cond, NULL);
     pthread_cond_init(&ps->queue_cond, NULL);

@@ -39,6 +39,9 @@
 #define REDIRECTS_MAX       5    /* MOVED / ASK / TRYAGAIN followed for one command */
 #define TRYAGAIN_MS         20   /* first pause after TRYAGAIN, doubled each time */
 
+/* What a reply on a blocking connection may hold (see redisev_guard). */
+static const struct redisev_caps rcli_caps = {RCLI_REPLY_MAX, RCLI_REPLY_ELEMENTS};
+
 struct rcli_link {
     char host[CLUSTER_HOST_MAX];
     int port;
@@ -198,6 +201,8 @@ static redisContext *dial_one(const struct rurl *u, const char *host, int port, 
     redisContext *rc = u->kind == RURL_UNIX ? redisConnectUnixWithTimeout(u->unix_path, tv)
                                             : redisConnectWithTimeout(host, port, tv);
     char why[224] = "";
+    if (rc != NULL && rc->err == 0)
+        redisev_guard(rc->reader, &rcli_caps); /* before the first reply, setup_all's */
     if (rc == NULL || rc->err) {
         snprintf(err, errlen, "cannot connect to %s: %s", where, rc ? rc->errstr : "out of memory");
     } else if (redisSetTimeout(rc, tv) == REDIS_OK && setup_all(rc, u, why, sizeof(why)) &&

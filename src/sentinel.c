@@ -35,8 +35,12 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 
-#define ASK_MAGIC          0x5e471e1au
-#define SENTINEL_REPLY_MAX (1u << 20) /* a sentinel answers with a few names and addresses */
+#define ASK_MAGIC               0x5e471e1au
+#define SENTINEL_REPLY_MAX      (1u << 20) /* a sentinel answers with a few names and addresses */
+#define SENTINEL_REPLY_ELEMENTS (1u << 16) /* elements announced in one reply (redisev_guard) */
+
+/* For the blocking query's reader, as redisev_attach sets for the asynchronous one. */
+static const struct redisev_caps query_caps = {SENTINEL_REPLY_MAX, SENTINEL_REPLY_ELEMENTS};
 
 enum ask_state {
     A_RESOLVING, /* the sentinel's name is being resolved; timer = deadline */
@@ -242,7 +246,7 @@ static void ask_connect(struct sentinel_ask *a, const char *addr)
         ask_failed(a, why);
         return;
     }
-    if (redisev_attach(ac, a->base, SENTINEL_REPLY_MAX) != 0) {
+    if (redisev_attach(ac, a->base, SENTINEL_REPLY_MAX, SENTINEL_REPLY_ELEMENTS) != 0) {
         redisAsyncFree(ac);
         ask_failed(a, "out of memory");
         return;
@@ -415,8 +419,10 @@ int sentinel_query(const struct rurl *u, size_t i, int64_t timeout_ms, char **ho
     int ret = -1;
     if (rc == NULL || rc->err)
         snprintf(why, sizeof(why), "%s", rc ? rc->errstr : "out of memory");
-    else if (redisSetTimeout(rc, tv) == REDIS_OK)
+    else if (redisSetTimeout(rc, tv) == REDIS_OK) {
+        redisev_guard(rc->reader, &query_caps);
         ret = query_on(rc, u, host, port, why, sizeof(why));
+    }
     if (rc != NULL)
         redisFree(rc);
     if (ret < 0) {

@@ -830,7 +830,7 @@ static void conn_open(struct store *s, const char *addr, int port)
         conn_down(s, why);
         return;
     }
-    if (redisev_attach(ac, s->base, s->reply_max) != 0) {
+    if (redisev_attach(ac, s->base, s->reply_max, STORE_REPLY_ELEMENTS) != 0) {
         redisAsyncFree(ac);
         conn_down(s, "out of memory");
         return;

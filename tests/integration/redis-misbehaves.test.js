@@ -16,7 +16,8 @@
 const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
 const h = require('./lib');
-const {startRespFault, FLOOD_LIMIT} = require('./lib/resp-fault');
+const fs = require('node:fs');
+const {startRespFault, FLOOD_LIMIT, ELEMENTS_LIMIT} = require('./lib/resp-fault');
 const {createSemanticMock} = require('../mock/semantic');
 
 const env = h.environment({proxy: false});
@@ -146,6 +147,49 @@ h.test('a 2^40 bulk whose bytes keep coming: the connection is dropped before it
         `the proxy closed every flooded connection before ${FLOOD_LIMIT} bytes`);
     await hitsWork(p);
 });
+
+/* The resident memory of process pid, in MiB. */
+function rssMiB(pid) {
+    const m = /^VmRSS:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return Number(m[1]) / 1024;
+}
+
+/*
+ * hiredis 0.14 makes a reply object per element and callocs an element list of the length an
+ * array announces, while the bytes it keeps unparsed stay few: an array of 2e9 elements
+ * (16 GB of pointers), or 1,000 arrays of 100,000 small elements, grows the proxy until it
+ * dies, under every byte cap. The connection must be dropped once the elements announced in
+ * one reply pass what a reply on it can hold (store workers 1 Mi, blocking readers 4 Mi): on
+ * the exact proxy's GETs, and on the semantic proxy's follower (XREAD).
+ */
+for (const name of ['arrayflood', 'nestflood']) {
+    h.test(`"${name}": an array flood is dropped before it fills the memory`, {timeout: 120000}, async () => {
+        const cases = [[proxies[0], 'GET'], [proxies[1], 'XREAD']];
+        for (const [p, cmd] of cases) {
+            fault.clear();
+            await hitsWork(p);
+            const before = rssMiB(p.pid);
+            const seen = fault.floods().length;
+            fault.set(name, {only: [cmd]});
+            await h.waitFor(async () => {
+                await ask(p, prompt(name), `${name} on ${cmd}`);
+                await assertAnswering(p, `${name} on ${cmd}`);
+                return fault.floods().length > seen;
+            }, {timeout: 30000, what: `a ${cmd} flooded`});
+            const floods = await h.waitFor(() => {
+                const f = fault.floods().slice(seen);
+                return f.every((x) => x.closed || x.limitReached) && f;
+            }, {timeout: 60000, what: 'every flooded connection closed, or sent all the relay sends'});
+            fault.clear();
+            await assertAnswering(p, `after ${name} on ${cmd}`);
+            assert.deepEqual(floods.filter((f) => f.limitReached), [],
+                `${cmd}: the proxy closed every flooded connection before ${ELEMENTS_LIMIT} bytes`);
+            const grown = rssMiB(p.pid) - before;
+            assert.ok(grown < 256, `${cmd}: the proxy grew by ${grown.toFixed(0)} MiB`);
+            await hitsWork(p);
+        }
+    });
+}
 
 /* A proxy that starts while Redis misbehaves from its first command: it listens and serves. */
 h.test('a proxy started on a Redis that never answers, errs or talks garbage serves from the upstream', {timeout: 120000}, async () => {

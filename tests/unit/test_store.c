@@ -2324,13 +2324,92 @@ static void test_reader_cap(void)
     redisReaderFree(r);
 }
 
+/* Feed text to a reader guarded by caps, in pieces of step bytes; the reply, or NULL. */
+static redisReply *guarded_read(const struct redisev_caps *caps, const char *text, size_t step,
+                                int *rc, char *errstr, size_t errlen)
+{
+    redisReader *r = redisReaderCreate();
+    redisev_guard(r, caps);
+    void *reply = NULL;
+    *rc = REDIS_OK;
+    for (size_t at = 0, n = strlen(text); at < n && reply == NULL && *rc == REDIS_OK; at += step) {
+        size_t k = n - at < step ? n - at : step;
+        *rc = redisReaderFeed(r, text + at, k);
+        if (*rc == REDIS_OK)
+            *rc = redisReaderGetReply(r, &reply);
+    }
+    snprintf(errstr, errlen, "%s", r->errstr);
+    redisReaderFree(r); /* frees a partial reply: ASan sees a leak or a double free */
+    return reply;
+}
+
+/*
+ * The guard on a reply's elements: an array announcing more than the cap, or counts that
+ * add up to more, strings longer together than the byte cap (and a negative count, which
+ * hiredis refuses itself): the reader
+ * fails with a protocol error, whether the bytes come at once or a few at a time. Replies
+ * within the caps come out whole, their totals gone from the root.
+ */
+static void test_reader_guard(void)
+{
+    const struct redisev_caps caps = {64, 10};
+    static const struct {
+        const char *text, *err; /* err NULL: a reply */
+    } cases[] = {
+        {"*2000000000\r\n:1\r\n:1\r\n", "more than 10 elements"},
+        {"*11\r\n", "more than 10 elements"},
+        {"*2\r\n*4\r\n:1\r\n:2\r\n:3\r\n:4\r\n*5\r\n:1\r\n", "more than 10 elements"},
+        {"*3\r\n*2\r\n:1\r\n:2\r\n*-3\r\n:1\r\n", "out of range"}, /* hiredis 0.14.1's own */
+        {"*-3\r\n", "out of range"},
+        {"*3\r\n$40\r\n0123456789012345678901234567890123456789\r\n"
+         "$40\r\n0123456789012345678901234567890123456789\r\n:1\r\n",
+         "larger than 64 bytes"},
+        {"*2\r\n*4\r\n:1\r\n:2\r\n$3\r\nabc\r\n*0\r\n*4\r\n:1\r\n$-1\r\n*-1\r\n+OK\r\n", NULL},
+        {"*10\r\n:1\r\n:1\r\n:1\r\n:1\r\n:1\r\n:1\r\n:1\r\n:1\r\n:1\r\n:1\r\n", NULL},
+        {"$5\r\nhello\r\n", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (size_t step = 1; step <= 4096; step *= 4096) {
+            int rc;
+            char err[128];
+            redisReply *r = guarded_read(&caps, cases[i].text, step, &rc, err, sizeof(err));
+            if (cases[i].err != NULL) {
+                T_CHECK(r == NULL);
+                T_CHECK_INT(rc, REDIS_ERR);
+                T_CHECK(strstr(err, cases[i].err) != NULL);
+                continue;
+            }
+            T_CHECK_INT(rc, REDIS_OK);
+            T_CHECK(r != NULL);
+            if (r == NULL)
+                continue;
+            T_CHECK(r->integer == 0 && r->len == (r->type == REDIS_REPLY_STRING ? 5u : 0u));
+            freeReplyObject(r);
+        }
+    }
+    /* The second reply of a connection starts its totals anew. */
+    redisReader *rd = redisReaderCreate();
+    redisev_guard(rd, &caps);
+    const char two[] =
+        "*6\r\n:1\r\n:1\r\n:1\r\n:1\r\n:1\r\n:1\r\n*6\r\n:1\r\n:1\r\n:1\r\n:1\r\n:1\r\n:1\r\n";
+    T_CHECK_INT(redisReaderFeed(rd, two, sizeof(two) - 1), REDIS_OK);
+    for (int k = 0; k < 2; k++) {
+        void *reply = NULL;
+        T_CHECK_INT(redisReaderGetReply(rd, &reply), REDIS_OK);
+        T_CHECK(reply != NULL && ((redisReply *)reply)->elements == 6);
+        if (reply != NULL)
+            freeReplyObject(reply);
+    }
+    redisReaderFree(rd);
+}
+
 static void test_redisev(void)
 {
     struct rev_state st = {0};
     redisAsyncContext *ac = redisAsyncConnectUnix(R.sock);
     T_CHECK(ac != NULL && ac->err == 0);
-    T_CHECK_INT(redisev_attach(ac, base, 0), 0);
-    T_CHECK_INT(redisev_attach(ac, base, 0), -1); /* one adapter per context */
+    T_CHECK_INT(redisev_attach(ac, base, 0, 0), 0);
+    T_CHECK_INT(redisev_attach(ac, base, 0, 0), -1); /* one adapter per context */
     ac->data = &st;
     redisAsyncSetConnectCallback(ac, rev_on_connect);
     /* queued before the connection is made: sent once it is */
@@ -2416,6 +2495,7 @@ int main(void)
     T_RUN(test_busy_loop_large_reply);
     T_RUN(test_set_large);
     T_RUN(test_reader_cap);
+    T_RUN(test_reader_guard);
     T_RUN(test_redisev);
     T_RUN(test_host_name);
     T_RUN(test_migrate_script);

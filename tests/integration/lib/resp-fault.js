@@ -16,6 +16,11 @@
  *   flood     a bulk of length 2^40 whose bytes keep coming (as fast as the proxy reads),
  *             up to FLOOD_LIMIT per connection, then nothing more; floods() tells for each
  *             connection flooded how much was sent and whether the proxy closed it first
+ *   arrayflood an array announcing 2,000,000,000 elements (hiredis 0.14 callocs 16 GB of
+ *             element pointers for it), then ":1" elements as fast as the proxy reads, up
+ *             to ELEMENTS_LIMIT bytes per connection (as flood, in floods())
+ *   nestflood an array of 1,000 arrays of 100,000 ":1" each, as fast as the proxy reads, up
+ *             to ELEMENTS_LIMIT bytes (every count announced is modest, their sum is not)
  *   garbage   no RESP: a RESP3 map, or a line without a type byte, in turn
  *   cut       the command runs on Redis; half of its reply is sent, then the connection
  *             is closed
@@ -31,6 +36,15 @@ const net = require('node:net');
 const HUGE = 2 ** 40;
 const FLOOD_LIMIT = 256 * 1024 * 1024;
 const FLOOD_CHUNK = Buffer.alloc(64 * 1024, 'x');
+const ELEMENTS_LIMIT = 32 * 1024 * 1024;
+/* What each flood sends: its header, then its chunk again and again up to its limit. */
+const FLOODS = {
+    flood: {head: `$${HUGE}\r\n`, chunk: FLOOD_CHUNK, limit: FLOOD_LIMIT},
+    arrayflood: {head: '*2000000000\r\n', chunk: Buffer.from(':1\r\n'.repeat(16384)),
+        limit: ELEMENTS_LIMIT},
+    nestflood: {head: '*1000\r\n', chunk: Buffer.from(`*100000\r\n${':1\r\n'.repeat(100000)}`),
+        limit: ELEMENTS_LIMIT},
+};
 
 /* The end of the RESP value at buf[i], or -1 if the buffer does not hold all of it yet. */
 function respEnd(buf, i) {
@@ -84,24 +98,24 @@ async function startRespFault(redisPort) {
     let fault = null; /* {name, only} */
     const sockets = new Set();
     const seen = {}; /* commands answered by each fault */
-    const floods = []; /* {sent, limitReached, closed} per connection flooded */
+    const floods = []; /* {kind, sent, limitReached, closed} per connection flooded */
 
     const server = net.createServer((client) => {
         const up = net.connect(redisPort, '127.0.0.1');
         sockets.add(client).add(up);
         const conn = {inBuf: Buffer.alloc(0), upBuf: Buffer.alloc(0), slots: [], dead: false, flood: null};
 
-        /* Bytes of the 2^40 bulk while the proxy reads them, up to FLOOD_LIMIT. */
+        /* The flood's chunks while the proxy reads them, up to its limit. */
         const flood = () => {
-            const f = conn.flood;
-            while (!conn.dead && f.sent < FLOOD_LIMIT) {
-                f.sent += FLOOD_CHUNK.length;
-                if (!client.write(FLOOD_CHUNK)) {
+            const f = conn.flood, how = FLOODS[f.kind];
+            while (!conn.dead && f.sent < how.limit) {
+                f.sent += how.chunk.length;
+                if (!client.write(how.chunk)) {
                     client.once('drain', flood);
                     return;
                 }
             }
-            f.limitReached = f.sent >= FLOOD_LIMIT;
+            f.limitReached = f.sent >= how.limit;
         };
 
         /* Write out every slot at the head that can be answered now. */
@@ -110,10 +124,10 @@ async function startRespFault(redisPort) {
                 const slot = conn.slots[0];
                 if (slot.kind === 'stuck')
                     return;
-                if (slot.kind === 'flood') {
+                if (FLOODS[slot.kind]) {
                     conn.slots[0] = {kind: 'stuck'};
-                    client.write(`$${HUGE}\r\n`);
-                    conn.flood = {sent: 0, limitReached: false, closed: false};
+                    client.write(FLOODS[slot.kind].head);
+                    conn.flood = {kind: slot.kind, sent: 0, limitReached: false, closed: false};
                     floods.push(conn.flood);
                     flood();
                     return;
@@ -153,8 +167,8 @@ async function startRespFault(redisPort) {
                 if (f === null || f === 'cut') {
                     conn.slots.push({kind: f === 'cut' ? 'cut' : 'redis'});
                     up.write(cmd);
-                } else if (f === 'silent' || f === 'flood') {
-                    conn.slots.push({kind: f === 'flood' ? 'flood' : 'stuck'});
+                } else if (f === 'silent' || FLOODS[f]) {
+                    conn.slots.push({kind: FLOODS[f] ? f : 'stuck'});
                 } else {
                     conn.slots.push({kind: 'local', bytes: LOCAL[f](seen[f]),
                         then: STUCK.has(f) ? 'stuck' : null});
@@ -190,12 +204,12 @@ async function startRespFault(redisPort) {
         url: `redis://127.0.0.1:${port}/0`,
         /* Answer the commands that arrive from now on with fault (null: pass them). */
         set(name, {only = null} = {}) {
-            if (name !== null && !['cut', 'silent', 'flood'].includes(name) && !LOCAL[name])
+            if (name !== null && !['cut', 'silent'].includes(name) && !FLOODS[name] && !LOCAL[name])
                 throw new Error(`resp-fault: unknown fault ${name}`);
             fault = name === null ? null : {name, only};
         },
         clear() { fault = null; },
-        /* The connections flooded so far: {sent, limitReached, closed} each. */
+        /* The connections flooded so far: {kind, sent, limitReached, closed} each. */
         floods: () => floods.map((f) => ({...f})),
         /* How many commands fault answered so far. */
         answered: (name) => seen[name] || 0,
@@ -212,4 +226,4 @@ async function startRespFault(redisPort) {
     };
 }
 
-module.exports = {startRespFault, respEnd, FLOOD_LIMIT};
+module.exports = {startRespFault, respEnd, FLOOD_LIMIT, ELEMENTS_LIMIT};
