@@ -41,6 +41,7 @@
 #define BACKOFF_MAX_MS     5000
 #define FOREIGN_RECHECK_MS 10000 /* how often a key of another type is looked at again */
 #define GONE_CHECK_MS      1000  /* how often the streams are checked for a deletion */
+#define UNREAD_CHECK_MAX   64    /* entries not read yet that a check counts (XRANGE) */
 #define STREAM_ID_MAX      48
 #define XREAD_ARGC_MAX     (6 + 2 * FOLLOW_STREAMS_MAX)
 /* An XREAD reply's bytes: COUNT (500) entries of records of a few KiB, with room to spare. */
@@ -388,10 +389,36 @@ static int xgroup(struct follow *f, size_t si, const char *const *args, int argc
 }
 
 /*
- * Stream si is not there and the schema is this build's: make it, empty (a consumer group's
- * MKSTREAM, the group dropped at once: no entry that another reader would count as trimmed).
- * A follower that noted a stream that was never written tells its deletion (FLUSHALL) only
- * by its absence: without the key, an L1 filled by reads kept answers Redis had dropped.
+ * Give stream si, which counts no entry (entries-added 0, Redis 7), one: an entry of id 0-1
+ * that its own XADD trims (MINID 0-2), so nothing is left to read, made or not. A follower
+ * that noted a stream counting nothing could not tell it from one made again after
+ * FLUSHALL by the next store: the new one's entries-added was never below what it counted,
+ * its entries were read as the old one's, and an L1 filled by reads kept answers Redis had
+ * dropped. 0 (marked, or another wrote first: it counts that), 1 if this Redis refuses
+ * (MINID came in 6.2), -1 (counted) if the connection is lost.
+ */
+static int stream_mark(struct follow *f, size_t si)
+{
+    struct fgroup *g = &f->g[f->s[si].group];
+    const char *argv[] = {"XADD", f->s[si].key, "MINID", "0-2", "0-1", "pc-follow", "counted"};
+    redisReply *r = rcli_call(&g->k, 7, argv, NULL);
+    if (r == NULL) {
+        trouble(f, "Redis connection lost", &g->k);
+        return -1;
+    }
+    int rc = r->type == REDIS_REPLY_ERROR && strstr(r->str, "equal or smaller") == NULL;
+    if (rc == 1)
+        log_info("follow: XADD MINID %s: %.200s", f->s[si].key, r->str);
+    freeReplyObject(r);
+    return rc;
+}
+
+/*
+ * Stream si is not there and the schema is this build's: make it, counting one entry and
+ * holding none (stream_mark), or before Redis 6.2 empty (a consumer group's MKSTREAM, the
+ * group dropped at once: no entry that another reader would count as trimmed). A follower
+ * that noted a stream that was never written tells its deletion (FLUSHALL) only by its
+ * absence: without the key, an L1 filled by reads kept answers Redis had dropped.
  * 1 if made (or there now), 0 if not, -1 (counted) if the connection is lost.
  */
 static int stream_make(struct follow *f, size_t si)
@@ -399,6 +426,9 @@ static int stream_make(struct follow *f, size_t si)
     int rc = schema_current(f, &f->g[f->s[si].group]);
     if (rc <= 0)
         return rc;
+    rc = stream_mark(f, si);
+    if (rc <= 0)
+        return rc < 0 ? -1 : 1;
     static const char *const create[] = {"CREATE", "", "pc-follow-mkstream", "$", "MKSTREAM"};
     static const char *const destroy[] = {"DESTROY", "", "pc-follow-mkstream"};
     if (xgroup(f, si, create, 5) < 0 || xgroup(f, si, destroy, 3) < 0)
@@ -416,6 +446,9 @@ static int stream_note(struct follow *f, size_t si)
         if (rc < 0)
             return rc;
         rc = rc > 0 ? stream_state(f, si, &st) : 0;
+    } else if (rc == 0 && st.has_added && st.added == 0) {
+        /* there, never written (made empty by MKSTREAM): it must count an entry too */
+        rc = stream_mark(f, si) < 0 ? -1 : stream_state(f, si, &st);
     }
     if (rc < 0)
         return rc;
@@ -600,6 +633,55 @@ static int check_lost(struct follow *f, size_t si)
 }
 
 /*
+ * How many entries stream si holds after the follower's position, up to its last-generated-id
+ * at (entries added since have larger ids), at most max; -1 (counted) if the read failed.
+ */
+static long entries_after(struct follow *f, size_t si, const char *at, uint64_t max)
+{
+    struct fgroup *g = &f->g[f->s[si].group];
+    char from[STREAM_ID_MAX + 1], count[24];
+    snprintf(from, sizeof(from), "(%s", f->s[si].last_id);
+    snprintf(count, sizeof(count), "%llu", (unsigned long long)max);
+    const char *argv[] = {"XRANGE", f->s[si].key, from, at, "COUNT", count};
+    redisReply *r = rcli_call(&g->k, 6, argv, NULL);
+    if (r == NULL) {
+        trouble(f, "Redis connection lost", &g->k);
+        return -1;
+    }
+    long n = r->type == REDIS_REPLY_ARRAY ? (long)r->elements : -1;
+    if (n < 0) {
+        snprintf(g->k.errmsg, sizeof(g->k.errmsg), "%s: XRANGE %s: %.200s", g->k.where,
+                 f->s[si].key, r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        trouble(f, "cannot read a stream's position", &g->k);
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/*
+ * Stream si counts no entry, nor did it when noted (it was not there and not made: the
+ * schema was not this build's yet; or another made it empty): give it its one entry now
+ * (stream_mark), and count it if the stream holds nothing else (made, and marked by this
+ * follower or another, and nothing added since). st is read again. 0, or -1 (counted).
+ */
+static int stream_adopt(struct follow *f, size_t si, struct stream_state *st)
+{
+    struct fstream *s = &f->s[si];
+    if (s->no_added || !st->has_added || st->added != 0 || s->base_added + s->nread != 0)
+        return 0;
+    int rc = st->exists ? stream_mark(f, si) : stream_make(f, si);
+    if (rc < 0 || (rc = stream_state(f, si, st)) < 0)
+        return rc == -2 ? 0 : -1; /* another type now: the caller's next look tells */
+    if (st->exists && st->has_added && st->added == 1 && st->length == 0 &&
+        strcmp(st->last_id, "0-1") == 0) {
+        s->existed = true;
+        s->base_added = 1;
+        snprintf(s->last_id, sizeof(s->last_id), "0-1");
+    }
+    return 0;
+}
+
+/*
  * Whether stream si was deleted since it was noted (by FLUSHALL, FLUSHDB or
  * DEL, then maybe made again by the next XADD): its entries-added is below
  * what this follower counted, or, before Redis 7, its last id went back.
@@ -609,6 +691,16 @@ static int check_lost(struct follow *f, size_t si)
  * now of another type; 2 (Redis 7): entries not read yet were trimmed, which
  * the check after a full batch misses when fewer than a batch follow (an
  * operator's XTRIM to a few entries while this instance was paused).
+ *
+ * Redis 7 counts exactly: the stream it noted had base_added entries, the
+ * follower read nread since, so the same stream holds at most entries-added -
+ * base_added - nread entries after the follower's position (fewer if some
+ * were trimmed). One made again counts only its own entries: the follower
+ * read some of them as if they were the old one's, and it holds more after
+ * the position than that, by the base_added + (entries read before the
+ * flush) it does not count; so noted streams count at least one entry
+ * (stream_mark). Comparing entries-added alone told it only once the
+ * follower had read every new entry: while stores came faster, never.
  */
 static int stream_replaced(struct follow *f, size_t si)
 {
@@ -619,10 +711,21 @@ static int stream_replaced(struct follow *f, size_t si)
         return rc;
     if (s->existed && !st.exists)
         return 1;
+    if (stream_adopt(f, si, &st) < 0)
+        return -1;
     if (!s->no_added && st.has_added) {
-        if (st.added < s->base_added + s->nread)
+        uint64_t counted = s->base_added + s->nread;
+        if (st.added < counted)
             return 1;
-        return st.added - PC_MIN(st.length, st.added) > s->base_added + s->nread ? 2 : 0;
+        uint64_t unread = st.added - counted;
+        if (unread > 0 && unread <= UNREAD_CHECK_MAX && strcmp(st.last_id, s->last_id) != 0) {
+            long n = entries_after(f, si, st.last_id, unread + 1);
+            if (n < 0)
+                return -1;
+            if ((uint64_t)n > unread)
+                return 1;
+        }
+        return st.added - PC_MIN(st.length, st.added) > counted ? 2 : 0;
     }
     uint64_t nm = 0, ns = 0, lm = 0, ls = 0;
     vsync_parse_stream_id(st.last_id, strlen(st.last_id), &nm, &ns);

@@ -73,6 +73,50 @@ h.test('FLUSHALL after a start without the pc:2:vs stream: the next request goes
     }
 });
 
+/*
+ * FLUSHALL, and at once a few stores (here their events, in the same MULTI: no look of the
+ * follower between them). A follower that noted pc:2:vs empty and read nothing from it (its
+ * L1 holds answers it read) had counted no entry: the new stream's entries-added was at or
+ * above that count, its entries were read as the old one's, and the L1 kept serving the
+ * answer Redis had dropped until its TTL.
+ */
+h.test('FLUSHALL and stores at once, after a start on an empty pc:2:vs: the next request goes upstream', async () => {
+    await waitLive(env.proxy);
+    const body = h.chatBody(h.uniq('refilled'));
+    const first = await env.proxy.post(CHAT, body);
+    h.assertFromUpstream(first, env.mock);
+    /* the event of another answer's store: one about body would drop it from the L1 */
+    h.assertFromUpstream(await env.proxy.post(CHAT, h.chatBody(h.uniq('other'))), env.mock);
+    const [[, fields]] = await env.redis.command('XREVRANGE', 'pc:2:vs', '+', '-', 'COUNT', '1');
+    /* the schema again (the FLUSHALL above took it): a follower makes no stream without it */
+    const m = await h.runCli(['migrate', '--redis', env.redis.url]);
+    assert.equal(m.code, 0, m.output);
+    await env.redis.command('DEL', 'pc:2:vs');
+    const p = await env.startProxy();
+    try {
+        await waitLive(p);
+        const stored = await storedInL1(p, body);
+        const clears = (await p.stats()).l1_clears;
+        const c = await env.redis.client();
+        try {
+            const sent = [c.command('MULTI'), c.command('FLUSHALL')];
+            for (let i = 0; i < 3; i++)
+                sent.push(c.command('XADD', 'pc:2:vs', '*', ...fields));
+            sent.push(c.command('EXEC'));
+            const replies = await Promise.all(sent);
+            assert.equal(replies.at(-1).length, 4, 'FLUSHALL and the XADDs ran');
+        } finally {
+            c.close();
+        }
+        /* the follower looks every second: once it has, its L1 holds nothing from before */
+        await h.waitFor(async () => (await p.stats()).l1_clears > clears,
+            {what: 'the follower to tell the flush and clear the L1', timeout: 5000});
+        await goesUpstream(p, body, stored);
+    } finally {
+        await p.stop();
+    }
+});
+
 h.test('FLUSHALL and FLUSHDB after answers stored through the proxy: the next request goes upstream', async () => {
     for (const flush of ['FLUSHALL', 'FLUSHDB']) {
         await waitLive(env.proxy);
