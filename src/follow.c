@@ -662,7 +662,8 @@ static long entries_after(struct follow *f, size_t si, const char *at, uint64_t 
  * Stream si counts no entry, nor did it when noted (it was not there and not made: the
  * schema was not this build's yet; or another made it empty): give it its one entry now
  * (stream_mark), and count it if the stream holds nothing else (made, and marked by this
- * follower or another, and nothing added since). st is read again. 0, or -1 (counted).
+ * follower or another, and nothing added since). st is read again. 0, -1 (counted), or -2:
+ * the key is now of another type.
  */
 static int stream_adopt(struct follow *f, size_t si, struct stream_state *st)
 {
@@ -671,7 +672,7 @@ static int stream_adopt(struct follow *f, size_t si, struct stream_state *st)
         return 0;
     int rc = st->exists ? stream_mark(f, si) : stream_make(f, si);
     if (rc < 0 || (rc = stream_state(f, si, st)) < 0)
-        return rc == -2 ? 0 : -1; /* another type now: the caller's next look tells */
+        return rc;
     if (st->exists && st->has_added && st->added == 1 && st->length == 0 &&
         strcmp(st->last_id, "0-1") == 0) {
         s->existed = true;
@@ -711,8 +712,9 @@ static int stream_replaced(struct follow *f, size_t si)
         return rc;
     if (s->existed && !st.exists)
         return 1;
-    if (stream_adopt(f, si, &st) < 0)
-        return -1;
+    rc = stream_adopt(f, si, &st);
+    if (rc < 0)
+        return rc;
     if (!s->no_added && st.has_added) {
         uint64_t counted = s->base_added + s->nread;
         if (st.added < counted)
