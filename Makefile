@@ -38,6 +38,11 @@ ifeq ($(SANITIZE),1)
 BUILD ?= build/asan
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT ?= -O1
+else ifeq ($(SANITIZE),thread)
+# On demand, not part of `make test` (doc/development.md): ThreadSanitizer on the binary.
+BUILD ?= build/tsan
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
+OPT ?= -O1
 else
 BUILD ?= build
 SANFLAGS :=
