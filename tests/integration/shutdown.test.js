@@ -7,6 +7,8 @@
 const assert = require('node:assert/strict');
 const net = require('node:net');
 const h = require('./lib');
+const {startRespFault} = require('./lib/resp-fault');
+const {createSemanticMock} = require('../mock/semantic');
 
 const env = h.environment({proxy: false});
 
@@ -130,6 +132,78 @@ h.test('SIGTERM while the stream follower applies vector events: exit code 0, no
             await writer.catch(() => {});
             c.close();
             await env.redis.command('DEL', 'pc:2:vs');
+        }
+    }
+});
+
+h.test('SIGTERM while partition loads wait on a Redis that never answers: exit code 0', async () => {
+    /*
+     * A lookup in a partition not in memory has a pool thread wait (up to redis-timeout) for
+     * the vector index's loader, whose read of the member list here never gets an answer.
+     * The shutdown stops the pool (joining that thread) before it stops and frees the loader
+     * the thread waits on, and then the index: this keeps that order exercised under the
+     * sanitizer builds (no report, exit 0, well within redis-timeout twice).
+     */
+    const fault = await startRespFault(env.redis.port);
+    const args = ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'hash',
+        '--workers', '3', '--redis-timeout', '4000', '--embedder-timeout', '300'];
+    try {
+        const questions = [0, 1, 2, 3, 4, 5].map((i) => h.uniq(`the loads at shutdown, topic ${i}:`));
+        const first = await env.startProxy({redis: fault.url, args});
+        for (const q of questions)
+            assert.equal((await first.post(CHAT, h.chatBody(q))).status, 200);
+        assert.equal(await first.stop(), 0);
+        /* A new process: every partition is cold, its load reads the member list first. */
+        const proxy = await env.startProxy({redis: fault.url, args});
+        fault.set('silent', {only: ['ZREVRANGEBYSCORE']});
+        const pending = questions.map((q) => proxy.post(CHAT, h.chatBody(`${q} please`)));
+        await h.waitFor(() => fault.answered('silent') > 0, {what: 'a partition load waiting on Redis'});
+        const started = Date.now();
+        const code = await proxy.stop(20000);
+        for (const r of await Promise.all(pending))
+            assert.equal(r.status, 200, r.text);
+        assert.doesNotMatch(proxy.proc.output, /Sanitizer|heap-use-after-free/, 'no sanitizer report');
+        assert.equal(code, 0, 'exit code');
+        assert.ok(Date.now() - started < 8000, `stopped in ${Date.now() - started} ms`);
+    } finally {
+        fault.clear();
+        await fault.close();
+    }
+});
+
+h.test('SIGTERM with remote embeddings outstanding, answered before, during or after the teardown: exit code 0', async () => {
+    /*
+     * A remote embedder's calls run on each worker's side connection, for lookups and for
+     * the vectors stored after an answer; the teardown hands back what the pool owes, then
+     * ends the calls still open, and an answer may come while it runs (a vector indexed,
+     * the index made for its dimension, after the pool and the reader were stopped).
+     */
+    for (const when of ['at the SIGTERM', 'during the drain', 'never']) {
+        const emb = await createSemanticMock().listen();
+        try {
+            const proxy = await env.startProxy({args: ['--semantic', 'yes', '--embedder', 'openai',
+                '--embedder-url', `${emb.url}/v1/embeddings`, '--embedder-model', 'mock-bow',
+                '--embedder-timeout', '300', '--workers', '3', '--shutdown-timeout', '1',
+                '--semantic-verify-url', `${emb.url}/v1/chat/completions`, '--semantic-verify-model', 'judge']});
+            emb.hold = true;
+            const answers = await Promise.all([0, 1, 2, 3, 4, 5].map((i) =>
+                proxy.post(CHAT, h.chatBody(h.uniq(`held embeddings, subject ${i % 3}:`)))));
+            for (const r of answers)
+                assert.equal(r.status, 200, r.text);
+            await h.waitFor(() => emb.held >= 1, {what: 'embedding calls held'});
+            if (when === 'at the SIGTERM')
+                emb.release();
+            const exited = proxy.stop(20000);
+            if (when === 'during the drain') {
+                await h.waitFor(() => /SIGTERM received/.test(proxy.proc.output), {what: 'the SIGTERM taken'});
+                emb.release();
+            }
+            const code = await exited;
+            assert.doesNotMatch(proxy.proc.output, /Sanitizer|heap-use-after-free/, `no sanitizer report (${when})`);
+            assert.equal(code, 0, `exit code (answered ${when})`);
+        } finally {
+            emb.release();
+            await emb.close();
         }
     }
 });
