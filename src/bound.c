@@ -1018,11 +1018,16 @@ void bound_normalise(const char *s, struct pc_buf *out)
         space = false;
         pc_buf_append_char(out, (char)tolower(*p));
     }
-    /* "Positive." and "positive" are one label: drop punctuation around the whole text. */
-    while (out->len > start && outer_punct((unsigned char)out->data[out->len - 1]))
+    /*
+     * "Positive." and "positive" are one label: drop punctuation around the whole text, and
+     * the blanks between it and the words ("( yes )", "Oui !": else a space was left outside).
+     */
+    while (out->len > start &&
+           (outer_punct((unsigned char)out->data[out->len - 1]) || out->data[out->len - 1] == ' '))
         out->len--;
     size_t lead = 0;
-    while (start + lead < out->len && outer_punct((unsigned char)out->data[start + lead])) {
+    while (start + lead < out->len && (outer_punct((unsigned char)out->data[start + lead]) ||
+                                       out->data[start + lead] == ' ')) {
         unsigned char c = (unsigned char)out->data[start + lead];
         /* ".5" is a number (0.5), not "5" after a sentence end */
         if ((c == '.' || c == ',') && start + lead + 1 < out->len &&

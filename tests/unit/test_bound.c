@@ -1363,6 +1363,9 @@ static void test_normalise(void)
     pc_buf_reset(&out);
     bound_normalise("...", &out);
     T_CHECK_STR(pc_buf_cstr(&out), "");
+    pc_buf_reset(&out);
+    bound_normalise("( Yes ) ", &out);
+    T_CHECK_STR(pc_buf_cstr(&out), "yes");
     pc_buf_free(&out);
     /* An empty answer into a buffer that holds nothing yet (no memory at all). */
     struct pc_buf empty = PC_BUF_INIT;
@@ -1386,6 +1389,11 @@ static void test_same_text(void)
     T_CHECK(!bound_same_text(",5", "5"));
     T_CHECK(bound_same_text("0.5.", "0.5"));
     T_CHECK(!bound_same_text("...", "positive"));
+    /* Blanks between the outer punctuation and the words go with it (a space was left). */
+    T_CHECK(bound_same_text("( Yes )", "yes"));
+    T_CHECK(bound_same_text("Oui !", "oui"));
+    T_CHECK(bound_same_text("\" 42 \"", "42"));
+    T_CHECK(!bound_same_text("( .5 )", "5"));
 }
 
 int main(void)
