@@ -948,8 +948,16 @@ void bound_answer_free(struct bound_answer *a)
 int bound_answer_read(const struct entry *e, struct bound_answer *a)
 {
     *a = (struct bound_answer){.text = PC_BUF_INIT, .form = PC_BUF_INIT, .key = PC_BUF_INIT};
-    /* cJSON ends a string at a decoded U+0000: what follows would not be compared. */
-    if (memmem(e->body, e->body_len, "\\u0000", 6) != NULL)
+    /*
+     * cJSON ends a string at a decoded U+0000, at "\u00zz" (which it reads so) and at a raw NUL
+     * byte: what follows would not be compared, and two answers alike up to there would agree.
+     * A fresh answer is never compared so (fetch.c) and a stream's events are held to RFC 8259
+     * (dialect_assemble); an entry read back from Redis may still hold one.
+     */
+    char why[128];
+    if (memmem(e->body, e->body_len, "\\u0000", 6) != NULL ||
+        memchr(e->body, '\0', e->body_len) != NULL ||
+        (e->kind != ENTRY_SSE && !pc_json_strict(e->body, e->body_len, why, sizeof(why))))
         return -1;
     cJSON *resp = e->kind == ENTRY_SSE ? dialect_assemble(e->endpoint, e->body, e->body_len, NULL)
                                        : cJSON_ParseWithLength(e->body, e->body_len);

@@ -1349,6 +1349,18 @@ static void test_answer_text(void)
     T_CHECK_INT(bound_answer_text(&e, &out), -1);
     e = json_entry(API_CHAT, "{not json");
     T_CHECK_INT(bound_answer_text(&e, &out), -1);
+    /*
+     * What cJSON cuts a string at (a raw NUL, "\u00zz") is no text to compare (an entry read
+     * back from Redis): "yes" was compared, and agreed with a fresh "yes".
+     */
+    static const char raw_nul[] = "{\"choices\":[{\"message\":{\"content\":\"yes\0 or no\"}}]}";
+    e = json_entry(API_CHAT, raw_nul);
+    e.body_len = sizeof(raw_nul) - 1;
+    T_CHECK_INT(bound_answer_text(&e, &out), -1);
+    e = json_entry(API_CHAT, "{\"choices\":[{\"message\":{\"content\":\"yes\\u00zz or no\"}}]}");
+    T_CHECK_INT(bound_answer_text(&e, &out), -1);
+    e = json_entry(API_CHAT, "{\"choices\":[{\"message\":{\"content\":\"yes\\u0000 or no\"}}]}");
+    T_CHECK_INT(bound_answer_text(&e, &out), -1);
     pc_buf_free(&out);
 }
 
