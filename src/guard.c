@@ -1647,11 +1647,15 @@ static long only_verb(const struct gdoc *d, uint64_t h)
 
 static bool token_is_lemma(const struct gdoc *d, size_t i, uint16_t x);
 
-/* A passive participle in the progressive: the word after "being" ("is being chased"). */
+/*
+ * A passive participle in the progressive: the word after "being" ("is being chased"). Not an
+ * -ing word ("is being annoying"), which progressive_at takes for the active verb: the one
+ * token was both voices, and a text differed from itself.
+ */
 static bool participle_at(const struct gdoc *d, size_t i)
 {
     return i >= 2 && text_is(&d->t, i - 1, "being") && d->t.tok[i].kind == TEXT_WORD &&
-           !is_func(d, i) && d->wn[i] >= 0;
+           !is_func(d, i) && d->wn[i] >= 0 && !ing_word(d, i);
 }
 
 /* The verb at v is in a relative clause ("a horse that is pulling"): its subject is not found. */
@@ -1783,10 +1787,20 @@ static bool two_words_traded(const struct gdoc *a, const struct gdoc *b)
     return joined;
 }
 
+/*
+ * A subject acted on in a and acting in b, unless a text says both ("the dog is being chased.
+ * The dog is chasing a ball."): then the other text saying one of them is no flip, and a text
+ * compared with itself would differ.
+ */
+static bool voice_flip(const struct gdoc *a, const struct gdoc *b)
+{
+    return voice_flipped(a, b) && !voice_flipped(a, a) && !voice_flipped(b, b);
+}
+
 /* "u to v" only in one text and "v to u" only in the other. */
 static bool guard_direction(const struct gdoc *a, const struct gdoc *b)
 {
-    if (roles_swapped(a, b) || two_words_traded(a, b) || voice_flipped(a, b) || voice_flipped(b, a))
+    if (roles_swapped(a, b) || two_words_traded(a, b) || voice_flip(a, b) || voice_flip(b, a))
         return true;
     struct dir_fact *fa = pc_malloc(2 * 3 * DIR_MAX * sizeof *fa), *fb = fa + 3 * DIR_MAX;
     size_t na = directions_of(a, fa), nb = directions_of(b, fb);

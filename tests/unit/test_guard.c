@@ -303,6 +303,12 @@ static void test_direction(void)
         {"Which is better, Python or Java?", "Which is better, Java or Python?"},
         {"Does x equal y in this code?", "Does y equal x in this code?"},
         {"How do I learn Python quickly?", "How do I quickly learn Python?"},
+        /* an -ing word after "being" is no passive ("is being annoying"): one text, not two
+         * voices; nor a text that says both, the same in each */
+        {"My cat is being annoying, what do I do?", "My cat is being annoying, what should I do?"},
+        {"l is being casing", "l is being casing"},
+        {"The dog is being chased. The dog is chasing a ball.",
+         "The dog is being chased. The dog is chasing a ball!"},
     };
     EXPECT(GUARD_DIRECTION, rej, pass);
 }
