@@ -50,6 +50,13 @@ void redisev_set_reply_max(struct redisAsyncContext *ac, size_t max);
  */
 bool redisev_reader_cap(struct redisReader *r, size_t max);
 /*
+ * redisGetReply of a blocking context with the cap above: a reply that grows past max bytes
+ * not parsed yet fails the context (REDIS_ERR, rc->errstr says so) instead of filling the
+ * memory for as long as bytes come. REDIS_OK with *reply set, or REDIS_ERR.
+ */
+struct redisContext;
+int redisev_get_reply(struct redisContext *rc, void **reply, size_t max);
+/*
  * Make r refuse a reply past caps as it parses it: hiredis 0.14 makes an object per
  * element and callocs the element list an array announces ("*2000000000": 16 GB), while
  * what it parsed leaves the buffer that redisev_reader_cap watches. An array whose count

@@ -64,21 +64,7 @@ struct rcli_cluster {
  */
 int rcli_get_reply(redisContext *rc, void **reply)
 {
-    void *r = NULL;
-    int done = 0;
-    *reply = NULL;
-    if (redisGetReplyFromReader(rc, &r) != REDIS_OK)
-        return REDIS_ERR;
-    while (r == NULL && !done)
-        if (redisBufferWrite(rc, &done) != REDIS_OK)
-            return REDIS_ERR;
-    while (r == NULL) {
-        redisev_reader_cap(rc->reader, RCLI_REPLY_MAX); /* the read below fails then */
-        if (redisBufferRead(rc) != REDIS_OK || redisGetReplyFromReader(rc, &r) != REDIS_OK)
-            return REDIS_ERR;
-    }
-    *reply = r;
-    return REDIS_OK;
+    return redisev_get_reply(rc, reply, RCLI_REPLY_MAX);
 }
 
 static redisReply *command_argv(redisContext *rc, int argc, const char **argv, const size_t *lens)

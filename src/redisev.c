@@ -54,6 +54,25 @@ bool redisev_reader_cap(redisReader *r, size_t max)
     return true;
 }
 
+int redisev_get_reply(redisContext *rc, void **reply, size_t max)
+{
+    void *r = NULL;
+    int done = 0;
+    *reply = NULL;
+    if (redisGetReplyFromReader(rc, &r) != REDIS_OK)
+        return REDIS_ERR;
+    while (r == NULL && !done)
+        if (redisBufferWrite(rc, &done) != REDIS_OK)
+            return REDIS_ERR;
+    while (r == NULL) {
+        redisev_reader_cap(rc->reader, max); /* the read below fails then */
+        if (redisBufferRead(rc) != REDIS_OK || redisGetReplyFromReader(rc, &r) != REDIS_OK)
+            return REDIS_ERR;
+    }
+    *reply = r;
+    return REDIS_OK;
+}
+
 static void on_write(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;

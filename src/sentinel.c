@@ -372,7 +372,11 @@ void sentinel_ask_cancel(struct sentinel_ask **ap)
 static redisReply *query_command(redisContext *rc, int argc, const char **argv, char *err,
                                  size_t errlen)
 {
-    redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
+    /* capped as every blocking reply is: a bulk of 2^40 bytes that keep coming fails it */
+    void *reply = NULL;
+    if (redisAppendCommandArgv(rc, argc, argv, NULL) == REDIS_OK)
+        redisev_get_reply(rc, &reply, SENTINEL_REPLY_MAX);
+    redisReply *r = reply;
     if (r == NULL && rc->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK))
         snprintf(err, errlen, "timed out (no reply in time)");
     else if (r == NULL)

@@ -22,6 +22,7 @@
  */
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
+const net = require('node:net');
 const path = require('node:path');
 const h = require('./lib');
 const {startSentinelGroup} = require('./lib/sentinel');
@@ -304,6 +305,49 @@ h.test('the tools reach the new primary through the sentinels', async () => {
     const down = await h.runCli(['report', '--redis', `sentinel://127.0.0.1:${dead}/mymaster`]);
     assert.equal(down.code, 1);
     assert.match(down.stderr, new RegExp(`sentinel 127\\.0\\.0\\.1:${dead}: `));
+});
+
+/*
+ * A sentinel (or whatever answers on its address) that announces a bulk of 2^40 bytes and keeps
+ * sending them: hiredis 0.14 buffers any announced length, and the blocking query read on for
+ * as long as bytes came. It gives up once the reply passes what a sentinel ever answers (1 MiB)
+ * and says so; the fake stops at 64 MiB, which the old query read whole.
+ */
+h.test('a sentinel that sends an endless bulk: the query gives up before 8 MiB and says why', {timeout: 60000}, async () => {
+    const LIMIT = 64 << 20;
+    const seen = {sent: 0, closedByPeer: false};
+    const server = net.createServer((sock) => {
+        sock.on('error', () => {});
+        sock.on('close', () => {
+            if (seen.sent < LIMIT)
+                seen.closedByPeer = true;
+        });
+        sock.once('data', () => {
+            sock.write('$1099511627776\r\n');
+            const chunk = Buffer.alloc(64 << 10, 'x');
+            const pump = () => {
+                while (seen.sent < LIMIT && !sock.destroyed) {
+                    seen.sent += chunk.length;
+                    if (!sock.write(chunk))
+                        return void sock.once('drain', pump);
+                }
+                sock.end();
+            };
+            pump();
+        });
+    });
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+        const port = server.address().port;
+        const r = await h.runCli(['report', '--redis', `sentinel://127.0.0.1:${port}/mymaster`,
+            '--redis-timeout', '5000'], {timeout: 40000});
+        assert.equal(r.code, 1, r.output);
+        assert.match(r.stderr, new RegExp(`sentinel 127\\.0\\.0\\.1:${port}: .*larger than`));
+        assert.ok(seen.closedByPeer && seen.sent < 8 << 20,
+            `the query read ${(seen.sent / 1048576).toFixed(1)} MiB before it gave up`);
+    } finally {
+        server.close();
+    }
 });
 
 h.test('tear down', async () => {
