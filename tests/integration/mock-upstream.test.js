@@ -87,6 +87,21 @@ h.test('x-mock-stamp opens every stream event with its write time on the monoton
     assert.ok(!plain.text.includes(': t='), 'no stamps unless asked');
 });
 
+h.test('x-mock-echo quotes the whole question and names the credential and tag', async () => {
+    const q = 'An echoed question that is well over forty characters long, to the end';
+    const authOf = (cred) => sha(cred).slice(0, 8);
+    const a = await post(CHAT, h.chatBody(q), {authorization: 'Bearer sk-a', 'x-mock-echo': '1'});
+    assert.match(JSON.parse(a.text).choices[0].message.content,
+        new RegExp(`^mock answer #\\d+ to: ${q} \\[auth ${authOf('Bearer sk-a')}\\]$`));
+    const b = await post(CHAT, h.chatBody(q, {stream: true}),
+        {authorization: 'Bearer sk-b', 'x-mock-echo': '1', 'x-mock-tag': 'ns1'});
+    assert.match(h.assembleChat(h.parseSSE(b.text)).content,
+        new RegExp(`^mock answer #\\d+ to: ${q} \\[auth ${authOf('Bearer sk-b')} tag ns1\\]$`));
+    const plain = await post(CHAT, h.chatBody(q), {authorization: 'Bearer sk-a', 'x-mock-tag': 'ns1'});
+    assert.match(JSON.parse(plain.text).choices[0].message.content, /^mock answer #\d+ to: .{40}$/,
+        'without x-mock-echo: the first 40 characters, no credential');
+});
+
 h.test('x-mock-size gives an answer of that many bytes, recorded by hash', async () => {
     const r = await post('/v1/messages', h.messagesBody('big', {stream: true}), {'x-mock-size': '200000'});
     const text = h.messageText(h.assembleMessage(h.parseSSE(r.text)).message);

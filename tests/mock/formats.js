@@ -91,6 +91,19 @@ function answerText(seq, question, size) {
 }
 
 /*
+ * x-mock-echo: the whole question, not its first SNIPPET_CHARS characters,
+ * and whom the call came from: "mock answer #SEQ to: QUESTION [auth H]",
+ * H the first 8 hex digits of the SHA-256 of the credential header as
+ * received (Authorization, else x-api-key, else empty), and " tag T" when
+ * the call carried an x-mock-tag. A cached answer then shows which
+ * question, which tenant and which tag it was made for (bench/soak).
+ */
+function echoText(seq, question, credential, tag) {
+    const auth = crypto.createHash('sha256').update(credential).digest('hex').slice(0, 8);
+    return `mock answer #${seq} to: ${question} [auth ${auth}${tag !== undefined ? ` tag ${tag}` : ''}]`;
+}
+
+/*
  * An answer by meaning: the same text for every question of one meaning
  * (the mock's by-meaning mode), so a cached answer is right for a question
  * exactly when both carry the same meaning id.
@@ -578,5 +591,5 @@ function errorAnswer(path, status, message) {
 
 module.exports = {
     ENDPOINTS, BIG_PIECE, errorAnswer, openaiError, modelList,
-    lastUserText, promptText, countTokens, answerText, meaningText, embeddingVector,
+    lastUserText, promptText, countTokens, answerText, echoText, meaningText, embeddingVector,
 };

@@ -50,6 +50,11 @@
  *   x-mock-audio-completion-tokens: N  prompt_tokens_details / completion_tokens_details
  *                                      audio_tokens)
  *   x-mock-meaning: ID        answer by meaning (below): "mock answer by meaning ID"
+ *   x-mock-echo: 1            the answer quotes the whole question and names the
+ *                             credential it came with: "mock answer #7 to: QUESTION
+ *                             [auth H]", H a short hash of Authorization (else
+ *                             x-api-key); " tag T" added with x-mock-tag: T
+ *                             (bench/soak: whose answer a cached one is)
  *   x-mock-stamp: 1           a stream's events each open with an SSE comment
  *                             ": t=NS", the machine's monotonic clock in ns when
  *                             the event was written (bench/lib/ttfb.js: the
@@ -92,7 +97,7 @@ const zlib = require('node:zlib');
 const {EventEmitter} = require('node:events');
 const {
     ENDPOINTS, BIG_PIECE, errorAnswer, openaiError, modelList,
-    lastUserText, promptText, countTokens, answerText, meaningText, embeddingVector,
+    lastUserText, promptText, countTokens, answerText, echoText, meaningText, embeddingVector,
 } = require('./formats');
 
 const DEFAULT_CHUNKS = 4;
@@ -126,6 +131,8 @@ function readControls(headers) {
         audioPrompt: int('x-mock-audio-prompt-tokens') || 0,
         audioCompletion: int('x-mock-audio-completion-tokens') || 0,
         stamp: headers['x-mock-stamp'] === '1',
+        echo: headers['x-mock-echo'] === '1',
+        tag: headers['x-mock-tag'],
     };
 }
 
@@ -417,8 +424,10 @@ class Mock extends EventEmitter {
     _call(rec, controls) {
         const question = lastUserText(rec.body);
         rec.meaning = this._meaning(rec, question);
+        const credential = rec.headers.authorization || rec.headers['x-api-key'] || '';
         const text = rec.meaning !== null ? meaningText(rec.meaning, controls.size)
-            : answerText(rec.seq, question, controls.size);
+            : controls.echo ? echoText(rec.seq, question, credential, controls.tag)
+                : answerText(rec.seq, question, controls.size);
         rec.answer = {length: text.length, sha256: crypto.createHash('sha256').update(text).digest('hex')};
         return {
             seq: rec.seq, body: rec.body, controls, question, text,
