@@ -81,11 +81,14 @@ static redisReply *command_argv(redisContext *rc, int argc, const char **argv, c
 /*
  * What a connection lost before its first reply may be: a TLS-only port
  * resets a plain-text client without a word. "" when rc failed otherwise.
+ * A peer gone before the command was written shows as a broken pipe (a
+ * server that closes at once: which error comes depends on who is first).
  */
 static const char *reset_hint(const redisContext *rc)
 {
     bool reset = rc->err == REDIS_ERR_EOF ||
-                 (rc->err == REDIS_ERR_IO && strstr(rc->errstr, "reset by peer") != NULL);
+                 (rc->err == REDIS_ERR_IO && (strstr(rc->errstr, "reset by peer") != NULL ||
+                                              strstr(rc->errstr, "Broken pipe") != NULL));
     return reset ? RURL_TLS_HINT : "";
 }
 

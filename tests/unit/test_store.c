@@ -1435,6 +1435,21 @@ static void test_closed_before_reply(void)
     T_CHECK(strstr(k.errmsg, "before any reply (a TLS-only port?") != NULL);
     rcli_close(&k);
     pthread_join(th, NULL);
+
+    /*
+     * The same server, gone before the command is written: the write fails with a broken
+     * pipe, not a reset or an end of file (the check above met it now and then, when the
+     * fake closed first, and the hint was missing).
+     */
+    struct fake f3 = {.replies = NULL, .nreplies = 0};
+    fake_listen(&f3);
+    T_CHECK_INT(pthread_create(&th, NULL, fake_thread, &f3), 0);
+    struct rcli k3 = {.quiet = true};
+    T_CHECK_INT(rcli_open(&k3, url, 1000, "test"), 0);
+    pthread_join(th, NULL); /* accepted and closed */
+    T_CHECK(rcli_call(&k3, 2, argv, NULL) == NULL);
+    T_CHECK(strstr(k3.errmsg, "before any reply (a TLS-only port?") != NULL);
+    rcli_close(&k3);
 }
 
 /*
