@@ -37,14 +37,9 @@
 #include <string.h>
 
 #include "pc_bound.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)  \
-    do {             \
-        if (!(cond)) \
-            abort(); \
-    } while (0)
 
 static const enum api_endpoint endpoints[] = {API_CHAT,      API_COMPLETIONS, API_MESSAGES,
                                               API_RESPONSES, API_EMBEDDINGS,  API_CHAT,

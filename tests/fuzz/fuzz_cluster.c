@@ -25,14 +25,9 @@
 #include <hiredis/hiredis.h>
 
 #include "pc_cluster.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)  \
-    do {             \
-        if (!(cond)) \
-            abort(); \
-    } while (0)
 
 static void check_redirect(const struct cluster_redirect *r)
 {

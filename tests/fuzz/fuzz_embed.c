@@ -19,14 +19,9 @@
 #include "pc_embed.h"
 #include "pc_guard.h"
 #include "pc_log.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)  \
-    do {             \
-        if (!(cond)) \
-            abort(); \
-    } while (0)
 
 static struct embedder *embedders[2];
 

@@ -25,14 +25,9 @@
 
 #include "pc_httpd.h"
 #include "pc_util.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)  \
-    do {             \
-        if (!(cond)) \
-            abort(); \
-    } while (0)
 
 #define CAP 128
 

@@ -29,14 +29,9 @@
 
 #include "pc_pindex.h"
 #include "pc_util.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)  \
-    do {             \
-        if (!(cond)) \
-            abort(); \
-    } while (0)
 
 #define HSPACE   64 /* hashes 0..HSPACE-1 (0: a link without a hash, never held) */
 #define MAX_OPS  512

@@ -21,14 +21,9 @@
 
 #include "pc_report.h"
 #include "pc_tally.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)  \
-    do {             \
-        if (!(cond)) \
-            abort(); \
-    } while (0)
 
 static const char prices[] = "{\"currency\":\"USD\",\"models\":{"
                              "\"gpt-4o\":{\"input\":2.5,\"cache_read\":1.25,\"output\":10},"

@@ -17,14 +17,9 @@
 #include <string.h>
 
 #include "pc_rurl.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)  \
-    do {             \
-        if (!(cond)) \
-            abort(); \
-    } while (0)
 
 static bool str_eq(const char *a, const char *b)
 {

@@ -21,18 +21,13 @@
 #include <string.h>
 
 #include "pc_dialect.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const enum api_endpoint endpoints[] = {API_CHAT,       API_COMPLETIONS, API_MESSAGES,
                                               API_EMBEDDINGS, API_RESPONSES,   API_RESPONSES,
                                               API_RESPONSES,  API_RESPONSES};
-
-#define CHECK(cond)  \
-    do {             \
-        if (!(cond)) \
-            abort(); \
-    } while (0)
 
 /* Each event as "len:event len:data" so two parses compare byte for byte. */
 static int record_event(void *arg, const struct sse_event *ev)

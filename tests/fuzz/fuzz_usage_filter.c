@@ -19,14 +19,9 @@
 
 #include "pc_jedit.h"
 #include "pc_sse.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)  \
-    do {             \
-        if (!(cond)) \
-            abort(); \
-    } while (0)
 
 static void filter(const char *s, size_t len, uint32_t seed, bool pieces, struct pc_buf *out)
 {

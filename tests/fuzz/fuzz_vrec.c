@@ -19,14 +19,9 @@
 #include <string.h>
 
 #include "pc_vrec.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)  \
-    do {             \
-        if (!(cond)) \
-            abort(); \
-    } while (0)
 
 static float vec[VINDEX_DIM_MAX], vec2[VINDEX_DIM_MAX];
 

@@ -22,14 +22,9 @@
 
 #include "pc_vrec.h"
 #include "pc_vsync.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)  \
-    do {             \
-        if (!(cond)) \
-            abort(); \
-    } while (0)
 
 static bool lower_hex(const char *s, size_t n)
 {
