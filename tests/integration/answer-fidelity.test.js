@@ -15,9 +15,8 @@
  */
 const assert = require('node:assert/strict');
 const http = require('node:http');
-const net = require('node:net');
 const h = require('./lib');
-const {parseResp} = require('./lib/redis');
+const {rawReply} = require('./lib/redis');
 
 const env = h.environment();
 
@@ -766,30 +765,9 @@ h.test('an answer with an invalid \\u escape is relayed, not stored, in either m
     assert.notEqual(j.json.choices[0].message.content, 'before');
 });
 
-/* One Redis command with binary arguments and reply (the harness's client speaks strings). */
-function rawCommand(port, ...args) {
-    const parts = [Buffer.from(`*${args.length}\r\n`)];
-    for (const a of args) {
-        const b = Buffer.isBuffer(a) ? a : Buffer.from(String(a));
-        parts.push(Buffer.from(`$${b.length}\r\n`), b, Buffer.from('\r\n'));
-    }
-    return new Promise((resolve, reject) => {
-        const sock = net.connect({port, host: '127.0.0.1'});
-        let buf = Buffer.alloc(0);
-        sock.on('data', (d) => {
-            buf = Buffer.concat([buf, d]);
-            const r = parseResp(buf, 0);
-            if (!r)
-                return;
-            sock.end();
-            if (r.value instanceof Error)
-                reject(r.value);
-            else
-                resolve(buf.subarray(0, r.next));
-        });
-        sock.on('error', reject);
-        sock.write(Buffer.concat(parts));
-    });
+/* One Redis command with binary arguments; resolves with the reply's raw bytes. */
+async function rawCommand(port, ...args) {
+    return (await rawReply(port, ...args)).bytes;
 }
 
 /*

@@ -5,31 +5,11 @@
  * speaks strings).
  */
 const crypto = require('node:crypto');
-const net = require('node:net');
-const {parseResp} = require('./redis');
+const {rawReply} = require('./redis');
 
-/* One command with binary arguments; resolves with the reply. */
-function rawCommand(port, ...args) {
-    const parts = [Buffer.from(`*${args.length}\r\n`)];
-    for (const a of args) {
-        const b = Buffer.isBuffer(a) ? a : Buffer.from(String(a));
-        parts.push(Buffer.from(`$${b.length}\r\n`), b, Buffer.from('\r\n'));
-    }
-    return new Promise((resolve, reject) => {
-        const sock = net.connect({port, host: '127.0.0.1'});
-        let buf = Buffer.alloc(0);
-        sock.on('data', (d) => {
-            buf = Buffer.concat([buf, d]);
-            const r = parseResp(buf, 0);
-            if (!r)
-                return;
-            sock.end();
-            if (r.value instanceof Error) reject(r.value);
-            else resolve(r.value);
-        });
-        sock.on('error', reject);
-        sock.write(Buffer.concat(parts));
-    });
+/* One command with binary arguments; resolves with the parsed reply. */
+async function rawCommand(port, ...args) {
+    return (await rawReply(port, ...args)).value;
 }
 
 /* A link: 8-byte hash and 4-byte tokens, big-endian. */

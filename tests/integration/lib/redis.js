@@ -262,4 +262,33 @@ async function forgeHash(redis, key, n, field, value) {
         '1', key);
 }
 
-module.exports = {startRedis, freePort, RespClient, redisCommand, parseResp, tallyHourKey, forgeHash};
+/*
+ * One command with binary arguments on a connection of its own (RespClient speaks strings);
+ * resolves with the parsed reply and its raw bytes, rejects on an error reply.
+ */
+function rawReply(port, ...args) {
+    const parts = [Buffer.from(`*${args.length}\r\n`)];
+    for (const a of args) {
+        const b = Buffer.isBuffer(a) ? a : Buffer.from(String(a));
+        parts.push(Buffer.from(`$${b.length}\r\n`), b, Buffer.from('\r\n'));
+    }
+    return new Promise((resolve, reject) => {
+        const sock = net.connect({port, host: '127.0.0.1'});
+        let buf = Buffer.alloc(0);
+        sock.on('data', (d) => {
+            buf = Buffer.concat([buf, d]);
+            const r = parseResp(buf, 0);
+            if (!r)
+                return;
+            sock.end();
+            if (r.value instanceof Error)
+                reject(r.value);
+            else
+                resolve({value: r.value, bytes: buf.subarray(0, r.next)});
+        });
+        sock.on('error', reject);
+        sock.write(Buffer.concat(parts));
+    });
+}
+
+module.exports = {startRedis, freePort, RespClient, redisCommand, rawReply, parseResp, tallyHourKey, forgeHash};
