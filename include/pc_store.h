@@ -112,7 +112,8 @@ struct store_cmd *store_when_ready(struct store *s, int64_t timeout_ms, store_in
                                    void *arg);
 /*
  * Drop the connection; the callbacks of pending commands run with STORE_ERR
- * before this returns (they must not use the store any more). *s is NULLed.
+ * before this returns. The store is closed by then: a command such a callback
+ * sends is refused (NULL, -1), and it must not keep the store. *s is NULLed.
  */
 void store_destroy(struct store **s);
 
@@ -148,6 +149,14 @@ int store_write(struct store *s, int argc, const char **argv, const size_t *lens
  */
 struct store_cmd *store_write_cb(struct store *s, int argc, const char **argv, const size_t *lens,
                                  store_int_fn *cb, void *arg);
+/*
+ * A background write that no client waits for, as store_write_cb but given the steps' time
+ * (20 x the command timeout) before its callback gets STORE_TIMEOUT: writes chained on one
+ * another's outcome (a vector's record, its member, its event) wait for Redis' answer, not
+ * for a client's patience. cb may be NULL.
+ */
+struct store_cmd *store_write_bg_cb(struct store *s, int argc, const char **argv,
+                                    const size_t *lens, store_int_fn *cb, void *arg);
 /*
  * Delete every key matching a glob pattern (SCAN + UNLINK in batches, each
  * step under the command timeout x 20). cb gets the number deleted. On a

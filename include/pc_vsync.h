@@ -155,11 +155,12 @@ void vsync_argv_member_trim(struct vsync_argv *a, const unsigned char tenant[VIN
 
 /*
  * The same through a worker's store (fire and forget, failures counted by
- * the store); 0, or -1 if the store is not ready (nothing sent). put = SET
- * + the member list's ZADD, PEXPIREAT NX, PEXPIREAT GT and trim + XADD add;
+ * the store); 0, or -1 if the store is not ready (nothing sent). put = SET,
+ * once answered the member list's ZADD, PEXPIREAT NX, PEXPIREAT GT and trim,
+ * and once the ZADD is answered XADD add (store_write_bg_cb's time each);
  * del = DEL + ZREM (partition known; NULL: the member goes lazily) + XADD
- * del; flush = XADD flush. put's cb (may be NULL) is store_write_cb's for the
- * record's SET: called once if put returns 0, never if -1.
+ * del; flush = XADD flush. put's cb (may be NULL) is told the record's SET
+ * outcome (as store_write_bg_cb's): called once if put returns 0, never if -1.
  */
 int vsync_store_put(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
                     const unsigned char key[VINDEX_KEY_LEN],

@@ -2077,8 +2077,9 @@ int store_set(struct store *s, const void *key, size_t klen, const void *val, si
     return store_set_cb(s, key, klen, val, vlen, ttl_ms, NULL, NULL) != NULL ? 0 : -1;
 }
 
-struct store_cmd *store_write_cb(struct store *s, int argc, const char **argv, const size_t *lens,
-                                 store_int_fn *cb, void *arg)
+/* A write of store_write_cb or store_write_bg_cb, its time mult x the command timeout. */
+static struct store_cmd *write_send(struct store *s, int argc, const char **argv,
+                                    const size_t *lens, int64_t mult, store_int_fn *cb, void *arg)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
     if ((s = writer_of(route_argv(s, argc, argv, lens))) == NULL)
@@ -2087,12 +2088,24 @@ struct store_cmd *store_write_cb(struct store *s, int argc, const char **argv, c
     c->cb.num = cb;
     c->arg = arg;
     snprintf(c->what, sizeof(c->what), "%.*s", (int)PC_MIN(lens[0], sizeof(c->what) - 1), argv[0]);
-    if (cmd_send(c, argc, argv, lens, s->timeout_ms) < 0) {
+    if (cmd_send(c, argc, argv, lens, s->timeout_ms * mult) < 0) {
         stats_incr(s->st, STAT_redis_errors);
         cmd_free(c);
         return NULL;
     }
     return c;
+}
+
+struct store_cmd *store_write_cb(struct store *s, int argc, const char **argv, const size_t *lens,
+                                 store_int_fn *cb, void *arg)
+{
+    return write_send(s, argc, argv, lens, 1, cb, arg);
+}
+
+struct store_cmd *store_write_bg_cb(struct store *s, int argc, const char **argv,
+                                    const size_t *lens, store_int_fn *cb, void *arg)
+{
+    return write_send(s, argc, argv, lens, STEP_TIMEOUT_MULT, cb, arg);
 }
 
 int store_write(struct store *s, int argc, const char **argv, const size_t *lens)

@@ -315,20 +315,29 @@ static int send_argv(struct store *s, struct vsync_argv *a)
 }
 
 /*
- * An add event held back until Redis has answered the ZADD of its member: on a
- * cluster the member list and the stream are on two primaries, written over
- * two connections, and an instance could read the event (and ignore it: the
- * partition was only queued for a load) before the member reached the list
- * it then loaded. The vector was missing from that instance's index until the
- * partition was read again: a rewording missed there, not once in ten runs
- * of cluster.test.js under load. After the ZADD's reply, whoever reads the
- * event and then loads the list finds the member (one Redis: the same order
- * as before).
+ * A vector's writes, each sent once Redis has answered the one before: its record (SET), then
+ * its member on the partition's list (ZADD), then the add event on the stream (XADD). On a
+ * cluster the three keys live on up to three primaries, written over as many connections, and
+ * another instance reads the event and may then load the list: in this order it finds the
+ * member, and the member's record. Sent together, an instance could read the event (ignored:
+ * the partition only queued for a load) before the member reached the list it loaded, or find
+ * the member before its record (and drop it from the list as gone).
+ *
+ * Each step waits for Redis' real answer, up to store_write_bg_cb's time: under the client
+ * commands' redis-timeout (50 ms by default), a primary answering the ZADD late made the event
+ * go unsent, and every instance holding the partition in memory never learnt of the vector.
+ * A step that fails or times out does not stop the next: the record may be there all the
+ * same, and the event is what tells the instances that hold the partition (a member without a
+ * record is dropped from the list by the next load). The store being destroyed refuses them.
  */
 struct held_add {
     struct store *s;
+    store_int_fn *cb; /* the caller's, told the record's outcome */
+    void *arg;
     unsigned char tenant[VINDEX_TENANT_LEN];
     unsigned char key[VINDEX_KEY_LEN];
+    unsigned char partition[VINDEX_PART_LEN];
+    int64_t expires_ms;
     size_t rec_len;
     char rec[];
 };
@@ -336,12 +345,11 @@ struct held_add {
 static void on_member_added(void *arg, enum store_status st, long long n)
 {
     struct held_add *h = arg;
+    (void)st;
     (void)n;
-    if (st == STORE_OK) {
-        struct vsync_argv a;
-        vsync_argv_add(&a, h->tenant, h->key, h->rec, h->rec_len);
-        send_argv(h->s, &a);
-    }
+    struct vsync_argv a;
+    vsync_argv_add(&a, h->tenant, h->key, h->rec, h->rec_len);
+    store_write_bg_cb(h->s, a.argc, a.argv, a.lens, NULL, NULL);
     free(h);
 }
 
@@ -350,30 +358,25 @@ static void on_member_added(void *arg, enum store_status st, long long n)
  * (NX sets one on a new list, GT only ever lengthens it), and the members
  * already expired trimmed: a list nobody loads again still goes with its last
  * member. Each command names one key (the list's tag is not the record's).
- * The add event (rec) goes once the member is listed (struct held_add).
+ * The add event goes once the ZADD is answered (on_member_added).
  */
-static int members_put(struct store *s, const unsigned char *tenant, const unsigned char *key,
-                       const unsigned char *partition, int64_t expires_ms, const void *rec,
-                       size_t rec_len)
+static void on_record_written(void *arg, enum store_status st, long long n)
 {
+    struct held_add *h = arg;
+    if (h->cb != NULL)
+        h->cb(h->arg, st, n);
     struct vsync_argv a;
-    struct held_add *h = pc_malloc(sizeof(*h) + rec_len);
-    h->s = s;
-    memcpy(h->tenant, tenant, VINDEX_TENANT_LEN);
-    memcpy(h->key, key, VINDEX_KEY_LEN);
-    h->rec_len = rec_len;
-    memcpy(h->rec, rec, rec_len);
-    vsync_argv_member_add(&a, tenant, key, partition, expires_ms);
-    if (store_write_cb(s, a.argc, a.argv, a.lens, on_member_added, h) == NULL) {
-        free(h);
-        return -1;
+    vsync_argv_member_add(&a, h->tenant, h->key, h->partition, h->expires_ms);
+    if (store_write_bg_cb(h->s, a.argc, a.argv, a.lens, on_member_added, h) == NULL) {
+        free(h); /* Redis away, or the store closing: the instances read the list again */
+        return;
     }
-    vsync_argv_member_expire(&a, tenant, partition, expires_ms, "NX");
-    send_argv(s, &a);
-    vsync_argv_member_expire(&a, tenant, partition, expires_ms, "GT");
-    send_argv(s, &a);
-    vsync_argv_member_trim(&a, tenant, partition, pc_wall_ms());
-    return send_argv(s, &a);
+    vsync_argv_member_expire(&a, h->tenant, h->partition, h->expires_ms, "NX");
+    store_write_bg_cb(h->s, a.argc, a.argv, a.lens, NULL, NULL);
+    vsync_argv_member_expire(&a, h->tenant, h->partition, h->expires_ms, "GT");
+    store_write_bg_cb(h->s, a.argc, a.argv, a.lens, NULL, NULL);
+    vsync_argv_member_trim(&a, h->tenant, h->partition, pc_wall_ms());
+    store_write_bg_cb(h->s, a.argc, a.argv, a.lens, NULL, NULL);
 }
 
 int vsync_store_put(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
@@ -381,14 +384,22 @@ int vsync_store_put(struct store *s, const unsigned char tenant[VINDEX_TENANT_LE
                     const unsigned char partition[VINDEX_PART_LEN], const void *rec, size_t rec_len,
                     int64_t ttl_ms, int64_t expires_ms, store_int_fn *cb, void *arg)
 {
+    struct held_add *h = pc_malloc(sizeof(*h) + rec_len);
+    h->s = s;
+    h->cb = cb;
+    h->arg = arg;
+    memcpy(h->tenant, tenant, VINDEX_TENANT_LEN);
+    memcpy(h->key, key, VINDEX_KEY_LEN);
+    memcpy(h->partition, partition, VINDEX_PART_LEN);
+    h->expires_ms = expires_ms;
+    h->rec_len = rec_len;
+    memcpy(h->rec, rec, rec_len);
     struct vsync_argv a;
     vsync_argv_set(&a, tenant, key, rec, rec_len, ttl_ms);
-    if (cb != NULL ? store_write_cb(s, a.argc, a.argv, a.lens, cb, arg) == NULL
-                   : send_argv(s, &a) < 0)
+    if (store_write_bg_cb(s, a.argc, a.argv, a.lens, on_record_written, h) == NULL) {
+        free(h);
         return -1;
-    /* Listed before the event (members_put): an instance loading the partition as it reads it
-     * finds it. The SET is sent: a failure after it is the SET's callback's to tell. */
-    members_put(s, tenant, key, partition, expires_ms, rec, rec_len);
+    }
     return 0;
 }
 

@@ -192,6 +192,50 @@ h.test('exact, semantic and prefix state is shared by the three instances', {tim
         (await held(c))[home] >= before[1][home] + 1000, {timeout: 20000, what: 'b and c applying a prefix record of a'});
 });
 
+/*
+ * A vector's writes go one after the other, each once Redis has answered the one before
+ * (record, member, event: the list and the stream are on two primaries). They waited under
+ * the client commands' redis-timeout (50 ms by default, 1 s in these tests): a primary that
+ * answered the ZADD later (a loaded machine; here, its writes paused past that) made the event
+ * go unsent, and an instance holding the partition in memory never learnt of the vector. Now
+ * each waits for Redis' answer (20 x redis-timeout), and a step that fails goes on all the same.
+ */
+h.test('a vector whose member list\'s primary answers late still reaches the instances holding its partition', {timeout: 60000}, async () => {
+    const [a, b] = proxies;
+    const sys = `You are terse. ${h.uniq('late list')}`;
+    const ask = (text) => ({...body(text), messages: [{role: 'system', content: sys}, {role: 'user', content: text}]});
+    const tag = () => h.uniq('t').split(' ')[1];
+    /* A first answer in a new partition, found by meaning through b: b holds the partition. */
+    const t0 = tag();
+    const first = await a.post(CHAT, ask(`how deep is lake baikal ${t0}`));
+    assertMiss(first);
+    await h.eventually(async () => assertSemanticHit(await b.post(CHAT, ask(`lake baikal: how deep is ${t0}`), NO_STORE)),
+        {timeout: 20000});
+    /* The partition's member list: the one holding t0's entry. */
+    const id0 = first.headers['x-cache-key'];
+    let list = null;
+    for (const k of await cluster.allKeys('pc:2:pm:*')) {
+        const node = await cluster.ownerOf(k);
+        if (await cluster.command(node.port, 'ZSCORE', k, id0.slice(16)) !== null)
+            list = {key: k, node};
+    }
+    assert.ok(list, `the member list of ${id0}`);
+    /* A question whose entry and record live on another primary than the list. */
+    let t = null;
+    for (let i = 0; i < 40 && t === null; i++) {
+        const c = tag();
+        const r = await a.post(CHAT, ask(`how old is the great wall ${c}`), {...NO_STORE, ...EXACT_ONLY});
+        const id = r.headers['x-cache-key'];
+        if ((await cluster.ownerOf(`pc:2:e:{${id.slice(0, 16)}:${id.slice(16)}}`)).port !== list.node.port)
+            t = c;
+    }
+    assert.ok(t, 'a question stored away from the list\'s primary');
+    await cluster.command(list.node.port, 'CLIENT', 'PAUSE', '2000', 'WRITE');
+    assertMiss(await a.post(CHAT, ask(`how old is the great wall ${t}`)));
+    await h.eventually(async () => assertSemanticHit(await b.post(CHAT, ask(`the great wall: how old is ${t}`), NO_STORE)),
+        {timeout: 15000});
+});
+
 h.test('an ACL user: every connection to every primary authenticates as it', {timeout: 60000}, async () => {
     const USER = 'promptcache', PASSWORD = 'cl-pw-7a1c';
     for (const n of cluster.alive()) /* ACLs are per node: every node needs the user */
