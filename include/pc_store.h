@@ -111,6 +111,12 @@ bool store_ready(const struct store *s);
 struct store_cmd *store_when_ready(struct store *s, int64_t timeout_ms, store_int_fn *cb,
                                    void *arg);
 /*
+ * A wait of ms, or less if s becomes READY meanwhile: cb gets STORE_OK if s is READY then,
+ * STORE_TIMEOUT if not, STORE_ERR if s is destroyed first. For a retry after a while that
+ * ends with the store. NULL if s is closed. Cancel with store_cancel.
+ */
+struct store_cmd *store_after(struct store *s, int64_t ms, store_int_fn *cb, void *arg);
+/*
  * Drop the connection; the callbacks of pending commands run with STORE_ERR
  * before this returns. The store is closed by then: a command such a callback
  * sends is refused (NULL, -1), and it must not keep the store. *s is NULLed.

@@ -1945,6 +1945,20 @@ struct store_cmd *store_when_ready(struct store *s, int64_t timeout_ms, store_in
     return c;
 }
 
+struct store_cmd *store_after(struct store *s, int64_t ms, store_int_fn *cb, void *arg)
+{
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    if (cb == NULL || s->state == ST_CLOSED)
+        return NULL;
+    struct store_cmd *c = cmd_new(s, CMD_WAIT);
+    c->cb.num = cb;
+    c->arg = arg;
+    c->sent_us = pc_mono_us();
+    c->timeout_us = PC_MAX(ms, 0) * 1000;
+    cmd_arm(c, c->timeout_us);
+    return c;
+}
+
 static void cluster_destroy(struct store *s);
 
 void store_destroy(struct store **sp)

@@ -334,6 +334,7 @@ struct held_add {
     struct store *s;
     store_int_fn *cb; /* the caller's, told the record's outcome */
     void *arg;
+    int tries; /* sends of the event refused so far (its stream's primary away) */
     unsigned char tenant[VINDEX_TENANT_LEN];
     unsigned char key[VINDEX_KEY_LEN];
     unsigned char partition[VINDEX_PART_LEN];
@@ -342,15 +343,42 @@ struct held_add {
     char rec[];
 };
 
-static void on_member_added(void *arg, enum store_status st, long long n)
+#define EVENT_TRIES    7 /* an add event refused: tried again 100, 200 ... 3200 ms later */
+#define EVENT_RETRY_MS 100
+
+static void send_event(struct held_add *h);
+
+static void on_event_retry(void *arg, enum store_status st, long long n)
 {
     struct held_add *h = arg;
-    (void)st;
     (void)n;
+    if (st == STORE_ERR) { /* the store is closing */
+        free(h);
+        return;
+    }
+    send_event(h);
+}
+
+/*
+ * The add event, once the ZADD is answered (or failed). Refused while the stream's primary is
+ * away (its connection dropped, reconnecting): tried again a few times over 6 s, since the
+ * instances holding the partition learn of the vector from it alone.
+ */
+static void send_event(struct held_add *h)
+{
     struct vsync_argv a;
     vsync_argv_add(&a, h->tenant, h->key, h->rec, h->rec_len);
-    store_write_bg_cb(h->s, a.argc, a.argv, a.lens, NULL, NULL);
-    free(h);
+    if (store_write_bg_cb(h->s, a.argc, a.argv, a.lens, NULL, NULL) != NULL ||
+        ++h->tries >= EVENT_TRIES ||
+        store_after(h->s, (int64_t)EVENT_RETRY_MS << (h->tries - 1), on_event_retry, h) == NULL)
+        free(h);
+}
+
+static void on_member_added(void *arg, enum store_status st, long long n)
+{
+    (void)st;
+    (void)n;
+    send_event(arg);
 }
 
 /*
@@ -358,7 +386,8 @@ static void on_member_added(void *arg, enum store_status st, long long n)
  * (NX sets one on a new list, GT only ever lengthens it), and the members
  * already expired trimmed: a list nobody loads again still goes with its last
  * member. Each command names one key (the list's tag is not the record's).
- * The add event goes once the ZADD is answered (on_member_added).
+ * The add event goes once the ZADD is answered (on_member_added), or at once
+ * if the ZADD cannot be sent.
  */
 static void on_record_written(void *arg, enum store_status st, long long n)
 {
@@ -368,7 +397,7 @@ static void on_record_written(void *arg, enum store_status st, long long n)
     struct vsync_argv a;
     vsync_argv_member_add(&a, h->tenant, h->key, h->partition, h->expires_ms);
     if (store_write_bg_cb(h->s, a.argc, a.argv, a.lens, on_member_added, h) == NULL) {
-        free(h); /* Redis away, or the store closing: the instances read the list again */
+        send_event(h); /* the list's primary away: the next load drops the member anyway */
         return;
     }
     vsync_argv_member_expire(&a, h->tenant, h->partition, h->expires_ms, "NX");
@@ -386,6 +415,7 @@ int vsync_store_put(struct store *s, const unsigned char tenant[VINDEX_TENANT_LE
 {
     struct held_add *h = pc_malloc(sizeof(*h) + rec_len);
     h->s = s;
+    h->tries = 0;
     h->cb = cb;
     h->arg = arg;
     memcpy(h->tenant, tenant, VINDEX_TENANT_LEN);
