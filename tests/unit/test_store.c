@@ -858,6 +858,34 @@ static void test_when_ready(void)
     T_CHECK(!g3.done);
 }
 
+/*
+ * store_after: a wait of its time even when READY (a retry's delay), OK then; TIMEOUT when not
+ * READY at its end; an error when the store is destroyed first; refused by a closed store.
+ */
+static void test_after(void)
+{
+    struct stats st = {0};
+    struct store *s = mk_store(R.unix_url, TEST_TIMEOUT_MS, true, &st);
+    T_CHECK(run_until(is_ready, s, 5000));
+    struct got g = {0};
+    uint64_t t0 = pc_mono_us();
+    T_CHECK(store_after(s, 120, int_cb, &g) != NULL);
+    T_CHECK(run_until(got_done, &g, 3000));
+    T_CHECK(g.st == STORE_OK && g.calls == 1);
+    T_CHECK(pc_mono_us() - t0 >= 120 * 1000);
+    struct got g2 = {0};
+    T_CHECK(store_after(s, 60000, int_cb, &g2) != NULL);
+    store_destroy(&s);
+    T_CHECK(g2.done && g2.st == STORE_ERR && g2.calls == 1);
+
+    struct store *dead = mk_store("unix:/nonexistent/redis.sock", TEST_TIMEOUT_MS, true, &st);
+    memset(&g, 0, sizeof(g));
+    T_CHECK(store_after(dead, 50, int_cb, &g) != NULL);
+    T_CHECK(run_until(got_done, &g, 3000));
+    T_CHECK(g.st == STORE_TIMEOUT && g.calls == 1);
+    store_destroy(&dead);
+}
+
 /* redis://:password@host:port/db over TCP: AUTH and SELECT are pipelined before the check. */
 static void test_tcp_auth_db(void)
 {
@@ -2504,6 +2532,7 @@ int main(void)
     T_RUN(test_delete_matching);
     T_RUN(test_delete_picked);
     T_RUN(test_when_ready);
+    T_RUN(test_after);
     T_RUN(test_tcp_auth_db);
     T_RUN(test_acl_user);
     T_RUN(test_busy_loop);
