@@ -173,11 +173,20 @@ h.test('exact, semantic and prefix state is shared by the three instances', {tim
 
     const tag = h.uniq('t').split(' ')[1];
     assertMiss(await a.post(CHAT, body(`how tall is mount everest ${tag}`)));
-    for (const p of [b, c])
-        await h.eventually(async () => {
-            const r = await p.post(CHAT, body(`mount everest: how tall ${tag}`), NO_STORE);
-            assert.equal(r.headers['x-cache-match'], 'semantic', `X-Cache-Match (${r.headers['x-cache-status']})`);
-        }, {timeout: 20000});
+    for (const [name, p] of [['b', b], ['c', c]]) {
+        try {
+            await h.eventually(async () => {
+                const r = await p.post(CHAT, body(`mount everest: how tall ${tag}`), NO_STORE);
+                assert.equal(r.headers['x-cache-match'], 'semantic', `X-Cache-Match (${r.headers['x-cache-status']})`);
+            }, {timeout: 20000});
+        } catch (e) {
+            /* what the instance knows of the semantic cache and the stream, for the log */
+            const all = await Promise.all(proxies.map((x) => x.stats()));
+            const pick = (st) => Object.fromEntries(Object.entries(st).filter(([k]) => /^(semantic_|stream_|l1_|redis_)/.test(k)));
+            e.message += ` (${name}; a, b, c: ${JSON.stringify(all.map(pick))})`;
+            throw e;
+        }
+    }
 
     /* The tokens b's and c's indexes hold on the replica a chose grow by the conversation's
      * ~1200, which no record of the short questions above could add; a count of applied

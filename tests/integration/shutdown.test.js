@@ -149,12 +149,16 @@ h.test('SIGTERM while partition loads wait on a Redis that never answers: exit c
         '--workers', '3', '--redis-timeout', '4000', '--embedder-timeout', '300'];
     try {
         const questions = [0, 1, 2, 3, 4, 5].map((i) => h.uniq(`the loads at shutdown, topic ${i}:`));
+        /* Through the fault proxy no one waits for Redis at start: a request before the
+         * connection is a BYPASS, with no lookup (so no load). */
         const first = await env.startProxy({redis: fault.url, args});
+        await first.waitReady(200, 20000);
         for (const q of questions)
             assert.equal((await first.post(CHAT, h.chatBody(q))).status, 200);
         assert.equal(await first.stop(), 0);
         /* A new process: every partition is cold, its load reads the member list first. */
         const proxy = await env.startProxy({redis: fault.url, args});
+        await proxy.waitReady(200, 20000);
         fault.set('silent', {only: ['ZREVRANGEBYSCORE']});
         const pending = questions.map((q) => proxy.post(CHAT, h.chatBody(`${q} please`)));
         await h.waitFor(() => fault.answered('silent') > 0, {what: 'a partition load waiting on Redis'});
