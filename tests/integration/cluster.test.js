@@ -176,7 +176,7 @@ h.test('exact, semantic and prefix state is shared by the three instances', {tim
     for (const [name, p] of [['b', b], ['c', c]]) {
         try {
             await h.eventually(async () => {
-                const r = await p.post(CHAT, body(`mount everest: how tall ${tag}`), NO_STORE);
+                const r = await p.post(CHAT, body(`mount everest: how tall is ${tag}`), NO_STORE);
                 assert.equal(r.headers['x-cache-match'], 'semantic', `X-Cache-Match (${r.headers['x-cache-status']})`);
             }, {timeout: 20000});
         } catch (e) {
