@@ -1931,21 +1931,8 @@ bool store_ready(const struct store *s)
     return s != NULL && s->state == ST_READY;
 }
 
-struct store_cmd *store_when_ready(struct store *s, int64_t timeout_ms, store_int_fn *cb, void *arg)
-{
-    PC_CHECK_OBJ(s, STORE_MAGIC);
-    if (cb == NULL || s->state == ST_CLOSED)
-        return NULL;
-    struct store_cmd *c = cmd_new(s, CMD_WAIT);
-    c->cb.num = cb;
-    c->arg = arg;
-    c->sent_us = pc_mono_us();
-    c->timeout_us = s->state == ST_READY ? 0 : PC_MAX(timeout_ms, 0) * 1000;
-    cmd_arm(c, c->timeout_us);
-    return c;
-}
-
-struct store_cmd *store_after(struct store *s, int64_t ms, store_int_fn *cb, void *arg)
+/* A wait of s (CMD_WAIT) of ms, or until s becomes READY (waits_end); NULL if s is closed. */
+static struct store_cmd *wait_new(struct store *s, int64_t ms, store_int_fn *cb, void *arg)
 {
     PC_CHECK_OBJ(s, STORE_MAGIC);
     if (cb == NULL || s->state == ST_CLOSED)
@@ -1957,6 +1944,17 @@ struct store_cmd *store_after(struct store *s, int64_t ms, store_int_fn *cb, voi
     c->timeout_us = PC_MAX(ms, 0) * 1000;
     cmd_arm(c, c->timeout_us);
     return c;
+}
+
+struct store_cmd *store_when_ready(struct store *s, int64_t timeout_ms, store_int_fn *cb, void *arg)
+{
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    return wait_new(s, s->state == ST_READY ? 0 : timeout_ms, cb, arg);
+}
+
+struct store_cmd *store_after(struct store *s, int64_t ms, store_int_fn *cb, void *arg)
+{
+    return wait_new(s, ms, cb, arg);
 }
 
 static void cluster_destroy(struct store *s);
