@@ -314,6 +314,12 @@ static int send_argv(struct store *s, struct vsync_argv *a)
     return store_write(s, a->argc, a->argv, a->lens);
 }
 
+/* As send_argv, with store_write_bg_cb's time (and cb, which may be NULL); NULL if not sent. */
+static struct store_cmd *send_bg(struct store *s, struct vsync_argv *a, store_int_fn *cb, void *arg)
+{
+    return store_write_bg_cb(s, a->argc, a->argv, a->lens, cb, arg);
+}
+
 /*
  * A vector's writes, each sent once Redis has answered the one before: its record (SET), then
  * its member on the partition's list (ZADD), then the add event on the stream (XADD). On a
@@ -368,8 +374,7 @@ static void send_event(struct held_add *h)
 {
     struct vsync_argv a;
     vsync_argv_add(&a, h->tenant, h->key, h->rec, h->rec_len);
-    if (store_write_bg_cb(h->s, a.argc, a.argv, a.lens, NULL, NULL) != NULL ||
-        ++h->tries >= EVENT_TRIES ||
+    if (send_bg(h->s, &a, NULL, NULL) != NULL || ++h->tries >= EVENT_TRIES ||
         store_after(h->s, (int64_t)EVENT_RETRY_MS << (h->tries - 1), on_event_retry, h) == NULL)
         free(h);
 }
@@ -396,16 +401,16 @@ static void on_record_written(void *arg, enum store_status st, long long n)
         h->cb(h->arg, st, n);
     struct vsync_argv a;
     vsync_argv_member_add(&a, h->tenant, h->key, h->partition, h->expires_ms);
-    if (store_write_bg_cb(h->s, a.argc, a.argv, a.lens, on_member_added, h) == NULL) {
+    if (send_bg(h->s, &a, on_member_added, h) == NULL) {
         send_event(h); /* the list's primary away: the next load drops the member anyway */
         return;
     }
     vsync_argv_member_expire(&a, h->tenant, h->partition, h->expires_ms, "NX");
-    store_write_bg_cb(h->s, a.argc, a.argv, a.lens, NULL, NULL);
+    send_bg(h->s, &a, NULL, NULL);
     vsync_argv_member_expire(&a, h->tenant, h->partition, h->expires_ms, "GT");
-    store_write_bg_cb(h->s, a.argc, a.argv, a.lens, NULL, NULL);
+    send_bg(h->s, &a, NULL, NULL);
     vsync_argv_member_trim(&a, h->tenant, h->partition, pc_wall_ms());
-    store_write_bg_cb(h->s, a.argc, a.argv, a.lens, NULL, NULL);
+    send_bg(h->s, &a, NULL, NULL);
 }
 
 int vsync_store_put(struct store *s, const unsigned char tenant[VINDEX_TENANT_LEN],
@@ -414,19 +419,15 @@ int vsync_store_put(struct store *s, const unsigned char tenant[VINDEX_TENANT_LE
                     int64_t ttl_ms, int64_t expires_ms, store_int_fn *cb, void *arg)
 {
     struct held_add *h = pc_malloc(sizeof(*h) + rec_len);
-    h->s = s;
-    h->tries = 0;
-    h->cb = cb;
-    h->arg = arg;
+    *h = (struct held_add){
+        .s = s, .cb = cb, .arg = arg, .expires_ms = expires_ms, .rec_len = rec_len};
     memcpy(h->tenant, tenant, VINDEX_TENANT_LEN);
     memcpy(h->key, key, VINDEX_KEY_LEN);
     memcpy(h->partition, partition, VINDEX_PART_LEN);
-    h->expires_ms = expires_ms;
-    h->rec_len = rec_len;
     memcpy(h->rec, rec, rec_len);
     struct vsync_argv a;
     vsync_argv_set(&a, tenant, key, rec, rec_len, ttl_ms);
-    if (store_write_bg_cb(s, a.argc, a.argv, a.lens, on_record_written, h) == NULL) {
+    if (send_bg(s, &a, on_record_written, h) == NULL) {
         free(h);
         return -1;
     }
