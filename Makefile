@@ -70,15 +70,17 @@ FAISS_C_PC := $(shell pkg-config --exists faiss_c 2>/dev/null && echo yes)
 FAISS_C_SO := $(firstword $(wildcard /usr/lib/libfaiss_c.so /usr/lib/*/libfaiss_c.so \
 	/usr/local/lib/libfaiss_c.so))
 ifneq ($(FAISS_C_PC),)
-FAISS_LIBS := $(shell pkg-config --libs faiss_c) -lgomp
+FAISS_LIBS := $(shell pkg-config --libs faiss_c) -lgomp -lstdc++
 FAISS_SHIM :=
 else ifneq ($(FAISS_C_SO),)
-FAISS_LIBS := -L$(dir $(FAISS_C_SO)) -lfaiss_c -lfaiss -lgomp
+FAISS_LIBS := -L$(dir $(FAISS_C_SO)) -lfaiss_c -lfaiss -lgomp -lstdc++
 FAISS_SHIM :=
 else
 FAISS_LIBS := -lfaiss -lopenblas -lgomp -lstdc++
 FAISS_SHIM := src/faiss_c.cc
 endif
+# FAISS's interrupt callback (not in its C API), set from C++ whichever of the above links.
+FAISS_SHIM += src/faiss_stop.cc
 
 LDLIBS_ALL = $(shell pkg-config --libs $(PKGS_PC) 2>/dev/null) \
 	-Wl,--push-state,--as-needed $(FAISS_LIBS) -Wl,--pop-state -lm -pthread

@@ -5,6 +5,7 @@
  *   vindex-speed [--sizes 10000,100000,1000000] [--parts 1,1000] [--dim 100]
  *                [--queries 2000] [--flat-max N] [--nprobe N] [--ivf-flat]
  *   vindex-speed --compare [--dim 100] [--sizes 1,4,16,...]
+ *   vindex-speed --stop [--dim 100] [--sizes 100000,1000000]
  *
  * Default mode: for every size and partition count, load that many vectors
  * (random unit vectors, every tenth a near-duplicate of an earlier one, spread
@@ -22,6 +23,12 @@
  * 64). Search latency p50, add cost per vector, recall@10 against exact.
  * This is the measurement behind the choice written at the top of
  * src/vindex.c.
+ *
+ * --stop: what a shutdown during a big IVF build waits for. One partition of
+ * each size, built by the index's background thread: once built to its end
+ * (the baseline, from the build's start), once stopped by vindex_destroy as
+ * soon as the build has started (the time destroy takes). Prints both and
+ * their ratio.
  */
 #include "pc_log.h"
 #include "pc_util.h"
@@ -53,6 +60,7 @@ struct cfg {
     size_t flat_max, nprobe;
     bool ivf_flat;
     bool compare;
+    bool stop;
     bool no_hnsw;
 };
 
@@ -485,6 +493,57 @@ static void run_compare(const struct cfg *c)
 /* --- arguments ---------------------------------------------------------------------------------
  */
 
+/* --- stop mode: vindex_destroy during a build ------------------------------------------------ */
+
+/* A background index holding x[0..n) in one partition, its one build queued; t0 its start. */
+static struct vindex *stop_load(const struct cfg *c, const float *x, size_t n, double *t0)
+{
+    struct vindex_opts o = {.dim = c->dim, .flat_max = n - n / 8, .background = true};
+    struct vindex *v = vindex_create(&o);
+    unsigned char p[VINDEX_PART_LEN];
+    part_of(0, p);
+    for (size_t i = 0; i < n; i++) {
+        struct vindex_item it = {.expires_ms = 0};
+        key_of(i, it.key);
+        vindex_add(v, p, &it, x + i * (size_t)c->dim);
+    }
+    struct vindex_stats st;
+    do { /* the build starts once the thread takes it from the queue */
+        vindex_get_stats(v, &st);
+        *t0 = now_s();
+    } while (st.building == 0 && st.builds == 0 && (usleep(1000), true));
+    return v;
+}
+
+static void run_stop(const struct cfg *c)
+{
+    printf("%-10s %-5s %12s %12s %8s\n", "vectors", "dim", "build_ms", "destroy_ms", "ratio");
+    for (size_t si = 0; si < c->nsizes; si++) {
+        size_t n = c->sizes[si];
+        float *x = make_data(n, c->dim);
+        double t0;
+        struct vindex *v = stop_load(c, x, n, &t0);
+        struct vindex_stats st;
+        do {
+            usleep(1000);
+            vindex_get_stats(v, &st);
+        } while (st.builds == 0 && st.build_errors == 0);
+        double build_ms = (now_s() - t0) * 1e3;
+        vindex_destroy(&v);
+        v = stop_load(c, x, n, &t0);
+        double t1 = now_s();
+        vindex_destroy(&v);
+        double destroy_ms = (now_s() - t1) * 1e3;
+        printf("%-10zu %-5d %12.0f %12.0f %8.3f\n", n, c->dim, build_ms, destroy_ms,
+               destroy_ms / build_ms);
+        printf("{\"vectors\":%zu,\"dim\":%d,\"build_ms\":%.0f,\"destroy_during_build_ms\":%.0f,"
+               "\"ratio\":%.4f}\n",
+               n, c->dim, build_ms, destroy_ms, destroy_ms / build_ms);
+        fflush(stdout);
+        free(x);
+    }
+}
+
 static size_t parse_list(const char *s, size_t *out)
 {
     size_t n = 0;
@@ -500,7 +559,7 @@ static size_t parse_list(const char *s, size_t *out)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: vindex-speed [--compare] [--sizes N,N,...] [--parts N,N,...] "
+    fprintf(stderr, "usage: vindex-speed [--compare | --stop] [--sizes N,N,...] [--parts N,N,...] "
                     "[--dim D] [--queries N] [--flat-max N] [--nprobe N] [--ivf-flat]\n");
     exit(2);
 }
@@ -512,6 +571,8 @@ int main(int argc, char **argv)
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--compare") == 0)
             c.compare = true;
+        else if (strcmp(a, "--stop") == 0)
+            c.stop = true;
         else if (strcmp(a, "--ivf-flat") == 0)
             c.ivf_flat = true;
         else if (strcmp(a, "--no-hnsw") == 0)
@@ -539,6 +600,12 @@ int main(int argc, char **argv)
         if (c.nsizes == 0)
             c.nsizes = parse_list("1,4,16,64,256,1024,4096,16384,32768,65536,100000", c.sizes);
         run_compare(&c);
+        return 0;
+    }
+    if (c.stop) {
+        if (c.nsizes == 0)
+            c.nsizes = parse_list("100000,1000000", c.sizes);
+        run_stop(&c);
         return 0;
     }
     if (c.nsizes == 0)

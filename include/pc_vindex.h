@@ -90,6 +90,7 @@ struct vindex_stats {
     size_t bytes;          /* memory held for vectors, metadata and FAISS indexes (estimate) */
     uint64_t builds;       /* IVF (re)builds completed */
     uint64_t build_errors; /* IVF builds that failed (the partition stayed as it was) */
+    size_t building;       /* IVF builds in progress (vindex_destroy stops one, logged) */
     size_t loaded;         /* partitions RESIDENT (lazy; else every partition) */
     uint64_t loads;        /* loads completed (vindex_load_end ok) */
     uint64_t evictions;    /* partitions dropped for max_bytes */
@@ -101,7 +102,11 @@ struct vindex_stats {
 size_t vindex_default_flat_max(int dim);
 /* NULL (logged) if opts are invalid. */
 struct vindex *vindex_create(const struct vindex_opts *o);
-/* Stops the background thread, frees everything; *v is NULLed. No call may be running. */
+/*
+ * Stops the background thread, frees everything; *v is NULLed. No call may be running.
+ * A build in progress on the background thread gives up (within one block of FAISS's
+ * work, well under a second) rather than being waited for.
+ */
 void vindex_destroy(struct vindex **v);
 int vindex_dim(const struct vindex *v);
 

@@ -85,6 +85,8 @@
 #include <faiss/c_api/error_c.h>
 #include <faiss/c_api/impl/AuxIndexStructures_c.h>
 
+#include "pc_faiss_stop.h"
+
 #define VINDEX_MAGIC   0x56494458u /* "VIDX" */
 #define NSHARDS        64
 #define BLOCK_SHIFT    10
@@ -189,11 +191,12 @@ struct vindex {
     pthread_cond_t mq_cond;
     struct part *qhead, *qtail;
     bool stop;
-    bool trim; /* evictions freed memory: the thread gives it back to the system */
+    atomic_bool stopping; /* set by vindex_destroy: a build in progress gives up */
+    bool trim;            /* evictions freed memory: the thread gives it back to the system */
     bool thread_started;
     pthread_t thread;
 
-    atomic_size_t nvec, nparts, nivf, bytes, nresident;
+    atomic_size_t nvec, nparts, nivf, bytes, nresident, nbuilding;
     atomic_uint_fast64_t builds, build_errors, loads, evictions, evicted_vectors;
     int64_t bytes_reported; /* under wlock: what opts.row's semantic_index_bytes holds */
 };
@@ -258,6 +261,22 @@ static float dot(const float *a, const float *b, int d)
 static void faiss_fail(const char *what, int rc)
 {
     log_error("vindex: %s failed (%d): %s", what, rc, faiss_get_last_error());
+}
+
+/* FAISS's interrupt check on the background thread (pc_faiss_stop.h): the index is going away. */
+static bool stopping(void *arg)
+{
+    const struct vindex *v = arg;
+    return atomic_load_explicit(&v->stopping, memory_order_relaxed);
+}
+
+/* A build's FAISS call failed: an error, unless the build was stopped (*rc then says void). */
+static void build_fail(struct vindex *v, const char *what, int *rc)
+{
+    if (stopping(v))
+        *rc = 1;
+    else
+        faiss_fail(what, *rc);
 }
 
 static struct vslot *slot_at(const struct part *p, uint32_t i)
@@ -838,6 +857,7 @@ struct vindex *vindex_create(const struct vindex_opts *o)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&v->mq_cond, &ca);
     pthread_condattr_destroy(&ca);
+    faiss_stop_install(); /* before any thread of ours calls FAISS */
     v->gen = 1;
     if (openblas_set_num_threads != NULL)
         openblas_set_num_threads(1); /* k-means runs on the builder's thread only */
@@ -860,6 +880,7 @@ void vindex_destroy(struct vindex **vp)
     if (v == NULL)
         return;
     PC_CHECK_OBJ(v, VINDEX_MAGIC);
+    atomic_store(&v->stopping, true); /* a build in progress gives up (between FAISS blocks) */
     if (v->thread_started) {
         pthread_mutex_lock(&v->mq);
         v->stop = true;
@@ -1489,6 +1510,7 @@ struct build {
     size_t live;
     size_t nlist;
     FaissIndex *ivf;
+    bool trained; /* training done, filling */
 };
 
 static size_t pow2_floor(size_t x)
@@ -1591,7 +1613,7 @@ static int build_train(struct vindex *v, struct build *b)
     if (quant != NULL)
         faiss_Index_free(quant);
     if (rc < 0)
-        faiss_fail("IVF training", rc);
+        build_fail(v, "IVF training", &rc);
     free(x);
     return rc;
 }
@@ -1605,10 +1627,10 @@ static int build_fill(struct vindex *v, struct build *b)
     int rc = 0;
     for (uint32_t at = 0; rc == 0 && at < b->nslots; at += BUILD_CHUNK) {
         size_t n = 0;
-        if (!build_copy(v, b, at, at + BUILD_CHUNK, 1, x, ids, &n, BUILD_CHUNK))
+        if (stopping(v) || !build_copy(v, b, at, at + BUILD_CHUNK, 1, x, ids, &n, BUILD_CHUNK))
             rc = 1;
         else if (n > 0 && (rc = faiss_Index_add_with_ids(b->ivf, (idx_t)n, x, ids)) != 0)
-            faiss_fail("IVF fill", rc);
+            build_fail(v, "IVF fill", &rc);
     }
     free(x);
     free(ids);
@@ -1692,6 +1714,7 @@ static int build_run(struct vindex *v, struct build *b)
     uint64_t t0 = pc_mono_ms();
     omp_single();
     int rc = build_train(v, b);
+    b->trained = rc == 0;
     if (rc == 0)
         rc = build_fill(v, b);
     FaissIndex *old = NULL;
@@ -1720,6 +1743,11 @@ static int build_run(struct vindex *v, struct build *b)
     if (rc == 0)
         log_info("vindex: a partition of %zu vectors is now served by IVF%zu (built in %llu ms)",
                  b->live, b->nlist, (unsigned long long)(pc_mono_ms() - t0));
+    else if (stopping(v))
+        log_info("vindex: the IVF%zu build of a partition of %zu vectors stopped after %llu ms "
+                 "(%s): the index is shutting down",
+                 b->nlist, b->live, (unsigned long long)(pc_mono_ms() - t0),
+                 b->trained ? "filling" : "training");
     return rc;
 }
 
@@ -1729,12 +1757,14 @@ size_t vindex_maintain(struct vindex *v)
     size_t done = 0;
     struct part *p;
     pthread_mutex_lock(&v->build_mu);
-    while ((p = queue_pop(v)) != NULL) {
+    while (!stopping(v) && (p = queue_pop(v)) != NULL) {
         struct build b = {.p = p};
         pthread_mutex_lock(&v->wlock);
         bool go = build_begin(v, &b);
         pthread_mutex_unlock(&v->wlock);
+        atomic_fetch_add(&v->nbuilding, 1);
         int rc = go ? build_run(v, &b) : 1;
+        atomic_fetch_sub(&v->nbuilding, 1);
         if (rc == 0) {
             atomic_fetch_add(&v->builds, 1);
             done++;
@@ -1758,6 +1788,7 @@ void vindex_get_stats(struct vindex *v, struct vindex_stats *out)
     out->bytes = atomic_load(&v->bytes) + sizeof(*v);
     out->builds = atomic_load(&v->builds);
     out->build_errors = atomic_load(&v->build_errors);
+    out->building = atomic_load(&v->nbuilding);
     out->loaded = atomic_load(&v->nresident);
     out->loads = atomic_load(&v->loads);
     out->evictions = atomic_load(&v->evictions);
@@ -1770,6 +1801,7 @@ void vindex_get_stats(struct vindex *v, struct vindex_stats *out)
 static void *maint_main(void *arg)
 {
     struct vindex *v = arg;
+    faiss_stop_watch(stopping, v); /* this thread's builds stop with the index */
     uint64_t next_sweep = pc_mono_ms() + (uint64_t)v->o.sweep_ms;
     pthread_mutex_lock(&v->mq);
     uint64_t next_trim = 0;

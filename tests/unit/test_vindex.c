@@ -6,6 +6,7 @@
  * brute force), changes made while a build runs, and searches concurrent
  * with changes from several threads.
  */
+#include "pc_faiss_stop.h"
 #include "pc_log.h"
 #include "pc_util.h"
 #include "pc_vindex.h"
@@ -14,6 +15,14 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <faiss/c_api/Clustering_c.h>
+#include <faiss/c_api/IndexFlat_c.h>
+#include <faiss/c_api/Index_c.h>
 
 #define NOW 1000000
 
@@ -896,6 +905,134 @@ static void test_background(void)
     vindex_destroy(&v);
 }
 
+/* --- stopping a build (pc_faiss_stop.h) -------------------------------------------------- */
+
+static atomic_int stop_polls;
+static int stop_after; /* polls answered "go on" before "stop"; < 0: never stop */
+
+static bool stop_when(void *arg)
+{
+    (void)arg;
+    return stop_after >= 0 && atomic_fetch_add(&stop_polls, 1) >= stop_after;
+}
+
+/* k-means on n random points of dim d into k centroids, with this thread's watch: FAISS's rc. */
+static int kmeans(size_t n, int d, int k)
+{
+    float *x = pc_malloc(n * (size_t)d * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        rand_vec(&x[i * (size_t)d], d);
+    FaissClusteringParameters cp;
+    faiss_ClusteringParameters_init(&cp);
+    cp.niter = 10;
+    FaissIndexFlatIP *q = NULL;
+    FaissClustering *km = NULL;
+    int rc = faiss_IndexFlatIP_new_with(&q, d);
+    if (rc == 0)
+        rc = faiss_Clustering_new_with_params(&km, d, k, &cp);
+    if (rc == 0)
+        rc = faiss_Clustering_train(km, (idx_t)n, x, q);
+    if (km != NULL)
+        faiss_Clustering_free(km);
+    if (q != NULL)
+        faiss_Index_free(q);
+    free(x);
+    return rc;
+}
+
+/*
+ * FAISS polls the watch of the thread running the training and stops when it says so:
+ * not at all without a watch, once per k-means iteration with one, and training fails
+ * (it does not finish) when the watch says stop, even after some iterations ran.
+ */
+static void test_faiss_stop(void)
+{
+    faiss_stop_install();
+    faiss_stop_install(); /* once per process, whoever calls it */
+    T_CHECK_INT(kmeans(4000, 16, 32), 0);
+
+    stop_after = -1;
+    atomic_store(&stop_polls, 0);
+    faiss_stop_watch(stop_when, NULL);
+    T_CHECK_INT(kmeans(4000, 16, 32), 0);
+    T_CHECK_INT(atomic_load(&stop_polls), 0); /* never stops: counted only when asked to stop */
+
+    stop_after = 0;
+    T_CHECK(kmeans(4000, 16, 32) != 0);
+    T_CHECK_INT(atomic_load(&stop_polls), 1); /* stopped at the first poll */
+
+    stop_after = 3;
+    atomic_store(&stop_polls, 0);
+    T_CHECK(kmeans(4000, 16, 32) != 0);
+    T_CHECK_INT(atomic_load(&stop_polls), 4); /* polled between iterations, stopped at the 4th */
+
+    faiss_stop_watch(NULL, NULL);
+    T_CHECK_INT(kmeans(4000, 16, 32), 0);
+}
+
+/* Whether the file at path holds needle. */
+static bool file_has(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    char line[1024];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+/*
+ * vindex_destroy while the background thread trains a big partition's IVF: the
+ * training stops (logged as stopped while training) instead of running to its end,
+ * and everything is freed (ASan). The partition's one build (60k vectors, IVF1024: 32k
+ * training points, ten iterations) takes far longer than the time between the test
+ * seeing it start and the index being told to stop.
+ */
+static void test_destroy_stops_build(void)
+{
+    char path[] = "/tmp/pc-test-vindex-log-XXXXXX";
+    int fd = mkstemp(path);
+    T_CHECK(fd >= 0);
+    close(fd);
+    log_teardown();
+    T_CHECK_INT(log_init(PC_LOG_INFO, path, NULL, NULL, 0), 0);
+
+    int d = 128;
+    size_t n = 60000;
+    struct vindex_opts o = {.dim = d, .flat_max = 50000, .background = true}; /* one build */
+    struct vindex *v = vindex_create(&o);
+    unsigned char p[32];
+    part(p, 11);
+    float *x = pc_malloc((size_t)d * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        rand_vec(x, d);
+        struct vindex_item it = item((unsigned)i, 1, 0);
+        T_CHECK_INT(vindex_add(v, p, &it, x), 0);
+    }
+    free(x);
+    struct vindex_stats st;
+    uint64_t deadline = pc_mono_ms() + 60000;
+    for (;;) {
+        vindex_get_stats(v, &st);
+        if (st.building > 0 || st.builds > 0 || pc_mono_ms() > deadline)
+            break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    T_CHECK_INT(st.building, 1);
+    T_CHECK_INT(st.builds, 0);
+    vindex_destroy(&v);
+
+    log_teardown();
+    log_init(PC_LOG_WARN, NULL, NULL, NULL, 0);
+    T_CHECK(file_has(path, "stopped after"));
+    T_CHECK(file_has(path, "(training): the index is shutting down"));
+    unlink(path);
+}
+
 int main(void)
 {
     log_init(PC_LOG_WARN, NULL, NULL, NULL, 0);
@@ -913,5 +1050,7 @@ int main(void)
     T_RUN(test_model);
     T_RUN(test_concurrency);
     T_RUN(test_background);
+    T_RUN(test_faiss_stop);
+    T_RUN(test_destroy_stops_build);
     T_DONE();
 }
