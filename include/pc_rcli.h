@@ -50,8 +50,9 @@ struct rcli {
  * A blocking connection to the server of u that holds the data, AUTH and
  * SELECT done: for sentinel:// the primary the sentinels name - asked in
  * turn from *next_sentinel (updated to the one that answered), each bounded
- * by min(timeout_ms, 1 s), and the address checked with ROLE - else the
- * URL's server. timeout_ms bounds connecting and every reply. A host name is
+ * by min(timeout_ms, 1 s) for all of it, and the address checked with ROLE -
+ * else the URL's server. timeout_ms bounds connecting and every reply, the
+ * whole of it (not each read: see redisev_get_reply). A host name is
  * resolved on every call. addr (if not NULL) gets "HOST:PORT" or the socket
  * path. NULL with a message in err (never a password).
  */
@@ -80,7 +81,8 @@ struct redisReply *rcli_call(struct rcli *k, int argc, const char **argv, const 
 /*
  * redisGetReply for a blocking context, with a cap: a reply that grows past RCLI_REPLY_MAX
  * bytes not parsed yet (a bulk of 2^40 bytes that keeps coming: hiredis 0.14 buffers any)
- * fails the context with a protocol error instead of filling the memory.
+ * fails the context with a protocol error instead of filling the memory. And a deadline: a
+ * reply not whole within the context's timeout (redisev_get_reply) fails it as timed out.
  */
 #define RCLI_REPLY_MAX (64u << 20)
 /*

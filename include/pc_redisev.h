@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct event_base;
 struct redisAsyncContext;
@@ -50,12 +51,19 @@ void redisev_set_reply_max(struct redisAsyncContext *ac, size_t max);
  */
 bool redisev_reader_cap(struct redisReader *r, size_t max);
 /*
- * redisGetReply of a blocking context with the cap above: a reply that grows past max bytes
- * not parsed yet fails the context (REDIS_ERR, rc->errstr says so) instead of filling the
- * memory for as long as bytes come. REDIS_OK with *reply set, or REDIS_ERR.
+ * redisGetReply of a blocking context with two bounds hiredis 0.14 lacks. A reply that grows
+ * past max bytes not parsed yet fails the context (REDIS_ERR, rc->errstr says so) instead of
+ * filling the memory for as long as bytes come. And a reply must come whole within within_ms
+ * from this call (0: the socket's receive timeout, redisSetTimeout's), plus 1 ms for every
+ * REDISEV_BYTES_PER_MS bytes it brought: hiredis bounds each read, so a peer sending a byte
+ * just within the timeout held a reply open for ever. Past that, or a read that timed out,
+ * fails the context as a timeout: rc->err REDIS_ERR_IO, errno EAGAIN, rc->errstr "timed out
+ * (no reply in time): no whole reply within N ms". The socket's timeout is as it was after.
+ * REDIS_OK with *reply set, or REDIS_ERR.
  */
+#define REDISEV_BYTES_PER_MS 16384 /* 16 MB/s: a reply of the 64 MiB caps gets 4 s more */
 struct redisContext;
-int redisev_get_reply(struct redisContext *rc, void **reply, size_t max);
+int redisev_get_reply(struct redisContext *rc, void **reply, size_t max, int64_t within_ms);
 /*
  * Make r refuse a reply past caps as it parses it: hiredis 0.14 makes an object per
  * element and callocs the element list an array announces ("*2000000000": 16 GB), while

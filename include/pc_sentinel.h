@@ -46,8 +46,11 @@ struct sentinel_ask *sentinel_ask_start(struct event_base *base, const struct ru
 void sentinel_ask_cancel(struct sentinel_ask **a);
 
 /*
- * Blocking: ask sentinel i of u. 0 with *host (malloc'd) and *port, or -1
- * with a message in err (never a password).
+ * Blocking: ask sentinel i of u, connecting, AUTH and the answer all within
+ * timeout_ms (not each read: a sentinel that sends a byte at a time is cut
+ * off, "sentinel HOST:PORT: timed out (no reply in time): did not answer
+ * within N ms"; the name lookup is the system's, bounded by its own). 0 with
+ * *host (malloc'd) and *port, or -1 with a message in err (never a password).
  */
 int sentinel_query(const struct rurl *u, size_t i, int64_t timeout_ms, char **host, int *port,
                    char *err, size_t errlen);

@@ -24,7 +24,6 @@
 #include "pc_conf.h"
 #include "pc_sentinel.h"
 
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,13 +57,13 @@ struct rcli_cluster {
 };
 
 /*
- * A blocking command. hiredis reports a read or write that ran past the
- * context's timeout with errno's text, "Resource temporarily unavailable":
- * errstr says it timed out instead, for every message made from it.
+ * A blocking reply, whole within the context's timeout (see redisev_get_reply): a
+ * reply that ran past it says "timed out (no reply in time)" in errstr, not
+ * errno's "Resource temporarily unavailable", for every message made from it.
  */
 int rcli_get_reply(redisContext *rc, void **reply)
 {
-    return redisev_get_reply(rc, reply, RCLI_REPLY_MAX);
+    return redisev_get_reply(rc, reply, RCLI_REPLY_MAX, 0);
 }
 
 static redisReply *command_argv(redisContext *rc, int argc, const char **argv, const size_t *lens)
@@ -72,10 +71,7 @@ static redisReply *command_argv(redisContext *rc, int argc, const char **argv, c
     void *reply = NULL;
     if (redisAppendCommandArgv(rc, argc, argv, lens) == REDIS_OK)
         rcli_get_reply(rc, &reply);
-    redisReply *r = reply;
-    if (r == NULL && rc->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK))
-        snprintf(rc->errstr, sizeof(rc->errstr), "timed out (no reply in time)");
-    return r;
+    return reply;
 }
 
 /*

@@ -4,16 +4,21 @@
  * cleanup hook when it frees the context. Also the caps on a reply that
  * hiredis 0.14 lacks, for every connection, async or blocking: it buffers a
  * bulk of any announced length, makes an object per element of an array and
- * callocs the element list of the length the array announces.
+ * callocs the element list of the length the array announces. And the
+ * deadline of a blocking reply, which hiredis 0.14 bounds only per read.
  */
 #include "pc_redisev.h"
+#include "pc_util.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #include <event2/event.h>
 #include <hiredis/async.h>
@@ -54,21 +59,116 @@ bool redisev_reader_cap(redisReader *r, size_t max)
     return true;
 }
 
-int redisev_get_reply(redisContext *rc, void **reply, size_t max)
+/*
+ * --- The clock of a blocking reply ------------------------------------------------------
+ *
+ * hiredis 0.14 bounds each read(2) of a blocking context by the socket's receive timeout
+ * (SO_RCVTIMEO, which redisSetTimeout sets), never a reply: a peer that sends a byte just
+ * within it keeps one reply, and its caller, going for ever. A reply gets a budget - the
+ * caller's, or that timeout - plus 1 ms for every REDISEV_BYTES_PER_MS bytes it brought.
+ * Before each read but the first (the socket's own timeout: the whole budget), the socket's
+ * timeout is cut to the time left, and set back once the reply is whole or failed: a reply
+ * that comes in one read costs no system call more.
+ */
+struct reply_clock {
+    int fd;
+    uint64_t start;       /* pc_mono_ms when the reply was asked for */
+    int64_t budget_ms;    /* -1: the socket's timeout, not read yet; 0: none, no deadline */
+    size_t bytes;         /* read for the reply so far */
+    struct timeval saved; /* the socket's own timeout, once read */
+    bool have_saved, cut; /* saved holds it; the socket has another now */
+};
+
+/* The socket's receive timeout in ms (0: none, or unknown); *tv gets it as it is. */
+static int64_t rcvtimeo_ms(int fd, struct timeval *tv)
+{
+    socklen_t len = sizeof(*tv);
+    *tv = (struct timeval){0, 0};
+    if (getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, tv, &len) != 0)
+        return 0;
+    return (int64_t)tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000;
+}
+
+/* The reply's budget as it stands (the socket's timeout read if it was not yet). */
+static int64_t clock_budget(struct reply_clock *c)
+{
+    if (c->budget_ms < 0 || !c->have_saved) {
+        int64_t own = rcvtimeo_ms(c->fd, &c->saved);
+        c->have_saved = true;
+        if (c->budget_ms < 0)
+            c->budget_ms = own;
+    }
+    return c->budget_ms == 0 ? 0 : c->budget_ms + (int64_t)(c->bytes / REDISEV_BYTES_PER_MS);
+}
+
+/* Before a read: the socket's timeout cut to the time left; false if none is left. */
+static bool clock_arm(struct reply_clock *c, bool first)
+{
+    if (first && c->budget_ms < 0)
+        return true; /* the socket's own timeout is the whole budget */
+    int64_t budget = clock_budget(c);
+    if (budget == 0)
+        return true; /* no timeout anywhere: hiredis' own blocking read */
+    int64_t left = budget - (int64_t)(pc_mono_ms() - c->start);
+    if (left <= 0)
+        return false;
+    struct timeval tv = {(time_t)(left / 1000), (suseconds_t)(left % 1000) * 1000};
+    c->cut = setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0 || c->cut;
+    return true;
+}
+
+static void clock_restore(struct reply_clock *c)
+{
+    if (c->cut)
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &c->saved, sizeof(c->saved));
+    c->cut = false;
+}
+
+/*
+ * rc failed; late: the reply's time ran out before a read. A timeout - late, or a read or
+ * write past the socket's timeout, which hiredis calls "Resource temporarily unavailable" -
+ * says so in rc->errstr, with the budget, and leaves errno EAGAIN for the caller.
+ */
+static int reply_failed(redisContext *rc, struct reply_clock *c, bool late)
+{
+    bool timeout = late || (rc->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK));
+    if (timeout) {
+        rc->err = REDIS_ERR_IO;
+        snprintf(rc->errstr, sizeof(rc->errstr),
+                 "timed out (no reply in time): no whole reply within %lld ms",
+                 (long long)clock_budget(c));
+    }
+    clock_restore(c);
+    if (timeout)
+        errno = EAGAIN;
+    return REDIS_ERR;
+}
+
+int redisev_get_reply(redisContext *rc, void **reply, size_t max, int64_t within_ms)
 {
     void *r = NULL;
     int done = 0;
     *reply = NULL;
     if (redisGetReplyFromReader(rc, &r) != REDIS_OK)
         return REDIS_ERR;
+    struct reply_clock c = {.fd = rc->fd, .start = pc_mono_ms(), .budget_ms = -1};
+    if (within_ms > 0)
+        c.budget_ms = within_ms;
     while (r == NULL && !done)
         if (redisBufferWrite(rc, &done) != REDIS_OK)
-            return REDIS_ERR;
-    while (r == NULL) {
+            return reply_failed(rc, &c, false);
+    for (bool first = true; r == NULL; first = false) {
+        if (!clock_arm(&c, first))
+            return reply_failed(rc, &c, true);
         redisev_reader_cap(rc->reader, max); /* the read below fails then */
-        if (redisBufferRead(rc) != REDIS_OK || redisGetReplyFromReader(rc, &r) != REDIS_OK)
-            return REDIS_ERR;
+        size_t had = rc->reader->len;
+        if (redisBufferRead(rc) != REDIS_OK)
+            return reply_failed(rc, &c, false);
+        c.bytes += rc->reader->len > had ? rc->reader->len - had : 0;
+        if (redisGetReplyFromReader(rc, &r) != REDIS_OK)
+            return reply_failed(rc, &c, false);
     }
+    clock_restore(&c);
     *reply = r;
     return REDIS_OK;
 }

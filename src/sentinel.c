@@ -368,30 +368,34 @@ void sentinel_ask_cancel(struct sentinel_ask **ap)
 
 /* --- blocking ------------------------------------------------------------------------ */
 
-/* A sentinel that ran past the timeout: hiredis says "Resource temporarily unavailable". */
-static redisReply *query_command(redisContext *rc, int argc, const char **argv, char *err,
-                                 size_t errlen)
+/*
+ * One command within the query's time left (until, pc_mono_ms): the reply, or NULL with err;
+ * *late if the time ran out. Capped as every blocking reply is: a bulk of 2^40 bytes that
+ * keep coming fails it.
+ */
+static redisReply *query_command(redisContext *rc, int argc, const char **argv, uint64_t until,
+                                 bool *late, char *err, size_t errlen)
 {
-    /* capped as every blocking reply is: a bulk of 2^40 bytes that keep coming fails it */
+    uint64_t now = pc_mono_ms();
     void *reply = NULL;
-    if (redisAppendCommandArgv(rc, argc, argv, NULL) == REDIS_OK)
-        redisev_get_reply(rc, &reply, SENTINEL_REPLY_MAX);
-    redisReply *r = reply;
-    if (r == NULL && rc->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK))
-        snprintf(err, errlen, "timed out (no reply in time)");
-    else if (r == NULL)
+    if (now >= until)
+        *late = true;
+    else if (redisAppendCommandArgv(rc, argc, argv, NULL) == REDIS_OK &&
+             redisev_get_reply(rc, &reply, SENTINEL_REPLY_MAX, (int64_t)(until - now)) != REDIS_OK)
+        *late = rc->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+    if (reply == NULL && !*late)
         snprintf(err, errlen, "%s", rc->errstr[0] ? rc->errstr : "no reply");
-    return r;
+    return reply;
 }
 
-/* Connected to sentinel s: AUTH if needed, then the question. */
-static int query_on(redisContext *rc, const struct rurl *u, char **host, int *port, char *err,
-                    size_t errlen)
+/* Connected to sentinel s: AUTH if needed, then the question, all before until. */
+static int query_on(redisContext *rc, const struct rurl *u, uint64_t until, char **host, int *port,
+                    bool *late, char *err, size_t errlen)
 {
     const char *argv[3];
     int argc = auth_argv(u, argv);
     if (argc > 0) {
-        redisReply *r = query_command(rc, argc, argv, err, errlen);
+        redisReply *r = query_command(rc, argc, argv, until, late, err, errlen);
         if (r == NULL)
             return -1;
         bool ok = r->type != REDIS_REPLY_ERROR;
@@ -402,7 +406,7 @@ static int query_on(redisContext *rc, const struct rurl *u, char **host, int *po
             return -1;
     }
     const char *ask[] = {"SENTINEL", "get-master-addr-by-name", u->master};
-    redisReply *r = query_command(rc, 3, ask, err, errlen);
+    redisReply *r = query_command(rc, 3, ask, until, late, err, errlen);
     if (r == NULL)
         return -1;
     char h[RESOLVE_ADDR_MAX + 64];
@@ -413,22 +417,33 @@ static int query_on(redisContext *rc, const struct rurl *u, char **host, int *po
     return rc2;
 }
 
+/*
+ * One deadline for all of it - connecting, AUTH, the question - as the loops' asks have:
+ * hiredis bounds each read only, and a sentinel that sends its answer a byte at a time, each
+ * within the timeout, would hold the thread or the tool for as long as it likes.
+ */
 int sentinel_query(const struct rurl *u, size_t i, int64_t timeout_ms, char **host, int *port,
                    char *err, size_t errlen)
 {
     const struct rurl_addr *s = &u->sentinels[i];
     char why[224] = "";
-    struct timeval tv = pc_timeval_ms(PC_MAX(timeout_ms, 1));
+    bool late = false;
+    timeout_ms = PC_MAX(timeout_ms, 1);
+    uint64_t until = pc_mono_ms() + (uint64_t)timeout_ms;
+    struct timeval tv = pc_timeval_ms(timeout_ms);
     redisContext *rc = redisConnectWithTimeout(s->host, s->port, tv); /* resolves the name anew */
     int ret = -1;
     if (rc == NULL || rc->err)
         snprintf(why, sizeof(why), "%s", rc ? rc->errstr : "out of memory");
     else if (redisSetTimeout(rc, tv) == REDIS_OK) {
         redisev_guard(rc->reader, &query_caps);
-        ret = query_on(rc, u, host, port, why, sizeof(why));
+        ret = query_on(rc, u, until, host, port, &late, why, sizeof(why));
     }
     if (rc != NULL)
         redisFree(rc);
+    if (late)
+        snprintf(why, sizeof(why), "timed out (no reply in time): did not answer within %lld ms",
+                 (long long)timeout_ms);
     if (ret < 0) {
         char *where = rurl_addr_text(s->host, s->port);
         snprintf(err, errlen, "sentinel %s: %s", where, why);

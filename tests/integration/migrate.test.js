@@ -7,6 +7,7 @@
 const assert = require('node:assert/strict');
 const net = require('node:net');
 const h = require('./lib');
+const {startDribbler} = require('./lib/dribble');
 
 const env = h.environment({proxy: false});
 
@@ -63,6 +64,29 @@ h.test('the tools say a server that never answers timed out (not "Resource tempo
         }
     } finally {
         silent.close();
+    }
+});
+
+/*
+ * A server that answers a byte at a time, each byte well within the timeout of one read (400 ms
+ * of 1 s), as a Redis or a cluster node: hiredis 0.14 bounds each read only, and the tools read
+ * on for as long as bytes came (each reply here takes minutes). A reply must come whole within
+ * redis-timeout (at least 1 s): the tools give up and say so.
+ */
+h.test('the tools give up on a server that answers a byte at a time, and say it timed out', {timeout: 90000}, async () => {
+    const d = await startDribbler({everyMs: 400});
+    try {
+        for (const args of [['migrate', '--redis', `redis://${d.at}/0`],
+            ['report', '--redis', `redis://${d.at}/0`],
+            ['purge', '--all', '--redis', `redis://${d.at}/0`],
+            ['report', '--redis', `cluster://${d.at}`]]) {
+            const r = await h.runCli([...args, '--redis-timeout', '1000'], {timeout: 25000});
+            assert.equal(r.code, 1, `${args.join(' ')}:\n${r.output}`);
+            assert.match(r.stderr, /timed out \(no reply in time\): no whole reply within 1000 ms/, `${args.join(' ')}:\n${r.output}`);
+        }
+        await h.waitFor(() => d.gaveUp() >= 4, {timeout: 5000, what: 'the tools to hang up'});
+    } finally {
+        await d.close();
     }
 });
 

@@ -26,6 +26,7 @@ const net = require('node:net');
 const path = require('node:path');
 const h = require('./lib');
 const {startSentinelGroup} = require('./lib/sentinel');
+const {startDribbler, masterAddrReply} = require('./lib/dribble');
 const {startVllmMock} = require('../mock/vllm');
 const {createSemanticMock} = require('../mock/semantic');
 
@@ -347,6 +348,80 @@ h.test('a sentinel that sends an endless bulk: the query gives up before 8 MiB a
             `the query read ${(seen.sent / 1048576).toFixed(1)} MiB before it gave up`);
     } finally {
         server.close();
+    }
+});
+
+/*
+ * A sentinel (or whatever answers on its address) that sends its answer a byte at a time, each
+ * byte well within the timeout of one read (400 ms of 1 s): hiredis 0.14 bounds each read only,
+ * and the blocking query read on for as long as bytes came - the answer here would take 15 s,
+ * and names the dribbler itself as the primary, whose every reply takes minutes. The query has
+ * one deadline (1 s) for connecting, AUTH and the answer: the tools give up and say so.
+ */
+h.test('a sentinel that answers a byte at a time: the tools give up at the query\'s deadline and say why', {timeout: 90000}, async () => {
+    let self = 0;
+    const d = await startDribbler({everyMs: 400,
+        reply: (name) => (name === 'SENTINEL' ? masterAddrReply('127.0.0.1', self) : `$1000\r\n${'x'.repeat(1000)}\r\n`)});
+    self = d.port;
+    try {
+        for (const tool of [['report'], ['migrate', '--dry-run'], ['purge', '--all', '--dry-run']]) {
+            const r = await h.runCli([...tool, '--redis', `sentinel://${d.at}/mymaster`,
+                '--redis-timeout', '1000'], {timeout: 25000});
+            assert.equal(r.code, 1, `${tool[0]}: ${r.output}`);
+            assert.match(r.stderr, new RegExp(`sentinel 127\\.0\\.0\\.1:${d.port}: timed out \\(no reply in time\\): ` +
+                'did not answer within 1000 ms'), `${tool[0]}: ${r.output}`);
+        }
+        await h.waitFor(() => d.gaveUp() >= 3, {timeout: 5000, what: 'the tools to hang up on the sentinel'});
+    } finally {
+        await d.close();
+    }
+});
+
+/*
+ * The sentinel answers at once, naming a primary that answers a byte at a time: the tools'
+ * connection (its ROLE check, then any command) has a deadline per reply, the whole of it
+ * within redis-timeout (at least 1 s), not each read.
+ */
+h.test('a primary that answers a byte at a time: the tools give up at the reply\'s deadline and say why', {timeout: 90000}, async () => {
+    const primary = await startDribbler({everyMs: 400});
+    const sentinel = await startDribbler({everyMs: 1, reply: () => masterAddrReply('127.0.0.1', primary.port)});
+    try {
+        const r = await h.runCli(['report', '--redis', `sentinel://${sentinel.at}/mymaster`,
+            '--redis-timeout', '1000'], {timeout: 25000});
+        assert.equal(r.code, 1, r.output);
+        assert.match(r.stderr, new RegExp(`primary mymaster at 127\\.0\\.0\\.1:${primary.port}: ROLE: ` +
+            'timed out \\(no reply in time\\): no whole reply within 1000 ms'), r.output);
+        assert.deepEqual(primary.asked(), ['ROLE']);
+        await h.waitFor(() => primary.gaveUp() >= 1, {timeout: 5000, what: 'the tool to hang up on the primary'});
+    } finally {
+        await Promise.all([primary.close(), sentinel.close()]);
+    }
+});
+
+/*
+ * The proxy's background threads (the stream follower, the vector loader, the prefix writer
+ * and reader) ask the sentinels with the blocking query: one that answers a byte at a time
+ * held them for good. They give up at the query's deadline, say so in the log and try again;
+ * the proxy serves from the upstream meanwhile and stops when told.
+ */
+h.test('a sentinel that answers a byte at a time: the proxy\'s threads give up, say why, and the proxy stops', {timeout: 90000}, async () => {
+    const d = await startDribbler({everyMs: 400,
+        reply: (name) => (name === 'SENTINEL' ? masterAddrReply('127.0.0.1', 1) : '-ERR no\r\n')});
+    let p = null;
+    try {
+        p = await env.startProxy({redis: `sentinel://${d.at}/mymaster`, waitReady: false});
+        const said = new RegExp(`sentinel 127\\.0\\.0\\.1:${d.port}: timed out \\(no reply in time\\): did not answer within 1000 ms`);
+        await h.waitFor(() => said.test(p.proc.output), {timeout: 30000, what: 'a thread to give up on the sentinel'});
+        const r = await p.post(CHAT, body('asked while no sentinel answers'));
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers['x-cache-status'], 'BYPASS');
+        const code = await p.stop();
+        p = null;
+        assert.equal(code, 0, 'the proxy stopped by itself');
+    } finally {
+        if (p)
+            await p.kill();
+        await d.close();
     }
 });
 

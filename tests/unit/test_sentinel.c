@@ -4,8 +4,9 @@
  * tools, and a worker store through a "failover", against two real
  * redis-servers this test starts (a primary and its replica, loopback TCP)
  * and a fake sentinel (a thread answering SENTINEL get-master-addr-by-name
- * with whatever the test says the primary is, optionally behind AUTH). The
- * real three-sentinel failover is tests/integration/sentinel.test.js.
+ * with whatever the test says the primary is, optionally behind AUTH), and a
+ * peer that answers a byte at a time (the blocking deadlines). The real
+ * three-sentinel failover is tests/integration/sentinel.test.js.
  *
  * Every wait is for a condition, with a generous deadline.
  */
@@ -314,6 +315,69 @@ static void fake_start(void)
     pthread_create(&F.thread, NULL, fake_main, NULL);
 }
 
+/* --- a peer that answers a byte at a time ------------------------------------------------ */
+
+/*
+ * Answers each chunk a client sends (one command, in these tests) with DRIBBLE_REPLY, one
+ * byte every D.every_ms, for as long as the client stays; one connection at a time.
+ */
+static struct {
+    int fd, port;
+    pthread_t thread;
+    atomic_int every_ms;
+    atomic_int hung_up; /* connections the client closed with reply bytes still owed */
+    atomic_bool stop;
+} D;
+
+static const char DRIBBLE_REPLY[] = "*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6379\r\n";
+
+static void dribble_conn(int fd)
+{
+    size_t owed = 0, at = 0, n = sizeof(DRIBBLE_REPLY) - 1;
+    char buf[512];
+    while (!atomic_load(&D.stop)) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int ready = poll(&p, 1, owed > 0 ? atomic_load(&D.every_ms) : 50);
+        if (ready > 0) {
+            if (read(fd, buf, sizeof(buf)) <= 0) {
+                if (owed > 0)
+                    atomic_fetch_add(&D.hung_up, 1);
+                return;
+            }
+            owed += n;
+        } else if (ready == 0 && owed > 0) {
+            if (write(fd, &DRIBBLE_REPLY[at], 1) != 1)
+                return;
+            at = (at + 1) % n;
+            owed--;
+        }
+    }
+}
+
+static void *dribble_main(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&D.stop)) {
+        struct pollfd p = {D.fd, POLLIN, 0};
+        int fd = poll(&p, 1, 50) > 0 ? accept(D.fd, NULL, NULL) : -1;
+        if (fd >= 0) {
+            dribble_conn(fd);
+            close(fd);
+        }
+    }
+    return NULL;
+}
+
+static void dribble_start(void)
+{
+    D.fd = listen_any(&D.port);
+    if (listen(D.fd, 16) < 0) {
+        perror("listen");
+        exit(2);
+    }
+    pthread_create(&D.thread, NULL, dribble_main, NULL);
+}
+
 /* --- the loop ------------------------------------------------------------------------------ */
 
 typedef bool pred_fn(void *arg);
@@ -539,6 +603,57 @@ static void test_blocking(void)
     fake_name(P.port);
 }
 
+/*
+ * A peer that answers a byte at a time, each byte well within the timeout: hiredis bounds
+ * each read only, so the blocking query and the connector read on for as long as bytes
+ * came. They give up at their deadline and say so, and the client is the one that hangs
+ * up. A reply slower than one read but within its time is read whole, and the socket's
+ * timeout is its own again after.
+ */
+static void test_blocking_dribble(void)
+{
+    atomic_store(&D.every_ms, 100); /* the reply takes 3.6 s */
+    struct rurl u = parse("sentinel://127.0.0.1:%d/" MASTER, D.port);
+    char *host = NULL, err[256] = "";
+    int port = 0;
+    T_CHECK_INT(sentinel_query(&u, 0, 300, &host, &port, err, sizeof(err)), -1);
+    char want[160];
+    snprintf(want, sizeof(want),
+             "sentinel 127.0.0.1:%d: timed out (no reply in time): did not answer within 300 ms",
+             D.port);
+    T_CHECK_STR(err, want);
+    free(host);
+    rurl_free(&u);
+
+    struct rcli k = {.quiet = true};
+    char url[128];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d/0", D.port);
+    const char *ping[] = {"PING"};
+    T_CHECK_INT(rcli_open(&k, url, 1000, "test"), 0);
+    redisReply *r = rcli_call(&k, 1, ping, NULL);
+    T_CHECK(r == NULL);
+    T_CHECK(strstr(k.errmsg, "PING: timed out (no reply in time): no whole reply within 1000 ms"));
+    if (r != NULL)
+        freeReplyObject(r);
+    rcli_close(&k);
+    uint64_t until = pc_mono_ms() + DEADLINE;
+    while (atomic_load(&D.hung_up) < 2 && pc_mono_ms() < until)
+        sleep_ms(10);
+    T_CHECK_INT(atomic_load(&D.hung_up), 2);
+
+    atomic_store(&D.every_ms, 5); /* 36 reads, about 0.2 s */
+    T_CHECK_INT(rcli_open(&k, url, 1000, "test"), 0);
+    r = rcli_call(&k, 1, ping, NULL);
+    T_CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+    struct timeval tv = {0, 0};
+    socklen_t len = sizeof(tv);
+    T_CHECK(k.rc != NULL && getsockopt(k.rc->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) == 0);
+    T_CHECK(tv.tv_sec == 1 && tv.tv_usec == 0);
+    if (r != NULL)
+        freeReplyObject(r);
+    rcli_close(&k);
+}
+
 struct asked_watch {
     struct store *s;
     int target;
@@ -653,6 +768,9 @@ static void cleanup(void)
     atomic_store(&F.stop, true);
     if (F.thread)
         pthread_join(F.thread, NULL);
+    atomic_store(&D.stop, true);
+    if (D.thread)
+        pthread_join(D.thread, NULL);
     struct server *all[] = {&P, &Q};
     for (size_t i = 0; i < PC_ARRAY_LEN(all); i++)
         if (all[i]->pid > 0) {
@@ -685,6 +803,7 @@ int main(void)
         sleep_ms(20);
     fake_name(P.port);
     fake_start();
+    dribble_start();
     base = event_base_new();
     struct event *ticker = event_new(base, -1, EV_PERSIST, tick, NULL);
     struct timeval tv = {0, 10000};
@@ -693,6 +812,7 @@ int main(void)
     T_RUN(test_resolve);
     T_RUN(test_ask);
     T_RUN(test_blocking);
+    T_RUN(test_blocking_dribble);
     T_RUN(test_store_role);
     T_RUN(test_store_failover);
     T_RUN(test_sentinel_auth);
