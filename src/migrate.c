@@ -183,8 +183,12 @@ static int cli_apply(struct rcli *k, size_t i)
         return -1;
     }
     migrate_eval_init(&e, i);
+    /* Its own timeout; read as every blocking reply is: capped, and whole within it. */
     redisSetTimeout(k->rc, pc_timeval_ms(CLI_EVAL_TIMEOUT_MS));
-    redisReply *r = redisCommandArgv(k->rc, MIGRATE_EVAL_ARGC, e.argv, e.lens);
+    void *reply = NULL;
+    if (redisAppendCommandArgv(k->rc, MIGRATE_EVAL_ARGC, e.argv, e.lens) == REDIS_OK)
+        rcli_get_reply(k->rc, &reply);
+    redisReply *r = reply;
     if (r == NULL) {
         cli_eval_failed(k, e.what, errno);
         rc = -1;

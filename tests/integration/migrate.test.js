@@ -8,6 +8,7 @@ const assert = require('node:assert/strict');
 const net = require('node:net');
 const h = require('./lib');
 const {startDribbler} = require('./lib/dribble');
+const {startRespFault, FLOOD_LIMIT} = require('./lib/resp-fault');
 
 const env = h.environment({proxy: false});
 
@@ -108,4 +109,28 @@ h.test('migration 0002 moves schema-1 entries and report counters to hash-tagged
     assert.ok(ttl > 4000 && ttl <= 5000, `TTL kept: ${ttl}`);
     assert.equal(await env.redis.command('HGET', 'pc:2:r:2026120215', 'requests|t|m'), '7');
     assert.deepEqual(await env.redis.keys('pc:1:*'), [], 'no schema-1 keys left');
+});
+
+/*
+ * A migration's EVAL was read with hiredis' own redisCommandArgv: no cap on a reply that
+ * keeps coming (hiredis 0.14 buffers a bulk of any announced length) and no deadline for the
+ * whole of it. It is read as every other blocking reply: past 64 MiB the tool gives up. The
+ * relay sends at most 256 MiB, then nothing: read whole, that was 256 MiB and a 60 s wait.
+ */
+h.test('a migration whose EVAL is answered by an endless bulk: migrate gives up before it fills the memory', {timeout: 90000}, async () => {
+    await env.redis.command('FLUSHALL');
+    const fault = await startRespFault(env.redis.port);
+    try {
+        fault.set('flood', {only: ['EVAL']});
+        const r = await h.runCli(['migrate', '--redis', fault.url], {timeout: 40000});
+        assert.equal(r.code, 1, r.output);
+        assert.match(r.stderr, /migration 0001 initial: a reply larger than 67108864 bytes/, r.output);
+        await h.waitFor(() => fault.floods().length === 1 && fault.floods()[0].closed,
+            {timeout: 5000, what: 'migrate to hang up'});
+        const f = fault.floods()[0];
+        assert.ok(f.sent < FLOOD_LIMIT, `migrate read all ${f.sent} bytes the relay sent`);
+    } finally {
+        await fault.close();
+        await env.redis.command('FLUSHALL');
+    }
 });
