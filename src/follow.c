@@ -9,8 +9,10 @@
  * its blocking hiredis context and written out), then the thread polls every
  * group's socket and its wake-up eventfd for at most block_ms + timeout_ms;
  * a reply is read without blocking (redisBufferRead, then the reader), its
- * entries handed out. Nothing within that time is a dead server (a frozen
- * Redis answers nothing, not even the end of a BLOCK).
+ * entries handed out. A reply not whole within that time of its XREAD (plus
+ * 1 ms per REDISEV_BYTES_PER_MS bytes it brought, as every blocking reply) is
+ * a dead server: a frozen Redis answers nothing, not even the end of a BLOCK,
+ * and one that sends a byte at a time must not hold the follower for good.
  */
 #include "pc_follow.h"
 #include "pc_log.h"
@@ -66,7 +68,9 @@ struct fstream {
 struct fgroup {
     struct rcli k; /* quiet; k.rc routed to the group's streams before each XREAD */
     bool open;
-    bool waiting; /* an XREAD is outstanding on k.rc */
+    bool waiting;     /* an XREAD is outstanding on k.rc */
+    uint64_t sent_ms; /* when it was sent (pc_mono_ms) */
+    size_t got;       /* bytes of its reply read so far */
     size_t streams[FOLLOW_STREAMS_MAX];
     size_t n;
 };
@@ -580,6 +584,8 @@ static int send_xread(struct follow *f, size_t gi)
         return -1;
     }
     g->waiting = true;
+    g->sent_ms = pc_mono_ms();
+    g->got = 0;
     return 0;
 }
 
@@ -832,7 +838,10 @@ static int read_group(struct follow *f, size_t gi)
     struct fgroup *g = &f->g[gi];
     void *r = NULL;
     redisev_reader_cap(g->k.rc->reader, XREAD_REPLY_MAX); /* the read below fails then */
-    if (redisBufferRead(g->k.rc) != REDIS_OK || redisGetReplyFromReader(g->k.rc, &r) != REDIS_OK) {
+    size_t had = g->k.rc->reader->len;
+    int read = redisBufferRead(g->k.rc);
+    g->got += g->k.rc->reader->len > had ? g->k.rc->reader->len - had : 0;
+    if (read != REDIS_OK || redisGetReplyFromReader(g->k.rc, &r) != REDIS_OK) {
         snprintf(g->k.errmsg, sizeof(g->k.errmsg), "%s: XREAD: %s", g->k.where,
                  g->k.rc->errstr[0] ? g->k.rc->errstr : "connection lost");
         trouble(f, "Redis connection lost", &g->k);
@@ -883,6 +892,52 @@ static int recheck_group(struct follow *f, size_t gi)
     return 0;
 }
 
+/* When group g's outstanding XREAD must have its whole reply (pc_mono_ms). */
+static uint64_t reply_due(const struct follow *f, const struct fgroup *g)
+{
+    return g->sent_ms + (uint64_t)(f->block_ms + f->timeout_ms) + g->got / REDISEV_BYTES_PER_MS;
+}
+
+/* The poll's wait: until the first reply is due (block_ms + timeout_ms if none is awaited). */
+static int poll_wait_ms(const struct follow *f)
+{
+    uint64_t now = pc_mono_ms(), wait = (uint64_t)(f->block_ms + f->timeout_ms);
+    for (size_t i = 0; i < f->ng; i++) {
+        if (!f->g[i].waiting)
+            continue;
+        uint64_t due = reply_due(f, &f->g[i]);
+        wait = PC_MIN(wait, due > now ? due - now : 0);
+    }
+    return (int)wait;
+}
+
+/*
+ * After a wait that ended with n ready: -1 with why (counted) if a reply is past due, or the
+ * wait failed or ran out with none awaited (as ever), else 0.
+ */
+static int overdue(struct follow *f, int n)
+{
+    uint64_t now = pc_mono_ms();
+    bool awaited = false;
+    for (size_t i = 0; i < f->ng; i++) {
+        const struct fgroup *g = &f->g[i];
+        awaited = awaited || g->waiting;
+        if (!g->waiting || now < reply_due(f, g))
+            continue;
+        snprintf(
+            f->why, sizeof(f->why), "no %sreply from Redis within %lld ms of an XREAD BLOCK %d",
+            g->got > 0 ? "whole " : "", (long long)(reply_due(f, g) - g->sent_ms), f->block_ms);
+        stats_incr(f->row, STAT_stream_errors);
+        return -1;
+    }
+    if (n > 0 || (n == 0 && awaited))
+        return 0;
+    snprintf(f->why, sizeof(f->why), "no reply from Redis within %lld ms of an XREAD BLOCK %d",
+             (long long)(f->block_ms + f->timeout_ms), f->block_ms);
+    stats_incr(f->row, STAT_stream_errors);
+    return -1;
+}
+
 /* One wait: 0 go on, -1 failed, 1 stopping. */
 static int round_once(struct follow *f)
 {
@@ -911,21 +966,15 @@ static int round_once(struct follow *f)
     if (due && !missed)
         f->recheck_ms = pc_mono_ms() + FOREIGN_RECHECK_MS;
     pf[f->ng] = (struct pollfd){.fd = f->wake, .events = POLLIN};
-    int n = poll(pf, f->ng + 1, (int)(f->block_ms + f->timeout_ms));
+    int n = poll(pf, f->ng + 1, poll_wait_ms(f));
     if (stopping(f))
         return 1;
     if (n < 0 && errno == EINTR)
         return 0;
-    if (n <= 0) {
-        snprintf(f->why, sizeof(f->why), "no reply from Redis within %lld ms of an XREAD BLOCK %d",
-                 (long long)(f->block_ms + f->timeout_ms), f->block_ms);
-        stats_incr(f->row, STAT_stream_errors);
-        return -1;
-    }
-    for (size_t i = 0; i < f->ng; i++)
+    for (size_t i = 0; n > 0 && i < f->ng; i++)
         if (pf[i].revents != 0 && read_group(f, i) < 0)
             return -1;
-    return 0;
+    return overdue(f, n);
 }
 
 /* --- the thread ------------------------------------------------------------------------------ */

@@ -203,6 +203,27 @@ for (const name of ['arrayflood', 'nestflood']) {
     });
 }
 
+/*
+ * The stream follower (the semantic proxy's L1) polls for its XREAD replies and reads what
+ * comes: each byte of a reply sent a second apart is within one wait (BLOCK 1 s + 1 s), so a
+ * reply that never ends held it for good, the L1 kept off. A reply must come whole within
+ * that wait of its XREAD: the follower gives up, says why, and follows again once Redis
+ * answers as it should.
+ */
+h.test('XREAD replies sent a byte at a time: the stream follower gives up, says why, and follows again', {timeout: 120000}, async () => {
+    const p = proxies[1];
+    fault.clear();
+    await hitsWork(p);
+    const said = /follow: cannot follow the Redis streams: no whole reply from Redis within \d+ ms of an XREAD BLOCK 1000/;
+    assert.doesNotMatch(p.proc.output, said);
+    fault.set('dribble', {only: ['XREAD'], everyMs: 1000});
+    await h.waitFor(() => said.test(p.proc.output), {timeout: 60000, what: 'the follower to give up on a dribbled XREAD'});
+    fault.clear();
+    await h.waitFor(async () => (await p.get('/stats')).json.stream_following === 1,
+        {timeout: 30000, what: 'the follower to follow again'});
+    await hitsWork(p);
+});
+
 /* A proxy that starts while Redis misbehaves from its first command: it listens and serves. */
 h.test('a proxy started on a Redis that never answers, errs or talks garbage serves from the upstream', {timeout: 120000}, async () => {
     for (const name of ['silent', 'error', 'garbage']) {

@@ -25,9 +25,11 @@
  *   cut       the command runs on Redis; half of its reply is sent, then the connection
  *             is closed
  *   silent    nothing: the command is swallowed, the connection stays open
+ *   dribble   the command runs on Redis; its reply is sent a byte at a time, one every
+ *             everyMs (1000 by default), the replies after it waiting their turn
  *
- * set(fault, {only}) limits the fault to commands named in only (upper case,
- * e.g. ['GET']); the others pass. Replies stay in command order: a command
+ * set(fault, {only, everyMs}) limits the fault to commands named in only (upper
+ * case, e.g. ['GET']); the others pass. Replies stay in command order: a command
  * answered by the fault waits for the replies owed before it. After hugebulk
  * or silent a connection never answers again; after cut it is closed.
  */
@@ -95,7 +97,7 @@ const LOCAL = {
 const STUCK = new Set(['hugebulk', 'hugearray']);
 
 async function startRespFault(redisPort) {
-    let fault = null; /* {name, only} */
+    let fault = null; /* {name, only, everyMs} */
     const sockets = new Set();
     const seen = {}; /* commands answered by each fault */
     const floods = []; /* {kind, sent, limitReached, closed} per connection flooded */
@@ -116,6 +118,21 @@ async function startRespFault(redisPort) {
                 }
             }
             f.limitReached = f.sent >= how.limit;
+        };
+
+        /* A byte of the dribbled reply at the head, then the next in everyMs; pump when done. */
+        const drip = (slot) => {
+            slot.dripping = true;
+            if (conn.dead)
+                return;
+            client.write(slot.reply.subarray(0, 1));
+            slot.reply = slot.reply.subarray(1);
+            if (slot.reply.length > 0) {
+                setTimeout(() => drip(slot), slot.everyMs);
+                return;
+            }
+            conn.slots.shift();
+            pump();
         };
 
         /* Write out every slot at the head that can be answered now. */
@@ -141,6 +158,11 @@ async function startRespFault(redisPort) {
                 }
                 if (slot.reply === undefined)
                     return;
+                if (slot.kind === 'dribble') {
+                    if (!slot.dripping)
+                        drip(slot);
+                    return;
+                }
                 conn.slots.shift();
                 if (slot.kind === 'cut') {
                     const half = Math.max(1, Math.floor(slot.reply.length / 2));
@@ -164,8 +186,8 @@ async function startRespFault(redisPort) {
                 const f = fault && (!fault.only || fault.only.includes(name)) ? fault.name : null;
                 if (f !== null)
                     seen[f] = (seen[f] || 0) + 1;
-                if (f === null || f === 'cut') {
-                    conn.slots.push({kind: f === 'cut' ? 'cut' : 'redis'});
+                if (f === null || f === 'cut' || f === 'dribble') {
+                    conn.slots.push({kind: f === null ? 'redis' : f, everyMs: fault && fault.everyMs});
                     up.write(cmd);
                 } else if (f === 'silent' || FLOODS[f]) {
                     conn.slots.push({kind: FLOODS[f] ? f : 'stuck'});
@@ -182,7 +204,7 @@ async function startRespFault(redisPort) {
             while ((end = respEnd(conn.upBuf, 0)) > 0) {
                 const reply = conn.upBuf.subarray(0, end);
                 conn.upBuf = conn.upBuf.subarray(end);
-                const slot = conn.slots.find((s) => (s.kind === 'redis' || s.kind === 'cut') &&
+                const slot = conn.slots.find((s) => ['redis', 'cut', 'dribble'].includes(s.kind) &&
                     s.reply === undefined);
                 if (slot)
                     slot.reply = Buffer.from(reply);
@@ -203,10 +225,10 @@ async function startRespFault(redisPort) {
         port,
         url: `redis://127.0.0.1:${port}/0`,
         /* Answer the commands that arrive from now on with fault (null: pass them). */
-        set(name, {only = null} = {}) {
-            if (name !== null && !['cut', 'silent'].includes(name) && !FLOODS[name] && !LOCAL[name])
+        set(name, {only = null, everyMs = 1000} = {}) {
+            if (name !== null && !['cut', 'silent', 'dribble'].includes(name) && !FLOODS[name] && !LOCAL[name])
                 throw new Error(`resp-fault: unknown fault ${name}`);
-            fault = name === null ? null : {name, only};
+            fault = name === null ? null : {name, only, everyMs};
         },
         clear() { fault = null; },
         /* The connections flooded so far: {kind, sent, limitReached, closed} each. */
