@@ -66,6 +66,22 @@ void migrate_eval_init(struct migrate_eval *e, size_t i);
 void migrate_eval_free(struct migrate_eval *e);
 
 /*
+ * The EVAL that puts this build's version back in PC_SCHEMA_KEY where there
+ * is none, for a store that is ready at this version and finds the key gone
+ * (FLUSHALL, FLUSHDB, DEL): its reply is 1 if it set it, 0 if a version was
+ * there (another got there first, or a migration of a store that connected
+ * meanwhile: those check the version in their own script). argv/lens point
+ * into the struct.
+ */
+#define MIGRATE_RESTORE_ARGC 5
+struct migrate_restore {
+    const char *argv[MIGRATE_RESTORE_ARGC];
+    size_t lens[MIGRATE_RESTORE_ARGC];
+    char version[24];
+};
+void migrate_restore_init(struct migrate_restore *m);
+
+/*
  * The schema version in a reply to GET PC_SCHEMA_KEY (nil counts as 0).
  * Error replies are the caller's to handle first. -1 with a message in err if
  * the reply is not a version.

@@ -3,8 +3,9 @@
  * that turns an embedded migration body into the script EVALed for it, the
  * EVAL command and the reading of the stored version (both shared with the
  * store, which applies the same scripts asynchronously on connect when
- * redis-auto-migrate is on), and the `promptcache migrate` command (blocking
- * hiredis: a command-line tool, not the event loop).
+ * redis-auto-migrate is on), the script that puts the version back when it
+ * was deleted under a running store, and the `promptcache migrate` command
+ * (blocking hiredis: a command-line tool, not the event loop).
  */
 #include "pc_migrate.h"
 #include "pc_rcli.h"
@@ -78,6 +79,24 @@ void migrate_eval_init(struct migrate_eval *e, size_t i)
 void migrate_eval_free(struct migrate_eval *e)
 {
     pc_buf_free(&e->script);
+}
+
+/* SET NX: of the stores that find the key gone at once, one sets it and says so. */
+static const char restore_script[] = "-- promptcache: the schema version, after it was deleted\n"
+                                     "if redis.call('SET', KEYS[1], ARGV[1], 'NX') then\n"
+                                     "  return 1\n"
+                                     "end\n"
+                                     "return 0\n";
+
+void migrate_restore_init(struct migrate_restore *m)
+{
+    snprintf(m->version, sizeof(m->version), "%ld", migrate_latest());
+    const char *argv[MIGRATE_RESTORE_ARGC] = {"EVAL", restore_script, "1", PC_SCHEMA_KEY,
+                                              m->version};
+    for (size_t k = 0; k < MIGRATE_RESTORE_ARGC; k++) {
+        m->argv[k] = argv[k];
+        m->lens[k] = strlen(argv[k]);
+    }
 }
 
 int migrate_parse_version(const redisReply *r, long *v, char *err, size_t errlen)

@@ -29,6 +29,9 @@
  *       |                                           the state timer (0 s)
  *       +-- newer, or older and no auto-migrate --> BLOCKED (re-read every 5 s)
  *
+ * A READY store looks every second that pc:schema is still there, and puts
+ * it back if an operator's FLUSHALL took it (the schema watch, below).
+ *
  * So every attempt follows the URL anew: the sentinels are asked where the
  * primary is now, and a host name is resolved again, without blocking the
  * loop (hiredis 0.14 would call a blocking getaddrinfo on it: the store hands
@@ -133,6 +136,7 @@
 #define BACKOFF_MAX_MS      5000
 #define BACKOFF_SENTINEL_MS 1000  /* sentinel://: a failover takes seconds; look again soon */
 #define RECHECK_MS          5000  /* re-read pc:schema this often while BLOCKED */
+#define SCHEMA_WATCH_MS     1000  /* a READY store looks that pc:schema is there this often */
 #define READONLY_GAP_MS     10000 /* redis://: READONLY makes it connect again this far apart */
 #define LOG_EVERY_MS        60000 /* repeated failures are logged at most this often */
 #define CONNECT_MIN_MS      1000  /* connect timeout: max(this, 10 x command timeout) */
@@ -296,8 +300,9 @@ struct store {
     bool blocked_logged; /* BLOCKED reason logged on this connection */
     char drop_reason[192];
 
-    long migrating;      /* schema version the migration in flight starts from */
-    long migrate_failed; /* version whose migration failed on this connection, or -1 */
+    bool schema_watching; /* the schema watch's EXISTS, or its restore, is on its way */
+    long migrating;       /* schema version the migration in flight starts from */
+    long migrate_failed;  /* version whose migration failed on this connection, or -1 */
     char migrate_err[160];
 
     struct store *wr;         /* redis://, unix:, sentinel://: the writes' connection, or NULL */
@@ -644,6 +649,8 @@ static void cmd_fail(struct store_cmd *c, const redisReply *r, const char *what)
 static void conn_start(struct store *s);
 static void handshake_send(struct store *s);
 static void schema_read(struct store *s);
+static bool schema_watched(const struct store *s);
+static void schema_watch(struct store *s);
 
 /*
  * s is READY: its store_when_ready waits end, each on its own timer (0 s from now), so that
@@ -965,6 +972,9 @@ static void state_timer_cb(evutil_socket_t fd, short what, void *arg)
     case ST_BLOCKED:
         schema_read(s);
         break;
+    case ST_READY:
+        schema_watch(s);
+        break;
     case ST_HANDSHAKE: /* armed for a cluster store only: its node never answered */
         conn_down(s, "no answer to the schema check");
         break;
@@ -1068,7 +1078,7 @@ static void become_ready(struct store *s, long version)
     s->failures = 0;
     s->up = true;
     s->next_sentinel = s->answered_by;
-    state_enter(s, ST_READY, -1);
+    state_enter(s, ST_READY, schema_watched(s) ? SCHEMA_WATCH_MS : -1);
     if (s->parent != NULL) {
         node_ready(s);
         return;
@@ -2241,6 +2251,72 @@ void store_cancel(struct store_cmd **cp)
         cmd_free(c);
     }
     /* parked (TRYAGAIN): its retry timer frees it */
+}
+
+/* --- the schema watch ----------------------------------------------------------- */
+
+/*
+ * A worker's store (not a writes' connection, not a cluster's node) looks every
+ * SCHEMA_WATCH_MS while READY that pc:schema is still there: EXISTS, on the lookups'
+ * connection (a write held by CLIENT PAUSE ... WRITE does not hold it up), on a cluster
+ * the node of its slot. An operator's FLUSHALL, FLUSHDB or DEL (or an eviction under
+ * allkeys-lru) takes it away under stores that stay connected, and they read it only when
+ * they connect: meanwhile every vector loader that connected again waited for it before
+ * loading a partition (vsync.c), and every store that connected with redis-auto-migrate off
+ * was BLOCKED, for as long as no store connected with it on. Redis holds this version's
+ * keys (this store was READY at it, and what was written since is its own), so the version
+ * is put back, whatever redis-auto-migrate says: no migration has anything to convert.
+ * SET NX in a script: of the stores of every instance that find it gone at once, one sets
+ * it and logs it; a migration of a store connecting meanwhile checks the version in its own
+ * script, so either may go first. A version that is there is left alone, whatever it is (a
+ * store reads it when it connects).
+ */
+static bool schema_watched(const struct store *s)
+{
+    return s->parent == NULL && s->owner == NULL;
+}
+
+static void schema_restored(void *arg, enum store_status st, long long n)
+{
+    struct store *s = arg;
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    s->schema_watching = false;
+    if (st == STORE_OK && n == 1)
+        log_notice("redis: %s: %s was gone (a FLUSHALL, FLUSHDB or DEL?): set back to schema "
+                   "version %ld",
+                   s->where, PC_SCHEMA_KEY, migrate_latest());
+}
+
+static void schema_seen(void *arg, enum store_status st, long long n)
+{
+    struct store *s = arg;
+    PC_CHECK_OBJ(s, STORE_MAGIC);
+    s->schema_watching = false;
+    if (st != STORE_OK || n != 0 || s->state != ST_READY)
+        return; /* there (1), or not known this time: looked at again at the next turn */
+    struct migrate_restore m;
+    migrate_restore_init(&m);
+    s->schema_watching =
+        store_call_int(s, MIGRATE_RESTORE_ARGC, m.argv, m.lens, schema_restored, s) != NULL;
+}
+
+/* The state timer of a READY store that schema_watched: look, and again in a while. */
+static void schema_watch(struct store *s)
+{
+    struct timeval tv = pc_timeval_ms(SCHEMA_WATCH_MS);
+    timer_add(s, s->timer, &tv);
+    if (s->schema_watching)
+        return;
+    size_t n = strlen(PC_SCHEMA_KEY);
+    struct store *to = reader_of(route(s, PC_SCHEMA_KEY, n), PC_SCHEMA_KEY, n);
+    if (to == NULL || to->clusterdown)
+        return; /* a cluster's node of that slot is not usable now, or serves no key (the
+                 * tick asks it, when no other command goes there, whether it does again) */
+    struct store_cmd *c = cmd_new(to, CMD_INT);
+    c->cb.num = schema_seen;
+    c->arg = s;
+    snprintf(c->what, sizeof(c->what), "EXISTS " PC_SCHEMA_KEY);
+    s->schema_watching = key_cmd_send(c, "EXISTS", PC_SCHEMA_KEY, n) != NULL;
 }
 
 /* --- cluster:// (see the top) ----------------------------------------------------------- */

@@ -9,6 +9,7 @@
  */
 const assert = require('node:assert/strict');
 const h = require('./lib');
+const {createSemanticMock} = require('../mock/semantic');
 
 const env = h.environment();
 const CHAT = '/v1/chat/completions';
@@ -178,4 +179,134 @@ h.test('an entry overwritten with a hash: the next identical request goes upstre
 
 h.test('an entry overwritten with a value of another format: the next identical request goes upstream', async () => {
     await changedByHand('format', (key) => env.redis.command('SET', key, 'PCE\x09not an entry of any format'));
+});
+
+/*
+ * After FLUSHALL the schema key pc:schema is gone too. The stores read it only when they
+ * connect, so they stayed READY and never wrote it back; an instance's vector loader that
+ * connects again waits for it before it loads a partition, and an instance that starts with
+ * redis-auto-migrate off stays blocked: semantic lookups in partitions not in memory missed
+ * (the cache bypassed, for the blocked one) until some store reconnected with auto-migrate on,
+ * maybe never. A READY store now puts the version back (see doc/redis.md).
+ */
+const NO_STORE = {'cache-control': 'no-store'};
+
+/* A question of its own partition (its system prompt), and a rewording with the same words:
+ * the mock embeds a bag of words in 64 buckets, so a word more or less can miss. */
+function semanticPair(what) {
+    const tag = h.uniq('t').split(' ')[1];
+    const body = (text) => {
+        const b = h.chatBody(text);
+        b.messages[0].content = `You are terse (${what} ${tag}).`;
+        return b;
+    };
+    return {question: body(`how tall is mount everest ${tag}`), reworded: body(`mount everest: how tall is ${tag}`)};
+}
+
+async function withSemantic(fn) {
+    const sem = await createSemanticMock().listen();
+    const args = (extra = []) => ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'openai',
+        '--embedder-url', sem.url, '--embedder-model', 'mock-bow', '--semantic-threshold', '0.9', ...extra];
+    try {
+        await fn(args);
+    } finally {
+        await sem.close();
+    }
+}
+
+/* With a remote embedder an instance's vector index and its loader start with its first
+ * embedding: one question that stores nothing, then wait until it follows the stream. */
+async function warmUp(p) {
+    assert.equal((await p.post(CHAT, h.chatBody(h.uniq('warm up')), NO_STORE)).status, 200);
+    await h.waitFor(async () => (await p.stats()).semantic_sync_ready === true, {what: 'the vector reader in step'});
+}
+
+/* Ask p the rewording (storing nothing) until it is a semantic hit of the stored answer. */
+async function semanticHit(p, reworded, stored) {
+    let last = null;
+    await h.waitFor(async () => {
+        last = await p.post(CHAT, reworded, NO_STORE);
+        assert.equal(last.status, 200, last.text);
+        return last.headers['x-cache-match'] === 'semantic';
+    }, {timeout: 20000, what: () => `a semantic hit (the last answer: ${last && last.headers['x-cache-status']})`});
+    assert.equal(last.headers['x-cache-status'], 'HIT');
+    assert.deepEqual(last.json.choices, stored.json.choices, 'the answer stored after the flush');
+}
+
+/* The ids of Redis' clients now, but the one asking. */
+async function clientIds() {
+    const list = String(await env.redis.command('CLIENT', 'LIST'));
+    return new Set(list.split('\n').filter((l) => l && !/ cmd=client\|list /.test(l))
+        .map((l) => /^id=(\d+) /.exec(l)[1]));
+}
+
+/* pc:schema at this build's version (the tests above flushed it away); the version. */
+async function migrated() {
+    const m = await h.runCli(['migrate', '--redis', env.redis.url]);
+    assert.equal(m.code, 0, m.output);
+    const v = String(h.latestSchemaVersion());
+    assert.equal(await env.redis.command('GET', 'pc:schema'), v);
+    return v;
+}
+
+async function schemaBack(schema) {
+    await h.waitFor(async () => (await env.redis.command('GET', 'pc:schema')) === schema,
+        {what: `pc:schema back at version ${schema}`});
+}
+
+h.test('FLUSHALL, then an instance\'s vector loader connects again: a question stored after it is a semantic hit there', async () => {
+    await withSemantic(async (args) => {
+        const schema = await migrated();
+        const A = await env.startProxy({args: args()});
+        const before = await clientIds();
+        const B = await env.startProxy({args: args()});
+        try {
+            await warmUp(A);
+            /* B's stores connect at its start; its stream follower and vector loader with its
+             * first embedding: the connections that come then are those two (a writes'
+             * connection among them would only connect again, with no schema check). */
+            const stores = await clientIds();
+            await warmUp(B);
+            const late = [...await clientIds()].filter((id) => !before.has(id) && !stores.has(id));
+            assert.ok(late.length >= 1, 'B\'s follower and loader connections');
+
+            await env.redis.command('FLUSHALL');
+            const {question, reworded} = semanticPair('loader');
+            const first = await A.post(CHAT, question);
+            h.assertFromUpstream(first, env.mock);
+            /* B's stores stay connected (a store that connects runs the migrations itself). */
+            for (const id of late)
+                await env.redis.command('CLIENT', 'KILL', 'ID', id);
+            await semanticHit(B, reworded, first);
+            await schemaBack(schema);
+        } finally {
+            await B.stop();
+            await A.stop();
+        }
+    });
+});
+
+h.test('FLUSHALL, then an instance starts with redis-auto-migrate off: its cache works and finds what was stored after it', async () => {
+    await withSemantic(async (args) => {
+        const schema = await migrated();
+        const A = await env.startProxy({args: args()});
+        try {
+            await warmUp(A);
+            await env.redis.command('FLUSHALL');
+            const {question, reworded} = semanticPair('starts');
+            const first = await A.post(CHAT, question);
+            h.assertFromUpstream(first, env.mock);
+            /* ready (readyz 200) only with pc:schema at this build's version: it migrates nothing */
+            const C = await env.startProxy({args: args(['--redis-auto-migrate', 'no'])});
+            try {
+                await schemaBack(schema);
+                await warmUp(C);
+                await semanticHit(C, reworded, first);
+            } finally {
+                await C.stop();
+            }
+        } finally {
+            await A.stop();
+        }
+    });
 });

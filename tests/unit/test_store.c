@@ -496,6 +496,63 @@ static void test_concurrent_migration(void)
         store_destroy(&s[i]);
 }
 
+static bool schema_current(void *arg)
+{
+    (void)arg;
+    return strcmp(rtext_db(0, "GET " PC_SCHEMA_KEY), latest) == 0;
+}
+
+static int count_in(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)) != NULL; p++)
+        n++;
+    return n;
+}
+
+/*
+ * pc:schema deleted under READY stores (FLUSHALL, DEL): they read it only when they
+ * connect, so it stayed away, a store that connected with auto-migrate off was blocked
+ * (and a vector loader that connected again waited) until one connected with it on. A
+ * READY store puts it back, auto-migrate off too, for all of them (one notice each time);
+ * one that started blocked on the flushed Redis is ready then. A version that is there,
+ * whatever it is, is left alone.
+ */
+static void test_schema_watch(void)
+{
+    char out[16384], err[64], kept[64];
+    struct stats st = {0};
+    struct store *s[3];
+    struct capture cap;
+    freeReplyObject(rcmd_db(0, "SET %s %s", PC_SCHEMA_KEY, latest));
+    log_init(PC_LOG_INFO, NULL, NULL, err, sizeof(err));
+    capture_start(&cap);
+    s[0] = mk_store(R.unix_url, TEST_TIMEOUT_MS, false, &st);
+    s[1] = mk_store(R.unix_url, TEST_TIMEOUT_MS, false, &st);
+    bool ready = run_until(is_ready, s[0], 5000) && run_until(is_ready, s[1], 5000);
+    freeReplyObject(rcmd_db(0, "FLUSHALL"));
+    s[2] = mk_store(R.unix_url, TEST_TIMEOUT_MS, false, &st);
+    bool back = run_until(schema_current, NULL, 5000);
+    bool all = run_until(all_ready, s, 10000); /* s[2] re-reads the version while blocked */
+    freeReplyObject(rcmd_db(0, "DEL %s", PC_SCHEMA_KEY));
+    bool back_again = run_until(schema_current, NULL, 5000);
+    freeReplyObject(rcmd_db(0, "SET %s 1", PC_SCHEMA_KEY));
+    run_for(1500); /* more than a look of each */
+    snprintf(kept, sizeof(kept), "%s", rtext_db(0, "GET " PC_SCHEMA_KEY));
+    capture_end(&cap, out, sizeof(out));
+    log_init(PC_LOG_NOTICE, NULL, NULL, err, sizeof(err));
+    T_CHECK(ready);
+    T_CHECK(back);
+    T_CHECK(all);
+    T_CHECK(back_again);
+    T_CHECK_INT(count_in(out, "was gone (a FLUSHALL, FLUSHDB or DEL?): set back to schema"), 2);
+    T_CHECK_STR(kept, "1");
+    T_CHECK(store_ready(s[0]) && store_ready(s[1]) && store_ready(s[2]));
+    freeReplyObject(rcmd_db(0, "SET %s %s", PC_SCHEMA_KEY, latest));
+    for (int i = 0; i < 3; i++)
+        store_destroy(&s[i]);
+}
+
 static void test_migrate_cli_errors(void)
 {
     char out[2048], url[64];
@@ -1775,6 +1832,8 @@ static const char *fnode_reply(struct fnode *f, const char *cmd)
     }
     if (strcmp(name, "GET") == 0 && strcmp(arg, PC_SCHEMA_KEY) == 0)
         return f->schema;
+    if (strcmp(name, "EXISTS") == 0 && strcmp(arg, PC_SCHEMA_KEY) == 0) /* the schema watch */
+        return f->down ? "-CLUSTERDOWN The cluster is down\r\n" : ":1\r\n";
     if (strcmp(name, "GET") == 0 && strncmp(arg, "warm", 4) == 0)
         return "$1\r\nw\r\n"; /* warm_key: the script is left as it is */
     if (strcmp(name, "PTTL") == 0 && strncmp(arg, "pc:probe:", 9) == 0) {
@@ -2523,6 +2582,7 @@ int main(void)
     T_RUN(test_closed_before_reply);
     T_RUN(test_forged_replies);
     T_RUN(test_concurrent_migration);
+    T_RUN(test_schema_watch);
     T_RUN(test_newer_schema);
     T_RUN(test_get_set);
     T_RUN(test_writes_held);
