@@ -25,6 +25,8 @@
  *   one entry deleted by its id (both ways) goes with its vector record;
  * - `promptcache report` and the dashboard read the hourly counters through
  *   the cluster;
+ * - FLUSHALL on every primary: the instances put pc:schema back on its node,
+ *   and a new one with redis-auto-migrate off uses the cache at once;
  * - the whole cluster down: every request is still answered (BYPASS), and
  *   the cache works again when the nodes come back, without a restart.
  */
@@ -583,6 +585,33 @@ h.test('`promptcache report` and the dashboard read the counters through the clu
     const bad = await h.runCli(['report', '--redis', `cluster://127.0.0.1:${await h.freePort()}`]);
     assert.equal(bad.code, 1);
     assert.match(bad.stderr, /no node gave a slot map/);
+});
+
+/*
+ * FLUSHALL on every primary takes pc:schema too, on its node, under stores that stay
+ * connected: they read it only on connect, so it stayed away, and an instance started with
+ * redis-auto-migrate off was blocked (as was every vector loader that connected again).
+ */
+h.test('FLUSHALL on every primary: pc:schema is back on its node, a new instance with redis-auto-migrate off finds what was stored since', {timeout: 90000}, async () => {
+    for (const p of await cluster.primaries())
+        await cluster.command(p.port, 'FLUSHALL');
+    const tag = h.uniq('t').split(' ')[1];
+    const first = await proxies[0].post(CHAT, body(`how deep is the mariana trench ${tag}`));
+    assertMiss(first);
+    const schemaNode = await cluster.ownerOf('pc:schema');
+    await h.waitFor(async () => await cluster.command(schemaNode.port, 'GET', 'pc:schema') ===
+        String(h.latestSchemaVersion()), {what: 'pc:schema back on its node'});
+    const d = await startOne(1, ['--redis-auto-migrate', 'no']);
+    try {
+        await d.waitReady(200, 30000);
+        await h.eventually(async () => {
+            const r = await d.post(CHAT, body(`the mariana trench: how deep is ${tag}`), NO_STORE);
+            assertSemanticHit(r);
+            assert.deepEqual(r.json.choices, first.json.choices, 'the answer stored after the flush');
+        }, {timeout: 30000});
+    } finally {
+        assert.equal(await d.stop(), 0, 'a clean exit (no leak reported under SANITIZE=1)');
+    }
 });
 
 h.test('the whole cluster down: every request is answered (BYPASS), the cache comes back by itself', {timeout: 180000}, async () => {
