@@ -2,7 +2,9 @@
  * pc_store.h - the worker's Redis connection: hiredis async on the worker's
  * event_base (pc_redisev.h), with the proxy's own per-command timeout
  * (hiredis 0.14 has none), reconnect with exponential backoff, and the schema
- * check/migration on every (re)connect.
+ * check/migration on every (re)connect. While ready it looks every second that
+ * the schema key is still there, and sets this build's version back if it is
+ * gone (an operator's FLUSHALL: see store.c, the schema watch).
  *
  * The store is an optimisation, never a dependency of a request: when Redis is
  * down, slow or not yet migrated, store_ready() is false and commands return
