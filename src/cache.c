@@ -13,7 +13,8 @@
  *              ▼
  *            OP_SEMANTIC (semantic_lookup) ─▶ callback(HIT, semantic | MISS)
  *              (a MISS the error bound held back carries a probe in the ticket)
- *   put:     SET entry PX ttl, XADD set, and with a probe the comparison with
+ *   put:     SET entry PX ttl, XADD set (on a cluster once the SET has run: see
+ *            publish_set), and with a probe the comparison with
  *            the candidate's answer (pc_bound.h); callback once the SET is
  *            acknowledged and the comparison done ─▶ into the L1 in place of
  *            what it held; semantic_put (vector record + stream event, fire
@@ -33,6 +34,7 @@
 #include "pc_l1.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
+#include "pc_rurl.h"
 #include "pc_semantic.h"
 #include "pc_stats.h"
 #include "pc_store.h"
@@ -74,6 +76,7 @@ struct cache {
     struct l1 *l1;
     struct l1_fill *fills;
     struct cache_put_op *detached; /* puts told already, whose comparison still runs */
+    bool cluster;                  /* cluster://: an entry and the stream on two primaries */
 };
 
 struct cache_ticket {
@@ -166,6 +169,13 @@ struct cache *cache_create(const struct cache_opts *o)
     c->stats = o->stats;
     c->sem = o->sem;
     c->l1 = o->l1;
+    struct rurl u;
+    char err[192];
+    if (o->conf != NULL && o->conf->redis != NULL &&
+        rurl_parse(o->conf->redis, RURL_USER_ALONE, &u, err, sizeof(err)) == 0) {
+        c->cluster = u.kind == RURL_CLUSTER;
+        rurl_free(&u);
+    }
     return c;
 }
 
@@ -649,12 +659,54 @@ static void on_compared(void *arg)
     put_done(p);
 }
 
-/* After the entry's SET, on the same connection: every other instance drops its L1 copy. */
+/* A set event waiting for its entry's SET to have run on its primary (cluster://). */
+struct set_event {
+    struct store *store;
+    unsigned char tenant[VINDEX_TENANT_LEN];
+    unsigned char exact[PC_SHA256_LEN];
+};
+
+/*
+ * The command sent after the SET on its connection is answered, so the SET has run (or, a
+ * failure or a timeout, may have): the event goes now, whatever the answer (a closing store
+ * refuses it).
+ */
+static void on_set_ran(void *arg, enum store_status st, long long n)
+{
+    (void)st;
+    (void)n;
+    struct set_event *e = arg;
+    vsync_store_entry_set(e->store, e->tenant, e->exact);
+    free(e);
+}
+
+/*
+ * After the entry's SET: every other instance drops its L1 copy once it reads the op=set
+ * event, so the event must come after the SET has run. On one server both go on the same
+ * connection, in order. On a cluster the entry's primary and the stream's are two
+ * connections: an event sent with the SET could be read before the SET ran (a primary
+ * holding writes back, CLIENT PAUSE WRITE in a failover, or just slower), and an instance
+ * that applied it and then read the old answer kept that in its L1 after the refresh had
+ * landed, for the rest of the old answer's TTL. There it goes once a command sent after the
+ * SET on the SET's connection is answered: Redis answers a connection's commands in order.
+ */
 static void publish_set(struct cache *c, const struct cache_ticket *t)
 {
     unsigned char tenant[VINDEX_TENANT_LEN];
-    if (vsync_parse_tenant(t->tenant_id, TENANT_ID_LEN, tenant) == 0)
+    if (vsync_parse_tenant(t->tenant_id, TENANT_ID_LEN, tenant) < 0)
+        return;
+    if (!c->cluster) {
         vsync_store_entry_set(c->store, tenant, t->exact);
+        return;
+    }
+    struct set_event *e = pc_malloc(sizeof(*e));
+    e->store = c->store;
+    memcpy(e->tenant, tenant, VINDEX_TENANT_LEN);
+    memcpy(e->exact, t->exact, PC_SHA256_LEN);
+    const char *argv[] = {"EXISTS", t->key};
+    const size_t lens[] = {6, strlen(t->key)};
+    if (store_write_bg_cb(c->store, 2, argv, lens, on_set_ran, e) == NULL)
+        on_set_ran(e, STORE_ERR, 0); /* its primary went away since: the event as before */
 }
 
 /* A put (or compare) of e under the ticket *tp, which it takes. */
