@@ -38,6 +38,7 @@
 struct bound_probe;
 struct conf;
 struct event_base;
+struct fence;
 struct l1;
 struct semantic_port;
 struct stats;
@@ -71,6 +72,7 @@ struct cache_opts {
     struct stats *stats;       /* the worker's metrics row */
     struct semantic_port *sem; /* the worker's door to the semantic cache; NULL when off */
     struct l1 *l1;             /* the process's L1 (pc_l1.h, shared); NULL when off */
+    struct fence *fence;       /* the process's purge fences (pc_fence.h, shared), or NULL */
 };
 
 /* What a request looks up; pointers are read during cache_lookup only (copied as needed). */
@@ -129,6 +131,12 @@ void cache_cancel(struct cache_op **op);
 /* A ticket without a lookup (Cache-Control: no-cache still stores). Never NULL. */
 struct cache_ticket *cache_ticket_create(struct cache *c, const struct cache_query *q);
 void cache_ticket_free(struct cache_ticket **t);
+/*
+ * Whether a purge (of any instance, pc_fence.h) may have deleted the ticket's entry since the
+ * ticket was made, that is since before its answer was asked for: that answer is not to be
+ * stored (it was made before the purge).
+ */
+bool cache_fenced(const struct cache *c, const struct cache_ticket *t);
 
 /*
  * Store answer e under the ticket's keys for ttl_ms, consuming *t (NULLed).

@@ -26,6 +26,7 @@ struct event_base;
 struct fetch;
 struct httpd;
 struct route;
+struct fence;
 struct l1;
 struct semantic;
 struct semantic_port;
@@ -51,6 +52,7 @@ struct worker {
     struct semantic *semantic;      /* the process's semantic cache (shared), or NULL */
     struct semantic_port *sem_port; /* this worker's door to it */
     struct l1 *l1;                  /* the process's L1 of hot exact answers (shared), or NULL */
+    struct fence *fence;            /* the purges the process knows of (shared), or NULL */
     struct memo *memo;              /* keys of the bodies this worker read lately (pc_memo.h) */
     struct upstream *side;          /* the proxy's own calls (embedder, verifier) */
     struct stats side_stats;        /* their transport counters, kept out of /stats */

@@ -53,7 +53,7 @@
     ACTION(cache_expired, counter, "Entries found but older than the request's max-age")           \
     ACTION(cache_stores, counter, "Answers written to the cache")                                  \
     ACTION(cache_store_skipped, counter,                                                           \
-           "Answers not stored (error, cut off or unfinished, too large)")                         \
+           "Answers not stored (error, cut off or unfinished, too large, asked before a purge)")   \
     ACTION(cache_corrupt, counter,                                                                 \
            "Entries read from Redis that failed to decode (a length or a field out of range) and " \
            "were ignored")                                                                         \

@@ -20,12 +20,15 @@
  *   <prefix>vs                                stream, trimmed with MAXLEN ~ VSYNC_STREAM_MAXLEN:
  *       op=add   k=<tenant16hex>:<sha256hex> r=<record> m=1  (m: listed; older writers omit it)
  *       op=del   k=<tenant16hex>:<sha256hex>
+ *       op=del   k=<tenant16hex>:<sha256hex> p=1  (a purge's; of zeros, its notice: pc_fence.h)
  *       op=flush [t=<tenant16hex>]          (no t: everything)
  *       op=set   k=<tenant16hex>:<sha256hex> i=<instance16hex>
  *
  * Writers (the cache module, on its worker's connection): a stored entry
  * sends XADD set right after the SET of the entry (the same connection, so
- * Redis has the new entry before any reader sees the event: every L1 drops
+ * Redis has the new entry before any reader sees the event; on a cluster
+ * once a command sent after the SET on the entry's primary is answered,
+ * cache.c's publish_set: every L1 drops
  * what it held under that key, and the writer, named by i, skips its own);
  * one with a vector also sends SET of the record, ZADD to the member list
  * (with its expiry and a trim), and XADD add; a deleted entry (or a replaced

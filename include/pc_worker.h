@@ -16,8 +16,8 @@
 
 /* Create the worker's modules on a new event_base; NULL with errbuf set on failure. */
 struct worker *worker_create(int id, const struct conf *conf, struct route *route,
-                             struct semantic *sem, struct l1 *l1, int listen_fd, char *errbuf,
-                             size_t errlen);
+                             struct semantic *sem, struct l1 *l1, struct fence *fence,
+                             int listen_fd, char *errbuf, size_t errlen);
 /* Run the loop on a new thread. */
 int worker_start(struct worker *w);
 /* Ask the worker (from any thread) to stop accepting and finish in-flight work. */

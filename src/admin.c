@@ -25,6 +25,7 @@
 #include "pc_dash.h"
 #include "pc_dialect.h"
 #include "pc_entry.h"
+#include "pc_fence.h"
 #include "pc_l1.h"
 #include "pc_httpd.h"
 #include "pc_log.h"
@@ -527,6 +528,8 @@ static void admin_flush(struct worker *w, struct httpd_req *hr)
         return;
     }
     struct admin_op *op = op_new(w, hr);
+    /* What is fetched meanwhile was asked for before: not stored (pc_fence.h). */
+    fence_mark_all(w->fence);
     if (purge_filter_narrow(&f)) {
         describe_filter(&f, op->what, sizeof op->what);
         op->narrow = true;
@@ -554,6 +557,7 @@ static void admin_delete_entry(struct worker *w, struct httpd_req *hr, const cha
         return;
     }
     struct admin_op *op = op_new(w, hr);
+    fence_mark(w->fence, exact); /* what is fetched meanwhile was asked for before */
     snprintf(op->what, sizeof op->what, "delete of entry %s", id);
     op->purge = purge_entry(w->store, w->l1, &w->stats, tenant, exact, op_done, op);
     op_started(op);

@@ -31,6 +31,7 @@
 #include "pc_cache.h"
 #include "pc_bound.h"
 #include "pc_conf.h"
+#include "pc_fence.h"
 #include "pc_l1.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
@@ -74,6 +75,7 @@ struct cache {
     struct stats *stats;
     struct semantic_port *sem;
     struct l1 *l1;
+    struct fence *fence;
     struct l1_fill *fills;
     struct cache_put_op *detached; /* puts told already, whose comparison still runs */
     bool cluster;                  /* cluster://: an entry and the stream on two primaries */
@@ -85,6 +87,7 @@ struct cache_ticket {
     char tenant_id[TENANT_ID_LEN + 1];
     unsigned char exact[PC_SHA256_LEN];
     char key[ENTRY_KEY_MAX]; /* the entry's Redis key */
+    uint64_t since;          /* the purge fences' mark when it was made (pc_fence.h) */
     /* A put may write over an entry (no lookup, or the lookup found one it could not use). */
     bool replaces;
     /* Semantic stage: set when the request may be found by meaning. */
@@ -169,6 +172,7 @@ struct cache *cache_create(const struct cache_opts *o)
     c->stats = o->stats;
     c->sem = o->sem;
     c->l1 = o->l1;
+    c->fence = o->fence;
     struct rurl u;
     char err[192];
     if (o->conf != NULL && o->conf->redis != NULL &&
@@ -220,6 +224,7 @@ struct cache_ticket *cache_ticket_create(struct cache *c, const struct cache_que
     memcpy(t->tenant_id, q->tenant_id, TENANT_ID_LEN); /* calloc'd: NUL-terminated */
     memcpy(t->exact, q->exact, PC_SHA256_LEN);
     entry_key(t->tenant_id, t->exact, t->key);
+    t->since = fence_now(c->fence);
     t->ns = q->ns != NULL ? pc_strdup(q->ns) : NULL;
     t->model = q->model != NULL ? pc_strdup(q->model) : NULL;
     t->replaces = true; /* unknown without a lookup: lookup_ticket says otherwise */
@@ -229,6 +234,12 @@ struct cache_ticket *cache_ticket_create(struct cache *c, const struct cache_que
         t->text = pc_strdup(q->text);
     }
     return t;
+}
+
+bool cache_fenced(const struct cache *c, const struct cache_ticket *t)
+{
+    PC_CHECK_OBJ(t, TICKET_MAGIC);
+    return fence_crossed(c->fence, t->exact, t->since);
 }
 
 void cache_ticket_free(struct cache_ticket **tp)
@@ -873,6 +884,10 @@ struct cache_op *cache_flush(struct cache *c, const char *tenant_id, cache_flush
     op->arg = arg;
     if (tenant_id != NULL)
         snprintf(op->tenant, sizeof(op->tenant), "%.*s", TENANT_ID_LEN, tenant_id);
+    /* Before the deletes: no instance stores an answer asked for before (pc_fence.h). */
+    struct vsync_argv a;
+    fence_argv_notice(&a);
+    store_write(c->store, a.argc, a.argv, a.lens);
     char pattern[ENTRY_KEY_MAX];
     entry_pattern(tenant_id, pattern);
     op->cmd = store_delete_matching(c->store, pattern, on_flush_step, op);

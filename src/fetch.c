@@ -685,6 +685,16 @@ static enum answer_fate store_answer(struct fetch *f, uint64_t latency_us)
         e.headers[e.nheaders++] =
             (struct entry_header){f->replay[i].name, strlen(f->replay[i].name), f->replay[i].value,
                                   strlen(f->replay[i].value)};
+    /*
+     * A purge ran since the lookup (this instance's or another's: pc_fence.h): the answer was
+     * made before it, by the model or with the prompt it was for. Relayed, not stored.
+     */
+    if (f->store && cache_fenced(f->w->cache, f->ticket)) {
+        log_write(PC_LOG_INFO, f->reqid,
+                  "answer not cached: the cache was purged while it was being fetched");
+        stats_incr(&f->w->stats, STAT_cache_store_skipped);
+        f->store = false;
+    }
     if (f->store) {
         f->put = cache_put(f->w->cache, &f->ticket, &e, f->ttl_ms, on_stored, f);
         return f->put != NULL ? FATE_STORING : FATE_NONE;

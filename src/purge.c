@@ -16,6 +16,7 @@
 #include "pc_bound.h"
 #include "pc_cluster.h"
 #include "pc_conf.h"
+#include "pc_fence.h"
 #include "pc_l1.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
@@ -488,7 +489,7 @@ static void on_one(void *arg, enum store_status st, long long n)
      * (503): the other instances' L1 would serve the answer for the rest of its TTL.
      */
     struct vsync_argv a;
-    vsync_argv_del(&a, op->tenant, op->exact);
+    fence_argv_purged(&a, op->tenant, op->exact);
     l1_delete(op->l1, op->tenant_hex, op->exact);
     op->cmd = store_write_cb(op->store, a.argc, a.argv, a.lens, on_published, op);
     if (op->cmd == NULL)
@@ -629,7 +630,7 @@ static void publish_del(struct purge_op *op, const char *key, size_t len, bool o
     bound_entry_key(tenant_hex, exact, ev->mkey);
     snprintf(ev->okey, sizeof ev->okey, "%s%s", owed_prefix, ekey + pl);
     struct vsync_argv a;
-    vsync_argv_del(&a, tenant, exact);
+    fence_argv_purged(&a, tenant, exact);
     if (store_write_cb(op->store, a.argc, a.argv, a.lens, on_del_event, ev) != NULL) {
         op->events++;
     } else {
@@ -785,6 +786,10 @@ struct purge_op *purge_matching(struct store *s, struct l1 *l1, struct stats *st
 {
     struct purge_op *op = op_new(s, l1, st, cb, arg);
     op->filter = *f;
+    /* Before the deletes: no instance stores an answer asked for before (pc_fence.h). */
+    struct vsync_argv a;
+    fence_argv_notice(&a);
+    store_write(s, a.argc, a.argv, a.lens);
     struct store_pick pick;
     owed_pick(&pick);
     op->cmd = store_delete_picked(s, owed_pattern, &pick, on_owed_done, op);
@@ -936,7 +941,7 @@ static int cli_one(struct rcli *k, const char *id, bool dry, long long *n)
         vsync_argv_member_del(&m, tenant, exact, part);
         pipe_add(&p, m.argc, m.argv, m.lens);
     }
-    vsync_argv_del(&a, tenant, exact);
+    fence_argv_purged(&a, tenant, exact);
     pipe_add(&p, a.argc, a.argv, a.lens);
     return pipe_drain(&p, "ZREM, XADD del");
 }
@@ -1034,7 +1039,7 @@ static int cli_publish(struct rcli *k, const redisReply *const *keys, size_t n, 
         if (entry_of(keys[i]->str, keys[i]->len, owed, ekey, tenant, exact, hex) == 0)
             continue; /* not an entry's: SCAN's pattern keeps them out */
         struct vsync_argv a;
-        vsync_argv_del(&a, tenant, exact);
+        fence_argv_purged(&a, tenant, exact);
         pipe_add(&p, a.argc, a.argv, a.lens);
         ok[i] = true;
     }
@@ -1192,6 +1197,16 @@ static int cli_owed(struct rcli *k, long long *owed)
     return 0;
 }
 
+/* Before a purge's deletes: no instance stores an answer asked for before (pc_fence.h). */
+static int cli_notice(struct rcli *k)
+{
+    struct vsync_argv a;
+    struct cli_pipe p = {.k = k};
+    fence_argv_notice(&a);
+    pipe_add(&p, a.argc, a.argv, a.lens);
+    return pipe_drain(&p, "XADD (the purge's notice)");
+}
+
 /* Every entry the filter picks, batch by batch; *unreadable: values the script could not read. */
 static int cli_matching(struct rcli *k, const struct purge_filter *f, bool dry, long long *n,
                         long long *unreadable)
@@ -1201,7 +1216,7 @@ static int cli_matching(struct rcli *k, const struct purge_filter *f, bool dry, 
     entry_pattern(f->tenant[0] ? f->tenant : NULL, pattern);
     pick_args(f, dry, before, args);
     long long owed = 0;
-    if (!dry && cli_owed(k, &owed) < 0)
+    if (!dry && (cli_notice(k) < 0 || cli_owed(k, &owed) < 0))
         return -1;
     if (owed > 0)
         printf("published the del events of %lld entr%s an earlier purge deleted without telling "
@@ -1266,7 +1281,7 @@ static int cli_flush(struct rcli *k, const char *tenant_hex, bool dry, long long
     char pattern[ENTRY_KEY_MAX];
     long long vectors = 0;
     entry_pattern(tenant_hex, pattern);
-    if (cli_flush_pattern(k, pattern, dry, n) < 0)
+    if ((!dry && cli_notice(k) < 0) || cli_flush_pattern(k, pattern, dry, n) < 0)
         return -1;
     snprintf(pattern, sizeof pattern, "%s%s%.*s%s", vector_prefix, tenant_hex ? "{" : "",
              TENANT_ID_LEN, tenant_hex ? tenant_hex : "", tenant_hex ? ":*" : "*");

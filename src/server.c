@@ -15,6 +15,7 @@
 #include "pc_dash.h"
 #include "pc_embed.h"
 #include "pc_flight.h"
+#include "pc_fence.h"
 #include "pc_follow.h"
 #include "pc_guard.h"
 #include "pc_httpd.h"
@@ -53,6 +54,7 @@ struct server {
     struct route *route;
     struct semantic *sem;        /* NULL when semantic is off */
     struct l1 *l1;               /* hot exact answers in memory, or NULL (l1-size 0, cache off) */
+    struct fence *fence;         /* the purges this process knows of, or NULL (cache off) */
     struct psync *psync;         /* the prefix index shared through Redis, or NULL */
     struct dash *dash;           /* the dashboard's reader of the hourly counters, or NULL */
     struct follow *follow;       /* the one reader of the Redis streams, or NULL (cache off) */
@@ -226,7 +228,7 @@ static int start_workers(struct server *s, char *err, size_t errlen)
     s->workers = pc_calloc((size_t)s->conf->workers, sizeof(*s->workers));
     for (int i = 0; i < s->conf->workers; i++) {
         struct worker *w =
-            worker_create(i, s->conf, s->route, s->sem, s->l1, s->listen_fd, err, errlen);
+            worker_create(i, s->conf, s->route, s->sem, s->l1, s->fence, s->listen_fd, err, errlen);
         if (w == NULL)
             return -1;
         w->id_prefix = prefix;
@@ -336,6 +338,7 @@ static void server_teardown(struct server *s)
         close(s->listen_fd);
     semantic_destroy(&s->sem);
     l1_destroy(&s->l1);
+    fence_destroy(&s->fence);
     dash_destroy(&s->dash);
     stats_set_upstreams(NULL, 0);
     route_destroy(&s->route);
@@ -428,6 +431,13 @@ int server_run(const struct conf *c)
     /* The L1 is used only while the follower follows the stream. */
     if (c->cache && (s.l1 = l1_create(l1_size_bytes(c))) != NULL)
         l1_follow(s.l1, s.follow);
+    /* No answer of a call made before a purge is stored after it (pc_fence.h). */
+    if (c->cache)
+        s.fence = fence_create();
+    if (s.fence != NULL && fence_follow(s.fence, s.follow) < 0) {
+        snprintf(err, sizeof(err), "cannot follow the purges");
+        goto out;
+    }
     /* Shared through the cache's Redis; its metrics row is registered before the workers'. */
     if (c->cache && c->prefix_sync &&
         ((s.psync = psync_create(c, s.route, err, sizeof(err))) == NULL ||

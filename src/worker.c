@@ -121,8 +121,8 @@ static void httpd_conf_from(const struct conf *c, struct httpd_conf *hc)
 }
 
 struct worker *worker_create(int id, const struct conf *conf, struct route *route,
-                             struct semantic *sem, struct l1 *l1, int listen_fd, char *errbuf,
-                             size_t errlen)
+                             struct semantic *sem, struct l1 *l1, struct fence *fence,
+                             int listen_fd, char *errbuf, size_t errlen)
 {
     struct worker *w = pc_calloc(1, sizeof(*w));
     w->magic = WORKER_MAGIC;
@@ -132,6 +132,7 @@ struct worker *worker_create(int id, const struct conf *conf, struct route *rout
     w->route = route;
     w->semantic = sem;
     w->l1 = l1;
+    w->fence = fence;
     w->memo = memo_create();
     w->backend = backend_for(conf->upstream_type);
     w->started_ms = pc_wall_ms();
@@ -159,7 +160,8 @@ struct worker *worker_create(int id, const struct conf *conf, struct route *rout
                                 .store = w->store,
                                 .stats = &w->stats,
                                 .sem = w->sem_port,
-                                .l1 = l1};
+                                .l1 = l1,
+                                .fence = fence};
         w->cache = cache_create(&co);
     }
     if (conf->cache) /* the report's counters live in the same Redis */

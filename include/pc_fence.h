@@ -1,0 +1,66 @@
+/*
+ * pc_fence.h - purge fences: what this process knows of the deletes and
+ * flushes made through any instance, so that an answer whose upstream call
+ * began before one is not stored after it.
+ *
+ * An upstream call takes seconds; a purge (DELETE /admin/cache, a tenant's,
+ * a filter's, one entry's, `promptcache purge`) that runs meanwhile deletes
+ * what Redis holds, and the call's answer, made before the purge (by the
+ * model or with the prompt the purge was for), was stored when it ended and
+ * served for its whole TTL, as if the purge had never been.
+ *
+ *   lookup (or a refresh's start) ── fence_now ─────────────────▶ since
+ *   this instance's purges (fence_mark, fence_mark_all, as they start), every
+ *   instance's del and flush events on pc:2:vs (fence_follow), the follower
+ *   starting again (what it missed is unknown) ─────────────────▶ newer marks
+ *   the answer, before its SET ── fence_crossed(exact, since) ──▶ not stored
+ *
+ * A purge's del events say p=1 (fence_argv_purged): a del event without it
+ * drops a vector with its entry (an answer stored again without one), which
+ * is no purge. Every purge but one entry's also tells the other instances
+ * as it starts, before its deletes: such a del event of no entry (tenant and
+ * key all zeros, fence_argv_notice), which crosses every fence. Instances of
+ * versions without fences read these as before (the field is new to them,
+ * and a delete of no entry deletes nothing); the purge's own events follow
+ * (a del per deleted entry, which crosses its key's fence, or a flush).
+ *
+ * A key's deletes are kept in a slot of its hash: a slot shared with another
+ * key costs that key's store (an answer relayed, not cached), never a stale
+ * answer. A flush, of one tenant or of all, crosses every fence, and so does
+ * a targeted purge of this instance (its keys are not known when it starts).
+ * What is left: a purge that ran while the answer's SET was on its way, or
+ * whose event this process had not read yet when the answer was checked
+ * (its follower's lag, a moment), and a purge made while the follower could
+ * not follow (Redis lost).
+ */
+#ifndef PC_FENCE_H
+#define PC_FENCE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pc_util.h"
+#include "pc_vindex.h"
+
+struct fence;
+struct follow;
+struct vsync_argv;
+
+struct fence *fence_create(void);
+void fence_destroy(struct fence **f);
+/* Apply the del and flush events of pc:2:vs (on the follower's thread); -1 if not added. */
+int fence_follow(struct fence *f, struct follow *fl);
+
+/* The mark an answer's fetch starts from (0 without a fence). Any thread. */
+uint64_t fence_now(const struct fence *f);
+/* The entry of exact is being deleted, or every entry may be. Any thread. */
+void fence_mark(struct fence *f, const unsigned char exact[PC_SHA256_LEN]);
+void fence_mark_all(struct fence *f);
+/* Whether exact's entry may have been deleted since the mark since (false without a fence). */
+bool fence_crossed(const struct fence *f, const unsigned char exact[PC_SHA256_LEN], uint64_t since);
+/* The XADD of a purge's del event of one entry, and of its notice (see the top), into a. */
+void fence_argv_purged(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
+                       const unsigned char exact[PC_SHA256_LEN]);
+void fence_argv_notice(struct vsync_argv *a);
+
+#endif

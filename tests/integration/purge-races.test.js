@@ -1,0 +1,130 @@
+'use strict';
+/*
+ * Purges that race with answers on their way, against a real Redis and two
+ * instances (A and B). An upstream call in flight when a purge runs brings an
+ * answer made before it (the model or the prompt the purge was for): stored
+ * when the call ends, after the purge, it was served for the rest of its TTL,
+ * as if the purge had never been.
+ */
+const assert = require('node:assert/strict');
+const h = require('./lib');
+
+const ADMIN_TOKEN = 'admin-token-for-purge-races';
+const ARGS = ['--admin-token', ADMIN_TOKEN];
+const env = h.environment({proxy: false});
+const CHAT = '/v1/chat/completions';
+
+let A = null;
+let B = null;
+
+function del(proxy, path) {
+    return h.request(proxy.url, {method: 'DELETE', path, headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
+}
+
+h.test('set up: two instances on one Redis', async () => {
+    A = await env.startProxy({args: ARGS});
+    B = await env.startProxy({args: ARGS});
+    for (const p of [A, B])
+        await h.waitFor(async () => (await p.stats()).l1_live === true, {what: 'the L1 following the stream'});
+});
+
+/*
+ * A call goes upstream through A and is held there (a MISS, or with refresh a no-cache
+ * REFRESH of an answer stored before); the purge runs through A, through B or from the
+ * command line, and A has applied its events before the call ends. The answer reaches its
+ * client, and is not stored: the next identical request goes upstream again. Then a call
+ * made after the purge is stored as ever.
+ */
+const cli = (...args) => async () => {
+    const r = await h.runCli(['purge', '--redis', env.redis.url, ...args]);
+    assert.equal(r.code, 0, r.output);
+    return r;
+};
+const http = (via, path) => async () => {
+    const r = await del(via(), path);
+    assert.equal(r.status, 200, r.text);
+    return r;
+};
+const CASES = [
+    ['everything', 'A', (t) => http(() => A, '/admin/cache')],
+    ['everything', 'B', (t) => http(() => B, '/admin/cache')],
+    ['one tenant', 'A', (t) => http(() => A, `/admin/cache?tenant=${t.tenant}`)],
+    ['one tenant', 'B', (t) => http(() => B, `/admin/cache?tenant=${t.tenant}`)],
+    ['one tenant', 'the command line', (t) => cli('--tenant', t.tenant)],
+    ['one model', 'A', () => http(() => A, `/admin/cache?model=${h.CHAT_MODEL}`)],
+    ['one model', 'B', () => http(() => B, `/admin/cache?model=${h.CHAT_MODEL}`)],
+    ['one model', 'the command line', () => cli('--model', h.CHAT_MODEL)],
+    ['its entry', 'A', (t) => http(() => A, `/admin/cache/entries/${t.id}`)],
+    ['its entry', 'B', (t) => http(() => B, `/admin/cache/entries/${t.id}`)],
+    ['its entry', 'the command line', (t) => cli('--key', t.id)],
+];
+for (const [what, via, purge] of CASES) {
+    h.test(`a call in flight when ${what} is purged through ${via}: its answer is not stored`, async () => {
+        const cred = h.bearer(`sk-purge-race-${h.uniq('k').split(' ')[1]}`);
+        const body = h.chatBody(h.uniq(`race ${what} ${via}`));
+        /* stored before: the call in flight is a refresh of it */
+        const old = await A.post(CHAT, body, cred);
+        h.assertFromUpstream(old, env.mock);
+        const t = {id: old.headers['x-cache-key'], tenant: old.headers['x-cache-key'].slice(0, 16)};
+        const hold = h.uniq('hold').replace(' ', '-');
+        const events = (await A.stats()).l1_events;
+        const calls = env.mock.callCount(CHAT);
+        const pending = A.post(CHAT, body, {...cred, 'x-mock-hold': hold, 'cache-control': 'no-cache'});
+        await h.waitFor(() => env.mock.callCount(CHAT) === calls + 1, {what: 'the call upstream'});
+        await purge(t)();
+        if (via !== 'A') /* A has applied the purge's events */
+            await h.waitFor(async () => (await A.stats()).l1_events > events, {what: 'A to apply the purge'});
+        env.mock.release(hold);
+        const answer = await pending;
+        h.assertFromUpstream(answer, env.mock, 'REFRESH');
+        for (const p of [A, B]) {
+            const again = await p.post(CHAT, body, {...cred, 'cache-control': 'no-store'});
+            assert.equal(again.status, 200, again.text);
+            assert.notEqual(again.headers['x-cache-status'], 'HIT',
+                `the answer of a call made before the purge, served by ${p === A ? 'A' : 'B'}: ` +
+                h.chatText(again.json));
+        }
+        /* asked after the purge: stored */
+        h.assertFromUpstream(await A.post(CHAT, body, cred), env.mock);
+        for (const p of [A, B])
+            h.assertHit(await p.post(CHAT, body, cred));
+    });
+}
+
+/* A first call (nothing stored under its key) in flight when another instance purges a model. */
+h.test('a first call in flight when its model is purged through another instance is not stored', async () => {
+    const body = h.chatBody(h.uniq('race first call'));
+    const hold = h.uniq('hold').replace(' ', '-');
+    const events = (await A.stats()).l1_events;
+    const calls = env.mock.callCount(CHAT);
+    const pending = A.post(CHAT, body, {'x-mock-hold': hold});
+    await h.waitFor(() => env.mock.callCount(CHAT) === calls + 1, {what: 'the call upstream'});
+    const r = await del(B, `/admin/cache?model=${h.CHAT_MODEL}`);
+    assert.equal(r.status, 200, r.text);
+    await h.waitFor(async () => (await A.stats()).l1_events > events, {what: 'A to apply the purge'});
+    env.mock.release(hold);
+    h.assertFromUpstream(await pending, env.mock);
+    h.assertFromUpstream(await B.post(CHAT, body, {'cache-control': 'no-store'}), env.mock);
+});
+
+/*
+ * A refresh is no purge: its del event (the entry stored again without a vector drops its old
+ * one) holds back no other answer. A refresh in flight when another one lands is stored.
+ */
+h.test('a refresh that lands while another is in flight holds nothing back', async () => {
+    const body = h.chatBody(h.uniq('race two refreshes'));
+    h.assertFromUpstream(await A.post(CHAT, body), env.mock);
+    const hold = h.uniq('hold').replace(' ', '-');
+    const calls = env.mock.callCount(CHAT);
+    const pending = A.post(CHAT, body, {'x-mock-hold': hold, 'cache-control': 'no-cache'});
+    await h.waitFor(() => env.mock.callCount(CHAT) === calls + 1, {what: 'the call upstream'});
+    const events = (await A.stats()).l1_events;
+    h.assertFromUpstream(await B.post(CHAT, body, {'cache-control': 'no-cache'}), env.mock, 'REFRESH');
+    await h.waitFor(async () => (await A.stats()).l1_events > events, {what: 'A to apply B\'s events'});
+    env.mock.release(hold);
+    const last = await pending;
+    h.assertFromUpstream(last, env.mock, 'REFRESH');
+    const hit = await B.post(CHAT, body, {'cache-control': 'no-store'});
+    h.assertHit(hit);
+    assert.equal(h.chatText(hit.json), h.chatText(last.json), 'the last refresh stored');
+});
