@@ -644,7 +644,9 @@ static int parse_cache_control(struct preq *r, const char *cc, char *msg, size_t
                 snprintf(msg, msglen, "Cache-Control max-age must be a non-negative integer");
                 return -1;
             }
-            r->max_age = v;
+            /* Given twice (two lines, a gateway's own): the strictest, never an older answer
+             * than one of them allows. */
+            r->max_age = r->max_age < 0 ? v : PC_MIN(r->max_age, v);
         }
         cc += n;
     }

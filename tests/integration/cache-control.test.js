@@ -82,6 +82,25 @@ h.test('max-age: only entries at most N seconds old are served', async () => {
     assert.equal(env.mock.callCount(CHAT), calls + 1);
 });
 
+/*
+ * max-age given twice (two Cache-Control lines, a gateway adding its own, or one line): the
+ * last one counted, so an answer older than the other was served to a client that asked for
+ * at most that age. The strictest counts.
+ */
+h.test('max-age given twice: the smaller one counts', async () => {
+    const body = h.chatBody(h.uniq('max-age twice'));
+    h.assertFromUpstream(await env.proxy.post(CHAT, body), env.mock);
+    /* any entry is older than 0 s once a millisecond has passed (no-store: it stays) */
+    await h.waitFor(async () => (await env.proxy.post(CHAT, body, {'cache-control': 'max-age=0, no-store'}))
+        .headers['x-cache-status'] !== 'HIT', {what: 'the entry older than max-age=0'});
+    for (const cc of ['max-age=0, max-age=3600', 'max-age=3600, max-age=0', ['max-age=0', 'max-age=3600']]) {
+        const r = await env.proxy.post(CHAT, body, {'cache-control': [].concat(cc, 'no-store')});
+        assert.equal(r.status, 200, r.text);
+        assert.notEqual(r.headers['x-cache-status'], 'HIT', `Cache-Control: ${cc}`);
+    }
+    h.assertHit(await env.proxy.post(CHAT, body, {'cache-control': 'max-age=3600, max-age=3601'}));
+});
+
 h.test('X-Cache-TTL sets the entry\'s time to live in Redis', async () => {
     await assertStoredTtl(() => env.proxy.post(CHAT, h.chatBody(h.uniq('ttl 30')), {'x-cache-ttl': '30'}), 30);
 });
