@@ -428,16 +428,19 @@ int server_run(const struct conf *c)
         goto out;
     if (s.sem != NULL)
         semantic_follow(s.sem, s.follow);
-    /* The L1 is used only while the follower follows the stream. */
-    if (c->cache && (s.l1 = l1_create(l1_size_bytes(c))) != NULL)
-        l1_follow(s.l1, s.follow);
-    /* No answer of a call made before a purge is stored after it (pc_fence.h). */
+    /*
+     * No answer of a call made before a purge is stored after it (pc_fence.h). Its handler
+     * before the L1's: an event the L1 has counted (l1_events) has set the fences already.
+     */
     if (c->cache)
         s.fence = fence_create();
     if (s.fence != NULL && fence_follow(s.fence, s.follow) < 0) {
         snprintf(err, sizeof(err), "cannot follow the purges");
         goto out;
     }
+    /* The L1 is used only while the follower follows the stream. */
+    if (c->cache && (s.l1 = l1_create(l1_size_bytes(c))) != NULL)
+        l1_follow(s.l1, s.follow);
     /* Shared through the cache's Redis; its metrics row is registered before the workers'. */
     if (c->cache && c->prefix_sync &&
         ((s.psync = psync_create(c, s.route, err, sizeof(err))) == NULL ||
