@@ -129,9 +129,10 @@ void vsync_argv_set(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENA
 /* DEL <vector key> */
 void vsync_argv_unlink(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
                        const unsigned char key[VINDEX_KEY_LEN]);
-/* XADD <stream> MAXLEN ~ N * op add k <id> r <record> m 1 */
+/* XADD <stream> MAXLEN ~ N * op add k <id> r <record> [m 1] (m: listed, its member listed) */
 void vsync_argv_add(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
-                    const unsigned char key[VINDEX_KEY_LEN], const void *rec, size_t rec_len);
+                    const unsigned char key[VINDEX_KEY_LEN], const void *rec, size_t rec_len,
+                    bool listed);
 /* XADD <stream> MAXLEN ~ N * op del k <id> */
 void vsync_argv_del(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
                     const unsigned char key[VINDEX_KEY_LEN]);
@@ -160,7 +161,8 @@ void vsync_argv_member_trim(struct vsync_argv *a, const unsigned char tenant[VIN
  * The same through a worker's store (fire and forget, failures counted by
  * the store); 0, or -1 if the store is not ready (nothing sent). put = SET,
  * once answered the member list's ZADD, PEXPIREAT NX, PEXPIREAT GT and trim,
- * and once the ZADD is answered XADD add (store_write_bg_cb's time each);
+ * and once the ZADD is answered XADD add (store_write_bg_cb's time each; m
+ * only if the ZADD worked);
  * del = DEL + ZREM (partition known; NULL: the member goes lazily) + XADD
  * del; flush = XADD flush. put's cb (may be NULL) is told the record's SET
  * outcome (as store_write_bg_cb's): called once if put returns 0, never if -1.

@@ -220,7 +220,8 @@ void vsync_argv_unlink(struct vsync_argv *a, const unsigned char tenant[VINDEX_T
 }
 
 void vsync_argv_add(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
-                    const unsigned char key[VINDEX_KEY_LEN], const void *rec, size_t rec_len)
+                    const unsigned char key[VINDEX_KEY_LEN], const void *rec, size_t rec_len,
+                    bool listed)
 {
     xadd_head(a, "add");
     vsync_id(tenant, key, a->id);
@@ -228,8 +229,11 @@ void vsync_argv_add(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENA
     arg(a, a->id, VSYNC_ID_LEN);
     arg_str(a, "r");
     arg(a, rec, rec_len);
-    arg_str(a, "m"); /* its partition's member list has it (older writers did not say so) */
-    arg_str(a, "1");
+    /* m: its partition's member list has it; without, its readers list it (as older writers') */
+    if (listed) {
+        arg_str(a, "m");
+        arg_str(a, "1");
+    }
 }
 
 void vsync_argv_member_add(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
@@ -334,13 +338,16 @@ static struct store_cmd *send_bg(struct store *s, struct vsync_argv *a, store_in
  * go unsent, and every instance holding the partition in memory never learnt of the vector.
  * A step that fails or times out does not stop the next: the record may be there all the
  * same, and the event is what tells the instances that hold the partition (a member without a
- * record is dropped from the list by the next load). The store being destroyed refuses them.
+ * record is dropped from the list by the next load). An event whose member Redis did not take
+ * says so (no "m"): the instances that read it list the member, or one that loads the
+ * partition later never finds the vector. The store being destroyed refuses them.
  */
 struct held_add {
     struct store *s;
     store_int_fn *cb; /* the caller's, told the record's outcome */
     void *arg;
-    int tries; /* sends of the event refused so far (its stream's primary away) */
+    int tries;   /* sends of the event refused so far (its stream's primary away) */
+    bool listed; /* Redis answered its member's ZADD */
     unsigned char tenant[VINDEX_TENANT_LEN];
     unsigned char key[VINDEX_KEY_LEN];
     unsigned char partition[VINDEX_PART_LEN];
@@ -373,7 +380,7 @@ static void on_event_retry(void *arg, enum store_status st, long long n)
 static void send_event(struct held_add *h)
 {
     struct vsync_argv a;
-    vsync_argv_add(&a, h->tenant, h->key, h->rec, h->rec_len);
+    vsync_argv_add(&a, h->tenant, h->key, h->rec, h->rec_len, h->listed);
     if (send_bg(h->s, &a, NULL, NULL) != NULL || ++h->tries >= EVENT_TRIES ||
         store_after(h->s, (int64_t)EVENT_RETRY_MS << (h->tries - 1), on_event_retry, h) == NULL)
         free(h);
@@ -381,9 +388,10 @@ static void send_event(struct held_add *h)
 
 static void on_member_added(void *arg, enum store_status st, long long n)
 {
-    (void)st;
+    struct held_add *h = arg;
     (void)n;
-    send_event(arg);
+    h->listed = st == STORE_OK;
+    send_event(h);
 }
 
 /*
@@ -402,7 +410,7 @@ static void on_record_written(void *arg, enum store_status st, long long n)
     struct vsync_argv a;
     vsync_argv_member_add(&a, h->tenant, h->key, h->partition, h->expires_ms);
     if (send_bg(h->s, &a, on_member_added, h) == NULL) {
-        send_event(h); /* the list's primary away: the next load drops the member anyway */
+        send_event(h); /* the list's primary away: the event says it is not listed */
         return;
     }
     vsync_argv_member_expire(&a, h->tenant, h->partition, h->expires_ms, "NX");

@@ -12,6 +12,7 @@ const assert = require('node:assert/strict');
 const net = require('node:net');
 const h = require('./lib');
 const {createSemanticMock, cosine} = require('../mock/semantic');
+const {startRespFault} = require('./lib/resp-fault');
 
 const env = h.environment({proxy: false});
 const CHAT = '/v1/chat/completions';
@@ -844,6 +845,59 @@ h.test('a vector whose record Redis does not hold yet is no candidate; once writ
     } finally {
         relay.release();
         await relay.close();
+    }
+});
+
+/* Whether the entry id (X-Cache-Key) is a member of its partition's list in Redis. */
+async function listed(id) {
+    for (const k of await env.redis.keys(`pc:2:pm:{${id.slice(0, 16)}:*`))
+        if (await env.redis.command('ZSCORE', k, id.slice(16)) !== null)
+            return true;
+    return false;
+}
+
+/* Two instances in step with Redis: a through a misbehaving Redis (lib/resp-fault.js), b not. */
+async function faultyPair(fault, extra = []) {
+    /* a vector in Redis at their start: their index has its dimension, they follow the stream */
+    const q = `what is the tallest tree in the world ${tag()}`;
+    assertMiss(await proxy.post(CHAT, chat(q)));
+    await ownVector(proxy, q);
+    const a = await env.startProxy({redis: fault.url, args: semArgs(extra)});
+    const b = await env.startProxy({args: semArgs(extra)});
+    for (const p of [a, b])
+        await h.waitFor(async () => (await p.stats()).semantic_sync_ready === true,
+            {what: 'an instance in step with Redis'});
+    return [a, b];
+}
+
+const ADD_EVENT = '$2\r\nop\r\n$3\r\nadd\r\n'; /* the bytes of an XADD of an add event */
+
+/*
+ * A vector's member goes on its partition's list (ZADD) before its add event. When Redis
+ * refused the ZADD (an error reply, a timeout, the connection lost with it), the event said
+ * all the same that the list had the member (its "m"), so no instance listed it: one that
+ * loaded the partition later (started since, or the partition evicted) never found the
+ * vector, for as long as it lived. Such an event leaves "m" out now, and the instances that
+ * read it list the member, as for the events of versions without lists.
+ */
+h.test('a vector whose member Redis refused is listed by the instances that read its event', async () => {
+    const fault = await startRespFault(env.redis.port);
+    const [a, b] = await faultyPair(fault);
+    try {
+        const t = tag();
+        const ns = {'X-Cache-Namespace': `unlisted-${t}`}; /* a partition b does not hold */
+        fault.set('error', {only: ['ZADD'], text: 'pc:2:pm:'});
+        const r = await a.post(CHAT, chat(`which river is the longest in africa ${t}`), ns);
+        assertMiss(r);
+        await h.waitFor(() => fault.answered('error') >= 1, {what: 'its member\'s ZADD refused'});
+        fault.clear();
+        await h.waitFor(() => listed(r.headers['x-cache-key']), {timeout: 10000, what: 'its member listed'});
+        await h.eventually(async () => assertSemanticHit(await b.post(CHAT,
+            chat(`in africa which river is the longest ${t}`), {...ns, 'Cache-Control': 'no-store'})));
+    } finally {
+        await a.stop();
+        await b.stop();
+        await fault.close();
     }
 });
 

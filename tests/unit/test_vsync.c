@@ -280,7 +280,7 @@ static void put(redisContext *c, unsigned n, const struct rec_opts *o, bool even
     vsync_argv_member_add(&a, tenant, key, part, exp);
     run(c, a.argc, a.argv, a.lens);
     if (event) {
-        vsync_argv_add(&a, tenant, key, rec.data, rec.len);
+        vsync_argv_add(&a, tenant, key, rec.data, rec.len, true);
         run(c, a.argc, a.argv, a.lens);
     }
     pc_buf_free(&rec);
@@ -541,12 +541,15 @@ static void test_names(void)
     T_CHECK_INT(vsync_parse_id(id, strlen(id), t2, k2), -1);
 
     struct vsync_argv a;
-    vsync_argv_add(&a, t, k, "REC", 3);
+    vsync_argv_add(&a, t, k, "REC", 3, true);
     T_CHECK_INT(a.argc, 14);
     T_CHECK_STR(a.argv[0], "XADD");
     T_CHECK(a.lens[4] == 6 && memcmp(a.argv[4], "100000", 6) == 0);
     T_CHECK(a.lens[11] == 3 && memcmp(a.argv[11], "REC", 3) == 0);
     T_CHECK(a.lens[12] == 1 && a.argv[12][0] == 'm' && a.argv[13][0] == '1');
+    vsync_argv_add(&a, t, k, "REC", 3, false); /* its member not listed: its readers list it */
+    T_CHECK_INT(a.argc, 12);
+    T_CHECK(a.lens[11] == 3 && memcmp(a.argv[11], "REC", 3) == 0);
     vsync_argv_flush(&a, NULL);
     T_CHECK_INT(a.argc, 8);
     vsync_argv_flush(&a, t);

@@ -28,8 +28,9 @@
  *   dribble   the command runs on Redis; its reply is sent a byte at a time, one every
  *             everyMs (1000 by default), the replies after it waiting their turn
  *
- * set(fault, {only, everyMs}) limits the fault to commands named in only (upper
- * case, e.g. ['GET']); the others pass. Replies stay in command order: a command
+ * set(fault, {only, text, everyMs}) limits the fault to commands named in only (upper
+ * case, e.g. ['GET']) and, with text, to those whose bytes hold it (e.g.
+ * '$3\r\nadd\r\n'); the others pass. Replies stay in command order: a command
  * answered by the fault waits for the replies owed before it. After hugebulk
  * or silent a connection never answers again; after cut it is closed.
  */
@@ -97,7 +98,7 @@ const LOCAL = {
 const STUCK = new Set(['hugebulk', 'hugearray']);
 
 async function startRespFault(redisPort) {
-    let fault = null; /* {name, only, everyMs} */
+    let fault = null; /* {name, only, text, everyMs} */
     const sockets = new Set();
     const seen = {}; /* commands answered by each fault */
     const floods = []; /* {kind, sent, limitReached, closed} per connection flooded */
@@ -183,7 +184,8 @@ async function startRespFault(redisPort) {
                 const cmd = conn.inBuf.subarray(0, end);
                 conn.inBuf = conn.inBuf.subarray(end);
                 const name = commandName(cmd);
-                const f = fault && (!fault.only || fault.only.includes(name)) ? fault.name : null;
+                const f = fault && (!fault.only || fault.only.includes(name)) &&
+                    (!fault.text || cmd.includes(fault.text)) ? fault.name : null;
                 if (f !== null)
                     seen[f] = (seen[f] || 0) + 1;
                 if (f === null || f === 'cut' || f === 'dribble') {
@@ -225,10 +227,10 @@ async function startRespFault(redisPort) {
         port,
         url: `redis://127.0.0.1:${port}/0`,
         /* Answer the commands that arrive from now on with fault (null: pass them). */
-        set(name, {only = null, everyMs = 1000} = {}) {
+        set(name, {only = null, text = null, everyMs = 1000} = {}) {
             if (name !== null && !['cut', 'silent', 'dribble'].includes(name) && !FLOODS[name] && !LOCAL[name])
                 throw new Error(`resp-fault: unknown fault ${name}`);
-            fault = name === null ? null : {name, only, everyMs};
+            fault = name === null ? null : {name, only, text, everyMs};
         },
         clear() { fault = null; },
         /* The connections flooded so far: {kind, sent, limitReached, closed} each. */
