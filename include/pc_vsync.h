@@ -162,7 +162,7 @@ void vsync_argv_member_trim(struct vsync_argv *a, const unsigned char tenant[VIN
  * the store); 0, or -1 if the store is not ready (nothing sent). put = SET,
  * once answered the member list's ZADD, PEXPIREAT NX, PEXPIREAT GT and trim,
  * and once the ZADD is answered XADD add (store_write_bg_cb's time each; m
- * only if the ZADD worked);
+ * only if the ZADD worked; sent again, 7 tries at most, until Redis has it);
  * del = DEL + ZREM (partition known; NULL: the member goes lazily) + XADD
  * del; flush = XADD flush. put's cb (may be NULL) is told the record's SET
  * outcome (as store_write_bg_cb's): called once if put returns 0, never if -1.

@@ -346,7 +346,7 @@ struct held_add {
     struct store *s;
     store_int_fn *cb; /* the caller's, told the record's outcome */
     void *arg;
-    int tries;   /* sends of the event refused so far (its stream's primary away) */
+    int tries;   /* sends of the event that failed so far */
     bool listed; /* Redis answered its member's ZADD */
     unsigned char tenant[VINDEX_TENANT_LEN];
     unsigned char key[VINDEX_KEY_LEN];
@@ -356,7 +356,7 @@ struct held_add {
     char rec[];
 };
 
-#define EVENT_TRIES    7 /* an add event refused: tried again 100, 200 ... 3200 ms later */
+#define EVENT_TRIES    7 /* an add event that failed: tried again 100, 200 ... 3200 ms later */
 #define EVENT_RETRY_MS 100
 
 static void send_event(struct held_add *h);
@@ -372,18 +372,39 @@ static void on_event_retry(void *arg, enum store_status st, long long n)
     send_event(h);
 }
 
+/* The event failed: sent again in a while, unless tried enough or the store is closing. */
+static void event_again(struct held_add *h)
+{
+    if (++h->tries >= EVENT_TRIES ||
+        store_after(h->s, (int64_t)EVENT_RETRY_MS << (h->tries - 1), on_event_retry, h) == NULL)
+        free(h);
+}
+
+/*
+ * Failed (an error reply: READONLY after a failover, OOM, LOADING; the connection lost with
+ * it; no answer in time): sent again. One that timed out may be in the stream already: an add
+ * read twice is applied once.
+ */
+static void on_event_sent(void *arg, enum store_status st, long long n)
+{
+    (void)n;
+    if (st == STORE_OK)
+        free(arg);
+    else
+        event_again(arg);
+}
+
 /*
  * The add event, once the ZADD is answered (or failed). Refused while the stream's primary is
- * away (its connection dropped, reconnecting): tried again a few times over 6 s, since the
- * instances holding the partition learn of the vector from it alone.
+ * away (its connection dropped, reconnecting), or failed once sent: tried again a few times
+ * over 6 s, since the instances holding the partition learn of the vector from it alone.
  */
 static void send_event(struct held_add *h)
 {
     struct vsync_argv a;
     vsync_argv_add(&a, h->tenant, h->key, h->rec, h->rec_len, h->listed);
-    if (send_bg(h->s, &a, NULL, NULL) != NULL || ++h->tries >= EVENT_TRIES ||
-        store_after(h->s, (int64_t)EVENT_RETRY_MS << (h->tries - 1), on_event_retry, h) == NULL)
-        free(h);
+    if (send_bg(h->s, &a, on_event_sent, h) == NULL)
+        event_again(h);
 }
 
 static void on_member_added(void *arg, enum store_status st, long long n)

@@ -901,6 +901,65 @@ h.test('a vector whose member Redis refused is listed by the instances that read
     }
 });
 
+/*
+ * The add event alone tells the instances that hold the partition in memory. One refused
+ * before it was sent (its connection being made again) was sent again, but not one that Redis
+ * answered with an error (READONLY after a failover, OOM, LOADING) or whose connection was
+ * lost with it: those instances never learnt of the vector. Any failure is tried again now.
+ */
+h.test('an add event Redis answered with an error is sent again', async () => {
+    const fault = await startRespFault(env.redis.port);
+    const [a, b] = await faultyPair(fault);
+    try {
+        const t = tag();
+        const ns = {'X-Cache-Namespace': `refused-${t}`};
+        /* b holds the partition: it learns of the next vector from its event alone */
+        assertMiss(await a.post(CHAT, chat(`what is the capital city of mongolia ${t}`), ns));
+        await h.eventually(async () => assertSemanticHit(await b.post(CHAT,
+            chat(`of mongolia what is the capital city ${t}`), {...ns, 'Cache-Control': 'no-store'})));
+        fault.set('error', {only: ['XADD'], text: ADD_EVENT});
+        assertMiss(await a.post(CHAT, chat(`how many bones are in the human body ${t}`), ns));
+        await h.waitFor(() => fault.answered('error') >= 1, {what: 'its add event refused'});
+        fault.clear();
+        await h.eventually(async () => assertSemanticHit(await b.post(CHAT,
+            chat(`in the human body how many bones are ${t}`), {...ns, 'Cache-Control': 'no-store'})));
+    } finally {
+        await a.stop();
+        await b.stop();
+        await fault.close();
+    }
+});
+
+/*
+ * Shut down while a vector's writes are mid-way: its record's SET unanswered (held on its
+ * way), or its add event waiting to be sent again. The writes end with the store, nothing is
+ * left behind (a sanitizer build exits non-zero on a leak or a use after free).
+ */
+h.test('a shutdown while a vector\'s writes are held or waiting to be sent again exits cleanly', async () => {
+    const fault = await startRespFault(env.redis.port);
+    const relay = await h.startRelay(env.redis.port);
+    try {
+        const t = tag();
+        const waiting = await env.startProxy({redis: fault.url, args: semArgs()});
+        fault.set('error', {only: ['XADD'], text: ADD_EVENT});
+        assertMiss(await waiting.post(CHAT, chat(`how long is the great barrier reef ${t}`)));
+        await h.waitFor(() => fault.answered('error') >= 1, {what: 'its add event refused'});
+        assert.equal(await waiting.stop(), 0, 'exit status, an event waiting to be sent again');
+        const held = await env.startProxy({args: semArgs(['--redis', relay.url])});
+        const ns = {'X-Cache-Namespace': `held-${t}`};
+        assertMiss(await held.post(CHAT, chat(`what is the boiling point of gold ${t}`), ns));
+        await ownVector(held, `what is the boiling point of gold ${t}`, ns); /* connections up */
+        relay.arm('pc:2:v:');
+        assertMiss(await held.post(CHAT, chat(`what is the melting point of iron ${t}`), ns));
+        await h.waitFor(() => relay.holding() === 1, {what: 'the SET of its vector record held'});
+        assert.equal(await held.stop(), 0, 'exit status, a record\'s SET unanswered');
+    } finally {
+        relay.release();
+        await relay.close();
+        await fault.close();
+    }
+});
+
 h.test('tear down', async () => {
     await proxy.stop();
     await sem.close();
