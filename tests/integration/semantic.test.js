@@ -960,6 +960,54 @@ h.test('a shutdown while a vector\'s writes are held or waiting to be sent again
     }
 });
 
+/*
+ * An entry deleted while its vector's writes are held: the late writes put the vector back
+ * (the record, the member, the add event come after the delete), but no instance serves the
+ * deleted answer by meaning: a candidate's entry is read before it serves, and one that is gone
+ * is dropped (semantic_stale).
+ */
+h.test('an entry deleted while its vector\'s writes are held is never served by meaning', async () => {
+    const relay = await h.startRelay(env.redis.port);
+    const admin = ['--admin-token', 'secret'];
+    const a = await env.startProxy({redis: relay.url, args: semArgs(admin)});
+    const b = await env.startProxy({args: semArgs(admin)});
+    try {
+        for (const p of [a, b])
+            await h.waitFor(async () => (await p.stats()).semantic_sync_ready === true,
+                {what: 'an instance in step with Redis'});
+        const t = tag();
+        const ns = {'X-Cache-Namespace': `deleted-${t}`};
+        const warm = `what is the speed of sound in water ${t}`;
+        assertMiss(await a.post(CHAT, chat(warm), ns));
+        await ownVector(a, warm, ns);
+        await h.eventually(async () => assertSemanticHit(await b.post(CHAT,
+            chat(`in water what is the speed of sound ${t}`), {...ns, 'Cache-Control': 'no-store'})));
+        relay.arm('pc:2:v:');
+        const q = `what is the speed of light in glass ${t}`;
+        const r = await a.post(CHAT, chat(q), ns);
+        assertMiss(r);
+        await h.waitFor(() => relay.holding() === 1, {what: 'the SET of its vector record held'});
+        const del = await b.request({method: 'DELETE', path: `/admin/cache/entries/${r.headers['x-cache-key']}`,
+            headers: {Authorization: 'Bearer secret'}});
+        assert.equal(del.status, 200, del.text);
+        const st0 = await Promise.all([a, b].map((p) => p.stats()));
+        relay.release();
+        await h.waitFor(() => listed(r.headers['x-cache-key']), {what: 'the late member'});
+        /* Each instance gets the late vector (a: its SET answered; b: the add event) and drops it. */
+        for (const [i, p] of [a, b].entries())
+            await h.waitFor(async () => {
+                assertMiss(await p.post(CHAT, chat(`in glass what is the speed of light ${t}`),
+                    {...ns, 'Cache-Control': 'no-store'}));
+                return (await p.stats()).semantic_stale > st0[i].semantic_stale;
+            }, {what: 'the late vector found gone'});
+    } finally {
+        relay.release();
+        await a.stop();
+        await b.stop();
+        await relay.close();
+    }
+});
+
 h.test('tear down', async () => {
     await proxy.stop();
     await sem.close();
