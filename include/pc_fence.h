@@ -10,28 +10,38 @@
  * served for its whole TTL, as if the purge had never been.
  *
  *   lookup (or a refresh's start) ── fence_now ─────────────────▶ since
- *   this instance's purges (fence_mark, fence_mark_all, as they start), every
- *   instance's del and flush events on pc:2:vs (fence_follow), the follower
- *   starting again (what it missed is unknown) ─────────────────▶ newer marks
+ *   this instance's purges (fence_mark, fence_mark_all, as they start), the
+ *   purge events of every other process on pc:2:vs (fence_follow) ──▶ newer marks
  *   the answer, before its SET ── fence_crossed(exact, since) ──▶ not stored
  *
- * A purge's del events say p=1 (fence_argv_purged): a del event without it
- * drops a vector with its entry (an answer stored again without one), which
- * is no purge. Every purge but one entry's also tells the other instances
- * as it starts, before its deletes: such a del event of no entry (tenant and
- * key all zeros, fence_argv_notice), which crosses every fence. Instances of
- * versions without fences read these as before (the field is new to them,
- * and a delete of no entry deletes nothing); the purge's own events follow
- * (a del per deleted entry, which crosses its key's fence, or a flush).
+ * A purge's del events say p=1 and which process purged (i, fence_argv_purged):
+ * a del event without p=1 drops a vector with its entry (an answer stored
+ * again without one), which is no purge, and a process's own purge events
+ * are not applied again (it set its fences as the purge started: read again,
+ * they would hold back answers asked for since). Every purge but one entry's
+ * also tells the other instances as it starts, before its deletes: such a
+ * del event of no entry (tenant and key all zeros, fence_argv_notice), which
+ * crosses every fence. Instances of versions without fences read these as
+ * before (the fields are new to them, and a delete of no entry deletes
+ * nothing). The purge's own events follow: a del per deleted entry, which
+ * crosses its key's fence, or a flush, which crosses none (its notice did:
+ * an answer asked for after the notice was read was made after the purge
+ * began).
  *
  * A key's deletes are kept in a slot of its hash: a slot shared with another
  * key costs that key's store (an answer relayed, not cached), never a stale
- * answer. A flush, of one tenant or of all, crosses every fence, and so does
- * a targeted purge of this instance (its keys are not known when it starts).
+ * answer. A flush's notice, of one tenant or of all, crosses every fence,
+ * and so does a targeted purge of this instance (its keys are not known when
+ * it starts).
  * What is left: a purge that ran while the answer's SET was on its way, or
  * whose event this process had not read yet when the answer was checked
  * (its follower's lag, a moment), and a purge made while the follower could
- * not follow (Redis lost).
+ * not follow (it starts again from the stream's end: what it missed is not
+ * known). Marking every fence when it starts again would cover the last, but
+ * it holds back every answer in flight then, right after a failover, when
+ * the instance says it is ready (and its stores work) before its follower
+ * follows; a purge that succeeds while this instance's follower alone cannot
+ * read Redis is rarer than that.
  */
 #ifndef PC_FENCE_H
 #define PC_FENCE_H
@@ -48,8 +58,11 @@ struct vsync_argv;
 
 struct fence *fence_create(void);
 void fence_destroy(struct fence **f);
-/* Apply the del and flush events of pc:2:vs (on the follower's thread); -1 if not added. */
+/* Apply other processes' purge events of pc:2:vs (on the follower's thread); -1 if not added. */
 int fence_follow(struct fence *f, struct follow *fl);
+/* One entry of pc:2:vs (its field/value array), as fence_follow's handler applies it. */
+struct redisReply;
+void fence_apply(struct fence *f, const struct redisReply *kv);
 
 /* The mark an answer's fetch starts from (0 without a fence). Any thread. */
 uint64_t fence_now(const struct fence *f);

@@ -19,9 +19,8 @@
 struct fence {
     unsigned magic;
     atomic_uint_fast64_t now; /* the last mark given */
-    atomic_uint_fast64_t all; /* the mark of the last flush (or follower start) */
+    atomic_uint_fast64_t all; /* the mark of the last flush */
     atomic_uint_fast64_t slot[FENCE_SLOTS];
-    bool followed; /* the follower started once (its thread only) */
 };
 
 struct fence *fence_create(void)
@@ -93,10 +92,17 @@ void fence_argv_purged(struct vsync_argv *a, const unsigned char tenant[VINDEX_T
                        const unsigned char exact[PC_SHA256_LEN])
 {
     vsync_argv_del(a, tenant, exact);
+    if (a->argc + 4 > VSYNC_ARGV_MAX)
+        abort(); /* the del event outgrew the struct: never at run time */
     a->argv[a->argc] = "p";
     a->lens[a->argc++] = 1;
     a->argv[a->argc] = "1";
     a->lens[a->argc++] = 1;
+    /* who purged: its own purges set this process's fences as they started */
+    a->argv[a->argc] = "i";
+    a->lens[a->argc++] = 1;
+    a->argv[a->argc] = vsync_instance();
+    a->lens[a->argc++] = VSYNC_INSTANCE_LEN;
 }
 
 void fence_argv_notice(struct vsync_argv *a)
@@ -119,39 +125,40 @@ static bool purged(const redisReply *kv)
 }
 
 /*
- * A purge's del event (p=1; of no entry: its notice) or a flush. A del event without p=1
- * drops a vector with its entry, a write (op=set) is another answer, and op=add concerns
- * the vector index: no purge. Events that do not parse are the L1's and the index's to count.
+ * Another process's purge: its del events (p=1; of no entry: its notice, written before any
+ * delete). A del event without p=1 drops a vector with its entry, a write (op=set) is another
+ * answer, and op=add concerns the vector index: no purge. This process's own purges set its
+ * fences as they started (reading their events again would hold back answers asked for
+ * since). A flush event comes after the deletes its notice announced: an answer asked for
+ * after the notice was read was made after the purge began, and is stored. Events that do not
+ * parse are the L1's and the index's to count.
  */
+void fence_apply(struct fence *f, const struct redisReply *kv)
+{
+    struct vsync_event ev;
+    if (vsync_event_parse(kv, &ev) < 0 || ev.op != VSYNC_OP_DEL || !purged(kv) ||
+        vsync_event_is_mine(&ev))
+        return;
+    if (memcmp(ev.tenant, none, VINDEX_TENANT_LEN) == 0 &&
+        memcmp(ev.key, none, VINDEX_KEY_LEN) == 0)
+        fence_mark_all(f);
+    else
+        fence_mark(f, ev.key);
+}
+
 static void on_entry(void *arg, const struct redisReply *kv)
 {
-    struct fence *f = arg;
-    struct vsync_event ev;
-    if (vsync_event_parse(kv, &ev) < 0)
-        return;
-    if (ev.op == VSYNC_OP_DEL && purged(kv)) {
-        if (memcmp(ev.tenant, none, VINDEX_TENANT_LEN) == 0 &&
-            memcmp(ev.key, none, VINDEX_KEY_LEN) == 0)
-            fence_mark_all(f);
-        else
-            fence_mark(f, ev.key);
-    } else if (ev.op == VSYNC_OP_FLUSH) {
-        fence_mark_all(f);
-    }
+    fence_apply(arg, kv);
 }
 
 /*
- * Following from the stream's end again (after a lost connection, or entries trimmed unread):
- * what came meanwhile is unknown. Not the first time: nothing was missed before the process
- * followed at all.
+ * Following from the stream's end again: nothing to catch up. What came meanwhile is not
+ * known, and no fence is set for it (pc_fence.h says why).
  */
 static int on_start(void *arg, struct rcli *k)
 {
+    (void)arg;
     (void)k;
-    struct fence *f = arg;
-    if (f->followed)
-        fence_mark_all(f);
-    f->followed = true;
     return 0;
 }
 

@@ -3,6 +3,10 @@
 #include "pc_vsync.h"
 #include "t.h"
 
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
 static void key(unsigned char k[PC_SHA256_LEN], unsigned char first, unsigned char rest)
 {
     memset(k, rest, PC_SHA256_LEN);
@@ -73,7 +77,80 @@ static void test_notice(void)
     struct vsync_argv b;
     fence_argv_purged(&b, tenant, exact);
     T_CHECK_INT(b.argc, a.argc);
-    T_CHECK(b.lens[b.argc - 2] == 1 && b.argv[b.argc - 2][0] == 'p');
+    T_CHECK(b.lens[b.argc - 4] == 1 && b.argv[b.argc - 4][0] == 'p');
+    /* and which process purged */
+    T_CHECK(b.lens[b.argc - 2] == 1 && b.argv[b.argc - 2][0] == 'i');
+    T_CHECK(b.lens[b.argc - 1] == VSYNC_INSTANCE_LEN &&
+            memcmp(b.argv[b.argc - 1], vsync_instance(), VSYNC_INSTANCE_LEN) == 0);
+}
+
+/* An XADD's fields (after "XADD key MAXLEN ~ N *") as the follower hands them out. */
+struct kv {
+    redisReply r, el[VSYNC_ARGV_MAX];
+    redisReply *els[VSYNC_ARGV_MAX];
+};
+
+static const redisReply *kv_of(struct kv *k, const struct vsync_argv *a)
+{
+    memset(k, 0, sizeof(*k));
+    k->r.type = REDIS_REPLY_ARRAY;
+    k->r.element = k->els;
+    for (int i = 6; i < a->argc; i++) {
+        redisReply *e = &k->el[k->r.elements];
+        e->type = REDIS_REPLY_STRING;
+        e->str = (char *)a->argv[i];
+        e->len = a->lens[i];
+        k->els[k->r.elements++] = e;
+    }
+    return &k->r;
+}
+
+/*
+ * What the stream's events cross: another process's notice, every fence; its del of one
+ * entry, that key's; this process's own purge events, none (it set its fences as the purge
+ * started: read again, they held back answers asked for since); a flush event, none (its
+ * notice came first); a del without p=1 (a refresh's), none.
+ */
+static void test_events(void)
+{
+    struct fence *f = fence_create();
+    unsigned char a[PC_SHA256_LEN], b[PC_SHA256_LEN], tenant[VINDEX_TENANT_LEN] = {7};
+    key(a, 5, 0x33);
+    key(b, 6, 0x44);
+    struct vsync_argv ev;
+    struct kv k;
+    char other[VSYNC_INSTANCE_LEN + 1];
+    memset(other, 'f', VSYNC_INSTANCE_LEN);
+    other[VSYNC_INSTANCE_LEN] = '\0';
+    T_CHECK(memcmp(other, vsync_instance(), VSYNC_INSTANCE_LEN) != 0);
+
+    uint64_t since = fence_now(f);
+    fence_argv_notice(&ev);
+    fence_apply(f, kv_of(&k, &ev));
+    T_CHECK(!fence_crossed(f, a, since)); /* its own notice */
+    fence_argv_purged(&ev, tenant, a);
+    fence_apply(f, kv_of(&k, &ev));
+    T_CHECK(!fence_crossed(f, a, since)); /* its own del */
+    vsync_argv_flush(&ev, NULL);
+    fence_apply(f, kv_of(&k, &ev));
+    vsync_argv_flush(&ev, tenant);
+    fence_apply(f, kv_of(&k, &ev));
+    T_CHECK(!fence_crossed(f, a, since)); /* flushes: their notices fence */
+    vsync_argv_del(&ev, tenant, a);
+    fence_apply(f, kv_of(&k, &ev));
+    T_CHECK(!fence_crossed(f, a, since)); /* a refresh's del */
+
+    fence_argv_purged(&ev, tenant, a);
+    ev.argv[ev.argc - 1] = other;
+    fence_apply(f, kv_of(&k, &ev));
+    T_CHECK(fence_crossed(f, a, since)); /* another's del: its key */
+    T_CHECK(!fence_crossed(f, b, since));
+    fence_argv_notice(&ev);
+    ev.argv[ev.argc - 1] = other;
+    fence_apply(f, kv_of(&k, &ev));
+    T_CHECK(fence_crossed(f, b, since)); /* another's notice: every key */
+    T_CHECK(!fence_crossed(f, b, fence_now(f)));
+    fence_destroy(&f);
 }
 
 int main(void)
@@ -82,5 +159,6 @@ int main(void)
     T_RUN(test_mark_all);
     T_RUN(test_none);
     T_RUN(test_notice);
+    T_RUN(test_events);
     T_DONE();
 }
