@@ -1,8 +1,12 @@
 /*
  * pc_canon.h - canonical form of a request and the cache keys derived from it.
  *
- * Canonical JSON: object members sorted by key (bytewise on UTF-8; duplicate
- * keys: the last one wins, as in most JSON parsers, but the keys of a request
+ * Canonical JSON: object members sorted by key (bytewise on UTF-8; but every
+ * object within a member named parameters, input_schema, schema, input or
+ * input_examples below the top level keeps document order: JSON schemas and
+ * tool inputs, which the upstream renders into the prompt as written and
+ * whose properties' order is the order structured outputs are generated in;
+ * duplicate keys: the last one wins, as in most JSON parsers, but the keys of a request
  * that repeats a member name are unique to it: see canon_keys.repeated), no
  * insignificant white space, strings re-escaped from their decoded value (so "\u00e9" and "é" are
  * equal), numbers in one form (below).

@@ -97,7 +97,8 @@ struct canon_ctx {
     size_t nlits, cap;
     bool have_raw;
     bool lossy;
-    bool repeated; /* an object named a member twice (the key is unique to the call) */
+    bool repeated;    /* an object named a member twice (the key is unique to the call) */
+    unsigned ordered; /* > 0: inside a member of canon_ordered, objects keep member order */
 };
 
 /* Top-level fields that do not change the answer (see pc_canon.h). */
@@ -114,6 +115,20 @@ static const char *const canon_excluded[] = {
  * and with it in the key a streamed and a plain call never shared an entry.
  */
 static const char *const canon_tool_transport[] = {"eager_input_streaming"};
+
+/*
+ * Members below the top level whose objects the upstream reads in the order
+ * written: JSON schemas (a tool's "parameters" or "input_schema", structured
+ * outputs' "schema") and tool inputs (a tool_use block's "input", a tool's
+ * "input_examples"). They are rendered into the prompt as written, and
+ * structured outputs are generated in the order of the schema's properties
+ * (OpenAI: "outputs will be produced in the same order as the ordering of
+ * keys in the schema"), so {"reasoning", "answer"} and {"answer",
+ * "reasoning"} are two requests with two answers. Every object beneath such
+ * a member keeps its members in document order; elsewhere they are sorted.
+ */
+static const char *const canon_ordered[] = {"parameters", "input_schema", "schema", "input",
+                                            "input_examples"};
 
 static void emit_value(struct canon_ctx *ctx, const cJSON *v, struct pc_buf *out);
 static void emit_number(struct canon_ctx *ctx, const cJSON *v, bool float_form, struct pc_buf *out);
@@ -141,6 +156,14 @@ static bool field_excluded(enum api_endpoint e, const char *name)
     if (e == API_RESPONSES)
         return strcmp(name, "stream") == 0 || strcmp(name, "stream_options") == 0;
     return canon_field_excluded(name);
+}
+
+static bool member_ordered(const char *name)
+{
+    for (size_t i = 0; i < PC_ARRAY_LEN(canon_ordered); i++)
+        if (strcmp(name, canon_ordered[i]) == 0)
+            return true;
+    return false;
 }
 
 static bool tool_member_excluded(const char *name)
@@ -408,6 +431,13 @@ static int member_cmp(const void *pa, const void *pb)
     return a->idx < b->idx ? -1 : a->idx > b->idx;
 }
 
+/* By position alone: document order. */
+static int member_pos_cmp(const void *pa, const void *pb)
+{
+    const struct canon_member *a = pa, *b = pb;
+    return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
 static bool is_user_turn(const cJSON *msg)
 {
     const char *role = cJSON_GetStringValue(api_member(msg, "role"));
@@ -524,8 +554,13 @@ static bool emit_member(struct canon_ctx *ctx, const cJSON *item, bool first, st
         emit_tools(ctx, item, out);
     else if (f == FILTER_PARTITION && e == API_RESPONSES && strcmp(key, "input") == 0)
         emit_input_partition(ctx, item, out);
-    else
+    else if (!top && member_ordered(key)) {
+        ctx->ordered++;
         emit_value(ctx, item, out);
+        ctx->ordered--;
+    } else {
+        emit_value(ctx, item, out);
+    }
     return true;
 }
 
@@ -543,19 +578,22 @@ static void emit_object(struct canon_ctx *ctx, const cJSON *obj, struct pc_buf *
     for (const cJSON *c = obj->child; c != NULL; c = c->next, n++)
         m[n] = (struct canon_member){c, n};
     qsort(m, n, sizeof(*m), member_cmp);
+    /* Equal keys are adjacent, in input order: keep only the last. */
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (strcmp(member_key(m[i].item), member_key(m[i + 1].item)) == 0) {
+            m[i].item = NULL;
+            if (ctx != NULL)
+                ctx->repeated = true;
+        }
+    }
+    if (ctx != NULL && ctx->ordered > 0)
+        qsort(m, n, sizeof(*m), member_pos_cmp);
 
     pc_buf_append_char(out, '{');
     bool first = true;
-    for (size_t i = 0; i < n; i++) {
-        /* Equal keys are adjacent, in input order: emit only the last. */
-        if (i + 1 < n && strcmp(member_key(m[i].item), member_key(m[i + 1].item)) == 0) {
-            if (ctx != NULL)
-                ctx->repeated = true;
-            continue;
-        }
-        if (emit_member(ctx, m[i].item, first, out, f, e))
+    for (size_t i = 0; i < n; i++)
+        if (m[i].item != NULL && emit_member(ctx, m[i].item, first, out, f, e))
             first = false;
-    }
     pc_buf_append_char(out, '}');
     if (m != stack)
         free(m);
@@ -636,7 +674,9 @@ static void emit_value(struct canon_ctx *ctx, const cJSON *v, struct pc_buf *out
 
 void canon_json(const cJSON *v, struct pc_buf *out)
 {
-    emit_value(NULL, v, out);
+    struct canon_ctx ctx = {0}; /* no literals: numbers from their doubles; lossy is not asked */
+    emit_value(&ctx, v, out);
+    ctx_free(&ctx);
 }
 
 int canon_json_text(const cJSON *v, const char *raw, size_t len, struct pc_buf *out)

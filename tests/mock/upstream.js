@@ -425,9 +425,11 @@ class Mock extends EventEmitter {
         const question = lastUserText(rec.body);
         rec.meaning = this._meaning(rec, question);
         const credential = rec.headers.authorization || rec.headers['x-api-key'] || '';
+        const props = schemaProperties(rec.body);
         const text = rec.meaning !== null ? meaningText(rec.meaning, controls.size)
             : controls.echo ? echoText(rec.seq, question, credential, controls.tag)
-                : answerText(rec.seq, question, controls.size);
+                : props ? structuredText(rec.seq, props)
+                    : answerText(rec.seq, question, controls.size);
         rec.answer = {length: text.length, sha256: crypto.createHash('sha256').update(text).digest('hex')};
         return {
             seq: rec.seq, body: rec.body, controls, question, text,
@@ -567,6 +569,23 @@ class Mock extends EventEmitter {
         return reply(404, {error: {message: 'unknown mock control', type: 'invalid_request_error',
             param: null, code: null}});
     }
+}
+
+/*
+ * Structured outputs: a chat request's response_format json_schema with
+ * "properties" is answered with a JSON object of those members in the
+ * schema's order, as OpenAI documents ("outputs will be produced in the same
+ * order as the ordering of keys in the schema"): {"k": "mock answer #7 k"}.
+ */
+function schemaProperties(body) {
+    const rf = body && body.response_format;
+    const props = rf && rf.type === 'json_schema' && rf.json_schema && rf.json_schema.schema &&
+        rf.json_schema.schema.properties;
+    return props && typeof props === 'object' && !Array.isArray(props) ? Object.keys(props) : null;
+}
+
+function structuredText(seq, props) {
+    return JSON.stringify(Object.fromEntries(props.map((k) => [k, `mock answer #${seq} ${k}`])));
 }
 
 function readBody(req) {

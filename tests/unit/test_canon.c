@@ -347,6 +347,63 @@ static void test_key_order(void)
                      "\"j\":9}"));
 }
 
+/*
+ * Where the upstream reads member order (a schema, a tool input), it is kept
+ * in the keys: structured outputs are generated in the schema's order. The
+ * request's own members (top level, a message, a tool definition) and a
+ * repeated member (the last wins) are as before.
+ */
+static void test_key_order_kept(void)
+{
+#define RF(props)                                                                         \
+    BASE_HEAD ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":" \
+              "\"v\",\"schema\":{\"type\":\"object\",\"properties\":{" props "}}}}}"
+    T_CHECK(!exact_eq(&chat, RF("\"a\":{},\"b\":{}"), &chat, RF("\"b\":{},\"a\":{}")));
+    T_CHECK(exact_eq(&chat, RF("\"a\":{},\"b\":{}"), &chat, RF("\"a\":{},\"b\":{}")));
+    T_CHECK(!part_eq(&chat, RF("\"a\":{},\"b\":{}"), RF("\"b\":{},\"a\":{}")));
+    /* the structure around the schema still sorts */
+    /* the schema's own keywords keep their order too: it is rendered as written */
+    T_CHECK(
+        !exact_eq(&chat, RF("\"a\":{}"), &chat,
+                  "{\"response_format\":{\"json_schema\":{\"schema\":{\"properties\":{\"a\":{}},"
+                  "\"type\":\"object\"},\"name\":\"v\"},\"type\":\"json_schema\"},\"messages\":"
+                  "[{\"content\":\"hi\",\"role\":\"user\"}],\"model\":\"gpt-4o\"}"));
+    T_CHECK(
+        exact_eq(&chat, RF("\"a\":{}"), &chat,
+                 "{\"response_format\":{\"json_schema\":{\"schema\":{\"type\":\"object\","
+                 "\"properties\":{\"a\":{}}},\"name\":\"v\"},\"type\":\"json_schema\"},"
+                 "\"messages\":[{\"content\":\"hi\",\"role\":\"user\"}],\"model\":\"gpt-4o\"}"));
+    /* a repeated member inside a schema: the key is unique, as anywhere */
+    struct canon_keys k;
+    keys_of(&chat, RF("\"a\":1,\"b\":{},\"a\":2"), &k);
+    T_CHECK(k.repeated);
+    canon_keys_free(&k);
+#undef RF
+#define TOOL(member, props)                                                               \
+    BASE_HEAD ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"" member \
+              "\":{\"properties\":{" props "}}}}]}"
+    T_CHECK(!exact_eq(&chat, TOOL("parameters", "\"a\":1,\"b\":2"), &chat,
+                      TOOL("parameters", "\"b\":2,\"a\":1")));
+    /* a member of no such name sorts */
+    T_CHECK(
+        exact_eq(&chat, TOOL("other", "\"a\":1,\"b\":2"), &chat, TOOL("other", "\"b\":2,\"a\":1")));
+#undef TOOL
+    const struct req msgs = {API_MESSAGES, NULL, NULL, NULL};
+#define AN(tool, input)                                                                     \
+    "{\"model\":\"claude\",\"max_tokens\":10,\"tools\":[" tool "],\"messages\":[{\"role\":" \
+    "\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\","        \
+    "\"input\":" input "}]},{\"role\":\"user\",\"content\":\"go\"}]}"
+#define ANT(p) "{\"name\":\"f\",\"input_schema\":{\"properties\":{" p "}}}"
+    T_CHECK(!exact_eq(&msgs, AN(ANT("\"a\":1,\"b\":2"), "{}"), &msgs,
+                      AN(ANT("\"b\":2,\"a\":1"), "{}")));
+    T_CHECK(!exact_eq(&msgs, AN(ANT(""), "{\"x\":1,\"y\":2}"), &msgs,
+                      AN(ANT(""), "{\"y\":2,\"x\":1}")));
+    T_CHECK(exact_eq(&msgs, AN(ANT(""), "{\"x\":1}"), &msgs,
+                     AN("{\"input_schema\":{\"properties\":{}},\"name\":\"f\"}", "{\"x\":1}")));
+#undef ANT
+#undef AN
+}
+
 static void test_whitespace(void)
 {
     T_CHECK(canon_same("{\"a\":[1,2,{\"b\":null}],\"c\":true}",
@@ -986,6 +1043,7 @@ int main(void)
     T_RUN(test_big_integer_keys);
     T_RUN(test_float_spelling_keys);
     T_RUN(test_key_order);
+    T_RUN(test_key_order_kept);
     T_RUN(test_whitespace);
     T_RUN(test_strings);
     T_RUN(test_duplicates);
