@@ -316,10 +316,11 @@ h.test('the tools reach the new primary through the sentinels', async () => {
  */
 h.test('a sentinel that sends an endless bulk: the query gives up before 8 MiB and says why', {timeout: 60000}, async () => {
     const LIMIT = 64 << 20;
-    const seen = {sent: 0, closedByPeer: false};
+    const seen = {sent: 0, closed: false, closedByPeer: false};
     const server = net.createServer((sock) => {
         sock.on('error', () => {});
         sock.on('close', () => {
+            seen.closed = true;
             if (seen.sent < LIMIT)
                 seen.closedByPeer = true;
         });
@@ -344,6 +345,8 @@ h.test('a sentinel that sends an endless bulk: the query gives up before 8 MiB a
             '--redis-timeout', '5000'], {timeout: 40000});
         assert.equal(r.code, 1, r.output);
         assert.match(r.stderr, new RegExp(`sentinel 127\\.0\\.0\\.1:${port}: .*larger than`));
+        /* the tool's exit is seen before its socket's close may be */
+        await h.waitFor(() => seen.closed, {what: 'the fake sentinel\'s socket closed'});
         assert.ok(seen.closedByPeer && seen.sent < 8 << 20,
             `the query read ${(seen.sent / 1048576).toFixed(1)} MiB before it gave up`);
     } finally {
