@@ -75,5 +75,8 @@ bool fence_crossed(const struct fence *f, const unsigned char exact[PC_SHA256_LE
 void fence_argv_purged(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
                        const unsigned char exact[PC_SHA256_LEN]);
 void fence_argv_notice(struct vsync_argv *a);
+/* Write the notice through s, before a purge's deletes (fire and forget). */
+struct store;
+void fence_notice(struct store *s);
 
 #endif

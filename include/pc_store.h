@@ -105,6 +105,8 @@ void store_set_reply_max(struct store *s, int64_t max_entry);
 void store_start(struct store *s);
 /* Connected, authenticated, db selected and schema at the current version. */
 bool store_ready(const struct store *s);
+/* A cluster:// store (its keys on several primaries). */
+bool store_is_cluster(const struct store *s);
 /*
  * Wait until s is READY (at once, on the next loop pass, if it is), at most timeout_ms: cb
  * gets STORE_OK then, STORE_TIMEOUT after that long, STORE_ERR if s is destroyed first. No

@@ -116,6 +116,9 @@ struct vsync_argv {
     char num[24];
 };
 
+/* One more field of the XADD in a (name, and val[0..len), which must outlive a). */
+void vsync_argv_field(struct vsync_argv *a, const char *name, const char *val, size_t len);
+
 /* "<prefix>pm:{<tenant16hex>:<partition64hex>}" into out; its length. */
 size_t vsync_members_key(const unsigned char tenant[VINDEX_TENANT_LEN],
                          const unsigned char partition[VINDEX_PART_LEN], char out[VSYNC_KEY_MAX]);
@@ -206,6 +209,7 @@ struct vsync_event {
     const char *rec; /* add: the record (not decoded; points into the reply) */
     size_t rec_len;
     bool listed;                           /* add: the writer put it on its member list (m=1) */
+    bool purged;                           /* del: a purge's (p=1; pc_fence.h) */
     char instance[VSYNC_INSTANCE_LEN + 1]; /* the writer, "" when not named */
 };
 

@@ -35,7 +35,6 @@
 #include "pc_l1.h"
 #include "pc_log.h"
 #include "pc_migrate.h"
-#include "pc_rurl.h"
 #include "pc_semantic.h"
 #include "pc_stats.h"
 #include "pc_store.h"
@@ -78,7 +77,6 @@ struct cache {
     struct fence *fence;
     struct l1_fill *fills;
     struct cache_put_op *detached; /* puts told already, whose comparison still runs */
-    bool cluster;                  /* cluster://: an entry and the stream on two primaries */
 };
 
 struct cache_ticket {
@@ -173,13 +171,6 @@ struct cache *cache_create(const struct cache_opts *o)
     c->sem = o->sem;
     c->l1 = o->l1;
     c->fence = o->fence;
-    struct rurl u;
-    char err[192];
-    if (o->conf != NULL && o->conf->redis != NULL &&
-        rurl_parse(o->conf->redis, RURL_USER_ALONE, &u, err, sizeof(err)) == 0) {
-        c->cluster = u.kind == RURL_CLUSTER;
-        rurl_free(&u);
-    }
     return c;
 }
 
@@ -706,7 +697,7 @@ static void publish_set(struct cache *c, const struct cache_ticket *t)
     unsigned char tenant[VINDEX_TENANT_LEN];
     if (vsync_parse_tenant(t->tenant_id, TENANT_ID_LEN, tenant) < 0)
         return;
-    if (!c->cluster) {
+    if (!store_is_cluster(c->store)) {
         vsync_store_entry_set(c->store, tenant, t->exact);
         return;
     }
@@ -884,10 +875,7 @@ struct cache_op *cache_flush(struct cache *c, const char *tenant_id, cache_flush
     op->arg = arg;
     if (tenant_id != NULL)
         snprintf(op->tenant, sizeof(op->tenant), "%.*s", TENANT_ID_LEN, tenant_id);
-    /* Before the deletes: no instance stores an answer asked for before (pc_fence.h). */
-    struct vsync_argv a;
-    fence_argv_notice(&a);
-    store_write(c->store, a.argc, a.argv, a.lens);
+    fence_notice(c->store); /* before the deletes */
     char pattern[ENTRY_KEY_MAX];
     entry_pattern(tenant_id, pattern);
     op->cmd = store_delete_matching(c->store, pattern, on_flush_step, op);

@@ -5,13 +5,12 @@
  */
 #include "pc_fence.h"
 #include "pc_follow.h"
+#include "pc_store.h"
 #include "pc_vsync.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <hiredis/hiredis.h>
 
 #define FENCE_MAGIC 0x46454e43u /* "FENC" */
 #define FENCE_SLOTS 16384u      /* a key shares its slot with 1 in FENCE_SLOTS others */
@@ -92,17 +91,9 @@ void fence_argv_purged(struct vsync_argv *a, const unsigned char tenant[VINDEX_T
                        const unsigned char exact[PC_SHA256_LEN])
 {
     vsync_argv_del(a, tenant, exact);
-    if (a->argc + 4 > VSYNC_ARGV_MAX)
-        abort(); /* the del event outgrew the struct: never at run time */
-    a->argv[a->argc] = "p";
-    a->lens[a->argc++] = 1;
-    a->argv[a->argc] = "1";
-    a->lens[a->argc++] = 1;
+    vsync_argv_field(a, "p", "1", 1);
     /* who purged: its own purges set this process's fences as they started */
-    a->argv[a->argc] = "i";
-    a->lens[a->argc++] = 1;
-    a->argv[a->argc] = vsync_instance();
-    a->lens[a->argc++] = VSYNC_INSTANCE_LEN;
+    vsync_argv_field(a, "i", vsync_instance(), VSYNC_INSTANCE_LEN);
 }
 
 void fence_argv_notice(struct vsync_argv *a)
@@ -110,19 +101,14 @@ void fence_argv_notice(struct vsync_argv *a)
     fence_argv_purged(a, none, none);
 }
 
-/* ---- the stream's handler (on the process's follower, pc_follow.h) ------------------ */
-
-/* Whether an event's field/value array holds p=1: a purge's. */
-static bool purged(const redisReply *kv)
+void fence_notice(struct store *s)
 {
-    for (size_t i = 0; i + 1 < kv->elements; i += 2) {
-        const redisReply *n = kv->element[i], *v = kv->element[i + 1];
-        if (n->type == REDIS_REPLY_STRING && n->len == 1 && n->str[0] == 'p' &&
-            v->type == REDIS_REPLY_STRING && v->len == 1 && v->str[0] == '1')
-            return true;
-    }
-    return false;
+    struct vsync_argv a;
+    fence_argv_notice(&a);
+    store_write(s, a.argc, a.argv, a.lens);
 }
+
+/* ---- the stream's handler (on the process's follower, pc_follow.h) ------------------ */
 
 /*
  * Another process's purge: its del events (p=1; of no entry: its notice, written before any
@@ -136,8 +122,7 @@ static bool purged(const redisReply *kv)
 void fence_apply(struct fence *f, const struct redisReply *kv)
 {
     struct vsync_event ev;
-    if (vsync_event_parse(kv, &ev) < 0 || ev.op != VSYNC_OP_DEL || !purged(kv) ||
-        vsync_event_is_mine(&ev))
+    if (vsync_event_parse(kv, &ev) < 0 || !ev.purged || vsync_event_is_mine(&ev))
         return;
     if (memcmp(ev.tenant, none, VINDEX_TENANT_LEN) == 0 &&
         memcmp(ev.key, none, VINDEX_KEY_LEN) == 0)

@@ -786,10 +786,7 @@ struct purge_op *purge_matching(struct store *s, struct l1 *l1, struct stats *st
 {
     struct purge_op *op = op_new(s, l1, st, cb, arg);
     op->filter = *f;
-    /* Before the deletes: no instance stores an answer asked for before (pc_fence.h). */
-    struct vsync_argv a;
-    fence_argv_notice(&a);
-    store_write(s, a.argc, a.argv, a.lens);
+    fence_notice(s); /* before the deletes */
     struct store_pick pick;
     owed_pick(&pick);
     op->cmd = store_delete_picked(s, owed_pattern, &pick, on_owed_done, op);

@@ -1941,6 +1941,11 @@ bool store_ready(const struct store *s)
     return s != NULL && s->state == ST_READY;
 }
 
+bool store_is_cluster(const struct store *s)
+{
+    return s != NULL && s->cl != NULL;
+}
+
 /* A wait of s (CMD_WAIT) of ms, or until s becomes READY (waits_end); NULL if s is closed. */
 static struct store_cmd *wait_new(struct store *s, int64_t ms, store_int_fn *cb, void *arg)
 {

@@ -185,6 +185,12 @@ static void arg_str(struct vsync_argv *a, const char *s)
     arg(a, s, strlen(s));
 }
 
+void vsync_argv_field(struct vsync_argv *a, const char *name, const char *val, size_t len)
+{
+    arg_str(a, name);
+    arg(a, val, len);
+}
+
 static void xadd_head(struct vsync_argv *a, const char *op)
 {
     a->argc = 0;
@@ -513,7 +519,7 @@ static int take_field(const redisReply **slot, const redisReply *val)
 }
 
 struct raw_event {
-    const redisReply *op, *k, *r, *t, *i, *m;
+    const redisReply *op, *k, *r, *t, *i, *m, *p;
 };
 
 /* The fields of an entry: strings in name/value pairs, each known name at most once. */
@@ -533,6 +539,7 @@ static int raw_fields(const redisReply *kv, struct raw_event *f)
                                   : rcli_str_is(name, "t") ? &f->t
                                   : rcli_str_is(name, "i") ? &f->i
                                   : rcli_str_is(name, "m") ? &f->m
+                                  : rcli_str_is(name, "p") ? &f->p
                                                            : NULL;
         if (slot != NULL && take_field(slot, val) < 0)
             return -1; /* other names: a later writer's additions, not ours to judge */
@@ -572,6 +579,8 @@ int vsync_event_parse(const struct redisReply *kv, struct vsync_event *ev)
             return -1;
         ev->listed = f.m != NULL;
     }
+    if (ev->op == VSYNC_OP_DEL)
+        ev->purged = f.p != NULL && rcli_str_is(f.p, "1");
     if (f.i != NULL) {
         unsigned char scratch[VSYNC_INSTANCE_LEN / 2];
         if (f.i->len != VSYNC_INSTANCE_LEN || unhex(f.i->str, sizeof(scratch), scratch) < 0)
