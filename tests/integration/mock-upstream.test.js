@@ -141,6 +141,38 @@ h.test('x-mock-hold on a JSON answer sends half the body first', async () => {
     assert.match(h.chatText(JSON.parse(end.text)), /held json/);
 });
 
+h.test('x-mock-hold-head holds the answer before its head until released', async () => {
+    let settled = false;
+    const pending = post(CHAT, h.chatBody('held head'), {'x-mock-hold-head': 'held-head'});
+    pending.then(() => (settled = true));
+    await mock.waitForHold('held-head');
+    assert.equal(settled, false, 'nothing answered while held');
+    mock.release('held-head');
+    const r = await pending;
+    assert.equal(r.status, 200);
+    assert.match(h.chatText(r.json), /held head/);
+});
+
+h.test('bookkeeping members the real APIs refuse get their 400, in each API\'s shape', async () => {
+    const bad = [{service_tier: 'bogus'}, {user: 7}, {store: 'yes'},
+        {metadata: Object.fromEntries(Array.from({length: 17}, (_, i) => [`k${i}`, 'v']))}];
+    const params = ['service_tier', 'user', 'store', 'metadata'];
+    for (const [i, extra] of bad.entries()) {
+        const r = await post(CHAT, h.chatBody('refused', extra));
+        h.assertOpenAIError(r, 400);
+        assert.equal(r.json.error.param, params[i]);
+    }
+    const ok = {service_tier: 'flex', user: 'u', store: true, metadata: {a: 'b'}};
+    assert.equal((await post(CHAT, h.chatBody('accepted', ok))).status, 200);
+    for (const extra of [{service_tier: 'bogus'}, {metadata: {user_id: 'u', team: 't'}}]) {
+        const r = await post('/v1/messages', h.messagesBody('refused', extra));
+        h.assertAnthropicError(r, 400);
+        assert.match(r.json.error.message, /^(service_tier|metadata\.team): /);
+    }
+    const okMsg = h.messagesBody('accepted', {service_tier: 'auto', metadata: {user_id: 'u'}});
+    assert.equal((await post('/v1/messages', okMsg)).status, 200);
+});
+
 h.test('a release that comes before the request does not hold it', async () => {
     mock.release('early-bird');
     const r = await post(CHAT, h.chatBody('early', {stream: true}), {'x-mock-hold': 'early-bird'});

@@ -583,6 +583,72 @@ const ENDPOINTS = {
     '/v1/responses': {dialect: 'openai', json: response, stream: responseStream},
 };
 
+/*
+ * The bookkeeping members the APIs check although they do not change the
+ * answer (the proxy leaves them out of its cache key): a value the real API
+ * refuses gets its 400, in its words and shape, so a test can show that such
+ * a refusal reaches only the request that carried it. OpenAI: service_tier
+ * one of its tiers, metadata at most 16 string values, user a string, store
+ * a boolean. Anthropic: service_tier "auto" or "standard_only", metadata
+ * with user_id only. Returns the error answer, or null for a valid body.
+ */
+const OPENAI_TIERS = ['auto', 'default', 'flex', 'scale', 'priority'];
+const ANTHROPIC_TIERS = ['auto', 'standard_only'];
+
+function jsType(v) {
+    return v === null ? 'null' : Array.isArray(v) ? 'array'
+        : typeof v === 'number' ? (Number.isInteger(v) ? 'integer' : 'number') : typeof v;
+}
+
+function openaiInvalid(param, code, message) {
+    return jsonAnswer(400, {error: {message, type: 'invalid_request_error', param, code}});
+}
+
+function openaiRefusal(body) {
+    const tier = body.service_tier;
+    if (tier !== undefined && tier !== null && !OPENAI_TIERS.includes(tier))
+        return openaiInvalid('service_tier', 'invalid_value', `Invalid value: '${tier}'. Supported ` +
+            `values are: ${OPENAI_TIERS.slice(0, -1).map((t) => `'${t}'`).join(', ')}, and 'priority'.`);
+    for (const [name, want] of [['user', 'string'], ['store', 'boolean']]) {
+        const v = body[name];
+        if (v !== undefined && v !== null && typeof v !== want)
+            return openaiInvalid(name, 'invalid_type', `Invalid type for '${name}': expected a ` +
+                `${want}, but got ${jsType(v) === 'integer' ? 'an integer' : 'a ' + jsType(v)} instead.`);
+    }
+    const md = body.metadata;
+    if (md !== undefined && md !== null) {
+        const n = typeof md === 'object' && !Array.isArray(md) ? Object.keys(md).length : -1;
+        if (n > 16)
+            return openaiInvalid('metadata', 'object_above_max_properties', "Invalid 'metadata': too " +
+                `many properties. Expected an object with at most 16 properties, but got an object ` +
+                `with ${n} properties instead.`);
+        if (n < 0 || Object.values(md).some((v) => typeof v !== 'string'))
+            return openaiInvalid('metadata', 'invalid_type', "Invalid type for 'metadata': expected " +
+                'an object with string values.');
+    }
+    return null;
+}
+
+function anthropicRefusal(body) {
+    const tier = body.service_tier;
+    if (tier !== undefined && !ANTHROPIC_TIERS.includes(tier))
+        return anthropicError(400, "service_tier: Input should be 'auto' or 'standard_only'");
+    const md = body.metadata;
+    if (md !== undefined && (md === null || typeof md !== 'object' || Array.isArray(md)))
+        return anthropicError(400, 'metadata: Input should be a valid dictionary');
+    const extra = md === undefined ? undefined : Object.keys(md).find((k) => k !== 'user_id');
+    if (extra !== undefined)
+        return anthropicError(400, `metadata.${extra}: Extra inputs are not permitted`);
+    return null;
+}
+
+function bookkeepingRefusal(path, body) {
+    const ep = ENDPOINTS[path];
+    if (!ep)
+        return null;
+    return ep.dialect === 'anthropic' ? anthropicRefusal(body) : openaiRefusal(body);
+}
+
 function errorAnswer(path, status, message) {
     const ep = ENDPOINTS[path];
     return ep && ep.dialect === 'anthropic' ? anthropicError(status, message)
@@ -590,6 +656,6 @@ function errorAnswer(path, status, message) {
 }
 
 module.exports = {
-    ENDPOINTS, BIG_PIECE, errorAnswer, openaiError, modelList,
+    ENDPOINTS, BIG_PIECE, errorAnswer, openaiError, modelList, bookkeepingRefusal,
     lastUserText, promptText, countTokens, answerText, echoText, meaningText, embeddingVector,
 };

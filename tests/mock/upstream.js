@@ -25,6 +25,8 @@
  *   x-mock-size: N            answer text of N bytes, sent in 64 KiB pieces
  *   x-mock-hold: ID           send the head and the first part, then wait for
  *                             mock.release(ID) or POST /__mock/release?id=ID
+ *   x-mock-hold-head: ID      wait for mock.release(ID) before anything is sent,
+ *                             the head included (mock.waitForHold(ID) as above)
  *   x-mock-gzip: 1            a JSON answer gzip-compressed (Content-Encoding: gzip),
  *                             whatever the request's Accept-Encoding said
  *   x-mock-body: TEXT         answer exactly TEXT as application/json, with
@@ -75,6 +77,10 @@
  * mock.forgetResponse(id), as when the provider's retention ends) gets the
  * API's 404.
  *
+ * The bookkeeping members the APIs check (service_tier, metadata, user,
+ * store; formats.js bookkeepingRefusal): a value the real API refuses is
+ * answered with its 400, in the endpoint's error shape.
+ *
  * A broken replica: with mock.failWith set to a status (503), every call
  * without an x-mock-status of its own is answered with that error.
  *
@@ -96,7 +102,7 @@ const crypto = require('node:crypto');
 const zlib = require('node:zlib');
 const {EventEmitter} = require('node:events');
 const {
-    ENDPOINTS, BIG_PIECE, errorAnswer, openaiError, modelList,
+    ENDPOINTS, BIG_PIECE, errorAnswer, openaiError, modelList, bookkeepingRefusal,
     lastUserText, promptText, countTokens, answerText, echoText, meaningText, embeddingVector,
 } = require('./formats');
 
@@ -121,6 +127,7 @@ function readControls(headers) {
         sseBytes: headers['x-mock-sse-bytes'] === '1',
         size: int('x-mock-size') || 0,
         hold: headers['x-mock-hold'],
+        holdHead: headers['x-mock-hold-head'],
         header: headers['x-mock-header'],
         headerSize: int('x-mock-header-size') || 0,
         promptTokens: int('x-mock-prompt-tokens'),
@@ -356,6 +363,8 @@ class Mock extends EventEmitter {
     async _respond(req, out, controls) {
         if (controls.delayMs > 0)
             await this._pause(out, controls.delayMs);
+        if (controls.holdHead !== undefined)
+            await this._hold(out, controls.holdHead);
         const answer = this._answer(req, out.rec, controls);
         const extra = /^([^:]+):\s*(.*)$/.exec(controls.header || '');
         if (extra)
@@ -392,6 +401,9 @@ class Mock extends EventEmitter {
             return openaiError(404, `Unknown request URL: ${req.method} ${rec.path}.`);
         if (!rec.body || typeof rec.body !== 'object')
             return errorAnswer(rec.path, 400, 'mock: request body is not a JSON object');
+        const refused = bookkeepingRefusal(rec.path, rec.body);
+        if (refused)
+            return refused;
         const call = this._call(rec, controls);
         if (rec.path === '/v1/responses') {
             const refused = this._previousResponse(rec);
