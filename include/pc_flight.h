@@ -78,9 +78,15 @@ void flight_table_destroy(void);
  * runs on base (the subscriber's event loop) whenever there is something new
  * to read. A flight records the whole answer until its fetch calls
  * flight_stop_recording (answers over cache-max-entry-size).
+ *
+ * asked (NULL: none) is a digest of the request exactly as sent; a flight
+ * this call creates keeps it, so that a subscriber can tell whether the call
+ * was made for a request identical to its own (flight_asked_same), beyond
+ * the key.
  */
-struct flight_sub *flight_subscribe(const unsigned char *key, struct event_base *base,
-                                    flight_notify_fn *notify, void *arg, bool *leader);
+struct flight_sub *flight_subscribe(const unsigned char *key, const unsigned char *asked,
+                                    struct event_base *base, flight_notify_fn *notify, void *arg,
+                                    bool *leader);
 /* Leave; if this was the last subscriber of an unfinished flight, its fetch is aborted. */
 void flight_unsubscribe(struct flight_sub **sub);
 /*
@@ -89,6 +95,11 @@ void flight_unsubscribe(struct flight_sub **sub);
  */
 size_t flight_sub_read(struct flight_sub *sub, struct flight_view *v, struct pc_buf *out,
                        size_t max);
+/*
+ * Whether the flight's call was made for a request whose digest is asked
+ * (the one its creator gave flight_subscribe). False when it was given none.
+ */
+bool flight_asked_same(const struct flight_sub *sub, const unsigned char asked[PC_SHA256_LEN]);
 /* The flight a subscription belongs to (the fetch side needs it for the leader). */
 struct flight *flight_sub_flight(struct flight_sub *sub);
 

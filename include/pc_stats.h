@@ -63,6 +63,10 @@
            "a JSON answer naming a member twice, or, with stream-usage off, a stream recorded "    \
            "without usage for a client that asks for it): a miss")                                 \
     ACTION(coalesced, counter, "Requests that joined an identical in-flight upstream call")        \
+    ACTION(coalesce_retries, counter,                                                              \
+           "Of coalesced, requests that made a call of their own after all: the call they joined " \
+           "was refused with a client error (4xx but 408 and 429), and their body was not "        \
+           "byte-identical to the refused one")                                                    \
     ACTION(semantic_lookups, counter, "Lookups that ran the semantic stage (after an exact miss)") \
     ACTION(semantic_candidates, counter, "Semantic candidates above the threshold examined")       \
     ACTION(semantic_guard_rejects, counter, "Semantic candidates rejected by a guard")             \

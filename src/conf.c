@@ -299,7 +299,10 @@ static const struct conf_key conf_keys[] = {
     {.name = "coalesce", .type = CONF_BOOL, FIELD(coalesce), .def = "yes", .flags = CONF_RELOAD,
      .help = "Let concurrent identical cache misses share one upstream call. The first "
              "request goes upstream and the others wait for its answer; a streamed answer is "
-             "copied to every waiter as it arrives."},
+             "copied to every waiter as it arrives. Requests that differ only in members the "
+             "cache key leaves out (user, metadata, service_tier, ...) share a call too, but a "
+             "client error (4xx but 408 and 429) is shared only by requests with a "
+             "byte-identical body: the others make a call of their own."},
     {.name = "cache-key-headers", .type = CONF_LIST, FIELD(cache_key_headers),
      .def = "anthropic-version anthropic-beta openai-beta openai-organization openai-project",
      .check = check_header_name, .arg = "HEADER", .flags = CONF_RELOAD,

@@ -37,6 +37,10 @@ struct flight {
     unsigned char key[PC_SHA256_LEN];
     struct flight *tnext;
 
+    /* The creator's request digest (flight_asked_same); set at creation, immutable. */
+    bool have_asked;
+    unsigned char asked[PC_SHA256_LEN];
+
     /* Everything below is under mu. */
     enum flight_state state;
     int status;
@@ -107,7 +111,7 @@ static void table_unregister(struct flight *fl)
     pthread_mutex_unlock(&sh->mu);
 }
 
-static struct flight *flight_new(const unsigned char *key)
+static struct flight *flight_new(const unsigned char *key, const unsigned char *asked)
 {
     struct flight *fl = pc_calloc(1, sizeof(*fl));
     fl->magic = FLIGHT_MAGIC;
@@ -115,6 +119,10 @@ static struct flight *flight_new(const unsigned char *key)
     if (key != NULL) {
         fl->keyed = true;
         memcpy(fl->key, key, PC_SHA256_LEN);
+    }
+    if (asked != NULL) {
+        fl->have_asked = true;
+        memcpy(fl->asked, asked, PC_SHA256_LEN);
     }
     fl->state = FLIGHT_PENDING;
     return fl;
@@ -195,8 +203,9 @@ static struct flight_sub *attach_locked(struct flight *fl, struct event_base *ba
     return sub;
 }
 
-static struct flight_sub *subscribe_keyed(const unsigned char *key, struct event_base *base,
-                                          flight_notify_fn *notify, void *arg, bool *leader)
+static struct flight_sub *subscribe_keyed(const unsigned char *key, const unsigned char *asked,
+                                          struct event_base *base, flight_notify_fn *notify,
+                                          void *arg, bool *leader)
 {
     struct shard *sh = shard_of(key);
     struct flight_sub *sub = NULL;
@@ -214,7 +223,7 @@ static struct flight_sub *subscribe_keyed(const unsigned char *key, struct event
         break;
     }
     if (sub == NULL) {
-        struct flight *fl = flight_new(key);
+        struct flight *fl = flight_new(key, asked);
         fl->registered = true;
         fl->tnext = sh->head;
         sh->head = fl;
@@ -227,18 +236,27 @@ static struct flight_sub *subscribe_keyed(const unsigned char *key, struct event
     return sub;
 }
 
-struct flight_sub *flight_subscribe(const unsigned char *key, struct event_base *base,
-                                    flight_notify_fn *notify, void *arg, bool *leader)
+struct flight_sub *flight_subscribe(const unsigned char *key, const unsigned char *asked,
+                                    struct event_base *base, flight_notify_fn *notify, void *arg,
+                                    bool *leader)
 {
     *leader = false;
     if (key != NULL)
-        return subscribe_keyed(key, base, notify, arg, leader);
-    struct flight *fl = flight_new(NULL);
+        return subscribe_keyed(key, asked, base, notify, arg, leader);
+    struct flight *fl = flight_new(NULL, asked);
     pthread_mutex_lock(&fl->mu);
     struct flight_sub *sub = attach_locked(fl, base, notify, arg);
     pthread_mutex_unlock(&fl->mu);
     *leader = true;
     return sub;
+}
+
+/* No lock: have_asked and asked are written before the flight can be found, and never again. */
+bool flight_asked_same(const struct flight_sub *sub, const unsigned char asked[PC_SHA256_LEN])
+{
+    PC_CHECK_OBJ(sub, SUB_MAGIC);
+    const struct flight *fl = sub->fl;
+    return fl->have_asked && memcmp(fl->asked, asked, PC_SHA256_LEN) == 0;
 }
 
 struct flight *flight_sub_flight(struct flight_sub *sub)

@@ -23,7 +23,9 @@
  *   DONE (figures, access log, report counters; freed by a deferred event)
  *
  * An error of the proxy's own in any step, and the client hanging up, go to
- * DONE at once.
+ * DONE at once. A request that joined another's call goes back from DELIVER
+ * to FETCH, for a call of its own, when that call was refused for a body
+ * other than its own (refused_for_another), before any of it was sent.
  *
  * A step returns STEP_NEXT once it has set the next state, or STEP_WAIT when
  * an operation it started will re-enter the driver (or the request is over).
@@ -163,7 +165,12 @@ struct preq {
     struct cache_op *lookup;
     struct cache_result *res; /* the lookup's result, during its callback only */
     struct flight_sub *sub;
-    bool share; /* FETCH: may join an identical call in flight */
+    bool share;         /* FETCH: may join an identical call in flight */
+    bool alone;         /* FETCH: left a call refused for another body (call_alone): shares only
+                           with requests of this very body */
+    bool share_checked; /* DELIVER: whether the joined call's answer is ours was decided */
+    bool have_asked;
+    unsigned char asked[PC_SHA256_LEN]; /* the body's digest, for a call shared by key */
     bool store; /* FETCH: the answer is stored (the fetch takes the ticket) */
 
     /* Delivery. */
@@ -1619,23 +1626,41 @@ static enum step step_lookup(struct preq *r)
 
 /* ---- FETCH ------------------------------------------------------------------ */
 
+/* The digest of the body exactly as the client sent it (refused_for_another), once. */
+static const unsigned char *asked_digest(struct preq *r)
+{
+    if (!r->have_asked) {
+        size_t len = 0;
+        const char *body = req_body(r, &len);
+        pc_sha256(body != NULL ? body : "", body != NULL ? len : 0, r->asked);
+        r->have_asked = true;
+    }
+    return r->asked;
+}
+
 /*
  * The coalescing key (NULL: a call of its own): everything that shapes the
  * bytes a waiter receives - the exact key, the reply mode, whether usage
  * was asked for, and who asks (in a shared namespace, an error or headers of
  * one credential must not reach another; only stored answers are shared
- * there).
+ * there). A request that left a refused call (alone) adds its body's
+ * digest: it shares only with requests that left it with the same body.
  */
-static const unsigned char *flight_key(const struct preq *r, unsigned char out[PC_SHA256_LEN])
+static const unsigned char *flight_key(struct preq *r, unsigned char out[PC_SHA256_LEN])
 {
     if (!r->share || !r->w->conf->coalesce || !r->have_keys)
         return NULL;
-    unsigned char material[2 * PC_SHA256_LEN + 2];
+    unsigned char material[3 * PC_SHA256_LEN + 2];
     memcpy(material, r->keys.exact, PC_SHA256_LEN);
     memcpy(material + PC_SHA256_LEN, r->credential, PC_SHA256_LEN);
-    material[2 * PC_SHA256_LEN] = r->stream ? 1 : 0;
-    material[2 * PC_SHA256_LEN + 1] = r->include_usage ? 1 : 0;
-    pc_sha256(material, sizeof(material), out);
+    size_t n = 2 * PC_SHA256_LEN;
+    material[n++] = r->stream ? 1 : 0;
+    material[n++] = r->include_usage ? 1 : 0;
+    if (r->alone) {
+        memcpy(material + n, asked_digest(r), PC_SHA256_LEN);
+        n += PC_SHA256_LEN;
+    }
+    pc_sha256(material, n, out);
     return out;
 }
 
@@ -1701,8 +1726,11 @@ static enum step step_fetch(struct preq *r)
     r->upstream_start_us = pc_mono_us();
     unsigned char fkey[PC_SHA256_LEN];
     bool leader = false;
-    r->sub = flight_subscribe(flight_key(r, fkey), w->base, preq_on_flight, r, &leader);
+    const unsigned char *key = flight_key(r, fkey);
+    r->sub = flight_subscribe(key, key != NULL ? asked_digest(r) : NULL, w->base, preq_on_flight, r,
+                              &leader);
     r->state = PREQ_DELIVER;
+    r->share_checked = r->alone; /* a call shared only with this very body */
     if (leader) {
         start_fetch(r);
     } else {
@@ -1723,11 +1751,74 @@ static enum step deliver_hit(struct preq *r)
     return miss(r);
 }
 
-/* DELIVER: the hit, or what the flight has for the client now. */
+/*
+ * Whether a refusal answers only the request it was made for. The
+ * coalescing key leaves out what the exact key leaves out (service_tier,
+ * metadata, user, store, ...: canon.c), and what cache-key-headers does not
+ * list, since none of it changes a generated answer; but the upstream checks
+ * those members too, and a bogus one earns its request a 400 that says
+ * nothing of a request without it. So a client error (4xx) answers only the
+ * requests whose body is byte-identical to the one the call sent; any other
+ * that joined makes its own call.
+ *
+ * Shared with every request of the call, identical or not:
+ * - 429 (and 408): a rate or quota limit is the credential's, and the
+ *   credential is in the key: another call now would be refused alike and
+ *   spend more of the limit; 408 is the upstream's timeout on the
+ *   connection, not a verdict on the body.
+ * - 5xx and failures of the call (timeouts, resets: our 502 and 504): the
+ *   upstream's trouble, the same for every request; a call per waiter would
+ *   only multiply the load on an upstream already failing.
+ * - 2xx: the answer the cache would serve every one of them a moment later.
+ */
+static bool refusal_of_the_body(int status)
+{
+    return status >= 400 && status <= 499 && status != 408 && status != 429;
+}
+
+/* Whether the answer's head (v) of the call this request joined is a refusal of another body. */
+static bool refused_for_another(struct preq *r, const struct flight_view *v)
+{
+    return v->status != 0 && refusal_of_the_body(v->status) &&
+           !flight_asked_same(r->sub, asked_digest(r));
+}
+
+/*
+ * Leave the call joined (refused for another body) for one of this
+ * request's own: FETCH again, alone (flight_key), with the ticket the
+ * lookup gave it, so its answer is stored like any miss's. Nothing has
+ * reached the client yet.
+ */
+static enum step call_alone(struct preq *r, int status)
+{
+    log_write(PC_LOG_DEBUG, r->id,
+              "the call joined was refused (%d) for a body other than this one: calling again",
+              status);
+    flight_unsubscribe(&r->sub);
+    r->coalesced = false;
+    r->alone = true;
+    stats_incr(&r->w->stats, STAT_coalesce_retries);
+    return to(r, PREQ_FETCH);
+}
+
+/*
+ * DELIVER: the hit, or what the flight has for the client now. A request
+ * that joined another's call first waits for its head, to tell whether the
+ * answer is its own (refusal_of_the_body).
+ */
 static enum step step_deliver(struct preq *r)
 {
     if (r->res != NULL)
         return deliver_hit(r);
+    if (r->coalesced && !r->share_checked) {
+        struct flight_view v;
+        flight_sub_read(r->sub, &v, NULL, 0);
+        if (v.state == FLIGHT_PENDING)
+            return STEP_WAIT;
+        r->share_checked = true;
+        if (refused_for_another(r, &v))
+            return call_alone(r, v.status);
+    }
     if (r->relay_streamed)
         return deliver_streamed(r);
     return deliver_whole(r);

@@ -3,7 +3,10 @@
  * Concurrent identical misses coalesce: one upstream call, the other
  * requests wait for it and get the same answer (streams are teed to the
  * waiters), errors included; one of them hanging up leaves the others their
- * answer. Requests of different tenants never coalesce.
+ * answer. Requests of different tenants never coalesce. A client error that
+ * answers a member the key leaves out (service_tier, metadata, user, ...)
+ * reaches only requests byte-identical to the refused one: the others that
+ * joined its call make their own.
  */
 const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
@@ -174,4 +177,176 @@ h.test('requests with Cache-Control: no-store or no-cache make a call of their o
         (hold) => env.proxy.post(CHAT, body, {'cache-control': 'no-cache', ...hold})]);
     assert.equal(env.mock.callCount(CHAT), calls + 3, 'three upstream calls');
     assert.equal(new Set(results.map((r) => h.chatText(r.json))).size, 3, 'three answers');
+});
+
+/* ---- a refusal answers only the request that earned it ------------------------------------ */
+
+const MSGS = '/v1/messages';
+const TOO_MANY = Object.fromEntries(Array.from({length: 17}, (_, i) => [`k${i}`, 'v']));
+
+/*
+ * Send leader held before its head (x-mock-hold-head) until each of others
+ * (bodies, sent with headers) has joined its call, then release it; resolves
+ * to [leader's answer, ...others' answers]. Joining is counted in /stats.
+ */
+async function behindLeader(reqPath, leader, others, {leaderHeaders = {}, headers = {}} = {}) {
+    const before = (await env.proxy.stats()).coalesced;
+    const id = holdId();
+    const lead = env.proxy.post(reqPath, leader, {...leaderHeaders, 'x-mock-hold-head': id});
+    await env.mock.waitForHold(id);
+    const rest = others.map((b) => env.proxy.post(reqPath, b, headers));
+    await h.waitFor(async () => (await env.proxy.stats()).coalesced - before >= others.length,
+        {what: `${others.length} requests joining the held call`});
+    env.mock.release(id);
+    return Promise.all([lead, ...rest]);
+}
+
+/*
+ * An answer fetched for this request: a 200 MISS answering question. textOf(r) reads its
+ * text; returns the upstream call's number.
+ */
+function ownMiss(r, question, textOf) {
+    assert.equal(r.status, 200, r.text.slice(0, 300));
+    assert.equal(r.headers['x-cache-status'], 'MISS');
+    assert.equal(r.headers['x-upstream'], `127.0.0.1:${env.mock.port}`);
+    const text = textOf(r);
+    assert.ok(text.startsWith('mock answer #') && text.includes(question), text);
+    return h.answerSeq(text);
+}
+
+h.test('a call refused for a member left out of the key answers only its own request: ' +
+    'the others that joined it make their own calls and store them', async () => {
+    const q = h.uniq('refused tier');
+    const stats0 = await env.proxy.stats();
+    const calls = env.mock.callCount(CHAT);
+    const others = [h.chatBody(q), h.chatBody(q, {user: 'alice'}),
+        h.chatBody(q, {service_tier: 'flex', metadata: {team: 'a'}})];
+    const [lead, ...rest] = await behindLeader(CHAT, h.chatBody(q, {service_tier: 'bogus'}), others);
+    h.assertOpenAIError(lead, 400);
+    assert.equal(lead.json.error.param, 'service_tier');
+    const seqs = rest.map((r) => ownMiss(r, q, (x) => h.chatText(x.json)));
+    assert.equal(new Set(seqs).size, 3, 'three answers of three calls');
+    assert.equal(env.mock.callCount(CHAT), calls + 4, 'the refused call and one for each other');
+    const stats1 = await env.proxy.stats();
+    assert.equal(stats1.coalesced - stats0.coalesced, 3, 'stats.coalesced counts the joins');
+    assert.equal(stats1.coalesce_retries - stats0.coalesce_retries, 3, 'stats.coalesce_retries');
+    const line = await env.proxy.waitAccessLog((l) => l.id === rest[0].headers['x-promptcache-request-id']);
+    assert.equal(line.status, 200);
+    assert.equal(line.cache, 'MISS');
+    assert.equal(line.upstream, `127.0.0.1:${env.mock.port}`);
+    const again = await env.proxy.post(CHAT, h.chatBody(q, {user: 'carol'}));
+    h.assertHit(again);
+    assert.ok(seqs.includes(h.answerSeq(h.chatText(again.json))), 'a follower\'s answer was stored');
+});
+
+h.test('streams: a refused call answers only its own stream, the others get their own whole stream',
+    async () => {
+        const q = h.uniq('refused metadata');
+        const calls = env.mock.callCount(CHAT);
+        const body = (extra) => h.chatBody(q, {...h.STREAM_WITH_USAGE, ...extra});
+        const [lead, ...rest] = await behindLeader(CHAT, body({metadata: TOO_MANY}),
+            [body({}), body({user: 'bob'})]);
+        h.assertOpenAIError(lead, 400);
+        assert.equal(lead.json.error.param, 'metadata');
+        for (const r of rest) {
+            ownMiss(r, q, (x) => h.assembleChat(h.parseSSE(x.text)).content);
+            const a = h.assembleChat(h.parseSSE(r.text));
+            assert.ok(a.done, 'the stream ends with [DONE]');
+            assert.ok(a.usage, 'with the usage it asked for');
+        }
+        assert.equal(env.mock.callCount(CHAT), calls + 3);
+    });
+
+h.test('Anthropic Messages, JSON and stream: a refused call answers only its own request', async () => {
+    for (const stream of [false, true]) {
+        const q = h.uniq(`refused messages ${stream}`);
+        const calls = env.mock.callCount(MSGS);
+        const body = (extra) => h.messagesBody(q, {...(stream ? {stream: true} : {}), ...extra});
+        const [lead, other] = await behindLeader(MSGS, body({service_tier: 'bogus'}),
+            [body({metadata: {user_id: 'u-1'}})], {headers: h.apiKey('sk-ant-coalesce'),
+                leaderHeaders: h.apiKey('sk-ant-coalesce')});
+        h.assertAnthropicError(lead, 400);
+        assert.match(lead.json.error.message, /^service_tier: /);
+        ownMiss(other, q, (x) => (stream ? h.messageText(h.assembleMessage(h.parseSSE(x.text)).message)
+            : h.messageText(x.json)));
+        if (stream)
+            assert.ok(h.assembleMessage(h.parseSSE(other.text)).done, 'the stream ends with message_stop');
+        assert.equal(env.mock.callCount(MSGS), calls + 2);
+    }
+});
+
+h.test('identical refused requests still share one call and its error', async () => {
+    const body = h.chatBody(h.uniq('identical refusal'), {service_tier: 'bogus'});
+    const results = await concurrently((hold) => env.proxy.post(CHAT, body, hold));
+    for (const r of results) {
+        h.assertOpenAIError(r, 400);
+        assert.equal(r.json.error.param, 'service_tier');
+    }
+    const q = h.uniq('identical refusal stream');
+    const msg = h.messagesBody(q, {stream: true, metadata: {team: 'x'}});
+    const before = env.mock.callCount(MSGS);
+    const [lead, other] = await behindLeader(MSGS, msg, [msg]);
+    for (const r of [lead, other])
+        h.assertAnthropicError(r, 400);
+    assert.equal(env.mock.callCount(MSGS), before + 1, 'one upstream call');
+});
+
+h.test('a 429 is shared with every request that joined the call, identical or not', async () => {
+    const q = h.uniq('shared rate limit');
+    const calls = env.mock.callCount(CHAT);
+    const [lead, other] = await behindLeader(CHAT, h.chatBody(q, {user: 'a'}), [h.chatBody(q, {user: 'b'})],
+        {leaderHeaders: {'x-mock-status': '429'}});
+    h.assertOpenAIError(lead, 429);
+    h.assertOpenAIError(other, 429);
+    assert.equal(env.mock.callCount(CHAT), calls + 1, 'one upstream call');
+});
+
+h.test('requests that leave a refused call together share their own', async () => {
+    const q = h.uniq('leave together');
+    const stats0 = await env.proxy.stats();
+    const calls = env.mock.callCount(CHAT);
+    const idA = holdId();
+    const idB = holdId();
+    const lead = env.proxy.post(CHAT, h.chatBody(q, {store: 'yes'}), {'x-mock-hold-head': idA});
+    await env.mock.waitForHold(idA);
+    const same = h.chatBody(q, {user: 'same'});
+    const rest = [0, 1].map(() => env.proxy.post(CHAT, same, {'x-mock-hold': idB}));
+    await h.waitFor(async () => (await env.proxy.stats()).coalesced - stats0.coalesced >= 2,
+        {what: 'two requests joining the held call'});
+    env.mock.release(idA);
+    await env.mock.waitForHold(idB);
+    await h.waitFor(async () => (await env.proxy.stats()).coalesced - stats0.coalesced >= 3,
+        {what: 'the second leaving request joining the first one\'s call'});
+    env.mock.release(idB);
+    const [a, b, c] = await Promise.all([lead, ...rest]);
+    h.assertOpenAIError(a, 400);
+    assert.equal(a.json.error.param, 'store');
+    const text = (x) => h.chatText(x.json);
+    assert.equal(ownMiss(b, q, text), ownMiss(c, q, text), 'one answer for both');
+    assert.equal(env.mock.callCount(CHAT), calls + 2, 'the refused call and one shared call');
+    assert.equal((await env.proxy.stats()).coalesce_retries - stats0.coalesce_retries, 2);
+});
+
+h.test('a request that left a refused call and hangs up aborts its own call only', async () => {
+    const q = h.uniq('leave then hang up');
+    const idA = holdId();
+    const idB = holdId();
+    const before = (await env.proxy.stats()).coalesced;
+    const aborted = env.mock.aborted;
+    const lead = env.proxy.post(CHAT, h.chatBody(q, {user: 42, stream: true}), {'x-mock-hold-head': idA});
+    await env.mock.waitForHold(idA);
+    /* its head comes once it has left the refused call for its own */
+    const opening = env.proxy.openStream(CHAT, h.chatBody(q, {stream: true}), {'x-mock-hold': idB});
+    await h.waitFor(async () => (await env.proxy.stats()).coalesced - before >= 1,
+        {what: 'the request joining the held call'});
+    env.mock.release(idA);
+    h.assertOpenAIError(await lead, 400);
+    await env.mock.waitForHold(idB);
+    const other = await opening;
+    assert.equal(other.status, 200);
+    const first = await other.nextEvent(5000);
+    assert.equal(JSON.parse(first.data).choices[0].delta.role, 'assistant', 'its own stream began');
+    other.destroy();
+    await env.mock.waitForAborted(aborted + 1);
+    assert.equal(env.mock.lastRequest(CHAT).aborted, true, 'its own call was the one aborted');
 });

@@ -63,9 +63,9 @@ static void test_join_and_late_joiner(void)
     struct event_base *base = event_base_new();
     struct reader a = {0}, b = {0}, c = {0};
     bool leader = false;
-    a.sub = flight_subscribe(key_a, base, on_notify, &a, &leader);
+    a.sub = flight_subscribe(key_a, NULL, base, on_notify, &a, &leader);
     T_CHECK(leader);
-    b.sub = flight_subscribe(key_a, base, on_notify, &b, &leader);
+    b.sub = flight_subscribe(key_a, NULL, base, on_notify, &b, &leader);
     T_CHECK(!leader);
     struct flight *fl = flight_sub_flight(a.sub);
     T_CHECK(fl == flight_sub_flight(b.sub));
@@ -82,7 +82,7 @@ static void test_join_and_late_joiner(void)
     run(base);
     T_CHECK_INT(a.got.len, 6);
     /* A late joiner still sees the whole answer. */
-    c.sub = flight_subscribe(key_a, base, on_notify, &c, &leader);
+    c.sub = flight_subscribe(key_a, NULL, base, on_notify, &c, &leader);
     T_CHECK(!leader);
     flight_append(fl, "world", 5);
     flight_finish(fl, 0, NULL);
@@ -97,7 +97,7 @@ static void test_join_and_late_joiner(void)
 
     /* Finished flights leave the table: the next subscriber leads a new one. */
     struct reader d = {0};
-    d.sub = flight_subscribe(key_a, base, on_notify, &d, &leader);
+    d.sub = flight_subscribe(key_a, NULL, base, on_notify, &d, &leader);
     T_CHECK(leader);
     flight_finish(flight_sub_flight(d.sub), 0, NULL);
     flight_unsubscribe(&d.sub);
@@ -112,6 +112,28 @@ static void test_join_and_late_joiner(void)
     pc_buf_free(&b.got);
     pc_buf_free(&c.got);
     pc_buf_free(&d.got);
+    event_base_free(base);
+}
+
+/* The creator's request digest travels with the flight; a joiner's does not replace it. */
+static void test_asked_same(void)
+{
+    struct event_base *base = event_base_new();
+    unsigned char mine[PC_SHA256_LEN] = {7}, other[PC_SHA256_LEN] = {8};
+    struct reader a = {0}, b = {0}, c = {0};
+    bool leader = false;
+    a.sub = flight_subscribe(key_a, mine, base, on_notify, &a, &leader);
+    T_CHECK(leader);
+    b.sub = flight_subscribe(key_a, other, base, on_notify, &b, &leader);
+    T_CHECK(!leader);
+    T_CHECK(flight_asked_same(b.sub, mine));
+    T_CHECK(!flight_asked_same(b.sub, other));
+    c.sub = flight_subscribe(NULL, NULL, base, on_notify, &c, &leader);
+    T_CHECK(leader);
+    T_CHECK(!flight_asked_same(c.sub, mine)); /* none given: never the same */
+    flight_unsubscribe(&a.sub);
+    flight_unsubscribe(&b.sub);
+    flight_unsubscribe(&c.sub);
     event_base_free(base);
 }
 
@@ -133,7 +155,7 @@ static void test_pause_resume(void)
     struct event *abort_ev = event_new(base, -1, 0, on_abort, NULL);
     struct lazy lz = {0};
     bool leader;
-    struct flight_sub *sub = flight_subscribe(NULL, base, on_lazy, &lz, &leader);
+    struct flight_sub *sub = flight_subscribe(NULL, NULL, base, on_lazy, &lz, &leader);
     struct flight *fl = flight_sub_flight(sub);
     flight_get(fl);
     flight_fetch_bind(fl, resume, abort_ev);
@@ -178,7 +200,7 @@ static void test_trim(void)
     struct event_base *base = event_base_new();
     struct reader rd = {0};
     bool leader;
-    rd.sub = flight_subscribe(NULL, base, on_notify, &rd, &leader);
+    rd.sub = flight_subscribe(NULL, NULL, base, on_notify, &rd, &leader);
     struct flight *fl = flight_sub_flight(rd.sub);
     flight_get(fl);
     flight_set_head(fl, 200, NULL, 0, "up");
@@ -222,7 +244,7 @@ static void *remote_main(void *arg)
 {
     struct remote *rm = arg;
     bool leader;
-    rm->rd.sub = flight_subscribe(key_a, rm->base, on_remote, rm, &leader);
+    rm->rd.sub = flight_subscribe(key_a, NULL, rm->base, on_remote, rm, &leader);
     pthread_mutex_lock(&rm->mu);
     rm->subscribed = true;
     pthread_cond_signal(&rm->cv);
@@ -237,7 +259,7 @@ static void test_cross_thread(void)
     struct event_base *base = event_base_new();
     struct reader local = {0};
     bool leader;
-    local.sub = flight_subscribe(key_a, base, on_notify, &local, &leader);
+    local.sub = flight_subscribe(key_a, NULL, base, on_notify, &local, &leader);
     T_CHECK(leader);
     struct flight *fl = flight_sub_flight(local.sub);
     flight_get(fl);
@@ -285,6 +307,7 @@ int main(void)
     evthread_use_pthreads();
     flight_table_init();
     T_RUN(test_join_and_late_joiner);
+    T_RUN(test_asked_same);
     T_RUN(test_pause_resume);
     T_RUN(test_trim);
     T_RUN(test_cross_thread);

@@ -1247,6 +1247,205 @@ static void test_coalesced_leader_aborts(void)
     check_coalesced_both_abort(false);
 }
 
+/* ---- a refusal answers only its own body ------------------------------------------------ */
+
+#define REFUSED_TAIL "\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}"
+#define BOGUS_TIER   "{\"model\":\"gpt-4o-mini\",\"service_tier\":\"bogus\"," REFUSED_TAIL
+#define WITH_USER    "{\"model\":\"gpt-4o-mini\",\"user\":\"u\"," REFUSED_TAIL
+#define BOGUS_STREAM "{\"model\":\"gpt-4o-mini\",\"stream\":true,\"user\":7," REFUSED_TAIL
+#define PLAIN_STREAM "{\"model\":\"gpt-4o-mini\",\"stream\":true," REFUSED_TAIL
+#define REFUSAL                                                                               \
+    "{\"error\":{\"message\":\"Invalid value: 'bogus'.\",\"type\":\"invalid_request_error\"," \
+    "\"param\":\"service_tier\",\"code\":\"invalid_value\"}}"
+
+/* A request with body, served and missed (its lookup gives it a ticket). */
+static void serve_miss(struct httpd_req *hr, const char *body)
+{
+    chat_request(hr, body);
+    proxy_serve(&wk, hr, &fake_ops);
+    struct cache_result miss = {.outcome = CACHE_MISS};
+    lookup_complete(&miss);
+}
+
+/* The upstream's whole answer to fetch f. */
+static void upstream_answer(struct fake_fetch *f, int status, const char *ctype, const char *body)
+{
+    upstream_head(f, status, ctype);
+    upstream_body(f, body);
+    upstream_end(f, 0, NULL);
+}
+
+/*
+ * The keys leave service_tier and user out, so b joins a's call; a's call is
+ * refused for a's bogus service_tier: a gets the 400, b leaves the call (before a
+ * byte reaches it) for one of its own, with its ticket (stored), and gets its answer
+ * as a MISS; counted in coalesced and coalesce_retries, not in the report's coalesced.
+ */
+static void check_refusal_not_shared(bool stream)
+{
+    world_default();
+    struct httpd_req a, b;
+    serve_miss(&a, stream ? BOGUS_STREAM : BOGUS_TIER);
+    serve_miss(&b, stream ? PLAIN_STREAM : WITH_USER);
+    T_CHECK_INT(nff, 1);
+    T_CHECK_INT(stat(STAT_coalesced), 1);
+    upstream_head(&ff[0], 400, "application/json");
+    upstream_body(&ff[0], "{\"error\":");
+    settle();
+    T_CHECK_INT(nff, 2); /* b's own call, while a's answer still comes */
+    T_CHECK(ff[1].ticket != NULL);
+    T_CHECK_INT(ff[1].stream, stream);
+    T_CHECK_INT(stat(STAT_coalesce_retries), 1);
+    T_CHECK(!b.started && !b.finished && b.out.len == 0);
+    upstream_body(&ff[0], REFUSAL + strlen("{\"error\":"));
+    upstream_end(&ff[0], 0, NULL);
+    settle();
+    T_CHECK(a.finished);
+    T_CHECK_INT(a.status, 400);
+    T_CHECK_STR(pc_buf_cstr(&a.out), REFUSAL);
+    T_CHECK(!b.finished);
+    if (stream) {
+        upstream_head(&ff[1], 200, "text/event-stream");
+        upstream_body(&ff[1], EV1 EVD);
+        upstream_end(&ff[1], 0, NULL);
+    } else {
+        upstream_answer(&ff[1], 200, "application/json", ANSWER_JSON);
+    }
+    settle();
+    T_CHECK(b.finished && !b.aborted);
+    T_CHECK_INT(b.status, 200);
+    T_CHECK_STR(pc_buf_cstr(&b.out), stream ? EV1 EVD : ANSWER_JSON);
+    T_CHECK_STR(reply_header(&b, "X-Cache-Status"), "MISS");
+    T_CHECK_STR(reply_header(&b, "X-Upstream"), "fake-upstream:1");
+    T_CHECK(reply_header(&b, "X-Cache-Key") != NULL);
+    T_CHECK_INT(a.violations, 0);
+    T_CHECK_INT(b.violations, 0);
+    T_CHECK_INT(stat(STAT_coalesced), 1);
+    world_down();
+    fake_req_free(&a);
+    fake_req_free(&b);
+}
+
+static void test_refusal_not_shared(void)
+{
+    check_refusal_not_shared(false);
+    check_refusal_not_shared(true);
+}
+
+/* A request that joins once the refusal's head is known leaves at once, too. */
+static void test_refusal_joined_late(void)
+{
+    world_default();
+    struct httpd_req a, b;
+    serve_miss(&a, BOGUS_TIER);
+    upstream_head(&ff[0], 400, "application/json");
+    upstream_body(&ff[0], "{\"error\":");
+    settle();
+    serve_miss(&b, WITH_USER);
+    T_CHECK_INT(stat(STAT_coalesced), 1);
+    settle();
+    T_CHECK_INT(nff, 2);
+    T_CHECK_INT(stat(STAT_coalesce_retries), 1);
+    upstream_body(&ff[0], REFUSAL + strlen("{\"error\":"));
+    upstream_end(&ff[0], 0, NULL);
+    upstream_answer(&ff[1], 200, "application/json", ANSWER_JSON);
+    settle();
+    T_CHECK_INT(a.status, 400);
+    T_CHECK_INT(b.status, 200);
+    T_CHECK_STR(pc_buf_cstr(&b.out), ANSWER_JSON);
+    world_down();
+    fake_req_free(&a);
+    fake_req_free(&b);
+}
+
+/*
+ * What is shared whatever the body: a refusal of the very body the call sent
+ * (byte-identical), a 429, a 5xx and a failed call; one upstream call each.
+ */
+static void check_shared(const char *a_body, const char *b_body, int status, int result)
+{
+    world_default();
+    struct httpd_req a, b;
+    serve_miss(&a, a_body);
+    serve_miss(&b, b_body);
+    T_CHECK_INT(nff, 1);
+    if (result == 0)
+        upstream_answer(&ff[0], status, "application/json", REFUSAL);
+    else
+        upstream_end(&ff[0], result, "connection reset");
+    settle();
+    T_CHECK_INT(nff, 1);
+    T_CHECK_INT(stat(STAT_coalesce_retries), 0);
+    T_CHECK(a.finished && b.finished);
+    T_CHECK_INT(a.status, status);
+    T_CHECK_INT(b.status, status);
+    T_CHECK_STR(pc_buf_cstr(&b.out), pc_buf_cstr(&a.out));
+    world_down();
+    fake_req_free(&a);
+    fake_req_free(&b);
+}
+
+static void test_refusal_shared(void)
+{
+    check_shared(BOGUS_TIER, BOGUS_TIER, 400, 0);
+    check_shared(WITH_USER, CHAT_BODY, 429, 0);
+    check_shared(WITH_USER, CHAT_BODY, 408, 0);
+    check_shared(WITH_USER, CHAT_BODY, 503, 0);
+    check_shared(WITH_USER, CHAT_BODY, 502, XFER_ERR_CONNECT);
+}
+
+/* Requests that leave a refused call with one body share their own call, once. */
+static void test_refusal_left_together(void)
+{
+    world_default();
+    struct httpd_req a, b, c;
+    serve_miss(&a, BOGUS_TIER);
+    serve_miss(&b, WITH_USER);
+    serve_miss(&c, WITH_USER);
+    T_CHECK_INT(stat(STAT_coalesced), 2);
+    upstream_answer(&ff[0], 400, "application/json", REFUSAL);
+    settle();
+    T_CHECK_INT(nff, 2);
+    T_CHECK_INT(stat(STAT_coalesce_retries), 2);
+    T_CHECK_INT(stat(STAT_coalesced), 3); /* one of them joined the other's call */
+    upstream_answer(&ff[1], 400, "application/json", "{\"error\":{\"message\":\"again\"}}");
+    settle();
+    T_CHECK_INT(nff, 2); /* a refusal of their very body: shared, not called again */
+    T_CHECK_INT(b.status, 400);
+    T_CHECK_INT(c.status, 400);
+    T_CHECK_STR(pc_buf_cstr(&c.out), "{\"error\":{\"message\":\"again\"}}");
+    world_down();
+    fake_req_free(&a);
+    fake_req_free(&b);
+    fake_req_free(&c);
+}
+
+/* One that left a refused call and hangs up: its own call is abandoned, not the refused one. */
+static void test_refusal_left_then_gone(void)
+{
+    world_default();
+    struct httpd_req a, b;
+    serve_miss(&a, BOGUS_STREAM);
+    serve_miss(&b, PLAIN_STREAM);
+    upstream_head(&ff[0], 400, "application/json");
+    settle();
+    T_CHECK_INT(nff, 2);
+    client_leaves(&b);
+    settle();
+    T_CHECK(ff[1].abandoned);
+    T_CHECK(!ff[0].abandoned);
+    upstream_body(&ff[0], REFUSAL);
+    upstream_end(&ff[0], 0, NULL);
+    upstream_end(&ff[1], XFER_ERR_IO, "aborted");
+    settle();
+    T_CHECK_INT(a.status, 400);
+    T_CHECK_INT(b.violations, 0);
+    T_CHECK_INT(stat(STAT_client_aborts), 1);
+    world_down();
+    fake_req_free(&a);
+    fake_req_free(&b);
+}
+
 /* ---- the error bound's held-back candidates -------------------------------------------- */
 
 /*
@@ -1328,6 +1527,11 @@ int main(void)
     T_RUN(test_abort_mid_fetch);
     T_RUN(test_coalesced_joiner_aborts);
     T_RUN(test_coalesced_leader_aborts);
+    T_RUN(test_refusal_not_shared);
+    T_RUN(test_refusal_joined_late);
+    T_RUN(test_refusal_shared);
+    T_RUN(test_refusal_left_together);
+    T_RUN(test_refusal_left_then_gone);
     T_RUN(test_semantic_held_back);
     flight_table_destroy();
     T_DONE();
