@@ -49,6 +49,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "pc_store.h"
 #include "pc_util.h"
 #include "pc_vindex.h"
 
@@ -75,8 +76,12 @@ bool fence_crossed(const struct fence *f, const unsigned char exact[PC_SHA256_LE
 void fence_argv_purged(struct vsync_argv *a, const unsigned char tenant[VINDEX_TENANT_LEN],
                        const unsigned char exact[PC_SHA256_LEN]);
 void fence_argv_notice(struct vsync_argv *a);
-/* Write the notice through s, before a purge's deletes (fire and forget). */
-struct store;
-void fence_notice(struct store *s);
+/*
+ * Write the notice through s; cb gets Redis' answer (store_write_cb). A purge starts its
+ * deletes once the notice is in the stream, and fails without deleting if it is not: the
+ * other instances would store the answers on their way (a flush event holds back nothing).
+ * NULL if it cannot be sent.
+ */
+struct store_cmd *fence_notice(struct store *s, store_int_fn *cb, void *arg);
 
 #endif

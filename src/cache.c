@@ -100,6 +100,7 @@ struct cache_ticket {
 enum op_kind {
     OP_EXACT,
     OP_SEMANTIC,
+    OP_FLUSH_NOTICE, /* the purge fences' notice (pc_fence.h), in the stream before any delete */
     OP_FLUSH_ENTRIES,
     OP_FLUSH_VECTORS,
     OP_FLUSH_MEMBERS,
@@ -829,7 +830,10 @@ static void on_flush_step(void *arg, enum store_status st, long long n)
     /* Answers deleted; then their vectors, their partitions' member lists and the error
      * bound's marks of those entries, one pattern after the other. */
     char pattern[PC_MAX(ENTRY_KEY_MAX, BOUND_KEY_MAX)] = "";
-    if (op->kind == OP_FLUSH_ENTRIES) {
+    if (op->kind == OP_FLUSH_NOTICE) {
+        op->kind = OP_FLUSH_ENTRIES;
+        entry_pattern(tenant, pattern);
+    } else if (op->kind == OP_FLUSH_ENTRIES) {
         op->deleted = n;
         op->kind = OP_FLUSH_VECTORS;
         semantic_vector_pattern(tenant, pattern);
@@ -870,15 +874,18 @@ struct cache_op *cache_flush(struct cache *c, const char *tenant_id, cache_flush
     struct cache_op *op = pc_calloc(1, sizeof(*op));
     op->magic = OP_MAGIC;
     op->c = c;
-    op->kind = OP_FLUSH_ENTRIES;
+    op->kind = OP_FLUSH_NOTICE;
     op->flush_cb = cb;
     op->arg = arg;
     if (tenant_id != NULL)
         snprintf(op->tenant, sizeof(op->tenant), "%.*s", TENANT_ID_LEN, tenant_id);
-    fence_notice(c->store); /* before the deletes */
-    char pattern[ENTRY_KEY_MAX];
-    entry_pattern(tenant_id, pattern);
-    op->cmd = store_delete_matching(c->store, pattern, on_flush_step, op);
+    /*
+     * The deletes start once the notice is in the stream: the other instances hold back the
+     * answers on their way from it alone (the flush event holds back nothing). Refused (a full
+     * Redis refuses XADD, not the deletes that free memory), the flush fails and deletes
+     * nothing: said done, those answers were stored after it.
+     */
+    op->cmd = fence_notice(c->store, on_flush_step, op);
     if (op->cmd == NULL) {
         op_free(op);
         return NULL;

@@ -101,11 +101,11 @@ void fence_argv_notice(struct vsync_argv *a)
     fence_argv_purged(a, none, none);
 }
 
-void fence_notice(struct store *s)
+struct store_cmd *fence_notice(struct store *s, store_int_fn *cb, void *arg)
 {
     struct vsync_argv a;
     fence_argv_notice(&a);
-    store_write(s, a.argc, a.argv, a.lens);
+    return store_write_cb(s, a.argc, a.argv, a.lens, cb, arg);
 }
 
 /* ---- the stream's handler (on the process's follower, pc_follow.h) ------------------ */

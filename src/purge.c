@@ -778,18 +778,36 @@ static void owed_retry_start(struct purge_op *op)
 }
 
 /*
- * First the del events earlier purges still owe (their owed marks: the reply of their pick
- * never came), then the entries the filter picks.
+ * The notice is in the stream (or refused): the deletes start, or the purge fails having
+ * deleted nothing. The other instances hold back the answers on their way from the notice
+ * alone (a del event names only a key stored already): refused (a full Redis refuses XADD,
+ * not the deletes that free memory) and the purge said done, they stored those answers.
+ */
+static void on_notice(void *arg, enum store_status st, long long n)
+{
+    (void)n;
+    struct purge_op *op = arg;
+    PC_CHECK_OBJ(op, PURGE_MAGIC);
+    op->cmd = NULL;
+    if (st == STORE_OK) {
+        struct store_pick pick;
+        owed_pick(&pick);
+        op->cmd = store_delete_picked(op->store, owed_pattern, &pick, on_owed_done, op);
+    }
+    if (op->cmd == NULL)
+        finish(op, STORE_ERR, 0);
+}
+
+/*
+ * The notice; then the del events earlier purges still owe (their owed marks: the reply of
+ * their pick never came), then the entries the filter picks.
  */
 struct purge_op *purge_matching(struct store *s, struct l1 *l1, struct stats *st,
                                 const struct purge_filter *f, purge_fn *cb, void *arg)
 {
     struct purge_op *op = op_new(s, l1, st, cb, arg);
     op->filter = *f;
-    fence_notice(s); /* before the deletes */
-    struct store_pick pick;
-    owed_pick(&pick);
-    op->cmd = store_delete_picked(s, owed_pattern, &pick, on_owed_done, op);
+    op->cmd = fence_notice(s, on_notice, op); /* before the deletes */
     if (op->cmd == NULL) {
         op_free(op);
         return NULL;

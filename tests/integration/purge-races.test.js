@@ -158,3 +158,47 @@ h.test('a refresh that lands while another is in flight holds nothing back', asy
     h.assertHit(hit);
     assert.equal(h.chatText(hit.json), h.chatText(last.json), 'the last refresh stored');
 });
+
+/*
+ * The notice is what tells the other instances to hold back the answers on their way (a flush
+ * event holds back nothing, and no event names a key not stored yet). A purge through HTTP sent
+ * it and went on whatever Redis answered: refused (OOM under maxmemory, which refuses XADD but
+ * not the deletes that free memory, so the flush event at the end went through), the purge
+ * deleted, said 200, and B stored the answer it had in flight, made before the purge. As on the
+ * command line, a purge whose notice Redis refuses deletes nothing and fails (503).
+ */
+h.test('a purge through HTTP whose notice Redis refuses deletes nothing and fails', async () => {
+    const {startRespFault} = require('./lib/resp-fault');
+    const NOTICE = `0000000000000000:${'0'.repeat(64)}`; /* the notice's k: no tenant, no key */
+    const fault = await startRespFault(env.redis.port);
+    const P = await env.startProxy({redis: fault.url, args: ARGS});
+    try {
+        await P.waitReady();
+        for (const path of ['/admin/cache', `/admin/cache?model=${h.CHAT_MODEL}`]) {
+            const kept = h.chatBody(h.uniq(`kept through a refused notice ${path}`));
+            h.assertFromUpstream(await B.post(CHAT, kept), env.mock);
+            const body = h.chatBody(h.uniq(`first call, notice refused ${path}`));
+            const hold = h.uniq('hold').replace(' ', '-');
+            const events = (await B.stats()).l1_events;
+            const calls = env.mock.callCount(CHAT);
+            const pending = B.post(CHAT, body, {'x-mock-hold': hold});
+            await h.waitFor(() => env.mock.callCount(CHAT) === calls + 1, {what: 'the call upstream'});
+            fault.set('error', {only: ['XADD'], text: NOTICE});
+            const r = await del(P, path);
+            fault.clear();
+            if (r.status === 200) /* B has read what the purge wrote */
+                await h.waitFor(async () => (await B.stats()).l1_events > events, {what: 'B to apply the purge'});
+            env.mock.release(hold);
+            h.assertFromUpstream(await pending, env.mock);
+            const again = await B.post(CHAT, body, {'cache-control': 'no-store'});
+            assert.ok(!(r.status === 200 && again.headers['x-cache-status'] === 'HIT'),
+                `${path} said 200, and B stored the answer it had asked for before the purge`);
+            assert.equal(r.status, 503, r.text);
+            assert.ok(fault.answered('error') >= 1, 'the notice refused');
+            h.assertHit(await B.post(CHAT, kept, {'cache-control': 'no-store'}), 'nothing deleted');
+        }
+    } finally {
+        await P.stop();
+        await fault.close();
+    }
+});
