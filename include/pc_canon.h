@@ -3,7 +3,8 @@
  *
  * Canonical JSON: object members sorted by key (bytewise on UTF-8; but every
  * object within a member named parameters, input_schema, schema, input or
- * input_examples below the top level keeps document order: JSON schemas and
+ * input_examples below the top level, or guided_json, json_schema or
+ * structured_outputs at the top level, keeps document order: JSON schemas and
  * tool inputs, which the upstream renders into the prompt as written and
  * whose properties' order is the order structured outputs are generated in;
  * duplicate keys: the last one wins, as in most JSON parsers, but the keys of a request

@@ -129,6 +129,12 @@ static const char *const canon_tool_transport[] = {"eager_input_streaming"};
  */
 static const char *const canon_ordered[] = {"parameters", "input_schema", "schema", "input",
                                             "input_examples"};
+/*
+ * And top-level members that hold a JSON schema, for the engines that take one there: vLLM's
+ * guided_json and structured_outputs ({"json": schema, ...}), llama.cpp server's json_schema.
+ * Their grammars generate an object's properties in the schema's order, as above.
+ */
+static const char *const canon_ordered_top[] = {"guided_json", "json_schema", "structured_outputs"};
 
 static void emit_value(struct canon_ctx *ctx, const cJSON *v, struct pc_buf *out);
 static void emit_number(struct canon_ctx *ctx, const cJSON *v, bool float_form, struct pc_buf *out);
@@ -158,12 +164,19 @@ static bool field_excluded(enum api_endpoint e, const char *name)
     return canon_field_excluded(name);
 }
 
-static bool member_ordered(const char *name)
+static bool name_in(const char *name, const char *const *names, size_t n)
 {
-    for (size_t i = 0; i < PC_ARRAY_LEN(canon_ordered); i++)
-        if (strcmp(name, canon_ordered[i]) == 0)
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(name, names[i]) == 0)
             return true;
     return false;
+}
+
+/* Whether the objects within member name keep document order (top: a member of the request). */
+static bool member_ordered(const char *name, bool top)
+{
+    return top ? name_in(name, canon_ordered_top, PC_ARRAY_LEN(canon_ordered_top))
+               : name_in(name, canon_ordered, PC_ARRAY_LEN(canon_ordered));
 }
 
 static bool tool_member_excluded(const char *name)
@@ -554,7 +567,7 @@ static bool emit_member(struct canon_ctx *ctx, const cJSON *item, bool first, st
         emit_tools(ctx, item, out);
     else if (f == FILTER_PARTITION && e == API_RESPONSES && strcmp(key, "input") == 0)
         emit_input_partition(ctx, item, out);
-    else if (!top && member_ordered(key)) {
+    else if (member_ordered(key, top)) {
         ctx->ordered++;
         emit_value(ctx, item, out);
         ctx->ordered--;

@@ -42,6 +42,22 @@ h.test('structured outputs whose schema orders its properties otherwise are two 
     h.assertHit(await env.proxy.post(CHAT, structured(q, ['answer', 'reasoning'])));
 });
 
+/*
+ * vLLM's guided_json (and structured_outputs, llama.cpp's json_schema) gives the schema as a
+ * member of the request itself: its order was left to the top level's rule, sorted.
+ */
+h.test('a vLLM guided_json schema that orders its properties otherwise is another request', async () => {
+    const q = h.uniq('guided order');
+    const guided = (names) => h.chatBody(q, {guided_json: schemaOf(names)});
+    const first = await env.proxy.post(CHAT, guided(['reasoning', 'answer']));
+    h.assertFromUpstream(first, env.mock);
+    assert.deepEqual(memberOrder(first), ['reasoning', 'answer']);
+    const other = await env.proxy.post(CHAT, guided(['answer', 'reasoning']));
+    assert.equal(other.headers['x-cache-status'], 'MISS', 'served the answer generated for the other order');
+    assert.deepEqual(memberOrder(other), ['answer', 'reasoning']);
+    h.assertHit(await env.proxy.post(CHAT, guided(['reasoning', 'answer'])));
+});
+
 h.test('concurrent requests whose schemas differ in order do not share a call', async () => {
     const q = h.uniq('concurrent order');
     const ida = h.uniq('hold').replace(' ', '-'), idb = h.uniq('hold').replace(' ', '-');

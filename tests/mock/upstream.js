@@ -584,15 +584,16 @@ class Mock extends EventEmitter {
 }
 
 /*
- * Structured outputs: a chat request's response_format json_schema with
- * "properties" is answered with a JSON object of those members in the
+ * Structured outputs: a chat request's response_format json_schema (or
+ * vLLM's guided_json) with "properties" is answered with a JSON object of those members in the
  * schema's order, as OpenAI documents ("outputs will be produced in the same
  * order as the ordering of keys in the schema"): {"k": "mock answer #7 k"}.
  */
 function schemaProperties(body) {
     const rf = body && body.response_format;
-    const props = rf && rf.type === 'json_schema' && rf.json_schema && rf.json_schema.schema &&
-        rf.json_schema.schema.properties;
+    const schema = rf && rf.type === 'json_schema' && rf.json_schema ? rf.json_schema.schema
+        : body && body.guided_json; /* vLLM's guided decoding: its grammar keeps the order too */
+    const props = schema && typeof schema === 'object' && schema.properties;
     return props && typeof props === 'object' && !Array.isArray(props) ? Object.keys(props) : null;
 }
 

@@ -402,6 +402,35 @@ static void test_key_order_kept(void)
                      AN("{\"input_schema\":{\"properties\":{}},\"name\":\"f\"}", "{\"x\":1}")));
 #undef ANT
 #undef AN
+    /*
+     * A schema given as a top-level member: vLLM's guided_json and structured_outputs' json,
+     * llama.cpp's json_schema. Their grammars generate the properties in the schema's order.
+     */
+#define TOP(member, props) \
+    BASE_HEAD ",\"" member "\":{\"type\":\"object\",\"properties\":{" props "}}}"
+    T_CHECK(!exact_eq(&chat, TOP("guided_json", "\"a\":{},\"b\":{}"), &chat,
+                      TOP("guided_json", "\"b\":{},\"a\":{}")));
+    T_CHECK(!exact_eq(&chat, TOP("json_schema", "\"a\":{},\"b\":{}"), &chat,
+                      TOP("json_schema", "\"b\":{},\"a\":{}")));
+    const struct req cmpl = {API_COMPLETIONS, NULL, NULL, NULL};
+    T_CHECK(!exact_eq(&cmpl,
+                      "{\"model\":\"m\",\"prompt\":\"p\",\"guided_json\":{\"properties\":{"
+                      "\"a\":{},\"b\":{}}}}",
+                      &cmpl,
+                      "{\"model\":\"m\",\"prompt\":\"p\",\"guided_json\":{\"properties\":{"
+                      "\"b\":{},\"a\":{}}}}"));
+    T_CHECK(!exact_eq(&chat,
+                      BASE_HEAD ",\"structured_outputs\":{\"json\":{\"properties\":{\"a\":{},"
+                                "\"b\":{}}}}}",
+                      &chat,
+                      BASE_HEAD ",\"structured_outputs\":{\"json\":{\"properties\":{\"b\":{},"
+                                "\"a\":{}}}}}"));
+    /* the request's own top-level members still sort */
+    T_CHECK(
+        exact_eq(&chat, TOP("guided_json", "\"a\":{}"), &chat,
+                 "{\"guided_json\":{\"type\":\"object\",\"properties\":{\"a\":{}}},"
+                 "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"model\":\"gpt-4o\"}"));
+#undef TOP
 }
 
 static void test_whitespace(void)
