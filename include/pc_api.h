@@ -50,6 +50,12 @@ const cJSON *api_member(const cJSON *obj, const char *key);
 
 /* Endpoint for a request path (query string already removed); API_NONE if not cacheable. */
 enum api_endpoint api_endpoint_from_path(const char *path);
+/*
+ * Whether a path (query string already removed) belongs to Anthropic's API
+ * alone: /v1/messages and what lies under it (count_tokens, batches), and the
+ * legacy /v1/complete. Paths both APIs have (/v1/models, /v1/files) are not.
+ */
+bool api_anthropic_path(const char *path);
 /* Whether answers of e may come as an SSE stream (chat, completions, messages, responses). */
 bool api_streams(enum api_endpoint e);
 /* Short stable name: "chat", "completions", "embeddings", "messages", "responses", "other". */

@@ -68,6 +68,15 @@ struct dialect {
 /* The dialect of endpoint e: API_NONE and out-of-range values get openai. Never NULL. */
 const struct dialect *dialect_of(enum api_endpoint e);
 
+/*
+ * The dialect a request to path speaks, for the proxy's own errors on any
+ * path: its endpoint's; Anthropic's on the rest of Anthropic's API
+ * (api_anthropic_path: count_tokens, batches) and, with anthropic_version
+ * (the request carries the anthropic-version header that API requires on
+ * every call), on any other path; OpenAI's otherwise. Never NULL.
+ */
+const struct dialect *dialect_of_path(const char *path, bool anthropic_version);
+
 /* Whether streams of d carry usage only when asked for it (d->usage_chunk is set). */
 static inline bool dialect_usage_on_request(const struct dialect *d)
 {

@@ -55,6 +55,17 @@ enum api_endpoint api_endpoint_from_path(const char *path)
     return API_NONE;
 }
 
+bool api_anthropic_path(const char *path)
+{
+    static const char messages[] = "/v1/messages", complete[] = "/v1/complete";
+    const size_t nm = sizeof(messages) - 1, nc = sizeof(complete) - 1;
+    if (path == NULL)
+        return false;
+    if (strncmp(path, messages, nm) == 0 && (path[nm] == '\0' || path[nm] == '/'))
+        return true;
+    return strncmp(path, complete, nc) == 0 && (path[nc] == '\0' || strcmp(path + nc, "/") == 0);
+}
+
 bool api_streams(enum api_endpoint e)
 {
     return e == API_CHAT || e == API_COMPLETIONS || e == API_MESSAGES || e == API_RESPONSES;

@@ -37,6 +37,14 @@ const struct dialect *dialect_of(enum api_endpoint e)
     return dialect_by_endpoint[e];
 }
 
+const struct dialect *dialect_of_path(const char *path, bool anthropic_version)
+{
+    enum api_endpoint e = api_endpoint_from_path(path);
+    if (e != API_NONE)
+        return dialect_of(e);
+    return anthropic_version || api_anthropic_path(path) ? &dialect_anthropic : &dialect_openai;
+}
+
 /* ---- what callers use ------------------------------------------------------ */
 
 cJSON *dialect_assemble(enum api_endpoint e, const char *rec, size_t len, struct api_usage *usage)

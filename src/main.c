@@ -315,7 +315,7 @@ static void *json_malloc(size_t n)
 /* httpd's own refusals in the shape of the API that was called (pc_api.h). */
 static void http_error_body(const char *path, int status, const char *message, struct pc_buf *out)
 {
-    dialect_error_body(dialect_of(api_endpoint_from_path(path)), status, message, out);
+    dialect_error_body(dialect_of_path(path, false), status, message, out);
 }
 
 /*

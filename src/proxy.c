@@ -1886,7 +1886,7 @@ void proxy_serve(struct worker *w, struct httpd_req *hr, const struct proxy_ops 
     /* Only POSTs are answers to cache; other methods on these paths (OpenAI's
      * GET /v1/chat/completions lists stored completions) pass through. */
     r->ep = strcmp(ops->req_method(hr), "POST") == 0 ? api_endpoint_from_path(path) : API_NONE;
-    r->dialect = dialect_of(api_endpoint_from_path(path));
+    r->dialect = dialect_of_path(path, req_header(r, "anthropic-version") != NULL);
     /* Every answer from here on, hit, miss or error, names its access log line. */
     add_header(r, "X-Promptcache-Request-Id", r->id);
     preq_drive(r);

@@ -215,6 +215,17 @@ h.test('an upstream that is down gives 502 in each API\'s shape', async () => {
     h.assertAnthropicError(msg, 502);
     const emb = await proxy.post('/v1/embeddings', h.embeddingBody(h.uniq('down')));
     h.assertOpenAIError(emb, 502);
+    /* The rest of Anthropic's API passes through, and its errors are Anthropic's too: the
+     * SDK's messages.countTokens and messages.batches, the legacy /v1/complete, and any
+     * path a caller names with the anthropic-version header that API requires. */
+    const count = await proxy.post('/v1/messages/count_tokens?beta=true', h.messagesBody(h.uniq('down')));
+    h.assertAnthropicError(count, 502);
+    h.assertAnthropicError(await proxy.get('/v1/messages/batches', {'x-api-key': 'sk-ant-down'}), 502);
+    h.assertAnthropicError(await proxy.post('/v1/complete', {model: 'claude-2.1', prompt: 'x'}), 502);
+    const antModels = await proxy.get('/v1/models', {'x-api-key': 'sk-ant-down', 'anthropic-version': '2023-06-01'});
+    h.assertAnthropicError(antModels, 502);
+    h.assertOpenAIError(await proxy.get('/v1/models', {authorization: 'Bearer sk-down'}), 502);
+    h.assertOpenAIError(await proxy.get('/v1/messagesx'), 502);
     await h.eventually(async () => assert.ok((await proxy.stats()).upstream_errors >= 4));
     assert.equal(await proxy.stop(), 0);
 });

@@ -113,6 +113,19 @@ static void test_paths(void)
     T_CHECK_STR(dialect_of(API_NONE)->name, "openai");
     T_CHECK_STR(dialect_of(API__COUNT)->name, "openai");
     T_CHECK_STR(dialect_of((enum api_endpoint) - 1)->name, "openai");
+    /* The proxy's own errors on the rest of Anthropic's API are Anthropic's. */
+    T_CHECK_STR(dialect_of_path("/v1/messages/count_tokens", false)->name, "anthropic");
+    T_CHECK_STR(dialect_of_path("/v1/messages/batches/msgbatch_1/results", false)->name,
+                "anthropic");
+    T_CHECK_STR(dialect_of_path("/v1/complete", false)->name, "anthropic");
+    T_CHECK_STR(dialect_of_path("/v1/messages", false)->name, "anthropic");
+    T_CHECK_STR(dialect_of_path("/v1/models", true)->name, "anthropic");
+    T_CHECK_STR(dialect_of_path("/v1/responses", true)->name, "responses");
+    T_CHECK_STR(dialect_of_path("/v1/chat/completions", true)->name, "openai");
+    T_CHECK_STR(dialect_of_path("/v1/models", false)->name, "openai");
+    T_CHECK_STR(dialect_of_path("/v1/messagesx", false)->name, "openai");
+    T_CHECK_STR(dialect_of_path("/v1/completex", false)->name, "openai");
+    T_CHECK_STR(dialect_of_path(NULL, false)->name, "openai");
     /* Only OpenAI's streams carry usage just when asked. */
     T_CHECK(dialect_usage_on_request(dialect_of(API_CHAT)));
     T_CHECK(!dialect_usage_on_request(dialect_of(API_MESSAGES)));
