@@ -631,13 +631,33 @@ static int64_t parse_delta_seconds(const char *p, size_t n)
     return v;
 }
 
+/*
+ * Length of the list member at p: up to the first comma outside a quoted
+ * string (RFC 9110 5.6.4 and 5.6.6), so that a directive's quoted argument
+ * holding a comma (a gateway's own `x-tag="a, no-store"`) stays one member.
+ */
+static size_t list_member_len(const char *p)
+{
+    bool quoted = false;
+    size_t i = 0;
+    for (; p[i] != '\0'; i++) {
+        if (quoted && p[i] == '\\' && p[i + 1] != '\0')
+            i++; /* quoted-pair */
+        else if (p[i] == '"')
+            quoted = !quoted;
+        else if (p[i] == ',' && !quoted)
+            break;
+    }
+    return i;
+}
+
 /* Parse Cache-Control request directives; -1 with msg on a bad max-age. */
 static int parse_cache_control(struct preq *r, const char *cc, char *msg, size_t msglen)
 {
     while (*cc) {
         while (*cc == ' ' || *cc == '\t' || *cc == ',')
             cc++;
-        size_t n = strcspn(cc, ",");
+        size_t n = list_member_len(cc);
         size_t tl = n;
         while (tl > 0 && (cc[tl - 1] == ' ' || cc[tl - 1] == '\t'))
             tl--;
@@ -646,7 +666,14 @@ static int parse_cache_control(struct preq *r, const char *cc, char *msg, size_t
         } else if (tl == 8 && pc_strncaseeq(cc, "no-store", 8)) {
             r->no_store = true;
         } else if (tl > 8 && pc_strncaseeq(cc, "max-age=", 8)) {
-            int64_t v = parse_delta_seconds(cc + 8, tl - 8);
+            const char *arg = cc + 8;
+            size_t alen = tl - 8;
+            /* max-age="60" is max-age=60: recipients take both forms (RFC 9111 5.2) */
+            if (alen >= 2 && arg[0] == '"' && arg[alen - 1] == '"') {
+                arg++;
+                alen -= 2;
+            }
+            int64_t v = parse_delta_seconds(arg, alen);
             if (v < 0) {
                 snprintf(msg, msglen, "Cache-Control max-age must be a non-negative integer");
                 return -1;

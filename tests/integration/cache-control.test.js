@@ -101,6 +101,27 @@ h.test('max-age given twice: the smaller one counts', async () => {
     h.assertHit(await env.proxy.post(CHAT, body, {'cache-control': 'max-age=3600, max-age=3601'}));
 });
 
+/*
+ * A directive's argument may be a quoted string (RFC 9111 5.2: recipients accept both forms):
+ * max-age="0" was a 400, and a comma inside another directive's quoted argument split it, so
+ * x-tag="a, no-store" was read as no-store (the answer was not kept).
+ */
+h.test('Cache-Control arguments in quotes: max-age="N" is max-age=N, a quoted comma splits nothing', async () => {
+    const body = h.chatBody(h.uniq('quoted cache-control'));
+    const first = await env.proxy.post(CHAT, body, {'cache-control': 'x-tag="a, no-store", x-other="no-cache"'});
+    assert.equal(first.status, 200, first.text);
+    h.assertFromUpstream(first, env.mock, 'MISS');
+    h.assertHit(await env.proxy.post(CHAT, body, {'cache-control': 'x-tag="no-cache, b"'}));
+    h.assertHit(await env.proxy.post(CHAT, body, {'cache-control': 'max-age="3600"'}));
+    await h.waitFor(async () => (await env.proxy.post(CHAT, body, {'cache-control': 'max-age=0, no-store'}))
+        .headers['x-cache-status'] !== 'HIT', {what: 'the entry older than max-age=0'});
+    const strict = await env.proxy.post(CHAT, body, {'cache-control': 'max-age="0", no-store'});
+    assert.equal(strict.status, 200, strict.text);
+    assert.notEqual(strict.headers['x-cache-status'], 'HIT', 'max-age="0" is max-age=0');
+    h.assertOpenAIError(await env.proxy.post(CHAT, body, {'cache-control': 'max-age="abc"'}), 400);
+    h.assertOpenAIError(await env.proxy.post(CHAT, body, {'cache-control': 'max-age=""'}), 400);
+});
+
 h.test('X-Cache-TTL sets the entry\'s time to live in Redis', async () => {
     await assertStoredTtl(() => env.proxy.post(CHAT, h.chatBody(h.uniq('ttl 30')), {'x-cache-ttl': '30'}), 30);
 });
