@@ -25,10 +25,10 @@ struct httpd_req;
 #define CORS_ALLOW_METHODS "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 /* What a browser client may read of an answer: the cache's headers, the request ids, and
  * what the SDKs read to decide on a retry. */
-#define CORS_EXPOSE_HEADERS                                                              \
-    "X-Cache-Status, X-Cache-Match, X-Cache-Similarity, X-Cache-Key, Age, X-Upstream, "  \
-    "X-Promptcache-Request-Id, x-request-id, request-id, openai-model, openai-version, " \
-    "openai-processing-ms, retry-after, retry-after-ms, x-should-retry"
+#define CORS_EXPOSE_HEADERS                                                                 \
+    "X-Cache-Status, X-Cache-Match, X-Cache-Similarity, X-Cache-Verify, X-Cache-Key, Age, " \
+    "X-Upstream, X-Promptcache-Request-Id, x-request-id, request-id, openai-model, "        \
+    "openai-version, openai-processing-ms, retry-after, retry-after-ms, x-should-retry"
 #define CORS_MAX_AGE "600" /* seconds a browser may reuse a preflight answer */
 
 /*
