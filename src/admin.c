@@ -547,6 +547,15 @@ static void admin_delete_entry(struct worker *w, struct httpd_req *hr, const cha
 {
     char tenant[TENANT_ID_LEN + 1];
     unsigned char exact[PC_SHA256_LEN];
+    const char *q = httpd_req_query(hr);
+    /* Filters (or a dry run) asked of one entry's delete would be ignored: the entry would
+     * go all the same. */
+    if (q != NULL && q[0] != '\0') {
+        reply_error(hr, 400,
+                    "DELETE /admin/cache/entries/ID takes no query parameters (filters are "
+                    "for DELETE /admin/cache)");
+        return;
+    }
     if (entry_id_parse(id, strlen(id), tenant, exact) < 0) {
         reply_error(hr, 400,
                     "the entry id is the 80 hex characters of an answer's X-Cache-Key header");

@@ -162,6 +162,10 @@ h.test('the admin endpoints need the token, and check what they are given', asyn
         assert.equal((await del(A, path, null)).status, 401, path);
     assert.equal((await del(A, '/admin/cache/entries/abc')).status, 400);
     assert.equal((await del(A, `/admin/cache/entries/${key}x`)).status, 400);
+    /* one entry's delete takes no filters: a dry run asked for (or a filter that would not
+     * match) deleted the entry all the same */
+    for (const q of ['dry-run=1', 'model=other-model', 'namespace=x'])
+        h.assertOpenAIError(await del(A, `/admin/cache/entries/${key}?${q}`), 400);
     for (const q of ['namespace=', 'namespace=a%20b', 'older-than=yesterday', 'older-than=5x',
         'modle=gpt', 'tenant=XYZ', 'older-than=2026-02-30T00:00:00Z', 'model=%zz'])
         assert.equal((await del(A, `/admin/cache?${q}`)).status, 400, q);
