@@ -56,7 +56,8 @@ struct purge_filter {
 /*
  * Set the filter called name ("tenant", "namespace", "model" or
  * "older-than") from its text; now_ms is the clock older-than counts back
- * from. -1 with a message in err for an unknown name or a bad value.
+ * from. -1 with a message in err for an unknown name, a bad value, or a
+ * filter f already has (given twice).
  */
 int purge_filter_set(struct purge_filter *f, const char *name, const char *value, int64_t now_ms,
                      char *err, size_t errlen);

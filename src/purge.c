@@ -311,6 +311,18 @@ int purge_parse_older_than(const char *v, int64_t now_ms, int64_t *cutoff_ms)
 int purge_filter_set(struct purge_filter *f, const char *name, const char *value, int64_t now_ms,
                      char *err, size_t errlen)
 {
+    /* Every filter given must match: one given twice with two values matches nothing, and
+     * keeping only the last would delete what the first excludes. */
+    bool given = (strcmp(name, "tenant") == 0 && f->tenant[0] != '\0') ||
+                 (strcmp(name, "namespace") == 0 && f->ns[0] != '\0') ||
+                 (strcmp(name, "model") == 0 && f->model[0] != '\0') ||
+                 (strcmp(name, "older-than") == 0 && f->before_ms != 0);
+    if (given)
+        return snprintf(err, errlen,
+                        "%s given twice (filters combine: every one given must match; one "
+                        "value each)",
+                        name),
+               -1;
     if (strcmp(name, "tenant") == 0) {
         if (!valid_tenant(value))
             return snprintf(err, errlen,

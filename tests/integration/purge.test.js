@@ -167,7 +167,11 @@ h.test('the admin endpoints need the token, and check what they are given', asyn
     for (const q of ['dry-run=1', 'model=other-model', 'namespace=x'])
         h.assertOpenAIError(await del(A, `/admin/cache/entries/${key}?${q}`), 400);
     for (const q of ['namespace=', 'namespace=a%20b', 'older-than=yesterday', 'older-than=5x',
-        'modle=gpt', 'tenant=XYZ', 'older-than=2026-02-30T00:00:00Z', 'model=%zz'])
+        'modle=gpt', 'tenant=XYZ', 'older-than=2026-02-30T00:00:00Z', 'model=%zz',
+        /* a filter given twice: every one given must match, so no entry could; the last one
+         * alone deleted this entry, whose model is not other-model */
+        `model=other-model&model=${body.model}`, 'namespace=a&namespace=b', 'older-than=2h&older-than=1d',
+        'tenant=0123456789abcdef&tenant=0123456789abcdef'])
         assert.equal((await del(A, `/admin/cache?${q}`)).status, 400, q);
     const get = await h.request(A.url, {method: 'GET', path: `/admin/cache/entries/${key}`,
         headers: {authorization: `Bearer ${ADMIN_TOKEN}`}});
@@ -401,6 +405,9 @@ h.test('promptcache purge: the same operations from the command line', async () 
     assert.match(nothing.stderr, /say what to delete/);
     const both = await purge(['--all', '--model', 'm']);
     assert.equal(both.code, 2);
+    const twice = await purge(['--model', 'other-model', '--model', q.model, '--dry-run']);
+    assert.equal(twice.code, 2, twice.output);
+    assert.match(twice.stderr, /--model given twice/);
 });
 
 /* The error bound's marks of the entry with this id (pc_bound.h), as a comparison leaves them. */

@@ -100,11 +100,25 @@ static void test_filters(void)
         {"age", "1h", "unknown filter age"},
     };
     for (size_t i = 0; i < PC_ARRAY_LEN(bad); i++) {
-        struct purge_filter g = f;
+        struct purge_filter g = {0}, none = {0};
         err[0] = '\0';
         T_CHECK_INT(purge_filter_set(&g, bad[i].name, bad[i].value, NOW, err, sizeof err), -1);
         T_CHECK(strstr(err, bad[i].says) != NULL);
-        T_CHECK(memcmp(&g, &f, sizeof f) == 0); /* a refused value changes nothing */
+        T_CHECK(memcmp(&g, &none, sizeof none) == 0); /* a refused value changes nothing */
+    }
+    /* Given twice, even alike: every filter given must match, so the last one alone would
+     * delete what the first excludes. f has each one already. */
+    static const char *const twice[][2] = {{"tenant", "0123456789abcdef"},
+                                           {"namespace", "other"},
+                                           {"model", "openai/gpt-4o mini"},
+                                           {"older-than", "2h"}};
+    for (size_t i = 0; i < PC_ARRAY_LEN(twice); i++) {
+        struct purge_filter g = f;
+        err[0] = '\0';
+        T_CHECK_INT(purge_filter_set(&g, twice[i][0], twice[i][1], NOW, err, sizeof err), -1);
+        T_CHECK(strstr(err, "given twice") != NULL);
+        T_CHECK(strncmp(err, twice[i][0], strlen(twice[i][0])) == 0);
+        T_CHECK(memcmp(&g, &f, sizeof f) == 0);
     }
 }
 
