@@ -133,6 +133,10 @@ static int purge_option(char **argv, int argc, int *i, struct cli *cli)
             return -1;
         }
         if (f == PC_ARRAY_LEN(filters)) {
+            if (cli->purge.id != NULL) { /* one entry: the first would be left, unsaid */
+                fprintf(stderr, "promptcache purge: --key given twice (one entry per run)\n");
+                return -1;
+            }
             cli->purge.id = v;
         } else if (purge_filter_set(&cli->purge.filter, name, v, pc_wall_ms(), err, sizeof err) <
                    0) {

@@ -408,6 +408,9 @@ h.test('promptcache purge: the same operations from the command line', async () 
     const twice = await purge(['--model', 'other-model', '--model', q.model, '--dry-run']);
     assert.equal(twice.code, 2, twice.output);
     assert.match(twice.stderr, /--model given twice/);
+    const keys = await purge(['--key', qKey, '--key', `${qKey.slice(0, -1)}0`, '--dry-run']);
+    assert.equal(keys.code, 2, keys.output);
+    assert.match(keys.stderr, /--key given twice/);
 });
 
 /* The error bound's marks of the entry with this id (pc_bound.h), as a comparison leaves them. */
