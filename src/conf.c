@@ -1890,6 +1890,28 @@ static void load_file(struct loader *ld, const char *path)
     fclose(f);
 }
 
+/*
+ * Separators of a list key's values in one variable or option:
+ * PROMPTCACHE_UPSTREAM="http://a http://b", --upstream "http://a,http://b".
+ */
+#define ENV_LIST_SEP ", \t\n"
+
+/* A list key's values from one variable or option (commas and/or white space between them). */
+static void apply_list(struct loader *ld, const char *name, const char *v)
+{
+    struct tokens t = {NULL, 0};
+    struct pc_buf b = PC_BUF_INIT;
+    for (const char *p = v + strspn(v, ENV_LIST_SEP); *p != '\0'; p += strspn(p, ENV_LIST_SEP)) {
+        size_t n = strcspn(p, ENV_LIST_SEP);
+        pc_buf_append(&b, p, n);
+        tokens_push(&t, &b);
+        p += n;
+    }
+    apply(ld, name, (const char *const *)t.v, t.n);
+    tokens_free(&t);
+    pc_buf_free(&b);
+}
+
 /* Whether argv[i] holds a value for a bool given as a bare --flag. */
 static bool bool_value_follows(int i, int argc, char **argv)
 {
@@ -1919,7 +1941,13 @@ static void load_option(struct loader *ld, int *i, int argc, char **argv)
         value = "yes";
     else if (*i + 1 < argc)
         value = argv[++*i];
-    apply(ld, name, &value, value != NULL);
+    /* A list key's option takes what its line of the file takes, and the variable's commas:
+     * --upstream "http://a http://b"; "" still empties the list. */
+    if (k != NULL && k->type == CONF_LIST && !from_file && value != NULL &&
+        value[strspn(value, ENV_LIST_SEP)] != '\0')
+        apply_list(ld, name, value);
+    else
+        apply(ld, name, &value, value != NULL);
     free(name);
 }
 
@@ -1930,25 +1958,6 @@ static void env_name(const struct conf_key *k, bool file, char out[ENV_NAME_MAX]
         (size_t)snprintf(out, ENV_NAME_MAX, "%s%s%s", ENV_PREFIX, k->name, file ? "_FILE" : "");
     for (size_t i = 0; i < n && i < ENV_NAME_MAX; i++)
         out[i] = out[i] == '-' ? '_' : (char)toupper((unsigned char)out[i]);
-}
-
-/* Separators of a list key's values in one variable: PROMPTCACHE_UPSTREAM="http://a http://b". */
-#define ENV_LIST_SEP ", \t\n"
-
-/* A list key's values from one variable (commas and/or white space between them). */
-static void apply_env_list(struct loader *ld, const char *name, const char *v)
-{
-    struct tokens t = {NULL, 0};
-    struct pc_buf b = PC_BUF_INIT;
-    for (const char *p = v + strspn(v, ENV_LIST_SEP); *p != '\0'; p += strspn(p, ENV_LIST_SEP)) {
-        size_t n = strcspn(p, ENV_LIST_SEP);
-        pc_buf_append(&b, p, n);
-        tokens_push(&t, &b);
-        p += n;
-    }
-    apply(ld, name, (const char *const *)t.v, t.n);
-    tokens_free(&t);
-    pc_buf_free(&b);
 }
 
 /*
@@ -1971,7 +1980,7 @@ static void load_env(struct loader *ld)
             ld->cur = (struct origin){.env = ld->env[i]};
             snprintf(name, sizeof name, "%s%s", k->name, file ? FILE_SUFFIX : "");
             if (k->type == CONF_LIST && !file)
-                apply_env_list(ld, name, v);
+                apply_list(ld, name, v);
             else
                 apply(ld, name, &v, 1);
         }

@@ -113,6 +113,35 @@ h.test('every key can come from PROMPTCACHE_<KEY>; -T names the variable', async
     assert.match(c.stdout, /^cache-ttl 99 +# command line$/m);
 });
 
+/*
+ * A list key's line of the file ("upstream A B", "semantic-guards numbers negation") given as
+ * its option: `--key value` takes what the file line takes, and the variable's commas. It was
+ * one value ("URL contains a space", "unknown guard \"numbers negation\""), so --help's
+ * default of cache-key-headers, pasted with a header added, was refused.
+ */
+h.test('a list key takes several values in one option, as on one line of the file', async () => {
+    const r = await h.runCli(['-T', '--upstream', 'http://127.0.0.1:9001 http://127.0.0.1:9002',
+        '--semantic-guards', 'numbers,negation', '--cache-key-headers',
+        'anthropic-version anthropic-beta openai-beta openai-organization openai-project x-team',
+        '--shared-namespaces=docs, faq', '--cors-origins', '']);
+    assert.equal(r.code, 0, r.output);
+    const values = (key) => [...r.stdout.matchAll(new RegExp(`^${key} (\\S+) +# command line$`, 'gm'))]
+        .map((m) => m[1]);
+    assert.deepEqual(values('upstream'), ['http://127.0.0.1:9001', 'http://127.0.0.1:9002']);
+    assert.deepEqual(values('semantic-guards'), ['numbers', 'negation']);
+    assert.deepEqual(values('cache-key-headers'), ['anthropic-version', 'anthropic-beta', 'openai-beta',
+        'openai-organization', 'openai-project', 'x-team']);
+    assert.deepEqual(values('shared-namespaces'), ['docs', 'faq']);
+    assert.deepEqual(values('cors-origins'), ['""'], '"" still empties a list');
+    /* repeated, each option adds its values */
+    const rep = await h.runCli(['-T', '--upstream', 'http://127.0.0.1:9001', '--upstream', 'http://127.0.0.1:9002 http://127.0.0.1:9003']);
+    assert.equal(rep.code, 0, rep.output);
+    assert.equal((rep.stdout.match(/^upstream http:\/\/127\.0\.0\.1:900[123] +# command line$/gm) || []).length, 3);
+    /* a value that is not a list still takes one value */
+    const one = await h.runCli(['-t', '--upstream-type', 'openai vllm']);
+    assert.notEqual(one.code, 0);
+});
+
 h.test('-t rejects a PROMPTCACHE_ variable that is no key, and suggests the closest', async () => {
     const r = await h.runCli(['-t', writeConf(VALID)], {env: {PROMPTCACHE_CACHE_TL: '60'}});
     assert.equal(r.code, 1, r.output);
