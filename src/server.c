@@ -38,6 +38,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -138,12 +139,20 @@ static void bound_address(int fd, char *out, size_t outlen)
     snprintf(out, outlen, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
 }
 
-static volatile sig_atomic_t sighup_held;
+/*
+ * A lock-free atomic (async-signal-safe), not a volatile sig_atomic_t: the handler runs on
+ * whichever thread the kernel picks (OpenBLAS starts its own during the start), and only
+ * an atomic orders its store with the main thread's read (ThreadSanitizer reported the
+ * race); errno is kept as the interrupted code left it.
+ */
+static atomic_int sighup_held;
 
 static void hold_sighup(int sig)
 {
     (void)sig;
-    sighup_held = 1;
+    int saved = errno;
+    atomic_store_explicit(&sighup_held, 1, memory_order_relaxed);
+    errno = saved;
 }
 
 void server_hold_sighup(void)
@@ -465,10 +474,8 @@ int server_run(const struct conf *c)
     if (start_workers(&s, err, sizeof(err)) < 0)
         goto out;
     /* A SIGHUP that came during the start: the main loop takes it once it runs. */
-    if (sighup_held) {
-        sighup_held = 0;
+    if (atomic_exchange_explicit(&sighup_held, 0, memory_order_relaxed))
         raise(SIGHUP);
-    }
     if (s.dash != NULL)
         dash_start(s.dash);
     if (s.psync != NULL && psync_start(s.psync) < 0) {
