@@ -13,6 +13,8 @@
  *   this instance's purges (fence_mark, fence_mark_all, as they start), the
  *   purge events of every other process on pc:2:vs (fence_follow) ──▶ newer marks
  *   the answer, before its SET ── fence_crossed(exact, since) ──▶ not stored
+ *   a request joining a call in flight ── fence_last(exact) above the call's
+ *   fence_now ──▶ not joined: a call of its own (pc_flight.h, struct flight_fence)
  *
  * A purge's del events say p=1 and which process purged (i, fence_argv_purged):
  * a del event without p=1 drops a vector with its entry (an answer stored
@@ -70,6 +72,12 @@ uint64_t fence_now(const struct fence *f);
 /* The entry of exact is being deleted, or every entry may be. Any thread. */
 void fence_mark(struct fence *f, const unsigned char exact[PC_SHA256_LEN]);
 void fence_mark_all(struct fence *f);
+/*
+ * The mark of the last purge that may have deleted exact's entry (0: none known, or no
+ * fence): an answer whose fetch started from a mark below it was made before that purge.
+ * Any thread.
+ */
+uint64_t fence_last(const struct fence *f, const unsigned char exact[PC_SHA256_LEN]);
 /* Whether exact's entry may have been deleted since the mark since (false without a fence). */
 bool fence_crossed(const struct fence *f, const unsigned char exact[PC_SHA256_LEN], uint64_t since);
 /* The XADD of a purge's del event of one entry, and of its notice (see the top), into a. */

@@ -18,7 +18,9 @@
  * Registered flights live in a table keyed by the request's coalescing key
  * (sharded, one mutex per shard; touched only on cache misses), so identical
  * misses on any worker join one upstream call. A private flight (no key) is
- * the same machinery for a single client (pass-through, bypass).
+ * the same machinery for a single client (pass-through, bypass). A call
+ * begun before a purge of its key (pc_fence.h) is not joined by a request
+ * asked after it (struct flight_fence).
  *
  * Locking: shard mutex before flight mutex. Notify callbacks run on the
  * subscriber's own event_base, never under a lock. Reference counting: the
@@ -30,6 +32,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "pc_api.h"
 #include "pc_util.h"
@@ -67,6 +70,19 @@ struct flight_view {
 
 typedef void flight_notify_fn(struct flight_sub *sub, void *arg);
 
+/*
+ * The purge fences (pc_fence.h) as a subscriber reads them before flight_subscribe: now, the
+ * mark a flight it creates keeps (fence_now: its call begins after it); purged, the mark of
+ * the last purge that may have deleted the key's entry (fence_last). A flight whose mark is
+ * below purged began its call before that purge: its answer, made by the model or with the
+ * prompt the purge was for, is not stored (pc_fence.h), and it is not joined either. Its
+ * subscribers keep it: they asked before the purge (or before this process knew of it).
+ */
+struct flight_fence {
+    uint64_t now;
+    uint64_t purged;
+};
+
 /* Process-wide table, set up before workers start and torn down after. */
 void flight_table_init(void);
 void flight_table_destroy(void);
@@ -83,10 +99,15 @@ void flight_table_destroy(void);
  * this call creates keeps it, so that a subscriber can tell whether the call
  * was made for a request identical to its own (flight_asked_same), beyond
  * the key.
+ *
+ * fence (NULL: no fences, as all zeros) is read for a keyed flight only: a
+ * flight of key whose mark is below fence->purged is not joined; it leaves
+ * the table (its subscribers keep it), and the caller leads a new one, which
+ * keeps fence->now as its mark.
  */
 struct flight_sub *flight_subscribe(const unsigned char *key, const unsigned char *asked,
-                                    struct event_base *base, flight_notify_fn *notify, void *arg,
-                                    bool *leader);
+                                    const struct flight_fence *fence, struct event_base *base,
+                                    flight_notify_fn *notify, void *arg, bool *leader);
 /* Leave; if this was the last subscriber of an unfinished flight, its fetch is aborted. */
 void flight_unsubscribe(struct flight_sub **sub);
 /*

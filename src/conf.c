@@ -302,7 +302,8 @@ static const struct conf_key conf_keys[] = {
              "copied to every waiter as it arrives. Requests that differ only in members the "
              "cache key leaves out (user, metadata, service_tier, ...) share a call too, but a "
              "client error (4xx but 408 and 429) is shared only by requests with a "
-             "byte-identical body: the others make a call of their own."},
+             "byte-identical body: the others make a call of their own. A request asked after "
+             "a purge of its key does not join a call begun before the purge."},
     {.name = "cache-key-headers", .type = CONF_LIST, FIELD(cache_key_headers),
      .def = "anthropic-version anthropic-beta openai-beta openai-organization openai-project",
      .check = check_header_name, .arg = "HEADER", .flags = CONF_RELOAD,

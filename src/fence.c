@@ -77,12 +77,18 @@ void fence_mark_all(struct fence *f)
         raise_to(&f->all, next_mark(f));
 }
 
-bool fence_crossed(const struct fence *f, const unsigned char exact[PC_SHA256_LEN], uint64_t since)
+uint64_t fence_last(const struct fence *f, const unsigned char exact[PC_SHA256_LEN])
 {
     if (f == NULL)
-        return false;
+        return 0;
     struct fence *m = (struct fence *)f; /* the atomics */
-    return atomic_load(&m->all) > since || atomic_load(&m->slot[slot_of(exact)]) > since;
+    uint64_t all = atomic_load(&m->all), one = atomic_load(&m->slot[slot_of(exact)]);
+    return PC_MAX(all, one);
+}
+
+bool fence_crossed(const struct fence *f, const unsigned char exact[PC_SHA256_LEN], uint64_t since)
+{
+    return fence_last(f, exact) > since;
 }
 
 static const unsigned char none[PC_SHA256_LEN]; /* the notice's tenant and key */

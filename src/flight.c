@@ -40,6 +40,9 @@ struct flight {
     /* The creator's request digest (flight_asked_same); set at creation, immutable. */
     bool have_asked;
     unsigned char asked[PC_SHA256_LEN];
+    /* The purge fences' mark when the call began (struct flight_fence); set at creation,
+       immutable. */
+    uint64_t mark;
 
     /* Everything below is under mu. */
     enum flight_state state;
@@ -111,10 +114,12 @@ static void table_unregister(struct flight *fl)
     pthread_mutex_unlock(&sh->mu);
 }
 
-static struct flight *flight_new(const unsigned char *key, const unsigned char *asked)
+static struct flight *flight_new(const unsigned char *key, const unsigned char *asked,
+                                 uint64_t mark)
 {
     struct flight *fl = pc_calloc(1, sizeof(*fl));
     fl->magic = FLIGHT_MAGIC;
+    fl->mark = mark;
     pthread_mutex_init(&fl->mu, NULL);
     if (key != NULL) {
         fl->keyed = true;
@@ -204,26 +209,29 @@ static struct flight_sub *attach_locked(struct flight *fl, struct event_base *ba
 }
 
 static struct flight_sub *subscribe_keyed(const unsigned char *key, const unsigned char *asked,
-                                          struct event_base *base, flight_notify_fn *notify,
-                                          void *arg, bool *leader)
+                                          const struct flight_fence *fence, struct event_base *base,
+                                          flight_notify_fn *notify, void *arg, bool *leader)
 {
     struct shard *sh = shard_of(key);
     struct flight_sub *sub = NULL;
+    uint64_t purged = fence != NULL ? fence->purged : 0;
     pthread_mutex_lock(&sh->mu);
     for (struct flight *f = sh->head; f != NULL; f = f->tnext) {
         if (memcmp(f->key, key, PC_SHA256_LEN) != 0)
             continue;
         pthread_mutex_lock(&f->mu);
-        bool joinable = !f->abandoned && f->state != FLIGHT_DONE && !f->trim;
+        /* Not when torn down, nor when its call began before a purge of the key (the
+           subscribers it has keep it): start afresh. */
+        bool joinable = !f->abandoned && f->state != FLIGHT_DONE && !f->trim && f->mark >= purged;
         if (joinable)
             sub = attach_locked(f, base, notify, arg);
         pthread_mutex_unlock(&f->mu);
         if (!joinable)
-            table_remove_locked(sh, f); /* being torn down: start afresh */
+            table_remove_locked(sh, f);
         break;
     }
     if (sub == NULL) {
-        struct flight *fl = flight_new(key, asked);
+        struct flight *fl = flight_new(key, asked, fence != NULL ? fence->now : 0);
         fl->registered = true;
         fl->tnext = sh->head;
         sh->head = fl;
@@ -237,13 +245,13 @@ static struct flight_sub *subscribe_keyed(const unsigned char *key, const unsign
 }
 
 struct flight_sub *flight_subscribe(const unsigned char *key, const unsigned char *asked,
-                                    struct event_base *base, flight_notify_fn *notify, void *arg,
-                                    bool *leader)
+                                    const struct flight_fence *fence, struct event_base *base,
+                                    flight_notify_fn *notify, void *arg, bool *leader)
 {
     *leader = false;
     if (key != NULL)
-        return subscribe_keyed(key, asked, base, notify, arg, leader);
-    struct flight *fl = flight_new(NULL, asked);
+        return subscribe_keyed(key, asked, fence, base, notify, arg, leader);
+    struct flight *fl = flight_new(NULL, asked, 0);
     pthread_mutex_lock(&fl->mu);
     struct flight_sub *sub = attach_locked(fl, base, notify, arg);
     pthread_mutex_unlock(&fl->mu);

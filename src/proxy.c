@@ -25,7 +25,9 @@
  * An error of the proxy's own in any step, and the client hanging up, go to
  * DONE at once. A request that joined another's call goes back from DELIVER
  * to FETCH, for a call of its own, when that call was refused for a body
- * other than its own (refused_for_another), before any of it was sent.
+ * other than its own (refused_for_another), before any of it was sent. FETCH
+ * does not join a call begun before a purge of the request's key
+ * (flight_fence_of).
  *
  * A step returns STEP_NEXT once it has set the next state, or STEP_WAIT when
  * an operation it started will re-enter the driver (or the request is over).
@@ -50,6 +52,7 @@
 #include "pc_cors.h"
 #include "pc_dialect.h"
 #include "pc_entry.h"
+#include "pc_fence.h"
 #include "pc_fetch.h"
 #include "pc_flight.h"
 #include "pc_httpd.h"
@@ -1745,6 +1748,28 @@ static void start_fetch(struct preq *r)
     r->ops->fetch_start(w, flight_sub_flight(r->sub), &fr);
 }
 
+/*
+ * The purge fences (pc_fence.h) for the flight: a call begun before a purge of this
+ * request's key (one entry's, or any other purge: it may delete every key) brings the
+ * answer the purge was for. A request asked after the purge does not join it (its client,
+ * having purged, asks again for an answer made since): it makes its own call, which later
+ * requests may join. One that joined before the purge keeps the call's answer, as the
+ * call's own client does: both asked before it. A call's mark is taken as it begins, not
+ * at its lookup: a call begun after the purge brings an answer made after it, even when
+ * its lookup came before (that answer is not stored, its ticket's mark is the lookup's, but
+ * it is a fresh one, to be shared). A purge that lands between the two reads is either one
+ * this request asked before (it may join a call begun before it) or one that keeps later
+ * requests out of the call it leads: never an answer made before it served after it.
+ */
+static struct flight_fence flight_fence_of(const struct preq *r)
+{
+    const struct fence *f = r->w->fence;
+    struct flight_fence fence;
+    fence.purged = fence_last(f, r->keys.exact);
+    fence.now = fence_now(f);
+    return fence;
+}
+
 /* FETCH: join an identical call in flight, or lead a new one; the flight's news drive DELIVER. */
 static enum step step_fetch(struct preq *r)
 {
@@ -1754,8 +1779,9 @@ static enum step step_fetch(struct preq *r)
     unsigned char fkey[PC_SHA256_LEN];
     bool leader = false;
     const unsigned char *key = flight_key(r, fkey);
-    r->sub = flight_subscribe(key, key != NULL ? asked_digest(r) : NULL, w->base, preq_on_flight, r,
-                              &leader);
+    struct flight_fence fence = key != NULL ? flight_fence_of(r) : (struct flight_fence){0};
+    r->sub = flight_subscribe(key, key != NULL ? asked_digest(r) : NULL, &fence, w->base,
+                              preq_on_flight, r, &leader);
     r->state = PREQ_DELIVER;
     r->share_checked = r->alone; /* a call shared only with this very body */
     if (leader) {

@@ -91,6 +91,79 @@ for (const [what, via, purge] of CASES) {
     });
 }
 
+/*
+ * A request asked after a purge does not join an identical call made before it. Coalescing
+ * let it join: it was served that call's answer, made by the model or with the prompt the
+ * purge was for (a MISS, not stored, but served to a client that had just purged and asked
+ * again). It makes a call of its own, which later requests share as any; a request that
+ * joined before the purge asked before it, and keeps the answer of the call it joined.
+ * The calls go through A; the purge through A, through B or from the command line, and A has
+ * applied its events before the request after it is sent.
+ */
+const JOIN_CASES = [
+    ['everything', 'A', () => http(() => A, '/admin/cache')],
+    ['everything', 'B', () => http(() => B, '/admin/cache')],
+    ['one tenant', 'A', (t) => http(() => A, `/admin/cache?tenant=${t.tenant}`)],
+    ['one model', 'B', () => http(() => B, `/admin/cache?model=${h.CHAT_MODEL}`)],
+    ['one model', 'the command line', () => cli('--model', h.CHAT_MODEL)],
+    ['its entry', 'A', (t) => http(() => A, `/admin/cache/entries/${t.id}`)],
+    ['its entry', 'B', (t) => http(() => B, `/admin/cache/entries/${t.id}`)],
+];
+for (const [what, via, purge] of JOIN_CASES) {
+    h.test(`a request asked after ${what} is purged through ${via} does not join the call made before`, async () => {
+        const cred = h.bearer(`sk-purge-join-${h.uniq('k').split(' ')[1]}`);
+        const body = h.chatBody(h.uniq(`join ${what} ${via}`));
+        /* the entry's id: a no-store MISS names it and stores nothing */
+        const probe = await A.post(CHAT, body, {...cred, 'cache-control': 'no-store'});
+        h.assertFromUpstream(probe, env.mock);
+        const t = {id: probe.headers['x-cache-key'], tenant: probe.headers['x-cache-key'].slice(0, 16)};
+        const holdBefore = h.uniq('hold').replace(' ', '-');
+        const holdAfter = h.uniq('hold').replace(' ', '-');
+        const coalesced = async () => (await A.stats()).coalesced;
+        const calls = env.mock.callCount(CHAT);
+        try {
+            const first = A.post(CHAT, body, {...cred, 'x-mock-hold': holdBefore});
+            await env.mock.waitForHold(holdBefore);
+            let joined = await coalesced();
+            const early = A.post(CHAT, body, cred);
+            await h.waitFor(async () => (await coalesced()) > joined, {what: 'a request joining before the purge'});
+            const events = (await A.stats()).l1_events;
+            await purge(t)();
+            if (via !== 'A') /* A has applied the purge's events */
+                await h.waitFor(async () => (await A.stats()).l1_events > events, {what: 'A to apply the purge'});
+            joined = await coalesced();
+            const late = A.post(CHAT, body, {...cred, 'x-mock-hold': holdAfter});
+            await h.waitFor(async () => env.mock.callCount(CHAT) > calls + 1 || (await coalesced()) > joined,
+                {what: 'the request asked after the purge to join a call or make one'});
+            assert.equal(await coalesced(), joined, 'asked after the purge, it joined the call made before');
+            assert.equal(env.mock.callCount(CHAT), calls + 2, 'a call of its own');
+            /* its call is shared as any */
+            joined = await coalesced();
+            const later = A.post(CHAT, body, cred);
+            await h.waitFor(async () => (await coalesced()) > joined, {what: 'a later request joining the new call'});
+            env.mock.release(holdBefore);
+            env.mock.release(holdAfter);
+            const [a, e, l, l2] = await Promise.all([first, early, late, later]);
+            for (const r of [a, e, l, l2]) {
+                assert.equal(r.status, 200, r.text);
+                h.assertFromUpstream(r, env.mock);
+            }
+            const made = (r) => h.answerSeq(h.chatText(r.json));
+            assert.equal(made(e), made(a), 'joined before the purge: the answer of the call it joined');
+            assert.notEqual(made(l), made(a), 'asked after the purge: served the answer made before it');
+            assert.equal(made(l2), made(l), 'the later request shared the new call');
+            assert.equal(env.mock.callCount(CHAT), calls + 2);
+            /* the answer made after the purge is the one stored */
+            const hit = await B.post(CHAT, body, {...cred, 'cache-control': 'no-store'});
+            h.assertHit(hit);
+            assert.equal(made(hit), made(l));
+        } finally {
+            env.mock.release(holdBefore);
+            env.mock.release(holdAfter);
+        }
+    });
+}
+
 /* A first call (nothing stored under its key) in flight when another instance purges a model. */
 h.test('a first call in flight when its model is purged through another instance is not stored', async () => {
     const body = h.chatBody(h.uniq('race first call'));

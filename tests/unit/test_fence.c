@@ -45,6 +45,29 @@ static void test_mark_all(void)
     fence_destroy(&f);
 }
 
+/* The last purge of a key's entry: its slot's delete or a flush, whichever came later. */
+static void test_last(void)
+{
+    struct fence *f = fence_create();
+    unsigned char a[PC_SHA256_LEN], b[PC_SHA256_LEN];
+    key(a, 5, 0x33);
+    key(b, 6, 0x44);
+    T_CHECK_INT(fence_last(f, a), 0);
+    fence_mark(f, a);
+    uint64_t one = fence_now(f);
+    T_CHECK_INT(fence_last(f, a), one);
+    T_CHECK_INT(fence_last(f, b), 0); /* another slot */
+    fence_mark_all(f);
+    uint64_t all = fence_now(f);
+    T_CHECK_INT(fence_last(f, a), all);
+    T_CHECK_INT(fence_last(f, b), all);
+    /* crossed since a mark exactly when the last purge came after it */
+    T_CHECK(fence_crossed(f, a, one));
+    T_CHECK(!fence_crossed(f, a, all));
+    T_CHECK_INT(fence_last(NULL, a), 0);
+    fence_destroy(&f);
+}
+
 /* Without a fence (the cache off) nothing is ever crossed. */
 static void test_none(void)
 {
@@ -157,6 +180,7 @@ int main(void)
 {
     T_RUN(test_key_marks);
     T_RUN(test_mark_all);
+    T_RUN(test_last);
     T_RUN(test_none);
     T_RUN(test_notice);
     T_RUN(test_events);

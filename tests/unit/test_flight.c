@@ -63,9 +63,9 @@ static void test_join_and_late_joiner(void)
     struct event_base *base = event_base_new();
     struct reader a = {0}, b = {0}, c = {0};
     bool leader = false;
-    a.sub = flight_subscribe(key_a, NULL, base, on_notify, &a, &leader);
+    a.sub = flight_subscribe(key_a, NULL, NULL, base, on_notify, &a, &leader);
     T_CHECK(leader);
-    b.sub = flight_subscribe(key_a, NULL, base, on_notify, &b, &leader);
+    b.sub = flight_subscribe(key_a, NULL, NULL, base, on_notify, &b, &leader);
     T_CHECK(!leader);
     struct flight *fl = flight_sub_flight(a.sub);
     T_CHECK(fl == flight_sub_flight(b.sub));
@@ -82,7 +82,7 @@ static void test_join_and_late_joiner(void)
     run(base);
     T_CHECK_INT(a.got.len, 6);
     /* A late joiner still sees the whole answer. */
-    c.sub = flight_subscribe(key_a, NULL, base, on_notify, &c, &leader);
+    c.sub = flight_subscribe(key_a, NULL, NULL, base, on_notify, &c, &leader);
     T_CHECK(!leader);
     flight_append(fl, "world", 5);
     flight_finish(fl, 0, NULL);
@@ -97,7 +97,7 @@ static void test_join_and_late_joiner(void)
 
     /* Finished flights leave the table: the next subscriber leads a new one. */
     struct reader d = {0};
-    d.sub = flight_subscribe(key_a, NULL, base, on_notify, &d, &leader);
+    d.sub = flight_subscribe(key_a, NULL, NULL, base, on_notify, &d, &leader);
     T_CHECK(leader);
     flight_finish(flight_sub_flight(d.sub), 0, NULL);
     flight_unsubscribe(&d.sub);
@@ -122,18 +122,77 @@ static void test_asked_same(void)
     unsigned char mine[PC_SHA256_LEN] = {7}, other[PC_SHA256_LEN] = {8};
     struct reader a = {0}, b = {0}, c = {0};
     bool leader = false;
-    a.sub = flight_subscribe(key_a, mine, base, on_notify, &a, &leader);
+    a.sub = flight_subscribe(key_a, mine, NULL, base, on_notify, &a, &leader);
     T_CHECK(leader);
-    b.sub = flight_subscribe(key_a, other, base, on_notify, &b, &leader);
+    b.sub = flight_subscribe(key_a, other, NULL, base, on_notify, &b, &leader);
     T_CHECK(!leader);
     T_CHECK(flight_asked_same(b.sub, mine));
     T_CHECK(!flight_asked_same(b.sub, other));
-    c.sub = flight_subscribe(NULL, NULL, base, on_notify, &c, &leader);
+    c.sub = flight_subscribe(NULL, NULL, NULL, base, on_notify, &c, &leader);
     T_CHECK(leader);
     T_CHECK(!flight_asked_same(c.sub, mine)); /* none given: never the same */
     flight_unsubscribe(&a.sub);
     flight_unsubscribe(&b.sub);
     flight_unsubscribe(&c.sub);
+    event_base_free(base);
+}
+
+/*
+ * A flight whose call began before a purge of its key (its mark below the joiner's purged) is
+ * not joined: the joiner leads a new flight, which takes the old one's place in the table,
+ * while the old one's subscribers keep it. One whose call began at or after the purge is.
+ */
+static void test_fenced(void)
+{
+    struct event_base *base = event_base_new();
+    struct reader a = {0}, b = {0}, c = {0}, d = {0};
+    bool leader = false;
+    struct flight_fence before = {.now = 4, .purged = 2};
+    a.sub = flight_subscribe(key_a, NULL, &before, base, on_notify, &a, &leader);
+    T_CHECK(leader);
+    b.sub = flight_subscribe(key_a, NULL, &before, base, on_notify, &b, &leader);
+    T_CHECK(!leader); /* asked before the purge: joins */
+    struct flight *old = flight_sub_flight(a.sub);
+    flight_get(old); /* the fetch's reference */
+
+    struct flight_fence after = {.now = 5, .purged = 5}; /* a purge marked 5 */
+    c.sub = flight_subscribe(key_a, NULL, &after, base, on_notify, &c, &leader);
+    T_CHECK(leader);
+    struct flight *fresh = flight_sub_flight(c.sub);
+    T_CHECK(fresh != old);
+    flight_get(fresh);
+    d.sub = flight_subscribe(key_a, NULL, &after, base, on_notify, &d, &leader);
+    T_CHECK(!leader); /* the new call began after the purge: joined */
+    T_CHECK(flight_sub_flight(d.sub) == fresh);
+
+    flight_set_head(old, 200, NULL, 0, "up:1");
+    flight_append(old, "before", 6);
+    flight_finish(old, 0, NULL);
+    flight_set_head(fresh, 200, NULL, 0, "up:1");
+    flight_append(fresh, "after", 5);
+    flight_finish(fresh, 0, NULL);
+    run(base);
+    T_CHECK_STR(pc_buf_cstr(&a.got), "before");
+    T_CHECK_STR(pc_buf_cstr(&b.got), "before");
+    T_CHECK_STR(pc_buf_cstr(&c.got), "after");
+    T_CHECK_STR(pc_buf_cstr(&d.got), "after");
+    T_CHECK(a.done && b.done && c.done && d.done);
+
+    /* Without fences (NULL, as zeros) a flight is always joinable. */
+    struct reader e = {0}, g = {0};
+    e.sub = flight_subscribe(key_a, NULL, NULL, base, on_notify, &e, &leader);
+    T_CHECK(leader);
+    g.sub = flight_subscribe(key_a, NULL, NULL, base, on_notify, &g, &leader);
+    T_CHECK(!leader);
+    flight_finish(flight_sub_flight(e.sub), 0, NULL);
+
+    struct reader *all[] = {&a, &b, &c, &d, &e, &g};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        flight_unsubscribe(&all[i]->sub);
+        pc_buf_free(&all[i]->got);
+    }
+    flight_put(&old);
+    flight_put(&fresh);
     event_base_free(base);
 }
 
@@ -155,7 +214,7 @@ static void test_pause_resume(void)
     struct event *abort_ev = event_new(base, -1, 0, on_abort, NULL);
     struct lazy lz = {0};
     bool leader;
-    struct flight_sub *sub = flight_subscribe(NULL, NULL, base, on_lazy, &lz, &leader);
+    struct flight_sub *sub = flight_subscribe(NULL, NULL, NULL, base, on_lazy, &lz, &leader);
     struct flight *fl = flight_sub_flight(sub);
     flight_get(fl);
     flight_fetch_bind(fl, resume, abort_ev);
@@ -200,7 +259,7 @@ static void test_trim(void)
     struct event_base *base = event_base_new();
     struct reader rd = {0};
     bool leader;
-    rd.sub = flight_subscribe(NULL, NULL, base, on_notify, &rd, &leader);
+    rd.sub = flight_subscribe(NULL, NULL, NULL, base, on_notify, &rd, &leader);
     struct flight *fl = flight_sub_flight(rd.sub);
     flight_get(fl);
     flight_set_head(fl, 200, NULL, 0, "up");
@@ -244,7 +303,7 @@ static void *remote_main(void *arg)
 {
     struct remote *rm = arg;
     bool leader;
-    rm->rd.sub = flight_subscribe(key_a, NULL, rm->base, on_remote, rm, &leader);
+    rm->rd.sub = flight_subscribe(key_a, NULL, NULL, rm->base, on_remote, rm, &leader);
     pthread_mutex_lock(&rm->mu);
     rm->subscribed = true;
     pthread_cond_signal(&rm->cv);
@@ -259,7 +318,7 @@ static void test_cross_thread(void)
     struct event_base *base = event_base_new();
     struct reader local = {0};
     bool leader;
-    local.sub = flight_subscribe(key_a, NULL, base, on_notify, &local, &leader);
+    local.sub = flight_subscribe(key_a, NULL, NULL, base, on_notify, &local, &leader);
     T_CHECK(leader);
     struct flight *fl = flight_sub_flight(local.sub);
     flight_get(fl);
@@ -308,6 +367,7 @@ int main(void)
     flight_table_init();
     T_RUN(test_join_and_late_joiner);
     T_RUN(test_asked_same);
+    T_RUN(test_fenced);
     T_RUN(test_pause_resume);
     T_RUN(test_trim);
     T_RUN(test_cross_thread);

@@ -11,6 +11,7 @@
 #include "pc_cache.h"
 #include "pc_conf.h"
 #include "pc_entry.h"
+#include "pc_fence.h"
 #include "pc_fetch.h"
 #include "pc_flight.h"
 #include "pc_httpd.h"
@@ -305,7 +306,8 @@ struct fake_fetch {
 
 static struct fake_fetch ff[FAKE_FETCHES];
 static int nff;
-/* Answers a fetch stored: as fetch.c's on_done, a call that ended well with a ticket. */
+/* Answers a fetch stored: as fetch.c's on_done, a call that ended well with a ticket not
+ * fenced (no purge since its lookup). */
 static int nstores;
 static struct event_base *base;
 
@@ -357,7 +359,7 @@ static void upstream_end(struct fake_fetch *f, int result, const char *errmsg)
     struct api_usage u = {.present = true, .prompt = 11, .completion = 7};
     if (result == 0)
         flight_set_usage(f->fl, &u);
-    if (result == 0 && f->ticket != NULL && !f->abandoned)
+    if (result == 0 && f->ticket != NULL && !f->abandoned && !cache_fenced(fc.real, f->ticket))
         nstores++;
     flight_finish(f->fl, result, errmsg);
     flight_fetch_bind(f->fl, NULL, NULL);
@@ -412,7 +414,8 @@ static void world_up(int argc, char **argv)
     wk.base = base;
     wk.memo = memo_create();
     wk.id_prefix = 0x7e57;
-    struct cache_opts co = {.conf = conf, .base = base, .stats = &wk.stats};
+    wk.fence = fence_create();
+    struct cache_opts co = {.conf = conf, .base = base, .stats = &wk.stats, .fence = wk.fence};
     memset(&fc, 0, sizeof(fc));
     fc.real = cache_create(&co);
     fc.ready = true;
@@ -434,6 +437,7 @@ static void world_down(void)
     T_CHECK_INT((int64_t)wk.stats.v[STAT_requests_active], 0); /* every request freed */
     cache_ticket_free(&fc.ticket);
     cache_destroy(&fc.real);
+    fence_destroy(&wk.fence);
     memo_destroy(&wk.memo);
     event_base_free(base);
     base = NULL;
@@ -1446,6 +1450,95 @@ static void test_refusal_left_then_gone(void)
     fake_req_free(&b);
 }
 
+/* ---- a purge between two identical requests ----------------------------------------------- */
+
+#define ANSWER_AFTER                                                                         \
+    "{\"id\":\"c2\",\"object\":\"chat.completion\",\"created\":2,\"model\":\"gpt-4o-mini\"," \
+    "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"made "      \
+    "since\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":11,"                 \
+    "\"completion_tokens\":7,\"total_tokens\":18}}"
+
+enum purge_kind {
+    PURGE_ALL,   /* a flush, or any purge but one entry's (pc_fence.h) */
+    PURGE_ENTRY, /* the request's own entry */
+    PURGE_OTHER, /* another entry: no purge of this key */
+};
+
+static void purge_now(enum purge_kind kind)
+{
+    unsigned char other[PC_SHA256_LEN];
+    memcpy(other, fc.exact, PC_SHA256_LEN);
+    for (int i = 0; i < 8; i++)
+        other[i]++; /* another slot, whatever the byte order (test_fence) */
+    if (kind == PURGE_ALL)
+        fence_mark_all(wk.fence);
+    else
+        fence_mark(wk.fence, kind == PURGE_ENTRY ? fc.exact : other);
+}
+
+/*
+ * a's call is in flight, b joined it; then a purge. c, asked after it, used to join a's call
+ * and get its answer, made before the purge (by the model or with the prompt the purge was
+ * for). Now c makes its own call, which d joins; a and b keep the answer of the call they
+ * asked for before the purge. Only c's answer is stored. A purge of another entry changes
+ * nothing: c joins a's call. lookup_first: c's lookup began before the purge, and its call
+ * after: it does not join either (its call's answer is made after the purge), and its ticket
+ * does not store (pc_fence.h: its lookup came before the purge).
+ */
+static void check_purge_between(enum purge_kind kind, bool lookup_first)
+{
+    world_default();
+    struct httpd_req a, b, c, d;
+    serve_miss(&a, CHAT_BODY);
+    serve_miss(&b, CHAT_BODY);
+    T_CHECK_INT(nff, 1);
+    T_CHECK_INT(stat(STAT_coalesced), 1);
+    if (lookup_first) {
+        chat_request(&c, CHAT_BODY);
+        proxy_serve(&wk, &c, &fake_ops);
+        purge_now(kind);
+        struct cache_result miss = {.outcome = CACHE_MISS};
+        lookup_complete(&miss);
+    } else {
+        purge_now(kind);
+        serve_miss(&c, CHAT_BODY);
+    }
+    bool fenced = kind != PURGE_OTHER;
+    T_CHECK_INT(nff, fenced ? 2 : 1);
+    T_CHECK_INT(stat(STAT_coalesced), fenced ? 1 : 2);
+    serve_miss(&d, CHAT_BODY);
+    T_CHECK_INT(nff, fenced ? 2 : 1); /* d joins the call made after the purge */
+    T_CHECK_INT(stat(STAT_coalesced), fenced ? 2 : 3);
+    upstream_answer(&ff[0], 200, "application/json", ANSWER_JSON);
+    if (nff == 2)
+        upstream_answer(&ff[1], 200, "application/json", ANSWER_AFTER);
+    settle();
+    struct httpd_req *all[] = {&a, &b, &c, &d};
+    for (size_t i = 0; i < 4; i++) {
+        T_CHECK(all[i]->finished && !all[i]->aborted);
+        T_CHECK_INT(all[i]->status, 200);
+        T_CHECK_STR(reply_header(all[i], "X-Cache-Status"), "MISS");
+        T_CHECK_INT(all[i]->violations, 0);
+    }
+    T_CHECK_STR(pc_buf_cstr(&a.out), ANSWER_JSON);
+    T_CHECK_STR(pc_buf_cstr(&b.out), ANSWER_JSON);
+    T_CHECK_STR(pc_buf_cstr(&c.out), fenced ? ANSWER_AFTER : ANSWER_JSON);
+    T_CHECK_STR(pc_buf_cstr(&d.out), fenced ? ANSWER_AFTER : ANSWER_JSON);
+    T_CHECK_INT(nstores, fenced && lookup_first ? 0 : 1);
+    world_down();
+    for (size_t i = 0; i < 4; i++)
+        fake_req_free(all[i]);
+}
+
+static void test_purge_between(void)
+{
+    check_purge_between(PURGE_ALL, false);
+    check_purge_between(PURGE_ENTRY, false);
+    check_purge_between(PURGE_OTHER, false);
+    check_purge_between(PURGE_ALL, true);
+    check_purge_between(PURGE_ENTRY, true);
+}
+
 /* ---- the error bound's held-back candidates -------------------------------------------- */
 
 /*
@@ -1527,6 +1620,7 @@ int main(void)
     T_RUN(test_abort_mid_fetch);
     T_RUN(test_coalesced_joiner_aborts);
     T_RUN(test_coalesced_leader_aborts);
+    T_RUN(test_purge_between);
     T_RUN(test_refusal_not_shared);
     T_RUN(test_refusal_joined_late);
     T_RUN(test_refusal_shared);
