@@ -182,16 +182,22 @@ h.test('a first call in flight when its model is purged through another instance
 
 /*
  * A call made after a purge is stored, also when it was asked for before the purging instance
- * (or another) read the purge's events back: the purger set its fences as the purge started,
- * and a notice read by the others came before any delete. Its own events, read again, held
- * back such a call (memo.test.js missed a hit now and then): a few calls asked for at once
- * after each purge, held until both instances have read its events, are all stored.
+ * read the purge's events back, or before the other one read its flush event: the purger set
+ * its fences as the purge started, and the notice, read by the other before its lookups here,
+ * came before any delete. Its own events, read again, held back such a call (memo.test.js
+ * missed a hit now and then): a few calls asked for at once after each purge, held until both
+ * instances have read its events, are all stored. (The other instance must have read the
+ * notice before it looks up: read after, it holds the answer back, as it must, since it cannot
+ * tell that answer from one asked for before the purge: the follower's lag, pc_fence.h.)
  */
 h.test('calls asked for right after a purge are stored, whichever instance read its events when', async () => {
     for (const via of ['A', 'B']) {
         const before = await Promise.all([A, B].map(async (p) => (await p.stats()).l1_events));
         const r = await del(via === 'A' ? A : B, '/admin/cache');
         assert.equal(r.status, 200, r.text);
+        /* the purge's notice, read by both (the first of its events on the stream) */
+        await h.waitFor(async () => (await Promise.all([A, B].map(async (p) => (await p.stats()).l1_events)))
+            .every((n, i) => n >= before[i] + 1), {what: 'both instances to read the purge\'s notice'});
         const hold = h.uniq('hold').replace(' ', '-');
         const bodies = Array.from({length: 4}, (_, i) => h.chatBody(h.uniq(`after a purge through ${via} ${i}`)));
         const calls = env.mock.callCount(CHAT);
