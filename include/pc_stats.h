@@ -45,6 +45,10 @@
     ACTION(l1_checks_failed, counter,                                                              \
            "L1 items dropped because their Redis key no longer held them (deleted or changed by "  \
            "hand, seen by the look at a hit item's key once a second)")                            \
+    ACTION(l1_set_events_held, counter,                                                            \
+           "Answers written to a Redis Cluster whose primary held their SET past 20 x "            \
+           "redis-timeout on a live connection: their L1 event waited (asked again) for the SET "  \
+           "to run")                                                                               \
     ACTION(request_memo_hits, counter,                                                             \
            "Cacheable requests whose keys came from the worker's memo of bodies (no JSON parse)")  \
     ACTION(cache_misses, counter, "Cacheable requests looked up and not found")                    \

@@ -662,23 +662,54 @@ static void on_compared(void *arg)
     put_done(p);
 }
 
+/*
+ * How many EXISTS a set event sends at most behind its SET, each given store_write_bg_cb's
+ * time (20 x redis-timeout: 30 s in all at the default 50 ms). A timed-out one stays owed
+ * on the connection until the primary answers, so the wait is bounded; past it the event
+ * goes as if the SET had run.
+ */
+#define SET_EVENT_ASKS 30
+
 /* A set event waiting for its entry's SET to have run on its primary (cluster://). */
 struct set_event {
     struct store *store;
+    struct stats *stats;
+    unsigned asks; /* EXISTS sent so far */
     unsigned char tenant[VINDEX_TENANT_LEN];
     unsigned char exact[PC_SHA256_LEN];
+    char key[ENTRY_KEY_MAX]; /* the entry's Redis key */
 };
 
+static void on_set_ran(void *arg, enum store_status st, long long n);
+
+/* Send the EXISTS behind the SET (again); -1 if it could not be sent. */
+static int set_event_ask(struct set_event *e)
+{
+    const char *argv[] = {"EXISTS", e->key};
+    const size_t lens[] = {6, strlen(e->key)};
+    e->asks++;
+    return store_write_bg_cb(e->store, 2, argv, lens, on_set_ran, e) != NULL ? 0 : -1;
+}
+
 /*
- * The command sent after the SET on its connection is answered, so the SET has run (or, a
- * failure or a timeout, may have): the event goes now, whatever the answer (a closing store
- * refuses it).
+ * The command sent after the SET on its connection is answered, so the SET has run: the
+ * event goes now. Failed (the connection lost: Redis drops the SET it had not run with it;
+ * an error reply: answered, so after the SET), it goes too. Timed out, the SET may still be
+ * held (CLIENT PAUSE WRITE) on a connection that lives on, so the event waits: EXISTS is
+ * sent again, to the node of the key (the same connection; another one only if that was
+ * lost or the slot moved, and then the held SET never runs), up to SET_EVENT_ASKS times.
+ * A closing store refuses both the ask and the event.
  */
 static void on_set_ran(void *arg, enum store_status st, long long n)
 {
-    (void)st;
     (void)n;
     struct set_event *e = arg;
+    if (st == STORE_TIMEOUT && e->asks < SET_EVENT_ASKS) {
+        if (e->asks == 1)
+            stats_incr(e->stats, STAT_l1_set_events_held);
+        if (set_event_ask(e) == 0)
+            return;
+    }
     vsync_store_entry_set(e->store, e->tenant, e->exact);
     free(e);
 }
@@ -692,6 +723,8 @@ static void on_set_ran(void *arg, enum store_status st, long long n)
  * that applied it and then read the old answer kept that in its L1 after the refresh had
  * landed, for the rest of the old answer's TTL. There it goes once a command sent after the
  * SET on the SET's connection is answered: Redis answers a connection's commands in order.
+ * A primary that holds the SET longer than that command's time, on a connection that lives
+ * on, is asked again (on_set_ran): an event sent on that timeout did the same harm.
  */
 static void publish_set(struct cache *c, const struct cache_ticket *t)
 {
@@ -702,13 +735,13 @@ static void publish_set(struct cache *c, const struct cache_ticket *t)
         vsync_store_entry_set(c->store, tenant, t->exact);
         return;
     }
-    struct set_event *e = pc_malloc(sizeof(*e));
+    struct set_event *e = pc_calloc(1, sizeof(*e));
     e->store = c->store;
+    e->stats = c->stats;
     memcpy(e->tenant, tenant, VINDEX_TENANT_LEN);
     memcpy(e->exact, t->exact, PC_SHA256_LEN);
-    const char *argv[] = {"EXISTS", t->key};
-    const size_t lens[] = {6, strlen(t->key)};
-    if (store_write_bg_cb(c->store, 2, argv, lens, on_set_ran, e) == NULL)
+    snprintf(e->key, sizeof(e->key), "%s", t->key);
+    if (set_event_ask(e) < 0)
         on_set_ran(e, STORE_ERR, 0); /* its primary went away since: the event as before */
 }
 

@@ -10,7 +10,9 @@
  * key holds an answer of the same length is never found out by its check).
  *
  * A primary that holds writes back (CLIENT PAUSE WRITE, which a failover
- * issues) keeps the SET away as long as the test needs.
+ * issues) keeps the SET away as long as the test needs. The event waits for
+ * an answer to a command sent behind the SET; that command timing out while
+ * the connection lives on (lookups keep it busy) is no answer.
  */
 const assert = require('node:assert/strict');
 const h = require('./lib');
@@ -131,3 +133,198 @@ for (const mode of ['acked', 'timed out']) {
         }
     });
 }
+
+/*
+ * The vector member lists' one-time build (the first instance's, at start) is over: it writes
+ * on every primary, and a write of it held by a pause would be another held SET.
+ */
+async function listsBuilt() {
+    const mark = 'pc:2:pm-ready';
+    await h.waitFor(async () => String(await cluster.command((await cluster.ownerOf(mark)).port,
+        'GET', mark)) === '1', {what: 'the member lists built', timeout: 20000});
+}
+
+/* The id of the client whose SET the node at port holds back (CLIENT PAUSE WRITE), or null. */
+async function heldSet(port) {
+    const list = String(await cluster.command(port, 'CLIENT', 'LIST')).split('\n');
+    const line = list.find((l) => /flags=b\b.*cmd=set\b/.test(l));
+    return line ? /\bid=(\d+)/.exec(line)[1] : null;
+}
+
+/*
+ * n bodies for each primary but the stream's, whose keys live there: looked up (misses, not
+ * stored), they keep the proxy's connection to that node busy while it holds writes back
+ * (Redis takes the bytes of a client whose SET it holds: the stall watch sees it alive).
+ */
+async function busyBodies(proxy, streamNode, n) {
+    const on = {};
+    for (const {port} of await cluster.primaries())
+        if (port !== streamNode)
+            on[port] = [];
+    for (let i = 0; i < 200 && Object.values(on).some((l) => l.length < n); i++) {
+        const b = h.chatBody(h.uniq('cluster l1 keep busy'));
+        const r = await proxy.post(CHAT, b, {...EXACT, 'cache-control': 'no-store'});
+        h.assertFromUpstream(r, env.mock);
+        const port = (await cluster.ownerOf(entryKey(r.headers['x-cache-key']))).port;
+        if (on[port] && on[port].length < n)
+            on[port].push(b);
+    }
+    assert.ok(Object.values(on).every((l) => l.length === n), `${n} keys on each primary`);
+    return on;
+}
+
+/*
+ * The bodies looked up in turn, one every everyMs whatever their answers take (a lookup
+ * held behind the SET waits its redis-timeout: loops that each waited for their last answer
+ * would send together, then fall silent for a whole window), until the returned stop() is
+ * awaited.
+ */
+function keepBusy(proxy, bodies, everyMs = 20) {
+    const inflight = new Set();
+    let i = 0;
+    const timer = setInterval(() => {
+        const p = proxy.post(CHAT, bodies[i++ % bodies.length],
+            {...EXACT, 'cache-control': 'no-store'}).catch(() => {});
+        inflight.add(p);
+        p.finally(() => inflight.delete(p));
+    }, everyMs);
+    return () => {
+        clearInterval(timer);
+        return Promise.all(inflight);
+    };
+}
+
+const digits = (n) => String(n).length;
+
+/*
+ * An answer stored by proxy on another primary than the stream's, the last call to the mock,
+ * numbered so that a refresh's (the next call or so) has as many digits: then both entries
+ * have one length. {body, key, old (the response), entryNode}.
+ */
+async function entryOffStream(proxy, streamNode) {
+    for (let i = 0; i < 60; i++) {
+        const body = h.chatBody(h.uniq('cluster l1 held refresh'));
+        const old = await proxy.post(CHAT, body);
+        h.assertFromUpstream(old, env.mock);
+        const key = entryKey(old.headers['x-cache-key']);
+        const n = h.answerSeq(h.chatText(old.json));
+        const entryNode = (await cluster.ownerOf(key)).port;
+        if (entryNode !== streamNode && digits(n) === digits(n + 10))
+            return {body, key, old, entryNode};
+    }
+    assert.fail('no entry on another primary than the stream');
+}
+
+/*
+ * With the writer's redis-timeout short, the EXISTS it sends behind its SET times out (20 x
+ * 150 ms) while the primary still holds the SET, and its lookups of other keys there keep
+ * the connection alive through the pause. The set event sent on that timeout was read before
+ * the SET ran: the reader that applied it read the old answer again, kept it in its L1, and
+ * served it after the refresh had landed (the two of one length: its check missed it).
+ */
+h.test('a refresh whose SET its primary holds past the EXISTS behind it, on a live connection: ' +
+    'the old answer does not stay in an L1', {timeout: 120000}, async () => {
+    cluster = await startCluster({primaries: 3, replicas: 0});
+    try {
+        const reader = await startOne();
+        const writer = await startOne(['--redis-timeout', '150']);
+        await listsBuilt();
+        const streamNode = (await cluster.ownerOf(STREAM)).port;
+        const busy = await busyBodies(writer, streamNode, 8);
+        const {body, key, old, entryNode} = await entryOffStream(writer, streamNode);
+        const oldLen = await cluster.command(entryNode, 'STRLEN', key);
+        const events0 = (await reader.stats()).l1_events;
+        const held0 = (await writer.stats()).l1_set_events_held || 0;
+        const base = await lastId(streamNode);
+        const applied = (sets) => h.waitFor(async () => {
+            const ev = await eventsAfter(streamNode, base, key);
+            return ev.sets >= sets && (await reader.stats()).l1_events - events0 >= ev.l1;
+        }, {what: 'the reader to apply the stream\'s events', timeout: 20000});
+
+        await cluster.command(entryNode, 'CLIENT', 'PAUSE', '60000', 'WRITE');
+        let stop = null, refresh, client;
+        try {
+            stop = keepBusy(writer, busy[entryNode]);
+            refresh = await writer.post(CHAT, body, {'cache-control': 'no-cache'});
+            h.assertFromUpstream(refresh, env.mock, 'REFRESH');
+            client = await h.waitFor(() => heldSet(entryNode), {what: 'the SET held'});
+            /* The EXISTS behind the SET timed out: the event went (as it did), or waits. */
+            await h.waitFor(async () => (await eventsAfter(streamNode, base, key)).sets > 0 ||
+                ((await writer.stats()).l1_set_events_held || 0) > held0,
+            {what: 'the EXISTS behind the SET to time out', timeout: 20000});
+            await applied(0);
+            /* Redis still holds the old answer: the reader serves it, into its L1. */
+            const r = await reader.post(CHAT, body, {...EXACT, 'cache-control': 'no-store'});
+            h.assertHit(r);
+            assert.equal(h.chatText(r.json), h.chatText(old.json));
+            await h.waitFor(async () => {
+                const hits = (await reader.stats()).l1_hits;
+                await reader.post(CHAT, body, {...EXACT, 'cache-control': 'no-store'});
+                return (await reader.stats()).l1_hits > hits;
+            }, {what: 'the old answer in the reader\'s L1'});
+            /* The SET is still held, on the connection it came on: it was never dropped. */
+            assert.equal(await heldSet(entryNode), client, 'the SET held on its connection');
+        } finally {
+            await cluster.command(entryNode, 'CLIENT', 'UNPAUSE');
+            if (stop)
+                await stop();
+        }
+        assert.doesNotMatch(writer.proc.output, new RegExp(`lost connection to [^\\n]*:${entryNode}\\b`));
+        await h.waitFor(async () => String(await cluster.command(entryNode, 'GET', key))
+            .includes(h.chatText(refresh.json)), {what: 'Redis to hold the refreshed answer'});
+        assert.equal(await cluster.command(entryNode, 'STRLEN', key), oldLen,
+            'the refreshed entry as long as the old one (else the L1\'s check finds it out)');
+        await applied(1);
+        const after = await reader.post(CHAT, body, {...EXACT, 'cache-control': 'no-store'});
+        assert.equal(after.status, 200, after.text);
+        assert.equal(h.chatText(after.json), h.chatText(refresh.json),
+            `the refreshed answer, not the old one (${after.headers['x-cache-status']})`);
+        assert.ok((await writer.stats()).l1_set_events_held > held0, 'the event waited');
+    } finally {
+        await Promise.all(env.proxies.splice(0).map((p) => p.stop(5000)));
+        await cluster.stop();
+    }
+});
+
+/*
+ * A writer stopped while its set event waits for a held SET: the EXISTS owed on the
+ * connection is completed by the store's teardown, nothing is left (ASan), it exits 0, and
+ * Redis drops the SET with the connection (so no event was owed).
+ */
+h.test('a writer stopped while its set event waits for a held SET exits cleanly', {timeout: 120000},
+    async () => {
+        cluster = await startCluster({primaries: 3, replicas: 0});
+        try {
+            const writer = await startOne(['--redis-timeout', '150']);
+            await listsBuilt();
+            const streamNode = (await cluster.ownerOf(STREAM)).port;
+            const busy = await busyBodies(writer, streamNode, 8);
+            const {body, key, old, entryNode} = await entryOffStream(writer, streamNode);
+            const held0 = (await writer.stats()).l1_set_events_held;
+            await cluster.command(entryNode, 'CLIENT', 'PAUSE', '60000', 'WRITE');
+            let stop = null;
+            try {
+                stop = keepBusy(writer, busy[entryNode]);
+                const refresh = await writer.post(CHAT, body, {'cache-control': 'no-cache'});
+                h.assertFromUpstream(refresh, env.mock, 'REFRESH');
+                await h.waitFor(() => heldSet(entryNode), {what: 'the SET held'});
+                await h.waitFor(async () => (await writer.stats()).l1_set_events_held > held0,
+                    {what: 'the set event to wait', timeout: 20000});
+                const exited = writer.stop(15000);
+                await stop();
+                stop = null;
+                assert.equal(await exited, 0, 'the writer\'s exit status');
+                await h.waitFor(async () => await heldSet(entryNode) === null,
+                    {what: 'Redis to drop the held SET with its connection'});
+            } finally {
+                await cluster.command(entryNode, 'CLIENT', 'UNPAUSE');
+                if (stop)
+                    await stop();
+            }
+            assert.ok(String(await cluster.command(entryNode, 'GET', key)).includes(h.chatText(old.json)),
+                'Redis holds the old answer: the held SET never ran');
+        } finally {
+            await Promise.all(env.proxies.splice(0).map((p) => p.stop(5000)));
+            await cluster.stop();
+        }
+    });
