@@ -145,8 +145,9 @@ enum dialect_usage { DIALECT_USAGE_OFF, DIALECT_USAGE_ON, DIALECT_USAGE_REQUIRED
  * or what RFC 8259 refuses, whose text cJSON would end early): it serves the
  * mode it was stored in only. A
  * recording without usage is DIALECT_OTHER_MODE_ONLY too when usage is
- * DIALECT_USAGE_REQUIRED: it may lack what the upstream would send that
- * client.
+ * DIALECT_USAGE_REQUIRED, and always for a JSON client of a dialect whose
+ * streams carry usage on request (its JSON answers always do): it may lack
+ * what the upstream would send that client.
  */
 #define DIALECT_OTHER_MODE_ONLY (-2)
 int dialect_answer(enum api_endpoint e, bool recorded, const char *body, size_t len, bool stream,

@@ -64,8 +64,9 @@
     ACTION(cache_other_mode_only, counter,                                                         \
            "Entries found but not served in the mode asked for, which would change them (a "       \
            "Messages JSON answer whose tool input numbers a stream would not carry as written, "   \
-           "a JSON answer naming a member twice, or, with stream-usage off, a stream recorded "    \
-           "without usage for a client that asks for it): a miss")                                 \
+           "a JSON answer naming a member twice, a chat or completions stream recorded "           \
+           "without usage for a JSON client, or, with stream-usage off, for a stream client "      \
+           "that asks for usage): a miss")                                                         \
     ACTION(coalesced, counter, "Requests that joined an identical in-flight upstream call")        \
     ACTION(coalesce_retries, counter,                                                              \
            "Of coalesced, requests that made a call of their own after all: the call they joined " \

@@ -161,7 +161,14 @@ static bool cut_by_cjson(const char *s, size_t n)
            !pc_json_strict(s, n, why, sizeof(why));
 }
 
-/* A recorded stream as the JSON answer it assembles to. */
+/*
+ * A recorded stream as the JSON answer it assembles to. A JSON answer always
+ * carries its usage, where streams of dialects that send usage on request
+ * (OpenAI chat and completions) carry it only when asked: a recording
+ * without it (the proxy did not ask, stream-usage no, or the upstream sends
+ * none in streams) would make an answer without the usage the upstream's
+ * own JSON answer has. It serves stream clients only.
+ */
 static int answer_assemble(enum api_endpoint e, const char *rec, size_t len, struct pc_buf *out)
 {
     if (memmem(rec, len, "\\u0000", 6) != NULL)
@@ -169,6 +176,10 @@ static int answer_assemble(enum api_endpoint e, const char *rec, size_t len, str
     cJSON *resp = dialect_assemble(e, rec, len, NULL);
     if (resp == NULL)
         return -1;
+    if (dialect_usage_on_request(dialect_of(e)) && !cJSON_IsObject(item(resp, "usage"))) {
+        cJSON_Delete(resp);
+        return DIALECT_OTHER_MODE_ONLY;
+    }
     char *s = cJSON_PrintUnformatted(resp);
     cJSON_Delete(resp);
     if (s == NULL)

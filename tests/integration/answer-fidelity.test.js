@@ -228,6 +228,7 @@ h.test('chat stream served as JSON: parallel tool calls in two choices, interlea
         call(0, 0, {function: {arguments: '1}'}}),
         call(1, 1, {function: {arguments: '2]'}}),
         chatChunk([{index: 1, delta: {}, finish_reason: 'tool_calls'}, {index: 0, delta: {}, finish_reason: 'tool_calls'}]),
+        chatChunk([], {usage: {prompt_tokens: 5, completion_tokens: 4, total_tokens: 9}}),
         '[DONE]',
     ]);
     const body = h.chatBody(h.uniq('fidelity parallel choices'), {n: 2});
@@ -295,6 +296,7 @@ h.test('chat and completions streams served as JSON keep a choice\'s other membe
             stop_reason: null, content_filter_results: CHOICE_EXTRA.content_filter_results, token_ids: [7]}]),
         chatChunk([{index: 0, delta: {content: 'ne.'}, logprobs: null, finish_reason: 'stop', ...CHOICE_EXTRA,
             token_ids: [8, 9]}]),
+        chatChunk([], {usage: {prompt_tokens: 5, completion_tokens: 4, total_tokens: 9}}),
         '[DONE]',
     ]);
     const body = h.chatBody(h.uniq('fidelity choice extras stream'));
@@ -307,6 +309,8 @@ h.test('chat and completions streams served as JSON keep a choice\'s other membe
             choices: [{index: 0, text: 'Do', logprobs: null, finish_reason: null, stop_reason: null}]}),
         JSON.stringify({id: 'cmpl-x', object: 'text_completion', created: 1, model: 'llama',
             choices: [{index: 0, text: 'ne.', logprobs: null, finish_reason: 'stop', stop_reason: 128009}]}),
+        JSON.stringify({id: 'cmpl-x', object: 'text_completion', created: 1, model: 'llama', choices: [],
+            usage: {prompt_tokens: 2, completion_tokens: 2, total_tokens: 4}}),
         '[DONE]',
     ]);
     const cbody = h.completionBody(h.uniq('fidelity choice extras completions'));
@@ -329,6 +333,7 @@ h.test('a tool call\'s other members (Gemini\'s extra_content thought signature)
     const raw = sse([
         chatChunk([{index: 0, delta: {role: 'assistant', tool_calls: [{index: 0, ...call}]}, finish_reason: null}]),
         chatChunk([{index: 0, delta: {}, finish_reason: 'tool_calls'}]),
+        chatChunk([], {usage: {prompt_tokens: 5, completion_tokens: 4, total_tokens: 9}}),
         '[DONE]',
     ]);
     const {json} = await streamThenJson(CHAT, h.chatBody(h.uniq('fidelity gemini stream')), raw);
@@ -832,6 +837,47 @@ h.test('a stream recorded without usage is no answer for a client that asks for 
     const plain = await proxy.post(CHAT, {...body, stream: true});
     h.assertHit(plain);
     assert.equal(assembleOpenAI(plain.text).usage, null, 'and without it for a client that did not ask');
+});
+
+/*
+ * A chat or completions JSON answer always carries its usage; a stream
+ * carries it only when asked. A stream recorded without usage (stream-usage
+ * no and a client that did not ask, or an upstream that sends none in
+ * streams) is no JSON answer: assembled, it would lack the usage the
+ * upstream's own JSON answer has. A JSON client goes to the upstream (a
+ * MISS, counted in cache_other_mode_only), and its answer then serves both.
+ */
+h.test('a stream recorded without usage is no JSON answer: the upstream\'s JSON has usage', async () => {
+    const proxy = await env.startProxy({args: ['--stream-usage', 'no']});
+    for (const [path, body] of [[CHAT, h.chatBody(h.uniq('fidelity json from no usage'))],
+        [COMPLETIONS, h.completionBody(h.uniq('fidelity json from no usage completions'))]]) {
+        const first = await proxy.post(path, {...body, stream: true});
+        assert.equal(first.status, 200);
+        assert.equal(assembleOpenAI(first.text).usage, null, `${path}: the upstream was not asked for usage`);
+        const calls = env.mock.callCount(path);
+        const s0 = await proxy.stats();
+        const j = await proxy.post(path, body);
+        assert.equal(j.status, 200);
+        assert.ok(j.json.usage && j.json.usage.total_tokens > 0, `${path}: a JSON client gets usage`);
+        assert.equal(j.headers['x-cache-status'], 'MISS', `${path}: from the upstream`);
+        assert.equal(env.mock.callCount(path), calls + 1);
+        assert.equal((await proxy.stats()).cache_other_mode_only, s0.cache_other_mode_only + 1);
+        const again = await proxy.post(path, body);
+        h.assertHit(again);
+        assert.deepEqual(again.json.usage, j.json.usage, `${path}: then from the cache, with usage`);
+    }
+
+    /* stream-usage yes, an upstream whose streams carry no usage although asked. */
+    const raw = sse([
+        chatChunk([{index: 0, delta: {role: 'assistant', content: 'No usage here.'}, finish_reason: null}]),
+        chatChunk([{index: 0, delta: {}, finish_reason: 'stop'}]),
+        '[DONE]',
+    ]);
+    const body = h.chatBody(h.uniq('fidelity json from upstream without usage'));
+    h.assertFromUpstream(await post(CHAT, {...body, stream: true}, {'x-mock-sse': b64(raw)}), env.mock);
+    const j = await post(CHAT, body);
+    assert.ok(j.json.usage && j.json.usage.total_tokens > 0, 'a JSON client gets usage');
+    assert.equal(j.headers['x-cache-status'], 'MISS');
 });
 
 /* ------------------------------------------------------------------------ */

@@ -268,6 +268,10 @@ h.test('messages with tools: eager_input_streaming does not split a stream from 
  * alone). A JSON client served from that recording gets the whole audio, as
  * the upstream's JSON answer would have it.
  */
+/* The usage chunk a chat stream ends with when asked for usage (the proxy asks: stream-usage). */
+const usageChunk = (id, model) => `data: ${JSON.stringify({id, object: 'chat.completion.chunk', created: 1, model,
+    choices: [], usage: {prompt_tokens: 5, completion_tokens: 4, total_tokens: 9}})}\n\n`;
+
 h.test('chat with audio: stream first, then JSON from the cache has the whole audio', async () => {
     const chunk = (delta, finish = null) => `data: ${JSON.stringify({id: 'chatcmpl-audio',
         object: 'chat.completion.chunk', created: 1, model: 'gpt-4o-audio-preview',
@@ -279,6 +283,7 @@ h.test('chat with audio: stream first, then JSON from the cache has the whole au
         + chunk({audio: {data: 'AAAA'}})
         + chunk({audio: {expires_at: 1760000000}})
         + chunk({}, 'stop')
+        + usageChunk('chatcmpl-audio', 'gpt-4o-audio-preview')
         + 'data: [DONE]\n\n';
     const body = h.chatBody(h.uniq('audio stream'));
     const headers = {'x-mock-sse': Buffer.from(sse).toString('base64')};
@@ -307,7 +312,7 @@ h.test('chat: top-level members beyond OpenAI\'s survive a stream served as JSON
         created: 1, citations: CITATIONS, search_results: [{title: 'A', url: CITATIONS[0]}],
         object: 'chat.completion.chunk', choices: [{index: 0, delta, finish_reason: finish}]})}\n\n`;
     const sse = chunk({role: 'assistant', content: 'Sunny [1]'}) + chunk({content: ' and warm [2].'})
-        + chunk({}, 'stop') + 'data: [DONE]\n\n';
+        + chunk({}, 'stop') + usageChunk('chatcmpl-cite', 'sonar') + 'data: [DONE]\n\n';
     const body = h.chatBody(h.uniq('citations stream'));
     const headers = {'x-mock-sse': Buffer.from(sse).toString('base64')};
     assert.equal((await env.proxy.post(CHAT, {...body, stream: true}, headers)).status, 200);

@@ -23,6 +23,9 @@ const EVENTS = [
     chunk({content: ', framed'}),
     chunk({content: ' world.'}),
     chunk({}, 'stop'),
+    /* The usage chunk the proxy asks for (stream-usage): a JSON answer carries usage. */
+    JSON.stringify({id: 'chatcmpl-framing', object: 'chat.completion.chunk', created: 1, model: 'gpt-4o-mini',
+        choices: [], usage: {prompt_tokens: 3, completion_tokens: 4, total_tokens: 7}}),
 ];
 const TEXT = 'Hello, framed world.';
 

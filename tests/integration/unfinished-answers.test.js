@@ -48,6 +48,7 @@ function completionStream(finish) {
     return [
         data({...base, choices: [{index: 0, text: 'once upon', logprobs: null, finish_reason: null}]}),
         data({...base, choices: [{index: 0, text: ' a time', logprobs: null, finish_reason: finish}]}),
+        data({...base, choices: [], usage: {prompt_tokens: 5, completion_tokens: 3, total_tokens: 8}}),
         'data: [DONE]\n\n',
     ];
 }

@@ -1040,6 +1040,35 @@ static void test_replay(void)
     pc_buf_free(&out);
 }
 
+/*
+ * A chat recording as a JSON answer: only with its usage (a JSON answer always
+ * has it); without, it serves stream clients only.
+ */
+static void test_answer_json_needs_usage(void)
+{
+    char *rec = q(chat_stream);
+    struct pc_buf out = PC_BUF_INIT, bare = PC_BUF_INIT;
+    T_CHECK_INT(dialect_answer(API_CHAT, true, rec, strlen(rec), false, DIALECT_USAGE_OFF, &out),
+                0);
+    T_CHECK(strstr(pc_buf_cstr(&out), "\"prompt_tokens\":19") != NULL);
+    T_CHECK_INT(dialect_replay(API_CHAT, rec, strlen(rec), false, &bare), 0); /* no usage chunk */
+    out.len = 0;
+    T_CHECK_INT(dialect_answer(API_CHAT, true, bare.data, bare.len, false, DIALECT_USAGE_OFF, &out),
+                DIALECT_OTHER_MODE_ONLY);
+    T_CHECK_INT(out.len, 0);
+    T_CHECK_INT(dialect_answer(API_CHAT, true, bare.data, bare.len, true, DIALECT_USAGE_OFF, &out),
+                0);
+    free(rec);
+    /* Anthropic streams always carry usage: nothing is asked of them. */
+    rec = q(an_stream);
+    out.len = 0;
+    T_CHECK_INT(
+        dialect_answer(API_MESSAGES, true, rec, strlen(rec), false, DIALECT_USAGE_OFF, &out), 0);
+    free(rec);
+    pc_buf_free(&out);
+    pc_buf_free(&bare);
+}
+
 /* --- Responses API -------------------------------------------------------- */
 
 static void test_responses_assemble(void)
@@ -1531,6 +1560,7 @@ int main(void)
     T_RUN(test_synth_anthropic_events);
     T_RUN(test_synth_rejects);
     T_RUN(test_replay);
+    T_RUN(test_answer_json_needs_usage);
     T_RUN(test_usage_filter);
     T_RUN(test_usage_filter_bound);
     T_RUN(test_usage_scan);
