@@ -50,6 +50,9 @@
  * safety_identifier. The Responses API (/v1/responses) excludes only stream
  * and stream_options: its answer echoes the others, and "store" decides
  * whether the answer's id can be used as a previous_response_id later.
+ * stream_options.continuous_usage_stats (vLLM, SGLang: usage in every chunk)
+ * stays in, when on, as the one member of stream_options: it changes what a
+ * stream carries.
  * Left out of each Anthropic tool definition (/v1/messages "tools"):
  * eager_input_streaming, which changes only how a stream delivers the tool
  * input (@ai-sdk/anthropic adds it to every tool of a streamed call).

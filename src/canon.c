@@ -137,6 +137,7 @@ static const char *const canon_ordered[] = {"parameters", "input_schema", "schem
 static const char *const canon_ordered_top[] = {"guided_json", "json_schema", "structured_outputs"};
 
 static void emit_value(struct canon_ctx *ctx, const cJSON *v, struct pc_buf *out);
+static bool flag_on(const cJSON *v);
 static void emit_number(struct canon_ctx *ctx, const cJSON *v, bool float_form, struct pc_buf *out);
 static void emit_object(struct canon_ctx *ctx, const cJSON *obj, struct pc_buf *out,
                         enum canon_filter f, enum api_endpoint e);
@@ -539,12 +540,32 @@ static void emit_tools(struct canon_ctx *ctx, const cJSON *tools, struct pc_buf 
     pc_buf_append_char(out, ']');
 }
 
+/*
+ * stream_options stays out of the key, but for continuous_usage_stats (vLLM,
+ * SGLang: usage in every chunk, running totals): a stream with it is not
+ * what a client that did not ask is sent (no usage in its chunks), nor one
+ * without it what a client that asks is sent. It is kept, as the one member
+ * of stream_options, when on. Returns whether the member was emitted.
+ */
+static bool emit_stream_options(const cJSON *item, bool first, struct pc_buf *out)
+{
+    if (!cJSON_IsObject(item) || !flag_on(api_member(item, "continuous_usage_stats")))
+        return false;
+    if (!first)
+        pc_buf_append_char(out, ',');
+    pc_buf_append_str(out, "\"stream_options\":{\"continuous_usage_stats\":true}");
+    return true;
+}
+
 /* Emit one surviving member (with its leading comma); false if filtered out. */
 static bool emit_member(struct canon_ctx *ctx, const cJSON *item, bool first, struct pc_buf *out,
                         enum canon_filter f, enum api_endpoint e)
 {
     const char *key = member_key(item);
-    if ((f == FILTER_EXACT || f == FILTER_PARTITION) && field_excluded(e, key))
+    bool top = f == FILTER_EXACT || f == FILTER_PARTITION;
+    if (top && strcmp(key, "stream_options") == 0)
+        return emit_stream_options(item, first, out);
+    if (top && field_excluded(e, key))
         return false;
     if (f == FILTER_TURN_STUB && strcmp(key, "content") == 0)
         return false;
@@ -557,7 +578,6 @@ static bool emit_member(struct canon_ctx *ctx, const cJSON *item, bool first, st
         pc_buf_append_char(out, ',');
     pc_buf_json_str(out, key, strlen(key));
     pc_buf_append_char(out, ':');
-    bool top = f == FILTER_EXACT || f == FILTER_PARTITION;
     bool turns = f == FILTER_PARTITION && (e == API_CHAT || e == API_MESSAGES);
     if (top && cJSON_IsNumber(item))
         emit_number(ctx, item, false, out); /* a parameter: 1 and 1.0 ask the same */

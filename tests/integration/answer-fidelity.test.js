@@ -880,6 +880,40 @@ h.test('a stream recorded without usage is no JSON answer: the upstream\'s JSON 
     assert.equal(j.headers['x-cache-status'], 'MISS');
 });
 
+/*
+ * vLLM and SGLang put usage in every chunk of a stream asked with
+ * stream_options.continuous_usage_stats (running totals). A client that did
+ * not ask gets no usage in its chunks from them; one that sums the usage of
+ * every chunk (LangChain adds up usage_metadata) would count the answer's
+ * tokens again with each chunk of such a recording. And a client that asks
+ * must get them: a stream without them is not what the upstream sends it.
+ */
+h.test('a stream with usage in every chunk (continuous_usage_stats) serves only clients that ask for it', async () => {
+    const u = (c) => ({prompt_tokens: 5, completion_tokens: c, total_tokens: 5 + c});
+    const raw = sse([
+        chatChunk([{index: 0, delta: {role: 'assistant', content: ''}, finish_reason: null}], {usage: u(0)}),
+        chatChunk([{index: 0, delta: {content: 'Running'}, finish_reason: null}], {usage: u(1)}),
+        chatChunk([{index: 0, delta: {content: ' totals.'}, finish_reason: null}], {usage: u(2)}),
+        chatChunk([{index: 0, delta: {}, finish_reason: 'stop'}], {usage: u(2)}),
+        chatChunk([], {usage: u(2)}),
+        '[DONE]',
+    ]);
+    const continuous = {stream: true, stream_options: {include_usage: true, continuous_usage_stats: true}};
+    const chunkUsage = (text) => assembleOpenAI(text).chunks.filter((c) => c.choices.length > 0)
+        .map((c) => c.usage).filter((x) => x !== null && x !== undefined);
+    const body = h.chatBody(h.uniq('fidelity continuous usage'));
+    const first = await post(CHAT, {...body, ...continuous}, {'x-mock-sse': b64(raw)});
+    assert.equal(chunkUsage(first.text).length, 4, 'the upstream\'s running totals');
+    for (const extra of [{stream: true}, h.STREAM_WITH_USAGE]) {
+        const plain = await post(CHAT, {...body, ...extra});
+        assert.deepEqual(chunkUsage(plain.text), [], `${JSON.stringify(extra)}: no usage in the chunks of the text`);
+    }
+    const body2 = h.chatBody(h.uniq('fidelity continuous usage asked later'));
+    h.assertFromUpstream(await post(CHAT, {...body2, ...h.STREAM_WITH_USAGE}), env.mock);
+    const asked = await post(CHAT, {...body2, ...continuous}, {'x-mock-sse': b64(raw)});
+    assert.equal(chunkUsage(asked.text).length, 4, 'a client that asks for running totals gets them');
+});
+
 /* ------------------------------------------------------------------------ */
 /* Savings                                                                   */
 

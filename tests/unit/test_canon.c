@@ -595,6 +595,26 @@ static void test_excluded_fields(void)
     }
 }
 
+/*
+ * stream_options.continuous_usage_stats (vLLM, SGLang: usage in every chunk) changes what a
+ * stream carries: it is in the keys when on, the rest of stream_options never is.
+ */
+static void test_continuous_usage_stats(void)
+{
+#define CUS(v)                                                               \
+    BASE_HEAD ",\"stream\":true,\"stream_options\":{\"include_usage\":true," \
+              "\"continuous_usage_stats\":" v "}}"
+    T_CHECK(!exact_eq(&chat, BASE, &chat, CUS("true")));
+    T_CHECK(!part_eq(&chat, BASE, CUS("true")));
+    T_CHECK(exact_eq(&chat, CUS("true"), &chat,
+                     BASE_HEAD ",\"stream_options\":{\"continuous_usage_stats\":1}}"));
+    T_CHECK(exact_eq(&chat, BASE, &chat, CUS("false")));
+    T_CHECK(exact_eq(&chat, BASE, &chat, CUS("null")));
+    T_CHECK(exact_eq(&chat, BASE, &chat, BASE_HEAD ",\"stream_options\":null}"));
+    T_CHECK(exact_eq(&chat, BASE, &chat, BASE_HEAD ",\"stream_options\":[1]}"));
+#undef CUS
+}
+
 /* Anthropic tools: eager_input_streaming changes only the delivery; the rest of a tool counts. */
 static void test_tool_transport_fields(void)
 {
@@ -1080,6 +1100,7 @@ int main(void)
     T_RUN(test_deep_nesting);
     T_RUN(test_built_tree);
     T_RUN(test_excluded_fields);
+    T_RUN(test_continuous_usage_stats);
     T_RUN(test_tool_transport_fields);
     T_RUN(test_answer_changing_fields);
     T_RUN(test_tenant);
