@@ -50,9 +50,19 @@ struct dialect {
     bool (*usage_chunk)(int kind, const cJSON *json);
     /* The answer a complete recording of endpoint e stands for (new cJSON), or NULL. */
     cJSON *(*assemble)(enum api_endpoint e, const char *rec, size_t len);
-    /* Append the stream of answer resp (an object); -1 if resp is no answer of e. */
-    int (*synthesize)(enum api_endpoint e, const cJSON *resp, bool include_usage,
-                      struct pc_buf *out);
+    /*
+     * Append the stream of answer resp (an object); -1 if resp is no answer of e. raw
+     * (may be NULL): the JSON text resp was parsed from, for the dialects whose events
+     * carry the answer, or parts of it, whole (dialect_json_copy).
+     */
+    int (*synthesize)(enum api_endpoint e, const cJSON *resp, const char *raw, size_t raw_len,
+                      bool include_usage, struct pc_buf *out);
+    /*
+     * Append the answer a complete recording stands for as JSON text, where a stream
+     * carries it whole (the Responses API's final event): the upstream's own bytes, every
+     * number as written. 0, or -1 as assemble's NULL. NULL: assemble's answer is printed.
+     */
+    int (*answer_text)(enum api_endpoint e, const char *rec, size_t len, struct pc_buf *out);
     /* Fill u from an answer's "usage" object (u is zeroed; usage is an object). */
     void (*usage)(const cJSON *usage, struct api_usage *u);
     /* Append an error body for status with text (never NULL). */

@@ -66,7 +66,7 @@ int dialect_synthesize(enum api_endpoint e, const cJSON *resp, bool include_usag
     size_t mark = out->len;
     if (!api_streams(e) || !cJSON_IsObject(resp))
         return -1;
-    int rc = dialect_of(e)->synthesize(e, resp, include_usage, out);
+    int rc = dialect_of(e)->synthesize(e, resp, NULL, 0, include_usage, out);
     if (rc < 0)
         out->len = mark;
     return rc;
@@ -173,10 +173,18 @@ static int answer_assemble(enum api_endpoint e, const char *rec, size_t len, str
 {
     if (memmem(rec, len, "\\u0000", 6) != NULL)
         return DIALECT_OTHER_MODE_ONLY; /* its text would end there (events are checked else) */
+    const struct dialect *d = dialect_of(e);
+    if (d->answer_text != NULL) {
+        size_t mark = out->len;
+        int rc = api_streams(e) ? d->answer_text(e, rec, len, out) : -1;
+        if (rc < 0)
+            out->len = mark;
+        return rc;
+    }
     cJSON *resp = dialect_assemble(e, rec, len, NULL);
     if (resp == NULL)
         return -1;
-    if (dialect_usage_on_request(dialect_of(e)) && !cJSON_IsObject(item(resp, "usage"))) {
+    if (dialect_usage_on_request(d) && !cJSON_IsObject(item(resp, "usage"))) {
         cJSON_Delete(resp);
         return DIALECT_OTHER_MODE_ONLY;
     }
@@ -207,7 +215,13 @@ int dialect_answer(enum api_endpoint e, bool recorded, const char *body, size_t 
             cJSON_Delete(resp);
             return DIALECT_OTHER_MODE_ONLY;
         }
-        int rc = resp ? dialect_synthesize(e, resp, include_usage, out) : -1;
+        int rc = -1;
+        if (resp != NULL && api_streams(e) && cJSON_IsObject(resp)) {
+            size_t mark = out->len;
+            rc = dialect_of(e)->synthesize(e, resp, body, len, include_usage, out);
+            if (rc < 0)
+                out->len = mark;
+        }
         cJSON_Delete(resp);
         return rc;
     }
@@ -401,6 +415,27 @@ int64_t dialect_tokens(const cJSON *v)
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
         return 0;
     return (int64_t)fmin(v->valuedouble, DIALECT_TOKENS_MAX);
+}
+
+void dialect_json_copy(struct pc_buf *b, const char *s, size_t n)
+{
+    bool in_str = false;
+    size_t run = 0; /* start of the bytes not copied yet */
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if ((unsigned char)c <= 0x20) {
+            pc_buf_append(b, s + run, i - run);
+            run = i + 1;
+        }
+    }
+    pc_buf_append(b, s + run, n - run);
 }
 
 void dialect_buf_json(struct pc_buf *b, const cJSON *v)

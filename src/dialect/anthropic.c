@@ -504,8 +504,11 @@ static void an_message_delta(struct synth *s, const cJSON *resp)
     pc_buf_free(&b);
 }
 
-static int an_synth(enum api_endpoint e, const cJSON *resp, bool include_usage, struct pc_buf *out)
+static int an_synth(enum api_endpoint e, const cJSON *resp, const char *raw, size_t raw_len,
+                    bool include_usage, struct pc_buf *out)
 {
+    (void)raw; /* numbers are checked as written instead (numbers_as_written) */
+    (void)raw_len;
     const cJSON *content = item(resp, "content"), *b;
     (void)e;
     (void)include_usage; /* always there */

@@ -53,6 +53,12 @@ cJSON *dialect_parse_object(const char *s, size_t n);
 int dialect_index(const cJSON *v, size_t *out);
 /* A token count: a finite non-negative number, else 0; capped far beyond any real count. */
 int64_t dialect_tokens(const cJSON *v);
+/*
+ * Append the JSON text s[0..n) without its white space outside strings (one
+ * SSE data line), every other byte as written: numbers keep their spelling
+ * and digits, strings their escapes. s is JSON a parser accepted.
+ */
+void dialect_json_copy(struct pc_buf *b, const char *s, size_t n);
 /* Append v serialised compactly; NULL is written as null. */
 void dialect_buf_json(struct pc_buf *b, const cJSON *v);
 /* Length of the next synthesised piece of s[0..n): 16..64 bytes, extended to a UTF-8 boundary. */

@@ -1005,8 +1005,11 @@ static int cmpl_choice(struct synth *s, const cJSON *ch, size_t pos)
     return 0;
 }
 
-static int oa_synth(enum api_endpoint e, const cJSON *resp, bool include_usage, struct pc_buf *out)
+static int oa_synth(enum api_endpoint e, const cJSON *resp, const char *raw, size_t raw_len,
+                    bool include_usage, struct pc_buf *out)
 {
+    (void)raw; /* each chunk says a piece of the answer: written anew */
+    (void)raw_len;
     const cJSON *choices = item(resp, "choices"), *usage = item(resp, "usage");
     if (!cJSON_IsArray(choices) || cJSON_GetArraySize(choices) == 0)
         return -1;

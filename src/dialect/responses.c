@@ -7,12 +7,20 @@
  * shape. Every stream carries usage.
  *
  *   events --rs_on_event--> the response of the final event (nothing before
- *            it needs accumulating: the SDK's stream helper takes it too)
+ *            it needs accumulating: the SDK's stream helper takes it too);
+ *            as JSON text, its bytes as the upstream wrote them (rs_answer_text)
  *   answer --rs_synth--> created, in_progress, each output item (added, its
  *            parts' text or a call's arguments in delta events, done), then
  *            completed or incomplete with the whole response
+ *
+ * What an event carries whole (an item when it is done, the response when it
+ * is finished) is the upstream's own text, not cJSON's print of it: a
+ * response echoes the request's settings as the API's Python serialiser
+ * writes them ("temperature": 1.0, a tool's schema as given), and Python
+ * clients read 1.0 and 1 apart.
  */
 #include "dialect_int.h"
+#include "pc_jedit.h"
 
 #include <stdio.h>
 
@@ -77,6 +85,26 @@ static int rs_on_event(void *arg, int k, const struct sse_event *ev, const cJSON
     return 0;
 }
 
+/* The final event's response as JSON text: its bytes in the event's data. */
+static int rs_on_event_text(void *arg, int k, const struct sse_event *ev, const cJSON *j)
+{
+    struct pc_buf *out = arg;
+    struct jspan root, resp;
+    if (k != SSE_DONE)
+        return 0;
+    if (!rs_usable(item(j, "response")) || !jedit_value(ev->data, ev->data_len, 0, &root) ||
+        !jedit_member(ev->data, &root, "response", NULL, &resp))
+        return -1;
+    pc_buf_append(out, ev->data + resp.start, resp.end - resp.start);
+    return 0;
+}
+
+static int rs_answer_text(enum api_endpoint e, const char *rec, size_t len, struct pc_buf *out)
+{
+    (void)e;
+    return sse_walk(rs_classify, rec, len, rs_on_event_text, out);
+}
+
 static cJSON *rs_assemble(enum api_endpoint e, const char *rec, size_t len)
 {
     cJSON *out = NULL;
@@ -95,6 +123,7 @@ struct rs_synth {
     struct pc_buf *out;
     uint32_t seed; /* piece sizes (dialect_piece_len) */
     unsigned seq;
+    const char *raw; /* the response's JSON text, or NULL: events carry cJSON's print */
 };
 
 /* A new event: "type" and "sequence_number" come first, filled in by rs_emit. */
@@ -115,6 +144,20 @@ static void rs_emit(struct rs_synth *r, const char *type, cJSON *ev)
     dialect_buf_json(r->out, ev);
     pc_buf_append_str(r->out, "\n\n");
     cJSON_Delete(ev);
+}
+
+/*
+ * `event: TYPE` + `data: {"type":TYPE,"sequence_number":N,MORE"KEY":VALUE}`, VALUE
+ * the text raw[v] as written (rs_emit's layout, with a value the upstream wrote).
+ */
+static void rs_emit_raw(struct rs_synth *r, const char *type, const char *more, const char *key,
+                        const struct jspan *v)
+{
+    pc_buf_printf(r->out,
+                  "event: %s\ndata: {\"type\":\"%s\",\"sequence_number\":%u,%s\"%s\":", type, type,
+                  r->seq++, more, key);
+    dialect_json_copy(r->out, r->raw + v->start, v->end - v->start);
+    pc_buf_append_str(r->out, "}\n\n");
 }
 
 /* An event object with the item's id (when it has one) and its output index. */
@@ -274,7 +317,7 @@ static void rs_arguments(struct rs_synth *r, const cJSON *it, size_t out_idx)
  * progress, its streamed members empty), what streams inside it, and
  * output_item.done with the item as the answer has it.
  */
-static void rs_item(struct rs_synth *r, const cJSON *it, size_t out_idx)
+static void rs_item(struct rs_synth *r, const cJSON *it, size_t out_idx, const struct jspan *raw)
 {
     const char *type = str_of(item(it, "type"));
     bool message = type != NULL && strcmp(type, "message") == 0;
@@ -299,10 +342,39 @@ static void rs_item(struct rs_synth *r, const cJSON *it, size_t out_idx)
         rs_parts(r, it, out_idx, "content", false);
     if (call)
         rs_arguments(r, it, out_idx);
+    if (raw != NULL) {
+        char more[40];
+        snprintf(more, sizeof(more), "\"output_index\":%zu,", out_idx);
+        rs_emit_raw(r, "response.output_item.done", more, "item", raw);
+        return;
+    }
     ev = rs_event();
     obj_set(ev, "output_index", chk(cJSON_CreateNumber((double)out_idx)));
     obj_set(ev, "item", json_dup(it));
     rs_emit(r, "response.output_item.done", ev);
+}
+
+/*
+ * The spans of the response's text and of its output items, when the text is
+ * the answer cJSON read (raw non-NULL, as many items as resp has); false if not.
+ */
+static bool rs_raw_spans(const char *raw, size_t raw_len, const cJSON *resp, struct jspan *root,
+                         struct jspan **items)
+{
+    struct jspan output, el;
+    size_t n = (size_t)cJSON_GetArraySize(item(resp, "output")), cursor = 0, i = 0;
+    *items = NULL;
+    if (raw == NULL || !jedit_value(raw, raw_len, 0, root) ||
+        !jedit_member(raw, root, "output", NULL, &output) || !jedit_is_array(raw, &output) ||
+        jedit_count(raw, &output) != n)
+        return false;
+    *items = pc_malloc((n ? n : 1) * sizeof(**items));
+    while (i < n && jedit_next(raw, &output, &cursor, NULL, &el))
+        (*items)[i++] = el;
+    if (i == n)
+        return true;
+    PC_FREE(items);
+    return false;
 }
 
 /* The response as it looks while it starts: in progress, no output, no usage yet. */
@@ -328,7 +400,8 @@ static void rs_start(struct rs_synth *r, const cJSON *resp)
  * each output item, then response.completed (or .incomplete) with the whole
  * response, which is what rs_assemble takes back.
  */
-static int rs_synth(enum api_endpoint e, const cJSON *resp, bool include_usage, struct pc_buf *out)
+static int rs_synth(enum api_endpoint e, const cJSON *resp, const char *raw, size_t raw_len,
+                    bool include_usage, struct pc_buf *out)
 {
     const cJSON *output = item(resp, "output"), *it;
     const char *status = str_of(item(resp, "status"));
@@ -336,17 +409,26 @@ static int rs_synth(enum api_endpoint e, const cJSON *resp, bool include_usage, 
     (void)include_usage; /* always there */
     if (!rs_usable(resp))
         return -1;
-    struct rs_synth r = {out, DIALECT_PIECE_SEED, 0};
+    struct jspan root, *items = NULL;
+    bool as_written = rs_raw_spans(raw, raw_len, resp, &root, &items);
+    struct rs_synth r = {out, DIALECT_PIECE_SEED, 0, as_written ? raw : NULL};
     rs_start(&r, resp);
     size_t i = 0;
     cJSON_ArrayForEach(it, output)
     {
-        rs_item(&r, it, i++);
+        rs_item(&r, it, i, as_written ? &items[i] : NULL);
+        i++;
+    }
+    free(items);
+    const char *type =
+        strcmp(status, "incomplete") == 0 ? "response.incomplete" : "response.completed";
+    if (as_written) {
+        rs_emit_raw(&r, type, "", "response", &root);
+        return 0;
     }
     cJSON *ev = rs_event();
     obj_set(ev, "response", json_dup(resp));
-    rs_emit(&r, strcmp(status, "incomplete") == 0 ? "response.incomplete" : "response.completed",
-            ev);
+    rs_emit(&r, type, ev);
     return 0;
 }
 
@@ -368,6 +450,7 @@ const struct dialect dialect_responses = {
     .classify = rs_classify,
     .assemble = rs_assemble,
     .synthesize = rs_synth,
+    .answer_text = rs_answer_text,
     .usage = rs_usage,
     .error_body = dialect_openai_error_body,
 };

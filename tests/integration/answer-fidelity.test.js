@@ -648,6 +648,45 @@ h.test('responses stream served as JSON is its final response; the stream replay
     assert.deepEqual(h.parseSSE(again), h.parseSSE(miss));
 });
 
+/*
+ * A response echoes the request's settings as the API's Python serialiser
+ * writes them: "temperature": 1.0, "top_p": 1.0, a tool's JSON schema as
+ * given ("minimum": 0.0). Python clients read 1.0 as a float and 1 as an
+ * int: the other mode keeps the upstream's spelling of every number, in the
+ * final event a stream client reads and in the JSON answer made of a stream.
+ */
+const RESP_NUMBERS = ['"temperature":1.0', '"top_p":1.0', '"minimum":0.0', '"maximum":12345678901234567890'];
+
+function responseWithNumbers(id, text) {
+    return `{"id":"${id}","object":"response","created_at":1700000009,"status":"completed","error":null,`
+        + '"incomplete_details":null,"model":"gpt-x","output":[{"id":"msg_n","type":"message","status":"completed",'
+        + `"role":"assistant","content":[{"type":"output_text","text":"${text}","logprobs":[],"annotations":[]}]}],`
+        + '"temperature":1.0,"top_p":1.0,"tools":[{"type":"function","name":"f","parameters":{"type":"object",'
+        + '"properties":{"x":{"type":"number","minimum":0.0,"maximum":12345678901234567890}}},"strict":false}],'
+        + '"usage":{"input_tokens":3,"output_tokens":2,"total_tokens":5}}';
+}
+
+h.test('responses served in the other mode keep the upstream\'s spelling of numbers', async () => {
+    const raw = responseWithNumbers('resp_num1', 'Numbers.');
+    const body = {model: 'gpt-x', input: h.uniq('fidelity responses numbers json')};
+    const {stream} = await jsonThenStream(RESPONSES, body, raw);
+    const completed = h.parseSSE(stream).map((e) => e.data).find((d) => d.includes('"response.completed"'));
+    for (const lit of RESP_NUMBERS)
+        assert.ok(completed.includes(lit), `stream made of the JSON answer: ${lit} as written`);
+
+    const resp = responseWithNumbers('resp_num2', 'Streamed.');
+    const ev = (type, seq, more) => `event: ${type}\ndata: {"type":"${type}","sequence_number":${seq}${more}}\n\n`;
+    const rec = ev('response.created', 0, `,"response":${resp.replace('"status":"completed"', '"status":"in_progress"')}`)
+        + ev('response.completed', 1, `,"response":${resp}`);
+    const sbody = {model: 'gpt-x', input: h.uniq('fidelity responses numbers stream')};
+    const {json} = await streamThenJson(RESPONSES, sbody, rec);
+    assert.equal(json.output[0].content[0].text, 'Streamed.');
+    const j = await post(RESPONSES, sbody);
+    h.assertHit(j);
+    for (const lit of RESP_NUMBERS)
+        assert.ok(j.text.includes(lit), `JSON answer made of the stream: ${lit} as written`);
+});
+
 /* An upstream that answers every request with these JSON bytes. */
 async function fixedUpstream(answer) {
     const upstream = http.createServer((req, res) => {

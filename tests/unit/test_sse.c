@@ -1246,6 +1246,47 @@ static void test_responses_synth(void)
     pc_buf_free(&out);
 }
 
+/*
+ * What a Responses stream carries whole (a done item, the finished response) is the
+ * upstream's text: numbers as written (1.0, digits past 2^53), white space dropped; and a
+ * stream's final response is the JSON answer as it wrote it.
+ */
+static void test_responses_as_written(void)
+{
+    static const char resp[] =
+        "{\n  \"id\": \"resp_w\", \"object\": \"response\", \"status\": \"completed\",\n"
+        "  \"output\": [{\"id\": \"msg_w\", \"type\": \"message\", \"status\": \"completed\", "
+        "\"role\": \"assistant\", \"content\": [{\"type\": \"output_text\", \"text\": \"a "
+        "b\\u00e9\","
+        " \"annotations\": [], \"logprobs\": [{\"token\": \"a\", \"logprob\": -0.0}]}]}],\n"
+        "  \"temperature\": 1.0, \"top_p\": 1E0, \"seed\": 12345678901234567890,\n"
+        "  \"usage\": {\"input_tokens\": 1, \"output_tokens\": 2}\n}";
+    struct pc_buf out = PC_BUF_INIT, json = PC_BUF_INIT;
+    T_CHECK_INT(
+        dialect_answer(API_RESPONSES, false, resp, strlen(resp), true, DIALECT_USAGE_OFF, &out), 0);
+    const char *s = pc_buf_cstr(&out);
+    const char *done = strstr(s, "data: {\"type\":\"response.completed\"");
+    T_CHECK(done != NULL);
+    if (done != NULL) {
+        T_CHECK(strstr(done, "\"temperature\":1.0,\"top_p\":1E0,\"seed\":12345678901234567890,") !=
+                NULL);
+        T_CHECK(strstr(done, "\"text\":\"a b\\u00e9\"") != NULL);
+        T_CHECK(strchr(strchr(done, '{'), '\n') == strstr(done, "}\n\n") + 1); /* one line */
+    }
+    const char *item = strstr(s, "data: {\"type\":\"response.output_item.done\"");
+    T_CHECK(item != NULL && strstr(item, "\"logprob\":-0.0}") != NULL);
+    /* and back: the JSON answer of that stream is the final event's response */
+    T_CHECK_INT(
+        dialect_answer(API_RESPONSES, true, out.data, out.len, false, DIALECT_USAGE_OFF, &json), 0);
+    T_CHECK(strstr(pc_buf_cstr(&json), "\"temperature\":1.0,\"top_p\":1E0,") != NULL);
+    cJSON *a = cJSON_Parse(pc_buf_cstr(&json)), *b = cJSON_Parse(resp);
+    T_CHECK(a != NULL && cJSON_Compare(a, b, true));
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    pc_buf_free(&out);
+    pc_buf_free(&json);
+}
+
 static void test_responses_replay(void)
 {
     char *rec = q(rs_stream);
@@ -1568,6 +1609,7 @@ int main(void)
     T_RUN(test_responses_assemble);
     T_RUN(test_responses_refused);
     T_RUN(test_responses_synth);
+    T_RUN(test_responses_as_written);
     T_RUN(test_responses_replay);
     T_DONE();
 }
