@@ -167,7 +167,8 @@ static bool cut_by_cjson(const char *s, size_t n)
  * (OpenAI chat and completions) carry it only when asked: a recording
  * without it (the proxy did not ask, stream-usage no, or the upstream sends
  * none in streams) would make an answer without the usage the upstream's
- * own JSON answer has. It serves stream clients only.
+ * own JSON answer has. It serves stream clients only. Where a stream carries
+ * the answer whole (answer_text), the JSON answer is its text as written.
  */
 static int answer_assemble(enum api_endpoint e, const char *rec, size_t len, struct pc_buf *out)
 {
