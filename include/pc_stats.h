@@ -162,7 +162,11 @@
     ACTION(upstream_retries, counter,                                                              \
            "Upstream calls resent once: the reused connection died, or had unasked bytes or its "  \
            "end waiting (stale), before the request was sent")                                     \
-    ACTION(client_errors, counter, "Requests rejected by the proxy with a 4xx")                    \
+    ACTION(                                                                                        \
+        client_errors, counter,                                                                    \
+        "Requests on the proxied paths the proxy itself answered with a 4xx (a malformed body, a " \
+        "bad control header, 413, a CORS origin refused); not the admin endpoints' refusals nor "  \
+        "the HTTP server's own (Host, a head too large), nor the upstream's 4xx, relayed")         \
     ACTION(client_aborts, counter, "Clients that hung up before their answer was complete")        \
     ACTION(redis_errors, counter, "Redis commands that failed or timed out")                       \
     ACTION(redis_timeouts, counter, "Redis commands that exceeded redis-timeout")                  \
