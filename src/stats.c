@@ -852,7 +852,9 @@ void stats_render_doc(struct pc_buf *out, const struct stat_group *const *groups
     pc_buf_append_str(out, "\nRead from the module that owns them when asked: in `/stats` under "
                            "the first name, in `/metrics` as `promptcache_` and the second (`-`: "
                            "not there); a part that is off (semantic, the L1) shows none of "
-                           "its own:\n\n");
+                           "its own. A yes-or-no figure (`ready`, `l1_live`, "
+                           "`semantic_sync_ready`, a replica's `healthy`) is `true` or `false` "
+                           "in `/stats`, 1 or 0 in `/metrics`:\n\n");
     pc_buf_append_str(out, head);
     for (size_t i = 0; i < n; i++)
         if (groups[i]->count == NULL)
