@@ -63,6 +63,8 @@ int purge_filter_set(struct purge_filter *f, const char *name, const char *value
                      char *err, size_t errlen);
 /* Whether f selects by namespace, model or age (else it is a tenant's flush, or everything's). */
 bool purge_filter_narrow(const struct purge_filter *f);
+/* Whether id reads as an entry id (an X-Cache-Key: ENTRY_ID_LEN hex characters). */
+bool purge_key_valid(const char *id);
 /*
  * older-than: an RFC 3339 date-time (2026-12-01T00:00:00Z, with an offset or
  * fraction as RFC 3339 allows) or date (midnight UTC), or a duration back

@@ -137,6 +137,11 @@ static int purge_option(char **argv, int argc, int *i, struct cli *cli)
                 fprintf(stderr, "promptcache purge: --key given twice (one entry per run)\n");
                 return -1;
             }
+            if (!purge_key_valid(v)) { /* a usage error, said before Redis is asked anything */
+                fprintf(stderr, "promptcache purge: --key must be an entry id: the hex "
+                                "characters of X-Cache-Key\n");
+                return -1;
+            }
             cli->purge.id = v;
         } else if (purge_filter_set(&cli->purge.filter, name, v, pc_wall_ms(), err, sizeof err) <
                    0) {

@@ -361,6 +361,13 @@ bool purge_filter_narrow(const struct purge_filter *f)
     return f->ns[0] != '\0' || f->model[0] != '\0' || f->before_ms != 0;
 }
 
+bool purge_key_valid(const char *id)
+{
+    char tenant_id[TENANT_ID_LEN + 1];
+    unsigned char key[PC_SHA256_LEN];
+    return id != NULL && entry_id_parse(id, strlen(id), tenant_id, key) == 0;
+}
+
 /* ---- keys and events ------------------------------------------------------------ */
 
 /*

@@ -411,6 +411,14 @@ h.test('promptcache purge: the same operations from the command line', async () 
     const keys = await purge(['--key', qKey, '--key', `${qKey.slice(0, -1)}0`, '--dry-run']);
     assert.equal(keys.code, 2, keys.output);
     assert.match(keys.stderr, /--key given twice/);
+    /* An id that is none is a usage error like a bad filter (2), said before Redis is asked:
+     * it was exit 1, and with Redis away the message was the connection's. */
+    const notId = await purge(['--key', `${qKey.slice(0, -1)}g`]);
+    assert.equal(notId.code, 2, notId.output);
+    assert.match(notId.stderr, /--key must be an entry id/);
+    const away = await h.runCli(['purge', '--redis', 'redis://127.0.0.1:1/0', '--key', 'not-an-id']);
+    assert.equal(away.code, 2, away.output);
+    assert.match(away.stderr, /--key must be an entry id/);
 });
 
 /* The error bound's marks of the entry with this id (pc_bound.h), as a comparison leaves them. */
