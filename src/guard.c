@@ -565,6 +565,7 @@ static int u16_cmp(const void *x, const void *y)
 }
 
 static bool is_func(const struct gdoc *d, size_t i);
+static void mark_letters(struct gdoc *d);
 
 /* The WordNet forms of every token, and the text's set of lemmas. */
 static void prepare_wordnet(struct gdoc *d)
@@ -607,8 +608,10 @@ static void prepare(struct gdoc *d, const char *s, size_t len)
             k = lex_find(sing);
         d->lex[i] = (int16_t)k;
         d->h[i] = pc_fnv1a(PC_FNV_SEED, sing, n) | 1;
-        set_add(d->set, d->h[i]);
     }
+    mark_letters(d);
+    for (size_t i = 0; i < d->t.n; i++)
+        set_add(d->set, d->h[i]);
     prepare_wordnet(d);
 }
 
@@ -636,6 +639,58 @@ static size_t gap(const struct gdoc *d, size_t i, const char **p)
     const char *end = a->raw + a->raw_len;
     *p = end;
     return b->raw > end ? (size_t)(b->raw - end) : 0;
+}
+
+/*
+ * Words that never follow the article "a": a form of be or an auxiliary, a
+ * preposition, a conjunction, a pronoun or determiner, a question word, an
+ * operator read out. Not those that also name a thing ("a can", "a will",
+ * "a must", "a being", "a for loop", "a down payment", "a do-while loop").
+ */
+static const char *const never_after_article[] = {
+    "is",    "are",   "was",   "were",    "am",    "been",   "does", "did",   "has",  "have",
+    "had",   "could", "would", "should",  "shall", "might",  "to",   "of",    "in",   "on",
+    "at",    "by",    "from",  "into",    "than",  "with",   "over", "under", "and",  "or",
+    "but",   "nor",   "if",    "then",    "else",  "so",     "not",  "i",     "me",   "my",
+    "we",    "us",    "our",   "you",     "your",  "he",     "him",  "his",   "she",  "her",
+    "they",  "them",  "their", "it",      "its",   "a",      "an",   "the",   "this", "these",
+    "those", "what",  "which", "who",     "whom",  "whose",  "when", "where", "why",  "how",
+    "minus", "plus",  "times", "divided", "mod",   "modulo", "xor",  "equals"};
+
+/* Whether bytes g[0..n) hold nothing but white space and what opens a word ("a 'string'"). */
+static bool opens_word(const char *g, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (strchr(" \t\r\n'\"`([{*_", g[k]) == NULL || g[k] == '\0')
+            return false;
+    return true;
+}
+
+/*
+ * "a" is the article when a word (or a number: "a 10% raise") of its
+ * sentence follows it, written after it with nothing but white space or an
+ * opening quote, that can start a noun phrase. Otherwise it is the letter,
+ * a variable or a name ("if a < b", "check if a is less than b", "b minus
+ * a", "is A a subset of B", "get an A in math"): a content word, never
+ * matched by the article of the other text (another hash).
+ */
+static void mark_letters(struct gdoc *d)
+{
+    for (size_t i = 0; i < d->t.n; i++) {
+        if (d->t.tok[i].kind != TEXT_WORD || !text_is(&d->t, i, "a"))
+            continue;
+        const char *g = NULL;
+        size_t gn = i + 1 < d->t.n ? gap(d, i, &g) : 0;
+        bool article = i + 1 < d->t.n && !(d->t.tok[i + 1].flags & TEXT_F_START) &&
+                       (d->t.tok[i + 1].kind == TEXT_WORD || d->t.tok[i + 1].kind == TEXT_NUM) &&
+                       opens_word(g, gn);
+        for (size_t k = 0; article && k < PC_ARRAY_LEN(never_after_article); k++)
+            article = !text_is(&d->t, i + 1, never_after_article[k]);
+        if (article)
+            continue;
+        d->lex[i] = -1;
+        d->h[i] = pc_fnv1a(PC_FNV_SEED, "a\x01", 2) | 1;
+    }
 }
 
 /* ---- numbers -------------------------------------------------------------------- */
@@ -940,6 +995,22 @@ static bool guard_negation(const struct gdoc *a, const struct gdoc *b)
 
 /* ---- entities --------------------------------------------------------------------- */
 
+/*
+ * A unit: a single letter is one only after a number ("100 W", "5 m", "20 C"); alone it is a
+ * letter, an initial or a name ("George W. Bush" / "George H. Bush", "the letter m", "the F
+ * key", "vitamin C"), which the entities, extra and swap guards compare. Not a letter glued to
+ * the word before ("I´m", an acute accent for an apostrophe): a piece of that word.
+ */
+static bool unit_word(const struct gdoc *d, size_t i)
+{
+    if (lex_of(d, i, L_UNIT) == NULL)
+        return false;
+    const char *g = NULL;
+    return d->t.tok[i].len > 1 ||
+           (i > 0 && (tok_is_number(d, i - 1) || lex_of(d, i - 1, L_NUMWORD) != NULL ||
+                      !opens_word(g, gap(d, i - 1, &g)) || gap(d, i - 1, &g) == 0));
+}
+
 /* A token written like a name: capitalised inside a sentence, all caps or mixed case. */
 static bool entity_like(const struct gdoc *d, size_t i)
 {
@@ -948,7 +1019,7 @@ static bool entity_like(const struct gdoc *d, size_t i)
         return false;
     bool cased = (t->flags & (TEXT_F_ALLCAPS | TEXT_F_MIXED)) ||
                  ((t->flags & TEXT_F_CAP) && !(t->flags & TEXT_F_START));
-    if (!cased || is_func(d, i) || lex_of(d, i, L_UNIT) != NULL || lex_of(d, i, L_MONTH) != NULL ||
+    if (!cased || is_func(d, i) || unit_word(d, i) || lex_of(d, i, L_MONTH) != NULL ||
         lex_of(d, i, L_WEEKDAY) != NULL)
         return false;
     return !(t->flags & TEXT_F_DIGIT) || t->len > 2; /* "5K" is a number */
@@ -1979,11 +2050,11 @@ static bool is_content(const struct gdoc *d, size_t i)
     const struct text_tok *t = &d->t.tok[i];
     if (t->kind == TEXT_NUM || (t->flags & (TEXT_F_SYNTH | TEXT_F_FILLER | TEXT_F_DIGIT)))
         return false;
-    static const enum lex_cat owned[] = {L_FUNC, L_NUMWORD, L_UNIT, L_MONTH, L_WEEKDAY, L_WHEN};
+    static const enum lex_cat owned[] = {L_FUNC, L_NUMWORD, L_MONTH, L_WEEKDAY, L_WHEN};
     for (size_t k = 0; k < PC_ARRAY_LEN(owned); k++)
         if (lex_of(d, i, owned[k]) != NULL)
             return false;
-    return true;
+    return !unit_word(d, i);
 }
 
 static bool has_unmatched_word(const struct gdoc *d, const struct gdoc *o)

@@ -188,3 +188,42 @@ h.test('hunted counterfeits (tense, modal, quantifier, traded roles, ids, acrony
     }
     await p.stop();
 });
+
+/*
+ * Counterfeits of the second hunt: each was served by meaning at builtin's default threshold
+ * (similarity 0.85 to 0.9996, with semantic-max-error off: the guards were the only defence).
+ * [stored, asked, the guard that rejects]
+ */
+const HUNTED_2 = [
+    /* the letter a, a variable, read as the article: "b minus a" said nothing about a */
+    ['Check if a is less than b', 'Check if b is less than a', 'direction'],
+    ['Return a if a > b else b', 'Return b if a > b else a', 'direction'],
+    /* a single letter that is no unit (W: watts after a number): an initial, a letter */
+    ['Who is George Bush?', 'Who is George W. Bush?', 'entities'],
+    ['What does the letter m mean in physics?', 'What does the letter g mean in physics?', 'swap'],
+];
+
+/* Rewordings next to those rules that keep the meaning: still served. */
+const KEPT_2 = [
+    ['How do I write a for loop in Python?', 'how do i write a for loop in python'],
+    ['How do I reverse a \'string\' in Python?', 'How do I reverse a string in Python?'],
+    ['What is the gcd of a and b?', 'What is the gcd of b and a?'],
+];
+
+h.test('second hunt: its counterfeits miss at the default threshold, counted by guard; their paraphrases hit', async () => {
+    const p = await startBuiltin([]);
+    for (const [a, b, guard] of HUNTED_2) {
+        const st0 = await p.stats();
+        const r = await askAtDefault(p, a, b);
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.headers['x-cache-status'], 'MISS', `"${a}" served for "${b}"`);
+        const key = `semantic_guard_rejects_${guard}`;
+        assert.equal((await p.stats())[key], st0[key] + 1, `${key} for "${a}" / "${b}"`);
+    }
+    for (const [a, b] of KEPT_2) {
+        const r = await askAtDefault(p, a, b);
+        assert.equal(r.headers['x-cache-status'], 'HIT', `"${a}" / "${b}" keep their meaning`);
+        assert.equal(r.headers['x-cache-match'], 'semantic');
+    }
+    await p.stop();
+});

@@ -135,9 +135,16 @@ static void test_entities(void)
         {"Is AES secure?", "Is DES secure?"},
         {"When should I use UNION in SQL?", "When should I use UNION ALL in SQL?"},
         {"Explain GROUP BY in SQL", "Explain GROUP BY ALL in SQL"},
+        /* a single letter that is no unit: an initial, a name */
+        {"Who is George Bush?", "Who is George W. Bush?"},
+        {"Who is George H. Bush?", "Who is George W. Bush?"},
+        {"What is vitamin C?", "What is vitamin K?"},
+        {"What is the F key for?", "What is the G key for?"},
     };
     static const struct pair pass[] = {
         {"weather in Berlin today", "what's the weather in berlin today"},
+        {"Convert 100 F to C", "convert 100 F to C please"},
+        {"How many amps is 100 W?", "how many amps is 100 W"},
         {"If Trump were elected, what then?", "If Tump were elected, what then?"},
         {"Python code to read CSV", "show me code to read a CSV in Python"},
         {"How Do I Learn To Swim", "how do i learn to swim"},
@@ -273,6 +280,12 @@ static void test_direction(void)
         {"Can a lion kill a tiger?", "Can a tiger kill a lion?"},
         {"Does Microsoft own GitHub?", "Does GitHub own Microsoft?"},
         {"The tests pass locally but fail in CI", "The tests fail locally but pass in CI"},
+        /* the letter a, a variable */
+        {"Check if a is less than b", "Check if b is less than a"},
+        {"Compute a minus b", "Compute b minus a"},
+        {"Copy a into b", "Copy b into a"},
+        {"Is A a subset of B?", "Is B a subset of A?"},
+        {"Return a if a > b else b", "Return b if a > b else a"},
     };
     static const struct pair pass[] = {
         {"What are the best things to do in Jaipur?", "In Jaipur, what are the best things to do?"},
@@ -309,6 +322,8 @@ static void test_direction(void)
         {"l is being casing", "l is being casing"},
         {"The dog is being chased. The dog is chasing a ball.",
          "The dog is being chased. The dog is chasing a ball!"},
+        {"Swap a and b", "Swap b and a"},
+        {"What is the gcd of a and b?", "What is the gcd of b and a?"},
     };
     EXPECT(GUARD_DIRECTION, rej, pass);
 }
@@ -355,9 +370,18 @@ static void test_extra(void)
         {"What causes dizziness when you lie down?",
          "What causes dizziness when you lie down at night?"},
         {"SQL: SELECT id,name FROM users", "SQL: SELECT id,name,email FROM users"},
+        /* "a" before a verb is the article, at the end the letter */
+        {"Does a divide b?", "Does b divide a?"},
+        {"What is a percent of b?", "What is b percent of a?"},
     };
     static const struct pair pass[] = {
         {"What are the best coffee shops in Seattle?", "best coffee shop Seattle"},
+        /* the article before a word, a number, an opening quote, a word that also names a thing */
+        {"How do I write a for loop in Python?", "how do i write a for loop in python"},
+        {"How do I reverse a 'string' in Python?", "How do I reverse a string in Python?"},
+        {"Is a 10% raise good?", "is a 10% raise good"},
+        {"Is it a must for beginners?", "is it a must for beginners"},
+        {"A dog is running in the park", "a dog is running in the park."},
         {"nearest gas station", "closest petrol station"},
         {"How do I reset my Windows password?", "How do I reset my windows pasword?"},
         {"top 5 coffee shops in Seattle", "best five coffee shops in Seattle"},
@@ -374,9 +398,13 @@ static void test_swap(void)
         {"What advice would you give to an aspiring artist?",
          "What advice would you give to an aspiring musician?"},
         {"tag:postgres index strategy", "tag:mysql index strategy"},
+        /* a letter that is no unit (m: metres after a number) */
+        {"What does the letter m mean in physics?", "What does the letter g mean in physics?"},
     };
     static const struct pair pass[] = {
         {"nearest gas station", "closest petrol station"}, /* two words: a rewording */
+        {"\"I\xc2\xb4m very proud\", he said",
+         "he said that \"I'm very proud\""}, /* an accent as apostrophe */
         {"How do I reset my Windows password?", "How do I reset my windows pasword?"},
         {"What are the best coffee shops in Seattle?", "best coffee shop Seattle"},
         {"How do I send an email?", "How do I send an email in the past?"}, /* extra's */
