@@ -208,6 +208,32 @@ h.test('the guards reject look-alikes the encoder puts above the threshold', asy
 });
 
 /*
+ * Look-alikes of the second hunt that the encoder puts above its threshold and that were
+ * served: each is a miss now, counted by the guard that rejects it. [stored, asked, guard]
+ */
+const HUNTED_2 = [
+    /* a word said twice in an idiom is one word replaced (0.93) */
+    ['What is end-to-end encryption?', 'What is point-to-point encryption?', 'swap'],
+];
+
+h.test('look-alikes of the second hunt that the encoder puts above its threshold miss, counted by guard', async () => {
+    const threshold = (await proxy.stats()).semantic_threshold;
+    for (const [a, b, guard] of HUNTED_2) {
+        const sim = await cosine(a, b);
+        assert.ok(sim >= threshold, `${guard}: the encoder puts "${a}" / "${b}" at ${sim}, under ${threshold}`);
+    }
+    for (const [i, [a, b, guard]] of HUNTED_2.entries()) {
+        const ns = space(`hunt${i}`);
+        await store(proxy, a, ns);
+        const st0 = await proxy.stats();
+        const r = await proxy.post(CHAT, chat(b), ns);
+        assertMiss(r);
+        const key = `semantic_guard_rejects_${guard}`;
+        assert.equal((await proxy.stats())[key], st0[key] + 1, `${key} for "${a}" / "${b}"`);
+    }
+});
+
+/*
  * Asks q with no-store until it is a semantic hit (a miss stores nothing, so
  * a later hit is by meaning, not an exact entry made on the way).
  */

@@ -201,6 +201,10 @@ const HUNTED_2 = [
     /* a single letter that is no unit (W: watts after a number): an initial, a letter */
     ['Who is George Bush?', 'Who is George W. Bush?', 'entities'],
     ['What does the letter m mean in physics?', 'What does the letter g mean in physics?', 'swap'],
+    /* one word replaced in place by one the text uses elsewhere */
+    ['if (a < b) return a;', 'if (a < b) return b;', 'swap'],
+    ['Given the table | a | b |, what is the sum of column a?',
+        'Given the table | a | b |, what is the sum of column b?', 'swap'],
 ];
 
 /* Rewordings next to those rules that keep the meaning: still served. */

@@ -398,11 +398,24 @@ static void test_swap(void)
         {"What advice would you give to an aspiring artist?",
          "What advice would you give to an aspiring musician?"},
         {"tag:postgres index strategy", "tag:mysql index strategy"},
+        /* one word replaced in place by a word the text uses elsewhere */
+        {"if (a < b) return a;", "if (a < b) return b;"},
+        {"Given the table | a | b |, what is the sum of column a?",
+         "Given the table | a | b |, what is the sum of column b?"},
+        {"x is bigger than y, so print x", "x is bigger than y, so print y"},
         /* a letter that is no unit (m: metres after a number) */
         {"What does the letter m mean in physics?", "What does the letter g mean in physics?"},
+        /* a word said twice in an idiom replaces one word */
+        {"read a file line by line in python", "read a file word by word in python"},
+        {"What is end-to-end encryption?", "What is point-to-point encryption?"},
+        {"the difference between unit tests and integration tests",
+         "the difference between unit tests and end-to-end tests"},
     };
     static const struct pair pass[] = {
         {"nearest gas station", "closest petrol station"}, /* two words: a rewording */
+        {"kids or children: which do kids say?", "kids or children: which do children say?"},
+        {"if (a < b) return a;", "if (a < b) return a"},
+        {"explain it step by step", "explain it step-by-step"},
         {"\"I\xc2\xb4m very proud\", he said",
          "he said that \"I'm very proud\""}, /* an accent as apostrophe */
         {"How do I reset my Windows password?", "How do I reset my windows pasword?"},
