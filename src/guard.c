@@ -1454,6 +1454,36 @@ static bool progressive_at(const struct gdoc *d, size_t i)
     return false;
 }
 
+/*
+ * Function words that also name a thing, and determiners before a noun. Read
+ * as requests or fillers ("list the files", "the best way to"), they are no
+ * content; after a determiner or a content word ("convert a list to a
+ * tuple", "python list to tuple", "move the top to the thing") they are the
+ * thing itself, which the order around a pivot or a verb is about.
+ */
+static const char *const func_nouns[] = {"list", "lists", "thing", "things", "way", "ways",
+                                         "top",  "use",   "show",  "lot",    "lots"};
+static const char *const determiners[] = {"a",     "an",    "the",  "this",  "that",   "these",
+                                          "those", "my",    "your", "his",   "her",    "its",
+                                          "our",   "their", "each", "every", "another"};
+
+static bool word_in(const struct gdoc *d, size_t i, const char *const *w, size_t n);
+
+/* Whether token i is content for the order of words: a content word, or a function word naming a
+ * thing after a determiner or a content word. */
+static bool order_word(const struct gdoc *d, size_t i)
+{
+    if (!is_func(d, i))
+        return true;
+    const char *g = NULL;
+    if (i == 0 || (d->t.tok[i].flags & TEXT_F_START) || !opens_word(g, gap(d, i - 1, &g)) ||
+        !word_in(d, i, func_nouns, PC_ARRAY_LEN(func_nouns)))
+        return false;
+    return word_in(d, i - 1, determiners, PC_ARRAY_LEN(determiners)) ||
+           (d->t.tok[i - 1].kind == TEXT_WORD && !is_func(d, i - 1) &&
+            !(d->t.tok[i - 1].flags & TEXT_F_FILLER));
+}
+
 /* The pivot of token i that is no direction word (a relation): PIVOT_WORD | hash, or 0. */
 static uint64_t pivot_of(const struct gdoc *d, size_t i)
 {
@@ -1477,7 +1507,7 @@ static size_t content_side(const struct gdoc *d, long i, long step, bool comma, 
         const struct text_tok *t = &d->t.tok[i];
         if (lex_of(d, (size_t)i, L_DIR) != NULL)
             break;
-        if (!is_func(d, (size_t)i) && !(t->flags & TEXT_F_FILLER))
+        if (order_word(d, (size_t)i) && !(t->flags & TEXT_F_FILLER))
             out[n++] = d->h[i];
         if ((t->flags & TEXT_F_START) && step < 0)
             break;
@@ -1826,6 +1856,26 @@ static const char *const symmetric[] = {"and",     "or",      "nor",        "vs"
                                         "equal",   "equals",  "equivalent", "compared", "comparing",
                                         "compare", "differ",  "different",  "related",  "married"};
 
+static size_t question_start(const struct gdoc *d);
+
+/*
+ * Whether token i is written as a possessive ("father's", "parents'", the
+ * same with a typographic apostrophe): it owns what follows, one way round
+ * ("my father's brother" / "my brother's father").
+ */
+static bool possessive(const struct gdoc *d, size_t i)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    const char *r = t->raw;
+    size_t n = t->raw_len;
+    if (t->kind != TEXT_WORD || n < 2 || (i + 1 < d->t.n && d->t.tok[i + 1].raw == r))
+        return false; /* "don't": its parts share the raw word */
+    return (r[n - 2] == '\'' && (r[n - 1] == 's' || r[n - 1] == 'S')) || r[n - 1] == '\'' ||
+           (n >= 4 && memcmp(r + n - 4, "\xe2\x80\x99", 3) == 0 &&
+            (r[n - 1] == 's' || r[n - 1] == 'S')) ||
+           (n >= 3 && memcmp(r + n - 3, "\xe2\x80\x99", 3) == 0);
+}
+
 /*
  * Two words trade places and nothing else changes, with a word between them
  * (an article aside) that joins them one way round: "did Germany beat
@@ -1833,7 +1883,14 @@ static const char *const symmetric[] = {"and",     "or",      "nor",        "vs"
  * tests pass locally but fail in CI" / "the tests fail locally but pass in
  * CI". Not around a word that joins them either way round ("Python and
  * Java" / "Java and Python", "x equals y"), nor next to each other
- * ("quickly running" / "running quickly").
+ * ("quickly running" / "running quickly"). In a question that opens with a
+ * form of be, the subject and what it is said to be trade places with only
+ * an article or none between them ("is a dolphin a fish" / "is a fish a
+ * dolphin", "are all squares rectangles" / "are all rectangles squares"):
+ * being one thing is no symmetric relation, so that counts too (not across
+ * a comma: "is it red, blue" lists). A possessive owns the word after it,
+ * so two words traded next to each other count too ("my father's brother"
+ * / "my brother's father").
  */
 static bool two_words_traded(const struct gdoc *a, const struct gdoc *b)
 {
@@ -1846,16 +1903,21 @@ static bool two_words_traded(const struct gdoc *a, const struct gdoc *b)
                 return false;
             at[n++] = k;
         }
-    if (n != 2 || a->h[at[0]] != b->h[at[1]] || a->h[at[1]] != b->h[at[0]] || is_func(a, at[0]) ||
-        is_func(a, at[1]))
+    /* each word content where it stands in one of the texts ("python list to tuple": list) */
+    if (n != 2 || a->h[at[0]] != b->h[at[1]] || a->h[at[1]] != b->h[at[0]] ||
+        !(order_word(a, at[0]) || order_word(b, at[1])) ||
+        !(order_word(a, at[1]) || order_word(b, at[0])))
         return false;
-    bool joined = false;
+    size_t q = question_start(a);
+    bool joined = possessive(a, at[0]), copular = q < at[0] && is_be(a, q);
     for (size_t k = at[0] + 1; k < at[1]; k++) {
         if (word_in(a, k, symmetric, PC_ARRAY_LEN(symmetric)))
             return false;
         joined |= !text_is(&a->t, k, "the") && !text_is(&a->t, k, "a") && !text_is(&a->t, k, "an");
     }
-    return joined;
+    for (size_t k = at[0]; k < at[1]; k++)
+        copular &= !clause_gap(a, k, false);
+    return joined || copular;
 }
 
 /*

@@ -205,6 +205,14 @@ const HUNTED_2 = [
     ['if (a < b) return a;', 'if (a < b) return b;', 'swap'],
     ['Given the table | a | b |, what is the sum of column a?',
         'Given the table | a | b |, what is the sum of column b?', 'swap'],
+    /* a function word naming a thing ("list" as in "list the files"), around a pivot or a verb */
+    ['How do I convert a list to a tuple?', 'How do I convert a tuple to a list?', 'direction'],
+    ['Can a list contain a tuple?', 'Can a tuple contain a list?', 'direction'],
+    /* what a subject is said to be, traded in a question opening with be */
+    ['Is a dolphin a fish?', 'Is a fish a dolphin?', 'direction'],
+    ['Are all squares rectangles?', 'Are all rectangles squares?', 'direction'],
+    /* a possessive owns the word after it */
+    ['What is my father\'s brother to me?', 'What is my brother\'s father to me?', 'direction'],
 ];
 
 /* Rewordings next to those rules that keep the meaning: still served. */
@@ -212,6 +220,7 @@ const KEPT_2 = [
     ['How do I write a for loop in Python?', 'how do i write a for loop in python'],
     ['How do I reverse a \'string\' in Python?', 'How do I reverse a string in Python?'],
     ['What is the gcd of a and b?', 'What is the gcd of b and a?'],
+    ['What is the difference between a list and a tuple?', 'What is the difference between a tuple and a list?'],
 ];
 
 h.test('second hunt: its counterfeits miss at the default threshold, counted by guard; their paraphrases hit', async () => {

@@ -280,12 +280,24 @@ static void test_direction(void)
         {"Can a lion kill a tiger?", "Can a tiger kill a lion?"},
         {"Does Microsoft own GitHub?", "Does GitHub own Microsoft?"},
         {"The tests pass locally but fail in CI", "The tests fail locally but pass in CI"},
+        /* a function word naming a thing: after a determiner or a content word */
+        {"How do I convert a list to a tuple?", "How do I convert a tuple to a list?"},
+        {"python list to tuple", "python tuple to list"},
+        {"Move the thing to the top", "Move the top to the thing"},
+        {"Can a list contain a tuple?", "Can a tuple contain a list?"},
+        /* what a subject is said to be, in a question opening with be */
+        {"Is a dolphin a fish?", "Is a fish a dolphin?"},
+        {"Is every square a rectangle?", "Is every rectangle a square?"},
+        {"Are all squares rectangles?", "Are all rectangles squares?"},
         /* the letter a, a variable */
         {"Check if a is less than b", "Check if b is less than a"},
         {"Compute a minus b", "Compute b minus a"},
         {"Copy a into b", "Copy b into a"},
         {"Is A a subset of B?", "Is B a subset of A?"},
         {"Return a if a > b else b", "Return b if a > b else a"},
+        /* a possessive owns the word after it */
+        {"What is my father's brother to me?", "What is my brother's father to me?"},
+        {"Who is the dog\xe2\x80\x99s owner?", "Who is the owner\xe2\x80\x99s dog?"},
     };
     static const struct pair pass[] = {
         {"What are the best things to do in Jaipur?", "In Jaipur, what are the best things to do?"},
@@ -322,8 +334,16 @@ static void test_direction(void)
         {"l is being casing", "l is being casing"},
         {"The dog is being chased. The dog is chasing a ball.",
          "The dog is being chased. The dog is chasing a ball!"},
+        /* function words as requests or fillers; joined either way round; a list */
+        {"How to list files in a folder", "how to list files in a folder?"},
+        {"What is the best way to learn Python?", "What's the best way to learn Python?"},
+        {"What is the difference between a list and a tuple?",
+         "What is the difference between a tuple and a list?"},
+        {"Are cats and dogs friends?", "Are dogs and cats friends?"},
+        {"Is it a red, blue ball?", "Is it a blue, red ball?"},
         {"Swap a and b", "Swap b and a"},
         {"What is the gcd of a and b?", "What is the gcd of b and a?"},
+        {"What's my father's name?", "What is my father's name"},
     };
     EXPECT(GUARD_DIRECTION, rej, pass);
 }
