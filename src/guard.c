@@ -133,8 +133,22 @@ static const char *const function_words =
     "say said good best top new way ways mean means ever actually exactly basically simply quite "
     "even still already";
 
-static const char *const negations = "not no never none nobody nothing nowhere neither nor without "
-                                     "non";
+/*
+ * Negations, and those of the languages near English that users write in
+ * (accents folded as the tokenizer folds them): German nicht, kein...,
+ * ohne; French ne (n' is glued to its verb), pas, jamais, rien, aucun,
+ * sans; Spanish and Portuguese nunca, nada, sem, nao (não); Italian non,
+ * senza, niente; Dutch niet, geen, zonder. Not the words that also mean
+ * something else in English or in the language itself (Spanish sin is the
+ * sine, sin(x); French plus, personne; Italian mai).
+ */
+static const char *const negations =
+    "not no never none nobody nothing nowhere neither nor without non "
+    "nicht kein keine keinen keinem keiner keines nichts nie niemals niemand nirgends ohne weder "
+    "ne pas jamais rien aucun aucune sans ni guere "
+    "nunca jamas nada nadie ningun ninguno ninguna tampoco "
+    "nao nenhum nenhuma ninguem sem senza niente nessuno nessuna "
+    "niet geen nooit niets zonder nergens";
 
 /* Units: groups separated by '|', first word canonical; '=' marks a bind-only alias. */
 static const char *const units[] = {

@@ -214,6 +214,8 @@ h.test('the guards reject look-alikes the encoder puts above the threshold', asy
 const HUNTED_2 = [
     /* a word said twice in an idiom is one word replaced (0.93) */
     ['What is end-to-end encryption?', 'What is point-to-point encryption?', 'swap'],
+    /* a French negation: ne... pas, and "du" becomes "de" (0.93) */
+    ['Il y a du lait', "Il n'y a pas de lait", 'negation'],
 ];
 
 h.test('look-alikes of the second hunt that the encoder puts above its threshold miss, counted by guard', async () => {

@@ -213,6 +213,8 @@ const HUNTED_2 = [
     ['Are all squares rectangles?', 'Are all rectangles squares?', 'direction'],
     /* a possessive owns the word after it */
     ['What is my father\'s brother to me?', 'What is my brother\'s father to me?', 'direction'],
+    /* a negation in French (sans: without), where a word is replaced too */
+    ['Je veux une pizza avec du fromage', 'Je veux une pizza sans fromage', 'negation'],
 ];
 
 /* Rewordings next to those rules that keep the meaning: still served. */

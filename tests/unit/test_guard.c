@@ -104,9 +104,21 @@ static void test_negation(void)
         {"Have you ever been to Paris?", "Have you never been to Paris?"},
         {"return headlines only, no summaries", "give headlines with summaries"},
         {"Why dont cats like water?", "Why do cats like water?"},
+        /* the negations of the languages near English */
+        {"Il y a du lait", "Il n'y a pas de lait"}, /* du -> de: a word replaced too */
+        {"Je veux une pizza avec du fromage", "Je veux une pizza sans fromage"},
+        {"Ich habe ein Auto", "Ich habe kein Auto"},
+        {"Warum startet der Computer?", "Warum startet der Computer nicht?"},
+        {"Siempre llego tarde", "Nunca llego tarde"},
+        {"Por que meu computador liga?", "Por que meu computador n\xc3\xa3o liga?"},
+        {"Waarom werkt mijn printer?", "Waarom werkt mijn printer niet?"},
+        {"Kaffee mit Milch", "Kaffee ohne Milch"},
     };
     static const struct pair pass[] = {
         {"Why don't cats like water?", "Why do not cats like water?"},
+        {"Je ne sais pas pourquoi", "je ne sais pas pourquoi ?"},
+        {"Ich habe kein Auto", "Ich habe keinen Wagen"},
+        {"What is the derivative of sin(x)?", "derivative of sine x"}, /* sin: the sine */
         {"Explain TLS with no links", "Explain TLS without links"},
         {"I cannot log in", "I can't log in"},
         {"Is it unsafe to swim here?", "Is it not safe to swim here?"}, /* the negation makes up */
