@@ -50,7 +50,9 @@
     X(A, ACCENTS, accents,                                                                         \
       "a word's accents, when both texts use accents (año / ano, papá / papa)")                    \
     X(A, REPLACED, replaced,                                                                       \
-      "one or two words replaced in a long text (32 content words or more), not by synonyms")
+      "one or two words replaced in a long text (32 content words or more), not by synonyms")      \
+    X(A, SCRIPTS, scripts,                                                                         \
+      "a word replaced on both sides in a script no word list covers (Chinese, Cyrillic...)")
 
 #define GUARD_CALL_(A, e, name, what) A(e, name, what)
 #define GUARD_LIST(X)                 GUARD_ROWS(GUARD_CALL_, X)

@@ -421,8 +421,9 @@ static const struct conf_key conf_keys[] = {
              "intent (prevent, avoid, stop, fail to... on one side), verbs (is running / is "
              "resting), rank (closest / second closest, cheap / cheapest), quantity (lots "
              "of / few people, one / both legs, all / some), accents (año / ano, when both "
-             "texts use accents) and replaced (one or two words replaced in a long text, "
-             "unless synonyms). List the guards "
+             "texts use accents), replaced (one or two words replaced in a long text, "
+             "unless synonyms) and scripts (a word replaced on both sides in a script no word "
+             "list covers: Chinese, Japanese, Korean, Cyrillic...). List the guards "
              "to use, or all, or none. The default thresholds assume all of them. Each "
              "guard's rejections are counted (semantic_guard_rejects_GUARD in /stats and "
              "/metrics)."},

@@ -3174,6 +3174,60 @@ static bool guard_replaced(const struct gdoc *a, const struct gdoc *b)
     return !(words_covered(a, wa, na, b, wb, nb) && words_covered(b, wb, nb, a, wa, na));
 }
 
+/* ---- words in another script ------------------------------------------------------------ */
+
+/*
+ * The guards' word lists (function words, opposites, WordNet) are English,
+ * so they tell a synonym from another word only in Latin letters. A word in
+ * another script (Chinese, Japanese, Korean, Cyrillic, Greek, Arabic,
+ * Hebrew, Devanagari, Thai...; Latin letters with accents are none: "Việt"
+ * / "Viet") replaced on both sides may name anything: swap lets two or more
+ * replaced words through as a rewording, trusting the similarity, and an
+ * embedder that cannot read the script gives every such text one vector
+ * (the sentence encoder of the tests puts "为什么我的电脑能开机" / "北京今天天
+ * 气怎么样" at 1.0). Rejected when each text has a content word the other
+ * lacks and one of those is in such a script; a word added on one side is
+ * extra's, a word moved is direction's.
+ */
+
+/* Whether token i is written in letters the guards' lists do not cover: not Latin ones. */
+static bool unlisted_script(const struct gdoc *d, size_t i)
+{
+    const struct text_tok *t = &d->t.tok[i];
+    if (t->kind == TEXT_CJK)
+        return true;
+    const char *w = text_str(&d->t, i);
+    for (size_t k = 0; t->kind == TEXT_WORD && k < t->len;) {
+        long cp;
+        k += utf8_cp(w + k, t->len - k, &cp);
+        bool latin = cp < 0x250 || (cp >= 0x1e00 && cp <= 0x1eff) || (cp >= 0x300 && cp <= 0x36f);
+        if (!latin)
+            return true;
+    }
+    return false;
+}
+
+/* Whether d has a content word o lacks (*any), and one in an unlisted script (returned). */
+static bool unlisted_unmatched(const struct gdoc *d, const struct gdoc *o, bool *any)
+{
+    *any = false;
+    for (size_t i = 0; i < d->t.n; i++) {
+        if (!is_content(d, i) || appears_in(d, i, o))
+            continue;
+        *any = true;
+        if (unlisted_script(d, i))
+            return true;
+    }
+    return false;
+}
+
+static bool guard_scripts(const struct gdoc *a, const struct gdoc *b)
+{
+    bool any_a, any_b;
+    bool ua = unlisted_unmatched(a, b, &any_a), ub = unlisted_unmatched(b, a, &any_b);
+    return any_a && any_b && (ua || ub);
+}
+
 /* ---- the check ------------------------------------------------------------------------------ */
 
 typedef bool guard_fn(const struct gdoc *a, const struct gdoc *b);
@@ -3189,6 +3243,7 @@ static guard_fn *const guard_fns[GUARD__COUNT] = {
     [GUARD_INTENT] = guard_intent,       [GUARD_VERBS] = guard_verbs,
     [GUARD_RANK] = guard_rank,           [GUARD_QUANTITY] = guard_quantity,
     [GUARD_ACCENTS] = guard_accents,     [GUARD_REPLACED] = guard_replaced,
+    [GUARD_SCRIPTS] = guard_scripts,
 };
 
 int guard_check(const char *a, size_t alen, const char *b, size_t blen, unsigned mask)

@@ -216,6 +216,15 @@ const HUNTED_2 = [
     ['What is end-to-end encryption?', 'What is point-to-point encryption?', 'swap'],
     /* a French negation: ne... pas, and "du" becomes "de" (0.93) */
     ['Il y a du lait', "Il n'y a pas de lait", 'negation'],
+    /* a script the encoder cannot read: any two Chinese, Japanese or Korean questions are one
+     * vector (1.0): "why does my computer start" / "the weather in Beijing today" */
+    ['\u4e3a\u4ec0\u4e48\u6211\u7684\u7535\u8111\u80fd\u5f00\u673a\uff1f',
+        '\u5317\u4eac\u4eca\u5929\u5929\u6c14\u600e\u4e48\u6837\uff1f', 'scripts'],
+    ['\u5317\u4eac\u4eca\u5929\u5929\u6c14\u600e\u4e48\u6837\uff1f',
+        '\u4e0a\u6d77\u4eca\u5929\u5929\u6c14\u600e\u4e48\u6837\uff1f', 'scripts'],
+    ['\u79c1\u306e\u30d1\u30bd\u30b3\u30f3\u304c\u8d77\u52d5\u3059\u308b\u7406\u7531',
+        '\u79c1\u306e\u30d1\u30bd\u30b3\u30f3\u304c\u8d77\u52d5\u3057\u306a\u3044\u7406\u7531', 'scripts'],
+    ['\uc624\ub298 \uc11c\uc6b8 \ub0a0\uc528 \uc5b4\ub54c\uc694?', '\uc624\ub298 \ubd80\uc0b0 \ub0a0\uc528 \uc5b4\ub54c\uc694?', 'scripts'],
 ];
 
 h.test('look-alikes of the second hunt that the encoder puts above its threshold miss, counted by guard', async () => {
@@ -233,6 +242,11 @@ h.test('look-alikes of the second hunt that the encoder puts above its threshold
         const key = `semantic_guard_rejects_${guard}`;
         assert.equal((await proxy.stats())[key], st0[key] + 1, `${key} for "${a}" / "${b}"`);
     }
+    /* The same words again, spaced otherwise, are still one question (the Korean one). */
+    const ns = space('hunt-same');
+    const same = HUNTED_2[HUNTED_2.length - 1][0];
+    await store(proxy, same, ns);
+    assertSemanticHit(await proxy.post(CHAT, chat(same.replace(' ', '   ')), ns));
 });
 
 /*

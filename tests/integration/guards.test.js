@@ -49,7 +49,7 @@ const OPPOSITES = [
 
 const ALL_GUARDS = ['numbers', 'negation', 'entities', 'antonyms', 'dates', 'length', 'direction',
     'question', 'extra', 'swap', 'symbols', 'particles', 'wordnet', 'affixes', 'intent', 'verbs', 'rank',
-    'quantity', 'accents', 'replaced'];
+    'quantity', 'accents', 'replaced', 'scripts'];
 
 async function startBuiltin(guards) {
     const args = ['--semantic', 'yes', '--semantic-max-error', 'off', '--embedder', 'builtin'];
