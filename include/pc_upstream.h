@@ -68,7 +68,7 @@ struct xfer_header {
 enum xfer_result {
     XFER_OK = 0,           /* complete response received */
     XFER_ERR_TIMEOUT = -1, /* no response head, or no body bytes, within timeout -> 504 */
-    XFER_ERR_CONNECT = -2, /* could not connect / resolve / TLS -> 502 */
+    XFER_ERR_CONNECT = -2, /* could not connect / resolve / TLS, no request byte sent -> 502 */
     XFER_ERR_IO = -3,      /* connection reset, truncated or malformed response -> 502 */
     XFER_ERR_INTERNAL = -4,
     XFER_ERR_CONNECT_TIMEOUT = -5, /* no connection within a timeout, no request byte sent -> 504 */

@@ -378,6 +378,16 @@ static void xfer_complete(struct xfer *x, CURLcode code)
          * saw it, as with a refused connection (a dead host drops SYNs rather than refuse). */
         if (r == XFER_ERR_TIMEOUT && x->attempts == 0)
             r = XFER_ERR_CONNECT_TIMEOUT;
+        long sent = 0;
+        if ((r == XFER_ERR_CONNECT || r == XFER_ERR_CONNECT_TIMEOUT) && x->attempts > 0 &&
+            curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &sent) == CURLE_OK && sent > 0) {
+            /* libcurl's resend after a reused connection died found no new one (Curl_retry_request:
+             * the replica went away): the request went out on the first, and the upstream may
+             * have read it. Not a refusal, or the caller would send it to another replica. */
+            r = XFER_ERR_IO;
+            msg = "upstream connection lost after the request was sent, and no new one could be "
+                  "made (not resent: the upstream may have received it)";
+        }
         xfer_finish(x, r, msg);
     }
 }

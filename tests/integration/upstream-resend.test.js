@@ -89,6 +89,11 @@ function handle(up, conn, req, what) {
         conn.sock.end('SSH-2.0-OpenSSH_9.2\r\n');
     } else if (what === 'reset') {
         conn.sock.resetAndDestroy();
+    } else if (what === 'reset-and-die') {
+        /* The replica's process dies with the request read: the connection is reset and
+           nothing listens any more (a new connection is refused). */
+        up.server.close();
+        up.sockets.forEach((s) => s.resetAndDestroy());
     } else if (what === 'answer-close') {
         /* The answer says keep-alive; the connection is closed as soon as it is written. */
         answer(conn);
@@ -199,5 +204,34 @@ h.test('an upstream that answers in another protocol is a 502 counted against th
         assert.equal(st.replicas[0].errors, 1, 'the replica\'s error, not one of the proxy\'s own');
     } finally {
         await up.close();
+    }
+});
+
+h.test('a request a replica read before it died is not sent to another replica (was: billed twice)', async () => {
+    /* libcurl resends a request whose reused connection died before any answer on a new
+       connection; when that one is refused, the call looked refused, as if the replica had
+       never seen it, and went to the next replica. */
+    let die = null;
+    const a = await rawUpstream((req) => (die !== null && req.body.includes(die) ? 'reset-and-die' : 'answer')).listen();
+    const b = await rawUpstream(() => 'answer').listen();
+    try {
+        const proxy = await env.startProxy({upstream: [a.url, b.url], workers: 1,
+            args: ['--routing', 'round-robin', '--upstream-timeout', '10']});
+        /* In turn: a (its connection stays in the pool), b, then a again on that connection. */
+        for (const marker of [h.uniq('warm a'), h.uniq('warm b')]) {
+            const r = await post(proxy, marker);
+            assert.equal(r.status, 200, r.text);
+        }
+        assert.equal(a.requests.length, 1);
+        assert.equal(b.requests.length, 1);
+        die = h.uniq('bill me once');
+        const r = await post(proxy, die);
+        assert.equal(a.count(die), 1, 'the first replica read the request');
+        assert.equal(b.count(die), 0, 'the request was not sent to a second replica');
+        h.assertOpenAIError(r, 502);
+        assert.equal((await proxy.stats()).upstream_failovers, 0);
+    } finally {
+        await a.close().catch(() => {});
+        await b.close();
     }
 });
