@@ -233,8 +233,8 @@ static const struct conf_key conf_keys[] = {
              "two pieces of its response body. When exceeded, the client gets a 504."},
     {.name = "upstream-connect-timeout", .type = CONF_DOUBLE, FIELD(upstream_connect_timeout),
      .def = "5", .dmin = 0.05, .dmax = 600, .arg = "SECONDS", .flags = CONF_RELOAD,
-     .help = "Seconds to wait for the connection to an upstream (TCP and TLS) to be "
-             "established."},
+     .help = "Seconds to wait for the connection to an upstream (its name resolved, TCP and "
+             "TLS) to be established."},
 
     {.name = "redis", .type = CONF_STRING, FIELD(redis), .def = "redis://127.0.0.1:6379/0",
      .check = check_redis_url, .flags = CONF_URL_PASS, .arg = "URL", .section = "Redis",

@@ -65,8 +65,8 @@
 #include <curl/curl.h>
 #include <event2/event.h>
 
-#if LIBCURL_VERSION_NUM < 0x075500
-#error "upstream.c needs libcurl >= 7.85 (CURLOPT_PROTOCOLS_STR, CURLOPT_PREREQFUNCTION)"
+#if LIBCURL_VERSION_NUM < 0x075700
+#error "upstream.c needs libcurl >= 7.87 (PROTOCOLS_STR, PREREQFUNCTION, QUICK_EXIT)"
 #endif
 
 #define UPSTREAM_MAGIC 0x55505354u /* "UPST" */
@@ -1026,6 +1026,11 @@ static CURLcode xfer_set_options(struct xfer *x, const struct xfer_req *req, boo
     XFER_SETOPT(CURLOPT_PRIVATE, (void *)x);
     XFER_SETOPT(CURLOPT_ERRORBUFFER, x->errbuf);
     XFER_SETOPT(CURLOPT_NOSIGNAL, 1L);
+    /* A name still being resolved when the transfer ends (upstream-connect-timeout, a client
+     * gone, the shutdown): libcurl 7.88 would join its resolver thread inside
+     * curl_multi_remove_handle, and the worker's loop would wait out getaddrinfo (a nameserver
+     * that never answers: the resolver's whole timeout). The thread is left to end alone. */
+    XFER_SETOPT(CURLOPT_QUICK_EXIT, 1L);
     XFER_SETOPT(CURLOPT_TCP_KEEPALIVE, 1L);
     XFER_SETOPT(CURLOPT_TCP_KEEPIDLE, 60L);
     XFER_SETOPT(CURLOPT_TCP_KEEPINTVL, 30L);

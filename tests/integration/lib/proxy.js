@@ -82,7 +82,9 @@ function upstreamArgs(upstream) {
  * args (extra --key value options, applied last), workers, logLevel (null:
  * none on the command line), config (a config file, read first), env (extra
  * environment variables), logFile (the daemon log goes there), onSpawn
- * (called with the process as soon as it runs, before it listens).
+ * (called with the process as soon as it runs, before it listens), wrap (a
+ * command line the binary and its arguments are appended to, run instead:
+ * it must exec them, so that the process is promptcache's).
  */
 async function startProxy(opts = {}) {
     const bin = requireBin();
@@ -102,7 +104,8 @@ async function startProxy(opts = {}) {
         '--access-log', accessLogPath, ...(opts.args || []),
     ];
     const env = opts.env ? {...process.env, ...opts.env} : process.env;
-    const proc = spawnTracked('promptcache', bin, args, {cwd: dir, env});
+    const cmd = opts.wrap ? [...opts.wrap, bin, ...args] : [bin, ...args];
+    const proc = spawnTracked('promptcache', cmd[0], cmd.slice(1), {cwd: dir, env});
     if (opts.onSpawn)
         opts.onSpawn(proc);
     const port = await listeningPort(proc, opts.logFile);
