@@ -50,6 +50,13 @@ struct fetch {
     bool got_head;
     bool stored_response; /* fetch_req.stored_response */
     bool skipping;        /* this replica's 404: another one is asked (on_done) */
+    /* The last such 404, kept whole: the answer if no replica asked after it gives one. */
+    struct flight_header *held_hdrs; /* one block, as flight_set_head takes it */
+    size_t held_nh;
+    int held_status;
+    const struct route_replica *held_from;
+    struct pc_buf held_body;
+    bool held_ok; /* it arrived whole and fits HELD_MAX */
     char reqid[32];
     uint64_t start_us;
 
@@ -315,6 +322,8 @@ static void fetch_free(struct fetch *f)
 {
     fetch_release(f, ROUTE_ABORTED);
     backend_req_free(&f->breq);
+    free(f->held_hdrs);
+    pc_buf_free(&f->held_body);
     chain_free(&f->chain);
     cache_put_cancel(&f->put);
     cache_ticket_free(&f->ticket);
@@ -398,6 +407,81 @@ static bool status_is_answer(int status)
     return status >= 200 && status <= 299 && status != 202 && status != 206;
 }
 
+/* What the head tells beyond its fields (relay_head). */
+struct head_facts {
+    bool framed;  /* Content-Length or chunked: curl tells a short body from a whole one */
+    bool encoded; /* gzip, br...: stored without its encoding header, it would be garbage */
+};
+
+/*
+ * The fields relayed to clients, in one block (the array, then the strings:
+ * flight_set_head's); *n of them. Keeps the replayable ones and the
+ * Content-Type on f.
+ */
+static struct flight_header *relay_head(struct fetch *f, const struct xfer_header *h, size_t nh,
+                                        size_t *n, struct head_facts *facts)
+{
+    const char *conn = NULL;
+    bool own_cors = f->w->conf->cors_origins.n > 0;
+    for (size_t i = 0; i < nh; i++)
+        if (pc_strcaseeq(h[i].name, "connection"))
+            conn = h[i].value;
+    size_t text = 0;
+    for (size_t i = 0; i < nh; i++)
+        text += strlen(h[i].name) + strlen(h[i].value) + 2;
+    struct flight_header *hdrs = pc_malloc((nh ? nh : 1) * sizeof(*hdrs) + text);
+    char *at = (char *)(hdrs + (nh ? nh : 1));
+    *n = 0;
+    memset(facts, 0, sizeof(*facts));
+    for (size_t i = 0; i < nh; i++) {
+        if (pc_strcaseeq(h[i].name, "content-length") ||
+            (pc_strcaseeq(h[i].name, "transfer-encoding") &&
+             pc_token_list_has(h[i].value, "chunked")))
+            facts->framed = true;
+        if (response_header_dropped(h[i].name, conn, own_cors))
+            continue;
+        keep_for_replay(f, h[i].name, h[i].value);
+        if (pc_strcaseeq(h[i].name, "content-type") && f->content_type == NULL)
+            f->content_type = pc_strdup(h[i].value);
+        if (pc_strcaseeq(h[i].name, "content-encoding") && !pc_strcaseeq(h[i].value, "identity"))
+            facts->encoded = true;
+        hdrs[*n].name = at;
+        at = stpcpy(at, h[i].name) + 1;
+        hdrs[*n].value = at;
+        at = stpcpy(at, h[i].value) + 1;
+        (*n)++;
+    }
+    return hdrs;
+}
+
+/* Forget what relay_head kept on f for an answer that is not relayed (a skipped 404). */
+static void forget_head(struct fetch *f)
+{
+    for (size_t i = 0; i < f->nreplay; i++) {
+        free(f->replay[i].name);
+        free(f->replay[i].value);
+    }
+    f->nreplay = 0;
+    free(f->content_type);
+    f->content_type = NULL;
+}
+
+/* A skipped 404 larger than this is not kept (an API's 404 is a short error). */
+#define HELD_MAX (64 * 1024)
+
+/* Keep this replica's 404 (replacing an earlier one): its body follows (on_data). */
+static void hold_404(struct fetch *f, int status, const struct xfer_header *h, size_t nh)
+{
+    struct head_facts facts;
+    free(f->held_hdrs);
+    f->held_hdrs = relay_head(f, h, nh, &f->held_nh, &facts);
+    forget_head(f);
+    f->held_status = status;
+    f->held_from = f->rep;
+    f->held_ok = true; /* until the body proves otherwise (on_data, on_done) */
+    pc_buf_reset(&f->held_body);
+}
+
 static void on_head(void *arg, int status, const struct xfer_header *h, size_t nh)
 {
     struct fetch *f = arg;
@@ -405,41 +489,13 @@ static void on_head(void *arg, int status, const struct xfer_header *h, size_t n
     if (f->rep != NULL) /* shared with the other instances only if it took the call */
         route_answered(f->w->route, f->rep, &f->q, status);
     if (status == 404 && f->stored_response && f->breq.method != NULL && replica_left(f)) {
-        f->skipping = true; /* another replica may hold the response: its body is dropped */
+        f->skipping = true; /* another replica may hold the response: this 404 waits aside */
+        hold_404(f, status, h, nh);
         return;
     }
-    const char *conn = NULL;
-    bool own_cors = f->w->conf->cors_origins.n > 0;
-    for (size_t i = 0; i < nh; i++)
-        if (pc_strcaseeq(h[i].name, "connection"))
-            conn = h[i].value;
-    /* One block: the array, then the strings (flight_set_head). */
-    size_t text = 0;
-    for (size_t i = 0; i < nh; i++)
-        text += strlen(h[i].name) + strlen(h[i].value) + 2;
-    struct flight_header *hdrs = pc_malloc((nh ? nh : 1) * sizeof(*hdrs) + text);
-    char *at = (char *)(hdrs + (nh ? nh : 1));
     size_t n = 0;
-    bool framed = false;  /* Content-Length or chunked: curl tells a short body from a whole one */
-    bool encoded = false; /* gzip, br...: stored without its encoding header, it would be garbage */
-    for (size_t i = 0; i < nh; i++) {
-        if (pc_strcaseeq(h[i].name, "content-length") ||
-            (pc_strcaseeq(h[i].name, "transfer-encoding") &&
-             pc_token_list_has(h[i].value, "chunked")))
-            framed = true;
-        if (response_header_dropped(h[i].name, conn, own_cors))
-            continue;
-        keep_for_replay(f, h[i].name, h[i].value);
-        if (pc_strcaseeq(h[i].name, "content-type") && f->content_type == NULL)
-            f->content_type = pc_strdup(h[i].value);
-        if (pc_strcaseeq(h[i].name, "content-encoding") && !pc_strcaseeq(h[i].value, "identity"))
-            encoded = true;
-        hdrs[n].name = at;
-        at = stpcpy(at, h[i].name) + 1;
-        hdrs[n].value = at;
-        at = stpcpy(at, h[i].value) + 1;
-        n++;
-    }
+    struct head_facts facts;
+    struct flight_header *hdrs = relay_head(f, h, nh, &n, &facts);
     f->status = status;
     f->got_head = true;
     f->served = f->rep;
@@ -448,10 +504,10 @@ static void on_head(void *arg, int status, const struct xfer_header *h, size_t n
         f->store = false;
     if (status >= 500)
         stats_incr(&f->w->stats, STAT_upstream_5xx);
-    if (encoded)
+    if (facts.encoded)
         f->store = false;
     /* An encoded body is not read: relayed as it came, its end not judged. */
-    if (!framed && !encoded && status >= 200 && status <= 299 && status != 204 &&
+    if (!facts.framed && !facts.encoded && status >= 200 && status <= 299 && status != 204 &&
         f->endpoint != API_NONE)
         watch_close(f);
     flight_set_head(f->fl, status, hdrs, n, f->rep->name);
@@ -461,8 +517,13 @@ static int on_data(void *arg, const char *data, size_t len)
 {
     struct fetch *f = arg;
     PC_CHECK_OBJ(f, FETCH_MAGIC);
-    if (f->skipping)
+    if (f->skipping) { /* the 404 set aside: kept whole, or not at all */
+        if (f->held_ok && f->held_body.len + len <= HELD_MAX)
+            pc_buf_append(&f->held_body, data, len);
+        else
+            f->held_ok = false;
         return XFER_CONTINUE;
+    }
     if (flight_append(f->fl, data, len) == FLIGHT_PAUSE)
         return XFER_PAUSE;
     f->received += len;
@@ -742,6 +803,28 @@ static bool retry_elsewhere(struct fetch *f, const char *errmsg)
 }
 
 /*
+ * The 404 a replica gave for a stored response, set aside to ask another
+ * (hold_404), becomes the answer: the ones asked after it refused the
+ * connection, timed out or failed before a head, or none was left. A 404
+ * is never stored.
+ */
+static void give_held(struct fetch *f)
+{
+    f->status = f->held_status;
+    f->got_head = true;
+    f->served = f->held_from;
+    f->store = false;
+    flight_set_head(f->fl, f->held_status, f->held_hdrs, f->held_nh, f->held_from->name);
+    f->held_hdrs = NULL; /* the flight's now */
+    if (f->held_body.len > 0)
+        flight_append(f->fl, f->held_body.data, f->held_body.len); /* no lag yet: taken */
+    pc_buf_free(&f->held_body);
+    f->held_ok = false;
+    log_write(PC_LOG_INFO, f->reqid, "upstream %s: its 404 for a stored response is the answer",
+              f->held_from->name);
+}
+
+/*
  * The call ended. A cacheable answer is stored before the flight finishes, so
  * that once a client has its whole answer, the same request hits the cache.
  */
@@ -751,8 +834,11 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
     PC_CHECK_OBJ(f, FETCH_MAGIC);
     f->x = NULL;
     const char *called = f->rep != NULL ? f->rep->name : NULL; /* replicas live as long as we do */
-    if (f->skipping && ask_another(f, result))
-        return;
+    if (f->skipping) {
+        f->held_ok = f->held_ok && result == XFER_OK; /* a 404 cut off is no answer to give */
+        if (ask_another(f, result))
+            return;
+    }
     bool refused = result == XFER_ERR_CONNECT || result == XFER_ERR_CONNECT_TIMEOUT;
     if (refused && !f->got_head && retry_elsewhere(f, errmsg))
         return;
@@ -781,6 +867,11 @@ static void on_done(void *arg, enum xfer_result result, const char *errmsg)
                      : result == XFER_ERR_INTERNAL     ? ROUTE_ABORTED
                      : !f->got_head                    ? ROUTE_NO_ANSWER
                                                        : ROUTE_ERR);
+    if (!f->got_head && f->held_ok) { /* no replica asked after a 404 answered: that 404 */
+        give_held(f);
+        result = XFER_OK;
+        errmsg = NULL;
+    }
     bool ok2xx = f->got_head && f->status >= 200 && f->status <= 299;
     enum answer_fate fate = FATE_NONE;
     if (ok2xx && result == XFER_OK)

@@ -264,6 +264,23 @@ h.test('a follow-up naming a response one replica stored reaches that replica', 
     await proxy.stop();
 });
 
+h.test('a response held by no replica is a 404 even when a replica asked after the 404 is down (was: 502)', async () => {
+    /* The 404 of the replica that answered was dropped to ask the next one; that one refused the
+       connection, and the client got the refusal: a 502 it may retry forever, for a response that
+       exists nowhere. */
+    const deadPort = await h.freePort();
+    const proxy = await env.startProxy({upstream: [env.mock.url, `http://127.0.0.1:${deadPort}`],
+        workers: 1, args: ['--routing', 'round-robin']});
+    for (let i = 0; i < 2; i++) { /* in turn: the mock first, then the dead replica first */
+        const r = await proxy.post('/v1/responses',
+            {model: 'm', input: 'x', previous_response_id: `resp_nowhere_${i}`}, OFF);
+        h.assertOpenAIError(r, 404);
+        assert.match(r.json.error.message, /not found/, r.text);
+        assert.equal(r.headers['x-upstream'], replicaName(env.mock), 'the replica that answered');
+    }
+    await proxy.stop();
+});
+
 h.test('tear down the second mock', async () => {
     await second.close();
 });
