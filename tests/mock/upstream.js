@@ -169,9 +169,13 @@ function sliceBody(body, parts) {
     return slices.length ? slices : [buf];
 }
 
+/* Mocks started by one test process, numbered: the response ids of two replicas never meet. */
+let mockInstances = 0;
+
 class Mock extends EventEmitter {
     constructor() {
         super();
+        this.instance = ++mockInstances;
         this.setMaxListeners(0);
         this.server = http.createServer((req, res) => this._onRequest(req, res));
         this.server.keepAliveTimeout = 30000;
@@ -446,7 +450,7 @@ class Mock extends EventEmitter {
         return {
             seq: rec.seq, body: rec.body, controls, question, text,
             model: typeof rec.body.model === 'string' ? rec.body.model : 'unknown',
-            id: `chatcmpl-mock${rec.seq}`, msgId: `msg_mock${rec.seq}`, respId: `resp_mock${rec.seq}`,
+            id: `chatcmpl-mock${rec.seq}`, msgId: `msg_mock${rec.seq}`, respId: `resp_mock${this.instance}_${rec.seq}`,
             created: Math.floor(Date.now() / 1000),
             promptTokens: controls.promptTokens !== undefined ? controls.promptTokens
                 : countTokens(promptText(rec.body)),
