@@ -721,14 +721,16 @@ static void on_owed_done(void *arg, enum store_status st, long long n)
 
 static const char owed_pattern[] = PC_KEY_PREFIX "pd:*";
 
-static void owed_pick(struct store_pick *pick)
+/* The del events earlier purges still owe (their owed marks), published; cb gets the count. */
+static struct store_cmd *owed_publish(struct purge_op *op, store_int_fn *cb)
 {
-    *pick = (struct store_pick){
+    const struct store_pick pick = {
         .script = owed_script,
         .twin_from = owed_prefix,
         .twin_to = entry_prefix,
         .each = on_owed,
     };
+    return store_delete_picked(op->store, owed_pattern, &pick, cb, op);
 }
 
 static void owed_retry_wait(struct purge_op *op);
@@ -756,10 +758,8 @@ static void on_retry_ready(void *arg, enum store_status st, long long n)
     PC_CHECK_OBJ(op, PURGE_MAGIC);
     op->cmd = NULL;
     if (st == STORE_OK) {
-        struct store_pick pick;
-        owed_pick(&pick);
         op->tries++;
-        op->cmd = store_delete_picked(op->store, owed_pattern, &pick, on_retry_done, op);
+        op->cmd = owed_publish(op, on_retry_done);
         if (op->cmd != NULL)
             return;
     }
@@ -808,11 +808,8 @@ static void on_notice(void *arg, enum store_status st, long long n)
     struct purge_op *op = arg;
     PC_CHECK_OBJ(op, PURGE_MAGIC);
     op->cmd = NULL;
-    if (st == STORE_OK) {
-        struct store_pick pick;
-        owed_pick(&pick);
-        op->cmd = store_delete_picked(op->store, owed_pattern, &pick, on_owed_done, op);
-    }
+    if (st == STORE_OK)
+        op->cmd = owed_publish(op, on_owed_done);
     if (op->cmd == NULL)
         finish(op, STORE_ERR, 0);
 }
