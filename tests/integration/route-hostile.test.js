@@ -27,12 +27,11 @@ h.test('a huge member in a replica\'s set does not stop the follower: the L1 and
      */
     const reps = [];
     const port = env.redis.port;
-    let set = null;
     try {
         for (let i = 0; i < 2; i++)
             reps.push(await startVllmMock({name: `v${i}`, usPerToken: 0, usPerOutputToken: 0}));
         const home = new URL(reps[0].url).host;
-        set = `pc:2:pz:{${home}}`;
+        const set = `pc:2:pz:{${home}}`;
         /* Past the 64 MiB a reply may have, scored to stay on top of the set through every trim. */
         await rawCommand(port, 'ZADD', set, '+inf', Buffer.alloc((80 << 20), 1));
         const a = await env.startProxy({upstream: reps.map((r) => r.url), workers: 1,
@@ -53,8 +52,9 @@ h.test('a huge member in a replica\'s set does not stop the follower: the L1 and
         assert.ok(a.alive);
         await a.stop();
     } finally {
-        if (set !== null)
-            await rawCommand(port, 'DEL', set);
+        /* Every replica's set: the call's record is in that of the replica that took it. */
+        for (const r of reps)
+            await rawCommand(port, 'DEL', `pc:2:pz:{${new URL(r.url).host}}`);
         await Promise.all(reps.map((r) => r.close()));
     }
 });
@@ -139,7 +139,15 @@ h.test('a replica that resets every call before answering is left out after thre
     await new Promise((resolve) => bad.listen(0, '127.0.0.1', resolve));
     const badUrl = `http://127.0.0.1:${bad.address().port}`;
     const name = `127.0.0.1:${bad.address().port}`;
+    const sets = [`pc:2:pz:{${name}}`, `pc:2:pz:{${new URL(good.url).host}}`];
     try {
+        /*
+         * Its port may be that of a replica of an earlier test of this file (ephemeral ports are
+         * reused), whose set of the prefix index in this redis-server the proxy would restore
+         * into this replica's index at its start.
+         */
+        for (const s of sets)
+            await rawCommand(env.redis.port, 'DEL', s);
         const a = await env.startProxy({upstream: [badUrl, good.url], workers: 1,
             args: ['--upstream-type', 'vllm', '--routing', 'round-robin', '--upstream-fail-timeout', '300']});
         const statuses = [];
@@ -160,6 +168,8 @@ h.test('a replica that resets every call before answering is left out after thre
         assert.ok(a.alive);
         await a.stop();
     } finally {
+        for (const s of sets)
+            await rawCommand(env.redis.port, 'DEL', s);
         socks.forEach((s) => s.destroy());
         await new Promise((resolve) => bad.close(resolve));
         await good.close();
