@@ -680,6 +680,14 @@ static bool opens_word(const char *g, size_t n)
     return true;
 }
 
+/* Whether the bytes between tokens i and i + 1 open a word (opens_word); *n their count. */
+static bool gap_opens_word(const struct gdoc *d, size_t i, size_t *n)
+{
+    const char *g = NULL;
+    *n = gap(d, i, &g);
+    return opens_word(g, *n);
+}
+
 /*
  * "a" is the article when a word (or a number: "a 10% raise") of its
  * sentence follows it, written after it with nothing but white space or an
@@ -810,7 +818,9 @@ static void units_after(const struct gdoc *d, size_t i, struct qty *q)
         const char *g;
         size_t gn = gap(d, j, &g);
         bool degree = gn == 2 && memcmp(g, "\xc2\xb0", 2) == 0;
-        bool spaces = gn <= 8 && strspn(g, " \t\n-") >= gn;
+        bool spaces = gn <= 8;
+        for (size_t k = 0; spaces && k < gn; k++) /* within the gap: the text has no NUL */
+            spaces = g[k] == ' ' || g[k] == '\t' || g[k] == '\n' || g[k] == '-';
         const struct lex *u = lex_of(d, j + 1, L_UNIT);
         if (u == NULL || !(spaces || degree) || ((u->sub & U_ATTACHED) && gn > 0 && !degree))
             return;
@@ -1019,10 +1029,10 @@ static bool unit_word(const struct gdoc *d, size_t i)
 {
     if (lex_of(d, i, L_UNIT) == NULL)
         return false;
-    const char *g = NULL;
+    size_t gn = 0;
     return d->t.tok[i].len > 1 ||
            (i > 0 && (tok_is_number(d, i - 1) || lex_of(d, i - 1, L_NUMWORD) != NULL ||
-                      !opens_word(g, gap(d, i - 1, &g)) || gap(d, i - 1, &g) == 0));
+                      !gap_opens_word(d, i - 1, &gn) || gn == 0));
 }
 
 /* A token written like a name: capitalised inside a sentence, all caps or mixed case. */
@@ -1489,8 +1499,8 @@ static bool order_word(const struct gdoc *d, size_t i)
 {
     if (!is_func(d, i))
         return true;
-    const char *g = NULL;
-    if (i == 0 || (d->t.tok[i].flags & TEXT_F_START) || !opens_word(g, gap(d, i - 1, &g)) ||
+    size_t gn = 0;
+    if (i == 0 || (d->t.tok[i].flags & TEXT_F_START) || !gap_opens_word(d, i - 1, &gn) ||
         !word_in(d, i, func_nouns, PC_ARRAY_LEN(func_nouns)))
         return false;
     return word_in(d, i - 1, determiners, PC_ARRAY_LEN(determiners)) ||
